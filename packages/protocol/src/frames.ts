@@ -1,0 +1,312 @@
+/**
+ * The closed Server<->Runner WebSocket protocol (DESIGN §5): one
+ * discriminated union per direction, every object `.strict()`.
+ * No frame carries paths, executables, argv, env, PIDs or raw ACP JSON-RPC.
+ */
+import { z } from "zod";
+import {
+  MAX_ALLOWED_CONFIG_OPTIONS,
+  MAX_CONFIG_ENTRIES,
+  MAX_CONFIG_VALUE_LENGTH,
+  MAX_EFFECTIVE_CONFIG_ENTRIES,
+  MAX_EVENT_LABEL_BYTES,
+  MAX_EVENTS_PER_SYNC,
+  MAX_EVENTS_PER_UPDATE,
+  MAX_INVENTORY_RUNS,
+  MAX_MESSAGE_LENGTH,
+  MAX_PROJECTS,
+  MAX_PROMPT_BYTES,
+  MAX_PROVIDERS,
+  MAX_RUN_TIMEOUT_SECS,
+  MIN_RUN_TIMEOUT_SECS,
+  PROTOCOL_VERSION,
+} from "./bounds.js";
+import { boundedText, RunEvent } from "./events.js";
+import { ConfigOptionId, Fingerprint, InstanceId, ProjectId, ProviderId, RequestId, RunId, RunnerId } from "./ids.js";
+import { ExecutionState, FailureKindSchema, RecoveryKind, RunPhase, RunState, StopReason } from "./vocab.js";
+
+/** Frame type names, one `as const` table per direction. */
+export const RUNNER_FRAME = {
+  hello: "hello",
+  runStartResult: "run.start.result",
+  runSyncResult: "run.sync.result",
+  runCancelResult: "run.cancel.result",
+  runInventoryResult: "run.inventory.result",
+  runUpdate: "run.update",
+  error: "error",
+  heartbeat: "heartbeat",
+  protocolError: "protocol_error",
+} as const;
+export const SERVER_FRAME = {
+  helloAck: "hello.ack",
+  runStart: "run.start",
+  runSync: "run.sync",
+  runCancel: "run.cancel",
+  runInventory: "run.inventory",
+  heartbeat: "heartbeat",
+  protocolError: "protocol_error",
+} as const;
+
+const Timestamp = z.string().max(40);
+const SeqCursor = z.number().int().min(0);
+
+/** A caller or forced config value: provider-defined string/select or boolean. Never a number. */
+export const ConfigValue = z.union([z.string().max(MAX_CONFIG_VALUE_LENGTH), z.boolean()]);
+export type ConfigValue = z.infer<typeof ConfigValue>;
+export const ConfigMap = z
+  .record(ConfigOptionId, ConfigValue)
+  .refine((m) => Object.keys(m).length <= MAX_CONFIG_ENTRIES, {
+    message: `must have at most ${MAX_CONFIG_ENTRIES} entries`,
+  });
+export type ConfigMap = z.infer<typeof ConfigMap>;
+
+export const EffectiveConfigEntry = z.object({ id: ConfigOptionId, value: ConfigValue }).strict();
+export type EffectiveConfigEntry = z.infer<typeof EffectiveConfigEntry>;
+
+/** What the Runner says of one run. Identical in hello inventory, results and updates. */
+export const RunSummary = z
+  .object({
+    run_id: RunId,
+    intent_fingerprint: Fingerprint,
+    project_id: ProjectId,
+    provider_id: ProviderId,
+    provider_instance_id: InstanceId,
+    agent_instance_id: InstanceId,
+    phase: RunPhase,
+    state: RunState,
+    execution_state: ExecutionState,
+    stop_reason: StopReason.nullable(),
+    failure_kind: FailureKindSchema.nullable(),
+    recovery_kind: RecoveryKind,
+    message: z.string().max(MAX_MESSAGE_LENGTH).nullable(),
+    effective_config: z.array(EffectiveConfigEntry).max(MAX_EFFECTIVE_CONFIG_ENTRIES),
+    ignored_updates: z.number().int().min(0),
+    /** Highest event seq the run has produced (0 = none). */
+    last_seq: SeqCursor,
+    /** Lowest seq still held in the Runner's ring; last_seq + 1 when the ring is empty. */
+    oldest_seq: z.number().int().min(1),
+    created_at: Timestamp,
+    updated_at: Timestamp,
+  })
+  .strict();
+export type RunSummary = z.infer<typeof RunSummary>;
+
+export const ProviderAdvert = z
+  .object({
+    provider_id: ProviderId,
+    provider_instance_id: InstanceId,
+    name: boundedText(MAX_EVENT_LABEL_BYTES),
+    allowed_config_options: z.array(ConfigOptionId).max(MAX_ALLOWED_CONFIG_OPTIONS),
+  })
+  .strict();
+export type ProviderAdvert = z.infer<typeof ProviderAdvert>;
+
+export const ProjectAdvert = z.object({ project_id: ProjectId, allow_patch: z.boolean() }).strict();
+export type ProjectAdvert = z.infer<typeof ProjectAdvert>;
+
+/** Codes of `error` responses to a request. */
+export const RUNNER_ERROR_CODES = [
+  "stale_runner",
+  "stale_provider",
+  "capacity",
+  "unknown_project",
+  "project_not_writable",
+  "unknown_provider",
+  "idempotency_conflict",
+  "not_found",
+  "invalid_request",
+  "internal",
+] as const;
+export const RunnerErrorCode = z.enum(RUNNER_ERROR_CODES);
+export type RunnerErrorCode = z.infer<typeof RunnerErrorCode>;
+
+export const PROTOCOL_ERROR_CODES = [
+  "frame_too_large",
+  "invalid_json",
+  "too_deep",
+  "invalid_frame",
+  "unexpected_frame",
+  "unauthorized_project",
+  "replaced",
+] as const;
+export const ProtocolErrorCode = z.enum(PROTOCOL_ERROR_CODES);
+export type ProtocolErrorCode = z.infer<typeof ProtocolErrorCode>;
+
+// ---- Runner -> Server -------------------------------------------------------
+
+export const HelloFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.hello),
+    protocol_version: z.literal(PROTOCOL_VERSION),
+    agent_instance_id: InstanceId,
+    store_id: InstanceId,
+    capabilities: z
+      .object({
+        coding_agent_run: z.object({ max_concurrent_runs: z.number().int().min(1).max(64) }).strict(),
+      })
+      .strict(),
+    providers: z.array(ProviderAdvert).max(MAX_PROVIDERS),
+    projects: z.array(ProjectAdvert).max(MAX_PROJECTS),
+    inventory: z.array(RunSummary).max(MAX_INVENTORY_RUNS),
+  })
+  .strict();
+
+export const RunStartResultFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.runStartResult),
+    request_id: RequestId,
+    run: RunSummary,
+    /** false when the run_id already existed with the same fingerprint. */
+    created: z.boolean(),
+  })
+  .strict();
+
+export const RunSyncResultFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.runSyncResult),
+    request_id: RequestId,
+    run: RunSummary,
+    events: z.array(RunEvent).max(MAX_EVENTS_PER_SYNC),
+    has_more: z.boolean(),
+  })
+  .strict();
+
+export const RunCancelResultFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.runCancelResult),
+    request_id: RequestId,
+    run: RunSummary,
+    cancel_requested: z.boolean(),
+    already_terminal: z.boolean(),
+  })
+  .strict();
+
+export const RunInventoryResultFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.runInventoryResult),
+    request_id: RequestId,
+    runs: z.array(RunSummary).max(MAX_INVENTORY_RUNS),
+  })
+  .strict();
+
+export const RunUpdateFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.runUpdate),
+    run: RunSummary,
+    /** Consecutive events, the last one at or below run.last_seq. May be empty (state-only change). */
+    events: z.array(RunEvent).max(MAX_EVENTS_PER_UPDATE),
+  })
+  .strict();
+
+export const ErrorFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.error),
+    request_id: RequestId,
+    code: RunnerErrorCode,
+    message: z.string().max(MAX_MESSAGE_LENGTH),
+    /** Present on idempotency_conflict / not_found when the Runner knows the run. */
+    run: RunSummary.optional(),
+  })
+  .strict();
+
+export const HeartbeatFrame = z.object({ type: z.literal("heartbeat"), sent_at: Timestamp }).strict();
+
+export const ProtocolErrorFrame = z
+  .object({
+    type: z.literal("protocol_error"),
+    code: ProtocolErrorCode,
+    message: z.string().max(MAX_MESSAGE_LENGTH),
+  })
+  .strict();
+
+export const RunnerFrame = z.discriminatedUnion("type", [
+  HelloFrame,
+  RunStartResultFrame,
+  RunSyncResultFrame,
+  RunCancelResultFrame,
+  RunInventoryResultFrame,
+  RunUpdateFrame,
+  ErrorFrame,
+  HeartbeatFrame,
+  ProtocolErrorFrame,
+]);
+export type RunnerFrame = z.infer<typeof RunnerFrame>;
+
+// ---- Server -> Runner -------------------------------------------------------
+
+export const HelloAckFrame = z
+  .object({
+    type: z.literal(SERVER_FRAME.helloAck),
+    runner_id: RunnerId,
+    server_instance_id: InstanceId,
+    heartbeat_interval_ms: z.number().int().min(100).max(600_000),
+  })
+  .strict();
+
+export const RunStartFrame = z
+  .object({
+    type: z.literal(SERVER_FRAME.runStart),
+    request_id: RequestId,
+    run_id: RunId,
+    intent_fingerprint: Fingerprint,
+    project_id: ProjectId,
+    provider_id: ProviderId,
+    agent_instance_id: InstanceId,
+    provider_instance_id: InstanceId,
+    prompt: boundedText(MAX_PROMPT_BYTES).refine((s) => s.length > 0, { message: "must not be empty" }),
+    config: ConfigMap,
+    timeout_secs: z.number().int().min(MIN_RUN_TIMEOUT_SECS).max(MAX_RUN_TIMEOUT_SECS).nullable(),
+  })
+  .strict();
+
+export const RunSyncFrame = z
+  .object({
+    type: z.literal(SERVER_FRAME.runSync),
+    request_id: RequestId,
+    run_id: RunId,
+    after_seq: SeqCursor,
+    max_events: z.number().int().min(0).max(MAX_EVENTS_PER_SYNC),
+  })
+  .strict();
+
+export const RunCancelFrame = z
+  .object({ type: z.literal(SERVER_FRAME.runCancel), request_id: RequestId, run_id: RunId })
+  .strict();
+
+export const RunInventoryFrame = z
+  .object({ type: z.literal(SERVER_FRAME.runInventory), request_id: RequestId })
+  .strict();
+
+export const ServerFrame = z.discriminatedUnion("type", [
+  HelloAckFrame,
+  RunStartFrame,
+  RunSyncFrame,
+  RunCancelFrame,
+  RunInventoryFrame,
+  HeartbeatFrame,
+  ProtocolErrorFrame,
+]);
+export type ServerFrame = z.infer<typeof ServerFrame>;
+
+export type HelloFrame = z.infer<typeof HelloFrame>;
+export type HelloAckFrame = z.infer<typeof HelloAckFrame>;
+export type RunStartFrame = z.infer<typeof RunStartFrame>;
+export type RunStartResultFrame = z.infer<typeof RunStartResultFrame>;
+export type RunSyncFrame = z.infer<typeof RunSyncFrame>;
+export type RunSyncResultFrame = z.infer<typeof RunSyncResultFrame>;
+export type RunCancelFrame = z.infer<typeof RunCancelFrame>;
+export type RunCancelResultFrame = z.infer<typeof RunCancelResultFrame>;
+export type RunInventoryFrame = z.infer<typeof RunInventoryFrame>;
+export type RunInventoryResultFrame = z.infer<typeof RunInventoryResultFrame>;
+export type RunUpdateFrame = z.infer<typeof RunUpdateFrame>;
+export type ErrorFrame = z.infer<typeof ErrorFrame>;
+export type HeartbeatFrame = z.infer<typeof HeartbeatFrame>;
+export type ProtocolErrorFrame = z.infer<typeof ProtocolErrorFrame>;
+
+/** Responses the Runner sends to a Server request, keyed by request frame type. */
+export type RunnerResponse =
+  | RunStartResultFrame
+  | RunSyncResultFrame
+  | RunCancelResultFrame
+  | RunInventoryResultFrame
+  | ErrorFrame;

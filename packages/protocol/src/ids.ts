@@ -1,0 +1,45 @@
+import { z } from "zod";
+
+/** Prefix of every run id; followed by 26 lowercase RFC 4648 base32 characters. */
+export const RUN_ID_PREFIX = "wc_agent_run_";
+export const RUN_ID_PATTERN = /^wc_agent_run_[a-z2-7]{26}$/;
+/** Operator-chosen ids: projects, providers, runners, config option ids. */
+export const LOCAL_ID_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/;
+/** Opaque random instance ids (agent, provider, store, server). */
+export const INSTANCE_ID_PATTERN = /^[A-Za-z0-9_-]{16,64}$/;
+/** Provider-defined ACP config option ids and values are free-form but bounded and printable. */
+export const CONFIG_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/;
+/** A hex sha256. */
+export const FINGERPRINT_PATTERN = /^[0-9a-f]{64}$/;
+/** Correlation ids of protocol requests. */
+export const REQUEST_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
+
+export const RunId = z.string().regex(RUN_ID_PATTERN, "must be wc_agent_run_ followed by 26 base32 characters");
+export const LocalId = z.string().regex(LOCAL_ID_PATTERN, "must match ^[a-z0-9][a-z0-9_-]{0,63}$");
+export const ProjectId = LocalId;
+export const ProviderId = LocalId;
+export const RunnerId = LocalId;
+export const InstanceId = z.string().regex(INSTANCE_ID_PATTERN, "must be 16-64 characters of [A-Za-z0-9_-]");
+export const ConfigOptionId = z.string().regex(CONFIG_ID_PATTERN, "must be 1-128 characters of [A-Za-z0-9_.:/-]");
+export const Fingerprint = z.string().regex(FINGERPRINT_PATTERN, "must be a lowercase hex sha256");
+export const RequestId = z.string().regex(REQUEST_ID_PATTERN, "must be 1-64 characters of [A-Za-z0-9_-]");
+
+const BASE32_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567";
+
+/** Lowercase RFC 4648 base32 without padding. */
+export function base32(bytes: Uint8Array): string {
+  let out = "";
+  let buffer = 0;
+  let bits = 0;
+  for (const byte of bytes) {
+    buffer = (buffer << 8) | byte;
+    bits += 8;
+    while (bits >= 5) {
+      out += BASE32_ALPHABET[(buffer >>> (bits - 5)) & 31];
+      bits -= 5;
+    }
+    buffer &= (1 << bits) - 1;
+  }
+  if (bits > 0) out += BASE32_ALPHABET[(buffer << (5 - bits)) & 31];
+  return out;
+}

@@ -1,0 +1,6 @@
+export * from "./bounds.js";
+export * from "./events.js";
+export * from "./frames.js";
+export * from "./ids.js";
+export * from "./parse.js";
+export * from "./vocab.js";

@@ -1,0 +1,77 @@
+/**
+ * The durable dispatch record contract (DESIGN §4.4). Implemented by
+ * dispatch-store.ts (better-sqlite3, WAL, synchronous=FULL); used by the run
+ * lifecycle. Only these fields are ever stored: never the prompt, config
+ * bodies, transcript, idempotency key, credentials, ACP session id or messages.
+ */
+import type {
+  EffectiveConfigEntry,
+  ExecutionState,
+  FailureKind,
+  RecoveryKind,
+  RunPhase,
+  RunState,
+  StopReason,
+} from "@webcodex/protocol";
+
+export interface DispatchRow {
+  run_id: string;
+  intent_fingerprint: string;
+  project_id: string;
+  provider_id: string;
+  provider_instance_id: string;
+  agent_instance_id: string;
+  phase: RunPhase;
+  state: RunState;
+  execution_state: ExecutionState;
+  stop_reason: StopReason | null;
+  failure_kind: FailureKind | null;
+  recovery_kind: RecoveryKind;
+  /** Fixed, secret-free text. */
+  message: string | null;
+  effective_config: EffectiveConfigEntry[];
+  ignored_updates: number;
+  /** Last event seq produced while this Runner process held the run. */
+  last_seq: number;
+  created_at: string;
+  updated_at: string;
+  /** Local only, never sent: the child's process-group id and its start time (/proc starttime ticks). */
+  child_pgid: number | null;
+  child_start_time: string | null;
+}
+
+export type TerminalUpdate = Pick<
+  DispatchRow,
+  | "state"
+  | "execution_state"
+  | "stop_reason"
+  | "failure_kind"
+  | "recovery_kind"
+  | "message"
+  | "ignored_updates"
+  | "last_seq"
+>;
+
+export interface DispatchStore {
+  /** Random id created with the database; changes only with --new-store. */
+  readonly storeId: string;
+  get(runId: string): DispatchRow | undefined;
+  /** Rows for the inventory: every non-terminal row plus the newest terminal rows, newest first, bounded. */
+  listForInventory(limit: number): DispatchRow[];
+  /** Insert the admission row (phase admitted, state starting, not_started). Throws if run_id exists. */
+  admit(row: Omit<DispatchRow, "phase" | "updated_at" | "child_pgid" | "child_start_time">): DispatchRow;
+  /** phase setup, with the child's identity (called right after spawn). */
+  markSetup(runId: string, child: { pgid: number; startTime: string } | null): void;
+  /** Record the effective config snapshot (before the barrier). */
+  recordEffectiveConfig(runId: string, config: EffectiveConfigEntry[]): void;
+  /**
+   * The barrier: commit phase dispatch_barrier, state running, execution_state started,
+   * durably (fsync'd) before returning. The prompt is written only after this returns.
+   */
+  markDispatchBarrier(runId: string): void;
+  /** Non-terminal state changes that matter across restarts are NOT stored (waiting_permission is in memory). */
+  markTerminal(runId: string, update: TerminalUpdate): void;
+  /** Clear the child identity once its tree is reaped. */
+  clearChild(runId: string): void;
+  close(): void;
+}

@@ -1,0 +1,128 @@
+/**
+ * The seam between the Server's run core (admission, registry, mirrors,
+ * reconciliation) and its front ends (MCP tools over Streamable HTTP, the
+ * stdio bridge, the projects resource). Front ends authenticate the caller
+ * into a Principal; everything else — scopes, project grants, ownership,
+ * allow_patch — is enforced here, so no front end can forget a check.
+ */
+import type {
+  ConfigMap,
+  ExecutionState,
+  FailureKind,
+  RecoveryKind,
+  RunEvent,
+  RunState,
+  StopReason,
+} from "@webcodex/protocol";
+
+export const SCOPES = [
+  "coding_agent:run",
+  "project:read",
+  "project:write",
+  "runtime:read",
+  "job:run",
+  "mcp:local",
+] as const;
+export type Scope = (typeof SCOPES)[number];
+
+export interface Principal {
+  id: string;
+  scopes: ReadonlySet<Scope>;
+  /** Exact project ids this principal may use. */
+  projects: ReadonlySet<string>;
+}
+
+/** Closed set of tool-level error codes (documented in the README). */
+export const API_ERROR_CODES = [
+  "unauthorized",
+  "forbidden",
+  "not_found",
+  "invalid_input",
+  "idempotency_conflict",
+  "runner_unavailable",
+  "provider_unavailable",
+  "stale_provider",
+  "capacity",
+  "invalid_observation_token",
+  "too_many_observers",
+  "internal",
+] as const;
+export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
+
+export interface ApiError {
+  code: ApiErrorCode;
+  /** Secret-free, says what was wrong and what to do. */
+  message: string;
+  recovery_kind: RecoveryKind;
+}
+
+export type ApiResult<T> = { ok: true; value: T } | { ok: false; error: ApiError };
+
+export interface StartInput {
+  project_id: string;
+  provider_id: string;
+  idempotency_key: string;
+  prompt: string;
+  config?: ConfigMap;
+  timeout_secs?: number;
+  workflow_session_id?: string;
+}
+
+export interface StartOutput {
+  run_id: string;
+  state: RunState;
+  execution_state: ExecutionState;
+  replayed: boolean;
+  observation_token: string;
+}
+
+export interface ObserveInput {
+  run_id: string;
+  after_observation_token?: string;
+  wait_secs?: number;
+}
+
+export interface ObserveOutput {
+  run_id: string;
+  state: RunState;
+  execution_state: ExecutionState;
+  stop_reason?: StopReason;
+  failure_kind?: FailureKind;
+  recovery_kind: RecoveryKind;
+  message?: string;
+  events: RunEvent[];
+  observation_token: string;
+  history_lost: boolean;
+  has_more: boolean;
+  /** Present and true while the run's Runner is not connected: state is the last known one. */
+  runner_offline?: boolean;
+}
+
+export interface CancelOutput {
+  run_id: string;
+  state: RunState;
+  cancel_requested: boolean;
+  already_terminal: boolean;
+}
+
+export interface ProviderView {
+  provider_id: string;
+  name: string;
+  allowed_config_options: string[];
+}
+
+export interface ProjectView {
+  project_id: string;
+  runner_online: boolean;
+  allow_patch: boolean;
+  providers: ProviderView[];
+}
+
+export interface RunsApi {
+  start(principal: Principal, input: StartInput): Promise<ApiResult<StartOutput>>;
+  /** Waits at most wait_secs (capped) and returns early on anything new; aborts with `signal`. */
+  observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>>;
+  cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>>;
+  /** Projects the principal may see (project:read or coding_agent:run on a granted project). */
+  listProjects(principal: Principal): ProjectView[];
+}

@@ -1,0 +1,13 @@
+import { defineConfig } from "vitest/config";
+
+export default defineConfig({
+  test: {
+    include: ["packages/*/test/**/*.test.ts", "fake-acp-agent/test/**/*.test.ts", "scripts/test/**/*.test.ts"],
+    pool: "forks",
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+    // Integration tests spawn real processes; two cores want few files at once.
+    maxWorkers: 2,
+    reporters: ["default"],
+  },
+});
