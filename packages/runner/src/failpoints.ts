@@ -1,0 +1,43 @@
+/**
+ * Test-only crash injection (DESIGN §8). The environment variable
+ * WEBCODEX_FAILPOINT is read exactly once, when this module is first loaded
+ * at process start; nothing else (config, the Server, a frame) can set or
+ * change it. Unset — the normal case — every `failpoint()` call is a no-op.
+ * Set to one of FAILPOINTS, the Runner kills itself with SIGKILL the first
+ * time it reaches that point: a real crash, no cleanup, no flush.
+ */
+export const FAILPOINTS = [
+  "after_admission",
+  "before_barrier",
+  "after_barrier_before_prompt",
+  "after_prompt_write",
+  "after_terminal_before_projection",
+] as const;
+export type FailpointName = (typeof FAILPOINTS)[number];
+
+export const FAILPOINT_ENV = "WEBCODEX_FAILPOINT";
+
+function readOnce(): { active: FailpointName | null; invalid: string | null } {
+  const raw = process.env[FAILPOINT_ENV];
+  if (raw === undefined || raw === "") return { active: null, invalid: null };
+  const match = FAILPOINTS.find((name) => name === raw);
+  return match ? { active: match, invalid: null } : { active: null, invalid: raw.slice(0, 64) };
+}
+
+const STARTUP = Object.freeze(readOnce());
+
+/** The failpoint armed for this process, or null. */
+export function activeFailpoint(): FailpointName | null {
+  return STARTUP.active;
+}
+
+/** A value of WEBCODEX_FAILPOINT that names no failpoint (ignored; the daemon logs it), or null. */
+export function invalidFailpointValue(): string | null {
+  return STARTUP.invalid;
+}
+
+/** Crash here (SIGKILL to this very process) if this failpoint is armed; otherwise do nothing. */
+export function failpoint(name: FailpointName): void {
+  if (STARTUP.active !== name) return;
+  process.kill(process.pid, "SIGKILL");
+}

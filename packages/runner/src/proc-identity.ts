@@ -1,0 +1,86 @@
+/**
+ * Process identity from /proc (Linux only). A pid alone is not an identity:
+ * pids are reused. The pair (pid, start time) is, because the kernel's
+ * start time (field 22 of /proc/PID/stat, clock ticks since boot) never
+ * repeats for a live pid within one boot. Used to record a child's process
+ * group at spawn and to prove, after a crash, that a surviving group is ours
+ * before signalling it. On non-Linux hosts every read returns null, so the
+ * reaper does nothing rather than guess.
+ */
+import { readdirSync, readFileSync } from "node:fs";
+
+export interface ProcStat {
+  pid: number;
+  /** One-letter state: R, S, D, Z (zombie), T, … */
+  state: string;
+  ppid: number;
+  pgrp: number;
+  /** Field 22, clock ticks since boot, kept as a decimal string (it can exceed 2^53 in theory). */
+  startTime: string;
+}
+
+/** Parse the text of /proc/PID/stat. The comm field may contain spaces and parentheses. */
+export function parseProcStat(text: string): ProcStat | null {
+  const open = text.indexOf("(");
+  const close = text.lastIndexOf(")");
+  if (open < 0 || close < open) return null;
+  const pid = Number.parseInt(text.slice(0, open).trim(), 10);
+  // Fields from 3 (state) onwards; field N is rest[N - 3].
+  const rest = text
+    .slice(close + 1)
+    .trim()
+    .split(/\s+/);
+  const state = rest[0];
+  const ppid = rest[1];
+  const pgrp = rest[2];
+  const startTime = rest[19];
+  if (!Number.isInteger(pid) || state === undefined || ppid === undefined || pgrp === undefined) return null;
+  if (startTime === undefined || !/^\d+$/.test(startTime)) return null;
+  return { pid, state, ppid: Number(ppid), pgrp: Number(pgrp), startTime };
+}
+
+/** /proc/PID/stat of a live (or zombie) process, or null if it does not exist or /proc is unavailable. */
+export function readProcStat(pid: number): ProcStat | null {
+  if (!Number.isInteger(pid) || pid <= 0) return null;
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/stat`, "utf8");
+  } catch {
+    return null;
+  }
+  return parseProcStat(text);
+}
+
+/** The start time of `pid` (field 22 of /proc/PID/stat), or null if the process does not exist. */
+export function readStartTime(pid: number): string | null {
+  return readProcStat(pid)?.startTime ?? null;
+}
+
+/** Whether start-time identity can be read on this host. */
+export function procIdentitySupported(): boolean {
+  return process.platform === "linux" && readStartTime(process.pid) !== null;
+}
+
+/** Every non-zombie process whose process group is `pgid`, by scanning /proc. */
+export function listGroupMembers(pgid: number): ProcStat[] {
+  let entries: string[];
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return [];
+  }
+  const out: ProcStat[] = [];
+  for (const name of entries) {
+    if (!/^\d+$/.test(name)) continue;
+    const stat = readProcStat(Number(name));
+    if (stat && stat.pgrp === pgid && stat.state !== "Z") out.push(stat);
+  }
+  return out;
+}
+
+/** Compare two start-time tick strings numerically. */
+export function compareStartTimes(a: string, b: string): number {
+  const x = BigInt(a);
+  const y = BigInt(b);
+  return x < y ? -1 : x > y ? 1 : 0;
+}
