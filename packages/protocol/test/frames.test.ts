@@ -1,0 +1,290 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import {
+  MAX_FRAME_BYTES,
+  MAX_PROMPT_BYTES,
+  type RunnerFrame,
+  type RunSummary,
+  type ServerFrame,
+  encodeFrame,
+  parseRunnerFrame,
+  parseServerFrame,
+} from "../src/index.js";
+
+const RUN_ID = "wc_agent_run_abcdefghijklmnopqrstuvwxyz";
+const INSTANCE = "inst_0123456789abcdef";
+const FP = "a".repeat(64);
+
+const summary: RunSummary = {
+  run_id: RUN_ID,
+  intent_fingerprint: FP,
+  project_id: "demo",
+  provider_id: "fake",
+  provider_instance_id: INSTANCE,
+  agent_instance_id: INSTANCE,
+  phase: "dispatch_barrier",
+  state: "running",
+  execution_state: "started",
+  stop_reason: null,
+  failure_kind: null,
+  recovery_kind: "wait",
+  message: null,
+  effective_config: [{ id: "model", value: "fake-small" }],
+  ignored_updates: 0,
+  last_seq: 2,
+  oldest_seq: 1,
+  created_at: "2026-11-29T21:00:00.000Z",
+  updated_at: "2026-11-29T21:00:01.000Z",
+};
+
+const at = "2026-11-29T21:00:00.000Z";
+
+const runnerFrames: RunnerFrame[] = [
+  {
+    type: "hello",
+    protocol_version: 1,
+    agent_instance_id: INSTANCE,
+    store_id: INSTANCE,
+    capabilities: { coding_agent_run: { max_concurrent_runs: 2 } },
+    providers: [{ provider_id: "fake", provider_instance_id: INSTANCE, name: "Fake", allowed_config_options: ["model"] }],
+    projects: [{ project_id: "demo", allow_patch: true }],
+    inventory: [summary],
+  },
+  { type: "run.start.result", request_id: "r1", run: summary, created: true },
+  {
+    type: "run.sync.result",
+    request_id: "r2",
+    run: summary,
+    events: [
+      { seq: 1, at, kind: "agent_message", text: "hi", truncated: false },
+      { seq: 2, at, kind: "reasoning", text: "hmm", truncated: false },
+      { seq: 3, at, kind: "plan", entries: [{ content: "a", status: "pending", priority: "high" }], truncated: false },
+      { seq: 4, at, kind: "tool_activity", tool_call_id: "t1", title: "Edit", tool_kind: "edit", status: "completed" },
+      { seq: 5, at, kind: "file_change", tool_call_id: "t1", path: "src/a.ts" },
+      { seq: 6, at, kind: "terminal_activity", tool_call_id: "t2", terminal_id: "term-1" },
+      { seq: 7, at, kind: "usage", used_tokens: 10, context_size: 100, cost_amount: 0.5, cost_currency: "USD" },
+      {
+        seq: 8,
+        at,
+        kind: "permission_request",
+        tool_call_id: "t3",
+        title: "Run rm",
+        options: [{ option_id: "o1", name: "Allow", kind: "allow_once" }],
+      },
+      {
+        seq: 9,
+        at,
+        kind: "terminal",
+        state: "completed",
+        execution_state: "completed",
+        stop_reason: "end_turn",
+        failure_kind: null,
+        message: "done",
+      },
+    ],
+    has_more: false,
+  },
+  { type: "run.cancel.result", request_id: "r3", run: summary, cancel_requested: true, already_terminal: false },
+  { type: "run.inventory.result", request_id: "r4", runs: [summary] },
+  { type: "run.update", run: summary, events: [] },
+  { type: "error", request_id: "r5", code: "capacity", message: "full" },
+  { type: "heartbeat", sent_at: at },
+  { type: "protocol_error", code: "invalid_frame", message: "bad" },
+];
+
+const serverFrames: ServerFrame[] = [
+  { type: "hello.ack", runner_id: "local", server_instance_id: INSTANCE, heartbeat_interval_ms: 15000 },
+  {
+    type: "run.start",
+    request_id: "r1",
+    run_id: RUN_ID,
+    intent_fingerprint: FP,
+    project_id: "demo",
+    provider_id: "fake",
+    agent_instance_id: INSTANCE,
+    provider_instance_id: INSTANCE,
+    prompt: "Say hello.",
+    config: { model: "fake-small", verbose: true },
+    timeout_secs: 60,
+  },
+  { type: "run.sync", request_id: "r2", run_id: RUN_ID, after_seq: 0, max_events: 100 },
+  { type: "run.cancel", request_id: "r3", run_id: RUN_ID },
+  { type: "run.inventory", request_id: "r4" },
+  { type: "heartbeat", sent_at: at },
+  { type: "protocol_error", code: "replaced", message: "a newer connection replaced this one" },
+];
+
+describe("frame round trip", () => {
+  it.each(runnerFrames.map((f) => [f.type, f] as const))("Runner frame %s survives encode → parse", (_t, frame) => {
+    const parsed = parseRunnerFrame(encodeFrame(frame));
+    expect(parsed).toEqual({ ok: true, frame });
+  });
+  it.each(serverFrames.map((f) => [f.type, f] as const))("Server frame %s survives encode → parse", (_t, frame) => {
+    const parsed = parseServerFrame(encodeFrame(frame));
+    expect(parsed).toEqual({ ok: true, frame });
+  });
+  it("does not accept a Server frame on the Runner's direction", () => {
+    const result = parseRunnerFrame(JSON.stringify(serverFrames[1]));
+    expect(result.ok).toBe(false);
+  });
+});
+
+function withField(frame: object, path: (string | number)[], key: string, value: unknown): string {
+  const copy = structuredClone(frame) as Record<string, unknown>;
+  let target: Record<string, unknown> = copy;
+  for (const p of path) target = target[p] as Record<string, unknown>;
+  target[key] = value;
+  return JSON.stringify(copy);
+}
+
+describe("forbidden fields are rejected by name", () => {
+  const hello = runnerFrames[0]!;
+  const start = serverFrames[1]!;
+  const cases: Array<[string, string, (string | number)[], string, unknown, "runner" | "server"]> = [
+    ["a provider's executable path", "providers[0].executable", ["providers", 0], "executable", "/usr/bin/codex", "runner"],
+    ["a provider's argv", "providers[0].args", ["providers", 0], "args", ["--yolo"], "runner"],
+    ["a provider's env", "providers[0].env", ["providers", 0], "env", { OPENAI_API_KEY: "x" }, "runner"],
+    ["a project's root path", "projects[0].root", ["projects", 0], "root", "/home/me/repo", "runner"],
+    ["a run's pid", "inventory[0].pid", ["inventory", 0], "pid", 4242, "runner"],
+    ["a run's ACP session id", "inventory[0].session_id", ["inventory", 0], "session_id", "s-1", "runner"],
+    ["raw JSON-RPC on hello", "jsonrpc", [], "jsonrpc", "2.0", "runner"],
+    ["a JSON-RPC method on run.start", "method", [], "method", "session/prompt", "server"],
+    ["a JSON-RPC id on run.start", "id", [], "id", 7, "server"],
+    ["a cwd on run.start", "cwd", [], "cwd", "/tmp", "server"],
+    ["an executable on run.start", "executable", [], "executable", "/bin/sh", "server"],
+    ["an env on run.start", "env", [], "env", { A: "b" }, "server"],
+  ];
+  it.each(cases)("rejects %s", (_name, expectedPath, path, key, value, dir) => {
+    const text = withField(dir === "runner" ? hello : start, path, key, value);
+    const result = dir === "runner" ? parseRunnerFrame(text) : parseServerFrame(text);
+    expect(result.ok).toBe(false);
+    if (result.ok) return;
+    expect(result.error.code).toBe("invalid_frame");
+    expect(result.error.path).toBe(expectedPath);
+    expect(result.error.message).toContain(expectedPath);
+  });
+
+  it("never echoes the rejected value in the error", () => {
+    const text = withField(hello, ["providers", 0], "env", { SECRET: "sk-live-canary-123456" });
+    const result = parseRunnerFrame(text);
+    expect(JSON.stringify(result)).not.toContain("sk-live-canary-123456");
+  });
+
+  it("rejects integer config values (string/select and boolean only)", () => {
+    const text = withField(start, ["config"], "model", 3);
+    const result = parseServerFrame(text);
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.error.path).toBe("config.model");
+  });
+
+  it("rejects a prompt over the 64 KiB bound", () => {
+    const text = withField(start, [], "prompt", "x".repeat(MAX_PROMPT_BYTES + 1));
+    const result = parseServerFrame(text);
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.error.path).toBe("prompt");
+  });
+
+  it("counts the prompt bound in UTF-8 bytes, not characters", () => {
+    const text = withField(start, [], "prompt", "é".repeat(MAX_PROMPT_BYTES / 2 + 1));
+    expect(parseServerFrame(text).ok).toBe(false);
+    expect(parseServerFrame(withField(start, [], "prompt", "é".repeat(MAX_PROMPT_BYTES / 2))).ok).toBe(true);
+  });
+
+  it("rejects a malformed run id", () => {
+    const result = parseServerFrame(withField(start, [], "run_id", "wc_agent_run_UPPER"));
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.error.path).toBe("run_id");
+  });
+});
+
+describe("hostile input", () => {
+  it("rejects an unknown frame type", () => {
+    const result = parseRunnerFrame(JSON.stringify({ type: "run.exec_shell", cmd: "rm -rf /" }));
+    expect(result.ok).toBe(false);
+    if (!result.ok) expect(result.error.code).toBe("invalid_frame");
+  });
+  it("rejects non-JSON and non-object JSON", () => {
+    for (const text of ["", "{", "null", "[]", "42", '"hello"', "\u0000\u0001"]) {
+      const result = parseRunnerFrame(text);
+      expect(result.ok).toBe(false);
+    }
+  });
+  it("rejects a non-string input", () => {
+    expect(parseRunnerFrame(Buffer.from("{}")).ok).toBe(false);
+  });
+  it("rejects oversized text before parsing it", () => {
+    const huge = `{"type":"heartbeat","sent_at":"${"x".repeat(100 * 1024 * 1024)}"}`;
+    const started = performance.now();
+    const result = parseRunnerFrame(huge);
+    expect(result).toMatchObject({ ok: false, error: { code: "frame_too_large" } });
+    // Not a timing assertion on the machine: only that it is not parsed (a parse of 100 MB takes seconds).
+    expect(performance.now() - started).toBeLessThan(5_000);
+  });
+  it("rejects multi-byte text whose UTF-8 size exceeds the frame cap", () => {
+    const text = `{"type":"heartbeat","sent_at":"${"€".repeat(MAX_FRAME_BYTES / 3 + 10)}"}`;
+    expect(text.length).toBeLessThan(MAX_FRAME_BYTES);
+    expect(parseRunnerFrame(text)).toMatchObject({ ok: false, error: { code: "frame_too_large" } });
+  });
+  it("rejects deep nesting without recursing into it", () => {
+    const deep = `${"[".repeat(200_000)}${"]".repeat(200_000)}`;
+    expect(parseRunnerFrame(deep)).toMatchObject({ ok: false, error: { code: "too_deep" } });
+    const deepObj = `{"type":"heartbeat","sent_at":${'{"a":'.repeat(50)}1${"}".repeat(50)}}`;
+    expect(parseRunnerFrame(deepObj)).toMatchObject({ ok: false, error: { code: "too_deep" } });
+  });
+  it("does not count brackets inside strings as nesting", () => {
+    const frame = { type: "heartbeat", sent_at: "[[[[[[[[[[[[[[[[[[[[[[[[" } as const;
+    expect(parseRunnerFrame(JSON.stringify(frame)).ok).toBe(true);
+  });
+  it("encodeFrame refuses to produce a frame the peer would reject", () => {
+    const big = { type: "heartbeat", sent_at: "x".repeat(MAX_FRAME_BYTES) } as const;
+    expect(() => encodeFrame(big)).toThrow(RangeError);
+  });
+
+  it("never throws on arbitrary strings", () => {
+    fc.assert(
+      fc.property(fc.string({ maxLength: 2000 }), (text) => {
+        const a = parseRunnerFrame(text);
+        const b = parseServerFrame(text);
+        return a.ok === false && b.ok === false;
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("never throws on arbitrary JSON values and accepts none that break the schema", () => {
+    fc.assert(
+      fc.property(fc.jsonValue({ maxDepth: 6 }), (value) => {
+        const text = JSON.stringify(value);
+        const result = parseRunnerFrame(text);
+        if (result.ok) {
+          // Whatever was accepted must re-encode to an equal frame.
+          expect(parseRunnerFrame(encodeFrame(result.frame))).toEqual(result);
+        }
+        return true;
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it("rejects random mutations of valid frames with a typed error, never a throw", () => {
+    const keys = ["type", "run", "events", "request_id", "prompt", "config", "providers", "extra", "pid"];
+    const values = fc.oneof(fc.string(), fc.integer(), fc.boolean(), fc.constant(null), fc.array(fc.integer()));
+    fc.assert(
+      fc.property(
+        fc.constantFrom(...runnerFrames),
+        fc.constantFrom(...keys),
+        values,
+        (frame, key, value) => {
+          const mutated = { ...frame, [key]: value } as Record<string, unknown>;
+          const result = parseRunnerFrame(JSON.stringify(mutated));
+          if (!result.ok) {
+            expect(["invalid_frame", "invalid_json", "too_deep", "frame_too_large"]).toContain(result.error.code);
+            expect(typeof result.error.message).toBe("string");
+          }
+          return true;
+        },
+      ),
+      { numRuns: 500 },
+    );
+  });
+});
