@@ -8,6 +8,6 @@ export default defineConfig({
     hookTimeout: 30_000,
     // Integration tests spawn real processes; two cores want few files at once.
     maxWorkers: 2,
-    reporters: ["default"],
+    reporters: ["default", "./scripts/vitest/summary-reporter.ts"],
   },
 });
