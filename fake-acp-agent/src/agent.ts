@@ -1,0 +1,105 @@
+import {
+  type AgentApp,
+  agent,
+  type InitializeResponse,
+  type NewSessionResponse,
+  PROTOCOL_VERSION,
+  type PromptRequest,
+  RequestError,
+} from "@agentclientprotocol/sdk";
+import type { AgentOptions } from "./args.js";
+import { SessionConfig } from "./config-options.js";
+import type { Ledger } from "./ledger.js";
+import { type Lifecycle, never, sleep } from "./lifecycle.js";
+import type { StdoutSink } from "./output.js";
+import { parseScenarioLine } from "./prompt-line.js";
+import { play } from "./scenarios.js";
+import { Session } from "./session.js";
+
+export const AGENT_INFO = { name: "fake-acp-agent", title: "Fake ACP agent", version: "0.1.0" } as const;
+
+export interface AgentDeps {
+  readonly options: AgentOptions;
+  readonly ledger: Ledger;
+  readonly out: StdoutSink;
+  readonly life: Lifecycle;
+}
+
+/** Text of the prompt: its text content blocks concatenated. */
+export function promptText(prompt: PromptRequest["prompt"]): string {
+  return prompt.map((block) => (block.type === "text" ? block.text : "")).join("");
+}
+
+/** Builds the ACP agent app: initialize, session/new, session/set_config_option, session/prompt, session/cancel. */
+export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp {
+  const sessions = new Map<string, Session>();
+  let sessionCount = 0;
+
+  const sessionOf = (sessionId: string): Session => {
+    const session = sessions.get(sessionId);
+    if (!session) throw RequestError.sessionNotFound(sessionId);
+    return session;
+  };
+
+  return agent({ name: AGENT_INFO.name })
+    .onRequest("initialize", async (): Promise<InitializeResponse> => {
+      if (options.exitDuringInitialize) process.exit(1);
+      if (options.hangOn === "initialize") {
+        life.holdOpen();
+        return never();
+      }
+      return {
+        protocolVersion: options.protocolVersion ?? PROTOCOL_VERSION,
+        agentCapabilities: {
+          loadSession: false,
+          promptCapabilities: { image: false, audio: false, embeddedContext: false },
+          mcpCapabilities: { http: false, sse: false },
+        },
+        authMethods: [],
+        agentInfo: AGENT_INFO,
+      };
+    })
+    .onRequest("session/new", async ({ params }): Promise<NewSessionResponse> => {
+      if (options.hangOn === "session_new") {
+        life.holdOpen();
+        return never();
+      }
+      if (options.sessionNewDelayMs > 0) await sleep(options.sessionNewDelayMs);
+      if (options.failSessionNew) throw new RequestError(-32603, "fake session/new failure");
+      sessionCount += 1;
+      const session = new Session(`fake-session-${sessionCount}`, params.cwd, new SessionConfig(options.configOptions));
+      sessions.set(session.id, session);
+      return session.config.isEmpty
+        ? { sessionId: session.id }
+        : { sessionId: session.id, configOptions: session.config.toOptions() };
+    })
+    .onRequest("session/set_config_option", async ({ params }) => {
+      return { configOptions: sessionOf(params.sessionId).config.set(params) };
+    })
+    .onRequest("session/prompt", async ({ params, client, requestId, signal }) => {
+      const text = promptText(params.prompt);
+      // First, before anything else: tests count these lines to prove exactly-once dispatch.
+      ledger.prompt(params.sessionId, text);
+      const session = sessionOf(params.sessionId);
+      const turn = session.beginTurn();
+      try {
+        return await play(
+          {
+            session,
+            client,
+            requestId,
+            cancelled: AbortSignal.any([turn.signal, signal]),
+            ledger,
+            out,
+            life,
+          },
+          parseScenarioLine(text),
+        );
+      } finally {
+        turn.end();
+      }
+    })
+    .onNotification("session/cancel", ({ params }) => {
+      sessions.get(params.sessionId)?.cancel();
+    });
+}

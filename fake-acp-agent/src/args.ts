@@ -1,0 +1,102 @@
+import { parseArgs } from "node:util";
+import { CONFIG_OPTION_IDS, type ConfigOptionId, isConfigOptionId } from "./config-options.js";
+
+/** Start-up behaviour chosen by CLI flags (prompt behaviour is chosen by the prompt text). */
+export interface AgentOptions {
+  /** Append one JSON line per received `session/prompt` and per notable event. */
+  ledgerFile: string | undefined;
+  /** Write the sorted names of the process environment here at start-up. */
+  envNamesFile: string | undefined;
+  /** `process.exit(1)` upon receiving `initialize`, without answering. */
+  exitDuringInitialize: boolean;
+  /** protocolVersion to answer `initialize` with (default: the SDK's PROTOCOL_VERSION). */
+  protocolVersion: number | undefined;
+  /** Never answer this request. */
+  hangOn: "initialize" | "session_new" | undefined;
+  /** Answer `session/new` with a JSON-RPC error. */
+  failSessionNew: boolean;
+  /** Config options `session/new` advertises, in flag order. Empty: no `configOptions`. */
+  configOptions: ConfigOptionId[];
+  /** Delay before answering `session/new`. */
+  sessionNewDelayMs: number;
+}
+
+/** A bad command line; main prints the message to stderr and exits 2. */
+export class UsageError extends Error {
+  override readonly name = "UsageError";
+}
+
+function nonNegativeInt(flag: string, raw: string): number {
+  if (!/^\d+$/.test(raw)) throw new UsageError(`${flag} expects a non-negative integer, got ${JSON.stringify(raw)}`);
+  return Number(raw);
+}
+
+function integer(flag: string, raw: string): number {
+  if (!/^-?\d+$/.test(raw)) throw new UsageError(`${flag} expects an integer, got ${JSON.stringify(raw)}`);
+  return Number(raw);
+}
+
+export function parseCli(argv: readonly string[]): AgentOptions {
+  let values: ReturnType<typeof parse>["values"];
+  try {
+    values = parse(argv).values;
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error));
+  }
+
+  let hangOn: AgentOptions["hangOn"];
+  if (values["hang-on"] !== undefined) {
+    const raw = values["hang-on"];
+    if (raw !== "initialize" && raw !== "session_new") {
+      throw new UsageError(`--hang-on expects initialize or session_new, got ${JSON.stringify(raw)}`);
+    }
+    hangOn = raw;
+  }
+
+  const configOptions: ConfigOptionId[] = [];
+  if (values["config-options"] !== undefined) {
+    for (const raw of values["config-options"].split(",")) {
+      const id = raw.trim();
+      if (id === "") continue;
+      if (!isConfigOptionId(id)) {
+        throw new UsageError(
+          `--config-options: unknown option ${JSON.stringify(id)} (known: ${CONFIG_OPTION_IDS.join(", ")})`,
+        );
+      }
+      if (!configOptions.includes(id)) configOptions.push(id);
+    }
+  }
+
+  return {
+    ledgerFile: values.ledger,
+    envNamesFile: values["env-names"],
+    exitDuringInitialize: values["exit-during-initialize"] ?? false,
+    protocolVersion:
+      values["protocol-version"] === undefined ? undefined : integer("--protocol-version", values["protocol-version"]),
+    hangOn,
+    failSessionNew: values["fail-session-new"] ?? false,
+    configOptions,
+    sessionNewDelayMs:
+      values["session-new-delay-ms"] === undefined
+        ? 0
+        : nonNegativeInt("--session-new-delay-ms", values["session-new-delay-ms"]),
+  };
+}
+
+function parse(argv: readonly string[]) {
+  return parseArgs({
+    args: [...argv],
+    strict: true,
+    allowPositionals: false,
+    options: {
+      ledger: { type: "string" },
+      "env-names": { type: "string" },
+      "exit-during-initialize": { type: "boolean" },
+      "protocol-version": { type: "string" },
+      "hang-on": { type: "string" },
+      "fail-session-new": { type: "boolean" },
+      "config-options": { type: "string" },
+      "session-new-delay-ms": { type: "string" },
+    },
+  });
+}

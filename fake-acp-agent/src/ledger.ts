@@ -1,0 +1,43 @@
+import { createHash } from "node:crypto";
+import { appendFileSync } from "node:fs";
+import { performance } from "node:perf_hooks";
+
+/** One line of the ledger file (JSON, newline-terminated). */
+export type LedgerEvent =
+  | {
+      event: "prompt";
+      at_ms: number;
+      hr_ms: number;
+      session_id: string;
+      prompt_sha256: string;
+      pid: number;
+    }
+  | { event: "permission_outcome"; outcome: "cancelled" }
+  | { event: "permission_outcome"; outcome: "selected"; option_id: string }
+  | { event: "client_error"; method: string; code: number | null }
+  | { event: "grandchild"; pid: number };
+
+/**
+ * Append-only, synchronous event log so tests can prove how often a prompt
+ * reached the agent. Writes are `appendFileSync`, so a line is on disk before
+ * the agent does anything else (including crashing).
+ */
+export class Ledger {
+  constructor(private readonly file: string | undefined) {}
+
+  append(event: LedgerEvent): void {
+    if (this.file === undefined) return;
+    appendFileSync(this.file, `${JSON.stringify(event)}\n`);
+  }
+
+  prompt(sessionId: string, promptText: string): void {
+    this.append({
+      event: "prompt",
+      at_ms: Date.now(),
+      hr_ms: performance.timeOrigin + performance.now(),
+      session_id: sessionId,
+      prompt_sha256: createHash("sha256").update(promptText, "utf8").digest("hex"),
+      pid: process.pid,
+    });
+  }
+}

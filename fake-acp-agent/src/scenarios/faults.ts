@@ -1,0 +1,61 @@
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { RequestError } from "@agentclientprotocol/sdk";
+import { z } from "zod";
+import { never } from "../lifecycle.js";
+import { END_TURN, intParam, noParams, type Scenario, say, scenario } from "../turn.js";
+
+export const promptError: Scenario = scenario("prompt_error", noParams, async () => {
+  throw new RequestError(-32603, "fake prompt failure");
+});
+
+export const crashBeforeResponse: Scenario = scenario("crash_before_response", noParams, async () => {
+  process.exit(1);
+});
+
+export const crashAfterResponse: Scenario = scenario("crash_after_response", noParams, async (turn) => {
+  turn.out.onWritten((message) => {
+    if ("id" in message && !("method" in message) && message.id === turn.requestId) process.exit(1);
+  });
+  await say(turn, "Answering end_turn, then exiting with status 1.");
+  return END_TURN;
+});
+
+export const malformed: Scenario = scenario("malformed", noParams, async (turn) => {
+  await turn.out.rawLine("this is not json {");
+  return never();
+});
+
+export const oversized: Scenario = scenario(
+  "oversized bytes=2000000",
+  z.object({ bytes: intParam(2_000_000, 1, 512 * 1024 * 1024) }).strict(),
+  async (turn, { bytes }) => {
+    const line = JSON.stringify({
+      jsonrpc: "2.0",
+      method: "session/update",
+      params: {
+        sessionId: turn.session.id,
+        update: { sessionUpdate: "agent_message_chunk", content: { type: "text", text: "x".repeat(bytes + 1) } },
+      },
+    });
+    await turn.out.rawLine(line);
+    return never();
+  },
+);
+
+export const hang: Scenario = scenario("hang", noParams, async (turn) => {
+  turn.life.holdOpen();
+  return never();
+});
+
+/** A node process that ignores SIGTERM and never exits on its own. */
+const GRANDCHILD_SOURCE = "process.on('SIGTERM', () => {}); setInterval(() => {}, 1 << 30);";
+
+export const grandchild: Scenario = scenario("grandchild", noParams, async (turn) => {
+  const child = spawn(process.execPath, ["-e", GRANDCHILD_SOURCE], { detached: false, stdio: "ignore" });
+  await once(child, "spawn");
+  child.unref();
+  turn.ledger.append({ event: "grandchild", pid: child.pid! });
+  await say(turn, "Spawned a grandchild process that ignores SIGTERM.");
+  return END_TURN;
+});
