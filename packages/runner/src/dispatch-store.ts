@@ -1,0 +1,552 @@
+/**
+ * The durable dispatch record (DESIGN §4.4): one SQLite row per admitted run
+ * holding only the DispatchRow fields — never the prompt, config bodies,
+ * transcript, idempotency key, credentials, ACP session id or messages.
+ *
+ * Durability: WAL journal + synchronous=FULL, so every committed statement
+ * (in particular the dispatch barrier) is fsync'd to the WAL before the call
+ * returns. Schema versions are migrations keyed by PRAGMA user_version.
+ *
+ * Store identity: a random store_id is created with the database (meta
+ * table) and mirrored in a marker file `store.json` next to it. The marker
+ * is what lets a restarted Runner tell "first start" from "the store that
+ * existed is gone" — a deleted database with its marker present is refused,
+ * never silently recreated. `--new-store` moves the old files aside (never
+ * deletes) and creates a new store_id.
+ */
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { EffectiveConfigEntry } from "@webcodex/protocol";
+import Database from "better-sqlite3";
+import type { DispatchRow, DispatchStore, TerminalUpdate } from "./dispatch-store-types.js";
+
+export const STORE_DB_FILE = "dispatch.sqlite";
+export const STORE_MARKER_FILE = "store.json";
+/** Exit code of a Runner that refuses to start because of its store. */
+export const STORE_REFUSAL_EXIT_CODE = 3;
+
+export type StoreRefusalReason = "missing" | "corrupt" | "integrity" | "not_a_store" | "mismatch" | "marker_corrupt";
+
+/** The Runner must not start on this store; the message is for the operator. */
+export class StoreRefusedError extends Error {
+  override readonly name = "StoreRefusedError";
+  readonly exitCode = STORE_REFUSAL_EXIT_CODE;
+  constructor(
+    readonly reason: StoreRefusalReason,
+    readonly file: string,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** Random store ids share the instance-id alphabet ([A-Za-z0-9_-], 16-64). */
+function newStoreId(): string {
+  return `st_${randomBytes(18).toString("base64url")}`;
+}
+
+function nowIso(): string {
+  return new Date().toISOString();
+}
+
+// ---- schema ----------------------------------------------------------------
+
+type Db = Database.Database;
+
+/** Migration N brings user_version from N to N+1. Append only; never edit a shipped one. */
+const MIGRATIONS: ReadonlyArray<(db: Db) => void> = [
+  (db) => {
+    db.exec(`
+      CREATE TABLE meta (
+        key   TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+      ) STRICT;
+      CREATE TABLE runs (
+        run_id               TEXT PRIMARY KEY,
+        intent_fingerprint   TEXT NOT NULL,
+        project_id           TEXT NOT NULL,
+        provider_id          TEXT NOT NULL,
+        provider_instance_id TEXT NOT NULL,
+        agent_instance_id    TEXT NOT NULL,
+        phase                TEXT NOT NULL CHECK (phase IN ('admitted', 'setup', 'dispatch_barrier', 'terminal')),
+        state                TEXT NOT NULL,
+        execution_state      TEXT NOT NULL,
+        stop_reason          TEXT,
+        failure_kind         TEXT,
+        recovery_kind        TEXT NOT NULL,
+        message              TEXT,
+        effective_config     TEXT NOT NULL DEFAULT '[]',
+        ignored_updates      INTEGER NOT NULL DEFAULT 0,
+        last_seq             INTEGER NOT NULL DEFAULT 0,
+        created_at           TEXT NOT NULL,
+        updated_at           TEXT NOT NULL,
+        child_pgid           INTEGER,
+        child_start_time     TEXT
+      ) STRICT;
+      CREATE INDEX runs_by_phase ON runs (phase, updated_at);
+    `);
+  },
+];
+
+export const SCHEMA_VERSION = MIGRATIONS.length;
+
+function migrate(db: Db): void {
+  const from = db.pragma("user_version", { simple: true }) as number;
+  if (from > SCHEMA_VERSION) {
+    throw new Error(`store schema version ${from} is newer than this Runner supports (${SCHEMA_VERSION})`);
+  }
+  for (let v = from; v < SCHEMA_VERSION; v++) {
+    const step = MIGRATIONS[v]!;
+    db.transaction(() => {
+      step(db);
+      db.pragma(`user_version = ${v + 1}`);
+    })();
+  }
+}
+
+/** Why an existing file is not a usable store (turned into a StoreRefusedError by openDispatchStore). */
+export class StoreFileError extends Error {
+  override readonly name = "StoreFileError";
+  constructor(
+    readonly reason: "not_a_store" | "integrity",
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Checks on an existing file, before anything writes to it: it must be an
+ * SQLite database (a garbage header throws SQLITE_NOTADB here), carry our
+ * schema version (a truncated-to-empty file reads as version 0) and pass
+ * PRAGMA integrity_check.
+ */
+function verifyExisting(db: Db): void {
+  const version = db.pragma("user_version", { simple: true }) as number;
+  if (version === 0) throw new StoreFileError("not_a_store", "the file holds no WebCodex store schema");
+  const integrity = db.pragma("integrity_check", { simple: true });
+  if (integrity !== "ok") throw new StoreFileError("integrity", "PRAGMA integrity_check failed");
+}
+
+function applyPragmas(db: Db): void {
+  db.pragma("journal_mode = WAL");
+  db.pragma("synchronous = FULL");
+  db.pragma("foreign_keys = ON");
+  db.pragma("busy_timeout = 5000");
+}
+
+// ---- rows --------------------------------------------------------------------
+
+interface SqlRow {
+  run_id: string;
+  intent_fingerprint: string;
+  project_id: string;
+  provider_id: string;
+  provider_instance_id: string;
+  agent_instance_id: string;
+  phase: string;
+  state: string;
+  execution_state: string;
+  stop_reason: string | null;
+  failure_kind: string | null;
+  recovery_kind: string;
+  message: string | null;
+  effective_config: string;
+  ignored_updates: number;
+  last_seq: number;
+  created_at: string;
+  updated_at: string;
+  child_pgid: number | null;
+  child_start_time: string | null;
+}
+
+function fromSql(r: SqlRow): DispatchRow {
+  let effective: EffectiveConfigEntry[] = [];
+  try {
+    const parsed: unknown = JSON.parse(r.effective_config);
+    if (Array.isArray(parsed)) effective = parsed as EffectiveConfigEntry[];
+  } catch {
+    effective = [];
+  }
+  // The columns only ever hold values written through this module from the protocol's enums.
+  return {
+    ...r,
+    phase: r.phase as DispatchRow["phase"],
+    state: r.state as DispatchRow["state"],
+    execution_state: r.execution_state as DispatchRow["execution_state"],
+    stop_reason: r.stop_reason as DispatchRow["stop_reason"],
+    failure_kind: r.failure_kind as DispatchRow["failure_kind"],
+    recovery_kind: r.recovery_kind as DispatchRow["recovery_kind"],
+    effective_config: effective,
+  };
+}
+
+export interface RecoveryUpdate extends TerminalUpdate {
+  phase: "terminal";
+}
+
+export interface PruneOptions {
+  /** Terminal rows older than this many days are removed. */
+  retainDays: number;
+  /** At most this many terminal rows are kept (newest first). */
+  retainMax: number;
+  now?: Date;
+}
+
+export interface PruneResult {
+  byAge: number;
+  byCount: number;
+}
+
+/** better-sqlite3 implementation of the DispatchStore contract. */
+export class SqliteDispatchStore implements DispatchStore {
+  readonly storeId: string;
+  readonly path: string;
+  readonly #db: Db;
+  readonly #stmts;
+
+  private constructor(db: Db, path: string, storeId: string) {
+    this.#db = db;
+    this.path = path;
+    this.storeId = storeId;
+    this.#stmts = {
+      get: db.prepare<[string], SqlRow>("SELECT * FROM runs WHERE run_id = ?"),
+      active: db.prepare<[], SqlRow>("SELECT * FROM runs WHERE phase <> 'terminal' ORDER BY created_at DESC, run_id"),
+      recentTerminal: db.prepare<[number], SqlRow>(
+        "SELECT * FROM runs WHERE phase = 'terminal' ORDER BY updated_at DESC, run_id LIMIT ?",
+      ),
+      insert: db.prepare(`
+        INSERT INTO runs (run_id, intent_fingerprint, project_id, provider_id, provider_instance_id,
+          agent_instance_id, phase, state, execution_state, stop_reason, failure_kind, recovery_kind, message,
+          effective_config, ignored_updates, last_seq, created_at, updated_at, child_pgid, child_start_time)
+        VALUES (@run_id, @intent_fingerprint, @project_id, @provider_id, @provider_instance_id,
+          @agent_instance_id, 'admitted', @state, @execution_state, @stop_reason, @failure_kind, @recovery_kind,
+          @message, @effective_config, @ignored_updates, @last_seq, @created_at, @updated_at, NULL, NULL)`),
+      setup: db.prepare(`
+        UPDATE runs SET phase = 'setup', child_pgid = @pgid, child_start_time = @start, updated_at = @now
+        WHERE run_id = @run_id AND phase = 'admitted'`),
+      config: db.prepare(`
+        UPDATE runs SET effective_config = @config, updated_at = @now
+        WHERE run_id = @run_id AND phase IN ('admitted', 'setup')`),
+      barrier: db.prepare(`
+        UPDATE runs SET phase = 'dispatch_barrier', state = 'running', execution_state = 'started',
+          updated_at = @now
+        WHERE run_id = @run_id AND phase IN ('admitted', 'setup')`),
+      terminal: db.prepare(`
+        UPDATE runs SET phase = 'terminal', state = @state, execution_state = @execution_state,
+          stop_reason = @stop_reason, failure_kind = @failure_kind, recovery_kind = @recovery_kind,
+          message = @message, ignored_updates = @ignored_updates, last_seq = @last_seq, updated_at = @now
+        WHERE run_id = @run_id AND phase <> 'terminal'`),
+      clearChild: db.prepare(
+        "UPDATE runs SET child_pgid = NULL, child_start_time = NULL, updated_at = @now WHERE run_id = @run_id",
+      ),
+      withChild: db.prepare<[], SqlRow>("SELECT * FROM runs WHERE child_pgid IS NOT NULL ORDER BY created_at"),
+      pruneAge: db.prepare(
+        "DELETE FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL AND updated_at < ?",
+      ),
+      pruneCount: db.prepare(`
+        DELETE FROM runs WHERE run_id IN (
+          SELECT run_id FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL
+          ORDER BY updated_at DESC, run_id LIMIT -1 OFFSET ?)`),
+    };
+  }
+
+  /**
+   * Open (or create) the database at `path` with the durability pragmas and
+   * migrations applied. Low level: no marker logic — use openDispatchStore.
+   */
+  static openFile(path: string, options: { create: boolean }): SqliteDispatchStore {
+    const db = new Database(path, { fileMustExist: !options.create });
+    try {
+      if (!options.create) verifyExisting(db);
+      applyPragmas(db);
+      migrate(db);
+      let storeId = (db.prepare("SELECT value FROM meta WHERE key = 'store_id'").get() as { value: string } | undefined)
+        ?.value;
+      if (storeId === undefined) {
+        if (!options.create) throw new StoreFileError("not_a_store", "the database has no store_id");
+        storeId = newStoreId();
+        db.prepare("INSERT INTO meta (key, value) VALUES ('store_id', ?), ('created_at', ?)").run(storeId, nowIso());
+      }
+      return new SqliteDispatchStore(db, path, storeId);
+    } catch (error) {
+      db.close();
+      throw error;
+    }
+  }
+
+  /** Fold the WAL into the main database file. */
+  checkpoint(): void {
+    this.#db.pragma("wal_checkpoint(TRUNCATE)");
+  }
+
+  /** Current value of a pragma (tests and diagnostics). */
+  pragma(name: "journal_mode" | "synchronous" | "user_version" | "integrity_check"): unknown {
+    return this.#db.pragma(name, { simple: true });
+  }
+
+  get(runId: string): DispatchRow | undefined {
+    const row = this.#stmts.get.get(runId);
+    return row ? fromSql(row) : undefined;
+  }
+
+  listForInventory(limit: number): DispatchRow[] {
+    const active = this.#stmts.active.all().map(fromSql);
+    const room = Math.max(0, limit - active.length);
+    const terminal = room > 0 ? this.#stmts.recentTerminal.all(room).map(fromSql) : [];
+    return [...active, ...terminal].slice(0, Math.max(0, limit));
+  }
+
+  /** Every row that still records a child process group (for the reaper). */
+  listWithChild(): DispatchRow[] {
+    return this.#stmts.withChild.all().map(fromSql);
+  }
+
+  /** Every row not yet terminal (for recovery). */
+  listNonTerminal(): DispatchRow[] {
+    return this.#stmts.active.all().map(fromSql);
+  }
+
+  admit(row: Omit<DispatchRow, "phase" | "updated_at" | "child_pgid" | "child_start_time">): DispatchRow {
+    this.#stmts.insert.run({
+      ...row,
+      effective_config: JSON.stringify(row.effective_config),
+      updated_at: row.created_at,
+    });
+    return this.get(row.run_id)!;
+  }
+
+  markSetup(runId: string, child: { pgid: number; startTime: string } | null): void {
+    const info = this.#stmts.setup.run({
+      run_id: runId,
+      pgid: child?.pgid ?? null,
+      start: child?.startTime ?? null,
+      now: nowIso(),
+    });
+    this.#expectOne(info.changes, runId, "markSetup");
+  }
+
+  recordEffectiveConfig(runId: string, config: EffectiveConfigEntry[]): void {
+    const info = this.#stmts.config.run({ run_id: runId, config: JSON.stringify(config), now: nowIso() });
+    this.#expectOne(info.changes, runId, "recordEffectiveConfig");
+  }
+
+  markDispatchBarrier(runId: string): void {
+    // A single autocommit UPDATE: with journal_mode=WAL and synchronous=FULL,
+    // SQLite fsyncs the WAL before run() returns. Only then may the prompt be written.
+    const info = this.#stmts.barrier.run({ run_id: runId, now: nowIso() });
+    this.#expectOne(info.changes, runId, "markDispatchBarrier");
+  }
+
+  markTerminal(runId: string, update: TerminalUpdate): void {
+    const info = this.#stmts.terminal.run({ run_id: runId, ...update, now: nowIso() });
+    this.#expectOne(info.changes, runId, "markTerminal");
+  }
+
+  clearChild(runId: string): void {
+    this.#stmts.clearChild.run({ run_id: runId, now: nowIso() });
+  }
+
+  /**
+   * Retention: remove terminal rows older than retainDays, then all but the
+   * newest retainMax terminal rows. Rows that are active, lost, or still
+   * record a child process group are never pruned.
+   */
+  prune(options: PruneOptions): PruneResult {
+    const now = options.now ?? new Date();
+    const cutoff = new Date(now.getTime() - options.retainDays * 86_400_000).toISOString();
+    return this.#db.transaction(() => {
+      const byAge = this.#stmts.pruneAge.run(cutoff).changes;
+      const byCount = this.#stmts.pruneCount.run(Math.max(0, options.retainMax)).changes;
+      return { byAge, byCount };
+    })();
+  }
+
+  /** Run `fn` in one transaction (recovery rewrites all its rows atomically). */
+  transaction<T>(fn: () => T): T {
+    return this.#db.transaction(fn)();
+  }
+
+  close(): void {
+    if (this.#db.open) this.#db.close();
+  }
+
+  #expectOne(changes: number, runId: string, op: string): void {
+    if (changes !== 1) {
+      const row = this.get(runId);
+      throw new Error(`${op}: run ${runId} ${row ? `is in phase ${row.phase}` : "is not in the store"}`);
+    }
+  }
+}
+
+// ---- opening with the marker ---------------------------------------------------
+
+interface Marker {
+  store_id: string;
+  created_at: string;
+  db_file: string;
+}
+
+function readMarker(path: string): Marker | "corrupt" | null {
+  if (!existsSync(path)) return null;
+  try {
+    const value: unknown = JSON.parse(readFileSync(path, "utf8"));
+    if (typeof value === "object" && value !== null && typeof (value as Marker).store_id === "string") {
+      return value as Marker;
+    }
+    return "corrupt";
+  } catch {
+    return "corrupt";
+  }
+}
+
+/** Write a small file durably: temp file, fsync, rename. */
+function writeFileDurably(path: string, text: string): void {
+  const tmp = `${path}.tmp-${process.pid}`;
+  writeFileSync(tmp, text, { flush: true });
+  renameSync(tmp, path);
+}
+
+function refuseHint(dbPath: string): string {
+  return (
+    `Nothing was changed. Restore ${dbPath} from a backup, or start a fresh store with ` +
+    "`webcodex-runner run --config <file> --new-store` (the old files are moved aside, never deleted; " +
+    "runs recorded in the old store will be reported as lost by the Server)."
+  );
+}
+
+export interface OpenStoreOptions {
+  stateDir: string;
+  /** Operator flag: move an existing store aside and create a new store_id. */
+  newStore?: boolean;
+  now?: Date;
+}
+
+export interface OpenedStore {
+  store: SqliteDispatchStore;
+  /** true when this call created the database (first start or --new-store). */
+  created: boolean;
+  /** Files moved aside by --new-store (absolute paths). */
+  movedAside: string[];
+}
+
+function sqliteFiles(dbPath: string): string[] {
+  return [dbPath, `${dbPath}-wal`, `${dbPath}-shm`];
+}
+
+/**
+ * Open the Runner's dispatch store in `stateDir`, enforcing the store-identity
+ * rules. Throws StoreRefusedError (exit code 3) when the Runner must not start.
+ */
+export function openDispatchStore(options: OpenStoreOptions): OpenedStore {
+  const { stateDir } = options;
+  mkdirSync(stateDir, { recursive: true });
+  const dbPath = join(stateDir, STORE_DB_FILE);
+  const markerPath = join(stateDir, STORE_MARKER_FILE);
+  const movedAside: string[] = [];
+
+  if (options.newStore) {
+    const stamp = (options.now ?? new Date()).toISOString().replace(/[:.]/g, "-");
+    for (const file of [...sqliteFiles(dbPath), markerPath]) {
+      if (existsSync(file)) {
+        const target = `${file}.replaced-${stamp}`;
+        renameSync(file, target);
+        movedAside.push(target);
+      }
+    }
+  }
+
+  const marker = readMarker(markerPath);
+  if (marker === "corrupt") {
+    throw new StoreRefusedError(
+      "marker_corrupt",
+      markerPath,
+      `The Runner's store marker ${markerPath} is unreadable, so the identity of the store cannot be checked. ` +
+        refuseHint(dbPath),
+    );
+  }
+
+  if (!existsSync(dbPath)) {
+    if (marker !== null) {
+      throw new StoreRefusedError(
+        "missing",
+        dbPath,
+        `The Runner's dispatch store ${dbPath} is missing, but ${markerPath} shows store ${marker.store_id} ` +
+          "existed here. Starting without it could re-dispatch prompts or forget runs. " +
+          refuseHint(dbPath),
+      );
+    }
+    return { store: createFresh(dbPath, markerPath), created: true, movedAside };
+  }
+
+  let store: SqliteDispatchStore;
+  try {
+    store = SqliteDispatchStore.openFile(dbPath, { create: false });
+  } catch (error) {
+    if (error instanceof StoreFileError && error.reason === "integrity") {
+      throw new StoreRefusedError(
+        "integrity",
+        dbPath,
+        `The Runner's dispatch store ${dbPath} failed PRAGMA integrity_check. ${refuseHint(dbPath)}`,
+        { cause: error },
+      );
+    }
+    throw new StoreRefusedError(
+      error instanceof StoreFileError ? "not_a_store" : "corrupt",
+      dbPath,
+      `The Runner's dispatch store ${dbPath} cannot be opened (${describeSqliteError(error)}). ${refuseHint(dbPath)}`,
+      { cause: error },
+    );
+  }
+  if (marker !== null && marker.store_id !== store.storeId) {
+    store.close();
+    throw new StoreRefusedError(
+      "mismatch",
+      dbPath,
+      `The Runner's dispatch store ${dbPath} holds store ${store.storeId}, but ${markerPath} names store ` +
+        `${marker.store_id}: the database was replaced. ` +
+        refuseHint(dbPath),
+    );
+  }
+  if (marker === null) {
+    // A database from before markers existed, or a crash between creating the DB and the marker.
+    writeMarker(markerPath, store.storeId);
+  }
+  return { store, created: false, movedAside };
+}
+
+function writeMarker(markerPath: string, storeId: string): void {
+  const marker: Marker = { store_id: storeId, created_at: nowIso(), db_file: STORE_DB_FILE };
+  writeFileDurably(markerPath, `${JSON.stringify(marker, null, 2)}\n`);
+}
+
+/**
+ * Create the database under a temporary name and rename it into place only
+ * once its schema and store_id are committed, so a crash mid-creation never
+ * leaves an empty file that looks like a store. Then write the marker.
+ */
+function createFresh(dbPath: string, markerPath: string): SqliteDispatchStore {
+  const tmp = `${dbPath}.init-${process.pid}`;
+  for (const file of sqliteFiles(tmp)) rmSync(file, { force: true });
+  const initial = SqliteDispatchStore.openFile(tmp, { create: true });
+  const storeId = initial.storeId;
+  // Fold the WAL into the main file so the renamed file is complete on its own.
+  initial.checkpoint();
+  initial.close();
+  for (const file of sqliteFiles(tmp).slice(1)) rmSync(file, { force: true });
+  renameSync(tmp, dbPath);
+  const store = SqliteDispatchStore.openFile(dbPath, { create: false });
+  if (store.storeId !== storeId) throw new Error("store_id changed while creating the store");
+  writeMarker(markerPath, storeId);
+  return store;
+}
+
+function describeSqliteError(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as Error & { code?: unknown }).code;
+    return typeof code === "string" ? `${code}: ${error.message}` : error.message;
+  }
+  return String(error);
+}
