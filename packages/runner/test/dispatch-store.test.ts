@@ -2,11 +2,10 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import type { DispatchRow } from "../src/dispatch-store-types.js";
 import {
   openDispatchStore,
   SCHEMA_VERSION,
-  SqliteDispatchStore,
+  type SqliteDispatchStore,
   STORE_DB_FILE,
   STORE_MARKER_FILE,
   StoreRefusedError,
