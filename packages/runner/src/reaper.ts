@@ -103,7 +103,8 @@ async function waitGone(target: ReapTarget, pids: readonly number[], wholeGroup:
 export async function reapGroup(target: ReapTarget, options: ReapOptions = {}): Promise<ReapResult> {
   const graceMs = options.graceMs ?? 2_000;
   const killWaitMs = options.killWaitMs ?? 2_000;
-  const selfStart = options.selfStartTime ?? readProcStat(process.pid)?.startTime ?? null;
+  const selfStart =
+    options.selfStartTime !== undefined ? options.selfStartTime : (readProcStat(process.pid)?.startTime ?? null);
   const found = ourMembers(target, selfStart);
   if (found === null) {
     options.logger?.warn(

@@ -1,0 +1,104 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { afterEach, describe, expect, it } from "vitest";
+import { listGroupMembers, parseProcStat, readStartTime } from "../src/proc-identity.js";
+import { reapGroup } from "../src/reaper.js";
+
+const IGNORE_TERM = "process.on('SIGTERM', () => {}); setInterval(() => {}, 1000); console.log('ready');";
+const spawned: ChildProcess[] = [];
+
+function spawnGroup(script: string): ChildProcess {
+  const child = spawn("/bin/sh", ["-c", script], { detached: true, stdio: ["ignore", "pipe", "ignore"] });
+  spawned.push(child);
+  return child;
+}
+
+async function waitFor<T>(fn: () => T | null | undefined | false, ms = 10_000): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = fn();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error("timed out");
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+afterEach(() => {
+  for (const child of spawned.splice(0)) {
+    try {
+      if (child.pid) process.kill(-child.pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
+});
+
+const node = JSON.stringify(process.execPath);
+
+/** Resolves once `count` "ready" lines (written after the SIGTERM handler is installed) arrived. */
+function readyLines(child: ChildProcess, count: number): Promise<void> {
+  return new Promise((resolve) => {
+    let seen = 0;
+    child.stdout?.on("data", (chunk: Buffer) => {
+      seen += chunk.toString().split("ready").length - 1;
+      if (seen >= count) resolve();
+    });
+  });
+}
+
+describe("proc identity", () => {
+  it("parses /proc/PID/stat with spaces and parentheses in comm", () => {
+    const fields = Array.from({ length: 50 }, (_, i) => String(i + 3));
+    fields[0] = "S";
+    const stat = parseProcStat(`123 (a (b) c) ${fields.join(" ")}`);
+    expect(stat).toEqual({ pid: 123, state: "S", ppid: 4, pgrp: 5, startTime: "22" });
+  });
+
+  it("reads this process's start time", () => {
+    expect(readStartTime(process.pid)).toMatch(/^\d+$/);
+    expect(readStartTime(2 ** 22 + 7)).toBeNull();
+  });
+});
+
+describe("orphan reaper", () => {
+  it("kills a verified process group, including a member that ignores SIGTERM", async () => {
+    const child = spawnGroup(`${node} -e "${IGNORE_TERM}" & ${node} -e "${IGNORE_TERM}"`);
+    const pgid = child.pid!;
+    const startTime = await waitFor(() => readStartTime(pgid));
+    await readyLines(child, 2);
+    const result = await reapGroup({ run_id: "r1", pgid, startTime }, { graceMs: 300 });
+    expect(result.outcome).toBe("reaped");
+    expect(result.killed).toBe(true);
+    expect(listGroupMembers(pgid)).toEqual([]);
+  });
+
+  it("kills the surviving members of a group whose leader already exited", async () => {
+    const child = spawnGroup(`${node} -e "${IGNORE_TERM}" & sleep 0.3; exit 0`);
+    const pgid = child.pid!;
+    const startTime = await waitFor(() => readStartTime(pgid));
+    await readyLines(child, 1);
+    await waitFor(() => readStartTime(pgid) === null);
+    // selfStartTime null: here the "orphan" was started after this test process, unlike after a real restart.
+    const result = await reapGroup({ run_id: "r2", pgid, startTime }, { graceMs: 200, selfStartTime: null });
+    expect(result.outcome).toBe("reaped");
+    expect(listGroupMembers(pgid)).toEqual([]);
+  });
+
+  it("does not signal a pid whose start time differs from the recorded one", async () => {
+    const child = spawnGroup("sleep 30");
+    const pgid = child.pid!;
+    const actual = await waitFor(() => readStartTime(pgid));
+    const wrong = (BigInt(actual) - 1n).toString();
+    const result = await reapGroup({ run_id: "r3", pgid, startTime: wrong }, { graceMs: 100 });
+    expect(result.outcome).toBe("identity_mismatch");
+    expect(readStartTime(pgid)).toBe(actual);
+    expect(listGroupMembers(pgid).length).toBeGreaterThan(0);
+  });
+
+  it("reports a group that no longer exists as not running", async () => {
+    const child = spawnGroup("exit 0");
+    const pgid = child.pid!;
+    await new Promise((r) => child.once("exit", r));
+    const result = await reapGroup({ run_id: "r4", pgid, startTime: "1" });
+    expect(result.outcome).toBe("not_running");
+  });
+});
