@@ -45,7 +45,7 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
     .onRequest("initialize", async (): Promise<InitializeResponse> => {
       if (options.exitDuringInitialize) process.exit(1);
       if (options.hangOn === "initialize") {
-        life.holdOpen();
+        life.holdOpen("hang-on initialize");
         return never();
       }
       return {
@@ -61,7 +61,7 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
     })
     .onRequest("session/new", async ({ params }): Promise<NewSessionResponse> => {
       if (options.hangOn === "session_new") {
-        life.holdOpen();
+        life.holdOpen("hang-on session_new");
         return never();
       }
       if (options.sessionNewDelayMs > 0) await sleep(options.sessionNewDelayMs);

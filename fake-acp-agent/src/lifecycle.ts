@@ -10,8 +10,10 @@ export class Lifecycle {
     return this.holdTimer !== undefined;
   }
 
-  holdOpen(): void {
+  /** Keeps the process alive past stdin EOF; logs `fake-acp-agent: holding open (<reason>)` to stderr. */
+  holdOpen(reason: string): void {
     this.holdTimer ??= setInterval(() => {}, 1 << 30);
+    console.error(`fake-acp-agent: holding open (${reason})`);
   }
 }
 

@@ -44,16 +44,22 @@ export const oversized: Scenario = scenario(
 );
 
 export const hang: Scenario = scenario("hang", noParams, async (turn) => {
-  turn.life.holdOpen();
+  turn.life.holdOpen("scenario hang");
   return never();
 });
 
-/** A node process that ignores SIGTERM and never exits on its own. */
-const GRANDCHILD_SOURCE = "process.on('SIGTERM', () => {}); setInterval(() => {}, 1 << 30);";
+/** A node process that ignores SIGTERM, says "ready" once it does, and never exits on its own. */
+const GRANDCHILD_SOURCE =
+  "process.on('SIGTERM', () => {}); setInterval(() => {}, 1 << 30); process.stdout.write('ready\\n');";
 
 export const grandchild: Scenario = scenario("grandchild", noParams, async (turn) => {
-  const child = spawn(process.execPath, ["-e", GRANDCHILD_SOURCE], { detached: false, stdio: "ignore" });
-  await once(child, "spawn");
+  const child = spawn(process.execPath, ["-e", GRANDCHILD_SOURCE], {
+    detached: false,
+    stdio: ["ignore", "pipe", "ignore"],
+  });
+  // Wait until its SIGTERM handler is installed, then let go of it entirely.
+  await once(child.stdout, "data");
+  child.stdout.destroy();
   child.unref();
   turn.ledger.append({ event: "grandchild", pid: child.pid! });
   await say(turn, "Spawned a grandchild process that ignores SIGTERM.");

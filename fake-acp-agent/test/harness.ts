@@ -1,0 +1,301 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { Readable, Writable } from "node:stream";
+import { fileURLToPath } from "node:url";
+import {
+  type ClientConnection,
+  client,
+  ndJsonStream,
+  type PromptResponse,
+  type RequestPermissionRequest,
+  type RequestPermissionResponse,
+  type SessionNotification,
+  type SessionUpdate,
+} from "@agentclientprotocol/sdk";
+
+export const AGENT_BIN = resolve(dirname(fileURLToPath(import.meta.url)), "../bin/fake-acp-agent.js");
+
+export interface Exit {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+const live = new Set<ChildProcess>();
+const extraPids = new Set<number>();
+const tempDirs = new Set<string>();
+
+/** A fresh temp dir, removed by `cleanup()`. */
+export function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "fake-acp-agent-test-"));
+  tempDirs.add(dir);
+  return dir;
+}
+
+/** Remember a pid (e.g. a grandchild) that `cleanup()` must SIGKILL. */
+export function killLater(pid: number): void {
+  extraPids.add(pid);
+}
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Kills every agent and extra pid this file started and removes temp dirs; call from afterEach. */
+export async function cleanup(): Promise<void> {
+  for (const pid of extraPids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  }
+  extraPids.clear();
+  await Promise.all([...live].map((child) => stop(child, 0)));
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+  tempDirs.clear();
+}
+
+function exitOf(child: ChildProcess): Promise<Exit> {
+  if (child.exitCode !== null || child.signalCode !== null) {
+    return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
+  }
+  return new Promise((resolveExit) => child.once("exit", (code, signal) => resolveExit({ code, signal })));
+}
+
+/** stdin EOF, then SIGKILL after `graceMs`; resolves with how the child ended. */
+async function stop(child: ChildProcess, graceMs: number): Promise<Exit> {
+  child.stdin?.end();
+  const exited = exitOf(child);
+  const timer = setTimeout(() => child.kill("SIGKILL"), graceMs);
+  try {
+    return await exited;
+  } finally {
+    clearTimeout(timer);
+    live.delete(child);
+  }
+}
+
+export function spawnAgent(args: readonly string[] = [], env: NodeJS.ProcessEnv = process.env): ChildProcess {
+  const child = spawn(process.execPath, [AGENT_BIN, ...args], { stdio: ["pipe", "pipe", "pipe"], env });
+  live.add(child);
+  return child;
+}
+
+/** Accumulated text of a child's output stream, with a wait for a substring. */
+export class TextCapture {
+  text = "";
+  private readonly waiters = new Set<() => void>();
+
+  constructor(stream: Readable) {
+    stream.setEncoding("utf8");
+    stream.on("data", (data: string) => {
+      this.text += data;
+      for (const wake of this.waiters) wake();
+    });
+  }
+
+  until(substring: string): Promise<void> {
+    return new Promise((resolveWait) => {
+      const wake = () => {
+        if (this.text.includes(substring)) {
+          this.waiters.delete(wake);
+          resolveWait();
+        }
+      };
+      this.waiters.add(wake);
+      wake();
+    });
+  }
+}
+
+export type PermissionHandler = (request: RequestPermissionRequest) => Promise<RequestPermissionResponse>;
+
+/** The fake agent as a child process, driven through the SDK's client side. */
+export class AgentUnderTest {
+  readonly notifications: SessionNotification[] = [];
+  readonly permissionRequests: RequestPermissionRequest[] = [];
+  readonly exited: Promise<Exit>;
+  readonly stderr: TextCapture;
+  readonly connection: ClientConnection;
+  private permissionHandler: PermissionHandler = async () => ({ outcome: { outcome: "cancelled" } });
+  private readonly waiters = new Set<() => void>();
+
+  constructor(readonly child: ChildProcess) {
+    this.exited = exitOf(child);
+    this.stderr = new TextCapture(child.stderr!);
+    const stream = ndJsonStream(
+      Writable.toWeb(child.stdin!),
+      Readable.toWeb(child.stdout!) as ReadableStream<Uint8Array>,
+    );
+    this.connection = client({ name: "fake-acp-agent-test" })
+      .onNotification("session/update", ({ params }) => {
+        this.notifications.push(params);
+        for (const wake of this.waiters) wake();
+      })
+      .onRequest("session/request_permission", ({ params }) => {
+        this.permissionRequests.push(params);
+        for (const wake of this.waiters) wake();
+        return this.permissionHandler(params);
+      })
+      .connect(stream);
+  }
+
+  get agent() {
+    return this.connection.agent;
+  }
+
+  get updates(): SessionUpdate[] {
+    return this.notifications.map((n) => n.update);
+  }
+
+  onPermission(handler: PermissionHandler): void {
+    this.permissionHandler = handler;
+  }
+
+  /** Resolves once `predicate` holds after some update or permission request arrived. */
+  until(predicate: () => boolean): Promise<void> {
+    if (predicate()) return Promise.resolve();
+    return new Promise((resolveWait) => {
+      const wake = () => {
+        if (predicate()) {
+          this.waiters.delete(wake);
+          resolveWait();
+        }
+      };
+      this.waiters.add(wake);
+    });
+  }
+
+  async initialize() {
+    return this.agent.request("initialize", {
+      protocolVersion: 1,
+      clientInfo: { name: "fake-acp-agent-test", version: "0.0.0" },
+      clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+    });
+  }
+
+  async newSession(cwd = "/tmp/fake-project") {
+    return this.agent.request("session/new", { cwd, mcpServers: [] });
+  }
+
+  /** initialize + session/new; returns the session id. */
+  async start(cwd?: string): Promise<string> {
+    await this.initialize();
+    return (await this.newSession(cwd)).sessionId;
+  }
+
+  prompt(sessionId: string, text: string): Promise<PromptResponse> {
+    return this.agent.request("session/prompt", { sessionId, prompt: [{ type: "text", text }] });
+  }
+
+  cancel(sessionId: string): Promise<void> {
+    return this.agent.notify("session/cancel", { sessionId });
+  }
+
+  /** Agent message text of the updates received so far. */
+  messageText(): string {
+    return this.updates
+      .map((u) => (u.sessionUpdate === "agent_message_chunk" && u.content.type === "text" ? u.content.text : ""))
+      .join("");
+  }
+
+  /** Closes stdin and waits for exit (SIGKILL after `graceMs`). */
+  stop(graceMs = 2_000): Promise<Exit> {
+    this.connection.close();
+    return stop(this.child, graceMs);
+  }
+}
+
+export function startAgent(args: readonly string[] = [], env?: NodeJS.ProcessEnv): AgentUnderTest {
+  return new AgentUnderTest(spawnAgent(args, env));
+}
+
+export type LedgerLine = { event: string } & Record<string, unknown>;
+
+export function readLedger(file: string): LedgerLine[] {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch {
+    return [];
+  }
+  return text
+    .split("\n")
+    .filter((line) => line !== "")
+    .map((line) => JSON.parse(line) as LedgerLine);
+}
+
+/** Resolves `"pending"` if `promise` has not settled within `ms` (used only to show something is *not* answered). */
+export function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | "pending"> {
+  return Promise.race([promise, new Promise<"pending">((r) => setTimeout(() => r("pending"), ms))]);
+}
+
+/** The fake agent spoken to in raw JSON lines, for output the SDK would refuse to parse. */
+export class RawAgent {
+  readonly lines: string[] = [];
+  readonly exited: Promise<Exit>;
+  readonly stderr: TextCapture;
+  private partial = "";
+  private readonly waiters = new Set<() => void>();
+
+  constructor(readonly child: ChildProcess) {
+    this.exited = exitOf(child);
+    this.stderr = new TextCapture(child.stderr!);
+    child.stdout!.setEncoding("utf8");
+    child.stdout!.on("data", (data: string) => {
+      const parts = (this.partial + data).split("\n");
+      this.partial = parts.pop() ?? "";
+      this.lines.push(...parts);
+      for (const wake of this.waiters) wake();
+    });
+  }
+
+  send(message: Record<string, unknown>): void {
+    this.child.stdin!.write(`${JSON.stringify({ jsonrpc: "2.0", ...message })}\n`);
+  }
+
+  /** Resolves with the first complete stdout line (from the start) matching `predicate`. */
+  line(predicate: (line: string) => boolean): Promise<string> {
+    return new Promise((resolveLine) => {
+      const wake = () => {
+        const found = this.lines.find(predicate);
+        if (found !== undefined) {
+          this.waiters.delete(wake);
+          resolveLine(found);
+        }
+      };
+      this.waiters.add(wake);
+      wake();
+    });
+  }
+
+  /** initialize, session/new and one prompt, each sent once the previous answer is back. */
+  async prompt(text: string, cwd = "/tmp/fake-project"): Promise<void> {
+    this.send({ id: 1, method: "initialize", params: { protocolVersion: 1, clientCapabilities: {} } });
+    await this.line((l) => l.startsWith('{"jsonrpc":"2.0","id":1,'));
+    this.send({ id: 2, method: "session/new", params: { cwd, mcpServers: [] } });
+    const created = JSON.parse(await this.line((l) => l.startsWith('{"jsonrpc":"2.0","id":2,'))) as {
+      result: { sessionId: string };
+    };
+    this.send({
+      id: 3,
+      method: "session/prompt",
+      params: { sessionId: created.result.sessionId, prompt: [{ type: "text", text }] },
+    });
+  }
+
+  stop(graceMs = 2_000): Promise<Exit> {
+    return stop(this.child, graceMs);
+  }
+}
+
+export function startRawAgent(args: readonly string[] = []): RawAgent {
+  return new RawAgent(spawnAgent(args));
+}
