@@ -1,0 +1,214 @@
+/**
+ * Command-line parsing (node:util parseArgs). Every mistake becomes a
+ * CliError("usage") that names the problem; main prints it with the usage
+ * text and exits 2.
+ */
+import { type ParseArgsConfig, parseArgs } from "node:util";
+import { CliError } from "./errors.js";
+import type { ConfigValue } from "./wire.js";
+
+export const USAGE = `webcodex — start, follow and cancel coding-agent runs on a WebCodex Server (over MCP)
+
+Usage:
+  webcodex run --project ID --provider ID [--key K] [--timeout SECS] [--config KEY=VALUE]... "PROMPT"
+  webcodex observe RUN_ID [--follow]
+  webcodex cancel RUN_ID
+  webcodex status
+
+Commands:
+  run       Start a run and follow it live until it ends. Ctrl-C asks the Server to
+            cancel it and keeps following; a second Ctrl-C stops following at once.
+            PROMPT "-" reads the prompt from stdin.
+  observe   Show a run's state and events; --follow keeps watching until it ends.
+  cancel    Ask the Server to cancel a run (idempotent).
+  status    Projects this token may use, whether their Runner is online, and its providers.
+
+Options:
+  --url URL         Server MCP URL (default: $WEBCODEX_URL), e.g. http://127.0.0.1:7420/mcp
+  --token TOKEN     Principal bearer token (default: $WEBCODEX_TOKEN; prefer the variable)
+  --json            One JSON object per line (ndjson) instead of text
+  --key K           Idempotency key: the same key always means the same run, never a second
+                    dispatch. Without it a random key is generated and printed.
+  --timeout SECS    Run deadline in seconds (the Runner clamps it to its maximum)
+  --config K=V      Agent config option (only ids the provider allows); true/false are booleans
+  -f, --follow      (observe) Follow until the run ends
+  -h, --help        Show this help
+  -V, --version     Show the version
+
+Exit codes: 0 completed · 1 failed or error · 2 usage error · 3 lost · 130 cancelled/interrupted
+`;
+
+export interface GlobalOptions {
+  url: string | undefined;
+  token: string | undefined;
+  json: boolean;
+}
+
+export type Command =
+  | { name: "help" }
+  | { name: "version" }
+  | {
+      name: "run";
+      global: GlobalOptions;
+      project: string;
+      provider: string;
+      key: string | undefined;
+      timeoutSecs: number | undefined;
+      config: Record<string, ConfigValue>;
+      /** "-" means read stdin. */
+      prompt: string;
+    }
+  | { name: "observe"; global: GlobalOptions; runId: string; follow: boolean }
+  | { name: "cancel"; global: GlobalOptions; runId: string }
+  | { name: "status"; global: GlobalOptions };
+
+const GLOBAL_OPTIONS = {
+  url: { type: "string" },
+  token: { type: "string" },
+  json: { type: "boolean" },
+  help: { type: "boolean", short: "h" },
+  version: { type: "boolean", short: "V" },
+} as const satisfies ParseArgsConfig["options"];
+
+const RUN_OPTIONS = {
+  ...GLOBAL_OPTIONS,
+  project: { type: "string" },
+  provider: { type: "string" },
+  key: { type: "string" },
+  timeout: { type: "string" },
+  config: { type: "string", multiple: true },
+} as const satisfies ParseArgsConfig["options"];
+
+const OBSERVE_OPTIONS = {
+  ...GLOBAL_OPTIONS,
+  follow: { type: "boolean", short: "f" },
+} as const satisfies ParseArgsConfig["options"];
+
+const COMMANDS = ["run", "observe", "cancel", "status", "help"] as const;
+
+function usage(message: string): CliError {
+  return new CliError("usage", message, { hint: "Run `webcodex --help` for usage." });
+}
+
+function parse<O extends NonNullable<ParseArgsConfig["options"]>>(args: string[], options: O) {
+  try {
+    return parseArgs({ args, options, allowPositionals: true, strict: true });
+  } catch (err) {
+    // parseArgs messages name the option ("Unknown option '--foo'"); keep them.
+    throw usage(err instanceof Error ? (err.message.split("\n")[0] ?? "invalid arguments") : "invalid arguments");
+  }
+}
+
+function globals(values: {
+  url?: string | undefined;
+  token?: string | undefined;
+  json?: boolean | undefined;
+}): GlobalOptions {
+  return { url: values.url, token: values.token, json: values.json === true };
+}
+
+function required(value: string | undefined, flag: string): string {
+  if (value === undefined || value.trim() === "") throw usage(`missing ${flag}`);
+  return value;
+}
+
+function single(positionals: string[], what: string): string {
+  if (positionals.length === 0) throw usage(`missing ${what}`);
+  if (positionals.length > 1) throw usage(`expected one ${what}, got ${positionals.length}: ${positionals.join(" ")}`);
+  return positionals[0] ?? "";
+}
+
+export function parseConfigPairs(pairs: readonly string[]): Record<string, ConfigValue> {
+  const config: Record<string, ConfigValue> = {};
+  for (const pair of pairs) {
+    const eq = pair.indexOf("=");
+    if (eq <= 0) throw usage(`--config expects KEY=VALUE, got "${pair}"`);
+    const key = pair.slice(0, eq);
+    const raw = pair.slice(eq + 1);
+    if (Object.hasOwn(config, key)) throw usage(`--config ${key} given twice`);
+    config[key] = raw === "true" ? true : raw === "false" ? false : raw;
+  }
+  return config;
+}
+
+export function parseCommand(argv: readonly string[]): Command {
+  const [first, ...rest] = argv;
+  if (first === undefined) throw usage("missing command");
+  if (first.startsWith("-")) {
+    const { values, positionals } = parse([...argv], GLOBAL_OPTIONS);
+    if (values.version === true) return { name: "version" };
+    if (values.help === true && positionals.length === 0) return { name: "help" };
+    throw usage('put the command first, e.g. `webcodex run --project demo --provider fake "Say hello."`');
+  }
+  if (!(COMMANDS as readonly string[]).includes(first)) throw usage(`unknown command "${first}"`);
+  switch (first as (typeof COMMANDS)[number]) {
+    case "help":
+      return { name: "help" };
+    case "run": {
+      const { values, positionals } = parse(rest, RUN_OPTIONS);
+      if (values.help === true) return { name: "help" };
+      let timeoutSecs: number | undefined;
+      if (values.timeout !== undefined) {
+        timeoutSecs = Number(values.timeout);
+        if (!Number.isInteger(timeoutSecs) || timeoutSecs < 1) {
+          throw usage(`--timeout expects a whole number of seconds, got "${values.timeout}"`);
+        }
+      }
+      if (values.key?.trim() === "") throw usage("--key must not be empty");
+      const project = required(values.project, "--project ID");
+      const provider = required(values.provider, "--provider ID");
+      const prompt = single(positionals, 'PROMPT (quote it: "Fix the failing test")');
+      if (prompt.trim() === "") throw usage("the prompt is empty");
+      return {
+        name: "run",
+        global: globals(values),
+        project,
+        provider,
+        key: values.key,
+        timeoutSecs,
+        config: parseConfigPairs(values.config ?? []),
+        prompt,
+      };
+    }
+    case "observe": {
+      const { values, positionals } = parse(rest, OBSERVE_OPTIONS);
+      if (values.help === true) return { name: "help" };
+      return {
+        name: "observe",
+        global: globals(values),
+        runId: single(positionals, "RUN_ID"),
+        follow: values.follow === true,
+      };
+    }
+    case "cancel": {
+      const { values, positionals } = parse(rest, GLOBAL_OPTIONS);
+      if (values.help === true) return { name: "help" };
+      return { name: "cancel", global: globals(values), runId: single(positionals, "RUN_ID") };
+    }
+    case "status": {
+      const { values, positionals } = parse(rest, GLOBAL_OPTIONS);
+      if (values.help === true) return { name: "help" };
+      if (positionals.length > 0) throw usage(`status takes no arguments, got: ${positionals.join(" ")}`);
+      return { name: "status", global: globals(values) };
+    }
+    default:
+      throw usage(`unknown command "${first}"`);
+  }
+}
+
+/** --url/--token win over WEBCODEX_URL/WEBCODEX_TOKEN; both must end up set. */
+export function resolveConnection(global: GlobalOptions, env: NodeJS.ProcessEnv): { url: string; token: string } {
+  const url = global.url ?? env.WEBCODEX_URL;
+  const token = global.token ?? env.WEBCODEX_TOKEN;
+  if (url === undefined || url.trim() === "") {
+    throw new CliError("usage", "no Server URL", {
+      hint: "Pass --url http://HOST:PORT/mcp or set WEBCODEX_URL (`npm start` prints both).",
+    });
+  }
+  if (token === undefined || token.trim() === "") {
+    throw new CliError("usage", "no token", {
+      hint: "Set WEBCODEX_TOKEN (or pass --token) to a principal token from `webcodex-server token issue`.",
+    });
+  }
+  return { url: url.trim(), token: token.trim() };
+}

@@ -1,0 +1,20 @@
+/** `webcodex cancel RUN_ID`: cancel_coding_agent, idempotent. */
+import type { Command } from "../args.js";
+import { resolveConnection } from "../args.js";
+import type { CliContext } from "../context.js";
+import { EXIT } from "../exit-codes.js";
+import { renderCancel } from "../render.js";
+import { styleFor } from "../style.js";
+
+export async function cancelCommand(cmd: Extract<Command, { name: "cancel" }>, ctx: CliContext): Promise<number> {
+  const connection = resolveConnection(cmd.global, ctx.env);
+  const style = styleFor(cmd.global.json, ctx.stdout, ctx.env);
+  const client = ctx.createClient(connection);
+  try {
+    const result = await client.cancel(cmd.runId);
+    ctx.stdout.write(renderCancel(result, style));
+    return EXIT.ok;
+  } finally {
+    await client.close();
+  }
+}

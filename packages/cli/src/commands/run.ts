@@ -1,0 +1,161 @@
+/**
+ * `webcodex run`: start_coding_agent with an idempotency key, then follow the
+ * run to its terminal state. First Ctrl-C → cancel_coding_agent and keep
+ * following; second Ctrl-C → stop following at once (exit 130).
+ */
+import { randomBytes } from "node:crypto";
+import type { Command } from "../args.js";
+import { resolveConnection } from "../args.js";
+import type { CliContext } from "../context.js";
+import { CliError } from "../errors.js";
+import { EXIT, exitCodeForState } from "../exit-codes.js";
+import { followRun } from "../follow.js";
+import { LiveOutput } from "../live-output.js";
+import {
+  initialRenderState,
+  renderError,
+  renderObservation,
+  renderStarted,
+  renderSummary,
+  STATE_LABEL,
+} from "../render.js";
+import { paint, styleFor } from "../style.js";
+import { isTerminal } from "../wire.js";
+
+export function generateKey(): string {
+  return `cli-${randomBytes(9).toString("base64url")}`;
+}
+
+export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: CliContext): Promise<number> {
+  const connection = resolveConnection(cmd.global, ctx.env);
+  const style = styleFor(cmd.global.json, ctx.stdout, ctx.env);
+  const prompt = cmd.prompt === "-" ? await ctx.readStdin() : cmd.prompt;
+  if (prompt.trim() === "") throw new CliError("usage", "the prompt read from stdin is empty");
+  const key = cmd.key ?? generateKey();
+  const client = ctx.createClient(connection);
+  const out = new LiveOutput(ctx.stdout, style, { spinner: true });
+  const startedAt = Date.now();
+  const stopFollowing = new AbortController();
+  let runId: string | undefined;
+  let interrupts = 0;
+  let cancelAsked = false;
+  let cancelSent = false;
+
+  const note = (text: string) => {
+    if (style.mode === "text") out.write(`${out.atLineStart ? "" : "\n"}${text}\n`);
+  };
+  const sendCancel = () => {
+    if (runId === undefined || cancelSent) return;
+    cancelSent = true;
+    const id = runId;
+    client.cancel(id).then(
+      (result) => {
+        if (style.mode === "json") out.write(`${JSON.stringify({ type: "cancel", ...result })}\n`);
+        else if (!result.already_terminal)
+          note(paint(style, "yellow", "⊘ cancel requested; following until the agent stops"));
+      },
+      (err: unknown) => {
+        const error = err instanceof CliError ? err : new CliError("protocol", String(err));
+        out.write(
+          renderError(
+            {
+              code: error.toolCode ?? error.code,
+              message: `cancel failed: ${error.message}`,
+              hint: `Try \`webcodex cancel ${id}\`.`,
+            },
+            style,
+          ),
+        );
+      },
+    );
+  };
+  const unregister = ctx.onInterrupt(() => {
+    interrupts++;
+    if (interrupts === 1) {
+      cancelAsked = true;
+      note(paint(style, "yellow", "⊘ Ctrl-C: asking the Server to cancel the run (Ctrl-C again stops following)"));
+      out.setStatus("cancelling");
+      sendCancel();
+    } else {
+      stopFollowing.abort();
+    }
+  });
+
+  try {
+    out.start(startedAt);
+    out.setStatus("starting");
+    const start = await client
+      .start(
+        {
+          project_id: cmd.project,
+          provider_id: cmd.provider,
+          idempotency_key: key,
+          prompt,
+          ...(Object.keys(cmd.config).length > 0 ? { config: cmd.config } : {}),
+          ...(cmd.timeoutSecs !== undefined ? { timeout_secs: cmd.timeoutSecs } : {}),
+        },
+        stopFollowing.signal,
+      )
+      .catch((err: unknown) => {
+        if (err instanceof CliError && err.code !== "tool" && err.code !== "usage") {
+          // The request may or may not have reached the Server: the key is the way back.
+          throw new CliError(err.code, err.message, {
+            hint: `${err.hint ?? ""} Retrying with --key ${key} reattaches to the run if it was started; it never starts a second one.`.trim(),
+            cause: err,
+          });
+        }
+        throw err;
+      });
+    runId = start.run_id;
+    out.write(
+      renderStarted(
+        start,
+        { project: cmd.project, provider: cmd.provider, key, keyGenerated: cmd.key === undefined },
+        style,
+      ),
+    );
+    if (cancelAsked) sendCancel();
+
+    let rendered = initialRenderState();
+    const final = await followRun({
+      client,
+      runId: start.run_id,
+      token: start.observation_token,
+      signal: stopFollowing.signal,
+      onObservation: (obs) => {
+        const next = renderObservation(rendered, obs, style);
+        rendered = next.state;
+        out.write(next.text);
+        out.setStatus(cancelAsked && !isTerminal(obs.state) ? "cancelling" : STATE_LABEL[obs.state]);
+      },
+      onRetry: (err) => note(paint(style, "yellow", `⚠ ${err.message}; reconnecting…`)),
+    });
+    out.stop();
+    out.write(renderSummary(rendered, final, { durationMs: Date.now() - startedAt }, style));
+    return exitCodeForState(final.state);
+  } catch (err) {
+    out.stop();
+    if (err instanceof CliError && err.code === "interrupted") {
+      const id = runId ?? "(not known yet)";
+      if (style.mode === "json") {
+        out.write(
+          `${JSON.stringify({ type: "interrupted", run_id: runId ?? null, idempotency_key: key, cancel_requested: cancelSent })}\n`,
+        );
+      } else {
+        note(
+          paint(
+            style,
+            "yellow",
+            `stopped following ${id}; ${cancelSent ? "the cancel request stands" : "the run goes on"}. Follow it again with \`webcodex observe ${id} --follow\`${runId === undefined ? ` or rerun with --key ${key}` : ""}.`,
+          ),
+        );
+      }
+      return EXIT.cancelled;
+    }
+    if (!out.atLineStart) out.write("\n");
+    throw err;
+  } finally {
+    unregister();
+    await client.close();
+  }
+}

@@ -1,0 +1,40 @@
+/**
+ * Exit codes of every `webcodex` command. A followed run exits with the code
+ * of its terminal state, so scripts can branch on the outcome.
+ */
+import type { RunState } from "./wire.js";
+
+export const EXIT = {
+  /** The run completed (or the command did what it was asked). */
+  ok: 0,
+  /** The run failed, or the command could not talk to the Server. */
+  failed: 1,
+  /** The command line was wrong. */
+  usage: 2,
+  /** The run is lost: its outcome cannot be proved. */
+  lost: 3,
+  /** The run was cancelled, or following was interrupted (128 + SIGINT). */
+  cancelled: 130,
+} as const;
+
+/** Exit code for a run last seen in `state`; a run still in progress maps to 0. */
+export function exitCodeForState(state: RunState): number {
+  switch (state) {
+    case "completed":
+      return EXIT.ok;
+    case "failed":
+      return EXIT.failed;
+    case "lost":
+      return EXIT.lost;
+    case "cancelled":
+      return EXIT.cancelled;
+    case "starting":
+    case "running":
+    case "waiting_permission":
+      return EXIT.ok;
+    default: {
+      const never: never = state;
+      return never;
+    }
+  }
+}

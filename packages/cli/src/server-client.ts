@@ -1,0 +1,208 @@
+/**
+ * The CLI's only way to the Server: the MCP SDK client over Streamable HTTP
+ * with a bearer token — the same path a model uses. Tool results are
+ * validated here; error results become CliError("tool").
+ */
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import type { z } from "zod";
+import { CliError, toCliError } from "./errors.js";
+import {
+  CancelResult,
+  Observation,
+  ProjectsResource,
+  type ProjectView,
+  type StartInput,
+  StartResult,
+  ToolErrorBody,
+} from "./wire.js";
+
+export const PROJECTS_RESOURCE_URI = "webcodex://projects";
+const CLIENT_INFO = { name: "webcodex-cli", version: "0.1.0" };
+
+export interface ServerConnection {
+  readonly url: string;
+  readonly token: string;
+}
+
+/** What the commands need from the Server; tests may substitute it. */
+export interface RunsClient {
+  start(input: StartInput, signal?: AbortSignal): Promise<StartResult>;
+  observe(
+    input: { run_id: string; after_observation_token?: string; wait_secs?: number },
+    signal?: AbortSignal,
+  ): Promise<Observation>;
+  cancel(runId: string): Promise<CancelResult>;
+  projects(): Promise<ProjectView[]>;
+  /** Drops the MCP session so the next call reconnects (after a Server restart). */
+  reset(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export class McpRunsClient implements RunsClient {
+  readonly #connection: ServerConnection;
+  #client: Client | undefined;
+
+  constructor(connection: ServerConnection) {
+    this.#connection = connection;
+  }
+
+  async #connected(): Promise<Client> {
+    if (this.#client !== undefined) return this.#client;
+    const url = parseUrl(this.#connection.url);
+    const transport = new StreamableHTTPClientTransport(url, {
+      requestInit: { headers: { Authorization: `Bearer ${this.#connection.token}` } },
+    });
+    const client = new Client(CLIENT_INFO, { capabilities: {} });
+    try {
+      await client.connect(transport);
+    } catch (err) {
+      await client.close().catch(() => undefined);
+      throw toCliError(err, this.#connection.url);
+    }
+    this.#client = client;
+    return client;
+  }
+
+  async #call<T extends z.ZodType>(
+    name: string,
+    args: Record<string, unknown>,
+    schema: T,
+    options: { signal?: AbortSignal | undefined; timeoutMs?: number } = {},
+  ): Promise<z.infer<T>> {
+    const client = await this.#connected();
+    let result: Awaited<ReturnType<Client["callTool"]>>;
+    try {
+      result = await client.callTool({ name, arguments: args }, undefined, {
+        ...(options.signal !== undefined ? { signal: options.signal } : {}),
+        timeout: options.timeoutMs ?? 60_000,
+      });
+    } catch (err) {
+      throw toCliError(err, this.#connection.url);
+    }
+    const body = structuredBody(result as { structuredContent?: unknown; content?: unknown });
+    if (result.isError === true) {
+      const parsed = ToolErrorBody.safeParse(body);
+      if (parsed.success) {
+        const { code, message, recovery_kind } = parsed.data.error;
+        throw new CliError("tool", message, {
+          toolCode: code,
+          recoveryKind: recovery_kind,
+          hint: hintForToolError(code),
+        });
+      }
+      throw new CliError("tool", `${name} failed without a readable error`, { toolCode: "unknown" });
+    }
+    const parsed = schema.safeParse(body);
+    if (!parsed.success) {
+      throw new CliError("protocol", `the Server's ${name} result is not in the expected shape`, {
+        hint: "The Server and this CLI may be different versions.",
+      });
+    }
+    return parsed.data;
+  }
+
+  start(input: StartInput, signal?: AbortSignal): Promise<StartResult> {
+    return this.#call("start_coding_agent", { ...input }, StartResult, { signal });
+  }
+
+  observe(
+    input: { run_id: string; after_observation_token?: string; wait_secs?: number },
+    signal?: AbortSignal,
+  ): Promise<Observation> {
+    return this.#call("observe_coding_agent", { ...input }, Observation, {
+      signal,
+      timeoutMs: ((input.wait_secs ?? 0) + 30) * 1000,
+    });
+  }
+
+  cancel(runId: string): Promise<CancelResult> {
+    return this.#call("cancel_coding_agent", { run_id: runId }, CancelResult);
+  }
+
+  async projects(): Promise<ProjectView[]> {
+    const client = await this.#connected();
+    let contents: Awaited<ReturnType<Client["readResource"]>>["contents"];
+    try {
+      contents = (await client.readResource({ uri: PROJECTS_RESOURCE_URI })).contents;
+    } catch (err) {
+      throw toCliError(err, this.#connection.url);
+    }
+    const first = contents[0];
+    const text = first !== undefined && "text" in first && typeof first.text === "string" ? first.text : undefined;
+    const parsed = text === undefined ? undefined : ProjectsResource.safeParse(safeJson(text));
+    if (parsed?.success !== true) {
+      throw new CliError("protocol", `the Server's ${PROJECTS_RESOURCE_URI} resource is not in the expected shape`, {
+        hint: "The Server and this CLI may be different versions.",
+      });
+    }
+    return parsed.data;
+  }
+
+  async reset(): Promise<void> {
+    const client = this.#client;
+    this.#client = undefined;
+    await client?.close().catch(() => undefined);
+  }
+
+  async close(): Promise<void> {
+    await this.reset();
+  }
+}
+
+function parseUrl(raw: string): URL {
+  try {
+    const url = new URL(raw);
+    if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error("not http(s)");
+    return url;
+  } catch {
+    throw new CliError("usage", `invalid Server URL: ${raw}`, {
+      hint: "Use the Server's MCP URL, e.g. http://127.0.0.1:7420/mcp",
+    });
+  }
+}
+
+function safeJson(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/** structuredContent when present, else the JSON text copy the Server also sends. */
+function structuredBody(result: { structuredContent?: unknown; content?: unknown }): unknown {
+  if (result.structuredContent !== undefined) return result.structuredContent;
+  if (Array.isArray(result.content)) {
+    for (const item of result.content) {
+      if (typeof item === "object" && item !== null && "text" in item && typeof item.text === "string") {
+        const parsed = safeJson(item.text);
+        if (parsed !== undefined) return parsed;
+      }
+    }
+  }
+  return undefined;
+}
+
+function hintForToolError(code: string): string | undefined {
+  switch (code) {
+    case "unauthorized":
+      return "Check WEBCODEX_TOKEN / --token.";
+    case "forbidden":
+      return "This token lacks coding_agent:run or a grant on that project; `webcodex status` lists what it may use.";
+    case "not_found":
+      return "Runs are visible only to the principal that started them; check the run id and the token.";
+    case "idempotency_conflict":
+      return "That key already started a different request; use a new --key (or none) for a new run.";
+    case "runner_unavailable":
+      return "The project's Runner is not connected; `webcodex status` shows it. Retry the same command (same --key) when it is back.";
+    case "provider_unavailable":
+      return "`webcodex status` lists the providers each project's Runner advertises.";
+    case "capacity":
+      return "The Runner is at max_concurrent_runs. Retry the same command (same --key) later.";
+    case "stale_provider":
+      return "The Runner restarted meanwhile. Retry the same command with the same --key.";
+    default:
+      return undefined;
+  }
+}

@@ -1,0 +1,178 @@
+/**
+ * The shapes the CLI reads from the Server's MCP tools and the projects
+ * resource (DESIGN §6.3). The CLI talks MCP only and does not import the
+ * protocol package, so it keeps this small local copy and validates every
+ * result at the boundary. Schemas are lenient about extra fields so a newer
+ * Server does not break an older CLI; unknown event kinds are kept as
+ * `other` and rendered generically.
+ */
+import { z } from "zod";
+
+export const RUN_STATES = [
+  "starting",
+  "running",
+  "waiting_permission",
+  "completed",
+  "failed",
+  "cancelled",
+  "lost",
+] as const;
+export const RunState = z.enum(RUN_STATES);
+export type RunState = z.infer<typeof RunState>;
+
+const TERMINAL: ReadonlySet<RunState> = new Set<RunState>(["completed", "failed", "cancelled", "lost"]);
+export function isTerminal(state: RunState): boolean {
+  return TERMINAL.has(state);
+}
+
+const opt = <T extends z.ZodType>(schema: T) => schema.nullish().transform((v) => v ?? undefined);
+
+const base = { seq: z.number().int(), at: z.string() };
+
+const AgentMessage = z.object({
+  ...base,
+  kind: z.literal("agent_message"),
+  text: z.string(),
+  truncated: opt(z.boolean()),
+});
+const Reasoning = z.object({ ...base, kind: z.literal("reasoning"), text: z.string(), truncated: opt(z.boolean()) });
+const Plan = z.object({
+  ...base,
+  kind: z.literal("plan"),
+  entries: z.array(z.object({ content: z.string(), status: z.string(), priority: opt(z.string()) })),
+  truncated: opt(z.boolean()),
+});
+const ToolActivity = z.object({
+  ...base,
+  kind: z.literal("tool_activity"),
+  tool_call_id: z.string(),
+  title: z.string(),
+  tool_kind: opt(z.string()),
+  status: z.string(),
+});
+const FileChange = z.object({
+  ...base,
+  kind: z.literal("file_change"),
+  tool_call_id: opt(z.string()),
+  path: z.string(),
+});
+const TerminalActivity = z.object({
+  ...base,
+  kind: z.literal("terminal_activity"),
+  tool_call_id: opt(z.string()),
+  terminal_id: z.string(),
+});
+const Usage = z.object({
+  ...base,
+  kind: z.literal("usage"),
+  used_tokens: opt(z.number()),
+  context_size: opt(z.number()),
+  cost_amount: opt(z.number()),
+  cost_currency: opt(z.string()),
+});
+const PermissionRequest = z.object({
+  ...base,
+  kind: z.literal("permission_request"),
+  tool_call_id: opt(z.string()),
+  title: z.string(),
+  options: z.array(z.object({ option_id: opt(z.string()), name: z.string(), kind: opt(z.string()) })).default([]),
+});
+const Terminal = z.object({
+  ...base,
+  kind: z.literal("terminal"),
+  state: RunState,
+  execution_state: z.string(),
+  stop_reason: opt(z.string()),
+  failure_kind: opt(z.string()),
+  message: opt(z.string()),
+});
+const KnownEvent = z.discriminatedUnion("kind", [
+  AgentMessage,
+  Reasoning,
+  Plan,
+  ToolActivity,
+  FileChange,
+  TerminalActivity,
+  Usage,
+  PermissionRequest,
+  Terminal,
+]);
+export type KnownEvent = z.infer<typeof KnownEvent>;
+export interface OtherEvent {
+  seq: number;
+  at: string;
+  kind: "other";
+  original_kind: string;
+}
+export type RunEvent = KnownEvent | OtherEvent;
+
+/** An event the CLI cannot read (a newer kind or body) is kept as `other`, never fatal. */
+const AnyEvent = z.looseObject({ ...base, kind: z.string() }).transform((raw): RunEvent => {
+  const known = KnownEvent.safeParse(raw);
+  if (known.success) return known.data;
+  return { seq: raw.seq, at: raw.at, kind: "other", original_kind: raw.kind };
+});
+
+export const StartResult = z.object({
+  run_id: z.string(),
+  state: RunState,
+  execution_state: z.string(),
+  replayed: z.boolean(),
+  observation_token: z.string(),
+});
+export type StartResult = z.infer<typeof StartResult>;
+
+export const Observation = z.object({
+  run_id: z.string(),
+  state: RunState,
+  execution_state: z.string(),
+  stop_reason: opt(z.string()),
+  failure_kind: opt(z.string()),
+  recovery_kind: z.string().default("none"),
+  message: opt(z.string()),
+  events: z.array(AnyEvent).default([]),
+  observation_token: z.string(),
+  history_lost: z.boolean().default(false),
+  has_more: z.boolean().default(false),
+  runner_offline: opt(z.boolean()),
+});
+export type Observation = z.infer<typeof Observation>;
+
+export const CancelResult = z.object({
+  run_id: z.string(),
+  state: RunState,
+  cancel_requested: z.boolean(),
+  already_terminal: z.boolean(),
+});
+export type CancelResult = z.infer<typeof CancelResult>;
+
+export const ToolErrorBody = z.object({
+  error: z.object({ code: z.string(), message: z.string(), recovery_kind: z.string().default("none") }),
+});
+
+const ProviderView = z.object({
+  provider_id: z.string(),
+  name: z.string().default(""),
+  allowed_config_options: z.array(z.string()).default([]),
+});
+export const ProjectView = z.object({
+  project_id: z.string(),
+  runner_online: z.boolean(),
+  allow_patch: opt(z.boolean()),
+  providers: z.array(ProviderView).default([]),
+});
+export type ProjectView = z.infer<typeof ProjectView>;
+/** The projects resource is either a bare list or `{ projects: [...] }`. */
+export const ProjectsResource = z
+  .union([z.array(ProjectView), z.object({ projects: z.array(ProjectView) })])
+  .transform((v) => (Array.isArray(v) ? v : v.projects));
+
+export type ConfigValue = string | boolean;
+export interface StartInput {
+  project_id: string;
+  provider_id: string;
+  idempotency_key: string;
+  prompt: string;
+  config?: Record<string, ConfigValue>;
+  timeout_secs?: number;
+}
