@@ -1,0 +1,169 @@
+/**
+ * MCP over Streamable HTTP at `/mcp` (MCP 2025-11-25 baseline), built on
+ * the official SDK's low-level `Server` and `StreamableHTTPServerTransport`.
+ *
+ * Mode: **stateless**. Every HTTP request carries its bearer token, is
+ * authenticated on its own, and gets a fresh SDK Server + transport bound to
+ * that request's Principal; nothing is shared between requests, so there is
+ * no session id that could be replayed by another caller. POST answers with
+ * a plain JSON body (`enableJsonResponse`); GET/DELETE answer 405 (there is
+ * no server-initiated stream to subscribe to) — the SDK's
+ * `StreamableHTTPClientTransport` handles both.
+ *
+ * Per request: bearer auth → 401 + `WWW-Authenticate` when missing or
+ * invalid; body limit → 413; then tools/list, tools/call, resources/list,
+ * resources/read. A client disconnect aborts a waiting observe.
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
+import {
+  CallToolRequestSchema,
+  ErrorCode,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+} from "@modelcontextprotocol/sdk/types.js";
+import type { Logger } from "pino";
+import type { AuditLog } from "./audit.js";
+import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI, readProjectsResource } from "./mcp-resource.js";
+import { McpTools, toolDefinitions } from "./mcp-tools.js";
+import { ObserveLimits } from "./observe-limits.js";
+import type { Principal, RunsApi } from "./runs-api.js";
+import { bearerToken } from "./tokens.js";
+
+/** Largest HTTP request body /mcp accepts (a 64 KiB prompt JSON-escaped fits with room). */
+export const MCP_MAX_BODY_BYTES = 1024 * 1024;
+export const MCP_PATH = "/mcp";
+export const MCP_SERVER_INFO = { name: "webcodex", version: "0.1.0" } as const;
+
+const INSTRUCTIONS =
+  "Delegate coding tasks to operator-configured coding agents. Read webcodex://projects to find project_id and " +
+  "provider_id, call start_coding_agent with a fresh idempotency_key, then observe_coding_agent with the returned " +
+  "observation_token (wait_secs up to 30) until the state is completed, failed, cancelled or lost.";
+
+export interface McpHttpOptions {
+  runs: RunsApi;
+  /** Bearer token → Principal, or null when unknown/revoked/malformed. */
+  authenticate: (token: string) => Principal | null;
+  audit: AuditLog;
+  logger: Logger;
+  observeLimits?: ObserveLimits;
+  maxBodyBytes?: number;
+}
+
+/** A Node request handler for `/mcp`; hand it every request whose path is /mcp. */
+export interface McpHttpHandler {
+  (req: IncomingMessage, res: ServerResponse): Promise<void>;
+  /** Abort in-flight requests (waiting observes) and refuse new ones. */
+  close(): Promise<void>;
+}
+
+export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
+  const { runs, authenticate, audit, logger } = options;
+  const maxBodyBytes = options.maxBodyBytes ?? MCP_MAX_BODY_BYTES;
+  const tools = new McpTools({ runs, audit, logger, observeLimits: options.observeLimits ?? new ObserveLimits() });
+  const inFlight = new Set<AbortController>();
+  let closed = false;
+
+  function buildServer(principal: Principal, requestSignal: AbortSignal): Server {
+    const server = new Server(MCP_SERVER_INFO, {
+      capabilities: { tools: {}, resources: {} },
+      instructions: INSTRUCTIONS,
+    });
+    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: toolDefinitions() }));
+    server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+      const name = request.params.name;
+      if (!McpTools.isToolName(name)) {
+        throw new McpError(
+          ErrorCode.InvalidParams,
+          "Unknown tool. This server has exactly three tools; see tools/list.",
+        );
+      }
+      return tools.call(principal, name, request.params.arguments, AbortSignal.any([extra.signal, requestSignal]));
+    });
+    server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [PROJECTS_RESOURCE] }));
+    server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
+    server.setRequestHandler(ReadResourceRequestSchema, (request) => {
+      if (request.params.uri !== PROJECTS_RESOURCE_URI) {
+        throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
+      }
+      const started = performance.now();
+      const result = readProjectsResource(runs, principal);
+      const text = result.contents[0] && "text" in result.contents[0] ? result.contents[0].text : "";
+      audit.record({
+        principal_id: principal.id,
+        tool: "resource:projects",
+        run_id: null,
+        outcome: "ok",
+        input_bytes: 0,
+        output_bytes: Buffer.byteLength(text, "utf8"),
+        duration_ms: Math.round(performance.now() - started),
+      });
+      return result;
+    });
+    return server;
+  }
+
+  const handler = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (closed) {
+      sendJsonRpcError(res, 503, -32000, "Server is shutting down");
+      return;
+    }
+    const token = bearerToken(req.headers.authorization);
+    const principal = token === null ? null : authenticate(token);
+    if (!principal) {
+      // Never log the presented token, not even a prefix.
+      logger.warn({ path: MCP_PATH, reason: token === null ? "missing" : "invalid" }, "mcp request unauthorized");
+      const challenge =
+        token === null
+          ? 'Bearer realm="webcodex"'
+          : 'Bearer realm="webcodex", error="invalid_token", error_description="The bearer token is not valid"';
+      res.setHeader("WWW-Authenticate", challenge);
+      sendJsonRpcError(res, 401, -32001, "Unauthorized: send Authorization: Bearer <token> issued by the operator");
+      return;
+    }
+    if (req.method !== "POST") {
+      res.setHeader("Allow", "POST");
+      sendJsonRpcError(res, 405, -32000, "Method not allowed: this server is stateless; use POST");
+      return;
+    }
+    const abort = new AbortController();
+    inFlight.add(abort);
+    const server = buildServer(principal, abort.signal);
+    const transport = new StreamableHTTPServerTransport({
+      // No sessionIdGenerator: stateless mode.
+      enableJsonResponse: true,
+      maxRequestBodySize: maxBodyBytes,
+    });
+    res.on("close", () => {
+      abort.abort(new Error("client closed the request"));
+      inFlight.delete(abort);
+      void server.close().catch(() => {});
+    });
+    try {
+      await server.connect(transport);
+      await transport.handleRequest(req, res);
+    } catch (err) {
+      logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");
+      if (!res.headersSent) sendJsonRpcError(res, 500, -32603, "Internal server error");
+    }
+  };
+
+  return Object.assign(handler, {
+    async close(): Promise<void> {
+      closed = true;
+      for (const abort of inFlight) abort.abort(new Error("server closing"));
+      inFlight.clear();
+    },
+  });
+}
+
+function sendJsonRpcError(res: ServerResponse, status: number, code: number, message: string): void {
+  if (res.headersSent) return;
+  res.statusCode = status;
+  res.setHeader("Content-Type", "application/json");
+  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id: null }));
+}

@@ -1,0 +1,440 @@
+/**
+ * The three model-facing MCP tools (DESIGN §6.3): closed zod input schemas,
+ * exact output schemas, and one `call()` that validates, checks authority,
+ * calls the RunsApi and writes an audit row. Transport-free: mcp-http.ts and
+ * the tests drive it with an already-authenticated Principal.
+ *
+ * Results are `structuredContent` plus the same JSON as one text block.
+ * Tool-level errors are `isError: true` results whose text is
+ * `{"error":{code,message,recovery_kind}}` and which carry no
+ * structuredContent (it would not match the tool's outputSchema, and the
+ * SDK client validates structuredContent against it).
+ */
+
+import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
+import {
+  ConfigMap,
+  ExecutionState,
+  FailureKindSchema,
+  MAX_OBSERVE_WAIT_SECS,
+  MAX_PROMPT_BYTES,
+  MAX_RUN_TIMEOUT_SECS,
+  MIN_RUN_TIMEOUT_SECS,
+  ProjectId,
+  ProviderId,
+  RecoveryKind,
+  RunEvent,
+  RunId,
+  RunState,
+  StopReason,
+  utf8Length,
+} from "@webcodex/protocol";
+import type { Logger } from "pino";
+import { z } from "zod";
+import type { AuditLog, AuditOutcome } from "./audit.js";
+import { checkStartGrant, checkToolScope } from "./authority.js";
+import type { ObserveLimits } from "./observe-limits.js";
+import type { ApiError, ApiResult, Principal, RunsApi } from "./runs-api.js";
+
+export const TOOL_NAMES = {
+  start: "start_coding_agent",
+  observe: "observe_coding_agent",
+  cancel: "cancel_coding_agent",
+} as const;
+export type ToolName = (typeof TOOL_NAMES)[keyof typeof TOOL_NAMES];
+
+/** Caller-chosen opaque strings (idempotency keys, workflow ids): printable ASCII, no spaces. */
+const OpaqueKey = z
+  .string()
+  .min(1)
+  .max(128)
+  .regex(/^[\x21-\x7e]+$/, "must be 1-128 printable ASCII characters without spaces");
+
+const Prompt = z
+  .string()
+  .min(1)
+  .max(MAX_PROMPT_BYTES)
+  .refine((s) => utf8Length(s) <= MAX_PROMPT_BYTES, { message: `must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes` })
+  .describe(`The task for the coding agent, at most ${MAX_PROMPT_BYTES} UTF-8 bytes.`);
+
+export const StartToolInput = z
+  .object({
+    project_id: ProjectId.describe("A project id from the webcodex://projects resource."),
+    provider_id: ProviderId.describe("A provider id that project's Runner advertises (webcodex://projects)."),
+    idempotency_key: OpaqueKey.describe(
+      "Chosen by you, unique per intended run. Retrying with the same key and the same inputs returns the same run instead of starting a second one.",
+    ),
+    prompt: Prompt,
+    config: ConfigMap.optional().describe(
+      "Provider config option values (only ids the provider lists in allowed_config_options).",
+    ),
+    timeout_secs: z
+      .number()
+      .int()
+      .min(MIN_RUN_TIMEOUT_SECS)
+      .max(MAX_RUN_TIMEOUT_SECS)
+      .optional()
+      .describe("Run deadline; the Runner clamps it to its own maximum."),
+    workflow_session_id: OpaqueKey.optional().describe("Optional caller label grouping related runs."),
+  })
+  .strict();
+export type StartToolInput = z.infer<typeof StartToolInput>;
+
+export const StartToolOutput = z
+  .object({
+    run_id: RunId,
+    state: RunState,
+    execution_state: ExecutionState,
+    replayed: z.boolean(),
+    observation_token: z.string(),
+  })
+  .strict();
+
+export const ObserveToolInput = z
+  .object({
+    run_id: RunId,
+    after_observation_token: z
+      .string()
+      .min(1)
+      .max(1024)
+      .optional()
+      .describe("The observation_token of the previous result for this run; omit for a bounded baseline."),
+    wait_secs: z
+      .number()
+      .min(0)
+      .max(MAX_OBSERVE_WAIT_SECS)
+      .optional()
+      .describe(
+        `Wait up to this long (≤ ${MAX_OBSERVE_WAIT_SECS}) for something new; returns as soon as anything exists.`,
+      ),
+  })
+  .strict();
+export type ObserveToolInput = z.infer<typeof ObserveToolInput>;
+
+export const ObserveToolOutput = z
+  .object({
+    run_id: RunId,
+    state: RunState,
+    execution_state: ExecutionState,
+    stop_reason: StopReason.optional(),
+    failure_kind: FailureKindSchema.optional(),
+    recovery_kind: RecoveryKind,
+    message: z.string().optional(),
+    events: z.array(RunEvent),
+    observation_token: z.string(),
+    history_lost: z.boolean(),
+    has_more: z.boolean(),
+    runner_offline: z.boolean().optional(),
+  })
+  .strict();
+
+export const CancelToolInput = z.object({ run_id: RunId }).strict();
+export type CancelToolInput = z.infer<typeof CancelToolInput>;
+
+export const CancelToolOutput = z
+  .object({
+    run_id: RunId,
+    state: RunState,
+    cancel_requested: z.boolean(),
+    already_terminal: z.boolean(),
+  })
+  .strict();
+
+interface ToolSpec {
+  name: ToolName;
+  title: string;
+  description: string;
+  input: z.ZodType;
+  output: z.ZodType;
+  annotations: NonNullable<Tool["annotations"]>;
+}
+
+const TOOL_SPECS: readonly ToolSpec[] = [
+  {
+    name: TOOL_NAMES.start,
+    title: "Start a coding agent run",
+    description:
+      "Hand a coding task to an operator-configured ACP coding agent working in a registered project. " +
+      "Returns a run_id and an observation_token; follow the run with observe_coding_agent. " +
+      "Never starts the same idempotency_key twice: a retry with identical inputs returns the original run (replayed: true). " +
+      "Discover project and provider ids by reading the webcodex://projects resource.",
+    input: StartToolInput,
+    output: StartToolOutput,
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
+  },
+  {
+    name: TOOL_NAMES.observe,
+    title: "Observe a coding agent run",
+    description:
+      "Return the run's state and the events new since after_observation_token, then a fresh observation_token. " +
+      "With wait_secs, waits once for anything new. has_more means call again at once. " +
+      "history_lost means older events are gone; the state is still authoritative.",
+    input: ObserveToolInput,
+    output: ObserveToolOutput,
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+  },
+  {
+    name: TOOL_NAMES.cancel,
+    title: "Cancel a coding agent run",
+    description:
+      "Ask the run's agent to stop. Idempotent; a terminal run is reported as already_terminal. " +
+      "Observe the run to see it reach cancelled.",
+    input: CancelToolInput,
+    output: CancelToolOutput,
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
+  },
+];
+
+function jsonSchema(schema: z.ZodType, io: "input" | "output"): Tool["inputSchema"] {
+  // draft-7 like the SDK's own McpServer, so SDK clients (Ajv) validate it as-is.
+  return z.toJSONSchema(schema, { target: "draft-7", io }) as Tool["inputSchema"];
+}
+
+/** tools/list: exactly the three tools, each with input and output schema. */
+export function toolDefinitions(): Tool[] {
+  return TOOL_SPECS.map((spec) => ({
+    name: spec.name,
+    title: spec.title,
+    description: spec.description,
+    inputSchema: jsonSchema(spec.input, "input"),
+    outputSchema: jsonSchema(spec.output, "output") as NonNullable<Tool["outputSchema"]>,
+    annotations: spec.annotations,
+  }));
+}
+
+function isToolName(name: string): name is ToolName {
+  return TOOL_SPECS.some((s) => s.name === name);
+}
+
+/** Default recovery advice for codes raised by this layer. */
+const RECOVERY_FOR: Record<ApiError["code"], z.infer<typeof RecoveryKind>> = {
+  unauthorized: "none",
+  forbidden: "none",
+  not_found: "none",
+  invalid_input: "fix_input",
+  idempotency_conflict: "fix_input",
+  runner_unavailable: "retry_same",
+  provider_unavailable: "fix_input",
+  stale_provider: "retry_same",
+  capacity: "retry_same",
+  invalid_observation_token: "reobserve",
+  too_many_observers: "wait",
+  internal: "none",
+};
+
+export function apiError(code: ApiError["code"], message: string): ApiError {
+  return { code, message, recovery_kind: RECOVERY_FOR[code] };
+}
+
+/**
+ * Turn a zod failure into one secret-free message. Unknown keys come first and
+ * are named (all of them); otherwise the first issue's field path and reason.
+ * Input values are never echoed.
+ */
+export function describeInputError(error: z.ZodError): string {
+  const unknown: string[] = [];
+  for (const issue of error.issues) {
+    if (issue.code === "unrecognized_keys") {
+      const prefix = issue.path.length > 0 ? `${issue.path.join(".")}.` : "";
+      for (const key of issue.keys) unknown.push(`${prefix}${key}`);
+    }
+  }
+  if (unknown.length > 0) {
+    const names = unknown.map((k) => `'${k}'`).join(", ");
+    return `unknown field${unknown.length > 1 ? "s" : ""} ${names} not allowed`;
+  }
+  const issue = error.issues[0];
+  if (!issue) return "invalid arguments";
+  const path = issue.path.length > 0 ? issue.path.join(".") : "arguments";
+  let reason = issue.message;
+  if (issue.code === "invalid_type" && issue.input === undefined) reason = "required";
+  if (issue.code === "too_big" && path === "prompt") reason = `must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes`;
+  return `${path}: ${reason}`;
+}
+
+export function parseToolInput<T>(schema: z.ZodType<T>, args: unknown): ApiResult<T> {
+  const result = schema.safeParse(args ?? {});
+  if (result.success) return { ok: true, value: result.data };
+  return { ok: false, error: apiError("invalid_input", describeInputError(result.error)) };
+}
+
+function jsonBytes(value: unknown): number {
+  if (value === undefined) return 0;
+  return utf8Length(JSON.stringify(value));
+}
+
+export function successResult(value: Record<string, unknown>): CallToolResult {
+  return { content: [{ type: "text", text: JSON.stringify(value) }], structuredContent: value };
+}
+
+export function errorResult(error: ApiError & { available_providers?: unknown }): CallToolResult {
+  return { content: [{ type: "text", text: JSON.stringify({ error }) }], isError: true };
+}
+
+export interface McpToolsOptions {
+  runs: RunsApi;
+  audit: AuditLog;
+  observeLimits: ObserveLimits;
+  logger: Logger;
+  /** Monotonic milliseconds; injectable for tests. */
+  now?: () => number;
+}
+
+export interface ToolCallOutcome {
+  result: CallToolResult;
+  /** `ok` or the error code, as audited. */
+  outcome: AuditOutcome;
+  run_id: string | null;
+}
+
+export class McpTools {
+  readonly #runs: RunsApi;
+  readonly #audit: AuditLog;
+  readonly #observeLimits: ObserveLimits;
+  readonly #logger: Logger;
+  readonly #now: () => number;
+
+  constructor(options: McpToolsOptions) {
+    this.#runs = options.runs;
+    this.#audit = options.audit;
+    this.#observeLimits = options.observeLimits;
+    this.#logger = options.logger;
+    this.#now = options.now ?? (() => performance.now());
+  }
+
+  static isToolName(name: string): name is ToolName {
+    return isToolName(name);
+  }
+
+  /** Run one tool call for an authenticated principal and audit it. `name` must be a ToolName. */
+  async call(principal: Principal, name: ToolName, args: unknown, signal?: AbortSignal): Promise<CallToolResult> {
+    const started = this.#now();
+    let outcome: ToolCallOutcome;
+    try {
+      outcome = await this.#dispatch(principal, name, args, signal);
+    } catch (err) {
+      // Never leak internals to the caller; the log keeps the class of failure only.
+      this.#logger.error({ tool: name, err: errorName(err) }, "tool call failed unexpectedly");
+      const error = apiError("internal", "The Server failed to handle this call. It is safe to observe the run.");
+      outcome = { result: errorResult(error), outcome: "internal", run_id: null };
+    }
+    const output = outcome.result.content[0];
+    this.#audit.record({
+      principal_id: principal.id,
+      tool: name,
+      run_id: outcome.run_id,
+      outcome: outcome.outcome,
+      input_bytes: jsonBytes(args),
+      output_bytes: output && output.type === "text" ? utf8Length(output.text) : 0,
+      duration_ms: Math.max(0, Math.round(this.#now() - started)),
+    });
+    return outcome.result;
+  }
+
+  async #dispatch(principal: Principal, name: ToolName, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome> {
+    switch (name) {
+      case TOOL_NAMES.start:
+        return this.#start(principal, args);
+      case TOOL_NAMES.observe:
+        return this.#observe(principal, args, signal);
+      case TOOL_NAMES.cancel:
+        return this.#cancel(principal, args);
+      default: {
+        const unreachable: never = name;
+        throw new Error(`unknown tool ${String(unreachable)}`);
+      }
+    }
+  }
+
+  async #start(principal: Principal, args: unknown): Promise<ToolCallOutcome> {
+    // Validation (prompt size included) happens before anything reaches the run core or its store.
+    const input = parseToolInput(StartToolInput, args);
+    if (!input.ok) return fail(input.error, null);
+    const denied = checkToolScope(principal) ?? checkStartGrant(principal, input.value.project_id);
+    if (denied) return fail(denied, null);
+    const result = await this.#runs.start(principal, stripUndefined(input.value));
+    if (!result.ok) {
+      if (result.error.code === "provider_unavailable" || result.error.code === "not_found") {
+        return fail(this.#withProviders(principal, input.value, result.error), null);
+      }
+      return fail(result.error, null);
+    }
+    return ok(StartToolOutput.parse(result.value), result.value.run_id);
+  }
+
+  async #observe(principal: Principal, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome> {
+    const input = parseToolInput(ObserveToolInput, args);
+    if (!input.ok) return fail(input.error, null);
+    const denied = checkToolScope(principal);
+    if (denied) return fail(denied, input.value.run_id);
+    const waits = (input.value.wait_secs ?? 0) > 0;
+    const slot = waits ? this.#observeLimits.acquire(principal.id) : null;
+    if (waits && !slot) {
+      return fail(
+        apiError(
+          "too_many_observers",
+          `Too many observe calls are waiting for this principal (limit ${this.#observeLimits.limit}). Wait for one to return, or observe without wait_secs.`,
+        ),
+        input.value.run_id,
+      );
+    }
+    try {
+      const result = await this.#runs.observe(principal, stripUndefined(input.value), signal);
+      if (!result.ok) return fail(result.error, input.value.run_id);
+      return ok(ObserveToolOutput.parse(stripUndefined(result.value)), input.value.run_id);
+    } finally {
+      slot?.release();
+    }
+  }
+
+  async #cancel(principal: Principal, args: unknown): Promise<ToolCallOutcome> {
+    const input = parseToolInput(CancelToolInput, args);
+    if (!input.ok) return fail(input.error, null);
+    const denied = checkToolScope(principal);
+    if (denied) return fail(denied, input.value.run_id);
+    const result = await this.#runs.cancel(principal, input.value);
+    if (!result.ok) return fail(result.error, input.value.run_id);
+    return ok(CancelToolOutput.parse(result.value), input.value.run_id);
+  }
+
+  /**
+   * An unknown provider is answered with the providers that project's Runner
+   * advertises — ids and names only — so the model can pick a valid one.
+   */
+  #withProviders(
+    principal: Principal,
+    input: StartToolInput,
+    error: ApiError,
+  ): ApiError & { available_providers?: { provider_id: string; name: string }[] } {
+    const project = this.#runs.listProjects(principal).find((p) => p.project_id === input.project_id);
+    if (!project?.runner_online) return error;
+    if (project.providers.some((p) => p.provider_id === input.provider_id)) return error;
+    const available = project.providers.map((p) => ({ provider_id: p.provider_id, name: p.name }));
+    const list = available.length > 0 ? available.map((p) => `${p.provider_id} (${p.name})`).join(", ") : "none";
+    return {
+      code: "provider_unavailable",
+      message: `Provider '${input.provider_id}' is not offered for project '${input.project_id}'. Available providers: ${list}.`,
+      recovery_kind: "fix_input",
+      available_providers: available,
+    };
+  }
+}
+
+function ok(value: Record<string, unknown>, runId: string | null): ToolCallOutcome {
+  return { result: successResult(value), outcome: "ok", run_id: runId };
+}
+
+function fail(error: ApiError, runId: string | null): ToolCallOutcome {
+  return { result: errorResult(error), outcome: error.code, run_id: runId };
+}
+
+/** exactOptionalPropertyTypes: drop keys whose value is undefined. */
+function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) if (v !== undefined) out[k] = v;
+  return out as { [K in keyof T]: Exclude<T[K], undefined> };
+}
+
+function errorName(err: unknown): string {
+  return err instanceof Error ? err.name : typeof err;
+}

@@ -1,0 +1,244 @@
+/**
+ * Principal bearer tokens. A token is 32 random bytes (`wct_` + base64url);
+ * only its sha256 is stored, with the scopes and projects it was issued for.
+ *
+ * Scopes never widen: a token's effective scopes and projects are the
+ * intersection of what it was issued with and what the Server config grants
+ * its principal *now*. Adding a scope to a principal in the config, or a new
+ * default, does not reach tokens issued before; removing one takes effect at
+ * the next request. A principal removed from the config has no valid tokens.
+ * Issuing `coding_agent:run` needs an explicit opt-in (`allowCodingAgentRun`).
+ */
+import { createHash, randomBytes, randomUUID } from "node:crypto";
+import type BetterSqlite3 from "better-sqlite3";
+import { type Principal, SCOPES, type Scope } from "./runs-api.js";
+
+export const TOKEN_PREFIX = "wct_";
+const TOKEN_PATTERN = /^wct_[A-Za-z0-9_-]{43}$/;
+
+/** What the Server config says of one principal (config.ts `[[principals]]`). */
+export interface PrincipalGrant {
+  id: string;
+  scopes: ReadonlySet<Scope> | readonly Scope[];
+  projects: ReadonlySet<string> | readonly string[];
+}
+
+export type PrincipalLookup = (id: string) => PrincipalGrant | undefined;
+
+export interface IssueRequest {
+  principal_id: string;
+  scopes: readonly string[];
+  projects: readonly string[];
+  /** The operator's explicit opt-in to issue `coding_agent:run`. */
+  allowCodingAgentRun: boolean;
+}
+
+export interface IssuedToken {
+  /** The bearer token. Shown once; not recoverable. */
+  token: string;
+  token_id: string;
+  principal_id: string;
+  scopes: Scope[];
+  projects: string[];
+}
+
+export interface TokenInfo {
+  token_id: string;
+  principal_id: string;
+  scopes: Scope[];
+  projects: string[];
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export class TokenIssueError extends Error {
+  override readonly name = "TokenIssueError";
+}
+
+export function hashToken(token: string): string {
+  return createHash("sha256").update(token, "utf8").digest("hex");
+}
+
+function isScope(value: string): value is Scope {
+  return (SCOPES as readonly string[]).includes(value);
+}
+
+function toSet<T>(values: ReadonlySet<T> | readonly T[]): ReadonlySet<T> {
+  return values instanceof Set ? values : new Set(values as readonly T[]);
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS principal_tokens (
+  token_hash TEXT PRIMARY KEY,
+  token_id TEXT NOT NULL UNIQUE,
+  principal_id TEXT NOT NULL,
+  scopes TEXT NOT NULL,
+  projects TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  revoked_at TEXT
+);
+`;
+
+interface TokenRow {
+  token_hash: string;
+  token_id: string;
+  principal_id: string;
+  scopes: string;
+  projects: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+/** Token hashes in the Server's SQLite state database (table `principal_tokens`). */
+export class TokenStore {
+  readonly #db: BetterSqlite3.Database;
+  readonly #byHash: BetterSqlite3.Statement<[string], TokenRow>;
+
+  constructor(db: BetterSqlite3.Database) {
+    db.exec(SCHEMA);
+    this.#db = db;
+    this.#byHash = db.prepare<[string], TokenRow>(
+      "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
+    );
+  }
+
+  /**
+   * Issue a token for a configured principal. Every requested scope and project
+   * must already be granted to that principal by the config.
+   */
+  issue(request: IssueRequest, lookup: PrincipalLookup): IssuedToken {
+    const grant = lookup(request.principal_id);
+    if (!grant) throw new TokenIssueError(`principal '${request.principal_id}' is not declared in the Server config`);
+    const grantScopes = toSet(grant.scopes);
+    const grantProjects = toSet(grant.projects);
+    if (request.scopes.length === 0) throw new TokenIssueError("at least one --scope is required");
+    const scopes: Scope[] = [];
+    for (const s of request.scopes) {
+      if (!isScope(s)) throw new TokenIssueError(`unknown scope '${s}' (known: ${SCOPES.join(", ")})`);
+      if (!grantScopes.has(s)) {
+        throw new TokenIssueError(`scope '${s}' is not granted to principal '${grant.id}' in the Server config`);
+      }
+      if (!scopes.includes(s)) scopes.push(s);
+    }
+    if (scopes.includes("coding_agent:run") && !request.allowCodingAgentRun) {
+      throw new TokenIssueError(
+        "issuing coding_agent:run lets the token holder run coding agents on granted projects; pass --allow-coding-agent-run to confirm",
+      );
+    }
+    const projects: string[] = [];
+    for (const p of request.projects) {
+      if (!grantProjects.has(p)) {
+        throw new TokenIssueError(`project '${p}' is not granted to principal '${grant.id}' in the Server config`);
+      }
+      if (!projects.includes(p)) projects.push(p);
+    }
+    const token = TOKEN_PREFIX + randomBytes(32).toString("base64url");
+    const tokenId = `tok_${randomUUID().replaceAll("-", "").slice(0, 16)}`;
+    this.#db
+      .prepare(
+        "INSERT INTO principal_tokens (token_hash, token_id, principal_id, scopes, projects, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+      )
+      .run(
+        hashToken(token),
+        tokenId,
+        grant.id,
+        JSON.stringify(scopes),
+        JSON.stringify(projects),
+        new Date().toISOString(),
+      );
+    return { token, token_id: tokenId, principal_id: grant.id, scopes, projects };
+  }
+
+  /**
+   * The principal a bearer token stands for, or null (unknown, revoked,
+   * malformed, or its principal is no longer configured). Lookup is by
+   * sha256 of the presented token; the token itself is never stored or logged.
+   */
+  verify(token: string, lookup: PrincipalLookup): Principal | null {
+    if (!TOKEN_PATTERN.test(token)) return null;
+    const row = this.#byHash.get(hashToken(token));
+    if (!row) return null;
+    const grant = lookup(row.principal_id);
+    if (!grant) return null;
+    const grantScopes = toSet(grant.scopes);
+    const grantProjects = toSet(grant.projects);
+    const scopes = new Set<Scope>();
+    for (const s of parseList(row.scopes)) if (isScope(s) && grantScopes.has(s)) scopes.add(s);
+    const projects = new Set<string>();
+    for (const p of parseList(row.projects)) if (grantProjects.has(p)) projects.add(p);
+    return { id: row.principal_id, scopes, projects };
+  }
+
+  list(principalId?: string): TokenInfo[] {
+    const rows = (
+      principalId === undefined
+        ? this.#db.prepare<[], TokenRow>("SELECT * FROM principal_tokens ORDER BY created_at").all()
+        : this.#db
+            .prepare<[string], TokenRow>("SELECT * FROM principal_tokens WHERE principal_id = ? ORDER BY created_at")
+            .all(principalId)
+    ) as TokenRow[];
+    return rows.map((row) => ({
+      token_id: row.token_id,
+      principal_id: row.principal_id,
+      scopes: parseList(row.scopes).filter(isScope),
+      projects: parseList(row.projects),
+      created_at: row.created_at,
+      revoked_at: row.revoked_at,
+    }));
+  }
+
+  /** true when a live token with this id was revoked. */
+  revoke(tokenId: string): boolean {
+    const result = this.#db
+      .prepare("UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL")
+      .run(new Date().toISOString(), tokenId);
+    return result.changes > 0;
+  }
+}
+
+function parseList(json: string): string[] {
+  const value: unknown = JSON.parse(json);
+  return Array.isArray(value) ? value.filter((v): v is string => typeof v === "string") : [];
+}
+
+/** Extract the bearer token from an Authorization header value, or null. */
+export function bearerToken(header: string | undefined): string | null {
+  if (!header) return null;
+  const match = /^Bearer ([A-Za-z0-9._~+/=-]{1,512})$/i.exec(header.trim());
+  return match?.[1] ?? null;
+}
+
+/** Principals as the Server config declares them (config.ts `[[principals]]`). */
+export interface ConfiguredPrincipal {
+  id: string;
+  scopes: readonly Scope[];
+  projects: readonly string[];
+  /** Operator-declared token hashes (hex sha256); these carry the principal's current config scopes. */
+  token_sha256?: readonly string[];
+}
+
+export function principalLookup(principals: readonly ConfiguredPrincipal[]): PrincipalLookup {
+  const byId = new Map(principals.map((p) => [p.id, p]));
+  return (id) => byId.get(id);
+}
+
+/**
+ * Bearer token → Principal for the MCP front end. CLI-issued tokens (state DB)
+ * are checked first; then hashes declared inline in the config. Unknown → null.
+ */
+export function createAuthenticator(
+  store: TokenStore,
+  principals: readonly ConfiguredPrincipal[],
+): (token: string) => Principal | null {
+  const lookup = principalLookup(principals);
+  const inline = new Map<string, ConfiguredPrincipal>();
+  for (const p of principals) for (const h of p.token_sha256 ?? []) inline.set(h, p);
+  return (token) => {
+    const issued = store.verify(token, lookup);
+    if (issued) return issued;
+    if (inline.size === 0) return null;
+    const p = inline.get(hashToken(token));
+    if (!p) return null;
+    return { id: p.id, scopes: new Set(p.scopes), projects: new Set(p.projects) };
+  };
+}

@@ -1,0 +1,45 @@
+import { describe, expect, it } from "vitest";
+import { canSeeProject, checkStartGrant, checkToolScope } from "../src/authority.js";
+import { principal } from "./support/fake-runs.js";
+
+/** DESIGN §6.2: no scope but coding_agent:run opens the tools; start also needs project:write + grant. */
+const MATRIX: { scopes: string[]; tools: boolean; start: boolean; see: boolean }[] = [
+  { scopes: [], tools: false, start: false, see: false },
+  { scopes: ["project:read"], tools: false, start: false, see: true },
+  { scopes: ["project:write"], tools: false, start: false, see: false },
+  { scopes: ["runtime:read"], tools: false, start: false, see: false },
+  { scopes: ["job:run"], tools: false, start: false, see: false },
+  { scopes: ["mcp:local"], tools: false, start: false, see: false },
+  {
+    scopes: ["project:read", "project:write", "runtime:read", "job:run", "mcp:local"],
+    tools: false,
+    start: false,
+    see: true,
+  },
+  { scopes: ["coding_agent:run"], tools: true, start: false, see: true },
+  { scopes: ["coding_agent:run", "project:write"], tools: true, start: true, see: true },
+];
+
+describe("scope matrix", () => {
+  it.each(MATRIX)("scopes $scopes: tools=$tools start=$start see=$see", ({ scopes, tools, start, see }) => {
+    const p = principal("p", scopes, ["demo"]);
+    expect(checkToolScope(p) === null).toBe(tools);
+    expect(checkToolScope(p) === null && checkStartGrant(p, "demo") === null).toBe(start);
+    expect(canSeeProject(p, "demo")).toBe(see);
+  });
+
+  it("needs an exact project grant for start and for visibility", () => {
+    const p = principal("p", ["coding_agent:run", "project:write", "project:read"], ["demo"]);
+    expect(checkStartGrant(p, "demo")).toBeNull();
+    expect(checkStartGrant(p, "demo2")?.code).toBe("forbidden");
+    expect(checkStartGrant(p, "dem")?.code).toBe("forbidden");
+    expect(canSeeProject(p, "other")).toBe(false);
+  });
+
+  it("answers an ungranted project the same way whether or not it exists", () => {
+    const p = principal("p", ["coding_agent:run", "project:write"], []);
+    expect(checkStartGrant(p, "exists")?.message.replace("exists", "X")).toBe(
+      checkStartGrant(p, "nothere")?.message.replace("nothere", "X"),
+    );
+  });
+});

@@ -1,0 +1,218 @@
+import { MAX_OBSERVE_WAIT_SECS, MAX_PROMPT_BYTES } from "@webcodex/protocol";
+import { pino } from "pino";
+import { describe, expect, it } from "vitest";
+import { MemoryAuditLog } from "../src/audit.js";
+import {
+  CancelToolInput,
+  McpTools,
+  ObserveToolInput,
+  parseToolInput,
+  StartToolInput,
+  TOOL_NAMES,
+  toolDefinitions,
+} from "../src/mcp-tools.js";
+import { ObserveLimits } from "../src/observe-limits.js";
+import { FakeRuns, principal } from "./support/fake-runs.js";
+
+const logger = pino({ level: "silent" });
+const RUN_ID = "wc_agent_run_abcdefghijklmnopqrstuvwxyz";
+const validStart = { project_id: "demo", provider_id: "fake", idempotency_key: "k-1", prompt: "hi" };
+const alice = principal("alice", ["coding_agent:run", "project:write"]);
+
+function setup(limit = 8) {
+  const runs = new FakeRuns();
+  const audit = new MemoryAuditLog();
+  const tools = new McpTools({ runs, audit, logger, observeLimits: new ObserveLimits(limit) });
+  return { runs, audit, tools };
+}
+
+function errorOf(result: { content: unknown[]; isError?: boolean }) {
+  expect(result.isError).toBe(true);
+  const first = result.content[0] as { type: string; text: string };
+  return JSON.parse(first.text).error as { code: string; message: string; recovery_kind: string };
+}
+
+describe("tool input schemas", () => {
+  const forbidden = [
+    "executable",
+    "args",
+    "env",
+    "cwd",
+    "transport",
+    "session_id",
+    "method",
+    "id",
+    "jsonrpc",
+    "sessionId",
+  ];
+
+  it.each(forbidden)("start_coding_agent rejects the unknown key %s by name", (key) => {
+    const r = parseToolInput(StartToolInput, { ...validStart, [key]: "x" });
+    expect(r.ok).toBe(false);
+    if (!r.ok) {
+      expect(r.error.code).toBe("invalid_input");
+      expect(r.error.recovery_kind).toBe("fix_input");
+      expect(r.error.message).toContain(`'${key}'`);
+    }
+  });
+
+  it("names every unknown key even when required fields are missing too", () => {
+    const r = parseToolInput(StartToolInput, { executable: "/bin/sh", env: { A: "1" } });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.error.message).toMatch(/'executable'.*'env'|'env'.*'executable'/);
+  });
+
+  it.each(["id", "jsonrpc", "method", "session_id"])("observe and cancel reject %s by name", (key) => {
+    for (const schema of [ObserveToolInput, CancelToolInput]) {
+      const r = parseToolInput(schema, { run_id: RUN_ID, [key]: 1 });
+      expect(r.ok).toBe(false);
+      if (!r.ok) expect(r.error.message).toContain(`'${key}'`);
+    }
+  });
+
+  it("accepts a prompt of exactly MAX_PROMPT_BYTES and rejects one byte more, counting UTF-8 bytes", () => {
+    expect(parseToolInput(StartToolInput, { ...validStart, prompt: "a".repeat(MAX_PROMPT_BYTES) }).ok).toBe(true);
+    const over = parseToolInput(StartToolInput, { ...validStart, prompt: "a".repeat(MAX_PROMPT_BYTES + 1) });
+    expect(over.ok).toBe(false);
+    if (!over.ok) expect(over.error.message).toContain(`prompt: must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes`);
+    // 3-byte characters: fewer characters than the byte bound, but more bytes.
+    const wide = parseToolInput(StartToolInput, { ...validStart, prompt: "€".repeat(MAX_PROMPT_BYTES / 3 + 1) });
+    expect(wide.ok).toBe(false);
+  });
+
+  it("caps wait_secs at MAX_OBSERVE_WAIT_SECS", () => {
+    expect(parseToolInput(ObserveToolInput, { run_id: RUN_ID, wait_secs: MAX_OBSERVE_WAIT_SECS }).ok).toBe(true);
+    const r = parseToolInput(ObserveToolInput, { run_id: RUN_ID, wait_secs: MAX_OBSERVE_WAIT_SECS + 0.5 });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.error.message).toMatch(/^wait_secs:/);
+    expect(parseToolInput(ObserveToolInput, { run_id: RUN_ID, wait_secs: -1 }).ok).toBe(false);
+  });
+
+  it("rejects malformed run ids, numeric config values and out-of-range timeouts", () => {
+    expect(parseToolInput(ObserveToolInput, { run_id: "run-1" }).ok).toBe(false);
+    expect(parseToolInput(StartToolInput, { ...validStart, config: { model: 3 } }).ok).toBe(false);
+    expect(parseToolInput(StartToolInput, { ...validStart, timeout_secs: 0 }).ok).toBe(false);
+    expect(parseToolInput(StartToolInput, { ...validStart, config: { model: "x", fast: true } }).ok).toBe(true);
+  });
+
+  it("never echoes input values in the error message", () => {
+    const r = parseToolInput(StartToolInput, { ...validStart, project_id: "CANARY-secret-value" });
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.error.message).not.toContain("CANARY");
+  });
+});
+
+describe("tools/list definitions", () => {
+  it("has exactly the three tools, each with closed input and an output schema", () => {
+    const defs = toolDefinitions();
+    expect(defs.map((d) => d.name).sort()).toEqual([
+      "cancel_coding_agent",
+      "observe_coding_agent",
+      "start_coding_agent",
+    ]);
+    for (const d of defs) {
+      expect(d.inputSchema.type).toBe("object");
+      expect((d.inputSchema as { additionalProperties?: unknown }).additionalProperties).toBe(false);
+      expect(d.outputSchema?.type).toBe("object");
+    }
+    const start = defs.find((d) => d.name === TOOL_NAMES.start)!;
+    expect(start.inputSchema.required?.sort()).toEqual(["idempotency_key", "project_id", "prompt", "provider_id"]);
+    const observe = defs.find((d) => d.name === TOOL_NAMES.observe)!;
+    expect(observe.inputSchema.properties?.wait_secs).toMatchObject({ maximum: MAX_OBSERVE_WAIT_SECS });
+    expect(observe.outputSchema?.required).toEqual(
+      expect.arrayContaining(["run_id", "state", "events", "observation_token", "history_lost", "has_more"]),
+    );
+  });
+});
+
+describe("McpTools.call", () => {
+  it("returns structuredContent and the same JSON as text", async () => {
+    const { tools } = setup();
+    const result = await tools.call(alice, TOOL_NAMES.start, validStart);
+    expect(result.isError).toBeUndefined();
+    const text = (result.content[0] as { text: string }).text;
+    expect(JSON.parse(text)).toEqual(result.structuredContent);
+    expect(result.structuredContent).toMatchObject({ state: "running", replayed: false });
+  });
+
+  it("rejects an oversized prompt before the run core is called", async () => {
+    const { tools, runs } = setup();
+    const result = await tools.call(alice, TOOL_NAMES.start, {
+      ...validStart,
+      prompt: "x".repeat(MAX_PROMPT_BYTES + 1),
+    });
+    expect(errorOf(result).code).toBe("invalid_input");
+    expect(runs.startCalls).toHaveLength(0);
+  });
+
+  it("answers an unknown provider with the project's providers (ids and names only)", async () => {
+    const { tools } = setup();
+    const result = await tools.call(alice, TOOL_NAMES.start, { ...validStart, provider_id: "nope" });
+    const error = errorOf(result) as { code: string; message: string; available_providers?: unknown };
+    expect(error.code).toBe("provider_unavailable");
+    expect(error.message).toContain("fake (Fake agent)");
+    expect(error.available_providers).toEqual([{ provider_id: "fake", name: "Fake agent" }]);
+  });
+
+  it("refuses start on a project that is not granted, without reaching the run core", async () => {
+    const { tools, runs } = setup();
+    const result = await tools.call(alice, TOOL_NAMES.start, { ...validStart, project_id: "other" });
+    expect(errorOf(result).code).toBe("forbidden");
+    expect(runs.startCalls).toHaveLength(0);
+  });
+
+  it("limits concurrently waiting observes per principal with too_many_observers", async () => {
+    const { tools, runs } = setup(1);
+    const started = await tools.call(alice, TOOL_NAMES.start, validStart);
+    const { run_id, observation_token } = started.structuredContent as { run_id: string; observation_token: string };
+    const first = await tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token });
+    const token = (first.structuredContent as { observation_token: string }).observation_token;
+    const waiting = tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: token, wait_secs: 30 });
+    await expect.poll(() => runs.waiting).toBe(1);
+    const second = await tools.call(alice, TOOL_NAMES.observe, {
+      run_id,
+      after_observation_token: token,
+      wait_secs: 5,
+    });
+    expect(errorOf(second)).toMatchObject({ code: "too_many_observers", recovery_kind: "wait" });
+    // Observes without a wait are never limited.
+    const quick = await tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: token });
+    expect(quick.isError).toBeUndefined();
+    // Another principal has its own budget (and gets not_found for alice's run).
+    const bob = principal("bob", ["coding_agent:run"]);
+    const other = await tools.call(bob, TOOL_NAMES.observe, { run_id, wait_secs: 1 });
+    expect(errorOf(other).code).toBe("not_found");
+    await tools.call(alice, TOOL_NAMES.cancel, { run_id });
+    const woke = await waiting;
+    expect((woke.structuredContent as { state: string }).state).toBe("cancelled");
+    const again = await tools.call(alice, TOOL_NAMES.observe, {
+      run_id,
+      after_observation_token: token,
+      wait_secs: 0.01,
+    });
+    expect(again.isError).toBeUndefined();
+  });
+
+  it("writes one audit row per call with sizes and outcome, never the prompt or tokens", async () => {
+    const { tools, audit } = setup();
+    const canary = "CANARY-7f3a-prompt";
+    const started = await tools.call(alice, TOOL_NAMES.start, { ...validStart, prompt: `do it ${canary}` });
+    const { run_id, observation_token } = started.structuredContent as { run_id: string; observation_token: string };
+    await tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token });
+    await tools.call(alice, TOOL_NAMES.start, { ...validStart, executable: "/bin/sh" });
+    expect(audit.rows.map((r) => [r.tool, r.outcome, r.run_id])).toEqual([
+      ["start_coding_agent", "ok", run_id],
+      ["observe_coding_agent", "ok", run_id],
+      ["start_coding_agent", "invalid_input", null],
+    ]);
+    for (const row of audit.rows) {
+      expect(row.input_bytes).toBeGreaterThan(0);
+      expect(row.output_bytes).toBeGreaterThan(0);
+      expect(row.duration_ms).toBeGreaterThanOrEqual(0);
+    }
+    const dump = JSON.stringify(audit.rows);
+    expect(dump).not.toContain(canary);
+    expect(dump).not.toContain(observation_token);
+    expect(dump).not.toContain("k-1");
+  });
+});

@@ -1,0 +1,138 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  bearerToken,
+  type ConfiguredPrincipal,
+  createAuthenticator,
+  hashToken,
+  principalLookup,
+  TokenIssueError,
+  TokenStore,
+} from "../src/tokens.js";
+
+let dir: string;
+let db: Database.Database;
+let store: TokenStore;
+const principals: ConfiguredPrincipal[] = [
+  { id: "alice", scopes: ["coding_agent:run", "project:write", "project:read"], projects: ["demo", "docs"] },
+  { id: "ops", scopes: ["project:write", "job:run", "mcp:local", "runtime:read"], projects: ["demo"] },
+];
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), "wc-tokens-"));
+  db = new Database(join(dir, "server.sqlite3"));
+  db.pragma("journal_mode = WAL");
+  store = new TokenStore(db);
+});
+afterEach(() => {
+  if (db.open) db.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const issueAlice = (over: Partial<Parameters<TokenStore["issue"]>[0]> = {}) =>
+  store.issue(
+    {
+      principal_id: "alice",
+      scopes: ["coding_agent:run", "project:write"],
+      projects: ["demo"],
+      allowCodingAgentRun: true,
+      ...over,
+    },
+    principalLookup(principals),
+  );
+
+describe("token issue and verify", () => {
+  it("verifies an issued token to its principal with exactly the issued scopes and projects", () => {
+    const issued = issueAlice();
+    expect(issued.token).toMatch(/^wct_[A-Za-z0-9_-]{43}$/);
+    const p = store.verify(issued.token, principalLookup(principals));
+    expect(p?.id).toBe("alice");
+    expect([...(p?.scopes ?? [])].sort()).toEqual(["coding_agent:run", "project:write"]);
+    expect([...(p?.projects ?? [])]).toEqual(["demo"]);
+  });
+
+  it("stores only the sha256 of the token, never the token", () => {
+    const issued = issueAlice();
+    db.close();
+    const bytes = readdirSync(dir)
+      .map((f) => readFileSync(join(dir, f)).toString("latin1"))
+      .join("");
+    expect(bytes).not.toContain(issued.token);
+    expect(bytes).not.toContain(issued.token.slice(4, 24));
+    const reopened = new Database(join(dir, "server.sqlite3"));
+    expect(reopened.prepare("SELECT token_hash FROM principal_tokens").pluck().all()).toEqual([
+      hashToken(issued.token),
+    ]);
+    reopened.close();
+  });
+
+  it("refuses coding_agent:run without the explicit opt-in", () => {
+    expect(() => issueAlice({ allowCodingAgentRun: false })).toThrow(/--allow-coding-agent-run/);
+    expect(() => issueAlice({ allowCodingAgentRun: false, scopes: ["project:write"] })).not.toThrow();
+  });
+
+  it("refuses scopes and projects the config does not grant, and unknown scopes", () => {
+    expect(() => issueAlice({ scopes: ["job:run"] })).toThrow(TokenIssueError);
+    expect(() => issueAlice({ projects: ["secret"] })).toThrow(/not granted/);
+    expect(() => issueAlice({ scopes: ["root"] })).toThrow(/unknown scope/);
+    expect(() => issueAlice({ principal_id: "mallory" })).toThrow(/not declared/);
+    expect(() => issueAlice({ scopes: [] })).toThrow(/at least one/);
+  });
+
+  it("never widens a token when the config later grants its principal more", () => {
+    const issued = issueAlice({ scopes: ["project:write"], allowCodingAgentRun: false });
+    const widened: ConfiguredPrincipal[] = [
+      {
+        id: "alice",
+        scopes: ["coding_agent:run", "project:write", "project:read", "job:run"],
+        projects: ["demo", "x"],
+      },
+    ];
+    const p = store.verify(issued.token, principalLookup(widened));
+    expect([...(p?.scopes ?? [])]).toEqual(["project:write"]);
+    expect([...(p?.projects ?? [])]).toEqual(["demo"]);
+  });
+
+  it("narrows a token at once when the config takes a scope or project away, and drops removed principals", () => {
+    const issued = issueAlice();
+    const narrowed: ConfiguredPrincipal[] = [{ id: "alice", scopes: ["project:write"], projects: [] }];
+    const p = store.verify(issued.token, principalLookup(narrowed));
+    expect([...(p?.scopes ?? [])]).toEqual(["project:write"]);
+    expect(p?.projects.size).toBe(0);
+    expect(store.verify(issued.token, principalLookup([]))).toBeNull();
+  });
+
+  it("rejects unknown, tampered, malformed and revoked tokens", () => {
+    const issued = issueAlice();
+    const lookup = principalLookup(principals);
+    const last = issued.token.at(-1) === "A" ? "B" : "A";
+    expect(store.verify(`${issued.token.slice(0, -1)}${last}`, lookup)).toBeNull();
+    expect(store.verify(`wct_${"A".repeat(43)}`, lookup)).toBeNull();
+    expect(store.verify("", lookup)).toBeNull();
+    expect(store.verify(hashToken(issued.token), lookup)).toBeNull();
+    expect(store.revoke(issued.token_id)).toBe(true);
+    expect(store.verify(issued.token, lookup)).toBeNull();
+    expect(store.revoke(issued.token_id)).toBe(false);
+    expect(store.list("alice")[0]?.revoked_at).not.toBeNull();
+  });
+
+  it("authenticates config-declared hashes with the principal's config scopes", () => {
+    const token = "static-token-for-tests-0123456789";
+    const auth = createAuthenticator(store, [
+      { id: "bot", scopes: ["project:read"], projects: ["demo"], token_sha256: [hashToken(token)] },
+    ]);
+    expect(auth(token)?.id).toBe("bot");
+    expect(auth("other")).toBeNull();
+  });
+
+  it("parses bearer headers strictly", () => {
+    expect(bearerToken("Bearer abc")).toBe("abc");
+    expect(bearerToken("bearer abc")).toBe("abc");
+    expect(bearerToken("Basic abc")).toBeNull();
+    expect(bearerToken("Bearer a b")).toBeNull();
+    expect(bearerToken(undefined)).toBeNull();
+  });
+});
