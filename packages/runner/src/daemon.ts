@@ -1,0 +1,342 @@
+/**
+ * The Runner daemon's start-up order (DESIGN §4.4), one step after another,
+ * nothing accepting work until the last one:
+ *
+ *   1. load and validate the config                       (exit 2 on error)
+ *   2. open and verify the dispatch store + marker        (exit 3 on refusal)
+ *   3. recover rows left by a previous process            (failed/not_started, lost/outcome_unknown)
+ *   4. reap surviving agent process groups of those rows  (start-time checked)
+ *   5. prune old terminal rows (retention)
+ *   6. build the run manager (new agent_instance_id, new provider instances)
+ *   7. connect to the Server (link.ts), if that module is present
+ *
+ * SIGINT/SIGTERM: stop the link, then close the run manager (stop accepting,
+ * close every child tree, record terminal state per contract), close the
+ * store, exit 0. A second signal exits at once with 130/143.
+ */
+import pino from "pino";
+import type { RunnerConfig } from "./config.js";
+import { ConfigError, loadConfig } from "./config.js";
+import { openDispatchStore, type SqliteDispatchStore, StoreRefusedError } from "./dispatch-store.js";
+import type { DispatchStore } from "./dispatch-store-types.js";
+import { activeFailpoint, FAILPOINT_ENV, invalidFailpointValue } from "./failpoints.js";
+import { procIdentitySupported } from "./proc-identity.js";
+import { type ReapResult, reapAll } from "./reaper.js";
+import { type RecoveredRun, recoverStore } from "./recovery.js";
+import type { RunService } from "./run-service.js";
+
+export type Logger = pino.Logger;
+
+/** Retention defaults (DESIGN §4.4 / issue 4): terminal rows kept 7 days, at most 1000 of them. */
+export const DEFAULT_RETAIN_TERMINAL_DAYS = 7;
+export const DEFAULT_RETAIN_TERMINAL_MAX = 1000;
+
+export interface StartDaemonOptions {
+  configPath: string;
+  /** Operator flag --new-store: move the old store aside and start a new store_id. */
+  newStore: boolean;
+  logger?: Logger;
+  /** Install SIGINT/SIGTERM handlers and exit the process when stopped (default true). */
+  handleSignals?: boolean;
+  /** On a start-up refusal, print the operator message and exit with its code (default true); else throw. */
+  exitOnFatal?: boolean;
+}
+
+export interface DaemonHandle {
+  readonly storeId: string;
+  readonly agentInstanceId: string;
+  readonly service: RunService;
+  readonly recovered: readonly RecoveredRun[];
+  readonly reaped: readonly ReapResult[];
+  /** Graceful stop (idempotent). */
+  stop(reason?: string): Promise<void>;
+  /** Resolves once the daemon stopped. */
+  readonly closed: Promise<void>;
+}
+
+/** Start-up failure with an exit code: 2 config, 3 store refusal, 1 anything else. */
+export class DaemonStartError extends Error {
+  override readonly name = "DaemonStartError";
+  constructor(
+    readonly exitCode: number,
+    message: string,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+interface Retention {
+  retainDays: number;
+  retainMax: number;
+}
+
+/**
+ * Retention settings from `[runner]`. The config module owns the keys
+ * (`retain_terminal_days`, `retain_terminal_max`); until it exposes them the
+ * defaults apply.
+ */
+export function retentionOf(config: RunnerConfig): Retention {
+  const runner = config.runner as RunnerConfig["runner"] & {
+    retainTerminalDays?: number;
+    retainTerminalMax?: number;
+  };
+  return {
+    retainDays: runner.retainTerminalDays ?? DEFAULT_RETAIN_TERMINAL_DAYS,
+    retainMax: runner.retainTerminalMax ?? DEFAULT_RETAIN_TERMINAL_MAX,
+  };
+}
+
+/** What daemon.ts needs from run-manager.ts. */
+export interface RunManagerLike extends RunService {}
+
+export interface RunManagerDeps {
+  config: RunnerConfig;
+  store: DispatchStore;
+  logger: Logger;
+}
+
+type RunManagerFactory = (deps: RunManagerDeps) => RunManagerLike | Promise<RunManagerLike>;
+
+interface LinkHandle {
+  close(): unknown;
+}
+type LinkFactory = (options: {
+  url: string;
+  token: string;
+  service: RunService;
+  logger: Logger;
+}) => LinkHandle | Promise<LinkHandle>;
+
+/** Import a sibling module by name at run time; undefined if it is not built. */
+async function importSibling(name: string): Promise<Record<string, unknown> | undefined> {
+  const url = new URL(`./${name}.js`, import.meta.url);
+  try {
+    return (await import(url.href)) as Record<string, unknown>;
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    if (code === "ERR_MODULE_NOT_FOUND" && String((error as Error).message).includes(url.pathname)) return undefined;
+    throw error;
+  }
+}
+
+async function runManagerFactory(): Promise<RunManagerFactory> {
+  const mod = await importSibling("run-manager");
+  if (!mod) throw new DaemonStartError(1, "run-manager module is missing from this build");
+  const create = mod.createRunManager;
+  if (typeof create === "function") return create as RunManagerFactory;
+  const Ctor = mod.RunManager;
+  if (typeof Ctor === "function") {
+    return (deps) => new (Ctor as new (d: RunManagerDeps) => RunManagerLike)(deps);
+  }
+  throw new DaemonStartError(1, "run-manager module exports neither createRunManager nor RunManager");
+}
+
+async function linkFactory(): Promise<LinkFactory | undefined> {
+  const mod = await importSibling("link");
+  const start = mod?.startLink;
+  return typeof start === "function" ? (start as LinkFactory) : undefined;
+}
+
+async function readToken(config: RunnerConfig): Promise<string | null> {
+  const server = config.server;
+  if (!server) return null;
+  if (server.tokenEnv) {
+    const value = process.env[server.tokenEnv];
+    if (value) return value;
+  }
+  if (server.tokenFile) {
+    const { readFile } = await import("node:fs/promises");
+    try {
+      const text = (await readFile(server.tokenFile, "utf8")).trim();
+      if (text) return text;
+    } catch {
+      // reported below without the path's content
+    }
+  }
+  return null;
+}
+
+function defaultLogger(config: RunnerConfig | null): Logger {
+  return pino({ name: "webcodex-runner", level: config?.runner.logLevel ?? "info" }, pino.destination(2));
+}
+
+/**
+ * Open the store, recover, reap and prune — the part of start-up that runs
+ * before any work is accepted. Exported for tests and for `check`.
+ */
+export async function prepareStore(options: {
+  stateDir: string;
+  newStore: boolean;
+  retention: Retention;
+  logger: Logger;
+}): Promise<{ store: SqliteDispatchStore; recovered: RecoveredRun[]; reaped: ReapResult[] }> {
+  const { logger } = options;
+  const opened = openDispatchStore({ stateDir: options.stateDir, newStore: options.newStore });
+  const { store } = opened;
+  try {
+    if (opened.movedAside.length > 0) {
+      logger.warn({ moved_aside: opened.movedAside, store_id: store.storeId }, "--new-store: old store moved aside");
+    }
+    logger.info({ store_id: store.storeId, created: opened.created }, "dispatch store open");
+
+    const recovered = recoverStore(store);
+    for (const run of recovered) {
+      logger.warn({ run_id: run.run_id, from_phase: run.from_phase, state: run.state }, "recovered run");
+    }
+
+    const targets = store
+      .listWithChild()
+      .filter((row) => row.child_pgid !== null && row.child_start_time !== null)
+      .map((row) => ({ run_id: row.run_id, pgid: row.child_pgid!, startTime: row.child_start_time! }));
+    let reaped: ReapResult[] = [];
+    if (targets.length > 0) {
+      if (!procIdentitySupported()) {
+        logger.warn({ groups: targets.length }, "cannot verify process identity on this platform; not reaping");
+      } else {
+        reaped = await reapAll(targets, { logger });
+      }
+    }
+    for (const result of reaped) {
+      if (result.outcome !== "survived") store.clearChild(result.run_id);
+    }
+
+    const pruned = store.prune(options.retention);
+    if (pruned.byAge + pruned.byCount > 0) logger.info(pruned, "pruned terminal runs");
+    return { store, recovered, reaped };
+  } catch (error) {
+    store.close();
+    throw error;
+  }
+}
+
+/** Turn any start-up failure into a DaemonStartError with its exit code. */
+function toStartError(error: unknown): DaemonStartError {
+  if (error instanceof DaemonStartError) return error;
+  if (error instanceof StoreRefusedError) return new DaemonStartError(error.exitCode, error.message, { cause: error });
+  if (error instanceof ConfigError) return new DaemonStartError(error.exitCode, error.message, { cause: error });
+  const message = error instanceof Error ? error.message : String(error);
+  return new DaemonStartError(1, `the Runner failed to start: ${message}`, { cause: error });
+}
+
+export async function startDaemon(options: StartDaemonOptions): Promise<DaemonHandle> {
+  const exitOnFatal = options.exitOnFatal ?? true;
+  let logger = options.logger ?? null;
+  try {
+    return await start(options, (l) => {
+      logger = l;
+    });
+  } catch (error) {
+    const startError = toStartError(error);
+    if (!exitOnFatal) throw startError;
+    logger?.fatal({ exit_code: startError.exitCode }, "the Runner refused to start");
+    process.stderr.write(`webcodex-runner: ${startError.message}\n`);
+    process.exit(startError.exitCode);
+  }
+}
+
+async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void): Promise<DaemonHandle> {
+  const config = await loadConfig(options.configPath);
+  const logger = options.logger ?? defaultLogger(config);
+  setLogger(logger);
+
+  const armed = activeFailpoint();
+  if (armed) logger.warn({ failpoint: armed }, `${FAILPOINT_ENV} is set: this Runner will SIGKILL itself there`);
+  const invalid = invalidFailpointValue();
+  if (invalid) logger.warn({ value_length: invalid.length }, `${FAILPOINT_ENV} names no failpoint; ignored`);
+
+  const { store, recovered, reaped } = await prepareStore({
+    stateDir: config.runner.stateDir,
+    newStore: options.newStore,
+    retention: retentionOf(config),
+    logger,
+  });
+
+  let service: RunManagerLike;
+  try {
+    const create = await runManagerFactory();
+    service = await create({ config, store, logger });
+  } catch (error) {
+    store.close();
+    throw error;
+  }
+
+  let link: LinkHandle | undefined;
+  const startLink = await linkFactory();
+  if (!config.server) {
+    logger.warn("no [server] table in the config; running without a Server link");
+  } else if (!startLink) {
+    logger.warn("this build has no Server link module; running without a Server link");
+  } else {
+    const token = await readToken(config);
+    if (token === null) {
+      await service.close();
+      store.close();
+      throw new DaemonStartError(
+        2,
+        `${config.file}: server: no Runner token found (set the variable named by server.token_env or the file named by server.token_file)`,
+      );
+    }
+    link = await startLink({ url: config.server.url, token, service, logger });
+  }
+  logger.info(
+    {
+      store_id: service.storeId,
+      agent_instance_id: service.agentInstanceId,
+      recovered: recovered.length,
+      reaped: reaped.filter((r) => r.outcome === "reaped").length,
+    },
+    "runner started",
+  );
+
+  let stopping: Promise<void> | undefined;
+  let resolveClosed: () => void = () => {};
+  const closed = new Promise<void>((resolve) => {
+    resolveClosed = resolve;
+  });
+  const stop = (reason = "stop"): Promise<void> => {
+    stopping ??= (async () => {
+      logger.info({ reason }, "runner stopping");
+      try {
+        await link?.close();
+      } catch (error) {
+        logger.warn({ err_name: (error as Error)?.name }, "closing the Server link failed");
+      }
+      try {
+        await service.close();
+      } finally {
+        store.close();
+        logger.info("runner stopped");
+        resolveClosed();
+      }
+    })();
+    return stopping;
+  };
+
+  if (options.handleSignals ?? true) {
+    let signals = 0;
+    const onSignal = (signal: NodeJS.Signals) => {
+      signals++;
+      if (signals > 1) process.exit(signal === "SIGINT" ? 130 : 143);
+      stop(signal).then(
+        () => process.exit(0),
+        (error: unknown) => {
+          logger.error({ err_name: (error as Error)?.name }, "graceful stop failed");
+          process.exit(1);
+        },
+      );
+    };
+    process.on("SIGINT", onSignal);
+    process.on("SIGTERM", onSignal);
+  }
+
+  return {
+    storeId: store.storeId,
+    agentInstanceId: service.agentInstanceId,
+    service,
+    recovered,
+    reaped,
+    stop,
+    closed,
+  };
+}
