@@ -1,1 +1,104 @@
-export {};
+/**
+ * webcodex-server CLI. One small switch; each subcommand parses its own flags.
+ *
+ *   webcodex-server run --config FILE
+ *   webcodex-server runner-token issue --runner ID [--config FILE]
+ */
+import { randomBytes } from "node:crypto";
+import { parseArgs } from "node:util";
+import { pino } from "pino";
+import { ConfigError, loadServerConfig, sha256Hex } from "./config.js";
+import { type McpHandlerFactory, startServer } from "./server.js";
+
+const USAGE = `usage:
+  webcodex-server run --config FILE
+  webcodex-server runner-token issue --runner ID [--config FILE]`;
+
+/** The MCP front end (src/mcp.ts), when present, exports createMcpHandler. */
+async function loadMcpHandler(): Promise<McpHandlerFactory | undefined> {
+  const spec = "./mcp.js";
+  try {
+    const mod = (await import(spec)) as { createMcpHandler?: McpHandlerFactory };
+    return mod.createMcpHandler;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ERR_MODULE_NOT_FOUND") return undefined;
+    throw err;
+  }
+}
+
+async function cmdRun(argv: string[]): Promise<number> {
+  const { values } = parseArgs({ args: argv, options: { config: { type: "string" } }, strict: true });
+  if (!values.config) {
+    console.error(USAGE);
+    return 2;
+  }
+  const config = loadServerConfig(values.config);
+  const logger = pino({ level: process.env.WEBCODEX_LOG_LEVEL ?? "info", base: { app: "webcodex-server" } });
+  const mcpHandler = await loadMcpHandler();
+  const server = await startServer({ config, logger, ...(mcpHandler ? { mcpHandler } : {}) });
+  // One line on stdout that tools and tests can wait for.
+  console.log(JSON.stringify({ listening: server.url, port: server.port }));
+  await new Promise<void>((resolve) => {
+    const stop = (sig: string) => {
+      logger.info({ signal: sig }, "shutting down");
+      resolve();
+    };
+    process.once("SIGINT", () => stop("SIGINT"));
+    process.once("SIGTERM", () => stop("SIGTERM"));
+  });
+  await server.close();
+  return 0;
+}
+
+function cmdRunnerToken(argv: string[]): number {
+  const [action, ...rest] = argv;
+  const { values } = parseArgs({
+    args: rest,
+    options: { runner: { type: "string" }, config: { type: "string" } },
+    strict: true,
+  });
+  if (action !== "issue" || !values.runner) {
+    console.error(USAGE);
+    return 2;
+  }
+  if (values.config) {
+    const config = loadServerConfig(values.config);
+    if (!config.runners.some((r) => r.id === values.runner)) {
+      console.error(`note: runner "${values.runner}" is not in ${config.file}; add the block below.`);
+    }
+  }
+  const token = `wcr_${randomBytes(32).toString("base64url")}`;
+  console.log(`runner token for ${values.runner} (shown once; give it to the Runner via its token_env or token file):`);
+  console.log(token);
+  console.log("");
+  console.log("add to the Server config:");
+  console.log("[[runners]]");
+  console.log(`id = "${values.runner}"`);
+  console.log(`token_sha256 = "${sha256Hex(token)}"`);
+  console.log(`projects = []  # the project ids this runner owns`);
+  return 0;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [cmd, ...rest] = argv;
+  switch (cmd) {
+    case "run":
+      return cmdRun(rest);
+    case "runner-token":
+      return cmdRunnerToken(rest);
+    default:
+      console.error(USAGE);
+      return 2;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    if (err instanceof ConfigError) console.error(`webcodex-server: ${err.message}`);
+    else console.error("webcodex-server:", err instanceof Error ? err.message : err);
+    process.exitCode = 1;
+  },
+);

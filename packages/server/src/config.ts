@@ -1,0 +1,182 @@
+/**
+ * Server configuration (TOML, startup-owned; restart to change).
+ *
+ * ```toml
+ * [server]
+ * host = "127.0.0.1"          # listen address
+ * port = 7420                 # 0 = pick a free port (tests)
+ * state_dir = ".webcodex/server"   # relative to this file; SQLite + server_secret live here
+ * heartbeat_interval_ms = 15000
+ *
+ * [[runners]]
+ * id = "local"
+ * token_sha256 = "<hex sha256 of the runner's bearer token>"   # or token_env = "NAME"
+ * projects = ["demo"]          # project ids this runner owns; each project has exactly one runner
+ *
+ * [[principals]]
+ * id = "alice"
+ * scopes = ["coding_agent:run", "project:write"]
+ * projects = ["demo"]
+ * ```
+ */
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { LocalId } from "@webcodex/protocol";
+import { parse as parseToml } from "smol-toml";
+import { z } from "zod";
+import { SCOPES } from "./runs-api.js";
+
+const Hex256 = z.string().regex(/^[0-9a-f]{64}$/, "must be a lowercase hex sha256");
+const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "must be an environment variable name");
+
+export const RunnerConfigSchema = z
+  .object({
+    id: LocalId,
+    token_sha256: Hex256.optional(),
+    token_env: EnvName.optional(),
+    projects: z.array(LocalId).max(256).default([]),
+  })
+  .strict()
+  .refine((r) => (r.token_sha256 === undefined) !== (r.token_env === undefined), {
+    message: "exactly one of token_sha256 or token_env is required",
+  });
+
+export const PrincipalConfigSchema = z
+  .object({
+    id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$/, "must be 1-128 characters of [A-Za-z0-9_.:@-]"),
+    scopes: z.array(z.enum(SCOPES)).max(SCOPES.length).default([]),
+    projects: z.array(LocalId).max(256).default([]),
+    /** Hex sha256 of the principal's bearer tokens (managed by `webcodex-server token issue`). */
+    token_sha256: z.array(Hex256).max(64).default([]),
+  })
+  .strict();
+
+export const ServerConfigSchema = z
+  .object({
+    server: z
+      .object({
+        host: z.string().min(1).max(255).default("127.0.0.1"),
+        port: z.number().int().min(0).max(65535).default(7420),
+        state_dir: z.string().min(1).max(4096).default(".webcodex/server"),
+        heartbeat_interval_ms: z.number().int().min(100).max(600_000).default(15_000),
+      })
+      .strict()
+      .default({ host: "127.0.0.1", port: 7420, state_dir: ".webcodex/server", heartbeat_interval_ms: 15_000 }),
+    runners: z.array(RunnerConfigSchema).max(256).default([]),
+    principals: z.array(PrincipalConfigSchema).max(4096).default([]),
+  })
+  .strict();
+
+export type RunnerConfigRaw = z.infer<typeof RunnerConfigSchema>;
+export type PrincipalConfig = z.infer<typeof PrincipalConfigSchema>;
+
+export interface RunnerBinding {
+  id: string;
+  /** sha256 of the bearer token, 32 bytes. */
+  tokenHash: Buffer;
+  projects: string[];
+}
+
+export interface ServerConfig {
+  /** Absolute path of the file this came from, or null when built in memory. */
+  file: string | null;
+  host: string;
+  port: number;
+  /** Absolute. */
+  stateDir: string;
+  heartbeatIntervalMs: number;
+  runners: RunnerBinding[];
+  principals: PrincipalConfig[];
+  /** project id -> runner id (each project bound to exactly one runner). */
+  projectRunner: ReadonlyMap<string, string>;
+}
+
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+}
+
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text, "utf8").digest("hex");
+}
+
+/** Validate a parsed TOML document. `baseDir` resolves relative paths; `env` supplies token_env values. */
+export function buildServerConfig(
+  doc: unknown,
+  opts: { file: string | null; baseDir: string; env?: NodeJS.ProcessEnv },
+): ServerConfig {
+  const where = opts.file ?? "<config>";
+  const parsed = ServerConfigSchema.safeParse(doc);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const path = issue ? issue.path.map(String).join(".") : "";
+    const keys = issue?.code === "unrecognized_keys" ? ` (unknown key ${issue.keys.join(", ")})` : "";
+    throw new ConfigError(`${where}: ${path || "(root)"}: ${issue?.message ?? "invalid"}${keys}`);
+  }
+  const cfg = parsed.data;
+  const env = opts.env ?? process.env;
+  const runnerIds = new Set<string>();
+  const projectRunner = new Map<string, string>();
+  const runners: RunnerBinding[] = [];
+  for (const [i, r] of cfg.runners.entries()) {
+    if (runnerIds.has(r.id)) throw new ConfigError(`${where}: runners[${i}].id: duplicate runner id "${r.id}"`);
+    runnerIds.add(r.id);
+    let hex = r.token_sha256;
+    if (hex === undefined && r.token_env !== undefined) {
+      const token = env[r.token_env];
+      if (!token)
+        throw new ConfigError(`${where}: runners[${i}].token_env: environment variable ${r.token_env} is not set`);
+      hex = sha256Hex(token);
+    }
+    for (const p of r.projects) {
+      const other = projectRunner.get(p);
+      if (other !== undefined) {
+        throw new ConfigError(`${where}: runners[${i}].projects: project "${p}" is already bound to runner "${other}"`);
+      }
+      projectRunner.set(p, r.id);
+    }
+    runners.push({ id: r.id, tokenHash: Buffer.from(hex ?? "", "hex"), projects: [...r.projects] });
+  }
+  const principalIds = new Set<string>();
+  for (const [i, p] of cfg.principals.entries()) {
+    if (principalIds.has(p.id))
+      throw new ConfigError(`${where}: principals[${i}].id: duplicate principal id "${p.id}"`);
+    principalIds.add(p.id);
+  }
+  return {
+    file: opts.file,
+    host: cfg.server.host,
+    port: cfg.server.port,
+    stateDir: resolve(opts.baseDir, cfg.server.state_dir),
+    heartbeatIntervalMs: cfg.server.heartbeat_interval_ms,
+    runners,
+    principals: cfg.principals,
+    projectRunner,
+  };
+}
+
+export function parseServerConfig(
+  text: string,
+  opts: { file: string | null; baseDir: string; env?: NodeJS.ProcessEnv },
+) {
+  let doc: unknown;
+  try {
+    doc = parseToml(text);
+  } catch (err) {
+    const msg = err instanceof Error ? err.message.split("\n")[0] : "invalid TOML";
+    throw new ConfigError(`${opts.file ?? "<config>"}: not valid TOML: ${msg}`);
+  }
+  return buildServerConfig(doc, opts);
+}
+
+export function loadServerConfig(file: string, env?: NodeJS.ProcessEnv): ServerConfig {
+  const abs = resolve(file);
+  let text: string;
+  try {
+    text = readFileSync(abs, "utf8");
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? "unreadable";
+    throw new ConfigError(`${abs}: cannot read config (${code})`);
+  }
+  return parseServerConfig(text, { file: abs, baseDir: dirname(abs), ...(env ? { env } : {}) });
+}

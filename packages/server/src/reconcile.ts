@@ -1,0 +1,136 @@
+/**
+ * Reconciliation of Server admission records against a Runner (DESIGN §6.1).
+ * Runs on every Runner `hello` and, for records that were never sent, at
+ * Server start. It fails closed: a run that may have been admitted but
+ * cannot be found becomes `lost`, never re-sent.
+ */
+import { FAILURE_SUMMARIES, type HelloFrame, type RunSummary } from "@webcodex/protocol";
+import type { Logger } from "pino";
+import type { AdmissionRecord, RecordPatch, StateStore } from "./state-store.js";
+
+export const RESTARTED_BEFORE_DISPATCH_MESSAGE =
+  "The Server restarted before sending this run to its Runner; no prompt was dispatched. Retry with the same idempotency key.";
+
+/** At Server start: intents that were recorded but never sent can be retried with the same key. */
+export function reconcileAtStart(store: StateStore, logger: Logger): number {
+  const stale = store.listByAdmission("intent_recorded");
+  for (const r of stale) {
+    store.update(r.run_id, {
+      admission: "rejected_pre_admission",
+      state: "failed",
+      execution_state: "not_started",
+      stop_reason: null,
+      failure_kind: "never_admitted",
+      recovery_kind: "retry_same",
+      message: RESTARTED_BEFORE_DISPATCH_MESSAGE,
+    });
+  }
+  if (stale.length > 0) logger.info({ count: stale.length }, "closed never-sent admission intents as retryable");
+  return stale.length;
+}
+
+export type Decision =
+  | { kind: "skip" }
+  | { kind: "apply"; summary: RunSummary }
+  | { kind: "query" }
+  | { kind: "close"; patch: RecordPatch };
+
+export function neverAdmittedPatch(retry: boolean): RecordPatch {
+  return {
+    ...(retry ? { admission: "rejected_pre_admission" as const } : {}),
+    state: "failed",
+    execution_state: "not_started",
+    stop_reason: null,
+    failure_kind: "never_admitted",
+    recovery_kind: retry ? "retry_same" : "none",
+    message: FAILURE_SUMMARIES.never_admitted,
+  };
+}
+
+export function lostPatch(kind: "runner_store_changed" | "missing_on_runner"): RecordPatch {
+  return {
+    state: "lost",
+    execution_state: "outcome_unknown",
+    stop_reason: null,
+    failure_kind: kind,
+    recovery_kind: "reconcile",
+    message: FAILURE_SUMMARIES[kind],
+  };
+}
+
+/** What to do with one open record of this runner, given its hello. */
+export function decide(record: AdmissionRecord, hello: HelloFrame, busy: boolean): Decision {
+  if (busy) return { kind: "skip" };
+  switch (record.admission) {
+    case "rejected_pre_admission":
+      return { kind: "skip" };
+    case "intent_recorded":
+      // Not in flight (not busy) and never sent: nothing reached the Runner.
+      return { kind: "close", patch: neverAdmittedPatch(true) };
+    case "sent":
+    case "admitted": {
+      if (record.store_id !== null && record.store_id !== hello.store_id) {
+        return { kind: "close", patch: lostPatch("runner_store_changed") };
+      }
+      const summary = hello.inventory.find((s) => s.run_id === record.run_id);
+      if (summary) return { kind: "apply", summary };
+      return { kind: "query" };
+    }
+    default: {
+      const never: never = record.admission;
+      throw new Error(`unknown admission ${String(never)}`);
+    }
+  }
+}
+
+/** Decide for a record missing from the inventory once the Runner answered run.sync. */
+export function decideAfterQuery(record: AdmissionRecord, found: RunSummary | null): Decision {
+  if (found) return { kind: "apply", summary: found };
+  // Same store, and the Runner admits durably before replying: a run it does not know was never admitted.
+  if (record.admission === "sent") return { kind: "close", patch: neverAdmittedPatch(false) };
+  return { kind: "close", patch: lostPatch("missing_on_runner") };
+}
+
+export interface ReconcileDeps {
+  store: StateStore;
+  logger: Logger;
+  isBusy(runId: string): boolean;
+  /** run.sync(after_seq = 0, max 0) against the live connection: the summary, null if unknown, "unavailable" on failure. */
+  query(runId: string): Promise<RunSummary | null | "unavailable">;
+  apply(record: AdmissionRecord, summary: RunSummary): void;
+  closed(record: AdmissionRecord): void;
+}
+
+export async function reconcileRunner(runnerId: string, hello: HelloFrame, deps: ReconcileDeps): Promise<void> {
+  const open = deps.store.listOpenForRunner(runnerId);
+  let closed = 0;
+  for (const record of open) {
+    let d = decide(record, hello, deps.isBusy(record.run_id));
+    if (d.kind === "query") {
+      const found = await deps.query(record.run_id);
+      if (found === "unavailable") continue;
+      const fresh = deps.store.get(record.run_id);
+      if (!fresh || deps.isBusy(record.run_id)) continue;
+      d = decideAfterQuery(fresh, found);
+    }
+    switch (d.kind) {
+      case "skip":
+      case "query":
+        break;
+      case "apply":
+        deps.apply(record, d.summary);
+        break;
+      case "close": {
+        const updated = deps.store.update(record.run_id, d.patch);
+        closed++;
+        deps.logger.info(
+          { run_id: record.run_id, runner_id: runnerId, state: d.patch.state, failure_kind: d.patch.failure_kind },
+          "reconciled run",
+        );
+        if (updated) deps.closed(updated);
+        break;
+      }
+    }
+  }
+  deps.logger.info({ runner_id: runnerId, open: open.length, closed }, "reconciliation done");
+}

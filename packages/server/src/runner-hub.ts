@@ -1,0 +1,412 @@
+/**
+ * The `/runner` WebSocket endpoint. Authenticates Runners during the HTTP
+ * upgrade (bearer token, compared as sha256 digests in constant time),
+ * enforces the closed protocol (first frame `hello`, bounded frames, every
+ * frame zod-validated), keeps exactly one live connection per runner id (a
+ * newer `hello` fences the older connection), and correlates requests with
+ * responses by request_id with bounded timeouts and a bounded number in flight.
+ *
+ * A misbehaving Runner only ever loses its own connection.
+ */
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
+import {
+  encodeFrame,
+  type HelloFrame,
+  MAX_FRAME_BYTES,
+  PROTOCOL_VERSION,
+  type ProtocolErrorCode,
+  parseRunnerFrame,
+  type RunCancelFrame,
+  type RunInventoryFrame,
+  type RunnerFrame,
+  type RunnerResponse,
+  type RunStartFrame,
+  type RunSyncFrame,
+  type RunUpdateFrame,
+  type ServerFrame,
+} from "@webcodex/protocol";
+import type { Logger } from "pino";
+import { type WebSocket, WebSocketServer } from "ws";
+import type { RunnerBinding } from "./config.js";
+
+export type RunnerRequest =
+  | Omit<RunStartFrame, "request_id">
+  | Omit<RunSyncFrame, "request_id">
+  | Omit<RunCancelFrame, "request_id">
+  | Omit<RunInventoryFrame, "request_id">;
+
+export type RequestOutcome =
+  | { ok: true; frame: RunnerResponse }
+  | { ok: false; reason: "timeout" | "closed" | "busy" | "send_failed" };
+
+const EXPECTED_RESULT: Record<RunnerRequest["type"], RunnerResponse["type"]> = {
+  "run.start": "run.start.result",
+  "run.sync": "run.sync.result",
+  "run.cancel": "run.cancel.result",
+  "run.inventory": "run.inventory.result",
+};
+
+export interface HubListener {
+  /** A connection completed `hello` and is now the live one for its runner id. */
+  onHello(conn: RunnerConnection, hello: HelloFrame): void;
+  onUpdate(conn: RunnerConnection, frame: RunUpdateFrame): void;
+  /** The live connection of a runner id went away (not called for a replaced connection). */
+  onDisconnect(conn: RunnerConnection): void;
+}
+
+export interface HubOptions {
+  bindings: readonly RunnerBinding[];
+  logger: Logger;
+  listener: HubListener;
+  heartbeatIntervalMs: number;
+  serverInstanceId: string;
+  helloTimeoutMs?: number;
+  requestTimeoutMs?: number;
+  maxInFlight?: number;
+  /** A connection whose unsent bytes exceed this is closed (a stuck Runner cannot grow our memory). */
+  maxBufferedBytes?: number;
+}
+
+let connCounter = 0;
+
+export class RunnerConnection {
+  readonly id = ++connCounter;
+  hello: HelloFrame | null = null;
+  #closed = false;
+  #alive = true;
+  #seq = 0;
+  readonly #pending = new Map<
+    string,
+    { expect: RunnerResponse["type"]; resolve: (o: RequestOutcome) => void; timer: NodeJS.Timeout }
+  >();
+  readonly #closedPromise: Promise<void>;
+  #resolveClosed!: () => void;
+
+  constructor(
+    readonly runnerId: string,
+    readonly ws: WebSocket,
+    private readonly hub: RunnerHub,
+    private readonly log: Logger,
+  ) {
+    this.#closedPromise = new Promise((r) => {
+      this.#resolveClosed = r;
+    });
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+  get whenClosed(): Promise<void> {
+    return this.#closedPromise;
+  }
+  get inFlight(): number {
+    return this.#pending.size;
+  }
+
+  markAlive(): void {
+    this.#alive = true;
+  }
+
+  /** Called by the heartbeat timer: false when the peer missed the last ping. */
+  beat(): boolean {
+    if (!this.#alive) return false;
+    this.#alive = false;
+    try {
+      this.ws.ping();
+    } catch {
+      return false;
+    }
+    return true;
+  }
+
+  send(frame: ServerFrame): boolean {
+    if (this.#closed) return false;
+    if (this.ws.bufferedAmount > this.hub.maxBufferedBytes) {
+      this.log.warn({ runner_id: this.runnerId, buffered: this.ws.bufferedAmount }, "runner is not reading; closing");
+      this.close(1008, "send buffer full");
+      return false;
+    }
+    try {
+      this.ws.send(encodeFrame(frame));
+      return true;
+    } catch (err) {
+      this.log.warn({ runner_id: this.runnerId, err: (err as Error).message }, "send to runner failed");
+      return false;
+    }
+  }
+
+  request(req: RunnerRequest, timeoutMs = this.hub.requestTimeoutMs): Promise<RequestOutcome> {
+    if (this.#closed || this.hello === null) return Promise.resolve({ ok: false, reason: "closed" });
+    if (this.#pending.size >= this.hub.maxInFlight) return Promise.resolve({ ok: false, reason: "busy" });
+    const requestId = `r${this.id}_${++this.#seq}`;
+    return new Promise<RequestOutcome>((resolve) => {
+      const timer = setTimeout(() => {
+        this.#pending.delete(requestId);
+        resolve({ ok: false, reason: "timeout" });
+      }, timeoutMs);
+      timer.unref();
+      this.#pending.set(requestId, { expect: EXPECTED_RESULT[req.type], resolve, timer });
+      if (!this.send({ ...req, request_id: requestId } as ServerFrame)) {
+        clearTimeout(timer);
+        this.#pending.delete(requestId);
+        resolve({ ok: false, reason: this.#closed ? "closed" : "send_failed" });
+      }
+    });
+  }
+
+  /** Resolve a pending request; false when the response's type does not match its request. */
+  settle(frame: RunnerResponse): boolean {
+    const pending = this.#pending.get(frame.request_id);
+    if (!pending) {
+      this.log.debug({ runner_id: this.runnerId, type: frame.type }, "late or unknown response ignored");
+      return true;
+    }
+    if (frame.type !== "error" && frame.type !== pending.expect) return false;
+    clearTimeout(pending.timer);
+    this.#pending.delete(frame.request_id);
+    pending.resolve({ ok: true, frame });
+    return true;
+  }
+
+  protocolError(code: ProtocolErrorCode, message: string): void {
+    this.log.warn({ runner_id: this.runnerId, code, reason: message }, "runner protocol error; closing connection");
+    this.send({ type: "protocol_error", code, message: message.slice(0, 500) });
+    this.close(1008, code);
+  }
+
+  close(code = 1000, reason = "closing"): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const [id, p] of this.#pending) {
+      clearTimeout(p.timer);
+      p.resolve({ ok: false, reason: "closed" });
+      this.#pending.delete(id);
+    }
+    try {
+      this.ws.close(code, reason);
+    } catch {
+      // already closing
+    }
+    // A peer that never completes the close handshake is cut off.
+    const t = setTimeout(() => this.ws.terminate(), 2000);
+    t.unref();
+    this.#resolveClosed();
+  }
+
+  /** Mark closed after the socket went away by itself. */
+  onSocketClosed(): void {
+    this.close(1000, "closed");
+  }
+}
+
+function rejectUpgrade(socket: Duplex, status: number, text: string, extra = ""): void {
+  try {
+    socket.write(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\n${extra}Content-Length: 0\r\n\r\n`);
+  } finally {
+    socket.destroy();
+  }
+}
+
+export class RunnerHub {
+  readonly requestTimeoutMs: number;
+  readonly maxInFlight: number;
+  readonly maxBufferedBytes: number;
+  readonly #opts: HubOptions;
+  readonly #wss: WebSocketServer;
+  readonly #live = new Map<string, RunnerConnection>();
+  readonly #all = new Set<RunnerConnection>();
+  readonly #heartbeat: NodeJS.Timeout;
+  readonly #log: Logger;
+
+  constructor(opts: HubOptions) {
+    this.#opts = opts;
+    this.#log = opts.logger;
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
+    this.maxInFlight = opts.maxInFlight ?? 256;
+    this.maxBufferedBytes = opts.maxBufferedBytes ?? 16 * MAX_FRAME_BYTES;
+    this.#wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, clientTracking: false });
+    this.#heartbeat = setInterval(() => {
+      for (const conn of this.#all) {
+        if (!conn.beat()) {
+          this.#log.warn({ runner_id: conn.runnerId }, "runner missed a heartbeat; terminating connection");
+          conn.ws.terminate();
+          conn.onSocketClosed();
+          continue;
+        }
+        if (conn.hello) conn.send({ type: "heartbeat", sent_at: new Date().toISOString() });
+      }
+    }, opts.heartbeatIntervalMs);
+    this.#heartbeat.unref();
+  }
+
+  /** The live (hello-completed) connection of a runner id. */
+  get(runnerId: string): RunnerConnection | undefined {
+    const c = this.#live.get(runnerId);
+    return c && !c.closed ? c : undefined;
+  }
+
+  /** Map a bearer token to its runner id, comparing sha256 digests in constant time against every binding. */
+  authenticate(authorization: string | undefined): string | null {
+    const m = /^Bearer ([\x21-\x7e]{1,4096})$/.exec(authorization ?? "");
+    const digest = createHash("sha256")
+      .update(m?.[1] ?? randomBytes(16).toString("hex"), "utf8")
+      .digest();
+    let found: string | null = null;
+    for (const b of this.#opts.bindings) {
+      if (b.tokenHash.byteLength === digest.byteLength && timingSafeEqual(b.tokenHash, digest) && m) found = b.id;
+    }
+    return found;
+  }
+
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const remote = req.socket.remoteAddress ?? "?";
+    const runnerId = this.authenticate(req.headers.authorization);
+    if (runnerId === null) {
+      this.#log.warn(
+        { remote, has_authorization: req.headers.authorization !== undefined },
+        "runner upgrade refused: invalid or missing bearer token",
+      );
+      rejectUpgrade(socket, 401, "Unauthorized", "WWW-Authenticate: Bearer\r\n");
+      return;
+    }
+    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#accept(runnerId, ws, remote));
+  }
+
+  #accept(runnerId: string, ws: WebSocket, remote: string): void {
+    const log = this.#log.child({ runner_id: runnerId });
+    const conn = new RunnerConnection(runnerId, ws, this, log);
+    this.#all.add(conn);
+    log.info({ remote, conn: conn.id }, "runner connected; waiting for hello");
+    const helloTimer = setTimeout(() => {
+      if (!conn.hello) conn.protocolError("unexpected_frame", "no hello within the allowed time");
+    }, this.#opts.helloTimeoutMs ?? 10_000);
+    helloTimer.unref();
+    ws.on("pong", () => conn.markAlive());
+    ws.on("error", (err) => log.warn({ conn: conn.id, err: err.message }, "runner socket error"));
+    ws.on("close", (code) => {
+      clearTimeout(helloTimer);
+      conn.onSocketClosed();
+      this.#all.delete(conn);
+      log.info({ conn: conn.id, code }, "runner connection closed");
+      if (this.#live.get(runnerId) === conn) {
+        this.#live.delete(runnerId);
+        this.#opts.listener.onDisconnect(conn);
+      }
+    });
+    ws.on("message", (data, isBinary) => {
+      if (conn.closed) return; // fenced or closing: nothing it says counts
+      conn.markAlive();
+      if (isBinary) {
+        conn.protocolError("invalid_frame", "binary frames are not allowed");
+        return;
+      }
+      const text = Array.isArray(data)
+        ? Buffer.concat(data).toString("utf8")
+        : Buffer.from(data as ArrayBuffer).toString("utf8");
+      const parsed = parseRunnerFrame(text);
+      if (!parsed.ok) {
+        conn.protocolError(parsed.error.code, parsed.error.message);
+        return;
+      }
+      try {
+        this.#dispatch(conn, parsed.frame, helloTimer);
+      } catch (err) {
+        log.error({ conn: conn.id, err: (err as Error).message }, "handling a runner frame failed");
+        conn.protocolError("invalid_frame", "frame could not be processed");
+      }
+    });
+  }
+
+  #dispatch(conn: RunnerConnection, frame: RunnerFrame, helloTimer: NodeJS.Timeout): void {
+    if (conn.hello === null && frame.type !== "hello") {
+      conn.protocolError("unexpected_frame", `first frame must be hello, got ${frame.type}`);
+      return;
+    }
+    switch (frame.type) {
+      case "hello":
+        clearTimeout(helloTimer);
+        this.#onHello(conn, frame);
+        return;
+      case "run.start.result":
+      case "run.sync.result":
+      case "run.cancel.result":
+      case "run.inventory.result":
+      case "error":
+        if (!conn.settle(frame)) conn.protocolError("unexpected_frame", `${frame.type} does not answer its request`);
+        return;
+      case "run.update":
+        this.#opts.listener.onUpdate(conn, frame);
+        return;
+      case "heartbeat":
+        return;
+      case "protocol_error":
+        this.#log.warn({ runner_id: conn.runnerId, code: frame.code }, "runner reported a protocol error; closing");
+        conn.close(1008, "peer protocol error");
+        return;
+      default: {
+        const never: never = frame;
+        conn.protocolError("unexpected_frame", `unknown frame ${(never as { type: string }).type}`);
+      }
+    }
+  }
+
+  #onHello(conn: RunnerConnection, hello: HelloFrame): void {
+    if (conn.hello !== null) {
+      conn.protocolError("unexpected_frame", "hello may only be sent once per connection");
+      return;
+    }
+    const binding = this.#opts.bindings.find((b) => b.id === conn.runnerId);
+    const allowed = new Set(binding?.projects ?? []);
+    const foreign = hello.projects.map((p) => p.project_id).filter((p) => !allowed.has(p));
+    if (foreign.length > 0) {
+      conn.protocolError(
+        "unauthorized_project",
+        `runner ${conn.runnerId} is not bound to project(s): ${foreign.slice(0, 8).join(", ")}`,
+      );
+      return;
+    }
+    conn.hello = hello;
+    const previous = this.#live.get(conn.runnerId);
+    if (previous && previous !== conn) {
+      this.#log.info({ runner_id: conn.runnerId, old: previous.id, new: conn.id }, "newer hello replaces connection");
+      previous.send({
+        type: "protocol_error",
+        code: "replaced",
+        message: "a newer connection of this runner replaced this one",
+      });
+      previous.close(1008, "replaced");
+    }
+    this.#live.set(conn.runnerId, conn);
+    conn.send({
+      type: "hello.ack",
+      runner_id: conn.runnerId,
+      server_instance_id: this.#opts.serverInstanceId,
+      heartbeat_interval_ms: this.#opts.heartbeatIntervalMs,
+    });
+    this.#log.info(
+      {
+        runner_id: conn.runnerId,
+        conn: conn.id,
+        agent_instance_id: hello.agent_instance_id,
+        store_id: hello.store_id,
+        providers: hello.providers.length,
+        projects: hello.projects.length,
+        inventory: hello.inventory.length,
+        protocol_version: PROTOCOL_VERSION,
+      },
+      "runner hello accepted",
+    );
+    this.#opts.listener.onHello(conn, hello);
+  }
+
+  async close(): Promise<void> {
+    clearInterval(this.#heartbeat);
+    const all = [...this.#all];
+    for (const c of all) c.close(1001, "server shutting down");
+    await Promise.race([Promise.all(all.map((c) => c.whenClosed)), new Promise((r) => setTimeout(r, 1000))]);
+    for (const c of all) c.ws.terminate();
+    await new Promise<void>((r) => this.#wss.close(() => r()));
+  }
+}

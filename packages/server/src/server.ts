@@ -1,0 +1,144 @@
+/**
+ * `startServer`: one node:http server hosting the `/runner` WebSocket upgrade
+ * and delegating `/mcp` to the MCP front end. Owns the state store, the hub,
+ * the registry and the run core; `close()` releases all of them.
+ */
+import { randomBytes } from "node:crypto";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import type { Logger } from "pino";
+import type { ServerConfig } from "./config.js";
+import { reconcileAtStart } from "./reconcile.js";
+import { Registry } from "./registry.js";
+import { RunnerHub } from "./runner-hub.js";
+import { Runs } from "./runs.js";
+import type { RunsApi } from "./runs-api.js";
+import { StateStore } from "./state-store.js";
+import { mountTestApi, TEST_API_ENV } from "./test-api.js";
+
+export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
+
+/** What the MCP front end gets to build its `/mcp` handler. */
+export interface McpMountContext {
+  runs: RunsApi;
+  config: ServerConfig;
+  logger: Logger;
+  /** The Server's SQLite database (WAL), for additive tables such as audit rows. */
+  store: StateStore;
+}
+
+export interface McpMount {
+  handle: HttpHandler;
+  close?(): Promise<void> | void;
+}
+
+export type McpHandlerFactory = (ctx: McpMountContext) => HttpHandler | McpMount | Promise<HttpHandler | McpMount>;
+
+export interface StartServerOptions {
+  config: ServerConfig;
+  logger: Logger;
+  mcpHandler?: McpHandlerFactory;
+  /** Defaults to process.env; read for the test-only hooks. */
+  env?: NodeJS.ProcessEnv;
+}
+
+export interface RunningServer {
+  url: string;
+  port: number;
+  runs: RunsApi;
+  store: StateStore;
+  close(): Promise<void>;
+}
+
+export const TEST_DELAY_ENV = "WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS";
+
+export async function startServer(opts: StartServerOptions): Promise<RunningServer> {
+  const { config, logger } = opts;
+  const env = opts.env ?? process.env;
+  const store = new StateStore(config.stateDir);
+  const registry = new Registry(config);
+  const delay = Number(env[TEST_DELAY_ENV] ?? 0);
+  const runs = new Runs({
+    store,
+    registry,
+    logger: logger.child({ c: "runs" }),
+    ...(Number.isFinite(delay) && delay > 0 ? { testDelayAfterResolveMs: delay } : {}),
+  });
+  reconcileAtStart(store, logger);
+  const hub = new RunnerHub({
+    bindings: config.runners,
+    logger: logger.child({ c: "hub" }),
+    listener: runs,
+    heartbeatIntervalMs: config.heartbeatIntervalMs,
+    serverInstanceId: randomBytes(12).toString("base64url"),
+  });
+
+  let mcp: McpMount | null = null;
+  if (opts.mcpHandler) {
+    const made = await opts.mcpHandler({ runs, config, logger, store });
+    mcp = typeof made === "function" ? { handle: made } : made;
+  }
+  const testApi = env[TEST_API_ENV] === "1" ? mountTestApi(runs, config, logger) : null;
+
+  const http = createServer((req, res) => {
+    const path = (req.url ?? "/").split("?")[0] ?? "/";
+    if (path === "/healthz") {
+      res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
+      return;
+    }
+    if (mcp && (path === "/mcp" || path.startsWith("/mcp/"))) {
+      Promise.resolve(mcp.handle(req, res)).catch((err: unknown) => {
+        logger.error({ err: (err as Error).message }, "mcp handler failed");
+        if (!res.headersSent) res.writeHead(500).end();
+      });
+      return;
+    }
+    if (testApi && path.startsWith("/__test/")) {
+      testApi(req, res);
+      return;
+    }
+    res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');
+  });
+  http.on("upgrade", (req, socket, head) => {
+    const path = (req.url ?? "/").split("?")[0];
+    if (path === "/runner") {
+      hub.handleUpgrade(req, socket, head);
+      return;
+    }
+    socket.write("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    socket.destroy();
+  });
+  http.headersTimeout = 30_000;
+  http.requestTimeout = 120_000;
+
+  await new Promise<void>((resolve, reject) => {
+    http.once("error", reject);
+    http.listen(config.port, config.host, () => {
+      http.off("error", reject);
+      resolve();
+    });
+  });
+  const port = (http.address() as AddressInfo).port;
+  const host = config.host.includes(":") ? `[${config.host}]` : config.host;
+  const url = `http://${host}:${port}`;
+  logger.info({ url, state_dir: config.stateDir, runners: config.runners.length }, "server listening");
+
+  let closing: Promise<void> | null = null;
+  return {
+    url,
+    port,
+    runs,
+    store,
+    close() {
+      closing ??= (async () => {
+        runs.close();
+        await hub.close();
+        if (mcp?.close) await mcp.close();
+        http.closeAllConnections();
+        await new Promise<void>((r) => http.close(() => r()));
+        store.close();
+      })();
+      return closing;
+    },
+  };
+}

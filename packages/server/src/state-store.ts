@@ -1,0 +1,179 @@
+/**
+ * The Server's durable state (better-sqlite3, WAL, synchronous=FULL) and its
+ * persisted secret. Admission records hold identity, routing, fences and
+ * lifecycle only — NEVER the prompt, config bodies, events or the
+ * idempotency key.
+ */
+import { randomBytes } from "node:crypto";
+import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { ExecutionState, FailureKind, RecoveryKind, RunState, StopReason } from "@webcodex/protocol";
+import Database from "better-sqlite3";
+
+export type AdmissionStatus = "intent_recorded" | "sent" | "admitted" | "rejected_pre_admission";
+
+export interface AdmissionRecord {
+  run_id: string;
+  principal_id: string;
+  project_id: string;
+  provider_id: string;
+  runner_id: string;
+  intent_fingerprint: string;
+  /** Fences captured at resolve time (null when the runner was offline). */
+  agent_instance_id: string | null;
+  provider_instance_id: string | null;
+  /** The Runner store the run was sent to. */
+  store_id: string | null;
+  admission: AdmissionStatus;
+  state: RunState;
+  execution_state: ExecutionState;
+  stop_reason: StopReason | null;
+  failure_kind: FailureKind | null;
+  recovery_kind: RecoveryKind;
+  message: string | null;
+  cancel_forwarded: boolean;
+  created_at: string;
+  updated_at: string;
+}
+
+export type RecordPatch = Partial<Omit<AdmissionRecord, "run_id" | "principal_id" | "created_at" | "updated_at">>;
+
+const COLUMNS = [
+  "run_id",
+  "principal_id",
+  "project_id",
+  "provider_id",
+  "runner_id",
+  "intent_fingerprint",
+  "agent_instance_id",
+  "provider_instance_id",
+  "store_id",
+  "admission",
+  "state",
+  "execution_state",
+  "stop_reason",
+  "failure_kind",
+  "recovery_kind",
+  "message",
+  "cancel_forwarded",
+  "created_at",
+  "updated_at",
+] as const;
+
+const PATCHABLE = new Set<string>(COLUMNS.filter((c) => c !== "run_id" && c !== "principal_id" && c !== "created_at"));
+
+type Row = Omit<AdmissionRecord, "cancel_forwarded"> & { cancel_forwarded: number };
+
+function fromRow(row: Row): AdmissionRecord {
+  return { ...row, cancel_forwarded: row.cancel_forwarded === 1 };
+}
+
+const SECRET_FILE = "server_secret";
+
+/** Read the server secret, creating it (0600) the first time. */
+export function loadOrCreateServerSecret(stateDir: string): Buffer {
+  const file = join(stateDir, SECRET_FILE);
+  try {
+    const hex = readFileSync(file, "utf8").trim();
+    if (!/^[0-9a-f]{64}$/.test(hex)) throw new Error(`${file}: server secret is corrupt; refusing to replace it`);
+    return Buffer.from(hex, "hex");
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+  }
+  const secret = randomBytes(32);
+  writeFileSync(file, `${secret.toString("hex")}\n`, { mode: 0o600, flag: "wx" });
+  chmodSync(file, 0o600);
+  return secret;
+}
+
+export class StateStore {
+  /** Exposed for additive tables owned by other Server modules (audit, tokens). */
+  readonly db: Database.Database;
+  readonly serverSecret: Buffer;
+  readonly #get: Database.Statement<[string], Row>;
+  readonly #insert: Database.Statement<Row>;
+
+  constructor(stateDir: string) {
+    mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+    this.serverSecret = loadOrCreateServerSecret(stateDir);
+    this.db = new Database(join(stateDir, "server.sqlite3"));
+    this.db.pragma("journal_mode = WAL");
+    this.db.pragma("synchronous = FULL");
+    this.db.pragma("busy_timeout = 5000");
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS admission_records (
+        run_id TEXT PRIMARY KEY,
+        principal_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        provider_id TEXT NOT NULL,
+        runner_id TEXT NOT NULL,
+        intent_fingerprint TEXT NOT NULL,
+        agent_instance_id TEXT,
+        provider_instance_id TEXT,
+        store_id TEXT,
+        admission TEXT NOT NULL,
+        state TEXT NOT NULL,
+        execution_state TEXT NOT NULL,
+        stop_reason TEXT,
+        failure_kind TEXT,
+        recovery_kind TEXT NOT NULL,
+        message TEXT,
+        cancel_forwarded INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX IF NOT EXISTS admission_records_runner ON admission_records (runner_id, state);
+    `);
+    this.#get = this.db.prepare<[string], Row>("SELECT * FROM admission_records WHERE run_id = ?");
+    this.#insert = this.db.prepare<Row>(
+      `INSERT INTO admission_records (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map((c) => `@${c}`).join(", ")})`,
+    );
+  }
+
+  get(runId: string): AdmissionRecord | undefined {
+    const row = this.#get.get(runId);
+    return row ? fromRow(row) : undefined;
+  }
+
+  insert(record: Omit<AdmissionRecord, "created_at" | "updated_at" | "cancel_forwarded">): AdmissionRecord {
+    const now = new Date().toISOString();
+    const full: AdmissionRecord = { ...record, cancel_forwarded: false, created_at: now, updated_at: now };
+    this.#insert.run({ ...full, cancel_forwarded: 0 });
+    return full;
+  }
+
+  /** Apply a patch; returns the updated record (or undefined when the run does not exist). */
+  update(runId: string, patch: RecordPatch): AdmissionRecord | undefined {
+    const keys = Object.keys(patch).filter((k) => PATCHABLE.has(k));
+    if (keys.length === 0) return this.get(runId);
+    const values: Record<string, unknown> = { run_id: runId, updated_at: new Date().toISOString() };
+    for (const k of keys) {
+      const v = (patch as Record<string, unknown>)[k];
+      values[k] = typeof v === "boolean" ? (v ? 1 : 0) : (v ?? null);
+    }
+    const sets = [...keys, "updated_at"].map((k) => `${k} = @${k}`).join(", ");
+    this.db.prepare(`UPDATE admission_records SET ${sets} WHERE run_id = @run_id`).run(values);
+    return this.get(runId);
+  }
+
+  /** Records of one runner that are not terminal on the Server side. */
+  listOpenForRunner(runnerId: string): AdmissionRecord[] {
+    return this.db
+      .prepare<[string], Row>(
+        "SELECT * FROM admission_records WHERE runner_id = ? AND state NOT IN ('completed','failed','cancelled','lost')",
+      )
+      .all(runnerId)
+      .map(fromRow);
+  }
+
+  listByAdmission(status: AdmissionStatus): AdmissionRecord[] {
+    return this.db
+      .prepare<[string], Row>("SELECT * FROM admission_records WHERE admission = ?")
+      .all(status)
+      .map(fromRow);
+  }
+
+  close(): void {
+    if (this.db.open) this.db.close();
+  }
+}

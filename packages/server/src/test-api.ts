@@ -1,0 +1,66 @@
+/**
+ * TEST-ONLY HTTP access to the internal RunsApi, for integration tests that
+ * run the Server as a child process (e.g. kill -9 and restart). Inert unless
+ * WEBCODEX_TEST_HOOK_API=1 is set in the Server's environment. The caller
+ * names a principal from the config; there is no authentication — never
+ * enable this outside tests.
+ *
+ * POST /__test/runs/{start|observe|cancel}  body: {principal_id, input}
+ * GET  /__test/projects?principal_id=ID
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Logger } from "pino";
+import type { ServerConfig } from "./config.js";
+import type { Principal, RunsApi, Scope } from "./runs-api.js";
+
+export const TEST_API_ENV = "WEBCODEX_TEST_HOOK_API";
+
+export function principalFromConfig(config: ServerConfig, id: string): Principal | null {
+  const p = config.principals.find((x) => x.id === id);
+  if (!p) return null;
+  return { id: p.id, scopes: new Set<Scope>(p.scopes), projects: new Set(p.projects) };
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req) {
+    size += (c as Buffer).byteLength;
+    if (size > 1024 * 1024) throw new Error("body too large");
+    chunks.push(c as Buffer);
+  }
+  return JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}");
+}
+
+export function mountTestApi(runs: RunsApi, config: ServerConfig, logger: Logger) {
+  logger.warn("TEST HOOK: unauthenticated /__test API is enabled");
+  return (req: IncomingMessage, res: ServerResponse): void => {
+    const send = (status: number, body: unknown) =>
+      res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(body));
+    const url = new URL(req.url ?? "/", "http://x");
+    void (async () => {
+      try {
+        if (req.method === "GET" && url.pathname === "/__test/projects") {
+          const p = principalFromConfig(config, url.searchParams.get("principal_id") ?? "");
+          if (!p) return send(404, { error: "unknown principal" });
+          return send(200, runs.listProjects(p));
+        }
+        const m = /^\/__test\/runs\/(start|observe|cancel)$/.exec(url.pathname);
+        if (req.method !== "POST" || !m) return send(404, { error: "not_found" });
+        const body = (await readJson(req)) as { principal_id?: string; input?: Record<string, unknown> };
+        const p = principalFromConfig(config, body.principal_id ?? "");
+        if (!p) return send(404, { error: "unknown principal" });
+        const input = body.input ?? {};
+        const result =
+          m[1] === "start"
+            ? await runs.start(p, input as never)
+            : m[1] === "observe"
+              ? await runs.observe(p, input as never)
+              : await runs.cancel(p, input as never);
+        return send(200, result);
+      } catch (err) {
+        return send(500, { error: (err as Error).message });
+      }
+    })();
+  };
+}
