@@ -1,0 +1,60 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { SqliteAuditLog } from "../src/audit.js";
+import { McpTools, TOOL_NAMES } from "../src/mcp-tools.js";
+import { ObserveLimits } from "../src/observe-limits.js";
+import { FakeRuns, principal } from "./support/fake-runs.js";
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+describe("SQLite audit log", () => {
+  it("keeps one durable row per tool call with lifecycle and sizes only", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "wc-audit-"));
+    dirs.push(dir);
+    const file = join(dir, "server.sqlite3");
+    const db = new Database(file);
+    db.pragma("journal_mode = WAL");
+    const audit = new SqliteAuditLog(db);
+    const tools = new McpTools({
+      runs: new FakeRuns(),
+      audit,
+      logger: pino({ level: "silent" }),
+      observeLimits: new ObserveLimits(),
+    });
+    const alice = principal("alice", ["coding_agent:run", "project:write"]);
+    const canary = "CANARY-audit-9c1e";
+    const key = "KEY-audit-4411";
+    const start = await tools.call(alice, TOOL_NAMES.start, {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: key,
+      prompt: `please ${canary}`,
+    });
+    const { run_id, observation_token } = start.structuredContent as { run_id: string; observation_token: string };
+    await tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token });
+    await tools.call(principal("bob", ["coding_agent:run"]), TOOL_NAMES.cancel, { run_id });
+
+    const rows = audit.list();
+    expect(rows.map((r) => [r.principal_id, r.tool, r.run_id, r.outcome])).toEqual([
+      ["alice", "start_coding_agent", run_id, "ok"],
+      ["alice", "observe_coding_agent", run_id, "ok"],
+      ["bob", "cancel_coding_agent", run_id, "not_found"],
+    ]);
+    expect(Object.keys(rows[0]!).sort()).toEqual(
+      ["at", "duration_ms", "id", "input_bytes", "outcome", "output_bytes", "principal_id", "run_id", "tool"].sort(),
+    );
+    db.close();
+    const bytes = readdirSync(dir)
+      .map((f) => readFileSync(join(dir, f)).toString("latin1"))
+      .join("");
+    expect(bytes).toContain(run_id);
+    for (const secret of [canary, key, observation_token, "hello"]) expect(bytes).not.toContain(secret);
+  });
+});

@@ -1,0 +1,177 @@
+/**
+ * The /mcp plumbing with the real SDK client over real HTTP, against an
+ * in-test RunsApi (the run core is exercised by mcp-acceptance.test.ts).
+ */
+import { createServer, type Server as HttpServer } from "node:http";
+import type { AddressInfo } from "node:net";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
+import { pino } from "pino";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MemoryAuditLog } from "../src/audit.js";
+import { createMcpHttpHandler, type McpHttpHandler } from "../src/mcp-http.js";
+import type { Principal } from "../src/runs-api.js";
+import { FakeRuns, principal } from "./support/fake-runs.js";
+
+const TOKENS: Record<string, Principal> = {
+  "token-alice": principal("alice", ["coding_agent:run", "project:write", "project:read"], ["demo"]),
+  "token-bob": principal("bob", ["coding_agent:run", "project:write"], ["other"]),
+  "token-ops": principal("ops", ["project:write", "job:run", "mcp:local", "runtime:read"], ["demo"]),
+};
+
+let http: HttpServer;
+let handler: McpHttpHandler;
+let url: URL;
+const runs = new FakeRuns();
+const audit = new MemoryAuditLog();
+const clients: Client[] = [];
+
+beforeAll(async () => {
+  handler = createMcpHttpHandler({
+    runs,
+    audit,
+    logger: pino({ level: "silent" }),
+    authenticate: (token) => TOKENS[token] ?? null,
+    maxBodyBytes: 256 * 1024,
+  });
+  http = createServer((req, res) => {
+    if (req.url?.split("?")[0] === "/mcp") void handler(req, res);
+    else {
+      res.statusCode = 404;
+      res.end();
+    }
+  });
+  await new Promise<void>((resolve) => http.listen(0, "127.0.0.1", resolve));
+  url = new URL(`http://127.0.0.1:${(http.address() as AddressInfo).port}/mcp`);
+});
+
+afterAll(async () => {
+  for (const c of clients) await c.close();
+  await handler.close();
+  http.closeAllConnections();
+  await new Promise<void>((resolve) => http.close(() => resolve()));
+});
+
+async function connect(token: string): Promise<Client> {
+  const client = new Client({ name: "test", version: "0" });
+  await client.connect(
+    new StreamableHTTPClientTransport(url, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }),
+  );
+  clients.push(client);
+  return client;
+}
+
+function postInit(headers: Record<string, string>, body?: string) {
+  return fetch(url, {
+    method: "POST",
+    headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
+    body:
+      body ??
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "initialize",
+        params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: "t", version: "0" } },
+      }),
+  });
+}
+
+describe("Streamable HTTP /mcp", () => {
+  it("negotiates the 2025-11-25 protocol and lists exactly three tools and one resource", async () => {
+    const client = await connect("token-alice");
+    expect(client.getServerVersion()?.name).toBe("webcodex");
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual([
+      "cancel_coding_agent",
+      "observe_coding_agent",
+      "start_coding_agent",
+    ]);
+    const { resources } = await client.listResources();
+    expect(resources.map((r) => r.uri)).toEqual(["webcodex://projects"]);
+    const res = await postInit({ authorization: "Bearer token-alice" });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { result: { protocolVersion: string } }).result.protocolVersion).toBe("2025-11-25");
+  });
+
+  it("runs start → observe through the SDK client, whose output-schema validation accepts the results", async () => {
+    const client = await connect("token-alice");
+    await client.listTools(); // caches output validators
+    const start = await client.callTool({
+      name: "start_coding_agent",
+      arguments: { project_id: "demo", provider_id: "fake", idempotency_key: "http-1", prompt: "hi" },
+    });
+    expect(start.isError).toBeFalsy();
+    const { run_id, observation_token } = start.structuredContent as { run_id: string; observation_token: string };
+    const observed = await client.callTool({
+      name: "observe_coding_agent",
+      arguments: { run_id, after_observation_token: observation_token },
+    });
+    expect(observed.structuredContent).toMatchObject({ run_id, state: "running", events: [{ kind: "agent_message" }] });
+    const bad = await client.callTool({ name: "cancel_coding_agent", arguments: { run_id, jsonrpc: "2.0" } });
+    expect(bad.isError).toBe(true);
+    expect(JSON.parse((bad.content as { text: string }[])[0]!.text)).toEqual({
+      error: { code: "invalid_input", message: "unknown field 'jsonrpc' not allowed", recovery_kind: "fix_input" },
+    });
+  });
+
+  it("answers 401 with WWW-Authenticate for a missing or invalid bearer token", async () => {
+    const missing = await postInit({});
+    expect(missing.status).toBe(401);
+    expect(missing.headers.get("www-authenticate")).toBe('Bearer realm="webcodex"');
+    const invalid = await postInit({ authorization: "Bearer nope" });
+    expect(invalid.status).toBe(401);
+    expect(invalid.headers.get("www-authenticate")).toContain('error="invalid_token"');
+    await expect(connect("nope")).rejects.toThrow();
+  });
+
+  it("refuses a body over the limit with 413 and GET with 405", async () => {
+    const big = await postInit(
+      { authorization: "Bearer token-alice" },
+      JSON.stringify({ pad: "x".repeat(300 * 1024) }),
+    );
+    expect(big.status).toBe(413);
+    const get = await fetch(url, { headers: { authorization: "Bearer token-alice", accept: "text/event-stream" } });
+    expect(get.status).toBe(405);
+  });
+
+  it("shows each caller only its own projects and sanitized providers", async () => {
+    const alice = await connect("token-alice");
+    const doc = JSON.parse(
+      ((await alice.readResource({ uri: "webcodex://projects" })).contents[0] as { text: string }).text,
+    );
+    expect(doc).toEqual({
+      projects: [
+        {
+          project_id: "demo",
+          runner_online: true,
+          allow_patch: true,
+          providers: [{ provider_id: "fake", name: "Fake agent", allowed_config_options: ["model"] }],
+        },
+      ],
+    });
+    const bob = await connect("token-bob");
+    const bobDoc = JSON.parse(
+      ((await bob.readResource({ uri: "webcodex://projects" })).contents[0] as { text: string }).text,
+    );
+    expect(bobDoc.projects.map((p: { project_id: string }) => p.project_id)).toEqual(["other"]);
+    const ops = await connect("token-ops");
+    const opsDoc = JSON.parse(
+      ((await ops.readResource({ uri: "webcodex://projects" })).contents[0] as { text: string }).text,
+    );
+    expect(opsDoc.projects).toEqual([]);
+  });
+
+  it("refuses every tool to a token without coding_agent:run", async () => {
+    const ops = await connect("token-ops");
+    for (const [name, args] of [
+      ["start_coding_agent", { project_id: "demo", provider_id: "fake", idempotency_key: "ops-1", prompt: "x" }],
+      ["observe_coding_agent", { run_id: "wc_agent_run_abcdefghijklmnopqrstuvwxyz" }],
+      ["cancel_coding_agent", { run_id: "wc_agent_run_abcdefghijklmnopqrstuvwxyz" }],
+    ] as const) {
+      const result = await ops.callTool({ name, arguments: args });
+      expect(result.isError).toBe(true);
+      expect(JSON.parse((result.content as { text: string }[])[0]!.text).error.code).toBe("forbidden");
+    }
+  });
+});
