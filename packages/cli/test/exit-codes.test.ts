@@ -1,0 +1,22 @@
+import { describe, expect, it } from "vitest";
+import { EXIT, exitCodeForState } from "../src/exit-codes.js";
+import type { RunState } from "../src/wire.js";
+
+describe("exit codes", () => {
+  it.each<[RunState, number]>([
+    ["completed", 0],
+    ["failed", 1],
+    ["lost", 3],
+    ["cancelled", 130],
+    ["starting", 0],
+    ["running", 0],
+    ["waiting_permission", 0],
+  ])("a run that is %s exits %i", (state, code) => {
+    expect(exitCodeForState(state)).toBe(code);
+  });
+
+  it("keeps usage errors apart from run outcomes", () => {
+    expect(EXIT.usage).toBe(2);
+    expect(new Set(Object.values(EXIT)).size).toBe(Object.values(EXIT).length);
+  });
+});
