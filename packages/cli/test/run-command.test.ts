@@ -22,7 +22,7 @@ describe("webcodex run", () => {
       tool: "start_coding_agent",
       args: { project_id: "demo", provider_id: "fake", prompt: "scenario: tools" },
     });
-    const key = (start?.args as { idempotency_key: string }).idempotency_key;
+    const key = (start?.args as { idempotency_key: string } | undefined)?.idempotency_key;
     expect(key).toMatch(/^cli-/);
     expect(stdout.text).toContain(`rerun it with --key ${key}`);
     expect(observes.map((c) => (c.args as { after_observation_token?: string }).after_observation_token)).toEqual([
@@ -95,7 +95,13 @@ describe("webcodex run", () => {
     let interrupt = () => {};
     const client = scriptedClient(
       { ...recorded, observations: [recorded.observations[0]!] },
-      { beforeObserve: (i) => i === 1 && (interrupt(), interrupt()) },
+      {
+        beforeObserve: (i) => {
+          if (i !== 1) return;
+          interrupt();
+          interrupt();
+        },
+      },
     );
     const t = testContext(client);
     interrupt = t.interrupt;
