@@ -12,7 +12,9 @@ import { type McpHandlerFactory, startServer } from "./server.js";
 
 const USAGE = `usage:
   webcodex-server run --config FILE
-  webcodex-server runner-token issue --runner ID [--config FILE]`;
+  webcodex-server runner-token issue --runner ID [--config FILE]
+  webcodex-server token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run]
+  webcodex-server mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR`;
 
 /** The MCP front end (src/mcp.ts), when present, exports createMcpHandler. */
 async function loadMcpHandler(): Promise<McpHandlerFactory | undefined> {
@@ -86,6 +88,10 @@ async function main(argv: string[]): Promise<number> {
       return cmdRun(rest);
     case "runner-token":
       return cmdRunnerToken(rest);
+    case "token":
+      return (await import("./cli/token.js")).runTokenCommand(rest);
+    case "mcp-stdio":
+      return (await import("./cli/mcp-stdio.js")).runMcpStdioCommand(rest);
     default:
       console.error(USAGE);
       return 2;

@@ -354,7 +354,7 @@ export class McpTools {
     if (denied) return fail(denied, null);
     const result = await this.#runs.start(principal, stripUndefined(input.value));
     if (!result.ok) {
-      if (result.error.code === "provider_unavailable" || result.error.code === "not_found") {
+      if (result.error.code === "provider_unavailable") {
         return fail(this.#withProviders(principal, input.value, result.error), null);
       }
       return fail(result.error, null);
@@ -399,7 +399,7 @@ export class McpTools {
 
   /**
    * An unknown provider is answered with the providers that project's Runner
-   * advertises — ids and names only — so the model can pick a valid one.
+   * advertises — ids and names only — as a structured list next to the message.
    */
   #withProviders(
     principal: Principal,
@@ -408,14 +408,9 @@ export class McpTools {
   ): ApiError & { available_providers?: { provider_id: string; name: string }[] } {
     const project = this.#runs.listProjects(principal).find((p) => p.project_id === input.project_id);
     if (!project?.runner_online) return error;
-    if (project.providers.some((p) => p.provider_id === input.provider_id)) return error;
-    const available = project.providers.map((p) => ({ provider_id: p.provider_id, name: p.name }));
-    const list = available.length > 0 ? available.map((p) => `${p.provider_id} (${p.name})`).join(", ") : "none";
     return {
-      code: "provider_unavailable",
-      message: `Provider '${input.provider_id}' is not offered for project '${input.project_id}'. Available providers: ${list}.`,
-      recovery_kind: "fix_input",
-      available_providers: available,
+      ...error,
+      available_providers: project.providers.map((p) => ({ provider_id: p.provider_id, name: p.name })),
     };
   }
 }

@@ -48,7 +48,11 @@ export class FakeRuns implements RunsApi {
     if (!project.providers.some((p) => p.provider_id === input.provider_id)) {
       return {
         ok: false,
-        error: { code: "provider_unavailable", message: "unknown provider", recovery_kind: "fix_input" },
+        error: {
+          code: "provider_unavailable",
+          message: `Unknown provider. Available providers: ${project.providers.map((p) => `${p.provider_id} (${p.name})`).join(", ")}.`,
+          recovery_kind: "fix_input",
+        },
       };
     }
     const run_id = `wc_agent_run_${base32ish(`${principal.id}\0${input.idempotency_key}`)}`;
