@@ -1,0 +1,474 @@
+/**
+ * The Runner's side of the Server link (DESIGN §5).
+ *
+ * Entry point, used by daemon.ts after recovery:
+ *
+ *   startLink({ url, token, service, logger, ...tuning }) => { close(): Promise<void>, connected }
+ *
+ * - connects to `url` (ws://host:port/runner) with `Authorization: Bearer <token>`;
+ * - sends `hello` (service.helloBody() + inventory) on every connection and
+ *   waits for `hello.ack`; reconnects with jittered exponential backoff;
+ * - answers run.start / run.sync / run.cancel / run.inventory through the
+ *   RunService only (it never sees ACP, processes or the store);
+ * - pushes `run.update` frames as the service reports changes, through a
+ *   bounded send queue: when the queue is full it stops pushing that run's
+ *   events, and once the queue drains sends one state-only update so the
+ *   Server re-syncs by seq. The service's listener never blocks;
+ * - heartbeats: answers the Server's pings (ws does), sends `heartbeat`
+ *   frames and drops a connection that has been silent for three intervals.
+ *
+ * The token is never logged.
+ */
+import {
+  encodeFrame,
+  type HelloFrame,
+  MAX_EVENTS_PER_UPDATE,
+  MAX_FRAME_BYTES,
+  MAX_INVENTORY_RUNS,
+  PROTOCOL_VERSION,
+  type ProtocolErrorCode,
+  parseServerFrame,
+  type RunEvent,
+  type RunnerFrame,
+  type RunSummary,
+  type ServerFrame,
+} from "@webcodex/protocol";
+import type { Logger } from "pino";
+import WebSocket from "ws";
+import type { RunService } from "./run-service.js";
+
+export interface LinkOptions {
+  /** ws:// or wss:// URL of the Server's /runner endpoint. */
+  url: string;
+  /** The Runner's bearer token (from [server] token_env or token_file). */
+  token: string;
+  service: RunService;
+  logger: Logger;
+  /** First reconnect delay (ms); doubles per failed attempt, with jitter. */
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+  /** Time to wait for hello.ack after sending hello. */
+  helloTimeoutMs?: number;
+  /** Heartbeat interval before the Server's hello.ack says otherwise. */
+  heartbeatIntervalMs?: number;
+  /** Bounded send queue for run.update frames. */
+  sendQueueMaxBytes?: number;
+  sendQueueMaxFrames?: number;
+}
+
+export interface LinkHandle {
+  close(): Promise<void>;
+  /** True while a connection has completed hello/hello.ack. */
+  readonly connected: boolean;
+}
+
+const UPDATE_CHUNK_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
+
+type Request = Extract<ServerFrame, { request_id: string }>;
+
+export function startLink(opts: LinkOptions): LinkHandle {
+  return new Link(opts);
+}
+
+class Link implements LinkHandle {
+  readonly #o: Required<Omit<LinkOptions, "service" | "logger" | "url" | "token">>;
+  readonly #url: string;
+  readonly #token: string;
+  readonly #service: RunService;
+  readonly #log: Logger;
+  #ws: WebSocket | null = null;
+  #live = false;
+  #stopped = false;
+  #attempt = 0;
+  #reconnectTimer: NodeJS.Timeout | null = null;
+  #helloTimer: NodeJS.Timeout | null = null;
+  #beatTimer: NodeJS.Timeout | null = null;
+  #lastHeard = Date.now();
+  #intervalMs: number;
+  #queuedBytes = 0;
+  #queuedFrames = 0;
+  /** Runs whose events were not pushed because the queue was full: latest summary to announce. */
+  readonly #suppressed = new Map<string, RunSummary>();
+  readonly #starts = new Set<Promise<unknown>>();
+  readonly #unsubscribe: () => void;
+
+  constructor(opts: LinkOptions) {
+    this.#url = opts.url;
+    this.#token = opts.token;
+    this.#service = opts.service;
+    this.#log = opts.logger.child({ c: "link" });
+    this.#o = {
+      backoffInitialMs: opts.backoffInitialMs ?? 500,
+      backoffMaxMs: opts.backoffMaxMs ?? 30_000,
+      helloTimeoutMs: opts.helloTimeoutMs ?? 10_000,
+      heartbeatIntervalMs: opts.heartbeatIntervalMs ?? 15_000,
+      sendQueueMaxBytes: opts.sendQueueMaxBytes ?? 4 * MAX_FRAME_BYTES,
+      sendQueueMaxFrames: opts.sendQueueMaxFrames ?? 1024,
+    };
+    this.#intervalMs = this.#o.heartbeatIntervalMs;
+    this.#unsubscribe = this.#service.onUpdate((run, events) => this.#onUpdate(run, events));
+    this.#connect();
+  }
+
+  get connected(): boolean {
+    return this.#live;
+  }
+
+  // ---- connection lifecycle ---------------------------------------------------
+
+  #connect(): void {
+    if (this.#stopped) return;
+    this.#reconnectTimer = null;
+    const ws = new WebSocket(this.#url, {
+      headers: { authorization: `Bearer ${this.#token}` },
+      maxPayload: MAX_FRAME_BYTES,
+      handshakeTimeout: this.#o.helloTimeoutMs,
+      perMessageDeflate: false,
+    });
+    this.#ws = ws;
+    this.#live = false;
+    ws.on("unexpected-response", (_req, res) => {
+      this.#log.warn({ status: res.statusCode }, "server refused the runner link (check the runner token)");
+      res.resume();
+      ws.terminate();
+    });
+    ws.on("open", () => void this.#sendHello(ws));
+    ws.on("ping", () => {
+      this.#lastHeard = Date.now();
+    });
+    ws.on("message", (data, isBinary) => {
+      if (ws !== this.#ws) return;
+      this.#lastHeard = Date.now();
+      this.#onMessage(ws, data, isBinary);
+    });
+    ws.on("error", (err) => this.#log.debug({ err: err.message }, "link socket error"));
+    ws.on("close", (code) => {
+      if (ws !== this.#ws) return;
+      const wasLive = this.#live;
+      this.#teardown();
+      if (this.#stopped) return;
+      this.#log.info({ code, was_live: wasLive }, "link closed; reconnecting");
+      this.#scheduleReconnect();
+    });
+  }
+
+  #teardown(): void {
+    this.#live = false;
+    this.#ws = null;
+    this.#queuedBytes = 0;
+    this.#queuedFrames = 0;
+    this.#suppressed.clear();
+    if (this.#helloTimer) clearTimeout(this.#helloTimer);
+    if (this.#beatTimer) clearInterval(this.#beatTimer);
+    this.#helloTimer = null;
+    this.#beatTimer = null;
+  }
+
+  #scheduleReconnect(): void {
+    const ceiling = Math.min(this.#o.backoffMaxMs, this.#o.backoffInitialMs * 2 ** Math.min(this.#attempt, 20));
+    const delay = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
+    this.#attempt++;
+    this.#reconnectTimer = setTimeout(() => this.#connect(), delay);
+  }
+
+  async #sendHello(ws: WebSocket): Promise<void> {
+    // A run.start still being admitted must be in the inventory this hello carries.
+    if (this.#starts.size > 0) {
+      await Promise.race([Promise.allSettled([...this.#starts]), new Promise((r) => setTimeout(r, 5000))]);
+    }
+    if (ws !== this.#ws || ws.readyState !== WebSocket.OPEN) return;
+    let hello: HelloFrame;
+    try {
+      hello = {
+        type: "hello",
+        protocol_version: PROTOCOL_VERSION,
+        ...this.#service.helloBody(),
+        inventory: this.#service.inventory().slice(0, MAX_INVENTORY_RUNS),
+      };
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "building hello failed");
+      ws.close(1011, "hello failed");
+      return;
+    }
+    this.#rawSend(ws, hello);
+    this.#helloTimer = setTimeout(() => {
+      if (!this.#live) {
+        this.#log.warn("no hello.ack from the server in time; reconnecting");
+        ws.terminate();
+      }
+    }, this.#o.helloTimeoutMs);
+  }
+
+  #startHeartbeat(ws: WebSocket): void {
+    if (this.#beatTimer) clearInterval(this.#beatTimer);
+    this.#lastHeard = Date.now();
+    this.#beatTimer = setInterval(() => {
+      if (ws !== this.#ws) return;
+      if (Date.now() - this.#lastHeard > 3 * this.#intervalMs) {
+        this.#log.warn("server silent for three heartbeat intervals; reconnecting");
+        ws.terminate();
+        return;
+      }
+      this.#rawSend(ws, { type: "heartbeat", sent_at: new Date().toISOString() });
+    }, this.#intervalMs);
+  }
+
+  // ---- inbound ------------------------------------------------------------------
+
+  #onMessage(ws: WebSocket, data: WebSocket.RawData, isBinary: boolean): void {
+    if (isBinary) {
+      this.#protocolError(ws, "invalid_frame", "binary frames are not allowed");
+      return;
+    }
+    const text = Array.isArray(data)
+      ? Buffer.concat(data).toString("utf8")
+      : Buffer.from(data as ArrayBuffer).toString("utf8");
+    const parsed = parseServerFrame(text);
+    if (!parsed.ok) {
+      this.#protocolError(ws, parsed.error.code, parsed.error.message);
+      return;
+    }
+    const frame = parsed.frame;
+    if (!this.#live && frame.type !== "hello.ack" && frame.type !== "protocol_error") {
+      this.#protocolError(ws, "unexpected_frame", `expected hello.ack, got ${frame.type}`);
+      return;
+    }
+    switch (frame.type) {
+      case "hello.ack":
+        if (this.#live) {
+          this.#protocolError(ws, "unexpected_frame", "duplicate hello.ack");
+          return;
+        }
+        if (this.#helloTimer) clearTimeout(this.#helloTimer);
+        this.#live = true;
+        this.#attempt = 0;
+        this.#intervalMs = frame.heartbeat_interval_ms;
+        this.#startHeartbeat(ws);
+        this.#log.info(
+          { runner_id: frame.runner_id, server_instance_id: frame.server_instance_id },
+          "link established",
+        );
+        return;
+      case "heartbeat":
+        return;
+      case "protocol_error":
+        this.#log.warn({ code: frame.code, reason: frame.message }, "server reported a protocol error");
+        if (frame.code === "unauthorized_project") this.#attempt = Math.max(this.#attempt, 10);
+        ws.close(1000, "peer protocol error");
+        return;
+      case "run.start":
+      case "run.sync":
+      case "run.cancel":
+      case "run.inventory":
+        this.#onRequest(ws, frame);
+        return;
+      default: {
+        const never: never = frame;
+        this.#protocolError(ws, "unexpected_frame", `unknown frame ${(never as { type: string }).type}`);
+      }
+    }
+  }
+
+  #onRequest(ws: WebSocket, req: Request): void {
+    const rid = req.request_id;
+    const reply = (frame: RunnerFrame) => {
+      if (ws === this.#ws && ws.readyState === WebSocket.OPEN) this.#rawSend(ws, frame);
+      else this.#log.debug({ type: frame.type }, "reply dropped: connection changed");
+    };
+    const internal = (err: unknown) => {
+      this.#log.error({ type: req.type, err: (err as Error)?.message }, "run service failed a request");
+      reply({ type: "error", request_id: rid, code: "internal", message: "The Runner failed to process the request." });
+    };
+    switch (req.type) {
+      case "run.start": {
+        const { type: _t, request_id: _r, ...request } = req;
+        const p = this.#service.start(request).then((out) => {
+          if (out.ok) reply({ type: "run.start.result", request_id: rid, run: out.run, created: out.created });
+          else
+            reply({
+              type: "error",
+              request_id: rid,
+              code: out.code,
+              message: out.message.slice(0, 512),
+              ...(out.run ? { run: out.run } : {}),
+            });
+        }, internal);
+        this.#starts.add(p);
+        void p.finally(() => this.#starts.delete(p));
+        return;
+      }
+      case "run.sync": {
+        try {
+          const res = this.#service.sync(req.run_id, req.after_seq, req.max_events);
+          if (!res)
+            reply({ type: "error", request_id: rid, code: "not_found", message: "No such run on this Runner." });
+          else reply(this.#fitSync(rid, res.run, res.events, res.has_more));
+        } catch (err) {
+          internal(err);
+        }
+        return;
+      }
+      case "run.cancel":
+        this.#service.cancel(req.run_id).then((res) => {
+          if (!res)
+            reply({ type: "error", request_id: rid, code: "not_found", message: "No such run on this Runner." });
+          else
+            reply({
+              type: "run.cancel.result",
+              request_id: rid,
+              run: res.run,
+              cancel_requested: res.cancel_requested,
+              already_terminal: res.already_terminal,
+            });
+        }, internal);
+        return;
+      case "run.inventory":
+        try {
+          reply({
+            type: "run.inventory.result",
+            request_id: rid,
+            runs: this.#service.inventory().slice(0, MAX_INVENTORY_RUNS),
+          });
+        } catch (err) {
+          internal(err);
+        }
+        return;
+      default: {
+        const never: never = req;
+        void never;
+      }
+    }
+  }
+
+  /** A sync result that fits one frame: drop trailing events (has_more) until it encodes. */
+  #fitSync(rid: string, run: RunSummary, events: RunEvent[], hasMore: boolean): RunnerFrame {
+    let n = events.length;
+    let bytes = 0;
+    for (let i = 0; i < events.length; i++) {
+      bytes += JSON.stringify(events[i]).length + 1;
+      if (bytes > UPDATE_CHUNK_BYTES) {
+        n = i;
+        break;
+      }
+    }
+    return {
+      type: "run.sync.result",
+      request_id: rid,
+      run,
+      events: events.slice(0, n),
+      has_more: hasMore || n < events.length,
+    };
+  }
+
+  #protocolError(ws: WebSocket, code: ProtocolErrorCode, message: string): void {
+    this.#log.warn({ code, reason: message }, "protocol error from the server's side; closing link");
+    this.#rawSend(ws, { type: "protocol_error", code, message: message.slice(0, 500) });
+    ws.close(1008, code);
+  }
+
+  // ---- outbound -----------------------------------------------------------------
+
+  /** Send without queue limits (hello, replies, heartbeats, protocol errors). */
+  #rawSend(ws: WebSocket, frame: RunnerFrame): boolean {
+    let text: string;
+    try {
+      text = encodeFrame(frame);
+    } catch (err) {
+      this.#log.error({ type: frame.type, err: (err as Error).message }, "frame too large to send");
+      return false;
+    }
+    this.#queuedBytes += text.length;
+    this.#queuedFrames++;
+    ws.send(text, (err) => {
+      if (ws !== this.#ws) return;
+      this.#queuedBytes -= text.length;
+      this.#queuedFrames--;
+      if (err) return;
+      if (this.#suppressed.size > 0) this.#drainSuppressed(ws);
+    });
+    return true;
+  }
+
+  #hasRoom(extraBytes: number): boolean {
+    return (
+      this.#queuedBytes + extraBytes <= this.#o.sendQueueMaxBytes && this.#queuedFrames < this.#o.sendQueueMaxFrames
+    );
+  }
+
+  /** Called from the run service; must never block or throw. */
+  #onUpdate(run: RunSummary, events: readonly RunEvent[]): void {
+    try {
+      const ws = this.#ws;
+      if (!ws || !this.#live || ws.readyState !== WebSocket.OPEN) return; // the next hello + sync covers it
+      if (this.#suppressed.has(run.run_id)) {
+        this.#suppressed.set(run.run_id, run);
+        return;
+      }
+      for (const frame of chunkUpdate(run, events)) {
+        const text = JSON.stringify(frame);
+        if (!this.#hasRoom(text.length) || text.length > MAX_FRAME_BYTES) {
+          this.#suppressed.set(run.run_id, run);
+          this.#log.debug({ run_id: run.run_id }, "send queue full; run updates paused until it drains");
+          return;
+        }
+        this.#rawSend(ws, frame);
+      }
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "pushing a run update failed");
+    }
+  }
+
+  /** Below half the queue limit: announce suppressed runs with a state-only update so the Server re-syncs. */
+  #drainSuppressed(ws: WebSocket): void {
+    for (const [runId, run] of this.#suppressed) {
+      if (this.#queuedBytes > this.#o.sendQueueMaxBytes / 2 || this.#queuedFrames > this.#o.sendQueueMaxFrames / 2) {
+        return;
+      }
+      this.#suppressed.delete(runId);
+      this.#rawSend(ws, { type: "run.update", run, events: [] });
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#unsubscribe();
+    if (this.#reconnectTimer) clearTimeout(this.#reconnectTimer);
+    const ws = this.#ws;
+    this.#teardown();
+    if (!ws) return;
+    await new Promise<void>((resolve) => {
+      if (ws.readyState === WebSocket.CLOSED) return resolve();
+      const t = setTimeout(() => {
+        ws.terminate();
+        resolve();
+      }, 2000);
+      ws.once("close", () => {
+        clearTimeout(t);
+        resolve();
+      });
+      if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+      else ws.close(1000, "runner stopping");
+    });
+  }
+}
+
+/** Split one service update into frames of at most MAX_EVENTS_PER_UPDATE events and ~half a frame of bytes. */
+export function chunkUpdate(run: RunSummary, events: readonly RunEvent[]): RunnerFrame[] {
+  if (events.length === 0) return [{ type: "run.update", run, events: [] }];
+  const frames: RunnerFrame[] = [];
+  let cur: RunEvent[] = [];
+  let bytes = 0;
+  for (const e of events) {
+    const n = JSON.stringify(e).length + 1;
+    if (cur.length > 0 && (cur.length >= MAX_EVENTS_PER_UPDATE || bytes + n > UPDATE_CHUNK_BYTES)) {
+      frames.push({ type: "run.update", run, events: cur });
+      cur = [];
+      bytes = 0;
+    }
+    cur.push(e);
+    bytes += n;
+  }
+  frames.push({ type: "run.update", run, events: cur });
+  return frames;
+}
