@@ -2,6 +2,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { killByMarker } from "./proc.mjs";
 
 const dirs = [];
 
@@ -11,8 +12,11 @@ export function makeTempDir(label) {
   return dir;
 }
 
-export function removeTempDirs() {
+/** Kills any process still running from one of our temp dirs (by pid), then removes the dirs. */
+export function removeTempDirs({ keep = false } = {}) {
   for (const dir of dirs.splice(0)) {
+    killByMarker(dir);
+    if (keep) continue;
     try {
       rmSync(dir, { recursive: true, force: true });
     } catch {

@@ -1,0 +1,200 @@
+/** Targets (PASS/MISS) and the human-readable table. */
+
+const f = (v, d = 1) => (typeof v === "number" && Number.isFinite(v) ? v.toFixed(d) : "—");
+const x = (v) => (typeof v === "number" && Number.isFinite(v) ? `${v.toFixed(2)}x` : "—");
+const pad = (s, n) => String(s).padEnd(n);
+const lpad = (s, n) => String(s).padStart(n);
+
+function burst(results, kind) {
+  const t = results.sections.throughput;
+  if (!t) return null;
+  const key = Object.keys(t).find((k) => k.startsWith(`${kind}_`));
+  return key ? t[key] : null;
+}
+
+function target(id, what, value, limit, cmp, unit, why) {
+  let result;
+  if (typeof value !== "number" || !Number.isFinite(value)) result = "N/A";
+  else result = (cmp === "<=" ? value <= limit : value >= limit) ? "PASS" : "MISS";
+  return { id, what, value: value ?? null, limit, cmp, unit, result, ...(result === "N/A" ? { why } : {}) };
+}
+
+export function evaluateTargets(results) {
+  const s = results.sections;
+  const quickNote = results.quick ? " (--quick sizes)" : "";
+  const msg = burst(results, "message");
+  const tool = burst(results, "tool");
+  const runnerRss = msg?.ours?.resources?.runner;
+  const serverRss = msg?.ours?.resources?.server;
+  const cell = s.fanout?.cells?.find((c) => c.n === 10 && c.m === 500);
+  const na = (name) => results.errors[name] ?? s[name]?.error ?? "not measured";
+  return [
+    target("start_p50_ratio", "start-to-dispatch p50 ≤ 1.3× bare SDK", s.start?.p50_ratio, 1.3, "<=", "x", na("start")),
+    target(
+      "throughput_message_ratio",
+      `message burst updates/s ≥ 0.5× bare SDK${quickNote}`,
+      msg?.ratio,
+      0.5,
+      ">=",
+      "x",
+      msg?.error ?? na("throughput"),
+    ),
+    target(
+      "throughput_tool_ratio",
+      `tool burst updates/s ≥ 0.5× bare SDK${quickNote}`,
+      tool?.ratio,
+      0.5,
+      ">=",
+      "x",
+      tool?.error ?? na("throughput"),
+    ),
+    target("wakeup_p50", "observe wake-up p50 ≤ 5 ms", s.wakeup?.ours?.latency_ms?.p50, 5, "<=", "ms", na("wakeup")),
+    target("wakeup_p99", "observe wake-up p99 ≤ 25 ms", s.wakeup?.ours?.latency_ms?.p99, 25, "<=", "ms", na("wakeup")),
+    target(
+      "runner_rss",
+      `Runner RSS ≤ 150 MB during the message burst${quickNote}`,
+      runnerRss ? Math.max(runnerRss.peak_rss_mb, runnerRss.hwm_mb) : undefined,
+      150,
+      "<=",
+      "MB",
+      msg?.error ?? na("throughput"),
+    ),
+    target(
+      "server_rss",
+      `Server RSS ≤ 150 MB during the message burst${quickNote}`,
+      serverRss ? Math.max(serverRss.peak_rss_mb, serverRss.hwm_mb) : undefined,
+      150,
+      "<=",
+      "MB",
+      msg?.error ?? na("throughput"),
+    ),
+    target(
+      "fanout_10x500_p99",
+      "500 observers on 10 runners: p99 ≤ 100 ms",
+      cell?.latency_ms?.p99,
+      100,
+      "<=",
+      "ms",
+      s.fanout && !cell ? "cell N=10 M=500 not in this grid (--quick)" : na("fanout"),
+    ),
+  ];
+}
+
+function latencyRow(label, s, n = 30) {
+  if (!s) return `  ${pad(label, n)} —\n`;
+  return `  ${pad(label, n)}${lpad(s.n, 6)}${lpad(f(s.p50, 2), 10)}${lpad(f(s.p95, 2), 10)}${lpad(f(s.p99, 2), 10)}${lpad(f(s.max, 2), 10)}\n`;
+}
+
+export function render(results) {
+  const m = results.machine;
+  const s = results.sections;
+  let out = "\n";
+  out += `WebCodex bench${results.quick ? " (--quick)" : ""} — ${m.cores} × ${m.cpu_model}, ${m.mem_total_mb} MB, node ${m.node}, `;
+  out += `load ${m.loadavg_at_start.map((v) => v.toFixed(2)).join("/")} → ${(m.loadavg_at_end ?? []).map((v) => v.toFixed(2)).join("/")}\n`;
+  out += `commit ${m.git_commit ?? "?"}, ${f(results.duration_s, 0)} s\n\n`;
+
+  const head = (title) =>
+    `${title}\n  ${pad("", 30)}${lpad("n", 6)}${lpad("p50", 10)}${lpad("p95", 10)}${lpad("p99", 10)}${lpad("max", 10)}\n`;
+
+  if (s.start) {
+    out += head("Start-to-dispatch (ms): client asks → agent receives session/prompt");
+    out += latencyRow("bare ACP SDK (spawn+init+new)", s.start.baseline?.latency_ms);
+    out += latencyRow("ours (MCP start_coding_agent)", s.start.ours?.latency_ms);
+    out += `  ${pad("ratio ours/bare", 30)}${lpad("", 6)}${lpad(x(s.start.p50_ratio), 10)}${lpad(x(s.start.p95_ratio), 10)}${lpad(x(s.start.p99_ratio), 10)}\n`;
+    if (s.start.ours?.duplicate_dispatches) out += `  !! duplicate dispatches: ${s.start.ours.duplicate_dispatches}\n`;
+    if (s.start.ours?.stages) out += renderStages(s.start.ours.stages);
+    if (s.start.error) out += `  ours: ERROR ${s.start.error.split("\n")[0]}\n`;
+    out += "\n";
+  }
+
+  if (s.throughput) {
+    out += "Throughput: agent starts emitting (ledger) → last update visible to the reader\n";
+    out += `  ${pad("", 30)}${lpad("updates", 9)}${lpad("ms", 9)}${lpad("updates/s", 12)}${lpad("KiB/s", 10)}${lpad("ratio", 8)}\n`;
+    for (const [key, b] of Object.entries(s.throughput)) {
+      const row = (label, r, ratioValue) =>
+        r
+          ? `  ${pad(label, 30)}${lpad(r.count, 9)}${lpad(f(r.elapsed_ms, 0), 9)}${lpad(f(r.updates_per_s, 0), 12)}${lpad(f(r.bytes_per_s / 1024, 0), 10)}${lpad(ratioValue, 8)}\n`
+          : `  ${pad(label, 30)} —${b.error ? ` ERROR ${b.error.split("\n")[0].slice(0, 80)}` : ""}\n`;
+      out += row(`${key} bare SDK`, b.baseline, "");
+      out += row(`${key} ours (MCP observer)`, b.ours, x(b.ratio));
+      if (b.ours) {
+        out += `  ${pad("", 30)}events seen ${b.ours.events_seen}, payload ${b.ours.payload_bytes_seen}/${b.ours.payload_bytes} B, observe calls ${b.ours.observe_calls}${b.ours.history_lost ? ", HISTORY LOST" : ""}, state ${b.ours.state}\n`;
+        for (const [name, r] of Object.entries(b.ours.resources ?? {})) {
+          out += `  ${pad("", 30)}${pad(name, 7)} peak RSS ${f(r.peak_rss_mb)} MB (HWM ${f(r.hwm_mb)} MB), CPU ${f(r.cpu_ms, 0)} ms\n`;
+        }
+      }
+    }
+    out += "\n";
+  }
+
+  if (s.wakeup) {
+    out += head(
+      `Observe wake-up (ms): agent emits (tap) → observer returns; one update every ${s.wakeup.baseline?.interval_ms} ms`,
+    );
+    out += latencyRow("bare SDK reader (reference)", s.wakeup.baseline?.latency_ms);
+    out += latencyRow("ours, observer already waiting", s.wakeup.ours?.latency_ms);
+    out += latencyRow("ours, every tick", s.wakeup.ours?.latency_all_ms);
+    if (s.wakeup.error) out += `  ours: ERROR ${s.wakeup.error.split("\n")[0]}\n`;
+    out += "\n";
+  }
+
+  if (s.fanout) {
+    const ns = [...new Set(s.fanout.cells.map((c) => c.n))];
+    const ms = [...new Set(s.fanout.cells.map((c) => c.m))];
+    out += `Fan-out: p99 / p50 observe latency (ms), one event every ${s.fanout.interval_ms} ms per run, ${s.fanout.duration_ms} ms per cell\n`;
+    out += `  ${pad("", 8)}${ms.map((mm) => lpad(`M=${mm}`, 18)).join("")}\n`;
+    for (const n of ns) {
+      out += `  ${pad(`N=${n}`, 8)}`;
+      for (const mm of ms) {
+        const c = s.fanout.cells.find((cc) => cc.n === n && cc.m === mm);
+        out += lpad(c ? `${f(c.latency_ms?.p99)} / ${f(c.latency_ms?.p50)}` : "—", 18);
+      }
+      out += "\n";
+    }
+    const errs = s.fanout.cells.filter((c) => c.errors && Object.keys(c.errors).length > 0);
+    for (const c of errs) out += `  N=${c.n} M=${c.m} errors: ${JSON.stringify(c.errors).slice(0, 200)}\n`;
+    out += `  p99 first above 100 ms: ${Object.entries(s.fanout.crossings_100ms ?? {})
+      .map(([k, v]) => `${k} at ${v === null ? "none of the M tried" : `M=${v}`}`)
+      .join("; ")}\n\n`;
+  }
+
+  if (s.barrier) {
+    out += "Barrier cost (scripts/bench/barrier.mjs)\n";
+    out += renderFlat(s.barrier, "  ");
+    out += "\n";
+  }
+
+  const errors = Object.entries(results.errors);
+  if (errors.length) {
+    out += "Errors\n";
+    for (const [k, v] of errors) out += `  ${k}: ${String(v).split("\n")[0].slice(0, 200)}\n`;
+    out += "\n";
+  }
+
+  out += "Targets\n";
+  for (const t of results.targets) {
+    const value = t.unit === "x" ? x(t.value) : `${f(t.value)} ${t.unit}`;
+    out += `  ${pad(t.result, 5)} ${pad(t.what, 58)} ${lpad(t.result === "N/A" ? "" : value, 10)}${t.why ? `  (${String(t.why).split("\n")[0].slice(0, 90)})` : ""}\n`;
+  }
+  out += "\n";
+  return out;
+}
+
+function renderStages(stages) {
+  let out = "  per-stage (Runner's own timings, ms):\n";
+  for (const [name, st] of Object.entries(stages)) {
+    out += `    ${pad(name, 28)}${lpad(st.n, 6)}${lpad(f(st.p50, 2), 10)}${lpad(f(st.p95, 2), 10)}${lpad(f(st.p99, 2), 10)}${lpad(f(st.max, 2), 10)}\n`;
+  }
+  return out;
+}
+
+function renderFlat(value, indent, prefix = "") {
+  let out = "";
+  if (value && typeof value === "object" && !Array.isArray(value)) {
+    for (const [k, v] of Object.entries(value)) {
+      if (v && typeof v === "object" && !Array.isArray(v)) out += renderFlat(v, indent, `${prefix}${k}.`);
+      else if (!Array.isArray(v)) out += `${indent}${prefix}${k}: ${typeof v === "number" ? f(v, 3) : v}\n`;
+    }
+  }
+  return out;
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env node
+/**
+ * M concurrent MCP observers in one process, each a real SDK Client over
+ * Streamable HTTP long-polling observe_coding_agent(wait_secs) on one run.
+ * Latency per event = time the observe call returned − the emit time the
+ * simulated Runner wrote into the event text (`fanout <hr_ms>`).
+ *
+ *   node observers.mjs SPEC.json
+ * SPEC: { url, wait_secs, duration_ms, warmup_ms, observers: [{ token, run_id }] }
+ * Prints one JSON line with the latency summary at the end.
+ */
+import { readFileSync } from "node:fs";
+import { connectMcp } from "./lib/mcp-client.mjs";
+import { hrNow, summarize } from "./lib/stats.mjs";
+
+const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const FANOUT = /^fanout (\d+(?:\.\d+)?)$/;
+const samples = [];
+const errors = {};
+let calls = 0;
+let events = 0;
+
+async function observer(def, startAt, endAt) {
+  const mcp = await connectMcp({ url: spec.url, token: def.token });
+  try {
+    let token;
+    while (Date.now() < endAt) {
+      calls++;
+      const r = await mcp.observe(def.run_id, token, spec.wait_secs);
+      const at = hrNow();
+      if (!r.ok) {
+        const code = r.error?.code ?? "unknown";
+        errors[code] = (errors[code] ?? 0) + 1;
+        await new Promise((res) => setTimeout(res, 50));
+        continue;
+      }
+      token = r.value.observation_token;
+      for (const e of r.value.events) {
+        if (e.kind !== "agent_message") continue;
+        const m = FANOUT.exec(e.text);
+        if (!m) continue;
+        events++;
+        if (Date.now() >= startAt) samples.push(at - Number(m[1]));
+      }
+      if (["completed", "failed", "cancelled", "lost"].includes(r.value.state) && !r.value.has_more) break;
+    }
+  } finally {
+    await mcp.close().catch(() => {});
+  }
+}
+
+const clients = [];
+const connectStart = Date.now();
+// Connect in small batches so the handshakes do not all land at once.
+const begin = Date.now() + 0;
+const endAt = begin + spec.duration_ms + spec.observers.length * 5;
+const startAt = begin + spec.warmup_ms + spec.observers.length * 5;
+for (const [i, def] of spec.observers.entries()) {
+  clients.push(
+    new Promise((res) => setTimeout(res, i * 5)).then(() =>
+      observer(def, startAt, endAt).catch((error) => {
+        const code = `exception:${String(error?.message ?? error).slice(0, 60)}`;
+        errors[code] = (errors[code] ?? 0) + 1;
+      }),
+    ),
+  );
+}
+await Promise.all(clients);
+process.stdout.write(
+  `${JSON.stringify({
+    observers: spec.observers.length,
+    calls,
+    events,
+    errors,
+    connect_and_run_ms: Date.now() - connectStart,
+    latency_ms: summarize(samples),
+  })}\n`,
+);
+process.exit(0);

@@ -1,0 +1,232 @@
+#!/usr/bin/env node
+/**
+ * `npm run bench [-- --quick] [-- --only start,throughput,wakeup,fanout,barrier] [-- --profile] [-- --keep]`
+ *
+ * Measures our stack (Server + Runner + fake agent as real processes, driven
+ * by a real MCP client) and a bare ACP SDK baseline in the same run, prints a
+ * table with PASS/MISS per target and writes bench-results/latest.json.
+ * A MISS never fails the exit code; only a crash of the harness itself does.
+ */
+import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { loadavg } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
+import { machineInfo } from "./lib/machine.mjs";
+import { BENCH_DIR, fakeAgentBuilt, REPO } from "./lib/paths.mjs";
+import { evaluateTargets, render } from "./lib/report.mjs";
+import { ratio, round } from "./lib/stats.mjs";
+import { removeTempDirs } from "./lib/tmp.mjs";
+import { launchStack } from "./stack.mjs";
+import * as fanout from "./suites/fanout.mjs";
+import * as startDispatch from "./suites/start-dispatch.mjs";
+import * as throughput from "./suites/throughput.mjs";
+import * as wakeup from "./suites/wakeup.mjs";
+
+const SECTIONS = ["start", "throughput", "wakeup", "fanout", "barrier"];
+
+const { values: opts } = parseArgs({
+  options: {
+    quick: { type: "boolean", default: false },
+    only: { type: "string" },
+    profile: { type: "boolean", default: false },
+    keep: { type: "boolean", default: false },
+    out: { type: "string", default: join(REPO, "bench-results/latest.json") },
+  },
+  strict: true,
+});
+const quick = opts.quick;
+const only = new Set(opts.only ? opts.only.split(",").map((s) => s.trim()) : SECTIONS);
+for (const s of only)
+  if (!SECTIONS.includes(s)) throw new Error(`--only: unknown section ${s} (${SECTIONS.join(", ")})`);
+
+/** Sizes of everything; --quick keeps the whole suite under 2 minutes. */
+const PLAN = quick
+  ? {
+      startRuns: 10,
+      bursts: [
+        { count: 20_000, chunk: 32, kind: "message" },
+        { count: 2_000, chunk: 32, kind: "tool" },
+      ],
+      wakeup: { intervalMs: 50, count: 40 },
+      fanout: { ns: [1, 10], ms: [10, 100], intervalMs: 250, durationMs: 3000, warmupMs: 500, perPrincipal: 8 },
+    }
+  : {
+      startRuns: 50,
+      bursts: [
+        { count: 100_000, chunk: 32, kind: "message" },
+        { count: 10_000, chunk: 32, kind: "tool" },
+      ],
+      wakeup: { intervalMs: 50, count: 200 },
+      fanout: {
+        ns: [1, 10, 50],
+        ms: [10, 100, 500],
+        intervalMs: 250,
+        durationMs: 10_000,
+        warmupMs: 1000,
+        perPrincipal: 8,
+      },
+    };
+
+const t0 = Date.now();
+const WATCHDOG_MS = quick ? 150_000 : 30 * 60_000;
+const ctx = {
+  quick,
+  /** A per-section time bound, tighter in --quick. */
+  budgetMs: (ms) => (quick ? Math.min(ms, 60_000) : ms),
+  log: (msg) => process.stderr.write(`[bench +${((Date.now() - t0) / 1000).toFixed(1)}s] ${msg}\n`),
+};
+const nodeArgs = {};
+if (opts.profile) {
+  const profDir = join(REPO, "bench-results/profiles");
+  mkdirSync(profDir, { recursive: true });
+  nodeArgs.server = ["--cpu-prof", `--cpu-prof-dir=${join(profDir, "server")}`];
+  nodeArgs.runner = ["--cpu-prof", `--cpu-prof-dir=${join(profDir, "runner")}`];
+}
+
+const results = {
+  started_at: new Date().toISOString(),
+  quick,
+  plan: PLAN,
+  machine: machineInfo(),
+  sections: {},
+  errors: {},
+  targets: [],
+};
+
+async function section(name, fn) {
+  if (!only.has(name)) return;
+  ctx.log(`${name}: start`);
+  const started = Date.now();
+  try {
+    results.sections[name] = await fn();
+  } catch (error) {
+    results.errors[name] = String(error?.stack ?? error).slice(0, 2000);
+    ctx.log(`${name}: ERROR ${String(error?.message ?? error).split("\n")[0]}`);
+  }
+  ctx.log(`${name}: done in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+}
+
+function stackAvailable() {
+  return (
+    fakeAgentBuilt() &&
+    existsSync(join(REPO, "packages/server/dist/main.js")) &&
+    existsSync(join(REPO, "packages/runner/dist/main.js"))
+  );
+}
+
+async function withStack(label, fn) {
+  if (!stackAvailable()) throw new Error("server/runner not built (packages/*/dist/main.js missing)");
+  const stack = await launchStack({ label, nodeArgs });
+  try {
+    return await fn(stack);
+  } finally {
+    await stack.stop();
+  }
+}
+
+const watchdog = setTimeout(() => {
+  results.errors.watchdog = `bench exceeded ${WATCHDOG_MS} ms; partial results`;
+  finish();
+  process.exit(1);
+}, WATCHDOG_MS);
+watchdog.unref();
+
+try {
+  if (!fakeAgentBuilt()) throw new Error("fake-acp-agent is not built; run `tsc -b` (npm run bench does)");
+
+  await section("start", async () => {
+    const baseline = await startDispatch.baseline(ctx, { runs: PLAN.startRuns });
+    let ours = null;
+    let error = null;
+    try {
+      ours = await withStack("start", (stack) => startDispatch.stack(ctx, { stack, runs: PLAN.startRuns }));
+    } catch (e) {
+      error = String(e?.message ?? e);
+    }
+    return {
+      baseline: strip(baseline),
+      ours: ours && strip(ours),
+      error,
+      p50_ratio: ratio(ours?.latency_ms.p50, baseline.latency_ms.p50),
+      p95_ratio: ratio(ours?.latency_ms.p95, baseline.latency_ms.p95),
+      p99_ratio: ratio(ours?.latency_ms.p99, baseline.latency_ms.p99),
+    };
+  });
+
+  await section("throughput", async () => {
+    const out = {};
+    for (const spec of PLAN.bursts) {
+      const key = `${spec.kind}_${spec.count}`;
+      const baseline = await throughput.baseline(ctx, spec);
+      let ours = null;
+      let error = null;
+      try {
+        // A fresh stack per burst so peak RSS belongs to this burst.
+        ours = await withStack(`burst-${spec.kind}`, (stack) => throughput.stack(ctx, { stack, spec }));
+      } catch (e) {
+        error = String(e?.message ?? e);
+      }
+      out[key] = {
+        baseline,
+        ours,
+        error,
+        ratio: ratio(ours?.updates_per_s, baseline.updates_per_s),
+      };
+    }
+    return out;
+  });
+
+  await section("wakeup", async () => {
+    const baseline = await wakeup.baseline(ctx, PLAN.wakeup);
+    let ours = null;
+    let error = null;
+    try {
+      ours = await withStack("wakeup", (stack) => wakeup.stack(ctx, { stack, ...PLAN.wakeup }));
+    } catch (e) {
+      error = String(e?.message ?? e);
+    }
+    return { baseline, ours, error };
+  });
+
+  await section("fanout", async () => {
+    if (!stackAvailable()) throw new Error("server not built (packages/server/dist/main.js missing)");
+    const r = await fanout.run(ctx, PLAN.fanout);
+    return { ...r, crossings_100ms: fanout.crossings(r.cells, 100) };
+  });
+
+  await section("barrier", async () => {
+    let mod;
+    try {
+      mod = await import(join(BENCH_DIR, "barrier.mjs"));
+    } catch (e) {
+      throw new Error(`scripts/bench/barrier.mjs not available: ${String(e?.message ?? e).split("\n")[0]}`);
+    }
+    return await mod.run({ quick });
+  });
+} catch (error) {
+  results.errors.harness = String(error?.stack ?? error);
+}
+
+finish();
+clearTimeout(watchdog);
+process.exit(results.errors.harness ? 1 : 0);
+
+function strip(r) {
+  const { samples_ms, ...rest } = r;
+  return { ...rest, samples_ms: samples_ms.map((v) => Math.round(v * 100) / 100) };
+}
+
+function finish() {
+  results.finished_at = new Date().toISOString();
+  results.duration_s = (Date.now() - t0) / 1000;
+  results.machine.loadavg_at_end = loadavg();
+  results.targets = evaluateTargets(results);
+  try {
+    mkdirSync(join(REPO, "bench-results"), { recursive: true });
+    writeFileSync(opts.out, `${JSON.stringify(round(results), null, 2)}\n`);
+  } catch (error) {
+    process.stderr.write(`could not write ${opts.out}: ${error}\n`);
+  }
+  process.stdout.write(render(results));
+  removeTempDirs({ keep: opts.keep });
+}

@@ -1,0 +1,211 @@
+/**
+ * The full stack as real processes: a Server (`webcodex-server run`), optionally
+ * a Runner daemon (`webcodex-runner run`) whose agents are the fake agent
+ * (plain and behind tap-agent.mjs), configs generated into a temp dir,
+ * principal tokens issued through the Server's own CLI
+ * (`webcodex-server token issue --json`). Everything listens on 127.0.0.1.
+ */
+import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import { promisify } from "node:util";
+import { LedgerReader, sha256 } from "./lib/ledger.mjs";
+import { connectMcp } from "./lib/mcp-client.mjs";
+import { FAKE_AGENT_BIN, RUNNER_BIN, SERVER_BIN, TAP_AGENT } from "./lib/paths.mjs";
+import { killByMarker, spawnTracked, stopTracked } from "./lib/proc.mjs";
+import { makeTempDir } from "./lib/tmp.mjs";
+
+const run = promisify(execFile);
+
+/** Commands of the daemons (kept here so a CLI rename is a one-line change). */
+export const SERVER_RUN = (config) => [SERVER_BIN, "run", "--config", config];
+export const RUNNER_RUN = (config) => [RUNNER_BIN, "run", "--config", config];
+export const TOKEN_ISSUE = (config, principal, projects) => [
+  SERVER_BIN,
+  "token",
+  "issue",
+  "--config",
+  config,
+  "--principal",
+  principal,
+  "--scope",
+  "coding_agent:run",
+  "--scope",
+  "project:write",
+  "--scope",
+  "project:read",
+  ...projects.flatMap((p) => ["--project", p]),
+  "--allow-coding-agent-run",
+  "--json",
+];
+
+const toml = (value) => JSON.stringify(value);
+
+export async function freePort() {
+  return await new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+function tail(file, lines = 15) {
+  try {
+    return readFileSync(file, "utf8").split("\n").slice(-lines).join("\n");
+  } catch {
+    return "(no log)";
+  }
+}
+
+/**
+ * @param {object} o
+ * @param {string} o.label temp dir label
+ * @param {boolean} [o.runner] start a real Runner daemon with the fake agent (project "bench")
+ * @param {number} [o.simRunners] extra runner bindings "sim0..simN-1" owning projects "p0..pN-1"
+ * @param {number} [o.principals] principals to declare and issue tokens for
+ * @param {string[]} [o.nodeArgs] extra node flags for the daemons (e.g. --cpu-prof)
+ */
+export async function launchStack({ label, runner = true, simRunners = 0, principals = 1, nodeArgs = {} }) {
+  const dir = makeTempDir(label);
+  const port = await freePort();
+  const serverConfig = join(dir, "server.toml");
+  const runnerConfig = join(dir, "runner.toml");
+  const ledgerFile = join(dir, "ledger.jsonl");
+  const tapFile = join(dir, "tap.jsonl");
+  const projectDir = join(dir, "project");
+  mkdirSync(projectDir);
+  const runnerToken = randomBytes(32).toString("base64url");
+  writeFileSync(join(dir, "runner.token"), `${runnerToken}\n`, { mode: 0o600 });
+
+  const sims = Array.from({ length: simRunners }, (_, i) => ({
+    runner_id: `sim${i}`,
+    project_id: `p${i}`,
+    token: randomBytes(32).toString("base64url"),
+  }));
+  const projects = [...(runner ? ["bench"] : []), ...sims.map((s) => s.project_id)];
+
+  let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\n\n`;
+  if (runner) s += `[[runners]]\nid = "bench"\ntoken_sha256 = ${toml(sha256(runnerToken))}\nprojects = ["bench"]\n\n`;
+  for (const sim of sims) {
+    s += `[[runners]]\nid = ${toml(sim.runner_id)}\ntoken_sha256 = ${toml(sha256(sim.token))}\nprojects = [${toml(sim.project_id)}]\n\n`;
+  }
+  const principalIds = Array.from({ length: principals }, (_, i) => `bench-${i}`);
+  for (const id of principalIds) {
+    s += `[[principals]]\nid = ${toml(id)}\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${toml(projects)}\n\n`;
+  }
+  writeFileSync(serverConfig, s);
+
+  if (runner) {
+    const agent = (id, args) =>
+      `[[acp.agents]]\nid = ${toml(id)}\nname = ${toml(id)}\nexecutable = ${toml(process.execPath)}\nargs = ${toml(args)}\n` +
+      `[acp.agents.env_from_env]\nPATH = "PATH"\nHOME = "HOME"\n\n`;
+    const r =
+      `[runner]\nstate_dir = "runner-state"\nlog_level = "info"\n\n` +
+      `[server]\nurl = ${toml(`ws://127.0.0.1:${port}/runner`)}\ntoken_file = "runner.token"\n\n` +
+      `[[projects]]\nid = "bench"\nroot = "project"\nallow_patch = true\n\n` +
+      `[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 30\ncancel_grace_secs = 5\n\n` +
+      agent("fake", [FAKE_AGENT_BIN, "--ledger", ledgerFile]) +
+      agent("fake-tap", [TAP_AGENT, "--tap", tapFile, "--", process.execPath, FAKE_AGENT_BIN, "--ledger", ledgerFile]);
+    writeFileSync(runnerConfig, r);
+  }
+
+  // Tokens first (the Server CLI writes only hashes into the state DB).
+  const tokens = [];
+  for (const id of principalIds) {
+    const { stdout } = await run(process.execPath, TOKEN_ISSUE(serverConfig, id, projects), {
+      cwd: dir,
+      timeout: 30_000,
+    });
+    const issued = JSON.parse(stdout.trim().split("\n").at(-1));
+    tokens.push(issued.token);
+  }
+
+  const handles = {};
+  const stack = {
+    dir,
+    port,
+    url: `http://127.0.0.1:${port}/mcp`,
+    runnerUrl: `ws://127.0.0.1:${port}/runner`,
+    tokens,
+    sims,
+    ledgerFile,
+    tapFile,
+    ledger: new LedgerReader(ledgerFile),
+    providerId: "fake",
+    tapProviderId: "fake-tap",
+    projectId: "bench",
+    handles,
+    pids() {
+      const out = {};
+      for (const [name, h] of Object.entries(handles)) if (h) out[name] = h.pid;
+      return out;
+    },
+    mcpClient(i = 0, projectId = "bench") {
+      return connectMcp({ url: stack.url, token: tokens[i], projectId });
+    },
+    async stop() {
+      await stopTracked(handles.runner, 8000);
+      await stopTracked(handles.server, 5000);
+      killByMarker(dir);
+    },
+  };
+
+  try {
+    handles.server = spawnTracked(process.execPath, [...(nodeArgs.server ?? []), ...SERVER_RUN(serverConfig)], {
+      logFile: join(dir, "server.log"),
+      cwd: dir,
+    });
+    await waitForMcp(stack, handles.server, join(dir, "server.log"));
+    if (runner) {
+      handles.runner = spawnTracked(process.execPath, [...(nodeArgs.runner ?? []), ...RUNNER_RUN(runnerConfig)], {
+        logFile: join(dir, "runner.log"),
+        cwd: dir,
+      });
+      await waitForRunnerOnline(stack, handles.runner, join(dir, "runner.log"));
+    }
+    return stack;
+  } catch (error) {
+    await stack.stop();
+    throw error;
+  }
+}
+
+async function waitForMcp(stack, handle, log, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < deadline) {
+    if (handle.child.exitCode !== null) throw new Error(`server exited (${handle.child.exitCode}):\n${tail(log)}`);
+    try {
+      const mcp = await stack.mcpClient(0);
+      await mcp.close();
+      return;
+    } catch (error) {
+      last = error;
+      await sleep(100);
+    }
+  }
+  throw new Error(`server not answering MCP within ${timeoutMs} ms (${last?.message}):\n${tail(log)}`);
+}
+
+async function waitForRunnerOnline(stack, handle, log, timeoutMs = 20_000) {
+  const deadline = Date.now() + timeoutMs;
+  const mcp = await stack.mcpClient(0);
+  try {
+    while (Date.now() < deadline) {
+      if (handle.child.exitCode !== null) throw new Error(`runner exited (${handle.child.exitCode}):\n${tail(log)}`);
+      const res = await mcp.client.readResource({ uri: "webcodex://projects" });
+      const text = res.contents?.[0]?.text ?? "";
+      if (/"runner_online"\s*:\s*true/.test(text)) return;
+      await sleep(100);
+    }
+    throw new Error(`runner not online within ${timeoutMs} ms:\n${tail(log)}`);
+  } finally {
+    await mcp.close();
+  }
+}

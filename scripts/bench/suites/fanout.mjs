@@ -1,0 +1,117 @@
+/**
+ * Fan-out: 1 Server, N simulated Runners (sim-runners.mjs, real protocol over
+ * real WebSocket), M concurrent MCP observers (observers.mjs) long-polling.
+ * Each observer's principal owns the run it watches (observe needs ownership),
+ * and the Server bounds waiting observes per principal, so observers are
+ * spread over ceil(M / perPrincipal) principals. Runs = max(N, principals),
+ * run j on runner j mod N owned by principal j mod P; every run pushes one
+ * event every interval_ms.
+ */
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { spawnJsonChild } from "../lib/child.mjs";
+import { BENCH_DIR } from "../lib/paths.mjs";
+import { ProcSampler, stopTracked } from "../lib/proc.mjs";
+import { launchStack } from "../stack.mjs";
+
+export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPrincipal, waitSecs = 10 }) {
+  const maxN = Math.max(...ns);
+  const maxM = Math.max(...ms);
+  const stack = await launchStack({
+    label: "fanout",
+    runner: false,
+    simRunners: maxN,
+    principals: Math.ceil(maxM / perPrincipal),
+  });
+  const cells = [];
+  try {
+    for (const n of ns) {
+      const simSpec = join(stack.dir, `sims-${n}.json`);
+      writeFileSync(
+        simSpec,
+        JSON.stringify({
+          url: stack.runnerUrl,
+          interval_ms: intervalMs,
+          max_duration_ms: ctx.budgetMs(30 * 60_000),
+          runners: stack.sims.slice(0, n),
+        }),
+      );
+      const sims = spawnJsonChild(join(BENCH_DIR, "sim-runners.mjs"), [simSpec], {
+        logFile: join(stack.dir, `sims-${n}.log`),
+      });
+      try {
+        await sims.waitLine((l) => "ready" in l, 30_000);
+        const ready = sims.lines.find((l) => "ready" in l);
+        if (!ready.ready) throw new Error(`sim runners failed: ${ready.error}`);
+        for (const m of ms) {
+          ctx.log(`fan-out N=${n} M=${m}`);
+          cells.push(await cell(stack, { n, m, durationMs, warmupMs, perPrincipal, waitSecs }));
+        }
+      } finally {
+        await stopTracked(sims, 2000);
+      }
+    }
+  } finally {
+    await stack.stop();
+  }
+  return { interval_ms: intervalMs, duration_ms: durationMs, warmup_ms: warmupMs, per_principal: perPrincipal, cells };
+}
+
+async function cell(stack, { n, m, durationMs, warmupMs, perPrincipal, waitSecs }) {
+  const principals = Math.ceil(m / perPrincipal);
+  const runCount = Math.max(n, principals);
+  const clients = [];
+  for (let p = 0; p < principals; p++) clients.push(await stack.mcpClient(p));
+  const runsByPrincipal = Array.from({ length: principals }, () => []);
+  const allRuns = [];
+  try {
+    for (let j = 0; j < runCount; j++) {
+      const p = j % principals;
+      const r = await clients[p].start({
+        project_id: `p${j % n}`,
+        provider_id: "sim",
+        prompt: `fan-out run ${j} (N=${n}, M=${m})`,
+      });
+      if (!r.ok) throw new Error(`start_coding_agent (fan-out) failed: ${JSON.stringify(r.error)}`);
+      runsByPrincipal[p].push(r.value.run_id);
+      allRuns.push({ p, run_id: r.value.run_id });
+    }
+    const observers = [];
+    for (let i = 0; i < m; i++) {
+      const p = Math.floor(i / perPrincipal);
+      const own = runsByPrincipal[p];
+      observers.push({ token: stack.tokens[p], run_id: own[(i % perPrincipal) % own.length] });
+    }
+    const specFile = join(stack.dir, `observers-${n}-${m}.json`);
+    writeFileSync(
+      specFile,
+      JSON.stringify({ url: stack.url, wait_secs: waitSecs, duration_ms: durationMs, warmup_ms: warmupMs, observers }),
+    );
+    const sampler = new ProcSampler(stack.pids(), 100).start();
+    const obs = spawnJsonChild(join(BENCH_DIR, "observers.mjs"), [specFile], {
+      logFile: join(stack.dir, `observers-${n}-${m}.log`),
+    });
+    let result;
+    try {
+      result = await obs.waitLine((l) => "latency_ms" in l, durationMs + m * 5 + (waitSecs + 30) * 1000);
+    } finally {
+      await stopTracked(obs, 1000);
+    }
+    const resources = sampler.stop();
+    return { n, m, principals, runs: runCount, ...result, server: resources.server };
+  } finally {
+    for (const { p, run_id } of allRuns) await clients[p].cancel(run_id).catch(() => {});
+    for (const c of clients) await c.close().catch(() => {});
+  }
+}
+
+/** For each N: the smallest M whose p99 exceeds `limitMs` (null when none did). */
+export function crossings(cells, limitMs = 100) {
+  const out = {};
+  for (const c of cells) {
+    const key = `N=${c.n}`;
+    if (!(key in out)) out[key] = null;
+    if (out[key] === null && c.latency_ms?.p99 > limitMs) out[key] = c.m;
+  }
+  return out;
+}
