@@ -1,0 +1,375 @@
+/**
+ * The Runner's TOML configuration (DESIGN §4.1): parsed with smol-toml,
+ * validated with zod, then checked against the filesystem (project roots
+ * exist, executables exist and are executable). Startup-owned: restart to
+ * change. Every problem is reported at once, each naming the file, the TOML
+ * key path and the rule, so an operator can fix a config in one pass.
+ */
+import { accessSync, constants, realpathSync, statSync } from "node:fs";
+import { dirname, isAbsolute, resolve } from "node:path";
+import {
+  CONFIG_ID_PATTERN,
+  LOCAL_ID_PATTERN,
+  MAX_ALLOWED_CONFIG_OPTIONS,
+  MAX_CONFIG_ENTRIES,
+  MAX_CONFIG_VALUE_LENGTH,
+  MAX_EVENT_LABEL_BYTES,
+  MAX_PROJECTS,
+  MAX_PROVIDERS,
+  MAX_RUN_TIMEOUT_SECS,
+  utf8Length,
+} from "@webcodex/protocol";
+import { parse as parseToml, TomlError } from "smol-toml";
+import { z } from "zod";
+
+/** Most argv entries an agent may be configured with, and the longest one. */
+export const MAX_AGENT_ARGS = 64;
+export const MAX_AGENT_ARG_BYTES = 4096;
+/** Most env_from_env mappings per agent. */
+export const MAX_ENV_MAPPINGS = 128;
+/** Environment variable names (child and source side). */
+export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+export interface ProjectConfig {
+  readonly id: string;
+  /** Real absolute path (symlinks resolved), checked to be a directory at load time. */
+  readonly root: string;
+  readonly allowPatch: boolean;
+}
+
+export interface AgentConfig {
+  readonly id: string;
+  readonly name: string;
+  /** Absolute path, checked to exist and be executable at load time. Never searched on PATH. */
+  readonly executable: string;
+  readonly args: readonly string[];
+  readonly allowedConfigOptions: readonly string[];
+  /** CHILD_NAME → RUNNER_SOURCE_NAME. Resolved from the Runner's env immediately before each spawn. */
+  readonly envFromEnv: Readonly<Record<string, string>>;
+}
+
+export interface AcpConfig {
+  readonly maxConcurrentRuns: number;
+  readonly setupTimeoutSecs: number;
+  readonly permissionTimeoutSecs: number;
+  readonly cancelGraceSecs: number;
+  readonly defaultRunTimeoutSecs: number;
+  readonly maxRunTimeoutSecs: number;
+  readonly forcedConfig: Readonly<Record<string, string | boolean>>;
+  readonly agents: readonly AgentConfig[];
+}
+
+export interface ServerConfig {
+  readonly url: string;
+  /** Name of the env var holding the Runner's bearer token (never the token itself). */
+  readonly tokenEnv: string | null;
+  /** Absolute path of a file holding the token. */
+  readonly tokenFile: string | null;
+}
+
+export interface RunnerConfig {
+  /** Absolute path of the file this config was read from. */
+  readonly file: string;
+  readonly runner: { readonly stateDir: string; readonly logLevel: LogLevel };
+  /** Absent when the file has no [server] table (fine for `check` and `exec`; `run` requires it). */
+  readonly server: ServerConfig | null;
+  readonly projects: readonly ProjectConfig[];
+  readonly acp: AcpConfig;
+}
+
+export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+/** Thrown by loadConfig; `errors` lists every problem, one line each. */
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+  /** Exit code of a Runner that refuses to start on an invalid config. */
+  readonly exitCode = 2;
+  constructor(readonly errors: readonly string[]) {
+    super(`invalid Runner config:\n${errors.map((e) => `  ${e}`).join("\n")}`);
+  }
+}
+
+// ---- schema -------------------------------------------------------------------
+
+const idRule = "must match ^[a-z0-9][a-z0-9_-]{0,63}$";
+const Id = z.string({ error: "must be a string" }).regex(LOCAL_ID_PATTERN, idRule);
+const int = (min: number, max: number) =>
+  z
+    .number({ error: "must be an integer" })
+    .int("must be an integer")
+    .min(min, `must be at least ${min}`)
+    .max(max, `must be at most ${max}`);
+const NonEmpty = z.string({ error: "must be a string" }).min(1, "must not be empty");
+const EnvName = z
+  .string({ error: "must be a string" })
+  .regex(ENV_NAME_PATTERN, "must be an environment variable name (^[A-Za-z_][A-Za-z0-9_]*$)");
+const ConfigId = z
+  .string()
+  .regex(CONFIG_ID_PATTERN, "must be 1-128 characters of [A-Za-z0-9_.:/-] starting with a letter or digit");
+
+const ForcedValue = z.union([z.string().max(MAX_CONFIG_VALUE_LENGTH), z.boolean()], {
+  error: (issue) =>
+    typeof issue.input === "number" || typeof issue.input === "bigint"
+      ? "numeric values are not allowed (forced values are strings (select ids) or booleans)"
+      : `must be a string of at most ${MAX_CONFIG_VALUE_LENGTH} characters or a boolean`,
+});
+
+const AgentSchema = z
+  .object({
+    id: Id,
+    name: z
+      .string({ error: "must be a string" })
+      .min(1, "must not be empty")
+      .refine((s) => utf8Length(s) <= MAX_EVENT_LABEL_BYTES, `must be at most ${MAX_EVENT_LABEL_BYTES} bytes`)
+      .optional(),
+    executable: NonEmpty,
+    args: z
+      .array(
+        z
+          .string({ error: "must be a string" })
+          .refine((s) => utf8Length(s) <= MAX_AGENT_ARG_BYTES, `must be at most ${MAX_AGENT_ARG_BYTES} bytes`),
+        { error: "must be an array of strings" },
+      )
+      .max(MAX_AGENT_ARGS, `must have at most ${MAX_AGENT_ARGS} entries`)
+      .default([]),
+    allowed_config_options: z
+      .array(ConfigId, { error: "must be an array of strings" })
+      .max(MAX_ALLOWED_CONFIG_OPTIONS, `must have at most ${MAX_ALLOWED_CONFIG_OPTIONS} entries`)
+      .default([]),
+    env_from_env: z
+      .record(EnvName, EnvName, { error: 'must be a table of CHILD_NAME = "SOURCE_NAME"' })
+      .refine((m) => Object.keys(m).length <= MAX_ENV_MAPPINGS, `must have at most ${MAX_ENV_MAPPINGS} entries`)
+      .default({}),
+  })
+  .strict();
+
+const ConfigSchema = z
+  .object({
+    runner: z
+      .object({
+        state_dir: NonEmpty.default(".webcodex/runner"),
+        log_level: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
+      })
+      .strict()
+      .default({ state_dir: ".webcodex/runner", log_level: "info" }),
+    server: z
+      .object({
+        url: z.string({ error: "must be a string" }).regex(/^wss?:\/\/[^\s]+$/, "must be a ws:// or wss:// URL"),
+        token_env: EnvName.optional(),
+        token_file: NonEmpty.optional(),
+      })
+      .strict()
+      .optional(),
+    projects: z
+      .array(
+        z
+          .object({ id: Id, root: NonEmpty, allow_patch: z.boolean({ error: "must be a boolean" }).default(false) })
+          .strict(),
+        { error: "must be an array of tables ([[projects]])" },
+      )
+      .min(1, "must configure at least one [[projects]] entry")
+      .max(MAX_PROJECTS, `must have at most ${MAX_PROJECTS} entries`),
+    acp: z
+      .object({
+        max_concurrent_runs: int(1, 64).default(1),
+        setup_timeout_secs: int(1, 3600).default(60),
+        permission_timeout_secs: int(1, 86_400).default(120),
+        cancel_grace_secs: int(1, 600).default(15),
+        default_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(1800),
+        max_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(14_400),
+        forced_config: z
+          .record(ConfigId, ForcedValue, { error: "must be a table" })
+          .refine((m) => Object.keys(m).length <= MAX_CONFIG_ENTRIES, `must have at most ${MAX_CONFIG_ENTRIES} entries`)
+          .default({}),
+        agents: z
+          .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
+          .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")
+          .max(MAX_PROVIDERS, `must have at most ${MAX_PROVIDERS} entries`),
+      })
+      .strict(),
+  })
+  .strict();
+
+type RawConfig = z.infer<typeof ConfigSchema>;
+
+// ---- loading --------------------------------------------------------------------
+
+function keyPath(path: ReadonlyArray<PropertyKey>): string {
+  let out = "";
+  for (const part of path) {
+    if (typeof part === "number") out += `[${part}]`;
+    else out += out === "" ? String(part) : `.${String(part)}`;
+  }
+  return out === "" ? "(root)" : out;
+}
+
+function valueAt(root: unknown, path: ReadonlyArray<PropertyKey>): unknown {
+  let cur: unknown = root;
+  for (const part of path) {
+    if (cur === null || typeof cur !== "object") return undefined;
+    cur = (cur as Record<PropertyKey, unknown>)[part];
+  }
+  return cur;
+}
+
+function describeIssues(file: string, raw: unknown, error: z.ZodError): string[] {
+  const out: string[] = [];
+  for (const issue of error.issues) {
+    if (issue.code === "unrecognized_keys") {
+      for (const key of issue.keys) out.push(`${file}: ${keyPath([...issue.path, key])}: unknown key (not allowed)`);
+      continue;
+    }
+    if (issue.code === "invalid_key") {
+      out.push(`${file}: ${keyPath(issue.path)}: ${issue.issues[0]?.message ?? "invalid key"}`);
+      continue;
+    }
+    let message = issue.message;
+    if (issue.code === "invalid_type" && valueAt(raw, issue.path) === undefined) message = "is required";
+    // Echo the offending value only for ids, which are never secrets.
+    const last = issue.path[issue.path.length - 1];
+    const value = valueAt(raw, issue.path);
+    const echo = last === "id" && typeof value === "string" && value.length <= 80 ? `${JSON.stringify(value)} ` : "";
+    out.push(`${file}: ${keyPath(issue.path)}: ${echo}${message}`);
+  }
+  return out;
+}
+
+function resolveFrom(base: string, p: string): string {
+  return isAbsolute(p) ? p : resolve(base, p);
+}
+
+/** Cross-field and filesystem rules, after the schema accepted the shape. */
+function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerConfig {
+  const base = dirname(file);
+  const err = (path: string, rule: string) => errors.push(`${file}: ${path}: ${rule}`);
+
+  const projects: ProjectConfig[] = [];
+  const projectIds = new Set<string>();
+  raw.projects.forEach((p, i) => {
+    if (projectIds.has(p.id)) err(`projects[${i}].id`, `${JSON.stringify(p.id)} is not unique`);
+    projectIds.add(p.id);
+    const wanted = resolveFrom(base, p.root);
+    let root = wanted;
+    try {
+      root = realpathSync(wanted);
+      if (!statSync(root).isDirectory()) err(`projects[${i}].root`, `${wanted} is not a directory`);
+    } catch {
+      err(`projects[${i}].root`, `${wanted} does not exist`);
+    }
+    projects.push(Object.freeze({ id: p.id, root, allowPatch: p.allow_patch }));
+  });
+
+  const acp = raw.acp;
+  if (acp.default_run_timeout_secs > acp.max_run_timeout_secs) {
+    err("acp.default_run_timeout_secs", `must not exceed acp.max_run_timeout_secs (${acp.max_run_timeout_secs})`);
+  }
+  const forcedKeys = new Set(Object.keys(acp.forced_config));
+  const agents: AgentConfig[] = [];
+  const agentIds = new Set<string>();
+  acp.agents.forEach((a, i) => {
+    const at = `acp.agents[${i}]`;
+    if (agentIds.has(a.id)) err(`${at}.id`, `${JSON.stringify(a.id)} is not unique`);
+    agentIds.add(a.id);
+
+    let executable = a.executable;
+    if (!isAbsolute(a.executable) && !a.executable.includes("/")) {
+      err(
+        `${at}.executable`,
+        "must be an absolute path or a path relative to the config file (bare command names are not searched on PATH)",
+      );
+    } else {
+      executable = resolveFrom(base, a.executable);
+      try {
+        if (!statSync(executable).isFile()) err(`${at}.executable`, `${executable} is not a file`);
+        else accessSync(executable, constants.X_OK);
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code;
+        err(`${at}.executable`, code === "ENOENT" ? `${executable} does not exist` : `${executable} is not executable`);
+      }
+    }
+
+    const seen = new Set<string>();
+    a.allowed_config_options.forEach((key, j) => {
+      if (forcedKeys.has(key)) {
+        err(`${at}.allowed_config_options[${j}]`, `${JSON.stringify(key)} is forced in [acp.forced_config]`);
+      }
+      if (seen.has(key)) err(`${at}.allowed_config_options[${j}]`, `${JSON.stringify(key)} is listed twice`);
+      seen.add(key);
+    });
+
+    agents.push(
+      Object.freeze({
+        id: a.id,
+        name: a.name ?? a.id,
+        executable,
+        args: Object.freeze([...a.args]),
+        allowedConfigOptions: Object.freeze([...a.allowed_config_options]),
+        envFromEnv: Object.freeze({ ...a.env_from_env }),
+      }),
+    );
+  });
+
+  let server: ServerConfig | null = null;
+  if (raw.server) {
+    const s = raw.server;
+    if ((s.token_env === undefined) === (s.token_file === undefined)) {
+      err("server", "must set exactly one of token_env or token_file (the token is never inline)");
+    }
+    server = Object.freeze({
+      url: s.url,
+      tokenEnv: s.token_env ?? null,
+      tokenFile: s.token_file === undefined ? null : resolveFrom(base, s.token_file),
+    });
+  }
+
+  return Object.freeze({
+    file,
+    runner: Object.freeze({ stateDir: resolveFrom(base, raw.runner.state_dir), logLevel: raw.runner.log_level }),
+    server,
+    projects: Object.freeze(projects),
+    acp: Object.freeze({
+      maxConcurrentRuns: acp.max_concurrent_runs,
+      setupTimeoutSecs: acp.setup_timeout_secs,
+      permissionTimeoutSecs: acp.permission_timeout_secs,
+      cancelGraceSecs: acp.cancel_grace_secs,
+      defaultRunTimeoutSecs: acp.default_run_timeout_secs,
+      maxRunTimeoutSecs: acp.max_run_timeout_secs,
+      forcedConfig: Object.freeze({ ...acp.forced_config }),
+      agents: Object.freeze(agents),
+    }),
+  });
+}
+
+/** Validate TOML text as if read from `file` (relative paths resolve against its directory). */
+export function parseConfig(text: string, file: string): RunnerConfig {
+  const abs = resolve(file);
+  let raw: unknown;
+  try {
+    raw = parseToml(text);
+  } catch (e) {
+    if (e instanceof TomlError)
+      throw new ConfigError([`${abs}:${e.line}:${e.column}: TOML syntax error: ${e.message.split("\n")[0]}`]);
+    throw new ConfigError([`${abs}: TOML syntax error`]);
+  }
+  const parsed = ConfigSchema.safeParse(raw);
+  if (!parsed.success) throw new ConfigError(describeIssues(abs, raw, parsed.error));
+  const errors: string[] = [];
+  const config = checkSemantics(abs, parsed.data, errors);
+  if (errors.length > 0) throw new ConfigError(errors);
+  return config;
+}
+
+/** Read and validate the config file. Throws ConfigError listing every problem. */
+export async function loadConfig(file: string): Promise<RunnerConfig> {
+  const { readFile } = await import("node:fs/promises");
+  const abs = resolve(file);
+  let text: string;
+  try {
+    text = await readFile(abs, "utf8");
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code ?? "unreadable";
+    throw new ConfigError([`${abs}: cannot read the config file (${code})`]);
+  }
+  return parseConfig(text, abs);
+}

@@ -1,0 +1,267 @@
+/**
+ * Normalization of ACP `session/update` notifications into the protocol's
+ * bounded RunEvent bodies (DESIGN §4.5). Nothing raw is forwarded: tool
+ * activity is id/title/kind/status only, diffs become file_change events with
+ * project-relative paths (outside paths masked), text is cut to the protocol
+ * bounds, and every value of the child's mapped environment (≥ 6 chars) is
+ * redacted before an event leaves this module. Consecutive message/reasoning
+ * chunks coalesce into one event up to MAX_EVENT_TEXT_BYTES; pending text is
+ * flushed by the owner (at most one setImmediate later) or when another kind
+ * of event arrives. Unknown or ignored variants are only counted.
+ */
+import { isAbsolute, relative, resolve, sep } from "node:path";
+import type {
+  PermissionOption,
+  RequestPermissionRequest,
+  SessionUpdate,
+  ToolCallContent,
+} from "@agentclientprotocol/sdk";
+import {
+  MAX_EVENT_LABEL_BYTES,
+  MAX_EVENT_TEXT_BYTES,
+  MAX_PERMISSION_OPTIONS,
+  MAX_PLAN_ENTRIES,
+  OUTSIDE_PROJECT_PATH,
+  type RunEventBody,
+  TOOL_KINDS,
+  TOOL_STATUSES,
+  truncateUtf8,
+  utf8Length,
+} from "@webcodex/protocol";
+
+/** Mapped env values shorter than this are not redacted (they would mangle ordinary text). */
+export const MIN_REDACTED_LENGTH = 6;
+export const REDACTED = "[redacted]";
+/** Tool calls whose title/kind/status are remembered to complete partial updates. */
+const MAX_TRACKED_TOOL_CALLS = 1024;
+
+export class Redactor {
+  readonly #secrets: string[];
+  constructor(values: Iterable<string>) {
+    this.#secrets = [...new Set([...values].filter((v) => v.length >= MIN_REDACTED_LENGTH))].sort(
+      (a, b) => b.length - a.length,
+    );
+  }
+  redact(text: string): string {
+    let out = text;
+    for (const secret of this.#secrets) if (out.includes(secret)) out = out.split(secret).join(REDACTED);
+    return out;
+  }
+}
+
+/** A path relative to `root`, or OUTSIDE_PROJECT_PATH. Relative inputs are taken as relative to the root. */
+export function relativizePath(root: string, path: string): string {
+  const abs = isAbsolute(path) ? resolve(path) : resolve(root, path);
+  const rel = relative(root, abs);
+  if (rel === "") return ".";
+  if (rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel)) return OUTSIDE_PROJECT_PATH;
+  return rel;
+}
+
+type ToolKind = (typeof TOOL_KINDS)[number];
+type ToolStatus = (typeof TOOL_STATUSES)[number];
+const toolKind = (k: unknown): ToolKind => (TOOL_KINDS.includes(k as ToolKind) ? (k as ToolKind) : "other");
+const toolStatus = (s: unknown): ToolStatus | undefined =>
+  TOOL_STATUSES.includes(s as ToolStatus) ? (s as ToolStatus) : undefined;
+const PERMISSION_KINDS = ["allow_once", "allow_always", "reject_once", "reject_always"] as const;
+const PLAN_STATUSES = ["pending", "in_progress", "completed"] as const;
+const PLAN_PRIORITIES = ["high", "medium", "low"] as const;
+const oneOf = <T extends string>(values: readonly T[], v: unknown, fallback: T): T =>
+  values.includes(v as T) ? (v as T) : fallback;
+
+interface ToolState {
+  title: string;
+  kind: ToolKind;
+  status: ToolStatus;
+}
+
+interface PendingText {
+  kind: "agent_message" | "reasoning";
+  text: string;
+  bytes: number;
+  truncated: boolean;
+}
+
+export interface NormalizerOptions {
+  projectRoot: string;
+  redactor: Redactor;
+  /** Receives every finished event body, in order. */
+  emit: (body: RunEventBody) => void;
+  /** Called when text is pending; the owner must call flush() within a tick. */
+  onPending?: () => void;
+}
+
+export class EventNormalizer {
+  #ignored = 0;
+  #pending: PendingText | null = null;
+  readonly #tools = new Map<string, ToolState>();
+  readonly #o: NormalizerOptions;
+
+  constructor(options: NormalizerOptions) {
+    this.#o = options;
+  }
+
+  get ignoredUpdates(): number {
+    return this.#ignored;
+  }
+
+  /** Count an update that is not forwarded (unknown variant, other session, …). */
+  ignore(): void {
+    this.#ignored++;
+  }
+
+  label(text: string): string {
+    return truncateUtf8(this.#o.redactor.redact(text), MAX_EVENT_LABEL_BYTES).text;
+  }
+
+  handle(update: SessionUpdate): void {
+    switch (update.sessionUpdate) {
+      case "agent_message_chunk":
+      case "agent_thought_chunk": {
+        const content = update.content as { type?: unknown; text?: unknown };
+        if (content?.type !== "text" || typeof content.text !== "string") {
+          this.ignore();
+          return;
+        }
+        this.#text(update.sessionUpdate === "agent_message_chunk" ? "agent_message" : "reasoning", content.text);
+        return;
+      }
+      case "tool_call": {
+        const state: ToolState = {
+          title: this.label(typeof update.title === "string" ? update.title : ""),
+          kind: toolKind(update.kind),
+          status: toolStatus(update.status) ?? "pending",
+        };
+        this.#tool(update.toolCallId, state, update.content);
+        return;
+      }
+      case "tool_call_update": {
+        const known = this.#tools.get(update.toolCallId);
+        const state: ToolState = {
+          title: typeof update.title === "string" ? this.label(update.title) : (known?.title ?? ""),
+          kind: update.kind != null ? toolKind(update.kind) : (known?.kind ?? "other"),
+          status: toolStatus(update.status) ?? known?.status ?? "pending",
+        };
+        this.#tool(update.toolCallId, state, update.content ?? undefined);
+        return;
+      }
+      case "plan": {
+        const entries = Array.isArray(update.entries) ? update.entries : [];
+        this.#emit({
+          kind: "plan",
+          entries: entries.slice(0, MAX_PLAN_ENTRIES).map((e) => ({
+            content: truncateUtf8(this.#o.redactor.redact(String(e.content ?? "")), MAX_EVENT_TEXT_BYTES).text,
+            status: oneOf(PLAN_STATUSES, e.status, "pending"),
+            priority: oneOf(PLAN_PRIORITIES, e.priority, "medium"),
+          })),
+          truncated: entries.length > MAX_PLAN_ENTRIES,
+        });
+        return;
+      }
+      case "usage_update": {
+        const nat = (n: unknown) => (typeof n === "number" && Number.isSafeInteger(n) && n >= 0 ? n : null);
+        const cost = update.cost ?? null;
+        const amount = cost && typeof cost.amount === "number" && cost.amount >= 0 ? cost.amount : null;
+        const currency = cost && typeof cost.currency === "string" && cost.currency.length <= 8 ? cost.currency : null;
+        this.#emit({
+          kind: "usage",
+          used_tokens: nat(update.used),
+          context_size: nat(update.size),
+          cost_amount: Number.isFinite(amount) ? amount : null,
+          cost_currency: amount === null ? null : currency,
+        });
+        return;
+      }
+      default:
+        // user_message_chunk, available_commands_update, current_mode_update,
+        // config_option_update, session_info_update, notice, compaction_*, unknown.
+        this.ignore();
+    }
+  }
+
+  /** The permission_request event body for an ACP permission request. */
+  permissionEvent(request: RequestPermissionRequest): RunEventBody {
+    const id = String(request.toolCall?.toolCallId ?? "");
+    const title =
+      typeof request.toolCall?.title === "string"
+        ? this.label(request.toolCall.title)
+        : (this.#tools.get(id)?.title ?? "");
+    const options = (Array.isArray(request.options) ? request.options : [])
+      .slice(0, MAX_PERMISSION_OPTIONS)
+      .filter((o: PermissionOption) => PERMISSION_KINDS.includes(o.kind as (typeof PERMISSION_KINDS)[number]))
+      .map((o: PermissionOption) => ({
+        option_id: this.label(String(o.optionId)),
+        name: this.label(String(o.name)),
+        kind: o.kind as (typeof PERMISSION_KINDS)[number],
+      }));
+    return { kind: "permission_request", tool_call_id: this.label(id), title, options };
+  }
+
+  /** Emit an event body built elsewhere (permission requests), keeping order with pending text. */
+  emitBody(body: RunEventBody): void {
+    this.#emit(body);
+  }
+
+  /** Push pending coalesced text out as one event. */
+  flush(): void {
+    const pending = this.#pending;
+    if (!pending) return;
+    this.#pending = null;
+    const { text, truncated } = truncateUtf8(this.#o.redactor.redact(pending.text), MAX_EVENT_TEXT_BYTES);
+    this.#o.emit({ kind: pending.kind, text, truncated: truncated || pending.truncated });
+  }
+
+  #emit(body: RunEventBody): void {
+    this.flush();
+    this.#o.emit(body);
+  }
+
+  #text(kind: PendingText["kind"], raw: string): void {
+    if (raw === "") return;
+    const cut = truncateUtf8(this.#o.redactor.redact(raw), MAX_EVENT_TEXT_BYTES);
+    const bytes = utf8Length(cut.text);
+    const pending = this.#pending;
+    if (
+      pending &&
+      pending.kind === kind &&
+      !pending.truncated &&
+      !cut.truncated &&
+      pending.bytes + bytes <= MAX_EVENT_TEXT_BYTES
+    ) {
+      pending.text += cut.text;
+      pending.bytes += bytes;
+      return;
+    }
+    this.flush();
+    this.#pending = { kind, text: cut.text, bytes, truncated: cut.truncated };
+    this.#o.onPending?.();
+  }
+
+  #tool(rawId: string, state: ToolState, content: ToolCallContent[] | undefined): void {
+    const id = String(rawId ?? "");
+    if (!this.#tools.has(id) && this.#tools.size >= MAX_TRACKED_TOOL_CALLS) {
+      const oldest = this.#tools.keys().next().value;
+      if (oldest !== undefined) this.#tools.delete(oldest);
+    }
+    this.#tools.set(id, state);
+    const toolCallId = this.label(id);
+    this.#emit({
+      kind: "tool_activity",
+      tool_call_id: toolCallId,
+      title: state.title,
+      tool_kind: state.kind,
+      status: state.status,
+    });
+    for (const item of Array.isArray(content) ? content : []) {
+      if (item.type === "diff" && typeof item.path === "string") {
+        this.#emit({
+          kind: "file_change",
+          tool_call_id: toolCallId,
+          path: this.label(relativizePath(this.#o.projectRoot, item.path)),
+        });
+      } else if (item.type === "terminal" && typeof item.terminalId === "string") {
+        this.#emit({ kind: "terminal_activity", tool_call_id: toolCallId, terminal_id: this.label(item.terminalId) });
+      }
+    }
+  }
+}

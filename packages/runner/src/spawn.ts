@@ -1,0 +1,207 @@
+/**
+ * Spawning an ACP agent child and owning its whole process tree (DESIGN §4.2).
+ *
+ * The child gets exactly the variables of its `env_from_env` mapping
+ * (`extendEnv: false`), resolved from the Runner's own environment right
+ * before the spawn; its own process group (`detached: true`, so pgid = pid);
+ * cwd = the project root; stdin/stdout pipes for ACP; stderr drained and
+ * discarded (only a byte count is kept). Cleanup after every run: stdin EOF →
+ * grace → SIGTERM to the group → grace → SIGKILL to the tree and the group.
+ */
+import { once } from "node:events";
+import { Readable, Writable } from "node:stream";
+import { execa } from "execa";
+import treeKill from "tree-kill";
+import type { AgentConfig } from "./config.js";
+import { listGroupMembers, procIdentitySupported, readStartTime } from "./proc-identity.js";
+
+export type EnvResolution =
+  | { ok: true; env: Record<string, string> }
+  | { ok: false; missingSource: string; childName: string };
+
+/** Resolve `env_from_env` from `source` (the Runner's env). A missing source names the source variable only. */
+export function resolveChildEnv(agent: Pick<AgentConfig, "envFromEnv">, source: NodeJS.ProcessEnv): EnvResolution {
+  const env: Record<string, string> = {};
+  for (const [childName, sourceName] of Object.entries(agent.envFromEnv)) {
+    const value = source[sourceName];
+    if (value === undefined) return { ok: false, missingSource: sourceName, childName };
+    env[childName] = value;
+  }
+  return { ok: true, env };
+}
+
+/** The spawn itself failed (ENOENT, EACCES, …). `code` is the errno code only. */
+export class SpawnError extends Error {
+  override readonly name = "SpawnError";
+  constructor(
+    readonly code: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`agent process could not be started (${code})`, options);
+  }
+}
+
+export interface ChildExit {
+  code: number | null;
+  signal: string | null;
+}
+
+export interface AgentChild {
+  readonly pid: number;
+  /** Process group id (= pid: the child leads its own group). */
+  readonly pgid: number;
+  /** /proc start time of the group leader, or null where /proc is unavailable. */
+  readonly startTime: string | null;
+  /** The child's stdin and stdout as web streams, for the ACP SDK's ndJsonStream. */
+  readonly stdin: WritableStream<Uint8Array>;
+  readonly stdout: ReadableStream<Uint8Array>;
+  /** Resolves once the group leader has exited. */
+  readonly exited: Promise<ChildExit>;
+  readonly exit: ChildExit | null;
+  /** Bytes the child wrote to stderr (discarded). */
+  readonly stderrBytes: number;
+  /** Close stdin → grace → SIGTERM group → grace → SIGKILL tree + group. Idempotent; resolves when nothing is left. */
+  terminateTree(graceMs: number): Promise<TreeCleanup>;
+}
+
+export interface TreeCleanup {
+  /** The last step that was needed: the child went on stdin EOF, on SIGTERM, or needed SIGKILL. */
+  escalation: "eof" | "sigterm" | "sigkill";
+  /** Whether any member of the group survived even SIGKILL's grace (should never happen). */
+  survivors: number;
+}
+
+export interface SpawnOptions {
+  agent: Pick<AgentConfig, "executable" | "args">;
+  cwd: string;
+  env: Record<string, string>;
+}
+
+const POLL_MS = 25;
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+}
+
+/** Whether any non-zombie process is still in the group (falls back to kill(−pgid, 0) without /proc). */
+export function groupAlive(pgid: number): boolean {
+  if (procIdentitySupported()) return listGroupMembers(pgid).length > 0;
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function waitGroupGone(pgid: number, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (!groupAlive(pgid)) return true;
+    if (Date.now() >= deadline) return false;
+    await sleep(POLL_MS);
+  }
+}
+
+function signalGroup(pgid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pgid, signal);
+  } catch {
+    // ESRCH: the group is already gone.
+  }
+}
+
+/** Spawn the agent and wait for the `spawn` event. Throws SpawnError if the OS refuses. */
+export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
+  const subprocess = execa(options.agent.executable, [...options.agent.args], {
+    cwd: options.cwd,
+    env: options.env,
+    extendEnv: false,
+    detached: true,
+    stdin: "pipe",
+    stdout: "pipe",
+    stderr: "pipe",
+    buffer: false,
+    reject: false,
+    cleanup: false,
+    stripFinalNewline: false,
+  });
+  // execa's own promise settles when the child is gone; nothing to take from it.
+  subprocess.catch(() => {});
+
+  try {
+    await Promise.race([
+      once(subprocess, "spawn"),
+      once(subprocess, "error").then(([error]) => {
+        throw error;
+      }),
+    ]);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException)?.code ?? "unknown";
+    throw new SpawnError(code, { cause: error });
+  }
+  const pid = subprocess.pid;
+  if (pid === undefined) throw new SpawnError("no_pid");
+
+  const stdinNode = subprocess.stdin;
+  const stdoutNode = subprocess.stdout;
+  const stderrNode = subprocess.stderr;
+  if (!stdinNode || !stdoutNode || !stderrNode) throw new SpawnError("no_pipes");
+
+  // Stream errors (EPIPE after the child died, …) surface through the ACP
+  // connection; the Node streams must not crash the Runner with an unhandled 'error'.
+  stdinNode.on("error", () => {});
+  stdoutNode.on("error", () => {});
+  stderrNode.on("error", () => {});
+
+  let stderrBytes = 0;
+  stderrNode.on("data", (chunk: Buffer) => {
+    stderrBytes += chunk.length;
+  });
+
+  let exit: ChildExit | null = null;
+  const exited = new Promise<ChildExit>((resolve) => {
+    subprocess.once("exit", (code: number | null, signal: NodeJS.Signals | null) => {
+      exit = { code, signal };
+      resolve(exit);
+    });
+  });
+
+  const startTime = readStartTime(pid);
+  let cleanup: Promise<TreeCleanup> | null = null;
+
+  const terminate = async (graceMs: number): Promise<TreeCleanup> => {
+    stdinNode.end();
+    await Promise.race([exited, sleep(graceMs)]);
+    if (exit !== null && !groupAlive(pid)) return { escalation: "eof", survivors: 0 };
+
+    signalGroup(pid, "SIGTERM");
+    if (await waitGroupGone(pid, graceMs)) return { escalation: "sigterm", survivors: 0 };
+
+    // Stragglers: walk the tree from the leader while it may still be alive
+    // (catches descendants that left the group), then kill the whole group.
+    await new Promise<void>((resolve) => treeKill(pid, "SIGKILL", () => resolve()));
+    signalGroup(pid, "SIGKILL");
+    const gone = await waitGroupGone(pid, graceMs);
+    return { escalation: "sigkill", survivors: gone ? 0 : listGroupMembers(pid).length };
+  };
+
+  return {
+    pid,
+    pgid: pid,
+    startTime,
+    stdin: Writable.toWeb(stdinNode) as WritableStream<Uint8Array>,
+    stdout: Readable.toWeb(stdoutNode) as ReadableStream<Uint8Array>,
+    exited,
+    get exit() {
+      return exit;
+    },
+    get stderrBytes() {
+      return stderrBytes;
+    },
+    terminateTree(graceMs: number) {
+      cleanup ??= terminate(graceMs);
+      return cleanup;
+    },
+  };
+}
