@@ -201,15 +201,52 @@ export class AgentUnderTest {
 
   /** Agent message text of the updates received so far. */
   messageText(): string {
-    return this.updates
-      .map((u) => (u.sessionUpdate === "agent_message_chunk" && u.content.type === "text" ? u.content.text : ""))
-      .join("");
+    return messageText(this.updates);
+  }
+
+  /** A new session on this (already initialized) agent, with only its own updates. */
+  async session(cwd?: string): Promise<SessionView> {
+    return new SessionView(this, (await this.newSession(cwd)).sessionId);
   }
 
   /** Closes stdin and waits for exit (SIGKILL after `graceMs`). */
   stop(graceMs = 2_000): Promise<Exit> {
     this.connection.close();
     return stop(this.child, graceMs);
+  }
+}
+
+export function messageText(updates: readonly SessionUpdate[]): string {
+  return updates
+    .map((u) => (u.sessionUpdate === "agent_message_chunk" && u.content.type === "text" ? u.content.text : ""))
+    .join("");
+}
+
+/** One session of a shared agent process: lets independent tests reuse one child. */
+export class SessionView {
+  constructor(
+    readonly agent: AgentUnderTest,
+    readonly id: string,
+  ) {}
+
+  get updates(): SessionUpdate[] {
+    return this.agent.notifications.filter((n) => n.sessionId === this.id).map((n) => n.update);
+  }
+
+  messageText(): string {
+    return messageText(this.updates);
+  }
+
+  prompt(text: string): Promise<PromptResponse> {
+    return this.agent.prompt(this.id, text);
+  }
+
+  cancel(): Promise<void> {
+    return this.agent.cancel(this.id);
+  }
+
+  until(predicate: (view: this) => boolean): Promise<void> {
+    return this.agent.until(() => predicate(this));
   }
 }
 
@@ -264,11 +301,15 @@ export class RawAgent {
   /** Resolves with the first complete stdout line (from the start) matching `predicate`. */
   line(predicate: (line: string) => boolean): Promise<string> {
     return new Promise((resolveLine) => {
+      let scanned = 0;
       const wake = () => {
-        const found = this.lines.find(predicate);
-        if (found !== undefined) {
-          this.waiters.delete(wake);
-          resolveLine(found);
+        for (; scanned < this.lines.length; scanned++) {
+          const line = this.lines[scanned]!;
+          if (predicate(line)) {
+            this.waiters.delete(wake);
+            resolveLine(line);
+            return;
+          }
         }
       };
       this.waiters.add(wake);

@@ -1,7 +1,10 @@
 import { join } from "node:path";
 import { type PermissionOption, RequestError, type RequestPermissionResponse } from "@agentclientprotocol/sdk";
-import { aborted } from "../lifecycle.js";
+import { aborted, sleep } from "../lifecycle.js";
 import { CANCELLED, END_TURN, noParams, type Scenario, say, scenario, type Turn, update } from "../turn.js";
+
+/** How long a cancelled turn waits for the client's answer to a pending permission request. */
+const PERMISSION_CANCEL_GRACE_MS = 1_000;
 
 export const PERMISSION_OPTIONS: PermissionOption[] = [
   { optionId: "allow_once", name: "Allow once", kind: "allow_once" },
@@ -37,25 +40,30 @@ export const permission: Scenario = scenario("permission", noParams, async (turn
     (response) => ({ kind: "answered", response }),
     (error: unknown) => ({ kind: "failed", error }),
   );
-  const waited = await Promise.race([answered, aborted(turn.cancelled).then(() => "cancel" as const)]);
-
+  let waited = await Promise.race([answered, aborted(turn.cancelled).then(() => "cancel" as const)]);
   if (waited === "cancel") {
-    // ACP wants the client to answer `cancelled` before `session/cancel`; if it
-    // did not, end the turn anyway and still record the answer when it comes.
-    void answered.then((late) => {
-      if (late.kind === "answered") recordOutcome(turn, late.response);
-    });
-    return CANCELLED;
+    // ACP clients answer a pending permission with `cancelled` around
+    // `session/cancel`; give that answer a moment so the ledger has it first.
+    const late = await Promise.race([answered, sleep(PERMISSION_CANCEL_GRACE_MS).then(() => "timeout" as const)]);
+    if (late === "timeout") {
+      void answered.then((answer) => {
+        if (answer.kind === "answered") recordOutcome(turn, answer.response);
+      });
+      return CANCELLED;
+    }
+    waited = late;
   }
+
   if (waited.kind === "failed") {
     const code = errorCode(waited.error);
     turn.ledger.append({ event: "client_error", method: "session/request_permission", code });
+    if (turn.cancelled.aborted) return CANCELLED;
     await say(turn, `session/request_permission failed (JSON-RPC error ${code ?? "none"}).`);
     return END_TURN;
   }
   recordOutcome(turn, waited.response);
   const { outcome } = waited.response;
-  if (outcome.outcome === "cancelled") return CANCELLED;
+  if (outcome.outcome === "cancelled" || turn.cancelled.aborted) return CANCELLED;
   await say(turn, `Permission outcome: selected option ${outcome.optionId}.`);
   return END_TURN;
 });
