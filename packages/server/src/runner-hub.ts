@@ -219,6 +219,7 @@ export class RunnerHub {
   readonly #all = new Set<RunnerConnection>();
   readonly #heartbeat: NodeJS.Timeout;
   readonly #log: Logger;
+  #closing = false;
 
   constructor(opts: HubOptions) {
     this.#opts = opts;
@@ -292,11 +293,11 @@ export class RunnerHub {
       log.info({ conn: conn.id, code }, "runner connection closed");
       if (this.#live.get(runnerId) === conn) {
         this.#live.delete(runnerId);
-        this.#opts.listener.onDisconnect(conn);
+        if (!this.#closing) this.#opts.listener.onDisconnect(conn);
       }
     });
     ws.on("message", (data, isBinary) => {
-      if (conn.closed) return; // fenced or closing: nothing it says counts
+      if (conn.closed || this.#closing) return; // fenced or closing: nothing it says counts
       conn.markAlive();
       if (isBinary) {
         conn.protocolError("invalid_frame", "binary frames are not allowed");
@@ -402,6 +403,7 @@ export class RunnerHub {
   }
 
   async close(): Promise<void> {
+    this.#closing = true;
     clearInterval(this.#heartbeat);
     const all = [...this.#all];
     for (const c of all) c.close(1001, "server shutting down");

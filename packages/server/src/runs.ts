@@ -671,6 +671,7 @@ export class Runs implements RunsApi, HubListener {
   // ---- hub listener -----------------------------------------------------------
 
   onHello(conn: RunnerConnection, hello: HelloFrame): void {
+    if (this.#closed) return;
     const runner = this.#registry.connected(conn, hello);
     for (const m of this.mirrors.values()) {
       if (m.instance !== null && this.#store.get(m.runId)?.runner_id === conn.runnerId) {
@@ -703,6 +704,7 @@ export class Runs implements RunsApi, HubListener {
   }
 
   onUpdate(conn: RunnerConnection, frame: RunUpdateFrame): void {
+    if (this.#closed) return;
     const runId = frame.run.run_id;
     const rec = this.#store.get(runId);
     const runner = this.#registry.live(conn.runnerId);
@@ -721,6 +723,7 @@ export class Runs implements RunsApi, HubListener {
   }
 
   onDisconnect(conn: RunnerConnection): void {
+    if (this.#closed) return;
     this.#registry.disconnected(conn);
     for (const m of this.mirrors.values()) {
       if (this.#store.get(m.runId)?.runner_id === conn.runnerId) m.touch();

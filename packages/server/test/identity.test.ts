@@ -1,0 +1,80 @@
+import { RUN_ID_PATTERN } from "@webcodex/protocol";
+import { describe, expect, it } from "vitest";
+import { canonicalJson, deriveRunId, intentFingerprint, lengthPrefixed } from "../src/identity.js";
+import { ObservationTokens } from "../src/observe-token.js";
+
+const secret = Buffer.alloc(32, 7);
+
+describe("run identity", () => {
+  it("derives the same run id for the same principal and key, and a well-formed one", () => {
+    const a = deriveRunId(secret, "alice", "key-1");
+    expect(a).toMatch(RUN_ID_PATTERN);
+    expect(deriveRunId(secret, "alice", "key-1")).toBe(a);
+  });
+
+  it("derives different ids for other principals, keys or secrets", () => {
+    const a = deriveRunId(secret, "alice", "key-1");
+    expect(deriveRunId(secret, "bob", "key-1")).not.toBe(a);
+    expect(deriveRunId(secret, "alice", "key-2")).not.toBe(a);
+    expect(deriveRunId(Buffer.alloc(32, 8), "alice", "key-1")).not.toBe(a);
+  });
+
+  it("concatenates unambiguously (ab|c differs from a|bc)", () => {
+    expect(lengthPrefixed(["ab", "c"]).equals(lengthPrefixed(["a", "bc"]))).toBe(false);
+    expect(deriveRunId(secret, "ab", "c")).not.toBe(deriveRunId(secret, "a", "bc"));
+  });
+});
+
+describe("intent fingerprint", () => {
+  const base = {
+    project_id: "demo",
+    provider_id: "fake",
+    prompt: "hi",
+    config: { b: "2", a: true },
+    timeout_secs: null,
+  };
+
+  it("is canonical: key order does not matter", () => {
+    expect(canonicalJson({ b: 1, a: { d: [1, { z: 1, y: 2 }], c: null } })).toBe(
+      '{"a":{"c":null,"d":[1,{"y":2,"z":1}]},"b":1}',
+    );
+    expect(intentFingerprint(base)).toBe(intentFingerprint({ ...base, config: { a: true, b: "2" } }));
+  });
+
+  it.each([
+    ["prompt", { prompt: "hi!" }],
+    ["project", { project_id: "other" }],
+    ["provider", { provider_id: "codex" }],
+    ["config", { config: { a: false, b: "2" } }],
+    ["timeout", { timeout_secs: 60 }],
+  ])("changes with the %s", (_name, patch) => {
+    expect(intentFingerprint({ ...base, ...patch })).not.toBe(intentFingerprint(base));
+  });
+});
+
+describe("observation tokens", () => {
+  const tokens = new ObservationTokens(secret);
+  const runA = deriveRunId(secret, "alice", "a");
+  const runB = deriveRunId(secret, "alice", "b");
+
+  it("round-trips a cursor bound to its run", () => {
+    const t = tokens.issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 42 });
+    expect(tokens.verify(runA, t)).toEqual({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 42 });
+  });
+
+  it("rejects a token presented for another run", () => {
+    const t = tokens.issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 1 });
+    expect(tokens.verify(runB, t)).toBeNull();
+  });
+
+  it("rejects tampered, forged and foreign-secret tokens", () => {
+    const t = tokens.issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 1 });
+    const [prefix, body, mac] = t.split(".");
+    const forgedBody = Buffer.from("instance_aaaaaaaaaaaa.999", "utf8").toString("base64url");
+    expect(tokens.verify(runA, `${prefix}.${forgedBody}.${mac}`)).toBeNull();
+    expect(tokens.verify(runA, `${prefix}.${body}.${"A".repeat(mac?.length ?? 27)}`)).toBeNull();
+    expect(tokens.verify(runA, "garbage")).toBeNull();
+    expect(tokens.verify(runA, `${t}.x`)).toBeNull();
+    expect(new ObservationTokens(Buffer.alloc(32, 9)).verify(runA, t)).toBeNull();
+  });
+});

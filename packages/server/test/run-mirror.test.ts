@@ -1,0 +1,92 @@
+import type { RunEvent, RunSummary } from "@webcodex/protocol";
+import { describe, expect, it } from "vitest";
+import { RunMirror } from "../src/run-mirror.js";
+
+const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+function summary(last: number, oldest = 1, state: RunSummary["state"] = "running"): RunSummary {
+  return {
+    run_id: RUN,
+    intent_fingerprint: "0".repeat(64),
+    project_id: "demo",
+    provider_id: "fake",
+    provider_instance_id: "p".repeat(16),
+    agent_instance_id: "a".repeat(16),
+    phase: "dispatch_barrier",
+    state,
+    execution_state: "started",
+    stop_reason: null,
+    failure_kind: null,
+    recovery_kind: "wait",
+    message: null,
+    effective_config: [],
+    ignored_updates: 0,
+    last_seq: last,
+    oldest_seq: oldest,
+    created_at: "t",
+    updated_at: "t",
+  };
+}
+function ev(seq: number): RunEvent {
+  return { seq, at: "t", kind: "agent_message", text: `m${seq}`, truncated: false };
+}
+
+describe("run mirror", () => {
+  it("appends contiguous events and reports a gap by seq", () => {
+    const m = new RunMirror(RUN);
+    m.reset("a".repeat(16));
+    m.markSynced(summary(0));
+    expect(m.applyUpdate(summary(2), [ev(1), ev(2)])).toBe(false);
+    expect(m.applyUpdate(summary(5), [ev(4), ev(5)])).toBe(true);
+    expect(m.lastSeq).toBe(2);
+    expect(m.applySync(2, summary(5), [ev(3), ev(4), ev(5)], false)).toBe(false);
+    expect(m.eventsAfter(0).map((e) => e.seq)).toEqual([1, 2, 3, 4, 5]);
+    expect(m.eventsAfter(3).map((e) => e.seq)).toEqual([4, 5]);
+  });
+
+  it("ignores duplicates and treats an unsynced mirror as behind", () => {
+    const m = new RunMirror(RUN);
+    m.reset("a".repeat(16));
+    expect(m.applyUpdate(summary(1), [ev(1)])).toBe(true);
+    m.applySync(0, summary(1), [ev(1)], false);
+    expect(m.applyUpdate(summary(2), [ev(1), ev(2)])).toBe(false);
+    expect(m.eventsAfter(0).map((e) => e.seq)).toEqual([1, 2]);
+  });
+
+  it("starts at the Runner's oldest held event when earlier history is gone", () => {
+    const m = new RunMirror(RUN);
+    m.reset("a".repeat(16));
+    m.applySync(0, summary(12, 10), [ev(10), ev(11), ev(12)], false);
+    expect(m.firstSeq).toBe(10);
+    const r = new RunMirror(RUN);
+    r.reset("b".repeat(16));
+    r.applySync(0, summary(50, 51, "lost"), [], false);
+    expect(r.lastSeq).toBe(50);
+    expect(r.firstSeq).toBe(51);
+    expect(r.eventsAfter(0)).toEqual([]);
+  });
+
+  it("stays bounded by count, advancing its first seq", () => {
+    const m = new RunMirror(RUN, 3);
+    m.reset("a".repeat(16));
+    m.markSynced(summary(0));
+    m.applyUpdate(summary(5), [ev(1), ev(2), ev(3), ev(4), ev(5)]);
+    expect(m.size).toBe(3);
+    expect(m.firstSeq).toBe(3);
+  });
+
+  it("wakes waiters on the next change without polling", async () => {
+    const m = new RunMirror(RUN);
+    m.reset("a".repeat(16));
+    m.markSynced(summary(0));
+    const v = m.version;
+    const t0 = Date.now();
+    const wait = m.waitForChange(v, 10_000);
+    setTimeout(() => m.applyUpdate(summary(1), [ev(1)]), 20);
+    await wait;
+    expect(Date.now() - t0).toBeLessThan(5000);
+    const ac = new AbortController();
+    const aborted = m.waitForChange(m.version, 10_000, ac.signal);
+    ac.abort();
+    await aborted;
+  });
+});

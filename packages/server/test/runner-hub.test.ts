@@ -1,0 +1,130 @@
+import { encodeFrame, type HelloFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
+import { afterEach, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { FakeRunService } from "./support/fake-run-service.js";
+import { Harness, until } from "./support/in-process.js";
+
+const RUNNERS = [
+  { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] },
+  { id: "r2", token: "token-two-bbbbbbbbbbbbbbbb", projects: ["other"] },
+];
+
+function hello(service: FakeRunService): HelloFrame {
+  return { type: "hello", protocol_version: PROTOCOL_VERSION, ...service.helloBody(), inventory: [] };
+}
+
+interface Client {
+  ws: WebSocket;
+  frames: Array<Record<string, unknown>>;
+  closed: Promise<number>;
+  status: Promise<number | null>;
+}
+
+function connect(h: Harness, token: string | null): Client {
+  const ws = new WebSocket(h.wsUrl(), token === null ? {} : { headers: { authorization: `Bearer ${token}` } });
+  const frames: Array<Record<string, unknown>> = [];
+  ws.on("message", (d) => frames.push(JSON.parse(String(d)) as Record<string, unknown>));
+  const status = new Promise<number | null>((resolve) => {
+    ws.on("unexpected-response", (_req, res) => {
+      resolve(res.statusCode ?? null);
+      res.resume();
+    });
+    ws.on("open", () => resolve(null));
+  });
+  ws.on("error", () => {});
+  const closed = new Promise<number>((resolve) => ws.on("close", (code) => resolve(code)));
+  return { ws, frames, closed, status };
+}
+
+async function opened(c: Client): Promise<void> {
+  if (c.ws.readyState === WebSocket.OPEN) return;
+  await new Promise<void>((resolve, reject) => {
+    c.ws.once("open", () => resolve());
+    c.ws.once("close", () => reject(new Error("closed before open")));
+  });
+}
+
+describe("runner hub", () => {
+  let h: Harness;
+  afterEach(async () => {
+    await h.close();
+  });
+
+  it("refuses a missing or wrong token with 401 and never logs the token", async () => {
+    h = await new Harness().start(RUNNERS);
+    expect(await connect(h, null).status).toBe(401);
+    const wrong = "wrong-token-secret-canary-xyz";
+    expect(await connect(h, wrong).status).toBe(401);
+    const logs = h.log.lines.join("");
+    expect(logs).toContain("runner upgrade refused");
+    expect(logs).not.toContain(wrong);
+    expect(logs).not.toContain(RUNNERS[0]?.token);
+  });
+
+  it("accepts hello and answers hello.ack", async () => {
+    h = await new Harness().start(RUNNERS);
+    const c = connect(h, RUNNERS[0]!.token);
+    await opened(c);
+    c.ws.send(encodeFrame(hello(new FakeRunService())));
+    await until(() => c.frames.find((f) => f.type === "hello.ack"));
+    expect(c.frames[0]).toMatchObject({ type: "hello.ack", runner_id: "r1" });
+    c.ws.close();
+  });
+
+  it("closes only the connection that sends a malformed frame", async () => {
+    h = await new Harness().start(RUNNERS);
+    const good = connect(h, RUNNERS[1]!.token);
+    await opened(good);
+    good.ws.send(encodeFrame(hello(new FakeRunService({ projects: [{ project_id: "other", allow_patch: true }] }))));
+    await until(() => good.frames.find((f) => f.type === "hello.ack"));
+
+    for (const bad of ["{not json", JSON.stringify({ type: "hello", extra: 1 }), JSON.stringify({ type: "nope" })]) {
+      const c = connect(h, RUNNERS[0]!.token);
+      await opened(c);
+      c.ws.send(bad);
+      await c.closed;
+      expect(c.frames.at(-1)).toMatchObject({ type: "protocol_error" });
+    }
+    expect(good.ws.readyState).toBe(WebSocket.OPEN);
+    expect(
+      h.server.runs.listProjects({ id: "x", scopes: new Set(["project:read"]), projects: new Set(["other"]) }),
+    ).toEqual([expect.objectContaining({ project_id: "other", runner_online: true })]);
+    good.ws.close();
+  });
+
+  it("requires hello as the first frame", async () => {
+    h = await new Harness().start(RUNNERS);
+    const c = connect(h, RUNNERS[0]!.token);
+    await opened(c);
+    c.ws.send(encodeFrame({ type: "heartbeat", sent_at: new Date().toISOString() }));
+    await c.closed;
+    expect(c.frames.at(-1)).toMatchObject({ type: "protocol_error", code: "unexpected_frame" });
+  });
+
+  it("refuses a runner advertising a project bound to another runner, with a logged reason", async () => {
+    h = await new Harness().start(RUNNERS);
+    const c = connect(h, RUNNERS[0]!.token);
+    await opened(c);
+    c.ws.send(encodeFrame(hello(new FakeRunService({ projects: [{ project_id: "other", allow_patch: true }] }))));
+    await c.closed;
+    expect(c.frames.at(-1)).toMatchObject({ type: "protocol_error", code: "unauthorized_project" });
+    expect(h.log.lines.join("")).toContain("not bound to project(s): other");
+  });
+
+  it("replaces and fences the older connection on a newer hello from the same runner", async () => {
+    h = await new Harness().start(RUNNERS);
+    const svc = new FakeRunService();
+    const old = connect(h, RUNNERS[0]!.token);
+    await opened(old);
+    old.ws.send(encodeFrame(hello(svc)));
+    await until(() => old.frames.find((f) => f.type === "hello.ack"));
+    const newer = connect(h, RUNNERS[0]!.token);
+    await opened(newer);
+    newer.ws.send(encodeFrame(hello(svc)));
+    await until(() => newer.frames.find((f) => f.type === "hello.ack"));
+    await old.closed;
+    expect(old.frames.at(-1)).toMatchObject({ type: "protocol_error", code: "replaced" });
+    expect(newer.ws.readyState).toBe(WebSocket.OPEN);
+    newer.ws.close();
+  });
+});

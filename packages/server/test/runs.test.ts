@@ -1,0 +1,395 @@
+/**
+ * The run core over a real WebSocket link: in-process Server (real SQLite in
+ * a temp dir) + the Runner's real link.ts driving an in-memory RunService.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import type { ObserveOutput, StartInput } from "../src/runs-api.js";
+import { FakeRunService, msg } from "./support/fake-run-service.js";
+import { alice, bob, Harness, principal, until } from "./support/in-process.js";
+
+const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
+const R2 = { id: "r2", token: "token-two-bbbbbbbbbbbbbbbb", projects: ["other"] };
+
+function input(key: string, extra: Partial<StartInput> = {}): StartInput {
+  return { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt: "scenario: hello", ...extra };
+}
+
+async function online(h: Harness, svc: FakeRunService, token = R1.token) {
+  const link = h.link(svc, token);
+  await until(() => link.connected);
+  await until(() =>
+    h.server.runs
+      .listProjects(alice)
+      .some((p) => p.runner_online && svc.projects.some((x) => x.project_id === p.project_id)),
+  );
+  return link;
+}
+
+function ok<T>(r: { ok: true; value: T } | { ok: false; error: unknown }): T {
+  if (!r.ok) throw new Error(`expected ok, got ${JSON.stringify(r.error)}`);
+  return r.value;
+}
+
+describe("run core", () => {
+  let h: Harness;
+  afterEach(async () => {
+    await h.close();
+  });
+
+  it("admits a run, sends the captured fences, and streams only-new events in order", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const started = ok(await h.server.runs.start(alice, input("k1")));
+    expect(started).toMatchObject({ state: "starting", execution_state: "not_started", replayed: false });
+    expect(svc.starts).toHaveLength(1);
+    expect(svc.starts[0]).toMatchObject({
+      run_id: started.run_id,
+      agent_instance_id: svc.agentInstanceId,
+      provider_instance_id: svc.providerInstanceId,
+      prompt: "scenario: hello",
+    });
+    expect(JSON.stringify(svc.starts[0])).not.toContain("k1");
+
+    svc.setState(started.run_id, "running", { execution_state: "started" });
+    svc.emit(started.run_id, [msg("one"), msg("two")]);
+    let obs = ok(
+      await h.server.runs.observe(alice, {
+        run_id: started.run_id,
+        after_observation_token: started.observation_token,
+        wait_secs: 5,
+      }),
+    );
+    if (obs.events.length < 2) {
+      const more = ok(
+        await h.server.runs.observe(alice, {
+          run_id: started.run_id,
+          after_observation_token: obs.observation_token,
+          wait_secs: 5,
+        }),
+      );
+      obs = { ...more, events: [...obs.events, ...more.events] };
+    }
+    expect(obs.events.map((e) => e.seq)).toEqual([1, 2]);
+    svc.finish(started.run_id);
+    const end = ok(
+      await h.server.runs.observe(alice, {
+        run_id: started.run_id,
+        after_observation_token: obs.observation_token,
+        wait_secs: 5,
+      }),
+    );
+    expect(end.events.map((e) => e.kind)).toEqual(["terminal"]);
+    expect(end.state).toBe("completed");
+    expect(end.stop_reason).toBe("end_turn");
+    const again = ok(
+      await h.server.runs.observe(alice, {
+        run_id: started.run_id,
+        after_observation_token: end.observation_token,
+        wait_secs: 5,
+      }),
+    );
+    expect(again.events).toEqual([]);
+    expect(again.state).toBe("completed");
+  });
+
+  it("replays the same run for the same key and input, dispatching once", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const [a, b] = await Promise.all([
+      h.server.runs.start(alice, input("same")),
+      h.server.runs.start(alice, input("same")),
+    ]);
+    const first = ok(a);
+    const second = ok(b);
+    expect(second.run_id).toBe(first.run_id);
+    expect([first.replayed, second.replayed].sort()).toEqual([false, true]);
+    expect(ok(await h.server.runs.start(alice, input("same"))).replayed).toBe(true);
+    expect(svc.starts).toHaveLength(1);
+  });
+
+  it("answers idempotency_conflict before any dispatch when the key is reused with other input", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    ok(await h.server.runs.start(alice, input("k")));
+    const r = await h.server.runs.start(alice, input("k", { prompt: "something else" }));
+    expect(r).toMatchObject({ ok: false, error: { code: "idempotency_conflict" } });
+    expect(svc.starts).toHaveLength(1);
+  });
+
+  it("checks scopes and grants, and hides other principals' runs as not_found", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    for (const scopes of [["project:write"], ["job:run", "project:write"], ["mcp:local", "runtime:read"]] as const) {
+      const p = principal("alice", [...scopes], ["demo"]);
+      expect(await h.server.runs.start(p, input("x"))).toMatchObject({ ok: false, error: { code: "forbidden" } });
+    }
+    expect(await h.server.runs.start(bob, input("x", { project_id: "other" }))).toMatchObject({
+      ok: false,
+      error: { code: "forbidden" },
+    });
+    const run = ok(await h.server.runs.start(alice, input("mine")));
+    expect(await h.server.runs.observe(bob, { run_id: run.run_id })).toMatchObject({
+      ok: false,
+      error: { code: "not_found" },
+    });
+    expect(await h.server.runs.cancel(bob, { run_id: run.run_id })).toMatchObject({
+      ok: false,
+      error: { code: "not_found" },
+    });
+    expect(await h.server.runs.observe(alice, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" })).toMatchObject({
+      ok: false,
+      error: { code: "not_found" },
+    });
+    const unknownProvider = await h.server.runs.start(alice, input("p", { provider_id: "nope" }));
+    expect(unknownProvider).toMatchObject({ ok: false, error: { code: "provider_unavailable" } });
+    expect(unknownProvider.ok ? "" : unknownProvider.error.message).toContain("fake (Fake)");
+    expect(svc.starts).toHaveLength(1);
+  });
+
+  it("rejects a forged, tampered or cross-run observation token", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const a = ok(await h.server.runs.start(alice, input("a")));
+    const b = ok(await h.server.runs.start(alice, input("b")));
+    for (const token of [b.observation_token, `${a.observation_token}x`, "wcobs1.AAAA.BBBB"]) {
+      expect(await h.server.runs.observe(alice, { run_id: a.run_id, after_observation_token: token })).toMatchObject({
+        ok: false,
+        error: { code: "invalid_observation_token" },
+      });
+    }
+  });
+
+  it("leaves retryable records for capacity and offline rejections, and an exact retry re-admits", async () => {
+    h = await new Harness().start([R1]);
+    const offline = await h.server.runs.start(alice, input("late"));
+    expect(offline).toMatchObject({ ok: false, error: { code: "runner_unavailable", recovery_kind: "retry_same" } });
+    expect(await h.server.runs.start(alice, input("late", { prompt: "other" }))).toMatchObject({
+      ok: false,
+      error: { code: "idempotency_conflict" },
+    });
+    const svc = new FakeRunService();
+    await online(h, svc);
+    svc.capacityFull = true;
+    expect(await h.server.runs.start(alice, input("late"))).toMatchObject({
+      ok: false,
+      error: { code: "capacity", recovery_kind: "retry_same" },
+    });
+    svc.capacityFull = false;
+    const run = ok(await h.server.runs.start(alice, input("late")));
+    expect(run.replayed).toBe(false);
+    expect(svc.runs.has(run.run_id)).toBe(true);
+  });
+
+  it("rejects a stale runner instance before admission when the Runner restarts between resolve and dispatch", async () => {
+    h = await new Harness().start([R1], { WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS: "600" });
+    const svc = new FakeRunService();
+    const link = await online(h, svc);
+    const pending = h.server.runs.start(alice, input("fence"));
+    await new Promise((r) => setTimeout(r, 100));
+    await link.close();
+    svc.restart();
+    await online(h, svc);
+    const r = await pending;
+    expect(r).toMatchObject({ ok: false, error: { code: "stale_provider", recovery_kind: "retry_same" } });
+    expect(svc.runs.size).toBe(0);
+    const retried = ok(await h.server.runs.start(alice, input("fence")));
+    expect(svc.runs.has(retried.run_id)).toBe(true);
+  });
+
+  it("detects a gap by seq and re-syncs from the Runner's ring", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("gap")));
+    svc.emit(run.run_id, [msg("1"), msg("2")], { silent: true });
+    svc.emit(run.run_id, [msg("3")]);
+    const seen: number[] = [];
+    let token = run.observation_token;
+    while (seen.length < 3) {
+      const o = ok(
+        await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: token, wait_secs: 5 }),
+      );
+      seen.push(...o.events.map((e) => e.seq));
+      token = o.observation_token;
+    }
+    expect(seen).toEqual([1, 2, 3]);
+  });
+
+  it("wakes a waiting observer as soon as an event arrives", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("wake")));
+    const t0 = Date.now();
+    const waiting = h.server.runs.observe(alice, {
+      run_id: run.run_id,
+      after_observation_token: run.observation_token,
+      wait_secs: 20,
+    });
+    setTimeout(() => svc.emit(run.run_id, [msg("now")]), 50);
+    const o = ok(await waiting);
+    expect(o.events).toHaveLength(1);
+    expect(Date.now() - t0).toBeLessThan(5000);
+  });
+
+  it("keeps observe output within the budget and pages with has_more", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("big")));
+    svc.emit(
+      run.run_id,
+      Array.from({ length: 60 }, (_, i) => msg(`${i}`.padEnd(4000, "x"))),
+    );
+    await until(() => svc.runs.get(run.run_id));
+    let token: string | undefined;
+    const seen: number[] = [];
+    let pages = 0;
+    for (;;) {
+      const o: ObserveOutput = ok(
+        await h.server.runs.observe(alice, {
+          run_id: run.run_id,
+          ...(token ? { after_observation_token: token } : {}),
+          wait_secs: 2,
+        }),
+      );
+      expect(JSON.stringify(o).length).toBeLessThanOrEqual(96 * 1024);
+      seen.push(...o.events.map((e) => e.seq));
+      token = o.observation_token;
+      pages++;
+      if (!o.has_more && seen.length >= 60) break;
+      if (pages > 20) throw new Error("too many pages");
+    }
+    expect(pages).toBeGreaterThan(1);
+    expect(seen).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
+  });
+
+  it("forwards cancel once and answers repeats idempotently", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("c")));
+    const c1 = ok(await h.server.runs.cancel(alice, { run_id: run.run_id }));
+    const c2 = ok(await h.server.runs.cancel(alice, { run_id: run.run_id }));
+    expect(c1).toMatchObject({ cancel_requested: true, already_terminal: false });
+    expect(c2).toMatchObject({ cancel_requested: true, already_terminal: false });
+    expect(svc.cancels).toEqual([run.run_id]);
+    svc.finish(run.run_id, "cancelled");
+    await until(async () => true);
+    const done = ok(await h.server.runs.observe(alice, { run_id: run.run_id, wait_secs: 1 }));
+    await until(() => h.server.store.get(run.run_id)?.state === "cancelled");
+    expect(ok(await h.server.runs.cancel(alice, { run_id: run.run_id }))).toMatchObject({
+      already_terminal: true,
+      state: "cancelled",
+    });
+    expect(done.run_id).toBe(run.run_id);
+  });
+
+  it("marks runs on an offline runner with runner_offline and keeps their last state", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const link = await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("off")));
+    svc.setState(run.run_id, "running", { execution_state: "started" });
+    await until(() => h.server.store.get(run.run_id)?.state === "running");
+    await link.close();
+    await until(() => !h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online);
+    const o = ok(
+      await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: run.observation_token }),
+    );
+    expect(o).toMatchObject({ state: "running", runner_offline: true, history_lost: false });
+  });
+
+  it("gives history_lost and a fresh baseline for tokens from before a Runner restart", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const link = await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("rr")));
+    svc.setState(run.run_id, "running", { execution_state: "started", phase: "dispatch_barrier" });
+    svc.emit(run.run_id, [msg("before")]);
+    const o1 = ok(
+      await h.server.runs.observe(alice, {
+        run_id: run.run_id,
+        after_observation_token: run.observation_token,
+        wait_secs: 5,
+      }),
+    );
+    await link.close();
+    svc.restart();
+    await online(h, svc);
+    await until(() => h.server.store.get(run.run_id)?.state === "lost");
+    const o2 = ok(
+      await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: o1.observation_token }),
+    );
+    expect(o2).toMatchObject({ state: "lost", execution_state: "outcome_unknown", history_lost: true, events: [] });
+    const o3 = ok(
+      await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: o2.observation_token }),
+    );
+    expect(o3.history_lost).toBe(false);
+  });
+
+  it("reconciles a run whose Runner store changed as lost", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const link = await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("store")));
+    await link.close();
+    svc.restart({ newStore: true });
+    await online(h, svc);
+    await until(() => h.server.store.get(run.run_id)?.state === "lost");
+    expect(h.server.store.get(run.run_id)).toMatchObject({
+      failure_kind: "runner_store_changed",
+      execution_state: "outcome_unknown",
+    });
+  });
+
+  it("keeps observing across a Server restart with the same Runner", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("srv")));
+    svc.setState(run.run_id, "running", { execution_state: "started" });
+    svc.emit(run.run_id, [msg("a")]);
+    const o1 = ok(
+      await h.server.runs.observe(alice, {
+        run_id: run.run_id,
+        after_observation_token: run.observation_token,
+        wait_secs: 5,
+      }),
+    );
+    expect(o1.events.map((e) => e.seq)).toEqual([1]);
+    await h.restartServer();
+    await until(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, 10_000);
+    svc.emit(run.run_id, [msg("b")]);
+    const o2 = ok(
+      await h.server.runs.observe(alice, {
+        run_id: run.run_id,
+        after_observation_token: o1.observation_token,
+        wait_secs: 5,
+      }),
+    );
+    expect(o2.history_lost).toBe(false);
+    expect(o2.events.map((e) => e.seq)).toEqual([2]);
+    const base = ok(await h.server.runs.observe(alice, { run_id: run.run_id }));
+    expect(base.events.map((e) => e.seq)).toEqual([1, 2]);
+    expect(ok(await h.server.runs.start(alice, input("srv"))).replayed).toBe(true);
+    expect(svc.starts).toHaveLength(1);
+  });
+
+  it("routes two projects to their two runners", async () => {
+    h = await new Harness().start([R1, R2]);
+    const s1 = new FakeRunService();
+    const s2 = new FakeRunService({ projects: [{ project_id: "other", allow_patch: true }] });
+    await online(h, s1, R1.token);
+    await online(h, s2, R2.token);
+    const a = ok(await h.server.runs.start(alice, input("d")));
+    const b = ok(await h.server.runs.start(alice, input("o", { project_id: "other" })));
+    expect(s1.runs.has(a.run_id) && !s1.runs.has(b.run_id)).toBe(true);
+    expect(s2.runs.has(b.run_id) && !s2.runs.has(a.run_id)).toBe(true);
+  });
+});
