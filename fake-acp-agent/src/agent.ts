@@ -4,12 +4,11 @@ import {
   type InitializeResponse,
   type NewSessionResponse,
   PROTOCOL_VERSION,
-  type PromptRequest,
   RequestError,
 } from "@agentclientprotocol/sdk";
 import type { AgentOptions } from "./args.js";
 import { SessionConfig } from "./config-options.js";
-import type { Ledger } from "./ledger.js";
+import { type Ledger, promptTextOf } from "./ledger.js";
 import { type Lifecycle, never, sleep } from "./lifecycle.js";
 import type { StdoutSink } from "./output.js";
 import { parseScenarioLine } from "./prompt-line.js";
@@ -23,11 +22,6 @@ export interface AgentDeps {
   readonly ledger: Ledger;
   readonly out: StdoutSink;
   readonly life: Lifecycle;
-}
-
-/** Text of the prompt: its text content blocks concatenated. */
-export function promptText(prompt: PromptRequest["prompt"]): string {
-  return prompt.map((block) => (block.type === "text" ? block.text : "")).join("");
 }
 
 /** Builds the ACP agent app: initialize, session/new, session/set_config_option, session/prompt, session/cancel. */
@@ -77,9 +71,8 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
       return { configOptions: sessionOf(params.sessionId).config.set(params) };
     })
     .onRequest("session/prompt", async ({ params, client, requestId, signal }) => {
-      const text = promptText(params.prompt);
-      // First, before anything else: tests count these lines to prove exactly-once dispatch.
-      ledger.prompt(params.sessionId, text);
+      // The ledger's `prompt` line was already written as the request came in (prompt-tap.ts).
+      const text = promptTextOf(params.prompt);
       const session = sessionOf(params.sessionId);
       const turn = session.beginTurn();
       try {

@@ -8,7 +8,7 @@ export type LedgerEvent =
       event: "prompt";
       at_ms: number;
       hr_ms: number;
-      session_id: string;
+      session_id: string | null;
       prompt_sha256: string;
       pid: number;
     }
@@ -30,7 +30,7 @@ export class Ledger {
     appendFileSync(this.file, `${JSON.stringify(event)}\n`);
   }
 
-  prompt(sessionId: string, promptText: string): void {
+  prompt(sessionId: string | null, promptText: string): void {
     this.append({
       event: "prompt",
       at_ms: Date.now(),
@@ -40,4 +40,16 @@ export class Ledger {
       pid: process.pid,
     });
   }
+}
+
+/** Text of a prompt: its text content blocks concatenated (tolerates unvalidated params). */
+export function promptTextOf(prompt: unknown): string {
+  if (!Array.isArray(prompt)) return "";
+  let text = "";
+  for (const block of prompt as unknown[]) {
+    if (typeof block === "object" && block !== null && "type" in block && block.type === "text") {
+      if ("text" in block && typeof block.text === "string") text += block.text;
+    }
+  }
+  return text;
 }

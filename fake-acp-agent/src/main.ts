@@ -6,6 +6,7 @@ import { type AgentOptions, parseCli, UsageError } from "./args.js";
 import { Ledger } from "./ledger.js";
 import { Lifecycle } from "./lifecycle.js";
 import { StdoutSink } from "./output.js";
+import { tapPrompts } from "./prompt-tap.js";
 
 function options(): AgentOptions {
   try {
@@ -30,8 +31,9 @@ process.stdout.on("error", () => {
 });
 
 const input = Readable.toWeb(process.stdin) as ReadableStream<Uint8Array>;
-const stream = out.observe(ndJsonStream(out.bytes, input));
-const connection = buildAgent({ options: opts, ledger: new Ledger(opts.ledgerFile), out, life }).connect(stream);
+const ledger = new Ledger(opts.ledgerFile);
+const stream = tapPrompts(out.observe(ndJsonStream(out.bytes, input)), ledger);
+const connection = buildAgent({ options: opts, ledger, out, life }).connect(stream);
 
 void connection.closed.then(() => {
   if (!life.heldOpen) process.exit(0);

@@ -157,6 +157,22 @@ describe("ledger", () => {
     await agent.stop();
   });
 
+  test("a session/prompt with invalid params is recorded before the SDK rejects it", async () => {
+    const { agent, ledger } = withLedger();
+    const sessionId = await agent.start();
+    await expect(
+      agent.agent.request<unknown, unknown>("session/prompt", { sessionId, prompt: "not a list" }),
+    ).rejects.toMatchObject({ code: -32602 });
+    expect(readLedger(ledger)).toEqual([
+      expect.objectContaining({
+        event: "prompt",
+        session_id: sessionId,
+        prompt_sha256: createHash("sha256").digest("hex"),
+      }),
+    ]);
+    await agent.stop();
+  });
+
   test("a prompt for an unknown session is still recorded, then rejected", async () => {
     const { agent, ledger } = withLedger();
     await agent.start();
