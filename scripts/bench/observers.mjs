@@ -20,10 +20,11 @@ const errors = {};
 let calls = 0;
 let events = 0;
 
-async function observer(def, startAt, endAt) {
+async function observer(def, startHr, endAt) {
   const mcp = await connectMcp({ url: spec.url, token: def.token });
   try {
     let token;
+    let first = true;
     while (Date.now() < endAt) {
       calls++;
       const r = await mcp.observe(def.run_id, token, spec.wait_secs);
@@ -35,12 +36,16 @@ async function observer(def, startAt, endAt) {
         continue;
       }
       token = r.value.observation_token;
+      // The first (token-less) call returns a baseline of old events: not a wake-up.
+      const baseline = first;
+      first = false;
       for (const e of r.value.events) {
         if (e.kind !== "agent_message") continue;
         const m = FANOUT.exec(e.text);
         if (!m) continue;
         events++;
-        if (Date.now() >= startAt) samples.push(at - Number(m[1]));
+        const emitted = Number(m[1]);
+        if (!baseline && emitted >= startHr) samples.push(at - emitted);
       }
       if (["completed", "failed", "cancelled", "lost"].includes(r.value.state) && !r.value.has_more) break;
     }
@@ -54,11 +59,12 @@ const connectStart = Date.now();
 // Connect in small batches so the handshakes do not all land at once.
 const begin = Date.now() + 0;
 const endAt = begin + spec.duration_ms + spec.observers.length * 5;
-const startAt = begin + spec.warmup_ms + spec.observers.length * 5;
+// Only events emitted after every observer is connected and warmed up count.
+const startHr = hrNow() + spec.warmup_ms + spec.observers.length * 5;
 for (const [i, def] of spec.observers.entries()) {
   clients.push(
     new Promise((res) => setTimeout(res, i * 5)).then(() =>
-      observer(def, startAt, endAt).catch((error) => {
+      observer(def, startHr, endAt).catch((error) => {
         const code = `exception:${String(error?.message ?? error).slice(0, 60)}`;
         errors[code] = (errors[code] ?? 0) + 1;
       }),

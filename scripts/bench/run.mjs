@@ -190,7 +190,7 @@ try {
 
   await section("fanout", async () => {
     if (!stackAvailable()) throw new Error("server not built (packages/server/dist/main.js missing)");
-    const r = await fanout.run(ctx, PLAN.fanout);
+    const r = await fanout.run(ctx, { ...PLAN.fanout, nodeArgs });
     return { ...r, crossings_100ms: fanout.crossings(r.cells, 100) };
   });
 

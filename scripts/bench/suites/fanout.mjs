@@ -14,11 +14,12 @@ import { BENCH_DIR } from "../lib/paths.mjs";
 import { ProcSampler, stopTracked } from "../lib/proc.mjs";
 import { launchStack } from "../stack.mjs";
 
-export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPrincipal, waitSecs = 10 }) {
+export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPrincipal, waitSecs = 10, nodeArgs }) {
   const maxN = Math.max(...ns);
   const maxM = Math.max(...ms);
   const stack = await launchStack({
     label: "fanout",
+    nodeArgs,
     runner: false,
     simRunners: maxN,
     principals: Math.ceil(maxM / perPrincipal),

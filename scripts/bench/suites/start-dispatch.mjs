@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { openBareSession } from "../lib/acp-client.mjs";
 import { LedgerReader } from "../lib/ledger.mjs";
 import { fakeAgentArgv } from "../lib/paths.mjs";
+import { runnerStageTimings } from "../lib/runner-timings.mjs";
 import { hrNow, summarize } from "../lib/stats.mjs";
 import { makeTempDir } from "../lib/tmp.mjs";
 
@@ -73,5 +74,6 @@ export async function stack(ctx, { stack, runs }) {
     failures: failures.slice(0, 5),
     failure_count: failures.length,
     duplicate_dispatches: duplicates.length,
+    stages: runnerStageTimings(join(stack.dir, "runner.log")),
   };
 }
