@@ -44,7 +44,7 @@ export interface McpStdioBridge {
 
 /** Map an upstream failure onto a JSON-RPC error for the stdio client, without leaking the token. */
 function upstreamError(err: unknown): McpError {
-  if (err instanceof McpError) return new McpError(err.code, err.message.replace(/^MCP error -?\d+: /, ""));
+  if (err instanceof McpError) return new McpError(err.code, err.message.replace(/^(MCP error -?\d+: )+/, ""));
   return new McpError(ErrorCode.InternalError, "The webcodex Server could not be reached");
 }
 

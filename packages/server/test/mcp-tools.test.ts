@@ -26,7 +26,7 @@ function setup(limit = 8) {
   return { runs, audit, tools };
 }
 
-function errorOf(result: { content: unknown[]; isError?: boolean }) {
+function errorOf(result: { content: unknown[]; isError?: boolean | undefined }) {
   expect(result.isError).toBe(true);
   const first = result.content[0] as { type: string; text: string };
   return JSON.parse(first.text).error as { code: string; message: string; recovery_kind: string };

@@ -1,0 +1,272 @@
+/**
+ * The full stack for integration tests: a real Server (in-process
+ * `startServer` with the real MCP front end, HTTP on 127.0.0.1 port 0), a real
+ * Runner daemon as a child process (`webcodex-runner run --config …`) and the
+ * fake ACP agent it spawns, each in a temp state dir. Needs a build
+ * (`npm run build` / `tsc -b`): the Runner and the fake agent run from dist.
+ *
+ *   const stack = await startStack({ principals: [{ id: "alice", scopes: [...], projects: ["demo"] }] });
+ *   const token = stack.issueToken("alice", ["coding_agent:run", "project:write"], ["demo"]);
+ *   const client = await stack.connect(token);
+ *   ...
+ *   await stack.stop();   // stops Runner (and its agents) and Server; asserts nothing of ours survives
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { pino } from "pino";
+import { loadServerConfig, type ServerConfig, sha256Hex } from "../../src/config.js";
+import { createMcpHandler } from "../../src/mcp.js";
+import type { Principal, Scope } from "../../src/runs-api.js";
+import { type RunningServer, startServer } from "../../src/server.js";
+import { principalLookup, TokenStore } from "../../src/tokens.js";
+
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
+export const RUNNER_BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
+export const SERVER_BIN = join(REPO_ROOT, "packages/server/bin/webcodex-server.js");
+export const FAKE_AGENT_BIN = join(REPO_ROOT, "fake-acp-agent/bin/fake-acp-agent.js");
+
+export interface StackPrincipal {
+  id: string;
+  scopes: Scope[];
+  projects: string[];
+}
+
+export interface StackProject {
+  id: string;
+  allow_patch?: boolean;
+}
+
+export interface StackOptions {
+  principals: StackPrincipal[];
+  /** Projects of the one Runner (default: `demo`, allow_patch). */
+  projects?: StackProject[];
+  /** Extra `[acp]` keys for the Runner config, e.g. { permission_timeout_secs: 2 }. */
+  acp?: Record<string, number>;
+  /** Extra args for the fake agent (after --ledger FILE). */
+  agentArgs?: string[];
+  /** Extra env for the Runner process (failpoints …). */
+  runnerEnv?: Record<string, string>;
+  /** Start the Runner (default true). */
+  runner?: boolean;
+}
+
+export interface Stack {
+  /** Temp dir holding every state dir, config and the ledger. */
+  readonly dir: string;
+  readonly server: RunningServer;
+  readonly config: ServerConfig;
+  readonly serverConfigFile: string;
+  readonly mcpUrl: URL;
+  /** The fake agent's ledger: one JSON line per received session/prompt (and notable events). */
+  readonly ledgerFile: string;
+  readonly runnerLog: () => string;
+  /** Issue a principal bearer token directly in the Server's state DB (like `token issue`). */
+  issueToken(principalId: string, scopes: Scope[], projects: string[], allowCodingAgentRun?: boolean): string;
+  /** An SDK Client over Streamable HTTP with this bearer token. Closed by stop(). */
+  connect(token: string): Promise<Client>;
+  ledger(): Record<string, unknown>[];
+  /** Start (or restart) the Runner child and wait until its projects are online. */
+  startRunner(): Promise<void>;
+  stopRunner(): Promise<void>;
+  /** Stop everything, then verify that no process started for this stack survives. */
+  stop(): Promise<void>;
+}
+
+const silent = pino({ level: process.env.WEBCODEX_TEST_LOG_LEVEL ?? "silent" });
+
+function toml(value: unknown): string {
+  return JSON.stringify(value);
+}
+
+/** Pids of live processes whose command line mentions `needle` (our temp dir), excluding this process. */
+export function processesMentioning(needle: string): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      // Zombies (state Z) are dead; they only wait to be reaped by their parent.
+      if (cmdline.includes(needle) && !/^\d+ \(.*\) Z /.test(stat)) out.push(Number(entry));
+    } catch {
+      // Exited while we looked.
+    }
+  }
+  return out;
+}
+
+async function waitFor(what: string, check: () => boolean, timeoutMs: number, detail?: () => string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${detail ? `\n${detail()}` : ""}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((r) => child.once("exit", () => r()));
+}
+
+export async function startStack(options: StackOptions): Promise<Stack> {
+  const dir = mkdtempSync(join(tmpdir(), "wc-stack-"));
+  const projects = options.projects ?? [{ id: "demo", allow_patch: true }];
+  const runnerToken = `wcr_${randomBytes(24).toString("base64url")}`;
+  const ledgerFile = join(dir, "ledger.jsonl");
+  const runnerLogFile = join(dir, "runner.log");
+
+  for (const p of projects) mkdirSync(join(dir, "projects", p.id, "src"), { recursive: true });
+
+  const serverConfigFile = join(dir, "server.toml");
+  const principalsToml = options.principals
+    .map((p) => `[[principals]]\nid = ${toml(p.id)}\nscopes = ${toml(p.scopes)}\nprojects = ${toml(p.projects)}\n`)
+    .join("\n");
+  writeFileSync(
+    serverConfigFile,
+    `[server]\nhost = "127.0.0.1"\nport = 0\nstate_dir = "server-state"\nheartbeat_interval_ms = 2000\n\n` +
+      `[[runners]]\nid = "local"\ntoken_sha256 = ${toml(sha256Hex(runnerToken))}\nprojects = ${toml(projects.map((p) => p.id))}\n\n` +
+      principalsToml,
+  );
+  const config = loadServerConfig(serverConfigFile);
+  const server = await startServer({ config, logger: silent, mcpHandler: createMcpHandler, env: {} });
+  const mcpUrl = new URL(`${server.url}/mcp`);
+
+  const runnerConfigFile = join(dir, "runner.toml");
+  const acp = {
+    max_concurrent_runs: 4,
+    setup_timeout_secs: 20,
+    permission_timeout_secs: 60,
+    cancel_grace_secs: 5,
+    ...options.acp,
+  };
+  writeFileSync(
+    runnerConfigFile,
+    `[runner]\nstate_dir = "runner-state"\nlog_level = "warn"\n\n` +
+      `[server]\nurl = ${toml(`ws://127.0.0.1:${server.port}/runner`)}\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n\n` +
+      projects
+        .map(
+          (p) =>
+            `[[projects]]\nid = ${toml(p.id)}\nroot = ${toml(join("projects", p.id))}\nallow_patch = ${p.allow_patch ?? true}\n`,
+        )
+        .join("\n") +
+      `\n[acp]\n${Object.entries(acp)
+        .map(([k, v]) => `${k} = ${v}`)
+        .join("\n")}\n\n` +
+      `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${toml(FAKE_AGENT_BIN)}\n` +
+      `args = ${toml(["--ledger", ledgerFile, ...(options.agentArgs ?? [])])}\nallowed_config_options = ["model"]\n` +
+      `[acp.agents.env_from_env]\nPATH = "PATH"\n`,
+  );
+
+  const everyone: Principal = {
+    id: "__stack__",
+    scopes: new Set<Scope>(["project:read"]),
+    projects: new Set(projects.map((p) => p.id)),
+  };
+  const allOnline = () => server.runs.listProjects(everyone).every((p) => p.runner_online);
+
+  let runner: ChildProcess | null = null;
+  let runnerLog = "";
+  const clients: Client[] = [];
+  const tokens = new TokenStore(server.store.db);
+
+  const stack: Stack = {
+    dir,
+    server,
+    config,
+    serverConfigFile,
+    mcpUrl,
+    ledgerFile,
+    runnerLog: () => runnerLog,
+
+    issueToken(principalId, scopes, projectIds, allowCodingAgentRun = true) {
+      return tokens.issue(
+        { principal_id: principalId, scopes, projects: projectIds, allowCodingAgentRun },
+        principalLookup(config.principals),
+      ).token;
+    },
+
+    async connect(token) {
+      const client = new Client({ name: "webcodex-test", version: "0" });
+      await client.connect(
+        new StreamableHTTPClientTransport(mcpUrl, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }),
+      );
+      clients.push(client);
+      return client;
+    },
+
+    ledger() {
+      if (!existsSync(ledgerFile)) return [];
+      return readFileSync(ledgerFile, "utf8")
+        .split("\n")
+        .filter((l) => l.trim() !== "")
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+    },
+
+    async startRunner() {
+      if (runner) throw new Error("runner already running");
+      const child = spawn(process.execPath, [RUNNER_BIN, "run", "--config", runnerConfigFile], {
+        cwd: dir,
+        env: { ...process.env, ...options.runnerEnv, WEBCODEX_RUNNER_TOKEN: runnerToken },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      runner = child;
+      const append = (chunk: Buffer) => {
+        runnerLog = (runnerLog + chunk.toString("utf8")).slice(-64 * 1024);
+        writeFileSync(runnerLogFile, runnerLog);
+      };
+      child.stdout?.on("data", append);
+      child.stderr?.on("data", append);
+      await waitFor(
+        "the Runner to come online",
+        () => {
+          if (child.exitCode !== null) throw new Error(`runner exited with ${child.exitCode}:\n${runnerLog}`);
+          return allOnline();
+        },
+        20_000,
+        () => runnerLog,
+      );
+    },
+
+    async stopRunner() {
+      const child = runner;
+      if (!child) return;
+      runner = null;
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill("SIGTERM");
+        const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+        await exited(child);
+        clearTimeout(timer);
+      }
+      await waitFor("the Runner to go offline", () => !allOnline(), 10_000);
+    },
+
+    async stop() {
+      for (const c of clients.splice(0)) await c.close().catch(() => {});
+      await stack.stopRunner().catch(() => {});
+      await server.close();
+      // Agents are the Runner's children; after a graceful Runner stop none may survive.
+      const survivors = processesMentioning(dir);
+      for (const pid of survivors) {
+        try {
+          process.kill(pid, "SIGKILL");
+        } catch {}
+      }
+      if (!process.env.WEBCODEX_KEEP_STACK) rmSync(dir, { recursive: true, force: true });
+      if (survivors.length > 0) throw new Error(`processes outlived the stack: ${survivors.join(", ")}`);
+    },
+  };
+
+  try {
+    if (options.runner !== false) await stack.startRunner();
+  } catch (err) {
+    await stack.stop().catch(() => {});
+    throw err;
+  }
+  return stack;
+}
