@@ -468,7 +468,8 @@ export class Runs implements RunsApi, HubListener {
       const admission = this.#store.get(rec.run_id)?.admission;
       if (runner && (admission === "admitted" || admission === "sent")) {
         if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
-        if (!mirror.synced) await this.#catchUp(mirror, runner);
+        const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
+        if (!mirror.synced || mirror.syncing || behind) await this.#catchUp(mirror, runner);
       }
       const version = mirror.version;
       const view = this.#view(rec.run_id, mirror, cursor, runner === undefined);
@@ -530,6 +531,9 @@ export class Runs implements RunsApi, HubListener {
       size += n;
       lastSeq = e.seq;
     }
+    // Still behind the Runner (a catch-up failed or is pending): tell the caller to come back.
+    if (mirror.summary !== null && mirror.summary.last_seq > lastSeq && mirror.instance === instance)
+      out.has_more = true;
     out.observation_token = this.tokens.issue({ run_id: runId, instance, seq: lastSeq });
     return out;
   }

@@ -1,0 +1,98 @@
+import { type HelloFrame, PROTOCOL_VERSION, type RunSummary } from "@webcodex/protocol";
+import { describe, expect, it } from "vitest";
+import { decide, decideAfterQuery } from "../src/reconcile.js";
+import type { AdmissionRecord } from "../src/state-store.js";
+
+const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+const STORE = "store_aaaaaaaaaaaaaaaa";
+
+function record(admission: AdmissionRecord["admission"], store_id: string | null = STORE): AdmissionRecord {
+  return {
+    run_id: RUN,
+    principal_id: "alice",
+    project_id: "demo",
+    provider_id: "fake",
+    runner_id: "r1",
+    intent_fingerprint: "0".repeat(64),
+    agent_instance_id: "agent_aaaaaaaaaaaaaaaa",
+    provider_instance_id: "prov_aaaaaaaaaaaaaaaaa",
+    store_id,
+    admission,
+    state: "starting",
+    execution_state: "not_started",
+    stop_reason: null,
+    failure_kind: null,
+    recovery_kind: "wait",
+    message: null,
+    cancel_forwarded: false,
+    created_at: "t",
+    updated_at: "t",
+  };
+}
+
+function hello(storeId: string, inventory: RunSummary[] = []): HelloFrame {
+  return {
+    type: "hello",
+    protocol_version: PROTOCOL_VERSION,
+    agent_instance_id: "agent_bbbbbbbbbbbbbbbb",
+    store_id: storeId,
+    capabilities: { coding_agent_run: { max_concurrent_runs: 1 } },
+    providers: [],
+    projects: [],
+    inventory,
+  };
+}
+
+const summary = { run_id: RUN, state: "running" } as RunSummary;
+
+describe("reconciliation rules (DESIGN §6.1)", () => {
+  it.each([
+    [
+      "an intent never sent closes as retryable failed/not_started",
+      record("intent_recorded"),
+      hello(STORE),
+      "close",
+      "failed",
+    ],
+    [
+      "a sent run in the inventory takes the Runner's state",
+      record("sent"),
+      hello(STORE, [summary]),
+      "apply",
+      undefined,
+    ],
+    ["an admitted run missing from the inventory is queried", record("admitted"), hello(STORE), "query", undefined],
+    [
+      "a changed store_id makes an admitted run lost",
+      record("admitted"),
+      hello("store_other_aaaaaaaaa"),
+      "close",
+      "lost",
+    ],
+    ["a changed store_id makes a sent run lost", record("sent"), hello("store_other_aaaaaaaaa"), "close", "lost"],
+  ] as const)("%s", (_name, rec, h, kind, state) => {
+    const d = decide(rec, h, false);
+    expect(d.kind).toBe(kind);
+    if (d.kind === "close") expect(d.patch.state).toBe(state);
+  });
+
+  it("skips a run whose start is still in flight", () => {
+    expect(decide(record("intent_recorded"), hello(STORE), true).kind).toBe("skip");
+  });
+
+  it("after a query: never admitted (same store) fails not_started; admitted but missing is lost", () => {
+    const sent = decideAfterQuery(record("sent"), null);
+    expect(sent.kind === "close" && sent.patch).toMatchObject({
+      state: "failed",
+      execution_state: "not_started",
+      failure_kind: "never_admitted",
+    });
+    const admitted = decideAfterQuery(record("admitted"), null);
+    expect(admitted.kind === "close" && admitted.patch).toMatchObject({
+      state: "lost",
+      execution_state: "outcome_unknown",
+      failure_kind: "missing_on_runner",
+    });
+    expect(decideAfterQuery(record("admitted"), summary).kind).toBe("apply");
+  });
+});
