@@ -1,0 +1,179 @@
+/**
+ * The turn's control paths against the real fake agent: permission (never
+ * allowed; deadline and cancel both answer `cancelled`), cancel before and
+ * after dispatch, the cancel grace, the run deadline, capacity, env clearing
+ * and redaction, and process-tree cleanup (SIGTERM-ignoring grandchild, and a
+ * launcher script that does not forward signals).
+ */
+import { readFileSync } from "node:fs";
+import { afterAll, describe, expect, test } from "vitest";
+import {
+  alive,
+  makeWorkspace,
+  newManager,
+  readLedger,
+  runToEnd,
+  startRequest,
+  waitForState,
+  writeConfig,
+  writeLauncher,
+} from "./support/harness.js";
+
+const ws = makeWorkspace();
+const SECRET = "s3cr3t-token-value-0123456789";
+const config = writeConfig(ws, {
+  acp: { permission_timeout_secs: 1, cancel_grace_secs: 1, max_concurrent_runs: 2 },
+  agents: [
+    { id: "fake" },
+    {
+      id: "env",
+      args: ["--ledger", ws.ledger, "--env-names", ws.envNames],
+      env: { PATH: "PATH", API_TOKEN: "WC_TEST_SECRET", SHORT: "WC_TEST_SHORT" },
+    },
+    { id: "launcher", executable: writeLauncher(ws) },
+  ],
+});
+const sourceEnv = { ...process.env, WC_TEST_SECRET: SECRET, WC_TEST_SHORT: "abc", WC_NOT_MAPPED: "nope" };
+const { manager } = newManager(config, { sourceEnv });
+
+afterAll(async () => {
+  await manager.close();
+  ws.cleanup();
+});
+
+const outcomes = () => readLedger(ws).filter((e) => e.event === "permission_outcome");
+
+describe("permission requests", () => {
+  test("are never allowed: the deadline answers cancelled and the terminal message says why", async () => {
+    const before = outcomes().length;
+    let sawWaiting = false;
+    const { run, events } = await runToEnd(manager, "scenario: permission\ncase: deadline", {}, async (runId) => {
+      await waitForState(manager, runId, "waiting_permission");
+      sawWaiting = true;
+    });
+    expect(sawWaiting).toBe(true);
+    expect(run).toMatchObject({ state: "cancelled", execution_state: "completed", stop_reason: "cancelled" });
+    expect(run.message).toMatch(/permission deadline expired/);
+    const request = events.find((e) => e.kind === "permission_request");
+    expect(request).toMatchObject({ tool_call_id: "call-perm-1", title: "Edit src/math.js" });
+    expect(outcomes().slice(before)).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
+  });
+
+  test("a cancel answers the pending request cancelled before session/cancel", async () => {
+    const before = outcomes().length;
+    const { run } = await runToEnd(manager, "scenario: permission\ncase: cancel", {}, async (runId) => {
+      await waitForState(manager, runId, "waiting_permission");
+      const first = await manager.cancel(runId);
+      const second = await manager.cancel(runId);
+      expect(first).toMatchObject({ cancel_requested: true, already_terminal: false });
+      expect(second).toMatchObject({ cancel_requested: true, already_terminal: false });
+    });
+    expect(run).toMatchObject({ state: "cancelled", execution_state: "completed", stop_reason: "cancelled" });
+    expect(run.message).toMatch(/cancel was requested/);
+    const after = outcomes().slice(before);
+    expect(after).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
+    expect(readLedger(ws).some((e) => e.event === "permission_outcome" && e.outcome === "selected")).toBe(false);
+  });
+});
+
+describe("cancel", () => {
+  test("after dispatch: correlated cancelled; a later cancel reports already_terminal", async () => {
+    const request = startRequest(manager, "scenario: slow interval_ms=100 count=600\ncase: cancel");
+    await manager.start(request);
+    await waitForState(manager, request.run_id, "running");
+    await manager.ring(request.run_id)?.waitFor(0);
+    await manager.cancel(request.run_id);
+    await manager.whenSettled(request.run_id);
+    const run = manager.sync(request.run_id, 0, 0)?.run;
+    expect(run).toMatchObject({ state: "cancelled", execution_state: "completed", stop_reason: "cancelled" });
+    expect(await manager.cancel(request.run_id)).toMatchObject({ cancel_requested: false, already_terminal: true });
+  });
+
+  test("before dispatch: cancelled / not_started, no prompt reaches the agent", async () => {
+    const hangConfig = writeConfig(ws, {
+      agents: [{ id: "hang", args: ["--ledger", ws.ledger, "--hang-on", "session_new"] }],
+    });
+    const { manager: m } = newManager(hangConfig);
+    const request = startRequest(m, "scenario: hello\ncase: cancel-before", { provider_id: "hang" });
+    await m.start(request);
+    await waitForState(m, request.run_id, "starting");
+    await new Promise((r) => setTimeout(r, 300));
+    await m.cancel(request.run_id);
+    await m.whenSettled(request.run_id);
+    const run = m.sync(request.run_id, 0, 0)?.run;
+    expect(run).toMatchObject({ state: "cancelled", execution_state: "not_started", stop_reason: null });
+    expect(run?.message).toMatch(/No prompt was dispatched/);
+    await m.close();
+  });
+
+  test("an agent that never confirms ends lost / outcome_unknown after the grace", async () => {
+    const { run } = await runToEnd(manager, "scenario: hang\ncase: grace", {}, async (runId) => {
+      await waitForState(manager, runId, "running");
+      await manager.cancel(runId);
+    });
+    expect(run).toMatchObject({ state: "lost", execution_state: "outcome_unknown", recovery_kind: "reconcile" });
+  });
+});
+
+describe("run deadline", () => {
+  test("a cooperative agent is cancelled at the deadline (run_timeout)", async () => {
+    const { run } = await runToEnd(manager, "scenario: slow interval_ms=100 count=600\ncase: deadline", {
+      timeout_secs: 1,
+    });
+    expect(run).toMatchObject({ state: "cancelled", stop_reason: "cancelled", failure_kind: "run_timeout" });
+  });
+
+  test("an agent that ignores the cancel is lost at deadline + grace", async () => {
+    const { run } = await runToEnd(manager, "scenario: hang\ncase: deadline-lost", { timeout_secs: 1 });
+    expect(run).toMatchObject({ state: "lost", execution_state: "outcome_unknown", failure_kind: "run_timeout" });
+  });
+});
+
+describe("capacity", () => {
+  test("max_concurrent_runs is enforced before spawn with a capacity rejection, never a queue", async () => {
+    const a = startRequest(manager, "scenario: hang\ncase: cap-a", { timeout_secs: 30 });
+    const b = startRequest(manager, "scenario: hang\ncase: cap-b", { timeout_secs: 30 });
+    const c = startRequest(manager, "scenario: hello\ncase: cap-c");
+    expect((await manager.start(a)).ok).toBe(true);
+    expect((await manager.start(b)).ok).toBe(true);
+    const rejected = await manager.start(c);
+    expect(rejected).toMatchObject({ ok: false, code: "capacity" });
+    expect(manager.sync(c.run_id, 0, 0)).toBeNull();
+    await manager.cancel(a.run_id);
+    await manager.cancel(b.run_id);
+    await Promise.all([manager.whenSettled(a.run_id), manager.whenSettled(b.run_id)]);
+  });
+});
+
+describe("environment", () => {
+  test("the child sees exactly the mapped variable names, and mapped values are redacted from events", async () => {
+    const { run, events } = await runToEnd(manager, "scenario: echo_env name=API_TOKEN\ncase: env", {
+      provider_id: "env",
+    });
+    expect(run.state).toBe("completed");
+    const names = JSON.parse(readFileSync(ws.envNames, "utf8")) as string[];
+    expect([...names].sort()).toEqual(["API_TOKEN", "PATH", "SHORT"]);
+    const text = JSON.stringify(events);
+    expect(text).not.toContain(SECRET);
+    expect(text).toContain("[redacted]");
+  });
+});
+
+describe("process tree cleanup", () => {
+  test("a grandchild that ignores SIGTERM does not survive the run", async () => {
+    const { run } = await runToEnd(manager, "scenario: grandchild\ncase: tree");
+    expect(run.state).toBe("completed");
+    const grandchild = readLedger(ws).findLast((e) => e.event === "grandchild");
+    expect(typeof grandchild?.pid).toBe("number");
+    expect(alive(grandchild?.pid as number)).toBe(false);
+  });
+
+  test("an agent behind a launcher script that does not forward signals is killed with it", async () => {
+    const prompt = "scenario: hang\ncase: launcher";
+    const { run } = await runToEnd(manager, prompt, { provider_id: "launcher", timeout_secs: 1 });
+    expect(run.state).toBe("lost");
+    const agentPid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid as number;
+    expect(agentPid).toBeGreaterThan(0);
+    expect(alive(agentPid)).toBe(false);
+  });
+});
