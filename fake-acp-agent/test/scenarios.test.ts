@@ -89,6 +89,15 @@ describe("burst", () => {
     expect(agent.updates[9]).toMatchObject({ toolCallId: "burst-4", status: "completed" });
   });
 
+  test("session/cancel stops a burst with stopReason cancelled", async () => {
+    const agent = await session();
+    const response = agent.prompt("scenario: burst count=10000000 chunk=1");
+    await agent.until((view) => view.updates.length >= 100);
+    await agent.cancel();
+    expect(await response).toEqual({ stopReason: "cancelled" });
+    expect(agent.updates.length).toBeLessThan(10_000_000);
+  });
+
   test("the default is 1000 chunks of 32 bytes", async () => {
     const agent = await session();
     await agent.prompt("scenario: burst");

@@ -28,7 +28,7 @@ export const malformed: Scenario = scenario("malformed", noParams, async (turn) 
 
 export const oversized: Scenario = scenario(
   "oversized bytes=2000000",
-  z.object({ bytes: intParam(2_000_000, 1, 512 * 1024 * 1024) }).strict(),
+  z.object({ bytes: intParam(2_000_000, 1, 256 * 1024 * 1024) }).strict(),
   async (turn, { bytes }) => {
     const line = JSON.stringify({
       jsonrpc: "2.0",
@@ -58,7 +58,11 @@ export const grandchild: Scenario = scenario("grandchild", noParams, async (turn
     stdio: ["ignore", "pipe", "ignore"],
   });
   // Wait until its SIGTERM handler is installed, then let go of it entirely.
-  await once(child.stdout, "data");
+  await once(child, "spawn");
+  await Promise.race([
+    once(child.stdout, "data"),
+    once(child, "exit").then(([code]) => Promise.reject(new Error(`grandchild exited early (${code})`))),
+  ]);
   child.stdout.destroy();
   child.unref();
   turn.ledger.append({ event: "grandchild", pid: child.pid! });

@@ -32,11 +32,13 @@ export const burst: Scenario = scenario(
     let last: Promise<void> = Promise.resolve();
     for (let index = 0; index < count; index++) {
       last = update(turn, burstUpdate(kind, index, chunk));
-      if (index % BURST_WINDOW === BURST_WINDOW - 1) await last;
-      else last.catch(() => {});
+      if (index % BURST_WINDOW === BURST_WINDOW - 1) {
+        await last;
+        if (turn.cancelled.aborted) return CANCELLED;
+      } else last.catch(() => {});
     }
     await last;
-    return END_TURN;
+    return turn.cancelled.aborted ? CANCELLED : END_TURN;
   },
 );
 
