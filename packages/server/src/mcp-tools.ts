@@ -190,9 +190,11 @@ function jsonSchema(schema: z.ZodType, io: "input" | "output"): Tool["inputSchem
   return z.toJSONSchema(schema, { target: "draft-7", io }) as Tool["inputSchema"];
 }
 
-/** tools/list: exactly the three tools, each with input and output schema. */
+let definitions: Tool[] | null = null;
+
+/** tools/list: exactly the three tools, each with input and output schema (computed once). */
 export function toolDefinitions(): Tool[] {
-  return TOOL_SPECS.map((spec) => ({
+  definitions ??= TOOL_SPECS.map((spec) => ({
     name: spec.name,
     title: spec.title,
     description: spec.description,
@@ -200,6 +202,7 @@ export function toolDefinitions(): Tool[] {
     outputSchema: jsonSchema(spec.output, "output") as NonNullable<Tool["outputSchema"]>,
     annotations: spec.annotations,
   }));
+  return definitions;
 }
 
 function isToolName(name: string): name is ToolName {
@@ -314,7 +317,7 @@ export class McpTools {
       outcome = await this.#dispatch(principal, name, args, signal);
     } catch (err) {
       // Never leak internals to the caller; the log keeps the class of failure only.
-      this.#logger.error({ tool: name, err: errorName(err) }, "tool call failed unexpectedly");
+      this.#logger.error({ tool: name, err: describeFailure(err) }, "tool call failed unexpectedly");
       const error = apiError("internal", "The Server failed to handle this call. It is safe to observe the run.");
       outcome = { result: errorResult(error), outcome: "internal", run_id: null };
     }
@@ -430,6 +433,9 @@ function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T
   return out as { [K in keyof T]: Exclude<T[K], undefined> };
 }
 
-function errorName(err: unknown): string {
+/** A secret-free description of an unexpected failure: the error class, and for zod the failing field path. */
+function describeFailure(err: unknown): string {
+  if (err instanceof z.ZodError)
+    return `ZodError at ${err.issues[0]?.path.join(".") ?? "?"}: ${err.issues[0]?.code ?? ""}`;
   return err instanceof Error ? err.name : typeof err;
 }

@@ -11,6 +11,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MemoryAuditLog } from "../src/audit.js";
 import { createMcpHttpHandler, type McpHttpHandler } from "../src/mcp-http.js";
+import { ObserveLimits } from "../src/observe-limits.js";
 import type { Principal } from "../src/runs-api.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
@@ -25,6 +26,7 @@ let handler: McpHttpHandler;
 let url: URL;
 const runs = new FakeRuns();
 const audit = new MemoryAuditLog();
+const limits = new ObserveLimits(2);
 const clients: Client[] = [];
 
 beforeAll(async () => {
@@ -33,6 +35,7 @@ beforeAll(async () => {
     audit,
     logger: pino({ level: "silent" }),
     authenticate: (token) => TOKENS[token] ?? null,
+    observeLimits: limits,
     maxBodyBytes: 256 * 1024,
   });
   http = createServer((req, res) => {
@@ -173,5 +176,42 @@ describe("Streamable HTTP /mcp", () => {
       expect(result.isError).toBe(true);
       expect(JSON.parse((result.content as { text: string }[])[0]!.text).error.code).toBe("forbidden");
     }
+  });
+
+  it("aborts a waiting observe and frees its slot when the client disconnects", async () => {
+    const client = await connect("token-alice");
+    const start = await client.callTool({
+      name: "start_coding_agent",
+      arguments: { project_id: "demo", provider_id: "fake", idempotency_key: "http-abort", prompt: "hi" },
+    });
+    const { run_id } = start.structuredContent as { run_id: string };
+    const first = await client.callTool({ name: "observe_coding_agent", arguments: { run_id } });
+    const token = (first.structuredContent as { observation_token: string }).observation_token;
+    const abort = new AbortController();
+    const pending = fetch(url, {
+      method: "POST",
+      signal: abort.signal,
+      headers: {
+        authorization: "Bearer token-alice",
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        "mcp-protocol-version": LATEST_PROTOCOL_VERSION,
+      },
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 7,
+        method: "tools/call",
+        params: {
+          name: "observe_coding_agent",
+          arguments: { run_id, after_observation_token: token, wait_secs: 30 },
+        },
+      }),
+    }).catch((e: unknown) => e);
+    await expect.poll(() => limits.waiting("alice")).toBe(1);
+    expect(runs.waiting).toBe(1);
+    abort.abort();
+    await pending;
+    await expect.poll(() => limits.waiting("alice")).toBe(0);
+    expect(runs.waiting).toBe(0);
   });
 });
