@@ -1,1 +1,312 @@
-export {};
+/**
+ * `webcodex-runner` command line.
+ *
+ *   webcodex-runner run   --config FILE [--new-store]
+ *   webcodex-runner check --config FILE [--probe PROVIDER] [--project ID]
+ *   webcodex-runner exec  --config FILE --project ID --provider ID [--json]
+ *                         [--config KEY=VALUE]... [--timeout SECS] "prompt"
+ *
+ * Exit codes: 0 success (exec: the run completed), 1 failure (exec: any other
+ * terminal state), 2 invalid config or usage, 3 store refused (run), 130 on a
+ * second Ctrl-C.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  base32,
+  CONFIG_ID_PATTERN,
+  ConfigMap,
+  MAX_PROMPT_BYTES,
+  MAX_RUN_TIMEOUT_SECS,
+  RUN_ID_PREFIX,
+  type RunEvent,
+  type RunSummary,
+  utf8Length,
+} from "@webcodex/protocol";
+import { ConfigError, loadConfig, type RunnerConfig } from "./config.js";
+import { createLogger } from "./logger.js";
+
+const USAGE = `usage:
+  webcodex-runner run   --config FILE [--new-store]
+  webcodex-runner check --config FILE [--probe PROVIDER] [--project ID]
+  webcodex-runner exec  --config FILE --project ID --provider ID [--json] [--config KEY=VALUE]... [--timeout SECS] "prompt"`;
+
+class UsageError extends Error {}
+
+interface Parsed {
+  command: string;
+  configFile: string | null;
+  options: Record<string, string | boolean>;
+  flags: Map<string, string | true>;
+  positional: string[];
+}
+
+const VALUE_FLAGS = new Set(["--config", "-c", "--probe", "--project", "--provider", "--timeout"]);
+const BOOL_FLAGS = new Set(["--new-store", "--json", "--help", "-h"]);
+const OPTION_ARG = /^([A-Za-z0-9][A-Za-z0-9_.:/-]{0,127})=(.*)$/s;
+
+/** `--config` is both the file and, in KEY=VALUE form, a caller config option (as `-c KEY=VALUE`). */
+function parseArgv(argv: readonly string[]): Parsed {
+  const [command = "", ...rest] = argv;
+  const parsed: Parsed = { command, configFile: null, options: {}, flags: new Map(), positional: [] };
+  for (let i = 0; i < rest.length; i++) {
+    const arg = rest[i] as string;
+    if (arg === "--") {
+      parsed.positional.push(...rest.slice(i + 1));
+      break;
+    }
+    const eq = arg.startsWith("--") ? arg.indexOf("=") : -1;
+    const name = eq > 0 ? arg.slice(0, eq) : arg;
+    if (BOOL_FLAGS.has(name)) {
+      parsed.flags.set(name, true);
+    } else if (VALUE_FLAGS.has(name)) {
+      const value = eq > 0 ? arg.slice(eq + 1) : rest[++i];
+      if (value === undefined) throw new UsageError(`${name} needs a value`);
+      const option = OPTION_ARG.exec(value);
+      if ((name === "--config" || name === "-c") && option) {
+        const key = option[1] as string;
+        const raw = option[2] as string;
+        if (!CONFIG_ID_PATTERN.test(key)) throw new UsageError(`config option id ${JSON.stringify(key)} is not valid`);
+        parsed.options[key] = raw === "true" ? true : raw === "false" ? false : raw;
+      } else if (name === "--config") {
+        if (parsed.configFile !== null) throw new UsageError("--config FILE given twice");
+        parsed.configFile = value;
+      } else {
+        parsed.flags.set(name, value);
+      }
+    } else if (arg.startsWith("-") && arg !== "-") {
+      throw new UsageError(`unknown option ${arg}`);
+    } else {
+      parsed.positional.push(arg);
+    }
+  }
+  return parsed;
+}
+
+function flag(parsed: Parsed, name: string): string | undefined {
+  const v = parsed.flags.get(name);
+  return typeof v === "string" ? v : undefined;
+}
+
+async function config(parsed: Parsed): Promise<RunnerConfig> {
+  if (parsed.configFile === null) throw new UsageError("--config FILE is required");
+  return loadConfig(parsed.configFile);
+}
+
+// ---- check ------------------------------------------------------------------------
+
+async function check(parsed: Parsed): Promise<number> {
+  const cfg = await config(parsed);
+  const out = process.stdout;
+  out.write(
+    `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => a.id).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
+  );
+  const providerId = flag(parsed, "--probe");
+  if (providerId === undefined) return 0;
+  const agent = cfg.acp.agents.find((a) => a.id === providerId);
+  if (!agent) throw new UsageError(`--probe: no agent with id ${JSON.stringify(providerId)} in the config`);
+  const projectId = flag(parsed, "--project");
+  const project = projectId === undefined ? cfg.projects[0] : cfg.projects.find((p) => p.id === projectId);
+  if (!project) throw new UsageError(`--project: no project with id ${JSON.stringify(projectId)} in the config`);
+
+  const { probeAgent } = await import("./probe.js");
+  out.write(
+    `probe ${agent.id}: ${agent.executable} (cwd ${project.root}, env ${Object.keys(agent.envFromEnv).join(", ") || "(empty)"})\n`,
+  );
+  const result = await probeAgent({ agent, project, timeoutSecs: cfg.acp.setupTimeoutSecs });
+  if (!result.ok) {
+    process.stderr.write(`probe ${agent.id} failed at ${result.stage}: ${result.reason}\n`);
+    return 1;
+  }
+  const { initialize: init, session } = result;
+  const info = init.agentInfo;
+  out.write(
+    `  agent: ${info ? `${info.name} ${info.version}${info.title ? ` (${info.title})` : ""}` : "(no agentInfo)"}\n`,
+  );
+  out.write(`  protocol version: ${init.protocolVersion}\n`);
+  out.write(`  capabilities: ${JSON.stringify(init.agentCapabilities ?? {})}\n`);
+  out.write(`  auth methods: ${(init.authMethods ?? []).map((m) => m.id).join(", ") || "(none)"}\n`);
+  const options = session.configOptions ?? [];
+  out.write(`  config options:${options.length === 0 ? " (none)" : ""}\n`);
+  for (const option of options) {
+    const values =
+      option.type === "select"
+        ? option.options.flatMap((o) => ("group" in o ? o.options.map((g) => g.value) : [o.value]))
+        : ["true", "false"];
+    const allowed = agent.allowedConfigOptions.includes(option.id)
+      ? " [allowed]"
+      : Object.hasOwn(cfg.acp.forcedConfig, option.id)
+        ? " [forced]"
+        : "";
+    out.write(`    ${option.id} (${option.type}) = ${String(option.currentValue)}  {${values.join(", ")}}${allowed}\n`);
+  }
+  if (session.modes) {
+    out.write(
+      `  modes: ${session.modes.availableModes.map((m) => m.id).join(", ")} (current ${session.modes.currentModeId})\n`,
+    );
+  }
+  return 0;
+}
+
+// ---- exec -------------------------------------------------------------------------
+
+function formatEvent(e: RunEvent): string {
+  const head = `[${e.seq}] ${e.kind}`;
+  switch (e.kind) {
+    case "agent_message":
+    case "reasoning":
+      return `${head}: ${e.text}${e.truncated ? " …(truncated)" : ""}`;
+    case "plan":
+      return `${head}:\n${e.entries.map((p) => `    [${p.status}] (${p.priority}) ${p.content}`).join("\n")}`;
+    case "tool_activity":
+      return `${head}: ${e.tool_kind} "${e.title}" ${e.status} (${e.tool_call_id})`;
+    case "file_change":
+      return `${head}: ${e.path} (${e.tool_call_id})`;
+    case "terminal_activity":
+      return `${head}: terminal ${e.terminal_id} (${e.tool_call_id})`;
+    case "usage":
+      return `${head}: ${e.used_tokens ?? "?"} / ${e.context_size ?? "?"} tokens${e.cost_amount === null ? "" : `, ${e.cost_amount} ${e.cost_currency ?? ""}`}`;
+    case "permission_request":
+      return `${head}: "${e.title}" (${e.tool_call_id}) options ${e.options.map((o) => o.kind).join(", ")} — never allowed; answered cancelled on deadline or cancel`;
+    case "terminal":
+      return `${head}: ${e.state} / ${e.execution_state}${e.stop_reason ? ` (${e.stop_reason})` : ""}${e.failure_kind ? ` [${e.failure_kind}]` : ""} — ${e.message}`;
+  }
+}
+
+async function exec(parsed: Parsed): Promise<number> {
+  const cfg = await config(parsed);
+  const projectId = flag(parsed, "--project");
+  const providerId = flag(parsed, "--provider");
+  if (!projectId || !providerId) throw new UsageError("exec needs --project ID and --provider ID");
+  if (parsed.positional.length !== 1) throw new UsageError('exec needs exactly one "prompt" argument');
+  const prompt = parsed.positional[0] as string;
+  if (prompt === "" || utf8Length(prompt) > MAX_PROMPT_BYTES) {
+    throw new UsageError(`the prompt must be 1..${MAX_PROMPT_BYTES} bytes`);
+  }
+  const callerConfig = ConfigMap.safeParse(parsed.options);
+  if (!callerConfig.success) throw new UsageError("invalid --config KEY=VALUE options");
+  const timeoutRaw = flag(parsed, "--timeout");
+  const timeout = timeoutRaw === undefined ? null : Number(timeoutRaw);
+  if (timeout !== null && (!Number.isInteger(timeout) || timeout < 1 || timeout > MAX_RUN_TIMEOUT_SECS)) {
+    throw new UsageError(`--timeout must be an integer 1..${MAX_RUN_TIMEOUT_SECS}`);
+  }
+  const json = parsed.flags.has("--json");
+
+  const [{ openDispatchStore }, { RunManager }] = await Promise.all([
+    import("./dispatch-store.js"),
+    import("./run-manager.js"),
+  ]);
+  // A throwaway store: exec never touches the daemon's state dir.
+  const stateDir = mkdtempSync(join(tmpdir(), "webcodex-exec-"));
+  const logLevel = cfg.runner.logLevel === "info" ? "warn" : cfg.runner.logLevel;
+  const manager = new RunManager({
+    config: cfg,
+    store: openDispatchStore({ stateDir }).store,
+    logger: createLogger(logLevel),
+  });
+  const runId = `${RUN_ID_PREFIX}${base32(randomBytes(20)).slice(0, 26)}`;
+  const note = (text: string) => {
+    if (!json) process.stderr.write(`${text}\n`);
+  };
+
+  let final: RunSummary | null = null;
+  manager.onUpdate((run, events) => {
+    if (run.run_id !== runId) return;
+    for (const event of events) process.stdout.write(`${json ? JSON.stringify(event) : formatEvent(event)}\n`);
+    if (run.phase === "terminal") final = run;
+  });
+
+  let interrupts = 0;
+  const onSigint = () => {
+    interrupts++;
+    if (interrupts === 1) {
+      note("cancel requested (Ctrl-C again to kill the agent and exit)");
+      void manager.cancel(runId);
+    } else {
+      void manager.close().finally(() => process.exit(130));
+    }
+  };
+  process.on("SIGINT", onSigint);
+
+  try {
+    const started = await manager.start({
+      run_id: runId,
+      intent_fingerprint: createHash("sha256")
+        .update(JSON.stringify([projectId, providerId, prompt, callerConfig.data, timeout]))
+        .digest("hex"),
+      project_id: projectId,
+      provider_id: providerId,
+      agent_instance_id: manager.agentInstanceId,
+      provider_instance_id: manager.providerInstanceId(providerId) ?? "unknown_provider__",
+      prompt,
+      config: callerConfig.data,
+      timeout_secs: timeout,
+    });
+    if (!started.ok) {
+      process.stderr.write(`webcodex-runner: run rejected: ${started.code}: ${started.message}\n`);
+      return started.code === "unknown_project" || started.code === "unknown_provider" ? 2 : 1;
+    }
+    note(`run ${runId} started (${projectId} / ${providerId})`);
+    await manager.whenSettled(runId);
+    final ??= manager.sync(runId, 0, 0)?.run ?? null;
+    const done = final as RunSummary | null;
+    return done?.state === "completed" ? 0 : 1;
+  } finally {
+    process.off("SIGINT", onSigint);
+    await manager.close();
+    rmSync(stateDir, { recursive: true, force: true });
+  }
+}
+
+// ---- run --------------------------------------------------------------------------
+
+async function run(parsed: Parsed): Promise<number> {
+  if (parsed.configFile === null) throw new UsageError("--config FILE is required");
+  const { startDaemon } = await import("./daemon.js");
+  const handle = await startDaemon({ configPath: parsed.configFile, newStore: parsed.flags.has("--new-store") });
+  await handle.closed;
+  return 0;
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  let parsed: Parsed;
+  try {
+    parsed = parseArgv(argv);
+    if (parsed.flags.has("--help") || parsed.flags.has("-h") || parsed.command === "") {
+      process.stdout.write(`${USAGE}\n`);
+      return parsed.command === "" ? 2 : 0;
+    }
+    switch (parsed.command) {
+      case "run":
+        return await run(parsed);
+      case "check":
+        return await check(parsed);
+      case "exec":
+        return await exec(parsed);
+      default:
+        throw new UsageError(`unknown command ${JSON.stringify(parsed.command)}`);
+    }
+  } catch (error) {
+    if (error instanceof ConfigError) {
+      process.stderr.write(`webcodex-runner: ${error.message}\n`);
+      return error.exitCode;
+    }
+    if (error instanceof UsageError) {
+      process.stderr.write(`webcodex-runner: ${error.message}\n${USAGE}\n`);
+      return 2;
+    }
+    throw error;
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    process.stderr.write(`webcodex-runner: unexpected error: ${error instanceof Error ? error.name : "unknown"}\n`);
+    process.exitCode = 1;
+  },
+);
