@@ -1,0 +1,174 @@
+/**
+ * Issue 5 acceptance: a real Server (in-process startServer, or a
+ * `webcodex-server` child process for kill -9), real Runner daemons
+ * (`webcodex-runner run`) and the fake ACP agent, over real WebSocket and
+ * stdio. The fake agent's ledger proves how often a prompt was dispatched.
+ */
+import { isTerminalState, type RunEvent } from "@webcodex/protocol";
+import { afterEach, describe, expect, it } from "vitest";
+import type { ObserveOutput, StartInput } from "../src/runs-api.js";
+import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
+
+const SLOW = "scenario: slow interval_ms=100 count=600";
+
+function input(key: string, prompt = "scenario: hello", project = "demo"): StartInput {
+  return { project_id: project, provider_id: "fake", idempotency_key: key, prompt };
+}
+
+/** Observe with tokens until `done` holds; returns the last view and every event seen (in order). */
+async function observeUntil(
+  s: ProcStack,
+  runId: string,
+  token: string | undefined,
+  done: (o: ObserveOutput, events: RunEvent[]) => boolean,
+  timeoutMs = 30_000,
+): Promise<{ last: ObserveOutput; events: RunEvent[] }> {
+  const events: RunEvent[] = [];
+  const deadline = Date.now() + timeoutMs;
+  let cursor = token;
+  for (;;) {
+    const o = okValue(
+      await s.observe("alice", { run_id: runId, ...(cursor ? { after_observation_token: cursor } : {}), wait_secs: 5 }),
+    );
+    events.push(...o.events);
+    cursor = o.observation_token;
+    if (done(o, events)) return { last: o, events };
+    if (Date.now() > deadline) throw new Error(`run ${runId} did not reach the condition; last state ${o.state}`);
+  }
+}
+
+const terminal = (o: ObserveOutput) => isTerminalState(o.state) && !o.has_more;
+
+describe("Server <-> Runner acceptance", () => {
+  let s: ProcStack | undefined;
+  afterEach(async () => {
+    await s?.stop();
+    s = undefined;
+  });
+
+  it("runs the happy path end to end, replays the same key without a second dispatch, and refuses a conflicting intent", async () => {
+    s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }] }).init();
+    await s.startRunner("r1");
+    const started = okValue(await s.start("alice", input("happy")));
+    expect(started.replayed).toBe(false);
+    const { last, events } = await observeUntil(s, started.run_id, started.observation_token, terminal);
+    expect(last).toMatchObject({ state: "completed", execution_state: "completed", stop_reason: "end_turn" });
+    expect(events.some((e) => e.kind === "agent_message")).toBe(true);
+    expect(events.at(-1)?.kind).toBe("terminal");
+    expect(events.map((e) => e.seq)).toEqual(events.map((_, i) => i + 1));
+
+    const replay = okValue(await s.start("alice", input("happy")));
+    expect(replay).toMatchObject({ run_id: started.run_id, replayed: true, state: "completed" });
+    const conflict = await s.start("alice", input("happy", "scenario: hello\nsomething else"));
+    expect(conflict).toMatchObject({ ok: false, error: { code: "idempotency_conflict" } });
+    expect(s.prompts("r1")).toHaveLength(1);
+  });
+
+  it("meets the original run after the Server is killed mid-run and restarted, and keeps observing it", async () => {
+    s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+    await s.startRunner("r1");
+    const started = okValue(await s.start("alice", input("restart-me", "scenario: slow interval_ms=100 count=30")));
+    const before = await observeUntil(s, started.run_id, started.observation_token, (_o, ev) => ev.length > 0);
+    await s.killServer("SIGKILL");
+    await s.startServer();
+    await waitFor("runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
+
+    const replay = okValue(await s.start("alice", input("restart-me", "scenario: slow interval_ms=100 count=30")));
+    expect(replay).toMatchObject({ run_id: started.run_id, replayed: true });
+    // A token from before the restart still works (same Runner instance) ...
+    const cont = await observeUntil(s, started.run_id, before.last.observation_token, terminal);
+    expect(cont.events[0]?.seq).toBeGreaterThan(before.events.at(-1)?.seq ?? 0);
+    expect(cont.last.history_lost).toBe(false);
+    // ... and a fresh baseline shows the run from the Runner's ring.
+    const base = okValue(await s.observe("alice", { run_id: started.run_id }));
+    expect(base.events[0]?.seq).toBe(1);
+    expect(cont.last.state).toBe("completed");
+    expect(s.prompts("r1")).toHaveLength(1);
+  });
+
+  it("recovers runs after a Runner kill -9: the dispatched run is lost, old tokens give history_lost", async () => {
+    s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }] }).init();
+    await s.startRunner("r1");
+    const started = okValue(await s.start("alice", input("runner-crash", SLOW)));
+    const before = await observeUntil(s, started.run_id, started.observation_token, (_o, ev) => ev.length > 0);
+    await s.killRunner("r1", "SIGKILL");
+    await s.waitOffline("r1");
+    const offline = okValue(
+      await s.observe("alice", { run_id: started.run_id, after_observation_token: before.last.observation_token }),
+    );
+    expect(offline).toMatchObject({ state: "running", runner_offline: true });
+    await s.startRunner("r1");
+    const after = await observeUntil(s, started.run_id, before.last.observation_token, (o) => o.state === "lost");
+    expect(after.last).toMatchObject({ state: "lost", execution_state: "outcome_unknown" });
+    expect(after.last.history_lost || after.events.length === 0).toBe(true);
+    const lostView = okValue(
+      await s.observe("alice", { run_id: started.run_id, after_observation_token: before.last.observation_token }),
+    );
+    expect(lostView.history_lost).toBe(true);
+    expect(okValue(await s.start("alice", input("runner-crash", SLOW))).replayed).toBe(true);
+    expect(s.prompts("r1")).toHaveLength(1);
+  });
+
+  it("rejects a stale runner instance before spawn when the Runner restarts between resolve and dispatch", async () => {
+    s = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      serverEnv: { WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS: "4000" },
+    }).init();
+    await s.startRunner("r1");
+    const pending = s.start("alice", input("fence"));
+    await new Promise((r) => setTimeout(r, 200));
+    await s.killRunner("r1", "SIGTERM");
+    await s.startRunner("r1");
+    const res = await pending;
+    expect(res).toMatchObject({ ok: false, error: { code: "stale_provider", recovery_kind: "retry_same" } });
+    expect(s.prompts("r1")).toHaveLength(0);
+    const retried = okValue(await s.start("alice", input("fence")));
+    const { last } = await observeUntil(s, retried.run_id, retried.observation_token, terminal);
+    expect(last.state).toBe("completed");
+    expect(s.prompts("r1")).toHaveLength(1);
+  });
+
+  it("marks a run lost when the Runner comes back with a new store", async () => {
+    s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }] }).init();
+    await s.startRunner("r1");
+    const started = okValue(await s.start("alice", input("store", SLOW)));
+    await observeUntil(s, started.run_id, started.observation_token, (_o, ev) => ev.length > 0);
+    await s.killRunner("r1", "SIGKILL");
+    await s.waitOffline("r1");
+    await s.startRunner("r1", ["--new-store"]);
+    const { last } = await observeUntil(s, started.run_id, undefined, (o) => o.state === "lost");
+    expect(last).toMatchObject({
+      state: "lost",
+      execution_state: "outcome_unknown",
+      failure_kind: "runner_store_changed",
+    });
+    expect(s.prompts("r1")).toHaveLength(1);
+  });
+
+  it("routes two projects to their two runners and wakes waiting observers promptly", async () => {
+    s = await new ProcStack({
+      runners: [
+        { id: "r1", projects: ["demo"] },
+        { id: "r2", projects: ["other"] },
+      ],
+    }).init();
+    await Promise.all([s.startRunner("r1"), s.startRunner("r2")]);
+    const a = okValue(await s.start("alice", input("a")));
+    const b = okValue(await s.start("alice", input("b", "scenario: slow interval_ms=300 count=5", "other")));
+    await observeUntil(s, a.run_id, a.observation_token, terminal);
+    // Wake-up: a waiting observe returns as soon as the next event exists, well before its 20 s wait.
+    let token = b.observation_token;
+    let woke = 0;
+    for (let i = 0; i < 3; i++) {
+      const t0 = Date.now();
+      const o = okValue(await s.observe("alice", { run_id: b.run_id, after_observation_token: token, wait_secs: 20 }));
+      token = o.observation_token;
+      if (o.events.length > 0 && Date.now() - t0 < 5000) woke++;
+      if (isTerminalState(o.state)) break;
+    }
+    expect(woke).toBeGreaterThan(0);
+    await observeUntil(s, b.run_id, token, terminal);
+    expect(s.prompts("r1")).toHaveLength(1);
+    expect(s.prompts("r2")).toHaveLength(1);
+  });
+});

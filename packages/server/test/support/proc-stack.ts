@@ -1,0 +1,307 @@
+/**
+ * Process-level stack for the issue-5 acceptance tests: a real Server (either
+ * in-process via startServer, or as a `webcodex-server run` child process
+ * that can be SIGKILLed and restarted on the same port), one or more real
+ * Runner daemons (`webcodex-runner run`) and the fake ACP agent they spawn.
+ * The internal RunsApi is called directly in-process, or through the
+ * test-only HTTP hook (WEBCODEX_TEST_HOOK_API=1) for a Server child.
+ * Needs a build (`tsc -b`): the daemons and the fake agent run from dist.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { pino } from "pino";
+import { loadServerConfig, sha256Hex } from "../../src/config.js";
+import type {
+  ApiResult,
+  CancelOutput,
+  ObserveInput,
+  ObserveOutput,
+  Principal,
+  ProjectView,
+  StartInput,
+  StartOutput,
+} from "../../src/runs-api.js";
+import { type RunningServer, startServer } from "../../src/server.js";
+import { principalFromConfig } from "../../src/test-api.js";
+
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
+export const RUNNER_BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
+export const SERVER_BIN = join(REPO_ROOT, "packages/server/bin/webcodex-server.js");
+export const FAKE_AGENT_BIN = join(REPO_ROOT, "fake-acp-agent/bin/fake-acp-agent.js");
+
+export interface ProcRunner {
+  id: string;
+  projects: string[];
+}
+
+export interface ProcStackOptions {
+  runners: ProcRunner[];
+  /** "inproc" (default): startServer in this process; "child": a webcodex-server child process. */
+  server?: "inproc" | "child";
+  /** Extra env for the Server (test hooks). */
+  serverEnv?: Record<string, string>;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export async function waitFor<T>(
+  what: string,
+  check: () => T | Promise<T>,
+  timeoutMs = 20_000,
+): Promise<NonNullable<T>> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await check();
+    if (v) return v as NonNullable<T>;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((r) => child.once("exit", () => r()));
+}
+
+/** Pids of live (non-zombie) processes whose command line mentions `needle`. */
+export function processesMentioning(needle: string): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      if (cmdline.includes(needle) && !/^\d+ \(.*\) Z /.test(stat)) out.push(Number(entry));
+    } catch {
+      // exited while we looked
+    }
+  }
+  return out;
+}
+
+export class ProcStack {
+  readonly dir = mkdtempSync(join(tmpdir(), "wc-proc-"));
+  readonly serverConfigFile = join(this.dir, "server.toml");
+  readonly tokens = new Map<string, string>();
+  readonly runnerProcs = new Map<string, ChildProcess>();
+  readonly logs = new Map<string, string>();
+  inproc: RunningServer | null = null;
+  serverChild: ChildProcess | null = null;
+  port = 0;
+
+  constructor(readonly opts: ProcStackOptions) {}
+
+  get mode(): "inproc" | "child" {
+    return this.opts.server ?? "inproc";
+  }
+
+  ledgerFile(runnerId: string): string {
+    return join(this.dir, `ledger-${runnerId}.jsonl`);
+  }
+
+  /** session/prompt lines the fake agent of this runner received. */
+  prompts(runnerId: string): Record<string, unknown>[] {
+    const f = this.ledgerFile(runnerId);
+    if (!existsSync(f)) return [];
+    return readFileSync(f, "utf8")
+      .split("\n")
+      .filter((l) => l.trim() !== "")
+      .map((l) => JSON.parse(l) as Record<string, unknown>)
+      .filter((e) => e.event === "prompt");
+  }
+
+  async init(): Promise<this> {
+    this.port = await freePort();
+    const allProjects = this.opts.runners.flatMap((r) => r.projects);
+    let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = 2000\n\n`;
+    for (const r of this.opts.runners) {
+      const token = `wcr_${randomBytes(24).toString("base64url")}`;
+      this.tokens.set(r.id, token);
+      toml += `[[runners]]\nid = "${r.id}"\ntoken_sha256 = "${sha256Hex(token)}"\nprojects = ${JSON.stringify(r.projects)}\n\n`;
+      for (const p of r.projects) mkdirSync(join(this.dir, "projects", p), { recursive: true });
+      this.#writeRunnerConfig(r);
+    }
+    toml += `[[principals]]\nid = "alice"\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${JSON.stringify(allProjects)}\n\n`;
+    toml += `[[principals]]\nid = "bob"\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${JSON.stringify(allProjects)}\n`;
+    writeFileSync(this.serverConfigFile, toml);
+    await this.startServer();
+    return this;
+  }
+
+  #writeRunnerConfig(r: ProcRunner): void {
+    const projects = r.projects
+      .map((p) => `[[projects]]\nid = "${p}"\nroot = ${JSON.stringify(join("projects", p))}\nallow_patch = true\n`)
+      .join("\n");
+    writeFileSync(
+      join(this.dir, `runner-${r.id}.toml`),
+      `[runner]\nstate_dir = "runner-state-${r.id}"\nlog_level = "info"\n\n` +
+        `[server]\nurl = "ws://127.0.0.1:${this.port}/runner"\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n\n` +
+        `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = 60\ncancel_grace_secs = 5\n\n` +
+        `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(FAKE_AGENT_BIN)}\n` +
+        `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id)])}\nallowed_config_options = ["model"]\n` +
+        `[acp.agents.env_from_env]\nPATH = "PATH"\n`,
+    );
+  }
+
+  async startServer(): Promise<void> {
+    if (this.mode === "inproc") {
+      const config = loadServerConfig(this.serverConfigFile);
+      this.inproc = await startServer({
+        config,
+        logger: pino({ level: process.env.WEBCODEX_TEST_LOG_LEVEL ?? "silent" }),
+        env: this.opts.serverEnv ?? {},
+      });
+      return;
+    }
+    const child = spawn(process.execPath, [SERVER_BIN, "run", "--config", this.serverConfigFile], {
+      cwd: this.dir,
+      env: { ...process.env, WEBCODEX_TEST_HOOK_API: "1", WEBCODEX_LOG_LEVEL: "warn", ...this.opts.serverEnv },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    this.serverChild = child;
+    let out = "";
+    const append = (c: Buffer) => {
+      out = (out + c.toString("utf8")).slice(-64 * 1024);
+      this.logs.set("server", out);
+    };
+    child.stdout?.on("data", append);
+    child.stderr?.on("data", append);
+    await waitFor("the Server child to listen", () => {
+      if (child.exitCode !== null) throw new Error(`server exited ${child.exitCode}: ${out}`);
+      return out.includes('"listening"');
+    });
+  }
+
+  async killServer(signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
+    if (this.inproc) {
+      await this.inproc.close();
+      this.inproc = null;
+    }
+    const child = this.serverChild;
+    if (child) {
+      this.serverChild = null;
+      child.kill(signal);
+      await exited(child);
+    }
+  }
+
+  async startRunner(id: string, args: string[] = [], env: Record<string, string> = {}): Promise<void> {
+    if (this.runnerProcs.has(id)) throw new Error(`runner ${id} already running`);
+    const child = spawn(
+      process.execPath,
+      [RUNNER_BIN, "run", "--config", join(this.dir, `runner-${id}.toml`), ...args],
+      {
+        cwd: this.dir,
+        env: { ...process.env, ...env, WEBCODEX_RUNNER_TOKEN: this.tokens.get(id) ?? "" },
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
+    this.runnerProcs.set(id, child);
+    let out = "";
+    const append = (c: Buffer) => {
+      out = (out + c.toString("utf8")).slice(-64 * 1024);
+      this.logs.set(id, out);
+    };
+    child.stdout?.on("data", append);
+    child.stderr?.on("data", append);
+    const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
+    await waitFor(`runner ${id} online`, async () => {
+      if (child.exitCode !== null) throw new Error(`runner ${id} exited ${child.exitCode}: ${out}`);
+      const views = await this.projects("alice");
+      return projects.every((p) => views.find((v) => v.project_id === p)?.runner_online);
+    });
+  }
+
+  async killRunner(id: string, signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
+    const child = this.runnerProcs.get(id);
+    if (!child) return;
+    this.runnerProcs.delete(id);
+    child.kill(signal);
+    const t = setTimeout(() => child.kill("SIGKILL"), 10_000);
+    await exited(child);
+    clearTimeout(t);
+  }
+
+  async waitOffline(id: string): Promise<void> {
+    const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
+    await waitFor(`runner ${id} offline`, async () => {
+      const views = await this.projects("alice");
+      return projects.every((p) => !views.find((v) => v.project_id === p)?.runner_online);
+    });
+  }
+
+  #principal(id: string): Principal {
+    const p = principalFromConfig(loadServerConfig(this.serverConfigFile), id);
+    if (!p) throw new Error(`no principal ${id}`);
+    return p;
+  }
+
+  async #post<T>(op: string, principalId: string, input: unknown): Promise<ApiResult<T>> {
+    const res = await fetch(`http://127.0.0.1:${this.port}/__test/runs/${op}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ principal_id: principalId, input }),
+    });
+    if (res.status !== 200) throw new Error(`test api ${op}: HTTP ${res.status} ${await res.text()}`);
+    return (await res.json()) as ApiResult<T>;
+  }
+
+  async projects(principalId: string): Promise<ProjectView[]> {
+    if (this.inproc) return this.inproc.runs.listProjects(this.#principal(principalId));
+    try {
+      const res = await fetch(`http://127.0.0.1:${this.port}/__test/projects?principal_id=${principalId}`);
+      return (await res.json()) as ProjectView[];
+    } catch {
+      return [];
+    }
+  }
+
+  start(principalId: string, input: StartInput): Promise<ApiResult<StartOutput>> {
+    if (this.inproc) return this.inproc.runs.start(this.#principal(principalId), input);
+    return this.#post("start", principalId, input);
+  }
+
+  observe(principalId: string, input: ObserveInput): Promise<ApiResult<ObserveOutput>> {
+    if (this.inproc) return this.inproc.runs.observe(this.#principal(principalId), input);
+    return this.#post("observe", principalId, input);
+  }
+
+  cancel(principalId: string, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
+    if (this.inproc) return this.inproc.runs.cancel(this.#principal(principalId), input);
+    return this.#post("cancel", principalId, input);
+  }
+
+  async stop(): Promise<void> {
+    for (const id of [...this.runnerProcs.keys()]) await this.killRunner(id, "SIGTERM");
+    await this.killServer("SIGTERM");
+    const survivors = processesMentioning(this.dir);
+    for (const pid of survivors) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        // gone
+      }
+    }
+    if (!process.env.WEBCODEX_KEEP_STACK) rmSync(this.dir, { recursive: true, force: true });
+    if (survivors.length > 0) throw new Error(`processes outlived the stack: ${survivors.join(", ")}`);
+  }
+}
+
+export function okValue<T>(r: ApiResult<T>): T {
+  if (!r.ok) throw new Error(`expected ok, got ${JSON.stringify(r.error)}`);
+  return r.value;
+}
