@@ -1,0 +1,134 @@
+/**
+ * DESIGN §4.3 step 3 against the fake agent's live config options (mode,
+ * model, reasoning_effort; model=fake-large flips mode to code; -32602 on an
+ * unknown id or value). Every violation is failed / not_started / fix_input
+ * and no prompt reaches the agent.
+ */
+import { createHash } from "node:crypto";
+import { afterAll, describe, expect, test } from "vitest";
+import { makeWorkspace, newManager, readLedger, runToEnd, writeConfig } from "./support/harness.js";
+
+const ws = makeWorkspace();
+const args = (options: string) => ["--ledger", ws.ledger, "--config-options", options];
+const sha = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
+
+// Unforced Runner: callers may set model, reasoning_effort, mode and a key the agent does not advertise.
+const open = newManager(
+  writeConfig(ws, {
+    agents: [
+      {
+        id: "fake",
+        args: args("mode,model,reasoning_effort"),
+        allowed: ["model", "reasoning_effort", "mode", "temperature"],
+      },
+    ],
+  }),
+);
+// Forced mode=ask; callers may set model.
+const forced = newManager(
+  writeConfig(ws, {
+    forced: { mode: "ask" },
+    agents: [
+      { id: "fake", args: args("mode,model,reasoning_effort"), allowed: ["model"] },
+      { id: "no-mode", args: args("model"), allowed: ["model"] },
+    ],
+  }),
+);
+
+afterAll(async () => {
+  await open.manager.close();
+  await forced.manager.close();
+  ws.cleanup();
+});
+
+const dispatched = (prompt: string) =>
+  readLedger(ws).filter((e) => e.event === "prompt" && e.prompt_sha256 === sha(prompt)).length;
+
+interface Case {
+  name: string;
+  forced?: boolean;
+  provider?: string;
+  config: Record<string, string | boolean>;
+  ok: boolean;
+  failure?: "invalid_config" | "forced_config_unsatisfied";
+  effective?: Record<string, string>;
+  message?: RegExp;
+}
+
+const cases: Case[] = [
+  {
+    name: "valid override",
+    config: { model: "fake-large", reasoning_effort: "high" },
+    ok: true,
+    effective: { mode: "code", model: "fake-large", reasoning_effort: "high" },
+  },
+  {
+    name: "no caller config sends no calls",
+    config: {},
+    ok: true,
+    effective: { mode: "ask", model: "fake-small", reasoning_effort: "medium" },
+  },
+  {
+    name: "value not advertised",
+    config: { model: "fake-huge" },
+    ok: false,
+    failure: "invalid_config",
+    message: /"model"/,
+  },
+  {
+    name: "id not advertised by the agent",
+    config: { temperature: "hot" },
+    ok: false,
+    failure: "invalid_config",
+    message: /"temperature"/,
+  },
+  { name: "key not allowed", config: { colour: "blue" }, ok: false, failure: "invalid_config", message: /not allowed/ },
+  { name: "boolean for a select option", config: { model: true }, ok: false, failure: "invalid_config" },
+  {
+    name: "forced conflict",
+    forced: true,
+    config: { mode: "code" },
+    ok: false,
+    failure: "invalid_config",
+    message: /forced/,
+  },
+  {
+    name: "forced value re-asserted after a side effect",
+    forced: true,
+    config: { model: "fake-large" },
+    ok: true,
+    effective: { mode: "ask", model: "fake-large", reasoning_effort: "medium" },
+  },
+  {
+    name: "forced key not advertised by the provider",
+    forced: true,
+    provider: "no-mode",
+    config: {},
+    ok: false,
+    failure: "forced_config_unsatisfied",
+    message: /"mode"/,
+  },
+];
+
+describe("config sequencing", () => {
+  test.each(cases)("$name", async (c) => {
+    const { manager } = c.forced ? forced : open;
+    const prompt = `scenario: hello\ncase: config ${c.name}`;
+    const { run } = await runToEnd(manager, prompt, { config: c.config, provider_id: c.provider ?? "fake" });
+    if (c.ok) {
+      expect(run.state).toBe("completed");
+      expect(Object.fromEntries(run.effective_config.map((e) => [e.id, e.value]))).toEqual(c.effective);
+      expect(dispatched(prompt)).toBe(1);
+    } else {
+      expect(run).toMatchObject({
+        state: "failed",
+        execution_state: "not_started",
+        failure_kind: c.failure,
+        recovery_kind: "fix_input",
+      });
+      expect(run.message).toMatch(/Stage: set_config_option\./);
+      if (c.message) expect(run.message).toMatch(c.message);
+      expect(dispatched(prompt)).toBe(0);
+    }
+  });
+});
