@@ -4,8 +4,10 @@ type WrittenHook = (message: AnyMessage) => void;
 
 /**
  * The agent's only writer to stdout. Each write resolves once Node has handed
- * the bytes to the OS, so awaiting a `sessionUpdate` applies real backpressure
- * (a client that stops reading stalls the agent instead of growing its memory).
+ * the bytes to the OS, so awaiting a `sessionUpdate` applies backpressure: a
+ * client that stops reading stalls the agent instead of growing its memory.
+ * (On Linux, Node writes stdout pipes synchronously, so there the whole agent
+ * blocks in `write` until the reader drains the pipe.)
  */
 export class StdoutSink {
   private readonly hooks = new Set<WrittenHook>();

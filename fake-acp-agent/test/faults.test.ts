@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, test } from "vitest";
 import {
@@ -64,6 +64,29 @@ describe("raw stdout", () => {
     expect(await settledWithin(agent.exited, 100)).toBe("pending");
     expect(await agent.stop()).toEqual({ code: 0, signal: null });
   });
+
+  test("stdout carries nothing but JSON-RPC lines", async () => {
+    const agent = startRawAgent();
+    await agent.prompt("scenario: tools");
+    await agent.line((l) => l.startsWith('{"jsonrpc":"2.0","id":3,'));
+    for (const line of agent.lines) expect(JSON.parse(line)).toMatchObject({ jsonrpc: "2.0" });
+    await agent.stop();
+  });
+
+  test.skipIf(!existsSync("/proc/self/status"))(
+    "a burst into a client that stops reading stalls instead of buffering",
+    async () => {
+      const agent = startRawAgent();
+      await agent.prompt("scenario: burst count=100000 chunk=100000");
+      await agent.line((l) => l.includes('"agent_message_chunk"'));
+      agent.child.stdout!.pause();
+      await new Promise((r) => setTimeout(r, 1_000));
+      // 100 000 updates of 100 kB would be 10 GB if the agent buffered them.
+      const rss = Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${agent.child.pid}/status`, "utf8"))?.[1]);
+      expect(rss).toBeLessThan(300 * 1024);
+      await agent.stop(0);
+    },
+  );
 
   test("burst count=100000 delivers every update and the answer", async () => {
     const agent = startRawAgent();
