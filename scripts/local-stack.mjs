@@ -1,0 +1,173 @@
+/**
+ * A Server and a Runner on this machine as child processes — the pieces
+ * scripts/demo.mjs and scripts/smoke-codex.mjs share. Each daemon runs in its
+ * own process group so a terminal Ctrl-C reaches only the script, which stops
+ * them in order (Runner first, so it drains its agents, then the Server).
+ */
+import { execFileSync, spawn } from "node:child_process";
+import { createHash, randomBytes } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
+
+export const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+export const BINS = {
+  server: join(ROOT, "packages", "server", "bin", "webcodex-server.js"),
+  runner: join(ROOT, "packages", "runner", "bin", "webcodex-runner.js"),
+  fakeAgent: join(ROOT, "fake-acp-agent", "bin", "fake-acp-agent.js"),
+  cliLib: join(ROOT, "packages", "cli", "dist", "index.js"),
+};
+
+/** A TOML basic string; JSON string escapes are valid TOML escapes for what we write. */
+export const toml = (value) => JSON.stringify(value);
+
+export const sha256Hex = (text) => createHash("sha256").update(text, "utf8").digest("hex");
+
+export const newRunnerToken = () => `wcr_${randomBytes(32).toString("base64url")}`;
+
+export function serverConfigToml({ host = "127.0.0.1", port, runnerId, runnerTokenSha256, projects, principals }) {
+  let text = `[server]\nhost = ${toml(host)}\nport = ${port}\nstate_dir = "server"\n\n`;
+  text += `[[runners]]\nid = ${toml(runnerId)}\ntoken_sha256 = ${toml(runnerTokenSha256)}\nprojects = [${projects.map(toml).join(", ")}]\n`;
+  for (const p of principals) {
+    text += `\n[[principals]]\nid = ${toml(p.id)}\nscopes = [${p.scopes.map(toml).join(", ")}]\nprojects = [${p.projects.map(toml).join(", ")}]\n`;
+  }
+  return text;
+}
+
+/**
+ * Starts `node BIN args…` in its own process group; each output line goes to
+ * `onLine(line)` (stdout and stderr alike).
+ */
+export function startDaemon(bin, args, { cwd, env = process.env, onLine = () => {} }) {
+  const child = spawn(process.execPath, [bin, ...args], {
+    cwd,
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
+    detached: true,
+  });
+  for (const stream of [child.stdout, child.stderr]) createInterface({ input: stream }).on("line", onLine);
+  return child;
+}
+
+/** Starts the Server; resolves with its child and the port it reports on stdout. */
+export function startServer({ configFile, cwd, env, onLine = () => {} }) {
+  let onListening;
+  let child;
+  const listening = new Promise((res, rej) => {
+    onListening = res;
+    setTimeout(() => {
+      killGroup(child, "SIGKILL");
+      rej(new Error("the Server did not report a listening port within 30 s"));
+    }, 30_000).unref();
+  });
+  child = startDaemon(BINS.server, ["run", "--config", configFile], {
+    cwd,
+    env,
+    onLine: (line) => {
+      if (line.startsWith('{"listening"')) {
+        try {
+          onListening(JSON.parse(line).port);
+          return;
+        } catch {}
+      }
+      onLine(line);
+    },
+  });
+  const exited = new Promise((_, rej) =>
+    child.once("exit", (code, signal) => rej(new Error(`the Server exited during start-up (${signal ?? code})`))),
+  );
+  exited.catch(() => {});
+  return Promise.race([listening, exited]).then((port) => ({ child, port }));
+}
+
+export function startRunner({ configFile, cwd, env, onLine = () => {} }) {
+  return startDaemon(BINS.runner, ["run", "--config", configFile], { cwd, env, onLine });
+}
+
+/** `webcodex-server token issue … --json`; returns {token, token_id, …}. */
+export function issuePrincipalToken({ configFile, cwd, principal, scopes, projects }) {
+  const args = [BINS.server, "token", "issue", "--config", configFile, "--principal", principal];
+  for (const s of scopes) args.push("--scope", s);
+  for (const p of projects) args.push("--project", p);
+  if (scopes.includes("coding_agent:run")) args.push("--allow-coding-agent-run");
+  args.push("--json");
+  const out = execFileSync(process.execPath, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+  const issued = JSON.parse(out.trim().split("\n").at(-1));
+  if (typeof issued.token !== "string") throw new Error("webcodex-server token issue printed no token");
+  return issued;
+}
+
+/** Polls the webcodex://projects resource until `projectId`'s Runner is online. */
+export async function waitForRunner({ url, token, projectId, timeoutMs = 60_000, shouldStop = () => false }) {
+  const { McpRunsClient } = await import(BINS.cliLib);
+  const deadline = Date.now() + timeoutMs;
+  let last = "no answer yet";
+  while (Date.now() < deadline && !shouldStop()) {
+    const client = new McpRunsClient({ url, token });
+    try {
+      const project = (await client.projects()).find((p) => p.project_id === projectId);
+      if (project?.runner_online === true) return project;
+      last = project === undefined ? "project not visible yet" : "Runner not connected yet";
+    } catch (err) {
+      last = err instanceof Error ? err.message : String(err);
+    } finally {
+      await client.close();
+    }
+    await new Promise((r) => setTimeout(r, 300));
+  }
+  if (shouldStop()) return undefined;
+  throw new Error(`the Runner did not connect within ${Math.round(timeoutMs / 1000)} s (${last})`);
+}
+
+/** SIGTERM each child in order and wait for it; SIGKILL its group after `graceMs`. */
+export async function stopInOrder(children, graceMs = 10_000) {
+  for (const child of children) {
+    if (child === undefined || child.exitCode !== null || child.signalCode !== null) continue;
+    const exited = new Promise((res) => child.once("exit", res));
+    child.kill("SIGTERM");
+    const timer = setTimeout(() => killGroup(child, "SIGKILL"), graceMs);
+    await exited;
+    clearTimeout(timer);
+  }
+}
+
+export function killGroup(child, signal) {
+  try {
+    process.kill(-child.pid, signal);
+  } catch {
+    try {
+      child.kill(signal);
+    } catch {}
+  }
+}
+
+/** Live descendants of `pid` (Linux /proc; empty elsewhere). */
+export function descendantPids(pid) {
+  let names;
+  try {
+    names = readdirSync("/proc").filter((n) => /^\d+$/.test(n));
+  } catch {
+    return [];
+  }
+  const parentOf = new Map();
+  for (const name of names) {
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (fields[0] !== "Z") parentOf.set(Number(name), Number(fields[1]));
+    } catch {}
+  }
+  const found = [];
+  const queue = [pid];
+  while (queue.length > 0) {
+    const parent = queue.pop();
+    for (const [child, ppid] of parentOf) {
+      if (ppid === parent && !found.includes(child)) {
+        found.push(child);
+        queue.push(child);
+      }
+    }
+  }
+  return found;
+}
