@@ -8,24 +8,23 @@
  *   4. reap surviving agent process groups of those rows  (start-time checked)
  *   5. prune old terminal rows (retention)
  *   6. build the run manager (new agent_instance_id, new provider instances)
- *   7. connect to the Server (link.ts), if that module is present
+ *   7. connect to the Server (link.ts), when the config has a [server] table
  *
  * SIGINT/SIGTERM: stop the link, then close the run manager (stop accepting,
  * close every child tree, record terminal state per contract), close the
  * store, exit 0. A second signal exits at once with 130/143.
  */
-import pino from "pino";
 import type { RunnerConfig } from "./config.js";
 import { ConfigError, loadConfig } from "./config.js";
 import { openDispatchStore, type SqliteDispatchStore, StoreRefusedError } from "./dispatch-store.js";
-import type { DispatchStore } from "./dispatch-store-types.js";
 import { activeFailpoint, FAILPOINT_ENV, invalidFailpointValue } from "./failpoints.js";
+import { type LinkHandle, startLink } from "./link.js";
+import { createLogger, type Logger } from "./logger.js";
 import { procIdentitySupported } from "./proc-identity.js";
 import { type ReapResult, reapAll } from "./reaper.js";
 import { type RecoveredRun, recoverStore } from "./recovery.js";
+import { RunManager } from "./run-manager.js";
 import type { RunService } from "./run-service.js";
-
-export type Logger = pino.Logger;
 
 /** Retention defaults (DESIGN §4.4 / issue 4): terminal rows kept 7 days, at most 1000 of them. */
 export const DEFAULT_RETAIN_TERMINAL_DAYS = 7;
@@ -87,57 +86,6 @@ export function retentionOf(config: RunnerConfig): Retention {
   };
 }
 
-/** What daemon.ts needs from run-manager.ts. */
-export interface RunManagerLike extends RunService {}
-
-export interface RunManagerDeps {
-  config: RunnerConfig;
-  store: DispatchStore;
-  logger: Logger;
-}
-
-type RunManagerFactory = (deps: RunManagerDeps) => RunManagerLike | Promise<RunManagerLike>;
-
-interface LinkHandle {
-  close(): unknown;
-}
-type LinkFactory = (options: {
-  url: string;
-  token: string;
-  service: RunService;
-  logger: Logger;
-}) => LinkHandle | Promise<LinkHandle>;
-
-/** Import a sibling module by name at run time; undefined if it is not built. */
-async function importSibling(name: string): Promise<Record<string, unknown> | undefined> {
-  const url = new URL(`./${name}.js`, import.meta.url);
-  try {
-    return (await import(url.href)) as Record<string, unknown>;
-  } catch (error) {
-    const code = (error as { code?: unknown }).code;
-    if (code === "ERR_MODULE_NOT_FOUND" && String((error as Error).message).includes(url.pathname)) return undefined;
-    throw error;
-  }
-}
-
-async function runManagerFactory(): Promise<RunManagerFactory> {
-  const mod = await importSibling("run-manager");
-  if (!mod) throw new DaemonStartError(1, "run-manager module is missing from this build");
-  const create = mod.createRunManager;
-  if (typeof create === "function") return create as RunManagerFactory;
-  const Ctor = mod.RunManager;
-  if (typeof Ctor === "function") {
-    return (deps) => new (Ctor as new (d: RunManagerDeps) => RunManagerLike)(deps);
-  }
-  throw new DaemonStartError(1, "run-manager module exports neither createRunManager nor RunManager");
-}
-
-async function linkFactory(): Promise<LinkFactory | undefined> {
-  const mod = await importSibling("link");
-  const start = mod?.startLink;
-  return typeof start === "function" ? (start as LinkFactory) : undefined;
-}
-
 async function readToken(config: RunnerConfig): Promise<string | null> {
   const server = config.server;
   if (!server) return null;
@@ -157,8 +105,8 @@ async function readToken(config: RunnerConfig): Promise<string | null> {
   return null;
 }
 
-function defaultLogger(config: RunnerConfig | null): Logger {
-  return pino({ name: "webcodex-runner", level: config?.runner.logLevel ?? "info" }, pino.destination(2));
+function defaultLogger(config: RunnerConfig): Logger {
+  return createLogger(config.runner.logLevel);
 }
 
 /**
@@ -252,21 +200,17 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
     logger,
   });
 
-  let service: RunManagerLike;
+  let service: RunService;
   try {
-    const create = await runManagerFactory();
-    service = await create({ config, store, logger });
+    service = new RunManager({ config, store, logger });
   } catch (error) {
     store.close();
     throw error;
   }
 
   let link: LinkHandle | undefined;
-  const startLink = await linkFactory();
   if (!config.server) {
     logger.warn("no [server] table in the config; running without a Server link");
-  } else if (!startLink) {
-    logger.warn("this build has no Server link module; running without a Server link");
   } else {
     const token = await readToken(config);
     if (token === null) {
@@ -277,7 +221,7 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
         `${config.file}: server: no Runner token found (set the variable named by server.token_env or the file named by server.token_file)`,
       );
     }
-    link = await startLink({ url: config.server.url, token, service, logger });
+    link = startLink({ url: config.server.url, token, service, logger });
   }
   logger.info(
     {

@@ -1,0 +1,336 @@
+/**
+ * Real-process harness for the durability tests: a temp dir per test with a
+ * Runner config (fake agent with --ledger), the real `webcodex-runner run`
+ * process, and a tiny in-test Server speaking the real protocol frames.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { encodeFrame, type HelloFrame, parseRunnerFrame, type RunnerFrame, type ServerFrame } from "@webcodex/protocol";
+import { type WebSocket, WebSocketServer } from "ws";
+import { readProcStat } from "../src/proc-identity.js";
+
+export const REPO = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
+export const RUNNER_BIN = join(REPO, "packages/runner/bin/webcodex-runner.js");
+export const FAKE_AGENT_BIN = join(REPO, "fake-acp-agent/bin/fake-acp-agent.js");
+export const TOKEN_ENV = "WEBCODEX_TEST_RUNNER_TOKEN";
+export const TOKEN = "test-runner-token-0123456789";
+
+const FALLBACK_ENTRY = join(REPO, "packages/runner/test/crash-matrix-entry.mjs");
+
+/**
+ * The real `webcodex-runner` binary once its main routes `run` to startDaemon;
+ * until then the fallback entry that calls the same startDaemon.
+ */
+export function runnerEntry(): { entry: string; real: boolean } {
+  const main = join(REPO, "packages/runner/dist/main.js");
+  const real = existsSync(main) && /startDaemon/.test(readFileSync(main, "utf8"));
+  return real ? { entry: RUNNER_BIN, real } : { entry: FALLBACK_ENTRY, real };
+}
+
+export function runnerBuilt(): boolean {
+  return (
+    existsSync(join(REPO, "packages/runner/dist/main.js")) && existsSync(join(REPO, "fake-acp-agent/dist/main.js"))
+  );
+}
+
+export interface Sandbox {
+  dir: string;
+  stateDir: string;
+  ledger: string;
+  configPath: string;
+  cleanup(): void;
+}
+
+export function makeSandbox(options: { serverUrl?: string; agentArgs?: string[] } = {}): Sandbox {
+  const dir = mkdtempSync(join(tmpdir(), "wc-durable-"));
+  const stateDir = join(dir, "state");
+  const project = join(dir, "project");
+  mkdirSync(project);
+  const ledger = join(dir, "ledger.jsonl");
+  const configPath = join(dir, "runner.toml");
+  const lines = [
+    "[runner]",
+    `state_dir = ${JSON.stringify(stateDir)}`,
+    'log_level = "info"',
+    ...(options.serverUrl
+      ? ["[server]", `url = ${JSON.stringify(options.serverUrl)}`, `token_env = ${JSON.stringify(TOKEN_ENV)}`]
+      : []),
+    "[[projects]]",
+    'id = "demo"',
+    `root = ${JSON.stringify(project)}`,
+    "allow_patch = true",
+    "[acp]",
+    "max_concurrent_runs = 2",
+    "setup_timeout_secs = 20",
+    "cancel_grace_secs = 2",
+    "[[acp.agents]]",
+    'id = "fake"',
+    'name = "Fake"',
+    `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
+    `args = ${JSON.stringify(["--ledger", ledger, ...(options.agentArgs ?? [])])}`,
+    "[acp.agents.env_from_env]",
+    'PATH = "PATH"',
+  ];
+  writeFileSync(configPath, `${lines.join("\n")}\n`);
+  return {
+    dir,
+    stateDir,
+    ledger,
+    configPath,
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}
+
+export interface RunnerProcess {
+  child: ChildProcess;
+  stderr(): string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stop(): Promise<void>;
+}
+
+const live = new Set<ChildProcess>();
+
+export function startRunner(
+  sandbox: Sandbox,
+  options: { newStore?: boolean; failpoint?: string; extraEnv?: Record<string, string> } = {},
+): RunnerProcess {
+  const args = [runnerEntry().entry, "run", "--config", sandbox.configPath];
+  if (options.newStore) args.push("--new-store");
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    [TOKEN_ENV]: TOKEN,
+    ...options.extraEnv,
+  };
+  if (options.failpoint) env.WEBCODEX_FAILPOINT = options.failpoint;
+  const child = spawn(process.execPath, args, { env, stdio: ["ignore", "pipe", "pipe"] });
+  live.add(child);
+  let stderr = "";
+  child.stderr?.on("data", (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  child.stdout?.resume();
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolveExit) => {
+    child.once("exit", (code, signal) => {
+      live.delete(child);
+      resolveExit({ code, signal });
+    });
+  });
+  return {
+    child,
+    stderr: () => stderr,
+    exited,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+/** Kill every Runner this harness started that is still alive (afterEach). */
+export async function killAllRunners(): Promise<void> {
+  const waits: Promise<unknown>[] = [];
+  for (const child of live) {
+    waits.push(new Promise((r) => child.once("exit", r)));
+    child.kill("SIGKILL");
+  }
+  await Promise.all(waits);
+}
+
+export async function waitFor<T>(fn: () => T | null | undefined | false, ms = 20_000, what = "condition"): Promise<T> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = fn();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+export function ledgerPrompts(ledger: string): number {
+  if (!existsSync(ledger)) return 0;
+  return readFileSync(ledger, "utf8")
+    .split("\n")
+    .filter((line) => line.includes('"event":"prompt"')).length;
+}
+
+/** Pids of the grandchildren the fake agent logged (`scenario: grandchild`). */
+export function ledgerGrandchildren(ledger: string): number[] {
+  if (!existsSync(ledger)) return [];
+  const pids: number[] = [];
+  for (const line of readFileSync(ledger, "utf8").split("\n")) {
+    if (!line.includes('"event":"grandchild"')) continue;
+    const pid = (JSON.parse(line) as { pid?: unknown }).pid;
+    if (typeof pid === "number") pids.push(pid);
+  }
+  return pids;
+}
+
+export function isAlive(pid: number): boolean {
+  const stat = readProcStat(pid);
+  return stat !== null && stat.state !== "Z";
+}
+
+/** Live (non-zombie) processes whose command line mentions `needle` (e.g. the sandbox's unique ledger path). */
+export function processesMentioning(needle: string): number[] {
+  const out: number[] = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${name}/cmdline`, "utf8");
+      if (!cmdline.includes(needle)) continue;
+      const stat = readProcStat(Number(name));
+      if (stat && stat.state !== "Z") out.push(Number(name));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  return out;
+}
+
+export function killProcesses(pids: readonly number[]): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone
+    }
+  }
+}
+
+/** Every byte the store left on disk: the database and its WAL/SHM files. */
+export function storeBytes(stateDir: string): Buffer {
+  const parts: Buffer[] = [];
+  for (const name of readdirSync(stateDir)) {
+    if (name.startsWith("dispatch.sqlite")) parts.push(readFileSync(join(stateDir, name)));
+  }
+  return Buffer.concat(parts);
+}
+
+// ---- a tiny Server ----------------------------------------------------------------
+
+export interface RunnerConnection {
+  hello: HelloFrame;
+  send(frame: ServerFrame): void;
+  /** Next frame matching `pred` (frames already received are searched first). */
+  next<T extends RunnerFrame>(pred: (f: RunnerFrame) => f is T, ms?: number): Promise<T>;
+  frames: RunnerFrame[];
+  closed: Promise<void>;
+}
+
+export interface TestServer {
+  url: string;
+  /** The next Runner connection, once its hello arrived (hello.ack is sent). */
+  nextConnection(ms?: number): Promise<RunnerConnection>;
+  close(): Promise<void>;
+}
+
+export async function startTestServer(): Promise<TestServer> {
+  const wss = new WebSocketServer({ host: "127.0.0.1", port: 0 });
+  await new Promise<void>((r) => wss.once("listening", () => r()));
+  const port = (wss.address() as AddressInfo).port;
+  const pending: RunnerConnection[] = [];
+  const waiters: ((c: RunnerConnection) => void)[] = [];
+  const sockets = new Set<WebSocket>();
+
+  wss.on("connection", (ws, req) => {
+    sockets.add(ws);
+    ws.once("close", () => sockets.delete(ws));
+    if (req.headers.authorization !== `Bearer ${TOKEN}`) {
+      ws.close(4401, "unauthorized");
+      return;
+    }
+    const frames: RunnerFrame[] = [];
+    const listeners = new Set<() => void>();
+    let resolveClosed: () => void = () => {};
+    const closed = new Promise<void>((r) => {
+      resolveClosed = r;
+    });
+    ws.once("close", () => resolveClosed());
+    let announced = false;
+    ws.on("message", (data) => {
+      const parsed = parseRunnerFrame(data.toString());
+      if (!parsed.ok) throw new Error(`runner sent an invalid frame: ${parsed.error.message}`);
+      const frame = parsed.frame;
+      if (frame.type === "heartbeat") {
+        ws.send(encodeFrame({ type: "heartbeat", sent_at: new Date().toISOString() }));
+        return;
+      }
+      if (!announced) {
+        if (frame.type !== "hello") throw new Error(`first frame was ${frame.type}`);
+        announced = true;
+        ws.send(
+          encodeFrame({
+            type: "hello.ack",
+            runner_id: "test-runner",
+            server_instance_id: "test_server_instance_0001",
+            heartbeat_interval_ms: 10_000,
+          }),
+        );
+        const conn: RunnerConnection = {
+          hello: frame,
+          frames,
+          closed,
+          send: (f) => ws.send(encodeFrame(f)),
+          next: (pred, ms = 20_000) =>
+            new Promise((resolveNext, reject) => {
+              let index = 0;
+              const check = () => {
+                for (; index < frames.length; index++) {
+                  const f = frames[index]!;
+                  if (pred(f)) {
+                    cleanup();
+                    resolveNext(f);
+                    return;
+                  }
+                }
+              };
+              const timer = setTimeout(() => {
+                cleanup();
+                reject(new Error("timed out waiting for a runner frame"));
+              }, ms);
+              const cleanup = () => {
+                clearTimeout(timer);
+                listeners.delete(check);
+              };
+              listeners.add(check);
+              check();
+            }),
+        };
+        const waiter = waiters.shift();
+        if (waiter) waiter(conn);
+        else pending.push(conn);
+        return;
+      }
+      frames.push(frame);
+      for (const l of [...listeners]) l();
+    });
+  });
+
+  return {
+    url: `ws://127.0.0.1:${port}/runner`,
+    nextConnection: (ms = 20_000) =>
+      new Promise((resolveConn, reject) => {
+        const ready = pending.shift();
+        if (ready) {
+          resolveConn(ready);
+          return;
+        }
+        const timer = setTimeout(() => reject(new Error("no runner connected")), ms);
+        waiters.push((c) => {
+          clearTimeout(timer);
+          resolveConn(c);
+        });
+      }),
+    close: async () => {
+      for (const ws of sockets) ws.terminate();
+      await new Promise<void>((r) => wss.close(() => r()));
+    },
+  };
+}

@@ -1,0 +1,90 @@
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { STORE_DB_FILE, STORE_MARKER_FILE } from "../src/dispatch-store.js";
+import {
+  killAllRunners,
+  makeSandbox,
+  runnerBuilt,
+  type Sandbox,
+  startRunner,
+  waitFor,
+} from "./crash-matrix-harness.js";
+
+const sandboxes: Sandbox[] = [];
+afterEach(async () => {
+  await killAllRunners();
+  for (const s of sandboxes.splice(0)) s.cleanup();
+});
+
+function sandbox(): Sandbox {
+  const s = makeSandbox();
+  sandboxes.push(s);
+  return s;
+}
+
+function markerStoreId(s: Sandbox): string | null {
+  try {
+    return JSON.parse(readFileSync(join(s.stateDir, STORE_MARKER_FILE), "utf8")).store_id as string;
+  } catch {
+    return null;
+  }
+}
+
+/** Start the real Runner once so it creates its store, then stop it gracefully. */
+async function createStore(s: Sandbox, newStore = false): Promise<string> {
+  const runner = startRunner(s, { newStore });
+  await waitFor(() => runner.stderr().includes('"runner started"'), 20_000, "runner start");
+  await runner.stop();
+  const id = markerStoreId(s);
+  if (!id) throw new Error("no store marker written");
+  return id;
+}
+
+async function expectRefusal(s: Sandbox, what: RegExp): Promise<void> {
+  const runner = startRunner(s);
+  const { code } = await runner.exited;
+  expect(code).toBe(3);
+  const stderr = runner.stderr();
+  expect(stderr).toContain(join(s.stateDir, STORE_DB_FILE));
+  expect(stderr).toContain("--new-store");
+  expect(stderr).toMatch(what);
+}
+
+describe.skipIf(!runnerBuilt())("store refusal (real webcodex-runner run)", () => {
+  beforeAll(() => {
+    expect(runnerBuilt()).toBe(true);
+  });
+
+  it("refuses to start when the database was deleted after use (marker present)", async () => {
+    const s = sandbox();
+    await createStore(s);
+    rmSync(join(s.stateDir, STORE_DB_FILE));
+    await expectRefusal(s, /is missing/);
+  });
+
+  it("refuses to start on a truncated database", async () => {
+    const s = sandbox();
+    await createStore(s);
+    writeFileSync(join(s.stateDir, STORE_DB_FILE), "");
+    await expectRefusal(s, /cannot be opened|integrity/);
+  });
+
+  it("refuses to start on an overwritten database", async () => {
+    const s = sandbox();
+    await createStore(s);
+    writeFileSync(join(s.stateDir, STORE_DB_FILE), Buffer.alloc(64 * 1024, "garbage!"));
+    await expectRefusal(s, /cannot be opened|integrity/);
+  });
+
+  it("starts a fresh store with a new store_id on --new-store, moving the old one aside", async () => {
+    const s = sandbox();
+    const first = await createStore(s);
+    rmSync(join(s.stateDir, STORE_DB_FILE));
+    await expectRefusal(s, /is missing/);
+    const second = await createStore(s, true);
+    expect(second).not.toBe(first);
+    // And it is stable afterwards.
+    expect(await createStore(s)).toBe(second);
+  });
+});
