@@ -1,0 +1,160 @@
+/** Units: the event ring, normalization (bounds, coalescing, redaction, paths) and config sequencing over a fake `set`. */
+import type { SessionConfigOption } from "@agentclientprotocol/sdk";
+import {
+  MAX_EVENT_TEXT_BYTES,
+  OUTSIDE_PROJECT_PATH,
+  RunEvent,
+  type RunEventBody,
+  utf8Length,
+} from "@webcodex/protocol";
+import { describe, expect, test } from "vitest";
+import type { RequestOutcome } from "../src/acp-session.js";
+import { sequenceConfig } from "../src/config-sequencing.js";
+import { EventRing } from "../src/event-ring.js";
+import { EventNormalizer, Redactor, relativizePath } from "../src/events.js";
+
+const msg = (text: string): RunEventBody => ({ kind: "agent_message", text, truncated: false });
+
+describe("event ring", () => {
+  test("assigns seq from 1, pages with read(after, max), and evicts oldest by count", () => {
+    const ring = new EventRing({ maxEvents: 3 });
+    for (let i = 0; i < 5; i++) ring.push(msg(`m${i}`));
+    expect(ring.lastSeq).toBe(5);
+    expect(ring.oldestSeq).toBe(3);
+    expect(ring.read(0, 2)).toMatchObject({ events: [{ seq: 3 }, { seq: 4 }], hasMore: true });
+    expect(ring.read(4, 10)).toMatchObject({ events: [{ seq: 5 }], hasMore: false });
+    expect(ring.read(5, 10).events).toEqual([]);
+  });
+
+  test("evicts by serialized bytes", () => {
+    const ring = new EventRing({ maxBytes: 1000 });
+    for (let i = 0; i < 20; i++) ring.push(msg("x".repeat(200)));
+    expect(ring.bytes).toBeLessThanOrEqual(1000);
+    expect(ring.size).toBeLessThan(20);
+    expect(ring.oldestSeq + ring.size - 1).toBe(20);
+  });
+
+  test("waitFor wakes immediately on push and on close; subscribe sees every event", async () => {
+    const ring = new EventRing();
+    const seen: number[] = [];
+    ring.subscribe((e) => seen.push(e.seq));
+    const waiting = ring.waitFor(0);
+    ring.push(msg("a"));
+    await waiting;
+    const closing = ring.waitFor(1);
+    ring.close();
+    await closing;
+    expect(seen).toEqual([1]);
+  });
+});
+
+function normalizer(emit: RunEventBody[], secrets: string[] = []) {
+  return new EventNormalizer({ projectRoot: "/work/p", redactor: new Redactor(secrets), emit: (b) => emit.push(b) });
+}
+const chunk = (text: string) => ({
+  sessionUpdate: "agent_message_chunk" as const,
+  content: { type: "text" as const, text },
+});
+
+describe("normalization", () => {
+  test("coalesces consecutive chunks up to the text bound, and cuts oversized chunks", () => {
+    const out: RunEventBody[] = [];
+    const n = normalizer(out);
+    n.handle(chunk("Hello "));
+    n.handle(chunk("world"));
+    n.handle({ sessionUpdate: "agent_thought_chunk", content: { type: "text", text: "hmm" } });
+    n.handle(chunk("é".repeat(3000)));
+    n.flush();
+    expect(out[0]).toEqual({ kind: "agent_message", text: "Hello world", truncated: false });
+    expect(out[1]).toEqual({ kind: "reasoning", text: "hmm", truncated: false });
+    const big = out[2] as { text: string; truncated: boolean };
+    expect(big.truncated).toBe(true);
+    expect(utf8Length(big.text)).toBeLessThanOrEqual(MAX_EVENT_TEXT_BYTES);
+    for (const body of out) RunEvent.parse({ ...body, seq: 1, at: "x" });
+  });
+
+  test("redacts mapped values (≥ 6 chars), also when split across coalesced chunks", () => {
+    const out: RunEventBody[] = [];
+    const n = normalizer(out, ["supersecretvalue", "abc"]);
+    n.handle(chunk("token=supersec"));
+    n.handle(chunk("retvalue and abc"));
+    n.flush();
+    expect(out).toEqual([{ kind: "agent_message", text: "token=[redacted] and abc", truncated: false }]);
+  });
+
+  test("paths are relative to the project root; outside paths are masked", () => {
+    expect(relativizePath("/work/p", "/work/p/src/a.js")).toBe("src/a.js");
+    expect(relativizePath("/work/p", "src/b.js")).toBe("src/b.js");
+    expect(relativizePath("/work/p", "/work/p/../q/c.js")).toBe(OUTSIDE_PROJECT_PATH);
+    expect(relativizePath("/work/p", "/work/pp/x")).toBe(OUTSIDE_PROJECT_PATH);
+    expect(relativizePath("/work/p", "/etc/passwd")).toBe(OUTSIDE_PROJECT_PATH);
+  });
+
+  test("unknown and ignored variants are counted, not emitted; tool updates keep earlier title and kind", () => {
+    const out: RunEventBody[] = [];
+    const n = normalizer(out);
+    n.handle({ sessionUpdate: "current_mode_update", currentModeId: "code" });
+    n.handle({ sessionUpdate: "something_new" } as never);
+    n.handle({
+      sessionUpdate: "tool_call",
+      toolCallId: "t1",
+      title: "Read file",
+      kind: "read",
+      rawInput: { secret: 1 },
+    });
+    n.handle({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "completed" });
+    expect(n.ignoredUpdates).toBe(2);
+    expect(out).toEqual([
+      { kind: "tool_activity", tool_call_id: "t1", title: "Read file", tool_kind: "read", status: "pending" },
+      { kind: "tool_activity", tool_call_id: "t1", title: "Read file", tool_kind: "read", status: "completed" },
+    ]);
+  });
+});
+
+describe("config sequencing units", () => {
+  const select = (id: string, current: string, values: string[]): SessionConfigOption => ({
+    type: "select",
+    id,
+    name: id,
+    currentValue: current,
+    options: values.map((value) => ({ value, name: value })),
+  });
+
+  test("a -32602 from the agent on a caller key is invalid_config (fix_input at the run level)", async () => {
+    const result = await sequenceConfig({
+      forced: {},
+      caller: { model: "big" },
+      allowed: ["model"],
+      initial: [select("model", "small", ["small", "big"])],
+      set: async (): Promise<RequestOutcome<SessionConfigOption[]>> => ({ kind: "rpc_error", code: -32602 }),
+    });
+    expect(result).toMatchObject({ ok: false, failureKind: "invalid_config" });
+  });
+
+  test("a forced value the refreshed list does not show is forced_config_unsatisfied", async () => {
+    const result = await sequenceConfig({
+      forced: { mode: "ask" },
+      caller: {},
+      allowed: [],
+      initial: [select("mode", "code", ["ask", "code"])],
+      set: async () => ({ kind: "ok", value: [select("mode", "code", ["ask", "code"])] }),
+    });
+    expect(result).toMatchObject({ ok: false, failureKind: "forced_config_unsatisfied" });
+  });
+
+  test("empty caller and forced config send no calls", async () => {
+    let calls = 0;
+    const result = await sequenceConfig({
+      forced: {},
+      caller: {},
+      allowed: ["model"],
+      initial: [select("model", "small", ["small"])],
+      set: async () => {
+        calls++;
+        return { kind: "rpc_error", code: -1 };
+      },
+    });
+    expect(result).toMatchObject({ ok: true, effective: [{ id: "model", value: "small" }] });
+    expect(calls).toBe(0);
+  });
+});
