@@ -39,6 +39,7 @@ export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPr
       );
       const sims = spawnJsonChild(join(BENCH_DIR, "sim-runners.mjs"), [simSpec], {
         logFile: join(stack.dir, `sims-${n}.log`),
+        nodeArgs: profileArgs(nodeArgs, "sim-runners"),
       });
       try {
         await sims.waitLine((l) => "ready" in l, 30_000);
@@ -46,7 +47,7 @@ export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPr
         if (!ready.ready) throw new Error(`sim runners failed: ${ready.error}`);
         for (const m of ms) {
           ctx.log(`fan-out N=${n} M=${m}`);
-          cells.push(await cell(stack, { n, m, durationMs, warmupMs, perPrincipal, waitSecs }));
+          cells.push(await cell(stack, sims.pid, nodeArgs, { n, m, durationMs, warmupMs, perPrincipal, waitSecs }));
         }
       } finally {
         await stopTracked(sims, 2000);
@@ -58,7 +59,12 @@ export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPr
   return { interval_ms: intervalMs, duration_ms: durationMs, warmup_ms: warmupMs, per_principal: perPrincipal, cells };
 }
 
-async function cell(stack, { n, m, durationMs, warmupMs, perPrincipal, waitSecs }) {
+function profileArgs(nodeArgs, name) {
+  const prof = nodeArgs?.server?.find((a) => a.startsWith("--cpu-prof-dir="));
+  return prof ? ["--cpu-prof", prof.replace(/server$/, name)] : [];
+}
+
+async function cell(stack, simsPid, nodeArgs, { n, m, durationMs, warmupMs, perPrincipal, waitSecs }) {
   const principals = Math.ceil(m / perPrincipal);
   const runCount = Math.max(n, principals);
   const clients = [];
@@ -88,10 +94,12 @@ async function cell(stack, { n, m, durationMs, warmupMs, perPrincipal, waitSecs 
       specFile,
       JSON.stringify({ url: stack.url, wait_secs: waitSecs, duration_ms: durationMs, warmup_ms: warmupMs, observers }),
     );
-    const sampler = new ProcSampler(stack.pids(), 100).start();
     const obs = spawnJsonChild(join(BENCH_DIR, "observers.mjs"), [specFile], {
       logFile: join(stack.dir, `observers-${n}-${m}.log`),
+      nodeArgs: profileArgs(nodeArgs, "observers"),
     });
+    const sampler = new ProcSampler({ ...stack.pids(), observers: obs.pid, sim_runners: simsPid }, 100).start();
+    const sampledFrom = Date.now();
     let result;
     try {
       result = await obs.waitLine((l) => "latency_ms" in l, durationMs + m * 5 + (waitSecs + 30) * 1000);
@@ -99,7 +107,17 @@ async function cell(stack, { n, m, durationMs, warmupMs, perPrincipal, waitSecs 
       await stopTracked(obs, 1000);
     }
     const resources = sampler.stop();
-    return { n, m, principals, runs: runCount, ...result, server: resources.server };
+    const wallMs = Date.now() - sampledFrom;
+    return {
+      n,
+      m,
+      principals,
+      runs: runCount,
+      ...result,
+      server: resources.server,
+      // CPU share of each process over the cell: near 1.0 means that process was the bottleneck.
+      cpu_share: Object.fromEntries(Object.entries(resources).map(([k, r]) => [k, r.cpu_ms / wallMs])),
+    };
   } finally {
     for (const { p, run_id } of allRuns) await clients[p].cancel(run_id).catch(() => {});
     for (const c of clients) await c.close().catch(() => {});
