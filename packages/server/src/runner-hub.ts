@@ -39,7 +39,11 @@ export type RunnerRequest =
 
 export type RequestOutcome =
   | { ok: true; frame: RunnerResponse }
-  | { ok: false; reason: "timeout" | "closed" | "busy" | "send_failed" };
+  /**
+   * `not_sent`: the frame never left (connection closed or unwritable) — safe to treat as not delivered.
+   * `busy`: too many requests in flight — not sent. `timeout` / `closed`: sent, answer unknown.
+   */
+  | { ok: false; reason: "timeout" | "closed" | "busy" | "not_sent" };
 
 const EXPECTED_RESULT: Record<RunnerRequest["type"], RunnerResponse["type"]> = {
   "run.start": "run.start.result",
@@ -138,7 +142,7 @@ export class RunnerConnection {
   }
 
   request(req: RunnerRequest, timeoutMs = this.hub.requestTimeoutMs): Promise<RequestOutcome> {
-    if (this.#closed || this.hello === null) return Promise.resolve({ ok: false, reason: "closed" });
+    if (this.#closed || this.hello === null) return Promise.resolve({ ok: false, reason: "not_sent" });
     if (this.#pending.size >= this.hub.maxInFlight) return Promise.resolve({ ok: false, reason: "busy" });
     const requestId = `r${this.id}_${++this.#seq}`;
     return new Promise<RequestOutcome>((resolve) => {
@@ -151,7 +155,7 @@ export class RunnerConnection {
       if (!this.send({ ...req, request_id: requestId } as ServerFrame)) {
         clearTimeout(timer);
         this.#pending.delete(requestId);
-        resolve({ ok: false, reason: this.#closed ? "closed" : "send_failed" });
+        resolve({ ok: false, reason: "not_sent" });
       }
     });
   }

@@ -307,7 +307,7 @@ export class Runs implements RunsApi, HubListener {
       this.#startTimeoutMs,
     );
     if (!outcome.ok) {
-      if (outcome.reason === "busy" || (outcome.reason === "closed" && !conn.closed)) {
+      if (outcome.reason === "busy" || outcome.reason === "not_sent") {
         this.#store.update(
           runId,
           this.#rejectionPatch("never_admitted", "The Runner link was busy; nothing was started."),
@@ -620,7 +620,7 @@ export class Runs implements RunsApi, HubListener {
     }
     this.#store.update(rec.run_id, { cancel_forwarded: true });
     const res = await runner.conn.request({ type: "run.cancel", run_id: rec.run_id });
-    if (!res.ok && res.reason !== "timeout") {
+    if (!res.ok && (res.reason === "not_sent" || res.reason === "busy")) {
       this.#store.update(rec.run_id, { cancel_forwarded: false });
       return fail("runner_unavailable", "The cancel could not be delivered to the Runner. Try again.", "wait");
     }

@@ -2,7 +2,9 @@
  * The run core over a real WebSocket link: in-process Server (real SQLite in
  * a temp dir) + the Runner's real link.ts driving an in-memory RunService.
  */
+import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import type { ObserveOutput, StartInput } from "../src/runs-api.js";
 import { FakeRunService, msg } from "./support/fake-run-service.js";
 import { alice, bob, Harness, principal, until } from "./support/in-process.js";
@@ -391,5 +393,27 @@ describe("run core", () => {
     const b = ok(await h.server.runs.start(alice, input("o", { project_id: "other" })));
     expect(s1.runs.has(a.run_id) && !s1.runs.has(b.run_id)).toBe(true);
     expect(s2.runs.has(b.run_id) && !s2.runs.has(a.run_id)).toBe(true);
+  });
+
+  it("keeps serving other runners while one runner never answers", async () => {
+    h = await new Harness().start([R1, R2]);
+    const stuckSvc = new FakeRunService();
+    const stuck = new WebSocket(h.wsUrl(), { headers: { authorization: `Bearer ${R1.token}` } });
+    await new Promise((r) => stuck.once("open", r));
+    stuck.send(
+      encodeFrame({ type: "hello", protocol_version: PROTOCOL_VERSION, ...stuckSvc.helloBody(), inventory: [] }),
+    );
+    await until(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online);
+    stuck.pause(); // reads nothing more, answers nothing
+    const hanging = h.server.runs.start(alice, input("stuck"));
+    const s2 = new FakeRunService({ projects: [{ project_id: "other", allow_patch: true }] });
+    await online(h, s2, R2.token);
+    const b = ok(await h.server.runs.start(alice, input("fine", { project_id: "other" })));
+    expect(s2.runs.has(b.run_id)).toBe(true);
+    stuck.terminate();
+    const r = await hanging;
+    // The frame was sent and no answer came: the run exists with an unknown outcome, never re-sent.
+    expect(r.ok && r.value.state).toBe("starting");
+    expect(ok(await h.server.runs.start(alice, input("stuck"))).replayed).toBe(true);
   });
 });
