@@ -19,18 +19,6 @@ export const FAKE_AGENT_BIN = join(REPO, "fake-acp-agent/bin/fake-acp-agent.js")
 export const TOKEN_ENV = "WEBCODEX_TEST_RUNNER_TOKEN";
 export const TOKEN = "test-runner-token-0123456789";
 
-const FALLBACK_ENTRY = join(REPO, "packages/runner/test/crash-matrix-entry.mjs");
-
-/**
- * The real `webcodex-runner` binary once its main routes `run` to startDaemon;
- * until then the fallback entry that calls the same startDaemon.
- */
-export function runnerEntry(): { entry: string; real: boolean } {
-  const main = join(REPO, "packages/runner/dist/main.js");
-  const real = existsSync(main) && /startDaemon/.test(readFileSync(main, "utf8"));
-  return real ? { entry: RUNNER_BIN, real } : { entry: FALLBACK_ENTRY, real };
-}
-
 export function runnerBuilt(): boolean {
   return (
     existsSync(join(REPO, "packages/runner/dist/main.js")) && existsSync(join(REPO, "fake-acp-agent/dist/main.js"))
@@ -98,7 +86,7 @@ export function startRunner(
   sandbox: Sandbox,
   options: { newStore?: boolean; failpoint?: string; extraEnv?: Record<string, string> } = {},
 ): RunnerProcess {
-  const args = [runnerEntry().entry, "run", "--config", sandbox.configPath];
+  const args = [RUNNER_BIN, "run", "--config", sandbox.configPath];
   if (options.newStore) args.push("--new-store");
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
