@@ -171,4 +171,22 @@ describe("Server <-> Runner acceptance", () => {
     expect(s.prompts("r1")).toHaveLength(1);
     expect(s.prompts("r2")).toHaveLength(1);
   });
+
+  it("settles a start whose answer was lost to a Runner crash right after admission as failed/not_started", async () => {
+    s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }] }).init();
+    await s.startRunner("r1", [], { WEBCODEX_FAILPOINT: "after_admission" });
+    const started = okValue(await s.start("alice", input("crash-after-admission")));
+    expect(started).toMatchObject({ state: "starting", execution_state: "not_started", replayed: false });
+    await s.waitOffline("r1");
+    await s.killRunner("r1");
+    await s.startRunner("r1");
+    const { last } = await observeUntil(s, started.run_id, started.observation_token, (o) => isTerminalState(o.state));
+    expect(last).toMatchObject({ state: "failed", execution_state: "not_started" });
+    expect(okValue(await s.start("alice", input("crash-after-admission")))).toMatchObject({
+      run_id: started.run_id,
+      replayed: true,
+      state: "failed",
+    });
+    expect(s.prompts("r1")).toHaveLength(0);
+  });
 });
