@@ -1,15 +1,33 @@
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import type { RequestPermissionResponse } from "@agentclientprotocol/sdk";
-import { afterEach, describe, expect, test } from "vitest";
-import { cleanup, readLedger, startAgent, tempDir } from "./harness.js";
+import { afterAll, beforeAll, beforeEach, describe, expect, test } from "vitest";
+import { type AgentUnderTest, cleanup, type LedgerLine, readLedger, startAgent, tempDir } from "./harness.js";
 
-afterEach(cleanup);
+// One agent process with one ledger serves every test here; tests run in order,
+// so each one looks only at the ledger lines appended since it started.
+let shared: AgentUnderTest;
+let ledgerFile: string;
+let mark = 0;
+beforeAll(async () => {
+  ledgerFile = join(tempDir(), "ledger.jsonl");
+  shared = startAgent(["--ledger", ledgerFile]);
+  await shared.initialize();
+});
+beforeEach(() => {
+  mark = readLedger(ledgerFile).length;
+});
+afterAll(async () => {
+  expect(await shared.stop()).toEqual({ code: 0, signal: null });
+  await cleanup();
+});
 
-function withLedger() {
-  const ledger = join(tempDir(), "ledger.jsonl");
-  return { ledger, agent: startAgent(["--ledger", ledger]) };
+/** Ledger lines appended since the current test started. */
+function ledger(): LedgerLine[] {
+  return readLedger(ledgerFile).slice(mark);
 }
+
+const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");
 
 async function until(condition: () => boolean): Promise<void> {
   while (!condition()) await new Promise((r) => setTimeout(r, 10));
@@ -17,12 +35,11 @@ async function until(condition: () => boolean): Promise<void> {
 
 describe("permission", () => {
   test("asks with allow_once / allow_always / reject_once for the pending tool call", async () => {
-    const { agent } = withLedger();
-    const sessionId = await agent.start("/work/projects/demo");
-    await agent.prompt(sessionId, "scenario: permission");
-    expect(agent.permissionRequests).toEqual([
+    const session = await shared.session("/work/projects/demo");
+    await session.prompt("scenario: permission");
+    expect(session.permissionRequests).toEqual([
       {
-        sessionId,
+        sessionId: session.id,
         toolCall: { toolCallId: "call-perm-1", title: "Edit src/math.js", kind: "edit", status: "pending" },
         options: [
           { optionId: "allow_once", name: "Allow once", kind: "allow_once" },
@@ -31,73 +48,59 @@ describe("permission", () => {
         ],
       },
     ]);
-    expect(agent.updates[0]).toMatchObject({
+    expect(session.updates[0]).toMatchObject({
       sessionUpdate: "tool_call",
       toolCallId: "call-perm-1",
       status: "pending",
+      locations: [{ path: "/work/projects/demo/src/math.js" }],
     });
-    await agent.stop();
   });
 
   test.each(["allow_once", "allow_always", "reject_once"])(
     "a selected %s is recorded, named in a message, and the turn ends",
     async (optionId) => {
-      const { agent, ledger } = withLedger();
-      agent.onPermission(async () => ({ outcome: { outcome: "selected", optionId } }));
-      const sessionId = await agent.start();
-      expect(await agent.prompt(sessionId, "scenario: permission")).toEqual({ stopReason: "end_turn" });
-      expect(agent.messageText()).toBe(`Permission outcome: selected option ${optionId}.`);
-      expect(readLedger(ledger).slice(1)).toEqual([
-        { event: "permission_outcome", outcome: "selected", option_id: optionId },
-      ]);
-      await agent.stop();
+      const session = await shared.session();
+      session.onPermission(async () => ({ outcome: { outcome: "selected", optionId } }));
+      expect(await session.prompt("scenario: permission")).toEqual({ stopReason: "end_turn" });
+      expect(session.messageText()).toBe(`Permission outcome: selected option ${optionId}.`);
+      expect(ledger().slice(1)).toEqual([{ event: "permission_outcome", outcome: "selected", option_id: optionId }]);
     },
   );
 
   test("a cancelled outcome (then session/cancel, as ACP clients do) ends the turn cancelled", async () => {
-    const { agent, ledger } = withLedger();
-    const sessionId = await agent.start();
-    agent.onPermission(async () => ({ outcome: { outcome: "cancelled" } }));
-    const response = agent.prompt(sessionId, "scenario: permission");
-    await agent.until(() => agent.permissionRequests.length === 1);
-    await agent.cancel(sessionId);
+    const session = await shared.session();
+    session.onPermission(async () => ({ outcome: { outcome: "cancelled" } }));
+    const response = session.prompt("scenario: permission");
+    await session.until((s) => s.permissionRequests.length === 1);
+    await session.cancel();
     expect(await response).toEqual({ stopReason: "cancelled" });
-    expect(readLedger(ledger).slice(1)).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
-    await agent.stop();
-  });
-
-  test("session/cancel while the permission stays unanswered still ends the turn cancelled", async () => {
-    const { agent, ledger } = withLedger();
-    let answer: (response: RequestPermissionResponse) => void = () => {};
-    agent.onPermission(() => new Promise((resolve) => (answer = resolve)));
-    const sessionId = await agent.start();
-    const response = agent.prompt(sessionId, "scenario: permission");
-    await agent.until(() => agent.permissionRequests.length === 1);
-    await agent.cancel(sessionId);
-    // The agent waits a bounded grace (1 s) for the answer ACP requires, then gives up on it.
-    expect(await response).toEqual({ stopReason: "cancelled" });
-    answer({ outcome: { outcome: "selected", optionId: "allow_once" } });
-    await until(() => readLedger(ledger).length === 2);
-    expect(readLedger(ledger)[1]).toEqual({
-      event: "permission_outcome",
-      outcome: "selected",
-      option_id: "allow_once",
-    });
-    await agent.stop();
+    expect(ledger().slice(1)).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
   });
 
   test("an answer that arrives right after session/cancel is recorded before the cancelled response", async () => {
-    const { agent, ledger } = withLedger();
+    const session = await shared.session();
     let answer: (response: RequestPermissionResponse) => void = () => {};
-    agent.onPermission(() => new Promise((resolve) => (answer = resolve)));
-    const sessionId = await agent.start();
-    const response = agent.prompt(sessionId, "scenario: permission");
-    await agent.until(() => agent.permissionRequests.length === 1);
-    await agent.cancel(sessionId);
+    session.onPermission(() => new Promise((resolve) => (answer = resolve)));
+    const response = session.prompt("scenario: permission");
+    await session.until((s) => s.permissionRequests.length === 1);
+    await session.cancel();
     answer({ outcome: { outcome: "cancelled" } });
     expect(await response).toEqual({ stopReason: "cancelled" });
-    expect(readLedger(ledger)[1]).toEqual({ event: "permission_outcome", outcome: "cancelled" });
-    await agent.stop();
+    expect(ledger().slice(1)).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
+  });
+
+  test("session/cancel while the permission stays unanswered still ends the turn cancelled", async () => {
+    const session = await shared.session();
+    let answer: (response: RequestPermissionResponse) => void = () => {};
+    session.onPermission(() => new Promise((resolve) => (answer = resolve)));
+    const response = session.prompt("scenario: permission");
+    await session.until((s) => s.permissionRequests.length === 1);
+    await session.cancel();
+    // The agent waits a bounded grace (1 s) for the answer ACP requires, then gives up on it.
+    expect(await response).toEqual({ stopReason: "cancelled" });
+    answer({ outcome: { outcome: "selected", optionId: "allow_once" } });
+    await until(() => ledger().length === 2);
+    expect(ledger()[1]).toEqual({ event: "permission_outcome", outcome: "selected", option_id: "allow_once" });
   });
 });
 
@@ -106,78 +109,62 @@ describe("unsupported agent-to-client requests", () => {
     ["fs_request", "fs/read_text_file"],
     ["terminal_request", "terminal/create"],
   ])("%s sends %s, records the client's error code and ends the turn", async (name, method) => {
-    const { agent, ledger } = withLedger();
-    const sessionId = await agent.start();
-    expect(await agent.prompt(sessionId, `scenario: ${name}`)).toEqual({ stopReason: "end_turn" });
+    const session = await shared.session();
+    expect(await session.prompt(`scenario: ${name}`)).toEqual({ stopReason: "end_turn" });
     // The SDK client answers methods it has no handler for with -32601 (method not found).
-    expect(readLedger(ledger).slice(1)).toEqual([{ event: "client_error", method, code: -32601 }]);
-    expect(agent.messageText()).toBe(`${method} failed with JSON-RPC error -32601.`);
-    await agent.stop();
+    expect(ledger().slice(1)).toEqual([{ event: "client_error", method, code: -32601 }]);
+    expect(session.messageText()).toBe(`${method} failed with JSON-RPC error -32601.`);
   });
 });
 
 describe("ledger", () => {
   test("appends exactly one prompt line per session/prompt, before the turn runs", async () => {
-    const { agent, ledger } = withLedger();
-    const sessionId = await agent.start();
+    const session = await shared.session();
     const before = Date.now();
-    await agent.prompt(sessionId, "first");
-    await agent.prompt(sessionId, "scenario: stop reason=refusal");
-    await expect(agent.prompt(sessionId, "scenario: prompt_error")).rejects.toMatchObject({ code: -32603 });
-    const lines = readLedger(ledger);
+    await session.prompt("first");
+    await session.prompt("scenario: stop reason=refusal");
+    await expect(session.prompt("scenario: prompt_error")).rejects.toMatchObject({ code: -32603 });
+    const lines = ledger();
     expect(lines.map((l) => l.event)).toEqual(["prompt", "prompt", "prompt"]);
-    const sha = (text: string) => createHash("sha256").update(text).digest("hex");
     expect(lines[0]).toEqual({
       event: "prompt",
       at_ms: expect.any(Number),
       hr_ms: expect.any(Number),
-      session_id: sessionId,
-      prompt_sha256: sha("first"),
-      pid: agent.child.pid,
+      session_id: session.id,
+      prompt_sha256: sha256("first"),
+      pid: shared.child.pid,
     });
     expect(lines[0]!.at_ms).toBeGreaterThanOrEqual(before - 1);
-    expect(lines[1]!.prompt_sha256).toBe(sha("scenario: stop reason=refusal"));
-    await agent.stop();
+    expect(lines[1]!.prompt_sha256).toBe(sha256("scenario: stop reason=refusal"));
+    expect(lines[2]!.prompt_sha256).toBe(sha256("scenario: prompt_error"));
   });
 
   test("hashes the concatenated text blocks of the prompt", async () => {
-    const { agent, ledger } = withLedger();
-    const sessionId = await agent.start();
-    await agent.agent.request("session/prompt", {
-      sessionId,
+    const session = await shared.session();
+    await shared.agent.request("session/prompt", {
+      sessionId: session.id,
       prompt: [
         { type: "text", text: "scenario: hello " },
         { type: "resource_link", uri: "file:///x", name: "x" },
         { type: "text", text: "text=joined" },
       ],
     });
-    expect(agent.messageText()).toBe("joined");
-    const text = "scenario: hello text=joined";
-    expect(readLedger(ledger)[0]!.prompt_sha256).toBe(createHash("sha256").update(text).digest("hex"));
-    await agent.stop();
+    expect(session.messageText()).toBe("joined");
+    expect(ledger()).toEqual([expect.objectContaining({ prompt_sha256: sha256("scenario: hello text=joined") })]);
   });
 
   test("a session/prompt with invalid params is recorded before the SDK rejects it", async () => {
-    const { agent, ledger } = withLedger();
-    const sessionId = await agent.start();
+    const session = await shared.session();
     await expect(
-      agent.agent.request<unknown, unknown>("session/prompt", { sessionId, prompt: "not a list" }),
+      shared.agent.request<unknown, unknown>("session/prompt", { sessionId: session.id, prompt: "not a list" }),
     ).rejects.toMatchObject({ code: -32602 });
-    expect(readLedger(ledger)).toEqual([
-      expect.objectContaining({
-        event: "prompt",
-        session_id: sessionId,
-        prompt_sha256: createHash("sha256").digest("hex"),
-      }),
+    expect(ledger()).toEqual([
+      expect.objectContaining({ event: "prompt", session_id: session.id, prompt_sha256: sha256("") }),
     ]);
-    await agent.stop();
   });
 
-  test("a prompt for an unknown session is still recorded, then rejected", async () => {
-    const { agent, ledger } = withLedger();
-    await agent.start();
-    await expect(agent.prompt("no-such-session", "hi")).rejects.toMatchObject({ code: -32002 });
-    expect(readLedger(ledger)).toHaveLength(1);
-    await agent.stop();
+  test("a prompt for an unknown session is still recorded, then rejected with -32002", async () => {
+    await expect(shared.prompt("no-such-session", "hi")).rejects.toMatchObject({ code: -32002 });
+    expect(ledger()).toEqual([expect.objectContaining({ event: "prompt", session_id: "no-such-session" })]);
   });
 });

@@ -125,6 +125,7 @@ export class AgentUnderTest {
   readonly stderr: TextCapture;
   readonly connection: ClientConnection;
   private permissionHandler: PermissionHandler = async () => ({ outcome: { outcome: "cancelled" } });
+  private readonly sessionPermissionHandlers = new Map<string, PermissionHandler>();
   private readonly waiters = new Set<() => void>();
 
   constructor(readonly child: ChildProcess) {
@@ -142,7 +143,7 @@ export class AgentUnderTest {
       .onRequest("session/request_permission", ({ params }) => {
         this.permissionRequests.push(params);
         for (const wake of this.waiters) wake();
-        return this.permissionHandler(params);
+        return (this.sessionPermissionHandlers.get(params.sessionId) ?? this.permissionHandler)(params);
       })
       .connect(stream);
   }
@@ -155,8 +156,10 @@ export class AgentUnderTest {
     return this.notifications.map((n) => n.update);
   }
 
-  onPermission(handler: PermissionHandler): void {
-    this.permissionHandler = handler;
+  /** Answers permission requests (of one session, if given) with `handler`; the default answers `cancelled`. */
+  onPermission(handler: PermissionHandler, sessionId?: string): void {
+    if (sessionId === undefined) this.permissionHandler = handler;
+    else this.sessionPermissionHandlers.set(sessionId, handler);
   }
 
   /** Resolves once `predicate` holds after some update or permission request arrived. */
@@ -243,6 +246,14 @@ export class SessionView {
 
   cancel(): Promise<void> {
     return this.agent.cancel(this.id);
+  }
+
+  get permissionRequests(): RequestPermissionRequest[] {
+    return this.agent.permissionRequests.filter((r) => r.sessionId === this.id);
+  }
+
+  onPermission(handler: PermissionHandler): void {
+    this.agent.onPermission(handler, this.id);
   }
 
   until(predicate: (view: this) => boolean): Promise<void> {
