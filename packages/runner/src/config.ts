@@ -70,7 +70,13 @@ export interface ServerConfig {
 export interface RunnerConfig {
   /** Absolute path of the file this config was read from. */
   readonly file: string;
-  readonly runner: { readonly stateDir: string; readonly logLevel: LogLevel };
+  readonly runner: {
+    readonly stateDir: string;
+    readonly logLevel: LogLevel;
+    /** Retention of terminal dispatch rows (active and lost rows are never pruned). */
+    readonly retainTerminalDays: number;
+    readonly retainTerminalMax: number;
+  };
   /** Absent when the file has no [server] table (fine for `check` and `exec`; `run` requires it). */
   readonly server: ServerConfig | null;
   readonly projects: readonly ProjectConfig[];
@@ -150,9 +156,16 @@ const ConfigSchema = z
       .object({
         state_dir: NonEmpty.default(".webcodex/runner"),
         log_level: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
+        retain_terminal_days: int(0, 3650).default(7),
+        retain_terminal_max: int(0, 1_000_000).default(1000),
       })
       .strict()
-      .default({ state_dir: ".webcodex/runner", log_level: "info" }),
+      .default({
+        state_dir: ".webcodex/runner",
+        log_level: "info",
+        retain_terminal_days: 7,
+        retain_terminal_max: 1000,
+      }),
     server: z
       .object({
         url: z.string({ error: "must be a string" }).regex(/^wss?:\/\/[^\s]+$/, "must be a ws:// or wss:// URL"),
@@ -325,7 +338,12 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
 
   return Object.freeze({
     file,
-    runner: Object.freeze({ stateDir: resolveFrom(base, raw.runner.state_dir), logLevel: raw.runner.log_level }),
+    runner: Object.freeze({
+      stateDir: resolveFrom(base, raw.runner.state_dir),
+      logLevel: raw.runner.log_level,
+      retainTerminalDays: raw.runner.retain_terminal_days,
+      retainTerminalMax: raw.runner.retain_terminal_max,
+    }),
     server,
     projects: Object.freeze(projects),
     acp: Object.freeze({

@@ -26,10 +26,6 @@ import { type RecoveredRun, recoverStore } from "./recovery.js";
 import { RunManager } from "./run-manager.js";
 import type { RunService } from "./run-service.js";
 
-/** Retention defaults (DESIGN §4.4 / issue 4): terminal rows kept 7 days, at most 1000 of them. */
-export const DEFAULT_RETAIN_TERMINAL_DAYS = 7;
-export const DEFAULT_RETAIN_TERMINAL_MAX = 1000;
-
 export interface StartDaemonOptions {
   configPath: string;
   /** Operator flag --new-store: move the old store aside and start a new store_id. */
@@ -70,20 +66,9 @@ interface Retention {
   retainMax: number;
 }
 
-/**
- * Retention settings from `[runner]`. The config module owns the keys
- * (`retain_terminal_days`, `retain_terminal_max`); until it exposes them the
- * defaults apply.
- */
+/** Retention settings from `[runner]` retain_terminal_days / retain_terminal_max. */
 export function retentionOf(config: RunnerConfig): Retention {
-  const runner = config.runner as RunnerConfig["runner"] & {
-    retainTerminalDays?: number;
-    retainTerminalMax?: number;
-  };
-  return {
-    retainDays: runner.retainTerminalDays ?? DEFAULT_RETAIN_TERMINAL_DAYS,
-    retainMax: runner.retainTerminalMax ?? DEFAULT_RETAIN_TERMINAL_MAX,
-  };
+  return { retainDays: config.runner.retainTerminalDays, retainMax: config.runner.retainTerminalMax };
 }
 
 async function readToken(config: RunnerConfig): Promise<string | null> {
