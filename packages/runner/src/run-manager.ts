@@ -495,7 +495,6 @@ export class RunManager implements RunService {
 
   async #turn(run: Run, prompt: string, callerConfig: RunStartRequest["config"]): Promise<Terminal> {
     const acp = this.#config.acp;
-    run.timer(run.timeoutSecs * 1000, () => this.#requestCancel(run, "deadline"));
     run.timer(acp.setupTimeoutSecs * 1000, () => {
       if (run.dispatched || run.terminal) return;
       run.setupExpired = true;
@@ -610,6 +609,8 @@ export class RunManager implements RunService {
     run.execution_state = "started";
     run.recovery_kind = "wait";
     this.#touch(run);
+    // The run deadline bounds the turn from dispatch (setup has its own deadline).
+    run.timer(run.timeoutSecs * 1000, () => this.#requestCancel(run, "deadline"));
     this.#failpoint("after_barrier_before_prompt");
     const response = conn.prompt(sessionId, prompt);
     void conn.promptWritten.then(() => this.#failpoint("after_prompt_write"));
