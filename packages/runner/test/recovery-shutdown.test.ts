@@ -1,0 +1,111 @@
+/**
+ * Graceful stop (SIGTERM) of the real Runner with a run in flight: the daemon
+ * exits 0, leaves no agent process behind, records the run's terminal state
+ * per contract (nothing is cancelled silently or left open), and a restarted
+ * Runner reports it without dispatching again.
+ */
+import { randomBytes } from "node:crypto";
+import type { RunStartFrame, RunSummary } from "@webcodex/protocol";
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  killAllRunners,
+  killProcesses,
+  ledgerPrompts,
+  makeSandbox,
+  processesMentioning,
+  type RunnerConnection,
+  runnerBuilt,
+  type Sandbox,
+  startRunner,
+  startTestServer,
+  type TestServer,
+  waitFor,
+} from "./crash-matrix-harness.js";
+
+const servers: TestServer[] = [];
+const sandboxes: Sandbox[] = [];
+afterEach(async () => {
+  await killAllRunners();
+  for (const s of sandboxes.splice(0)) {
+    killProcesses(processesMentioning(s.ledger));
+    s.cleanup();
+  }
+  for (const s of servers.splice(0)) await s.close();
+});
+
+function start(conn: RunnerConnection, runId: string, prompt: string): RunStartFrame {
+  const provider = conn.hello.providers[0]!;
+  return {
+    type: "run.start",
+    request_id: `req-${randomBytes(4).toString("hex")}`,
+    run_id: runId,
+    intent_fingerprint: randomBytes(32).toString("hex"),
+    project_id: "demo",
+    provider_id: provider.provider_id,
+    agent_instance_id: conn.hello.agent_instance_id,
+    provider_instance_id: provider.provider_instance_id,
+    prompt,
+    config: {},
+    timeout_secs: null,
+  };
+}
+
+function runId(): string {
+  const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
+  return `wc_agent_run_${Array.from(randomBytes(26), (b) => alphabet[b % 32]).join("")}`;
+}
+
+const CASES: {
+  name: string;
+  agentArgs: string[];
+  prompt: string;
+  prompts: number;
+  expected: Pick<RunSummary, "state" | "execution_state">;
+}[] = [
+  {
+    name: "during setup (agent never answers session/new)",
+    agentArgs: ["--hang-on", "session_new"],
+    prompt: "scenario: hello",
+    prompts: 0,
+    expected: { state: "failed", execution_state: "not_started" },
+  },
+  {
+    name: "after dispatch (agent never answers the prompt)",
+    agentArgs: [],
+    prompt: "scenario: hang",
+    prompts: 1,
+    expected: { state: "lost", execution_state: "outcome_unknown" },
+  },
+];
+
+describe.skipIf(!runnerBuilt())("graceful Runner stop with a run in flight", () => {
+  it.each(CASES)("SIGTERM $name: exit 0, no survivors, terminal state recorded", async (c) => {
+    const server = await startTestServer();
+    servers.push(server);
+    const sandbox = makeSandbox({ serverUrl: server.url, agentArgs: c.agentArgs });
+    sandboxes.push(sandbox);
+    const id = runId();
+
+    const first = startRunner(sandbox);
+    const conn1 = await server.nextConnection();
+    const frame = start(conn1, id, c.prompt);
+    conn1.send(frame);
+    await conn1.next((f): f is Extract<typeof f, { type: "run.start.result" }> => f.type === "run.start.result");
+    // Wait until the agent is up (setup case) or has the prompt (dispatch case).
+    await waitFor(() => processesMentioning(sandbox.ledger).length > 0, 20_000, "the agent process");
+    if (c.prompts > 0) await waitFor(() => ledgerPrompts(sandbox.ledger) >= 1, 20_000, "the prompt");
+
+    await first.stop();
+    expect((await first.exited).code).toBe(0);
+    expect(processesMentioning(sandbox.ledger)).toEqual([]);
+
+    const second = startRunner(sandbox);
+    const conn2 = await server.nextConnection();
+    const row = conn2.hello.inventory.find((r) => r.run_id === id);
+    expect(row).toMatchObject({ ...c.expected, phase: "terminal" });
+    // Recorded by the graceful stop itself, not left for start-up recovery.
+    expect(second.stderr()).not.toContain('"recovered run"');
+    expect(ledgerPrompts(sandbox.ledger)).toBe(c.prompts);
+    await second.stop();
+  });
+});
