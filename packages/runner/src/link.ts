@@ -377,6 +377,11 @@ class Link implements LinkHandle {
       this.#log.error({ type: frame.type, err: (err as Error).message }, "frame too large to send");
       return false;
     }
+    this.#sendText(ws, text);
+    return true;
+  }
+
+  #sendText(ws: WebSocket, text: string): void {
     this.#queuedBytes += text.length;
     this.#queuedFrames++;
     ws.send(text, (err) => {
@@ -386,7 +391,6 @@ class Link implements LinkHandle {
       if (err) return;
       if (this.#suppressed.size > 0) this.#drainSuppressed(ws);
     });
-    return true;
   }
 
   #hasRoom(extraBytes: number): boolean {
@@ -406,12 +410,12 @@ class Link implements LinkHandle {
       }
       for (const frame of chunkUpdate(run, events)) {
         const text = JSON.stringify(frame);
-        if (!this.#hasRoom(text.length) || text.length > MAX_FRAME_BYTES) {
+        if (!this.#hasRoom(text.length) || Buffer.byteLength(text, "utf8") > MAX_FRAME_BYTES) {
           this.#suppressed.set(run.run_id, run);
           this.#log.debug({ run_id: run.run_id }, "send queue full; run updates paused until it drains");
           return;
         }
-        this.#rawSend(ws, frame);
+        this.#sendText(ws, text);
       }
     } catch (err) {
       this.#log.error({ err: (err as Error).message }, "pushing a run update failed");

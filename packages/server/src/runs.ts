@@ -125,7 +125,7 @@ export interface RunsOptions {
 
 export class Runs implements RunsApi, HubListener {
   readonly tokens: ObservationTokens;
-  readonly mirrors = new MirrorSet();
+  readonly mirrors = new MirrorSet(256);
   readonly #store: StateStore;
   readonly #registry: Registry;
   readonly #log: Logger;
@@ -519,10 +519,11 @@ export class Runs implements RunsApi, HubListener {
     if (rec.message !== null) out.message = rec.message;
     if (runnerOffline && !isTerminalState(rec.state)) out.runner_offline = true;
     const candidates = mirror.eventsAfter(after);
-    let size = JSON.stringify(out).length + MAX_OBSERVATION_TOKEN_LENGTH;
+    // Budget in UTF-8 bytes of the serialized result, with room reserved for the token.
+    let size = utf8Length(JSON.stringify(out)) + MAX_OBSERVATION_TOKEN_LENGTH;
     let lastSeq = after;
     for (const e of candidates) {
-      const n = JSON.stringify(e).length + 1;
+      const n = utf8Length(JSON.stringify(e)) + 1;
       if (out.events.length >= MAX_EVENTS_PER_OBSERVE || size + n > OBSERVE_OUTPUT_BUDGET_BYTES) {
         out.has_more = true;
         break;

@@ -246,7 +246,7 @@ describe("run core", () => {
     const run = ok(await h.server.runs.start(alice, input("big")));
     svc.emit(
       run.run_id,
-      Array.from({ length: 60 }, (_, i) => msg(`${i}`.padEnd(4000, "x"))),
+      Array.from({ length: 60 }, (_, i) => msg(`${i}`.padEnd(1900, "é"))),
     );
     await until(() => svc.runs.get(run.run_id));
     let token: string | undefined;
@@ -260,7 +260,7 @@ describe("run core", () => {
           wait_secs: 2,
         }),
       );
-      expect(JSON.stringify(o).length).toBeLessThanOrEqual(96 * 1024);
+      expect(Buffer.byteLength(JSON.stringify(o), "utf8")).toBeLessThanOrEqual(96 * 1024);
       seen.push(...o.events.map((e) => e.seq));
       token = o.observation_token;
       pages++;
