@@ -135,18 +135,20 @@ try {
   if (!fakeAgentBuilt()) throw new Error("fake-acp-agent is not built; run `tsc -b` (npm run bench does)");
 
   await section("start", async () => {
-    const baseline = await startDispatch.baseline(ctx, { runs: PLAN.startRuns });
-    let ours = null;
+    let r;
     let error = null;
     try {
-      ours = await withStack("start", (stack) => startDispatch.stack(ctx, { stack, runs: PLAN.startRuns }));
+      r = await withStack("start", (stack) => startDispatch.measure(ctx, { stack, runs: PLAN.startRuns }));
     } catch (e) {
+      // No stack (not built, or it failed to start): the baseline alone.
       error = String(e?.message ?? e);
+      r = await startDispatch.measure(ctx, { stack: null, runs: PLAN.startRuns });
     }
+    const { baseline, ours } = r;
     return {
       baseline: strip(baseline),
-      ours: ours && strip(ours),
-      error,
+      ours: ours && ours.runs > 0 ? strip(ours) : null,
+      error: r.error ?? error,
       p50_ratio: ratio(ours?.latency_ms.p50, baseline.latency_ms.p50),
       p95_ratio: ratio(ours?.latency_ms.p95, baseline.latency_ms.p95),
       p99_ratio: ratio(ours?.latency_ms.p99, baseline.latency_ms.p99),

@@ -102,7 +102,12 @@ export function render(results) {
     out += latencyRow("ours (MCP start_coding_agent)", s.start.ours?.latency_ms);
     out += `  ${pad("ratio ours/bare", 30)}${lpad("", 6)}${lpad(x(s.start.p50_ratio), 10)}${lpad(x(s.start.p95_ratio), 10)}${lpad(x(s.start.p99_ratio), 10)}\n`;
     if (s.start.ours?.duplicate_dispatches) out += `  !! duplicate dispatches: ${s.start.ours.duplicate_dispatches}\n`;
-    if (s.start.ours?.stages) out += renderStages(s.start.ours.stages);
+    if (s.start.ours?.stages) out += renderStages("per stage (Runner's own timings, ms)", s.start.ours.stages);
+    else if (s.start.ours?.stages_from_log_lines)
+      out += renderStages(
+        "coarse breakdown from Runner log lines (1 ms clock; Runner logs no stage timings yet)",
+        s.start.ours.stages_from_log_lines,
+      );
     if (s.start.error) out += `  ours: ERROR ${s.start.error.split("\n")[0]}\n`;
     out += "\n";
   }
@@ -180,10 +185,10 @@ export function render(results) {
   return out;
 }
 
-function renderStages(stages) {
-  let out = "  per-stage (Runner's own timings, ms):\n";
+function renderStages(title, stages) {
+  let out = `  ${title}:\n`;
   for (const [name, st] of Object.entries(stages)) {
-    out += `    ${pad(name, 28)}${lpad(st.n, 6)}${lpad(f(st.p50, 2), 10)}${lpad(f(st.p95, 2), 10)}${lpad(f(st.p99, 2), 10)}${lpad(f(st.max, 2), 10)}\n`;
+    out += `    ${pad(name, 28)}${lpad(st.n, 4)}${lpad(f(st.p50, 2), 10)}${lpad(f(st.p95, 2), 10)}${lpad(f(st.p99, 2), 10)}${lpad(f(st.max, 2), 10)}\n`;
   }
   return out;
 }

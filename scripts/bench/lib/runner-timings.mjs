@@ -36,3 +36,39 @@ export function runnerStageTimings(logFile) {
   for (const [stage, samples] of perStage) out[stage] = summarize(samples);
   return out;
 }
+
+/**
+ * Until the Runner logs stage timings itself: a coarse breakdown from its
+ * info lines ("run admitted", "agent spawned"; pino `time`, 1 ms wall clock)
+ * against the bench's send time and the ledger's hr_ms for each run.
+ * runs: [{ run_id, sent_hr, ledger_hr }]
+ */
+export function derivedStages(logFile, runs) {
+  if (!existsSync(logFile)) return null;
+  const admitted = new Map();
+  const spawned = new Map();
+  for (const line of readFileSync(logFile, "utf8").split("\n")) {
+    if (!line.startsWith("{")) continue;
+    let entry;
+    try {
+      entry = JSON.parse(line);
+    } catch {
+      continue;
+    }
+    const at = typeof entry.time === "number" ? entry.time : Date.parse(entry.time);
+    if (!entry.run_id || !Number.isFinite(at)) continue;
+    if (entry.msg === "run admitted" && !admitted.has(entry.run_id)) admitted.set(entry.run_id, at);
+    if (entry.msg === "agent spawned" && !spawned.has(entry.run_id)) spawned.set(entry.run_id, at);
+  }
+  const segs = { "client → runner admitted": [], "admitted → agent spawned": [], "spawned → prompt at agent": [] };
+  for (const r of runs) {
+    const a = admitted.get(r.run_id);
+    const s = spawned.get(r.run_id);
+    if (a === undefined || s === undefined) continue;
+    segs["client → runner admitted"].push(a - r.sent_hr);
+    segs["admitted → agent spawned"].push(s - a);
+    segs["spawned → prompt at agent"].push(r.ledger_hr - s);
+  }
+  if (segs["client → runner admitted"].length === 0) return null;
+  return Object.fromEntries(Object.entries(segs).map(([k, v]) => [k, summarize(v)]));
+}
