@@ -363,7 +363,7 @@ export function renderSummary(
   ];
   if (obs.stop_reason !== undefined) parts.push(`stop reason ${obs.stop_reason}`);
   if (obs.failure_kind !== undefined) parts.push(obs.failure_kind);
-  if (obs.state !== "completed") parts.push(`prompt ${executionLabel(obs.execution_state)}`);
+  if (obs.state !== "completed") parts.push(executionLabel(obs.execution_state));
   if (info.durationMs !== undefined) parts.push(formatDuration(info.durationMs));
   parts.push(paint(style, "dim", obs.run_id));
   text += `${parts.join(" · ")}\n`;
@@ -376,11 +376,11 @@ export function renderSummary(
 function executionLabel(execution: string): string {
   switch (execution) {
     case "not_started":
-      return "not dispatched";
+      return "prompt not dispatched";
     case "started":
-      return "dispatched";
+      return "prompt dispatched";
     case "completed":
-      return "completed";
+      return "turn ended";
     case "outcome_unknown":
       return "outcome unknown";
     default:
