@@ -127,4 +127,15 @@ describe("runner hub", () => {
     expect(newer.ws.readyState).toBe(WebSocket.OPEN);
     newer.ws.close();
   });
+
+  it("terminates a connection that stops answering pings", async () => {
+    h = await new Harness().start(RUNNERS);
+    const ws = new WebSocket(h.wsUrl(), { headers: { authorization: `Bearer ${RUNNERS[0]!.token}` }, autoPong: false });
+    const closed = new Promise<void>((r) => ws.on("close", () => r()));
+    ws.on("error", () => {});
+    await new Promise((r) => ws.once("open", r));
+    ws.send(encodeFrame(hello(new FakeRunService())));
+    await closed;
+    expect(h.log.lines.join("")).toContain("missed a heartbeat");
+  });
 });

@@ -2,6 +2,8 @@
  * The run core over a real WebSocket link: in-process Server (real SQLite in
  * a temp dir) + the Runner's real link.ts driving an in-memory RunService.
  */
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
@@ -282,7 +284,6 @@ describe("run core", () => {
     expect(c2).toMatchObject({ cancel_requested: true, already_terminal: false });
     expect(svc.cancels).toEqual([run.run_id]);
     svc.finish(run.run_id, "cancelled");
-    await until(async () => true);
     const done = ok(await h.server.runs.observe(alice, { run_id: run.run_id, wait_secs: 1 }));
     await until(() => h.server.store.get(run.run_id)?.state === "cancelled");
     expect(ok(await h.server.runs.cancel(alice, { run_id: run.run_id }))).toMatchObject({
@@ -415,5 +416,28 @@ describe("run core", () => {
     // The frame was sent and no answer came: the run exists with an unknown outcome, never re-sent.
     expect(r.ok && r.value.state).toBe("starting");
     expect(ok(await h.server.runs.start(alice, input("stuck"))).replayed).toBe(true);
+  });
+
+  it("keeps prompts, event text and idempotency keys out of the Server database and logs", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("KEY-CANARY-1f3a", { prompt: "PROMPT-CANARY-9c2e" })));
+    svc.emit(run.run_id, [msg("EVENT-CANARY-77d1")]);
+    await until(() =>
+      h.server.runs.observe(alice, { run_id: run.run_id }).then((o) => o.ok && o.value.events.length > 0),
+    );
+    svc.finish(run.run_id);
+    await until(() => h.server.store.get(run.run_id)?.state === "completed");
+    h.server.store.db.pragma("wal_checkpoint(FULL)");
+    const dir = join(h.dir, "state");
+    const bytes = readdirSync(dir)
+      .map((f) => readFileSync(join(dir, f)).toString("latin1"))
+      .join("");
+    const logs = h.log.lines.join("");
+    for (const canary of ["KEY-CANARY-1f3a", "PROMPT-CANARY-9c2e", "EVENT-CANARY-77d1"]) {
+      expect(bytes).not.toContain(canary);
+      expect(logs).not.toContain(canary);
+    }
   });
 });

@@ -90,10 +90,13 @@ export class Harness {
   }
 }
 
-export async function until<T>(fn: () => T | undefined | null | false, timeoutMs = 5000): Promise<T> {
+export async function until<T>(
+  fn: () => T | undefined | null | false | Promise<T | undefined | null | false>,
+  timeoutMs = 5000,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const v = fn();
+    const v = await fn();
     if (v) return v;
     if (Date.now() > deadline) throw new Error("condition not met in time");
     await new Promise((r) => setTimeout(r, 10));
