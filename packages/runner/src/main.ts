@@ -25,13 +25,13 @@ import {
   type RunSummary,
   utf8Length,
 } from "@webcodex/protocol";
-import { ConfigError, loadConfig, type RunnerConfig } from "./config.js";
+import { ConfigError, LOG_LEVELS, loadConfig, type RunnerConfig } from "./config.js";
 import { createLogger } from "./logger.js";
 
 const USAGE = `usage:
   webcodex-runner run   --config FILE [--new-store]
   webcodex-runner check --config FILE [--probe PROVIDER] [--project ID]
-  webcodex-runner exec  --config FILE --project ID --provider ID [--json] [--config KEY=VALUE]... [--timeout SECS] "prompt"`;
+  webcodex-runner exec  --config FILE --project ID --provider ID [--json] [--config KEY=VALUE]... [--timeout SECS] [--log-level LEVEL] "prompt"`;
 
 class UsageError extends Error {}
 
@@ -43,7 +43,7 @@ interface Parsed {
   positional: string[];
 }
 
-const VALUE_FLAGS = new Set(["--config", "-c", "--probe", "--project", "--provider", "--timeout"]);
+const VALUE_FLAGS = new Set(["--config", "-c", "--probe", "--project", "--provider", "--timeout", "--log-level"]);
 const BOOL_FLAGS = new Set(["--new-store", "--json", "--help", "-h"]);
 const OPTION_ARG = /^([A-Za-z0-9][A-Za-z0-9_.:/-]{0,127})=(.*)$/s;
 
@@ -200,7 +200,10 @@ async function exec(parsed: Parsed): Promise<number> {
   ]);
   // A throwaway store: exec never touches the daemon's state dir.
   const stateDir = mkdtempSync(join(tmpdir(), "webcodex-exec-"));
-  const logLevel = cfg.runner.logLevel === "info" ? "warn" : cfg.runner.logLevel;
+  // exec is interactive: the run log is quiet unless asked for (--log-level info|debug|…).
+  const logLevel = flag(parsed, "--log-level") ?? (cfg.runner.logLevel === "info" ? "warn" : cfg.runner.logLevel);
+  if (!(LOG_LEVELS as readonly string[]).includes(logLevel))
+    throw new UsageError(`--log-level must be one of ${LOG_LEVELS.join(", ")}`);
   const manager = new RunManager({
     config: cfg,
     store: openDispatchStore({ stateDir }).store,

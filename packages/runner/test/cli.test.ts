@@ -1,0 +1,71 @@
+/**
+ * The operator commands as real processes, with the shipped runner.example.toml
+ * (relative paths resolve against the config file, so the cwd does not matter).
+ */
+import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { RunEvent } from "@webcodex/protocol";
+import { afterAll, describe, expect, test } from "vitest";
+import { REPO_ROOT } from "./support/harness.js";
+
+const run = promisify(execFile);
+const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
+const EXAMPLE = join(REPO_ROOT, "runner.example.toml");
+const dir = mkdtempSync(join(tmpdir(), "wc-cli-test-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+async function cli(args: string[], env: NodeJS.ProcessEnv = process.env) {
+  try {
+    const { stdout, stderr } = await run(process.execPath, [BIN, ...args], { cwd: dir, env, timeout: 60_000 });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe("webcodex-runner", () => {
+  test("check --probe fake prints the agent's info and config options", async () => {
+    const { code, stdout } = await cli(["check", "--config", EXAMPLE, "--probe", "fake"]);
+    expect(code).toBe(0);
+    expect(stdout).toMatch(/config OK/);
+    expect(stdout).toMatch(/agent: fake-acp-agent/);
+    expect(stdout).toMatch(/protocol version: 1/);
+    expect(stdout).toMatch(/model \(select\) = fake-small/);
+  });
+
+  test('exec "Say hello." reaches completed; --json prints one RunEvent per line; logs hold no bodies', async () => {
+    const human = await cli(["exec", "--config", EXAMPLE, "--project", "demo", "--provider", "fake", "Say hello."]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/terminal: completed \/ completed \(end_turn\)/);
+
+    const secretPrompt = "scenario: tools\nthe prompt body must never be logged 7f3a9c";
+    const json = await cli(
+      ["exec", "--config", EXAMPLE, "--project", "demo", "--provider", "fake", "--json", "--log-level", "debug"].concat(
+        ["-c", "model=fake-large", secretPrompt],
+      ),
+    );
+    expect(json.code).toBe(0);
+    const events = json.stdout
+      .trim()
+      .split("\n")
+      .map((line) => RunEvent.parse(JSON.parse(line)));
+    expect(events.at(-1)).toMatchObject({ kind: "terminal", state: "completed" });
+    expect(json.stderr).toMatch(/"msg":"run terminal"/);
+    expect(json.stderr).not.toContain("7f3a9c");
+    expect(json.stderr).not.toContain("I fixed add()");
+  });
+
+  test("an invalid config exits 2 listing every error", async () => {
+    const file = join(dir, "bad.toml");
+    writeFileSync(file, '[[projects]]\nid = "Bad"\nroot = "nowhere"\n[acp]\nmax_concurrent_runs = 0\n');
+    const { code, stderr } = await cli(["check", "--config", file]);
+    expect(code).toBe(2);
+    expect(stderr).toContain(`${file}: projects[0].id: "Bad" must match`);
+    expect(stderr).toContain(`${file}: acp.max_concurrent_runs: must be at least 1`);
+    expect(stderr).toContain(`${file}: acp.agents: is required`);
+  });
+});
