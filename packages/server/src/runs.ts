@@ -171,7 +171,7 @@ export class Runs implements RunsApi, HubListener {
       timeout_secs: input.timeout_secs ?? null,
     });
     // Same key in flight: wait for it, then meet its record.
-    for (let i = 0; i < 3; i++) {
+    for (let i = 0; i < 10; i++) {
       const inflight = this.#starting.get(runId);
       if (!inflight) break;
       await inflight.catch(() => undefined);
