@@ -15,8 +15,18 @@
  * deletes) and creates a new store_id.
  */
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import {
+  closeSync,
+  existsSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
+import { dirname, join } from "node:path";
 import type { EffectiveConfigEntry } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import type { DispatchRow, DispatchStore, TerminalUpdate } from "./dispatch-store-types.js";
@@ -26,7 +36,14 @@ export const STORE_MARKER_FILE = "store.json";
 /** Exit code of a Runner that refuses to start because of its store. */
 export const STORE_REFUSAL_EXIT_CODE = 3;
 
-export type StoreRefusalReason = "missing" | "corrupt" | "integrity" | "not_a_store" | "mismatch" | "marker_corrupt";
+export type StoreRefusalReason =
+  | "missing"
+  | "corrupt"
+  | "integrity"
+  | "not_a_store"
+  | "mismatch"
+  | "marker_corrupt"
+  | "locked";
 
 /** The Runner must not start on this store; the message is for the operator. */
 export class StoreRefusedError extends Error {
@@ -134,7 +151,14 @@ function applyPragmas(db: Db): void {
   db.pragma("journal_mode = WAL");
   db.pragma("synchronous = FULL");
   db.pragma("foreign_keys = ON");
-  db.pragma("busy_timeout = 5000");
+}
+
+/** How long a second process waits for the store's lock before giving up. */
+const LOCK_WAIT_MS = 250;
+
+function isBusy(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return code === "SQLITE_BUSY" || code === "SQLITE_LOCKED";
 }
 
 // ---- rows --------------------------------------------------------------------
@@ -258,11 +282,16 @@ export class SqliteDispatchStore implements DispatchStore {
    * migrations applied. Low level: no marker logic — use openDispatchStore.
    */
   static openFile(path: string, options: { create: boolean }): SqliteDispatchStore {
-    const db = new Database(path, { fileMustExist: !options.create });
+    const db = new Database(path, { fileMustExist: !options.create, timeout: LOCK_WAIT_MS });
     try {
+      // One process per store: the first access takes SQLite's lock and keeps it until close,
+      // so a second Runner on the same state_dir fails with SQLITE_BUSY instead of "recovering"
+      // the first one's live runs.
+      db.pragma("locking_mode = EXCLUSIVE");
       if (!options.create) verifyExisting(db);
       applyPragmas(db);
       migrate(db);
+      db.exec("BEGIN EXCLUSIVE; COMMIT");
       let storeId = (db.prepare("SELECT value FROM meta WHERE key = 'store_id'").get() as { value: string } | undefined)
         ?.value;
       if (storeId === undefined) {
@@ -402,11 +431,25 @@ function readMarker(path: string): Marker | "corrupt" | null {
   }
 }
 
-/** Write a small file durably: temp file, fsync, rename. */
+/** Make a rename or create in `dir` durable (Linux: fsync the directory). */
+function fsyncDir(dir: string): void {
+  let fd: number | undefined;
+  try {
+    fd = openSync(dir, "r");
+    fsyncSync(fd);
+  } catch {
+    // Not supported on every platform/filesystem; the data files themselves are fsync'd.
+  } finally {
+    if (fd !== undefined) closeSync(fd);
+  }
+}
+
+/** Write a small file durably: temp file, fsync, rename, fsync the directory. */
 function writeFileDurably(path: string, text: string): void {
   const tmp = `${path}.tmp-${process.pid}`;
   writeFileSync(tmp, text, { flush: true });
   renameSync(tmp, path);
+  fsyncDir(dirname(path));
 }
 
 function refuseHint(dbPath: string): string {
@@ -448,6 +491,7 @@ export function openDispatchStore(options: OpenStoreOptions): OpenedStore {
   const movedAside: string[] = [];
 
   if (options.newStore) {
+    assertNotInUse(dbPath);
     const stamp = (options.now ?? new Date()).toISOString().replace(/[:.]/g, "-");
     for (const file of [...sqliteFiles(dbPath), markerPath]) {
       if (existsSync(file)) {
@@ -485,6 +529,7 @@ export function openDispatchStore(options: OpenStoreOptions): OpenedStore {
   try {
     store = SqliteDispatchStore.openFile(dbPath, { create: false });
   } catch (error) {
+    if (isBusy(error)) throw lockedRefusal(dbPath, error);
     if (error instanceof StoreFileError && error.reason === "integrity") {
       throw new StoreRefusedError(
         "integrity",
@@ -517,6 +562,32 @@ export function openDispatchStore(options: OpenStoreOptions): OpenedStore {
   return { store, created: false, movedAside };
 }
 
+function lockedRefusal(dbPath: string, cause: unknown): StoreRefusedError {
+  return new StoreRefusedError(
+    "locked",
+    dbPath,
+    `The Runner's dispatch store ${dbPath} is in use by another process (is another Runner running with the same ` +
+      "state_dir?). Stop that process first; nothing was changed.",
+    { cause },
+  );
+}
+
+/** Refuse to move a store aside while another process holds it open. */
+function assertNotInUse(dbPath: string): void {
+  if (!existsSync(dbPath)) return;
+  let db: Db | undefined;
+  try {
+    db = new Database(dbPath, { fileMustExist: true, timeout: LOCK_WAIT_MS });
+    db.pragma("locking_mode = EXCLUSIVE");
+    db.exec("BEGIN EXCLUSIVE; COMMIT");
+  } catch (error) {
+    if (isBusy(error)) throw lockedRefusal(dbPath, error);
+    // Any other failure (not a database, corrupt): it is being moved aside anyway.
+  } finally {
+    db?.close();
+  }
+}
+
 function writeMarker(markerPath: string, storeId: string): void {
   const marker: Marker = { store_id: storeId, created_at: nowIso(), db_file: STORE_DB_FILE };
   writeFileDurably(markerPath, `${JSON.stringify(marker, null, 2)}\n`);
@@ -537,6 +608,7 @@ function createFresh(dbPath: string, markerPath: string): SqliteDispatchStore {
   initial.close();
   for (const file of sqliteFiles(tmp).slice(1)) rmSync(file, { force: true });
   renameSync(tmp, dbPath);
+  fsyncDir(dirname(dbPath));
   const store = SqliteDispatchStore.openFile(dbPath, { create: false });
   if (store.storeId !== storeId) throw new Error("store_id changed while creating the store");
   writeMarker(markerPath, storeId);

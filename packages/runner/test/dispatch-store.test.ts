@@ -288,6 +288,19 @@ describe("store identity and refusal", () => {
     expect(["integrity", "corrupt"]).toContain(error.reason);
   });
 
+  it("refuses a second process-level open of a store in use, and --new-store does not move it", () => {
+    const dir = tempDir();
+    const first = open(dir);
+    const error = refusal(() => openDispatchStore({ stateDir: dir }));
+    expect(error.reason).toBe("locked");
+    expect(error.exitCode).toBe(3);
+    const again = refusal(() => openDispatchStore({ stateDir: dir, newStore: true }));
+    expect(again.reason).toBe("locked");
+    first.admit(admission(runId()));
+    first.close();
+    expect(open(dir).storeId).toBe(first.storeId);
+  });
+
   it("--new-store moves the old files aside and creates a new store_id", () => {
     const dir = tempDir();
     const first = open(dir);
