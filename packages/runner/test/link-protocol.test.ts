@@ -1,0 +1,116 @@
+/** The link against a scripted fake Server: protocol errors close and reconnect; requests are answered. */
+import type { AddressInfo } from "node:net";
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { type WebSocket, WebSocketServer } from "ws";
+import { FakeRunService } from "../../server/test/support/fake-run-service.js";
+import { type LinkHandle, startLink } from "../src/link.js";
+
+interface Peer {
+  ws: WebSocket;
+  frames: Array<Record<string, unknown>>;
+  auth: string | undefined;
+}
+
+async function fakeServer() {
+  const wss = new WebSocketServer({ port: 0, host: "127.0.0.1" });
+  await new Promise((r) => wss.once("listening", r));
+  const peers: Peer[] = [];
+  wss.on("connection", (ws, req) => {
+    const peer: Peer = { ws, frames: [], auth: req.headers.authorization };
+    ws.on("message", (d) => peer.frames.push(JSON.parse(String(d)) as Record<string, unknown>));
+    peers.push(peer);
+  });
+  return { wss, peers, url: `ws://127.0.0.1:${(wss.address() as AddressInfo).port}/runner` };
+}
+
+async function until<T>(fn: () => T | undefined | null | false, ms = 5000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error("timeout");
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+const ack = {
+  type: "hello.ack",
+  runner_id: "r1",
+  server_instance_id: "server_instance_0001",
+  heartbeat_interval_ms: 1000,
+};
+
+describe("runner link protocol", () => {
+  let link: LinkHandle | undefined;
+  let close: (() => Promise<void>) | undefined;
+  afterEach(async () => {
+    await link?.close();
+    await close?.();
+  });
+
+  it("sends the bearer token and a hello with inventory, then answers requests through the RunService", async () => {
+    const s = await fakeServer();
+    close = () => new Promise((r) => s.wss.close(() => r()));
+    const svc = new FakeRunService();
+    link = startLink({ url: s.url, token: "tok-123", service: svc, logger: pino({ level: "silent" }) });
+    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    expect(peer.auth).toBe("Bearer tok-123");
+    expect(peer.frames[0]).toMatchObject({
+      type: "hello",
+      protocol_version: 1,
+      agent_instance_id: svc.agentInstanceId,
+      inventory: [],
+    });
+    peer.ws.send(JSON.stringify(ack));
+    await until(() => link?.connected);
+    peer.ws.send(JSON.stringify({ type: "run.inventory", request_id: "q1" }));
+    peer.ws.send(
+      JSON.stringify({
+        type: "run.sync",
+        request_id: "q2",
+        run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+        after_seq: 0,
+        max_events: 10,
+      }),
+    );
+    await until(() => peer.frames.length >= 3);
+    expect(peer.frames[1]).toMatchObject({ type: "run.inventory.result", request_id: "q1", runs: [] });
+    expect(peer.frames[2]).toMatchObject({ type: "error", request_id: "q2", code: "not_found" });
+  });
+
+  it("answers a malformed frame with protocol_error, closes, and reconnects with a fresh hello", async () => {
+    const s = await fakeServer();
+    close = () => new Promise((r) => s.wss.close(() => r()));
+    link = startLink({
+      url: s.url,
+      token: "t",
+      service: new FakeRunService(),
+      logger: pino({ level: "silent" }),
+      backoffInitialMs: 20,
+    });
+    const first = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    first.ws.send(JSON.stringify(ack));
+    await until(() => link?.connected);
+    first.ws.send(JSON.stringify({ type: "run.start", request_id: "x", surprise: true }));
+    await until(() => first.frames.find((f) => f.type === "protocol_error"));
+    const second = await until(() => (s.peers[1]?.frames.length ? s.peers[1] : undefined));
+    expect(second.frames[0]).toMatchObject({ type: "hello" });
+  });
+
+  it("refuses requests before hello.ack", async () => {
+    const s = await fakeServer();
+    close = () => new Promise((r) => s.wss.close(() => r()));
+    link = startLink({
+      url: s.url,
+      token: "t",
+      service: new FakeRunService(),
+      logger: pino({ level: "silent" }),
+      backoffInitialMs: 20,
+    });
+    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    peer.ws.send(JSON.stringify({ type: "run.inventory", request_id: "q1" }));
+    await until(() => peer.frames.find((f) => f.type === "protocol_error"));
+    expect(peer.frames.find((f) => f.type === "protocol_error")).toMatchObject({ code: "unexpected_frame" });
+  });
+});

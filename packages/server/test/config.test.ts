@@ -1,0 +1,87 @@
+import { execFileSync } from "node:child_process";
+import { createHash } from "node:crypto";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { buildServerConfig, ConfigError, parseServerConfig, sha256Hex } from "../src/config.js";
+import { REPO_ROOT, SERVER_BIN } from "./support/proc-stack.js";
+
+const HASH = sha256Hex("t");
+const base = (extra: Record<string, unknown> = {}) => ({
+  server: { port: 0, state_dir: "s" },
+  runners: [{ id: "r1", token_sha256: HASH, projects: ["demo"] }],
+  ...extra,
+});
+
+describe("server config", () => {
+  it("resolves state_dir against the config directory and binds projects to runners", () => {
+    const c = buildServerConfig(base(), { file: "/etc/wc/server.toml", baseDir: "/etc/wc" });
+    expect(c.stateDir).toBe("/etc/wc/s");
+    expect(c.projectRunner.get("demo")).toBe("r1");
+    expect(c.runners[0]?.tokenHash.toString("hex")).toBe(HASH);
+  });
+
+  it("hashes a token_env token at start", () => {
+    const c = buildServerConfig(base({ runners: [{ id: "r1", token_env: "RUNNER_TOK", projects: [] }] }), {
+      file: null,
+      baseDir: "/",
+      env: { RUNNER_TOK: "t" },
+    });
+    expect(c.runners[0]?.tokenHash.toString("hex")).toBe(HASH);
+  });
+
+  it.each([
+    ["an unknown key", base({ extra: 1 }), "extra"],
+    [
+      "a project bound to two runners",
+      base({
+        runners: [
+          { id: "a", token_sha256: HASH, projects: ["p"] },
+          { id: "b", token_sha256: HASH, projects: ["p"] },
+        ],
+      }),
+      "already bound",
+    ],
+    [
+      "a duplicate runner id",
+      base({
+        runners: [
+          { id: "a", token_sha256: HASH },
+          { id: "a", token_sha256: HASH },
+        ],
+      }),
+      "duplicate runner id",
+    ],
+    ["both token forms", base({ runners: [{ id: "a", token_sha256: HASH, token_env: "X" }] }), "exactly one"],
+    ["a missing token_env variable", base({ runners: [{ id: "a", token_env: "NOPE_NOT_SET" }] }), "NOPE_NOT_SET"],
+    ["a bad runner id", base({ runners: [{ id: "A B", token_sha256: HASH }] }), "runners.0.id"],
+    ["an unknown scope", base({ principals: [{ id: "p", scopes: ["root"] }] }), "principals.0.scopes.0"],
+  ])("rejects %s with a precise message", (_name, doc, needle) => {
+    expect(() => buildServerConfig(doc, { file: "f.toml", baseDir: "/", env: {} })).toThrow(ConfigError);
+    expect(() => buildServerConfig(doc, { file: "f.toml", baseDir: "/", env: {} })).toThrow(needle);
+  });
+
+  it("reports invalid TOML as a ConfigError", () => {
+    expect(() => parseServerConfig("[server\n", { file: "x.toml", baseDir: "/" })).toThrow(ConfigError);
+  });
+
+  it("loads the example config", async () => {
+    const { loadServerConfig } = await import("../src/config.js");
+    const c = loadServerConfig(join(REPO_ROOT, "packages/server/server.example.toml"));
+    expect(c.projectRunner.get("demo")).toBe("local");
+  });
+
+  it("runner-token issue prints a token once and the matching config hash", () => {
+    const out = execFileSync(process.execPath, [SERVER_BIN, "runner-token", "issue", "--runner", "r9"], {
+      encoding: "utf8",
+    });
+    const token = /^(wcr_[A-Za-z0-9_-]{43})$/m.exec(out)?.[1];
+    expect(token).toBeDefined();
+    const hash = /token_sha256 = "([0-9a-f]{64})"/.exec(out)?.[1];
+    expect(hash).toBe(
+      createHash("sha256")
+        .update(token ?? "")
+        .digest("hex"),
+    );
+    expect(out).toContain('id = "r9"');
+  });
+});
