@@ -181,6 +181,9 @@ describe.skipIf(!runnerBuilt())("crash matrix: Runner SIGKILL at each dispatch b
       expect(bytes.length).toBeGreaterThan(0);
       expect(bytes.includes(canary)).toBe(false);
       expect(bytes.includes(fingerprint)).toBe(true); // the scan does see row contents
+      // Nor did either Runner's log.
+      expect(first.stderr()).not.toContain(canary);
+      expect(second.stderr()).not.toContain(canary);
     },
   );
 });
