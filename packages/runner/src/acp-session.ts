@@ -160,7 +160,7 @@ export class AcpClientConnection {
     // stdout EOF and the exit event race; give the exit a moment to arrive.
     const exited = await Promise.race([
       this.#child.exited.then(() => true),
-      new Promise<false>((resolve) => setTimeout(() => resolve(false), 1000).unref()),
+      new Promise<false>((resolve) => setTimeout(() => resolve(false), 2000).unref()),
     ]);
     if (exited) return "provider_exited";
     return this.#stdoutEnded ? "stdout_closed" : "io_error";

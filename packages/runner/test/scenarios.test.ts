@@ -28,9 +28,9 @@ const config = writeConfig(ws, {
   ],
 });
 const { manager } = newManager(config, { maxMessageBytes: 1024 * 1024 });
-// Agents that never answer a setup request get a 1 s setup deadline of their own.
+// Agents that never answer a setup request get a short setup deadline of their own.
 const hangConfig = writeConfig(ws, {
-  acp: { setup_timeout_secs: 1 },
+  acp: { setup_timeout_secs: 2 },
   agents: [
     { id: "hang-init", args: [...ledgerArgs, "--hang-on", "initialize"] },
     { id: "hang-new", args: [...ledgerArgs, "--hang-on", "session_new"] },

@@ -10,10 +10,10 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { base32, type RunEvent, RunEvent as RunEventSchema, type RunSummary } from "@webcodex/protocol";
 import { parseConfig, type RunnerConfig } from "../../src/config.js";
+import { openDispatchStore } from "../../src/dispatch-store.js";
 import type { DispatchStore } from "../../src/dispatch-store-types.js";
 import { RunManager, type RunManagerOptions } from "../../src/run-manager.js";
 import type { RunStartRequest } from "../../src/run-service.js";
-import { MemoryStore } from "./memory-store.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = resolve(here, "../../../..");
@@ -96,8 +96,9 @@ export function writeConfig(ws: Workspace, spec: ConfigSpec = {}): RunnerConfig 
   return parseConfig(readFileSync(file, "utf8"), file);
 }
 
+/** A RunManager over the real SQLite dispatch store in a fresh temp state dir (removed with the workspace's OS temp). */
 export function newManager(config: RunnerConfig, extra: Partial<RunManagerOptions> & { store?: DispatchStore } = {}) {
-  const store = extra.store ?? new MemoryStore();
+  const store = extra.store ?? openDispatchStore({ stateDir: mkdtempSync(join(tmpdir(), "wc-runner-store-")) }).store;
   const manager = new RunManager({ cleanupGraceMs: 300, failpoint: () => {}, ...extra, config, store });
   return { manager, store };
 }
