@@ -115,15 +115,19 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
     writeFileSync(runnerConfig, r);
   }
 
-  // Tokens first (the Server CLI writes only hashes into the state DB).
-  const tokens = [];
-  for (const id of principalIds) {
+  // Tokens first (the Server CLI writes only hashes into the state DB). The first
+  // call creates the DB alone; the rest run a few at a time.
+  const issue = async (id) => {
     const { stdout } = await run(process.execPath, TOKEN_ISSUE(serverConfig, id, projects), {
       cwd: dir,
-      timeout: 30_000,
+      timeout: 60_000,
     });
-    const issued = JSON.parse(stdout.trim().split("\n").at(-1));
-    tokens.push(issued.token);
+    return JSON.parse(stdout.trim().split("\n").at(-1)).token;
+  };
+  const tokens = [];
+  if (principalIds.length > 0) tokens.push(await issue(principalIds[0]));
+  for (let i = 1; i < principalIds.length; i += 4) {
+    tokens.push(...(await Promise.all(principalIds.slice(i, i + 4).map(issue))));
   }
 
   const handles = {};
