@@ -474,10 +474,12 @@ export class Runs implements RunsApi, HubListener {
       const version = mirror.version;
       const view = this.#view(rec.run_id, mirror, cursor, runner === undefined);
       if (!view) return fail("not_found", `No run ${input.run_id}.`, "none");
-      firstState ??= view.state;
+      // Anything that changes what the caller sees ends the wait: events, state, the Runner going on/offline.
+      const shape = `${view.state}|${view.runner_offline === true}`;
+      firstState ??= shape;
       const remaining = deadline - Date.now();
       const nothingNew =
-        view.events.length === 0 && !view.history_lost && !isTerminalState(view.state) && view.state === firstState;
+        view.events.length === 0 && !view.history_lost && !isTerminalState(view.state) && shape === firstState;
       if (!nothingNew || cursor === null || remaining <= 0 || signal?.aborted || this.#closed) {
         return { ok: true, value: view };
       }

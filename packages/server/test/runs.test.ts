@@ -300,7 +300,16 @@ describe("run core", () => {
     const run = ok(await h.server.runs.start(alice, input("off")));
     svc.setState(run.run_id, "running", { execution_state: "started" });
     await until(() => h.server.store.get(run.run_id)?.state === "running");
+    const t0 = Date.now();
+    const waiting = h.server.runs.observe(alice, {
+      run_id: run.run_id,
+      after_observation_token: run.observation_token,
+      wait_secs: 20,
+    });
+    await new Promise((r) => setTimeout(r, 50));
     await link.close();
+    expect(ok(await waiting).runner_offline).toBe(true);
+    expect(Date.now() - t0).toBeLessThan(10_000);
     await until(() => !h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online);
     const o = ok(
       await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: run.observation_token }),
