@@ -158,10 +158,14 @@ export class AcpClientConnection {
     if (reason instanceof MessageTooLargeError) return "oversized_message";
     if (this.#closedLocally) return "io_error";
     // stdout EOF and the exit event race; give the exit a moment to arrive.
+    let timer: NodeJS.Timeout | undefined;
     const exited = await Promise.race([
       this.#child.exited.then(() => true),
-      new Promise<false>((resolve) => setTimeout(() => resolve(false), 2000).unref()),
+      new Promise<false>((resolve) => {
+        timer = setTimeout(() => resolve(false), 2000);
+      }),
     ]);
+    clearTimeout(timer);
     if (exited) return "provider_exited";
     return this.#stdoutEnded ? "stdout_closed" : "io_error";
   }

@@ -51,13 +51,19 @@ export async function probeAgent(options: {
     onUnsupportedRequest: () => {},
   });
   const deadline = Date.now() + options.timeoutSecs * 1000;
-  const timed = <T>(p: Promise<RequestOutcome<T>>) =>
-    Promise.race([
-      p,
-      new Promise<{ kind: "timeout" }>((resolve) =>
-        setTimeout(() => resolve({ kind: "timeout" }), Math.max(0, deadline - Date.now())).unref(),
-      ),
-    ]);
+  const timed = async <T>(p: Promise<RequestOutcome<T>>) => {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([
+        p,
+        new Promise<{ kind: "timeout" }>((resolve) => {
+          timer = setTimeout(() => resolve({ kind: "timeout" }), Math.max(0, deadline - Date.now()));
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
   try {
     const init = await timed(conn.initialize());
     if (init.kind !== "ok") return { ok: false, stage: "initialize", reason: describe(init) };

@@ -125,7 +125,8 @@ class Run {
   expireGrace!: () => void;
   readonly permissionWaiters = new Set<(why: CancelReason) => void>();
   pendingPermissions = 0;
-  permissionAnswered: "deadline" | CancelReason | null = null;
+  /** Why the first permission request was answered `cancelled` (for the terminal message). */
+  permissionAnswered: "permission_deadline" | CancelReason | null = null;
   readonly timers = new Set<NodeJS.Timeout>();
 
   pushedSeq = 0;
@@ -628,7 +629,7 @@ export class RunManager implements RunService {
         let failureKind = mapped.failure_kind;
         if (mapped.state === "completed") message = "The agent completed the turn.";
         else if (mapped.state === "cancelled") {
-          if (run.permissionAnswered === "deadline") {
+          if (run.permissionAnswered === "permission_deadline") {
             message =
               "The agent ended the turn as cancelled after its permission request was answered 'cancelled' because the permission deadline expired.";
           } else if (deadline) {
@@ -731,10 +732,10 @@ export class RunManager implements RunService {
     this.#touch(run);
     this.#log.info({ run_id: run.run_id }, "permission requested");
 
-    const why = await new Promise<"deadline" | CancelReason | "closed">((resolve) => {
-      const timer = setTimeout(() => finish("deadline"), this.#config.acp.permissionTimeoutSecs * 1000);
+    const why = await new Promise<"permission_deadline" | CancelReason | "closed">((resolve) => {
+      const timer = setTimeout(() => finish("permission_deadline"), this.#config.acp.permissionTimeoutSecs * 1000);
       const onAbort = () => finish("closed");
-      const finish = (w: "deadline" | CancelReason | "closed") => {
+      const finish = (w: "permission_deadline" | CancelReason | "closed") => {
         clearTimeout(timer);
         signal.removeEventListener("abort", onAbort);
         run.permissionWaiters.delete(finish);

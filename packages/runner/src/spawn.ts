@@ -80,7 +80,8 @@ export interface SpawnOptions {
 const POLL_MS = 25;
 
 function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms).unref());
+  // Not unref'd: a pending cleanup must keep the process alive (exec has nothing else holding it).
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** Whether any non-zombie process is still in the group (falls back to kill(−pgid, 0) without /proc). */

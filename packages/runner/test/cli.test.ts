@@ -3,13 +3,13 @@
  * (relative paths resolve against the config file, so the cwd does not matter).
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { RunEvent } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { REPO_ROOT } from "./support/harness.js";
+import { alive, FAKE_AGENT, REPO_ROOT } from "./support/harness.js";
 
 const run = promisify(execFile);
 const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
@@ -57,6 +57,45 @@ describe("webcodex-runner", () => {
     expect(json.stderr).toMatch(/"msg":"run terminal"/);
     expect(json.stderr).not.toContain("7f3a9c");
     expect(json.stderr).not.toContain("I fixed add()");
+  });
+
+  test("exec exits only after the agent's whole tree is gone (SIGTERM-ignoring grandchild)", async () => {
+    const ledger = join(dir, "ledger.jsonl");
+    const file = join(dir, "grandchild.toml");
+    writeFileSync(
+      file,
+      [
+        "[[projects]]",
+        'id = "demo"',
+        `root = ${JSON.stringify(join(REPO_ROOT, "examples/demo-project"))}`,
+        "allow_patch = true",
+        "[acp]",
+        "[[acp.agents]]",
+        'id = "fake"',
+        `executable = ${JSON.stringify(FAKE_AGENT)}`,
+        `args = ["--ledger", ${JSON.stringify(ledger)}]`,
+        "[acp.agents.env_from_env]",
+        'PATH = "PATH"',
+      ].join("\n"),
+    );
+    const { code } = await cli([
+      "exec",
+      "--config",
+      file,
+      "--project",
+      "demo",
+      "--provider",
+      "fake",
+      "scenario: grandchild",
+    ]);
+    expect(code).toBe(0);
+    const entry = readFileSync(ledger, "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { event: string; pid?: number })
+      .find((e) => e.event === "grandchild");
+    expect(entry?.pid).toBeGreaterThan(0);
+    expect(alive(entry?.pid as number)).toBe(false);
   });
 
   test("an invalid config exits 2 listing every error", async () => {
