@@ -8,7 +8,7 @@
  *   4. reap surviving agent process groups of those rows  (start-time checked)
  *   5. prune old terminal rows (retention)
  *   6. build the run manager (new agent_instance_id, new provider instances)
- *   7. connect to the Server (link.ts), when the config has a [server] table
+ *   7. connect to the Server (link.ts); `run` requires [server] and a token (checked first, exit 2)
  *
  * SIGINT/SIGTERM: stop the link, then close the run manager (stop accepting,
  * close every child tree, record terminal state per contract), close the
@@ -178,6 +178,22 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
   const invalid = invalidFailpointValue();
   if (invalid) logger.warn({ value_length: invalid.length }, `${FAILPOINT_ENV} names no failpoint; ignored`);
 
+  // `run` needs a Server to work for; check it before touching the store.
+  const server = config.server;
+  if (!server) {
+    throw new DaemonStartError(
+      2,
+      `${config.file}: server: \`run\` needs a [server] table (url, token_env or token_file)`,
+    );
+  }
+  const token = await readToken(config);
+  if (token === null) {
+    throw new DaemonStartError(
+      2,
+      `${config.file}: server: no Runner token found (set the variable named by server.token_env or the file named by server.token_file)`,
+    );
+  }
+
   const { store, recovered, reaped } = await prepareStore({
     stateDir: config.runner.stateDir,
     newStore: options.newStore,
@@ -193,20 +209,13 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
     throw error;
   }
 
-  let link: LinkHandle | undefined;
-  if (!config.server) {
-    logger.warn("no [server] table in the config; running without a Server link");
-  } else {
-    const token = await readToken(config);
-    if (token === null) {
-      await service.close();
-      store.close();
-      throw new DaemonStartError(
-        2,
-        `${config.file}: server: no Runner token found (set the variable named by server.token_env or the file named by server.token_file)`,
-      );
-    }
-    link = startLink({ url: config.server.url, token, service, logger });
+  let link: LinkHandle;
+  try {
+    link = startLink({ url: server.url, token, service, logger });
+  } catch (error) {
+    await service.close();
+    store.close();
+    throw error;
   }
   logger.info(
     {
@@ -227,7 +236,7 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
     stopping ??= (async () => {
       logger.info({ reason }, "runner stopping");
       try {
-        await link?.close();
+        await link.close();
       } catch (error) {
         logger.warn({ err_name: (error as Error)?.name }, "closing the Server link failed");
       }

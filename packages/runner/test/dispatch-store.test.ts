@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -286,6 +286,22 @@ describe("store identity and refusal", () => {
     writeFileSync(db, bytes.subarray(0, Math.floor(bytes.length / 2)));
     const error = refusal(() => open(dir));
     expect(["integrity", "corrupt"]).toContain(error.reason);
+  });
+
+  it("refuses a database replaced by another store, and an unreadable marker", () => {
+    const dir = tempDir();
+    const other = tempDir();
+    open(dir).close();
+    open(other).close();
+    copyFileSync(join(other, STORE_DB_FILE), join(dir, STORE_DB_FILE));
+    expect(refusal(() => open(dir)).reason).toBe("mismatch");
+
+    const third = tempDir();
+    open(third).close();
+    writeFileSync(join(third, STORE_MARKER_FILE), "{not json");
+    const error = refusal(() => open(third));
+    expect(error.reason).toBe("marker_corrupt");
+    expect(error.file).toBe(join(third, STORE_MARKER_FILE));
   });
 
   it("refuses a second process-level open of a store in use, and --new-store does not move it", () => {

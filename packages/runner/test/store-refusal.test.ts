@@ -1,6 +1,6 @@
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { STORE_DB_FILE, STORE_MARKER_FILE } from "../src/dispatch-store.js";
 import {
   killAllRunners,
@@ -8,8 +8,19 @@ import {
   runnerBuilt,
   type Sandbox,
   startRunner,
+  startTestServer,
+  type TestServer,
   waitFor,
 } from "./crash-matrix-harness.js";
+
+// The Runners need a Server to connect to (`run` requires [server]); this one just answers hello.
+let server: TestServer | undefined;
+beforeAll(async () => {
+  server = await startTestServer();
+});
+afterAll(async () => {
+  await server?.close();
+});
 
 const sandboxes: Sandbox[] = [];
 afterEach(async () => {
@@ -18,7 +29,7 @@ afterEach(async () => {
 });
 
 function sandbox(): Sandbox {
-  const s = makeSandbox();
+  const s = makeSandbox({ serverUrl: server!.url });
   sandboxes.push(s);
   return s;
 }
@@ -52,10 +63,6 @@ async function expectRefusal(s: Sandbox, what: RegExp): Promise<void> {
 }
 
 describe.skipIf(!runnerBuilt())("store refusal (real webcodex-runner run)", () => {
-  beforeAll(() => {
-    expect(runnerBuilt()).toBe(true);
-  });
-
   it("refuses to start when the database was deleted after use (marker present)", async () => {
     const s = sandbox();
     await createStore(s);
@@ -75,6 +82,19 @@ describe.skipIf(!runnerBuilt())("store refusal (real webcodex-runner run)", () =
     await createStore(s);
     writeFileSync(join(s.stateDir, STORE_DB_FILE), Buffer.alloc(64 * 1024, "garbage!"));
     await expectRefusal(s, /cannot be opened|integrity/);
+  });
+
+  it("refuses a second Runner on the same state dir while the first one runs", async () => {
+    const s = sandbox();
+    const first = startRunner(s);
+    await waitFor(() => first.stderr().includes('"runner started"'), 20_000, "runner start");
+    const second = startRunner(s);
+    const { code } = await second.exited;
+    expect(code).toBe(3);
+    expect(second.stderr()).toContain("in use by another process");
+    expect(first.child.exitCode).toBeNull();
+    await first.stop();
+    expect((await first.exited).code).toBe(0);
   });
 
   it("starts a fresh store with a new store_id on --new-store, moving the old one aside", async () => {
