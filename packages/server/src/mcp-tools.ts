@@ -322,7 +322,7 @@ export class McpTools {
       outcome = { result: errorResult(error), outcome: "internal", run_id: null };
     }
     const output = outcome.result.content[0];
-    this.#audit.record({
+    const row = {
       principal_id: principal.id,
       tool: name,
       run_id: outcome.run_id,
@@ -330,7 +330,9 @@ export class McpTools {
       input_bytes: jsonBytes(args),
       output_bytes: output && output.type === "text" ? utf8Length(output.text) : 0,
       duration_ms: Math.max(0, Math.round(this.#now() - started)),
-    });
+    };
+    this.#audit.record(row);
+    this.#logger.debug(row, "tool call");
     return outcome.result;
   }
 

@@ -414,5 +414,24 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
       .join("\n");
     expect(bytes).toContain("mcp_audit");
     for (const canary of [PROMPT_CANARY, MESSAGE_CANARY, KEY_CANARY, aliceToken]) expect(bytes).not.toContain(canary);
+    // Nor in the Server's debug log or the Runner's output.
+    const logs = stack.serverLog() + stack.runnerLog();
+    expect(stack.serverLog()).toContain('"msg":"tool call"');
+    for (const canary of [PROMPT_CANARY, MESSAGE_CANARY, KEY_CANARY, aliceToken]) expect(logs).not.toContain(canary);
+  });
+
+  it("reports the Runner offline in the resource and refuses new starts while it is down", async () => {
+    await stack.stopRunner();
+    const res = await alice.readResource({ uri: "webcodex://projects" });
+    expect(JSON.parse((res.contents[0] as { text: string }).text).projects).toEqual([
+      { project_id: "demo", runner_online: false, allow_patch: false, providers: [] },
+    ]);
+    const e = await err(alice, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: key("offline"),
+      prompt: "scenario: hello",
+    });
+    expect(e).toMatchObject({ code: "runner_unavailable", recovery_kind: "retry_same" });
   });
 });

@@ -54,6 +54,8 @@ export interface StackOptions {
   runnerEnv?: Record<string, string>;
   /** Start the Runner (default true). */
   runner?: boolean;
+  /** Level of the Server's log, written to `server.log` in the stack dir (default "debug"). */
+  serverLogLevel?: string;
 }
 
 export interface Stack {
@@ -65,7 +67,10 @@ export interface Stack {
   readonly mcpUrl: URL;
   /** The fake agent's ledger: one JSON line per received session/prompt (and notable events). */
   readonly ledgerFile: string;
+  /** The Runner child's stdout+stderr (last 64 KiB). */
   readonly runnerLog: () => string;
+  /** The in-process Server's pino log (JSON lines). */
+  readonly serverLog: () => string;
   /** Issue a principal bearer token directly in the Server's state DB (like `token issue`). */
   issueToken(principalId: string, scopes: Scope[], projects: string[], allowCodingAgentRun?: boolean): string;
   /** An SDK Client over Streamable HTTP with this bearer token. Closed by stop(). */
@@ -77,8 +82,6 @@ export interface Stack {
   /** Stop everything, then verify that no process started for this stack survives. */
   stop(): Promise<void>;
 }
-
-const silent = pino({ level: process.env.WEBCODEX_TEST_LOG_LEVEL ?? "silent" });
 
 function toml(value: unknown): string {
   return JSON.stringify(value);
@@ -134,7 +137,12 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       principalsToml,
   );
   const config = loadServerConfig(serverConfigFile);
-  const server = await startServer({ config, logger: silent, mcpHandler: createMcpHandler, env: {} });
+  const serverLogFile = join(dir, "server.log");
+  const logger = pino(
+    { level: options.serverLogLevel ?? "debug" },
+    pino.destination({ dest: serverLogFile, sync: true, mkdir: true }),
+  );
+  const server = await startServer({ config, logger, mcpHandler: createMcpHandler, env: {} });
   const mcpUrl = new URL(`${server.url}/mcp`);
 
   const runnerConfigFile = join(dir, "runner.toml");
@@ -183,6 +191,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     mcpUrl,
     ledgerFile,
     runnerLog: () => runnerLog,
+    serverLog: () => (existsSync(serverLogFile) ? readFileSync(serverLogFile, "utf8") : ""),
 
     issueToken(principalId, scopes, projectIds, allowCodingAgentRun = true) {
       return tokens.issue(
