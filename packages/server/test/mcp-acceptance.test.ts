@@ -39,7 +39,7 @@ beforeAll(async () => {
       { id: "demo", allow_patch: true },
       { id: "secret", allow_patch: true },
     ],
-    acp: { max_concurrent_runs: 8 },
+    acp: { max_concurrent_runs: 8, permission_timeout_secs: 2 },
   });
   aliceToken = stack.issueToken("alice", ["coding_agent:run", "project:write", "project:read"], ["demo"]);
   alice = await stack.connect(aliceToken);
@@ -233,6 +233,16 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     expect(done.last).toMatchObject({ state: "cancelled" });
     const outcomes = stack.ledger().filter((l) => l.event === "permission_outcome");
     expect(outcomes.every((l) => l.outcome === "cancelled")).toBe(true);
+  });
+
+  it("answers a permission request 'cancelled' at its deadline and reports the correlated end", async () => {
+    const started = await start(alice, "scenario: permission");
+    const done = await observeUntil(alice, started.run_id as string, started.observation_token as string, (o) =>
+      TERMINAL.has(o.state as string),
+    );
+    expect(done.states).toContain("waiting_permission");
+    expect(done.last).toMatchObject({ state: "cancelled", stop_reason: "cancelled" });
+    expect(done.last.message).toContain("permission deadline");
   });
 
   it.each([["project:write"], ["job:run"], ["mcp:local"], ["runtime:read"], [...ALL_BUT_RUN]])(
