@@ -252,6 +252,66 @@ function resolveFrom(base: string, p: string): string {
   return isAbsolute(p) ? p : resolve(base, p);
 }
 
+type Report = (path: string, rule: string) => void;
+
+/** The real path of a project root, reporting a missing or non-directory root. */
+function checkProjectRoot(base: string, root: string, path: string, err: Report): string {
+  const wanted = resolveFrom(base, root);
+  try {
+    const real = realpathSync(wanted);
+    if (!statSync(real).isDirectory()) err(path, `${wanted} is not a directory`);
+    return real;
+  } catch {
+    err(path, `${wanted} does not exist`);
+    return wanted;
+  }
+}
+
+/** The absolute executable path, reporting bare names, missing files and missing execute permission. */
+function checkExecutable(base: string, executable: string, path: string, err: Report): string {
+  if (!isAbsolute(executable) && !executable.includes("/")) {
+    err(
+      path,
+      "must be an absolute path or a path relative to the config file (bare command names are not searched on PATH)",
+    );
+    return executable;
+  }
+  const abs = resolveFrom(base, executable);
+  try {
+    if (!statSync(abs).isFile()) err(path, `${abs} is not a file`);
+    else accessSync(abs, constants.X_OK);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    err(path, code === "ENOENT" ? `${abs} does not exist` : `${abs} is not executable`);
+  }
+  return abs;
+}
+
+/**
+ * When the schema already failed, still run the filesystem checks on every
+ * project root and executable that is at least a string, so one pass lists
+ * every problem.
+ */
+function checkFilesystemLeniently(file: string, raw: unknown, errors: string[]): void {
+  const base = dirname(file);
+  const err: Report = (path, rule) => errors.push(`${file}: ${path}: ${rule}`);
+  const record = (v: unknown) => (v !== null && typeof v === "object" ? (v as Record<string, unknown>) : {});
+  const projects = record(raw).projects;
+  if (Array.isArray(projects)) {
+    projects.forEach((p, i) => {
+      const root = record(p).root;
+      if (typeof root === "string" && root !== "") checkProjectRoot(base, root, `projects[${i}].root`, err);
+    });
+  }
+  const agents = record(record(raw).acp).agents;
+  if (Array.isArray(agents)) {
+    agents.forEach((a, i) => {
+      const exe = record(a).executable;
+      if (typeof exe === "string" && exe !== "") checkExecutable(base, exe, `acp.agents[${i}].executable`, err);
+    });
+  }
+}
+
 /** Cross-field and filesystem rules, after the schema accepted the shape. */
 function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerConfig {
   const base = dirname(file);
@@ -262,14 +322,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
   raw.projects.forEach((p, i) => {
     if (projectIds.has(p.id)) err(`projects[${i}].id`, `${JSON.stringify(p.id)} is not unique`);
     projectIds.add(p.id);
-    const wanted = resolveFrom(base, p.root);
-    let root = wanted;
-    try {
-      root = realpathSync(wanted);
-      if (!statSync(root).isDirectory()) err(`projects[${i}].root`, `${wanted} is not a directory`);
-    } catch {
-      err(`projects[${i}].root`, `${wanted} does not exist`);
-    }
+    const root = checkProjectRoot(base, p.root, `projects[${i}].root`, err);
     projects.push(Object.freeze({ id: p.id, root, allowPatch: p.allow_patch }));
   });
 
@@ -285,22 +338,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
     if (agentIds.has(a.id)) err(`${at}.id`, `${JSON.stringify(a.id)} is not unique`);
     agentIds.add(a.id);
 
-    let executable = a.executable;
-    if (!isAbsolute(a.executable) && !a.executable.includes("/")) {
-      err(
-        `${at}.executable`,
-        "must be an absolute path or a path relative to the config file (bare command names are not searched on PATH)",
-      );
-    } else {
-      executable = resolveFrom(base, a.executable);
-      try {
-        if (!statSync(executable).isFile()) err(`${at}.executable`, `${executable} is not a file`);
-        else accessSync(executable, constants.X_OK);
-      } catch (e) {
-        const code = (e as NodeJS.ErrnoException).code;
-        err(`${at}.executable`, code === "ENOENT" ? `${executable} does not exist` : `${executable} is not executable`);
-      }
-    }
+    const executable = checkExecutable(base, a.executable, `${at}.executable`, err);
 
     const seen = new Set<string>();
     a.allowed_config_options.forEach((key, j) => {
@@ -371,7 +409,11 @@ export function parseConfig(text: string, file: string): RunnerConfig {
     throw new ConfigError([`${abs}: TOML syntax error`]);
   }
   const parsed = ConfigSchema.safeParse(raw);
-  if (!parsed.success) throw new ConfigError(describeIssues(abs, raw, parsed.error));
+  if (!parsed.success) {
+    const errors = describeIssues(abs, raw, parsed.error);
+    checkFilesystemLeniently(abs, raw, errors);
+    throw new ConfigError(errors);
+  }
   const errors: string[] = [];
   const config = checkSemantics(abs, parsed.data, errors);
   if (errors.length > 0) throw new ConfigError(errors);

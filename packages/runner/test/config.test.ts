@@ -111,6 +111,10 @@ args = [1]
       `${file}: acp.agents[1].id: "Codex" must match`,
       `${file}: acp.agents[2].args[0]: must be a string`,
       `${file}: acp.agents[2].env_from_env.BAD-NAME`,
+      // Filesystem problems are listed in the same pass as schema problems.
+      `${file}: projects[0].root: ${join(dir, "missing-dir")} does not exist`,
+      `${file}: acp.agents[0].executable: must be an absolute path or a path relative to the config file`,
+      `${file}: acp.agents[1].executable: ${join(dir, "bin", "not-exec")} is not executable`,
     ];
     for (const prefix of expected)
       expect(
