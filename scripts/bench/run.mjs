@@ -187,7 +187,24 @@ try {
     } catch (e) {
       error = String(e?.message ?? e);
     }
-    return { baseline, ours, error };
+    // Attribution: the same wake-up with the Server alone (one simulated Runner pushing
+    // every interval_ms, one MCP observer) — no Runner process, no agent pipe.
+    let server_only = null;
+    try {
+      const r = await fanout.run(ctx, {
+        ns: [1],
+        ms: [1],
+        intervalMs: PLAN.wakeup.intervalMs,
+        durationMs: PLAN.wakeup.intervalMs * PLAN.wakeup.count,
+        warmupMs: 300,
+        perPrincipal: 1,
+        nodeArgs,
+      });
+      server_only = r.cells[0] ?? null;
+    } catch (e) {
+      server_only = { error: String(e?.message ?? e) };
+    }
+    return { baseline, ours, error, server_only };
   });
 
   await section("fanout", async () => {

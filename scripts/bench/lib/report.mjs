@@ -139,6 +139,7 @@ export function render(results) {
     out += latencyRow("bare SDK reader (reference)", s.wakeup.baseline?.latency_ms);
     out += latencyRow("ours, observer already waiting", s.wakeup.ours?.latency_ms);
     out += latencyRow("ours, every tick", s.wakeup.ours?.latency_all_ms);
+    out += latencyRow("Server alone (sim runner → MCP)", s.wakeup.server_only?.latency_ms);
     if (s.wakeup.error) out += `  ours: ERROR ${s.wakeup.error.split("\n")[0]}\n`;
     out += "\n";
   }
