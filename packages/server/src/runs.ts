@@ -48,6 +48,14 @@ import type { AdmissionRecord, RecordPatch, StateStore } from "./state-store.js"
 const MAX_IDEMPOTENCY_KEY_BYTES = 256;
 const MAX_WORKFLOW_SESSION_ID_LENGTH = 128;
 const MAX_SYNC_ROUNDS = 32;
+const SYNC_TIMEOUT_MS = 10_000;
+/** An observe waits at least this long for a catch-up before answering from the mirror as it is. */
+const CATCH_UP_MIN_WAIT_MS = 2_000;
+
+function withTimeout(p: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]).finally(() => clearTimeout(timer));
+}
 
 function fail<T>(code: ApiErrorCode, message: string, recovery_kind: RecoveryKind): ApiResult<T> {
   return { ok: false, error: { code, message, recovery_kind } };
@@ -469,7 +477,10 @@ export class Runs implements RunsApi, HubListener {
       if (runner && (admission === "admitted" || admission === "sent")) {
         if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
         const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
-        if (!mirror.synced || mirror.syncing || behind) await this.#catchUp(mirror, runner);
+        if (!mirror.synced || mirror.syncing || behind) {
+          // A slow Runner must not hold an observe past its own wait: answer with what is held (has_more).
+          await withTimeout(this.#catchUp(mirror, runner), Math.max(CATCH_UP_MIN_WAIT_MS, deadline - Date.now()));
+        }
       }
       const version = mirror.version;
       const view = this.#view(rec.run_id, mirror, cursor, runner === undefined);
@@ -549,12 +560,10 @@ export class Runs implements RunsApi, HubListener {
         for (let round = 0; round < MAX_SYNC_ROUNDS && !this.#closed; round++) {
           if (runner.conn.closed || mirror.instance !== runner.agentInstanceId) return;
           const after = mirror.lastSeq;
-          const res = await runner.conn.request({
-            type: "run.sync",
-            run_id: mirror.runId,
-            after_seq: after,
-            max_events: MAX_EVENTS_PER_SYNC,
-          });
+          const res = await runner.conn.request(
+            { type: "run.sync", run_id: mirror.runId, after_seq: after, max_events: MAX_EVENTS_PER_SYNC },
+            SYNC_TIMEOUT_MS,
+          );
           if (!res.ok) return;
           if (mirror.instance !== runner.agentInstanceId) return;
           if (res.frame.type === "error") {
