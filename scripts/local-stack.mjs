@@ -55,11 +55,14 @@ export function startServer({ configFile, cwd, env, onLine = () => {} }) {
   let onListening;
   let child;
   const listening = new Promise((res, rej) => {
-    onListening = res;
-    setTimeout(() => {
+    const timer = setTimeout(() => {
       killGroup(child, "SIGKILL");
       rej(new Error("the Server did not report a listening port within 30 s"));
-    }, 30_000).unref();
+    }, 30_000);
+    onListening = (port) => {
+      clearTimeout(timer);
+      res(port);
+    };
   });
   child = startDaemon(BINS.server, ["run", "--config", configFile], {
     cwd,
@@ -142,32 +145,44 @@ export function killGroup(child, signal) {
   }
 }
 
-/** Live descendants of `pid` (Linux /proc; empty elsewhere). */
-export function descendantPids(pid) {
+/** pid → {ppid, start} of every live, non-zombie process (Linux /proc; empty elsewhere). */
+function processTable() {
+  const table = new Map();
   let names;
   try {
     names = readdirSync("/proc").filter((n) => /^\d+$/.test(n));
   } catch {
-    return [];
+    return table;
   }
-  const parentOf = new Map();
   for (const name of names) {
     try {
       const stat = readFileSync(`/proc/${name}/stat`, "utf8");
       const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      if (fields[0] !== "Z") parentOf.set(Number(name), Number(fields[1]));
+      if (fields[0] !== "Z") table.set(Number(name), { ppid: Number(fields[1]), start: fields[19] });
     } catch {}
   }
-  const found = [];
+  return table;
+}
+
+/** Live descendants of `pid`, as pid → start time (so a reused pid is not mistaken for them). */
+export function descendants(pid) {
+  const table = processTable();
+  const found = new Map();
   const queue = [pid];
   while (queue.length > 0) {
     const parent = queue.pop();
-    for (const [child, ppid] of parentOf) {
-      if (ppid === parent && !found.includes(child)) {
-        found.push(child);
+    for (const [child, info] of table) {
+      if (info.ppid === parent && !found.has(child)) {
+        found.set(child, info.start);
         queue.push(child);
       }
     }
   }
   return found;
+}
+
+/** The processes of `tracked` (pid → start time) that are still alive. */
+export function survivorsOf(tracked) {
+  const table = processTable();
+  return [...tracked].filter(([pid, start]) => table.get(pid)?.start === start).map(([pid]) => pid);
 }

@@ -34,7 +34,7 @@ import { homedir, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import {
   BINS,
-  descendantPids,
+  descendants,
   issuePrincipalToken,
   newRunnerToken,
   ROOT,
@@ -43,6 +43,7 @@ import {
   startRunner,
   startServer,
   stopInOrder,
+  survivorsOf,
   toml,
   waitForRunner,
 } from "./local-stack.mjs";
@@ -293,6 +294,9 @@ allowed_config_options = []
 [acp.agents.env_from_env]
 ${envTable(mapping)}
 `;
+  makeProject(join(work, PROJECT_CODE), true);
+  makeProject(join(work, PROJECT_CANCEL), false);
+  makeProject(join(work, PROJECT_FAIL), true);
   const runnerToml = join(work, "runner.toml");
   writeFileSync(
     runnerToml,
@@ -315,28 +319,31 @@ ${agent("codex", `Codex (codex-acp ${version})`, envs.withCredentials)}
 ${agent("codex_nocreds", `Codex without credentials (codex-acp ${version})`, envs.withoutCredentials)}`,
   );
   stack.runner = startRunner({ configFile: runnerToml, cwd: work, env: envs.runnerEnv, onLine: log("runner") });
-  await waitForRunner({ url: stack.url, token, projectId: PROJECT_FAIL, timeoutMs: 60_000 });
+  const runnerExited = () => stack.runner.exitCode !== null || stack.runner.signalCode !== null;
+  await waitForRunner({ url: stack.url, token, projectId: PROJECT_FAIL, timeoutMs: 60_000, shouldStop: runnerExited });
+  if (runnerExited()) throw new Error(`the Runner exited during start-up (its log: ${stack.logFile})`);
 }
 
 function trackPids(stack) {
   for (const child of [stack.server, stack.runner]) {
     if (child?.pid === undefined) continue;
-    stack.pids.add(child.pid);
-    for (const pid of descendantPids(child.pid)) stack.pids.add(pid);
+    for (const [pid, start] of descendants(child.pid)) stack.pids.set(pid, start);
   }
 }
 
 async function stopStack(stack) {
-  trackPids(stack);
+  try {
+    trackPids(stack);
+  } catch {}
   await stopInOrder([stack.runner, stack.server], 15_000);
-  const survivors = [...stack.pids].filter((pid) => {
-    try {
-      process.kill(pid, 0);
-      return true;
-    } catch {
-      return false;
+  const survivors = survivorsOf(stack.pids);
+  if (process.env.WEBCODEX_SMOKE_DEBUG === "1") {
+    for (const pid of survivors) {
+      try {
+        say(`      survivor ${pid}: ${readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[0]}`);
+      } catch {}
     }
-  });
+  }
   for (const pid of survivors) {
     try {
       process.kill(pid, "SIGKILL");
@@ -390,7 +397,6 @@ function summarize(result) {
 
 async function caseAdapterFailure(stack) {
   const { FAILURE_SUMMARIES } = await import(join(ROOT, "packages", "protocol", "dist", "index.js"));
-  makeProject(join(stack.work, PROJECT_FAIL), true);
   const result = await runCase(stack, {
     project: PROJECT_FAIL,
     provider: "codex_nocreds",
@@ -416,7 +422,6 @@ function sha256File(file) {
 
 async function caseCoding(stack) {
   const dir = join(stack.work, PROJECT_CODE);
-  makeProject(dir, true);
   const acceptance = join(dir, "tests", "test_acceptance.py");
   const before = sha256File(acceptance);
   const result = await runCase(stack, {
@@ -448,7 +453,6 @@ async function caseCoding(stack) {
 }
 
 async function caseCancel(stack) {
-  makeProject(join(stack.work, PROJECT_CANCEL), false);
   const result = await runCase(stack, {
     project: PROJECT_CANCEL,
     provider: "codex",
@@ -481,7 +485,7 @@ async function main() {
     runner: undefined,
     url: "",
     token: "",
-    pids: new Set(),
+    pids: new Map(),
   };
   let survivors = 0;
   const onSignal = () => {
