@@ -93,6 +93,15 @@ class Link implements LinkHandle {
   readonly #unsubscribe: () => void;
 
   constructor(opts: LinkOptions) {
+    let parsed: URL | null = null;
+    try {
+      parsed = new URL(opts.url);
+    } catch {
+      // reported below
+    }
+    if (!parsed || (parsed.protocol !== "ws:" && parsed.protocol !== "wss:")) {
+      throw new TypeError("server url must be a ws:// or wss:// URL");
+    }
     this.#url = opts.url;
     this.#token = opts.token;
     this.#service = opts.service;
