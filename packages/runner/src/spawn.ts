@@ -173,15 +173,18 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
 
   const terminate = async (graceMs: number): Promise<TreeCleanup> => {
     stdinNode.end();
-    await Promise.race([exited, sleep(graceMs)]);
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([exited, new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
+    clearTimeout(timer);
     if (exit !== null && !groupAlive(pid)) return { escalation: "eof", survivors: 0 };
 
     signalGroup(pid, "SIGTERM");
     if (await waitGroupGone(pid, graceMs)) return { escalation: "sigterm", survivors: 0 };
 
-    // Stragglers: walk the tree from the leader while it may still be alive
-    // (catches descendants that left the group), then kill the whole group.
-    await new Promise<void>((resolve) => treeKill(pid, "SIGKILL", () => resolve()));
+    // Stragglers: walk the tree from the leader while it is still alive (catches
+    // descendants that left the group) — never once it exited, as its pid may
+    // be reused — then kill the whole group.
+    if (exit === null) await new Promise<void>((resolve) => treeKill(pid, "SIGKILL", () => resolve()));
     signalGroup(pid, "SIGKILL");
     const gone = await waitGroupGone(pid, graceMs);
     return { escalation: "sigkill", survivors: gone ? 0 : listGroupMembers(pid).length };
