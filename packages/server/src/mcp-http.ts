@@ -29,7 +29,7 @@ import {
 import type { Logger } from "pino";
 import type { AuditLog } from "./audit.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI, readProjectsResource } from "./mcp-resource.js";
-import { McpTools, toolDefinitions } from "./mcp-tools.js";
+import { isToolName, McpTools, toolDefinitions } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
 import type { Principal, RunsApi } from "./runs-api.js";
 import { bearerToken } from "./tokens.js";
@@ -76,7 +76,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: toolDefinitions() }));
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       const name = request.params.name;
-      if (!McpTools.isToolName(name)) {
+      if (!isToolName(name)) {
         throw new McpError(
           ErrorCode.InvalidParams,
           "Unknown tool. This server has exactly three tools; see tools/list.",

@@ -205,7 +205,7 @@ export function toolDefinitions(): Tool[] {
   return definitions;
 }
 
-function isToolName(name: string): name is ToolName {
+export function isToolName(name: string): name is ToolName {
   return TOOL_SPECS.some((s) => s.name === name);
 }
 
@@ -305,10 +305,6 @@ export class McpTools {
     this.#now = options.now ?? (() => performance.now());
   }
 
-  static isToolName(name: string): name is ToolName {
-    return isToolName(name);
-  }
-
   /** Run one tool call for an authenticated principal and audit it. `name` must be a ToolName. */
   async call(principal: Principal, name: ToolName, args: unknown, signal?: AbortSignal): Promise<CallToolResult> {
     const started = this.#now();
@@ -318,7 +314,10 @@ export class McpTools {
     } catch (err) {
       // Never leak internals to the caller; the log keeps the class of failure only.
       this.#logger.error({ tool: name, err: describeFailure(err) }, "tool call failed unexpectedly");
-      const error = apiError("internal", "The Server failed to handle this call. It is safe to observe the run.");
+      const error = apiError(
+        "internal",
+        "The Server failed to handle this call. Retrying it is safe: the same idempotency_key never starts a second run.",
+      );
       outcome = { result: errorResult(error), outcome: "internal", run_id: null };
     }
     const output = outcome.result.content[0];
