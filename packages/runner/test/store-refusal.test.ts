@@ -62,7 +62,7 @@ async function expectRefusal(s: Sandbox, what: RegExp): Promise<void> {
   expect(stderr).toMatch(what);
 }
 
-describe.skipIf(!runnerBuilt())("store refusal (real webcodex-runner run)", () => {
+describe.skipIf(!runnerBuilt())("store refusal (real webcodex-runner run)", { timeout: 90_000 }, () => {
   it("refuses to start when the database was deleted after use (marker present)", async () => {
     const s = sandbox();
     await createStore(s);
