@@ -51,7 +51,7 @@ export function startDaemon(bin, args, { cwd, env = process.env, onLine = () => 
 }
 
 /** Starts the Server; resolves with its child and the port it reports on stdout. */
-export function startServer({ configFile, cwd, env, onLine = () => {} }) {
+export function startServer({ configFile, cwd, env, onLine = () => {}, onSpawn = () => {} }) {
   let onListening;
   let child;
   const listening = new Promise((res, rej) => {
@@ -77,6 +77,7 @@ export function startServer({ configFile, cwd, env, onLine = () => {} }) {
       onLine(line);
     },
   });
+  onSpawn(child);
   const exited = new Promise((_, rej) =>
     child.once("exit", (code, signal) => rej(new Error(`the Server exited during start-up (${signal ?? code})`))),
   );
