@@ -471,6 +471,7 @@ export class Runs implements RunsApi, HubListener {
     const deadline = Date.now() + waitMs;
     let firstState: string | null = null;
     for (;;) {
+      if (this.#closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
       const mirror = this.mirrors.getOrCreate(rec.run_id);
       const runner = this.#registry.live(rec.runner_id);
       const admission = this.#store.get(rec.run_id)?.admission;
@@ -482,6 +483,7 @@ export class Runs implements RunsApi, HubListener {
           await withTimeout(this.#catchUp(mirror, runner), Math.max(CATCH_UP_MIN_WAIT_MS, deadline - Date.now()));
         }
       }
+      if (this.#closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
       const version = mirror.version;
       const view = this.#view(rec.run_id, mirror, cursor, runner === undefined);
       if (!view) return fail("not_found", `No run ${input.run_id}.`, "none");
