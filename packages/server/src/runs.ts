@@ -587,8 +587,8 @@ export class Runs implements RunsApi, HubListener {
     return p;
   }
 
-  #persist(runId: string, summary: RunSummary): void {
-    const rec = this.#store.get(runId);
+  #persist(runId: string, summary: RunSummary, known?: AdmissionRecord): void {
+    const rec = known ?? this.#store.get(runId);
     if (!rec) return;
     const patch: RecordPatch = this.#noRegress(rec, summary);
     if (rec.admission === "sent") patch.admission = "admitted";
@@ -734,7 +734,7 @@ export class Runs implements RunsApi, HubListener {
       return;
     }
     if (rec.admission === "rejected_pre_admission") return;
-    this.#persist(runId, frame.run);
+    this.#persist(runId, frame.run, rec);
     const mirror = this.mirrors.getOrCreate(runId);
     if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
     if (mirror.applyUpdate(frame.run, frame.events)) void this.#catchUp(mirror, runner);
