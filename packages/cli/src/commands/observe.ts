@@ -27,8 +27,8 @@ export async function observeCommand(cmd: Extract<Command, { name: "observe" }>,
     seen.push(...obs.events);
     const next = renderObservation(rendered, obs, style);
     rendered = next.state;
-    out.write(next.text);
     out.setStatus(STATE_LABEL[obs.state]);
+    out.write(next.text);
   };
   try {
     let final: Observation;

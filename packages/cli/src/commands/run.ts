@@ -125,8 +125,8 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
       onObservation: (obs) => {
         const next = renderObservation(rendered, obs, style);
         rendered = next.state;
-        out.write(next.text);
         out.setStatus(cancelAsked && !isTerminal(obs.state) ? "cancelling" : STATE_LABEL[obs.state]);
+        out.write(next.text);
       },
       onRetry: (err) => note(paint(style, "yellow", `⚠ ${err.message}; reconnecting…`)),
     });
