@@ -22,31 +22,23 @@ import type {
   SessionNotification,
 } from "@agentclientprotocol/sdk";
 import {
-  type EffectiveConfigEntry,
-  type ExecutionState,
   FAILURE_SUMMARIES,
-  type FailureKind,
   MAX_EVENTS_PER_SYNC,
   MAX_EVENTS_PER_UPDATE,
   MAX_FRAME_BYTES,
   MAX_INVENTORY_RUNS,
-  mapStopReason,
-  type RecoveryKind,
   type RunEvent,
-  type RunPhase,
-  type RunState,
   type RunSummary,
-  type SetupStage,
-  type StopReason,
 } from "@webcodex/protocol";
 import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./acp-session.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "./config.js";
 import { checkCallerKeys, sequenceConfig } from "./config-sequencing.js";
-import type { DispatchRow, DispatchStore } from "./dispatch-store-types.js";
-import { EventRing, type RingLimits } from "./event-ring.js";
+import type { DispatchStore } from "./dispatch-store-types.js";
+import type { EventRing, RingLimits } from "./event-ring.js";
 import { EventNormalizer, Redactor } from "./events.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "./failpoints.js";
 import { type Logger, silentLogger } from "./logger.js";
+import { Run, rowToSummary } from "./run-record.js";
 import type {
   HelloBody,
   RunCancelResult,
@@ -57,6 +49,17 @@ import type {
   RunUpdateListener,
 } from "./run-service.js";
 import { type AgentChild, resolveChildEnv, SpawnError, spawnAgent } from "./spawn.js";
+import {
+  type CancelReason,
+  cancelledBeforeDispatch,
+  lost,
+  notStarted,
+  type PermissionAnswer,
+  promptTerminal,
+  type Terminal,
+} from "./terminal.js";
+
+export { rowToSummary };
 
 export interface RunManagerOptions {
   config: RunnerConfig;
@@ -83,175 +86,9 @@ function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
 }
 
-interface Terminal {
-  state: RunState;
-  execution_state: ExecutionState;
-  stop_reason: StopReason | null;
-  failure_kind: FailureKind | null;
-  recovery_kind: RecoveryKind;
-  message: string;
-}
-
-type CancelReason = "cancel" | "deadline";
 type Aborted = { kind: "aborted" };
 
 class AbortedError extends Error {}
-
-/** One admitted run held in memory: its summary fields, event ring and turn controls. */
-class Run {
-  phase: RunPhase = "admitted";
-  state: RunState = "starting";
-  execution_state: ExecutionState = "not_started";
-  stop_reason: StopReason | null = null;
-  failure_kind: FailureKind | null = null;
-  recovery_kind: RecoveryKind = "wait";
-  message: string | null = null;
-  effective_config: EffectiveConfigEntry[] = [];
-  updated_at: string;
-  readonly ring: EventRing;
-  normalizer: EventNormalizer | null = null;
-
-  child: AgentChild | null = null;
-  conn: AcpClientConnection | null = null;
-  sessionId: string | null = null;
-  stage: SetupStage = "spawn";
-
-  cancelReason: CancelReason | null = null;
-  setupExpired = false;
-  readonly setupAbort = new AbortController();
-  sessionCancelSent = false;
-  /** Resolves when the cancel grace (armed by a cancel or the deadline) has run out. */
-  readonly graceExpired: Promise<void>;
-  expireGrace!: () => void;
-  readonly permissionWaiters = new Set<(why: CancelReason) => void>();
-  pendingPermissions = 0;
-  /** Why the first permission request was answered `cancelled` (for the terminal message). */
-  permissionAnswered: "permission_deadline" | CancelReason | null = null;
-  readonly timers = new Set<NodeJS.Timeout>();
-
-  pushedSeq = 0;
-  pushScheduled = false;
-  settled: Promise<void>;
-  markSettled!: () => void;
-
-  constructor(
-    readonly run_id: string,
-    readonly intent_fingerprint: string,
-    readonly project: ProjectConfig,
-    readonly agent: AgentConfig,
-    readonly provider_instance_id: string,
-    readonly agent_instance_id: string,
-    readonly created_at: string,
-    readonly timeoutSecs: number,
-    ringLimits: Partial<RingLimits> | undefined,
-    now: () => Date,
-  ) {
-    this.updated_at = created_at;
-    this.ring = new EventRing(ringLimits, now);
-    this.settled = new Promise<void>((resolve) => {
-      this.markSettled = resolve;
-    });
-    this.graceExpired = new Promise<void>((resolve) => {
-      this.expireGrace = resolve;
-    });
-  }
-
-  get terminal(): boolean {
-    return this.phase === "terminal";
-  }
-
-  get dispatched(): boolean {
-    return this.phase === "dispatch_barrier";
-  }
-
-  summary(): RunSummary {
-    return {
-      run_id: this.run_id,
-      intent_fingerprint: this.intent_fingerprint,
-      project_id: this.project.id,
-      provider_id: this.agent.id,
-      provider_instance_id: this.provider_instance_id,
-      agent_instance_id: this.agent_instance_id,
-      phase: this.phase,
-      state: this.state,
-      execution_state: this.execution_state,
-      stop_reason: this.stop_reason,
-      failure_kind: this.failure_kind,
-      recovery_kind: this.recovery_kind,
-      message: this.message,
-      effective_config: this.effective_config,
-      ignored_updates: this.normalizer?.ignoredUpdates ?? 0,
-      last_seq: this.ring.lastSeq,
-      oldest_seq: this.ring.oldestSeq,
-      created_at: this.created_at,
-      updated_at: this.updated_at,
-    };
-  }
-
-  timer(ms: number, fn: () => void): void {
-    const t = setTimeout(() => {
-      this.timers.delete(t);
-      fn();
-    }, ms);
-    this.timers.add(t);
-  }
-
-  clearTimers(): void {
-    for (const t of this.timers) clearTimeout(t);
-    this.timers.clear();
-  }
-}
-
-/** A summary for a run known only from the store (another Runner process, or evicted from memory). */
-export function rowToSummary(row: DispatchRow): RunSummary {
-  return {
-    run_id: row.run_id,
-    intent_fingerprint: row.intent_fingerprint,
-    project_id: row.project_id,
-    provider_id: row.provider_id,
-    provider_instance_id: row.provider_instance_id,
-    agent_instance_id: row.agent_instance_id,
-    phase: row.phase,
-    state: row.state,
-    execution_state: row.execution_state,
-    stop_reason: row.stop_reason,
-    failure_kind: row.failure_kind,
-    recovery_kind: row.recovery_kind,
-    message: row.message,
-    effective_config: row.effective_config,
-    ignored_updates: row.ignored_updates,
-    last_seq: row.last_seq,
-    oldest_seq: row.last_seq + 1,
-    created_at: row.created_at,
-    updated_at: row.updated_at,
-  };
-}
-
-const NO_PROMPT = "No prompt was dispatched.";
-const MAY_HAVE_RUN = "The prompt may have run; its outcome is unknown.";
-
-function notStarted(kind: FailureKind, stage: SetupStage, detail = "", recovery: RecoveryKind = "none"): Terminal {
-  const extra = detail ? ` ${detail}` : "";
-  return {
-    state: "failed",
-    execution_state: "not_started",
-    stop_reason: null,
-    failure_kind: kind,
-    recovery_kind: recovery,
-    message: `${FAILURE_SUMMARIES[kind]}${extra} Stage: ${stage}. ${NO_PROMPT}`,
-  };
-}
-
-function lost(kind: FailureKind | null, lead: string): Terminal {
-  return {
-    state: "lost",
-    execution_state: "outcome_unknown",
-    stop_reason: null,
-    failure_kind: kind,
-    recovery_kind: "reconcile",
-    message: `${lead} Stage: prompt. ${MAY_HAVE_RUN}`,
-  };
-}
 
 export class RunManager implements RunService {
   readonly agentInstanceId: string;
@@ -617,49 +454,10 @@ export class RunManager implements RunService {
     void conn.promptWritten.then(() => this.#failpoint("after_prompt_write"));
 
     const answered = await Promise.race([response, run.graceExpired.then(() => ({ kind: "grace" as const }))]);
-    return this.#promptTerminal(run, answered);
-  }
-
-  #promptTerminal(run: Run, answered: RequestOutcome<{ stopReason: string }> | { kind: "grace" }): Terminal {
-    const deadline = run.cancelReason === "deadline";
-    switch (answered.kind) {
-      case "ok": {
-        const mapped = mapStopReason(String(answered.value?.stopReason));
-        let message: string;
-        let failureKind = mapped.failure_kind;
-        if (mapped.state === "completed") message = "The agent completed the turn.";
-        else if (mapped.state === "cancelled") {
-          if (run.permissionAnswered === "permission_deadline") {
-            message =
-              "The agent ended the turn as cancelled after its permission request was answered 'cancelled' because the permission deadline expired.";
-          } else if (deadline) {
-            message = `${FAILURE_SUMMARIES.run_timeout} The agent confirmed the cancellation.`;
-            failureKind = "run_timeout";
-          } else if (run.cancelReason === "cancel") {
-            message = "A cancel was requested; the agent confirmed the cancellation.";
-          } else message = "The agent ended the turn as cancelled.";
-        } else if (mapped.failure_kind === "stop_reason") {
-          message = `${FAILURE_SUMMARIES.stop_reason} Stop reason: ${mapped.stop_reason}.`;
-        } else message = `${FAILURE_SUMMARIES.protocol_violation} The stop reason is not one ACP v1 defines.`;
-        return { ...mapped, failure_kind: failureKind, message };
-      }
-      case "rpc_error":
-        this.#log.info({ run_id: run.run_id, rpc_code: answered.code }, "prompt answered with an error");
-        return {
-          state: "failed",
-          execution_state: "completed",
-          stop_reason: null,
-          failure_kind: "prompt_error",
-          recovery_kind: "none",
-          message: `${FAILURE_SUMMARIES.prompt_error} JSON-RPC error ${answered.code}.`,
-        };
-      case "fault":
-        return lost(answered.fault, FAILURE_SUMMARIES[answered.fault]);
-      case "grace":
-        return deadline
-          ? lost("run_timeout", `${FAILURE_SUMMARIES.run_timeout} The agent did not confirm the cancellation in time.`)
-          : lost(null, "A cancel was requested; the agent did not confirm it in time.");
+    if (answered.kind === "rpc_error") {
+      this.#log.info({ run_id: run.run_id, rpc_code: answered.code }, "prompt answered with an error");
     }
+    return promptTerminal(answered, run);
   }
 
   /** Race a setup request against the setup deadline and cancellation. */
@@ -693,14 +491,7 @@ export class RunManager implements RunService {
   #setupAborted(run: Run): Terminal {
     if (run.setupExpired) return notStarted("setup_timeout", run.stage);
     if (run.cancelReason === "deadline") return notStarted("run_timeout", run.stage);
-    return {
-      state: "cancelled",
-      execution_state: "not_started",
-      stop_reason: null,
-      failure_kind: null,
-      recovery_kind: "none",
-      message: `Cancelled before the prompt was dispatched. Stage: ${run.stage}. ${NO_PROMPT}`,
-    };
+    return cancelledBeforeDispatch(run.stage);
   }
 
   #onSessionUpdate(run: Run, notification: SessionNotification): void {
@@ -732,10 +523,10 @@ export class RunManager implements RunService {
     this.#touch(run);
     this.#log.info({ run_id: run.run_id }, "permission requested");
 
-    const why = await new Promise<"permission_deadline" | CancelReason | "closed">((resolve) => {
+    const why = await new Promise<PermissionAnswer | "closed">((resolve) => {
       const timer = setTimeout(() => finish("permission_deadline"), this.#config.acp.permissionTimeoutSecs * 1000);
       const onAbort = () => finish("closed");
-      const finish = (w: "permission_deadline" | CancelReason | "closed") => {
+      const finish = (w: PermissionAnswer | "closed") => {
         clearTimeout(timer);
         signal.removeEventListener("abort", onAbort);
         run.permissionWaiters.delete(finish);

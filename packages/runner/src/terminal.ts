@@ -1,0 +1,119 @@
+/**
+ * Terminal outcomes of a run as fixed, secret-free texts (DESIGN §3):
+ * FAILURE_SUMMARIES, the stage, and at most an option id, a source variable
+ * name, a stop reason or a numeric JSON-RPC code. Never provider text.
+ */
+import {
+  type ExecutionState,
+  FAILURE_SUMMARIES,
+  type FailureKind,
+  mapStopReason,
+  type RecoveryKind,
+  type RunState,
+  type SetupStage,
+  type StopReason,
+} from "@webcodex/protocol";
+import type { RequestOutcome } from "./acp-session.js";
+
+export type CancelReason = "cancel" | "deadline";
+/** Why a permission request was answered `cancelled`. */
+export type PermissionAnswer = "permission_deadline" | CancelReason;
+
+export interface Terminal {
+  state: RunState;
+  execution_state: ExecutionState;
+  stop_reason: StopReason | null;
+  failure_kind: FailureKind | null;
+  recovery_kind: RecoveryKind;
+  message: string;
+}
+
+export const NO_PROMPT = "No prompt was dispatched.";
+export const MAY_HAVE_RUN = "The prompt may have run; its outcome is unknown.";
+
+/** failed / not_started, naming the stage. */
+export function notStarted(
+  kind: FailureKind,
+  stage: SetupStage,
+  detail = "",
+  recovery: RecoveryKind = "none",
+): Terminal {
+  const extra = detail ? ` ${detail}` : "";
+  return {
+    state: "failed",
+    execution_state: "not_started",
+    stop_reason: null,
+    failure_kind: kind,
+    recovery_kind: recovery,
+    message: `${FAILURE_SUMMARIES[kind]}${extra} Stage: ${stage}. ${NO_PROMPT}`,
+  };
+}
+
+/** lost / outcome_unknown after the barrier. */
+export function lost(kind: FailureKind | null, lead: string): Terminal {
+  return {
+    state: "lost",
+    execution_state: "outcome_unknown",
+    stop_reason: null,
+    failure_kind: kind,
+    recovery_kind: "reconcile",
+    message: `${lead} Stage: prompt. ${MAY_HAVE_RUN}`,
+  };
+}
+
+/** cancelled / not_started: the cancel (or shutdown) came before the barrier. */
+export function cancelledBeforeDispatch(stage: SetupStage): Terminal {
+  return {
+    state: "cancelled",
+    execution_state: "not_started",
+    stop_reason: null,
+    failure_kind: null,
+    recovery_kind: "none",
+    message: `Cancelled before the prompt was dispatched. Stage: ${stage}. ${NO_PROMPT}`,
+  };
+}
+
+/** The terminal outcome once the prompt was dispatched: correlated answer, JSON-RPC error, fault or expired cancel grace. */
+export function promptTerminal(
+  answered: RequestOutcome<{ stopReason: string }> | { kind: "grace" },
+  why: { cancelReason: CancelReason | null; permissionAnswered: PermissionAnswer | null },
+): Terminal {
+  const deadline = why.cancelReason === "deadline";
+  switch (answered.kind) {
+    case "ok": {
+      const mapped = mapStopReason(String(answered.value?.stopReason));
+      let message: string;
+      let failureKind = mapped.failure_kind;
+      if (mapped.state === "completed") message = "The agent completed the turn.";
+      else if (mapped.state === "cancelled") {
+        if (why.permissionAnswered === "permission_deadline") {
+          message =
+            "The agent ended the turn as cancelled after its permission request was answered 'cancelled' because the permission deadline expired.";
+        } else if (deadline) {
+          message = `${FAILURE_SUMMARIES.run_timeout} The agent confirmed the cancellation.`;
+          failureKind = "run_timeout";
+        } else if (why.cancelReason === "cancel") {
+          message = "A cancel was requested; the agent confirmed the cancellation.";
+        } else message = "The agent ended the turn as cancelled.";
+      } else if (mapped.failure_kind === "stop_reason") {
+        message = `${FAILURE_SUMMARIES.stop_reason} Stop reason: ${mapped.stop_reason}.`;
+      } else message = `${FAILURE_SUMMARIES.protocol_violation} The stop reason is not one ACP v1 defines.`;
+      return { ...mapped, failure_kind: failureKind, message };
+    }
+    case "rpc_error":
+      return {
+        state: "failed",
+        execution_state: "completed",
+        stop_reason: null,
+        failure_kind: "prompt_error",
+        recovery_kind: "none",
+        message: `${FAILURE_SUMMARIES.prompt_error} JSON-RPC error ${answered.code}.`,
+      };
+    case "fault":
+      return lost(answered.fault, FAILURE_SUMMARIES[answered.fault]);
+    case "grace":
+      return deadline
+        ? lost("run_timeout", `${FAILURE_SUMMARIES.run_timeout} The agent did not confirm the cancellation in time.`)
+        : lost(null, "A cancel was requested; the agent did not confirm it in time.");
+  }
+}
