@@ -311,13 +311,13 @@ export function adviceFor(
     case "failed":
       if (obs.execution_state === "not_started") {
         return obs.recovery_kind === "retry_same"
-          ? "No prompt was dispatched. Retry the same command with the same --key once the cause is fixed."
-          : "No prompt was dispatched. Fix the cause and start a new run.";
+          ? "Nothing ran. Retry the same command with the same --key once the cause is fixed."
+          : "Nothing ran. Fix the cause and start a new run.";
       }
       return "The agent ran and the turn failed. Review the project's working tree before starting another run.";
     case "cancelled":
       return obs.execution_state === "not_started"
-        ? "No prompt was dispatched."
+        ? undefined
         : "The agent stopped. Changes it already made stay in the project's working tree.";
     case "lost":
       return `The outcome cannot be proved: the prompt may have run. Inspect the project (git status, git diff) before deciding; do not simply start it again. Later, \`webcodex observe ${obs.run_id}\` shows whether the Runner reported more.`;

@@ -229,9 +229,9 @@ describe("text details", () => {
 
   it.each<[RunState, string, string | undefined]>([
     ["completed", "completed", undefined],
-    ["failed", "not_started", "No prompt was dispatched"],
+    ["failed", "not_started", "Nothing ran. Fix the cause"],
     ["failed", "started", "Review the project's working tree"],
-    ["cancelled", "not_started", "No prompt was dispatched"],
+    ["cancelled", "not_started", undefined],
     ["cancelled", "started", "Changes it already made stay"],
     ["lost", "outcome_unknown", "do not simply start it again"],
     ["running", "started", "webcodex observe wc_agent_run_x --follow"],
