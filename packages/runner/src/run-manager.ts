@@ -23,6 +23,7 @@ import type {
 } from "@agentclientprotocol/sdk";
 import {
   FAILURE_SUMMARIES,
+  type FailureKind,
   MAX_EVENTS_PER_SYNC,
   MAX_EVENTS_PER_UPDATE,
   MAX_FRAME_BYTES,
@@ -81,6 +82,8 @@ export interface RunManagerOptions {
 
 /** Byte budget of the events in one onUpdate push (half a frame, leaving room for the summary). */
 const PUSH_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
+/** Faults that close() itself causes by closing connections and killing trees. */
+const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
 function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
@@ -163,6 +166,7 @@ export class RunManager implements RunService {
   // ---- admission --------------------------------------------------------------
 
   async start(req: RunStartRequest): Promise<RunStartOutcome> {
+    if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
     const existing = this.#summaryOf(req.run_id);
     if (existing) {
       if (existing.intent_fingerprint === req.intent_fingerprint) return { ok: true, run: existing, created: false };
@@ -173,7 +177,6 @@ export class RunManager implements RunService {
         run: existing,
       };
     }
-    if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
     if (req.agent_instance_id !== this.agentInstanceId) {
       return { ok: false, code: "stale_runner", message: "The Runner instance changed; refresh and retry." };
     }
@@ -327,6 +330,13 @@ export class RunManager implements RunService {
       terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
     }
     run.clearTimers();
+    // A shutdown (close()) cut the turn: record it as a restart would (recovery.ts), not as an agent fault.
+    const cut = terminal.failure_kind !== null && CUT_BY_SHUTDOWN.has(terminal.failure_kind);
+    if (this.#closing && cut && terminal.execution_state === "not_started") {
+      terminal = notStarted("runner_restarted", run.stage);
+    } else if (this.#closing && cut && terminal.state === "lost") {
+      terminal = lost("transport_lost", FAILURE_SUMMARIES.transport_lost);
+    }
     this.#finish(run, terminal);
     await this.#cleanup(run);
   }
@@ -434,6 +444,7 @@ export class RunManager implements RunService {
 
     // The barrier. Nothing between the durable commit and the prompt write may fail silently.
     if (run.setupAbort.signal.aborted) return this.#setupAborted(run);
+    if (this.#closing) return notStarted("runner_restarted", run.stage);
     run.stage = "prompt";
     this.#failpoint("before_barrier");
     try {

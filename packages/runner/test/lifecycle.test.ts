@@ -6,6 +6,7 @@
  * launcher script that does not forward signals).
  */
 import { readFileSync } from "node:fs";
+import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
 import {
   alive,
@@ -175,5 +176,38 @@ describe("process tree cleanup", () => {
     const agentPid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid as number;
     expect(agentPid).toBeGreaterThan(0);
     expect(alive(agentPid)).toBe(false);
+  });
+});
+
+describe("close", () => {
+  test("kills every tree; runs cut by the shutdown are recorded as a restart would record them", async () => {
+    const closeConfig = writeConfig(ws, {
+      agents: [{ id: "fake" }, { id: "hang-init", args: ["--ledger", ws.ledger, "--hang-on", "initialize"] }],
+    });
+    const { manager: m } = newManager(closeConfig);
+    const finals = new Map<string, RunSummary>();
+    m.onUpdate((run) => {
+      if (run.phase === "terminal") finals.set(run.run_id, run);
+    });
+    const during = startRequest(m, "scenario: slow interval_ms=1000 count=60\ncase: close-after", { timeout_secs: 60 });
+    const before = startRequest(m, "scenario: hello\ncase: close-before", { provider_id: "hang-init" });
+    await m.start(during);
+    await m.start(before);
+    await waitForState(m, during.run_id, "running");
+    await m.ring(during.run_id)?.waitFor(0); // the agent has the prompt (its ledger line is written first)
+    const agentPid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid as number;
+    await m.close();
+    expect(finals.get(during.run_id)).toMatchObject({
+      state: "lost",
+      execution_state: "outcome_unknown",
+      failure_kind: "transport_lost",
+    });
+    expect(finals.get(before.run_id)).toMatchObject({
+      state: "failed",
+      execution_state: "not_started",
+      failure_kind: "runner_restarted",
+    });
+    expect(alive(agentPid)).toBe(false);
+    expect(await m.start(startRequest(m, "scenario: hello"))).toMatchObject({ ok: false });
   });
 });
