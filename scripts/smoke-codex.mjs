@@ -315,6 +315,12 @@ setup_timeout_secs = 120
 permission_timeout_secs = 60
 cancel_grace_secs = 30
 default_run_timeout_secs = 900
+
+# Hold codex-acp to its default sandboxed preset ("Auto review": workspace
+# writes, no network, asks only for actions it deems unsafe — which WebCodex
+# never grants). A Runner operator would force this the same way.
+[acp.forced_config]
+mode = "agent"
 ${agent("codex", `Codex (codex-acp ${version})`, envs.withCredentials)}
 ${agent("codex_nocreds", `Codex without credentials (codex-acp ${version})`, envs.withoutCredentials)}`,
   );
