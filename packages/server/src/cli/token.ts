@@ -52,7 +52,11 @@ export async function runTokenCommand(argv: readonly string[]): Promise<number> 
     console.error(USAGE);
     return 2;
   }
-  const config = loadServerConfig(values.config);
+  // Runner tokens play no part in principal tokens: a runner's token_env need not be set to manage them.
+  const env = new Proxy(process.env, {
+    get: (target, key) => (typeof key === "string" ? (target[key] ?? "unused-by-token-command") : undefined),
+  });
+  const config = loadServerConfig(values.config, env);
   const state = new StateStore(config.stateDir);
   try {
     const tokens = new TokenStore(state.db);
