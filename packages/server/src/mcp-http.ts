@@ -28,7 +28,7 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
 import type { AuditLog } from "./audit.js";
-import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI, readProjectsResource } from "./mcp-resource.js";
+import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./mcp-resource.js";
 import { isToolName, McpTools, toolDefinitions } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
 import type { Principal, RunsApi } from "./runs-api.js";
@@ -90,19 +90,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       if (request.params.uri !== PROJECTS_RESOURCE_URI) {
         throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
       }
-      const started = performance.now();
-      const result = readProjectsResource(runs, principal);
-      const text = result.contents[0] && "text" in result.contents[0] ? result.contents[0].text : "";
-      audit.record({
-        principal_id: principal.id,
-        tool: "resource:projects",
-        run_id: null,
-        outcome: "ok",
-        input_bytes: 0,
-        output_bytes: Buffer.byteLength(text, "utf8"),
-        duration_ms: Math.round(performance.now() - started),
-      });
-      return result;
+      return tools.readProjects(principal);
     });
     return server;
   }

@@ -11,7 +11,7 @@
  * SDK client validates structuredContent against it).
  */
 
-import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprotocol/sdk/types.js";
 import {
   ConfigMap,
   ExecutionState,
@@ -33,6 +33,7 @@ import type { Logger } from "pino";
 import { z } from "zod";
 import type { AuditLog, AuditOutcome } from "./audit.js";
 import { checkStartGrant, checkToolScope } from "./authority.js";
+import { readProjectsResource } from "./mcp-resource.js";
 import type { ObserveLimits } from "./observe-limits.js";
 import type { ApiError, ApiResult, Principal, RunsApi } from "./runs-api.js";
 
@@ -321,18 +322,55 @@ export class McpTools {
       outcome = { result: errorResult(error), outcome: "internal", run_id: null };
     }
     const output = outcome.result.content[0];
+    this.#record(
+      principal,
+      name,
+      outcome.run_id,
+      outcome.outcome,
+      args,
+      output?.type === "text" ? output.text : "",
+      started,
+    );
+    return outcome.result;
+  }
+
+  /** The webcodex://projects resource for this principal; audited like a tool call. */
+  readProjects(principal: Principal): ReadResourceResult {
+    const started = this.#now();
+    const result = readProjectsResource(this.#runs, principal);
+    const first = result.contents[0];
+    this.#record(
+      principal,
+      "resource:projects",
+      null,
+      "ok",
+      undefined,
+      first && "text" in first ? first.text : "",
+      started,
+    );
+    return result;
+  }
+
+  #record(
+    principal: Principal,
+    tool: string,
+    runId: string | null,
+    outcome: AuditOutcome,
+    args: unknown,
+    outputText: string,
+    started: number,
+  ): void {
     const row = {
       principal_id: principal.id,
-      tool: name,
-      run_id: outcome.run_id,
-      outcome: outcome.outcome,
+      tool,
+      run_id: runId,
+      outcome,
       input_bytes: jsonBytes(args),
-      output_bytes: output && output.type === "text" ? utf8Length(output.text) : 0,
+      output_bytes: utf8Length(outputText),
       duration_ms: Math.max(0, Math.round(this.#now() - started)),
     };
     this.#audit.record(row);
-    this.#logger.debug(row, "tool call");
-    return outcome.result;
+    this.#logger.debug(row, tool.startsWith("resource:") ? "resource read" : "tool call");
   }
 
   async #dispatch(principal: Principal, name: ToolName, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome> {
