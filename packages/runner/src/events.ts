@@ -6,8 +6,9 @@
  * bounds, and every value of the child's mapped environment (≥ 6 chars) is
  * redacted before an event leaves this module. Consecutive message/reasoning
  * chunks coalesce into one event up to MAX_EVENT_TEXT_BYTES; pending text is
- * flushed by the owner (at most one setImmediate later) or when another kind
- * of event arrives. Unknown or ignored variants are only counted.
+ * flushed by the owner (a short timer after the first chunk), when the bound
+ * is reached, or when another kind of event arrives. Unknown or ignored
+ * variants are only counted.
  */
 import { isAbsolute, relative, resolve, sep } from "node:path";
 import type {
@@ -87,7 +88,7 @@ export interface NormalizerOptions {
   redactor: Redactor;
   /** Receives every finished event body, in order. */
   emit: (body: RunEventBody) => void;
-  /** Called when text is pending; the owner must call flush() within a tick. */
+  /** Called when new text starts pending; the owner must call flush() soon after. */
   onPending?: () => void;
 }
 

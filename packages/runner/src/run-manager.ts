@@ -82,6 +82,12 @@ export interface RunManagerOptions {
 
 /** Byte budget of the events in one onUpdate push (half a frame, leaving room for the summary). */
 const PUSH_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
+/**
+ * How long streamed message/reasoning text may wait for its next chunk before
+ * it becomes an event: agents stream a few tokens per notification, and one
+ * event per token would flood the ring. Pushes themselves are never delayed.
+ */
+export const COALESCE_MS = 100;
 /** Faults that close() itself causes by closing connections and killing trees. */
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
@@ -364,7 +370,11 @@ export class RunManager implements RunService {
         run.ring.push(body);
         this.#schedulePush(run);
       },
-      onPending: () => this.#schedulePush(run),
+      // Streamed text waits up to COALESCE_MS for more chunks, then enters the ring (and is pushed).
+      onPending: () =>
+        run.timer(COALESCE_MS, () => {
+          if (!run.terminal) normalizer.flush();
+        }),
     });
     run.normalizer = normalizer;
 
@@ -661,7 +671,6 @@ export class RunManager implements RunService {
     run.pushScheduled = true;
     setImmediate(() => {
       run.pushScheduled = false;
-      if (!run.terminal) run.normalizer?.flush();
       this.#push(run);
     });
   }
