@@ -179,6 +179,17 @@ describe("process tree cleanup", () => {
   });
 });
 
+describe("streamed text", () => {
+  test("coalesced message events carry every chunk once, in order", async () => {
+    const { run, events } = await runToEnd(manager, "scenario: slow interval_ms=5 count=40\ncase: coalesce");
+    expect(run.state).toBe("completed");
+    const messages = events.flatMap((e) => (e.kind === "agent_message" ? [e] : []));
+    expect(messages.every((m) => !m.truncated)).toBe(true);
+    const expected = Array.from({ length: 40 }, (_, i) => `tick ${i}\n`).join("");
+    expect(messages.map((m) => m.text).join("")).toBe(expected);
+  });
+});
+
 describe("close", () => {
   test("kills every tree; runs cut by the shutdown are recorded as a restart would record them", async () => {
     const closeConfig = writeConfig(ws, {
