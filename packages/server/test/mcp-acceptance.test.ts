@@ -200,6 +200,20 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     expect(stack.ledger().filter((l) => l.event === "prompt" && l.prompt_sha256 === sha)).toHaveLength(1);
   });
 
+  it("delivers every event kind within the advertised output schema (the SDK client validates it)", async () => {
+    const started = await start(alice, "scenario: tools");
+    const done = await observeUntil(alice, started.run_id as string, started.observation_token as string, (o) =>
+      TERMINAL.has(o.state as string),
+    );
+    expect(done.last.state).toBe("completed");
+    const kinds = new Set(done.events.map((e) => e.kind));
+    for (const k of ["plan", "tool_activity", "file_change", "terminal_activity", "reasoning", "usage", "terminal"]) {
+      expect(kinds.has(k as RunEvent["kind"])).toBe(true);
+    }
+    const paths = done.events.filter((e) => e.kind === "file_change").map((e) => (e as { path: string }).path);
+    for (const p of paths) expect(p.startsWith("/")).toBe(false);
+  });
+
   it("cancels a run mid-stream: it ends cancelled and a second cancel reports already_terminal", async () => {
     const started = await start(alice, "scenario: slow interval_ms=100 count=600");
     const runId = started.run_id as string;
