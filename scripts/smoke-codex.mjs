@@ -170,6 +170,12 @@ function agentEnvironments(work, adapter) {
   for (const name of PASS_THROUGH) if (process.env[name]) common[name] = name;
   const withCredentials = { ...common, HOME: "WEBCODEX_SMOKE_HOME", CODEX_HOME: "WEBCODEX_SMOKE_CODEX_HOME" };
   for (const name of CREDENTIALS) if (process.env[name]) withCredentials[name] = name;
+  if (!existsSync(join(realCodexHome(), "auth.json")) && CREDENTIALS.some((name) => process.env[name])) {
+    // Without a `codex login`, codex-acp authenticates from the API key variable
+    // only when told to (the Runner sends no ACP `authenticate`).
+    runnerEnv.WEBCODEX_SMOKE_DEFAULT_AUTH_REQUEST = JSON.stringify({ methodId: "api-key" });
+    withCredentials.DEFAULT_AUTH_REQUEST = "WEBCODEX_SMOKE_DEFAULT_AUTH_REQUEST";
+  }
   const withoutCredentials = {
     ...common,
     HOME: "WEBCODEX_SMOKE_EMPTY_HOME",
