@@ -36,16 +36,29 @@ export const REDACTED = "[redacted]";
 /** Tool calls whose title/kind/status are remembered to complete partial updates. */
 const MAX_TRACKED_TOOL_CALLS = 1024;
 
+/**
+ * Scrubs event text: every mapped env value (≥ 6 chars) becomes REDACTED, then
+ * the project root's absolute path is made relative (`<root>/src/a.js` →
+ * `src/a.js`, `<root>` → `.`), so private paths stay on the Runner.
+ */
 export class Redactor {
   readonly #secrets: string[];
-  constructor(values: Iterable<string>) {
+  /** Matches the root followed by a separator (dropped) or by a non-name character / the end (→ "."). */
+  readonly #root: RegExp | null;
+  constructor(values: Iterable<string>, projectRoot: string | null = null) {
     this.#secrets = [...new Set([...values].filter((v) => v.length >= MIN_REDACTED_LENGTH))].sort(
       (a, b) => b.length - a.length,
     );
+    const root = projectRoot?.replace(/[/\\]+$/, "") ?? "";
+    this.#root =
+      root.length > 1
+        ? new RegExp(`${root.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?:[/\\\\]|(?![\\w-]|\\.[\\w.-]))`, "g")
+        : null;
   }
   redact(text: string): string {
     let out = text;
     for (const secret of this.#secrets) if (out.includes(secret)) out = out.split(secret).join(REDACTED);
+    if (this.#root) out = out.replace(this.#root, (m) => (m.length > 0 && /[/\\]$/.test(m) ? "" : "."));
     return out;
   }
 }

@@ -364,7 +364,7 @@ export class RunManager implements RunService {
 
     const normalizer = new EventNormalizer({
       projectRoot: run.project.root,
-      redactor: new Redactor(Object.values(env.env)),
+      redactor: new Redactor(Object.values(env.env), run.project.root),
       emit: (body) => {
         if (run.terminal) return;
         run.ring.push(body);

@@ -82,6 +82,19 @@ describe("normalization", () => {
     expect(out).toEqual([{ kind: "agent_message", text: "token=[redacted] and abc", truncated: false }]);
   });
 
+  test("the project root's absolute path is made relative inside any event text", () => {
+    const out: RunEventBody[] = [];
+    const n = new EventNormalizer({
+      projectRoot: "/work/p",
+      redactor: new Redactor([], "/work/p"),
+      emit: (b) => out.push(b),
+    });
+    n.handle({ sessionUpdate: "tool_call", toolCallId: "t1", title: "Edit /work/p/src/a.js in /work/p", kind: "edit" });
+    expect(out[0]).toMatchObject({ title: "Edit src/a.js in ." });
+    const r = new Redactor([], "/work/p");
+    expect(r.redact("/work/pp/x and /work/p. and /work/p/")).toBe("/work/pp/x and .. and ");
+  });
+
   test("paths are relative to the project root; outside paths are masked", () => {
     expect(relativizePath("/work/p", "/work/p/src/a.js")).toBe("src/a.js");
     expect(relativizePath("/work/p", "src/b.js")).toBe("src/b.js");
