@@ -39,7 +39,7 @@ export const MCP_MAX_BODY_BYTES = 1024 * 1024;
 export const MCP_PATH = "/mcp";
 export const MCP_SERVER_INFO = { name: "webcodex", version: "0.1.0" } as const;
 
-const INSTRUCTIONS =
+export const MCP_INSTRUCTIONS =
   "Delegate coding tasks to operator-configured coding agents. Read webcodex://projects to find project_id and " +
   "provider_id, call start_coding_agent with a fresh idempotency_key, then observe_coding_agent with the returned " +
   "observation_token (wait_secs up to 30) until the state is completed, failed, cancelled or lost.";
@@ -71,7 +71,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   function buildServer(principal: Principal, requestSignal: AbortSignal): Server {
     const server = new Server(MCP_SERVER_INFO, {
       capabilities: { tools: {}, resources: {} },
-      instructions: INSTRUCTIONS,
+      instructions: MCP_INSTRUCTIONS,
     });
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: toolDefinitions() }));
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {

@@ -5,10 +5,14 @@
  * SDK client, authenticating with a bearer token taken from the environment.
  * It holds no authority of its own: every call is checked by the Server.
  * Tool results (including isError results) pass through unchanged.
+ *
+ * Start order does not matter: a Server that is not reachable yet is
+ * connected on the first request (and again after a failure). A token the
+ * Server refuses (401) is fatal at start-up — it will not fix itself.
  */
 import type { Readable, Writable } from "node:stream";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import {
@@ -22,7 +26,7 @@ import {
   ReadResourceRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
-import { MCP_SERVER_INFO } from "./mcp-http.js";
+import { MCP_INSTRUCTIONS, MCP_SERVER_INFO } from "./mcp-http.js";
 
 /** Upstream request timeout: longer than the longest observe wait plus slack. */
 const UPSTREAM_TIMEOUT_MS = 90_000;
@@ -42,64 +46,82 @@ export interface McpStdioBridge {
   close(): Promise<void>;
 }
 
+export class McpStdioStartError extends Error {
+  override readonly name = "McpStdioStartError";
+}
+
+function isUnauthorized(err: unknown): boolean {
+  return err instanceof StreamableHTTPError && err.code === 401;
+}
+
 /** Map an upstream failure onto a JSON-RPC error for the stdio client, without leaking the token. */
-function upstreamError(err: unknown): McpError {
+function upstreamError(err: unknown, where: string): McpError {
   if (err instanceof McpError) return new McpError(err.code, err.message.replace(/^(MCP error -?\d+: )+/, ""));
-  return new McpError(ErrorCode.InternalError, "The webcodex Server could not be reached");
+  if (isUnauthorized(err)) return new McpError(ErrorCode.InvalidRequest, "The webcodex Server refused the token (401)");
+  return new McpError(ErrorCode.InternalError, `The webcodex Server at ${where} could not be reached; is it running?`);
 }
 
 export async function startMcpStdioBridge(options: McpStdioBridgeOptions): Promise<McpStdioBridge> {
   const { logger } = options;
-  const client = new Client({ name: "webcodex-mcp-stdio", version: MCP_SERVER_INFO.version });
-  const upstream = new StreamableHTTPClientTransport(options.url, {
-    requestInit: { headers: { Authorization: `Bearer ${options.token}` } },
-  });
-  await client.connect(upstream);
+  const where = options.url.origin + options.url.pathname;
+
+  let upstream: Promise<Client> | null = null;
+  const connectUpstream = (): Promise<Client> => {
+    if (upstream) return upstream;
+    const attempt = (async () => {
+      const client = new Client({ name: "webcodex-mcp-stdio", version: MCP_SERVER_INFO.version });
+      await client.connect(
+        new StreamableHTTPClientTransport(options.url, {
+          requestInit: { headers: { Authorization: `Bearer ${options.token}` } },
+        }),
+      );
+      return client;
+    })();
+    upstream = attempt;
+    // A failed attempt is forgotten, so the next request tries again.
+    attempt.catch(() => {
+      if (upstream === attempt) upstream = null;
+    });
+    return attempt;
+  };
+  async function forward<T>(call: (client: Client) => Promise<T>): Promise<T> {
+    try {
+      return await call(await connectUpstream());
+    } catch (err) {
+      throw upstreamError(err, where);
+    }
+  }
+
+  try {
+    await connectUpstream();
+  } catch (err) {
+    if (isUnauthorized(err)) throw new McpStdioStartError(`the Server at ${where} refused the token (401)`);
+    logger.warn({ url: where }, "Server not reachable yet; connecting on the first request");
+  }
 
   const server = new Server(MCP_SERVER_INFO, {
     capabilities: { tools: {}, resources: {} },
-    ...(client.getInstructions() ? { instructions: client.getInstructions() as string } : {}),
+    instructions: MCP_INSTRUCTIONS,
   });
-  const forward = { timeout: UPSTREAM_TIMEOUT_MS };
-  server.setRequestHandler(ListToolsRequestSchema, async (request, extra) => {
-    try {
-      return await client.listTools(request.params, { ...forward, signal: extra.signal });
-    } catch (err) {
-      throw upstreamError(err);
-    }
-  });
-  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    try {
-      // client.request, not client.callTool: pass results through unvalidated; the Server is the authority.
-      return await client.request({ method: "tools/call", params: request.params }, CallToolResultSchema, {
-        ...forward,
-        signal: extra.signal,
-      });
-    } catch (err) {
-      throw upstreamError(err);
-    }
-  });
-  server.setRequestHandler(ListResourcesRequestSchema, async (request, extra) => {
-    try {
-      return await client.listResources(request.params, { ...forward, signal: extra.signal });
-    } catch (err) {
-      throw upstreamError(err);
-    }
-  });
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, async (request, extra) => {
-    try {
-      return await client.listResourceTemplates(request.params, { ...forward, signal: extra.signal });
-    } catch (err) {
-      throw upstreamError(err);
-    }
-  });
-  server.setRequestHandler(ReadResourceRequestSchema, async (request, extra) => {
-    try {
-      return await client.readResource(request.params, { ...forward, signal: extra.signal });
-    } catch (err) {
-      throw upstreamError(err);
-    }
-  });
+  const opts = (signal: AbortSignal) => ({ timeout: UPSTREAM_TIMEOUT_MS, signal });
+  server.setRequestHandler(ListToolsRequestSchema, (request, extra) =>
+    forward((c) => c.listTools(request.params, opts(extra.signal))),
+  );
+  // client.request, not client.callTool: results pass through unvalidated; the Server is the authority.
+  server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
+    forward((c) =>
+      c.request({ method: "tools/call", params: request.params }, CallToolResultSchema, opts(extra.signal)),
+    ),
+  );
+  server.setRequestHandler(ListResourcesRequestSchema, (request, extra) =>
+    forward((c) => c.listResources(request.params, opts(extra.signal))),
+  );
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, (request, extra) =>
+    forward((c) => c.listResourceTemplates(request.params, opts(extra.signal))),
+  );
+  server.setRequestHandler(ReadResourceRequestSchema, (request, extra) =>
+    forward((c) => c.readResource(request.params, opts(extra.signal))),
+  );
 
   let resolveClosed!: () => void;
   const closed = new Promise<void>((resolve) => {
@@ -109,12 +131,9 @@ export async function startMcpStdioBridge(options: McpStdioBridgeOptions): Promi
   const close = async (): Promise<void> => {
     if (closing) return closed;
     closing = true;
-    try {
-      await server.close();
-    } catch {}
-    try {
-      await client.close();
-    } catch {}
+    await server.close().catch(() => {});
+    const client = await upstream?.catch(() => null);
+    await client?.close().catch(() => {});
     resolveClosed();
     return closed;
   };
@@ -127,6 +146,6 @@ export async function startMcpStdioBridge(options: McpStdioBridgeOptions): Promi
     void close();
   });
   await server.connect(new StdioServerTransport(stdin, options.stdout ?? process.stdout));
-  logger.info({ url: options.url.origin + options.url.pathname }, "mcp-stdio bridge ready");
+  logger.info({ url: where }, "mcp-stdio bridge ready");
   return { closed, close };
 }

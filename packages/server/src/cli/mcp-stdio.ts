@@ -47,9 +47,7 @@ export async function runMcpStdioCommand(argv: readonly string[]): Promise<numbe
     await bridge.closed;
     return 0;
   } catch (err) {
-    console.error(
-      `mcp-stdio: cannot connect to ${url.origin}${url.pathname}: ${err instanceof Error ? err.message : String(err)}`,
-    );
+    console.error(`mcp-stdio: ${err instanceof Error ? err.message : String(err)}`);
     return 1;
   }
 }
