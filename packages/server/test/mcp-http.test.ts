@@ -207,11 +207,11 @@ describe("Streamable HTTP /mcp", () => {
         },
       }),
     }).catch((e: unknown) => e);
-    await expect.poll(() => limits.waiting("alice")).toBe(1);
+    await expect.poll(() => limits.waiting("alice"), { timeout: 10_000 }).toBe(1);
     expect(runs.waiting).toBe(1);
     abort.abort();
     await pending;
-    await expect.poll(() => limits.waiting("alice")).toBe(0);
+    await expect.poll(() => limits.waiting("alice"), { timeout: 10_000 }).toBe(0);
     expect(runs.waiting).toBe(0);
   });
 });

@@ -168,7 +168,7 @@ describe("McpTools.call", () => {
     const first = await tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token });
     const token = (first.structuredContent as { observation_token: string }).observation_token;
     const waiting = tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: token, wait_secs: 30 });
-    await expect.poll(() => runs.waiting).toBe(1);
+    await expect.poll(() => runs.waiting, { timeout: 10_000 }).toBe(1);
     const second = await tools.call(alice, TOOL_NAMES.observe, {
       run_id,
       after_observation_token: token,
