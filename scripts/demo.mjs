@@ -306,6 +306,11 @@ process.on("exit", () => {
 });
 
 main().catch((err) => {
-  fail(err instanceof Error ? err.message : String(err));
+  const message = err instanceof Error ? err.message : String(err);
+  const portHint =
+    PORT === 0
+      ? undefined
+      : `If port ${PORT} is taken (another demo or Server?), set WEBCODEX_DEMO_PORT to another port, or 0 for any free one.`;
+  fail(message, message.includes("Server exited during start-up") ? portHint : undefined);
   void stopAll();
 });

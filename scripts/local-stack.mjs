@@ -54,8 +54,9 @@ export function startDaemon(bin, args, { cwd, env = process.env, onLine = () => 
 export function startServer({ configFile, cwd, env, onLine = () => {}, onSpawn = () => {} }) {
   let onListening;
   let child;
+  let timer;
   const listening = new Promise((res, rej) => {
-    const timer = setTimeout(() => {
+    timer = setTimeout(() => {
       killGroup(child, "SIGKILL");
       rej(new Error("the Server did not report a listening port within 30 s"));
     }, 30_000);
@@ -79,7 +80,10 @@ export function startServer({ configFile, cwd, env, onLine = () => {}, onSpawn =
   });
   onSpawn(child);
   const exited = new Promise((_, rej) =>
-    child.once("exit", (code, signal) => rej(new Error(`the Server exited during start-up (${signal ?? code})`))),
+    child.once("exit", (code, signal) => {
+      clearTimeout(timer);
+      rej(new Error(`the Server exited during start-up (${signal ?? `exit code ${code}`})`));
+    }),
   );
   exited.catch(() => {});
   return Promise.race([listening, exited]).then((port) => ({ child, port }));
