@@ -71,14 +71,23 @@ export class McpRunsClient implements RunsClient {
     options: { signal?: AbortSignal | undefined; timeoutMs?: number } = {},
   ): Promise<z.infer<T>> {
     const client = await this.#connected();
+    // One signal per request: the SDK listens on the signal it is given, and a
+    // follow loop's long-lived signal would collect a listener per observe.
+    const request = new AbortController();
+    const parent = options.signal;
+    const forward = () => request.abort(parent?.reason);
+    if (parent?.aborted === true) forward();
+    else parent?.addEventListener("abort", forward, { once: true });
     let result: Awaited<ReturnType<Client["callTool"]>>;
     try {
       result = await client.callTool({ name, arguments: args }, undefined, {
-        ...(options.signal !== undefined ? { signal: options.signal } : {}),
+        signal: request.signal,
         timeout: options.timeoutMs ?? 60_000,
       });
     } catch (err) {
       throw toCliError(err, this.#connection.url);
+    } finally {
+      parent?.removeEventListener("abort", forward);
     }
     const body = structuredBody(result as { structuredContent?: unknown; content?: unknown });
     if (result.isError === true) {

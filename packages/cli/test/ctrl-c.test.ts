@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type DemoStack, removeDir, runCli, startDemo, survivors } from "../../../scripts/test/demo-stack.js";
 
-const SLOW = "scenario: slow interval_ms=200 count=600";
+const SLOW = "scenario: slow interval_ms=50 count=2000";
 
 describe("webcodex against a real stack", () => {
   let stack: DemoStack;
@@ -26,7 +26,7 @@ describe("webcodex against a real stack", () => {
     let sent = false;
     const result = await runCli(["run", "--project", "demo", "--provider", "fake", SLOW], stack, {
       onStdout: (text, child) => {
-        if (!sent && text.includes("tick 1")) {
+        if (!sent && text.includes("tick 40")) {
           sent = true;
           child.kill("SIGINT");
         }
@@ -34,6 +34,8 @@ describe("webcodex against a real stack", () => {
     });
     const context = `${result.stdout}\n${result.stderr}`;
     expect(result.code, context).toBe(130);
+    // Nothing on stderr: no warnings (e.g. listener leaks over many observes), no errors.
+    expect(result.stderr).toBe("");
     expect(result.stdout).toContain("asking the Server to cancel");
     expect(result.stdout).toContain("⊘ cancelled · stop reason cancelled");
   }, 60_000);
