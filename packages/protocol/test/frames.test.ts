@@ -1,14 +1,14 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
+  encodeFrame,
   MAX_FRAME_BYTES,
   MAX_PROMPT_BYTES,
+  parseRunnerFrame,
+  parseServerFrame,
   type RunnerFrame,
   type RunSummary,
   type ServerFrame,
-  encodeFrame,
-  parseRunnerFrame,
-  parseServerFrame,
 } from "../src/index.js";
 
 const RUN_ID = "wc_agent_run_abcdefghijklmnopqrstuvwxyz";
@@ -46,7 +46,9 @@ const runnerFrames: RunnerFrame[] = [
     agent_instance_id: INSTANCE,
     store_id: INSTANCE,
     capabilities: { coding_agent_run: { max_concurrent_runs: 2 } },
-    providers: [{ provider_id: "fake", provider_instance_id: INSTANCE, name: "Fake", allowed_config_options: ["model"] }],
+    providers: [
+      { provider_id: "fake", provider_instance_id: INSTANCE, name: "Fake", allowed_config_options: ["model"] },
+    ],
     projects: [{ project_id: "demo", allow_patch: true }],
     inventory: [summary],
   },
@@ -141,7 +143,14 @@ describe("forbidden fields are rejected by name", () => {
   const hello = runnerFrames[0]!;
   const start = serverFrames[1]!;
   const cases: Array<[string, string, (string | number)[], string, unknown, "runner" | "server"]> = [
-    ["a provider's executable path", "providers[0].executable", ["providers", 0], "executable", "/usr/bin/codex", "runner"],
+    [
+      "a provider's executable path",
+      "providers[0].executable",
+      ["providers", 0],
+      "executable",
+      "/usr/bin/codex",
+      "runner",
+    ],
     ["a provider's argv", "providers[0].args", ["providers", 0], "args", ["--yolo"], "runner"],
     ["a provider's env", "providers[0].env", ["providers", 0], "env", { OPENAI_API_KEY: "x" }, "runner"],
     ["a project's root path", "projects[0].root", ["projects", 0], "root", "/home/me/repo", "runner"],
@@ -270,20 +279,15 @@ describe("hostile input", () => {
     const keys = ["type", "run", "events", "request_id", "prompt", "config", "providers", "extra", "pid"];
     const values = fc.oneof(fc.string(), fc.integer(), fc.boolean(), fc.constant(null), fc.array(fc.integer()));
     fc.assert(
-      fc.property(
-        fc.constantFrom(...runnerFrames),
-        fc.constantFrom(...keys),
-        values,
-        (frame, key, value) => {
-          const mutated = { ...frame, [key]: value } as Record<string, unknown>;
-          const result = parseRunnerFrame(JSON.stringify(mutated));
-          if (!result.ok) {
-            expect(["invalid_frame", "invalid_json", "too_deep", "frame_too_large"]).toContain(result.error.code);
-            expect(typeof result.error.message).toBe("string");
-          }
-          return true;
-        },
-      ),
+      fc.property(fc.constantFrom(...runnerFrames), fc.constantFrom(...keys), values, (frame, key, value) => {
+        const mutated = { ...frame, [key]: value } as Record<string, unknown>;
+        const result = parseRunnerFrame(JSON.stringify(mutated));
+        if (!result.ok) {
+          expect(["invalid_frame", "invalid_json", "too_deep", "frame_too_large"]).toContain(result.error.code);
+          expect(typeof result.error.message).toBe("string");
+        }
+        return true;
+      }),
       { numRuns: 500 },
     );
   });

@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
 import {
+  base32,
   FAILURE_KINDS,
   FAILURE_SUMMARIES,
-  RUN_ID_PATTERN,
-  RUN_STATES,
-  base32,
   isTerminalState,
   mapStopReason,
+  RUN_ID_PATTERN,
+  RUN_STATES,
   truncateUtf8,
 } from "../src/index.js";
 
@@ -32,7 +32,15 @@ describe("stop-reason mapping (DESIGN §3)", () => {
 
 describe("vocabulary", () => {
   it("has exactly the seven run states of the contract", () => {
-    expect(RUN_STATES).toEqual(["starting", "running", "waiting_permission", "completed", "failed", "cancelled", "lost"]);
+    expect(RUN_STATES).toEqual([
+      "starting",
+      "running",
+      "waiting_permission",
+      "completed",
+      "failed",
+      "cancelled",
+      "lost",
+    ]);
     expect(RUN_STATES.filter(isTerminalState)).toEqual(["completed", "failed", "cancelled", "lost"]);
   });
   it("gives every failure kind a fixed summary without placeholders", () => {
