@@ -31,6 +31,8 @@ const { values: opts } = parseArgs({
     profile: { type: "boolean", default: false },
     keep: { type: "boolean", default: false },
     out: { type: "string", default: join(REPO, "bench-results/latest.json") },
+    /** Fan-out grid override, "NS:MS", e.g. --grid 10:500 or --grid 1,10:10,100,500 */
+    grid: { type: "string" },
   },
   strict: true,
 });
@@ -66,6 +68,14 @@ const PLAN = quick
         perPrincipal: 8,
       },
     };
+
+if (opts.grid) {
+  const [ns, ms] = opts.grid.split(":").map((part) => part.split(",").map(Number));
+  if (!ns?.length || !ms?.length || [...ns, ...ms].some((v) => !Number.isInteger(v) || v < 1 || v > 1000)) {
+    throw new Error("--grid expects NS:MS, e.g. 10:500 or 1,10:10,100");
+  }
+  PLAN.fanout = { ...PLAN.fanout, ns, ms };
+}
 
 const t0 = Date.now();
 const WATCHDOG_MS = quick ? 150_000 : 30 * 60_000;
@@ -209,8 +219,33 @@ try {
 
   await section("fanout", async () => {
     if (!stackAvailable()) throw new Error("server not built (packages/server/dist/main.js missing)");
+    // Capacity: 8 observers (one principal) calling observe(wait_secs=0) back to back on a
+    // run that emits nothing — the Server's CPU per observe round trip and calls/s.
+    let observe_cost = null;
+    try {
+      const c = await fanout.run(ctx, {
+        ns: [1],
+        ms: [8],
+        intervalMs: 3_600_000,
+        durationMs: quick ? 3000 : 6000,
+        warmupMs: 0,
+        perPrincipal: 8,
+        waitSecs: 0,
+        nodeArgs,
+      });
+      const cell = c.cells[0];
+      observe_cost = {
+        calls: cell.calls,
+        calls_per_s: cell.calls_per_s,
+        server_cpu_ms_per_call: cell.server.cpu_ms / cell.calls,
+        observers_cpu_share: cell.cpu_share.observers,
+        server_cpu_share: cell.cpu_share.server,
+      };
+    } catch (e) {
+      observe_cost = { error: String(e?.message ?? e) };
+    }
     const r = await fanout.run(ctx, { ...PLAN.fanout, nodeArgs });
-    return { ...r, crossings_100ms: fanout.crossings(r.cells, 100) };
+    return { ...r, crossings_100ms: fanout.crossings(r.cells, 100), observe_cost };
   });
 
   await section("barrier", async () => {

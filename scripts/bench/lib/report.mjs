@@ -157,6 +157,23 @@ export function render(results) {
       }
       out += "\n";
     }
+    out += "  observe calls/s served | Server CPU share | Server peak RSS MB\n";
+    for (const n of ns) {
+      out += `  ${pad(`N=${n}`, 8)}`;
+      for (const mm of ms) {
+        const c = s.fanout.cells.find((cc) => cc.n === n && cc.m === mm);
+        out += lpad(
+          c ? `${f(c.calls_per_s, 0)} | ${f(c.cpu_share?.server, 2)} | ${f(c.server?.peak_rss_mb, 0)}` : "—",
+          18,
+        );
+      }
+      out += "\n";
+    }
+    const oc = s.fanout.observe_cost;
+    if (oc && !oc.error) {
+      out += `  observe round trip (8 callers, wait_secs=0, nothing new): ${f(oc.calls_per_s, 0)} calls/s, `;
+      out += `Server CPU ${f(oc.server_cpu_ms_per_call, 2)} ms per call (Server CPU share ${f(oc.server_cpu_share, 2)}, callers ${f(oc.observers_cpu_share, 2)})\n`;
+    }
     const errs = s.fanout.cells.filter((c) => c.errors && Object.keys(c.errors).length > 0);
     for (const c of errs) out += `  N=${c.n} M=${c.m} errors: ${JSON.stringify(c.errors).slice(0, 200)}\n`;
     out += `  p99 first above 100 ms: ${Object.entries(s.fanout.crossings_100ms ?? {})
@@ -165,8 +182,18 @@ export function render(results) {
   }
 
   if (s.barrier) {
-    out += "Barrier cost (scripts/bench/barrier.mjs)\n";
-    out += renderFlat(s.barrier, "  ");
+    out += "Barrier cost (scripts/bench/barrier.mjs): the Runner's commit right before session/prompt\n";
+    const b = s.barrier;
+    if (b.durable_barrier && b.non_durable_write) {
+      out += `  ${pad("", 36)}${lpad("n", 6)}${lpad("median", 10)}${lpad("p99", 10)}${lpad("max", 10)}\n`;
+      for (const [label, r] of [
+        [`durable (${b.durable_barrier.pragmas ?? "FULL"})`, b.durable_barrier],
+        [`non-durable (${b.non_durable_write.pragmas ?? "OFF"})`, b.non_durable_write],
+      ]) {
+        out += `  ${pad(label.slice(0, 36), 36)}${lpad(r.n, 6)}${lpad(f(r.median_ms, 3), 10)}${lpad(f(r.p99_ms, 3), 10)}${lpad(f(r.max_ms, 3), 10)}\n`;
+      }
+      out += `  median overhead of durability: ${f(b.median_overhead_ms, 3)} ms\n`;
+    } else out += renderFlat(b, "  ");
     out += "\n";
   }
 

@@ -115,6 +115,7 @@ async function cell(stack, simsPid, nodeArgs, { n, m, durationMs, warmupMs, perP
       runs: runCount,
       ...result,
       server: resources.server,
+      calls_per_s: result.calls / (wallMs / 1000),
       // CPU share of each process over the cell: near 1.0 means that process was the bottleneck.
       cpu_share: Object.fromEntries(Object.entries(resources).map(([k, r]) => [k, r.cpu_ms / wallMs])),
     };
