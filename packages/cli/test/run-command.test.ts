@@ -142,6 +142,19 @@ describe("webcodex run", () => {
     });
   });
 
+  it("when the Server says retry_same (e.g. Runner offline), names the key to retry with", async () => {
+    const client = scriptedClient(recorded);
+    client.start = async () => {
+      throw new CliError("tool", "The project's Runner is offline.", {
+        toolCode: "runner_unavailable",
+        recoveryKind: "retry_same",
+      });
+    };
+    const t = testContext(client);
+    expect(await runCli(["run", "--project", "demo", "--provider", "fake", "--key", "k9", "x"], t.ctx)).toBe(1);
+    expect(t.stderr.text).toContain("Retry later with the same key: --key k9");
+  });
+
   it("after a connection failure on start, tells the user the key that reattaches", async () => {
     const client = scriptedClient(recorded);
     client.start = async () => {

@@ -97,6 +97,14 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
         stopFollowing.signal,
       )
       .catch((err: unknown) => {
+        if (err instanceof CliError && err.code === "tool" && err.recoveryKind === "retry_same") {
+          throw new CliError("tool", err.message, {
+            toolCode: err.toolCode,
+            recoveryKind: err.recoveryKind,
+            hint: `Nothing was started. Retry later with the same key: --key ${key}`,
+            cause: err,
+          });
+        }
         if (err instanceof CliError && err.code !== "tool" && err.code !== "usage") {
           // The request may or may not have reached the Server: the key is the way back.
           throw new CliError(err.code, err.message, {
