@@ -123,7 +123,7 @@ export function render(results) {
       out += row(`${key} bare SDK`, b.baseline, "");
       out += row(`${key} ours (MCP observer)`, b.ours, x(b.ratio));
       if (b.ours) {
-        out += `  ${pad("", 30)}events seen ${b.ours.events_seen}, payload ${b.ours.payload_bytes_seen}/${b.ours.payload_bytes} B, observe calls ${b.ours.observe_calls}${b.ours.history_lost ? ", HISTORY LOST" : ""}, state ${b.ours.state}\n`;
+        out += `  ${pad("", 30)}events seen ${b.ours.events_seen}, payload ${b.ours.payload_bytes_seen}/${b.ours.payload_bytes} B, observe calls ${b.ours.observe_calls}, Runner had it all at ${f(b.ours.runner_terminal_after_ms, 0)} ms${b.ours.history_lost ? ", HISTORY LOST" : ""}, state ${b.ours.state}\n`;
         for (const [name, r] of Object.entries(b.ours.resources ?? {})) {
           out += `  ${pad("", 30)}${pad(name, 7)} peak RSS ${f(r.peak_rss_mb)} MB (HWM ${f(r.hwm_mb)} MB), CPU ${f(r.cpu_ms, 0)} ms\n`;
         }

@@ -72,3 +72,20 @@ export function derivedStages(logFile, runs) {
   if (segs["client → runner admitted"].length === 0) return null;
   return Object.fromEntries(Object.entries(segs).map(([k, v]) => [k, summarize(v)]));
 }
+
+/** Wall-clock ms (pino `time`) of the Runner's first log line with `msg` for `runId`, or null. */
+export function runnerLogTime(logFile, runId, msg) {
+  if (!existsSync(logFile)) return null;
+  for (const line of readFileSync(logFile, "utf8").split("\n")) {
+    if (!line.includes(runId) || !line.includes(msg)) continue;
+    try {
+      const entry = JSON.parse(line);
+      if (entry.run_id !== runId || entry.msg !== msg) continue;
+      const at = typeof entry.time === "number" ? entry.time : Date.parse(entry.time);
+      if (Number.isFinite(at)) return at;
+    } catch {
+      // not JSON
+    }
+  }
+  return null;
+}

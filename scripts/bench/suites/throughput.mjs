@@ -9,6 +9,7 @@ import { openBareSession } from "../lib/acp-client.mjs";
 import { LedgerReader } from "../lib/ledger.mjs";
 import { fakeAgentArgv } from "../lib/paths.mjs";
 import { ProcSampler } from "../lib/proc.mjs";
+import { runnerLogTime } from "../lib/runner-timings.mjs";
 import { hrNow } from "../lib/stats.mjs";
 import { makeTempDir } from "../lib/tmp.mjs";
 
@@ -98,7 +99,11 @@ export async function stack(ctx, { stack, spec }) {
     const tEnd = hrNow();
     const resources = sampler.stop();
     const entry = await stack.ledger.waitFor(prompt, 5000);
+    // When the Runner had the agent's last update and its prompt response (its "run terminal" line):
+    // the rest of the elapsed time is Server + observer catching up.
+    const runnerDone = runnerLogTime(join(stack.dir, "runner.log"), started.value.run_id, "run terminal");
     return rates(spec, tEnd - entry.hr_ms, {
+      runner_terminal_after_ms: runnerDone === null ? null : runnerDone - entry.hr_ms,
       state: final.state,
       events_seen: events,
       payload_bytes_seen: textBytes,
