@@ -7,7 +7,9 @@
  * redacted before an event leaves this module. Consecutive message/reasoning
  * chunks coalesce into one event up to MAX_EVENT_TEXT_BYTES; pending text is
  * flushed by the owner (a short timer after the first chunk), when the bound
- * is reached, or when another kind of event arrives. Unknown or ignored
+ * is reached, or when another kind of event arrives; a streamed (non-final)
+ * flush holds back a tail that may begin a secret, so no secret is ever split
+ * across two events. Unknown or ignored
  * variants are only counted.
  */
 import { isAbsolute, relative, resolve, sep } from "node:path";
@@ -43,6 +45,8 @@ const MAX_TRACKED_TOOL_CALLS = 1024;
  */
 export class Redactor {
   readonly #secrets: string[];
+  /** Secrets and the root: texts whose beginning at the end of a flushed event must be held back. */
+  readonly #holdable: string[];
   /** Matches the root followed by a separator (dropped) or by a non-name character / the end (→ "."). */
   readonly #root: RegExp | null;
   constructor(values: Iterable<string>, projectRoot: string | null = null) {
@@ -50,10 +54,31 @@ export class Redactor {
       (a, b) => b.length - a.length,
     );
     const root = projectRoot?.replace(/[/\\]+$/, "") ?? "";
+    this.#holdable = root.length > 1 ? [...this.#secrets, root] : this.#secrets;
     this.#root =
       root.length > 1
         ? new RegExp(`${root.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}(?:[/\\\\]|(?![\\w-]|\\.[\\w.-]))`, "g")
         : null;
+  }
+  /**
+   * Length of the longest suffix of `text` that is a proper prefix of a secret
+   * (or of the project root): text that may continue into a secret with the
+   * next chunk, so it must not be emitted yet. At most the longest secret's
+   * length − 1.
+   */
+  heldSuffixLength(text: string): number {
+    let held = 0;
+    for (const secret of this.#holdable) {
+      const from = Math.max(0, text.length - secret.length + 1);
+      // The first matching start gives this secret's longest suffix; stop at the best so far.
+      for (let i = from; i < text.length - held; i++) {
+        if (text.charCodeAt(i) === secret.charCodeAt(0) && secret.startsWith(text.slice(i))) {
+          held = text.length - i;
+          break;
+        }
+      }
+    }
+    return held;
   }
   redact(text: string): string {
     let out = text;
@@ -94,6 +119,8 @@ interface PendingText {
   text: string;
   bytes: number;
   truncated: boolean;
+  /** onPending was called for this text (a carried tail alone waits for more text or a final flush). */
+  scheduled: boolean;
 }
 
 export interface NormalizerOptions {
@@ -216,13 +243,42 @@ export class EventNormalizer {
     this.#emit(body);
   }
 
-  /** Push pending coalesced text out as one event. */
+  /**
+   * Push all pending coalesced text out (final flush: the run ends, or another
+   * kind of event follows), including a held-back tail.
+   */
   flush(): void {
+    this.#flush(true);
+  }
+
+  /**
+   * Push pending text out, except a tail that may be the start of a secret
+   * (see Redactor.heldSuffixLength): it stays pending and is redacted together
+   * with the next chunk of the same kind, so a secret straddling a timer flush
+   * or the size bound is never split across two events.
+   */
+  flushStreamed(): void {
+    this.#flush(false);
+  }
+
+  #flush(final: boolean): void {
     const pending = this.#pending;
     if (!pending) return;
     this.#pending = null;
-    const { text, truncated } = truncateUtf8(this.#o.redactor.redact(pending.text), MAX_EVENT_TEXT_BYTES);
-    this.#o.emit({ kind: pending.kind, text, truncated: truncated || pending.truncated });
+    const redacted = this.#o.redactor.redact(pending.text);
+    const held = final || pending.truncated ? 0 : this.#o.redactor.heldSuffixLength(redacted);
+    let rest = redacted.slice(0, redacted.length - held);
+    // A carried tail plus a full chunk may exceed one event: emit it in bounded pieces.
+    while (rest !== "") {
+      const piece = truncateUtf8(rest, MAX_EVENT_TEXT_BYTES).text;
+      if (piece === "") break;
+      rest = rest.slice(piece.length);
+      this.#o.emit({ kind: pending.kind, text: piece, truncated: rest === "" && pending.truncated });
+    }
+    if (held > 0) {
+      const carry = redacted.slice(redacted.length - held);
+      this.#pending = { kind: pending.kind, text: carry, bytes: utf8Length(carry), truncated: false, scheduled: false };
+    }
   }
 
   #emit(body: RunEventBody): void {
@@ -232,23 +288,27 @@ export class EventNormalizer {
 
   #text(kind: PendingText["kind"], raw: string): void {
     if (raw === "") return;
+    if (this.#pending && this.#pending.kind !== kind) this.flush();
     const cut = truncateUtf8(this.#o.redactor.redact(raw), MAX_EVENT_TEXT_BYTES);
     const bytes = utf8Length(cut.text);
-    const pending = this.#pending;
-    if (
-      pending &&
-      pending.kind === kind &&
-      !pending.truncated &&
-      !cut.truncated &&
-      pending.bytes + bytes <= MAX_EVENT_TEXT_BYTES
-    ) {
+    let pending = this.#pending;
+    if (pending && (pending.truncated || cut.truncated || pending.bytes + bytes > MAX_EVENT_TEXT_BYTES)) {
+      // The bound is reached: what is pending becomes an event (minus a possible secret prefix, carried on).
+      this.flushStreamed();
+      pending = this.#pending;
+    }
+    if (pending) {
       pending.text += cut.text;
       pending.bytes += bytes;
-      return;
+      pending.truncated ||= cut.truncated;
+    } else {
+      pending = { kind, text: cut.text, bytes, truncated: cut.truncated, scheduled: false };
+      this.#pending = pending;
     }
-    this.flush();
-    this.#pending = { kind, text: cut.text, bytes, truncated: cut.truncated };
-    this.#o.onPending?.();
+    if (!pending.scheduled) {
+      pending.scheduled = true;
+      this.#o.onPending?.();
+    }
   }
 
   #tool(rawId: string, state: ToolState, content: ToolCallContent[] | undefined): void {

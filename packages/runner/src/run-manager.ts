@@ -255,7 +255,7 @@ export class RunManager implements RunService {
   sync(runId: string, afterSeq: number, maxEvents: number): RunSyncResult | null {
     const run = this.#runs.get(runId);
     if (run) {
-      run.normalizer?.flush();
+      run.normalizer?.flushStreamed();
       const { events, hasMore } = run.ring.read(afterSeq, Math.min(maxEvents, MAX_EVENTS_PER_SYNC));
       return { run: run.summary(), events, has_more: hasMore };
     }
@@ -373,7 +373,7 @@ export class RunManager implements RunService {
       // Streamed text waits up to COALESCE_MS for more chunks, then enters the ring (and is pushed).
       onPending: () =>
         run.timer(COALESCE_MS, () => {
-          if (!run.terminal) normalizer.flush();
+          if (!run.terminal) normalizer.flushStreamed();
         }),
     });
     run.normalizer = normalizer;

@@ -82,6 +82,53 @@ describe("normalization", () => {
     expect(out).toEqual([{ kind: "agent_message", text: "token=[redacted] and abc", truncated: false }]);
   });
 
+  test("a secret split across a timer flush or the size bound never appears, nor do its halves adjoin", () => {
+    const secret = "sk-live-0123456789abcdef";
+    const check = (out: RunEventBody[]) => {
+      const texts = out.map((b) => (b as { text: string }).text);
+      for (const t of texts) {
+        expect(t).not.toContain(secret);
+        expect(utf8Length(t)).toBeLessThanOrEqual(MAX_EVENT_TEXT_BYTES);
+      }
+      for (let i = 1; i < texts.length; i++) expect(`${texts[i - 1]}${texts[i]}`).not.toContain(secret);
+      expect(texts.join("")).toContain("[redacted]");
+      for (const body of out) RunEvent.parse({ ...body, seq: 1, at: "x" });
+    };
+    for (const cut of [1, 8, secret.length - 1]) {
+      // The owner's timer flush falls between the two halves.
+      const timed: RunEventBody[] = [];
+      const n = normalizer(timed, [secret]);
+      n.handle(chunk(`key=${secret.slice(0, cut)}`));
+      n.flushStreamed();
+      n.handle(chunk(`${secret.slice(cut)} done`));
+      n.flushStreamed();
+      n.flush();
+      check(timed);
+      expect(timed.map((b) => (b as { text: string }).text).join("")).toBe("key=[redacted] done");
+
+      // The 4 KiB bound falls between the two halves.
+      const bounded: RunEventBody[] = [];
+      const m = normalizer(bounded, [secret]);
+      m.handle(chunk("x".repeat(MAX_EVENT_TEXT_BYTES - cut)));
+      m.handle(chunk(secret.slice(0, cut)));
+      m.handle(chunk(`${secret.slice(cut)}${"y".repeat(MAX_EVENT_TEXT_BYTES - 10)}`));
+      m.flush();
+      check(bounded);
+    }
+    // A held-back tail that was not a secret after all is emitted with the next text or at the final flush.
+    const out: RunEventBody[] = [];
+    const n = normalizer(out, [secret]);
+    n.handle(chunk("ends with sk-li"));
+    n.flushStreamed();
+    expect(out).toEqual([{ kind: "agent_message", text: "ends with ", truncated: false }]);
+    n.handle({ sessionUpdate: "agent_thought_chunk", content: { type: "text", text: "hmm" } });
+    n.flush();
+    expect(out.slice(1)).toEqual([
+      { kind: "agent_message", text: "sk-li", truncated: false },
+      { kind: "reasoning", text: "hmm", truncated: false },
+    ]);
+  });
+
   test("the project root's absolute path is made relative inside any event text", () => {
     const out: RunEventBody[] = [];
     const n = new EventNormalizer({
