@@ -281,8 +281,19 @@ class Link implements LinkHandle {
   #onRequest(ws: WebSocket, req: Request): void {
     const rid = req.request_id;
     const reply = (frame: RunnerFrame) => {
-      if (ws === this.#ws && ws.readyState === WebSocket.OPEN) this.#rawSend(ws, frame);
-      else this.#log.debug({ type: frame.type }, "reply dropped: connection changed");
+      if (ws !== this.#ws || ws.readyState !== WebSocket.OPEN) {
+        this.#log.debug({ type: frame.type }, "reply dropped: connection changed");
+        return;
+      }
+      // A reply that cannot be sent must still answer the request, or the Server waits for nothing.
+      if (!this.#rawSend(ws, frame) && frame.type !== "error") {
+        this.#rawSend(ws, {
+          type: "error",
+          request_id: rid,
+          code: "internal",
+          message: "The Runner could not encode the reply.",
+        });
+      }
     };
     const internal = (err: unknown) => {
       this.#log.error({ type: req.type, err: (err as Error)?.message }, "run service failed a request");
@@ -354,7 +365,7 @@ class Link implements LinkHandle {
     let n = events.length;
     let bytes = 0;
     for (let i = 0; i < events.length; i++) {
-      bytes += JSON.stringify(events[i]).length + 1;
+      bytes += Buffer.byteLength(JSON.stringify(events[i]), "utf8") + 1;
       if (bytes > UPDATE_CHUNK_BYTES) {
         n = i;
         break;
@@ -390,12 +401,12 @@ class Link implements LinkHandle {
     return true;
   }
 
-  #sendText(ws: WebSocket, text: string): void {
-    this.#queuedBytes += text.length;
+  #sendText(ws: WebSocket, text: string, bytes = Buffer.byteLength(text, "utf8")): void {
+    this.#queuedBytes += bytes;
     this.#queuedFrames++;
     ws.send(text, (err) => {
       if (ws !== this.#ws) return;
-      this.#queuedBytes -= text.length;
+      this.#queuedBytes -= bytes;
       this.#queuedFrames--;
       if (err) return;
       if (this.#suppressed.size > 0) this.#drainSuppressed(ws);
@@ -419,12 +430,13 @@ class Link implements LinkHandle {
       }
       for (const frame of chunkUpdate(run, events)) {
         const text = JSON.stringify(frame);
-        if (!this.#hasRoom(text.length) || Buffer.byteLength(text, "utf8") > MAX_FRAME_BYTES) {
+        const bytes = Buffer.byteLength(text, "utf8");
+        if (!this.#hasRoom(bytes) || bytes > MAX_FRAME_BYTES) {
           this.#suppressed.set(run.run_id, run);
           this.#log.debug({ run_id: run.run_id }, "send queue full; run updates paused until it drains");
           return;
         }
-        this.#sendText(ws, text);
+        this.#sendText(ws, text, bytes);
       }
     } catch (err) {
       this.#log.error({ err: (err as Error).message }, "pushing a run update failed");
@@ -473,7 +485,7 @@ export function chunkUpdate(run: RunSummary, events: readonly RunEvent[]): Runne
   let cur: RunEvent[] = [];
   let bytes = 0;
   for (const e of events) {
-    const n = JSON.stringify(e).length + 1;
+    const n = Buffer.byteLength(JSON.stringify(e), "utf8") + 1;
     if (cur.length > 0 && (cur.length >= MAX_EVENTS_PER_UPDATE || bytes + n > UPDATE_CHUNK_BYTES)) {
       frames.push({ type: "run.update", run, events: cur });
       cur = [];

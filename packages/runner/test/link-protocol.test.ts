@@ -1,10 +1,11 @@
 /** The link against a scripted fake Server: protocol errors close and reconnect; requests are answered. */
 import type { AddressInfo } from "node:net";
+import { MAX_EVENT_TEXT_BYTES, MAX_FRAME_BYTES, parseRunnerFrame } from "@webcodex/protocol";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { type WebSocket, WebSocketServer } from "ws";
 import { FakeRunService } from "../../server/test/support/fake-run-service.js";
-import { type LinkHandle, startLink } from "../src/link.js";
+import { chunkUpdate, type LinkHandle, startLink } from "../src/link.js";
 
 interface Peer {
   ws: WebSocket;
@@ -77,6 +78,59 @@ describe("runner link protocol", () => {
     await until(() => peer.frames.length >= 3);
     expect(peer.frames[1]).toMatchObject({ type: "run.inventory.result", request_id: "q1", runs: [] });
     expect(peer.frames[2]).toMatchObject({ type: "error", request_id: "q2", code: "not_found" });
+  });
+
+  it("answers run.sync for a ring of 1000 CJK events with one frame within MAX_FRAME_BYTES and has_more", async () => {
+    const s = await fakeServer();
+    close = () => new Promise((r) => s.wss.close(() => r()));
+    const svc = new FakeRunService();
+    const runId = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    await svc.start({
+      run_id: runId,
+      intent_fingerprint: "a".repeat(64),
+      project_id: "demo",
+      provider_id: "fake",
+      provider_instance_id: svc.providerInstanceId,
+      agent_instance_id: svc.agentInstanceId,
+      prompt: "p",
+    } as never);
+    // 1365 three-byte characters: a full 4 KiB text body, but only ~1.4 K UTF-16 units.
+    const text = "漢".repeat(Math.floor(MAX_EVENT_TEXT_BYTES / 3));
+    svc.emit(
+      runId,
+      Array.from({ length: 1000 }, () => ({ kind: "agent_message" as const, text, truncated: false })),
+      { silent: true },
+    );
+    const raw: Buffer[] = [];
+    s.wss.on("connection", (ws) => ws.on("message", (d) => raw.push(Buffer.from(d as Buffer))));
+    link = startLink({ url: s.url, token: "t", service: svc, logger: pino({ level: "silent" }) });
+    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    peer.ws.send(JSON.stringify(ack));
+    await until(() => link?.connected);
+    peer.ws.send(JSON.stringify({ type: "run.sync", request_id: "q1", run_id: runId, after_seq: 0, max_events: 1000 }));
+    const reply = await until(() => peer.frames.find((f) => f.request_id === "q1"));
+    expect(reply).toMatchObject({ type: "run.sync.result", has_more: true });
+    const events = reply.events as Array<{ seq: number }>;
+    expect(events.length).toBeGreaterThan(0);
+    expect(events.length).toBeLessThan(1000);
+    expect(events[0]?.seq).toBe(1);
+    const frameBytes = raw.map((b) => b.byteLength);
+    expect(Math.max(...frameBytes)).toBeLessThanOrEqual(MAX_FRAME_BYTES);
+    expect(parseRunnerFrame(raw.find((b) => b.includes('"q1"'))?.toString("utf8")).ok).toBe(true);
+  });
+
+  it("splits pushed updates of non-ASCII events by UTF-8 bytes, each frame within MAX_FRAME_BYTES", () => {
+    const text = "漢".repeat(Math.floor(MAX_EVENT_TEXT_BYTES / 3));
+    const events = Array.from({ length: 256 }, (_, i) => ({
+      seq: i + 1,
+      at: "t",
+      kind: "agent_message" as const,
+      text,
+      truncated: false,
+    }));
+    const frames = chunkUpdate({} as never, events);
+    expect(frames.length).toBeGreaterThan(1);
+    for (const f of frames) expect(Buffer.byteLength(JSON.stringify(f), "utf8")).toBeLessThanOrEqual(MAX_FRAME_BYTES);
   });
 
   it("answers a malformed frame with protocol_error, closes, and reconnects with a fresh hello", async () => {
