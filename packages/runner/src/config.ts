@@ -29,6 +29,11 @@ export const MAX_AGENT_ARG_BYTES = 4096;
 export const MAX_ENV_MAPPINGS = 128;
 /** Environment variable names (child and source side). */
 export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/**
+ * Longest environment variable name: a missing source's name is part of the
+ * run's terminal message, which the protocol bounds (MAX_MESSAGE_LENGTH).
+ */
+export const MAX_ENV_NAME_LENGTH = 128;
 
 export interface ProjectConfig {
   readonly id: string;
@@ -109,6 +114,7 @@ const int = (min: number, max: number) =>
 const NonEmpty = z.string({ error: "must be a string" }).min(1, "must not be empty");
 const EnvName = z
   .string({ error: "must be a string" })
+  .max(MAX_ENV_NAME_LENGTH, `must be at most ${MAX_ENV_NAME_LENGTH} characters`)
   .regex(ENV_NAME_PATTERN, "must be an environment variable name (^[A-Za-z_][A-Za-z0-9_]*$)");
 const ConfigId = z
   .string()

@@ -17,9 +17,15 @@
  * - heartbeats: answers the Server's pings (ws does), sends `heartbeat`
  *   frames and drops a connection that has been silent for three intervals.
  *
+ * Hello and every reply are checked against the protocol schema before they
+ * are sent: an inventory row the Server would reject is dropped (and logged),
+ * an invalid reply becomes an `error` frame — never a frame that makes the
+ * Server close the link and the Runner reconnect with the same bad frame.
+ *
  * The token is never logged.
  */
 import {
+  describeFirstIssue,
   encodeFrame,
   type HelloFrame,
   MAX_EVENTS_PER_UPDATE,
@@ -29,8 +35,8 @@ import {
   type ProtocolErrorCode,
   parseServerFrame,
   type RunEvent,
-  type RunnerFrame,
-  type RunSummary,
+  RunnerFrame,
+  RunSummary,
   type ServerFrame,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
@@ -192,13 +198,14 @@ class Link implements LinkHandle {
         type: "hello",
         protocol_version: PROTOCOL_VERSION,
         ...this.#service.helloBody(),
-        inventory: this.#service.inventory().slice(0, MAX_INVENTORY_RUNS),
+        inventory: this.#validRuns("hello", this.#service.inventory().slice(0, MAX_INVENTORY_RUNS)),
       };
     } catch (err) {
       this.#log.error({ err: (err as Error).message }, "building hello failed");
       ws.close(1011, "hello failed");
       return;
     }
+    this.#invalid(hello); // logged; nothing better to send than the Runner's own description
     this.#rawSend(ws, hello);
     this.#helloTimer = setTimeout(() => {
       if (!this.#live) {
@@ -286,7 +293,7 @@ class Link implements LinkHandle {
         return;
       }
       // A reply that cannot be sent must still answer the request, or the Server waits for nothing.
-      if (!this.#rawSend(ws, frame) && frame.type !== "error") {
+      if (this.#invalid(frame) || (!this.#rawSend(ws, frame) && frame.type !== "error")) {
         this.#rawSend(ws, {
           type: "error",
           request_id: rid,
@@ -347,7 +354,7 @@ class Link implements LinkHandle {
           reply({
             type: "run.inventory.result",
             request_id: rid,
-            runs: this.#service.inventory().slice(0, MAX_INVENTORY_RUNS),
+            runs: this.#validRuns("run.inventory.result", this.#service.inventory().slice(0, MAX_INVENTORY_RUNS)),
           });
         } catch (err) {
           internal(err);
@@ -378,6 +385,26 @@ class Link implements LinkHandle {
       events: events.slice(0, n),
       has_more: hasMore || n < events.length,
     };
+  }
+
+  /** Inventory rows the protocol accepts; each other row is logged (frame type, first bad path) and left out. */
+  #validRuns(type: RunnerFrame["type"], runs: RunSummary[]): RunSummary[] {
+    return runs.filter((run) => {
+      const checked = RunSummary.safeParse(run);
+      if (checked.success) return true;
+      const { path } = describeFirstIssue(checked.error);
+      this.#log.error({ type, run_id: run.run_id, path }, "inventory row violates the protocol; left out");
+      return false;
+    });
+  }
+
+  /** True (and logged with the frame type and first bad path) when the frame violates the protocol schema. */
+  #invalid(frame: RunnerFrame): boolean {
+    const checked = RunnerFrame.safeParse(frame);
+    if (checked.success) return false;
+    const { path } = describeFirstIssue(checked.error);
+    this.#log.error({ type: frame.type, path }, "outgoing frame violates the protocol");
+    return true;
   }
 
   #protocolError(ws: WebSocket, code: ProtocolErrorCode, message: string): void {

@@ -7,6 +7,7 @@ import {
   type ExecutionState,
   FAILURE_SUMMARIES,
   type FailureKind,
+  MAX_MESSAGE_LENGTH,
   mapStopReason,
   type RecoveryKind,
   type RunState,
@@ -31,6 +32,16 @@ export interface Terminal {
 export const NO_PROMPT = "No prompt was dispatched.";
 export const MAY_HAVE_RUN = "The prompt may have run; its outcome is unknown.";
 
+/** A terminal message within the protocol's bound (a longer one would make every summary of the run invalid). */
+export function capMessage(message: string): string {
+  if (message.length <= MAX_MESSAGE_LENGTH) return message;
+  let end = MAX_MESSAGE_LENGTH - 1;
+  // Do not leave half a surrogate pair at the cut.
+  const last = message.charCodeAt(end - 1);
+  if (last >= 0xd800 && last <= 0xdbff) end--;
+  return `${message.slice(0, end)}…`;
+}
+
 /** failed / not_started, naming the stage. */
 export function notStarted(
   kind: FailureKind,
@@ -45,7 +56,7 @@ export function notStarted(
     stop_reason: null,
     failure_kind: kind,
     recovery_kind: recovery,
-    message: `${FAILURE_SUMMARIES[kind]}${extra} Stage: ${stage}. ${NO_PROMPT}`,
+    message: capMessage(`${FAILURE_SUMMARIES[kind]}${extra} Stage: ${stage}. ${NO_PROMPT}`),
   };
 }
 
@@ -57,7 +68,7 @@ export function lost(kind: FailureKind | null, lead: string): Terminal {
     stop_reason: null,
     failure_kind: kind,
     recovery_kind: "reconcile",
-    message: `${lead} Stage: prompt. ${MAY_HAVE_RUN}`,
+    message: capMessage(`${lead} Stage: prompt. ${MAY_HAVE_RUN}`),
   };
 }
 
@@ -98,7 +109,7 @@ export function promptTerminal(
       } else if (mapped.failure_kind === "stop_reason") {
         message = `${FAILURE_SUMMARIES.stop_reason} Stop reason: ${mapped.stop_reason}.`;
       } else message = `${FAILURE_SUMMARIES.protocol_violation} The stop reason is not one ACP v1 defines.`;
-      return { ...mapped, failure_kind: failureKind, message };
+      return { ...mapped, failure_kind: failureKind, message: capMessage(message) };
     }
     case "rpc_error":
       return {
@@ -107,7 +118,7 @@ export function promptTerminal(
         stop_reason: null,
         failure_kind: "prompt_error",
         recovery_kind: "none",
-        message: `${FAILURE_SUMMARIES.prompt_error} JSON-RPC error ${answered.code}.`,
+        message: capMessage(`${FAILURE_SUMMARIES.prompt_error} JSON-RPC error ${answered.code}.`),
       };
     case "fault":
       return lost(answered.fault, FAILURE_SUMMARIES[answered.fault]);

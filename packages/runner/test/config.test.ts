@@ -2,8 +2,10 @@
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { MAX_MESSAGE_LENGTH } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { ConfigError, loadConfig, parseConfig } from "../src/config.js";
+import { ConfigError, loadConfig, MAX_ENV_NAME_LENGTH, parseConfig } from "../src/config.js";
+import { lost, notStarted } from "../src/terminal.js";
 import { REPO_ROOT } from "./support/harness.js";
 
 const dir = mkdtempSync(join(tmpdir(), "wc-config-test-"));
@@ -176,6 +178,23 @@ executable = "/nonexistent/agent"
         `${file}: server.token: unknown key (not allowed)`,
       ]),
     );
+  });
+
+  test("environment variable names are bounded (a missing source's name goes into a run's message)", () => {
+    const long = `S${"X".repeat(MAX_ENV_NAME_LENGTH)}`;
+    const errors = errorsOf(VALID.replace('PATH = "PATH"', `PATH = "${long}"`));
+    expect(errors.some((e) => e.startsWith(`${file}: acp.agents[0].env_from_env.PATH: must be at most`))).toBe(true);
+    const ok = parseConfig(VALID.replace('PATH = "PATH"', `PATH = "${long.slice(0, MAX_ENV_NAME_LENGTH)}"`), file);
+    expect(Object.values(ok.acp.agents[0]?.envFromEnv ?? {})).toEqual([long.slice(0, MAX_ENV_NAME_LENGTH)]);
+  });
+
+  test("terminal messages built from config names stay within MAX_MESSAGE_LENGTH", () => {
+    const name = "N".repeat(2000);
+    const failed = notStarted("missing_env", "spawn", `Missing source variable: ${name}.`);
+    expect(failed.message.length).toBeLessThanOrEqual(MAX_MESSAGE_LENGTH);
+    expect(lost("io_error", name).message.length).toBeLessThanOrEqual(MAX_MESSAGE_LENGTH);
+    const short = notStarted("missing_env", "spawn", "Missing source variable: PATH.");
+    expect(short.message).toContain("Missing source variable: PATH. Stage: spawn.");
   });
 
   test("TOML syntax errors name the line", () => {

@@ -1,6 +1,12 @@
 /** The link against a scripted fake Server: protocol errors close and reconnect; requests are answered. */
 import type { AddressInfo } from "node:net";
-import { MAX_EVENT_TEXT_BYTES, MAX_FRAME_BYTES, parseRunnerFrame } from "@webcodex/protocol";
+import {
+  MAX_EVENT_TEXT_BYTES,
+  MAX_FRAME_BYTES,
+  MAX_MESSAGE_LENGTH,
+  parseRunnerFrame,
+  RunnerFrame,
+} from "@webcodex/protocol";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { type WebSocket, WebSocketServer } from "ws";
@@ -131,6 +137,56 @@ describe("runner link protocol", () => {
     const frames = chunkUpdate({} as never, events);
     expect(frames.length).toBeGreaterThan(1);
     for (const f of frames) expect(Buffer.byteLength(JSON.stringify(f), "utf8")).toBeLessThanOrEqual(MAX_FRAME_BYTES);
+  });
+
+  it("leaves an inventory row the protocol rejects out of hello, and answers requests about it with an error", async () => {
+    const s = await fakeServer();
+    close = () => new Promise((r) => s.wss.close(() => r()));
+    const svc = new FakeRunService();
+    const ids = ["wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa", "wc_agent_run_bbbbbbbbbbbbbbbbbbbbbbbbbb"] as const;
+    for (const run_id of ids) {
+      await svc.start({
+        run_id,
+        intent_fingerprint: "a".repeat(64),
+        project_id: "demo",
+        provider_id: "fake",
+        provider_instance_id: svc.providerInstanceId,
+        agent_instance_id: svc.agentInstanceId,
+        prompt: "p",
+      } as never);
+    }
+    const bad = svc.runs.get(ids[0]);
+    if (!bad) throw new Error("no run");
+    bad.summary = { ...bad.summary, message: "m".repeat(MAX_MESSAGE_LENGTH + 1) };
+    const lines: string[] = [];
+    link = startLink({
+      url: s.url,
+      token: "t",
+      service: svc,
+      logger: pino({ level: "error" }, { write: (l: string) => lines.push(l) }),
+      backoffInitialMs: 20,
+    });
+    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    const hello = peer.frames[0] as { type: string; inventory: Array<{ run_id: string }> };
+    expect(hello.type).toBe("hello");
+    expect(hello.inventory.map((r) => r.run_id)).toEqual([ids[1]]);
+    expect(lines.some((l) => l.includes('"type":"hello"') && l.includes('"path":"message"'))).toBe(true);
+    peer.ws.send(JSON.stringify(ack));
+    await until(() => link?.connected);
+    peer.ws.send(JSON.stringify({ type: "run.sync", request_id: "q1", run_id: ids[0], after_seq: 0, max_events: 10 }));
+    peer.ws.send(JSON.stringify({ type: "run.inventory", request_id: "q2" }));
+    await until(() => peer.frames.length >= 3);
+    expect(peer.frames.find((f) => f.request_id === "q1")).toEqual({
+      type: "error",
+      request_id: "q1",
+      code: "internal",
+      message: "The Runner could not encode the reply.",
+    });
+    const inv = peer.frames.find((f) => f.request_id === "q2") as { runs: Array<{ run_id: string }> };
+    expect(inv.runs.map((r) => r.run_id)).toEqual([ids[1]]);
+    for (const f of peer.frames) expect(RunnerFrame.safeParse(f).success).toBe(true);
+    expect(s.peers.length).toBe(1);
+    expect(lines.some((l) => l.includes('"type":"run.sync.result"') && l.includes('"path":"run.message"'))).toBe(true);
   });
 
   it("answers a malformed frame with protocol_error, closes, and reconnects with a fresh hello", async () => {
