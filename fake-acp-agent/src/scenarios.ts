@@ -1,7 +1,7 @@
 import type { PromptResponse } from "@agentclientprotocol/sdk";
 import type { ScenarioCall } from "./prompt-line.js";
 import { echoEnv, hello, ignoredUpdates, stop, tools } from "./scenarios/basic.js";
-import { fsRequest, permission, terminalRequest } from "./scenarios/client-calls.js";
+import { fsRequest, permission, permissionFlood, terminalRequest } from "./scenarios/client-calls.js";
 import {
   crashAfterResponse,
   crashBeforeResponse,
@@ -21,6 +21,7 @@ export const SCENARIOS = {
   burst,
   slow,
   permission,
+  permission_flood: permissionFlood,
   stop,
   prompt_error: promptError,
   crash_before_response: crashBeforeResponse,

@@ -104,6 +104,32 @@ describe("permission", () => {
   });
 });
 
+describe("permission_flood", () => {
+  test("sends count concurrent requests, records every outcome, and ends cancelled if any was cancelled", async () => {
+    const session = await shared.session();
+    let n = 0;
+    session.onPermission(async () =>
+      n++ % 2 === 0
+        ? { outcome: { outcome: "cancelled" } }
+        : { outcome: { outcome: "selected", optionId: "reject_once" } },
+    );
+    expect(await session.prompt("scenario: permission_flood count=6")).toEqual({ stopReason: "cancelled" });
+    expect(session.permissionRequests.map((r) => r.toolCall.toolCallId).sort()).toEqual(
+      Array.from({ length: 6 }, (_, i) => `call-flood-${i}`).sort(),
+    );
+    const outcomes = ledger().slice(1);
+    expect(outcomes).toHaveLength(6);
+    expect(outcomes.filter((l) => l.outcome === "cancelled")).toHaveLength(3);
+  });
+
+  test("ends the turn end_turn when every request was answered with an option", async () => {
+    const session = await shared.session();
+    session.onPermission(async () => ({ outcome: { outcome: "selected", optionId: "reject_once" } }));
+    expect(await session.prompt("scenario: permission_flood count=3")).toEqual({ stopReason: "end_turn" });
+    expect(ledger().slice(1)).toHaveLength(3);
+  });
+});
+
 describe("unsupported agent-to-client requests", () => {
   test.each([
     ["fs_request", "fs/read_text_file"],

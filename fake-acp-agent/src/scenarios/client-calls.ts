@@ -1,7 +1,8 @@
 import { join } from "node:path";
 import { type PermissionOption, RequestError, type RequestPermissionResponse } from "@agentclientprotocol/sdk";
+import { z } from "zod";
 import { aborted, sleep } from "../lifecycle.js";
-import { CANCELLED, END_TURN, noParams, type Scenario, say, scenario, type Turn, update } from "../turn.js";
+import { CANCELLED, END_TURN, intParam, noParams, type Scenario, say, scenario, type Turn, update } from "../turn.js";
 
 /** How long a cancelled turn waits for the client's answer to a pending permission request. */
 const PERMISSION_CANCEL_GRACE_MS = 1_000;
@@ -67,6 +68,40 @@ export const permission: Scenario = scenario("permission", noParams, async (turn
   await say(turn, `Permission outcome: selected option ${outcome.optionId}.`);
   return END_TURN;
 });
+
+/**
+ * `count` concurrent `session/request_permission` calls (tool calls
+ * `call-flood-<i>`), each outcome recorded in the ledger as it arrives. Once
+ * all are answered: `cancelled` if any answer was `cancelled`, else `end_turn`;
+ * `session/cancel` ends the turn `cancelled` at once (later answers are still recorded).
+ */
+export const permissionFlood: Scenario = scenario(
+  "permission_flood count=64",
+  z.object({ count: intParam(64, 1, 10_000) }).strict(),
+  async (turn, { count }) => {
+    const answers = Array.from({ length: count }, (_, i) =>
+      turn.client
+        .request("session/request_permission", {
+          sessionId: turn.session.id,
+          toolCall: { toolCallId: `call-flood-${i}`, title: `Flood ${i}`, kind: "edit", status: "pending" },
+          options: PERMISSION_OPTIONS,
+        })
+        .then(
+          (response) => {
+            recordOutcome(turn, response);
+            return response.outcome.outcome;
+          },
+          (error: unknown) => {
+            turn.ledger.append({ event: "client_error", method: "session/request_permission", code: errorCode(error) });
+            return "failed" as const;
+          },
+        ),
+    );
+    const all = await Promise.race([Promise.all(answers), aborted(turn.cancelled).then(() => "cancel" as const)]);
+    if (all === "cancel" || all.includes("cancelled")) return CANCELLED;
+    return END_TURN;
+  },
+);
 
 async function callClient(turn: Turn, method: string, call: () => Promise<unknown>): Promise<void> {
   let code: number | null = null;

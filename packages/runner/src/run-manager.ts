@@ -88,6 +88,12 @@ const PUSH_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
  * event per token would flood the ring. Pushes themselves are never delayed.
  */
 export const COALESCE_MS = 100;
+/**
+ * Permission requests a run may have waiting at once. Each holds a waiter, a
+ * timer, a ring event and a log line; beyond this bound a request is answered
+ * `cancelled` at once, with no event, and only counted (ignored_updates).
+ */
+export const MAX_PENDING_PERMISSIONS = 16;
 /** Faults that close() itself causes by closing connections and killing trees. */
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
@@ -538,6 +544,13 @@ export class RunManager implements RunService {
       run.permissionAnswered ??= run.cancelReason;
       return cancelled;
     }
+    if (run.pendingPermissions >= MAX_PENDING_PERMISSIONS) {
+      if (run.refusedPermissions++ === 0) {
+        this.#log.warn({ run_id: run.run_id, pending: run.pendingPermissions }, "too many pending permission requests");
+      }
+      normalizer.ignore();
+      return cancelled;
+    }
     normalizer.emitBody(normalizer.permissionEvent(params));
     run.pendingPermissions++;
     run.state = "waiting_permission";
@@ -613,6 +626,7 @@ export class RunManager implements RunService {
         stop_reason: t.stop_reason,
         failure_kind: t.failure_kind,
         ignored_updates: ignored,
+        refused_permissions: run.refusedPermissions,
         events: lastSeq,
       },
       "run terminal",

@@ -51,6 +51,8 @@ export class Run {
   expireGrace!: () => void;
   readonly permissionWaiters = new Set<(why: CancelReason) => void>();
   pendingPermissions = 0;
+  /** Permission requests answered `cancelled` at once because MAX_PENDING_PERMISSIONS were waiting. */
+  refusedPermissions = 0;
   /** Why the first permission request was answered `cancelled` (for the terminal message). */
   permissionAnswered: PermissionAnswer | null = null;
   readonly timers = new Set<NodeJS.Timeout>();

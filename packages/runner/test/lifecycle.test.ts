@@ -8,6 +8,7 @@
 import { readFileSync } from "node:fs";
 import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
+import { MAX_PENDING_PERMISSIONS } from "../src/run-manager.js";
 import {
   alive,
   makeWorkspace,
@@ -74,6 +75,23 @@ describe("permission requests", () => {
     const after = outcomes().slice(before);
     expect(after).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
     expect(readLedger(ws).some((e) => e.event === "permission_outcome" && e.outcome === "selected")).toBe(false);
+  });
+});
+
+describe("permission flood", () => {
+  test("at most MAX_PENDING_PERMISSIONS wait; the rest are answered cancelled at once, without events, and counted", async () => {
+    const before = outcomes().length;
+    const count = MAX_PENDING_PERMISSIONS + 24;
+    const { run, events } = await runToEnd(manager, `scenario: permission_flood count=${count}\ncase: flood`);
+    expect(run).toMatchObject({ state: "cancelled", execution_state: "completed", stop_reason: "cancelled" });
+    const requests = events.filter((e) => e.kind === "permission_request");
+    expect(requests.length).toBeGreaterThan(0);
+    expect(requests.length).toBeLessThanOrEqual(MAX_PENDING_PERMISSIONS);
+    expect(run.ignored_updates).toBeGreaterThanOrEqual(count - MAX_PENDING_PERMISSIONS);
+    expect(requests.length + run.ignored_updates).toBe(count);
+    const answered = outcomes().slice(before);
+    expect(answered).toHaveLength(count);
+    expect(answered.every((e) => e.outcome === "cancelled")).toBe(true);
   });
 });
 
