@@ -558,32 +558,33 @@ export class Runs implements RunsApi, HubListener {
   #catchUp(mirror: RunMirror, runner: LiveRunner): Promise<void> {
     if (mirror.syncing) return mirror.syncing;
     const p = (async () => {
-      try {
-        for (let round = 0; round < MAX_SYNC_ROUNDS && !this.#closed; round++) {
-          if (runner.conn.closed || mirror.instance !== runner.agentInstanceId) return;
-          const after = mirror.lastSeq;
-          const res = await runner.conn.request(
-            { type: "run.sync", run_id: mirror.runId, after_seq: after, max_events: MAX_EVENTS_PER_SYNC },
-            SYNC_TIMEOUT_MS,
-          );
-          if (!res.ok) return;
-          if (mirror.instance !== runner.agentInstanceId) return;
-          if (res.frame.type === "error") {
-            if (res.frame.code === "not_found") mirror.synced = true;
-            mirror.touch();
-            return;
-          }
-          if (res.frame.type !== "run.sync.result") return;
-          const more = mirror.applySync(after, res.frame.run, res.frame.events, res.frame.has_more);
-          this.#persist(mirror.runId, res.frame.run);
-          const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
-          if (!more && !behind) return;
+      for (let round = 0; round < MAX_SYNC_ROUNDS && !this.#closed; round++) {
+        if (runner.conn.closed || mirror.instance !== runner.agentInstanceId) return;
+        const after = mirror.lastSeq;
+        const res = await runner.conn.request(
+          { type: "run.sync", run_id: mirror.runId, after_seq: after, max_events: MAX_EVENTS_PER_SYNC },
+          SYNC_TIMEOUT_MS,
+        );
+        if (!res.ok) return;
+        if (mirror.instance !== runner.agentInstanceId) return;
+        if (res.frame.type === "error") {
+          if (res.frame.code === "not_found") mirror.synced = true;
+          mirror.touch();
+          return;
         }
-      } finally {
-        mirror.syncing = null;
+        if (res.frame.type !== "run.sync.result") return;
+        const more = mirror.applySync(after, res.frame.run, res.frame.events, res.frame.has_more);
+        this.#persist(mirror.runId, res.frame.run);
+        const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
+        if (!more && !behind) return;
       }
     })();
+    // Cleared only after it is set: a catch-up that ends before its first await must not stay "in flight".
     mirror.syncing = p;
+    const clear = () => {
+      if (mirror.syncing === p) mirror.syncing = null;
+    };
+    void p.then(clear, clear);
     return p;
   }
 

@@ -1,0 +1,77 @@
+/**
+ * The run core against a hand-driven Runner connection: races between a
+ * newer hello, reconciliation, catch-up syncs, unknown-outcome starts and
+ * cancels whose delivery is unknown.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import type { StartInput } from "../src/runs-api.js";
+import { FakeRunService, msg } from "./support/fake-run-service.js";
+import { alice, Harness, until } from "./support/in-process.js";
+import { RawRunner } from "./support/raw-runner.js";
+
+const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
+
+function input(key: string, extra: Partial<StartInput> = {}): StartInput {
+  return { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt: "scenario: hello", ...extra };
+}
+
+function ok<T>(r: { ok: true; value: T } | { ok: false; error: unknown }): T {
+  if (!r.ok) throw new Error(`expected ok, got ${JSON.stringify(r.error)}`);
+  return r.value;
+}
+
+const runIdOf = (f: { run_id?: string }) => f.run_id;
+
+describe("run core against a hand-driven Runner link", () => {
+  let h: Harness;
+  const raws: RawRunner[] = [];
+  afterEach(async () => {
+    for (const r of raws.splice(0)) r.close();
+    await h.close();
+  });
+
+  async function connect(svc: FakeRunService, inventory = svc.inventory()): Promise<RawRunner> {
+    const r = await RawRunner.connect(h.wsUrl(), R1.token, svc, inventory);
+    raws.push(r);
+    await until(() => h.server.runs.listProjects(alice).some((p) => p.runner_online));
+    return r;
+  }
+
+  it("still catches a mirror up after a catch-up ended before sending anything (replaced connection)", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const first = await connect(svc);
+    const x = ok(await h.server.runs.start(alice, input("x")));
+    const y = ok(await h.server.runs.start(alice, input("y")));
+    svc.emit(y.run_id, [msg("one"), msg("two")]); // never pushed: the Server must fetch them with run.sync
+    first.close();
+    await until(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online));
+
+    // Connection A: its inventory lacks x, so reconciliation queries x and waits on it.
+    const inv = svc.inventory().filter((s) => s.run_id === y.run_id);
+    const holdX = (f: { type: string; run_id?: string }) => f.type === "run.sync" && runIdOf(f) === x.run_id;
+    const a = await RawRunner.connect(h.wsUrl(), R1.token, svc, inv, holdX);
+    raws.push(a);
+    await until(() => a.held.length > 0);
+    // Connection B replaces A while A's query is pending; B also holds its query of x.
+    const b = await RawRunner.connect(h.wsUrl(), R1.token, svc, inv, holdX);
+    raws.push(b);
+    await until(() => b.held.length > 0 && !a.open);
+    await new Promise((r) => setTimeout(r, 50));
+
+    const seen: number[] = [];
+    let token: string | undefined;
+    for (let i = 0; i < 3 && seen.length < 2; i++) {
+      const o = ok(
+        await h.server.runs.observe(alice, {
+          run_id: y.run_id,
+          ...(token ? { after_observation_token: token } : {}),
+        }),
+      );
+      seen.push(...o.events.map((e) => e.seq));
+      token = o.observation_token;
+    }
+    expect(seen).toEqual([1, 2]);
+    expect(b.requests("run.sync").some((f) => runIdOf(f) === y.run_id)).toBe(true);
+  });
+});
