@@ -586,20 +586,17 @@ export class RunManager implements RunService {
     run.normalizer?.flush();
     const ignored = run.normalizer?.ignoredUpdates ?? 0;
     const lastSeq = run.ring.lastSeq + 1; // the terminal event below
-    try {
-      this.#store.markTerminal(run.run_id, {
-        state: t.state,
-        execution_state: t.execution_state,
-        stop_reason: t.stop_reason,
-        failure_kind: t.failure_kind,
-        recovery_kind: t.recovery_kind,
-        message: t.message,
-        ignored_updates: ignored,
-        last_seq: lastSeq,
-      });
-    } catch (error) {
-      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "recording the terminal state failed");
-    }
+    run.unsavedTerminal = {
+      state: t.state,
+      execution_state: t.execution_state,
+      stop_reason: t.stop_reason,
+      failure_kind: t.failure_kind,
+      recovery_kind: t.recovery_kind,
+      message: t.message,
+      ignored_updates: ignored,
+      last_seq: lastSeq,
+    };
+    this.#saveTerminal(run);
     this.#failpoint("after_terminal_before_projection");
     run.ring.push({
       kind: "terminal",
@@ -666,12 +663,40 @@ export class RunManager implements RunService {
     }
   }
 
+  /**
+   * Write the run's terminal state durably. On failure the run keeps it as
+   * unsavedTerminal: pinned in memory (the durable row still says non-terminal,
+   * so only memory answers right) until a later retry succeeds.
+   */
+  #saveTerminal(run: Run): boolean {
+    const update = run.unsavedTerminal;
+    if (!update) return true;
+    try {
+      this.#store.markTerminal(run.run_id, update);
+    } catch (error) {
+      this.#log.error(
+        { run_id: run.run_id, err_name: (error as Error)?.name },
+        "recording the terminal state failed; the run stays pinned in memory and the write is retried",
+      );
+      return false;
+    }
+    if (run.phase === "terminal") this.#log.info({ run_id: run.run_id }, "terminal state recorded on retry");
+    run.unsavedTerminal = null;
+    return true;
+  }
+
+  /** Keep a settled run in memory; evict the oldest ones beyond the bound, never one whose terminal write failed. */
   #retain(run: Run): void {
     this.#retained.push(run.run_id);
+    const pinned: string[] = [];
     while (this.#retained.length > this.#maxRetained) {
       const evicted = this.#retained.shift();
-      if (evicted !== undefined) this.#runs.delete(evicted);
+      if (evicted === undefined) break;
+      const old = this.#runs.get(evicted);
+      if (old && !this.#saveTerminal(old)) pinned.push(evicted);
+      else this.#runs.delete(evicted);
     }
+    if (pinned.length > 0) this.#retained.unshift(...pinned);
   }
 
   /** State changed: push soon (at most one setImmediate later). */
@@ -741,6 +766,8 @@ export class RunManager implements RunService {
       void run.child?.terminateTree(Math.min(this.#graceMs, 500));
     }
     await Promise.all(active.map((run) => run.settled));
+    // Last chance for terminal writes that failed earlier (else recovery treats those rows as interrupted).
+    for (const run of this.#runs.values()) this.#saveTerminal(run);
     this.#store.close();
   }
 }

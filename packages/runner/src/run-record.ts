@@ -17,7 +17,7 @@ import type {
 } from "@webcodex/protocol";
 import type { AcpClientConnection } from "./acp-session.js";
 import type { AgentConfig, ProjectConfig } from "./config.js";
-import type { DispatchRow } from "./dispatch-store-types.js";
+import type { DispatchRow, TerminalUpdate } from "./dispatch-store-types.js";
 import { EventRing, type RingLimits } from "./event-ring.js";
 import type { EventNormalizer } from "./events.js";
 import type { AgentChild } from "./spawn.js";
@@ -51,6 +51,12 @@ export class Run {
   expireGrace!: () => void;
   readonly permissionWaiters = new Set<(why: CancelReason) => void>();
   pendingPermissions = 0;
+  /**
+   * The terminal state whose durable write failed: the run stays pinned in
+   * memory (never evicted) so sync/inventory/cancel answer the terminal state,
+   * and the write is retried at each retain/evict and at close.
+   */
+  unsavedTerminal: TerminalUpdate | null = null;
   /** Permission requests answered `cancelled` at once because MAX_PENDING_PERMISSIONS were waiting. */
   refusedPermissions = 0;
   /** Why the first permission request was answered `cancelled` (for the terminal message). */
