@@ -648,10 +648,15 @@ export class RunManager implements RunService {
           },
           "agent process tree cleaned up",
         );
-        try {
-          this.#store.clearChild(run.run_id);
-        } catch (error) {
-          this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "clearing the child failed");
+        if (result.survivors > 0) {
+          // Keep the group's identity in the store: the next start's reaper must still find it.
+          this.#log.error({ run_id: run.run_id, survivors: result.survivors }, "agent processes survived SIGKILL");
+        } else {
+          try {
+            this.#store.clearChild(run.run_id);
+          } catch (error) {
+            this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "clearing the child failed");
+          }
         }
       }
     } finally {
