@@ -10,6 +10,8 @@
  *   4. re-assert forced values a caller change moved, then a final check that
  *      every forced and caller value is current.
  *
+ * The recorded snapshot holds only the forced and caller keys, redacted.
+ *
  * Any violation → failed / not_started / fix_input, before the prompt.
  * Empty or absent caller config sends no caller calls.
  */
@@ -44,6 +46,8 @@ export interface SequencingInput {
   /** configOptions from session/new (null/undefined: the agent advertises none). */
   initial: readonly SessionConfigOption[] | null | undefined;
   set(id: string, value: ConfigValue): Promise<RequestOutcome<SessionConfigOption[]>>;
+  /** Scrubs string values recorded in the snapshot (the run's redactor). */
+  redact?: (text: string) => string;
 }
 
 function allValues(option: SessionConfigOption): string[] {
@@ -69,15 +73,26 @@ function current(options: readonly SessionConfigOption[], id: string): ConfigVal
   return option.currentValue as ConfigValue;
 }
 
-/** Bounded snapshot of ids and current values (ids/values outside the wire bounds are left out). */
-export function snapshotConfig(options: readonly SessionConfigOption[]): EffectiveConfigEntry[] {
+/**
+ * Bounded snapshot of the current values of `ids` only (the forced and caller
+ * keys — never every option the agent advertises), string values passed
+ * through `redact`; ids/values outside the wire bounds are left out.
+ */
+export function snapshotConfig(
+  options: readonly SessionConfigOption[],
+  ids: readonly string[],
+  redact: (text: string) => string = (text) => text,
+): EffectiveConfigEntry[] {
   const out: EffectiveConfigEntry[] = [];
-  for (const option of options) {
+  for (const id of ids) {
     if (out.length >= MAX_EFFECTIVE_CONFIG_ENTRIES) break;
-    if (typeof option.id !== "string" || !CONFIG_ID_PATTERN.test(option.id)) continue;
-    const value = option.currentValue as unknown;
+    if (!CONFIG_ID_PATTERN.test(id)) continue;
+    const option = options.find((o) => o.id === id);
+    if (!option) continue;
+    const raw = option.currentValue as unknown;
+    const value = typeof raw === "string" ? redact(raw) : raw;
     if (typeof value === "boolean" || (typeof value === "string" && value.length <= MAX_CONFIG_VALUE_LENGTH)) {
-      out.push({ id: option.id, value });
+      out.push({ id, value });
     }
   }
   return out;
@@ -211,5 +226,5 @@ export async function sequenceConfig(input: SequencingInput): Promise<Sequencing
       };
     }
   }
-  return { ok: true, effective: snapshotConfig(live), calls };
+  return { ok: true, effective: snapshotConfig(live, [...forcedKeys, ...callerKeys], input.redact), calls };
 }

@@ -368,9 +368,10 @@ export class RunManager implements RunService {
     if (!env.ok) return notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`);
     if (run.setupAbort.signal.aborted) return this.#setupAborted(run);
 
+    const redactor = new Redactor(Object.values(env.env), run.project.root);
     const normalizer = new EventNormalizer({
       projectRoot: run.project.root,
-      redactor: new Redactor(Object.values(env.env), run.project.root),
+      redactor,
       emit: (body) => {
         if (run.terminal) return;
         run.ring.push(body);
@@ -441,6 +442,7 @@ export class RunManager implements RunService {
         caller: callerConfig,
         allowed: run.agent.allowedConfigOptions,
         initial: session.value.configOptions,
+        redact: (text) => redactor.redact(text),
         set: async (id, value) => {
           const outcome = await this.#setupStep(run, conn.setConfigOption(sessionId, id, value));
           if (outcome.kind === "aborted") throw new AbortedError();

@@ -60,13 +60,14 @@ const cases: Case[] = [
     name: "valid override",
     config: { model: "fake-large", reasoning_effort: "high" },
     ok: true,
-    effective: { mode: "code", model: "fake-large", reasoning_effort: "high" },
+    // Only requested keys are recorded: not mode, which model=fake-large moved as a side effect.
+    effective: { model: "fake-large", reasoning_effort: "high" },
   },
   {
     name: "no caller config sends no calls",
     config: {},
     ok: true,
-    effective: { mode: "ask", model: "fake-small", reasoning_effort: "medium" },
+    effective: {},
   },
   {
     name: "value not advertised",
@@ -97,7 +98,7 @@ const cases: Case[] = [
     forced: true,
     config: { model: "fake-large" },
     ok: true,
-    effective: { mode: "ask", model: "fake-large", reasoning_effort: "medium" },
+    effective: { mode: "ask", model: "fake-large" },
   },
   {
     name: "forced key not advertised by the provider",

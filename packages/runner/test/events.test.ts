@@ -214,7 +214,39 @@ describe("config sequencing units", () => {
         return { kind: "rpc_error", code: -1 };
       },
     });
-    expect(result).toMatchObject({ ok: true, effective: [{ id: "model", value: "small" }] });
+    expect(result).toMatchObject({ ok: true, effective: [] });
     expect(calls).toBe(0);
+  });
+
+  test("the snapshot records only forced and caller keys, with string values redacted", async () => {
+    const secret = "sk-secret-model-name";
+    const result = await sequenceConfig({
+      forced: { mode: "ask" },
+      caller: { model: "big" },
+      allowed: ["model"],
+      initial: [
+        select("mode", "code", ["ask", "code"]),
+        select("model", "small", ["small", "big"]),
+        select("account", secret, [secret]),
+      ],
+      // Stands in for the run's redactor, as if "big" were a mapped env value.
+      redact: (text) => (text === "big" ? "[redacted]" : text),
+      set: async (id, value) => ({
+        kind: "ok",
+        value: [
+          select("mode", id === "mode" ? String(value) : "ask", ["ask", "code"]),
+          select("model", id === "model" ? String(value) : "small", ["small", "big"]),
+          select("account", secret, [secret]),
+        ],
+      }),
+    });
+    expect(result).toMatchObject({
+      ok: true,
+      effective: [
+        { id: "mode", value: "ask" },
+        { id: "model", value: "[redacted]" },
+      ],
+    });
+    expect(JSON.stringify(result)).not.toContain(secret);
   });
 });
