@@ -105,32 +105,45 @@ export async function reconcileRunner(runnerId: string, hello: HelloFrame, deps:
   const open = deps.store.listOpenForRunner(runnerId);
   let closed = 0;
   for (const record of open) {
-    let d = decide(record, hello, deps.isBusy(record.run_id));
-    if (d.kind === "query") {
-      const found = await deps.query(record.run_id);
-      if (found === "unavailable") continue;
-      const fresh = deps.store.get(record.run_id);
-      if (!fresh || deps.isBusy(record.run_id)) continue;
-      d = decideAfterQuery(fresh, found);
-    }
-    switch (d.kind) {
-      case "skip":
-      case "query":
-        break;
-      case "apply":
-        deps.apply(record, d.summary);
-        break;
-      case "close": {
-        const updated = deps.store.update(record.run_id, d.patch);
-        closed++;
-        deps.logger.info(
-          { run_id: record.run_id, runner_id: runnerId, state: d.patch.state, failure_kind: d.patch.failure_kind },
-          "reconciled run",
-        );
-        if (updated) deps.closed(updated);
-        break;
-      }
-    }
+    if (await reconcileRecord(record, hello, deps)) closed++;
   }
   deps.logger.info({ runner_id: runnerId, open: open.length, closed }, "reconciliation done");
+}
+
+/** Reconcile one open record against the Runner that sent `hello`. True when it was closed. */
+export async function reconcileRecord(
+  record: AdmissionRecord,
+  hello: HelloFrame,
+  deps: ReconcileDeps,
+): Promise<boolean> {
+  let d = decide(record, hello, deps.isBusy(record.run_id));
+  if (d.kind === "query") {
+    const found = await deps.query(record.run_id);
+    if (found === "unavailable") return false;
+    const fresh = deps.store.get(record.run_id);
+    if (!fresh || deps.isBusy(record.run_id)) return false;
+    d = decideAfterQuery(fresh, found);
+  }
+  switch (d.kind) {
+    case "skip":
+    case "query":
+      return false;
+    case "apply":
+      deps.apply(record, d.summary);
+      return false;
+    case "close": {
+      const updated = deps.store.update(record.run_id, d.patch);
+      deps.logger.info(
+        {
+          run_id: record.run_id,
+          runner_id: record.runner_id,
+          state: d.patch.state,
+          failure_kind: d.patch.failure_kind,
+        },
+        "reconciled run",
+      );
+      if (updated) deps.closed(updated);
+      return true;
+    }
+  }
 }

@@ -27,7 +27,7 @@ import {
 import type { Logger } from "pino";
 import { deriveRunId, intentFingerprint } from "./identity.js";
 import { MAX_OBSERVATION_TOKEN_LENGTH, ObservationTokens } from "./observe-token.js";
-import { reconcileRunner } from "./reconcile.js";
+import { decideAfterQuery, type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
 import type { LiveRunner, Registry } from "./registry.js";
 import { MirrorSet, type RunMirror } from "./run-mirror.js";
 import type { HubListener, RunnerConnection } from "./runner-hub.js";
@@ -191,7 +191,41 @@ export class Runs implements RunsApi, HubListener {
       return await work;
     } finally {
       if (this.#starting.get(runId) === work) this.#starting.delete(runId);
+      // A start whose outcome is unknown: a hello that arrived meanwhile skipped it as busy, and a
+      // timeout on a live link brings no hello at all. Settle it now against the current connection.
+      if (this.#store.get(runId)?.admission === "sent") void this.#reconcileOne(runId);
     }
+  }
+
+  /** Single-record reconciliation over the runner's current connection (run.sync decides). */
+  async #reconcileOne(runId: string): Promise<void> {
+    const rec = this.#store.get(runId);
+    const runner = rec && this.#registry.live(rec.runner_id);
+    const hello = runner?.conn.hello;
+    if (!rec || !runner || !hello || this.#closed) return; // offline: the next hello reconciles it
+    try {
+      // An empty inventory forces a fresh run.sync query instead of trusting the hello's snapshot.
+      await reconcileRecord(rec, { ...hello, inventory: [] }, this.#reconcileDeps(runner.conn, runner));
+    } catch (err) {
+      this.#log.error({ run_id: runId, err: (err as Error).message }, "single-run reconciliation failed");
+    }
+  }
+
+  /**
+   * run.sync / run.cancel answered not_found over the runner's current connection for a record that
+   * was sent but whose start has settled: the Runner admits durably before replying and ignores frames
+   * from a replaced socket, so the run was never admitted.
+   */
+  #closeIfNeverAdmitted(runId: string, runner: LiveRunner): void {
+    const rec = this.#store.get(runId);
+    if (rec?.admission !== "sent" || isTerminalState(rec.state) || this.#starting.has(runId)) return;
+    if (this.#registry.live(rec.runner_id)?.conn !== runner.conn) return;
+    if (rec.store_id !== null && rec.store_id !== runner.storeId) return; // a store change is the hello's to judge
+    const d = decideAfterQuery(rec, null);
+    if (d.kind !== "close") return;
+    this.#store.update(runId, d.patch);
+    this.#log.info({ run_id: runId, runner_id: rec.runner_id }, "run never admitted by its Runner; closed");
+    this.mirrors.get(runId)?.touch();
   }
 
   async #startLocked(
@@ -568,7 +602,10 @@ export class Runs implements RunsApi, HubListener {
         if (!res.ok) return;
         if (mirror.instance !== runner.agentInstanceId) return;
         if (res.frame.type === "error") {
-          if (res.frame.code === "not_found") mirror.synced = true;
+          if (res.frame.code === "not_found") {
+            mirror.synced = true;
+            this.#closeIfNeverAdmitted(mirror.runId, runner);
+          }
           mirror.touch();
           return;
         }
@@ -639,6 +676,9 @@ export class Runs implements RunsApi, HubListener {
       this.#store.update(rec.run_id, { cancel_forwarded: false });
       return fail("runner_unavailable", "The cancel could not be delivered to the Runner. Try again.", "wait");
     }
+    if (res.ok && res.frame.type === "error" && res.frame.code === "not_found") {
+      this.#closeIfNeverAdmitted(rec.run_id, runner);
+    }
     if (res.ok && res.frame.type === "run.cancel.result") {
       this.#persist(rec.run_id, res.frame.run);
       const latest = this.#store.get(rec.run_id) ?? rec;
@@ -699,7 +739,13 @@ export class Runs implements RunsApi, HubListener {
         m.touch();
       }
     }
-    void reconcileRunner(conn.runnerId, hello, {
+    void reconcileRunner(conn.runnerId, hello, this.#reconcileDeps(conn, runner)).catch((err: unknown) =>
+      this.#log.error({ err: (err as Error).message }, "reconciliation failed"),
+    );
+  }
+
+  #reconcileDeps(conn: RunnerConnection, runner: LiveRunner): ReconcileDeps {
+    return {
       store: this.#store,
       logger: this.#log,
       isBusy: (runId) => this.#starting.has(runId),
@@ -719,7 +765,7 @@ export class Runs implements RunsApi, HubListener {
         }
       },
       closed: (record) => this.mirrors.get(record.run_id)?.touch(),
-    }).catch((err: unknown) => this.#log.error({ err: (err as Error).message }, "reconciliation failed"));
+    };
   }
 
   onUpdate(conn: RunnerConnection, frame: RunUpdateFrame): void {

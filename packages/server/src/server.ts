@@ -40,6 +40,8 @@ export interface StartServerOptions {
   mcpHandler?: McpHandlerFactory;
   /** Defaults to process.env; read for the test-only hooks. */
   env?: NodeJS.ProcessEnv;
+  /** How long a run.start waits for the Runner's answer before its outcome counts as unknown. */
+  startTimeoutMs?: number;
 }
 
 export interface RunningServer {
@@ -63,6 +65,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     registry,
     logger: logger.child({ c: "runs" }),
     ...(Number.isFinite(delay) && delay > 0 ? { testDelayAfterResolveMs: delay } : {}),
+    ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
   });
   reconcileAtStart(store, logger);
   const hub = new RunnerHub({

@@ -30,8 +30,12 @@ describe("run core against a hand-driven Runner link", () => {
     await h.close();
   });
 
-  async function connect(svc: FakeRunService, inventory = svc.inventory()): Promise<RawRunner> {
-    const r = await RawRunner.connect(h.wsUrl(), R1.token, svc, inventory);
+  async function connect(
+    svc: FakeRunService,
+    hold?: Parameters<typeof RawRunner.connect>[4],
+    inventory = svc.inventory(),
+  ): Promise<RawRunner> {
+    const r = await RawRunner.connect(h.wsUrl(), R1.token, svc, inventory, hold);
     raws.push(r);
     await until(() => h.server.runs.listProjects(alice).some((p) => p.runner_online));
     return r;
@@ -73,5 +77,60 @@ describe("run core against a hand-driven Runner link", () => {
     }
     expect(seen).toEqual([1, 2]);
     expect(b.requests("run.sync").some((f) => runIdOf(f) === y.run_id)).toBe(true);
+  });
+
+  it("closes a start whose connection was replaced mid-flight as never admitted, once the start settles", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const a = await connect(svc);
+    a.hold = (f) => f.type === "run.start";
+    const pending = h.server.runs.start(alice, input("replaced"));
+    await until(() => a.held.length > 0);
+    await connect(svc); // the newer hello fences A; its reconciliation sees the start as busy
+    const r = ok(await pending);
+    expect(r.state).toBe("starting");
+    const rec = await until(() => {
+      const x = h.server.store.get(r.run_id);
+      return x?.state === "failed" ? x : undefined;
+    });
+    expect(rec).toMatchObject({ execution_state: "not_started", failure_kind: "never_admitted" });
+    expect(svc.runs.size).toBe(0);
+  });
+
+  it("settles a start that timed out on a live connection: not admitted closes, admitted is adopted", async () => {
+    h = await new Harness().start([R1], {}, { startTimeoutMs: 300 });
+    const svc = new FakeRunService();
+    const a = await connect(svc);
+    a.hold = (f) => f.type === "run.start";
+    const lost = ok(await h.server.runs.start(alice, input("never")));
+    expect(lost.state).toBe("starting");
+    await until(() => h.server.store.get(lost.run_id)?.failure_kind === "never_admitted");
+
+    // The Runner admits this one but its answer never arrives.
+    a.hold = (f) => {
+      if (f.type !== "run.start") return false;
+      const { type: _t, request_id: _r, ...req } = f;
+      void svc.start(req);
+      return true;
+    };
+    const slow = ok(await h.server.runs.start(alice, input("admitted")));
+    await until(() => h.server.store.get(slow.run_id)?.admission === "admitted");
+    expect(h.server.store.get(slow.run_id)).toMatchObject({ state: "starting", failure_kind: null });
+  });
+
+  it("closes a sent-but-unknown start as never admitted when run.cancel answers not_found", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const a = await connect(svc);
+    a.hold = (f) => f.type === "run.start";
+    const pending = h.server.runs.start(alice, input("cancel-unknown"));
+    await until(() => a.held.length > 0);
+    // B answers no run.sync at all, so only the cancel's answer can settle the record.
+    const b = await connect(svc, (f) => f.type === "run.sync");
+    const r = ok(await pending);
+    const c = ok(await h.server.runs.cancel(alice, { run_id: r.run_id }));
+    expect(c.run_id).toBe(r.run_id);
+    expect(h.server.store.get(r.run_id)).toMatchObject({ state: "failed", failure_kind: "never_admitted" });
+    expect(b.requests("run.cancel")).toHaveLength(1);
   });
 });

@@ -54,9 +54,13 @@ export class Harness {
   config!: ServerConfig;
   readonly links: LinkHandle[] = [];
 
-  async start(runners: RunnerDef[], env: NodeJS.ProcessEnv = {}): Promise<this> {
+  async start(
+    runners: RunnerDef[],
+    env: NodeJS.ProcessEnv = {},
+    opts: { startTimeoutMs?: number } = {},
+  ): Promise<this> {
     this.config = makeConfig(this.dir, runners);
-    this.server = await startServer({ config: this.config, logger: this.log.logger, env });
+    this.server = await startServer({ config: this.config, logger: this.log.logger, env, ...opts });
     return this;
   }
 
