@@ -30,7 +30,7 @@ import { MAX_OBSERVATION_TOKEN_LENGTH, ObservationTokens } from "./observe-token
 import { decideAfterQuery, type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
 import type { LiveRunner, Registry } from "./registry.js";
 import { MirrorSet, type RunMirror } from "./run-mirror.js";
-import type { HubListener, RunnerConnection } from "./runner-hub.js";
+import type { HubListener, RequestOutcome, RunnerConnection } from "./runner-hub.js";
 import type {
   ApiErrorCode,
   ApiResult,
@@ -138,6 +138,8 @@ export class Runs implements RunsApi, HubListener {
   readonly #registry: Registry;
   readonly #log: Logger;
   readonly #starting = new Map<string, Promise<unknown>>();
+  /** Runs whose cancel was sent but whose delivery is unknown (connection closed or request timed out). */
+  readonly #pendingCancels = new Set<string>();
   readonly #delayMs: number;
   readonly #startTimeoutMs: number;
   #closed = false;
@@ -670,17 +672,13 @@ export class Runs implements RunsApi, HubListener {
         "wait",
       );
     }
-    this.#store.update(rec.run_id, { cancel_forwarded: true });
-    const res = await runner.conn.request({ type: "run.cancel", run_id: rec.run_id });
+    const wasPending = this.#pendingCancels.has(rec.run_id);
+    const res = await this.#sendCancel(rec.run_id, runner);
     if (!res.ok && (res.reason === "not_sent" || res.reason === "busy")) {
-      this.#store.update(rec.run_id, { cancel_forwarded: false });
+      if (!wasPending) this.#pendingCancels.delete(rec.run_id);
       return fail("runner_unavailable", "The cancel could not be delivered to the Runner. Try again.", "wait");
     }
-    if (res.ok && res.frame.type === "error" && res.frame.code === "not_found") {
-      this.#closeIfNeverAdmitted(rec.run_id, runner);
-    }
     if (res.ok && res.frame.type === "run.cancel.result") {
-      this.#persist(rec.run_id, res.frame.run);
       const latest = this.#store.get(rec.run_id) ?? rec;
       this.#log.info({ run_id: rec.run_id }, "cancel forwarded");
       return {
@@ -698,6 +696,42 @@ export class Runs implements RunsApi, HubListener {
       ok: true,
       value: { run_id: rec.run_id, state: latest.state, cancel_requested: true, already_terminal: false },
     };
+  }
+
+  /**
+   * Send run.cancel and record what is known. cancel_forwarded is set only on run.cancel.result; a
+   * cancel whose delivery is unknown (closed, timeout) stays pending and is sent again after the
+   * runner's next hello — safe, because the Runner sends session/cancel at most once per run.
+   */
+  async #sendCancel(runId: string, runner: LiveRunner): Promise<RequestOutcome> {
+    this.#pendingCancels.add(runId);
+    const res = await runner.conn.request({ type: "run.cancel", run_id: runId });
+    if (!res.ok) return res;
+    this.#pendingCancels.delete(runId);
+    if (res.frame.type === "run.cancel.result") {
+      this.#store.update(runId, { cancel_forwarded: true });
+      this.#persist(runId, res.frame.run);
+    } else if (res.frame.type === "error" && res.frame.code === "not_found") {
+      this.#closeIfNeverAdmitted(runId, runner);
+    }
+    return res;
+  }
+
+  /** After a hello (and its reconciliation): send again the cancels of this runner whose delivery is unknown. */
+  #reforwardCancels(conn: RunnerConnection): void {
+    for (const runId of [...this.#pendingCancels]) {
+      const rec = this.#store.get(runId);
+      if (!rec || rec.cancel_forwarded || isTerminalState(rec.state)) {
+        this.#pendingCancels.delete(runId);
+        continue;
+      }
+      const runner = this.#registry.live(rec.runner_id);
+      if (rec.runner_id !== conn.runnerId || runner?.conn !== conn) continue;
+      this.#log.info({ run_id: runId, runner_id: rec.runner_id }, "re-forwarding a cancel whose delivery was unknown");
+      this.#sendCancel(runId, runner).catch((err: unknown) =>
+        this.#log.error({ run_id: runId, err: (err as Error).message }, "re-forwarding a cancel failed"),
+      );
+    }
   }
 
   // ---- projects -------------------------------------------------------------
@@ -739,9 +773,11 @@ export class Runs implements RunsApi, HubListener {
         m.touch();
       }
     }
-    void reconcileRunner(conn.runnerId, hello, this.#reconcileDeps(conn, runner)).catch((err: unknown) =>
-      this.#log.error({ err: (err as Error).message }, "reconciliation failed"),
-    );
+    void reconcileRunner(conn.runnerId, hello, this.#reconcileDeps(conn, runner))
+      .catch((err: unknown) => this.#log.error({ err: (err as Error).message }, "reconciliation failed"))
+      .then(() => {
+        if (!this.#closed) this.#reforwardCancels(conn);
+      });
   }
 
   #reconcileDeps(conn: RunnerConnection, runner: LiveRunner): ReconcileDeps {

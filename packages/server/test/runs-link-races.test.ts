@@ -133,4 +133,25 @@ describe("run core against a hand-driven Runner link", () => {
     expect(h.server.store.get(r.run_id)).toMatchObject({ state: "failed", failure_kind: "never_admitted" });
     expect(b.requests("run.cancel")).toHaveLength(1);
   });
+
+  it("sends a cancel again after the next hello when the link closed before its answer", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const a = await connect(svc, (f) => f.type === "run.cancel");
+    const run = ok(await h.server.runs.start(alice, input("cancel-lost")));
+    const pending = h.server.runs.cancel(alice, { run_id: run.run_id });
+    await until(() => a.held.length > 0);
+    a.close(); // the cancel may or may not have reached the Runner
+    expect(ok(await pending)).toMatchObject({ cancel_requested: true, already_terminal: false });
+    expect(h.server.store.get(run.run_id)?.cancel_forwarded).toBe(false);
+    expect(svc.cancels).toEqual([]);
+
+    const b = await connect(svc);
+    await until(() => h.server.store.get(run.run_id)?.cancel_forwarded === true);
+    expect(b.requests("run.cancel").map(runIdOf)).toEqual([run.run_id]);
+    expect(svc.cancels).toEqual([run.run_id]);
+    // Delivered now: a repeat is answered without another frame.
+    expect(ok(await h.server.runs.cancel(alice, { run_id: run.run_id }))).toMatchObject({ cancel_requested: true });
+    expect(b.requests("run.cancel")).toHaveLength(1);
+  });
 });
