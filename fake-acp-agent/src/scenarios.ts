@@ -10,6 +10,7 @@ import {
   malformed,
   oversized,
   promptError,
+  strayResponse,
 } from "./scenarios/faults.js";
 import { burst, slow } from "./scenarios/streams.js";
 import { END_TURN, type Scenario, say, type Turn } from "./turn.js";
@@ -28,6 +29,7 @@ export const SCENARIOS = {
   crash_after_response: crashAfterResponse,
   malformed,
   oversized,
+  stray_response: strayResponse,
   hang,
   fs_request: fsRequest,
   terminal_request: terminalRequest,

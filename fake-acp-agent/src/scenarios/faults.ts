@@ -43,6 +43,19 @@ export const oversized: Scenario = scenario(
   },
 );
 
+/** A JSON-RPC id no client ever sent (beyond Number.MAX_SAFE_INTEGER), and text a client must not echo. */
+export const STRAY_RESPONSE_ID = "987654321987654321987654321";
+export const STRAY_RESPONSE_TEXT = "stray-response-canary";
+
+export const strayResponse: Scenario = scenario("stray_response", noParams, async (turn) => {
+  await turn.out.rawLine(`{"jsonrpc":"2.0","id":${STRAY_RESPONSE_ID},"result":{"note":"${STRAY_RESPONSE_TEXT}"}}`);
+  await turn.out.rawLine(
+    JSON.stringify({ jsonrpc: "2.0", id: STRAY_RESPONSE_TEXT, error: { code: -32000, message: STRAY_RESPONSE_TEXT } }),
+  );
+  await say(turn, "Sent two responses to requests nobody made.");
+  return END_TURN;
+});
+
 export const hang: Scenario = scenario("hang", noParams, async (turn) => {
   turn.life.holdOpen("scenario hang");
   return never();

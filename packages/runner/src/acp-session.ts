@@ -11,7 +11,10 @@
  *   to the child's stdin, which is the moment the prompt may have run;
  * - only implemented client capabilities are advertised, and every
  *   agent→client request other than `session/request_permission` gets
- *   "method not found" at once.
+ *   "method not found" at once;
+ * - JSON-RPC responses whose id is not one of our outstanding requests are
+ *   dropped and counted (`droppedResponses`) before the SDK sees them: the SDK
+ *   would console.error agent-chosen text ("Got response to unknown request").
  */
 import {
   type AnyMessage,
@@ -92,6 +95,9 @@ export class AcpClientConnection {
   readonly promptWritten: Promise<void>;
   readonly #connection: ReturnType<ReturnType<typeof client>["connect"]>;
   readonly #child: AgentChild;
+  /** Ids (JSON-encoded) of our requests still awaiting their response. */
+  readonly #outstanding = new Set<string>();
+  #dropped = 0;
   #malformed = false;
   #stdoutEnded = false;
   #closedLocally = false;
@@ -132,6 +138,7 @@ export class AcpClientConnection {
     const rawWriter = raw.writable.getWriter();
     const writable = new WritableStream<AnyMessage>({
       write: async (message) => {
+        if ("method" in message && "id" in message) this.#outstanding.add(JSON.stringify(message.id));
         await rawWriter.write(message);
         if ("method" in message && message.method === "session/prompt" && "id" in message) markWritten();
       },
@@ -148,7 +155,22 @@ export class AcpClientConnection {
         hooks.onUnsupportedRequest(ctx.method);
         throw RequestError.methodNotFound(ctx.method);
       });
-    this.#connection = app.connect({ readable: raw.readable, writable });
+    // Responses nobody asked for never reach the SDK (protocol noise, counted).
+    const readable = raw.readable.pipeThrough(
+      new TransformStream<AnyMessage, AnyMessage>({
+        transform: (message, controller) => {
+          if ("id" in message && !("method" in message)) {
+            const key = JSON.stringify(message.id ?? null);
+            if (!this.#outstanding.delete(key)) {
+              this.#dropped++;
+              return;
+            }
+          }
+          controller.enqueue(message);
+        },
+      }),
+    );
+    this.#connection = app.connect({ readable, writable });
 
     this.fault = this.#connection.closed.then(() => this.#classify(this.#connection.signal.reason));
   }
@@ -231,6 +253,11 @@ export class AcpClientConnection {
     } catch {
       // The transport is gone; the fault path reports it.
     }
+  }
+
+  /** Responses the agent sent to requests we never made (or answered twice): dropped as protocol noise. */
+  get droppedResponses(): number {
+    return this.#dropped;
   }
 
   get closed(): boolean {

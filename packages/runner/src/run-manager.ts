@@ -647,6 +647,7 @@ export class RunManager implements RunService {
             exit_code: child.exit?.code ?? null,
             exit_signal: child.exit?.signal ?? null,
             stderr_bytes: child.stderrBytes,
+            dropped_responses: run.conn?.droppedResponses ?? 0,
           },
           "agent process tree cleaned up",
         );

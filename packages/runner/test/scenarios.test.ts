@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OUTSIDE_PROJECT_PATH } from "@webcodex/protocol";
-import { afterAll, describe, expect, test } from "vitest";
+import { afterAll, describe, expect, test, vi } from "vitest";
 import { alive, kinds, makeWorkspace, newManager, readLedger, runToEnd, writeConfig } from "./support/harness.js";
 
 const ws = makeWorkspace();
@@ -357,6 +357,30 @@ describe("scenario table", () => {
         ["terminal/create", -32601],
       ]),
     );
+  });
+
+  test("responses to requests the Runner never made are dropped before the SDK, which would log their text", async () => {
+    const logged: string[] = [];
+    const consoleError = vi.spyOn(console, "error").mockImplementation((...args: unknown[]) => {
+      logged.push(args.map(String).join(" "));
+    });
+    const stderrWrite = process.stderr.write.bind(process.stderr);
+    const stderr = vi.spyOn(process.stderr, "write").mockImplementation(((chunk: unknown, ...rest: never[]) => {
+      logged.push(String(chunk));
+      return stderrWrite(chunk as string, ...rest);
+    }) as typeof process.stderr.write);
+    try {
+      const { run, events } = await runToEnd(manager, "scenario: stray_response\ncase: stray");
+      expect(run).toMatchObject({ state: "completed", execution_state: "completed", stop_reason: "end_turn" });
+      expect(events.some((e) => e.kind === "agent_message")).toBe(true);
+    } finally {
+      consoleError.mockRestore();
+      stderr.mockRestore();
+    }
+    const text = logged.join("\n");
+    expect(text).not.toContain("unknown request");
+    expect(text).not.toContain("9.876543219876543e+26");
+    expect(text).not.toContain("stray-response-canary");
   });
 
   test("ignored update variants are counted, not forwarded", async () => {
