@@ -20,7 +20,7 @@ function ok<T>(r: { ok: true; value: T } | { ok: false; error: unknown }): T {
   return r.value;
 }
 
-const runIdOf = (f: { run_id?: string }) => f.run_id;
+const runIdOf = (f: object): string | undefined => ("run_id" in f ? String(f.run_id) : undefined);
 
 describe("run core against a hand-driven Runner link", () => {
   let h: Harness;
