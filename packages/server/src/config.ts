@@ -17,6 +17,12 @@
  * id = "alice"
  * scopes = ["coding_agent:run", "project:write"]
  * projects = ["demo"]
+ * # Optional, for tokens not issued by `webcodex-server token issue`: hex sha256 of bearer tokens
+ * # and the fixed scopes they carry (token_scopes ∩ scopes; widening `scopes` never widens them).
+ * # token_scopes may hold coding_agent:run only with allow_coding_agent_run = true.
+ * # token_sha256 = ["<hex sha256>"]
+ * # token_scopes = ["project:read"]
+ * # allow_coding_agent_run = false
  * ```
  */
 import { createHash } from "node:crypto";
@@ -47,10 +53,25 @@ export const PrincipalConfigSchema = z
     id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$/, "must be 1-128 characters of [A-Za-z0-9_.:@-]"),
     scopes: z.array(z.enum(SCOPES)).max(SCOPES.length).default([]),
     projects: z.array(LocalId).max(256).default([]),
-    /** Hex sha256 of the principal's bearer tokens (managed by `webcodex-server token issue`). */
+    /**
+     * Hex sha256 of bearer tokens declared here rather than issued with `webcodex-server token issue`
+     * (issued tokens live in the state DB). They carry `token_scopes` ∩ `scopes`, never `scopes` alone.
+     */
     token_sha256: z.array(Hex256).max(64).default([]),
+    /** The fixed scopes of the inline `token_sha256` tokens; required when any are declared. */
+    token_scopes: z.array(z.enum(SCOPES)).max(SCOPES.length).optional(),
+    /** The operator's explicit opt-in for `coding_agent:run` in `token_scopes` (DESIGN §6.2). */
+    allow_coding_agent_run: z.boolean().default(false),
   })
-  .strict();
+  .strict()
+  .refine((p) => p.token_sha256.length === 0 || p.token_scopes !== undefined, {
+    message: "token_sha256 needs an explicit token_scopes list (the scopes those tokens carry)",
+    path: ["token_scopes"],
+  })
+  .refine((p) => !p.token_scopes?.includes("coding_agent:run") || p.allow_coding_agent_run, {
+    message: "token_scopes may include coding_agent:run only with allow_coding_agent_run = true",
+    path: ["token_scopes"],
+  });
 
 export const ServerConfigSchema = z
   .object({

@@ -213,8 +213,22 @@ export interface ConfiguredPrincipal {
   id: string;
   scopes: readonly Scope[];
   projects: readonly string[];
-  /** Operator-declared token hashes (hex sha256); these carry the principal's current config scopes. */
+  /** Operator-declared token hashes (hex sha256); they carry `token_scopes` ∩ `scopes`. */
   token_sha256?: readonly string[];
+  /** The fixed scopes of the inline tokens (never the principal's `scopes` alone). */
+  token_scopes?: readonly Scope[] | undefined;
+  /** Explicit opt-in for `coding_agent:run` on inline tokens. */
+  allow_coding_agent_run?: boolean;
+}
+
+/** Effective scopes of an inline config token: its fixed list ∩ the principal's current scopes. */
+function inlineScopes(p: ConfiguredPrincipal): Set<Scope> {
+  const current = new Set(p.scopes);
+  return new Set(
+    (p.token_scopes ?? []).filter(
+      (s) => current.has(s) && (s !== "coding_agent:run" || p.allow_coding_agent_run === true),
+    ),
+  );
 }
 
 export function principalLookup(principals: readonly ConfiguredPrincipal[]): PrincipalLookup {
@@ -224,7 +238,8 @@ export function principalLookup(principals: readonly ConfiguredPrincipal[]): Pri
 
 /**
  * Bearer token → Principal for the MCP front end. CLI-issued tokens (state DB)
- * are checked first; then hashes declared inline in the config. Unknown → null.
+ * are checked first; then hashes declared inline in the config, which carry their fixed
+ * `token_scopes` ∩ the principal's current scopes (so they never widen either). Unknown → null.
  */
 export function createAuthenticator(
   store: TokenStore,
@@ -239,6 +254,6 @@ export function createAuthenticator(
     if (inline.size === 0) return null;
     const p = inline.get(hashToken(token));
     if (!p) return null;
-    return { id: p.id, scopes: new Set(p.scopes), projects: new Set(p.projects) };
+    return { id: p.id, scopes: inlineScopes(p), projects: new Set(p.projects) };
   };
 }

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { buildServerConfig } from "../src/config.js";
 import {
   bearerToken,
   type ConfiguredPrincipal,
@@ -119,13 +120,67 @@ describe("token issue and verify", () => {
     expect(store.list("alice")[0]?.revoked_at).not.toBeNull();
   });
 
-  it("authenticates config-declared hashes with the principal's config scopes", () => {
+  it("authenticates config-declared hashes with their fixed token_scopes", () => {
     const token = "static-token-for-tests-0123456789";
     const auth = createAuthenticator(store, [
-      { id: "bot", scopes: ["project:read"], projects: ["demo"], token_sha256: [hashToken(token)] },
+      {
+        id: "bot",
+        scopes: ["project:read"],
+        projects: ["demo"],
+        token_sha256: [hashToken(token)],
+        token_scopes: ["project:read"],
+      },
     ]);
     expect(auth(token)?.id).toBe("bot");
+    expect([...(auth(token)?.scopes ?? [])]).toEqual(["project:read"]);
     expect(auth("other")).toBeNull();
+  });
+
+  it("does not widen config-declared hashes when the principal's config scopes widen", () => {
+    const token = "static-token-for-tests-0123456789";
+    const doc = (scopes: string[], extra: Record<string, unknown> = {}) => ({
+      principals: [
+        {
+          id: "bot",
+          scopes,
+          projects: ["demo"],
+          token_sha256: [hashToken(token)],
+          token_scopes: ["project:read"],
+          ...extra,
+        },
+      ],
+    });
+    const before = buildServerConfig(doc(["project:read"]), { file: null, baseDir: dir });
+    expect([...(createAuthenticator(store, before.principals)(token)?.scopes ?? [])]).toEqual(["project:read"]);
+    const widened = buildServerConfig(doc(["project:read", "project:write", "coding_agent:run"]), {
+      file: null,
+      baseDir: dir,
+    });
+    const p = createAuthenticator(store, widened.principals)(token);
+    expect(p?.scopes.has("coding_agent:run")).toBe(false);
+    expect(p?.scopes.has("project:write")).toBe(false);
+    // coding_agent:run on inline tokens needs the explicit per-principal opt-in.
+    expect(() =>
+      buildServerConfig(doc(["coding_agent:run"], { token_scopes: ["coding_agent:run"] }), {
+        file: null,
+        baseDir: dir,
+      }),
+    ).toThrow(/allow_coding_agent_run/);
+    const optedIn = buildServerConfig(
+      doc(["coding_agent:run"], { token_scopes: ["coding_agent:run"], allow_coding_agent_run: true }),
+      { file: null, baseDir: dir },
+    );
+    expect(createAuthenticator(store, optedIn.principals)(token)?.scopes.has("coding_agent:run")).toBe(true);
+    // An inline hash without an explicit scope list is a config error, not "whatever the principal has".
+    expect(() =>
+      buildServerConfig(
+        { principals: [{ id: "bot", scopes: ["project:read"], token_sha256: [hashToken(token)] }] },
+        {
+          file: null,
+          baseDir: dir,
+        },
+      ),
+    ).toThrow(/token_scopes/);
   });
 
   it("parses bearer headers strictly", () => {
