@@ -7,7 +7,8 @@
  *      (the refreshed list must show the value);
  *   3. apply each caller key only if the live option lists the value, and
  *      validate each refreshed list;
- *   4. re-assert forced values a caller change moved, then a final check that
+ *   4. after any set, re-assert forced values a side effect moved (of a caller
+ *      key or of another forced key), then a final check that
  *      every forced and caller value is current.
  *
  * The recorded snapshot holds only the forced and caller keys, redacted.
@@ -199,8 +200,9 @@ export async function sequenceConfig(input: SequencingInput): Promise<Sequencing
     if (failure) return failure;
   }
 
-  // 4. Re-assert forced values moved by a caller change's side effects, then the final check.
-  if (callerKeys.length > 0) {
+  // 4. Re-assert forced values moved by the side effects of any set (a caller key's, or another
+  //    forced key's), then the final check.
+  if (calls > 0) {
     for (const key of forcedKeys) {
       const value = forced[key] as ConfigValue;
       if (current(live, key) === value) continue;

@@ -35,9 +35,18 @@ const forced = newManager(
   }),
 );
 
+// Forced mode=ask and model=fake-large: forcing model flips mode to code, which must be re-asserted.
+const forcedPair = newManager(
+  writeConfig(ws, {
+    forced: { mode: "ask", model: "fake-large" },
+    agents: [{ id: "fake", args: args("mode,model,reasoning_effort"), allowed: ["reasoning_effort"] }],
+  }),
+);
+
 afterAll(async () => {
   await open.manager.close();
   await forced.manager.close();
+  await forcedPair.manager.close();
   ws.cleanup();
 });
 
@@ -46,7 +55,7 @@ const dispatched = (prompt: string) =>
 
 interface Case {
   name: string;
-  forced?: boolean;
+  forced?: boolean | "pair";
   provider?: string;
   config: Record<string, string | boolean>;
   ok: boolean;
@@ -101,6 +110,13 @@ const cases: Case[] = [
     effective: { mode: "ask", model: "fake-large" },
   },
   {
+    name: "a forced value moved by another forced key is re-asserted (no caller config)",
+    forced: "pair",
+    config: {},
+    ok: true,
+    effective: { mode: "ask", model: "fake-large" },
+  },
+  {
     name: "forced key not advertised by the provider",
     forced: true,
     provider: "no-mode",
@@ -113,7 +129,7 @@ const cases: Case[] = [
 
 describe("config sequencing", () => {
   test.each(cases)("$name", async (c) => {
-    const { manager } = c.forced ? forced : open;
+    const { manager } = c.forced === "pair" ? forcedPair : c.forced ? forced : open;
     const prompt = `scenario: hello\ncase: config ${c.name}`;
     const { run } = await runToEnd(manager, prompt, { config: c.config, provider_id: c.provider ?? "fake" });
     if (c.ok) {
