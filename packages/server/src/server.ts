@@ -14,7 +14,7 @@ import { RunnerHub } from "./runner-hub.js";
 import { Runs } from "./runs.js";
 import type { RunsApi } from "./runs-api.js";
 import { StateStore } from "./state-store.js";
-import { mountTestApi, TEST_API_ENV } from "./test-api.js";
+import { isLoopbackHost, mountTestApi, TEST_API_ENV } from "./test-api.js";
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 
@@ -57,6 +57,12 @@ export const TEST_DELAY_ENV = "WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS";
 export async function startServer(opts: StartServerOptions): Promise<RunningServer> {
   const { config, logger } = opts;
   const env = opts.env ?? process.env;
+  const testHooks = env[TEST_API_ENV] === "1";
+  if (testHooks && !isLoopbackHost(config.host)) {
+    throw new Error(
+      `${TEST_API_ENV}=1 serves unauthenticated endpoints; refusing to start on non-loopback host ${config.host}`,
+    );
+  }
   const store = new StateStore(config.stateDir);
   const registry = new Registry(config);
   const delay = Number(env[TEST_DELAY_ENV] ?? 0);
@@ -81,7 +87,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     const made = await opts.mcpHandler({ runs, config, logger, store });
     mcp = typeof made === "function" ? { handle: made } : made;
   }
-  const testApi = env[TEST_API_ENV] === "1" ? mountTestApi(runs, config, logger) : null;
+  const testApi = testHooks ? mountTestApi(runs, config, logger) : null;
 
   const http = createServer((req, res) => {
     const path = (req.url ?? "/").split("?")[0] ?? "/";
@@ -124,7 +130,10 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   const port = (http.address() as AddressInfo).port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
   const url = `http://${host}:${port}`;
-  logger.info({ url, state_dir: config.stateDir, runners: config.runners.length }, "server listening");
+  logger.info(
+    { url, state_dir: config.stateDir, runners: config.runners.length, test_hooks: testHooks },
+    "server listening",
+  );
 
   let closing: Promise<void> | null = null;
   return {

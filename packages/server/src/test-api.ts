@@ -3,7 +3,8 @@
  * run the Server as a child process (e.g. kill -9 and restart). Inert unless
  * WEBCODEX_TEST_HOOK_API=1 is set in the Server's environment. The caller
  * names a principal from the config; there is no authentication — never
- * enable this outside tests.
+ * enable this outside tests. The Server refuses to start with it unless it
+ * listens on a loopback address.
  *
  * POST /__test/runs/{start|observe|cancel}  body: {principal_id, input}
  * GET  /__test/projects?principal_id=ID
@@ -14,6 +15,12 @@ import type { ServerConfig } from "./config.js";
 import type { Principal, RunsApi, Scope } from "./runs-api.js";
 
 export const TEST_API_ENV = "WEBCODEX_TEST_HOOK_API";
+
+/** True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost). */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) || h === "::ffff:127.0.0.1";
+}
 
 export function principalFromConfig(config: ServerConfig, id: string): Principal | null {
   const p = config.principals.find((x) => x.id === id);
@@ -59,7 +66,8 @@ export function mountTestApi(runs: RunsApi, config: ServerConfig, logger: Logger
               : await runs.cancel(p, input as never);
         return send(200, result);
       } catch (err) {
-        return send(500, { error: (err as Error).message });
+        logger.warn({ err: (err as Error).message, path: url.pathname }, "TEST HOOK: request failed");
+        return send(500, { error: "internal" });
       }
     })();
   };
