@@ -520,6 +520,8 @@ export class RunManager implements RunService {
   #setupAborted(run: Run): Terminal {
     if (run.setupExpired) return notStarted("setup_timeout", run.stage);
     if (run.cancelReason === "deadline") return notStarted("run_timeout", run.stage);
+    // close() aborted the setup: recorded as a restart would record it (recovery.ts).
+    if (run.cancelReason === null && this.#closing) return notStarted("runner_restarted", run.stage);
     return cancelledBeforeDispatch(run.stage);
   }
 
@@ -770,6 +772,8 @@ export class RunManager implements RunService {
     this.#closing = true;
     const active = [...this.#active];
     for (const run of active) {
+      // Setup still running (maybe spawnAgent pending, with no conn or child to close yet): abort it.
+      if (!run.dispatched) run.setupAbort.abort();
       run.conn?.close();
       void run.child?.terminateTree(Math.min(this.#graceMs, 500));
     }

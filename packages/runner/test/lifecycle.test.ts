@@ -209,6 +209,28 @@ describe("streamed text", () => {
 });
 
 describe("close", () => {
+  test("during setup (spawn pending) aborts the setup at once: failed / not_started runner_restarted", async () => {
+    const slowConfig = writeConfig(ws, {
+      agents: [{ id: "slow-new", args: ["--ledger", ws.ledger, "--session-new-delay-ms", "5000"] }],
+    });
+    const { manager: m } = newManager(slowConfig);
+    const finals = new Map<string, RunSummary>();
+    m.onUpdate((run) => {
+      if (run.phase === "terminal") finals.set(run.run_id, run);
+    });
+    const request = startRequest(m, "scenario: hello\ncase: close-during-spawn", { provider_id: "slow-new" });
+    expect((await m.start(request)).ok).toBe(true);
+    const t0 = Date.now();
+    await m.close(); // spawnAgent is still pending: no connection or child exists yet
+    // Loose: without the abort, close() waits out the 5 s session/new delay.
+    expect(Date.now() - t0).toBeLessThan(4000);
+    expect(finals.get(request.run_id)).toMatchObject({
+      state: "failed",
+      execution_state: "not_started",
+      failure_kind: "runner_restarted",
+    });
+  });
+
   test("kills every tree; runs cut by the shutdown are recorded as a restart would record them", async () => {
     const closeConfig = writeConfig(ws, {
       agents: [{ id: "fake" }, { id: "hang-init", args: ["--ledger", ws.ledger, "--hang-on", "initialize"] }],
