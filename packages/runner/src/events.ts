@@ -35,6 +35,8 @@ import {
 /** Mapped env values shorter than this are not redacted (they would mangle ordinary text). */
 export const MIN_REDACTED_LENGTH = 6;
 export const REDACTED = "[redacted]";
+/** usage cost_currency: an ISO 4217 alphabetic code; anything else becomes null. */
+const CURRENCY = /^[A-Z]{3}$/;
 /** Tool calls whose title/kind/status are remembered to complete partial updates. */
 const MAX_TRACKED_TOOL_CALLS = 1024;
 
@@ -203,7 +205,9 @@ export class EventNormalizer {
         const nat = (n: unknown) => (typeof n === "number" && Number.isSafeInteger(n) && n >= 0 ? n : null);
         const cost = update.cost ?? null;
         const amount = cost && typeof cost.amount === "number" && cost.amount >= 0 ? cost.amount : null;
-        const currency = cost && typeof cost.currency === "string" && cost.currency.length <= 8 ? cost.currency : null;
+        // An ISO 4217 code or nothing: any other string is agent text.
+        const currency =
+          cost && typeof cost.currency === "string" && CURRENCY.test(cost.currency) ? cost.currency : null;
         this.#emit({
           kind: "usage",
           used_tokens: nat(update.used),

@@ -129,6 +129,22 @@ describe("normalization", () => {
     ]);
   });
 
+  test("usage cost_currency is an ISO 4217 code or null", () => {
+    const out: RunEventBody[] = [];
+    const n = normalizer(out);
+    for (const currency of ["USD", "usd", "EURO", "€", "sk-1234", "US"]) {
+      n.handle({ sessionUpdate: "usage_update", used: 1, size: 2, cost: { amount: 0.5, currency } });
+    }
+    expect(out.map((b) => (b as { cost_currency: string | null }).cost_currency)).toEqual([
+      "USD",
+      null,
+      null,
+      null,
+      null,
+      null,
+    ]);
+  });
+
   test("the project root's absolute path is made relative inside any event text", () => {
     const out: RunEventBody[] = [];
     const n = new EventNormalizer({
