@@ -4,7 +4,19 @@
  * caller (who re-syncs with `run.sync(after_seq)`); waiters are woken on
  * every change — no polling.
  */
-import { isTerminalState, RING_MAX_BYTES, RING_MAX_EVENTS, type RunEvent, type RunSummary } from "@webcodex/protocol";
+import {
+  isTerminalState,
+  RING_MAX_BYTES,
+  RING_MAX_EVENTS,
+  type RunEvent,
+  type RunSummary,
+  utf8Length,
+} from "@webcodex/protocol";
+
+/** At most this many mirrors are held at once (least recently used idle ones are evicted). */
+export const MIRRORS_MAX_COUNT = 256;
+/** Global budget of event bytes (UTF-8 JSON) over all mirrors; idle mirrors are evicted LRU beyond it. */
+export const MIRRORS_MAX_TOTAL_BYTES = 256 * 1024 * 1024;
 
 export class RunMirror {
   /** agent_instance_id of the Runner process whose event seqs this mirror holds. */
@@ -26,7 +38,30 @@ export class RunMirror {
     readonly runId: string,
     readonly maxEvents = RING_MAX_EVENTS,
     readonly maxBytes = RING_MAX_BYTES,
+    /** Told every change of held bytes (the owning MirrorSet keeps a global total). */
+    readonly onBytes: (delta: number) => void = () => undefined,
   ) {}
+
+  /** UTF-8 bytes of the held events' JSON. */
+  get bytes(): number {
+    return this.#bytes;
+  }
+  /** Nobody waits on it and no catch-up is in flight: it may be evicted (and rebuilt by run.sync later). */
+  get idle(): boolean {
+    return this.#waiters.size === 0 && this.syncing === null;
+  }
+
+  #clear(): void {
+    this.#events = [];
+    this.#sizes = [];
+    this.#setBytes(0);
+  }
+
+  #setBytes(n: number): void {
+    const delta = n - this.#bytes;
+    this.#bytes = n;
+    if (delta !== 0) this.onBytes(delta);
+  }
 
   /** Lowest seq this mirror can still return. */
   get firstSeq(): number {
@@ -42,9 +77,7 @@ export class RunMirror {
   /** Start over for a new Runner instance (its seqs are unrelated to the old ones). */
   reset(instance: string): void {
     this.instance = instance;
-    this.#events = [];
-    this.#sizes = [];
-    this.#bytes = 0;
+    this.#clear();
     this.lastSeq = 0;
     this.synced = false;
     this.#changed();
@@ -61,15 +94,16 @@ export class RunMirror {
   }
 
   #append(e: RunEvent): void {
-    const size = JSON.stringify(e).length;
+    const size = utf8Length(JSON.stringify(e));
+    let bytes = this.#bytes + size;
     this.#events.push(e);
     this.#sizes.push(size);
-    this.#bytes += size;
     this.lastSeq = e.seq;
-    while (this.#events.length > this.maxEvents || (this.#bytes > this.maxBytes && this.#events.length > 1)) {
+    while (this.#events.length > this.maxEvents || (bytes > this.maxBytes && this.#events.length > 1)) {
       this.#events.shift();
-      this.#bytes -= this.#sizes.shift() ?? 0;
+      bytes -= this.#sizes.shift() ?? 0;
     }
+    this.#setBytes(bytes);
   }
 
   /** Apply a pushed update. Returns true when the mirror is behind and needs a run.sync(after_seq = lastSeq). */
@@ -97,9 +131,7 @@ export class RunMirror {
     const first = events[0];
     if (first && first.seq > this.lastSeq + 1 && afterSeq === this.lastSeq) {
       // The Runner no longer holds the events in between: history before `first` is gone.
-      this.#events = [];
-      this.#sizes = [];
-      this.#bytes = 0;
+      this.#clear();
       this.lastSeq = first.seq - 1;
     }
     for (const e of events) {
@@ -107,9 +139,7 @@ export class RunMirror {
     }
     if (!hasMore && summary.last_seq > this.lastSeq && (events.length === 0 || summary.oldest_seq > this.lastSeq)) {
       // Nothing more is held by the Runner: the remainder is lost history.
-      this.#events = [];
-      this.#sizes = [];
-      this.#bytes = 0;
+      this.#clear();
       this.lastSeq = summary.last_seq;
     }
     this.synced = true;
@@ -151,10 +181,27 @@ export class RunMirror {
   }
 }
 
-/** The set of mirrors, bounded: terminal mirrors are evicted oldest-touched first. */
+/**
+ * The set of mirrors, bounded in count and in total bytes: beyond either, the least recently used
+ * idle mirrors (no waiters, no catch-up in flight) are evicted, terminal or not. The Runner's ring
+ * is the source of truth; an evicted mirror is rebuilt with run.sync when next needed.
+ */
 export class MirrorSet {
   readonly #map = new Map<string, RunMirror>();
-  constructor(readonly maxMirrors = 1000) {}
+  #bytes = 0;
+  constructor(
+    readonly maxMirrors = MIRRORS_MAX_COUNT,
+    readonly maxTotalBytes = MIRRORS_MAX_TOTAL_BYTES,
+    readonly mirrorLimits: { maxEvents?: number; maxBytes?: number } = {},
+  ) {}
+
+  /** UTF-8 bytes held over all mirrors. */
+  get totalBytes(): number {
+    return this.#bytes;
+  }
+  get size(): number {
+    return this.#map.size;
+  }
 
   get(runId: string): RunMirror | undefined {
     const m = this.#map.get(runId);
@@ -168,9 +215,19 @@ export class MirrorSet {
   getOrCreate(runId: string): RunMirror {
     let m = this.get(runId);
     if (!m) {
-      m = new RunMirror(runId);
+      const created: RunMirror = new RunMirror(
+        runId,
+        this.mirrorLimits.maxEvents,
+        this.mirrorLimits.maxBytes,
+        (delta) => {
+          if (this.#map.get(runId) !== created) return; // evicted: no longer counted
+          this.#bytes += delta;
+          if (delta > 0 && this.#bytes > this.maxTotalBytes) this.#evict(created);
+        },
+      );
+      m = created;
       this.#map.set(runId, m);
-      this.#evict();
+      this.#evict(m);
     }
     return m;
   }
@@ -179,11 +236,13 @@ export class MirrorSet {
     return this.#map.values();
   }
 
-  #evict(): void {
-    if (this.#map.size <= this.maxMirrors) return;
+  /** Evict LRU idle mirrors (never `keep`, the one being used) until within both bounds. */
+  #evict(keep: RunMirror): void {
     for (const [id, m] of this.#map) {
-      if (this.#map.size <= this.maxMirrors) return;
-      if (m.terminal) this.#map.delete(id);
+      if (this.#map.size <= this.maxMirrors && this.#bytes <= this.maxTotalBytes) return;
+      if (m === keep || !m.idle) continue;
+      this.#map.delete(id);
+      this.#bytes -= m.bytes;
     }
   }
 }

@@ -133,7 +133,7 @@ export interface RunsOptions {
 
 export class Runs implements RunsApi, HubListener {
   readonly tokens: ObservationTokens;
-  readonly mirrors = new MirrorSet(256);
+  readonly mirrors = new MirrorSet();
   readonly #store: StateStore;
   readonly #registry: Registry;
   readonly #log: Logger;

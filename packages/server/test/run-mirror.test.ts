@@ -1,6 +1,6 @@
 import type { RunEvent, RunSummary } from "@webcodex/protocol";
 import { describe, expect, it } from "vitest";
-import { RunMirror } from "../src/run-mirror.js";
+import { MirrorSet, RunMirror } from "../src/run-mirror.js";
 
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 function summary(last: number, oldest = 1, state: RunSummary["state"] = "running"): RunSummary {
@@ -88,5 +88,70 @@ describe("run mirror", () => {
     const aborted = m.waitForChange(m.version, 10_000, ac.signal);
     ac.abort();
     await aborted;
+  });
+});
+
+describe("mirror set bounds", () => {
+  const text = (seq: number, s: string): RunEvent => ({
+    seq,
+    at: "t",
+    kind: "agent_message",
+    text: s,
+    truncated: false,
+  });
+  function fill(m: RunMirror, events: RunEvent[]): void {
+    m.reset("a".repeat(16));
+    m.markSynced(summary(0));
+    m.applyUpdate(summary(events.length), events);
+  }
+
+  it("counts held bytes in UTF-8, not UTF-16 units", () => {
+    const m = new RunMirror(RUN);
+    const e = text(1, "é".repeat(100));
+    fill(m, [e]);
+    expect(m.bytes).toBe(Buffer.byteLength(JSON.stringify(e), "utf8"));
+    expect(m.bytes).toBeGreaterThan(JSON.stringify(e).length);
+  });
+
+  it("evicts the least recently used idle mirrors beyond the count, terminal or not", () => {
+    const set = new MirrorSet(2);
+    const a = set.getOrCreate("a");
+    fill(a, [ev(1)]); // non-terminal
+    set.getOrCreate("b");
+    set.get("a"); // a is now more recently used than b
+    set.getOrCreate("c");
+    expect(set.size).toBe(2);
+    expect(set.get("b")).toBeUndefined();
+    expect(set.get("a")).toBe(a);
+  });
+
+  it("keeps mirrors that have waiters or a catch-up in flight", async () => {
+    const set = new MirrorSet(1);
+    const waited = set.getOrCreate("w");
+    const wait = waited.waitForChange(waited.version, 10_000);
+    const syncing = set.getOrCreate("s");
+    syncing.syncing = new Promise(() => undefined);
+    set.getOrCreate("x");
+    expect(set.get("w")).toBe(waited);
+    expect(set.get("s")).toBe(syncing);
+    waited.touch();
+    await wait;
+    set.getOrCreate("y");
+    expect(set.get("w")).toBeUndefined();
+    expect(set.get("s")).toBe(syncing);
+  });
+
+  it("evicts idle mirrors beyond the global byte budget and stops counting them", () => {
+    const set = new MirrorSet(100, 3000);
+    const a = set.getOrCreate("a");
+    fill(a, [text(1, "x".repeat(1800))]);
+    expect(set.totalBytes).toBe(a.bytes);
+    const b = set.getOrCreate("b");
+    fill(b, [text(1, "y".repeat(1800))]);
+    expect(set.get("a")).toBeUndefined();
+    expect(set.get("b")).toBe(b);
+    expect(set.totalBytes).toBe(b.bytes);
+    fill(a, [text(1, "z".repeat(1800))]); // an evicted mirror no longer counts
+    expect(set.totalBytes).toBe(b.bytes);
   });
 });
