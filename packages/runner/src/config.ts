@@ -162,8 +162,8 @@ const ConfigSchema = z
       .object({
         state_dir: NonEmpty.default(".webcodex/runner"),
         log_level: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
-        retain_terminal_days: int(0, 3650).default(7),
-        retain_terminal_max: int(0, 1_000_000).default(1000),
+        retain_terminal_days: int(1, 3650).default(7),
+        retain_terminal_max: int(1, 1_000_000).default(1000),
       })
       .strict()
       .default({

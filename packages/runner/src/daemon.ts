@@ -6,7 +6,7 @@
  *   2. open and verify the dispatch store + marker        (exit 3 on refusal)
  *   3. recover rows left by a previous process            (failed/not_started, lost/outcome_unknown)
  *   4. reap surviving agent process groups of those rows  (start-time checked)
- *   5. prune old terminal rows (retention)
+ *   5. prune old terminal rows (retention; again every RETENTION_INTERVAL_MS while up)
  *   6. build the run manager (new agent_instance_id, new provider instances)
  *   7. connect to the Server (link.ts); `run` requires [server] and a token (checked first, exit 2)
  *
@@ -64,6 +64,31 @@ export class DaemonStartError extends Error {
 interface Retention {
   retainDays: number;
   retainMax: number;
+}
+
+/** How often retention runs while the Runner is up (it also runs at start-up). */
+export const RETENTION_INTERVAL_MS = 60 * 60 * 1000;
+
+/**
+ * Prune terminal rows every `intervalMs` (unref'd: never keeps the process
+ * alive). A failing prune is logged and retried at the next tick. Returns the stop function.
+ */
+export function scheduleRetention(
+  store: Pick<SqliteDispatchStore, "prune">,
+  retention: Retention,
+  logger: Logger,
+  intervalMs: number = RETENTION_INTERVAL_MS,
+): () => void {
+  const timer = setInterval(() => {
+    try {
+      const pruned = store.prune(retention);
+      if (pruned.byAge + pruned.byCount > 0) logger.info(pruned, "pruned terminal runs");
+    } catch (error) {
+      logger.error({ err_name: (error as Error)?.name }, "periodic retention failed");
+    }
+  }, intervalMs);
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 /** Retention settings from `[runner]` retain_terminal_days / retain_terminal_max. */
@@ -209,10 +234,13 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
     throw error;
   }
 
+  const stopRetention = scheduleRetention(store, retentionOf(config), logger);
+
   let link: LinkHandle;
   try {
     link = startLink({ url: server.url, token, service, logger });
   } catch (error) {
+    stopRetention();
     await service.close();
     store.close();
     throw error;
@@ -235,6 +263,7 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
   const stop = (reason = "stop"): Promise<void> => {
     stopping ??= (async () => {
       logger.info({ reason }, "runner stopping");
+      stopRetention();
       try {
         await link.close();
       } catch (error) {
