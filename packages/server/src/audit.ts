@@ -29,6 +29,11 @@ export interface AuditLog {
   record(entry: AuditRecord): void;
 }
 
+/** Buffered audit rows are written in one transaction at least this often... */
+export const AUDIT_FLUSH_INTERVAL_MS = 100;
+/** ...or as soon as this many are buffered (bounds both memory and the size of one transaction). */
+export const AUDIT_FLUSH_MAX_ROWS = 256;
+
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS mcp_audit (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -50,12 +55,21 @@ export interface SqliteAuditLogOptions {
   clock?: () => Date;
 }
 
-/** Audit rows in the Server's SQLite state database (table `mcp_audit`). */
+/**
+ * Audit rows in the Server's SQLite state database (table `mcp_audit`). The database runs with
+ * synchronous=FULL for admission records, so a row per call would cost one fsync per tool call on
+ * the event loop; rows are buffered and written in one transaction every AUDIT_FLUSH_INTERVAL_MS or
+ * AUDIT_FLUSH_MAX_ROWS, and on flush()/close(). A crash can lose the last interval's rows.
+ */
 export class SqliteAuditLog implements AuditLog {
   readonly #insert: BetterSqlite3.Statement;
+  readonly #insertMany: (rows: readonly (AuditRecord & { at: string })[]) => void;
   readonly #db: BetterSqlite3.Database;
   readonly #onError: (err: unknown) => void;
   readonly #clock: () => Date;
+  #buffer: (AuditRecord & { at: string })[] = [];
+  #timer: NodeJS.Timeout | null = null;
+  #closed = false;
 
   constructor(db: BetterSqlite3.Database, options: SqliteAuditLogOptions = {}) {
     db.exec(SCHEMA);
@@ -64,20 +78,46 @@ export class SqliteAuditLog implements AuditLog {
       `INSERT INTO mcp_audit (at, principal_id, tool, run_id, outcome, input_bytes, output_bytes, duration_ms)
        VALUES (@at, @principal_id, @tool, @run_id, @outcome, @input_bytes, @output_bytes, @duration_ms)`,
     );
+    this.#insertMany = db.transaction((rows: readonly (AuditRecord & { at: string })[]) => {
+      for (const row of rows) this.#insert.run(row);
+    });
     this.#onError = options.onError ?? (() => {});
     this.#clock = options.clock ?? (() => new Date());
   }
 
   record(entry: AuditRecord): void {
+    this.#buffer.push({ ...entry, at: this.#clock().toISOString() });
+    if (this.#closed || this.#buffer.length >= AUDIT_FLUSH_MAX_ROWS) this.flush();
+    else if (this.#timer === null) {
+      this.#timer = setTimeout(() => this.flush(), AUDIT_FLUSH_INTERVAL_MS);
+      this.#timer.unref();
+    }
+  }
+
+  /** Write every buffered row now, in one transaction. */
+  flush(): void {
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#timer = null;
+    const rows = this.#buffer;
+    if (rows.length === 0) return;
+    this.#buffer = [];
     try {
-      this.#insert.run({ ...entry, at: this.#clock().toISOString() });
+      if (this.#db.open) this.#insertMany(rows);
+      else this.#onError(new Error(`database closed; ${rows.length} audit rows not written`));
     } catch (err) {
       this.#onError(err);
     }
   }
 
-  /** Newest last; for tests and operator inspection. */
+  /** Flush and write later rows immediately (call before closing the database). */
+  close(): void {
+    this.#closed = true;
+    this.flush();
+  }
+
+  /** Newest last (buffered rows are flushed first); for tests and operator inspection. */
   list(limit = 1000): AuditRow[] {
+    this.flush();
     return this.#db
       .prepare(`SELECT * FROM (SELECT * FROM mcp_audit ORDER BY id DESC LIMIT ?) ORDER BY id ASC`)
       .all(limit) as AuditRow[];

@@ -24,5 +24,11 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, config, logger, stor
     authenticate: createAuthenticator(tokens, config.principals),
     observeLimits: new ObserveLimits(),
   });
-  return { handle: handler, close: () => handler.close() };
+  return {
+    handle: handler,
+    close: async () => {
+      await handler.close();
+      audit.close();
+    },
+  };
 };

@@ -4,7 +4,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { SqliteAuditLog } from "../src/audit.js";
+import { AUDIT_FLUSH_MAX_ROWS, SqliteAuditLog } from "../src/audit.js";
 import { McpTools, TOOL_NAMES } from "../src/mcp-tools.js";
 import { ObserveLimits } from "../src/observe-limits.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
@@ -56,5 +56,35 @@ describe("SQLite audit log", () => {
       .join("");
     expect(bytes).toContain(run_id);
     for (const secret of [canary, key, observation_token, "hello"]) expect(bytes).not.toContain(secret);
+  });
+
+  it("batches rows off the per-call path and writes all N of N calls by close", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "wc-audit-"));
+    dirs.push(dir);
+    const file = join(dir, "server.sqlite3");
+    const db = new Database(file);
+    db.pragma("journal_mode = WAL");
+    db.pragma("synchronous = FULL");
+    const audit = new SqliteAuditLog(db);
+    const tools = new McpTools({
+      runs: new FakeRuns(),
+      audit,
+      logger: pino({ level: "silent" }),
+      observeLimits: new ObserveLimits(),
+    });
+    const alice = principal("alice", ["coding_agent:run"]);
+    const count = () => (db.prepare("SELECT count(*) AS n FROM mcp_audit").get() as { n: number }).n;
+    await tools.call(alice, TOOL_NAMES.observe, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" });
+    expect(count()).toBe(0); // buffered, not one synchronous write per call
+    const n = AUDIT_FLUSH_MAX_ROWS + 7;
+    for (let i = 1; i < n; i++) {
+      await tools.call(alice, TOOL_NAMES.observe, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" });
+    }
+    expect(count()).toBeGreaterThanOrEqual(AUDIT_FLUSH_MAX_ROWS); // a full batch is written at once
+    audit.close();
+    db.close();
+    const again = new Database(file, { readonly: true });
+    expect((again.prepare("SELECT count(*) AS n FROM mcp_audit").get() as { n: number }).n).toBe(n);
+    again.close();
   });
 });

@@ -13,6 +13,7 @@ import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { MAX_PROMPT_BYTES, type RunEvent } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AUDIT_FLUSH_INTERVAL_MS } from "../src/audit.js";
 import { SERVER_BIN, type Stack, startStack } from "./support/stack.js";
 
 const run = promisify(execFile);
@@ -422,6 +423,8 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
   });
 
   it("keeps audit rows per call, and no prompt or agent-message canary in any Server DB byte", async () => {
+    // Audit rows are written in batches: a timer that expires after the pending flush timer runs after it.
+    await new Promise((r) => setTimeout(r, 2 * AUDIT_FLUSH_INTERVAL_MS));
     const rows = stack.server.store.db
       .prepare("SELECT principal_id, tool, run_id, outcome, input_bytes, output_bytes, duration_ms FROM mcp_audit")
       .all() as { principal_id: string; tool: string; outcome: string; input_bytes: number }[];
