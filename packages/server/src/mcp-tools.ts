@@ -14,6 +14,7 @@
 import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprotocol/sdk/types.js";
 import {
   ConfigMap,
+  ConfigOptionId,
   ExecutionState,
   FailureKindSchema,
   MAX_OBSERVE_WAIT_SECS,
@@ -230,26 +231,48 @@ export function apiError(code: ApiError["code"], message: string): ApiError {
   return { code, message, recovery_kind: RECOVERY_FOR[code] };
 }
 
+/** Unknown or config key names are cut to this many characters in error messages... */
+export const MAX_ECHOED_KEY_LENGTH = 64;
+/** ...and at most this many unknown keys are named ("and N more" for the rest). */
+export const MAX_ECHOED_UNKNOWN_KEYS = 8;
+
+function cutKey(key: string): string {
+  return key.length > MAX_ECHOED_KEY_LENGTH ? `${key.slice(0, MAX_ECHOED_KEY_LENGTH)}…` : key;
+}
+
+/** A field path for a message: schema field names as they are; a config key only when it is a valid option id. */
+function describePath(path: readonly PropertyKey[]): string {
+  return path
+    .map((seg, i) => {
+      const name = String(seg);
+      if (i === 1 && path[0] === "config" && !ConfigOptionId.safeParse(name).success) return "<invalid option id>";
+      return cutKey(name);
+    })
+    .join(".");
+}
+
 /**
  * Turn a zod failure into one secret-free message. Unknown keys come first and
- * are named (all of them); otherwise the first issue's field path and reason.
- * Input values are never echoed.
+ * are named (each cut to MAX_ECHOED_KEY_LENGTH, at most MAX_ECHOED_UNKNOWN_KEYS of
+ * them); otherwise the first issue's field path and reason. Input values are never echoed.
  */
 export function describeInputError(error: z.ZodError): string {
   const unknown: string[] = [];
   for (const issue of error.issues) {
     if (issue.code === "unrecognized_keys") {
-      const prefix = issue.path.length > 0 ? `${issue.path.join(".")}.` : "";
-      for (const key of issue.keys) unknown.push(`${prefix}${key}`);
+      const prefix = issue.path.length > 0 ? `${describePath(issue.path)}.` : "";
+      for (const key of issue.keys) unknown.push(`${prefix}${cutKey(key)}`);
     }
   }
   if (unknown.length > 0) {
-    const names = unknown.map((k) => `'${k}'`).join(", ");
+    const shown = unknown.slice(0, MAX_ECHOED_UNKNOWN_KEYS).map((k) => `'${k}'`);
+    const more = unknown.length - shown.length;
+    const names = more > 0 ? `${shown.join(", ")} and ${more} more` : shown.join(", ");
     return `unknown field${unknown.length > 1 ? "s" : ""} ${names} not allowed`;
   }
   const issue = error.issues[0];
   if (!issue) return "invalid arguments";
-  const path = issue.path.length > 0 ? issue.path.join(".") : "arguments";
+  const path = issue.path.length > 0 ? describePath(issue.path) : "arguments";
   let reason = issue.message;
   if (issue.code === "invalid_type" && issue.input === undefined) reason = "required";
   if (issue.code === "too_big" && path === "prompt") reason = `must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes`;

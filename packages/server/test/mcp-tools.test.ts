@@ -100,6 +100,40 @@ describe("tool input schemas", () => {
     expect(r.ok).toBe(false);
     if (!r.ok) expect(r.error.message).not.toContain("CANARY");
   });
+
+  it("never echoes the values of unknown keys, nor config keys that are not option ids, nor config values", () => {
+    const cases: Record<string, unknown>[] = [
+      { ...validStart, env: { SECRET: "CANARY-env-value" } },
+      { ...validStart, executable: "CANARY-exe", args: ["CANARY-arg"] },
+      { ...validStart, config: { "CANARY key with spaces": "v" } },
+      { ...validStart, config: { model: { nested: "CANARY-nested" } } },
+      { ...validStart, config: { model: 3, "CANARY!": "CANARY-value" } },
+      { ...validStart, config: { model: ["CANARY-in-array"] } },
+    ];
+    for (const input of cases) {
+      const r = parseToolInput(StartToolInput, input);
+      expect(r.ok).toBe(false);
+      if (!r.ok) expect(r.error.message, JSON.stringify(input)).not.toContain("CANARY");
+    }
+  });
+
+  it("cuts each unknown key name to 64 characters and names at most 8 of them", () => {
+    const long = `k${"x".repeat(500)}`;
+    const r = parseToolInput(StartToolInput, { ...validStart, [long]: 1 });
+    expect(r.ok).toBe(false);
+    if (!r.ok) {
+      expect(r.error.message).toContain(`'${long.slice(0, 64)}…'`);
+      expect(r.error.message).not.toContain(long.slice(0, 65));
+      expect(r.error.message.length).toBeLessThan(200);
+    }
+    const many = Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`extra_${i}`, i]));
+    const m = parseToolInput(StartToolInput, { ...validStart, ...many });
+    expect(m.ok).toBe(false);
+    if (!m.ok) {
+      expect(m.error.message.match(/'extra_\d+'/g)).toHaveLength(8);
+      expect(m.error.message).toContain("and 12 more");
+    }
+  });
 });
 
 describe("tools/list definitions", () => {
