@@ -87,7 +87,8 @@ export function decide(record: AdmissionRecord, hello: HelloFrame, busy: boolean
 export function decideAfterQuery(record: AdmissionRecord, found: RunSummary | null): Decision {
   if (found) return { kind: "apply", summary: found };
   // Same store, and the Runner admits durably before replying: a run it does not know was never admitted.
-  if (record.admission === "sent") return { kind: "close", patch: neverAdmittedPatch(false) };
+  // Nothing reached the agent, so an exact same-key retry may re-admit it (DESIGN §6.1: retry_same).
+  if (record.admission === "sent") return { kind: "close", patch: neverAdmittedPatch(true) };
   return { kind: "close", patch: lostPatch("missing_on_runner") };
 }
 

@@ -72,6 +72,10 @@ function summaryPatch(s: RunSummary): RecordPatch {
   };
 }
 
+/** Both the Server's own check and the Runner's rejection say the same: it is the operator's setting. */
+const PROJECT_NOT_WRITABLE_MESSAGE =
+  "The project's Runner does not allow patches; nothing was started. An operator must set allow_patch = true for this project in the Runner's config.";
+
 /** Pre-admission Runner rejections: API code, failure kind for the record, recovery. */
 const RUNNER_REJECTIONS: Partial<
   Record<RunnerErrorCode, { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string }>
@@ -105,8 +109,8 @@ const RUNNER_REJECTIONS: Partial<
   project_not_writable: {
     code: "forbidden",
     failure: "never_admitted",
-    recovery: "retry_same",
-    message: "The project's Runner does not allow patches; nothing was started.",
+    recovery: "none",
+    message: PROJECT_NOT_WRITABLE_MESSAGE,
   },
   unknown_provider: {
     code: "provider_unavailable",
@@ -289,9 +293,7 @@ export class Runs implements RunsApi, HubListener {
         "fix_input",
       );
     }
-    if (!project.allow_patch) {
-      return fail("forbidden", `The Runner of project ${input.project_id} does not allow patches.`, "none");
-    }
+    if (!project.allow_patch) return fail("forbidden", PROJECT_NOT_WRITABLE_MESSAGE, "none");
     const fences = {
       agent_instance_id: runner.agentInstanceId,
       provider_instance_id: provider.provider_instance_id,

@@ -80,12 +80,14 @@ describe("reconciliation rules (DESIGN §6.1)", () => {
     expect(decide(record("intent_recorded"), hello(STORE), true).kind).toBe("skip");
   });
 
-  it("after a query: never admitted (same store) fails not_started; admitted but missing is lost", () => {
+  it("after a query: never admitted (same store) fails not_started and is retryable; admitted but missing is lost", () => {
     const sent = decideAfterQuery(record("sent"), null);
     expect(sent.kind === "close" && sent.patch).toMatchObject({
+      admission: "rejected_pre_admission",
       state: "failed",
       execution_state: "not_started",
       failure_kind: "never_admitted",
+      recovery_kind: "retry_same",
     });
     const admitted = decideAfterQuery(record("admitted"), null);
     expect(admitted.kind === "close" && admitted.patch).toMatchObject({

@@ -93,8 +93,17 @@ describe("run core against a hand-driven Runner link", () => {
       const x = h.server.store.get(r.run_id);
       return x?.state === "failed" ? x : undefined;
     });
-    expect(rec).toMatchObject({ execution_state: "not_started", failure_kind: "never_admitted" });
+    expect(rec).toMatchObject({
+      execution_state: "not_started",
+      failure_kind: "never_admitted",
+      recovery_kind: "retry_same",
+    });
     expect(svc.runs.size).toBe(0);
+    // Proven never admitted: an exact same-key retry re-admits it, once.
+    const retried = ok(await h.server.runs.start(alice, input("replaced")));
+    expect(retried).toMatchObject({ run_id: r.run_id, replayed: false, state: "starting" });
+    expect(svc.runs.has(r.run_id)).toBe(true);
+    expect(h.server.store.get(r.run_id)?.admission).toBe("admitted");
   });
 
   it("settles a start that timed out on a live connection: not admitted closes, admitted is adopted", async () => {
@@ -153,5 +162,27 @@ describe("run core against a hand-driven Runner link", () => {
     // Delivered now: a repeat is answered without another frame.
     expect(ok(await h.server.runs.cancel(alice, { run_id: run.run_id }))).toMatchObject({ cancel_requested: true });
     expect(b.requests("run.cancel")).toHaveLength(1);
+  });
+
+  it("answers project_not_writable the same way whether the Server or the Runner finds it: none, ask the operator", async () => {
+    h = await new Harness().start([R1]);
+    const closed = new FakeRunService({ projects: [{ project_id: "demo", allow_patch: false }] });
+    const a = await connect(closed);
+    const local = await h.server.runs.start(alice, input("np-local"));
+    a.close();
+    await until(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online));
+
+    const svc = new FakeRunService(); // advertises allow_patch = true, but rejects at admission
+    const b = await connect(svc, (f) => f.type === "run.start");
+    const pending = h.server.runs.start(alice, input("np-runner"));
+    await until(() => b.held.length > 0);
+    const held = b.held[0]!;
+    b.send({ type: "error", request_id: held.request_id, code: "project_not_writable", message: "not writable" });
+    const remote = await pending;
+    for (const r of [local, remote]) {
+      expect(r).toMatchObject({ ok: false, error: { code: "forbidden", recovery_kind: "none" } });
+      if (!r.ok) expect(r.error.message).toContain("allow_patch = true");
+    }
+    expect(!local.ok && !remote.ok && local.error.message === remote.error.message).toBe(true);
   });
 });
