@@ -52,8 +52,10 @@ export class ObservationTokens {
     if (!m) return null;
     const instance = m[1] ?? "";
     const seq = Number(m[2]);
-    const expected = this.#mac(runId, instance, seq);
-    const given = Buffer.from(mac, "base64url");
+    // Compare the whole token with its canonical encoding: base64url decoding ignores the unused low
+    // bits of a last character, so comparing decoded bytes would accept several spellings of one token.
+    const expected = Buffer.from(this.issue({ run_id: runId, instance, seq }), "utf8");
+    const given = Buffer.from(token, "utf8");
     if (given.byteLength !== expected.byteLength || !timingSafeEqual(given, expected)) return null;
     return { run_id: runId, instance, seq };
   }

@@ -77,4 +77,21 @@ describe("observation tokens", () => {
     expect(tokens.verify(runA, `${t}.x`)).toBeNull();
     expect(new ObservationTokens(Buffer.alloc(32, 9)).verify(runA, t)).toBeNull();
   });
+
+  it("accepts exactly one spelling of a token: any other last character (or body character) is rejected", () => {
+    const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    for (const seq of [0, 1, 7, 42, 123456]) {
+      const t = tokens.issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq });
+      expect(tokens.verify(runA, t)).not.toBeNull();
+      for (const c of alphabet) {
+        if (c === t.at(-1)) continue;
+        expect(tokens.verify(runA, `${t.slice(0, -1)}${c}`), `last char ${c}`).toBeNull();
+      }
+      const [prefix, body = "", mac] = t.split(".");
+      for (const c of alphabet) {
+        if (c === body.at(-1)) continue;
+        expect(tokens.verify(runA, `${prefix}.${body.slice(0, -1)}${c}.${mac}`), `body char ${c}`).toBeNull();
+      }
+    }
+  });
 });
