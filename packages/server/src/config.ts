@@ -7,6 +7,7 @@
  * port = 7420                 # 0 = pick a free port (tests)
  * state_dir = ".webcodex/server"   # relative to this file; SQLite + server_secret live here
  * heartbeat_interval_ms = 15000
+ * allowed_origins = []        # browser Origins allowed on /mcp besides the Server's own loopback origin
  *
  * [[runners]]
  * id = "local"
@@ -34,6 +35,18 @@ import { z } from "zod";
 import { SCOPES } from "./runs-api.js";
 
 const Hex256 = z.string().regex(/^[0-9a-f]{64}$/, "must be a lowercase hex sha256");
+/** A browser origin: scheme://host[:port], nothing else. */
+const OriginString = z
+  .string()
+  .max(255)
+  .refine((s) => {
+    try {
+      const u = new URL(s);
+      return (u.protocol === "http:" || u.protocol === "https:") && u.origin === s;
+    } catch {
+      return false;
+    }
+  }, "must be an origin like https://app.example (scheme://host[:port], no path or trailing slash)");
 const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "must be an environment variable name");
 
 export const RunnerConfigSchema = z
@@ -81,9 +94,17 @@ export const ServerConfigSchema = z
         port: z.number().int().min(0).max(65535).default(7420),
         state_dir: z.string().min(1).max(4096).default(".webcodex/server"),
         heartbeat_interval_ms: z.number().int().min(100).max(600_000).default(15_000),
+        /** Origin header values accepted on /mcp (exact, e.g. "https://app.example"); see mcp-http.ts. */
+        allowed_origins: z.array(OriginString).max(64).default([]),
       })
       .strict()
-      .default({ host: "127.0.0.1", port: 7420, state_dir: ".webcodex/server", heartbeat_interval_ms: 15_000 }),
+      .default({
+        host: "127.0.0.1",
+        port: 7420,
+        state_dir: ".webcodex/server",
+        heartbeat_interval_ms: 15_000,
+        allowed_origins: [],
+      }),
     runners: z.array(RunnerConfigSchema).max(256).default([]),
     principals: z.array(PrincipalConfigSchema).max(4096).default([]),
   })
@@ -107,6 +128,8 @@ export interface ServerConfig {
   /** Absolute. */
   stateDir: string;
   heartbeatIntervalMs: number;
+  /** Origins allowed on /mcp besides the Server's own loopback origin. */
+  allowedOrigins: string[];
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
   /** project id -> runner id (each project bound to exactly one runner). */
@@ -115,6 +138,12 @@ export interface ServerConfig {
 
 export class ConfigError extends Error {
   override readonly name = "ConfigError";
+}
+
+/** True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost). */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
+  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) || h === "::ffff:127.0.0.1";
 }
 
 export function sha256Hex(text: string): string {
@@ -170,6 +199,7 @@ export function buildServerConfig(
     port: cfg.server.port,
     stateDir: resolve(opts.baseDir, cfg.server.state_dir),
     heartbeatIntervalMs: cfg.server.heartbeat_interval_ms,
+    allowedOrigins: [...cfg.server.allowed_origins],
     runners,
     principals: cfg.principals,
     projectRunner,

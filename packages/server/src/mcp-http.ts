@@ -10,7 +10,9 @@
  * no server-initiated stream to subscribe to) — the SDK's
  * `StreamableHTTPClientTransport` handles both.
  *
- * Per request: bearer auth → 401 + `WWW-Authenticate` when missing or
+ * Per request: Origin check → 403 when an Origin header is present and is
+ * neither the Server's own loopback origin nor in `allowed_origins` (the
+ * Streamable HTTP transport's DNS-rebinding defence); bearer auth → 401 + `WWW-Authenticate` when missing or
  * invalid; body limit → 413; then tools/list, tools/call, resources/list,
  * resources/read. A client disconnect aborts a waiting observe.
  */
@@ -28,6 +30,7 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
 import type { AuditLog } from "./audit.js";
+import { isLoopbackHost } from "./config.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./mcp-resource.js";
 import { isToolName, McpTools, toolDefinitions } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
@@ -52,6 +55,36 @@ export interface McpHttpOptions {
   logger: Logger;
   observeLimits?: ObserveLimits;
   maxBodyBytes?: number;
+  /** Origin header values accepted besides the Server's own origin (config `[server] allowed_origins`). */
+  allowedOrigins?: readonly string[];
+  /** The listen host (config `[server] host`): an Origin naming it, on the Server's port, is same-origin. */
+  listenHost?: string;
+}
+
+/**
+ * Whether a request's Origin header is acceptable. Absent: yes (not a browser). Present: only an
+ * exact entry of `allowed`, or an http(s) origin on the port this request arrived on whose host is
+ * loopback or the configured listen host — a DNS-rebinding page (Origin http://evil.example) is not.
+ */
+export function originAllowed(
+  origin: string | undefined,
+  localPort: number | undefined,
+  allowed: readonly string[],
+  listenHost: string,
+): boolean {
+  if (origin === undefined) return true;
+  if (allowed.includes(origin)) return true;
+  let u: URL;
+  try {
+    u = new URL(origin);
+  } catch {
+    return false;
+  }
+  if (u.protocol !== "http:" && u.protocol !== "https:") return false;
+  const port = u.port === "" ? (u.protocol === "https:" ? 443 : 80) : Number(u.port);
+  if (localPort === undefined || port !== localPort) return false;
+  const host = u.hostname.replace(/^\[|\]$/g, "").toLowerCase();
+  return isLoopbackHost(host) || (host === listenHost.toLowerCase() && host !== "0.0.0.0" && host !== "::");
 }
 
 /** A Node request handler for `/mcp`; hand it every request whose path is /mcp. */
@@ -64,6 +97,8 @@ export interface McpHttpHandler {
 export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const { runs, authenticate, audit, logger } = options;
   const maxBodyBytes = options.maxBodyBytes ?? MCP_MAX_BODY_BYTES;
+  const allowedOrigins = options.allowedOrigins ?? [];
+  const listenHost = options.listenHost ?? "127.0.0.1";
   const tools = new McpTools({ runs, audit, logger, observeLimits: options.observeLimits ?? new ObserveLimits() });
   const inFlight = new Set<AbortController>();
   let closed = false;
@@ -98,6 +133,12 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const handler = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     if (closed) {
       sendJsonRpcError(res, 503, -32000, "Server is shutting down");
+      return;
+    }
+    const origin = req.headers.origin;
+    if (!originAllowed(origin, req.socket.localPort, allowedOrigins, listenHost)) {
+      logger.warn({ path: MCP_PATH, origin: origin?.slice(0, 128) }, "mcp request refused: origin not allowed");
+      sendJsonRpcError(res, 403, -32000, "Forbidden: this Origin is not allowed (server allowed_origins)");
       return;
     }
     const token = bearerToken(req.headers.authorization);

@@ -23,6 +23,8 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, config, logger, stor
     logger: log,
     authenticate: createAuthenticator(tokens, config.principals),
     observeLimits: new ObserveLimits(),
+    allowedOrigins: config.allowedOrigins,
+    listenHost: config.host,
   });
   return {
     handle: handler,

@@ -7,14 +7,14 @@ import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
-import type { ServerConfig } from "./config.js";
+import { isLoopbackHost, type ServerConfig } from "./config.js";
 import { reconcileAtStart } from "./reconcile.js";
 import { Registry } from "./registry.js";
 import { RunnerHub } from "./runner-hub.js";
 import { Runs } from "./runs.js";
 import type { RunsApi } from "./runs-api.js";
 import { StateStore } from "./state-store.js";
-import { isLoopbackHost, mountTestApi, TEST_API_ENV } from "./test-api.js";
+import { mountTestApi, TEST_API_ENV } from "./test-api.js";
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 

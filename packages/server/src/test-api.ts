@@ -16,12 +16,6 @@ import type { Principal, RunsApi, Scope } from "./runs-api.js";
 
 export const TEST_API_ENV = "WEBCODEX_TEST_HOOK_API";
 
-/** True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost). */
-export function isLoopbackHost(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
-  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) || h === "::ffff:127.0.0.1";
-}
-
 export function principalFromConfig(config: ServerConfig, id: string): Principal | null {
   const p = config.principals.find((x) => x.id === id);
   if (!p) return null;

@@ -20,6 +20,20 @@ describe("server config", () => {
     expect(c.runners[0]?.tokenHash.toString("hex")).toBe(HASH);
   });
 
+  it("reads [server] allowed_origins (empty by default) and rejects anything that is not an origin", () => {
+    expect(buildServerConfig(base(), { file: null, baseDir: "/" }).allowedOrigins).toEqual([]);
+    const c = buildServerConfig(base({ server: { port: 0, allowed_origins: ["https://app.example"] } }), {
+      file: null,
+      baseDir: "/",
+    });
+    expect(c.allowedOrigins).toEqual(["https://app.example"]);
+    for (const bad of ["https://app.example/", "app.example", "https://app.example/path", "*"]) {
+      expect(() =>
+        buildServerConfig(base({ server: { port: 0, allowed_origins: [bad] } }), { file: null, baseDir: "/" }),
+      ).toThrow(ConfigError);
+    }
+  });
+
   it("hashes a token_env token at start", () => {
     const c = buildServerConfig(base({ runners: [{ id: "r1", token_env: "RUNNER_TOK", projects: [] }] }), {
       file: null,

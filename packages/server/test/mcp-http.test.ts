@@ -10,7 +10,7 @@ import { LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MemoryAuditLog } from "../src/audit.js";
-import { createMcpHttpHandler, type McpHttpHandler } from "../src/mcp-http.js";
+import { createMcpHttpHandler, type McpHttpHandler, originAllowed } from "../src/mcp-http.js";
 import { ObserveLimits } from "../src/observe-limits.js";
 import type { Principal } from "../src/runs-api.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
@@ -126,6 +126,32 @@ describe("Streamable HTTP /mcp", () => {
     expect(invalid.status).toBe(401);
     expect(invalid.headers.get("www-authenticate")).toContain('error="invalid_token"');
     await expect(connect("nope")).rejects.toThrow();
+  });
+
+  it("answers 403 to a request whose Origin is present and not allowed (DNS rebinding), before auth", async () => {
+    for (const origin of ["http://evil.example", `http://evil.example:${url.port}`, "null", "file://"]) {
+      const r = await postInit({ authorization: "Bearer token-alice", origin });
+      expect(r.status, origin).toBe(403);
+    }
+    expect((await postInit({ origin: "http://evil.example" })).status).toBe(403);
+    // No Origin (not a browser) and the Server's own loopback origin are fine.
+    expect((await postInit({ authorization: "Bearer token-alice" })).status).toBe(200);
+    expect((await postInit({ authorization: "Bearer token-alice", origin: url.origin })).status).toBe(200);
+    const localhost = `http://localhost:${url.port}`;
+    expect((await postInit({ authorization: "Bearer token-alice", origin: localhost })).status).toBe(200);
+    // A loopback origin on another port is another site.
+    const otherPort = `http://127.0.0.1:${Number(url.port) === 1 ? 2 : 1}`;
+    expect((await postInit({ authorization: "Bearer token-alice", origin: otherPort })).status).toBe(403);
+  });
+
+  it("accepts exactly the configured allowed_origins besides its own", () => {
+    const allowed = ["https://app.example"];
+    expect(originAllowed("https://app.example", 7420, allowed, "0.0.0.0")).toBe(true);
+    expect(originAllowed("https://app.example.evil", 7420, allowed, "0.0.0.0")).toBe(false);
+    expect(originAllowed("http://app.example", 7420, allowed, "0.0.0.0")).toBe(false);
+    expect(originAllowed("http://0.0.0.0:7420", 7420, [], "0.0.0.0")).toBe(false);
+    expect(originAllowed("http://wc.lan:7420", 7420, [], "wc.lan")).toBe(true);
+    expect(originAllowed(undefined, 7420, [], "127.0.0.1")).toBe(true);
   });
 
   it("refuses a body over the limit with 413 and GET with 405", async () => {

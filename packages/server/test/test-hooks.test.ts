@@ -3,9 +3,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
-import { buildServerConfig } from "../src/config.js";
+import { buildServerConfig, isLoopbackHost } from "../src/config.js";
 import { type RunningServer, startServer } from "../src/server.js";
-import { isLoopbackHost, TEST_API_ENV } from "../src/test-api.js";
+import { TEST_API_ENV } from "../src/test-api.js";
 import { captureLogger } from "./support/in-process.js";
 
 describe("test hook API", () => {
