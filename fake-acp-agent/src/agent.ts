@@ -93,6 +93,7 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
       }
     })
     .onNotification("session/cancel", ({ params }) => {
+      // Its ledger `cancel` line was already written as it came in (prompt-tap.ts).
       sessions.get(params.sessionId)?.cancel();
     });
 }

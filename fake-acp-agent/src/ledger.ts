@@ -15,7 +15,8 @@ export type LedgerEvent =
   | { event: "permission_outcome"; outcome: "cancelled" }
   | { event: "permission_outcome"; outcome: "selected"; option_id: string }
   | { event: "client_error"; method: string; code: number | null }
-  | { event: "grandchild"; pid: number };
+  | { event: "grandchild"; pid: number }
+  | { event: "cancel"; session_id: string | null; pid: number };
 
 /**
  * Append-only, synchronous event log so tests can prove how often a prompt

@@ -10,7 +10,10 @@ function field(value: unknown, key: string): unknown {
 /**
  * Writes the ledger's `prompt` line for every inbound `session/prompt` request
  * the moment it is read off stdin, before the SDK validates or dispatches it,
- * so the count of lines is exactly the count of prompts received.
+ * so the count of lines is exactly the count of prompts received. `cancel`
+ * lines (`session/cancel`) and `permission_outcome` lines (a response carrying
+ * a permission outcome) are written here too, so the ledger has them in the
+ * order they arrived.
  */
 export function tapPrompts(stream: Stream, ledger: Ledger): Stream {
   const tap = new TransformStream<AnyMessage, AnyMessage>({
@@ -18,6 +21,20 @@ export function tapPrompts(stream: Stream, ledger: Ledger): Stream {
       if ("method" in message && "id" in message && message.method === "session/prompt") {
         const sessionId = field(message.params, "sessionId");
         ledger.prompt(typeof sessionId === "string" ? sessionId : null, promptTextOf(field(message.params, "prompt")));
+      } else if ("method" in message && !("id" in message) && message.method === "session/cancel") {
+        const sessionId = field(message.params, "sessionId");
+        ledger.append({
+          event: "cancel",
+          session_id: typeof sessionId === "string" ? sessionId : null,
+          pid: process.pid,
+        });
+      } else if (!("method" in message) && "result" in message) {
+        const outcome = field(field(message.result, "outcome"), "outcome");
+        const optionId = field(field(message.result, "outcome"), "optionId");
+        if (outcome === "cancelled") ledger.append({ event: "permission_outcome", outcome: "cancelled" });
+        else if (outcome === "selected" && typeof optionId === "string") {
+          ledger.append({ event: "permission_outcome", outcome: "selected", option_id: optionId });
+        }
       }
       controller.enqueue(message);
     },

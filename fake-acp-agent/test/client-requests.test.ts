@@ -72,9 +72,14 @@ describe("permission", () => {
     session.onPermission(async () => ({ outcome: { outcome: "cancelled" } }));
     const response = session.prompt("scenario: permission");
     await session.until((s) => s.permissionRequests.length === 1);
+    await until(() => ledger().length === 2); // the answer has arrived; then the client cancels
     await session.cancel();
     expect(await response).toEqual({ stopReason: "cancelled" });
-    expect(ledger().slice(1)).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
+    await until(() => ledger().length === 3);
+    expect(ledger().slice(1)).toEqual([
+      { event: "permission_outcome", outcome: "cancelled" },
+      { event: "cancel", session_id: session.id, pid: shared.child.pid },
+    ]);
   });
 
   test("an answer that arrives right after session/cancel is recorded before the cancelled response", async () => {
@@ -86,7 +91,10 @@ describe("permission", () => {
     await session.cancel();
     answer({ outcome: { outcome: "cancelled" } });
     expect(await response).toEqual({ stopReason: "cancelled" });
-    expect(ledger().slice(1)).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
+    expect(ledger().slice(1)).toEqual([
+      { event: "cancel", session_id: session.id, pid: shared.child.pid },
+      { event: "permission_outcome", outcome: "cancelled" },
+    ]);
   });
 
   test("session/cancel while the permission stays unanswered still ends the turn cancelled", async () => {
@@ -99,8 +107,11 @@ describe("permission", () => {
     // The agent waits a bounded grace (1 s) for the answer ACP requires, then gives up on it.
     expect(await response).toEqual({ stopReason: "cancelled" });
     answer({ outcome: { outcome: "selected", optionId: "allow_once" } });
-    await until(() => ledger().length === 2);
-    expect(ledger()[1]).toEqual({ event: "permission_outcome", outcome: "selected", option_id: "allow_once" });
+    await until(() => ledger().length === 3);
+    expect(ledger().slice(1)).toEqual([
+      { event: "cancel", session_id: session.id, pid: shared.child.pid },
+      { event: "permission_outcome", outcome: "selected", option_id: "allow_once" },
+    ]);
   });
 });
 

@@ -17,15 +17,6 @@ function errorCode(error: unknown): number | null {
   return error instanceof RequestError ? error.code : null;
 }
 
-function recordOutcome(turn: Turn, response: RequestPermissionResponse): void {
-  const { outcome } = response;
-  turn.ledger.append(
-    outcome.outcome === "selected"
-      ? { event: "permission_outcome", outcome: "selected", option_id: outcome.optionId }
-      : { event: "permission_outcome", outcome: "cancelled" },
-  );
-}
-
 export const permission: Scenario = scenario("permission", noParams, async (turn) => {
   const path = join(turn.session.cwd, "src", "math.js");
   const toolCall = { toolCallId: "call-perm-1", title: "Edit src/math.js", kind: "edit", status: "pending" } as const;
@@ -37,6 +28,7 @@ export const permission: Scenario = scenario("permission", noParams, async (turn
     options: PERMISSION_OPTIONS,
   });
   type Waited = { kind: "answered"; response: RequestPermissionResponse } | { kind: "failed"; error: unknown };
+  // The ledger's permission_outcome line is written as the answer is read (prompt-tap.ts).
   const answered: Promise<Waited> = request.then(
     (response) => ({ kind: "answered", response }),
     (error: unknown) => ({ kind: "failed", error }),
@@ -46,12 +38,7 @@ export const permission: Scenario = scenario("permission", noParams, async (turn
     // ACP clients answer a pending permission with `cancelled` around
     // `session/cancel`; give that answer a moment so the ledger has it first.
     const late = await Promise.race([answered, sleep(PERMISSION_CANCEL_GRACE_MS).then(() => "timeout" as const)]);
-    if (late === "timeout") {
-      void answered.then((answer) => {
-        if (answer.kind === "answered") recordOutcome(turn, answer.response);
-      });
-      return CANCELLED;
-    }
+    if (late === "timeout") return CANCELLED; // a later answer is still recorded
     waited = late;
   }
 
@@ -62,7 +49,6 @@ export const permission: Scenario = scenario("permission", noParams, async (turn
     await say(turn, `session/request_permission failed (JSON-RPC error ${code ?? "none"}).`);
     return END_TURN;
   }
-  recordOutcome(turn, waited.response);
   const { outcome } = waited.response;
   if (outcome.outcome === "cancelled" || turn.cancelled.aborted) return CANCELLED;
   await say(turn, `Permission outcome: selected option ${outcome.optionId}.`);
@@ -87,10 +73,7 @@ export const permissionFlood: Scenario = scenario(
           options: PERMISSION_OPTIONS,
         })
         .then(
-          (response) => {
-            recordOutcome(turn, response);
-            return response.outcome.outcome;
-          },
+          (response) => response.outcome.outcome, // ledger line written as it is read (prompt-tap.ts)
           (error: unknown) => {
             turn.ledger.append({ event: "client_error", method: "session/request_permission", code: errorCode(error) });
             return "failed" as const;

@@ -48,6 +48,7 @@ const outcomes = () => readLedger(ws).filter((e) => e.event === "permission_outc
 describe("permission requests", () => {
   test("are never allowed: the deadline answers cancelled and the terminal message says why", async () => {
     const before = outcomes().length;
+    const mark = readLedger(ws).length;
     let sawWaiting = false;
     const { run, events } = await runToEnd(manager, "scenario: permission\ncase: deadline", {}, async (runId) => {
       await waitForState(manager, runId, "waiting_permission");
@@ -59,10 +60,17 @@ describe("permission requests", () => {
     const request = events.find((e) => e.kind === "permission_request");
     expect(request).toMatchObject({ tool_call_id: "call-perm-1", title: "Edit src/math.js" });
     expect(outcomes().slice(before)).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
+    // No cancel was requested: session/cancel is never sent.
+    expect(
+      readLedger(ws)
+        .slice(mark)
+        .map((e) => e.event),
+    ).toEqual(["prompt", "permission_outcome"]);
   });
 
   test("a cancel answers the pending request cancelled before session/cancel", async () => {
     const before = outcomes().length;
+    const mark = readLedger(ws).length;
     const { run } = await runToEnd(manager, "scenario: permission\ncase: cancel", {}, async (runId) => {
       await waitForState(manager, runId, "waiting_permission");
       const first = await manager.cancel(runId);
@@ -75,6 +83,17 @@ describe("permission requests", () => {
     const after = outcomes().slice(before);
     expect(after).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
     expect(readLedger(ws).some((e) => e.event === "permission_outcome" && e.outcome === "selected")).toBe(false);
+    // Two cancel calls, at most one session/cancel, read by the agent after the permission answer. (The
+    // fake agent ends the turn on a cancelled answer, so the Runner may see the turn end before it
+    // gets to send session/cancel, and then never sends it.)
+    expect([
+      ["prompt", "permission_outcome"],
+      ["prompt", "permission_outcome", "cancel"],
+    ]).toContainEqual(
+      readLedger(ws)
+        .slice(mark)
+        .map((e) => e.event),
+    );
   });
 });
 
@@ -97,15 +116,22 @@ describe("permission flood", () => {
 
 describe("cancel", () => {
   test("after dispatch: correlated cancelled; a later cancel reports already_terminal", async () => {
+    const mark = readLedger(ws).length;
     const request = startRequest(manager, "scenario: slow interval_ms=100 count=600\ncase: cancel");
     await manager.start(request);
     await waitForState(manager, request.run_id, "running");
     await manager.ring(request.run_id)?.waitFor(0);
     await manager.cancel(request.run_id);
+    await manager.cancel(request.run_id);
     await manager.whenSettled(request.run_id);
     const run = manager.sync(request.run_id, 0, 0)?.run;
     expect(run).toMatchObject({ state: "cancelled", execution_state: "completed", stop_reason: "cancelled" });
     expect(await manager.cancel(request.run_id)).toMatchObject({ cancel_requested: false, already_terminal: true });
+    expect(
+      readLedger(ws)
+        .slice(mark)
+        .map((e) => e.event),
+    ).toEqual(["prompt", "cancel"]);
   });
 
   test("before dispatch: cancelled / not_started, no prompt reaches the agent", async () => {
@@ -114,6 +140,7 @@ describe("cancel", () => {
     });
     const { manager: m } = newManager(hangConfig);
     const request = startRequest(m, "scenario: hello\ncase: cancel-before", { provider_id: "hang" });
+    const mark = readLedger(ws).length;
     await m.start(request);
     await waitForState(m, request.run_id, "starting");
     await new Promise((r) => setTimeout(r, 300));
@@ -122,24 +149,38 @@ describe("cancel", () => {
     const run = m.sync(request.run_id, 0, 0)?.run;
     expect(run).toMatchObject({ state: "cancelled", execution_state: "not_started", stop_reason: null });
     expect(run?.message).toMatch(/No prompt was dispatched/);
+    // The agent's ledger: no prompt at all (and no session/cancel, there was no session to cancel).
+    expect(readLedger(ws).slice(mark)).toEqual([]);
     await m.close();
   });
 
   test("an agent that never confirms ends lost / outcome_unknown after the grace", async () => {
+    const mark = readLedger(ws).length;
     const { run } = await runToEnd(manager, "scenario: hang\ncase: grace", {}, async (runId) => {
       await waitForState(manager, runId, "running");
       await manager.cancel(runId);
     });
     expect(run).toMatchObject({ state: "lost", execution_state: "outcome_unknown", recovery_kind: "reconcile" });
+    expect(
+      readLedger(ws)
+        .slice(mark)
+        .map((e) => e.event),
+    ).toEqual(["prompt", "cancel"]);
   });
 });
 
 describe("run deadline", () => {
   test("a cooperative agent is cancelled at the deadline (run_timeout)", async () => {
+    const mark = readLedger(ws).length;
     const { run } = await runToEnd(manager, "scenario: slow interval_ms=100 count=600\ncase: deadline", {
       timeout_secs: 1,
     });
     expect(run).toMatchObject({ state: "cancelled", stop_reason: "cancelled", failure_kind: "run_timeout" });
+    expect(
+      readLedger(ws)
+        .slice(mark)
+        .map((e) => e.event),
+    ).toEqual(["prompt", "cancel"]);
   });
 
   test("an agent that ignores the cancel is lost at deadline + grace", async () => {
