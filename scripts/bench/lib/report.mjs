@@ -113,7 +113,8 @@ export function render(results) {
   }
 
   if (s.throughput) {
-    out += "Throughput: agent starts emitting (ledger) → last update visible to the reader\n";
+    const reps = Object.values(s.throughput)[0]?.reps ?? 1;
+    out += `Throughput: agent starts emitting (ledger) → last update visible to the reader${reps > 1 ? ` (median of ${reps} alternating runs; RSS/CPU of the first run, on a fresh stack)` : ""}\n`;
     out += `  ${pad("", 30)}${lpad("updates", 9)}${lpad("ms", 9)}${lpad("updates/s", 12)}${lpad("KiB/s", 10)}${lpad("ratio", 8)}\n`;
     for (const [key, b] of Object.entries(s.throughput)) {
       const row = (label, r, ratioValue) =>
@@ -125,7 +126,9 @@ export function render(results) {
       if (b.ours) {
         out += `  ${pad("", 30)}events seen ${b.ours.events_seen}, payload ${b.ours.payload_bytes_seen}/${b.ours.payload_bytes} B, observe calls ${b.ours.observe_calls}, Runner had it all at ${f(b.ours.runner_terminal_after_ms, 0)} ms${b.ours.history_lost ? ", HISTORY LOST" : ""}, state ${b.ours.state}\n`;
         for (const [name, r] of Object.entries(b.ours.resources ?? {})) {
-          out += `  ${pad("", 30)}${pad(name, 7)} peak RSS ${f(r.peak_rss_mb)} MB (HWM ${f(r.hwm_mb)} MB), CPU ${f(r.cpu_ms, 0)} ms\n`;
+          const after = b.ours.resources_max_over_reps?.[name];
+          out += `  ${pad("", 30)}${pad(name, 7)} peak RSS ${f(r.peak_rss_mb)} MB (HWM ${f(r.hwm_mb)} MB), CPU ${f(r.cpu_ms, 0)} ms`;
+          out += b.reps > 1 && after ? `; after ${b.reps} bursts peak RSS ${f(after.peak_rss_mb)} MB\n` : "\n";
         }
       }
     }
