@@ -694,6 +694,13 @@ export class Runs implements RunsApi, HubListener {
       };
     }
     const latest = this.#store.get(rec.run_id) ?? rec;
+    if (isTerminalState(latest.state)) {
+      // E.g. not_found settled it as never admitted: there is nothing left to cancel.
+      return {
+        ok: true,
+        value: { run_id: rec.run_id, state: latest.state, cancel_requested: false, already_terminal: true },
+      };
+    }
     return {
       ok: true,
       value: { run_id: rec.run_id, state: latest.state, cancel_requested: true, already_terminal: false },

@@ -138,7 +138,7 @@ describe("run core against a hand-driven Runner link", () => {
     const b = await connect(svc, (f) => f.type === "run.sync");
     const r = ok(await pending);
     const c = ok(await h.server.runs.cancel(alice, { run_id: r.run_id }));
-    expect(c.run_id).toBe(r.run_id);
+    expect(c).toMatchObject({ run_id: r.run_id, state: "failed", cancel_requested: false, already_terminal: true });
     expect(h.server.store.get(r.run_id)).toMatchObject({ state: "failed", failure_kind: "never_admitted" });
     expect(b.requests("run.cancel")).toHaveLength(1);
   });
