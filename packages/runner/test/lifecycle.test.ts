@@ -11,6 +11,7 @@ import { afterAll, describe, expect, test } from "vitest";
 import { MAX_PENDING_PERMISSIONS } from "../src/run-manager.js";
 import {
   alive,
+  groupMembers,
   makeWorkspace,
   newManager,
   readLedger,
@@ -226,6 +227,8 @@ describe("process tree cleanup", () => {
     const grandchild = readLedger(ws).findLast((e) => e.event === "grandchild");
     expect(typeof grandchild?.pid).toBe("number");
     expect(alive(grandchild?.pid as number)).toBe(false);
+    const agentPid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid as number;
+    expect(groupMembers(agentPid)).toEqual([]); // the agent leads its own group: nothing in it survived
   });
 
   test("an agent behind a launcher script that does not forward signals is killed with it", async () => {

@@ -9,7 +9,16 @@ import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OUTSIDE_PROJECT_PATH } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
-import { alive, kinds, makeWorkspace, newManager, readLedger, runToEnd, writeConfig } from "./support/harness.js";
+import {
+  alive,
+  groupMembers,
+  kinds,
+  makeWorkspace,
+  newManager,
+  readLedger,
+  runToEnd,
+  writeConfig,
+} from "./support/harness.js";
 
 const ws = makeWorkspace();
 const badInterpreter = join(ws.dir, "bad-interpreter.sh");
@@ -325,7 +334,11 @@ describe("scenario table", () => {
     const ledger = readLedger(ws);
     const prompts = ledger.filter((e) => e.event === "prompt" && e.prompt_sha256 === sha(prompt));
     expect(prompts).toHaveLength(c.dispatched);
-    for (const p of prompts) expect(alive(p.pid as number)).toBe(false);
+    // The agent is its process group's leader (spawned directly, own group): no member of the group survived.
+    for (const p of prompts) {
+      expect(alive(p.pid as number)).toBe(false);
+      expect(groupMembers(p.pid as number)).toEqual([]);
+    }
   });
 
   test("tools: paths are project-relative, outside paths masked, tool activity carries no raw input", async () => {

@@ -4,7 +4,7 @@
  * prove that no process of the run survived.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -191,6 +191,24 @@ export function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** Live, non-zombie processes whose process group is `pgid` (read from /proc/<pid>/stat). */
+export function groupMembers(pgid: number): number[] {
+  const members: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+    } catch {
+      continue; // gone meanwhile
+    }
+    // Fields after "(comm)": state ppid pgrp …
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(pgrp) === pgid && state !== "Z" && state !== "X") members.push(Number(entry));
+  }
+  return members;
 }
 
 /** A launcher shell script that runs the fake agent as its child without exec or signal forwarding. */
