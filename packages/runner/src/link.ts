@@ -28,6 +28,7 @@ import {
   describeFirstIssue,
   encodeFrame,
   type HelloFrame,
+  isTerminalState,
   MAX_EVENTS_PER_UPDATE,
   MAX_FRAME_BYTES,
   MAX_INVENTORY_RUNS,
@@ -194,12 +195,13 @@ class Link implements LinkHandle {
     if (ws !== this.#ws || ws.readyState !== WebSocket.OPEN) return;
     let hello: HelloFrame;
     try {
-      hello = {
+      const base: HelloFrame = {
         type: "hello",
         protocol_version: PROTOCOL_VERSION,
         ...this.#service.helloBody(),
-        inventory: this.#validRuns("hello", this.#service.inventory().slice(0, MAX_INVENTORY_RUNS)),
+        inventory: [],
       };
+      hello = { ...base, inventory: this.#inventoryFor(base) };
     } catch (err) {
       this.#log.error({ err: (err as Error).message }, "building hello failed");
       ws.close(1011, "hello failed");
@@ -351,11 +353,8 @@ class Link implements LinkHandle {
         return;
       case "run.inventory":
         try {
-          reply({
-            type: "run.inventory.result",
-            request_id: rid,
-            runs: this.#validRuns("run.inventory.result", this.#service.inventory().slice(0, MAX_INVENTORY_RUNS)),
-          });
+          const base: RunnerFrame = { type: "run.inventory.result", request_id: rid, runs: [] };
+          reply({ ...base, runs: this.#inventoryFor(base) });
         } catch (err) {
           internal(err);
         }
@@ -385,6 +384,20 @@ class Link implements LinkHandle {
       events: events.slice(0, n),
       has_more: hasMore || n < events.length,
     };
+  }
+
+  /** The service's inventory, schema-checked and fitted into one frame built on `base` (whose list is empty). */
+  #inventoryFor(base: RunnerFrame): RunSummary[] {
+    const runs = this.#validRuns(base.type, this.#service.inventory().slice(0, MAX_INVENTORY_RUNS));
+    const budget = MAX_FRAME_BYTES - Buffer.byteLength(JSON.stringify(base), "utf8");
+    const fitted = fitInventory(runs, budget);
+    if (fitted.length < runs.length) {
+      this.#log.warn(
+        { type: base.type, kept: fitted.length, left_out: runs.length - fitted.length },
+        "inventory larger than one frame; oldest terminal runs left out (the Server asks for them one by one)",
+      );
+    }
+    return fitted;
   }
 
   /** Inventory rows the protocol accepts; each other row is logged (frame type, first bad path) and left out. */
@@ -523,4 +536,22 @@ export function chunkUpdate(run: RunSummary, events: readonly RunEvent[]): Runne
   }
   frames.push({ type: "run.update", run, events: cur });
   return frames;
+}
+
+/**
+ * The runs that fit in `budgetBytes` of serialized list: every non-terminal run first (they are bounded by
+ * max_concurrent_runs), then terminal runs in the given (newest-first) order. Order of the input is kept.
+ */
+export function fitInventory(runs: readonly RunSummary[], budgetBytes: number): RunSummary[] {
+  let left = budgetBytes;
+  const keep = new Set<RunSummary>();
+  const open = runs.filter((r) => !isTerminalState(r.state));
+  const done = runs.filter((r) => isTerminalState(r.state));
+  for (const run of [...open, ...done]) {
+    const size = Buffer.byteLength(JSON.stringify(run), "utf8") + 1;
+    if (size > left) continue;
+    left -= size;
+    keep.add(run);
+  }
+  return runs.filter((r) => keep.has(r));
 }

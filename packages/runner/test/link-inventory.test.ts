@@ -1,0 +1,105 @@
+/**
+ * The link's hello and run.inventory results always fit one frame, and the
+ * RunService admits synchronously — the property the link's hello relies on
+ * to never report an about-to-be-admitted run as unknown.
+ */
+import { MAX_FRAME_BYTES, parseRunnerFrame, type RunSummary } from "@webcodex/protocol";
+import { afterEach, describe, expect, it } from "vitest";
+import { FakeRunService } from "../../server/test/support/fake-run-service.js";
+import { alice, Harness, until } from "../../server/test/support/in-process.js";
+import { fitInventory } from "../src/link.js";
+import { makeWorkspace, newManager, startRequest, waitForState, writeConfig } from "./support/harness.js";
+
+const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
+
+function summary(i: number, state: RunSummary["state"]): RunSummary {
+  const id = `wc_agent_run_${i.toString(32).padStart(26, "a").replace(/[01189]/g, "b")}`;
+  return {
+    run_id: id,
+    intent_fingerprint: "f".repeat(64),
+    project_id: "demo",
+    provider_id: "fake",
+    provider_instance_id: "pi_0123456789abcdef",
+    agent_instance_id: "ai_0123456789abcdef",
+    phase: state === "running" ? "dispatch_barrier" : "terminal",
+    state,
+    execution_state: state === "running" ? "started" : "completed",
+    stop_reason: state === "completed" ? "end_turn" : null,
+    failure_kind: null,
+    recovery_kind: state === "running" ? "wait" : "none",
+    message: "m".repeat(500),
+    effective_config: Array.from({ length: 64 }, (_, k) => ({ id: `option_${k}`, value: "v".repeat(40) })),
+    ignored_updates: 0,
+    last_seq: 3,
+    oldest_seq: 1,
+    created_at: new Date(2026, 0, 1, 0, 0, i).toISOString(),
+    updated_at: new Date(2026, 0, 1, 0, 0, i).toISOString(),
+  };
+}
+
+describe("fitInventory", () => {
+  it("keeps every open run and the newest terminal runs that fit, in input order", () => {
+    const runs = [summary(0, "completed"), summary(1, "running"), summary(2, "completed"), summary(3, "running")];
+    const one = Buffer.byteLength(JSON.stringify(runs[0])) + 1;
+    const fitted = fitInventory(runs, one * 3);
+    expect(fitted.map((r) => r.run_id)).toEqual([runs[0], runs[1], runs[3]].map((r) => r!.run_id));
+  });
+});
+
+describe("hello with a large inventory", () => {
+  let h: Harness;
+  afterEach(async () => {
+    await h.close();
+  });
+
+  it("fits one frame: the Server accepts it, open runs are all there, oldest terminal runs left out", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const open = [summary(5000, "running"), summary(5001, "running")];
+    const inventory = [...open, ...Array.from({ length: 1000 }, (_, i) => summary(i, "completed"))];
+    // A single hello carrying all of these would be several MiB.
+    expect(Buffer.byteLength(JSON.stringify(inventory))).toBeGreaterThan(MAX_FRAME_BYTES);
+    svc.inventory = () => inventory;
+    const link = h.link(svc, R1.token);
+    await until(() => link.connected);
+    expect(h.log.lines.some((l) => l.includes("runner hello accepted"))).toBe(true);
+    expect(h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
+    // What was sent parses as a hello within the frame bound and still lists both open runs.
+    const sent = h.log.lines.find((l) => l.includes("inventory larger than one frame"));
+    expect(sent).toBeDefined();
+    const kept = fitInventory(inventory, MAX_FRAME_BYTES - 2048);
+    expect(kept.filter((r) => r.state === "running")).toHaveLength(2);
+    const frame = JSON.stringify({
+      type: "hello",
+      protocol_version: 1,
+      agent_instance_id: svc.agentInstanceId,
+      store_id: svc.storeId,
+      capabilities: { coding_agent_run: { max_concurrent_runs: 1 } },
+      providers: [],
+      projects: [],
+      inventory: kept,
+    });
+    expect(parseRunnerFrame(frame).ok).toBe(true);
+  });
+});
+
+describe("RunService admission is synchronous", () => {
+  it("a run is known to sync() and inventory() as soon as start() is called, before it resolves", async () => {
+    const ws = makeWorkspace();
+    const { manager, store } = newManager(writeConfig(ws));
+    try {
+      const req = startRequest(manager, "scenario: hello");
+      const pending = manager.start(req);
+      // No await between the call and these reads: the link's hello may be built right here.
+      expect(manager.sync(req.run_id, 0, 10)).not.toBeNull();
+      expect(manager.inventory().some((r) => r.run_id === req.run_id)).toBe(true);
+      const outcome = await pending;
+      expect(outcome.ok).toBe(true);
+      await waitForState(manager, req.run_id, "completed");
+    } finally {
+      await manager.close();
+      store.close();
+      ws.cleanup();
+    }
+  });
+});
