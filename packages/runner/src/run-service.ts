@@ -54,6 +54,11 @@ export interface RunService {
    * the turn. Rejections before admission: stale_runner, stale_provider,
    * unknown_project, project_not_writable, unknown_provider, capacity.
    * Same run_id: same fingerprint → {ok, created:false}; else idempotency_conflict.
+   *
+   * Invariant: the admission (and every rejection) is decided synchronously,
+   * before start() first awaits. The link builds a hello/inventory while a
+   * start may be in flight; a run that will be admitted must never be
+   * reported as unknown, or the Server would close it as never admitted.
    */
   start(request: RunStartRequest): Promise<RunStartOutcome>;
   /** null when the run_id is unknown to this Runner's store. */
