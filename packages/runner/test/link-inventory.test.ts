@@ -13,7 +13,10 @@ import { makeWorkspace, newManager, startRequest, waitForState, writeConfig } fr
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 
 function summary(i: number, state: RunSummary["state"]): RunSummary {
-  const id = `wc_agent_run_${i.toString(32).padStart(26, "a").replace(/[01189]/g, "b")}`;
+  const id = `wc_agent_run_${i
+    .toString(32)
+    .padStart(26, "a")
+    .replace(/[01189]/g, "b")}`;
   return {
     run_id: id,
     intent_fingerprint: "f".repeat(64),
