@@ -16,6 +16,7 @@
  * invalid; body limit → 413; then tools/list, tools/call, resources/list,
  * resources/read. A client disconnect aborts a waiting observe.
  */
+
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
@@ -28,6 +29,7 @@ import {
   McpError,
   ReadResourceRequestSchema,
 } from "@modelcontextprotocol/sdk/types.js";
+import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv";
 import type { Logger } from "pino";
 import type { AuditLog } from "./audit.js";
 import { isLoopbackHost } from "./config.js";
@@ -94,6 +96,13 @@ export interface McpHttpHandler {
   close(): Promise<void>;
 }
 
+/**
+ * Stateless mode builds one SDK Server per request; its default constructor
+ * builds a fresh Ajv validator each time, which measured as most of the
+ * per-request setup cost. The validator holds no per-request state.
+ */
+const SHARED_SCHEMA_VALIDATOR = new AjvJsonSchemaValidator();
+
 export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const { runs, authenticate, audit, logger } = options;
   const maxBodyBytes = options.maxBodyBytes ?? MCP_MAX_BODY_BYTES;
@@ -107,6 +116,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     const server = new Server(MCP_SERVER_INFO, {
       capabilities: { tools: {}, resources: {} },
       instructions: MCP_INSTRUCTIONS,
+      jsonSchemaValidator: SHARED_SCHEMA_VALIDATOR,
     });
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: toolDefinitions() }));
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
