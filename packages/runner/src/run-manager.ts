@@ -59,6 +59,7 @@ import {
   promptTerminal,
   type Terminal,
 } from "./terminal.js";
+import { TextPacer } from "./text-pacer.js";
 
 export { rowToSummary };
 
@@ -82,12 +83,9 @@ export interface RunManagerOptions {
 
 /** Byte budget of the events in one onUpdate push (half a frame, leaving room for the summary). */
 const PUSH_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
-/**
- * How long streamed message/reasoning text may wait for its next chunk before
- * it becomes an event: agents stream a few tokens per notification, and one
- * event per token would flood the ring. Pushes themselves are never delayed.
- */
-export const COALESCE_MS = 100;
+
+/** Streamed text pacing (text-pacer.ts): at once when quiet, up to COALESCE_MS during a flood. */
+export { COALESCE_MS, FLOOD_GAP_MS } from "./text-pacer.js";
 /**
  * Permission requests a run may have waiting at once. Each holds a waiter, a
  * timer, a ring event and a log line; beyond this bound a request is answered
@@ -369,21 +367,26 @@ export class RunManager implements RunService {
     if (run.setupAbort.signal.aborted) return this.#setupAborted(run);
 
     const redactor = new Redactor(Object.values(env.env), run.project.root);
+    // Streamed text enters the ring (and is pushed) at the next setImmediate when the stream is quiet,
+    // or after up to COALESCE_MS while a flood is going on (text-pacer.ts).
+    const pacer = new TextPacer({
+      flush: () => {
+        if (!run.terminal) normalizer.flushStreamed();
+      },
+    });
     const normalizer = new EventNormalizer({
       projectRoot: run.project.root,
       redactor,
       emit: (body) => {
         if (run.terminal) return;
+        if (body.kind === "agent_message" || body.kind === "reasoning") pacer.noteFlush();
         run.ring.push(body);
         this.#schedulePush(run);
       },
-      // Streamed text waits up to COALESCE_MS for more chunks, then enters the ring (and is pushed).
-      onPending: () =>
-        run.timer(COALESCE_MS, () => {
-          if (!run.terminal) normalizer.flushStreamed();
-        }),
+      onPending: () => pacer.schedule(),
     });
     run.normalizer = normalizer;
+    run.textPacer = pacer;
 
     // Spawn.
     let child: AgentChild;

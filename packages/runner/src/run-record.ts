@@ -22,6 +22,7 @@ import { EventRing, type RingLimits } from "./event-ring.js";
 import type { EventNormalizer } from "./events.js";
 import type { AgentChild } from "./spawn.js";
 import type { CancelReason, PermissionAnswer } from "./terminal.js";
+import type { TextPacer } from "./text-pacer.js";
 
 /** One admitted run held in memory: its summary fields, event ring and turn controls. */
 export class Run {
@@ -36,6 +37,8 @@ export class Run {
   updated_at: string;
   readonly ring: EventRing;
   normalizer: EventNormalizer | null = null;
+  /** When the normalizer's streamed text is flushed (stopped with the timers). */
+  textPacer: TextPacer | null = null;
 
   child: AgentChild | null = null;
   conn: AcpClientConnection | null = null;
@@ -133,6 +136,7 @@ export class Run {
   clearTimers(): void {
     for (const t of this.timers) clearTimeout(t);
     this.timers.clear();
+    this.textPacer?.stop();
   }
 }
 

@@ -250,6 +250,14 @@ describe("streamed text", () => {
     const expected = Array.from({ length: 40 }, (_, i) => `tick ${i}\n`).join("");
     expect(messages.map((m) => m.text).join("")).toBe(expected);
   });
+
+  test("a flood of 10k message chunks from the agent still coalesces into far fewer events", async () => {
+    const { run, events } = await runToEnd(manager, "scenario: burst count=10000 chunk=32 kind=message");
+    expect(run.state).toBe("completed");
+    // last_seq counts every event the run produced (sync pages are capped, so not events.length).
+    expect(events.some((e) => e.kind === "agent_message")).toBe(true);
+    expect(run.last_seq).toBeLessThan(1000);
+  });
 });
 
 describe("close", () => {
