@@ -81,6 +81,23 @@ export interface RunManagerOptions {
   now?: () => Date;
 }
 
+/**
+ * Durations (ms, consecutive laps from just before the spawn) of the setup
+ * stages of one dispatched run, logged once as "run timings" when the prompt
+ * has been written: spawn (process start, recording its group, wiring the
+ * connection), initialize, session_new, config (sequencing and its record),
+ * barrier_commit (the durable dispatch barrier), prompt_write (until the
+ * session/prompt request was handed to the child's stdin).
+ */
+export interface RunTimings {
+  spawn: number;
+  initialize: number;
+  session_new: number;
+  config: number;
+  barrier_commit: number;
+  prompt_write: number;
+}
+
 /** Byte budget of the events in one onUpdate push (half a frame, leaving room for the summary). */
 const PUSH_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
 
@@ -388,6 +405,22 @@ export class RunManager implements RunService {
     run.normalizer = normalizer;
     run.textPacer = pacer;
 
+    // Per-stage durations, logged once at dispatch ("run timings"; scripts/bench reads them).
+    const timings: RunTimings = {
+      spawn: 0,
+      initialize: 0,
+      session_new: 0,
+      config: 0,
+      barrier_commit: 0,
+      prompt_write: 0,
+    };
+    let stageStart = performance.now();
+    const lap = (stage: keyof RunTimings): void => {
+      const now = performance.now();
+      timings[stage] = Math.round((now - stageStart) * 100) / 100;
+      stageStart = now;
+    };
+
     // Spawn.
     let child: AgentChild;
     try {
@@ -420,8 +453,10 @@ export class RunManager implements RunService {
     run.conn = conn;
 
     // initialize
+    lap("spawn");
     run.stage = "initialize";
     const init = await this.#setupStep(run, conn.initialize());
+    lap("initialize");
     if (init.kind !== "ok") return this.#setupFailure(run, init);
     if (init.value.protocolVersion !== 1) {
       this.#log.warn({ run_id: run.run_id, protocol_version: Number(init.value.protocolVersion) }, "bad ACP version");
@@ -431,6 +466,7 @@ export class RunManager implements RunService {
     // session/new
     run.stage = "session_new";
     const session = await this.#setupStep(run, conn.newSession(run.project.root));
+    lap("session_new");
     if (session.kind !== "ok") return this.#setupFailure(run, session);
     if (typeof session.value?.sessionId !== "string") return notStarted("protocol_violation", "session_new");
     run.sessionId = session.value.sessionId;
@@ -462,6 +498,7 @@ export class RunManager implements RunService {
     }
     run.effective_config = sequenced.effective;
     this.#store.recordEffectiveConfig(run.run_id, sequenced.effective);
+    lap("config");
 
     // The barrier. Nothing between the durable commit and the prompt write may fail silently.
     if (run.setupAbort.signal.aborted) return this.#setupAborted(run);
@@ -470,6 +507,7 @@ export class RunManager implements RunService {
     this.#failpoint("before_barrier");
     try {
       this.#store.markDispatchBarrier(run.run_id);
+      lap("barrier_commit");
     } catch (error) {
       this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "dispatch barrier failed");
       return notStarted("io_error", "prompt");
@@ -483,7 +521,11 @@ export class RunManager implements RunService {
     run.timer(run.timeoutSecs * 1000, () => this.#requestCancel(run, "deadline"));
     this.#failpoint("after_barrier_before_prompt");
     const response = conn.prompt(sessionId, prompt);
-    void conn.promptWritten.then(() => this.#failpoint("after_prompt_write"));
+    void conn.promptWritten.then(() => {
+      lap("prompt_write");
+      this.#failpoint("after_prompt_write");
+      this.#log.info({ run_id: run.run_id, timings_ms: timings }, "run timings");
+    });
 
     const answered = await Promise.race([response, run.graceExpired.then(() => ({ kind: "grace" as const }))]);
     if (answered.kind === "rpc_error") {
