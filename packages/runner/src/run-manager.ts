@@ -76,6 +76,8 @@ export interface RunManagerOptions {
   ringLimits?: Partial<RingLimits>;
   /** Terminal runs kept in memory with their event rings (default 64). */
   maxRetainedRuns?: number;
+  /** Byte budget of the event rings of all retained terminal runs (default RETAINED_RINGS_MAX_BYTES). */
+  retainedRingsMaxBytes?: number;
   /** Crash injection (default: failpoints.ts, armed only by WEBCODEX_FAILPOINT). */
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
@@ -97,6 +99,15 @@ export interface RunTimings {
   barrier_commit: number;
   prompt_write: number;
 }
+
+/**
+ * Budget of the serialized event bytes held by the rings of retained terminal
+ * runs, all together (each ring alone may hold RING_MAX_BYTES, 8 MiB; 64 of
+ * them would be 512 MiB). Beyond it the oldest terminal runs leave memory
+ * first: their summaries are answered from the store, and an observer behind
+ * them is told history_lost (sync returns no events, oldest_seq = last_seq + 1).
+ */
+export const RETAINED_RINGS_MAX_BYTES = 64 * 1024 * 1024;
 
 /** Byte budget of the events in one onUpdate push (half a frame, leaving room for the summary). */
 const PUSH_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
@@ -130,6 +141,7 @@ export class RunManager implements RunService {
   readonly #maxMessageBytes: number | undefined;
   readonly #ringLimits: Partial<RingLimits> | undefined;
   readonly #maxRetained: number;
+  readonly #retainedRingsMaxBytes: number;
   readonly #failpoint: (name: FailpointName) => void;
   readonly #now: () => Date;
   readonly #providerInstanceIds = new Map<string, string>();
@@ -151,6 +163,7 @@ export class RunManager implements RunService {
     this.#maxMessageBytes = options.maxMessageBytes;
     this.#ringLimits = options.ringLimits;
     this.#maxRetained = options.maxRetainedRuns ?? 64;
+    this.#retainedRingsMaxBytes = options.retainedRingsMaxBytes ?? RETAINED_RINGS_MAX_BYTES;
     this.#failpoint = options.failpoint ?? defaultFailpoint;
     this.#now = options.now ?? (() => new Date());
     this.agentInstanceId = newInstanceId("ai");
@@ -740,14 +753,24 @@ export class RunManager implements RunService {
     return true;
   }
 
-  /** Keep a settled run in memory; evict the oldest ones beyond the bound, never one whose terminal write failed. */
+  /**
+   * Keep a settled run in memory; evict the oldest ones beyond the count bound
+   * and while the retained rings exceed their byte budget (never the run just
+   * retained, never one whose terminal write failed).
+   */
   #retain(run: Run): void {
     this.#retained.push(run.run_id);
+    let ringBytes = 0;
+    for (const id of this.#retained) ringBytes += this.#runs.get(id)?.ring.bytes ?? 0;
     const pinned: string[] = [];
-    while (this.#retained.length > this.#maxRetained) {
+    while (
+      this.#retained.length > this.#maxRetained ||
+      (ringBytes > this.#retainedRingsMaxBytes && this.#retained.length > 1)
+    ) {
       const evicted = this.#retained.shift();
       if (evicted === undefined) break;
       const old = this.#runs.get(evicted);
+      ringBytes -= old?.ring.bytes ?? 0;
       if (old && !this.#saveTerminal(old)) pinned.push(evicted);
       else this.#runs.delete(evicted);
     }
