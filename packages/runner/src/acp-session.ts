@@ -155,21 +155,32 @@ export class AcpClientConnection {
         hooks.onUnsupportedRequest(ctx.method);
         throw RequestError.methodNotFound(ctx.method);
       });
-    // Responses nobody asked for never reach the SDK (protocol noise, counted).
-    const readable = raw.readable.pipeThrough(
-      new TransformStream<AnyMessage, AnyMessage>({
-        transform: (message, controller) => {
+    // Responses nobody asked for never reach the SDK (protocol noise, counted). A pull source over
+    // the SDK's reader rather than pipeThrough(TransformStream): one read per message instead of a
+    // pipe loop plus transform and writer promises (every session/update passes here).
+    const rawReader = raw.readable.getReader();
+    const readable = new ReadableStream<AnyMessage>({
+      pull: async (controller) => {
+        for (;;) {
+          const next = await rawReader.read();
+          if (next.done) {
+            controller.close();
+            return;
+          }
+          const message = next.value;
           if ("id" in message && !("method" in message)) {
             const key = JSON.stringify(message.id ?? null);
             if (!this.#outstanding.delete(key)) {
               this.#dropped++;
-              return;
+              continue;
             }
           }
           controller.enqueue(message);
-        },
-      }),
-    );
+          return;
+        }
+      },
+      cancel: (reason) => rawReader.cancel(reason),
+    });
     this.#connection = app.connect({ readable, writable });
 
     this.fault = this.#connection.closed.then(() => this.#classify(this.#connection.signal.reason));
