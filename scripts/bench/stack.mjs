@@ -12,6 +12,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { promisify } from "node:util";
+import { DAEMON_NODE_FLAGS } from "../local-stack.mjs";
 import { LedgerReader, sha256 } from "./lib/ledger.mjs";
 import { connectMcp } from "./lib/mcp-client.mjs";
 import { FAKE_AGENT_BIN, RUNNER_BIN, SERVER_BIN, TAP_AGENT } from "./lib/paths.mjs";
@@ -161,16 +162,24 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
   };
 
   try {
-    handles.server = spawnTracked(process.execPath, [...(nodeArgs.server ?? []), ...SERVER_RUN(serverConfig)], {
-      logFile: join(dir, "server.log"),
-      cwd: dir,
-    });
+    handles.server = spawnTracked(
+      process.execPath,
+      [...DAEMON_NODE_FLAGS, ...(nodeArgs.server ?? []), ...SERVER_RUN(serverConfig)],
+      {
+        logFile: join(dir, "server.log"),
+        cwd: dir,
+      },
+    );
     await waitForMcp(stack, handles.server, join(dir, "server.log"));
     if (runner) {
-      handles.runner = spawnTracked(process.execPath, [...(nodeArgs.runner ?? []), ...RUNNER_RUN(runnerConfig)], {
-        logFile: join(dir, "runner.log"),
-        cwd: dir,
-      });
+      handles.runner = spawnTracked(
+        process.execPath,
+        [...DAEMON_NODE_FLAGS, ...(nodeArgs.runner ?? []), ...RUNNER_RUN(runnerConfig)],
+        {
+          logFile: join(dir, "runner.log"),
+          cwd: dir,
+        },
+      );
       await waitForRunnerOnline(stack, handles.runner, join(dir, "runner.log"));
     }
     return stack;
