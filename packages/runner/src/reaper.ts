@@ -14,6 +14,7 @@
  *
  * Logs carry the run id, pgid and counts only — never argv or paths.
  */
+import { setTimeout as sleep } from "node:timers/promises";
 import { compareStartTimes, listGroupMembers, type ProcStat, readProcStat } from "./proc-identity.js";
 
 export interface ReapTarget {
@@ -50,8 +51,6 @@ export interface ReapOptions {
   /** Start time of the current (restarted) Runner; members started later are not from the crashed run. */
   selfStartTime?: string | null;
 }
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 function signalGroup(pgid: number, signal: NodeJS.Signals): void {
   try {

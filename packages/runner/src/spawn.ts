@@ -10,6 +10,7 @@
  */
 import { once } from "node:events";
 import { Readable, Writable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
 import { execa } from "execa";
 import treeKill from "tree-kill";
 import type { AgentConfig } from "./config.js";
@@ -79,11 +80,6 @@ export interface SpawnOptions {
 
 const POLL_MS = 25;
 
-function sleep(ms: number): Promise<void> {
-  // Not unref'd: a pending cleanup must keep the process alive (exec has nothing else holding it).
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
 /** Whether any non-zombie process is still in the group (falls back to kill(−pgid, 0) without /proc). */
 export function groupAlive(pgid: number): boolean {
   if (procIdentitySupported()) return listGroupMembers(pgid).length > 0;
@@ -100,6 +96,7 @@ async function waitGroupGone(pgid: number, ms: number): Promise<boolean> {
   for (;;) {
     if (!groupAlive(pgid)) return true;
     if (Date.now() >= deadline) return false;
+    // Not unref'd: a pending cleanup must keep the process alive (exec has nothing else holding it).
     await sleep(POLL_MS);
   }
 }
