@@ -207,10 +207,6 @@ function fromSql(r: SqlRow): DispatchRow {
   };
 }
 
-export interface RecoveryUpdate extends TerminalUpdate {
-  phase: "terminal";
-}
-
 export interface PruneOptions {
   /** Terminal rows older than this many days are removed. */
   retainDays: number;
