@@ -26,13 +26,13 @@
  * # allow_coding_agent_run = false
  * ```
  */
-import { createHash } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { LocalId } from "@webcodex/protocol";
 import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
 import { SCOPES } from "./runs-api.js";
+import { hashToken } from "./tokens.js";
 
 const Hex256 = z.string().regex(/^[0-9a-f]{64}$/, "must be a lowercase hex sha256");
 /** A browser origin: scheme://host[:port], nothing else. */
@@ -146,8 +146,9 @@ export function isLoopbackHost(host: string): boolean {
   return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) || h === "::ffff:127.0.0.1";
 }
 
+/** Hex sha256 of a bearer token, the form `token_sha256` pins (the token store's hash). */
 export function sha256Hex(text: string): string {
-  return createHash("sha256").update(text, "utf8").digest("hex");
+  return hashToken(text);
 }
 
 /** Validate a parsed TOML document. `baseDir` resolves relative paths; `env` supplies token_env values. */
