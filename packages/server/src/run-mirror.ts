@@ -154,6 +154,12 @@ export class RunMirror {
     return this.#events.slice(start);
   }
 
+  /** Serialized UTF-8 size of an event `eventsAfter` returned, measured once when it was appended. */
+  sizeOf(e: RunEvent): number {
+    const i = e.seq - this.firstSeq;
+    return this.#events[i] === e ? (this.#sizes[i] ?? 0) : utf8Length(JSON.stringify(e));
+  }
+
   /** Resolves on the next change after `sinceVersion`, after `ms`, or when `signal` aborts. */
   waitForChange(sinceVersion: number, ms: number, signal?: AbortSignal): Promise<void> {
     if (this.version !== sinceVersion || ms <= 0 || signal?.aborted) return Promise.resolve();

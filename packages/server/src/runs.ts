@@ -576,7 +576,7 @@ export class Runs implements RunsApi, HubListener {
     let size = utf8Length(JSON.stringify(out)) + MAX_OBSERVATION_TOKEN_LENGTH;
     let lastSeq = after;
     for (const e of candidates) {
-      const n = utf8Length(JSON.stringify(e)) + 1;
+      const n = mirror.sizeOf(e) + 1;
       if (out.events.length >= MAX_EVENTS_PER_OBSERVE || size + n > OBSERVE_OUTPUT_BUDGET_BYTES) {
         out.has_more = true;
         break;

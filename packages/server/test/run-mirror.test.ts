@@ -43,6 +43,19 @@ describe("run mirror", () => {
     expect(m.eventsAfter(3).map((e) => e.seq)).toEqual([4, 5]);
   });
 
+  it("reports each held event's serialized size as measured when it was appended", () => {
+    const m = new RunMirror(RUN);
+    m.reset("a".repeat(16));
+    m.markSynced(summary(0));
+    m.applyUpdate(summary(3), [
+      ev(1),
+      ev(2),
+      { seq: 3, at: "t", kind: "agent_message", text: "héllo ✓", truncated: false },
+    ]);
+    for (const e of m.eventsAfter(1)) expect(m.sizeOf(e)).toBe(Buffer.byteLength(JSON.stringify(e), "utf8"));
+    expect(m.sizeOf(ev(9))).toBe(Buffer.byteLength(JSON.stringify(ev(9)), "utf8"));
+  });
+
   it("ignores duplicates and treats an unsynced mirror as behind", () => {
     const m = new RunMirror(RUN);
     m.reset("a".repeat(16));
