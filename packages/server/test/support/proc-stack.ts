@@ -9,7 +9,7 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -28,6 +28,7 @@ import type {
 } from "../../src/runs-api.js";
 import { type RunningServer, startServer } from "../../src/server.js";
 import { principalFromConfig } from "../../src/test-api.js";
+import { processesMentioning } from "./stack.js";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 export const RUNNER_BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
@@ -75,22 +76,6 @@ export async function waitFor<T>(
 function exited(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
   return new Promise((r) => child.once("exit", () => r()));
-}
-
-/** Pids of live (non-zombie) processes whose command line mentions `needle`. */
-export function processesMentioning(needle: string): number[] {
-  const out: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      if (cmdline.includes(needle) && !/^\d+ \(.*\) Z /.test(stat)) out.push(Number(entry));
-    } catch {
-      // exited while we looked
-    }
-  }
-  return out;
 }
 
 export class ProcStack {
