@@ -1,25 +1,26 @@
 /**
  * MCP over Streamable HTTP at `/mcp` (MCP 2025-11-25 baseline), built on
- * the official SDK's low-level `Server` and `StreamableHTTPServerTransport`.
+ * the official SDK's low-level `Server`, connected per request to
+ * `PostTransport` (mcp-post.ts: the SDK transport's stateless JSON-response
+ * checks on the Node request, without the Web Request/Response conversion).
  *
  * Mode: **stateless**. Every HTTP request carries its bearer token, is
  * authenticated on its own, and gets a fresh SDK Server + transport bound to
  * that request's Principal; nothing is shared between requests, so there is
  * no session id that could be replayed by another caller. POST answers with
- * a plain JSON body (`enableJsonResponse`); GET/DELETE answer 405 (there is
+ * a plain JSON body; GET/DELETE answer 405 (there is
  * no server-initiated stream to subscribe to) — the SDK's
  * `StreamableHTTPClientTransport` handles both.
  *
  * Per request: Origin check → 403 when an Origin header is present and is
  * neither the Server's own loopback origin nor in `allowed_origins` (the
  * Streamable HTTP transport's DNS-rebinding defence); bearer auth → 401 + `WWW-Authenticate` when missing or
- * invalid; body limit → 413; then tools/list, tools/call, resources/list,
+ * invalid; Accept 406, Content-Type 415, body limit 413, JSON 400 (mcp-post.ts); then tools/list, tools/call, resources/list,
  * resources/read. A client disconnect aborts a waiting observe.
  */
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { Server } from "@modelcontextprotocol/sdk/server/index.js";
-import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
 import {
   CallToolRequestSchema,
   ErrorCode,
@@ -33,6 +34,7 @@ import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv
 import type { Logger } from "pino";
 import type { AuditLog } from "./audit.js";
 import { isLoopbackHost } from "./config.js";
+import { PostTransport, readMcpPost, sendJsonRpcError } from "./mcp-post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./mcp-resource.js";
 import { isToolName, McpTools, toolDefinitions } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
@@ -119,7 +121,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       jsonSchemaValidator: SHARED_SCHEMA_VALIDATOR,
     });
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: toolDefinitions() }));
-    server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    server.setRequestHandler(CallToolRequestSchema, async (request) => {
       const name = request.params.name;
       if (!isToolName(name)) {
         throw new McpError(
@@ -127,7 +129,9 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
           "Unknown tool. This server has exactly three tools; see tools/list.",
         );
       }
-      return tools.call(principal, name, request.params.arguments, AbortSignal.any([extra.signal, requestSignal]));
+      // Stateless: a notifications/cancelled could only arrive in another POST, so the
+      // request's own signal (client disconnect, shutdown) is the only one that can fire.
+      return tools.call(principal, name, request.params.arguments, requestSignal);
     });
     server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [PROJECTS_RESOURCE] }));
     server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
@@ -169,25 +173,29 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       sendJsonRpcError(res, 405, -32000, "Method not allowed: this server is stateless; use POST");
       return;
     }
+    const post = await readMcpPost(req, res, maxBodyBytes);
+    if (post === null) return;
     const abort = new AbortController();
-    inFlight.add(abort);
     const server = buildServer(principal, abort.signal);
-    const transport = new StreamableHTTPServerTransport({
-      // No sessionIdGenerator: stateless mode.
-      enableJsonResponse: true,
-      maxRequestBodySize: maxBodyBytes,
-    });
-    res.on("close", () => {
-      abort.abort(new Error("client closed the request"));
-      inFlight.delete(abort);
-      void server.close().catch(() => {});
-    });
+    const transport = new PostTransport(res, post.requests);
+    if (post.requests.length > 0) {
+      inFlight.add(abort);
+      res.once("close", () => {
+        abort.abort(new Error("client closed the request"));
+        inFlight.delete(abort);
+        void server.close().catch(() => {});
+      });
+    }
     try {
       await server.connect(transport);
-      await transport.handleRequest(req, res);
+      transport.deliver(post.messages);
+      if (post.requests.length === 0) {
+        res.writeHead(202).end();
+        await server.close();
+      }
     } catch (err) {
       logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");
-      if (!res.headersSent) sendJsonRpcError(res, 500, -32603, "Internal server error");
+      sendJsonRpcError(res, 500, -32603, "Internal server error");
     }
   };
 
@@ -198,11 +206,4 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       inFlight.clear();
     },
   });
-}
-
-function sendJsonRpcError(res: ServerResponse, status: number, code: number, message: string): void {
-  if (res.headersSent) return;
-  res.statusCode = status;
-  res.setHeader("Content-Type", "application/json");
-  res.end(JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id: null }));
 }

@@ -65,18 +65,20 @@ async function connect(token: string): Promise<Client> {
   return client;
 }
 
+function initBody(): string {
+  return JSON.stringify({
+    jsonrpc: "2.0",
+    id: 1,
+    method: "initialize",
+    params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: "t", version: "0" } },
+  });
+}
+
 function postInit(headers: Record<string, string>, body?: string) {
   return fetch(url, {
     method: "POST",
     headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
-    body:
-      body ??
-      JSON.stringify({
-        jsonrpc: "2.0",
-        id: 1,
-        method: "initialize",
-        params: { protocolVersion: LATEST_PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: "t", version: "0" } },
-      }),
+    body: body ?? initBody(),
   });
 }
 
@@ -239,5 +241,91 @@ describe("Streamable HTTP /mcp", () => {
     await pending;
     await expect.poll(() => limits.waiting("alice"), { timeout: 10_000 }).toBe(0);
     expect(runs.waiting).toBe(0);
+  });
+
+  describe("POST checks (the SDK transport's, on the Node request)", () => {
+    const alice = { authorization: "Bearer token-alice" };
+    const versioned = { ...alice, "mcp-protocol-version": LATEST_PROTOCOL_VERSION };
+    const listTools = (id: number) => ({ jsonrpc: "2.0", id, method: "tools/list" });
+
+    async function errorOf(res: Response): Promise<{ status: number; code: number; message: string }> {
+      const body = (await res.json()) as { error: { code: number; message: string }; id: null };
+      expect(body.id).toBeNull();
+      return { status: res.status, code: body.error.code, message: body.error.message };
+    }
+
+    it("answers 406 when Accept does not offer both JSON and SSE, and 415 for a non-JSON body type", async () => {
+      const onlyJson = await postInit({ ...alice, accept: "application/json" });
+      expect(await errorOf(onlyJson)).toMatchObject({ status: 406, code: -32000, message: /Not Acceptable/ });
+      const text = await postInit({ ...alice, "content-type": "text/plain; a=application/json" });
+      expect(await errorOf(text)).toMatchObject({ status: 415, code: -32000, message: /Content-Type/ });
+      const withCharset = await postInit({ ...alice, "content-type": "Application/JSON; charset=utf-8" });
+      expect(withCharset.status).toBe(200);
+    });
+
+    it("answers 400 -32700 to bad JSON and to JSON that is not a JSON-RPC message", async () => {
+      expect(await errorOf(await postInit(alice, "{not json"))).toMatchObject({ status: 400, code: -32700 });
+      expect(await errorOf(await postInit(alice, JSON.stringify({ hello: 1 })))).toMatchObject({
+        status: 400,
+        code: -32700,
+        message: /JSON-RPC/,
+      });
+    });
+
+    it("refuses an unsupported MCP-Protocol-Version after initialize, naming the supported ones", async () => {
+      const res = await postInit({ ...alice, "mcp-protocol-version": "1999-01-01" }, JSON.stringify(listTools(1)));
+      const err = await errorOf(res);
+      expect(err).toMatchObject({ status: 400, code: -32000 });
+      expect(err.message).toContain("1999-01-01");
+      expect(err.message).toContain(LATEST_PROTOCOL_VERSION);
+    });
+
+    it("answers 202 with no body to notifications only", async () => {
+      const res = await postInit(versioned, JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }));
+      expect(res.status).toBe(202);
+      expect(await res.text()).toBe("");
+    });
+
+    it("answers a batch of requests with an array in request order, and bounds batches", async () => {
+      const res = await postInit(versioned, JSON.stringify([listTools(2), listTools(1)]));
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { id: number; result: { tools: unknown[] } }[];
+      expect(body.map((r) => r.id)).toEqual([2, 1]);
+      expect(body.every((r) => r.result.tools.length === 3)).toBe(true);
+      const big = Array.from({ length: 101 }, (_, i) => listTools(i));
+      expect(await errorOf(await postInit(versioned, JSON.stringify(big)))).toMatchObject({
+        status: 400,
+        code: -32600,
+        message: /100/,
+      });
+      const twoInits = [JSON.parse(initBody()), { ...JSON.parse(initBody()), id: 2 }];
+      expect(await errorOf(await postInit(alice, JSON.stringify(twoInits)))).toMatchObject({
+        status: 400,
+        code: -32600,
+      });
+    });
+
+    it("answers a request for an unknown method with a JSON-RPC error on 200", async () => {
+      const res = await postInit(versioned, JSON.stringify({ jsonrpc: "2.0", id: 5, method: "nope/nothing" }));
+      expect(res.status).toBe(200);
+      expect(((await res.json()) as { id: number; error: { code: number } }).error.code).toBe(-32601);
+    });
+
+    it("refuses an over-limit body sent without Content-Length (chunked) with 413", async () => {
+      const chunks = new ReadableStream<Uint8Array>({
+        start(controller) {
+          for (let i = 0; i < 20; i++) controller.enqueue(new TextEncoder().encode("x".repeat(16 * 1024)));
+          controller.close();
+        },
+      });
+      const res = await fetch(url, {
+        method: "POST",
+        headers: { ...alice, "content-type": "application/json", accept: "application/json, text/event-stream" },
+        body: chunks,
+        duplex: "half",
+      } as RequestInit);
+      expect(res.status).toBe(413);
+      expect(((await res.json()) as { error: { message: string } }).error.message).toContain(String(256 * 1024));
+    });
   });
 });

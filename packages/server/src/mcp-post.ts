@@ -1,0 +1,212 @@
+/**
+ * One MCP Streamable HTTP POST, answered with a JSON body, on the Node
+ * request directly: the stateless, JSON-response subset of the SDK's
+ * `StreamableHTTPServerTransport`, as an SDK `Transport` the SDK `Server` is
+ * connected to for exactly one HTTP request.
+ *
+ * Why not the SDK's transport: in Node it converts every request into a Web
+ * `Request` (@hono/node-server + undici), reads the body through web streams
+ * and answers through a Web `Response`. With a long-polling observer per
+ * caller that conversion was about half of the Server's CPU per observe call
+ * (scripts/bench fan-out profile). This keeps the SDK's checks, in the same
+ * order, with the same status codes and JSON-RPC error codes, and still
+ * validates every message with the SDK's `JSONRPCMessageSchema`; JSON-RPC
+ * itself (dispatch, handler schemas, errors) stays in the SDK `Server`.
+ *
+ * Covered: Accept (406), Content-Type (415), body bound (413), JSON (400,
+ * -32700), batch bound (400, -32600), message shape (400, -32700), one
+ * initialize per POST (400, -32600), MCP-Protocol-Version (400),
+ * notifications/responses only (202), requests (200, one JSON-RPC response,
+ * or an array for a batch of several requests). Not covered, because this
+ * Server never needs them: sessions, SSE streams, resumability, GET.
+ */
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
+import {
+  isInitializeRequest,
+  isJSONRPCErrorResponse,
+  isJSONRPCRequest,
+  isJSONRPCResultResponse,
+  type JSONRPCMessage,
+  JSONRPCMessageSchema,
+  type RequestId,
+  SUPPORTED_PROTOCOL_VERSIONS,
+} from "@modelcontextprotocol/sdk/types.js";
+
+/** Most JSON-RPC messages one POST may carry (batches predate MCP 2025-06-18; the SDK allows the same). */
+export const MAX_BATCH_MESSAGES = 100;
+
+/** A JSON-RPC error as an HTTP response body (`id: null`: it answers the POST, not a message). */
+export function sendJsonRpcError(res: ServerResponse, status: number, code: number, message: string): void {
+  if (res.headersSent || res.writableEnded) return;
+  const body = JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id: null });
+  res.writeHead(status, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
+  res.end(body);
+}
+
+/**
+ * The SDK `Transport` for one POST: `deliver` hands the checked messages to
+ * the connected Server; `send` collects the responses to this POST's
+ * requests and writes the HTTP response once every one is in. Anything else
+ * the Server sends (progress, logging, requests to the client) has no stream
+ * to go to in JSON-response mode and is dropped, as the SDK transport does.
+ */
+export class PostTransport implements Transport {
+  onclose?: Transport["onclose"];
+  onerror?: Transport["onerror"];
+  onmessage?: Transport["onmessage"];
+
+  readonly #res: ServerResponse;
+  readonly #awaiting: RequestId[];
+  readonly #answers = new Map<RequestId, JSONRPCMessage>();
+  #closed = false;
+
+  constructor(res: ServerResponse, requests: readonly RequestId[]) {
+    this.#res = res;
+    this.#awaiting = [...requests];
+  }
+
+  async start(): Promise<void> {}
+
+  deliver(messages: readonly JSONRPCMessage[]): void {
+    for (const m of messages) this.onmessage?.(m);
+  }
+
+  async send(message: JSONRPCMessage): Promise<void> {
+    if (!isJSONRPCResultResponse(message) && !isJSONRPCErrorResponse(message)) return;
+    const id = message.id;
+    if (id === undefined || !this.#awaiting.includes(id) || this.#answers.has(id)) return;
+    this.#answers.set(id, message);
+    if (this.#answers.size < this.#awaiting.length) return;
+    const answers = this.#awaiting.map((id) => this.#answers.get(id));
+    const body = JSON.stringify(answers.length === 1 ? answers[0] : answers);
+    if (this.#res.writableEnded || this.#res.destroyed) return;
+    this.#res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
+    this.#res.end(body);
+  }
+
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.onclose?.();
+  }
+}
+
+/** The checked messages of a POST, or null when an error response was already written. */
+export interface CheckedPost {
+  messages: JSONRPCMessage[];
+  /** Ids of the JSON-RPC requests among them, in order; empty means answer 202. */
+  requests: RequestId[];
+}
+
+/**
+ * Reads and checks one POST the way the SDK transport does. Writes the error
+ * response itself and returns null when the POST is refused.
+ */
+export async function readMcpPost(
+  req: IncomingMessage,
+  res: ServerResponse,
+  maxBodyBytes: number,
+): Promise<CheckedPost | null> {
+  // Accept is a list: both types must be offered (the SDK's substring test).
+  const accept = req.headers.accept ?? "";
+  if (!accept.includes("application/json") || !accept.includes("text/event-stream")) {
+    sendJsonRpcError(
+      res,
+      406,
+      -32000,
+      "Not Acceptable: Client must accept both application/json and text/event-stream",
+    );
+    return null;
+  }
+  if (mediaType(req.headers["content-type"]) !== "application/json") {
+    sendJsonRpcError(res, 415, -32000, "Unsupported Media Type: Content-Type must be application/json");
+    return null;
+  }
+  const text = await readBody(req, maxBodyBytes);
+  if (text === ABORTED) return null;
+  if (text === TOO_LARGE) {
+    res.setHeader("Connection", "close");
+    sendJsonRpcError(res, 413, -32000, `Payload Too Large: Request body must not exceed ${maxBodyBytes} bytes`);
+    return null;
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    sendJsonRpcError(res, 400, -32700, "Parse error: Invalid JSON");
+    return null;
+  }
+  if (Array.isArray(raw) && raw.length > MAX_BATCH_MESSAGES) {
+    sendJsonRpcError(res, 400, -32600, `Invalid Request: Batch must not exceed ${MAX_BATCH_MESSAGES} messages`);
+    return null;
+  }
+  const messages: JSONRPCMessage[] = [];
+  for (const m of Array.isArray(raw) ? raw : [raw]) {
+    const parsed = JSONRPCMessageSchema.safeParse(m);
+    if (!parsed.success) {
+      sendJsonRpcError(res, 400, -32700, "Parse error: Invalid JSON-RPC message");
+      return null;
+    }
+    messages.push(parsed.data);
+  }
+  const initializing = messages.some(isInitializeRequest);
+  if (initializing && messages.length > 1) {
+    sendJsonRpcError(res, 400, -32600, "Invalid Request: Only one initialization request is allowed");
+    return null;
+  }
+  const version = req.headers["mcp-protocol-version"];
+  if (!initializing && version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(String(version))) {
+    sendJsonRpcError(
+      res,
+      400,
+      -32000,
+      `Bad Request: Unsupported protocol version: ${String(version).slice(0, 64)} (supported versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(", ")})`,
+    );
+    return null;
+  }
+  const requests: RequestId[] = [];
+  for (const m of messages) if (isJSONRPCRequest(m)) requests.push(m.id);
+  if (new Set(requests).size !== requests.length) {
+    sendJsonRpcError(res, 400, -32600, "Invalid Request: request ids in one batch must be unique");
+    return null;
+  }
+  return { messages, requests };
+}
+
+/** `type/subtype` of a Content-Type header, lowercased, without parameters. */
+function mediaType(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  return (header.split(";", 1)[0] ?? "").trim().toLowerCase();
+}
+
+const TOO_LARGE = Symbol("too large");
+const ABORTED = Symbol("aborted");
+
+/**
+ * The body as UTF-8 text; TOO_LARGE when it is (or declares itself) larger
+ * than `max` bytes, ABORTED when the client went away before its end.
+ */
+function readBody(req: IncomingMessage, max: number): Promise<string | typeof TOO_LARGE | typeof ABORTED> {
+  const declared = Number(req.headers["content-length"]);
+  if (Number.isFinite(declared) && declared > max) return Promise.resolve(TOO_LARGE);
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.byteLength;
+      if (size > max) {
+        req.off("data", onData);
+        resolve(TOO_LARGE);
+        return;
+      }
+      chunks.push(chunk);
+    };
+    req.on("data", onData);
+    req.once("end", () => resolve(Buffer.concat(chunks, size).toString("utf8")));
+    // After "end" (or a refusal) this settles nothing: a promise resolves once.
+    req.once("close", () => resolve(ABORTED));
+    req.once("error", () => resolve(ABORTED));
+  });
+}
