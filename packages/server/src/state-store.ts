@@ -65,8 +65,16 @@ const PATCHABLE = new Set<string>(COLUMNS.filter((c) => c !== "run_id" && c !== 
 type Row = Omit<AdmissionRecord, "cancel_forwarded"> & { cancel_forwarded: number };
 
 function fromRow(row: Row): AdmissionRecord {
-  return { ...row, cancel_forwarded: row.cancel_forwarded === 1 };
+  return Object.freeze({ ...row, cancel_forwarded: row.cancel_forwarded === 1 });
 }
+
+/**
+ * Admission records kept in memory after a read or write, most recently used
+ * last. This process is the only writer of admission_records, so the cache is
+ * write-through and never stale; it exists because every observe call reads
+ * its run's record several times (ownership, admission, the view).
+ */
+export const RECORD_CACHE_ENTRIES = 4096;
 
 const SECRET_FILE = "server_secret";
 
@@ -92,6 +100,7 @@ export class StateStore {
   readonly serverSecret: Buffer;
   readonly #get: Database.Statement<[string], Row>;
   readonly #insert: Database.Statement<Row>;
+  readonly #cache = new Map<string, AdmissionRecord>();
 
   constructor(stateDir: string) {
     mkdirSync(stateDir, { recursive: true, mode: 0o700 });
@@ -130,16 +139,32 @@ export class StateStore {
     );
   }
 
+  /** The record (frozen: change it with `update`), or undefined when the run does not exist. */
   get(runId: string): AdmissionRecord | undefined {
+    const cached = this.#cache.get(runId);
+    if (cached !== undefined) {
+      this.#remember(cached);
+      return cached;
+    }
     const row = this.#get.get(runId);
-    return row ? fromRow(row) : undefined;
+    return row ? this.#remember(fromRow(row)) : undefined;
   }
 
   insert(record: Omit<AdmissionRecord, "created_at" | "updated_at" | "cancel_forwarded">): AdmissionRecord {
     const now = new Date().toISOString();
     const full: AdmissionRecord = { ...record, cancel_forwarded: false, created_at: now, updated_at: now };
     this.#insert.run({ ...full, cancel_forwarded: 0 });
-    return full;
+    return this.#remember(Object.freeze(full));
+  }
+
+  #remember(record: AdmissionRecord): AdmissionRecord {
+    this.#cache.delete(record.run_id);
+    this.#cache.set(record.run_id, record);
+    if (this.#cache.size > RECORD_CACHE_ENTRIES) {
+      const oldest = this.#cache.keys().next().value;
+      if (oldest !== undefined) this.#cache.delete(oldest);
+    }
+    return record;
   }
 
   /** Apply a patch; returns the updated record (or undefined when the run does not exist). */
@@ -152,6 +177,8 @@ export class StateStore {
       values[k] = typeof v === "boolean" ? (v ? 1 : 0) : (v ?? null);
     }
     const sets = [...keys, "updated_at"].map((k) => `${k} = @${k}`).join(", ");
+    // Re-read after writing, whatever happens: the cache must never hold a value the file does not.
+    this.#cache.delete(runId);
     this.db.prepare(`UPDATE admission_records SET ${sets} WHERE run_id = @run_id`).run(values);
     return this.get(runId);
   }
