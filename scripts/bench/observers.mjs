@@ -1,19 +1,25 @@
 #!/usr/bin/env node
 /**
- * M concurrent MCP observers in one process, each a real SDK Client over
- * Streamable HTTP long-polling observe_coding_agent(wait_secs) on one run.
+ * M concurrent MCP observers in one process, each an MCP client over
+ * Streamable HTTP long-polling observe_coding_agent(wait_secs) on one run:
+ * the lean node:http client (lib/mcp-lean.mjs) by default, the SDK Client
+ * (lib/mcp-client.mjs) with `"client": "sdk"`.
  * Latency per event = time the observe call returned − the emit time the
  * simulated Runner wrote into the event text (`fanout <hr_ms>`).
  *
  *   node observers.mjs SPEC.json
- * SPEC: { url, wait_secs, duration_ms, warmup_ms, observers: [{ token, run_id }] }
+ * SPEC: { url, wait_secs, duration_ms, warmup_ms, client?: "lean"|"sdk", observers: [{ token, run_id }] }
  * Prints one JSON line with the latency summary at the end.
  */
 import { readFileSync } from "node:fs";
 import { connectMcp } from "./lib/mcp-client.mjs";
+import { connectLeanMcp } from "./lib/mcp-lean.mjs";
 import { hrNow, summarize } from "./lib/stats.mjs";
 
 const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
+const CLIENT = spec.client ?? "lean";
+if (CLIENT !== "lean" && CLIENT !== "sdk") throw new Error(`spec.client: expected "lean" or "sdk", got ${CLIENT}`);
+const connect = CLIENT === "sdk" ? connectMcp : connectLeanMcp;
 const FANOUT = /^fanout (\d+(?:\.\d+)?)$/;
 const samples = [];
 const errors = {};
@@ -21,7 +27,7 @@ let calls = 0;
 let events = 0;
 
 async function observer(def, startHr, endAt) {
-  const mcp = await connectMcp({ url: spec.url, token: def.token });
+  const mcp = await connect({ url: spec.url, token: def.token });
   try {
     let token;
     let first = true;
@@ -80,6 +86,7 @@ process.stdout.write(
     errors,
     connect_and_run_ms: Date.now() - connectStart,
     latency_ms: summarize(samples),
+    client: CLIENT,
   })}\n`,
 );
 process.exit(0);

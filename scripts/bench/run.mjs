@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
  * `npm run bench [-- --quick] [-- --only start,throughput,wakeup,fanout,barrier] [-- --profile] [-- --keep]`
+ *   `[-- --grid NS:MS] [-- --sdk-observers]`
  *
  * Measures our stack (Server + Runner + fake agent as real processes, driven
  * by a real MCP client) and a bare ACP SDK baseline in the same run, prints a
@@ -33,6 +34,8 @@ const { values: opts } = parseArgs({
     out: { type: "string", default: join(REPO, "bench-results/latest.json") },
     /** Fan-out grid override, "NS:MS", e.g. --grid 10:500 or --grid 1,10:10,100,500 */
     grid: { type: "string" },
+    /** Fan-out observers use the SDK Client instead of the lean node:http MCP client (lib/mcp-lean.mjs). */
+    "sdk-observers": { type: "boolean", default: false },
   },
   strict: true,
 });
@@ -78,6 +81,10 @@ if (opts.grid) {
   }
   PLAN.fanout = { ...PLAN.fanout, ns, ms };
 }
+
+/** The MCP client of the fan-out load generator (observers.mjs). */
+const OBSERVER_CLIENT = opts["sdk-observers"] ? "sdk" : "lean";
+const OBSERVER_CLIENT_LABEL = OBSERVER_CLIENT === "sdk" ? "SDK Client" : "lean MCP client (node:http)";
 
 const t0 = Date.now();
 const WATCHDOG_MS = quick ? 150_000 : 30 * 60_000;
@@ -226,6 +233,7 @@ try {
         durationMs: PLAN.wakeup.intervalMs * PLAN.wakeup.count,
         warmupMs: 300,
         perPrincipal: 1,
+        client: OBSERVER_CLIENT,
         nodeArgs,
       });
       server_only = r.cells[0] ?? null;
@@ -237,6 +245,7 @@ try {
 
   await section("fanout", async () => {
     if (!stackAvailable()) throw new Error("server not built (packages/server/dist/main.js missing)");
+    ctx.log(`fanout: observers: ${OBSERVER_CLIENT_LABEL}`);
     // Capacity: 8 observers (one principal) calling observe(wait_secs=0) back to back on a
     // run that emits nothing — the Server's CPU per observe round trip and calls/s.
     let observe_cost = null;
@@ -249,6 +258,7 @@ try {
         warmupMs: 0,
         perPrincipal: 8,
         waitSecs: 0,
+        client: OBSERVER_CLIENT,
         nodeArgs,
       });
       const cell = c.cells[0];
@@ -262,7 +272,7 @@ try {
     } catch (e) {
       observe_cost = { error: String(e?.message ?? e) };
     }
-    const r = await fanout.run(ctx, { ...PLAN.fanout, nodeArgs });
+    const r = await fanout.run(ctx, { ...PLAN.fanout, client: OBSERVER_CLIENT, nodeArgs });
     return { ...r, crossings_100ms: fanout.crossings(r.cells, 100), observe_cost };
   });
 

@@ -5,7 +5,8 @@
  * and the Server bounds waiting observes per principal, so observers are
  * spread over ceil(M / perPrincipal) principals. Runs = max(N, principals),
  * run j on runner j mod N owned by principal j mod P; every run pushes one
- * event every interval_ms.
+ * event every interval_ms. `client` picks the observers' MCP client: "lean"
+ * (lib/mcp-lean.mjs, plain node:http) or "sdk" (the SDK Client).
  */
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -14,7 +15,10 @@ import { BENCH_DIR } from "../lib/paths.mjs";
 import { ProcSampler, stopTracked } from "../lib/proc.mjs";
 import { launchStack } from "../stack.mjs";
 
-export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPrincipal, waitSecs = 10, nodeArgs }) {
+export async function run(
+  ctx,
+  { ns, ms, intervalMs, durationMs, warmupMs, perPrincipal, waitSecs = 10, client = "lean", nodeArgs },
+) {
   const maxN = Math.max(...ns);
   const maxM = Math.max(...ms);
   const stack = await launchStack({
@@ -46,8 +50,10 @@ export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPr
         const ready = sims.lines.find((l) => "ready" in l);
         if (!ready.ready) throw new Error(`sim runners failed: ${ready.error}`);
         for (const m of ms) {
-          ctx.log(`fan-out N=${n} M=${m}`);
-          cells.push(await cell(stack, sims.pid, nodeArgs, { n, m, durationMs, warmupMs, perPrincipal, waitSecs }));
+          ctx.log(`fan-out N=${n} M=${m} (${client} observers)`);
+          cells.push(
+            await cell(stack, sims.pid, nodeArgs, { n, m, durationMs, warmupMs, perPrincipal, waitSecs, client }),
+          );
         }
       } finally {
         await stopTracked(sims, 2000);
@@ -56,7 +62,14 @@ export async function run(ctx, { ns, ms, intervalMs, durationMs, warmupMs, perPr
   } finally {
     await stack.stop();
   }
-  return { interval_ms: intervalMs, duration_ms: durationMs, warmup_ms: warmupMs, per_principal: perPrincipal, cells };
+  return {
+    client,
+    interval_ms: intervalMs,
+    duration_ms: durationMs,
+    warmup_ms: warmupMs,
+    per_principal: perPrincipal,
+    cells,
+  };
 }
 
 function profileArgs(nodeArgs, name) {
@@ -64,7 +77,7 @@ function profileArgs(nodeArgs, name) {
   return prof ? ["--cpu-prof", prof.replace(/server$/, name)] : [];
 }
 
-async function cell(stack, simsPid, nodeArgs, { n, m, durationMs, warmupMs, perPrincipal, waitSecs }) {
+async function cell(stack, simsPid, nodeArgs, { n, m, durationMs, warmupMs, perPrincipal, waitSecs, client }) {
   const principals = Math.ceil(m / perPrincipal);
   const runCount = Math.max(n, principals);
   const clients = [];
@@ -92,7 +105,14 @@ async function cell(stack, simsPid, nodeArgs, { n, m, durationMs, warmupMs, perP
     const specFile = join(stack.dir, `observers-${n}-${m}.json`);
     writeFileSync(
       specFile,
-      JSON.stringify({ url: stack.url, wait_secs: waitSecs, duration_ms: durationMs, warmup_ms: warmupMs, observers }),
+      JSON.stringify({
+        url: stack.url,
+        wait_secs: waitSecs,
+        duration_ms: durationMs,
+        warmup_ms: warmupMs,
+        client,
+        observers,
+      }),
     );
     const obs = spawnJsonChild(join(BENCH_DIR, "observers.mjs"), [specFile], {
       logFile: join(stack.dir, `observers-${n}-${m}.log`),
