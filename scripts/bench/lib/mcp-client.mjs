@@ -3,28 +3,13 @@ import { randomUUID } from "node:crypto";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv";
+import { unwrap } from "./tool-result.mjs";
 
 // One validator for every client of this process (hundreds in the fan-out): the
 // bench's load generator should not be the bottleneck it measures.
 const SHARED_VALIDATOR = new AjvJsonSchemaValidator();
 
 const TERMINAL = new Set(["completed", "failed", "cancelled", "lost"]);
-
-function unwrap(result) {
-  const body = result.structuredContent ?? parseText(result);
-  if (result.isError) return { ok: false, error: body?.error ?? body };
-  return { ok: true, value: body };
-}
-
-function parseText(result) {
-  const text = result.content?.find((c) => c.type === "text")?.text;
-  if (!text) return undefined;
-  try {
-    return JSON.parse(text);
-  } catch {
-    return { error: { code: "unparsed", message: text.slice(0, 200) } };
-  }
-}
 
 /** Connects to `${url}` (the /mcp endpoint) with a bearer token. */
 export async function connectMcp({ url, token, projectId, name = "webcodex-bench" }) {

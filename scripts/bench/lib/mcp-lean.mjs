@@ -8,6 +8,7 @@
  */
 import http from "node:http";
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from "@modelcontextprotocol/sdk/types.js";
+import { unwrap } from "./tool-result.mjs";
 
 /** Sockets to one Server: `--grid` allows M ≤ 1000 observers, each holding one long-poll. */
 const MAX_SOCKETS = 1024;
@@ -79,23 +80,6 @@ export async function connectLeanMcp({ url, token, name = "webcodex-bench-lean" 
       closed = true;
     },
   };
-}
-
-/** Tool result → `{ ok, value | error }`, the same rules as mcp-client.mjs. */
-function unwrap(result) {
-  const body = result?.structuredContent ?? parseText(result);
-  if (result?.isError) return { ok: false, error: body?.error ?? body };
-  return { ok: true, value: body };
-}
-
-function parseText(result) {
-  const text = result?.content?.find((c) => c.type === "text")?.text;
-  if (!text) return undefined;
-  try {
-    return JSON.parse(text);
-  } catch {
-    return { error: { code: "unparsed", message: text.slice(0, 200) } };
-  }
 }
 
 /** One POST → `{ status, headers, body }`, or `{ error }` on a network failure, timeout or oversized body. */

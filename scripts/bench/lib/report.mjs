@@ -150,7 +150,7 @@ export function render(results) {
   if (s.fanout) {
     const ns = [...new Set(s.fanout.cells.map((c) => c.n))];
     const ms = [...new Set(s.fanout.cells.map((c) => c.m))];
-    out += `Fan-out: p99 / p50 observe latency (ms), one event every ${s.fanout.interval_ms} ms per run, ${s.fanout.duration_ms} ms per cell\n`;
+    out += `Fan-out: p99 / p50 observe latency (ms), one event every ${s.fanout.interval_ms} ms per run, ${s.fanout.duration_ms} ms per cell, ${s.fanout.client ?? "sdk"} observers\n`;
     out += `  ${pad("", 8)}${ms.map((mm) => lpad(`M=${mm}`, 18)).join("")}\n`;
     for (const n of ns) {
       out += `  ${pad(`N=${n}`, 8)}`;
