@@ -181,18 +181,18 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     if (post.requests.length > 0) {
       inFlight.add(abort);
       res.once("close", () => {
-        abort.abort(new Error("client closed the request"));
         inFlight.delete(abort);
+        // Answered: the per-request Server holds no timers or streams and is simply dropped.
+        // Not answered: the client went away (or the Server is closing) — stop the waiting work.
+        if (transport.answered) return;
+        abort.abort(new Error("client closed the request"));
         void server.close().catch(() => {});
       });
     }
     try {
       await server.connect(transport);
       transport.deliver(post.messages);
-      if (post.requests.length === 0) {
-        res.writeHead(202).end();
-        await server.close();
-      }
+      if (post.requests.length === 0) res.writeHead(202).end();
     } catch (err) {
       logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");
       sendJsonRpcError(res, 500, -32603, "Internal server error");

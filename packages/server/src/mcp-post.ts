@@ -69,6 +69,11 @@ export class PostTransport implements Transport {
 
   async start(): Promise<void> {}
 
+  /** Whether every request of this POST has its response written. */
+  get answered(): boolean {
+    return this.#awaiting.length > 0 && this.#answers.size === this.#awaiting.length;
+  }
+
   deliver(messages: readonly JSONRPCMessage[]): void {
     for (const m of messages) this.onmessage?.(m);
   }
