@@ -89,10 +89,22 @@ interface TokenRow {
   revoked_at: string | null;
 }
 
+/**
+ * Live token rows kept in memory after a lookup. Every MCP request verifies
+ * its bearer token; the cache is dropped whenever the database changed under
+ * another connection (SQLite `PRAGMA data_version`: `token issue|revoke` run
+ * as a separate process) or through this store, so a revocation still
+ * applies from the next request on.
+ */
+export const TOKEN_CACHE_ENTRIES = 1024;
+
 /** Token hashes in the Server's SQLite state database (table `principal_tokens`). */
 export class TokenStore {
   readonly #db: BetterSqlite3.Database;
   readonly #byHash: BetterSqlite3.Statement<[string], TokenRow>;
+  readonly #dataVersion: BetterSqlite3.Statement<[], number>;
+  readonly #rows = new Map<string, TokenRow>();
+  #seenVersion = -1;
 
   constructor(db: BetterSqlite3.Database) {
     db.exec(SCHEMA);
@@ -100,6 +112,23 @@ export class TokenStore {
     this.#byHash = db.prepare<[string], TokenRow>(
       "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
     );
+    this.#dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
+  }
+
+  /** The live row of a token hash, from the cache while no other connection wrote the database. */
+  #liveRow(hash: string): TokenRow | undefined {
+    const version = this.#dataVersion.get() ?? -1;
+    if (version !== this.#seenVersion) {
+      this.#rows.clear();
+      this.#seenVersion = version;
+    }
+    const cached = this.#rows.get(hash);
+    if (cached !== undefined) return cached;
+    const row = this.#byHash.get(hash);
+    if (row === undefined) return undefined;
+    if (this.#rows.size >= TOKEN_CACHE_ENTRIES) this.#rows.clear();
+    this.#rows.set(hash, row);
+    return row;
   }
 
   /**
@@ -156,7 +185,7 @@ export class TokenStore {
    */
   verify(token: string, lookup: PrincipalLookup): Principal | null {
     if (!TOKEN_PATTERN.test(token)) return null;
-    const row = this.#byHash.get(hashToken(token));
+    const row = this.#liveRow(hashToken(token));
     if (!row) return null;
     const grant = lookup(row.principal_id);
     if (!grant) return null;
@@ -192,6 +221,8 @@ export class TokenStore {
     const result = this.#db
       .prepare("UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL")
       .run(new Date().toISOString(), tokenId);
+    // This connection's own writes do not move its data_version.
+    this.#rows.clear();
     return result.changes > 0;
   }
 }

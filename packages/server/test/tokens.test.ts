@@ -114,10 +114,24 @@ describe("token issue and verify", () => {
     expect(store.verify(`wct_${"A".repeat(43)}`, lookup)).toBeNull();
     expect(store.verify("", lookup)).toBeNull();
     expect(store.verify(hashToken(issued.token), lookup)).toBeNull();
+    expect(store.verify(issued.token, lookup)?.id).toBe("alice");
     expect(store.revoke(issued.token_id)).toBe(true);
     expect(store.verify(issued.token, lookup)).toBeNull();
     expect(store.revoke(issued.token_id)).toBe(false);
     expect(store.list("alice")[0]?.revoked_at).not.toBeNull();
+  });
+
+  it("applies a revocation made by another process (the token CLI) from the next verify on", () => {
+    const issued = issueAlice();
+    const lookup = principalLookup(principals);
+    for (let i = 0; i < 3; i++) expect(store.verify(issued.token, lookup)?.id).toBe("alice");
+    const cli = new Database(join(dir, "server.sqlite3"));
+    try {
+      expect(new TokenStore(cli).revoke(issued.token_id)).toBe(true);
+    } finally {
+      cli.close();
+    }
+    expect(store.verify(issued.token, lookup)).toBeNull();
   });
 
   it("authenticates config-declared hashes with their fixed token_scopes", () => {
