@@ -33,6 +33,14 @@ export interface AuditLog {
 export const AUDIT_FLUSH_INTERVAL_MS = 100;
 /** ...or as soon as this many are buffered (bounds both memory and the size of one transaction). */
 export const AUDIT_FLUSH_MAX_ROWS = 256;
+/**
+ * Rows kept in `mcp_audit`: older rows are deleted as new ones arrive, so the
+ * table stays bounded even under a steady stream of observe calls (at the
+ * bench's 2,000 calls/s this is the last ~2.5 minutes; at human pace, months).
+ */
+export const AUDIT_MAX_ROWS = 250_000;
+/** Trimming to AUDIT_MAX_ROWS runs once per this many written rows, not per flush. */
+const AUDIT_TRIM_EVERY_ROWS = 4096;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS mcp_audit (
@@ -53,6 +61,8 @@ export interface SqliteAuditLogOptions {
   /** Called when a row cannot be written; the tool call itself has already happened. */
   onError?: (err: unknown) => void;
   clock?: () => Date;
+  /** Rows kept (default AUDIT_MAX_ROWS). */
+  maxRows?: number;
 }
 
 /**
@@ -67,6 +77,9 @@ export class SqliteAuditLog implements AuditLog {
   readonly #db: BetterSqlite3.Database;
   readonly #onError: (err: unknown) => void;
   readonly #clock: () => Date;
+  readonly #maxRows: number;
+  readonly #trim: BetterSqlite3.Statement<[number]>;
+  #sinceTrim = Number.POSITIVE_INFINITY;
   #buffer: (AuditRecord & { at: string })[] = [];
   #timer: NodeJS.Timeout | null = null;
   #closed = false;
@@ -78,8 +91,17 @@ export class SqliteAuditLog implements AuditLog {
       `INSERT INTO mcp_audit (at, principal_id, tool, run_id, outcome, input_bytes, output_bytes, duration_ms)
        VALUES (@at, @principal_id, @tool, @run_id, @outcome, @input_bytes, @output_bytes, @duration_ms)`,
     );
+    this.#maxRows = options.maxRows ?? AUDIT_MAX_ROWS;
+    if (!Number.isInteger(this.#maxRows) || this.#maxRows < 1) throw new RangeError("audit maxRows must be >= 1");
+    this.#trim = db.prepare<[number]>("DELETE FROM mcp_audit WHERE id <= (SELECT MAX(id) FROM mcp_audit) - ?");
     this.#insertMany = db.transaction((rows: readonly (AuditRecord & { at: string })[]) => {
       for (const row of rows) this.#insert.run(row);
+      // The first flush after start trims too: the table may have grown under an older bound.
+      this.#sinceTrim += rows.length;
+      if (this.#sinceTrim >= Math.min(AUDIT_TRIM_EVERY_ROWS, this.#maxRows)) {
+        this.#trim.run(this.#maxRows);
+        this.#sinceTrim = 0;
+      }
     });
     this.#onError = options.onError ?? (() => {});
     this.#clock = options.clock ?? (() => new Date());

@@ -87,4 +87,34 @@ describe("SQLite audit log", () => {
     expect((again.prepare("SELECT count(*) AS n FROM mcp_audit").get() as { n: number }).n).toBe(n);
     again.close();
   });
+
+  it("keeps the table bounded: the newest maxRows rows survive, older ones are trimmed", () => {
+    const dir = mkdtempSync(join(tmpdir(), "wc-audit-"));
+    dirs.push(dir);
+    const file = join(dir, "server.sqlite3");
+    const db = new Database(file);
+    db.pragma("journal_mode = WAL");
+    const row = (i: number) => ({
+      principal_id: "alice",
+      tool: TOOL_NAMES.observe,
+      run_id: null,
+      outcome: "ok" as const,
+      input_bytes: i,
+      output_bytes: 0,
+      duration_ms: 0,
+    });
+    const audit = new SqliteAuditLog(db, { maxRows: 50 });
+    for (let i = 0; i < 1000; i++) audit.record(row(i));
+    audit.close();
+    const kept = db.prepare("SELECT input_bytes FROM mcp_audit ORDER BY id").pluck().all() as number[];
+    expect(kept.length).toBeLessThanOrEqual(50 + AUDIT_FLUSH_MAX_ROWS);
+    expect(kept.at(-1)).toBe(999);
+    expect(kept).toEqual(Array.from({ length: kept.length }, (_, k) => 1000 - kept.length + k));
+    // A restart with a smaller bound trims at its first write.
+    const reopened = new SqliteAuditLog(db, { maxRows: 10 });
+    reopened.record(row(1000));
+    reopened.close();
+    expect(db.prepare("SELECT count(*) FROM mcp_audit").pluck().get()).toBe(10);
+    db.close();
+  });
 });
