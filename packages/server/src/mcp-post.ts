@@ -25,9 +25,6 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import {
   isInitializeRequest,
-  isJSONRPCErrorResponse,
-  isJSONRPCRequest,
-  isJSONRPCResultResponse,
   type JSONRPCMessage,
   JSONRPCMessageSchema,
   type RequestId,
@@ -79,7 +76,8 @@ export class PostTransport implements Transport {
   }
 
   async send(message: JSONRPCMessage): Promise<void> {
-    if (!isJSONRPCResultResponse(message) && !isJSONRPCErrorResponse(message)) return;
+    // The Server's own messages: a response is exactly one with a result or an error.
+    if (!("result" in message) && !("error" in message)) return;
     const id = message.id;
     if (id === undefined || !this.#awaiting.includes(id) || this.#answers.has(id)) return;
     this.#answers.set(id, message);
@@ -156,7 +154,9 @@ export async function readMcpPost(
     }
     messages.push(parsed.data);
   }
-  const initializing = messages.some(isInitializeRequest);
+  // Each message passed JSONRPCMessageSchema, so its shape decides its kind: a request has a
+  // method and an id. The full InitializeRequest schema runs only on an initialize.
+  const initializing = messages.some((m) => "method" in m && m.method === "initialize" && isInitializeRequest(m));
   if (initializing && messages.length > 1) {
     sendJsonRpcError(res, 400, -32600, "Invalid Request: Only one initialization request is allowed");
     return null;
@@ -172,7 +172,7 @@ export async function readMcpPost(
     return null;
   }
   const requests: RequestId[] = [];
-  for (const m of messages) if (isJSONRPCRequest(m)) requests.push(m.id);
+  for (const m of messages) if ("method" in m && "id" in m) requests.push(m.id);
   if (new Set(requests).size !== requests.length) {
     sendJsonRpcError(res, 400, -32600, "Invalid Request: request ids in one batch must be unique");
     return null;
