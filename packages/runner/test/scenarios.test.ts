@@ -357,9 +357,11 @@ describe("scenario table", () => {
     ]);
     const usage = events.find((e) => e.kind === "usage");
     expect(usage).toMatchObject({ used_tokens: 1234, context_size: 200000, cost_amount: 0.0042, cost_currency: "USD" });
-    const messages = events.filter((e) => e.kind === "agent_message");
-    // The two chunks of the final message coalesce into one event.
-    expect(messages).toHaveLength(1);
+    const messages = events.flatMap((e) => (e.kind === "agent_message" ? [e.text] : []));
+    // The final message arrives as two chunks; they coalesce into one event when they reach the Runner
+    // together, and stay two when a busy machine delivers them in separate reads (text-pacer tests pin that).
+    expect(messages.join("")).toBe("I fixed add() in src/math.js and the tests pass.");
+    expect(messages.length).toBeLessThanOrEqual(2);
   });
 
   test("unsupported agent→client requests get method-not-found and the run continues", () => {
