@@ -32,6 +32,11 @@ export const MAX_MESSAGE_LENGTH = 512;
 
 /** Events per run.update frame pushed by the Runner. */
 export const MAX_EVENTS_PER_UPDATE = 256;
+/**
+ * Serialized bytes of the events in one run.update or run.sync.result frame:
+ * half a frame, which leaves the rest for the run summary and the envelope.
+ */
+export const UPDATE_EVENT_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
 /** Events per run.sync result. */
 export const MAX_EVENTS_PER_SYNC = 1000;
 /** Events per observe_coding_agent result. */

@@ -39,6 +39,7 @@ import {
   RunnerFrame,
   RunSummary,
   type ServerFrame,
+  UPDATE_EVENT_BYTES,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import WebSocket from "ws";
@@ -68,8 +69,6 @@ export interface LinkHandle {
   /** True while a connection has completed hello/hello.ack. */
   readonly connected: boolean;
 }
-
-const UPDATE_CHUNK_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
 
 type Request = Extract<ServerFrame, { request_id: string }>;
 
@@ -372,7 +371,7 @@ class Link implements LinkHandle {
     let bytes = 0;
     for (let i = 0; i < events.length; i++) {
       bytes += Buffer.byteLength(JSON.stringify(events[i]), "utf8") + 1;
-      if (bytes > UPDATE_CHUNK_BYTES) {
+      if (bytes > UPDATE_EVENT_BYTES) {
         n = i;
         break;
       }
@@ -468,8 +467,16 @@ class Link implements LinkHandle {
         this.#suppressed.set(run.run_id, run);
         return;
       }
-      for (const frame of chunkUpdate(run, events)) {
-        const text = JSON.stringify(frame);
+      // The service pushes frame-sized batches (RunUpdateListener): encode once, and split only a batch that
+      // does not fit after all.
+      const whole: RunnerFrame = { type: "run.update", run, events: [...events] };
+      const wholeText = JSON.stringify(whole);
+      const frames: (RunnerFrame | string)[] =
+        events.length <= MAX_EVENTS_PER_UPDATE && Buffer.byteLength(wholeText, "utf8") <= MAX_FRAME_BYTES
+          ? [wholeText]
+          : chunkUpdate(run, events);
+      for (const frame of frames) {
+        const text = typeof frame === "string" ? frame : JSON.stringify(frame);
         const bytes = Buffer.byteLength(text, "utf8");
         if (!this.#hasRoom(bytes) || bytes > MAX_FRAME_BYTES) {
           this.#suppressed.set(run.run_id, run);
@@ -526,7 +533,7 @@ export function chunkUpdate(run: RunSummary, events: readonly RunEvent[]): Runne
   let bytes = 0;
   for (const e of events) {
     const n = Buffer.byteLength(JSON.stringify(e), "utf8") + 1;
-    if (cur.length > 0 && (cur.length >= MAX_EVENTS_PER_UPDATE || bytes + n > UPDATE_CHUNK_BYTES)) {
+    if (cur.length > 0 && (cur.length >= MAX_EVENTS_PER_UPDATE || bytes + n > UPDATE_EVENT_BYTES)) {
       frames.push({ type: "run.update", run, events: cur });
       cur = [];
       bytes = 0;

@@ -26,10 +26,10 @@ import {
   type FailureKind,
   MAX_EVENTS_PER_SYNC,
   MAX_EVENTS_PER_UPDATE,
-  MAX_FRAME_BYTES,
   MAX_INVENTORY_RUNS,
   type RunEvent,
   type RunSummary,
+  UPDATE_EVENT_BYTES,
 } from "@webcodex/protocol";
 import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./acp-session.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "./config.js";
@@ -108,9 +108,6 @@ export interface RunTimings {
  * them is told history_lost (sync returns no events, oldest_seq = last_seq + 1).
  */
 export const RETAINED_RINGS_MAX_BYTES = 64 * 1024 * 1024;
-
-/** Byte budget of the events in one onUpdate push (half a frame, leaving room for the summary). */
-const PUSH_BYTES = Math.floor(MAX_FRAME_BYTES / 2);
 
 /** Streamed text pacing (text-pacer.ts): at once when quiet, up to COALESCE_MS during a flood. */
 export { COALESCE_MS, FLOOD_GAP_MS } from "./text-pacer.js";
@@ -806,7 +803,7 @@ export class RunManager implements RunService {
     let bytes = 0;
     for (const event of events) {
       const size = run.ring.sizeOf(event);
-      if (batch.length > 0 && (batch.length >= MAX_EVENTS_PER_UPDATE || bytes + size > PUSH_BYTES)) {
+      if (batch.length > 0 && (batch.length >= MAX_EVENTS_PER_UPDATE || bytes + size > UPDATE_EVENT_BYTES)) {
         this.#emit(summary, batch);
         batch = [];
         bytes = 0;

@@ -38,7 +38,11 @@ export interface RunCancelResult {
   already_terminal: boolean;
 }
 
-/** Pushed after every change of a run: its summary and the events new since the last push. */
+/**
+ * Pushed after every change of a run: its summary and the events new since the
+ * last push. One call carries at most MAX_EVENTS_PER_UPDATE events of at most
+ * UPDATE_EVENT_BYTES serialized, so it fits one run.update frame as it is.
+ */
 export type RunUpdateListener = (run: RunSummary, events: readonly RunEvent[]) => void;
 
 export type HelloBody = Omit<HelloFrame, "type" | "protocol_version" | "inventory">;

@@ -125,6 +125,43 @@ describe("runner link protocol", () => {
     expect(parseRunnerFrame(raw.find((b) => b.includes('"q1"'))?.toString("utf8")).ok).toBe(true);
   });
 
+  it("sends a pushed batch that fits as one run.update, and splits one that does not", async () => {
+    const s = await fakeServer();
+    close = () => new Promise((r) => s.wss.close(() => r()));
+    const svc = new FakeRunService();
+    const run_id = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    await svc.start({
+      run_id,
+      intent_fingerprint: "a".repeat(64),
+      project_id: "demo",
+      provider_id: "fake",
+      provider_instance_id: svc.providerInstanceId,
+      agent_instance_id: svc.agentInstanceId,
+      prompt: "p",
+    } as never);
+    link = startLink({ url: s.url, token: "t", service: svc, logger: pino({ level: "silent" }) });
+    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    peer.ws.send(JSON.stringify(ack));
+    await until(() => link?.connected);
+    const body = (i: number) => ({ kind: "agent_message" as const, text: `m${i}`, truncated: false });
+    const updates = () => peer.frames.filter((f) => f.type === "run.update") as { events: { seq: number }[] }[];
+    svc.emit(
+      run_id,
+      Array.from({ length: 10 }, (_, i) => body(i)),
+    );
+    await until(() => updates().length === 1);
+    expect(updates()[0]?.events).toHaveLength(10);
+    // A service that ignores the RunUpdateListener bound still gets frames the protocol accepts.
+    svc.emit(
+      run_id,
+      Array.from({ length: 600 }, (_, i) => body(i)),
+    );
+    await until(() => updates().flatMap((u) => u.events).length === 610);
+    expect(updates().map((u) => u.events.length)).toEqual([10, 256, 256, 88]);
+    expect(updates().flatMap((u) => u.events.map((e) => e.seq))).toEqual(Array.from({ length: 610 }, (_, i) => i + 1));
+    for (const f of peer.frames) expect(parseRunnerFrame(JSON.stringify(f)).ok).toBe(true);
+  });
+
   it("splits pushed updates of non-ASCII events by UTF-8 bytes, each frame within MAX_FRAME_BYTES", () => {
     const text = "漢".repeat(Math.floor(MAX_EVENT_TEXT_BYTES / 3));
     const events = Array.from({ length: 256 }, (_, i) => ({
