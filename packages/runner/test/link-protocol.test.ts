@@ -41,6 +41,19 @@ async function until<T>(fn: () => T | undefined | null | false, ms = 5000): Prom
   }
 }
 
+/** A run on the fake service, admitted on its current instance. */
+function startRun(svc: FakeRunService, run_id: string) {
+  return svc.start({
+    run_id,
+    intent_fingerprint: "a".repeat(64),
+    project_id: "demo",
+    provider_id: "fake",
+    provider_instance_id: svc.providerInstanceId,
+    agent_instance_id: svc.agentInstanceId,
+    prompt: "p",
+  } as never);
+}
+
 const ack = {
   type: "hello.ack",
   runner_id: "r1",
@@ -91,15 +104,7 @@ describe("runner link protocol", () => {
     close = () => new Promise((r) => s.wss.close(() => r()));
     const svc = new FakeRunService();
     const runId = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
-    await svc.start({
-      run_id: runId,
-      intent_fingerprint: "a".repeat(64),
-      project_id: "demo",
-      provider_id: "fake",
-      provider_instance_id: svc.providerInstanceId,
-      agent_instance_id: svc.agentInstanceId,
-      prompt: "p",
-    } as never);
+    await startRun(svc, runId);
     // 1365 three-byte characters: a full 4 KiB text body, but only ~1.4 K UTF-16 units.
     const text = "漢".repeat(Math.floor(MAX_EVENT_TEXT_BYTES / 3));
     svc.emit(
@@ -130,15 +135,7 @@ describe("runner link protocol", () => {
     close = () => new Promise((r) => s.wss.close(() => r()));
     const svc = new FakeRunService();
     const run_id = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
-    await svc.start({
-      run_id,
-      intent_fingerprint: "a".repeat(64),
-      project_id: "demo",
-      provider_id: "fake",
-      provider_instance_id: svc.providerInstanceId,
-      agent_instance_id: svc.agentInstanceId,
-      prompt: "p",
-    } as never);
+    await startRun(svc, run_id);
     link = startLink({ url: s.url, token: "t", service: svc, logger: pino({ level: "silent" }) });
     const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
     peer.ws.send(JSON.stringify(ack));
@@ -181,17 +178,7 @@ describe("runner link protocol", () => {
     close = () => new Promise((r) => s.wss.close(() => r()));
     const svc = new FakeRunService();
     const ids = ["wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa", "wc_agent_run_bbbbbbbbbbbbbbbbbbbbbbbbbb"] as const;
-    for (const run_id of ids) {
-      await svc.start({
-        run_id,
-        intent_fingerprint: "a".repeat(64),
-        project_id: "demo",
-        provider_id: "fake",
-        provider_instance_id: svc.providerInstanceId,
-        agent_instance_id: svc.agentInstanceId,
-        prompt: "p",
-      } as never);
-    }
+    for (const run_id of ids) await startRun(svc, run_id);
     const bad = svc.runs.get(ids[0]);
     if (!bad) throw new Error("no run");
     bad.summary = { ...bad.summary, message: "m".repeat(MAX_MESSAGE_LENGTH + 1) };
