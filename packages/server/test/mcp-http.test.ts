@@ -298,6 +298,11 @@ describe("Streamable HTTP /mcp", () => {
         code: -32600,
         message: /100/,
       });
+      expect(await errorOf(await postInit(versioned, JSON.stringify([listTools(3), listTools(3)])))).toMatchObject({
+        status: 400,
+        code: -32600,
+        message: /unique/,
+      });
       const twoInits = [JSON.parse(initBody()), { ...JSON.parse(initBody()), id: 2 }];
       expect(await errorOf(await postInit(alice, JSON.stringify(twoInits)))).toMatchObject({
         status: 400,
