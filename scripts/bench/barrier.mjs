@@ -56,15 +56,6 @@ function admission(i) {
     provider_id: "fake",
     provider_instance_id: "bench_provider_instance",
     agent_instance_id: "bench_agent_instance_id",
-    state: "starting",
-    execution_state: "not_started",
-    stop_reason: null,
-    failure_kind: null,
-    recovery_kind: "wait",
-    message: null,
-    effective_config: [],
-    ignored_updates: 0,
-    last_seq: 0,
     created_at: new Date().toISOString(),
   };
 }

@@ -40,6 +40,18 @@ export interface DispatchRow {
   child_start_time: string | null;
 }
 
+/** What a caller decides about a new run; everything else in its first row is fixed by `admit`. */
+export type AdmissionRow = Pick<
+  DispatchRow,
+  | "run_id"
+  | "intent_fingerprint"
+  | "project_id"
+  | "provider_id"
+  | "provider_instance_id"
+  | "agent_instance_id"
+  | "created_at"
+>;
+
 export type TerminalUpdate = Pick<
   DispatchRow,
   | "state"
@@ -58,8 +70,11 @@ export interface DispatchStore {
   get(runId: string): DispatchRow | undefined;
   /** Rows for the inventory: every non-terminal row plus the newest terminal rows, newest first, bounded. */
   listForInventory(limit: number): DispatchRow[];
-  /** Insert the admission row (phase admitted, state starting, not_started). Throws if run_id exists. */
-  admit(row: Omit<DispatchRow, "phase" | "updated_at" | "child_pgid" | "child_start_time">): DispatchRow;
+  /**
+   * Insert the admission row: these identity fields, and the one lifecycle every run starts in (phase
+   * admitted, state starting, execution not_started, recovery wait, no config, seq 0). Throws if run_id exists.
+   */
+  admit(row: AdmissionRow): DispatchRow;
   /** phase setup, with the child's identity (called right after spawn). */
   markSetup(runId: string, child: { pgid: number; startTime: string } | null): void;
   /** Record the effective config snapshot (before the barrier). */

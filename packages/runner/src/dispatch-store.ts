@@ -29,7 +29,7 @@ import {
 import { dirname, join } from "node:path";
 import type { EffectiveConfigEntry } from "@webcodex/protocol";
 import Database from "better-sqlite3";
-import type { DispatchRow, DispatchStore, TerminalUpdate } from "./dispatch-store-types.js";
+import type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate } from "./dispatch-store-types.js";
 
 export const STORE_DB_FILE = "dispatch.sqlite";
 export const STORE_MARKER_FILE = "store.json";
@@ -242,8 +242,8 @@ export class SqliteDispatchStore implements DispatchStore {
           agent_instance_id, phase, state, execution_state, stop_reason, failure_kind, recovery_kind, message,
           effective_config, ignored_updates, last_seq, created_at, updated_at, child_pgid, child_start_time)
         VALUES (@run_id, @intent_fingerprint, @project_id, @provider_id, @provider_instance_id,
-          @agent_instance_id, 'admitted', @state, @execution_state, @stop_reason, @failure_kind, @recovery_kind,
-          @message, @effective_config, @ignored_updates, @last_seq, @created_at, @updated_at, NULL, NULL)`),
+          @agent_instance_id, 'admitted', 'starting', 'not_started', NULL, NULL, 'wait', NULL,
+          '[]', 0, 0, @created_at, @created_at, NULL, NULL)`),
       setup: db.prepare(`
         UPDATE runs SET phase = 'setup', child_pgid = @pgid, child_start_time = @start, updated_at = @now
         WHERE run_id = @run_id AND phase = 'admitted'`),
@@ -334,12 +334,8 @@ export class SqliteDispatchStore implements DispatchStore {
     return this.#stmts.active.all().map(fromSql);
   }
 
-  admit(row: Omit<DispatchRow, "phase" | "updated_at" | "child_pgid" | "child_start_time">): DispatchRow {
-    this.#stmts.insert.run({
-      ...row,
-      effective_config: JSON.stringify(row.effective_config),
-      updated_at: row.created_at,
-    });
+  admit(row: AdmissionRow): DispatchRow {
+    this.#stmts.insert.run(row);
     return this.get(row.run_id)!;
   }
 

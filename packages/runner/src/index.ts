@@ -22,7 +22,7 @@ export {
   type ServerConfig,
 } from "./config.js";
 export { checkCallerKeys, type SequencingResult, sequenceConfig, snapshotConfig } from "./config-sequencing.js";
-export type { DispatchRow, DispatchStore, TerminalUpdate } from "./dispatch-store-types.js";
+export type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate } from "./dispatch-store-types.js";
 export { EventRing, type RingLimits, type RingRead } from "./event-ring.js";
 export { EventNormalizer, REDACTED, Redactor, relativizePath } from "./events.js";
 export { createLogger, type Logger, silentLogger } from "./logger.js";

@@ -258,15 +258,6 @@ export class RunManager implements RunService {
         provider_id: agent.id,
         provider_instance_id: run.provider_instance_id,
         agent_instance_id: run.agent_instance_id,
-        state: "starting",
-        execution_state: "not_started",
-        stop_reason: null,
-        failure_kind: null,
-        recovery_kind: "wait",
-        message: null,
-        effective_config: [],
-        ignored_updates: 0,
-        last_seq: 0,
         created_at: createdAt,
       });
     } catch (error) {

@@ -76,15 +76,6 @@ describe("periodic retention", () => {
           provider_id: "fake",
           provider_instance_id: "prov_instance_0000001",
           agent_instance_id: "agent_instance_000001",
-          state: "starting",
-          execution_state: "not_started",
-          stop_reason: null,
-          failure_kind: null,
-          recovery_kind: "wait",
-          message: null,
-          effective_config: [],
-          ignored_updates: 0,
-          last_seq: 0,
           created_at: new Date(Date.now() - (3 - i) * 1000).toISOString(),
         });
         store.markTerminal(id, {

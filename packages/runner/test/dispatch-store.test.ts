@@ -43,15 +43,6 @@ function admission(id: string, created_at = new Date().toISOString()) {
     provider_id: "fake",
     provider_instance_id: "prov_instance_0000001",
     agent_instance_id: "agent_instance_000001",
-    state: "starting" as const,
-    execution_state: "not_started" as const,
-    stop_reason: null,
-    failure_kind: null,
-    recovery_kind: "wait" as const,
-    message: null,
-    effective_config: [],
-    ignored_updates: 0,
-    last_seq: 0,
     created_at,
   };
 }
@@ -72,7 +63,20 @@ describe("dispatch store", () => {
     const store = open(tempDir());
     const id = runId();
     const admitted = store.admit(admission(id));
-    expect(admitted.phase).toBe("admitted");
+    expect(admitted).toMatchObject({
+      ...admission(id, admitted.created_at),
+      phase: "admitted",
+      state: "starting",
+      execution_state: "not_started",
+      stop_reason: null,
+      failure_kind: null,
+      recovery_kind: "wait",
+      message: null,
+      effective_config: [],
+      ignored_updates: 0,
+      last_seq: 0,
+      updated_at: admitted.created_at,
+    });
     expect(admitted.child_pgid).toBeNull();
     store.markSetup(id, { pgid: 4242, startTime: "123456" });
     store.recordEffectiveConfig(id, [
