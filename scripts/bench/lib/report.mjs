@@ -103,11 +103,6 @@ export function render(results) {
     out += `  ${pad("ratio ours/bare", 30)}${lpad("", 6)}${lpad(x(s.start.p50_ratio), 10)}${lpad(x(s.start.p95_ratio), 10)}${lpad(x(s.start.p99_ratio), 10)}\n`;
     if (s.start.ours?.duplicate_dispatches) out += `  !! duplicate dispatches: ${s.start.ours.duplicate_dispatches}\n`;
     if (s.start.ours?.stages) out += renderStages("per stage (Runner's own timings, ms)", s.start.ours.stages);
-    else if (s.start.ours?.stages_from_log_lines)
-      out += renderStages(
-        "coarse breakdown from Runner log lines (1 ms clock; Runner logs no stage timings yet)",
-        s.start.ours.stages_from_log_lines,
-      );
     if (s.start.error) out += `  ours: ERROR ${s.start.error.split("\n")[0]}\n`;
     out += "\n";
   }

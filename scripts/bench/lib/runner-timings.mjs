@@ -1,14 +1,11 @@
 /**
- * Per-stage timings from the Runner's own structured log (pino JSON lines).
- * Any line carrying an object of numbers under one of TIMING_KEYS is taken as
- * one run's stage durations in ms, e.g.
+ * Per-stage timings from the Runner's own structured log (pino JSON lines):
+ * the Runner writes one `run timings` line per dispatched run (run-manager.ts),
  *   {"msg":"run timings","run_id":"…","timings_ms":{"spawn":12.1,"initialize":30.2,…}}
- * Returns { stage: summary } over all runs, or null when the Runner logs none.
+ * Returns { stage: summary } over all runs, or null when the log holds none.
  */
 import { existsSync, readFileSync } from "node:fs";
 import { summarize } from "./stats.mjs";
-
-const TIMING_KEYS = ["timings_ms", "stage_ms", "stages_ms", "timings", "stages"];
 
 export function runnerStageTimings(logFile) {
   if (!existsSync(logFile)) return null;
@@ -22,10 +19,9 @@ export function runnerStageTimings(logFile) {
     } catch {
       continue;
     }
-    const key = TIMING_KEYS.find((k) => entry[k] && typeof entry[k] === "object");
-    if (!key) continue;
+    if (entry.msg !== "run timings" || typeof entry.timings_ms !== "object" || entry.timings_ms === null) continue;
     runs++;
-    for (const [stage, ms] of Object.entries(entry[key])) {
+    for (const [stage, ms] of Object.entries(entry.timings_ms)) {
       if (typeof ms !== "number") continue;
       if (!perStage.has(stage)) perStage.set(stage, []);
       perStage.get(stage).push(ms);
@@ -35,42 +31,6 @@ export function runnerStageTimings(logFile) {
   const out = {};
   for (const [stage, samples] of perStage) out[stage] = summarize(samples);
   return out;
-}
-
-/**
- * Until the Runner logs stage timings itself: a coarse breakdown from its
- * info lines ("run admitted", "agent spawned"; pino `time`, 1 ms wall clock)
- * against the bench's send time and the ledger's hr_ms for each run.
- * runs: [{ run_id, sent_hr, ledger_hr }]
- */
-export function derivedStages(logFile, runs) {
-  if (!existsSync(logFile)) return null;
-  const admitted = new Map();
-  const spawned = new Map();
-  for (const line of readFileSync(logFile, "utf8").split("\n")) {
-    if (!line.startsWith("{")) continue;
-    let entry;
-    try {
-      entry = JSON.parse(line);
-    } catch {
-      continue;
-    }
-    const at = typeof entry.time === "number" ? entry.time : Date.parse(entry.time);
-    if (!entry.run_id || !Number.isFinite(at)) continue;
-    if (entry.msg === "run admitted" && !admitted.has(entry.run_id)) admitted.set(entry.run_id, at);
-    if (entry.msg === "agent spawned" && !spawned.has(entry.run_id)) spawned.set(entry.run_id, at);
-  }
-  const segs = { "client → runner admitted": [], "admitted → agent spawned": [], "spawned → prompt at agent": [] };
-  for (const r of runs) {
-    const a = admitted.get(r.run_id);
-    const s = spawned.get(r.run_id);
-    if (a === undefined || s === undefined) continue;
-    segs["client → runner admitted"].push(a - r.sent_hr);
-    segs["admitted → agent spawned"].push(s - a);
-    segs["spawned → prompt at agent"].push(r.ledger_hr - s);
-  }
-  if (segs["client → runner admitted"].length === 0) return null;
-  return Object.fromEntries(Object.entries(segs).map(([k, v]) => [k, summarize(v)]));
 }
 
 /** Wall-clock ms (pino `time`) of the Runner's first log line with `msg` for `runId`, or null. */

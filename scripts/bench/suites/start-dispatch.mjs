@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { openBareSession } from "../lib/acp-client.mjs";
 import { LedgerReader } from "../lib/ledger.mjs";
 import { fakeAgentArgv } from "../lib/paths.mjs";
-import { derivedStages, runnerStageTimings } from "../lib/runner-timings.mjs";
+import { runnerStageTimings } from "../lib/runner-timings.mjs";
 import { hrNow, summarize } from "../lib/stats.mjs";
 import { makeTempDir } from "../lib/tmp.mjs";
 
@@ -42,7 +42,7 @@ async function oursOnce(stack, mcp) {
   const final = await mcp.observeToEnd(started.value.run_id, started.value.observation_token, 15_000);
   return {
     ms: entry.hr_ms - t0,
-    timed: { run_id: started.value.run_id, sent_hr: t0, ledger_hr: entry.hr_ms },
+    run_id: started.value.run_id,
     state: final.state,
     dispatches: stack.ledger.entries(prompt).length,
   };
@@ -54,7 +54,6 @@ export async function measure(ctx, { stack, runs }) {
   const ledger = new LedgerReader(join(dir, "ledger.jsonl"));
   const bare = [];
   const ours = [];
-  const timed = [];
   const failures = [];
   let duplicates = 0;
   let oursError = null;
@@ -71,8 +70,7 @@ export async function measure(ctx, { stack, runs }) {
           continue;
         }
         ours.push(r.ms);
-        timed.push(r.timed);
-        if (r.state !== "completed") failures.push({ run_id: r.timed.run_id, state: r.state });
+        if (r.state !== "completed") failures.push({ run_id: r.run_id, state: r.state });
         if (r.dispatches !== 1) duplicates++;
       } catch (error) {
         oursError = String(error?.message ?? error);
@@ -92,7 +90,6 @@ export async function measure(ctx, { stack, runs }) {
           failure_count: failures.length,
           duplicate_dispatches: duplicates,
           stages: runnerStageTimings(join(stack.dir, "runner.log")),
-          stages_from_log_lines: derivedStages(join(stack.dir, "runner.log"), timed),
         }
       : null,
     error: oursError,
