@@ -14,13 +14,19 @@ afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
+/** A fresh state database file in WAL mode, as the Server opens it; removed after the test. */
+function openStateDb() {
+  const dir = mkdtempSync(join(tmpdir(), "wc-audit-"));
+  dirs.push(dir);
+  const file = join(dir, "server.sqlite3");
+  const db = new Database(file);
+  db.pragma("journal_mode = WAL");
+  return { dir, file, db };
+}
+
 describe("SQLite audit log", () => {
   it("keeps one durable row per tool call with lifecycle and sizes only", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "wc-audit-"));
-    dirs.push(dir);
-    const file = join(dir, "server.sqlite3");
-    const db = new Database(file);
-    db.pragma("journal_mode = WAL");
+    const { dir, db } = openStateDb();
     const audit = new SqliteAuditLog(db);
     const tools = new McpTools({
       runs: new FakeRuns(),
@@ -59,11 +65,7 @@ describe("SQLite audit log", () => {
   });
 
   it("batches rows off the per-call path and writes all N of N calls by close", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "wc-audit-"));
-    dirs.push(dir);
-    const file = join(dir, "server.sqlite3");
-    const db = new Database(file);
-    db.pragma("journal_mode = WAL");
+    const { file, db } = openStateDb();
     db.pragma("synchronous = FULL");
     const audit = new SqliteAuditLog(db);
     const tools = new McpTools({
@@ -89,11 +91,7 @@ describe("SQLite audit log", () => {
   });
 
   it("keeps the table bounded: the newest maxRows rows survive, older ones are trimmed", () => {
-    const dir = mkdtempSync(join(tmpdir(), "wc-audit-"));
-    dirs.push(dir);
-    const file = join(dir, "server.sqlite3");
-    const db = new Database(file);
-    db.pragma("journal_mode = WAL");
+    const { db } = openStateDb();
     const row = (i: number) => ({
       principal_id: "alice",
       tool: TOOL_NAMES.observe,
