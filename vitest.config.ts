@@ -3,6 +3,8 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["packages/*/test/**/*.test.ts", "fake-acp-agent/test/**/*.test.ts", "scripts/test/**/*.test.ts"],
+    // Process tests run the daemons from dist/: build first so they never test stale code.
+    globalSetup: ["./scripts/vitest/build.ts"],
     pool: "forks",
     testTimeout: 30_000,
     hookTimeout: 30_000,

@@ -19,12 +19,6 @@ export const FAKE_AGENT_BIN = join(REPO, "fake-acp-agent/bin/fake-acp-agent.js")
 export const TOKEN_ENV = "WEBCODEX_TEST_RUNNER_TOKEN";
 export const TOKEN = "test-runner-token-0123456789";
 
-export function runnerBuilt(): boolean {
-  return (
-    existsSync(join(REPO, "packages/runner/dist/main.js")) && existsSync(join(REPO, "fake-acp-agent/dist/main.js"))
-  );
-}
-
 export interface Sandbox {
   dir: string;
   stateDir: string;

@@ -17,7 +17,6 @@ import {
   makeSandbox,
   processesMentioning,
   type RunnerConnection,
-  runnerBuilt,
   type Sandbox,
   startRunner,
   startTestServer,
@@ -120,7 +119,7 @@ afterEach(async () => {
   for (const s of servers.splice(0)) await s.close();
 });
 
-describe.skipIf(!runnerBuilt())("crash matrix: Runner SIGKILL at each dispatch boundary", { timeout: 90_000 }, () => {
+describe("crash matrix: Runner SIGKILL at each dispatch boundary", { timeout: 90_000 }, () => {
   it.each(CASES)(
     "$failpoint ($label): recovers as $recovered.state/$recovered.execution_state, never re-dispatches",
     async (c) => {

@@ -14,7 +14,6 @@ import {
   makeSandbox,
   processesMentioning,
   type RunnerConnection,
-  runnerBuilt,
   type Sandbox,
   startRunner,
   startTestServer,
@@ -78,7 +77,7 @@ const CASES: {
   },
 ];
 
-describe.skipIf(!runnerBuilt())("graceful Runner stop with a run in flight", { timeout: 90_000 }, () => {
+describe("graceful Runner stop with a run in flight", { timeout: 90_000 }, () => {
   it.each(CASES)("SIGTERM $name: exit 0, no survivors, terminal state recorded", async (c) => {
     const server = await startTestServer();
     servers.push(server);

@@ -5,7 +5,6 @@ import { STORE_DB_FILE, STORE_MARKER_FILE } from "../src/dispatch-store.js";
 import {
   killAllRunners,
   makeSandbox,
-  runnerBuilt,
   type Sandbox,
   startRunner,
   startTestServer,
@@ -62,7 +61,7 @@ async function expectRefusal(s: Sandbox, what: RegExp): Promise<void> {
   expect(stderr).toMatch(what);
 }
 
-describe.skipIf(!runnerBuilt())("store refusal (real webcodex-runner run)", { timeout: 90_000 }, () => {
+describe("store refusal (real webcodex-runner run)", { timeout: 90_000 }, () => {
   it("refuses to start when the database was deleted after use (marker present)", async () => {
     const s = sandbox();
     await createStore(s);
