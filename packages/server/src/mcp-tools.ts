@@ -36,7 +36,7 @@ import type { AuditLog, AuditOutcome } from "./audit.js";
 import { checkStartGrant, checkToolScope } from "./authority.js";
 import { readProjectsResource } from "./mcp-resource.js";
 import type { ObserveLimits } from "./observe-limits.js";
-import type { ApiError, ApiResult, Principal, RunsApi } from "./runs-api.js";
+import { type ApiError, type ApiResult, OpaqueKey, type Principal, type RunsApi } from "./runs-api.js";
 
 export const TOOL_NAMES = {
   start: "start_coding_agent",
@@ -44,13 +44,6 @@ export const TOOL_NAMES = {
   cancel: "cancel_coding_agent",
 } as const;
 export type ToolName = (typeof TOOL_NAMES)[keyof typeof TOOL_NAMES];
-
-/** Caller-chosen opaque strings (idempotency keys, workflow ids): printable ASCII, no spaces. */
-const OpaqueKey = z
-  .string()
-  .min(1)
-  .max(128)
-  .regex(/^[\x21-\x7e]+$/, "must be 1-128 printable ASCII characters without spaces");
 
 const Prompt = z
   .string()

@@ -68,8 +68,4 @@ export class Registry {
     if (!project) return { kind: "not_advertised", runner };
     return { kind: "ok", runner, project };
   }
-
-  onlineRunnerIds(): string[] {
-    return [...this.#live.keys()].filter((id) => this.live(id) !== undefined);
-  }
 }

@@ -14,6 +14,7 @@ import type {
   RunState,
   StopReason,
 } from "@webcodex/protocol";
+import { z } from "zod";
 
 export const SCOPES = [
   "coding_agent:run",
@@ -57,6 +58,18 @@ export interface ApiError {
 }
 
 export type ApiResult<T> = { ok: true; value: T } | { ok: false; error: ApiError };
+
+/**
+ * The one rule for caller-chosen opaque strings (idempotency keys, workflow session ids): 1-128 printable
+ * ASCII characters without spaces. The tool schemas and the run core's own validation both use it.
+ */
+export const MAX_OPAQUE_KEY_LENGTH = 128;
+export const OPAQUE_KEY_RULE = `1-${MAX_OPAQUE_KEY_LENGTH} printable ASCII characters without spaces`;
+export const OpaqueKey = z
+  .string()
+  .min(1)
+  .max(MAX_OPAQUE_KEY_LENGTH)
+  .regex(/^[\x21-\x7e]+$/, `must be ${OPAQUE_KEY_RULE}`);
 
 export interface StartInput {
   project_id: string;
