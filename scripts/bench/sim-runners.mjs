@@ -166,9 +166,6 @@ function startRunner(def) {
           if (!already) send({ type: "run.update", run: summary(run), events: [] });
           return;
         }
-        case "run.inventory":
-          send({ type: "run.inventory.result", request_id: frame.request_id, runs: [...runs.values()].map(summary) });
-          return;
         default:
           return;
       }

@@ -46,7 +46,7 @@ export const OBSERVE_OUTPUT_BUDGET_BYTES = 96 * 1024;
 /** Longest single wait of observe_coding_agent. */
 export const MAX_OBSERVE_WAIT_SECS = 30;
 
-/** Run summaries in a hello or run.inventory result. */
+/** Run summaries in a hello. */
 export const MAX_INVENTORY_RUNS = 1000;
 /** Providers a Runner may advertise. */
 export const MAX_PROVIDERS = 64;

@@ -31,7 +31,6 @@ export const RUNNER_FRAME = {
   runStartResult: "run.start.result",
   runSyncResult: "run.sync.result",
   runCancelResult: "run.cancel.result",
-  runInventoryResult: "run.inventory.result",
   runUpdate: "run.update",
   error: "error",
   heartbeat: "heartbeat",
@@ -42,7 +41,6 @@ export const SERVER_FRAME = {
   runStart: "run.start",
   runSync: "run.sync",
   runCancel: "run.cancel",
-  runInventory: "run.inventory",
   heartbeat: "heartbeat",
   protocolError: "protocol_error",
 } as const;
@@ -181,14 +179,6 @@ export const RunCancelResultFrame = z
   })
   .strict();
 
-export const RunInventoryResultFrame = z
-  .object({
-    type: z.literal(RUNNER_FRAME.runInventoryResult),
-    request_id: RequestId,
-    runs: z.array(RunSummary).max(MAX_INVENTORY_RUNS),
-  })
-  .strict();
-
 export const RunUpdateFrame = z
   .object({
     type: z.literal(RUNNER_FRAME.runUpdate),
@@ -224,7 +214,6 @@ export const RunnerFrame = z.discriminatedUnion("type", [
   RunStartResultFrame,
   RunSyncResultFrame,
   RunCancelResultFrame,
-  RunInventoryResultFrame,
   RunUpdateFrame,
   ErrorFrame,
   HeartbeatFrame,
@@ -273,16 +262,11 @@ export const RunCancelFrame = z
   .object({ type: z.literal(SERVER_FRAME.runCancel), request_id: RequestId, run_id: RunId })
   .strict();
 
-export const RunInventoryFrame = z
-  .object({ type: z.literal(SERVER_FRAME.runInventory), request_id: RequestId })
-  .strict();
-
 export const ServerFrame = z.discriminatedUnion("type", [
   HelloAckFrame,
   RunStartFrame,
   RunSyncFrame,
   RunCancelFrame,
-  RunInventoryFrame,
   HeartbeatFrame,
   ProtocolErrorFrame,
 ]);
@@ -296,17 +280,10 @@ export type RunSyncFrame = z.infer<typeof RunSyncFrame>;
 export type RunSyncResultFrame = z.infer<typeof RunSyncResultFrame>;
 export type RunCancelFrame = z.infer<typeof RunCancelFrame>;
 export type RunCancelResultFrame = z.infer<typeof RunCancelResultFrame>;
-export type RunInventoryFrame = z.infer<typeof RunInventoryFrame>;
-export type RunInventoryResultFrame = z.infer<typeof RunInventoryResultFrame>;
 export type RunUpdateFrame = z.infer<typeof RunUpdateFrame>;
 export type ErrorFrame = z.infer<typeof ErrorFrame>;
 export type HeartbeatFrame = z.infer<typeof HeartbeatFrame>;
 export type ProtocolErrorFrame = z.infer<typeof ProtocolErrorFrame>;
 
 /** Responses the Runner sends to a Server request, keyed by request frame type. */
-export type RunnerResponse =
-  | RunStartResultFrame
-  | RunSyncResultFrame
-  | RunCancelResultFrame
-  | RunInventoryResultFrame
-  | ErrorFrame;
+export type RunnerResponse = RunStartResultFrame | RunSyncResultFrame | RunCancelResultFrame | ErrorFrame;

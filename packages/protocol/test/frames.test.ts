@@ -87,7 +87,6 @@ const runnerFrames: RunnerFrame[] = [
     has_more: false,
   },
   { type: "run.cancel.result", request_id: "r3", run: summary, cancel_requested: true, already_terminal: false },
-  { type: "run.inventory.result", request_id: "r4", runs: [summary] },
   { type: "run.update", run: summary, events: [] },
   { type: "error", request_id: "r5", code: "capacity", message: "full" },
   { type: "heartbeat", sent_at: at },
@@ -111,7 +110,6 @@ const serverFrames: ServerFrame[] = [
   },
   { type: "run.sync", request_id: "r2", run_id: RUN_ID, after_seq: 0, max_events: 100 },
   { type: "run.cancel", request_id: "r3", run_id: RUN_ID },
-  { type: "run.inventory", request_id: "r4" },
   { type: "heartbeat", sent_at: at },
   { type: "protocol_error", code: "replaced", message: "a newer connection replaced this one" },
 ];

@@ -1,9 +1,8 @@
 /**
  * Per-run event ring (DESIGN §4.5): bounded by count and serialized bytes,
  * `seq` monotonic from 1, oldest events dropped first. Readers page with
- * `read(afterSeq, max)`; `subscribe` listeners are called synchronously on
- * every push, and `waitFor` resolves as soon as something newer exists —
- * no polling.
+ * `read(afterSeq, max)`, and `waitFor` resolves as soon as something newer
+ * exists — no polling.
  */
 import { RING_MAX_BYTES, RING_MAX_EVENTS, type RunEvent, type RunEventBody } from "@webcodex/protocol";
 
@@ -28,7 +27,6 @@ export class EventRing {
   #bytes = 0;
   #lastSeq = 0;
   #closed = false;
-  readonly #listeners = new Set<(event: RunEvent) => void>();
   #waiters: Array<() => void> = [];
 
   constructor(limits: Partial<RingLimits> = {}, now: () => Date = () => new Date()) {
@@ -73,7 +71,6 @@ export class EventRing {
       this.#sizes = this.#sizes.slice(this.#head);
       this.#head = 0;
     }
-    for (const listener of this.#listeners) listener(event);
     this.#wake();
     return event;
   }
@@ -93,11 +90,6 @@ export class EventRing {
     return this.#sizes[index] ?? Buffer.byteLength(JSON.stringify(event), "utf8");
   }
 
-  subscribe(listener: (event: RunEvent) => void): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
-  }
-
   /** Resolves once lastSeq > afterSeq, the ring closes, or `signal` aborts. */
   waitFor(afterSeq: number, signal?: AbortSignal): Promise<void> {
     if (this.#lastSeq > afterSeq || this.#closed || signal?.aborted) return Promise.resolve();
@@ -114,7 +106,6 @@ export class EventRing {
   /** No more events (after the terminal one); wakes every waiter. */
   close(): void {
     this.#closed = true;
-    this.#listeners.clear();
     this.#wake();
   }
 

@@ -8,8 +8,10 @@
  * - connects to `url` (ws://host:port/runner) with `Authorization: Bearer <token>`;
  * - sends `hello` (service.helloBody() + inventory) on every connection and
  *   waits for `hello.ack`; reconnects with jittered exponential backoff;
- * - answers run.start / run.sync / run.cancel / run.inventory through the
- *   RunService only (it never sees ACP, processes or the store);
+ * - answers run.start / run.sync / run.cancel through the RunService only
+ *   (it never sees ACP, processes or the store). There is no run.inventory
+ *   request: the hello carries the inventory, and the Server asks for a run
+ *   left out of it with run.sync;
  * - pushes `run.update` frames as the service reports changes, through a
  *   bounded send queue: when the queue is full it stops pushing that run's
  *   events, and once the queue drains sends one state-only update so the
@@ -29,6 +31,7 @@ import {
   encodeFrame,
   type HelloFrame,
   isTerminalState,
+  MAX_EVENTS_PER_SYNC,
   MAX_EVENTS_PER_UPDATE,
   MAX_FRAME_BYTES,
   MAX_INVENTORY_RUNS,
@@ -39,10 +42,10 @@ import {
   RunnerFrame,
   RunSummary,
   type ServerFrame,
-  UPDATE_EVENT_BYTES,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import WebSocket from "ws";
+import { eventBatches } from "./event-batches.js";
 import type { RunService } from "./run-service.js";
 
 export interface LinkOptions {
@@ -276,7 +279,6 @@ class Link implements LinkHandle {
       case "run.start":
       case "run.sync":
       case "run.cancel":
-      case "run.inventory":
         this.#onRequest(ws, frame);
         return;
       default: {
@@ -350,14 +352,6 @@ class Link implements LinkHandle {
             });
         }, internal);
         return;
-      case "run.inventory":
-        try {
-          const base: RunnerFrame = { type: "run.inventory.result", request_id: rid, runs: [] };
-          reply({ ...base, runs: this.#inventoryFor(base) });
-        } catch (err) {
-          internal(err);
-        }
-        return;
       default: {
         const never: never = req;
         void never;
@@ -365,23 +359,15 @@ class Link implements LinkHandle {
     }
   }
 
-  /** A sync result that fits one frame: drop trailing events (has_more) until it encodes. */
+  /** A sync result that fits one frame: its first batch (event-batches.ts); has_more when events were left. */
   #fitSync(rid: string, run: RunSummary, events: RunEvent[], hasMore: boolean): RunnerFrame {
-    let n = events.length;
-    let bytes = 0;
-    for (let i = 0; i < events.length; i++) {
-      bytes += Buffer.byteLength(JSON.stringify(events[i]), "utf8") + 1;
-      if (bytes > UPDATE_EVENT_BYTES) {
-        n = i;
-        break;
-      }
-    }
+    const [first = []] = eventBatches(events, { maxEvents: MAX_EVENTS_PER_SYNC });
     return {
       type: "run.sync.result",
       request_id: rid,
       run,
-      events: events.slice(0, n),
-      has_more: hasMore || n < events.length,
+      events: first,
+      has_more: hasMore || first.length < events.length,
     };
   }
 
@@ -393,7 +379,7 @@ class Link implements LinkHandle {
     if (fitted.length < runs.length) {
       this.#log.warn(
         { type: base.type, kept: fitted.length, left_out: runs.length - fitted.length },
-        "inventory larger than one frame; oldest terminal runs left out (the Server asks for them one by one)",
+        "inventory larger than one frame; oldest terminal runs left out (the Server asks for them one by one with run.sync)",
       );
     }
     return fitted;
@@ -525,24 +511,9 @@ class Link implements LinkHandle {
   }
 }
 
-/** Split one service update into frames of at most MAX_EVENTS_PER_UPDATE events and ~half a frame of bytes. */
+/** One service update as run.update frames, batched by the one rule of event-batches.ts. */
 export function chunkUpdate(run: RunSummary, events: readonly RunEvent[]): RunnerFrame[] {
-  if (events.length === 0) return [{ type: "run.update", run, events: [] }];
-  const frames: RunnerFrame[] = [];
-  let cur: RunEvent[] = [];
-  let bytes = 0;
-  for (const e of events) {
-    const n = Buffer.byteLength(JSON.stringify(e), "utf8") + 1;
-    if (cur.length > 0 && (cur.length >= MAX_EVENTS_PER_UPDATE || bytes + n > UPDATE_EVENT_BYTES)) {
-      frames.push({ type: "run.update", run, events: cur });
-      cur = [];
-      bytes = 0;
-    }
-    cur.push(e);
-    bytes += n;
-  }
-  frames.push({ type: "run.update", run, events: cur });
-  return frames;
+  return eventBatches(events).map((batch) => ({ type: "run.update", run, events: batch }));
 }
 
 /**

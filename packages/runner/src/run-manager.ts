@@ -1,44 +1,33 @@
 /**
  * The run lifecycle (DESIGN §4.2–4.5) behind the RunService seam: admission
- * (fences, capacity — never a queue), then one ACP turn per run:
+ * (fences, capacity — never a queue), then per run:
  *
- *   admit ─▶ env/spawn ─▶ initialize ─▶ session/new ─▶ config sequencing
- *         ─▶ BARRIER (store.markDispatchBarrier, durable) ─▶ session/prompt
- *         ─▶ updates … correlated response ─▶ markTerminal ─▶ projection
- *         ─▶ tree cleanup ─▶ clearChild
+ *   admit ─▶ the ACP turn (acp-turn.ts) ─▶ markTerminal ─▶ projection
+ *         ─▶ tree cleanup ─▶ clearChild ─▶ retention (retention.ts)
  *
- * Failpoints (test-only SIGKILL, see failpoints.ts) sit at: after_admission,
- * before_barrier, after_barrier_before_prompt, after_prompt_write,
- * after_terminal_before_projection.
+ * Pushes to the link go through the one batching rule (event-batches.ts);
+ * the setup timings line is run-timings.ts, fed by the turn's milestones.
  *
- * Terminal messages are fixed texts (FAILURE_SUMMARIES + stage); provider
- * text never reaches run state. Cancellation and "unknown outcome" are
- * results, not exceptions.
+ * Failpoints (test-only SIGKILL, see failpoints.ts) here: after_admission,
+ * after_terminal_before_projection (the turn has the others).
  */
 import { randomBytes } from "node:crypto";
-import type {
-  RequestPermissionRequest,
-  RequestPermissionResponse,
-  SessionNotification,
-} from "@agentclientprotocol/sdk";
 import {
   FAILURE_SUMMARIES,
   type FailureKind,
   MAX_EVENTS_PER_SYNC,
-  MAX_EVENTS_PER_UPDATE,
   MAX_INVENTORY_RUNS,
   type RunEvent,
   type RunSummary,
-  UPDATE_EVENT_BYTES,
 } from "@webcodex/protocol";
-import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./acp-session.js";
+import { AcpTurn } from "./acp-turn.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "./config.js";
-import { checkCallerKeys, sequenceConfig } from "./config-sequencing.js";
 import type { DispatchStore } from "./dispatch-store-types.js";
+import { eventBatches } from "./event-batches.js";
 import type { EventRing, RingLimits } from "./event-ring.js";
-import { EventNormalizer, Redactor } from "./events.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "./failpoints.js";
 import { type Logger, silentLogger } from "./logger.js";
+import { RunRetention } from "./retention.js";
 import { Run, rowToSummary } from "./run-record.js";
 import type {
   HelloBody,
@@ -49,17 +38,8 @@ import type {
   RunSyncResult,
   RunUpdateListener,
 } from "./run-service.js";
-import { type AgentChild, resolveChildEnv, SpawnError, spawnAgent } from "./spawn.js";
-import {
-  type CancelReason,
-  cancelledBeforeDispatch,
-  lost,
-  notStarted,
-  type PermissionAnswer,
-  promptTerminal,
-  type Terminal,
-} from "./terminal.js";
-import { TextPacer } from "./text-pacer.js";
+import { StageClock } from "./run-timings.js";
+import { type CancelReason, lost, notStarted, type Terminal } from "./terminal.js";
 
 export { rowToSummary };
 
@@ -83,40 +63,12 @@ export interface RunManagerOptions {
   now?: () => Date;
 }
 
-/**
- * Durations (ms, consecutive laps from just before the spawn) of the setup
- * stages of one dispatched run, logged once as "run timings" when the prompt
- * has been written: spawn (process start, recording its group, wiring the
- * connection), initialize, session_new, config (sequencing and its record),
- * barrier_commit (the durable dispatch barrier), prompt_write (until the
- * session/prompt request was handed to the child's stdin).
- */
-export interface RunTimings {
-  spawn: number;
-  initialize: number;
-  session_new: number;
-  config: number;
-  barrier_commit: number;
-  prompt_write: number;
-}
-
-/**
- * Budget of the serialized event bytes held by the rings of retained terminal
- * runs, all together (each ring alone may hold RING_MAX_BYTES, 8 MiB; 64 of
- * them would be 512 MiB). Beyond it the oldest terminal runs leave memory
- * first: their summaries are answered from the store, and an observer behind
- * them is told history_lost (sync returns no events, oldest_seq = last_seq + 1).
- */
-export const RETAINED_RINGS_MAX_BYTES = 64 * 1024 * 1024;
-
+export { MAX_PENDING_PERMISSIONS } from "./acp-turn.js";
+export { RETAINED_RINGS_MAX_BYTES } from "./retention.js";
+export type { RunTimings } from "./run-timings.js";
 /** Streamed text pacing (text-pacer.ts): at once when quiet, up to COALESCE_MS during a flood. */
 export { COALESCE_MS, FLOOD_GAP_MS } from "./text-pacer.js";
-/**
- * Permission requests a run may have waiting at once. Each holds a waiter, a
- * timer, a ring event and a log line; beyond this bound a request is answered
- * `cancelled` at once, with no event, and only counted (ignored_updates).
- */
-export const MAX_PENDING_PERMISSIONS = 16;
+
 /** Faults that close() itself causes by closing connections and killing trees. */
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
@@ -124,21 +76,13 @@ function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
 }
 
-type Aborted = { kind: "aborted" };
-
-class AbortedError extends Error {}
-
 export class RunManager implements RunService {
   readonly agentInstanceId: string;
   readonly #config: RunnerConfig;
   readonly #store: DispatchStore;
   readonly #log: Logger;
-  readonly #env: NodeJS.ProcessEnv;
   readonly #graceMs: number;
-  readonly #maxMessageBytes: number | undefined;
   readonly #ringLimits: Partial<RingLimits> | undefined;
-  readonly #maxRetained: number;
-  readonly #retainedRingsMaxBytes: number;
   readonly #failpoint: (name: FailpointName) => void;
   readonly #now: () => Date;
   readonly #providerInstanceIds = new Map<string, string>();
@@ -147,7 +91,8 @@ export class RunManager implements RunService {
   readonly #runs = new Map<string, Run>();
   /** Runs holding a capacity slot: from admission until their process tree is gone. */
   readonly #active = new Set<Run>();
-  readonly #retained: string[] = [];
+  readonly #retention: RunRetention;
+  readonly #turn: AcpTurn;
   readonly #listeners = new Set<RunUpdateListener>();
   #closing = false;
 
@@ -155,15 +100,29 @@ export class RunManager implements RunService {
     this.#config = options.config;
     this.#store = options.store;
     this.#log = options.logger ?? silentLogger();
-    this.#env = options.sourceEnv ?? process.env;
     this.#graceMs = options.cleanupGraceMs ?? 2000;
-    this.#maxMessageBytes = options.maxMessageBytes;
     this.#ringLimits = options.ringLimits;
-    this.#maxRetained = options.maxRetainedRuns ?? 64;
-    this.#retainedRingsMaxBytes = options.retainedRingsMaxBytes ?? RETAINED_RINGS_MAX_BYTES;
     this.#failpoint = options.failpoint ?? defaultFailpoint;
     this.#now = options.now ?? (() => new Date());
     this.agentInstanceId = newInstanceId("ai");
+    this.#retention = new RunRetention({
+      runs: this.#runs,
+      ...(options.maxRetainedRuns === undefined ? {} : { maxRuns: options.maxRetainedRuns }),
+      ...(options.retainedRingsMaxBytes === undefined ? {} : { maxRingBytes: options.retainedRingsMaxBytes }),
+      persist: (run) => this.#saveTerminal(run),
+    });
+    this.#turn = new AcpTurn({
+      acp: this.#config.acp,
+      store: this.#store,
+      log: this.#log,
+      sourceEnv: options.sourceEnv ?? process.env,
+      maxMessageBytes: options.maxMessageBytes,
+      failpoint: this.#failpoint,
+      closing: () => this.#closing,
+      touch: (run) => this.#touch(run),
+      schedulePush: (run) => this.#schedulePush(run),
+      requestCancel: (run, reason) => this.#requestCancel(run, reason),
+    });
     for (const agent of this.#config.acp.agents) {
       this.#agents.set(agent.id, agent);
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
@@ -351,8 +310,13 @@ export class RunManager implements RunService {
 
   async #drive(run: Run, prompt: string, callerConfig: RunStartRequest["config"]): Promise<void> {
     let terminal: Terminal;
+    const clock = new StageClock();
+    const milestone = (stage: Parameters<StageClock["lap"]>[0]): void => {
+      clock.lap(stage);
+      if (stage === "prompt_write") this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
+    };
     try {
-      terminal = await this.#turn(run, prompt, callerConfig);
+      terminal = await this.#turn.turn(run, prompt, callerConfig, milestone);
     } catch (error) {
       this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name, stage: run.stage }, "turn failed");
       terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
@@ -367,266 +331,6 @@ export class RunManager implements RunService {
     }
     this.#finish(run, terminal);
     await this.#cleanup(run);
-  }
-
-  async #turn(run: Run, prompt: string, callerConfig: RunStartRequest["config"]): Promise<Terminal> {
-    const acp = this.#config.acp;
-    run.timer(acp.setupTimeoutSecs * 1000, () => {
-      if (run.dispatched || run.terminal) return;
-      run.setupExpired = true;
-      run.setupAbort.abort();
-    });
-
-    // Before spawning: input that can never work, and the env mapping.
-    const keys = checkCallerKeys(acp.forcedConfig, callerConfig, run.agent.allowedConfigOptions);
-    if (!keys.ok) return notStarted(keys.failureKind, "set_config_option", keys.detail, "fix_input");
-    const env = resolveChildEnv(run.agent, this.#env);
-    if (!env.ok) return notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`);
-    if (run.setupAbort.signal.aborted) return this.#setupAborted(run);
-
-    const redactor = new Redactor(Object.values(env.env), run.project.root);
-    // Streamed text enters the ring (and is pushed) at the next setImmediate when the stream is quiet,
-    // or after up to COALESCE_MS while a flood is going on (text-pacer.ts).
-    const pacer = new TextPacer({
-      flush: () => {
-        if (!run.terminal) normalizer.flushStreamed();
-      },
-    });
-    const normalizer = new EventNormalizer({
-      projectRoot: run.project.root,
-      redactor,
-      emit: (body) => {
-        if (run.terminal) return;
-        if (body.kind === "agent_message" || body.kind === "reasoning") pacer.noteFlush();
-        run.ring.push(body);
-        this.#schedulePush(run);
-      },
-      onPending: () => pacer.schedule(),
-    });
-    run.normalizer = normalizer;
-    run.textPacer = pacer;
-
-    // Per-stage durations, logged once at dispatch ("run timings"; scripts/bench reads them).
-    const timings: RunTimings = {
-      spawn: 0,
-      initialize: 0,
-      session_new: 0,
-      config: 0,
-      barrier_commit: 0,
-      prompt_write: 0,
-    };
-    let stageStart = performance.now();
-    const lap = (stage: keyof RunTimings): void => {
-      const now = performance.now();
-      timings[stage] = Math.round((now - stageStart) * 100) / 100;
-      stageStart = now;
-    };
-
-    // Spawn.
-    let child: AgentChild;
-    try {
-      child = await spawnAgent({ agent: run.agent, cwd: run.project.root, env: env.env });
-    } catch (error) {
-      const code = error instanceof SpawnError ? error.code : "unknown";
-      this.#log.warn({ run_id: run.run_id, code }, "agent spawn failed");
-      return notStarted("provider_spawn_failed", "spawn");
-    }
-    run.child = child;
-    this.#log.info({ run_id: run.run_id, pgid: child.pgid }, "agent spawned");
-    this.#store.markSetup(
-      run.run_id,
-      child.startTime === null ? null : { pgid: child.pgid, startTime: child.startTime },
-    );
-    run.phase = "setup";
-    this.#touch(run);
-    void child.exited.then((exit) => this.#log.info({ run_id: run.run_id, ...exit }, "agent exited"));
-
-    const conn = new AcpClientConnection(
-      child,
-      {
-        onSessionUpdate: (n) => this.#onSessionUpdate(run, n),
-        onPermissionRequest: (params, signal) => this.#onPermission(run, params, signal),
-        onUnsupportedRequest: (method) =>
-          this.#log.info({ run_id: run.run_id, method: loggableMethod(method) }, "refused agent request"),
-      },
-      this.#maxMessageBytes === undefined ? {} : { maxMessageBytes: this.#maxMessageBytes },
-    );
-    run.conn = conn;
-
-    // initialize
-    lap("spawn");
-    run.stage = "initialize";
-    const init = await this.#setupStep(run, conn.initialize());
-    lap("initialize");
-    if (init.kind !== "ok") return this.#setupFailure(run, init);
-    if (init.value.protocolVersion !== 1) {
-      this.#log.warn({ run_id: run.run_id, protocol_version: Number(init.value.protocolVersion) }, "bad ACP version");
-      return notStarted("unsupported_protocol_version", "initialize");
-    }
-
-    // session/new
-    run.stage = "session_new";
-    const session = await this.#setupStep(run, conn.newSession(run.project.root));
-    lap("session_new");
-    if (session.kind !== "ok") return this.#setupFailure(run, session);
-    if (typeof session.value?.sessionId !== "string") return notStarted("protocol_violation", "session_new");
-    run.sessionId = session.value.sessionId;
-
-    // config sequencing
-    run.stage = "set_config_option";
-    const sessionId = run.sessionId;
-    let sequenced: Awaited<ReturnType<typeof sequenceConfig>>;
-    try {
-      sequenced = await sequenceConfig({
-        forced: acp.forcedConfig,
-        caller: callerConfig,
-        allowed: run.agent.allowedConfigOptions,
-        initial: session.value.configOptions,
-        redact: (text) => redactor.redact(text),
-        set: async (id, value) => {
-          const outcome = await this.#setupStep(run, conn.setConfigOption(sessionId, id, value));
-          if (outcome.kind === "aborted") throw new AbortedError();
-          return outcome;
-        },
-      });
-    } catch (error) {
-      if (error instanceof AbortedError) return this.#setupAborted(run);
-      throw error;
-    }
-    if (!sequenced.ok) {
-      if (sequenced.failureKind === "fault") return this.#setupFailure(run, sequenced.outcome);
-      return notStarted(sequenced.failureKind, "set_config_option", sequenced.detail, "fix_input");
-    }
-    run.effective_config = sequenced.effective;
-    this.#store.recordEffectiveConfig(run.run_id, sequenced.effective);
-    lap("config");
-
-    // The barrier. Nothing between the durable commit and the prompt write may fail silently.
-    if (run.setupAbort.signal.aborted) return this.#setupAborted(run);
-    if (this.#closing) return notStarted("runner_restarted", run.stage);
-    run.stage = "prompt";
-    this.#failpoint("before_barrier");
-    try {
-      this.#store.markDispatchBarrier(run.run_id);
-      lap("barrier_commit");
-    } catch (error) {
-      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "dispatch barrier failed");
-      return notStarted("io_error", "prompt");
-    }
-    run.phase = "dispatch_barrier";
-    run.state = "running";
-    run.execution_state = "started";
-    run.recovery_kind = "wait";
-    this.#touch(run);
-    // The run deadline bounds the turn from dispatch (setup has its own deadline).
-    run.timer(run.timeoutSecs * 1000, () => this.#requestCancel(run, "deadline"));
-    this.#failpoint("after_barrier_before_prompt");
-    const response = conn.prompt(sessionId, prompt);
-    void conn.promptWritten.then(() => {
-      lap("prompt_write");
-      this.#failpoint("after_prompt_write");
-      this.#log.info({ run_id: run.run_id, timings_ms: timings }, "run timings");
-    });
-
-    const answered = await Promise.race([response, run.graceExpired.then(() => ({ kind: "grace" as const }))]);
-    if (answered.kind === "rpc_error") {
-      this.#log.info({ run_id: run.run_id, rpc_code: answered.code }, "prompt answered with an error");
-    }
-    return promptTerminal(answered, run);
-  }
-
-  /** Race a setup request against the setup deadline and cancellation. */
-  async #setupStep<T>(run: Run, request: Promise<RequestOutcome<T>>): Promise<RequestOutcome<T> | Aborted> {
-    const signal = run.setupAbort.signal;
-    if (signal.aborted) return { kind: "aborted" };
-    let onAbort!: () => void;
-    const aborted = new Promise<Aborted>((resolve) => {
-      onAbort = () => resolve({ kind: "aborted" });
-      signal.addEventListener("abort", onAbort, { once: true });
-    });
-    try {
-      return await Promise.race([request, aborted]);
-    } finally {
-      signal.removeEventListener("abort", onAbort);
-    }
-  }
-
-  #setupFailure(run: Run, outcome: Exclude<RequestOutcome<unknown>, { kind: "ok" }> | Aborted): Terminal {
-    switch (outcome.kind) {
-      case "aborted":
-        return this.#setupAborted(run);
-      case "rpc_error":
-        this.#log.info({ run_id: run.run_id, stage: run.stage, rpc_code: outcome.code }, "setup request rejected");
-        return notStarted("provider_rejected", run.stage, `JSON-RPC error ${outcome.code}.`);
-      case "fault":
-        return notStarted(outcome.fault, run.stage);
-    }
-  }
-
-  #setupAborted(run: Run): Terminal {
-    if (run.setupExpired) return notStarted("setup_timeout", run.stage);
-    if (run.cancelReason === "deadline") return notStarted("run_timeout", run.stage);
-    // close() aborted the setup: recorded as a restart would record it (recovery.ts).
-    if (run.cancelReason === null && this.#closing) return notStarted("runner_restarted", run.stage);
-    return cancelledBeforeDispatch(run.stage);
-  }
-
-  #onSessionUpdate(run: Run, notification: SessionNotification): void {
-    const normalizer = run.normalizer;
-    if (!normalizer || run.terminal) return;
-    if (run.sessionId === null || notification.sessionId !== run.sessionId) {
-      normalizer.ignore();
-      return;
-    }
-    normalizer.handle(notification.update);
-    this.#schedulePush(run);
-  }
-
-  async #onPermission(
-    run: Run,
-    params: RequestPermissionRequest,
-    signal: AbortSignal,
-  ): Promise<RequestPermissionResponse> {
-    const cancelled: RequestPermissionResponse = { outcome: { outcome: "cancelled" } };
-    const normalizer = run.normalizer;
-    if (!normalizer || run.terminal || !run.dispatched || params.sessionId !== run.sessionId) return cancelled;
-    if (run.cancelReason !== null) {
-      run.permissionAnswered ??= run.cancelReason;
-      return cancelled;
-    }
-    if (run.pendingPermissions >= MAX_PENDING_PERMISSIONS) {
-      if (run.refusedPermissions++ === 0) {
-        this.#log.warn({ run_id: run.run_id, pending: run.pendingPermissions }, "too many pending permission requests");
-      }
-      normalizer.ignore();
-      return cancelled;
-    }
-    normalizer.emitBody(normalizer.permissionEvent(params));
-    run.pendingPermissions++;
-    run.state = "waiting_permission";
-    this.#touch(run);
-    this.#log.info({ run_id: run.run_id }, "permission requested");
-
-    const why = await new Promise<PermissionAnswer | "closed">((resolve) => {
-      const timer = setTimeout(() => finish("permission_deadline"), this.#config.acp.permissionTimeoutSecs * 1000);
-      const onAbort = () => finish("closed");
-      const finish = (w: PermissionAnswer | "closed") => {
-        clearTimeout(timer);
-        signal.removeEventListener("abort", onAbort);
-        run.permissionWaiters.delete(finish);
-        resolve(w);
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      run.permissionWaiters.add(finish);
-    });
-    run.pendingPermissions--;
-    if (why !== "closed") run.permissionAnswered ??= why;
-    if (run.pendingPermissions === 0 && run.state === "waiting_permission") {
-      run.state = "running";
-      this.#touch(run);
-    }
-    this.#log.info({ run_id: run.run_id, answered: "cancelled", because: why }, "permission answered");
-    return cancelled;
   }
 
   // ---- terminal, projection, cleanup ---------------------------------------------------
@@ -714,7 +418,7 @@ export class RunManager implements RunService {
       run.child = null;
       run.conn = null;
       this.#active.delete(run);
-      this.#retain(run);
+      this.#retention.retain(run);
       run.markSettled();
     }
   }
@@ -741,30 +445,6 @@ export class RunManager implements RunService {
     return true;
   }
 
-  /**
-   * Keep a settled run in memory; evict the oldest ones beyond the count bound
-   * and while the retained rings exceed their byte budget (never the run just
-   * retained, never one whose terminal write failed).
-   */
-  #retain(run: Run): void {
-    this.#retained.push(run.run_id);
-    let ringBytes = 0;
-    for (const id of this.#retained) ringBytes += this.#runs.get(id)?.ring.bytes ?? 0;
-    const pinned: string[] = [];
-    while (
-      this.#retained.length > this.#maxRetained ||
-      (ringBytes > this.#retainedRingsMaxBytes && this.#retained.length > 1)
-    ) {
-      const evicted = this.#retained.shift();
-      if (evicted === undefined) break;
-      const old = this.#runs.get(evicted);
-      ringBytes -= old?.ring.bytes ?? 0;
-      if (old && !this.#saveTerminal(old)) pinned.push(evicted);
-      else this.#runs.delete(evicted);
-    }
-    if (pinned.length > 0) this.#retained.unshift(...pinned);
-  }
-
   /** State changed: push soon (at most one setImmediate later). */
   #touch(run: Run): void {
     run.updated_at = this.#now().toISOString();
@@ -780,29 +460,13 @@ export class RunManager implements RunService {
     });
   }
 
-  /** Send the summary and every event newer than the last push, in frame-sized batches. */
+  /** Send the summary and every event newer than the last push, in frame-sized batches (event-batches.ts). */
   #push(run: Run): void {
     const summary = run.summary();
     const { events } = run.ring.read(run.pushedSeq, Number.MAX_SAFE_INTEGER);
     run.pushedSeq = run.ring.lastSeq;
     if (this.#listeners.size === 0) return;
-    if (events.length === 0) {
-      this.#emit(summary, []);
-      return;
-    }
-    let batch: RunEvent[] = [];
-    let bytes = 0;
-    for (const event of events) {
-      const size = run.ring.sizeOf(event);
-      if (batch.length > 0 && (batch.length >= MAX_EVENTS_PER_UPDATE || bytes + size > UPDATE_EVENT_BYTES)) {
-        this.#emit(summary, batch);
-        batch = [];
-        bytes = 0;
-      }
-      batch.push(event);
-      bytes += size;
-    }
-    this.#emit(summary, batch);
+    for (const batch of eventBatches(events, { sizeOf: (e) => run.ring.sizeOf(e) + 1 })) this.#emit(summary, batch);
   }
 
   #emit(summary: RunSummary, events: readonly RunEvent[]): void {

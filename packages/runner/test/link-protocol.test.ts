@@ -84,7 +84,6 @@ describe("runner link protocol", () => {
     });
     peer.ws.send(JSON.stringify(ack));
     await until(() => link?.connected);
-    peer.ws.send(JSON.stringify({ type: "run.inventory", request_id: "q1" }));
     peer.ws.send(
       JSON.stringify({
         type: "run.sync",
@@ -94,9 +93,8 @@ describe("runner link protocol", () => {
         max_events: 10,
       }),
     );
-    await until(() => peer.frames.length >= 3);
-    expect(peer.frames[1]).toMatchObject({ type: "run.inventory.result", request_id: "q1", runs: [] });
-    expect(peer.frames[2]).toMatchObject({ type: "error", request_id: "q2", code: "not_found" });
+    await until(() => peer.frames.length >= 2);
+    expect(peer.frames[1]).toMatchObject({ type: "error", request_id: "q2", code: "not_found" });
   });
 
   it("answers run.sync for a ring of 1000 CJK events with one frame within MAX_FRAME_BYTES and has_more", async () => {
@@ -198,7 +196,7 @@ describe("runner link protocol", () => {
     peer.ws.send(JSON.stringify(ack));
     await until(() => link?.connected);
     peer.ws.send(JSON.stringify({ type: "run.sync", request_id: "q1", run_id: ids[0], after_seq: 0, max_events: 10 }));
-    peer.ws.send(JSON.stringify({ type: "run.inventory", request_id: "q2" }));
+    peer.ws.send(JSON.stringify({ type: "run.sync", request_id: "q2", run_id: ids[1], after_seq: 0, max_events: 10 }));
     await until(() => peer.frames.length >= 3);
     expect(peer.frames.find((f) => f.request_id === "q1")).toEqual({
       type: "error",
@@ -206,8 +204,10 @@ describe("runner link protocol", () => {
       code: "internal",
       message: "The Runner could not encode the reply.",
     });
-    const inv = peer.frames.find((f) => f.request_id === "q2") as { runs: Array<{ run_id: string }> };
-    expect(inv.runs.map((r) => r.run_id)).toEqual([ids[1]]);
+    expect(peer.frames.find((f) => f.request_id === "q2")).toMatchObject({
+      type: "run.sync.result",
+      run: { run_id: ids[1] },
+    });
     for (const f of peer.frames) expect(RunnerFrame.safeParse(f).success).toBe(true);
     expect(s.peers.length).toBe(1);
     expect(lines.some((l) => l.includes('"type":"run.sync.result"') && l.includes('"path":"run.message"'))).toBe(true);
@@ -243,7 +243,9 @@ describe("runner link protocol", () => {
       backoffInitialMs: 20,
     });
     const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
-    peer.ws.send(JSON.stringify({ type: "run.inventory", request_id: "q1" }));
+    peer.ws.send(
+      JSON.stringify({ type: "run.cancel", request_id: "q1", run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" }),
+    );
     await until(() => peer.frames.find((f) => f.type === "protocol_error"));
     expect(peer.frames.find((f) => f.type === "protocol_error")).toMatchObject({ code: "unexpected_frame" });
   });

@@ -19,7 +19,6 @@ import {
   type ProtocolErrorCode,
   parseRunnerFrame,
   type RunCancelFrame,
-  type RunInventoryFrame,
   type RunnerFrame,
   type RunnerResponse,
   type RunStartFrame,
@@ -34,8 +33,7 @@ import type { RunnerBinding } from "./config.js";
 export type RunnerRequest =
   | Omit<RunStartFrame, "request_id">
   | Omit<RunSyncFrame, "request_id">
-  | Omit<RunCancelFrame, "request_id">
-  | Omit<RunInventoryFrame, "request_id">;
+  | Omit<RunCancelFrame, "request_id">;
 
 export type RequestOutcome =
   | { ok: true; frame: RunnerResponse }
@@ -49,7 +47,6 @@ const EXPECTED_RESULT: Record<RunnerRequest["type"], RunnerResponse["type"]> = {
   "run.start": "run.start.result",
   "run.sync": "run.sync.result",
   "run.cancel": "run.cancel.result",
-  "run.inventory": "run.inventory.result",
 };
 
 export interface HubListener {
@@ -337,7 +334,6 @@ export class RunnerHub {
       case "run.start.result":
       case "run.sync.result":
       case "run.cancel.result":
-      case "run.inventory.result":
       case "error":
         if (!conn.settle(frame)) conn.protocolError("unexpected_frame", `${frame.type} does not answer its request`);
         return;

@@ -94,9 +94,6 @@ export class RawRunner {
         else this.send({ type: "run.cancel.result", request_id, ...c });
         return;
       }
-      case "run.inventory":
-        this.send({ type: "run.inventory.result", request_id, runs: this.svc.inventory() });
-        return;
     }
   }
 
