@@ -4,7 +4,7 @@
  */
 
 /** Version of the Server<->Runner WebSocket protocol spoken by this build. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Largest WebSocket text frame either side accepts, in UTF-8 bytes. */
 export const MAX_FRAME_BYTES = 1024 * 1024;

@@ -22,7 +22,17 @@ import {
   PROTOCOL_VERSION,
 } from "./bounds.js";
 import { boundedText, RunEvent } from "./events.js";
-import { ConfigOptionId, Fingerprint, InstanceId, ProjectId, ProviderId, RequestId, RunId, RunnerId } from "./ids.js";
+import {
+  ConfigOptionId,
+  Fingerprint,
+  InstanceId,
+  ProjectId,
+  ProviderId,
+  RequestId,
+  ResumeSecret,
+  RunId,
+  RunnerId,
+} from "./ids.js";
 import { ExecutionState, FailureKindSchema, RecoveryKind, RunPhase, RunState, StopReason } from "./vocab.js";
 
 /** Frame type names, one `as const` table per direction. */
@@ -126,6 +136,10 @@ export const PROTOCOL_ERROR_CODES = [
   "unexpected_frame",
   "unauthorized_project",
   "replaced",
+  /** A hello for a runner id whose live connection is still alive, without that connection's resume secret. */
+  "link_in_use",
+  /** The runner's token was rotated (`webcodex-server runner-token rotate`): this link's token is no longer valid. */
+  "token_revoked",
 ] as const;
 export const ProtocolErrorCode = z.enum(PROTOCOL_ERROR_CODES);
 export type ProtocolErrorCode = z.infer<typeof ProtocolErrorCode>;
@@ -146,6 +160,11 @@ export const HelloFrame = z
     providers: z.array(ProviderAdvert).max(MAX_PROVIDERS),
     projects: z.array(ProjectAdvert).max(MAX_PROJECTS),
     inventory: z.array(RunSummary).max(MAX_INVENTORY_RUNS),
+    /**
+     * The secret of the last hello.ack this Runner process received (memory only): proves a reconnect is
+     * the same process, so it may take over a link the Server still thinks alive (DESIGN §5).
+     */
+    resume_secret: ResumeSecret.optional(),
   })
   .strict();
 
@@ -229,6 +248,8 @@ export const HelloAckFrame = z
     runner_id: RunnerId,
     server_instance_id: InstanceId,
     heartbeat_interval_ms: z.number().int().min(100).max(600_000),
+    /** Kept in memory only by the Runner and sent in its next hello to resume this link (DESIGN §5). */
+    resume_secret: ResumeSecret,
   })
   .strict();
 

@@ -11,6 +11,8 @@ export const INSTANCE_ID_PATTERN = /^[A-Za-z0-9_-]{16,64}$/;
 export const CONFIG_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/;
 /** A hex sha256. */
 export const FINGERPRINT_PATTERN = /^[0-9a-f]{64}$/;
+/** The link resumption secret of hello.ack / hello (32 random bytes, base64url). */
+export const RESUME_SECRET_PATTERN = /^[A-Za-z0-9_-]{43}$/;
 /** Correlation ids of protocol requests. */
 export const REQUEST_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -22,6 +24,7 @@ export const RunnerId = LocalId;
 export const InstanceId = z.string().regex(INSTANCE_ID_PATTERN, "must be 16-64 characters of [A-Za-z0-9_-]");
 export const ConfigOptionId = z.string().regex(CONFIG_ID_PATTERN, "must be 1-128 characters of [A-Za-z0-9_.:/-]");
 export const Fingerprint = z.string().regex(FINGERPRINT_PATTERN, "must be a lowercase hex sha256");
+export const ResumeSecret = z.string().regex(RESUME_SECRET_PATTERN, "must be 43 characters of base64url");
 export const RequestId = z.string().regex(REQUEST_ID_PATTERN, "must be 1-64 characters of [A-Za-z0-9_-]");
 
 const BASE32_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567";

@@ -4,6 +4,7 @@ import {
   encodeFrame,
   MAX_FRAME_BYTES,
   MAX_PROMPT_BYTES,
+  PROTOCOL_VERSION,
   parseRunnerFrame,
   parseServerFrame,
   type RunnerFrame,
@@ -42,7 +43,7 @@ const at = "2026-11-29T21:00:00.000Z";
 const runnerFrames: RunnerFrame[] = [
   {
     type: "hello",
-    protocol_version: 1,
+    protocol_version: PROTOCOL_VERSION,
     agent_instance_id: INSTANCE,
     store_id: INSTANCE,
     capabilities: { coding_agent_run: { max_concurrent_runs: 2 } },
@@ -94,7 +95,13 @@ const runnerFrames: RunnerFrame[] = [
 ];
 
 const serverFrames: ServerFrame[] = [
-  { type: "hello.ack", runner_id: "local", server_instance_id: INSTANCE, heartbeat_interval_ms: 15000 },
+  {
+    type: "hello.ack",
+    runner_id: "local",
+    server_instance_id: INSTANCE,
+    heartbeat_interval_ms: 15000,
+    resume_secret: "resume_secret_for_tests_0000000000000000000",
+  },
   {
     type: "run.start",
     request_id: "r1",

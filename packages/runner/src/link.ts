@@ -24,7 +24,14 @@
  * an invalid reply becomes an `error` frame — never a frame that makes the
  * Server close the link and the Runner reconnect with the same bad frame.
  *
- * The token is never logged.
+ * Link resumption (DESIGN §5): `hello.ack` carries a resume secret, kept in
+ * memory only and sent in every later hello of this process, so a reconnect
+ * after a network blip takes over the link the Server may still think alive.
+ * A `link_in_use` refusal (another connection holds the link: this Runner was
+ * just restarted, or someone else has its token) is retried at a short,
+ * bounded pace until the old link is declared dead.
+ *
+ * The token and the resume secret are never logged.
  */
 import {
   describeFirstIssue,
@@ -75,6 +82,9 @@ export interface LinkHandle {
 
 type Request = Extract<ServerFrame, { request_id: string }>;
 
+/** After a `link_in_use` refusal the backoff restarts from this attempt (initial delay × 2^n). */
+export const LINK_IN_USE_RETRY_ATTEMPT = 2;
+
 export function startLink(opts: LinkOptions): LinkHandle {
   return new Link(opts);
 }
@@ -89,6 +99,8 @@ class Link implements LinkHandle {
   #live = false;
   #stopped = false;
   #attempt = 0;
+  /** From the last hello.ack; memory only. */
+  #resumeSecret: string | undefined;
   #reconnectTimer: NodeJS.Timeout | null = null;
   #helloTimer: NodeJS.Timeout | null = null;
   #beatTimer: NodeJS.Timeout | null = null;
@@ -202,6 +214,7 @@ class Link implements LinkHandle {
         protocol_version: PROTOCOL_VERSION,
         ...this.#service.helloBody(),
         inventory: [],
+        ...(this.#resumeSecret !== undefined ? { resume_secret: this.#resumeSecret } : {}),
       };
       hello = { ...base, inventory: this.#inventoryFor(base) };
     } catch (err) {
@@ -262,6 +275,7 @@ class Link implements LinkHandle {
         if (this.#helloTimer) clearTimeout(this.#helloTimer);
         this.#live = true;
         this.#attempt = 0;
+        this.#resumeSecret = frame.resume_secret;
         this.#intervalMs = frame.heartbeat_interval_ms;
         this.#startHeartbeat(ws);
         this.#log.info(
@@ -274,6 +288,12 @@ class Link implements LinkHandle {
       case "protocol_error":
         this.#log.warn({ code: frame.code, reason: frame.message }, "server reported a protocol error");
         if (frame.code === "unauthorized_project") this.#attempt = Math.max(this.#attempt, 10);
+        if (frame.code === "token_revoked") {
+          this.#log.error("the server rotated this runner's token; restart the Runner with its new token");
+          this.#attempt = Math.max(this.#attempt, 10);
+        }
+        // Another connection holds the link: retry at a short pace, it is declared dead within the heartbeat timeout.
+        if (frame.code === "link_in_use") this.#attempt = Math.min(this.#attempt, LINK_IN_USE_RETRY_ATTEMPT);
         ws.close(1000, "peer protocol error");
         return;
       case "run.start":

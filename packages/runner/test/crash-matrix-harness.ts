@@ -253,6 +253,7 @@ export async function startTestServer(): Promise<TestServer> {
             runner_id: "test-runner",
             server_instance_id: "test_server_instance_0001",
             heartbeat_interval_ms: 10_000,
+            resume_secret: "resume_secret_for_tests_0000000000000000000",
           }),
         );
         const conn: RunnerConnection = {

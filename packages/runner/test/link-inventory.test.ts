@@ -3,7 +3,7 @@
  * RunService admits synchronously — the property the link's hello relies on
  * to never report an about-to-be-admitted run as unknown.
  */
-import { MAX_FRAME_BYTES, parseRunnerFrame, type RunSummary } from "@webcodex/protocol";
+import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseRunnerFrame, type RunSummary } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import { FakeRunService } from "../../server/test/support/fake-run-service.js";
 import { alice, Harness, until } from "../../server/test/support/in-process.js";
@@ -74,7 +74,7 @@ describe("hello with a large inventory", () => {
     expect(kept.filter((r) => r.state === "running")).toHaveLength(2);
     const frame = JSON.stringify({
       type: "hello",
-      protocol_version: 1,
+      protocol_version: PROTOCOL_VERSION,
       agent_instance_id: svc.agentInstanceId,
       store_id: svc.storeId,
       capabilities: { coding_agent_run: { max_concurrent_runs: 1 } },

@@ -4,6 +4,7 @@ import {
   MAX_EVENT_TEXT_BYTES,
   MAX_FRAME_BYTES,
   MAX_MESSAGE_LENGTH,
+  PROTOCOL_VERSION,
   parseRunnerFrame,
   RunnerFrame,
 } from "@webcodex/protocol";
@@ -59,6 +60,7 @@ const ack = {
   runner_id: "r1",
   server_instance_id: "server_instance_0001",
   heartbeat_interval_ms: 1000,
+  resume_secret: "resume_secret_for_tests_0000000000000000000",
 };
 
 describe("runner link protocol", () => {
@@ -78,7 +80,7 @@ describe("runner link protocol", () => {
     expect(peer.auth).toBe("Bearer tok-123");
     expect(peer.frames[0]).toMatchObject({
       type: "hello",
-      protocol_version: 1,
+      protocol_version: PROTOCOL_VERSION,
       agent_instance_id: svc.agentInstanceId,
       inventory: [],
     });

@@ -3,16 +3,19 @@
  *
  *   webcodex-server run --config FILE
  *   webcodex-server runner-token issue --runner ID [--config FILE]
+ *   webcodex-server runner-token rotate --runner ID --config FILE
  */
 import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { pino } from "pino";
+import { rotateRunnerToken } from "./cli/runner-token.js";
 import { ConfigError, loadServerConfig, sha256Hex } from "./config.js";
 import { type McpHandlerFactory, startServer } from "./server.js";
 
 const USAGE = `usage:
   webcodex-server run --config FILE
   webcodex-server runner-token issue --runner ID [--config FILE]
+  webcodex-server runner-token rotate --runner ID --config FILE
   webcodex-server token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run]
   webcodex-server mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR`;
 
@@ -59,6 +62,13 @@ function cmdRunnerToken(argv: string[]): number {
     options: { runner: { type: "string" }, config: { type: "string" } },
     strict: true,
   });
+  if (action === "rotate" && values.runner) {
+    if (!values.config) {
+      console.error(`runner-token rotate needs --config (the Server's state DB holds the new token's hash)\n${USAGE}`);
+      return 2;
+    }
+    return rotateRunnerToken(values.config, values.runner);
+  }
   if (action !== "issue" || !values.runner) {
     console.error(USAGE);
     return 2;

@@ -2,9 +2,15 @@
  * The `/runner` WebSocket endpoint. Authenticates Runners during the HTTP
  * upgrade (bearer token, compared as sha256 digests in constant time),
  * enforces the closed protocol (first frame `hello`, bounded frames, every
- * frame zod-validated), keeps exactly one live connection per runner id (a
- * newer `hello` fences the older connection), and correlates requests with
- * responses by request_id with bounded timeouts and a bounded number in flight.
+ * frame zod-validated), keeps exactly one live connection per runner id, and
+ * correlates requests with responses by request_id with bounded timeouts and a
+ * bounded number in flight.
+ *
+ * A live link is never silently replaced (link-leases.ts): a newer `hello` for
+ * a runner id takes over only with the resume secret its holder got in
+ * `hello.ack`, or once the holder is declared dead; otherwise it is refused
+ * with `link_in_use`, logged and audited as a possible impersonation. A
+ * rotated runner token (runner-tokens.ts) closes the links that used the old one.
  *
  * A misbehaving Runner only ever loses its own connection.
  */
@@ -29,6 +35,8 @@ import {
 import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
 import type { RunnerBinding } from "./config.js";
+import { LinkLeases } from "./link-leases.js";
+import { type LinkAuditRecord, RUNNER_TOKEN_POLL_MS, type RunnerTokenStore } from "./runner-tokens.js";
 
 export type RunnerRequest =
   | Omit<RunStartFrame, "request_id">
@@ -68,13 +76,23 @@ export interface HubOptions {
   maxInFlight?: number;
   /** A connection whose unsent bytes exceed this is closed (a stuck Runner cannot grow our memory). */
   maxBufferedBytes?: number;
+  /** Rotated runner tokens and the link audit (state DB); without it, config tokens only and no audit. */
+  tokens?: RunnerTokenStore;
 }
+
+/**
+ * A connection is declared dead after missing one ping: at most this many heartbeat intervals after it
+ * was last heard from. Also how long a runner's link lease outlives an abnormal close.
+ */
+export const HEARTBEAT_TIMEOUT_INTERVALS = 2;
 
 let connCounter = 0;
 
 export class RunnerConnection {
   readonly id = ++connCounter;
   hello: HelloFrame | null = null;
+  /** Date.now() of the last frame or pong from the Runner. */
+  lastHeardAt = Date.now();
   #closed = false;
   #alive = true;
   #seq = 0;
@@ -87,6 +105,9 @@ export class RunnerConnection {
 
   constructor(
     readonly runnerId: string,
+    /** sha256 of the token this connection authenticated with. */
+    readonly tokenHash: Buffer,
+    readonly remote: string,
     readonly ws: WebSocket,
     private readonly hub: RunnerHub,
     private readonly log: Logger,
@@ -108,6 +129,7 @@ export class RunnerConnection {
 
   markAlive(): void {
     this.#alive = true;
+    this.lastHeardAt = Date.now();
   }
 
   /** Called by the heartbeat timer: false when the peer missed the last ping. */
@@ -219,6 +241,8 @@ export class RunnerHub {
   readonly #live = new Map<string, RunnerConnection>();
   readonly #all = new Set<RunnerConnection>();
   readonly #heartbeat: NodeJS.Timeout;
+  readonly #tokenPoll: NodeJS.Timeout | null;
+  readonly #leases: LinkLeases;
   readonly #log: Logger;
   #closing = false;
 
@@ -241,6 +265,49 @@ export class RunnerHub {
       }
     }, opts.heartbeatIntervalMs);
     this.#heartbeat.unref();
+    this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs);
+    this.#tokenPoll = opts.tokens ? setInterval(() => this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
+    this.#tokenPoll?.unref();
+  }
+
+  /** The token hash a runner authenticates with now: a rotated one (state DB) wins over the config's. */
+  #tokenHashOf(binding: RunnerBinding): Buffer {
+    return this.#opts.tokens?.override(binding.id) ?? binding.tokenHash;
+  }
+
+  /** After a rotation: close every connection that authenticated with a token that is no longer its runner's. */
+  #checkRotations(): void {
+    try {
+      if (!this.#opts.tokens?.refresh()) return;
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
+      return;
+    }
+    for (const conn of this.#all) {
+      const binding = this.#opts.bindings.find((b) => b.id === conn.runnerId);
+      if (binding && this.#tokenHashOf(binding).equals(conn.tokenHash)) continue;
+      this.#log.warn(
+        { runner_id: conn.runnerId, conn: conn.id, remote: conn.remote },
+        "runner token rotated; closing the link that used the old token",
+      );
+      this.#audit({
+        runner_id: conn.runnerId,
+        event: "closed_token_rotated",
+        remote: conn.remote,
+        conn: conn.id,
+        agent_instance_id: conn.hello?.agent_instance_id ?? null,
+      });
+      this.#leases.release(conn.runnerId);
+      conn.protocolError("token_revoked", "this runner's token was rotated; restart the Runner with its new token");
+    }
+  }
+
+  #audit(entry: LinkAuditRecord): void {
+    try {
+      this.#opts.tokens?.audit(entry);
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message, event: entry.event }, "runner link audit row not written");
+    }
   }
 
   /** The live (hello-completed) connection of a runner id. */
@@ -249,23 +316,32 @@ export class RunnerHub {
     return c && !c.closed ? c : undefined;
   }
 
-  /** Map a bearer token to its runner id, comparing sha256 digests in constant time against every binding. */
-  authenticate(authorization: string | undefined): string | null {
+  /**
+   * Map a bearer token to its runner id, comparing sha256 digests in constant time against every binding's
+   * current token (rotated or configured).
+   */
+  authenticate(authorization: string | undefined): { runnerId: string; tokenHash: Buffer } | null {
     const m = /^Bearer ([\x21-\x7e]{1,4096})$/.exec(authorization ?? "");
     const digest = createHash("sha256")
       .update(m?.[1] ?? randomBytes(16).toString("hex"), "utf8")
       .digest();
+    try {
+      this.#opts.tokens?.refresh();
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
+    }
     let found: string | null = null;
     for (const b of this.#opts.bindings) {
-      if (b.tokenHash.byteLength === digest.byteLength && timingSafeEqual(b.tokenHash, digest) && m) found = b.id;
+      const hash = this.#tokenHashOf(b);
+      if (hash.byteLength === digest.byteLength && timingSafeEqual(hash, digest) && m) found = b.id;
     }
-    return found;
+    return found === null ? null : { runnerId: found, tokenHash: digest };
   }
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
     const remote = req.socket.remoteAddress ?? "?";
-    const runnerId = this.authenticate(req.headers.authorization);
-    if (runnerId === null) {
+    const auth = this.authenticate(req.headers.authorization);
+    if (auth === null) {
       this.#log.warn(
         { remote, has_authorization: req.headers.authorization !== undefined },
         "runner upgrade refused: invalid or missing bearer token",
@@ -273,12 +349,12 @@ export class RunnerHub {
       rejectUpgrade(socket, 401, "Unauthorized", "WWW-Authenticate: Bearer\r\n");
       return;
     }
-    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#accept(runnerId, ws, remote));
+    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#accept(auth.runnerId, auth.tokenHash, ws, remote));
   }
 
-  #accept(runnerId: string, ws: WebSocket, remote: string): void {
+  #accept(runnerId: string, tokenHash: Buffer, ws: WebSocket, remote: string): void {
     const log = this.#log.child({ runner_id: runnerId });
-    const conn = new RunnerConnection(runnerId, ws, this, log);
+    const conn = new RunnerConnection(runnerId, tokenHash, remote, ws, this, log);
     this.#all.add(conn);
     log.info({ remote, conn: conn.id }, "runner connected; waiting for hello");
     const helloTimer = setTimeout(() => {
@@ -289,6 +365,9 @@ export class RunnerHub {
     ws.on("error", (err) => log.warn({ conn: conn.id, err: err.message }, "runner socket error"));
     ws.on("close", (code) => {
       clearTimeout(helloTimer);
+      // The Runner closing its own link cleanly (stopping) ends its lease; anything else lets it run out.
+      const clean = !conn.closed && (code === 1000 || code === 1001);
+      this.#leases.closed(runnerId, conn, clean);
       conn.onSocketClosed();
       this.#all.delete(conn);
       log.info({ conn: conn.id, code }, "runner connection closed");
@@ -368,10 +447,39 @@ export class RunnerHub {
       );
       return;
     }
+    const decision = this.#leases.decide(conn.runnerId, hello.resume_secret);
+    const audit = {
+      runner_id: conn.runnerId,
+      remote: conn.remote,
+      conn: conn.id,
+      agent_instance_id: hello.agent_instance_id,
+    };
+    if (decision.kind === "refuse") {
+      this.#log.warn(
+        {
+          ...audit,
+          live_conn: this.#live.get(conn.runnerId)?.id ?? null,
+          presented_secret: hello.resume_secret !== undefined,
+          lease_ms: decision.liveForMs,
+        },
+        "runner hello refused: this runner's link is alive and the hello lacks its resume secret " +
+          "(possible impersonation with a leaked runner token; see `webcodex-server runner-token rotate`)",
+      );
+      this.#audit({ ...audit, event: "link_refused_in_use" });
+      conn.protocolError(
+        "link_in_use",
+        `runner ${conn.runnerId} has a live link; a restarted Runner gets in once it is declared dead ` +
+          `(within ${Math.ceil(decision.liveForMs / 1000)} s)`,
+      );
+      return;
+    }
     conn.hello = hello;
     const previous = this.#live.get(conn.runnerId);
     if (previous && previous !== conn) {
-      this.#log.info({ runner_id: conn.runnerId, old: previous.id, new: conn.id }, "newer hello replaces connection");
+      this.#log.info(
+        { runner_id: conn.runnerId, old: previous.id, new: conn.id, how: decision.kind },
+        decision.kind === "resume" ? "runner resumed its link on a new connection" : "dead connection replaced",
+      );
       previous.send({
         type: "protocol_error",
         code: "replaced",
@@ -379,12 +487,15 @@ export class RunnerHub {
       });
       previous.close(1008, "replaced");
     }
+    const secret = this.#leases.hold(conn.runnerId, conn, decision.kind);
+    this.#audit({ ...audit, event: decision.kind === "resume" ? "link_resumed" : "link_granted" });
     this.#live.set(conn.runnerId, conn);
     conn.send({
       type: "hello.ack",
       runner_id: conn.runnerId,
       server_instance_id: this.#opts.serverInstanceId,
       heartbeat_interval_ms: this.#opts.heartbeatIntervalMs,
+      resume_secret: secret,
     });
     this.#log.info(
       {
@@ -405,6 +516,7 @@ export class RunnerHub {
   async close(): Promise<void> {
     this.#closing = true;
     clearInterval(this.#heartbeat);
+    if (this.#tokenPoll) clearInterval(this.#tokenPoll);
     const all = [...this.#all];
     for (const c of all) c.close(1001, "server shutting down");
     await Promise.race([Promise.all(all.map((c) => c.whenClosed)), new Promise((r) => setTimeout(r, 1000))]);

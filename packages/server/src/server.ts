@@ -11,6 +11,7 @@ import { isLoopbackHost, type ServerConfig } from "./config.js";
 import { reconcileAtStart } from "./reconcile.js";
 import { Registry } from "./registry.js";
 import { RunnerHub } from "./runner-hub.js";
+import { RunnerTokenStore } from "./runner-tokens.js";
 import { Runs } from "./runs.js";
 import type { RunsApi } from "./runs-api.js";
 import { StateStore } from "./state-store.js";
@@ -80,6 +81,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     listener: runs,
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     serverInstanceId: randomBytes(12).toString("base64url"),
+    tokens: new RunnerTokenStore(store.db),
   });
 
   let mcp: McpMount | null = null;

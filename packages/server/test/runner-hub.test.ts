@@ -111,21 +111,76 @@ describe("runner hub", () => {
     expect(h.log.lines.join("")).toContain("not bound to project(s): other");
   });
 
-  it("replaces and fences the older connection on a newer hello from the same runner", async () => {
+  it("lets the same Runner process resume its live link with the resume secret, fencing the older connection", async () => {
     h = await new Harness().start(RUNNERS);
     const svc = new FakeRunService();
     const old = connect(h, RUNNERS[0]!.token);
     await opened(old);
     old.ws.send(encodeFrame(hello(svc)));
-    await until(() => old.frames.find((f) => f.type === "hello.ack"));
+    const ack = await until(() => old.frames.find((f) => f.type === "hello.ack"));
+    expect(ack.resume_secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
     const newer = connect(h, RUNNERS[0]!.token);
     await opened(newer);
-    newer.ws.send(encodeFrame(hello(svc)));
-    await until(() => newer.frames.find((f) => f.type === "hello.ack"));
+    newer.ws.send(encodeFrame({ ...hello(svc), resume_secret: String(ack.resume_secret) }));
+    const resumed = await until(() => newer.frames.find((f) => f.type === "hello.ack"));
+    expect(resumed.resume_secret).toBe(ack.resume_secret);
     await old.closed;
     expect(old.frames.at(-1)).toMatchObject({ type: "protocol_error", code: "replaced" });
     expect(newer.ws.readyState).toBe(WebSocket.OPEN);
+    expect(h.server.store.db.prepare("SELECT event FROM runner_link_audit ORDER BY id").pluck().all()).toEqual([
+      "link_granted",
+      "link_resumed",
+    ]);
     newer.ws.close();
+  });
+
+  it("refuses a hello without the live link's resume secret with link_in_use, audits it, and keeps the live link", async () => {
+    h = await new Harness().start(RUNNERS);
+    const live = connect(h, RUNNERS[0]!.token);
+    await opened(live);
+    live.ws.send(encodeFrame(hello(new FakeRunService())));
+    await until(() => live.frames.find((f) => f.type === "hello.ack"));
+    for (const secret of [undefined, "x".repeat(43)]) {
+      const impostor = connect(h, RUNNERS[0]!.token);
+      await opened(impostor);
+      impostor.ws.send(encodeFrame({ ...hello(new FakeRunService()), ...(secret ? { resume_secret: secret } : {}) }));
+      await impostor.closed;
+      expect(impostor.frames).toEqual([expect.objectContaining({ type: "protocol_error", code: "link_in_use" })]);
+    }
+    expect(live.ws.readyState).toBe(WebSocket.OPEN);
+    expect(live.frames.some((f) => f.type === "protocol_error")).toBe(false);
+    expect(h.log.lines.join("")).toContain("possible impersonation");
+    expect(h.server.store.db.prepare("SELECT event FROM runner_link_audit ORDER BY id").pluck().all()).toEqual([
+      "link_granted",
+      "link_refused_in_use",
+      "link_refused_in_use",
+    ]);
+    live.ws.close();
+  });
+
+  it("grants a new Runner process the link once the old connection dropped and its lease ran out", async () => {
+    h = await new Harness().start(RUNNERS);
+    const old = connect(h, RUNNERS[0]!.token);
+    await opened(old);
+    old.ws.send(encodeFrame(hello(new FakeRunService())));
+    await until(() => old.frames.find((f) => f.type === "hello.ack"));
+    old.ws.terminate(); // a crash: no close handshake, so the lease runs for the heartbeat timeout
+    const dropped = Date.now();
+    let granted: Client | undefined;
+    let refusals = 0;
+    await until(async () => {
+      const next = connect(h, RUNNERS[0]!.token);
+      await opened(next);
+      next.ws.send(encodeFrame(hello(new FakeRunService())));
+      const first = await until(() => next.frames[0]);
+      if (first.type === "hello.ack") granted = next;
+      else refusals++;
+      return granted;
+    }, 10_000);
+    // Refused while the lease was live, granted within the heartbeat timeout (2 × 1000 ms in the harness).
+    expect(refusals).toBeGreaterThan(0);
+    expect(Date.now() - dropped).toBeLessThan(2 * 1000 + 1500);
+    granted?.ws.close();
   });
 
   it("terminates a connection that stops answering pings", async () => {

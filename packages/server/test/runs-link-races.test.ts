@@ -169,7 +169,7 @@ describe("run core against a hand-driven Runner link", () => {
     const closed = new FakeRunService({ projects: [{ project_id: "demo", allow_patch: false }] });
     const a = await connect(closed);
     const local = await h.server.runs.start(alice, input("np-local"));
-    a.close();
+    a.stop();
     await until(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online));
 
     const svc = new FakeRunService(); // advertises allow_patch = true, but rejects at admission

@@ -10,6 +10,12 @@ import { until } from "./in-process.js";
 
 type Request = Extract<ServerFrame, { request_id: string }>;
 
+/**
+ * The resume secret of each FakeRunService's last hello.ack: a FakeRunService stands for one Runner
+ * process, so its reconnects resume its link like the real Runner's do (DESIGN §5).
+ */
+const resumeSecrets = new WeakMap<FakeRunService, string>();
+
 export class RawRunner {
   readonly received: ServerFrame[] = [];
   readonly held: Request[] = [];
@@ -45,8 +51,16 @@ export class RawRunner {
     });
     const r = new RawRunner(ws, svc);
     if (hold) r.hold = hold;
-    r.send({ type: "hello", protocol_version: PROTOCOL_VERSION, ...svc.helloBody(), inventory });
-    await until(() => r.received.some((f) => f.type === "hello.ack"));
+    const secret = resumeSecrets.get(svc);
+    r.send({
+      type: "hello",
+      protocol_version: PROTOCOL_VERSION,
+      ...svc.helloBody(),
+      inventory,
+      ...(secret ? { resume_secret: secret } : {}),
+    });
+    const ack = await until(() => r.received.find((f) => f.type === "hello.ack"));
+    if (ack.type === "hello.ack") resumeSecrets.set(svc, ack.resume_secret);
     return r;
   }
 
@@ -97,7 +111,13 @@ export class RawRunner {
     }
   }
 
+  /** Drop the socket without a close handshake (a crash or a network failure). */
   close(): void {
     this.#ws.terminate();
+  }
+
+  /** Close the link cleanly, as a stopping Runner does (its link lease ends at once). */
+  stop(): void {
+    this.#ws.close(1000, "runner stopping");
   }
 }
