@@ -16,6 +16,13 @@ export type LedgerEvent =
   | { event: "permission_outcome"; outcome: "selected"; option_id: string }
   | { event: "client_error"; method: string; code: number | null }
   | { event: "grandchild"; pid: number }
+  | {
+      event: "set_config_option";
+      session_id: string | null;
+      config_id: string | null;
+      value: string | boolean | null;
+      pid: number;
+    }
   | { event: "cancel"; session_id: string | null; pid: number };
 
 /**

@@ -53,6 +53,16 @@ afterAll(async () => {
 const dispatched = (prompt: string) =>
   readLedger(ws).filter((e) => e.event === "prompt" && e.prompt_sha256 === sha(prompt)).length;
 
+/** The set_config_option calls, in arrival order, of the agent process that received `prompt`. */
+function configCalls(prompt: string): [string, string][] {
+  const ledger = readLedger(ws);
+  const pid = ledger.find((e) => e.event === "prompt" && e.prompt_sha256 === sha(prompt))?.pid;
+  if (pid === undefined) throw new Error("the prompt never reached the agent");
+  return ledger
+    .filter((e) => e.event === "set_config_option" && e.pid === pid)
+    .map((e) => [String(e.config_id), String(e.value)]);
+}
+
 interface Case {
   name: string;
   forced?: boolean | "pair";
@@ -61,6 +71,8 @@ interface Case {
   ok: boolean;
   failure?: "invalid_config" | "forced_config_unsatisfied";
   effective?: Record<string, string>;
+  /** The session/set_config_option calls the agent received, in order: forced keys first, then the caller's. */
+  calls?: [string, string][];
   message?: RegExp;
 }
 
@@ -71,12 +83,17 @@ const cases: Case[] = [
     ok: true,
     // Only requested keys are recorded: not mode, which model=fake-large moved as a side effect.
     effective: { model: "fake-large", reasoning_effort: "high" },
+    calls: [
+      ["model", "fake-large"],
+      ["reasoning_effort", "high"],
+    ],
   },
   {
     name: "no caller config sends no calls",
     config: {},
     ok: true,
     effective: {},
+    calls: [],
   },
   {
     name: "value not advertised",
@@ -108,6 +125,12 @@ const cases: Case[] = [
     config: { model: "fake-large" },
     ok: true,
     effective: { mode: "ask", model: "fake-large" },
+    // Forced first, then the caller's key, then the forced value its side effect moved.
+    calls: [
+      ["mode", "ask"],
+      ["model", "fake-large"],
+      ["mode", "ask"],
+    ],
   },
   {
     name: "a forced value moved by another forced key is re-asserted (no caller config)",
@@ -115,6 +138,11 @@ const cases: Case[] = [
     config: {},
     ok: true,
     effective: { mode: "ask", model: "fake-large" },
+    calls: [
+      ["mode", "ask"],
+      ["model", "fake-large"],
+      ["mode", "ask"],
+    ],
   },
   {
     name: "forced key not advertised by the provider",
@@ -136,6 +164,7 @@ describe("config sequencing", () => {
       expect(run.state).toBe("completed");
       expect(Object.fromEntries(run.effective_config.map((e) => [e.id, e.value]))).toEqual(c.effective);
       expect(dispatched(prompt)).toBe(1);
+      expect(configCalls(prompt)).toEqual(c.calls);
     } else {
       expect(run).toMatchObject({
         state: "failed",
