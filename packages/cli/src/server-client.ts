@@ -209,8 +209,12 @@ function hintForToolError(code: string): string | undefined {
       return "`webcodex status` lists the providers each project's Runner advertises.";
     case "capacity":
       return "The Runner is at max_concurrent_runs. Retry the same command (same --key) later.";
-    case "stale_provider":
+    case "stale_runner":
       return "The Runner restarted meanwhile. Retry the same command with the same --key.";
+    case "stale_provider":
+      return "The agent provider restarted meanwhile. Retry the same command with the same --key.";
+    case "start_in_progress":
+      return "A start with this --key is still in progress. Retry the same command shortly.";
     default:
       return undefined;
   }

@@ -33,6 +33,8 @@ import {
 } from "./runs-api.js";
 import type { AdmissionRecord, RecordPatch } from "./state-store.js";
 
+/** How many in-flight starts of the same key one start waits behind before answering start_in_progress. */
+export const MAX_SAME_KEY_WAITS = 10;
 /** How long a run.start waits for the Runner's answer before its outcome counts as unknown. */
 export const DEFAULT_START_TIMEOUT_MS = 30_000;
 
@@ -45,8 +47,8 @@ const RUNNER_REJECTIONS: Partial<
   Record<RunnerErrorCode, { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string }>
 > = {
   stale_runner: {
-    code: "stale_provider",
-    failure: "stale_provider",
+    code: "stale_runner",
+    failure: "runner_restarted",
     recovery: "retry_same",
     message:
       "The Runner restarted between routing and dispatch; nothing was started. Retry with the same idempotency key.",
@@ -134,12 +136,18 @@ export class Admission {
       timeout_secs: input.timeout_secs ?? null,
     });
     // Same key in flight: wait for it, then meet its record.
-    for (let i = 0; i < 10; i++) {
+    for (let i = 0; i < MAX_SAME_KEY_WAITS; i++) {
       const inflight = this.#ctx.starting.get(runId);
       if (!inflight) break;
       await inflight.catch(() => undefined);
     }
-    if (this.#ctx.starting.has(runId)) return fail("capacity", "This run is still being started; observe it.", "wait");
+    if (this.#ctx.starting.has(runId)) {
+      return fail(
+        "start_in_progress",
+        "A start with this idempotency key is still in progress; nothing new was started. Retry the same call shortly: it returns that run.",
+        "retry_same",
+      );
+    }
     const work = this.#startLocked(principal, input, runId, fingerprint);
     this.#ctx.starting.set(runId, work);
     try {

@@ -13,8 +13,9 @@
  * `StreamableHTTPClientTransport` handles both.
  *
  * Per request: Origin check → 403 when an Origin header is present and is
- * neither the Server's own loopback origin nor in `allowed_origins` (the
- * Streamable HTTP transport's DNS-rebinding defence); bearer auth → 401 + `WWW-Authenticate` when missing or
+ * not the Server's own origin, not a loopback origin matching the request's
+ * loopback Host, and not in `allowed_origins` (the Streamable HTTP
+ * transport's DNS-rebinding defence); bearer auth → 401 + `WWW-Authenticate` when missing or
  * invalid; Accept 406, Content-Type 415, body limit 413, JSON 400 (mcp-post.ts); then tools/list, tools/call, resources/list,
  * resources/read. A client disconnect aborts a waiting observe.
  */
@@ -66,15 +67,22 @@ export interface McpHttpOptions {
 }
 
 /**
- * Whether a request's Origin header is acceptable. Absent: yes (not a browser). Present: only an
- * exact entry of `allowed`, or an http(s) origin on the port this request arrived on whose host is
- * loopback or the configured listen host — a DNS-rebinding page (Origin http://evil.example) is not.
+ * Whether a request's Origin header is acceptable (DNS-rebinding defence). Absent: yes (not a browser).
+ * Present, only:
+ * - an exact entry of `allowed`;
+ * - the Server's own origin: http(s) on the port this request arrived on, host loopback or the configured
+ *   listen host;
+ * - a loopback origin whose host is the request's own loopback `Host` (any port): a browser-based MCP tool
+ *   served from localhost talking to a Server on localhost (`http://localhost:6274` → `Host: localhost:7420`).
+ * A rebinding page is never one of these: its Origin names its own domain (`http://evil.example`), and so does
+ * the Host its requests carry.
  */
 export function originAllowed(
   origin: string | undefined,
   localPort: number | undefined,
   allowed: readonly string[],
   listenHost: string,
+  requestHost?: string,
 ): boolean {
   if (origin === undefined) return true;
   if (allowed.includes(origin)) return true;
@@ -85,10 +93,31 @@ export function originAllowed(
     return false;
   }
   if (u.protocol !== "http:" && u.protocol !== "https:") return false;
+  const host = bareHost(u.hostname);
+  if (isLoopbackHost(host) && host === hostOfHeader(requestHost)) return true;
   const port = u.port === "" ? (u.protocol === "https:" ? 443 : 80) : Number(u.port);
   if (localPort === undefined || port !== localPort) return false;
-  const host = u.hostname.replace(/^\[|\]$/g, "").toLowerCase();
   return isLoopbackHost(host) || (host === listenHost.toLowerCase() && host !== "0.0.0.0" && host !== "::");
+}
+
+function bareHost(hostname: string): string {
+  return hostname.replace(/^\[|\]$/g, "").toLowerCase();
+}
+
+/** The host name of a `Host` header (`name[:port]`, `[v6][:port]`), or undefined when absent or malformed. */
+function hostOfHeader(header: string | undefined): string | undefined {
+  if (header === undefined || header === "") return undefined;
+  try {
+    const u = new URL(`http://${header}`);
+    // Exactly host[:port]: anything else (credentials, a path) is not a Host header.
+    if (u.username !== "" || u.password !== "" || u.pathname !== "/" || u.search !== "" || u.hash !== "") {
+      return undefined;
+    }
+    if (header.includes("/") || header.includes("@")) return undefined;
+    return bareHost(u.hostname);
+  } catch {
+    return undefined;
+  }
 }
 
 /** A Node request handler for `/mcp`; hand it every request whose path is /mcp. */
@@ -150,7 +179,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       return;
     }
     const origin = req.headers.origin;
-    if (!originAllowed(origin, req.socket.localPort, allowedOrigins, listenHost)) {
+    if (!originAllowed(origin, req.socket.localPort, allowedOrigins, listenHost, req.headers.host)) {
       logger.warn({ path: MCP_PATH, origin: origin?.slice(0, 128) }, "mcp request refused: origin not allowed");
       sendJsonRpcError(res, 403, -32000, "Forbidden: this Origin is not allowed (server allowed_origins)");
       return;
@@ -177,8 +206,8 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     if (post === null) return;
     const abort = new AbortController();
     const server = buildServer(principal, abort.signal);
-    const transport = new PostTransport(res, post.requests);
-    if (post.requests.length > 0) {
+    const transport = new PostTransport(res, post.request);
+    if (post.request !== null) {
       inFlight.add(abort);
       res.once("close", () => {
         inFlight.delete(abort);
@@ -191,8 +220,8 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     }
     try {
       await server.connect(transport);
-      transport.deliver(post.messages);
-      if (post.requests.length === 0) res.writeHead(202).end();
+      transport.deliver(post.message);
+      if (post.request === null) res.writeHead(202).end();
     } catch (err) {
       logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");
       sendJsonRpcError(res, 500, -32603, "Internal server error");

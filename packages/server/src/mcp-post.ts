@@ -14,11 +14,18 @@
  * itself (dispatch, handler schemas, errors) stays in the SDK `Server`.
  *
  * Covered: Accept (406), Content-Type (415), body bound (413), JSON (400,
- * -32700), batch bound (400, -32600), message shape (400, -32700), one
- * initialize per POST (400, -32600), MCP-Protocol-Version (400),
- * notifications/responses only (202), requests (200, one JSON-RPC response,
- * or an array for a batch of several requests). Not covered, because this
- * Server never needs them: sessions, SSE streams, resumability, GET.
+ * -32700), message shape (400, -32700), MCP-Protocol-Version (400), a
+ * notification or response (202), a request (200, its JSON-RPC response).
+ * Not covered, because this Server never needs them: sessions, SSE streams,
+ * resumability, GET.
+ *
+ * One message per POST: JSON-RPC batches are not part of MCP since
+ * 2025-06-18 (the SDK's own `JSONRPCMessageSchema` has no array form). An
+ * array body is refused like any body that is not one JSON-RPC message:
+ * `400`, `-32700`, "Parse error: Invalid JSON-RPC message" — the SDK
+ * transport's answer to a message that fails that schema. (SDK 1.32's
+ * transport still accepts arrays of up to 100 for older clients; this Server
+ * speaks 2025-11-25 and does not.)
  */
 
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -31,9 +38,6 @@ import {
   SUPPORTED_PROTOCOL_VERSIONS,
 } from "@modelcontextprotocol/sdk/types.js";
 
-/** Most JSON-RPC messages one POST may carry (batches predate MCP 2025-06-18; the SDK allows the same). */
-export const MAX_BATCH_MESSAGES = 100;
-
 /** A JSON-RPC error as an HTTP response body (`id: null`: it answers the POST, not a message). */
 export function sendJsonRpcError(res: ServerResponse, status: number, code: number, message: string): void {
   if (res.headersSent || res.writableEnded) return;
@@ -43,11 +47,11 @@ export function sendJsonRpcError(res: ServerResponse, status: number, code: numb
 }
 
 /**
- * The SDK `Transport` for one POST: `deliver` hands the checked messages to
- * the connected Server; `send` collects the responses to this POST's
- * requests and writes the HTTP response once every one is in. Anything else
- * the Server sends (progress, logging, requests to the client) has no stream
- * to go to in JSON-response mode and is dropped, as the SDK transport does.
+ * The SDK `Transport` for one POST: `deliver` hands the checked message to
+ * the connected Server; `send` writes the response to this POST's request as
+ * the HTTP response. Anything else the Server sends (progress, logging,
+ * requests to the client) has no stream to go to in JSON-response mode and
+ * is dropped, as the SDK transport does.
  */
 export class PostTransport implements Transport {
   onclose?: Transport["onclose"];
@@ -55,35 +59,32 @@ export class PostTransport implements Transport {
   onmessage?: Transport["onmessage"];
 
   readonly #res: ServerResponse;
-  readonly #awaiting: RequestId[];
-  readonly #answers = new Map<RequestId, JSONRPCMessage>();
+  readonly #awaiting: RequestId | null;
+  #answered = false;
   #closed = false;
 
-  constructor(res: ServerResponse, requests: readonly RequestId[]) {
+  constructor(res: ServerResponse, request: RequestId | null) {
     this.#res = res;
-    this.#awaiting = [...requests];
+    this.#awaiting = request;
   }
 
   async start(): Promise<void> {}
 
-  /** Whether every request of this POST has its response written. */
+  /** Whether this POST's request has its response written. */
   get answered(): boolean {
-    return this.#awaiting.length > 0 && this.#answers.size === this.#awaiting.length;
+    return this.#answered;
   }
 
-  deliver(messages: readonly JSONRPCMessage[]): void {
-    for (const m of messages) this.onmessage?.(m);
+  deliver(message: JSONRPCMessage): void {
+    this.onmessage?.(message);
   }
 
   async send(message: JSONRPCMessage): Promise<void> {
     // The Server's own messages: a response is exactly one with a result or an error.
     if (!("result" in message) && !("error" in message)) return;
-    const id = message.id;
-    if (id === undefined || !this.#awaiting.includes(id) || this.#answers.has(id)) return;
-    this.#answers.set(id, message);
-    if (this.#answers.size < this.#awaiting.length) return;
-    const answers = this.#awaiting.map((id) => this.#answers.get(id));
-    const body = JSON.stringify(answers.length === 1 ? answers[0] : answers);
+    if (this.#awaiting === null || message.id !== this.#awaiting || this.#answered) return;
+    this.#answered = true;
+    const body = JSON.stringify(message);
     if (this.#res.writableEnded || this.#res.destroyed) return;
     this.#res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
     this.#res.end(body);
@@ -96,11 +97,11 @@ export class PostTransport implements Transport {
   }
 }
 
-/** The checked messages of a POST, or null when an error response was already written. */
+/** The checked message of a POST. */
 export interface CheckedPost {
-  messages: JSONRPCMessage[];
-  /** Ids of the JSON-RPC requests among them, in order; empty means answer 202. */
-  requests: RequestId[];
+  message: JSONRPCMessage;
+  /** The id when it is a JSON-RPC request; null (a notification or response) means answer 202. */
+  request: RequestId | null;
 }
 
 /**
@@ -141,26 +142,16 @@ export async function readMcpPost(
     sendJsonRpcError(res, 400, -32700, "Parse error: Invalid JSON");
     return null;
   }
-  if (Array.isArray(raw) && raw.length > MAX_BATCH_MESSAGES) {
-    sendJsonRpcError(res, 400, -32600, `Invalid Request: Batch must not exceed ${MAX_BATCH_MESSAGES} messages`);
+  // An array (a JSON-RPC batch) fails the schema like any other non-message.
+  const parsed = JSONRPCMessageSchema.safeParse(raw);
+  if (!parsed.success) {
+    sendJsonRpcError(res, 400, -32700, "Parse error: Invalid JSON-RPC message");
     return null;
   }
-  const messages: JSONRPCMessage[] = [];
-  for (const m of Array.isArray(raw) ? raw : [raw]) {
-    const parsed = JSONRPCMessageSchema.safeParse(m);
-    if (!parsed.success) {
-      sendJsonRpcError(res, 400, -32700, "Parse error: Invalid JSON-RPC message");
-      return null;
-    }
-    messages.push(parsed.data);
-  }
-  // Each message passed JSONRPCMessageSchema, so its shape decides its kind: a request has a
+  const message = parsed.data;
+  // The message passed JSONRPCMessageSchema, so its shape decides its kind: a request has a
   // method and an id. The full InitializeRequest schema runs only on an initialize.
-  const initializing = messages.some((m) => "method" in m && m.method === "initialize" && isInitializeRequest(m));
-  if (initializing && messages.length > 1) {
-    sendJsonRpcError(res, 400, -32600, "Invalid Request: Only one initialization request is allowed");
-    return null;
-  }
+  const initializing = "method" in message && message.method === "initialize" && isInitializeRequest(message);
   const version = req.headers["mcp-protocol-version"];
   if (!initializing && version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(String(version))) {
     sendJsonRpcError(
@@ -171,13 +162,8 @@ export async function readMcpPost(
     );
     return null;
   }
-  const requests: RequestId[] = [];
-  for (const m of messages) if ("method" in m && "id" in m) requests.push(m.id);
-  if (new Set(requests).size !== requests.length) {
-    sendJsonRpcError(res, 400, -32600, "Invalid Request: request ids in one batch must be unique");
-    return null;
-  }
-  return { messages, requests };
+  // Passed the schema: a message with a method and an id is a request, and its id a RequestId.
+  return { message, request: "method" in message && "id" in message ? (message.id as RequestId) : null };
 }
 
 /** `type/subtype` of a Content-Type header, lowercased, without parameters. */

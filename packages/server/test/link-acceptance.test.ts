@@ -120,7 +120,7 @@ describe("Server <-> Runner acceptance", () => {
     await s.killRunner("r1", "SIGTERM");
     await s.startRunner("r1");
     const res = await pending;
-    expect(res).toMatchObject({ ok: false, error: { code: "stale_provider", recovery_kind: "retry_same" } });
+    expect(res).toMatchObject({ ok: false, error: { code: "stale_runner", recovery_kind: "retry_same" } });
     expect(s.prompts("r1")).toHaveLength(0);
     const retried = okValue(await s.start("alice", input("fence")));
     const { last } = await observeUntil(s, retried.run_id, retried.observation_token, terminal);

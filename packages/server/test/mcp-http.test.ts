@@ -2,7 +2,7 @@
  * The /mcp plumbing with the real SDK client over real HTTP, against an
  * in-test RunsApi (the run core is exercised by mcp-acceptance.test.ts).
  */
-import { createServer, type Server as HttpServer } from "node:http";
+import { createServer, type Server as HttpServer, request } from "node:http";
 import type { AddressInfo } from "node:net";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
@@ -74,6 +74,33 @@ function initBody(): string {
   });
 }
 
+/** POST an initialize with exactly these headers (fetch cannot set Host); resolves to the status. */
+function rawPostInit(headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const body = initBody();
+    const req = request(
+      {
+        host: "127.0.0.1",
+        port: Number(url.port),
+        path: url.pathname,
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          accept: "application/json, text/event-stream",
+          "content-length": Buffer.byteLength(body),
+          ...headers,
+        },
+      },
+      (res) => {
+        res.resume();
+        res.once("end", () => resolve(res.statusCode ?? 0));
+      },
+    );
+    req.once("error", reject);
+    req.end(body);
+  });
+}
+
 function postInit(headers: Record<string, string>, body?: string) {
   return fetch(url, {
     method: "POST",
@@ -141,9 +168,31 @@ describe("Streamable HTTP /mcp", () => {
     expect((await postInit({ authorization: "Bearer token-alice", origin: url.origin })).status).toBe(200);
     const localhost = `http://localhost:${url.port}`;
     expect((await postInit({ authorization: "Bearer token-alice", origin: localhost })).status).toBe(200);
-    // A loopback origin on another port is another site.
-    const otherPort = `http://127.0.0.1:${Number(url.port) === 1 ? 2 : 1}`;
-    expect((await postInit({ authorization: "Bearer token-alice", origin: otherPort })).status).toBe(403);
+    // A browser-based tool on another loopback port, talking to the Server by the same loopback name, is fine.
+    const otherPort = `http://127.0.0.1:${Number(url.port) === 6274 ? 6275 : 6274}`;
+    expect((await postInit({ authorization: "Bearer token-alice", origin: otherPort })).status).toBe(200);
+  });
+
+  it("accepts a loopback Origin only when its host is the request's loopback Host, and no rebinding Host/Origin pair", async () => {
+    const port = Number(url.port);
+    const tool = port === 6274 ? 6275 : 6274;
+    const cases: { host: string; origin: string; status: number }[] = [
+      { host: `localhost:${port}`, origin: `http://localhost:${tool}`, status: 200 },
+      { host: `127.0.0.1:${port}`, origin: `http://127.0.0.1:${tool}`, status: 200 },
+      { host: `localhost:${port}`, origin: `https://localhost`, status: 200 },
+      { host: `127.0.0.1:${port}`, origin: `http://localhost:${tool}`, status: 403 },
+      { host: `localhost:${port}`, origin: `http://127.0.0.1:${tool}`, status: 403 },
+      { host: "evil.example.com", origin: "http://evil.example.com", status: 403 },
+      { host: `evil.example.com:${port}`, origin: `http://evil.example.com:${port}`, status: 403 },
+      { host: `evil.example.com:${port}`, origin: `http://localhost:${tool}`, status: 403 },
+      { host: `localhost.evil.example:${port}`, origin: `http://localhost.evil.example:${tool}`, status: 403 },
+      { host: `localhost:${port}`, origin: `http://localhost.evil.example:${tool}`, status: 403 },
+      { host: `localhost:${port}`, origin: "null", status: 403 },
+    ];
+    for (const c of cases) {
+      const status = await rawPostInit({ host: c.host, origin: c.origin, authorization: "Bearer token-alice" });
+      expect(status, `Host ${c.host} Origin ${c.origin}`).toBe(c.status);
+    }
   });
 
   it("accepts exactly the configured allowed_origins besides its own", () => {
@@ -154,6 +203,13 @@ describe("Streamable HTTP /mcp", () => {
     expect(originAllowed("http://0.0.0.0:7420", 7420, [], "0.0.0.0")).toBe(false);
     expect(originAllowed("http://wc.lan:7420", 7420, [], "wc.lan")).toBe(true);
     expect(originAllowed(undefined, 7420, [], "127.0.0.1")).toBe(true);
+    // The request's Host decides for loopback origins on other ports; a malformed or foreign Host never matches.
+    expect(originAllowed("http://[::1]:6274", 7420, [], "::1", "[::1]:7420")).toBe(true);
+    expect(originAllowed("http://localhost:6274", 7420, [], "127.0.0.1", "localhost")).toBe(true);
+    expect(originAllowed("http://localhost:6274", 7420, [], "127.0.0.1", undefined)).toBe(false);
+    expect(originAllowed("http://localhost:6274", 7420, [], "127.0.0.1", "user@localhost:7420")).toBe(false);
+    expect(originAllowed("http://localhost:6274", 7420, [], "127.0.0.1", "localhost:7420/x")).toBe(false);
+    expect(originAllowed("http://wc.lan:6274", 7420, [], "wc.lan", "wc.lan:7420")).toBe(false);
   });
 
   it("refuses a body over the limit with 413 and GET with 405", async () => {
@@ -286,28 +342,36 @@ describe("Streamable HTTP /mcp", () => {
       expect(await res.text()).toBe("");
     });
 
-    it("answers a batch of requests with an array in request order, and bounds batches", async () => {
-      const res = await postInit(versioned, JSON.stringify([listTools(2), listTools(1)]));
-      expect(res.status).toBe(200);
-      const body = (await res.json()) as { id: number; result: { tools: unknown[] } }[];
-      expect(body.map((r) => r.id)).toEqual([2, 1]);
-      expect(body.every((r) => r.result.tools.length === 3)).toBe(true);
-      const big = Array.from({ length: 101 }, (_, i) => listTools(i));
-      expect(await errorOf(await postInit(versioned, JSON.stringify(big)))).toMatchObject({
-        status: 400,
-        code: -32600,
-        message: /100/,
-      });
-      expect(await errorOf(await postInit(versioned, JSON.stringify([listTools(3), listTools(3)])))).toMatchObject({
-        status: 400,
-        code: -32600,
-        message: /unique/,
-      });
-      const twoInits = [JSON.parse(initBody()), { ...JSON.parse(initBody()), id: 2 }];
-      expect(await errorOf(await postInit(alice, JSON.stringify(twoInits)))).toMatchObject({
-        status: 400,
-        code: -32600,
-      });
+    it("refuses every JSON-RPC batch (an array body) with 400 -32700, as the SDK refuses a non-message, and runs nothing", async () => {
+      const before = runs.startCalls.length;
+      const start = {
+        jsonrpc: "2.0",
+        id: 7,
+        method: "tools/call",
+        params: {
+          name: "start_coding_agent",
+          arguments: { project_id: "demo", provider_id: "fake", idempotency_key: "batch-1", prompt: "hi" },
+        },
+      };
+      const bodies = [
+        [listTools(1)],
+        [listTools(2), listTools(1)],
+        [start],
+        [{ jsonrpc: "2.0", method: "notifications/initialized" }],
+        [JSON.parse(initBody())],
+        [],
+        Array.from({ length: 101 }, (_, i) => listTools(i)),
+      ];
+      for (const body of bodies) {
+        const headers = Array.isArray(body) && body[0]?.method === "initialize" ? alice : versioned;
+        const err = await errorOf(await postInit(headers, JSON.stringify(body)));
+        expect(err, JSON.stringify(body).slice(0, 80)).toEqual({
+          status: 400,
+          code: -32700,
+          message: "Parse error: Invalid JSON-RPC message",
+        });
+      }
+      expect(runs.startCalls.length).toBe(before);
     });
 
     it("answers a request for an unknown method with a JSON-RPC error on 200", async () => {

@@ -7,8 +7,10 @@ import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { MAX_SAME_KEY_WAITS } from "../src/admission.js";
+import { deriveRunId } from "../src/identity.js";
 import type { ObserveOutput, StartInput } from "../src/runs-api.js";
-import { FakeRunService, msg } from "./support/fake-run-service.js";
+import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
 import { alice, bob, Harness, principal, until } from "./support/in-process.js";
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
@@ -199,10 +201,53 @@ describe("run core", () => {
     svc.restart();
     await online(h, svc);
     const r = await pending;
-    expect(r).toMatchObject({ ok: false, error: { code: "stale_provider", recovery_kind: "retry_same" } });
+    expect(r).toMatchObject({ ok: false, error: { code: "stale_runner", recovery_kind: "retry_same" } });
     expect(svc.runs.size).toBe(0);
+    const runId = deriveRunId(h.server.store.serverSecret, alice.id, "fence");
+    expect(h.server.store.get(runId)).toMatchObject({
+      admission: "rejected_pre_admission",
+      state: "failed",
+      execution_state: "not_started",
+      failure_kind: "runner_restarted",
+      recovery_kind: "retry_same",
+    });
     const retried = ok(await h.server.runs.start(alice, input("fence")));
     expect(svc.runs.has(retried.run_id)).toBe(true);
+  });
+
+  it("rejects a provider instance that changed between resolve and dispatch as stale_provider", async () => {
+    h = await new Harness().start([R1], { WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS: "1000" });
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const pending = h.server.runs.start(alice, input("provider-fence"));
+    // The run's intent (with the old provider instance) is recorded before the provider restarts.
+    const runId = deriveRunId(h.server.store.serverSecret, alice.id, "provider-fence");
+    await until(() => h.server.store.get(runId) !== undefined);
+    svc.providerInstanceId = instanceId();
+    const r = await pending;
+    expect(r).toMatchObject({ ok: false, error: { code: "stale_provider", recovery_kind: "retry_same" } });
+    expect(h.server.store.get(runId)).toMatchObject({ state: "failed", failure_kind: "stale_provider" });
+    expect(svc.runs.size).toBe(0);
+  });
+
+  it("answers start_in_progress, never capacity, to a same-key start queued behind more starts than it waits for", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    // All calls are made in one tick: each waits for the one ahead of it, one admission at a time.
+    const results = await Promise.all(
+      Array.from({ length: MAX_SAME_KEY_WAITS + 3 }, () => h.server.runs.start(alice, input("burst"))),
+    );
+    const codes = results.map((r) => (r.ok ? (r.value.replayed ? "replayed" : "started") : r.error.code));
+    expect(codes.filter((c) => c === "started")).toHaveLength(1);
+    expect(codes).toContain("start_in_progress");
+    expect(codes.every((c) => c === "started" || c === "replayed" || c === "start_in_progress")).toBe(true);
+    const refused = results.find((r) => !r.ok);
+    expect(refused).toMatchObject({ ok: false, error: { code: "start_in_progress", recovery_kind: "retry_same" } });
+    expect(svc.starts).toHaveLength(1);
+    // The advised retry returns the one run.
+    expect(ok(await h.server.runs.start(alice, input("burst"))).replayed).toBe(true);
+    expect(svc.starts).toHaveLength(1);
   });
 
   it("detects a gap by seq and re-syncs from the Runner's ring", async () => {
