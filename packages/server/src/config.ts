@@ -49,6 +49,69 @@ const OriginString = z
   }, "must be an origin like https://app.example (scheme://host[:port], no path or trailing slash)");
 const EnvName = z.string().regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "must be an environment variable name");
 
+/** `[server] public_url`: scheme://host[:port], https unless the host is loopback; no path, query or fragment. */
+const PublicUrlString = z
+  .string()
+  .max(255)
+  .refine((s) => {
+    try {
+      const u = new URL(s);
+      if (u.username || u.password || u.search || u.hash) return false;
+      if (u.pathname !== "/" || !(s === u.origin || s === `${u.origin}/`)) return false;
+      return u.protocol === "https:" || (u.protocol === "http:" && isLoopbackHost(u.hostname));
+    } catch {
+      return false;
+    }
+  }, "must be an origin like https://mcp.example.com (https unless the host is loopback; no path, query or fragment)");
+
+const RedirectUri = z
+  .string()
+  .max(2048)
+  .refine((s) => {
+    try {
+      const u = new URL(s);
+      return u.hash === "" && u.protocol !== "javascript:" && u.protocol !== "data:";
+    } catch {
+      return false;
+    }
+  }, "must be an absolute URL without a fragment");
+
+/** An operator-registered OAuth client (`[[oauth.clients]]`). */
+export const OAuthClientConfigSchema = z
+  .object({
+    client_id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, "must be 1-128 characters of [A-Za-z0-9_.:-]"),
+    name: z.string().min(1).max(128),
+    redirect_uris: z.array(RedirectUri).min(1).max(16),
+  })
+  .strict();
+
+/** `[oauth]`: OAuth 2.1 for remote MCP hosts (DESIGN §9). Off unless `enabled = true`. */
+export const OAuthConfigSchema = z
+  .object({
+    enabled: z.boolean().default(false),
+    access_token_ttl_secs: z.number().int().min(60).max(86_400).default(3600),
+    refresh_token_ttl_secs: z
+      .number()
+      .int()
+      .min(3600)
+      .max(90 * 86_400)
+      .default(30 * 86_400),
+    /** Dynamic (RFC 7591) and metadata-document clients kept at most; the oldest unused one makes room. */
+    max_dynamic_clients: z.number().int().min(1).max(100_000).default(1000),
+    /** Dynamic registrations accepted per client IP per hour. */
+    registrations_per_hour: z.number().int().min(1).max(10_000).default(20),
+    /** Wrong access keys accepted per client and IP within `key_attempt_window_secs`. */
+    max_key_attempts: z.number().int().min(1).max(100).default(5),
+    key_attempt_window_secs: z.number().int().min(10).max(86_400).default(900),
+    /**
+     * DEV ONLY: let client metadata document URLs resolve to loopback addresses (a test or a local
+     * client). Private and link-local addresses stay refused.
+     */
+    dev_allow_loopback_client_metadata: z.boolean().default(false),
+    clients: z.array(OAuthClientConfigSchema).max(256).default([]),
+  })
+  .strict();
+
 export const RunnerConfigSchema = z
   .object({
     id: LocalId,
@@ -96,6 +159,8 @@ export const ServerConfigSchema = z
         heartbeat_interval_ms: z.number().int().min(100).max(600_000).default(15_000),
         /** Origin header values accepted on /mcp (exact, e.g. "https://app.example"); see mcp-http.ts. */
         allowed_origins: z.array(OriginString).max(64).default([]),
+        /** The issuer and resource base for OAuth (https, or http on a loopback host); see oauth/README section. */
+        public_url: PublicUrlString.optional(),
       })
       .strict()
       .default({
@@ -106,12 +171,31 @@ export const ServerConfigSchema = z
         allowed_origins: [],
       }),
     runners: z.array(RunnerConfigSchema).max(256).default([]),
+    oauth: OAuthConfigSchema.optional(),
     principals: z.array(PrincipalConfigSchema).max(4096).default([]),
   })
   .strict();
 
 export type RunnerConfigRaw = z.infer<typeof RunnerConfigSchema>;
 export type PrincipalConfig = z.infer<typeof PrincipalConfigSchema>;
+
+export type OAuthClientConfig = z.infer<typeof OAuthClientConfigSchema>;
+
+/** `[oauth]` after validation; present only when enabled. */
+export interface OAuthSettings {
+  /** `[server] public_url` without a trailing slash: the issuer. */
+  issuer: string;
+  /** `${issuer}/mcp`: the only resource tokens are issued for. */
+  resource: string;
+  accessTokenTtlSecs: number;
+  refreshTokenTtlSecs: number;
+  maxDynamicClients: number;
+  registrationsPerHour: number;
+  maxKeyAttempts: number;
+  keyAttemptWindowSecs: number;
+  devAllowLoopbackClientMetadata: boolean;
+  clients: OAuthClientConfig[];
+}
 
 export interface RunnerBinding {
   id: string;
@@ -132,6 +216,10 @@ export interface ServerConfig {
   allowedOrigins: string[];
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
+  /** `[server] public_url` without a trailing slash, or null. */
+  publicUrl: string | null;
+  /** OAuth for remote MCP hosts, or null when `[oauth] enabled` is not true. */
+  oauth: OAuthSettings | null;
   /** project id -> runner id (each project bound to exactly one runner). */
   projectRunner: ReadonlyMap<string, string>;
 }
@@ -194,6 +282,34 @@ export function buildServerConfig(
       throw new ConfigError(`${where}: principals[${i}].id: duplicate principal id "${p.id}"`);
     principalIds.add(p.id);
   }
+  const publicUrl = cfg.server.public_url === undefined ? null : new URL(cfg.server.public_url).origin;
+  let oauth: OAuthSettings | null = null;
+  if (cfg.oauth?.enabled) {
+    if (publicUrl === null) {
+      throw new ConfigError(
+        `${where}: server.public_url: required when oauth.enabled = true (the issuer and /mcp base)`,
+      );
+    }
+    const clientIds = new Set<string>();
+    for (const [i, c] of cfg.oauth.clients.entries()) {
+      if (clientIds.has(c.client_id)) {
+        throw new ConfigError(`${where}: oauth.clients[${i}].client_id: duplicate client id "${c.client_id}"`);
+      }
+      clientIds.add(c.client_id);
+    }
+    oauth = {
+      issuer: publicUrl,
+      resource: `${publicUrl}/mcp`,
+      accessTokenTtlSecs: cfg.oauth.access_token_ttl_secs,
+      refreshTokenTtlSecs: cfg.oauth.refresh_token_ttl_secs,
+      maxDynamicClients: cfg.oauth.max_dynamic_clients,
+      registrationsPerHour: cfg.oauth.registrations_per_hour,
+      maxKeyAttempts: cfg.oauth.max_key_attempts,
+      keyAttemptWindowSecs: cfg.oauth.key_attempt_window_secs,
+      devAllowLoopbackClientMetadata: cfg.oauth.dev_allow_loopback_client_metadata,
+      clients: cfg.oauth.clients,
+    };
+  }
   return {
     file: opts.file,
     host: cfg.server.host,
@@ -203,6 +319,8 @@ export function buildServerConfig(
     allowedOrigins: [...cfg.server.allowed_origins],
     runners,
     principals: cfg.principals,
+    publicUrl,
+    oauth,
     projectRunner,
   };
 }

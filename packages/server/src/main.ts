@@ -17,6 +17,8 @@ const USAGE = `usage:
   webcodex-server runner-token issue --runner ID [--config FILE]
   webcodex-server runner-token rotate --runner ID --config FILE
   webcodex-server token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run]
+  webcodex-server oauth clients list|show|revoke|allow-coding-agent-run|disallow-coding-agent-run [CLIENT_ID] --config FILE
+  webcodex-server oauth grants list|revoke [--id G | --principal ID | --client CLIENT_ID] --config FILE
   webcodex-server mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR`;
 
 /** The MCP front end (src/mcp.ts), when present, exports createMcpHandler. */
@@ -100,6 +102,8 @@ async function main(argv: string[]): Promise<number> {
       return cmdRunnerToken(rest);
     case "token":
       return (await import("./cli/token.js")).runTokenCommand(rest);
+    case "oauth":
+      return (await import("./cli/oauth.js")).runOAuthCommand(rest);
     case "mcp-stdio":
       return (await import("./cli/mcp-stdio.js")).runMcpStdioCommand(rest);
     default:

@@ -25,6 +25,7 @@ import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import {
   CallToolRequestSchema,
   ErrorCode,
+  type JSONRPCMessage,
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema,
@@ -64,6 +65,30 @@ export interface McpHttpOptions {
   allowedOrigins?: readonly string[];
   /** The listen host (config `[server] host`): an Origin naming it, on the Server's port, is same-origin. */
   listenHost?: string;
+  /**
+   * OAuth (oauth/index.ts): the `WWW-Authenticate` value of a 401, pointing at the RFC 9728
+   * metadata. Absent: the static-token challenge `Bearer realm="webcodex"`.
+   */
+  unauthorizedChallenge?: (invalidToken: boolean) => string;
+  /**
+   * OAuth: the scopes to ask for when this principal's token lacks what the named tools need
+   * (→ 403 insufficient_scope with `challenge(scopes)`), or null to proceed. Static tokens get null.
+   */
+  insufficientScope?: {
+    check: (principal: Principal, toolNames: readonly string[]) => readonly string[] | null;
+    challenge: (scopes: readonly string[]) => string;
+  };
+}
+
+/** Names of the tools a POST calls. */
+function calledTools(messages: readonly JSONRPCMessage[]): string[] {
+  const names: string[] = [];
+  for (const m of messages) {
+    if (!("method" in m) || m.method !== "tools/call") continue;
+    const name = (m.params as { name?: unknown } | undefined)?.name;
+    if (typeof name === "string") names.push(name);
+  }
+  return names;
 }
 
 /**
@@ -189,8 +214,9 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     if (!principal) {
       // Never log the presented token, not even a prefix.
       logger.warn({ path: MCP_PATH, reason: token === null ? "missing" : "invalid" }, "mcp request unauthorized");
-      const challenge =
-        token === null
+      const challenge = options.unauthorizedChallenge
+        ? options.unauthorizedChallenge(token !== null)
+        : token === null
           ? 'Bearer realm="webcodex"'
           : 'Bearer realm="webcodex", error="invalid_token", error_description="The bearer token is not valid"';
       res.setHeader("WWW-Authenticate", challenge);
@@ -204,6 +230,13 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     }
     const post = await readMcpPost(req, res, maxBodyBytes);
     if (post === null) return;
+    const scopeCheck = options.insufficientScope;
+    const wanted = scopeCheck ? scopeCheck.check(principal, calledTools(post.messages)) : null;
+    if (scopeCheck && wanted) {
+      res.setHeader("WWW-Authenticate", scopeCheck.challenge(wanted));
+      sendJsonRpcError(res, 403, -32001, `Forbidden: insufficient_scope (this call needs: ${wanted.join(" ")})`);
+      return;
+    }
     const abort = new AbortController();
     const server = buildServer(principal, abort.signal);
     const transport = new PostTransport(res, post.request);

@@ -7,7 +7,9 @@
  */
 import { SqliteAuditLog } from "./audit.js";
 import { createMcpHttpHandler } from "./mcp-http.js";
+import { createOAuth } from "./oauth/index.js";
 import { ObserveLimits } from "./observe-limits.js";
+import type { Scope } from "./runs-api.js";
 import type { McpHandlerFactory, McpMount } from "./server.js";
 import { createAuthenticator, TokenStore } from "./tokens.js";
 
@@ -17,17 +19,45 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, config, logger, stor
     onError: (err) => log.error({ err: err instanceof Error ? err.name : typeof err }, "audit row not written"),
   });
   const tokens = new TokenStore(store.db);
+  const staticAuth = createAuthenticator(tokens, config.principals);
+  const oauth = config.oauth
+    ? createOAuth({
+        settings: config.oauth,
+        db: store.db,
+        tokens,
+        principals: config.principals,
+        logger: logger.child({ c: "oauth" }),
+      })
+    : null;
   const handler = createMcpHttpHandler({
     runs,
     audit,
     logger: log,
-    authenticate: createAuthenticator(tokens, config.principals),
+    // Static tokens are checked exactly as without OAuth; OAuth access tokens have their own prefix.
+    authenticate: oauth ? (token) => oauth.authenticate(token) ?? staticAuth(token) : staticAuth,
     observeLimits: new ObserveLimits(),
     allowedOrigins: config.allowedOrigins,
     listenHost: config.host,
+    ...(oauth
+      ? {
+          unauthorizedChallenge: oauth.unauthorizedChallenge,
+          insufficientScope: {
+            check: (principal, tools) => oauth.insufficientScope(principal, tools),
+            challenge: (scopes) => oauth.insufficientScopeChallenge(scopes as Scope[]),
+          },
+        }
+      : {}),
   });
   return {
-    handle: handler,
+    handle: (req, res) => {
+      const path = (req.url ?? "/").split("?")[0] ?? "/";
+      if (oauth?.owns(path)) {
+        oauth.handle(req, res);
+        return;
+      }
+      return handler(req, res);
+    },
+    ...(oauth ? { owns: oauth.owns } : {}),
     close: async () => {
       await handler.close();
       audit.close();

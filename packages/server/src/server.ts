@@ -30,6 +30,8 @@ export interface McpMountContext {
 
 export interface McpMount {
   handle: HttpHandler;
+  /** Paths besides /mcp this mount answers (the OAuth endpoints when OAuth is on). */
+  owns?(path: string): boolean;
   close?(): Promise<void> | void;
 }
 
@@ -97,7 +99,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
       return;
     }
-    if (mcp && (path === "/mcp" || path.startsWith("/mcp/"))) {
+    if (mcp && (path === "/mcp" || path.startsWith("/mcp/") || mcp.owns?.(path) === true)) {
       Promise.resolve(mcp.handle(req, res)).catch((err: unknown) => {
         logger.error({ err: (err as Error).message }, "mcp handler failed");
         if (!res.headersSent) res.writeHead(500).end();

@@ -184,9 +184,27 @@ export class TokenStore {
    * sha256 of the presented token; the token itself is never stored or logged.
    */
   verify(token: string, lookup: PrincipalLookup): Principal | null {
+    return this.identify(token, lookup)?.principal ?? null;
+  }
+
+  /** Like `verify`, with the token's id (the OAuth consent records which key granted it). */
+  identify(token: string, lookup: PrincipalLookup): { principal: Principal; token_id: string } | null {
     if (!TOKEN_PATTERN.test(token)) return null;
     const row = this.#liveRow(hashToken(token));
     if (!row) return null;
+    const principal = this.#principalOf(row, lookup);
+    return principal ? { principal, token_id: row.token_id } : null;
+  }
+
+  /** The current Principal of a live token id (null when revoked, unknown or its principal is gone). */
+  principalOfId(tokenId: string, lookup: PrincipalLookup): Principal | null {
+    const row = this.#db
+      .prepare<[string], TokenRow>("SELECT * FROM principal_tokens WHERE token_id = ? AND revoked_at IS NULL")
+      .get(tokenId);
+    return row ? this.#principalOf(row, lookup) : null;
+  }
+
+  #principalOf(row: TokenRow, lookup: PrincipalLookup): Principal | null {
     const grant = lookup(row.principal_id);
     if (!grant) return null;
     const grantScopes = toSet(grant.scopes);
@@ -276,15 +294,59 @@ export function createAuthenticator(
   store: TokenStore,
   principals: readonly ConfiguredPrincipal[],
 ): (token: string) => Principal | null {
+  const identify = createKeyIdentifier(store, principals);
+  return (token) => identify(token)?.principal ?? null;
+}
+
+/** An access key with its id: `tok_…` for issued keys, `cfg_` + 16 hex of its hash for a config-declared one. */
+export interface IdentifiedKey {
+  principal: Principal;
+  key_id: string;
+}
+
+/** Prefix of the key ids of config-declared (`token_sha256`) keys. */
+export const INLINE_KEY_ID_PREFIX = "cfg_";
+
+/**
+ * Bearer token → Principal and key id. CLI-issued tokens (state DB) are checked first; then hashes
+ * declared inline in the config, which carry their fixed `token_scopes` ∩ the principal's current
+ * scopes (so they never widen either). Unknown → null.
+ */
+export function createKeyIdentifier(
+  store: TokenStore,
+  principals: readonly ConfiguredPrincipal[],
+): (token: string) => IdentifiedKey | null {
   const lookup = principalLookup(principals);
   const inline = new Map<string, ConfiguredPrincipal>();
   for (const p of principals) for (const h of p.token_sha256 ?? []) inline.set(h, p);
   return (token) => {
-    const issued = store.verify(token, lookup);
-    if (issued) return issued;
+    const issued = store.identify(token, lookup);
+    if (issued) return { principal: issued.principal, key_id: issued.token_id };
     if (inline.size === 0) return null;
-    const p = inline.get(hashToken(token));
+    const hash = hashToken(token);
+    const p = inline.get(hash);
     if (!p) return null;
-    return { id: p.id, scopes: inlineScopes(p), projects: new Set(p.projects) };
+    return {
+      principal: { id: p.id, scopes: inlineScopes(p), projects: new Set(p.projects) },
+      key_id: INLINE_KEY_ID_PREFIX + hash.slice(0, 16),
+    };
+  };
+}
+
+/** The current Principal behind a key id (see IdentifiedKey), or null when that key is gone. */
+export function keyPrincipal(
+  store: TokenStore,
+  principals: readonly ConfiguredPrincipal[],
+): (keyId: string) => Principal | null {
+  const lookup = principalLookup(principals);
+  return (keyId) => {
+    if (!keyId.startsWith(INLINE_KEY_ID_PREFIX)) return store.principalOfId(keyId, lookup);
+    const prefix = keyId.slice(INLINE_KEY_ID_PREFIX.length);
+    for (const p of principals) {
+      if ((p.token_sha256 ?? []).some((h) => h.startsWith(prefix))) {
+        return { id: p.id, scopes: inlineScopes(p), projects: new Set(p.projects) };
+      }
+    }
+    return null;
   };
 }

@@ -46,6 +46,10 @@ export interface ProcStackOptions {
   server?: "inproc" | "child";
   /** Extra env for the Server (test hooks). */
   serverEnv?: Record<string, string>;
+  /** Extra lines inside the Server config's `[server]` table (given the port), e.g. `public_url`. */
+  serverSection?: (port: number) => string;
+  /** Extra TOML appended to the Server config (e.g. an `[oauth]` table). */
+  extraServerToml?: string;
 }
 
 async function freePort(): Promise<number> {
@@ -112,7 +116,7 @@ export class ProcStack {
   async init(): Promise<this> {
     this.port = await freePort();
     const allProjects = this.opts.runners.flatMap((r) => r.projects);
-    let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = 2000\n\n`;
+    let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = 2000\n${this.opts.serverSection?.(this.port) ?? ""}\n\n`;
     for (const r of this.opts.runners) {
       const token = `wcr_${randomBytes(24).toString("base64url")}`;
       this.tokens.set(r.id, token);
@@ -122,6 +126,7 @@ export class ProcStack {
     }
     toml += `[[principals]]\nid = "alice"\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${JSON.stringify(allProjects)}\n\n`;
     toml += `[[principals]]\nid = "bob"\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${JSON.stringify(allProjects)}\n`;
+    if (this.opts.extraServerToml) toml += `\n${this.opts.extraServerToml}\n`;
     writeFileSync(this.serverConfigFile, toml);
     await this.startServer();
     return this;

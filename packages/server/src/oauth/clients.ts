@@ -1,0 +1,194 @@
+/**
+ * The three kinds of OAuth client, behind the SDK's `OAuthRegisteredClientsStore`:
+ *
+ * - **operator**: `[[oauth.clients]]` in the Server config, synced into the store at start;
+ * - **cimd**: an https `client_id` URL whose metadata document is fetched (client-metadata.ts)
+ *   and cached in the store for CIMD_CACHE_TTL_MS;
+ * - **dynamic**: RFC 7591 registration (rate-limited by the SDK handler, bounded here by
+ *   `max_dynamic_clients`; the oldest unprovisioned client without a live grant makes room).
+ *
+ * Every client is public (`token_endpoint_auth_method: none`): PKCE S256 protects the code, and
+ * there is no client secret to store. Registration never sets `allow_coding_agent_run`; only the
+ * operator command does.
+ */
+import type { OAuthRegisteredClientsStore } from "@modelcontextprotocol/sdk/server/auth/clients.js";
+import { InvalidClientMetadataError, TooManyRequestsError } from "@modelcontextprotocol/sdk/server/auth/errors.js";
+import type { OAuthClientInformationFull } from "@modelcontextprotocol/sdk/shared/auth.js";
+import type { Logger } from "pino";
+import type { OAuthSettings } from "../config.js";
+import { isLoopbackHost } from "../config.js";
+import {
+  CIMD_CACHE_TTL_MS,
+  ClientMetadataError,
+  fetchClientMetadata,
+  isMetadataUrl,
+  MAX_CLIENT_NAME_CHARS,
+  MAX_REDIRECT_URIS,
+} from "./client-metadata.js";
+import { type ClientRow, type OAuthStore, parseJsonList } from "./store.js";
+
+/** A failed metadata fetch is remembered this long, so one bad URL cannot make us fetch on every request. */
+export const CIMD_FAILURE_TTL_MS = 30_000;
+const CIMD_FAILURES_MAX = 1024;
+export const MAX_REDIRECT_URI_CHARS = 2048;
+
+export type ResolvedClient =
+  | { ok: true; client: OAuthClientInformationFull; row: ClientRow }
+  | { ok: false; reason: string };
+
+/** Whether a redirect URI is acceptable for a registered client (OAuth 2.1 §2.3.1 / RFC 8252). */
+export function redirectUriProblem(uri: string): string | null {
+  if (uri.length > MAX_REDIRECT_URI_CHARS) return `longer than ${MAX_REDIRECT_URI_CHARS} characters`;
+  let u: URL;
+  try {
+    u = new URL(uri);
+  } catch {
+    return "not an absolute URL";
+  }
+  if (u.hash !== "") return "has a fragment";
+  if (u.protocol === "https:") return null;
+  if (u.protocol === "http:") return isLoopbackHost(u.hostname) ? null : "http is allowed only for loopback hosts";
+  if (["javascript:", "data:", "file:", "blob:", "about:", "vbscript:"].includes(u.protocol)) return "unsafe scheme";
+  // A private-use scheme of a native app (RFC 8252 §7.1), e.g. com.example.app:/callback.
+  return null;
+}
+
+function infoOf(row: ClientRow): OAuthClientInformationFull {
+  return {
+    client_id: row.client_id,
+    redirect_uris: parseJsonList(row.redirect_uris),
+    token_endpoint_auth_method: "none",
+    grant_types: ["authorization_code", "refresh_token"],
+    response_types: ["code"],
+    ...(row.client_name !== null ? { client_name: row.client_name } : {}),
+  };
+}
+
+export class OAuthClients implements OAuthRegisteredClientsStore {
+  readonly #store: OAuthStore;
+  readonly #settings: OAuthSettings;
+  readonly #logger: Logger;
+  readonly #ca: string | undefined;
+  readonly #inFlight = new Map<string, Promise<ResolvedClient>>();
+  readonly #failures = new Map<string, { reason: string; until: number }>();
+
+  constructor(opts: { store: OAuthStore; settings: OAuthSettings; logger: Logger; ca?: string | undefined }) {
+    this.#store = opts.store;
+    this.#settings = opts.settings;
+    this.#logger = opts.logger;
+    this.#ca = opts.ca;
+    this.#syncOperatorClients();
+  }
+
+  /** `[[oauth.clients]]` → store rows (name and redirect URIs follow the config; provisioning stays as it was). */
+  #syncOperatorClients(): void {
+    for (const c of this.#settings.clients) {
+      const existing = this.#store.client(c.client_id);
+      if (existing && existing.kind !== "operator") {
+        this.#logger.warn({ client_id: c.client_id }, "oauth: configured client id is already used by another client");
+        continue;
+      }
+      this.#store.upsertClient({
+        client_id: c.client_id,
+        kind: "operator",
+        client_name: c.name,
+        redirect_uris: c.redirect_uris,
+      });
+    }
+  }
+
+  async getClient(clientId: string): Promise<OAuthClientInformationFull | undefined> {
+    const r = await this.resolve(clientId);
+    return r.ok ? r.client : undefined;
+  }
+
+  /** The client, or why it cannot be used (shown on the authorize error page). */
+  async resolve(clientId: string): Promise<ResolvedClient> {
+    if (clientId.length === 0 || clientId.length > MAX_REDIRECT_URI_CHARS)
+      return { ok: false, reason: "unknown client_id" };
+    const row = this.#store.client(clientId);
+    if (row?.revoked_at) return { ok: false, reason: "this client was revoked by the operator" };
+    if (!isMetadataUrl(clientId)) {
+      return row ? { ok: true, client: infoOf(row), row } : { ok: false, reason: "unknown client_id" };
+    }
+    const fresh = row?.fetched_at ? Date.now() - Date.parse(row.fetched_at) < CIMD_CACHE_TTL_MS : false;
+    if (row && fresh) return { ok: true, client: infoOf(row), row };
+    const failed = this.#failures.get(clientId);
+    if (failed && failed.until > Date.now()) return { ok: false, reason: failed.reason };
+    let pending = this.#inFlight.get(clientId);
+    if (!pending) {
+      pending = this.#fetch(clientId).finally(() => this.#inFlight.delete(clientId));
+      this.#inFlight.set(clientId, pending);
+    }
+    return pending;
+  }
+
+  async #fetch(clientId: string): Promise<ResolvedClient> {
+    try {
+      const doc = await fetchClientMetadata(clientId, {
+        allowLoopback: this.#settings.devAllowLoopbackClientMetadata,
+        ca: this.#ca,
+      });
+      for (const uri of doc.redirect_uris) {
+        const problem = redirectUriProblem(uri);
+        if (problem) throw new ClientMetadataError(`client metadata document: redirect_uri ${problem}`);
+      }
+      if (!this.#store.client(clientId)) this.#makeRoom();
+      this.#store.upsertClient({
+        client_id: clientId,
+        kind: "cimd",
+        client_name: doc.client_name,
+        redirect_uris: doc.redirect_uris,
+      });
+      const row = this.#store.client(clientId);
+      if (!row || row.revoked_at) return { ok: false, reason: "this client was revoked by the operator" };
+      return { ok: true, client: infoOf(row), row };
+    } catch (err) {
+      const reason =
+        err instanceof ClientMetadataError || err instanceof TooManyRequestsError
+          ? err.message
+          : "client metadata could not be loaded";
+      // The URL's host and path are the client's public identity; the reason never holds a secret.
+      this.#logger.warn({ client_id: clientId.slice(0, 256), reason }, "oauth: client metadata refused");
+      if (this.#failures.size >= CIMD_FAILURES_MAX) this.#failures.clear();
+      this.#failures.set(clientId, { reason, until: Date.now() + CIMD_FAILURE_TTL_MS });
+      return { ok: false, reason };
+    }
+  }
+
+  /** Keep dynamic + metadata clients within max_dynamic_clients by evicting the oldest unused one. */
+  #makeRoom(): void {
+    while (this.#store.countEvictable() >= this.#settings.maxDynamicClients) {
+      if (!this.#store.evictOldestUnused()) {
+        throw new TooManyRequestsError("this server holds as many registered clients as it allows; try again later");
+      }
+    }
+  }
+
+  registerClient(
+    client: Omit<OAuthClientInformationFull, "client_id" | "client_id_issued_at">,
+  ): OAuthClientInformationFull {
+    const full = client as OAuthClientInformationFull;
+    const uris = full.redirect_uris.map(String);
+    if (uris.length === 0 || uris.length > MAX_REDIRECT_URIS) {
+      throw new InvalidClientMetadataError(`redirect_uris must list 1-${MAX_REDIRECT_URIS} URIs`);
+    }
+    for (const uri of uris) {
+      const problem = redirectUriProblem(uri);
+      if (problem) throw new InvalidClientMetadataError(`redirect_uris: a URI is not acceptable (${problem})`);
+    }
+    for (const g of full.grant_types ?? []) {
+      if (g !== "authorization_code" && g !== "refresh_token") {
+        throw new InvalidClientMetadataError(`grant_types: only authorization_code and refresh_token are supported`);
+      }
+    }
+    const name = typeof full.client_name === "string" ? full.client_name.slice(0, MAX_CLIENT_NAME_CHARS) : null;
+    this.#makeRoom();
+    const clientId = full.client_id ?? `dyn_${crypto.randomUUID()}`;
+    this.#store.upsertClient({ client_id: clientId, kind: "dynamic", client_name: name, redirect_uris: uris });
+    this.#store.audit("client_registered", { client_id: clientId, detail: "dynamic" });
+    const row = this.#store.client(clientId);
+    if (!row) throw new InvalidClientMetadataError("registration failed");
+    return { ...infoOf(row), client_id_issued_at: Math.floor(Date.now() / 1000) };
+  }
+}

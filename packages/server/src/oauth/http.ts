@@ -1,0 +1,178 @@
+/**
+ * The OAuth HTTP surface, mounted next to `/mcp` when `[oauth] enabled`:
+ *
+ *   GET  /.well-known/oauth-protected-resource[/mcp]  RFC 9728 (both paths)
+ *   GET  /.well-known/oauth-authorization-server      RFC 8414
+ *   GET|POST /authorize   SDK authorizationHandler (after our check of client + redirect URI)
+ *   POST /token           SDK tokenHandler (PKCE S256 verified by the SDK)
+ *   POST /register        SDK clientRegistrationHandler (RFC 7591, rate-limited per IP)
+ *   POST /revoke          SDK revocationHandler (RFC 7009)
+ *   POST /oauth/consent   our consent form (consent.ts)
+ *
+ * The SDK handlers are Express routers, so these paths run in one small Express app; `/mcp`
+ * itself stays on node:http (mcp-http.ts).
+ */
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { authorizationHandler, redirectUriMatches } from "@modelcontextprotocol/sdk/server/auth/handlers/authorize.js";
+import { metadataHandler } from "@modelcontextprotocol/sdk/server/auth/handlers/metadata.js";
+import { clientRegistrationHandler } from "@modelcontextprotocol/sdk/server/auth/handlers/register.js";
+import { revocationHandler } from "@modelcontextprotocol/sdk/server/auth/handlers/revoke.js";
+import { tokenHandler } from "@modelcontextprotocol/sdk/server/auth/handlers/token.js";
+import type { OAuthMetadata, OAuthProtectedResourceMetadata } from "@modelcontextprotocol/sdk/shared/auth.js";
+import express, { type NextFunction, type Request, type Response } from "express";
+import type { Logger } from "pino";
+import type { OAuthSettings } from "../config.js";
+import type { OAuthClients } from "./clients.js";
+import type { Consent, ConsentForm } from "./consent.js";
+import { renderErrorPage } from "./consent-page.js";
+import type { WebcodexOAuthProvider } from "./provider.js";
+import { OAUTH_SCOPES } from "./scopes.js";
+
+/** Largest form or JSON body the OAuth endpoints accept. */
+export const OAUTH_MAX_BODY = "16kb";
+/** Authorization requests per IP per 15 minutes (the SDK handler's limiter). */
+export const AUTHORIZE_PER_15_MIN = 100;
+
+export const PRM_PATH = "/.well-known/oauth-protected-resource";
+export const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
+
+/** Whether a request path belongs to the OAuth surface. */
+export function isOAuthPath(path: string): boolean {
+  return (
+    path === PRM_PATH ||
+    path === `${PRM_PATH}/mcp` ||
+    path === AS_METADATA_PATH ||
+    path === "/authorize" ||
+    path === "/token" ||
+    path === "/register" ||
+    path === "/revoke" ||
+    path === "/oauth/consent"
+  );
+}
+
+export function protectedResourceMetadata(settings: OAuthSettings): OAuthProtectedResourceMetadata {
+  return {
+    resource: settings.resource,
+    authorization_servers: [settings.issuer],
+    scopes_supported: [...OAUTH_SCOPES],
+    bearer_methods_supported: ["header"],
+    resource_name: "WebCodex",
+  };
+}
+
+export function authorizationServerMetadata(settings: OAuthSettings): OAuthMetadata {
+  const at = (path: string) => `${settings.issuer}${path}`;
+  return {
+    issuer: settings.issuer,
+    authorization_endpoint: at("/authorize"),
+    token_endpoint: at("/token"),
+    registration_endpoint: at("/register"),
+    revocation_endpoint: at("/revoke"),
+    response_types_supported: ["code"],
+    grant_types_supported: ["authorization_code", "refresh_token"],
+    code_challenge_methods_supported: ["S256"],
+    token_endpoint_auth_methods_supported: ["none"],
+    revocation_endpoint_auth_methods_supported: ["none"],
+    scopes_supported: [...OAUTH_SCOPES],
+    client_id_metadata_document_supported: true,
+    authorization_response_iss_parameter_supported: true,
+  } as OAuthMetadata;
+}
+
+/** The RFC 9728 URL /mcp's 401 points at. */
+export function resourceMetadataUrl(settings: OAuthSettings): string {
+  return `${settings.issuer}${PRM_PATH}/mcp`;
+}
+
+export interface OAuthHttpDeps {
+  settings: OAuthSettings;
+  provider: WebcodexOAuthProvider;
+  clients: OAuthClients;
+  consent: Consent;
+  logger: Logger;
+}
+
+/**
+ * Before the SDK's authorize handler: a client we cannot resolve or a redirect URI it did not
+ * register gets a page (never a redirect — the redirect URI cannot be trusted), with the reason.
+ */
+function authorizePrecheck(clients: OAuthClients) {
+  return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
+    if (req.method !== "GET" && req.method !== "POST") return next();
+    const src = (req.method === "POST" ? req.body : req.query) as Record<string, unknown> | undefined;
+    const clientId = typeof src?.client_id === "string" ? src.client_id : "";
+    const redirectUri = typeof src?.redirect_uri === "string" ? src.redirect_uri : undefined;
+    if (!clientId) {
+      renderErrorPage(res, 400, "This app's sign-in request is incomplete", "The request names no client_id.");
+      return;
+    }
+    const resolved = await clients.resolve(clientId);
+    if (!resolved.ok) {
+      renderErrorPage(res, 400, "This app cannot sign in here", `The client is not usable: ${resolved.reason}.`);
+      return;
+    }
+    const registered = resolved.client.redirect_uris.map(String);
+    if (redirectUri !== undefined && !registered.some((r) => redirectUriMatches(redirectUri, r))) {
+      renderErrorPage(
+        res,
+        400,
+        "This app's return address is not registered",
+        "The redirect_uri does not match any address registered for this client, so this Server will not send you there.",
+      );
+      return;
+    }
+    if (redirectUri === undefined && registered.length !== 1) {
+      renderErrorPage(
+        res,
+        400,
+        "This app's sign-in request is incomplete",
+        "redirect_uri is required for this client.",
+      );
+      return;
+    }
+    next();
+  };
+}
+
+/** The OAuth request handler (an Express app); hand it every request `isOAuthPath` accepts. */
+export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res: ServerResponse) => void {
+  const { settings, provider, clients, consent, logger } = deps;
+  const app = express();
+  app.disable("x-powered-by");
+  app.set("trust proxy", false);
+  const prm = metadataHandler(protectedResourceMetadata(settings));
+  app.use(`${PRM_PATH}/mcp`, prm);
+  app.use(PRM_PATH, prm);
+  app.use(AS_METADATA_PATH, metadataHandler(authorizationServerMetadata(settings)));
+  app.use(
+    "/authorize",
+    express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }),
+    authorizePrecheck(clients),
+    authorizationHandler({ provider, rateLimit: { windowMs: 15 * 60_000, max: AUTHORIZE_PER_15_MIN } }),
+  );
+  app.use("/token", tokenHandler({ provider }));
+  app.use(
+    "/register",
+    express.json({ limit: OAUTH_MAX_BODY }),
+    clientRegistrationHandler({
+      clientsStore: clients,
+      clientSecretExpirySeconds: 0,
+      rateLimit: { windowMs: 60 * 60_000, max: settings.registrationsPerHour },
+    }),
+  );
+  app.use("/revoke", revocationHandler({ provider }));
+  app.post("/oauth/consent", express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }), (req, res) => {
+    consent.submit(req, res, (req.body ?? {}) as ConsentForm);
+  });
+  app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
+    logger.warn({ err: err instanceof Error ? err.name : typeof err }, "oauth: request failed");
+    if (res.headersSent) return;
+    const status = (err as { status?: number }).status ?? 500;
+    res
+      .status(status >= 400 && status < 600 ? status : 500)
+      .json({ error: status < 500 ? "invalid_request" : "server_error" });
+  });
+  return (req, res) => {
+    app(req as Request, res as Response);
+  };
+}

@@ -1,0 +1,82 @@
+/**
+ * OAuth 2.1 for remote MCP hosts (DESIGN §9), assembled for `src/mcp.ts`: the store on the
+ * Server's state DB, the clients, the consent bridge, the SDK-handler HTTP surface, the
+ * access-token check for `/mcp`, and the `WWW-Authenticate` challenges `/mcp` sends.
+ */
+import type BetterSqlite3 from "better-sqlite3";
+import type { Logger } from "pino";
+import type { OAuthSettings, PrincipalConfig } from "../config.js";
+import type { Principal, Scope } from "../runs-api.js";
+import { createKeyIdentifier, keyPrincipal, type TokenStore } from "../tokens.js";
+import { OAuthClients } from "./clients.js";
+import { Consent } from "./consent.js";
+import { createOAuthHttp, isOAuthPath, resourceMetadataUrl } from "./http.js";
+import { WebcodexOAuthProvider } from "./provider.js";
+import { DEFAULT_REQUESTED_SCOPES, TOOL_SCOPES } from "./scopes.js";
+import { OAuthStore } from "./store.js";
+
+export { isOAuthPath } from "./http.js";
+
+export interface OAuthMount {
+  handle: ReturnType<typeof createOAuthHttp>;
+  owns: (path: string) => boolean;
+  /** `/mcp` bearer check for OAuth access tokens; null for anything else. */
+  authenticate: (token: string) => Principal | null;
+  /** The `WWW-Authenticate` value of a 401 from /mcp. */
+  unauthorizedChallenge: (invalidToken: boolean) => string;
+  /**
+   * For an OAuth principal whose token lacks what a tools/call needs: the scopes to ask for
+   * (→ 403 insufficient_scope). null when the call may proceed (or the principal is not OAuth).
+   */
+  insufficientScope: (principal: Principal, toolNames: readonly string[]) => Scope[] | null;
+  insufficientScopeChallenge: (scopes: readonly Scope[]) => string;
+  store: OAuthStore;
+}
+
+export function createOAuth(opts: {
+  settings: OAuthSettings;
+  db: BetterSqlite3.Database;
+  tokens: TokenStore;
+  principals: readonly PrincipalConfig[];
+  logger: Logger;
+  /** Extra CA certificates for client metadata fetches (tests); NODE_EXTRA_CA_CERTS works too. */
+  ca?: string;
+}): OAuthMount {
+  const { settings, logger } = opts;
+  const store = new OAuthStore(opts.db);
+  const clients = new OAuthClients({ store, settings, logger, ca: opts.ca });
+  const consent = new Consent({
+    store,
+    settings,
+    logger,
+    identifyKey: createKeyIdentifier(opts.tokens, opts.principals),
+  });
+  const provider = new WebcodexOAuthProvider({
+    store,
+    clients,
+    consent,
+    settings,
+    keyPrincipal: keyPrincipal(opts.tokens, opts.principals),
+  });
+  const metadataUrl = resourceMetadataUrl(settings);
+  const defaultScope = DEFAULT_REQUESTED_SCOPES.join(" ");
+  return {
+    handle: createOAuthHttp({ settings, provider, clients, consent, logger }),
+    owns: isOAuthPath,
+    authenticate: (token) => provider.authenticate(token),
+    unauthorizedChallenge: (invalid) =>
+      `Bearer realm="webcodex", resource_metadata="${metadataUrl}", scope="${defaultScope}"` +
+      (invalid ? ', error="invalid_token", error_description="The access token is invalid, expired or revoked"' : ""),
+    insufficientScope: (principal, toolNames) => {
+      if (!provider.isOAuthPrincipal(principal)) return null;
+      const needed = new Set<Scope>();
+      for (const name of toolNames) for (const s of TOOL_SCOPES[name] ?? []) needed.add(s);
+      const missing = [...needed].filter((s) => !principal.scopes.has(s));
+      return missing.length === 0 ? null : [...new Set([...principal.scopes, ...needed])];
+    },
+    insufficientScopeChallenge: (scopes) =>
+      `Bearer realm="webcodex", error="insufficient_scope", scope="${scopes.join(" ")}", resource_metadata="${metadataUrl}", ` +
+      `error_description="This token lacks a scope the call needs"`,
+    store,
+  };
+}

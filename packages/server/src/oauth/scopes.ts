@@ -1,0 +1,41 @@
+/**
+ * The scopes an OAuth client may ask for, what the consent page says about
+ * each, and what the `/mcp` tools need. `coding_agent:run` is never granted
+ * by default: it is offered only as its own unchecked line, and only to a
+ * client the operator provisioned for it.
+ */
+import type { Scope } from "../runs-api.js";
+
+export const CODING_AGENT_RUN = "coding_agent:run" satisfies Scope;
+
+/** Scopes an OAuth grant can carry (the others mean nothing on /mcp). Order = page order. */
+export const OAUTH_SCOPES = ["project:read", "project:write", "coding_agent:run"] as const satisfies readonly Scope[];
+
+/** What the consent page says each scope lets the app do. */
+export const SCOPE_LABELS: Record<(typeof OAUTH_SCOPES)[number], string> = {
+  "project:read": "See the projects you may use and whether their Runner is online.",
+  "project:write": "Write to your granted projects (needed, with coding_agent:run, to start a run).",
+  "coding_agent:run":
+    "Start, watch and cancel coding agents on your granted projects. The agent can change files there.",
+};
+
+/** Asked for when a client sends no `scope`: everything the tools use (consent still decides). */
+export const DEFAULT_REQUESTED_SCOPES: readonly Scope[] = OAUTH_SCOPES;
+
+/** Scopes each tool needs; a token without them gets 403 insufficient_scope on /mcp. */
+export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {
+  start_coding_agent: ["coding_agent:run", "project:write"],
+  observe_coding_agent: ["coding_agent:run"],
+  cancel_coding_agent: ["coding_agent:run"],
+};
+
+export function isOAuthScope(value: string): value is (typeof OAUTH_SCOPES)[number] {
+  return (OAUTH_SCOPES as readonly string[]).includes(value);
+}
+
+/** Requested scope string → the known OAuth scopes in it (unknown ones are dropped; none → the default). */
+export function requestedScopes(scopes: readonly string[] | undefined): Scope[] {
+  const list = (scopes ?? []).filter((s) => s !== "");
+  if (list.length === 0) return [...DEFAULT_REQUESTED_SCOPES];
+  return OAUTH_SCOPES.filter((s) => list.includes(s));
+}
