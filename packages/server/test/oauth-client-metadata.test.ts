@@ -16,7 +16,12 @@ let host: Awaited<ReturnType<typeof startHttpsHost>>;
 const hung: import("node:http").ServerResponse[] = [];
 
 function doc(id: string, extra: Record<string, unknown> = {}) {
-  return JSON.stringify({ client_id: id, client_name: "Doc client", redirect_uris: ["https://app.example/cb"], ...extra });
+  return JSON.stringify({
+    client_id: id,
+    client_name: "Doc client",
+    redirect_uris: ["https://app.example/cb"],
+    ...extra,
+  });
 }
 
 beforeAll(async () => {
@@ -39,7 +44,9 @@ beforeAll(async () => {
     "/redirect.json": (_q, r) => r.writeHead(302, { location: `${host.origin}/ok.json` }).end(),
     "/other-id.json": (_q, r) => r.writeHead(200).end(doc("https://elsewhere.example/client.json")),
     "/secret-client.json": (_q, r) =>
-      r.writeHead(200).end(doc(`${host.origin}/secret-client.json`, { token_endpoint_auth_method: "client_secret_post" })),
+      r
+        .writeHead(200)
+        .end(doc(`${host.origin}/secret-client.json`, { token_endpoint_auth_method: "client_secret_post" })),
   });
 }, 30_000);
 
@@ -54,7 +61,11 @@ const allow = () => ({ allowLoopback: true, ca: cert.cert });
 describe("client metadata documents", () => {
   it("fetches and validates a document whose client_id is its own URL", async () => {
     const d = await fetchClientMetadata(`${host.origin}/ok.json`, allow());
-    expect(d).toEqual({ client_id: `${host.origin}/ok.json`, client_name: "Doc client", redirect_uris: ["https://app.example/cb"] });
+    expect(d).toEqual({
+      client_id: `${host.origin}/ok.json`,
+      client_name: "Doc client",
+      redirect_uris: ["https://app.example/cb"],
+    });
   });
 
   it("refuses a document larger than the cap, declared or streamed", async () => {
@@ -73,9 +84,9 @@ describe("client metadata documents", () => {
   });
 
   it("refuses loopback without the dev setting, by literal address and by name", async () => {
-    await expect(fetchClientMetadata(`${host.origin}/ok.json`, { allowLoopback: false, ca: cert.cert })).rejects.toThrow(
-      /loopback/,
-    );
+    await expect(
+      fetchClientMetadata(`${host.origin}/ok.json`, { allowLoopback: false, ca: cert.cert }),
+    ).rejects.toThrow(/loopback/);
     const port = new URL(host.origin).port;
     await expect(
       fetchClientMetadata(`https://localhost:${port}/ok.json`, { allowLoopback: false, ca: cert.cert }),
@@ -83,7 +94,12 @@ describe("client metadata documents", () => {
   });
 
   it("refuses private, link-local and reserved addresses even with the dev setting", async () => {
-    for (const url of ["https://10.1.2.3/c.json", "https://169.254.169.254/latest", "https://[fe80::1]/c.json", "https://192.168.0.5/c"]) {
+    for (const url of [
+      "https://10.1.2.3/c.json",
+      "https://169.254.169.254/latest",
+      "https://[fe80::1]/c.json",
+      "https://192.168.0.5/c",
+    ]) {
       await expect(fetchClientMetadata(url, allow())).rejects.toThrow(/private, link-local or reserved/);
     }
     expect(refusedAddress("::ffff:10.0.0.1", true)).toMatch(/private/);

@@ -44,7 +44,11 @@ async function register(redirectUris: string[] = [REDIRECT]): Promise<string> {
   const res = await fetch(`${origin}/register`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ client_name: "Raw client", redirect_uris: redirectUris, token_endpoint_auth_method: "none" }),
+    body: JSON.stringify({
+      client_name: "Raw client",
+      redirect_uris: redirectUris,
+      token_endpoint_auth_method: "none",
+    }),
   });
   expect(res.status).toBe(201);
   const body = (await res.json()) as { client_id: string; client_secret?: string; token_endpoint_auth_method: string };
@@ -227,14 +231,26 @@ describe("OAuth negative paths", () => {
     const a = await codeFor(runKey, { clientId, codingAgentRun: true });
     const tokens = await exchange(clientId, a.code, a.verifier);
     const access = String(tokens.body.access_token);
-    const call = { method: "tools/call", params: { name: "cancel_coding_agent", arguments: { run_id: "wc_agent_run_x" } } };
+    const call = {
+      method: "tools/call",
+      params: { name: "cancel_coding_agent", arguments: { run_id: "wc_agent_run_x" } },
+    };
     expect((await mcpPost(origin, access, call)).status).toBe(200);
     await serverCli(["oauth", "clients", "disallow-coding-agent-run", clientId, "--config", stack.serverConfigFile]);
     const narrowed = await mcpPost(origin, access, call);
     expect(narrowed.status).toBe(403);
     expect(narrowed.wwwAuthenticate).toContain('error="insufficient_scope"');
 
-    const { stdout } = await serverCli(["oauth", "grants", "list", "--client", clientId, "--json", "--config", stack.serverConfigFile]);
+    const { stdout } = await serverCli([
+      "oauth",
+      "grants",
+      "list",
+      "--client",
+      clientId,
+      "--json",
+      "--config",
+      stack.serverConfigFile,
+    ]);
     const [grant] = JSON.parse(stdout) as Array<{ grant_id: string }>;
     await serverCli(["oauth", "grants", "revoke", "--id", grant?.grant_id ?? "", "--config", stack.serverConfigFile]);
     expect((await mcpPost(origin, access, { method: "tools/list" })).status).toBe(401);
@@ -245,7 +261,14 @@ describe("OAuth negative paths", () => {
     });
     expect(refreshed.body.error).toBe("invalid_grant");
 
-    const { stdout: audit } = await serverCli(["oauth", "clients", "show", clientId, "--config", stack.serverConfigFile]);
+    const { stdout: audit } = await serverCli([
+      "oauth",
+      "clients",
+      "show",
+      clientId,
+      "--config",
+      stack.serverConfigFile,
+    ]);
     expect(audit).not.toContain("wcoa_");
     expect(audit).not.toContain("wct_");
   });
