@@ -231,7 +231,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     const post = await readMcpPost(req, res, maxBodyBytes);
     if (post === null) return;
     const scopeCheck = options.insufficientScope;
-    const wanted = scopeCheck ? scopeCheck.check(principal, calledTools(post.messages)) : null;
+    const wanted = scopeCheck ? scopeCheck.check(principal, calledTools([post.message])) : null;
     if (scopeCheck && wanted) {
       res.setHeader("WWW-Authenticate", scopeCheck.challenge(wanted));
       sendJsonRpcError(res, 403, -32001, `Forbidden: insufficient_scope (this call needs: ${wanted.join(" ")})`);
