@@ -23,7 +23,14 @@ export type LedgerEvent =
       value: string | boolean | null;
       pid: number;
     }
-  | { event: "cancel"; session_id: string | null; pid: number };
+  | { event: "cancel"; session_id: string | null; pid: number }
+  | {
+      event: "credentials";
+      ppid: number;
+      uid: number | null;
+      result: Record<string, { outcome: string; sha256?: string } | boolean>;
+    }
+  | { event: "fds"; pid: number; fds: { fd: number; target: string }[] };
 
 /**
  * Append-only, synchronous event log so tests can prove how often a prompt

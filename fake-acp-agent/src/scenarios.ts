@@ -12,6 +12,7 @@ import {
   promptError,
   strayResponse,
 } from "./scenarios/faults.js";
+import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
 import { burst, slow } from "./scenarios/streams.js";
 import { END_TURN, type Scenario, say, type Turn } from "./turn.js";
 
@@ -36,6 +37,10 @@ export const SCENARIOS = {
   grandchild,
   echo_env: echoEnv,
   ignored_updates: ignoredUpdates,
+  escapes,
+  read_credentials: readCredentials,
+  list_fds: listFds,
+  echo_argv: echoArgv,
 } as const satisfies Record<string, Scenario>;
 
 export type ScenarioName = keyof typeof SCENARIOS;

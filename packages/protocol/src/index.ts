@@ -3,4 +3,5 @@ export * from "./events.js";
 export * from "./frames.js";
 export * from "./ids.js";
 export * from "./parse.js";
+export * from "./terminal-safe.js";
 export * from "./vocab.js";

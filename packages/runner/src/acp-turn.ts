@@ -102,7 +102,7 @@ export class AcpTurn {
     if (!env.ok) return notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`);
     if (run.setupAbort.signal.aborted) return this.setupAborted(run);
 
-    const redactor = new Redactor(Object.values(env.env), run.project.root);
+    const redactor = Redactor.forAgent(run.agent, env.env, run.project.root);
     // Streamed text enters the ring (and is pushed) at the next setImmediate when the stream is quiet,
     // or after up to COALESCE_MS while a flood is going on (text-pacer.ts).
     const pacer = new TextPacer({

@@ -21,6 +21,15 @@ import {
 } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
 import { z } from "zod";
+import {
+  ACCOUNT_NAME_PATTERN,
+  findSystemTool,
+  lookupGroup,
+  lookupUser,
+  type RunAs,
+  SYSTEM_TOOL_DIRS,
+  switchUserSupport,
+} from "./run-as.js";
 
 /** Most argv entries an agent may be configured with, and the longest one. */
 export const MAX_AGENT_ARGS = 64;
@@ -51,6 +60,8 @@ export interface AgentConfig {
   readonly allowedConfigOptions: readonly string[];
   /** CHILD_NAME → RUNNER_SOURCE_NAME. Resolved from the Runner's env immediately before each spawn. */
   readonly envFromEnv: Readonly<Record<string, string>>;
+  /** `run_as` / `run_as_group`, resolved and checked at load time; null: the agent runs as the Runner's user. */
+  readonly runAs: RunAs | null;
 }
 
 export interface AcpConfig {
@@ -116,6 +127,9 @@ const EnvName = z
   .string({ error: "must be a string" })
   .max(MAX_ENV_NAME_LENGTH, `must be at most ${MAX_ENV_NAME_LENGTH} characters`)
   .regex(ENV_NAME_PATTERN, "must be an environment variable name (^[A-Za-z_][A-Za-z0-9_]*$)");
+const AccountName = z
+  .string({ error: "must be a string" })
+  .regex(ACCOUNT_NAME_PATTERN, "must be a user or group name (^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$)");
 const ConfigId = z
   .string()
   .regex(CONFIG_ID_PATTERN, "must be 1-128 characters of [A-Za-z0-9_.:/-] starting with a letter or digit");
@@ -153,6 +167,8 @@ const AgentSchema = z
       .record(EnvName, EnvName, { error: 'must be a table of CHILD_NAME = "SOURCE_NAME"' })
       .refine((m) => Object.keys(m).length <= MAX_ENV_MAPPINGS, `must have at most ${MAX_ENV_MAPPINGS} entries`)
       .default({}),
+    run_as: AccountName.optional(),
+    run_as_group: AccountName.optional(),
   })
   .strict();
 
@@ -260,17 +276,72 @@ function resolveFrom(base: string, p: string): string {
 
 type Report = (path: string, rule: string) => void;
 
-/** The real path of a project root, reporting a missing or non-directory root. */
+/**
+ * The real path of a project root (symlinks resolved once, here), reporting a
+ * `..` segment in the configured path, a missing or non-directory root, and a
+ * root that is the filesystem root `/` (an agent's cwd would be the whole machine).
+ */
 function checkProjectRoot(base: string, root: string, path: string, err: Report): string {
+  if (root.split(/[/\\]/).includes("..")) {
+    err(path, "must not contain '..' segments (name the directory itself)");
+  }
   const wanted = resolveFrom(base, root);
   try {
     const real = realpathSync(wanted);
     if (!statSync(real).isDirectory()) err(path, `${wanted} is not a directory`);
+    else if (real === "/") err(path, `${wanted} resolves to / (a project root must be a project's directory)`);
     return real;
   } catch {
     err(path, `${wanted} does not exist`);
     return wanted;
   }
+}
+
+/** `run_as` / `run_as_group` resolved to ids, reporting unknown accounts, root, and a Runner that cannot switch users. */
+function checkRunAs(
+  user: string | undefined,
+  group: string | undefined,
+  at: string,
+  err: Report,
+  canSwitch: () => ReturnType<typeof switchUserSupport>,
+): RunAs | null {
+  if (user === undefined) {
+    if (group !== undefined) err(`${at}.run_as_group`, "needs run_as (the user the agent runs as)");
+    return null;
+  }
+  const account = lookupUser(user);
+  if (!account.ok) {
+    err(`${at}.run_as`, `${JSON.stringify(user)}: ${account.reason}`);
+    return null;
+  }
+  if (account.value.uid === 0) {
+    err(`${at}.run_as`, `${JSON.stringify(user)} is root (uid 0); name an unprivileged user`);
+    return null;
+  }
+  let gid = account.value.gid;
+  if (group !== undefined) {
+    const found = lookupGroup(group);
+    if (!found.ok) {
+      err(`${at}.run_as_group`, `${JSON.stringify(group)}: ${found.reason}`);
+      return null;
+    }
+    if (found.value.gid === 0) {
+      err(`${at}.run_as_group`, `${JSON.stringify(group)} is gid 0; name an unprivileged group`);
+      return null;
+    }
+    gid = found.value.gid;
+  }
+  const setpriv = findSystemTool("setpriv");
+  if (setpriv === null) {
+    err(`${at}.run_as`, `needs setpriv (util-linux), not found in ${SYSTEM_TOOL_DIRS.join(", ")}`);
+    return null;
+  }
+  const support = canSwitch();
+  if (!support.ok) {
+    err(`${at}.run_as`, `the Runner cannot switch users: ${support.reason}`);
+    return null;
+  }
+  return Object.freeze({ user, uid: account.value.uid, gid, group: group ?? null, setpriv });
 }
 
 /** The absolute executable path, reporting bare names, missing files and missing execute permission. */
@@ -325,10 +396,15 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
 
   const projects: ProjectConfig[] = [];
   const projectIds = new Set<string>();
+  const roots = new Map<string, string>();
   raw.projects.forEach((p, i) => {
     if (projectIds.has(p.id)) err(`projects[${i}].id`, `${JSON.stringify(p.id)} is not unique`);
     projectIds.add(p.id);
     const root = checkProjectRoot(base, p.root, `projects[${i}].root`, err);
+    const other = roots.get(root);
+    if (other !== undefined)
+      err(`projects[${i}].root`, `is the same directory as project ${JSON.stringify(other)} (${root})`);
+    else roots.set(root, p.id);
     projects.push(Object.freeze({ id: p.id, root, allowPatch: p.allow_patch }));
   });
 
@@ -337,6 +413,11 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
     err("acp.default_run_timeout_secs", `must not exceed acp.max_run_timeout_secs (${acp.max_run_timeout_secs})`);
   }
   const forcedKeys = new Set(Object.keys(acp.forced_config));
+  let switchSupport: ReturnType<typeof switchUserSupport> | undefined;
+  const canSwitch = () => {
+    switchSupport ??= switchUserSupport();
+    return switchSupport;
+  };
   const agents: AgentConfig[] = [];
   const agentIds = new Set<string>();
   acp.agents.forEach((a, i) => {
@@ -363,6 +444,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
         args: Object.freeze([...a.args]),
         allowedConfigOptions: Object.freeze([...a.allowed_config_options]),
         envFromEnv: Object.freeze({ ...a.env_from_env }),
+        runAs: checkRunAs(a.run_as, a.run_as_group, at, err, canSwitch),
       }),
     );
   });

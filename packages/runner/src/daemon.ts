@@ -17,6 +17,7 @@
 import type { RunnerConfig } from "./config.js";
 import { ConfigError, loadConfig } from "./config.js";
 import { openDispatchStore, type SqliteDispatchStore, StoreRefusedError } from "./dispatch-store.js";
+import { credentialModeWarnings, sameUserAgents } from "./exposure.js";
 import { activeFailpoint, FAILPOINT_ENV, invalidFailpointValue } from "./failpoints.js";
 import { type LinkHandle, startLink } from "./link.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -197,6 +198,17 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
   const config = await loadConfig(options.configPath);
   const logger = options.logger ?? defaultLogger(config);
   setLogger(logger);
+
+  for (const w of credentialModeWarnings(config)) {
+    logger.warn(
+      { setting: w.setting, mode: w.mode, want: w.want },
+      "a Runner credential file is accessible to other users; chmod it",
+    );
+  }
+  const sameUser = sameUserAgents(config);
+  if (sameUser.length > 0) {
+    logger.info({ agents: sameUser }, "these agents run as the Runner's user and can read its credentials (run_as)");
+  }
 
   const armed = activeFailpoint();
   if (armed) logger.warn({ failpoint: armed }, `${FAILPOINT_ENV} is set: this Runner will SIGKILL itself there`);

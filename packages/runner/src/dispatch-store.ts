@@ -477,7 +477,8 @@ function sqliteFiles(dbPath: string): string[] {
  */
 export function openDispatchStore(options: OpenStoreOptions): OpenedStore {
   const { stateDir } = options;
-  mkdirSync(stateDir, { recursive: true });
+  // Readable by the Runner's user only (DESIGN §4.2); an existing dir keeps its mode (the daemon warns).
+  mkdirSync(stateDir, { recursive: true, mode: 0o700 });
   const dbPath = join(stateDir, STORE_DB_FILE);
   const markerPath = join(stateDir, STORE_MARKER_FILE);
   const movedAside: string[] = [];

@@ -1,6 +1,8 @@
 /**
  * Normalization of ACP `session/update` notifications into the protocol's
- * bounded RunEvent bodies (DESIGN §4.5). Nothing raw is forwarded: tool
+ * bounded RunEvent bodies (DESIGN §4.5). Nothing raw is forwarded: every
+ * agent string passes through the run's Redactor (`label` / `redact`), which
+ * makes it terminal-safe before redacting it; tool
  * activity is id/title/kind/status only, diffs become file_change events with
  * project-relative paths (outside paths masked), text is cut to the protocol
  * bounds, and every value of the child's mapped environment (≥ 6 chars) is
@@ -28,6 +30,7 @@ import {
   type RunEventBody,
   TOOL_KINDS,
   TOOL_STATUSES,
+  terminalSafe,
   truncateUtf8,
   utf8Length,
 } from "@webcodex/protocol";
@@ -41,8 +44,13 @@ const CURRENCY = /^[A-Z]{3}$/;
 const MAX_TRACKED_TOOL_CALLS = 1024;
 
 /**
- * Scrubs event text: every mapped env value (≥ 6 chars) becomes REDACTED, then
- * the project root's absolute path is made relative (`<root>/src/a.js` →
+ * Scrubs every agent-provided string before it enters an event (text, titles,
+ * paths, ids, option names, config snapshot values): first terminal-safe
+ * (`terminalSafe`: no ESC/CSI/OSC sequences, no C0/C1 or bidi controls but
+ * newline and tab — before the secrets, so a control character cannot split a
+ * secret past the match), then every secret (≥ 6 chars: mapped env values,
+ * the agent's executable path, its argv elements) becomes REDACTED, then the
+ * project root's absolute path is made relative (`<root>/src/a.js` →
  * `src/a.js`, `<root>` → `.`), so private paths stay on the Runner.
  */
 export class Redactor {
@@ -51,6 +59,22 @@ export class Redactor {
   readonly #holdable: string[];
   /** Matches the root followed by a separator (dropped) or by a non-name character / the end (→ "."). */
   readonly #root: RegExp | null;
+  /**
+   * The redactor of one run (issue 12 §3): the child's mapped env values, the
+   * agent's executable path and every argv element longer than 5 characters
+   * (an argv element that is the project root itself is left to the root's
+   * relativization), and the project root.
+   */
+  static forAgent(
+    agent: { readonly executable: string; readonly args: readonly string[] },
+    env: Readonly<Record<string, string>>,
+    projectRoot: string,
+  ): Redactor {
+    const root = projectRoot.replace(/[/\\]+$/, "");
+    const argv = agent.args.filter((arg) => arg.replace(/[/\\]+$/, "") !== root);
+    return new Redactor([...Object.values(env), agent.executable, ...argv], projectRoot);
+  }
+
   constructor(values: Iterable<string>, projectRoot: string | null = null) {
     this.#secrets = [...new Set([...values].filter((v) => v.length >= MIN_REDACTED_LENGTH))].sort(
       (a, b) => b.length - a.length,
@@ -83,7 +107,7 @@ export class Redactor {
     return held;
   }
   redact(text: string): string {
-    let out = text;
+    let out = terminalSafe(text);
     for (const secret of this.#secrets) if (out.includes(secret)) out = out.split(secret).join(REDACTED);
     if (this.#root) out = out.replace(this.#root, (m) => (m.length > 0 && /[/\\]$/.test(m) ? "" : "."));
     return out;

@@ -26,6 +26,8 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { ConfigError, LOG_LEVELS, loadConfig, type RunnerConfig } from "./config.js";
+import { credentialModeWarnings, SAME_USER_WARNING, sameUserAgents } from "./exposure.js";
+import { closeInheritedFds } from "./inherited-fds.js";
 import { createLogger } from "./logger.js";
 
 const USAGE = `usage:
@@ -101,8 +103,16 @@ async function check(parsed: Parsed): Promise<number> {
   const cfg = await config(parsed);
   const out = process.stdout;
   out.write(
-    `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => a.id).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
+    `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => `${a.id}${a.runAs ? ` (as ${a.runAs.user})` : ""}`).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
   );
+  for (const id of sameUserAgents(cfg)) {
+    out.write(`warning: agent ${id} runs as this Runner's user (uid ${process.getuid?.()}): ${SAME_USER_WARNING}\n`);
+  }
+  for (const w of credentialModeWarnings(cfg)) {
+    out.write(
+      `warning: ${w.setting} ${w.path} has mode ${w.mode}: other users can read it; chmod ${w.want.slice(1)} it\n`,
+    );
+  }
   const providerId = flag(parsed, "--probe");
   if (providerId === undefined) return 0;
   const agent = cfg.acp.agents.find((a) => a.id === providerId);
@@ -303,6 +313,9 @@ async function main(argv: readonly string[]): Promise<number> {
     throw error;
   }
 }
+
+// Descriptors inherited without close-on-exec would reach every agent: close them first (inherited-fds.ts).
+closeInheritedFds();
 
 main(process.argv.slice(2)).then(
   (code) => {

@@ -5,8 +5,11 @@
  * (`extendEnv: false`), resolved from the Runner's own environment right
  * before the spawn; its own process group (`detached: true`, so pgid = pid);
  * cwd = the project root; stdin/stdout pipes for ACP; stderr drained and
- * discarded (only a byte count is kept). Cleanup after every run: stdin EOF →
- * grace → SIGTERM to the group → grace → SIGKILL to the tree and the group.
+ * discarded (only a byte count is kept); no other descriptor (inherited ones
+ * are covered by /dev/null, see inherited-fds.ts). With `run_as` the agent is
+ * started through setpriv as that user (run-as.ts): same pid and group.
+ * Cleanup after every run: stdin EOF → grace → SIGTERM to the group → grace →
+ * SIGKILL to the tree and the group.
  */
 import { once } from "node:events";
 import { Readable, Writable } from "node:stream";
@@ -14,7 +17,9 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { execa } from "execa";
 import treeKill from "tree-kill";
 import type { AgentConfig } from "./config.js";
+import { inheritedFdStdio } from "./inherited-fds.js";
 import { listGroupMembers, procIdentitySupported, readStartTime } from "./proc-identity.js";
+import { type RunAs, setprivCommand } from "./run-as.js";
 
 export type EnvResolution =
   | { ok: true; env: Record<string, string> }
@@ -73,7 +78,8 @@ export interface TreeCleanup {
 }
 
 export interface SpawnOptions {
-  agent: Pick<AgentConfig, "executable" | "args">;
+  /** `runAs` absent or null: the agent runs as the Runner's user. */
+  agent: Pick<AgentConfig, "executable" | "args"> & { readonly runAs?: RunAs | null };
   cwd: string;
   env: Record<string, string>;
 }
@@ -111,14 +117,18 @@ function signalGroup(pgid: number, signal: NodeJS.Signals): void {
 
 /** Spawn the agent and wait for the `spawn` event. Throws SpawnError if the OS refuses. */
 export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
-  const subprocess = execa(options.agent.executable, [...options.agent.args], {
+  const { executable, args, runAs } = options.agent;
+  const command = runAs ? setprivCommand(runAs, executable, args) : { file: executable, args: [...args] };
+  // Descriptors this process inherited without close-on-exec are covered by /dev/null in the child
+  // (execa passes an integer stdio entry to child_process as "dup this fd here"; its types list only 3-9).
+  const masked = inheritedFdStdio();
+  const stdio = ["pipe", "pipe", "pipe", ...masked.extra] as unknown as ["pipe", "pipe", "pipe", ...("ignore" | 3)[]];
+  const subprocess = execa(command.file, command.args, {
     cwd: options.cwd,
     env: options.env,
     extendEnv: false,
     detached: true,
-    stdin: "pipe",
-    stdout: "pipe",
-    stderr: "pipe",
+    stdio,
     buffer: false,
     reject: false,
     cleanup: false,
@@ -137,6 +147,8 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
   } catch (error) {
     const code = (error as NodeJS.ErrnoException)?.code ?? "unknown";
     throw new SpawnError(code, { cause: error });
+  } finally {
+    masked.close();
   }
   const pid = subprocess.pid;
   if (pid === undefined) throw new SpawnError("no_pid");

@@ -1,0 +1,81 @@
+/**
+ * File descriptors beyond the three pipes never reach an agent (DESIGN §4.2).
+ *
+ * Node and libuv open every descriptor close-on-exec, but a descriptor this
+ * process *inherited* without FD_CLOEXEC (a shell's `3<secret`, a supervisor's
+ * pipe or socket) stays open across every exec — libuv does not close it, and
+ * an agent would get it too. Two layers:
+ *
+ * - `closeInheritedFds()` — the Runner's command line (main.ts) closes every
+ *   such descriptor before anything else runs (it never uses them); only
+ *   Node's own IPC channel (NODE_CHANNEL_FD) is kept.
+ * - `inheritedFdStdio()` — for a RunManager embedded in another process: the
+ *   descriptors found without FD_CLOEXEC at its first spawn are covered in
+ *   every child by /dev/null (stdio entries 3…n), up to MAX_MASKED_FD.
+ *
+ * Linux only (/proc/self/fdinfo); elsewhere both do nothing.
+ */
+import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
+
+/** O_CLOEXEC as shown in the octal `flags:` line of /proc/self/fdinfo/N. */
+const O_CLOEXEC = 0o2000000;
+/** Highest descriptor number masked at spawn (the stdio array grows to it). */
+export const MAX_MASKED_FD = 1024;
+
+/** Descriptors ≥ 3 of this process that are not close-on-exec, ascending. */
+export function scanInheritableFds(): number[] {
+  let names: string[];
+  try {
+    names = readdirSync("/proc/self/fd");
+  } catch {
+    return [];
+  }
+  const out: number[] = [];
+  for (const name of names) {
+    const fd = Number(name);
+    if (!Number.isInteger(fd) || fd < 3) continue;
+    let info: string;
+    try {
+      info = readFileSync(`/proc/self/fdinfo/${fd}`, "utf8");
+    } catch {
+      continue; // the directory handle itself, closed by now
+    }
+    const flags = /^flags:\s*([0-7]+)$/m.exec(info)?.[1];
+    if (flags !== undefined && (Number.parseInt(flags, 8) & O_CLOEXEC) === 0) out.push(fd);
+  }
+  return out.sort((a, b) => a - b);
+}
+
+/** Close every inherited descriptor but Node's IPC channel. Returns how many were closed. */
+export function closeInheritedFds(env: NodeJS.ProcessEnv = process.env): number {
+  const channel = Number(env.NODE_CHANNEL_FD);
+  let closed = 0;
+  for (const fd of scanInheritableFds()) {
+    if (fd === channel) continue;
+    try {
+      closeSync(fd);
+      closed++;
+    } catch {
+      // already closed
+    }
+  }
+  return closed;
+}
+
+let inherited: number[] | undefined;
+
+/**
+ * Extra stdio entries (index 3 onwards) that put /dev/null over every
+ * descriptor this process inherited, and a `close` for the /dev/null handle
+ * (call it once the spawn returned). Empty when nothing was inherited.
+ */
+export function inheritedFdStdio(): { extra: (number | "ignore")[]; close(): void } {
+  inherited ??= scanInheritableFds().filter((fd) => fd <= MAX_MASKED_FD);
+  const fds = inherited;
+  const last = fds[fds.length - 1];
+  if (last === undefined) return { extra: [], close: () => {} };
+  const devNull = openSync("/dev/null", "r+");
+  const extra: (number | "ignore")[] = [];
+  for (let fd = 3; fd <= last; fd++) extra.push(fds.includes(fd) ? devNull : "ignore");
+  return { extra, close: () => closeSync(devNull) };
+}

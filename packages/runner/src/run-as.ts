@@ -1,0 +1,161 @@
+/**
+ * Running an agent as another OS user (DESIGN §4.2, `[[acp.agents]] run_as`).
+ *
+ * An agent runs arbitrary commands; as the Runner's own user it could read
+ * the Runner's token (`/proc/<runner>/environ`, the config, the token file)
+ * and its dispatch store. With `run_as` the Runner starts the agent through
+ * util-linux `setpriv`, which (in the child, before exec) sets the real,
+ * effective and saved gid and uid, sets the supplementary groups from the
+ * group database (`initgroups`: the user's groups, plus `run_as_group` when
+ * given), and clears the inheritable and ambient capability sets — so an agent
+ * started by a non-root Runner holding CAP_SETUID/CAP_SETGID as ambient
+ * capabilities (the systemd unit) gets none of them. setpriv execs the agent
+ * in place: same pid, same process group, so reaping and tree cleanup work as
+ * for any agent (the Runner needs CAP_KILL, or root, to signal it).
+ *
+ * Node's own `uid`/`gid` spawn options are not used: they drop every
+ * supplementary group and leave ambient capabilities in place.
+ *
+ * Users and groups are resolved once, at config load, with `getent` (so NSS
+ * sources count); tools are looked up in fixed system directories, never on PATH.
+ */
+import { execFileSync } from "node:child_process";
+import { accessSync, constants, readFileSync } from "node:fs";
+
+/** Where `setpriv` and `getent` are looked for, in order (never PATH). */
+export const SYSTEM_TOOL_DIRS = ["/usr/bin", "/bin", "/usr/sbin", "/sbin"] as const;
+/** Longest a `getent` lookup may take at config load. */
+export const GETENT_TIMEOUT_MS = 5000;
+/** User and group names accepted in `run_as` / `run_as_group` (POSIX portable names, plus a leading digit for ids). */
+export const ACCOUNT_NAME_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$/;
+
+/** Linux capability bit numbers (linux/capability.h). */
+const CAP_KILL = 5;
+const CAP_SETGID = 6;
+const CAP_SETUID = 7;
+
+export interface RunAs {
+  readonly user: string;
+  readonly uid: number;
+  /** The agent's primary gid: `run_as_group`'s, else the user's. */
+  readonly gid: number;
+  /** `run_as_group` as configured, or null (the user's primary group). */
+  readonly group: string | null;
+  /** Absolute path of the `setpriv` that switches users. */
+  readonly setpriv: string;
+}
+
+/** The first executable `name` in SYSTEM_TOOL_DIRS, or null. */
+export function findSystemTool(name: string): string | null {
+  for (const dir of SYSTEM_TOOL_DIRS) {
+    const path = `${dir}/${name}`;
+    try {
+      accessSync(path, constants.X_OK);
+      return path;
+    } catch {
+      // next directory
+    }
+  }
+  return null;
+}
+
+type Lookup<T> = { ok: true; value: T } | { ok: false; reason: string };
+
+/** One `getent DATABASE KEY` line split on ':', or a reason. */
+function getent(database: "passwd" | "group", key: string): Lookup<string[]> {
+  const tool = findSystemTool("getent");
+  if (tool === null) return { ok: false, reason: `getent not found in ${SYSTEM_TOOL_DIRS.join(", ")}` };
+  try {
+    const line = execFileSync(tool, [database, key], {
+      encoding: "utf8",
+      timeout: GETENT_TIMEOUT_MS,
+      stdio: ["ignore", "pipe", "ignore"],
+    });
+    return { ok: true, value: line.trim().split("\n")[0]?.split(":") ?? [] };
+  } catch (error) {
+    const status = (error as { status?: number | null }).status;
+    return {
+      ok: false,
+      reason: status === 2 ? `no such ${database === "passwd" ? "user" : "group"}` : "getent failed",
+    };
+  }
+}
+
+export function lookupUser(name: string): Lookup<{ uid: number; gid: number; home: string }> {
+  const entry = getent("passwd", name);
+  if (!entry.ok) return entry;
+  const [, , uid, gid, , home] = entry.value;
+  if (!/^\d+$/.test(uid ?? "") || !/^\d+$/.test(gid ?? "")) return { ok: false, reason: "malformed passwd entry" };
+  return { ok: true, value: { uid: Number(uid), gid: Number(gid), home: home ?? "" } };
+}
+
+export function lookupGroup(name: string): Lookup<{ gid: number }> {
+  const entry = getent("group", name);
+  if (!entry.ok) return entry;
+  const gid = entry.value[2];
+  if (!/^\d+$/.test(gid ?? "")) return { ok: false, reason: "malformed group entry" };
+  return { ok: true, value: { gid: Number(gid) } };
+}
+
+/** Capability sets of this process from /proc/self/status, or null where unavailable. */
+function capabilities(): { effective: bigint; ambient: bigint } | null {
+  let status: string;
+  try {
+    status = readFileSync("/proc/self/status", "utf8");
+  } catch {
+    return null;
+  }
+  const field = (name: string) => {
+    const hex = new RegExp(`^${name}:\\s*([0-9a-f]+)$`, "m").exec(status)?.[1];
+    return hex === undefined ? 0n : BigInt(`0x${hex}`);
+  };
+  return { effective: field("CapEff"), ambient: field("CapAmb") };
+}
+
+const has = (set: bigint, bit: number) => (set & (1n << BigInt(bit))) !== 0n;
+
+/**
+ * Whether this process can start agents as other users: root with
+ * CAP_SETUID, CAP_SETGID and CAP_KILL, or a non-root user holding
+ * CAP_SETUID and CAP_SETGID as ambient capabilities (so setpriv inherits
+ * them) and CAP_KILL effective (to signal the agent's process group).
+ */
+export function switchUserSupport(): { ok: true } | { ok: false; reason: string } {
+  if (process.platform !== "linux") return { ok: false, reason: "run_as needs Linux" };
+  const caps = capabilities();
+  if (caps === null) return { ok: false, reason: "cannot read /proc/self/status" };
+  const root = process.geteuid?.() === 0;
+  const missing: string[] = [];
+  const switchSet = root ? caps.effective : caps.ambient;
+  if (!has(switchSet, CAP_SETUID)) missing.push("CAP_SETUID");
+  if (!has(switchSet, CAP_SETGID)) missing.push("CAP_SETGID");
+  if (!has(caps.effective, CAP_KILL)) missing.push("CAP_KILL");
+  if (missing.length === 0) return { ok: true };
+  return {
+    ok: false,
+    reason: root
+      ? `this Runner runs as root without ${missing.join(", ")}`
+      : `this Runner (uid ${process.getuid?.()}) lacks ${missing.join(", ")}; run it as root or give it AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL (see examples/systemd/webcodex-runner.service)`,
+  };
+}
+
+/** The argv that starts `executable args` as `runAs` through setpriv. */
+export function setprivCommand(
+  runAs: RunAs,
+  executable: string,
+  args: readonly string[],
+): { file: string; args: string[] } {
+  return {
+    file: runAs.setpriv,
+    args: [
+      `--reuid=${runAs.uid}`,
+      `--regid=${runAs.gid}`,
+      "--init-groups",
+      "--inh-caps=-all",
+      "--ambient-caps=-all",
+      "--",
+      executable,
+      ...args,
+    ],
+  };
+}
