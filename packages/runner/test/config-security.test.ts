@@ -1,0 +1,110 @@
+/**
+ * Runner config rules that keep an agent inside what the operator meant
+ * (issue 19 §1 and §4): project roots (`/`, `..`, two projects on one real
+ * path, symlinks resolved once) and the account checks of `run_as`.
+ */
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, test } from "vitest";
+import { ConfigError, parseConfig } from "../src/config.js";
+
+const dir = mkdtempSync(join(tmpdir(), "wc-config-sec-"));
+mkdirSync(join(dir, "proj", "sub"), { recursive: true });
+mkdirSync(join(dir, "other"));
+symlinkSync(join(dir, "proj"), join(dir, "proj-link"));
+symlinkSync("/", join(dir, "slash-link"));
+mkdirSync(join(dir, "bin"));
+writeFileSync(join(dir, "bin", "agent"), "#!/bin/sh\n");
+chmodSync(join(dir, "bin", "agent"), 0o755);
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const file = join(dir, "runner.toml");
+
+function configText(projects: { id: string; root: string }[], agentExtra = ""): string {
+  return [
+    ...projects.flatMap((p) => ["[[projects]]", `id = "${p.id}"`, `root = ${JSON.stringify(p.root)}`]),
+    "[acp]",
+    "[[acp.agents]]",
+    'id = "fake"',
+    'executable = "bin/agent"',
+    agentExtra,
+  ].join("\n");
+}
+
+function errorsOf(text: string): string[] {
+  try {
+    parseConfig(text, file);
+  } catch (error) {
+    if (error instanceof ConfigError) return [...error.errors];
+    throw error;
+  }
+  throw new Error("config was accepted");
+}
+
+describe("project roots", () => {
+  test("the filesystem root is refused, also through a symlink", () => {
+    expect(errorsOf(configText([{ id: "all", root: "/" }]))).toEqual([
+      `${file}: projects[0].root: / resolves to / (a project root must be a project's directory)`,
+    ]);
+    expect(errorsOf(configText([{ id: "all", root: "slash-link" }]))).toEqual([
+      `${file}: projects[0].root: ${join(dir, "slash-link")} resolves to / (a project root must be a project's directory)`,
+    ]);
+  });
+
+  test("a root with a '..' segment is refused, even when it resolves to a directory", () => {
+    expect(errorsOf(configText([{ id: "up", root: "proj/sub/.." }]))).toEqual([
+      `${file}: projects[0].root: must not contain '..' segments (name the directory itself)`,
+    ]);
+    expect(errorsOf(configText([{ id: "up", root: `${dir}/other/../proj` }]))).toEqual([
+      `${file}: projects[0].root: must not contain '..' segments (name the directory itself)`,
+    ]);
+  });
+
+  test("two projects on the same real path are refused (a symlink does not make another directory)", () => {
+    expect(
+      errorsOf(
+        configText([
+          { id: "a", root: "proj" },
+          { id: "b", root: "proj-link" },
+        ]),
+      ),
+    ).toEqual([`${file}: projects[1].root: is the same directory as project "a" (${join(dir, "proj")})`]);
+  });
+
+  test("symlinks are resolved once, at load, and the real path is recorded", () => {
+    const config = parseConfig(configText([{ id: "a", root: "proj-link" }]), file);
+    expect(config.projects[0]?.root).toBe(join(dir, "proj"));
+  });
+
+  test("names that merely contain dots are fine", () => {
+    mkdirSync(join(dir, "x..y"), { recursive: true });
+    const config = parseConfig(configText([{ id: "a", root: "x..y" }]), file);
+    expect(config.projects[0]?.root).toBe(join(dir, "x..y"));
+  });
+});
+
+describe("run_as accounts", () => {
+  const project = [{ id: "p", root: "proj" }];
+
+  test("an agent without run_as runs as the Runner's user (runAs null)", () => {
+    expect(parseConfig(configText(project), file).acp.agents[0]?.runAs).toBeNull();
+  });
+
+  test("an unknown user, a group without a user, root and malformed names are refused by key", () => {
+    expect(errorsOf(configText(project, 'run_as = "wc-no-such-user-xyz"'))).toEqual([
+      `${file}: acp.agents[0].run_as: "wc-no-such-user-xyz": no such user`,
+    ]);
+    expect(errorsOf(configText(project, 'run_as_group = "root"'))).toEqual([
+      `${file}: acp.agents[0].run_as_group: needs run_as (the user the agent runs as)`,
+    ]);
+    expect(errorsOf(configText(project, 'run_as = "root"'))).toEqual([
+      `${file}: acp.agents[0].run_as: "root" is root (uid 0); name an unprivileged user`,
+    ]);
+    expect(errorsOf(configText(project, 'run_as = "bad name;"'))).toEqual([
+      `${file}: acp.agents[0].run_as: must be a user or group name (^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$)`,
+    ]);
+    expect(errorsOf(configText(project, 'run_as = "nobody"\nrun_as_group = "wc-no-such-group-xyz"'))).toEqual([
+      `${file}: acp.agents[0].run_as_group: "wc-no-such-group-xyz": no such group`,
+    ]);
+  });
+});
