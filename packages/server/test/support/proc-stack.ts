@@ -14,6 +14,8 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { pino } from "pino";
 import { loadServerConfig, sha256Hex } from "../../src/config.js";
 import type {
@@ -88,6 +90,9 @@ export class ProcStack {
   readonly tokens = new Map<string, string>();
   readonly runnerProcs = new Map<string, ChildProcess>();
   readonly logs = new Map<string, string>();
+  /** Bearer tokens of the config's principals (inline `token_sha256`), for real MCP clients. */
+  readonly principalTokens = new Map<string, string>();
+  readonly #clients: Client[] = [];
   inproc: RunningServer | null = null;
   serverChild: ChildProcess | null = null;
   port = 0;
@@ -124,8 +129,14 @@ export class ProcStack {
       for (const p of r.projects) mkdirSync(join(this.dir, "projects", p), { recursive: true });
       this.#writeRunnerConfig(r);
     }
-    toml += `[[principals]]\nid = "alice"\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${JSON.stringify(allProjects)}\n\n`;
-    toml += `[[principals]]\nid = "bob"\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${JSON.stringify(allProjects)}\n`;
+    const scopes = JSON.stringify(["coding_agent:run", "project:write", "project:read"]);
+    for (const id of ["alice", "bob"]) {
+      const bearer = `wct_${randomBytes(24).toString("base64url")}`;
+      this.principalTokens.set(id, bearer);
+      toml +=
+        `[[principals]]\nid = "${id}"\nscopes = ${scopes}\nprojects = ${JSON.stringify(allProjects)}\n` +
+        `token_sha256 = ["${sha256Hex(bearer)}"]\ntoken_scopes = ${scopes}\nallow_coding_agent_run = true\n\n`;
+    }
     if (this.opts.extraServerToml) toml += `\n${this.opts.extraServerToml}\n`;
     writeFileSync(this.serverConfigFile, toml);
     await this.startServer();
@@ -216,6 +227,29 @@ export class ProcStack {
     });
   }
 
+  /** An MCP SDK client over Streamable HTTP for a config principal (its inline token). Closed by stop(). */
+  async mcp(principalId: string): Promise<Client> {
+    const token = this.principalTokens.get(principalId);
+    if (!token) throw new Error(`no token for principal ${principalId}`);
+    const client = new Client({ name: "webcodex-proc-stack", version: "0" });
+    await client.connect(
+      new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${this.port}/mcp`), {
+        requestInit: { headers: { Authorization: `Bearer ${token}` } },
+      }),
+    );
+    this.#clients.push(client);
+    return client;
+  }
+
+  /** Waits for a Runner that ends on its own (a failpoint's SIGKILL) and forgets it; returns how it ended. */
+  async runnerExit(id: string): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+    const child = this.runnerProcs.get(id);
+    if (!child) throw new Error(`runner ${id} is not running`);
+    await exited(child);
+    this.runnerProcs.delete(id);
+    return { code: child.exitCode, signal: child.signalCode };
+  }
+
   async killRunner(id: string, signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
     const child = this.runnerProcs.get(id);
     if (!child) return;
@@ -276,6 +310,7 @@ export class ProcStack {
   }
 
   async stop(): Promise<void> {
+    for (const c of this.#clients.splice(0)) await c.close().catch(() => {});
     for (const id of [...this.runnerProcs.keys()]) await this.killRunner(id, "SIGTERM");
     await this.killServer("SIGTERM");
     const survivors = processesMentioning(this.dir);
