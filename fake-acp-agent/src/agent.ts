@@ -50,7 +50,7 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
           mcpCapabilities: { http: false, sse: false },
         },
         authMethods: [],
-        agentInfo: AGENT_INFO,
+        agentInfo: options.agentName === undefined ? AGENT_INFO : { ...AGENT_INFO, name: options.agentName },
       };
     })
     .onRequest("session/new", async ({ params }): Promise<NewSessionResponse> => {
@@ -61,11 +61,24 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
       if (options.sessionNewDelayMs > 0) await sleep(options.sessionNewDelayMs);
       if (options.failSessionNew) throw new RequestError(-32603, "fake session/new failure");
       sessionCount += 1;
-      const session = new Session(`fake-session-${sessionCount}`, params.cwd, new SessionConfig(options.configOptions));
+      const session = new Session(
+        `fake-session-${sessionCount}`,
+        params.cwd,
+        new SessionConfig(options.configOptions, options.modeValues),
+      );
       sessions.set(session.id, session);
+      const modes =
+        options.sessionModes.length === 0
+          ? {}
+          : {
+              modes: {
+                availableModes: options.sessionModes.map((id) => ({ id, name: id })),
+                currentModeId: options.sessionModes[0] as string,
+              },
+            };
       return session.config.isEmpty
-        ? { sessionId: session.id }
-        : { sessionId: session.id, configOptions: session.config.toOptions() };
+        ? { sessionId: session.id, ...modes }
+        : { sessionId: session.id, configOptions: session.config.toOptions(), ...modes };
     })
     .onRequest("session/set_config_option", async ({ params }) => {
       return { configOptions: sessionOf(params.sessionId).config.set(params) };

@@ -19,6 +19,12 @@ export interface AgentOptions {
   configOptions: ConfigOptionId[];
   /** Delay before answering `session/new`. */
   sessionNewDelayMs: number;
+  /** agentInfo.name answered to `initialize` (default fake-acp-agent), to mimic a real adapter. */
+  agentName: string | undefined;
+  /** Values of the `mode` config option (the first is current), to mimic a real adapter's mode names. */
+  modeValues: string[];
+  /** Session modes `session/new` returns (the first is current), as agents without config options do. */
+  sessionModes: string[];
 }
 
 /** A bad command line; main prints the message to stderr and exits 2. */
@@ -67,7 +73,21 @@ export function parseCli(argv: readonly string[]): AgentOptions {
     }
   }
 
+  const list = (flag: string, raw: string | undefined): string[] => {
+    const items = (raw ?? "")
+      .split(",")
+      .map((v) => v.trim())
+      .filter((v) => v !== "");
+    for (const v of items) {
+      if (!/^[A-Za-z0-9_.:-]{1,64}$/.test(v)) throw new UsageError(`${flag}: ${JSON.stringify(v)} is not a valid id`);
+    }
+    return items;
+  };
+
   return {
+    agentName: values["agent-name"],
+    modeValues: list("--mode-values", values["mode-values"]),
+    sessionModes: list("--session-modes", values["session-modes"]),
     ledgerFile: values.ledger,
     envNamesFile: values["env-names"],
     exitDuringInitialize: values["exit-during-initialize"] ?? false,
@@ -97,6 +117,9 @@ function parse(argv: readonly string[]) {
       "fail-session-new": { type: "boolean" },
       "config-options": { type: "string" },
       "session-new-delay-ms": { type: "string" },
+      "agent-name": { type: "string" },
+      "mode-values": { type: "string" },
+      "session-modes": { type: "string" },
     },
   });
 }

@@ -53,9 +53,19 @@ export function isConfigOptionId(id: string): id is ConfigOptionId {
  */
 export class SessionConfig {
   private readonly current = new Map<ConfigOptionId, string>();
+  private readonly specs = new Map<ConfigOptionId, SelectSpec>();
 
-  constructor(ids: readonly ConfigOptionId[]) {
-    for (const id of ids) this.current.set(id, CATALOG[id].initial);
+  /** `modeValues` (non-empty) replaces the values of `mode`; the first one is its initial value. */
+  constructor(ids: readonly ConfigOptionId[], modeValues: readonly string[] = []) {
+    for (const id of ids) {
+      const base: SelectSpec = CATALOG[id];
+      const spec: SelectSpec =
+        id === "mode" && modeValues.length > 0
+          ? { ...base, values: modeValues.map((v) => [v, v] as const), initial: modeValues[0] as string }
+          : base;
+      this.specs.set(id, spec);
+      this.current.set(id, spec.initial);
+    }
   }
 
   get isEmpty(): boolean {
@@ -64,7 +74,7 @@ export class SessionConfig {
 
   toOptions(): SessionConfigOption[] {
     return [...this.current].map(([id, currentValue]) => {
-      const spec: SelectSpec = CATALOG[id];
+      const spec = this.specs.get(id) as SelectSpec;
       return {
         type: "select",
         id,
@@ -82,13 +92,15 @@ export class SessionConfig {
     if (!isConfigOptionId(configId) || !this.current.has(configId)) {
       throw RequestError.invalidParams({ configId }, `unknown config option ${JSON.stringify(configId)}`);
     }
-    const spec: SelectSpec = CATALOG[configId];
+    const spec = this.specs.get(configId) as SelectSpec;
     if (typeof value !== "string" || !spec.values.some(([allowed]) => allowed === value)) {
       throw RequestError.invalidParams({ configId, value }, `value not offered by config option ${configId}`);
     }
     this.current.set(configId, value);
     if (configId === "model" && value === "fake-large" && this.current.has("mode")) {
-      this.current.set("mode", "code");
+      const mode = this.specs.get("mode") as SelectSpec;
+      // "code" in the default catalog; with --mode-values, the last value.
+      this.current.set("mode", mode.values[mode.values.length - 1]?.[0] ?? mode.initial);
     }
     return this.toOptions();
   }

@@ -1,5 +1,6 @@
 import type { PromptResponse } from "@agentclientprotocol/sdk";
 import type { ScenarioCall } from "./prompt-line.js";
+import { agentState, replay } from "./scenarios/agent-state.js";
 import { echoEnv, hello, ignoredUpdates, stop, tools } from "./scenarios/basic.js";
 import { fsRequest, permission, permissionFlood, terminalRequest } from "./scenarios/client-calls.js";
 import {
@@ -41,6 +42,8 @@ export const SCENARIOS = {
   read_credentials: readCredentials,
   list_fds: listFds,
   echo_argv: echoArgv,
+  agent_state: agentState,
+  replay,
 } as const satisfies Record<string, Scenario>;
 
 export type ScenarioName = keyof typeof SCENARIOS;

@@ -153,10 +153,42 @@ test("echo_env puts the variable's value into an agent message", async () => {
   expect(agent.messageText()).toContain("value of NOT_SET_ANYWHERE: (unset)");
 });
 
-test("ignored_updates sends available_commands_update and current_mode_update, then one message", async () => {
+test("ignored_updates sends user_message_chunk and an updatedAt-only session_info_update, then one message", async () => {
   const agent = await session();
   expect(await agent.prompt("scenario: ignored_updates")).toEqual({ stopReason: "end_turn" });
-  expect(kinds(agent.updates)).toEqual(["available_commands_update", "current_mode_update", "agent_message_chunk"]);
+  expect(kinds(agent.updates)).toEqual(["user_message_chunk", "session_info_update", "agent_message_chunk"]);
+});
+
+test("agent_state sends each session-state update, the config snapshot twice, and a [MODE_UPDATE] chunk", async () => {
+  const agent = await session();
+  expect(await agent.prompt("scenario: agent_state")).toEqual({ stopReason: "end_turn" });
+  expect(kinds(agent.updates)).toEqual([
+    "current_mode_update",
+    "config_option_update",
+    "config_option_update",
+    "available_commands_update",
+    "session_info_update",
+    "agent_message_chunk",
+    "agent_message_chunk",
+  ]);
+  expect(agent.messageText()).toContain("[MODE_UPDATE] autoEdit");
+});
+
+test("replay plays a stored real-agent sequence with the session's cwd and the fixture's stop reason", async () => {
+  const agent = await session();
+  expect(await agent.prompt("scenario: replay fixture=codex-exec-turn")).toEqual({ stopReason: "end_turn" });
+  expect(kinds(agent.updates)).toEqual([
+    "usage_update",
+    "tool_call",
+    "tool_call_update",
+    "tool_call_update",
+    "tool_call_update",
+    "usage_update",
+    "usage_update",
+    "agent_message_chunk",
+  ]);
+  expect(await agent.prompt("scenario: replay fixture=nope")).toEqual({ stopReason: "end_turn" });
+  expect(agent.messageText()).toContain("No readable fixture nope.");
 });
 
 describe("bad scenario lines", () => {

@@ -91,11 +91,9 @@ export const echoEnv: Scenario = scenario(
 );
 
 export const ignoredUpdates: Scenario = scenario("ignored_updates", noParams, async (turn) => {
-  await update(turn, {
-    sessionUpdate: "available_commands_update",
-    availableCommands: [{ name: "fake-command", description: "A command no client needs to run" }],
-  });
-  await update(turn, { sessionUpdate: "current_mode_update", currentModeId: "code" });
+  await update(turn, { sessionUpdate: "user_message_chunk", content: { type: "text", text: "an echo of the prompt" } });
+  // Only updatedAt moved: nothing a client would show.
+  await update(turn, { sessionUpdate: "session_info_update", updatedAt: "2026-01-01T00:00:00Z" });
   await say(turn, "Sent two updates a client may ignore.");
   return END_TURN;
 });

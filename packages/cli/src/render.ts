@@ -241,6 +241,11 @@ function renderObservationText(state: RenderState, obs: Observation, style: Styl
         );
         break;
       }
+      case "agent_state": {
+        const described = describeAgentState(event);
+        if (described !== undefined) line(paint(style, described.tone, described.text));
+        break;
+      }
       case "terminal":
         // The outcome is printed once, by renderSummary, from the final observation.
         break;
@@ -254,6 +259,38 @@ function renderObservationText(state: RenderState, obs: Observation, style: Styl
     }
   }
   return { state: { runState: obs.state, offline, open, lastSeq, tools }, text };
+}
+
+/**
+ * One line per agent-state change: the mode and config changes an operator
+ * must notice (a mode that asks for permissions stalls a run), the session
+ * title, and how many commands the agent offers (their names only in JSON).
+ */
+function describeAgentState(
+  event: Extract<RunEvent, { kind: "agent_state" }>,
+): { tone: Tone; text: string } | undefined {
+  const more = event.truncated === true ? " …" : "";
+  switch (event.change) {
+    case "mode":
+      return event.mode_id === undefined ? undefined : { tone: "cyan", text: `  ⚙ mode → ${oneLine(event.mode_id)}` };
+    case "config_options": {
+      const options = event.config_options ?? [];
+      if (options.length === 0) return undefined;
+      const list = options.map((o) => `${oneLine(o.id)}=${oneLine(String(o.value))}`).join(" · ");
+      return { tone: "cyan", text: `  ⚙ config: ${list}${more}` };
+    }
+    case "session_info":
+      return event.title === undefined ? undefined : { tone: "dim", text: `  · session: ${oneLine(event.title)}` };
+    case "commands": {
+      const count = event.commands?.length ?? 0;
+      return {
+        tone: "dim",
+        text: `  · ${count}${more === "" ? "" : "+"} agent command${count === 1 ? "" : "s"} available`,
+      };
+    }
+    default:
+      return { tone: "dim", text: `  · agent state: ${oneLine(event.change)}` };
+  }
 }
 
 function toolIcon(status: string, style: Style): string {

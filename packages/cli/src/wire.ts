@@ -77,6 +77,16 @@ const PermissionRequest = z.object({
   title: z.string(),
   options: z.array(z.object({ option_id: opt(z.string()), name: z.string(), kind: opt(z.string()) })).default([]),
 });
+const AgentState = z.object({
+  ...base,
+  kind: z.literal("agent_state"),
+  change: z.string(),
+  mode_id: opt(z.string()),
+  config_options: opt(z.array(z.object({ id: z.string(), value: z.union([z.string(), z.boolean()]) }))),
+  commands: opt(z.array(z.string())),
+  title: opt(z.string()),
+  truncated: opt(z.boolean()),
+});
 const Terminal = z.object({
   ...base,
   kind: z.literal("terminal"),
@@ -95,6 +105,7 @@ const KnownEvent = z.discriminatedUnion("kind", [
   TerminalActivity,
   Usage,
   PermissionRequest,
+  AgentState,
   Terminal,
 ]);
 export type KnownEvent = z.infer<typeof KnownEvent>;

@@ -178,6 +178,70 @@ describe("text details", () => {
     expect(text).toBe("● running\nthinking: pondering\nAnswer. […]");
   });
 
+  it("shows a mode change and a config change on one line each, the title and a command count dimmed", () => {
+    const none = { mode_id: undefined, config_options: undefined, commands: undefined, title: undefined };
+    const { text } = replay(
+      [
+        obs({
+          state: "running",
+          events: [
+            { ...none, seq: 1, at: "a", kind: "agent_state", change: "mode", mode_id: "plan", truncated: false },
+            {
+              ...none,
+              seq: 2,
+              at: "a",
+              kind: "agent_state",
+              change: "config_options",
+              config_options: [
+                { id: "mode", value: "acceptEdits" },
+                { id: "fast", value: false },
+              ],
+              truncated: true,
+            },
+            {
+              ...none,
+              seq: 3,
+              at: "a",
+              kind: "agent_state",
+              change: "commands",
+              commands: ["review", "init"],
+              truncated: false,
+            },
+            {
+              ...none,
+              seq: 4,
+              at: "a",
+              kind: "agent_state",
+              change: "session_info",
+              title: "Fix\nadd()",
+              truncated: false,
+            },
+          ],
+        }),
+      ],
+      PLAIN,
+    );
+    expect(text).toBe(
+      "● running\n  ⚙ mode → plan\n  ⚙ config: mode=acceptEdits · fast=false …\n  · 2 agent commands available\n  · session: Fix add()\n",
+    );
+    const json = replay(
+      [
+        obs({
+          state: "running",
+          events: [
+            { ...none, seq: 1, at: "a", kind: "agent_state", change: "mode", mode_id: "plan", truncated: false },
+          ],
+        }),
+      ],
+      JSON_STYLE,
+    ).text;
+    expect(JSON.parse(json.trim().split("\n").at(-1) ?? "")).toMatchObject({
+      type: "event",
+      kind: "agent_state",
+      mode_id: "plan",
+    });
+  });
+
   it("explains a permission request and that WebCodex never grants it", () => {
     const { text } = replay(
       [

@@ -21,6 +21,8 @@ export const MAX_EVENT_LABEL_BYTES = 256;
 export const MAX_PLAN_ENTRIES = 50;
 /** Permission request events list at most this many options. */
 export const MAX_PERMISSION_OPTIONS = 16;
+/** agent_state events list at most this many config options or command names. */
+export const MAX_AGENT_STATE_ITEMS = 64;
 
 /** Caller/forced config: at most this many keys per run. */
 export const MAX_CONFIG_ENTRIES = 32;

@@ -4,6 +4,7 @@
  */
 import { z } from "zod";
 import {
+  MAX_AGENT_STATE_ITEMS,
   MAX_EVENT_LABEL_BYTES,
   MAX_EVENT_TEXT_BYTES,
   MAX_MESSAGE_LENGTH,
@@ -21,6 +22,7 @@ export const EVENT_KINDS = [
   "terminal_activity",
   "usage",
   "permission_request",
+  "agent_state",
   "terminal",
 ] as const;
 export type EventKind = (typeof EVENT_KINDS)[number];
@@ -130,6 +132,28 @@ export const PermissionRequestEvent = z
     options: z.array(PermissionOption).max(MAX_PERMISSION_OPTIONS),
   })
   .strict();
+/**
+ * A change of the agent's own session state (ACP `current_mode_update`,
+ * `config_option_update`, `available_commands_update`, `session_info_update`,
+ * and Gemini's `[MODE_UPDATE] <mode>` message). `change` says which field is
+ * set; each is the new current state (a snapshot, not a delta). Command
+ * descriptions and input hints are not forwarded; `truncated` says a list was
+ * cut to MAX_AGENT_STATE_ITEMS.
+ */
+export const AGENT_STATE_CHANGES = ["mode", "config_options", "commands", "session_info"] as const;
+export const AgentStateConfigOption = z.object({ id: Label, value: z.union([Label, z.boolean()]) }).strict();
+export const AgentStateEvent = z
+  .object({
+    ...base,
+    kind: z.literal("agent_state"),
+    change: z.enum(AGENT_STATE_CHANGES),
+    mode_id: Label.optional(),
+    config_options: z.array(AgentStateConfigOption).max(MAX_AGENT_STATE_ITEMS).optional(),
+    commands: z.array(Label).max(MAX_AGENT_STATE_ITEMS).optional(),
+    title: Label.nullable().optional(),
+    truncated: z.boolean(),
+  })
+  .strict();
 export const TerminalEvent = z
   .object({
     ...base,
@@ -151,6 +175,7 @@ export const RunEvent = z.discriminatedUnion("kind", [
   TerminalActivityEvent,
   UsageEvent,
   PermissionRequestEvent,
+  AgentStateEvent,
   TerminalEvent,
 ]);
 export type RunEvent = z.infer<typeof RunEvent>;

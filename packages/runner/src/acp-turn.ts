@@ -119,7 +119,7 @@ export class AcpTurn {
         run.ring.push(body);
         this.#d.schedulePush(run);
       },
-      onPending: () => pacer.schedule(),
+      onPending: (delayMs) => pacer.schedule(delayMs),
     });
     run.normalizer = normalizer;
     run.textPacer = pacer;
@@ -305,7 +305,7 @@ export class AcpTurn {
       normalizer.ignore();
       return cancelled;
     }
-    normalizer.emitBody(normalizer.permissionEvent(params));
+    normalizer.permissionRequest(params);
     run.pendingPermissions++;
     run.state = "waiting_permission";
     this.#d.touch(run);

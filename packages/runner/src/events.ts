@@ -11,8 +11,14 @@
  * flushed by the owner (a short timer after the first chunk), when the bound
  * is reached, or when another kind of event arrives; a streamed (non-final)
  * flush holds back a tail that may begin a secret, so no secret is ever split
- * across two events. Unknown or ignored
- * variants are only counted.
+ * across two events. Other event bodies pass through an EventCoalescer
+ * (event-coalescer.ts), which folds a body that only restates the one before
+ * it (same tool call and status, consecutive usage or agent-state
+ * snapshots) and drops nothing else; a tool call re-announced exactly as it
+ * was last emitted, and empty message chunks, produce no event at all. The
+ * session-state variants become `agent_state` events (agent-state.ts), and a
+ * permission request for a tool call never announced first yields its
+ * tool_activity. Unknown or ignored variants are only counted.
  */
 import { isAbsolute, relative, resolve, sep } from "node:path";
 import type {
@@ -34,6 +40,8 @@ import {
   truncateUtf8,
   utf8Length,
 } from "@webcodex/protocol";
+import { type AgentStateBody, agentStateOf, modeState, modeUpdateChunk } from "./agent-state.js";
+import { EventCoalescer } from "./event-coalescer.js";
 
 /** Mapped env values shorter than this are not redacted (they would mangle ordinary text). */
 export const MIN_REDACTED_LENGTH = 6;
@@ -140,6 +148,8 @@ interface ToolState {
   status: ToolStatus;
 }
 
+const toolSignature = (s: ToolState) => `${s.status}\u0000${s.kind}\u0000${s.title}`;
+
 interface PendingText {
   kind: "agent_message" | "reasoning";
   text: string;
@@ -154,18 +164,33 @@ export interface NormalizerOptions {
   redactor: Redactor;
   /** Receives every finished event body, in order. */
   emit: (body: RunEventBody) => void;
-  /** Called when new text starts pending; the owner must call flush() soon after. */
-  onPending?: () => void;
+  /**
+   * Called when new text or a held event starts pending; the owner must call
+   * flushStreamed() soon after, and not before `delayMs` (0: at its next flush window).
+   */
+  onPending?: (delayMs: number) => void;
+  /** Monotonic ms clock for the coalescer's holds (default performance.now). */
+  now?: () => number;
 }
 
 export class EventNormalizer {
   #ignored = 0;
   #pending: PendingText | null = null;
   readonly #tools = new Map<string, ToolState>();
+  /** tool_call_id label → signature of the last tool_activity that left (bounded like #tools). */
+  readonly #announced = new Map<string, string>();
+  /** change → JSON of the last agent_state snapshot that left, so an unchanged one is dropped. */
+  readonly #lastState = new Map<AgentStateBody["change"], string>();
   readonly #o: NormalizerOptions;
+  readonly #co: EventCoalescer;
 
   constructor(options: NormalizerOptions) {
     this.#o = options;
+    this.#co = new EventCoalescer({
+      emit: (body) => this.#out(body),
+      schedule: (delayMs) => this.#o.onPending?.(delayMs),
+      now: options.now ?? (() => performance.now()),
+    });
   }
 
   get ignoredUpdates(): number {
@@ -188,6 +213,11 @@ export class EventNormalizer {
         const content = update.content as { type?: unknown; text?: unknown };
         if (content?.type !== "text" || typeof content.text !== "string") {
           this.ignore();
+          return;
+        }
+        const mode = update.sessionUpdate === "agent_message_chunk" ? modeUpdateChunk(content.text) : null;
+        if (mode !== null) {
+          this.#state(modeState(mode, (t) => this.label(t)));
           return;
         }
         this.#text(update.sessionUpdate === "agent_message_chunk" ? "agent_message" : "reasoning", content.text);
@@ -241,9 +271,17 @@ export class EventNormalizer {
         });
         return;
       }
+      case "current_mode_update":
+      case "config_option_update":
+      case "available_commands_update":
+      case "session_info_update": {
+        const body = agentStateOf(update, (t) => this.label(t));
+        if (body === null) this.ignore();
+        else this.#state(body);
+        return;
+      }
       default:
-        // user_message_chunk, available_commands_update, current_mode_update,
-        // config_option_update, session_info_update, notice, compaction_*, unknown.
+        // user_message_chunk, notice, compaction_*, unknown.
         this.ignore();
     }
   }
@@ -272,11 +310,31 @@ export class EventNormalizer {
   }
 
   /**
+   * A permission request: its tool call first, as a tool_activity, when the
+   * agent never announced it (Gemini announces such tools only here), then
+   * the permission_request event.
+   */
+  permissionRequest(request: RequestPermissionRequest): void {
+    const call = request.toolCall;
+    const id = String(call?.toolCallId ?? "");
+    if (!this.#tools.has(id)) {
+      const state: ToolState = {
+        title: this.label(typeof call?.title === "string" ? call.title : ""),
+        kind: toolKind(call?.kind),
+        status: toolStatus(call?.status) ?? "pending",
+      };
+      this.#tool(id, state, call?.content ?? undefined);
+    }
+    this.#emit(this.permissionEvent(request));
+  }
+
+  /**
    * Push all pending coalesced text out (final flush: the run ends, or another
    * kind of event follows), including a held-back tail.
    */
   flush(): void {
     this.#flush(true);
+    this.#co.release();
   }
 
   /**
@@ -287,6 +345,7 @@ export class EventNormalizer {
    */
   flushStreamed(): void {
     this.#flush(false);
+    this.#co.releaseDue();
   }
 
   #flush(final: boolean): void {
@@ -309,13 +368,42 @@ export class EventNormalizer {
     }
   }
 
+  /** A finished non-text body: pending text first (order), then the coalescer. */
   #emit(body: RunEventBody): void {
-    this.flush();
+    this.#flush(true);
+    this.#co.offer(body);
+  }
+
+  /** Everything leaving the normalizer after the coalescer: remember what each tool call last showed. */
+  #out(body: RunEventBody): void {
+    if (body.kind === "tool_activity") {
+      const key = body.tool_call_id;
+      if (!this.#announced.has(key) && this.#announced.size >= MAX_TRACKED_TOOL_CALLS) {
+        const oldest = this.#announced.keys().next().value;
+        if (oldest !== undefined) this.#announced.delete(oldest);
+      }
+      this.#announced.set(key, toolSignature({ title: body.title, kind: body.tool_kind, status: body.status }));
+    } else if (body.kind === "agent_state") {
+      this.#lastState.set(body.change, JSON.stringify(body));
+    }
     this.#o.emit(body);
   }
 
+  /** An agent_state snapshot, unless it equals the last one of its kind that left (then: nothing new). */
+  #state(body: AgentStateBody): void {
+    const held = this.#co.held;
+    const last =
+      held?.kind === "agent_state" && held.change === body.change
+        ? JSON.stringify(held)
+        : this.#lastState.get(body.change);
+    if (last !== JSON.stringify(body)) this.#emit(body);
+  }
+
   #text(kind: PendingText["kind"], raw: string): void {
+    // Empty chunks carry nothing (agents send them around tool calls): no event, no flush.
     if (raw === "") return;
+    // A held event goes out before text that follows it.
+    this.#co.release();
     if (this.#pending && this.#pending.kind !== kind) this.flush();
     const cut = truncateUtf8(this.#o.redactor.redact(raw), MAX_EVENT_TEXT_BYTES);
     const bytes = utf8Length(cut.text);
@@ -335,7 +423,7 @@ export class EventNormalizer {
     }
     if (!pending.scheduled) {
       pending.scheduled = true;
-      this.#o.onPending?.();
+      this.#o.onPending?.(0);
     }
   }
 
@@ -347,13 +435,21 @@ export class EventNormalizer {
     }
     this.#tools.set(id, state);
     const toolCallId = this.label(id);
-    this.#emit({
-      kind: "tool_activity",
-      tool_call_id: toolCallId,
-      title: state.title,
-      tool_kind: state.kind,
-      status: state.status,
-    });
+    const held = this.#co.held;
+    const shown =
+      held?.kind === "tool_activity" && held.tool_call_id === toolCallId
+        ? toolSignature({ title: held.title, kind: held.tool_kind, status: held.status })
+        : this.#announced.get(toolCallId);
+    // Re-announced exactly as last shown (e.g. an update carrying only content): no new tool_activity.
+    if (shown !== toolSignature(state)) {
+      this.#emit({
+        kind: "tool_activity",
+        tool_call_id: toolCallId,
+        title: state.title,
+        tool_kind: state.kind,
+        status: state.status,
+      });
+    }
     for (const item of Array.isArray(content) ? content : []) {
       if (item.type === "diff" && typeof item.path === "string") {
         this.#emit({

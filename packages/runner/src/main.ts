@@ -180,8 +180,25 @@ function formatEvent(e: RunEvent): string {
       return `${head}: ${e.used_tokens ?? "?"} / ${e.context_size ?? "?"} tokens${e.cost_amount === null ? "" : `, ${e.cost_amount} ${e.cost_currency ?? ""}`}`;
     case "permission_request":
       return `${head}: "${e.title}" (${e.tool_call_id}) options ${e.options.map((o) => o.kind).join(", ")} — never allowed; answered cancelled on deadline or cancel`;
+    case "agent_state":
+      return `${head}: ${describeAgentState(e)}`;
     case "terminal":
       return `${head}: ${e.state} / ${e.execution_state}${e.stop_reason ? ` (${e.stop_reason})` : ""}${e.failure_kind ? ` [${e.failure_kind}]` : ""} — ${e.message}`;
+  }
+}
+
+/** One line for an agent_state event: `mode plan`, `config mode=acceptEdits model=opus`, … */
+function describeAgentState(e: Extract<RunEvent, { kind: "agent_state" }>): string {
+  const more = e.truncated ? " …" : "";
+  switch (e.change) {
+    case "mode":
+      return `mode ${e.mode_id ?? "?"}`;
+    case "config_options":
+      return `config ${(e.config_options ?? []).map((o) => `${o.id}=${String(o.value)}`).join(" ")}${more}`;
+    case "commands":
+      return `${(e.commands ?? []).length} commands available${more}`;
+    case "session_info":
+      return `session title ${e.title === null || e.title === undefined ? "(cleared)" : JSON.stringify(e.title)}`;
   }
 }
 

@@ -40,10 +40,16 @@ export class TextPacer {
     this.#floodGapMs = options.floodGapMs ?? FLOOD_GAP_MS;
   }
 
-  /** New text is pending: arrange one flush (no-op while one is already arranged). */
-  schedule(): void {
+  /**
+   * New text (or a held event) is pending: arrange one flush (no-op while one
+   * is already arranged). `delayMs` > 0 asks for a flush no sooner than that;
+   * the flush callback re-asks if it fired early for what it holds.
+   */
+  schedule(delayMs = 0): void {
     if (this.#stopped || this.#timer !== null || this.#immediate !== null) return;
-    if (this.#now() - this.#lastFlushAt < this.#floodGapMs) {
+    if (delayMs > 0) {
+      this.#timer = setTimeout(this.#fire, delayMs);
+    } else if (this.#now() - this.#lastFlushAt < this.#floodGapMs) {
       this.#timer = setTimeout(this.#fire, this.#holdMs);
     } else {
       this.#immediate = setImmediate(this.#fire);

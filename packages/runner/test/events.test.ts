@@ -133,6 +133,7 @@ describe("normalization", () => {
     const n = normalizer(out);
     for (const currency of ["USD", "usd", "EURO", "€", "sk-1234", "US"]) {
       n.handle({ sessionUpdate: "usage_update", used: 1, size: 2, cost: { amount: 0.5, currency } });
+      n.flush(); // one flush window each: consecutive usage inside one window collapses to the latest
     }
     expect(out.map((b) => (b as { cost_currency: string | null }).cost_currency)).toEqual([
       "USD",
@@ -152,6 +153,7 @@ describe("normalization", () => {
       emit: (b) => out.push(b),
     });
     n.handle({ sessionUpdate: "tool_call", toolCallId: "t1", title: "Edit /work/p/src/a.js in /work/p", kind: "edit" });
+    n.flush();
     expect(out[0]).toMatchObject({ title: "Edit src/a.js in ." });
     const r = new Redactor([], "/work/p");
     expect(r.redact("/work/pp/x and /work/p. and /work/p/")).toBe("/work/pp/x and .. and ");
@@ -168,7 +170,7 @@ describe("normalization", () => {
   test("unknown and ignored variants are counted, not emitted; tool updates keep earlier title and kind", () => {
     const out: RunEventBody[] = [];
     const n = normalizer(out);
-    n.handle({ sessionUpdate: "current_mode_update", currentModeId: "code" });
+    n.handle({ sessionUpdate: "user_message_chunk", content: { type: "text", text: "echo" } });
     n.handle({ sessionUpdate: "something_new" } as never);
     n.handle({
       sessionUpdate: "tool_call",
@@ -178,6 +180,7 @@ describe("normalization", () => {
       rawInput: { secret: 1 },
     });
     n.handle({ sessionUpdate: "tool_call_update", toolCallId: "t1", status: "completed" });
+    n.flush();
     expect(n.ignoredUpdates).toBe(2);
     expect(out).toEqual([
       { kind: "tool_activity", tool_call_id: "t1", title: "Read file", tool_kind: "read", status: "pending" },
