@@ -233,7 +233,7 @@ describe("OAuth negative paths", () => {
     const access = String(tokens.body.access_token);
     const call = {
       method: "tools/call",
-      params: { name: "cancel_coding_agent", arguments: { run_id: "wc_agent_run_x" } },
+      params: { name: "cancel_coding_agent", arguments: { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" } },
     };
     expect((await mcpPost(origin, access, call)).status).toBe(200);
     await serverCli(["oauth", "clients", "disallow-coding-agent-run", clientId, "--config", stack.serverConfigFile]);

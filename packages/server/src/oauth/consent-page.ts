@@ -24,7 +24,7 @@ li{margin:.35rem 0}
 label{display:block;font-weight:600;margin:.6rem 0 .25rem}
 input[type=password]{width:100%;box-sizing:border-box;font:inherit;padding:.6rem;border:1px solid #aab3bd;border-radius:8px}
 .risk{border:1px solid #d4a72c;background:#fff8e1;border-radius:8px;padding:.7rem;margin:.8rem 0}
-.risk label{font-weight:600;margin:0;display:flex;gap:.55rem;align-items:flex-start}
+.risk label{font-weight:400;margin:0;display:flex;gap:.55rem;align-items:flex-start}
 .risk input{margin-top:.3rem;transform:scale(1.2)}
 .error{border:1px solid #cf222e;background:#ffebe9;border-radius:8px;padding:.6rem .8rem;margin-bottom:1rem}
 .buttons{display:flex;gap:.75rem;margin-top:1rem}
@@ -107,7 +107,8 @@ export function renderConsent(res: ServerResponse, view: ConsentView, status = 2
   let runLine = "";
   if (asksRun && view.codingAgentRunOffered) {
     runLine = `<div class="risk"><label><input type="checkbox" name="coding_agent_run" value="yes">
-<span>Also let it run coding agents (<code>coding_agent:run</code>). ${escapeHtml(SCOPE_LABELS[CODING_AGENT_RUN])}</span></label></div>`;
+<span><strong>Also let it run coding agents</strong> (<code>coding_agent:run</code>).
+${escapeHtml(SCOPE_LABELS[CODING_AGENT_RUN])}</span></label></div>`;
   } else if (asksRun) {
     runLine = `<p class="muted">It also asked to run coding agents (<code>coding_agent:run</code>). Your operator has not
 allowed this app to, so that is not offered.</p>`;

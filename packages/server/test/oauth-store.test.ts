@@ -1,0 +1,189 @@
+/**
+ * OAuth store and wiring over real SQLite files: audience binding, the bound
+ * on dynamic clients, what the audit rows hold, and upgrade safety (a state
+ * database from before OAuth opens, and nothing in it gains a scope).
+ */
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { pino } from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { buildServerConfig, type ServerConfig } from "../src/config.js";
+import { createMcpHandler } from "../src/mcp.js";
+import { OAuthClients } from "../src/oauth/clients.js";
+import { createOAuth } from "../src/oauth/index.js";
+import { OAuthStore } from "../src/oauth/store.js";
+import { startServer } from "../src/server.js";
+import { StateStore } from "../src/state-store.js";
+import { hashToken, TokenStore } from "../src/tokens.js";
+import { mcpPost } from "./support/oauth.js";
+
+const silent = pino({ level: "silent" });
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function tempDir(): string {
+  const d = mkdtempSync(join(tmpdir(), "wc-oauth-store-"));
+  dirs.push(d);
+  return d;
+}
+
+function config(dir: string, publicUrl: string, oauth: Record<string, unknown> = {}): ServerConfig {
+  return buildServerConfig(
+    {
+      server: { host: "127.0.0.1", port: 0, state_dir: "state", public_url: publicUrl },
+      oauth: { enabled: true, ...oauth },
+      principals: [{ id: "alice", scopes: ["coding_agent:run", "project:write", "project:read"], projects: ["demo"] }],
+    },
+    { file: null, baseDir: dir },
+  );
+}
+
+const TTL = { accessMs: 3_600_000, refreshMs: 86_400_000 };
+
+describe("OAuth store", () => {
+  it("a token issued for one resource is refused by a Server whose resource is another (audience binding)", () => {
+    const dir = tempDir();
+    const cfgA = config(dir, "https://a.example");
+    const cfgB = config(dir, "https://b.example");
+    const state = new StateStore(cfgA.stateDir);
+    try {
+      const tokens = new TokenStore(state.db);
+      const lookup = (id: string) => cfgA.principals.find((p) => p.id === id);
+      const key = tokens.issue(
+        { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
+        lookup,
+      );
+      const a = createOAuth({
+        settings: cfgA.oauth!,
+        db: state.db,
+        tokens,
+        principals: cfgA.principals,
+        logger: silent,
+      });
+      a.store.upsertClient({
+        client_id: "c1",
+        kind: "dynamic",
+        client_name: "c",
+        redirect_uris: ["https://app.example/cb"],
+      });
+      const { code } = a.store.createGrantWithCode(
+        {
+          client_id: "c1",
+          principal_id: "alice",
+          key_id: key.token_id,
+          scopes: ["project:read"],
+          projects: ["demo"],
+          resource: cfgA.oauth!.resource,
+        },
+        { redirect_uri: "https://app.example/cb", code_challenge: "x" },
+      );
+      const r = a.store.redeemCode(code, "c1", "https://app.example/cb", TTL);
+      if (!r.ok) throw new Error(r.reason);
+      expect(a.authenticate(r.pair.access_token)?.id).toBe("alice");
+      const b = createOAuth({
+        settings: cfgB.oauth!,
+        db: state.db,
+        tokens,
+        principals: cfgB.principals,
+        logger: silent,
+      });
+      expect(b.authenticate(r.pair.access_token)).toBeNull();
+      // Revoking the access key the person typed ends the grant's tokens too.
+      tokens.revoke(key.token_id);
+      expect(a.authenticate(r.pair.access_token)).toBeNull();
+      // The audit rows hold ids and scopes, never the code or a token.
+      const audit = JSON.stringify(a.store.auditRows());
+      expect(audit).toContain('"event":"grant"');
+      expect(audit).not.toContain(code);
+      expect(audit).not.toContain(r.pair.access_token);
+      expect(audit).not.toContain(r.pair.refresh_token);
+    } finally {
+      state.close();
+    }
+  });
+
+  it("keeps dynamic clients within max_dynamic_clients: the oldest unused one makes room, clients with live grants stay", () => {
+    const dir = tempDir();
+    const cfg = config(dir, "https://a.example", { max_dynamic_clients: 2 });
+    const state = new StateStore(cfg.stateDir);
+    try {
+      const store = new OAuthStore(state.db);
+      const clients = new OAuthClients({ store, settings: cfg.oauth!, logger: silent });
+      const reg = (id: string) =>
+        clients.registerClient({ client_id: id, redirect_uris: ["https://app.example/cb"] } as never).client_id;
+      reg("one");
+      reg("two");
+      reg("three");
+      expect(
+        store
+          .clients()
+          .map((c) => c.client_id)
+          .sort(),
+      ).toEqual(["three", "two"]);
+      for (const id of ["two", "three"]) {
+        store.createGrantWithCode(
+          { client_id: id, principal_id: "alice", key_id: null, scopes: ["project:read"], projects: [], resource: "r" },
+          { redirect_uri: "https://app.example/cb", code_challenge: "x" },
+        );
+      }
+      expect(() => reg("four")).toThrow(/as many registered clients/);
+      expect(() =>
+        clients.registerClient({ client_id: "five", redirect_uris: ["http://evil.example/cb"] } as never),
+      ).toThrow(/loopback/);
+    } finally {
+      state.close();
+    }
+  });
+
+  it("opens a state database from before OAuth: static tokens keep their exact scopes and no client is provisioned", async () => {
+    const dir = tempDir();
+    const cfg = config(dir, "http://127.0.0.1:1");
+    // The pre-OAuth schema of principal_tokens, with one narrow and one coding-agent token.
+    mkdirSync(cfg.stateDir, { recursive: true });
+    const old = new Database(join(cfg.stateDir, "server.sqlite3"));
+    old.exec(`CREATE TABLE principal_tokens (token_hash TEXT PRIMARY KEY, token_id TEXT NOT NULL UNIQUE,
+      principal_id TEXT NOT NULL, scopes TEXT NOT NULL, projects TEXT NOT NULL, created_at TEXT NOT NULL, revoked_at TEXT);`);
+    const narrow = `wct_${"n".repeat(43)}`;
+    const runner = `wct_${"r".repeat(43)}`;
+    const insert = old.prepare(
+      "INSERT INTO principal_tokens VALUES (?, ?, 'alice', ?, '[\"demo\"]', '2026-01-01T00:00:00Z', NULL)",
+    );
+    insert.run(hashToken(narrow), "tok_narrow", JSON.stringify(["project:read"]));
+    insert.run(hashToken(runner), "tok_runner", JSON.stringify(["coding_agent:run", "project:write"]));
+    old.close();
+
+    const server = await startServer({ config: cfg, logger: silent, mcpHandler: createMcpHandler, env: {} });
+    try {
+      const origin = server.url;
+      const call = {
+        method: "tools/call",
+        params: { name: "cancel_coding_agent", arguments: { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" } },
+      };
+      // The narrow token still gets the old tool-level refusal (not an OAuth 403), as before.
+      const refused = await mcpPost(origin, narrow, call);
+      expect(refused.status).toBe(200);
+      expect(refused.body).toContain("forbidden");
+      const ok = await mcpPost(origin, runner, call);
+      expect(ok.status).toBe(200);
+      expect(ok.body).toContain("not_found");
+      const rows = server.store.db
+        .prepare("SELECT token_id, scopes FROM principal_tokens ORDER BY token_id")
+        .all() as Array<{ token_id: string; scopes: string }>;
+      expect(rows).toEqual([
+        { token_id: "tok_narrow", scopes: '["project:read"]' },
+        { token_id: "tok_runner", scopes: '["coding_agent:run","project:write"]' },
+      ]);
+      const provisioned = server.store.db
+        .prepare("SELECT COUNT(*) AS n FROM oauth_clients WHERE allow_coding_agent_run != 0")
+        .get() as { n: number };
+      expect(provisioned.n).toBe(0);
+      expect((server.store.db.prepare("SELECT COUNT(*) AS n FROM oauth_grants").get() as { n: number }).n).toBe(0);
+    } finally {
+      await server.close();
+    }
+  });
+});
