@@ -8,6 +8,7 @@
  * state_dir = ".webcodex/server"   # relative to this file; SQLite + server_secret live here
  * heartbeat_interval_ms = 15000
  * allowed_origins = []        # browser Origins allowed on /mcp besides the Server's own loopback origin
+ * rejected_record_max_age_secs = 604800   # records rejected before admission expire after this (7 days)
  *
  * [[runners]]
  * id = "local"
@@ -31,8 +32,12 @@ import { dirname, resolve } from "node:path";
 import { LocalId } from "@webcodex/protocol";
 import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
+import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "./record-expiry.js";
 import { SCOPES } from "./runs-api.js";
 import { hashToken } from "./tokens.js";
+
+export const MIN_REJECTED_RECORD_MAX_AGE_SECS = 60;
+export const MAX_REJECTED_RECORD_MAX_AGE_SECS = 10 * 365 * 24 * 3600;
 
 const Hex256 = z.string().regex(/^[0-9a-f]{64}$/, "must be a lowercase hex sha256");
 /** A browser origin: scheme://host[:port], nothing else. */
@@ -161,6 +166,13 @@ export const ServerConfigSchema = z
         allowed_origins: z.array(OriginString).max(64).default([]),
         /** The issuer and resource base for OAuth (https, or http on a loopback host); see oauth/README section. */
         public_url: PublicUrlString.optional(),
+        /** Age after which a record rejected before admission is deleted (record-expiry.ts). */
+        rejected_record_max_age_secs: z
+          .number()
+          .int()
+          .min(MIN_REJECTED_RECORD_MAX_AGE_SECS)
+          .max(MAX_REJECTED_RECORD_MAX_AGE_SECS)
+          .default(DEFAULT_REJECTED_RECORD_MAX_AGE_SECS),
       })
       .strict()
       .default({
@@ -169,6 +181,7 @@ export const ServerConfigSchema = z
         state_dir: ".webcodex/server",
         heartbeat_interval_ms: 15_000,
         allowed_origins: [],
+        rejected_record_max_age_secs: DEFAULT_REJECTED_RECORD_MAX_AGE_SECS,
       }),
     runners: z.array(RunnerConfigSchema).max(256).default([]),
     oauth: OAuthConfigSchema.optional(),
@@ -214,6 +227,8 @@ export interface ServerConfig {
   heartbeatIntervalMs: number;
   /** Origins allowed on /mcp besides the Server's own loopback origin. */
   allowedOrigins: string[];
+  /** `[server] rejected_record_max_age_secs`: when records rejected before admission expire. */
+  rejectedRecordMaxAgeSecs: number;
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
   /** `[server] public_url` without a trailing slash, or null. */
@@ -317,6 +332,7 @@ export function buildServerConfig(
     stateDir: resolve(opts.baseDir, cfg.server.state_dir),
     heartbeatIntervalMs: cfg.server.heartbeat_interval_ms,
     allowedOrigins: [...cfg.server.allowed_origins],
+    rejectedRecordMaxAgeSecs: cfg.server.rejected_record_max_age_secs,
     runners,
     principals: cfg.principals,
     publicUrl,

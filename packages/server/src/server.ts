@@ -9,11 +9,13 @@ import type { AddressInfo } from "node:net";
 import type { Logger } from "pino";
 import { isLoopbackHost, type ServerConfig } from "./config.js";
 import { reconcileAtStart } from "./reconcile.js";
+import { startRejectedRecordExpiry } from "./record-expiry.js";
 import { Registry } from "./registry.js";
 import { RunnerHub } from "./runner-hub.js";
 import { RunnerTokenStore } from "./runner-tokens.js";
 import { Runs } from "./runs.js";
 import type { RunsApi } from "./runs-api.js";
+import { lockStateDir } from "./state-lock.js";
 import { StateStore } from "./state-store.js";
 import { mountTestApi, TEST_API_ENV } from "./test-api.js";
 
@@ -66,7 +68,16 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       `${TEST_API_ENV}=1 serves unauthenticated endpoints; refusing to start on non-loopback host ${config.host}`,
     );
   }
-  const store = new StateStore(config.stateDir);
+  // One Server per state dir, held until close() (or the process's end); see state-lock.ts.
+  const lock = lockStateDir(config.stateDir);
+  let store: StateStore;
+  try {
+    store = new StateStore(config.stateDir);
+  } catch (err) {
+    lock.release();
+    throw err;
+  }
+  if (store.migrated.length > 0) logger.info({ versions: store.migrated }, "state DB schema migrated");
   const registry = new Registry(config);
   const delay = Number(env[TEST_DELAY_ENV] ?? 0);
   const runs = new Runs({
@@ -77,6 +88,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
   });
   reconcileAtStart(store, logger);
+  const stopExpiry = startRejectedRecordExpiry(store, config.rejectedRecordMaxAgeSecs, logger);
   const hub = new RunnerHub({
     bindings: config.runners,
     logger: logger.child({ c: "hub" }),
@@ -130,6 +142,15 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       http.off("error", reject);
       resolve();
     });
+  }).catch(async (err: unknown) => {
+    // Not listening: give back what this start took, the state dir's lock last.
+    runs.close();
+    stopExpiry();
+    await hub.close();
+    if (mcp?.close) await mcp.close();
+    store.close();
+    lock.release();
+    throw err;
   });
   const port = (http.address() as AddressInfo).port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
@@ -152,7 +173,9 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         if (mcp?.close) await mcp.close();
         http.closeAllConnections();
         await new Promise<void>((r) => http.close(() => r()));
+        stopExpiry();
         store.close();
+        lock.release();
       })();
       return closing;
     },

@@ -9,6 +9,7 @@ import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { ExecutionState, FailureKind, RecoveryKind, RunState, StopReason } from "@webcodex/protocol";
 import Database from "better-sqlite3";
+import { migrate } from "./state-schema.js";
 
 export type AdmissionStatus = "intent_recorded" | "sent" | "admitted" | "rejected_pre_admission";
 
@@ -77,6 +78,7 @@ function fromRow(row: Row): AdmissionRecord {
 export const RECORD_CACHE_ENTRIES = 4096;
 
 const SECRET_FILE = "server_secret";
+export const STATE_DB_FILE = "server.sqlite3";
 
 /** Read the server secret, creating it (0600) the first time. */
 export function loadOrCreateServerSecret(stateDir: string): Buffer {
@@ -98,42 +100,29 @@ export class StateStore {
   /** Exposed for additive tables owned by other Server modules (audit, tokens). */
   readonly db: Database.Database;
   readonly serverSecret: Buffer;
+  /** Schema versions this open stepped through (empty when the file was current); see state-schema.ts. */
+  readonly migrated: readonly number[];
   readonly #get: Database.Statement<[string], Row>;
   readonly #insert: Database.Statement<Row>;
   readonly #cache = new Map<string, AdmissionRecord>();
+  readonly #deleteRejected: Database.Statement<[string, number], { run_id: string }>;
 
   constructor(stateDir: string) {
     mkdirSync(stateDir, { recursive: true, mode: 0o700 });
     this.serverSecret = loadOrCreateServerSecret(stateDir);
-    this.db = new Database(join(stateDir, "server.sqlite3"));
+    const file = join(stateDir, STATE_DB_FILE);
+    this.db = new Database(file);
     this.db.pragma("journal_mode = WAL");
     this.db.pragma("synchronous = FULL");
     this.db.pragma("busy_timeout = 5000");
-    this.db.exec(`
-      CREATE TABLE IF NOT EXISTS admission_records (
-        run_id TEXT PRIMARY KEY,
-        principal_id TEXT NOT NULL,
-        project_id TEXT NOT NULL,
-        provider_id TEXT NOT NULL,
-        runner_id TEXT NOT NULL,
-        intent_fingerprint TEXT NOT NULL,
-        agent_instance_id TEXT,
-        provider_instance_id TEXT,
-        store_id TEXT,
-        admission TEXT NOT NULL,
-        state TEXT NOT NULL,
-        execution_state TEXT NOT NULL,
-        stop_reason TEXT,
-        failure_kind TEXT,
-        recovery_kind TEXT NOT NULL,
-        message TEXT,
-        cancel_forwarded INTEGER NOT NULL DEFAULT 0,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL
-      ) STRICT;
-      CREATE INDEX IF NOT EXISTS admission_records_runner ON admission_records (runner_id, state);
-    `);
+    this.migrated = migrate(this.db, file);
     this.#get = this.db.prepare<[string], Row>("SELECT * FROM admission_records WHERE run_id = ?");
+    this.#deleteRejected = this.db.prepare<[string, number], { run_id: string }>(
+      `DELETE FROM admission_records WHERE run_id IN (
+         SELECT run_id FROM admission_records
+         WHERE admission = 'rejected_pre_admission' AND updated_at < ? LIMIT ?
+       ) RETURNING run_id`,
+    );
     this.#insert = this.db.prepare<Row>(
       `INSERT INTO admission_records (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map((c) => `@${c}`).join(", ")})`,
     );
@@ -198,6 +187,16 @@ export class StateStore {
       .prepare<[string], Row>("SELECT * FROM admission_records WHERE admission = ?")
       .all(status)
       .map(fromRow);
+  }
+
+  /**
+   * Delete up to `limit` records rejected before admission whose last change is before `cutoffIso`;
+   * returns how many. Only `rejected_pre_admission` records: nothing of theirs ever ran on a Runner.
+   */
+  deleteRejectedBefore(cutoffIso: string, limit: number): number {
+    const rows = this.#deleteRejected.all(cutoffIso, limit);
+    for (const r of rows) this.#cache.delete(r.run_id);
+    return rows.length;
   }
 
   close(): void {
