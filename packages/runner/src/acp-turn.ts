@@ -96,7 +96,7 @@ export class AcpTurn {
     });
 
     // Before spawning: input that can never work, and the env mapping.
-    const keys = checkCallerKeys(acp.forcedConfig, callerConfig, run.agent.allowedConfigOptions);
+    const keys = checkCallerKeys(run.agent.forcedConfig, callerConfig, run.agent.allowedConfigOptions);
     if (!keys.ok) return notStarted(keys.failureKind, "set_config_option", keys.detail, "fix_input");
     const env = resolveChildEnv(run.agent, this.#d.sourceEnv);
     if (!env.ok) return notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`);
@@ -180,7 +180,7 @@ export class AcpTurn {
     let sequenced: Awaited<ReturnType<typeof sequenceConfig>>;
     try {
       sequenced = await sequenceConfig({
-        forced: acp.forcedConfig,
+        forced: run.agent.forcedConfig,
         caller: callerConfig,
         allowed: run.agent.allowedConfigOptions,
         initial: session.value.configOptions,

@@ -58,6 +58,13 @@ export interface AgentConfig {
   readonly executable: string;
   readonly args: readonly string[];
   readonly allowedConfigOptions: readonly string[];
+  /**
+   * The forced config this agent's runs apply and verify: `[acp.forced_config]`
+   * overridden key by key by the agent's own `[acp.agents.forced_config]`.
+   */
+  readonly forcedConfig: Readonly<Record<string, string | boolean>>;
+  /** The keys of forcedConfig that come from the agent's own table (for `check --probe`). */
+  readonly ownForcedKeys: readonly string[];
   /** CHILD_NAME → RUNNER_SOURCE_NAME. Resolved from the Runner's env immediately before each spawn. */
   readonly envFromEnv: Readonly<Record<string, string>>;
   /** `run_as` / `run_as_group`, resolved and checked at load time; null: the agent runs as the Runner's user. */
@@ -71,6 +78,7 @@ export interface AcpConfig {
   readonly cancelGraceSecs: number;
   readonly defaultRunTimeoutSecs: number;
   readonly maxRunTimeoutSecs: number;
+  /** The Runner-wide `[acp.forced_config]` (each agent's effective table is AgentConfig.forcedConfig). */
   readonly forcedConfig: Readonly<Record<string, string | boolean>>;
   readonly agents: readonly AgentConfig[];
 }
@@ -141,6 +149,12 @@ const ForcedValue = z.union([z.string().max(MAX_CONFIG_VALUE_LENGTH), z.boolean(
       : `must be a string of at most ${MAX_CONFIG_VALUE_LENGTH} characters or a boolean`,
 });
 
+/** A forced-config table: provider-defined ids → string (select id) or boolean; bounded. */
+const ForcedTable = z
+  .record(ConfigId, ForcedValue, { error: "must be a table" })
+  .refine((m) => Object.keys(m).length <= MAX_CONFIG_ENTRIES, `must have at most ${MAX_CONFIG_ENTRIES} entries`)
+  .default({});
+
 const AgentSchema = z
   .object({
     id: Id,
@@ -167,6 +181,7 @@ const AgentSchema = z
       .record(EnvName, EnvName, { error: 'must be a table of CHILD_NAME = "SOURCE_NAME"' })
       .refine((m) => Object.keys(m).length <= MAX_ENV_MAPPINGS, `must have at most ${MAX_ENV_MAPPINGS} entries`)
       .default({}),
+    forced_config: ForcedTable,
     run_as: AccountName.optional(),
     run_as_group: AccountName.optional(),
   })
@@ -213,10 +228,7 @@ const ConfigSchema = z
         cancel_grace_secs: int(1, 600).default(15),
         default_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(1800),
         max_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(14_400),
-        forced_config: z
-          .record(ConfigId, ForcedValue, { error: "must be a table" })
-          .refine((m) => Object.keys(m).length <= MAX_CONFIG_ENTRIES, `must have at most ${MAX_CONFIG_ENTRIES} entries`)
-          .default({}),
+        forced_config: ForcedTable,
         agents: z
           .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
           .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")
@@ -412,7 +424,6 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
   if (acp.default_run_timeout_secs > acp.max_run_timeout_secs) {
     err("acp.default_run_timeout_secs", `must not exceed acp.max_run_timeout_secs (${acp.max_run_timeout_secs})`);
   }
-  const forcedKeys = new Set(Object.keys(acp.forced_config));
   let switchSupport: ReturnType<typeof switchUserSupport> | undefined;
   const canSwitch = () => {
     switchSupport ??= switchUserSupport();
@@ -427,9 +438,20 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
 
     const executable = checkExecutable(base, a.executable, `${at}.executable`, err);
 
+    // The agent's own table overrides the Runner-wide one key by key; values are checked
+    // against the live options at session/new, not here (only their types are known now).
+    const forced = { ...acp.forced_config, ...a.forced_config };
+    if (Object.keys(forced).length > MAX_CONFIG_ENTRIES) {
+      err(
+        `${at}.forced_config`,
+        `together with [acp.forced_config] must force at most ${MAX_CONFIG_ENTRIES} keys (has ${Object.keys(forced).length})`,
+      );
+    }
     const seen = new Set<string>();
     a.allowed_config_options.forEach((key, j) => {
-      if (forcedKeys.has(key)) {
+      if (Object.hasOwn(a.forced_config, key)) {
+        err(`${at}.allowed_config_options[${j}]`, `${JSON.stringify(key)} is forced in ${at}.forced_config`);
+      } else if (Object.hasOwn(acp.forced_config, key)) {
         err(`${at}.allowed_config_options[${j}]`, `${JSON.stringify(key)} is forced in [acp.forced_config]`);
       }
       if (seen.has(key)) err(`${at}.allowed_config_options[${j}]`, `${JSON.stringify(key)} is listed twice`);
@@ -443,6 +465,8 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
         executable,
         args: Object.freeze([...a.args]),
         allowedConfigOptions: Object.freeze([...a.allowed_config_options]),
+        forcedConfig: Object.freeze(forced),
+        ownForcedKeys: Object.freeze(Object.keys(a.forced_config)),
         envFromEnv: Object.freeze({ ...a.env_from_env }),
         runAs: checkRunAs(a.run_as, a.run_as_group, at, err, canSwitch),
       }),

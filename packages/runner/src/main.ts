@@ -147,7 +147,7 @@ async function check(parsed: Parsed): Promise<number> {
         : ["true", "false"];
     const allowed = agent.allowedConfigOptions.includes(option.id)
       ? " [allowed]"
-      : Object.hasOwn(cfg.acp.forcedConfig, option.id)
+      : Object.hasOwn(agent.forcedConfig, option.id)
         ? " [forced]"
         : "";
     out.write(`    ${option.id} (${option.type}) = ${String(option.currentValue)}  {${values.join(", ")}}${allowed}\n`);
@@ -157,7 +157,22 @@ async function check(parsed: Parsed): Promise<number> {
       `  modes: ${session.modes.availableModes.map((m) => m.id).join(", ")} (current ${session.modes.currentModeId})\n`,
     );
   }
-  return 0;
+  const forcedKeys = Object.keys(agent.forcedConfig);
+  out.write(`  forced config:${forcedKeys.length === 0 ? " (none)" : ""}\n`);
+  for (const key of forcedKeys) {
+    const source = agent.ownForcedKeys.includes(key) ? "agent" : "[acp.forced_config]";
+    out.write(`    ${key} = ${JSON.stringify(agent.forcedConfig[key])}  (${source})\n`);
+  }
+  if (forcedKeys.length > 0) {
+    out.write(
+      result.forced.ok
+        ? "    applied and verified on the live session, as a run would\n"
+        : `    NOT satisfiable: ${result.forced.detail}\n`,
+    );
+  }
+  const { formatVerdict, probeVerdict } = await import("./probe-verdict.js");
+  out.write(formatVerdict(probeVerdict({ agent, initialize: init, session, forced: result.forced })));
+  return result.forced.ok ? 0 : 1;
 }
 
 // ---- exec -------------------------------------------------------------------------

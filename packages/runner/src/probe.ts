@@ -1,16 +1,20 @@
 /**
  * Operator probe of one configured agent (`webcodex-runner check --probe`):
  * spawn it exactly as a run would (cleared env, own group, cwd = a project
- * root), run `initialize` + `session/new`, report what it advertises, and
+ * root), run `initialize` + `session/new`, apply the agent's forced config
+ * exactly as a run's config sequencing would (DESIGN §4.3 step 3, no caller
+ * keys), report what it advertises and how the forced config fared, and
  * clean the process tree up. Never sends a prompt.
  */
 import type { InitializeResponse, NewSessionResponse } from "@agentclientprotocol/sdk";
 import { ACP_PROTOCOL_VERSION, AcpClientConnection, type RequestOutcome } from "./acp-session.js";
 import type { AgentConfig, ProjectConfig } from "./config.js";
+import { sequenceConfig } from "./config-sequencing.js";
+import type { ForcedOutcome } from "./probe-verdict.js";
 import { resolveChildEnv, SpawnError, spawnAgent } from "./spawn.js";
 
 export type ProbeResult =
-  | { ok: true; initialize: InitializeResponse; session: NewSessionResponse }
+  | { ok: true; initialize: InitializeResponse; session: NewSessionResponse; forced: ForcedOutcome }
   | { ok: false; stage: "spawn" | "initialize" | "session_new"; reason: string };
 
 function describe(outcome: Exclude<RequestOutcome<unknown>, { kind: "ok" }> | { kind: "timeout" }): string {
@@ -76,7 +80,31 @@ export async function probeAgent(options: {
     }
     const session = await timed(conn.newSession(options.project.root));
     if (session.kind !== "ok") return { ok: false, stage: "session_new", reason: describe(session) };
-    return { ok: true, initialize: init.value, session: session.value };
+    const sessionId = session.value.sessionId;
+    let timedOut = false;
+    const sequenced = await sequenceConfig({
+      forced: options.agent.forcedConfig,
+      caller: {},
+      allowed: options.agent.allowedConfigOptions,
+      initial: session.value.configOptions,
+      set: async (id, value) => {
+        const outcome = await timed(conn.setConfigOption(sessionId, id, value));
+        if (outcome.kind !== "timeout") return outcome;
+        timedOut = true;
+        return { kind: "fault", fault: "stdout_closed" };
+      },
+    });
+    const forced: ForcedOutcome = sequenced.ok
+      ? { ok: true, effective: sequenced.effective }
+      : {
+          ok: false,
+          detail: timedOut
+            ? "no answer to session/set_config_option before setup_timeout_secs"
+            : sequenced.failureKind === "fault"
+              ? `transport fault: ${sequenced.outcome.fault}`
+              : sequenced.detail,
+        };
+    return { ok: true, initialize: init.value, session: session.value, forced };
   } finally {
     conn.close();
     await child.terminateTree(options.graceMs ?? 2000);
