@@ -27,7 +27,14 @@ export type LedgerEvent =
   | {
       event: "credentials";
       ppid: number;
-      uid: number | null;
+      identity: {
+        uid: number | null;
+        gid: number | null;
+        groups: number[];
+        cap_eff: string | null;
+        cap_prm: string | null;
+        cap_amb: string | null;
+      };
       result: Record<string, { outcome: string; sha256?: string } | boolean>;
     }
   | { event: "fds"; pid: number; fds: { fd: number; target: string }[] };

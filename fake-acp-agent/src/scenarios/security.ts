@@ -60,6 +60,15 @@ export const escapes: Scenario = scenario("escapes", noParams, async (turn) => {
   return END_TURN;
 });
 
+export interface AgentIdentity {
+  uid: number | null;
+  gid: number | null;
+  groups: number[];
+  cap_eff: string | null;
+  cap_prm: string | null;
+  cap_amb: string | null;
+}
+
 /** What reading one credential source gave: `read` (with a digest of the bytes) or the errno code. */
 export interface ReadOutcome {
   outcome: string;
@@ -78,13 +87,33 @@ function tryRead(path: string): { outcome: ReadOutcome; text: string | null } {
   }
 }
 
+/** Who this process is: ids, supplementary groups and capability sets (hex, from /proc/self/status). */
+function identity(): AgentIdentity {
+  let status = "";
+  try {
+    status = readFileSync("/proc/self/status", "utf8");
+  } catch {
+    // not Linux
+  }
+  const cap = (name: string) => new RegExp(`^${name}:\\s*([0-9a-f]+)$`, "m").exec(status)?.[1] ?? null;
+  return {
+    uid: process.getuid?.() ?? null,
+    gid: process.getgid?.() ?? null,
+    groups: process.getgroups?.() ?? [],
+    cap_eff: cap("CapEff"),
+    cap_prm: cap("CapPrm"),
+    cap_amb: cap("CapAmb"),
+  };
+}
+
 /**
  * Tries what a prompt-injected command could: the parent's environment
  * (`/proc/<ppid>/environ`, where a `token_env` token lives), its command line,
  * the `--config` file named there, the `token_file` named in that config, and
  * `file=PATH` when given. Writes a ledger `credentials` line with each
  * outcome (errno code, or `read` with a SHA-256 of the bytes — never the
- * bytes) and says the outcomes in one message.
+ * bytes) plus who the agent is (uid, gid, groups, capability sets), and
+ * says the outcomes in one message.
  */
 export const readCredentials: Scenario = scenario(
   "read_credentials file=/path/to/runner.token",
@@ -110,7 +139,7 @@ export const readCredentials: Scenario = scenario(
       if (tokenFile !== undefined) result.token_file = tryRead(tokenFile).outcome;
     }
     if (file !== undefined) result.file = tryRead(file).outcome;
-    turn.ledger.append({ event: "credentials", ppid, uid: process.getuid?.() ?? null, result });
+    turn.ledger.append({ event: "credentials", ppid, identity: identity(), result });
     const summary = Object.entries(result)
       .map(([k, v]) => `${k}=${typeof v === "boolean" ? v : v.outcome}`)
       .join(" ");

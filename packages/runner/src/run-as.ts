@@ -97,46 +97,51 @@ export function lookupGroup(name: string): Lookup<{ gid: number }> {
   return { ok: true, value: { gid: Number(gid) } };
 }
 
-/** Capability sets of this process from /proc/self/status, or null where unavailable. */
-function capabilities(): { effective: bigint; ambient: bigint } | null {
-  let status: string;
-  try {
-    status = readFileSync("/proc/self/status", "utf8");
-  } catch {
-    return null;
-  }
-  const field = (name: string) => {
-    const hex = new RegExp(`^${name}:\\s*([0-9a-f]+)$`, "m").exec(status)?.[1];
-    return hex === undefined ? 0n : BigInt(`0x${hex}`);
-  };
-  return { effective: field("CapEff"), ambient: field("CapAmb") };
+/** A capability set from the `name:` line of a /proc/PID/status text (0 when absent). */
+function capabilitySet(status: string, name: string): bigint {
+  const hex = new RegExp(`^${name}:\\s*([0-9a-f]+)$`, "m").exec(status)?.[1];
+  return hex === undefined ? 0n : BigInt(`0x${hex}`);
 }
 
 const has = (set: bigint, bit: number) => (set & (1n << BigInt(bit))) !== 0n;
 
+export type SwitchSupport = { ok: true } | { ok: false; reason: string };
+
 /**
- * Whether this process can start agents as other users: root with
- * CAP_SETUID, CAP_SETGID and CAP_KILL, or a non-root user holding
- * CAP_SETUID and CAP_SETGID as ambient capabilities (so setpriv inherits
- * them) and CAP_KILL effective (to signal the agent's process group).
+ * Whether a process with this /proc/PID/status text and effective uid can
+ * start agents as other users: root with CAP_SETUID, CAP_SETGID and CAP_KILL
+ * effective, or a non-root user holding CAP_SETUID and CAP_SETGID as ambient
+ * capabilities (so setpriv inherits them across exec) and CAP_KILL effective
+ * (to signal the agent's process group).
  */
-export function switchUserSupport(): { ok: true } | { ok: false; reason: string } {
-  if (process.platform !== "linux") return { ok: false, reason: "run_as needs Linux" };
-  const caps = capabilities();
-  if (caps === null) return { ok: false, reason: "cannot read /proc/self/status" };
-  const root = process.geteuid?.() === 0;
+export function switchUserSupportFrom(status: string, euid: number): SwitchSupport {
+  const effective = capabilitySet(status, "CapEff");
+  const ambient = capabilitySet(status, "CapAmb");
+  const root = euid === 0;
   const missing: string[] = [];
-  const switchSet = root ? caps.effective : caps.ambient;
-  if (!has(switchSet, CAP_SETUID)) missing.push("CAP_SETUID");
-  if (!has(switchSet, CAP_SETGID)) missing.push("CAP_SETGID");
-  if (!has(caps.effective, CAP_KILL)) missing.push("CAP_KILL");
+  const switchSet = root ? effective : ambient;
+  if (!has(switchSet, CAP_SETUID)) missing.push(root ? "CAP_SETUID" : "ambient CAP_SETUID");
+  if (!has(switchSet, CAP_SETGID)) missing.push(root ? "CAP_SETGID" : "ambient CAP_SETGID");
+  if (!has(effective, CAP_KILL)) missing.push("CAP_KILL");
   if (missing.length === 0) return { ok: true };
   return {
     ok: false,
     reason: root
       ? `this Runner runs as root without ${missing.join(", ")}`
-      : `this Runner (uid ${process.getuid?.()}) lacks ${missing.join(", ")}; run it as root or give it AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL (see examples/systemd/webcodex-runner.service)`,
+      : `this Runner (uid ${euid}) lacks ${missing.join(", ")}; run it as root or with AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL (examples/systemd/webcodex-runner.service)`,
   };
+}
+
+/** switchUserSupportFrom for this process. */
+export function switchUserSupport(): SwitchSupport {
+  if (process.platform !== "linux") return { ok: false, reason: "run_as needs Linux" };
+  let status: string;
+  try {
+    status = readFileSync("/proc/self/status", "utf8");
+  } catch {
+    return { ok: false, reason: "cannot read /proc/self/status" };
+  }
+  return switchUserSupportFrom(status, process.geteuid?.() ?? -1);
 }
 
 /** The argv that starts `executable args` as `runAs` through setpriv. */

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { ConfigError, parseConfig } from "../src/config.js";
+import { switchUserSupportFrom } from "../src/run-as.js";
 
 const dir = mkdtempSync(join(tmpdir(), "wc-config-sec-"));
 mkdirSync(join(dir, "proj", "sub"), { recursive: true });
@@ -106,5 +107,41 @@ describe("run_as accounts", () => {
     expect(errorsOf(configText(project, 'run_as = "nobody"\nrun_as_group = "wc-no-such-group-xyz"'))).toEqual([
       `${file}: acp.agents[0].run_as_group: "wc-no-such-group-xyz": no such group`,
     ]);
+  });
+});
+
+describe("switching users needs root or ambient CAP_SETUID/CAP_SETGID plus CAP_KILL", () => {
+  const status = (eff: string, amb: string) =>
+    `Name:\tnode\nCapInh:\t0000000000000000\nCapPrm:\t${eff}\nCapEff:\t${eff}\nCapBnd:\t000001ffffffffff\nCapAmb:\t${amb}\n`;
+  const FULL = "000001ffffffffff";
+  const NONE = "0000000000000000";
+  // CAP_KILL = 5, CAP_SETGID = 6, CAP_SETUID = 7 → 0x20 + 0x40 + 0x80.
+  const SYSTEMD = "00000000000000e0";
+
+  test.each([
+    ["root with every capability", FULL, NONE, 0, true],
+    ["root without CAP_SETUID (e.g. a restricted container)", "000001ffffffff7f", NONE, 0, false],
+    ["a non-root Runner with the systemd unit's ambient capabilities", SYSTEMD, SYSTEMD, 1000, true],
+    [
+      "a non-root Runner with them effective but not ambient (setpriv would not inherit them)",
+      SYSTEMD,
+      NONE,
+      1000,
+      false,
+    ],
+    ["a non-root Runner without CAP_KILL", "00000000000000c0", "00000000000000c0", 1000, false],
+    ["a plain user", NONE, NONE, 1000, false],
+  ])("%s", (_name, eff, amb, euid, ok) => {
+    const result = switchUserSupportFrom(status(eff, amb), euid);
+    expect(result.ok).toBe(ok);
+    if (!result.ok) expect(result.reason).toMatch(/CAP_(SETUID|SETGID|KILL)/);
+  });
+
+  test("the refusal names what is missing and how to grant it", () => {
+    expect(switchUserSupportFrom(status(NONE, NONE), 1000)).toEqual({
+      ok: false,
+      reason:
+        "this Runner (uid 1000) lacks ambient CAP_SETUID, ambient CAP_SETGID, CAP_KILL; run it as root or with AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL (examples/systemd/webcodex-runner.service)",
+    });
   });
 });

@@ -1,0 +1,87 @@
+/**
+ * A throwaway OS user (and a second group it belongs to) for the run_as
+ * tests, created with useradd/groupadd — only possible as root, which CI is.
+ * Names are unique per test process; creation is idempotent (an existing
+ * account of that name is reused) and `remove()` deletes both.
+ *
+ * `agentCopy()` copies the built fake agent (bin, dist and the two packages it
+ * imports) into a world-readable temp dir, because the checkout may sit under
+ * a directory the test user cannot enter (e.g. /root).
+ */
+import { execFileSync } from "node:child_process";
+import { chmodSync, cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { REPO_ROOT } from "./harness.js";
+
+export const IS_ROOT = process.getuid?.() === 0;
+
+export interface TestUser {
+  readonly name: string;
+  readonly uid: number;
+  readonly gid: number;
+  /** A second group the user is a member of (supplementary). */
+  readonly extraGroup: string;
+  readonly extraGid: number;
+  remove(): void;
+}
+
+function run(file: string, args: string[]): string {
+  return execFileSync(file, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] }).trim();
+}
+
+function exists(database: "passwd" | "group", name: string): boolean {
+  try {
+    run("getent", [database, name]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export function createTestUser(tag: string): TestUser {
+  const suffix = `${process.pid.toString(36)}${Math.random().toString(36).slice(2, 6)}`;
+  const name = `wct${tag}${suffix}`.slice(0, 30);
+  const extraGroup = `${name}g`;
+  if (!exists("group", extraGroup)) run("groupadd", [extraGroup]);
+  if (!exists("passwd", name)) {
+    run("useradd", ["--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group", "-G", extraGroup, name]);
+  }
+  const [, , uid, gid] = run("getent", ["passwd", name]).split(":");
+  const extraGid = Number(run("getent", ["group", extraGroup]).split(":")[2]);
+  return {
+    name,
+    uid: Number(uid),
+    gid: Number(gid),
+    extraGroup,
+    extraGid,
+    remove() {
+      try {
+        run("userdel", [name]);
+      } catch {
+        // already gone
+      }
+      for (const group of [extraGroup, name]) {
+        if (exists("group", group)) run("groupdel", [group]);
+      }
+    },
+  };
+}
+
+/** The fake agent copied to a temp dir every user can read; returns its bin path and a cleanup. */
+export function agentCopy(): { bin: string; remove(): void } {
+  const dir = mkdtempSync(join(tmpdir(), "wc-agent-copy-"));
+  chmodSync(dir, 0o755);
+  const agent = join(REPO_ROOT, "fake-acp-agent");
+  for (const part of ["bin", "dist", "package.json"]) cpSync(join(agent, part), join(dir, part), { recursive: true });
+  for (const pkg of ["@agentclientprotocol/sdk", "zod"]) {
+    mkdirSync(join(dir, "node_modules", pkg), { recursive: true });
+    cpSync(join(REPO_ROOT, "node_modules", pkg), join(dir, "node_modules", pkg), {
+      recursive: true,
+      dereference: true,
+    });
+  }
+  // mkdtemp and cpSync keep the source modes; make every directory enterable and every file readable.
+  run("chmod", ["-R", "a+rX", dir]);
+  return { bin: join(dir, "bin", "fake-acp-agent.js"), remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
