@@ -43,9 +43,8 @@ async function cmdRun(argv: string[]): Promise<number> {
   const logger = pino({ level: process.env.WEBCODEX_LOG_LEVEL ?? "info", base: { app: "webcodex-server" } });
   const mcpHandler = await loadMcpHandler();
   const server = await startServer({ config, logger, ...(mcpHandler ? { mcpHandler } : {}) });
-  // One line on stdout that tools and tests can wait for.
-  console.log(JSON.stringify({ listening: server.url, port: server.port }));
-  await new Promise<void>((resolve) => {
+  // Handlers first: whoever waits for the line below may signal at once (stdout to a pipe is synchronous).
+  const stopped = new Promise<void>((resolve) => {
     const stop = (sig: string) => {
       logger.info({ signal: sig }, "shutting down");
       resolve();
@@ -53,6 +52,9 @@ async function cmdRun(argv: string[]): Promise<number> {
     process.once("SIGINT", () => stop("SIGINT"));
     process.once("SIGTERM", () => stop("SIGTERM"));
   });
+  // One line on stdout that tools and tests can wait for.
+  console.log(JSON.stringify({ listening: server.url, port: server.port }));
+  await stopped;
   await server.close();
   return 0;
 }
