@@ -38,26 +38,16 @@ afterEach(() => {
 });
 
 describe("text pacer", () => {
-  test("a chunk after a quiet period is an event at the next setImmediate, long before a COALESCE_MS timer", async () => {
-    const { out, normalizer } = wired(() => performance.now());
-    // A timer armed before the chunk, due well before COALESCE_MS: the event must beat it.
-    let timerFired = false;
-    let eventsWhenTimerFired = -1;
-    const timer = new Promise<void>((resolve) =>
-      setTimeout(() => {
-        timerFired = true;
-        eventsWhenTimerFired = out.length;
-        resolve();
-      }, COALESCE_MS / 4),
-    );
+  test("a chunk after a quiet period is an event at the next setImmediate, long before a COALESCE_MS timer", () => {
+    vi.useFakeTimers();
+    const { out, normalizer } = wired(() => Date.now());
     normalizer.handle(chunk("tick 0\n"));
     normalizer.handle(chunk("tick 0 more\n")); // same stdout read: merged into the same event
     expect(out).toEqual([]);
-    await new Promise<void>((resolve) => setImmediate(resolve)); // queued after the pacer's immediate
-    expect(timerFired).toBe(false);
+    expect(vi.getTimerCount()).toBe(1); // the one arranged flush
+    vi.advanceTimersByTime(0); // the immediate, with no clock time passing
     expect(texts(out)).toEqual(["tick 0\ntick 0 more\n"]);
-    await timer;
-    expect(eventsWhenTimerFired).toBe(1);
+    expect(vi.getTimerCount()).toBe(0); // nothing else (no COALESCE_MS hold) was armed
   });
 
   test("quiet, then a second chunk within FLOOD_GAP_MS waits for the COALESCE_MS hold", () => {

@@ -9,9 +9,15 @@ import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { MAX_SAME_KEY_WAITS } from "../src/admission.js";
 import { deriveRunId } from "../src/identity.js";
+import type { Runs } from "../src/runs.js";
 import type { ObserveOutput, StartInput } from "../src/runs-api.js";
 import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
 import { alice, bob, Harness, principal, until } from "./support/in-process.js";
+
+/** Until an observe on `runId` is parked on its mirror (a waiter), so what the test does next wakes it. */
+function untilWaiting(h: Harness, runId: string) {
+  return until(() => (h.server.runs as Runs).mirrors.get(runId)?.idle === false);
+}
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 const R2 = { id: "r2", token: "token-two-bbbbbbbbbbbbbbbb", projects: ["other"] };
@@ -192,11 +198,14 @@ describe("run core", () => {
   });
 
   it("rejects a stale runner instance before admission when the Runner restarts between resolve and dispatch", async () => {
-    h = await new Harness().start([R1], { WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS: "600" });
+    // The hook's delay only bounds how long the restart below may take; the window opens at an observed state.
+    h = await new Harness().start([R1], { WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS: "3000" });
     const svc = new FakeRunService();
     const link = await online(h, svc);
     const pending = h.server.runs.start(alice, input("fence"));
-    await new Promise((r) => setTimeout(r, 100));
+    // Resolved: the record is written (with the fences) just before the hook's pause, and nothing was sent yet.
+    await until(() => h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence")));
+    expect(svc.starts).toHaveLength(0);
     await link.close();
     svc.restart();
     await online(h, svc);
@@ -280,10 +289,12 @@ describe("run core", () => {
       after_observation_token: run.observation_token,
       wait_secs: 20,
     });
-    setTimeout(() => svc.emit(run.run_id, [msg("now")]), 50);
+    await untilWaiting(h, run.run_id);
+    svc.emit(run.run_id, [msg("now")]);
     const o = ok(await waiting);
     expect(o.events).toHaveLength(1);
-    expect(Date.now() - t0).toBeLessThan(5000);
+    // Woken by the event, not by the end of its 20 s wait.
+    expect(Date.now() - t0).toBeLessThan(20_000);
   });
 
   it("keeps observe output within the budget and pages with has_more", async () => {
@@ -351,10 +362,11 @@ describe("run core", () => {
       after_observation_token: run.observation_token,
       wait_secs: 20,
     });
-    await new Promise((r) => setTimeout(r, 50));
+    await untilWaiting(h, run.run_id);
     await link.close();
     expect(ok(await waiting).runner_offline).toBe(true);
-    expect(Date.now() - t0).toBeLessThan(10_000);
+    // Woken by the Runner going offline, not by the end of its 20 s wait.
+    expect(Date.now() - t0).toBeLessThan(20_000);
     await until(() => !h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online);
     const o = ok(
       await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: run.observation_token }),

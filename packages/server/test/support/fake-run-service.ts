@@ -5,6 +5,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { RunEvent, RunEventBody, RunState, RunSummary } from "@webcodex/protocol";
+import { recoveryUpdateFor } from "../../../runner/src/recovery.js";
 import type {
   HelloBody,
   RunCancelResult,
@@ -43,7 +44,14 @@ export class FakeRunService implements RunService {
     if (init?.providers) this.providers = init.providers;
   }
 
-  /** A new "process": fresh instance ids, every non-terminal run recovered per §4.4, rings emptied. */
+  /**
+   * A new "process": fresh instance ids, rings emptied, and every non-terminal
+   * run settled by the Runner's own recovery table (`recoveryUpdateFor`, keyed
+   * on the run's phase) — not a copy of it. Kept as a double because these
+   * in-process tests inspect Server state (admission rows, fences) at exact
+   * points of a restart; the same restarts against the real Runner process are
+   * in link-acceptance.test.ts and crash-matrix-server.test.ts.
+   */
   restart(opts: { newStore?: boolean } = {}): void {
     this.agentInstanceId = instanceId();
     this.providerInstanceId = instanceId();
@@ -52,30 +60,8 @@ export class FakeRunService implements RunService {
       this.runs.clear();
     }
     for (const r of this.runs.values()) {
-      if (r.summary.state === "starting")
-        this.#set(
-          r,
-          {
-            state: "failed",
-            execution_state: "not_started",
-            failure_kind: "runner_restarted",
-            recovery_kind: "none",
-            phase: "terminal",
-          },
-          false,
-        );
-      else if (!["completed", "failed", "cancelled", "lost"].includes(r.summary.state))
-        this.#set(
-          r,
-          {
-            state: "lost",
-            execution_state: "outcome_unknown",
-            failure_kind: "transport_lost",
-            recovery_kind: "reconcile",
-            phase: "terminal",
-          },
-          false,
-        );
+      const update = recoveryUpdateFor(r.summary);
+      if (update) this.#set(r, { ...update, phase: "terminal" }, false);
       r.events = [];
       r.summary = { ...r.summary, oldest_seq: r.summary.last_seq + 1 };
     }
