@@ -9,6 +9,7 @@ import { accessSync, constants, realpathSync, statSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import {
   CONFIG_ID_PATTERN,
+  isLoopbackHost,
   LOCAL_ID_PATTERN,
   MAX_ALLOWED_CONFIG_OPTIONS,
   MAX_CONFIG_ENTRIES,
@@ -89,6 +90,10 @@ export interface ServerConfig {
   readonly tokenEnv: string | null;
   /** Absolute path of a file holding the token. */
   readonly tokenFile: string | null;
+  /** Absolute path of a PEM CA bundle trusted for wss:// besides the system CAs. */
+  readonly caFile: string | null;
+  /** ws:// to a non-loopback host was explicitly allowed (`allow_insecure_transport = true`). */
+  readonly allowInsecureTransport: boolean;
 }
 
 export interface RunnerConfig {
@@ -208,6 +213,10 @@ const ConfigSchema = z
         url: z.string({ error: "must be a string" }).regex(/^wss?:\/\/[^\s]+$/, "must be a ws:// or wss:// URL"),
         token_env: EnvName.optional(),
         token_file: NonEmpty.optional(),
+        /** PEM file of a private CA to trust for wss:// (besides the system CAs). */
+        ca_file: NonEmpty.optional(),
+        /** Allow ws:// (no TLS) to a host that is not loopback; warned at every connect. */
+        allow_insecure_transport: z.boolean({ error: "must be a boolean" }).default(false),
       })
       .strict()
       .optional(),
@@ -280,6 +289,17 @@ function describeIssues(file: string, raw: unknown, error: z.ZodError): string[]
     out.push(`${file}: ${keyPath(issue.path)}: ${echo}${message}`);
   }
   return out;
+}
+
+/** The host of a ws:// URL that is not loopback (the link would run without TLS over a network), else null. */
+export function insecureTransport(url: string): string | null {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return null; // the url rule reports it
+  }
+  return u.protocol === "ws:" && !isLoopbackHost(u.hostname) ? u.hostname : null;
 }
 
 function resolveFrom(base: string, p: string): string {
@@ -479,10 +499,29 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
     if ((s.token_env === undefined) === (s.token_file === undefined)) {
       err("server", "must set exactly one of token_env or token_file (the token is never inline)");
     }
+    const insecure = insecureTransport(s.url);
+    if (insecure !== null && !s.allow_insecure_transport) {
+      err(
+        "server.url",
+        `ws:// to the non-loopback host ${JSON.stringify(insecure)} would send the Runner token and every prompt ` +
+          "in clear text; use wss:// (with server.ca_file for a private CA), or set " +
+          "[server] allow_insecure_transport = true to accept that",
+      );
+    }
+    const caFile = s.ca_file === undefined ? null : resolveFrom(base, s.ca_file);
+    if (caFile !== null) {
+      try {
+        accessSync(caFile, constants.R_OK);
+      } catch (e) {
+        err("server.ca_file", `cannot read ${caFile} (${(e as NodeJS.ErrnoException).code ?? "unreadable"})`);
+      }
+    }
     server = Object.freeze({
       url: s.url,
       tokenEnv: s.token_env ?? null,
       tokenFile: s.token_file === undefined ? null : resolveFrom(base, s.token_file),
+      caFile,
+      allowInsecureTransport: s.allow_insecure_transport,
     });
   }
 

@@ -14,6 +14,7 @@
  * close every child tree, record terminal state per contract), close the
  * store, exit 0. A second signal exits at once with 130/143.
  */
+import { readFileSync } from "node:fs";
 import type { RunnerConfig } from "./config.js";
 import { ConfigError, loadConfig } from "./config.js";
 import { openDispatchStore, type SqliteDispatchStore, StoreRefusedError } from "./dispatch-store.js";
@@ -250,7 +251,14 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
 
   let link: LinkHandle;
   try {
-    link = startLink({ url: server.url, token, service, logger });
+    link = startLink({
+      url: server.url,
+      token,
+      service,
+      logger,
+      allowInsecureTransport: server.allowInsecureTransport,
+      ...(server.caFile ? { ca: readFileSync(server.caFile, "utf8") } : {}),
+    });
   } catch (error) {
     stopRetention();
     await service.close();

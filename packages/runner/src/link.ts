@@ -33,10 +33,13 @@
  *
  * The token and the resume secret are never logged.
  */
+
+import { rootCertificates } from "node:tls";
 import {
   describeFirstIssue,
   encodeFrame,
   type HelloFrame,
+  isLoopbackHost,
   isTerminalState,
   MAX_EVENTS_PER_SYNC,
   MAX_EVENTS_PER_UPDATE,
@@ -60,6 +63,10 @@ export interface LinkOptions {
   url: string;
   /** The Runner's bearer token (from [server] token_env or token_file). */
   token: string;
+  /** PEM text of a private CA trusted for wss:// in addition to the system CAs ([server] ca_file). */
+  ca?: string;
+  /** ws:// to a non-loopback host is refused unless this is true; then every connect warns. */
+  allowInsecureTransport?: boolean;
   service: RunService;
   logger: Logger;
   /** First reconnect delay (ms); doubles per failed attempt, with jitter. */
@@ -90,7 +97,11 @@ export function startLink(opts: LinkOptions): LinkHandle {
 }
 
 class Link implements LinkHandle {
-  readonly #o: Required<Omit<LinkOptions, "service" | "logger" | "url" | "token">>;
+  readonly #o: Required<Omit<LinkOptions, "service" | "logger" | "url" | "token" | "ca" | "allowInsecureTransport">>;
+  /** Trusted CAs for wss:// when [server] ca_file is set: the system's plus that one. */
+  readonly #ca: string[] | undefined;
+  /** Set when the link runs without TLS to a non-loopback host (explicitly allowed). */
+  readonly #insecureHost: string | null;
   readonly #url: string;
   readonly #token: string;
   readonly #service: RunService;
@@ -123,6 +134,13 @@ class Link implements LinkHandle {
     if (!parsed || (parsed.protocol !== "ws:" && parsed.protocol !== "wss:")) {
       throw new TypeError("server url must be a ws:// or wss:// URL");
     }
+    this.#insecureHost = parsed.protocol === "ws:" && !isLoopbackHost(parsed.hostname) ? parsed.hostname : null;
+    if (this.#insecureHost !== null && opts.allowInsecureTransport !== true) {
+      throw new TypeError(
+        `refusing ws:// to non-loopback host ${this.#insecureHost}: use wss:// or set [server] allow_insecure_transport = true`,
+      );
+    }
+    this.#ca = opts.ca === undefined ? undefined : [...rootCertificates, opts.ca];
     this.#url = opts.url;
     this.#token = opts.token;
     this.#service = opts.service;
@@ -149,8 +167,16 @@ class Link implements LinkHandle {
   #connect(): void {
     if (this.#stopped) return;
     this.#reconnectTimer = null;
+    if (this.#insecureHost !== null) {
+      this.#log.warn(
+        { host: this.#insecureHost },
+        "INSECURE: connecting with ws:// (no TLS) to a non-loopback host; the token and prompts cross the network " +
+          "in clear text (allow_insecure_transport = true)",
+      );
+    }
     const ws = new WebSocket(this.#url, {
       headers: { authorization: `Bearer ${this.#token}` },
+      ...(this.#ca ? { ca: this.#ca } : {}),
       maxPayload: MAX_FRAME_BYTES,
       handshakeTimeout: this.#o.helloTimeoutMs,
       perMessageDeflate: false,
@@ -171,7 +197,13 @@ class Link implements LinkHandle {
       this.#lastHeard = Date.now();
       this.#onMessage(ws, data, isBinary);
     });
-    ws.on("error", (err) => this.#log.debug({ err: err.message }, "link socket error"));
+    ws.on("error", (err) => {
+      // A certificate the Runner does not trust is an operator problem worth a warning, not a debug line.
+      const code = (err as NodeJS.ErrnoException).code ?? "";
+      if (/CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS/.test(code)) {
+        this.#log.warn({ code }, "the server's TLS certificate is not trusted (set [server] ca_file for a private CA)");
+      } else this.#log.debug({ err: err.message }, "link socket error");
+    });
     ws.on("close", (code) => {
       if (ws !== this.#ws) return;
       const wasLive = this.#live;

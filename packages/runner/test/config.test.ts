@@ -71,6 +71,8 @@ describe("runner config", () => {
       url: "ws://127.0.0.1:7420/runner",
       tokenEnv: "WEBCODEX_RUNNER_TOKEN",
       tokenFile: null,
+      caFile: null,
+      allowInsecureTransport: false,
     });
   });
 

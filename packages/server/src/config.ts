@@ -9,6 +9,12 @@
  * heartbeat_interval_ms = 15000
  * allowed_origins = []        # browser Origins allowed on /mcp besides the Server's own loopback origin
  * rejected_record_max_age_secs = 604800   # records rejected before admission expire after this (7 days)
+ * max_connections = 1000      # open sockets at once; past it a new connection gets 503 (keep below `ulimit -n`)
+ * allow_insecure_http = false # true: listen on a non-loopback host without TLS (behind a TLS-terminating proxy)
+ *
+ * [server.tls]                # optional: terminate TLS here (https:// and wss://)
+ * cert_file = "server.crt"    # PEM certificate chain, relative to this file
+ * key_file = "server.key"     # PEM private key
  *
  * [[runners]]
  * id = "local"
@@ -29,7 +35,7 @@
  */
 import { readFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
-import { LocalId } from "@webcodex/protocol";
+import { isLoopbackHost, LocalId } from "@webcodex/protocol";
 import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
 import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "./record-expiry.js";
@@ -154,6 +160,9 @@ export const PrincipalConfigSchema = z
     path: ["token_scopes"],
   });
 
+/** Default `[server] max_connections`: below the common 1024 open-file limit, with room for the database. */
+export const DEFAULT_MAX_CONNECTIONS = 1000;
+
 export const ServerConfigSchema = z
   .object({
     server: z
@@ -173,16 +182,20 @@ export const ServerConfigSchema = z
           .min(MIN_REJECTED_RECORD_MAX_AGE_SECS)
           .max(MAX_REJECTED_RECORD_MAX_AGE_SECS)
           .default(DEFAULT_REJECTED_RECORD_MAX_AGE_SECS),
+        /** Sockets open at once (MCP clients, Runners, anything); past it a new one is answered 503 and closed. */
+        max_connections: z.number().int().min(8).max(65_536).default(DEFAULT_MAX_CONNECTIONS),
+        /** Listen on a non-loopback host without [server.tls] (a reverse proxy terminates TLS). */
+        allow_insecure_http: z.boolean().default(false),
+        tls: z
+          .object({
+            cert_file: z.string().min(1).max(4096),
+            key_file: z.string().min(1).max(4096),
+          })
+          .strict()
+          .optional(),
       })
       .strict()
-      .default({
-        host: "127.0.0.1",
-        port: 7420,
-        state_dir: ".webcodex/server",
-        heartbeat_interval_ms: 15_000,
-        allowed_origins: [],
-        rejected_record_max_age_secs: DEFAULT_REJECTED_RECORD_MAX_AGE_SECS,
-      }),
+      .prefault({}),
     runners: z.array(RunnerConfigSchema).max(256).default([]),
     oauth: OAuthConfigSchema.optional(),
     principals: z.array(PrincipalConfigSchema).max(4096).default([]),
@@ -229,6 +242,10 @@ export interface ServerConfig {
   allowedOrigins: string[];
   /** `[server] rejected_record_max_age_secs`: when records rejected before admission expire. */
   rejectedRecordMaxAgeSecs: number;
+  maxConnections: number;
+  allowInsecureHttp: boolean;
+  /** Absolute paths of the PEM certificate chain and key when the Server terminates TLS itself. */
+  tls: { certFile: string; keyFile: string } | null;
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
   /** `[server] public_url` without a trailing slash, or null. */
@@ -243,11 +260,8 @@ export class ConfigError extends Error {
   override readonly name = "ConfigError";
 }
 
-/** True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost). */
-export function isLoopbackHost(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
-  return h === "localhost" || h === "::1" || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) || h === "::ffff:127.0.0.1";
-}
+/** True for addresses only this machine can reach (127.0.0.0/8, ::1, localhost); shared with the Runner. */
+export { isLoopbackHost };
 
 /** Hex sha256 of a bearer token, the form `token_sha256` pins (the token store's hash). */
 export function sha256Hex(text: string): string {
@@ -333,6 +347,14 @@ export function buildServerConfig(
     heartbeatIntervalMs: cfg.server.heartbeat_interval_ms,
     allowedOrigins: [...cfg.server.allowed_origins],
     rejectedRecordMaxAgeSecs: cfg.server.rejected_record_max_age_secs,
+    maxConnections: cfg.server.max_connections,
+    allowInsecureHttp: cfg.server.allow_insecure_http,
+    tls: cfg.server.tls
+      ? {
+          certFile: resolve(opts.baseDir, cfg.server.tls.cert_file),
+          keyFile: resolve(opts.baseDir, cfg.server.tls.key_file),
+        }
+      : null,
     runners,
     principals: cfg.principals,
     publicUrl,

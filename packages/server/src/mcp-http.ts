@@ -15,8 +15,8 @@
  * Per request: Origin check → 403 when an Origin header is present and is
  * not the Server's own origin, not a loopback origin matching the request's
  * loopback Host, and not in `allowed_origins` (the Streamable HTTP
- * transport's DNS-rebinding defence); bearer auth → 401 + `WWW-Authenticate` when missing or
- * invalid; Accept 406, Content-Type 415, body limit 413, JSON 400 (mcp-post.ts); then tools/list, tools/call, resources/list,
+ * transport's DNS-rebinding defence); bearer auth → 401 + `WWW-Authenticate` + `Connection: close`
+ * when missing or invalid (refusals logged at most REFUSAL_LOG_PER_SECOND per address); Accept 406, Content-Type 415, body limit 413, JSON 400 (mcp-post.ts); then tools/list, tools/call, resources/list,
  * resources/read. A client disconnect aborts a waiting observe.
  */
 
@@ -40,8 +40,10 @@ import { PostTransport, readMcpPost, sendJsonRpcError } from "./mcp-post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./mcp-resource.js";
 import { isToolName, McpTools, toolDefinitions } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
+import { RefusalLog } from "./refusal-log.js";
 import type { Principal, RunsApi } from "./runs-api.js";
 import { bearerToken } from "./tokens.js";
+import { checkArgumentShape } from "./tool-arguments.js";
 
 /** Largest HTTP request body /mcp accepts (a 64 KiB prompt JSON-escaped fits with room). */
 export const MCP_MAX_BODY_BYTES = 1024 * 1024;
@@ -145,6 +147,21 @@ function hostOfHeader(header: string | undefined): string | undefined {
   }
 }
 
+/**
+ * Tool-call arguments checked as JSON.parse built them (tool-arguments.ts), before the SDK's request
+ * schema copies them — that copy silently drops a top-level `__proto__` key. Request id → refusal.
+ */
+function argumentShapeRefusals(messages: readonly JSONRPCMessage[]): Map<unknown, string> {
+  const refusals = new Map<unknown, string>();
+  for (const m of messages) {
+    if (!("method" in m) || m.method !== "tools/call" || !("id" in m)) continue;
+    const params = m.params as { arguments?: unknown } | undefined;
+    const refusal = checkArgumentShape(params?.arguments ?? {});
+    if (refusal !== null) refusals.set(m.id, refusal);
+  }
+  return refusals;
+}
+
 /** A Node request handler for `/mcp`; hand it every request whose path is /mcp. */
 export interface McpHttpHandler {
   (req: IncomingMessage, res: ServerResponse): Promise<void>;
@@ -166,18 +183,24 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const listenHost = options.listenHost ?? "127.0.0.1";
   const tools = new McpTools({ runs, audit, logger, observeLimits: options.observeLimits ?? new ObserveLimits() });
   const inFlight = new Set<AbortController>();
+  const refusals = new RefusalLog(logger);
   let closed = false;
 
-  function buildServer(principal: Principal, requestSignal: AbortSignal): Server {
+  function buildServer(
+    principal: Principal,
+    requestSignal: AbortSignal,
+    shapeRefusals: ReadonlyMap<unknown, string>,
+  ): Server {
     const server = new Server(MCP_SERVER_INFO, {
       capabilities: { tools: {}, resources: {} },
       instructions: MCP_INSTRUCTIONS,
       jsonSchemaValidator: SHARED_SCHEMA_VALIDATOR,
     });
     server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: toolDefinitions() }));
-    server.setRequestHandler(CallToolRequestSchema, async (request) => {
+    server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       const name = request.params.name;
       if (!isToolName(name)) {
+        tools.recordRefusedCall(principal, "unknown_tool");
         throw new McpError(
           ErrorCode.InvalidParams,
           "Unknown tool. This server has exactly three tools; see tools/list.",
@@ -185,12 +208,19 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       }
       // Stateless: a notifications/cancelled could only arrive in another POST, so the
       // request's own signal (client disconnect, shutdown) is the only one that can fire.
-      return tools.call(principal, name, request.params.arguments, requestSignal);
+      return tools.call(
+        principal,
+        name,
+        request.params.arguments,
+        requestSignal,
+        shapeRefusals.get(extra.requestId) ?? null,
+      );
     });
     server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [PROJECTS_RESOURCE] }));
     server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
     server.setRequestHandler(ReadResourceRequestSchema, (request) => {
       if (request.params.uri !== PROJECTS_RESOURCE_URI) {
+        tools.recordRefusedCall(principal, "unknown_resource");
         throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
       }
       return tools.readProjects(principal);
@@ -205,7 +235,11 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     }
     const origin = req.headers.origin;
     if (!originAllowed(origin, req.socket.localPort, allowedOrigins, listenHost, req.headers.host)) {
-      logger.warn({ path: MCP_PATH, origin: origin?.slice(0, 128) }, "mcp request refused: origin not allowed");
+      refusals.refused(
+        req.socket.remoteAddress ?? "?",
+        { path: MCP_PATH, origin: origin?.slice(0, 128) },
+        "mcp request refused: origin not allowed",
+      );
       sendJsonRpcError(res, 403, -32000, "Forbidden: this Origin is not allowed (server allowed_origins)");
       return;
     }
@@ -213,13 +247,19 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     const principal = token === null ? null : authenticate(token);
     if (!principal) {
       // Never log the presented token, not even a prefix.
-      logger.warn({ path: MCP_PATH, reason: token === null ? "missing" : "invalid" }, "mcp request unauthorized");
+      refusals.refused(
+        req.socket.remoteAddress ?? "?",
+        { path: MCP_PATH, reason: token === null ? "missing" : "invalid" },
+        "mcp request unauthorized",
+      );
       const challenge = options.unauthorizedChallenge
         ? options.unauthorizedChallenge(token !== null)
         : token === null
           ? 'Bearer realm="webcodex"'
           : 'Bearer realm="webcodex", error="invalid_token", error_description="The bearer token is not valid"';
       res.setHeader("WWW-Authenticate", challenge);
+      // An unauthenticated caller does not keep the socket: it is closed once the 401 is written.
+      res.setHeader("Connection", "close");
       sendJsonRpcError(res, 401, -32001, "Unauthorized: send Authorization: Bearer <token> issued by the operator");
       return;
     }
@@ -238,7 +278,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       return;
     }
     const abort = new AbortController();
-    const server = buildServer(principal, abort.signal);
+    const server = buildServer(principal, abort.signal, argumentShapeRefusals([post.message]));
     const transport = new PostTransport(res, post.request);
     if (post.request !== null) {
       inFlight.add(abort);

@@ -37,6 +37,7 @@ import { checkStartGrant, checkToolScope } from "./authority.js";
 import { readProjectsResource } from "./mcp-resource.js";
 import type { ObserveLimits } from "./observe-limits.js";
 import { type ApiError, type ApiResult, OpaqueKey, type Principal, type RunsApi } from "./runs-api.js";
+import { checkArgumentShape } from "./tool-arguments.js";
 
 export const TOOL_NAMES = {
   start: "start_coding_agent",
@@ -64,8 +65,8 @@ export const StartToolInput = z
       "Provider config option values (only ids the provider lists in allowed_config_options).",
     ),
     timeout_secs: z
-      .number()
-      .int()
+      .number({ error: (issue) => (issue.code === "invalid_type" ? "must be an integer" : undefined) })
+      .int({ error: "must be an integer" })
       .min(MIN_RUN_TIMEOUT_SECS)
       .max(MAX_RUN_TIMEOUT_SECS)
       .optional()
@@ -251,7 +252,7 @@ function describePath(path: readonly PropertyKey[]): string {
  * are named (each cut to MAX_ECHOED_KEY_LENGTH, at most MAX_ECHOED_UNKNOWN_KEYS of
  * them); otherwise the first issue's field path and reason. Input values are never echoed.
  */
-export function describeInputError(error: z.ZodError): string {
+export function describeInputError(error: z.ZodError, args?: unknown): string {
   const unknown: string[] = [];
   for (const issue of error.issues) {
     if (issue.code === "unrecognized_keys") {
@@ -269,20 +270,44 @@ export function describeInputError(error: z.ZodError): string {
   if (!issue) return "invalid arguments";
   const path = issue.path.length > 0 ? describePath(issue.path) : "arguments";
   let reason = issue.message;
-  if (issue.code === "invalid_type" && issue.input === undefined) reason = "required";
+  if (issue.code === "invalid_type") {
+    // zod does not keep the input on an issue: look the field up to tell "missing" from "wrong type".
+    if (valueAt(args, issue.path) === undefined) reason = "required";
+    else if (reason.startsWith("Invalid input: expected ")) reason = `must be ${withArticle(issue.expected)}`;
+  }
   if (issue.code === "too_big" && path === "prompt") reason = `must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes`;
   return `${path}: ${reason}`;
+}
+
+/** The value at a zod issue path inside `root`, or undefined (own properties only). */
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let cur = root;
+  for (const seg of path) {
+    if (typeof cur !== "object" || cur === null || !Object.hasOwn(cur, seg)) return undefined;
+    cur = (cur as Record<PropertyKey, unknown>)[seg];
+  }
+  return cur;
+}
+
+function withArticle(expected: string): string {
+  if (expected === "int") return "an integer";
+  return /^[aeiou]/.test(expected) ? `an ${expected}` : `a ${expected}`;
 }
 
 export function parseToolInput<T>(schema: z.ZodType<T>, args: unknown): ApiResult<T> {
   const result = schema.safeParse(args ?? {});
   if (result.success) return { ok: true, value: result.data };
-  return { ok: false, error: apiError("invalid_input", describeInputError(result.error)) };
+  return { ok: false, error: apiError("invalid_input", describeInputError(result.error, args ?? {})) };
 }
 
-function jsonBytes(value: unknown): number {
-  if (value === undefined) return 0;
-  return utf8Length(JSON.stringify(value));
+/** UTF-8 size of the arguments as JSON; 0 when they cannot be serialized (refused by their shape first). */
+function jsonBytes(value: unknown, shapeOk: boolean): number {
+  if (value === undefined || !shapeOk) return 0;
+  try {
+    return utf8Length(JSON.stringify(value));
+  } catch {
+    return 0;
+  }
 }
 
 export function successResult(value: Record<string, unknown>): CallToolResult {
@@ -324,12 +349,27 @@ export class McpTools {
     this.#now = options.now ?? (() => performance.now());
   }
 
-  /** Run one tool call for an authenticated principal and audit it. `name` must be a ToolName. */
-  async call(principal: Principal, name: ToolName, args: unknown, signal?: AbortSignal): Promise<CallToolResult> {
+  /**
+   * Run one tool call for an authenticated principal and audit it. `name` must be a ToolName.
+   * `rawShape`: the verdict of checkArgumentShape on the arguments as they were parsed from the
+   * request, before the SDK's request schema rebuilt them (it drops a top-level `__proto__` key).
+   */
+  async call(
+    principal: Principal,
+    name: ToolName,
+    args: unknown,
+    signal?: AbortSignal,
+    rawShape: string | null = null,
+  ): Promise<CallToolResult> {
     const started = this.#now();
     let outcome: ToolCallOutcome;
+    // Before anything recursive (zod, JSON.stringify) sees the arguments: depth and reserved keys.
+    const shape = rawShape ?? checkArgumentShape(args);
     try {
-      outcome = await this.#dispatch(principal, name, args, signal);
+      outcome =
+        shape === null
+          ? await this.#dispatch(principal, name, args, signal)
+          : fail(apiError("invalid_input", shape), null);
     } catch (err) {
       // Never leak internals to the caller; the log keeps the class of failure only.
       this.#logger.error({ tool: name, err: describeFailure(err) }, "tool call failed unexpectedly");
@@ -345,11 +385,16 @@ export class McpTools {
       name,
       outcome.run_id,
       outcome.outcome,
-      args,
+      jsonBytes(args, shape === null),
       output?.type === "text" ? output.text : "",
       started,
     );
     return outcome.result;
+  }
+
+  /** Audit a call refused before it reached a tool (an unknown tool name); the name itself is not kept. */
+  recordRefusedCall(principal: Principal, what: "unknown_tool" | "unknown_resource"): void {
+    this.#record(principal, what, null, "invalid_input", 0, "", this.#now());
   }
 
   /** The webcodex://projects resource for this principal; audited like a tool call. */
@@ -357,15 +402,7 @@ export class McpTools {
     const started = this.#now();
     const result = readProjectsResource(this.#runs, principal);
     const first = result.contents[0];
-    this.#record(
-      principal,
-      "resource:projects",
-      null,
-      "ok",
-      undefined,
-      first && "text" in first ? first.text : "",
-      started,
-    );
+    this.#record(principal, "resource:projects", null, "ok", 0, first && "text" in first ? first.text : "", started);
     return result;
   }
 
@@ -374,7 +411,7 @@ export class McpTools {
     tool: string,
     runId: string | null,
     outcome: AuditOutcome,
-    args: unknown,
+    inputBytes: number,
     outputText: string,
     started: number,
   ): void {
@@ -383,11 +420,15 @@ export class McpTools {
       tool,
       run_id: runId,
       outcome,
-      input_bytes: jsonBytes(args),
+      input_bytes: inputBytes,
       output_bytes: utf8Length(outputText),
       duration_ms: Math.max(0, Math.round(this.#now() - started)),
     };
-    this.#audit.record(row);
+    try {
+      this.#audit.record(row);
+    } catch (err) {
+      this.#logger.error({ tool, err: describeFailure(err) }, "audit row not recorded");
+    }
     this.#logger.debug(row, tool.startsWith("resource:") ? "resource read" : "tool call");
   }
 

@@ -36,6 +36,7 @@ import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
 import type { RunnerBinding } from "./config.js";
 import { LinkLeases } from "./link-leases.js";
+import { RefusalLog } from "./refusal-log.js";
 import { type LinkAuditRecord, RUNNER_TOKEN_POLL_MS, type RunnerTokenStore } from "./runner-tokens.js";
 
 export type RunnerRequest =
@@ -243,6 +244,7 @@ export class RunnerHub {
   readonly #heartbeat: NodeJS.Timeout;
   readonly #tokenPoll: NodeJS.Timeout | null;
   readonly #leases: LinkLeases;
+  readonly #refusals: RefusalLog;
   readonly #log: Logger;
   #closing = false;
 
@@ -265,6 +267,7 @@ export class RunnerHub {
       }
     }, opts.heartbeatIntervalMs);
     this.#heartbeat.unref();
+    this.#refusals = new RefusalLog(opts.logger);
     this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs);
     this.#tokenPoll = opts.tokens ? setInterval(() => this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
     this.#tokenPoll?.unref();
@@ -342,8 +345,9 @@ export class RunnerHub {
     const remote = req.socket.remoteAddress ?? "?";
     const auth = this.authenticate(req.headers.authorization);
     if (auth === null) {
-      this.#log.warn(
-        { remote, has_authorization: req.headers.authorization !== undefined },
+      this.#refusals.refused(
+        remote,
+        { has_authorization: req.headers.authorization !== undefined },
         "runner upgrade refused: invalid or missing bearer token",
       );
       rejectUpgrade(socket, 401, "Unauthorized", "WWW-Authenticate: Bearer\r\n");

@@ -4,10 +4,12 @@
  * the registry and the run core; `close()` releases all of them.
  */
 import { randomBytes } from "node:crypto";
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import { readFileSync } from "node:fs";
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createHttpsServer } from "node:https";
+import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
-import { isLoopbackHost, type ServerConfig } from "./config.js";
+import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
 import { reconcileAtStart } from "./reconcile.js";
 import { startRejectedRecordExpiry } from "./record-expiry.js";
 import { Registry } from "./registry.js";
@@ -68,6 +70,21 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       `${TEST_API_ENV}=1 serves unauthenticated endpoints; refusing to start on non-loopback host ${config.host}`,
     );
   }
+  const tlsOptions = loadTls(config);
+  if (!tlsOptions && !isLoopbackHost(config.host)) {
+    if (!config.allowInsecureHttp) {
+      throw new ConfigError(
+        `${config.file ?? "<config>"}: server.host: "${config.host}" is not a loopback address and [server.tls] is not set; ` +
+          "tokens and prompts would cross the network in clear text. Set [server.tls] cert_file and key_file, " +
+          "or put a TLS-terminating reverse proxy in front and set [server] allow_insecure_http = true.",
+      );
+    }
+    logger.warn(
+      { host: config.host },
+      "INSECURE: listening on a non-loopback address without TLS (allow_insecure_http = true); " +
+        "only safe behind a TLS-terminating reverse proxy on a trusted network",
+    );
+  }
   // One Server per state dir, held until close() (or the process's end); see state-lock.ts.
   const lock = lockStateDir(config.stateDir);
   let store: StateStore;
@@ -105,7 +122,11 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   }
   const testApi = testHooks ? mountTestApi(runs, config, logger) : null;
 
-  const http = createServer((req, res) => {
+  const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+    if (overCapacity.has(req.socket)) {
+      req.socket.destroy(); // already answered 503
+      return;
+    }
     const path = (req.url ?? "/").split("?")[0] ?? "/";
     if (path === "/healthz") {
       res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
@@ -123,8 +144,16 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       return;
     }
     res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');
-  });
+  };
+  const http: Server = tlsOptions
+    ? createHttpsServer({ ...tlsOptions, handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS }, onRequest)
+    : createServer(onRequest);
+  capConnections(http, config.maxConnections, logger);
   http.on("upgrade", (req, socket, head) => {
+    if (overCapacity.has(socket)) {
+      socket.destroy();
+      return;
+    }
     const path = (req.url ?? "/").split("?")[0];
     if (path === "/runner") {
       hub.handleUpgrade(req, socket, head);
@@ -154,9 +183,16 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   });
   const port = (http.address() as AddressInfo).port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
-  const url = `http://${host}:${port}`;
+  const url = `${tlsOptions ? "https" : "http"}://${host}:${port}`;
   logger.info(
-    { url, state_dir: config.stateDir, runners: config.runners.length, test_hooks: testHooks },
+    {
+      url,
+      state_dir: config.stateDir,
+      runners: config.runners.length,
+      test_hooks: testHooks,
+      tls: tlsOptions !== null,
+      max_connections: config.maxConnections,
+    },
     "server listening",
   );
 
@@ -180,4 +216,67 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       return closing;
     },
   };
+}
+
+/**
+ * A TLS client must finish its handshake within this time. Sockets still in their handshake are not
+ * yet counted by max_connections (the 503 is an HTTP answer), so this bounds how long they hold a descriptor.
+ */
+export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
+
+/** The PEM certificate chain and key of `[server.tls]`, read once at start; null without TLS. */
+function loadTls(config: ServerConfig): { cert: Buffer; key: Buffer } | null {
+  if (!config.tls) return null;
+  const read = (key: "cert_file" | "key_file", file: string): Buffer => {
+    try {
+      return readFileSync(file);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code ?? "unreadable";
+      throw new ConfigError(`${config.file ?? "<config>"}: server.tls.${key}: cannot read ${file} (${code})`);
+    }
+  };
+  return { cert: read("cert_file", config.tls.certFile), key: read("key_file", config.tls.keyFile) };
+}
+
+const OVER_CAPACITY_BODY = JSON.stringify({
+  jsonrpc: "2.0",
+  error: { code: -32000, message: "Service Unavailable: the Server is at its connection limit; retry shortly" },
+  id: null,
+});
+const OVER_CAPACITY_RESPONSE =
+  "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nRetry-After: 1\r\n" +
+  `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(OVER_CAPACITY_BODY)}\r\n\r\n${OVER_CAPACITY_BODY}`;
+/** Sockets answered 503 by capConnections: nothing they send reaches a handler. */
+const overCapacity = new WeakSet<object>();
+/** Log at most one "connection limit reached" line per this many milliseconds. */
+const OVER_CAPACITY_LOG_INTERVAL_MS = 1000;
+
+/**
+ * `[server] max_connections`: the (TLS-completed) sockets open at once. Past the limit a new
+ * socket is answered a plain 503 with `Retry-After` and closed at once, so running out of file
+ * descriptors shows up as a clear refusal of new clients, not as dropped established ones.
+ */
+function capConnections(http: Server, max: number, logger: Logger): void {
+  let open = 0;
+  let refused = 0;
+  let lastLog = 0;
+  const event = "setSecureContext" in http ? "secureConnection" : "connection";
+  http.on(event, (socket: Socket) => {
+    if (open >= max) {
+      refused++;
+      const now = Date.now();
+      if (now - lastLog >= OVER_CAPACITY_LOG_INTERVAL_MS) {
+        logger.warn({ max_connections: max, refused }, "connection limit reached; new connections answered 503");
+        lastLog = now;
+        refused = 0;
+      }
+      overCapacity.add(socket);
+      socket.end(OVER_CAPACITY_RESPONSE, () => socket.destroy());
+      return;
+    }
+    open++;
+    socket.once("close", () => {
+      open--;
+    });
+  });
 }

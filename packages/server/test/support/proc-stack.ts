@@ -52,6 +52,8 @@ export interface ProcStackOptions {
   serverSection?: (port: number) => string;
   /** Extra TOML appended to the Server config (e.g. an `[oauth]` table). */
   extraServerToml?: string;
+  /** Serve TLS with this certificate; Runners connect with wss:// and trust `caFile` (test-ca.ts). */
+  tls?: { certFile: string; keyFile: string; caFile: string };
 }
 
 async function freePort(): Promise<number> {
@@ -122,6 +124,9 @@ export class ProcStack {
     this.port = await freePort();
     const allProjects = this.opts.runners.flatMap((r) => r.projects);
     let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = 2000\n${this.opts.serverSection?.(this.port) ?? ""}\n\n`;
+    const tls = this.opts.tls;
+    if (tls)
+      toml += `[server.tls]\ncert_file = ${JSON.stringify(tls.certFile)}\nkey_file = ${JSON.stringify(tls.keyFile)}\n\n`;
     for (const r of this.opts.runners) {
       const token = `wcr_${randomBytes(24).toString("base64url")}`;
       this.tokens.set(r.id, token);
@@ -150,7 +155,9 @@ export class ProcStack {
     writeFileSync(
       join(this.dir, `runner-${r.id}.toml`),
       `[runner]\nstate_dir = "runner-state-${r.id}"\nlog_level = "info"\n\n` +
-        `[server]\nurl = "ws://127.0.0.1:${this.port}/runner"\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n\n` +
+        `[server]\nurl = "${this.opts.tls ? "wss" : "ws"}://127.0.0.1:${this.port}/runner"\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n` +
+        (this.opts.tls ? `ca_file = ${JSON.stringify(this.opts.tls.caFile)}\n` : "") +
+        "\n" +
         `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = 60\ncancel_grace_secs = 5\n\n` +
         `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(FAKE_AGENT_BIN)}\n` +
         `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id)])}\nallowed_config_options = ["model"]\n` +

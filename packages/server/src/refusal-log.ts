@@ -1,0 +1,51 @@
+/**
+ * Log lines for refused unauthenticated requests (401 on `/mcp` and `/runner`), at most
+ * REFUSAL_LOG_PER_SECOND per remote address per second. A flood from one address cannot fill the
+ * disk or drown other lines: the rest are counted, and the next line logged for that address
+ * carries `suppressed` (how many were left out since the previous one). Addresses tracked are
+ * bounded by REFUSAL_LOG_MAX_ADDRESSES (past it, the table starts over — a flood from many
+ * addresses is logged at most that many lines per second plus one).
+ */
+import type { Logger } from "pino";
+
+export const REFUSAL_LOG_PER_SECOND = 5;
+export const REFUSAL_LOG_MAX_ADDRESSES = 4096;
+const WINDOW_MS = 1000;
+
+interface Window {
+  start: number;
+  logged: number;
+  suppressed: number;
+}
+
+export class RefusalLog {
+  readonly #windows = new Map<string, Window>();
+
+  constructor(
+    private readonly logger: Logger,
+    private readonly perSecond = REFUSAL_LOG_PER_SECOND,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /** Log one refusal from `remote` (fields must be secret-free), or count it as suppressed. */
+  refused(remote: string, fields: Record<string, unknown>, message: string): void {
+    const t = this.now();
+    let w = this.#windows.get(remote);
+    if (w === undefined) {
+      if (this.#windows.size >= REFUSAL_LOG_MAX_ADDRESSES) this.#windows.clear();
+      w = { start: t, logged: 0, suppressed: 0 };
+      this.#windows.set(remote, w);
+    } else if (t - w.start >= WINDOW_MS) {
+      w.start = t;
+      w.logged = 0;
+    }
+    if (w.logged >= this.perSecond) {
+      w.suppressed++;
+      return;
+    }
+    w.logged++;
+    const suppressed = w.suppressed;
+    w.suppressed = 0;
+    this.logger.warn({ remote, ...fields, ...(suppressed > 0 ? { suppressed } : {}) }, message);
+  }
+}
