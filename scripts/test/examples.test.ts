@@ -1,6 +1,8 @@
 /** The example configs parse, and the MCP client snippets point at the demo's defaults. */
-import { readdirSync, readFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { parseConfig } from "@webcodex/runner";
 import { parse as parseToml } from "smol-toml";
 import { describe, expect, it } from "vitest";
 import { ROOT } from "./demo-stack.js";
@@ -25,6 +27,30 @@ describe("examples", () => {
     expect(agent.env_from_env.PATH).toBe("PATH");
     expect(agent.env_from_env).not.toHaveProperty("CODEX_PATH");
   });
+
+  it.each(files(join(EXAMPLES, "agents"), ".toml"))(
+    "%s is a valid Runner agent entry: it parses as part of a whole config, forcing its permission mode where it has one",
+    (file) => {
+      const dir = mkdtempSync(join(tmpdir(), "wc-examples-"));
+      try {
+        mkdirSync(join(dir, "proj"));
+        // The node that runs the adapter: this machine's, wherever it is installed.
+        const entry = readFileSync(file, "utf8").replace(
+          'executable = "/usr/bin/node"',
+          `executable = ${JSON.stringify(process.execPath)}`,
+        );
+        const text = `[[projects]]\nid = "demo"\nroot = "proj"\nallow_patch = true\n${entry}`;
+        const config = parseConfig(text, join(dir, "runner.toml"));
+        const agent = config.acp.agents[0]!;
+        expect(agent.args[0]).toMatch(/^\/opt\/[a-z-]+\/node_modules\/.+\.js$/);
+        if (agent.id === "gemini") expect(agent.args).toContain("--approval-mode=auto_edit");
+        else expect(agent.forcedConfig).toHaveProperty("mode");
+        expect(agent.envFromEnv.HOME).toBeDefined();
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 
   it.each([...files(join(EXAMPLES, "mcp-clients"), ".json"), ...files(join(EXAMPLES, "mcp-clients"), ".toml")])(
     "%s parses and targets the Server's /mcp endpoint",
