@@ -8,9 +8,14 @@
  * and leaves the final outcome to `renderSummary`. JSON mode prints one
  * object per line (ndjson) with a `type` field: started, state,
  * history_lost, event, summary, cancel, project, error.
+ *
+ * Everything that came from the Server is printed through terminal-text.ts:
+ * text mode escapes every control character in it before styling, JSON mode
+ * writes JSON escapes (the data stays intact for a JSON reader).
  */
 import { exitCodeForState } from "./exit-codes.js";
 import { paint, type Style, type Tone } from "./style.js";
+import { escapeControls, escapeDeep, safeJsonLine } from "./terminal-text.js";
 import type { CancelResult, Observation, ProjectView, RunEvent, RunState, StartResult } from "./wire.js";
 import { isTerminal } from "./wire.js";
 
@@ -67,7 +72,7 @@ const STATE_ICON: Record<RunState, string> = {
 };
 
 function json(value: Record<string, unknown>): string {
-  return `${JSON.stringify(value)}\n`;
+  return safeJsonLine(value);
 }
 
 /** The first lines of `webcodex run`: which run, and the key that reattaches to it. */
@@ -86,6 +91,8 @@ export function renderStarted(
       idempotency_key: meta.key,
     });
   }
+  start = escapeDeep(start);
+  meta = escapeDeep(meta);
   const head = start.replayed
     ? `${paint(style, "bold", "↺ reattached to")} ${start.run_id} ${paint(style, "dim", "(this key already started it; nothing new was dispatched)")}`
     : `${paint(style, "bold", "▸ run")} ${start.run_id} ${paint(style, "dim", `· project ${meta.project} · provider ${meta.provider}`)}`;
@@ -130,7 +137,8 @@ function renderObservationJson(state: RenderState, obs: Observation): Rendered {
   return { state: { ...state, runState: obs.state, offline, lastSeq }, text };
 }
 
-function renderObservationText(state: RenderState, obs: Observation, style: Style): Rendered {
+function renderObservationText(state: RenderState, raw: Observation, style: Style): Rendered {
+  const obs = escapeDeep(raw);
   let open = state.open;
   let text = "";
   /** Ends a streamed paragraph before a line of another kind. */
@@ -394,6 +402,7 @@ export function renderSummary(
       exit_code: exitCodeForState(obs.state),
     });
   }
+  obs = escapeDeep(obs);
   let text = state.open !== undefined ? "\n" : "";
   const parts = [
     paint(style, "bold", paint(style, STATE_TONE[obs.state], `${STATE_ICON[obs.state]} ${STATE_LABEL[obs.state]}`)),
@@ -436,6 +445,7 @@ export function durationFromEvents(events: readonly RunEvent[]): number | undefi
 
 export function renderCancel(result: CancelResult, style: Style): string {
   if (style.mode === "json") return json({ type: "cancel", ...result });
+  result = escapeDeep(result);
   if (result.already_terminal) {
     return `${result.run_id} is already ${STATE_LABEL[result.state]}; nothing to cancel\n`;
   }
@@ -446,7 +456,8 @@ export function renderProjects(projects: readonly ProjectView[], server: string,
   if (style.mode === "json") {
     return projects.map((p) => json({ type: "project", ...p })).join("");
   }
-  let text = `${paint(style, "bold", "Server")} ${server} · ${projects.length} project${projects.length === 1 ? "" : "s"} visible to this token\n`;
+  projects = escapeDeep(projects);
+  let text = `${paint(style, "bold", "Server")} ${escapeControls(server)} · ${projects.length} project${projects.length === 1 ? "" : "s"} visible to this token\n`;
   if (projects.length === 0) {
     text += paint(style, "dim", "  (none: ask the operator to grant this token a project)\n");
   }
@@ -492,6 +503,6 @@ export function renderError(
       ...(error.recovery_kind !== undefined ? { recovery_kind: error.recovery_kind } : {}),
     });
   }
-  const hint = error.hint !== undefined ? `\n${paint(style, "dim", `  ${error.hint}`)}` : "";
-  return `${paint(style, "red", "error:")} ${error.message}${hint}\n`;
+  const hint = error.hint !== undefined ? `\n${paint(style, "dim", `  ${escapeControls(error.hint)}`)}` : "";
+  return `${paint(style, "red", "error:")} ${escapeControls(error.message)}${hint}\n`;
 }

@@ -12,6 +12,7 @@ import { followRun } from "../follow.js";
 import { LiveOutput } from "../live-output.js";
 import { durationFromEvents, initialRenderState, renderObservation, renderSummary, STATE_LABEL } from "../render.js";
 import { paint, styleFor } from "../style.js";
+import { escapeControls } from "../terminal-text.js";
 import type { Observation, RunEvent } from "../wire.js";
 
 export async function observeCommand(cmd: Extract<Command, { name: "observe" }>, ctx: CliContext): Promise<number> {
@@ -41,7 +42,9 @@ export async function observeCommand(cmd: Extract<Command, { name: "observe" }>,
         onObservation: show,
         onRetry: (err) => {
           if (style.mode === "text")
-            out.write(`${out.atLineStart ? "" : "\n"}${paint(style, "yellow", `⚠ ${err.message}; reconnecting…`)}\n`);
+            out.write(
+              `${out.atLineStart ? "" : "\n"}${paint(style, "yellow", `⚠ ${escapeControls(err.message)}; reconnecting…`)}\n`,
+            );
         },
       });
     } else {

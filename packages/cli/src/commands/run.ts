@@ -13,6 +13,7 @@ import { followRun } from "../follow.js";
 import { LiveOutput } from "../live-output.js";
 import {
   initialRenderState,
+  renderCancel,
   renderError,
   renderObservation,
   renderStarted,
@@ -20,6 +21,7 @@ import {
   STATE_LABEL,
 } from "../render.js";
 import { paint, styleFor } from "../style.js";
+import { escapeControls } from "../terminal-text.js";
 import { isTerminal } from "../wire.js";
 
 export function generateKey(): string {
@@ -50,7 +52,7 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
     const id = runId;
     client.cancel(id).then(
       (result) => {
-        if (style.mode === "json") out.write(`${JSON.stringify({ type: "cancel", ...result })}\n`);
+        if (style.mode === "json") out.write(renderCancel(result, style));
         else if (!result.already_terminal)
           note(paint(style, "yellow", "⊘ cancel requested; following until the agent stops"));
       },
@@ -136,7 +138,7 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
         out.setStatus(cancelAsked && !isTerminal(obs.state) ? "cancelling" : STATE_LABEL[obs.state]);
         out.write(next.text);
       },
-      onRetry: (err) => note(paint(style, "yellow", `⚠ ${err.message}; reconnecting…`)),
+      onRetry: (err) => note(paint(style, "yellow", `⚠ ${escapeControls(err.message)}; reconnecting…`)),
     });
     out.stop();
     out.write(renderSummary(rendered, final, { durationMs: Date.now() - startedAt }, style));
