@@ -1,6 +1,6 @@
 /**
  * A Server and a Runner on this machine as child processes — the pieces
- * scripts/demo.mjs and scripts/smoke-codex.mjs share. Each daemon runs in its
+ * scripts/demo.mjs and the smokes (scripts/smoke-lib.mjs) share. Each daemon runs in its
  * own process group so a terminal Ctrl-C reaches only the script, which stops
  * them in order (Runner first, so it drains its agents, then the Server).
  */
