@@ -23,6 +23,8 @@ import { deriveRunId, intentFingerprint } from "./identity.js";
 import type { Observation } from "./observe.js";
 import { fail, type RunContext } from "./run-context.js";
 import {
+  type AdmissionRequest,
+  type ApiError,
   type ApiErrorCode,
   type ApiResult,
   OPAQUE_KEY_RULE,
@@ -92,6 +94,13 @@ const RUNNER_REJECTIONS: Partial<
   },
 };
 
+/** A caller's bind() refusal, thrown to roll the admission transaction back. */
+class BindRefused extends Error {
+  constructor(readonly error: ApiError) {
+    super(error.code);
+  }
+}
+
 export interface AdmissionOptions {
   /** Settle a record whose start outcome is unknown against the runner's current connection. */
   settle: (runId: string) => void;
@@ -128,13 +137,33 @@ export class Admission {
     }
     // 4. derive run_id.
     const runId = deriveRunId(this.#ctx.store.serverSecret, principal.id, input.idempotency_key);
+    const config = input.config ?? {};
+    const timeout = input.timeout_secs ?? null;
     const fingerprint = intentFingerprint({
       project_id: input.project_id,
       provider_id: input.provider_id,
       prompt: input.prompt,
-      config: input.config ?? {},
-      timeout_secs: input.timeout_secs ?? null,
+      config,
+      timeout_secs: timeout,
     });
+    return this.admit(principal, {
+      run_id: runId,
+      intent_fingerprint: fingerprint,
+      project_id: input.project_id,
+      provider_id: input.provider_id,
+      prompt: input.prompt,
+      config,
+      timeout_secs: timeout,
+    });
+  }
+
+  /**
+   * Steps 5-8 for a validated, authorized request whose run id and fingerprint are derived: the one
+   * admission path of start_coding_agent and of the managed path (DESIGN §10), whose `bind` runs in
+   * the transaction that records the admission intent.
+   */
+  async admit(principal: Principal, req: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+    const runId = req.run_id;
     // Same key in flight: wait for it, then meet its record.
     for (let i = 0; i < MAX_SAME_KEY_WAITS; i++) {
       const inflight = this.#ctx.starting.get(runId);
@@ -148,7 +177,7 @@ export class Admission {
         "retry_same",
       );
     }
-    const work = this.#startLocked(principal, input, runId, fingerprint);
+    const work = this.#startLocked(principal, req);
     this.#ctx.starting.set(runId, work);
     try {
       return await work;
@@ -160,12 +189,9 @@ export class Admission {
     }
   }
 
-  async #startLocked(
-    principal: Principal,
-    input: StartInput,
-    runId: string,
-    fingerprint: string,
-  ): Promise<ApiResult<StartOutput>> {
+  async #startLocked(principal: Principal, input: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+    const runId = input.run_id;
+    const fingerprint = input.intent_fingerprint;
     // 5. existing record?
     const existing = this.#ctx.store.get(runId);
     if (existing) {
@@ -240,8 +266,19 @@ export class Admission {
       recovery_kind: "wait" as const,
       message: null,
     };
-    if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
-    else this.#ctx.store.insert({ run_id: runId, principal_id: principal.id, ...intent });
+    // One transaction: a caller's binding (the managed path) and the admission intent commit together or not at all.
+    try {
+      this.#ctx.store.atomically(() => {
+        const denied = input.bind?.({ run_id: runId, runner_id: runner.runnerId, ...fences }) ?? null;
+        if (denied) throw new BindRefused(denied);
+        if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
+        else this.#ctx.store.insert({ run_id: runId, principal_id: principal.id, ...intent });
+      });
+    } catch (err) {
+      if (err instanceof BindRefused) return { ok: false, error: err.error };
+      throw err;
+    }
+    input.afterRecorded?.();
     if (this.#delayMs > 0) {
       this.#ctx.log.warn({ run_id: runId, ms: this.#delayMs }, "TEST HOOK: delaying between resolve and run.start");
       await new Promise((r) => setTimeout(r, this.#delayMs));
@@ -273,11 +310,12 @@ export class Admission {
         agent_instance_id: fences.agent_instance_id,
         provider_instance_id: fences.provider_instance_id,
         prompt: input.prompt,
-        config: input.config ?? {},
-        timeout_secs: input.timeout_secs ?? null,
+        config: input.config,
+        timeout_secs: input.timeout_secs,
       },
       this.#startTimeoutMs,
     );
+    if (outcome.ok) input.afterDispatched?.();
     if (!outcome.ok) {
       if (outcome.reason === "busy" || outcome.reason === "not_sent") {
         this.#ctx.store.update(
@@ -362,7 +400,7 @@ export class Admission {
   #recordRejection(
     existing: AdmissionRecord | undefined,
     principal: Principal,
-    input: StartInput,
+    input: AdmissionRequest,
     runId: string,
     fingerprint: string,
     runnerId: string,

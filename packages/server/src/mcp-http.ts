@@ -38,7 +38,7 @@ import type { AuditLog } from "./audit.js";
 import { isLoopbackHost } from "./config.js";
 import { PostTransport, readMcpPost, sendJsonRpcError } from "./mcp-post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./mcp-resource.js";
-import { isToolName, McpTools, toolDefinitions } from "./mcp-tools.js";
+import { McpTools, type ToolModule } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
 import { RefusalLog } from "./refusal-log.js";
 import type { Principal, RunsApi } from "./runs-api.js";
@@ -62,6 +62,8 @@ export interface McpHttpOptions {
   audit: AuditLog;
   logger: Logger;
   observeLimits?: ObserveLimits;
+  /** Tools beyond the three run tools (agent tasks, workflow sessions). */
+  toolModules?: readonly ToolModule[];
   maxBodyBytes?: number;
   /** Origin header values accepted besides the Server's own origin (config `[server] allowed_origins`). */
   allowedOrigins?: readonly string[];
@@ -181,7 +183,13 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const maxBodyBytes = options.maxBodyBytes ?? MCP_MAX_BODY_BYTES;
   const allowedOrigins = options.allowedOrigins ?? [];
   const listenHost = options.listenHost ?? "127.0.0.1";
-  const tools = new McpTools({ runs, audit, logger, observeLimits: options.observeLimits ?? new ObserveLimits() });
+  const tools = new McpTools({
+    runs,
+    audit,
+    logger,
+    observeLimits: options.observeLimits ?? new ObserveLimits(),
+    modules: options.toolModules ?? [],
+  });
   const inFlight = new Set<AbortController>();
   const refusals = new RefusalLog(logger);
   let closed = false;
@@ -196,15 +204,12 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       instructions: MCP_INSTRUCTIONS,
       jsonSchemaValidator: SHARED_SCHEMA_VALIDATOR,
     });
-    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: toolDefinitions() }));
+    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools.definitions() }));
     server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
       const name = request.params.name;
-      if (!isToolName(name)) {
+      if (!tools.has(name)) {
         tools.recordRefusedCall(principal, "unknown_tool");
-        throw new McpError(
-          ErrorCode.InvalidParams,
-          "Unknown tool. This server has exactly three tools; see tools/list.",
-        );
+        throw new McpError(ErrorCode.InvalidParams, "Unknown tool; see tools/list.");
       }
       // Stateless: a notifications/cancelled could only arrive in another POST, so the
       // request's own signal (client disconnect, shutdown) is the only one that can fire.

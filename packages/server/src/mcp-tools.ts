@@ -136,8 +136,8 @@ export const CancelToolOutput = z
   })
   .strict();
 
-interface ToolSpec {
-  name: ToolName;
+export interface ToolSpec<N extends string = ToolName> {
+  name: N;
   title: string;
   description: string;
   input: z.ZodType;
@@ -186,19 +186,34 @@ function jsonSchema(schema: z.ZodType, io: "input" | "output"): Tool["inputSchem
   return z.toJSONSchema(schema, { target: "draft-7", io }) as Tool["inputSchema"];
 }
 
-let definitions: Tool[] | null = null;
-
-/** tools/list: exactly the three tools, each with input and output schema (computed once). */
-export function toolDefinitions(): Tool[] {
-  definitions ??= TOOL_SPECS.map((spec) => ({
+/** A tools/list entry for one spec: input and output schema. */
+export function toolDefinition(spec: ToolSpec<string>): Tool {
+  return {
     name: spec.name,
     title: spec.title,
     description: spec.description,
     inputSchema: jsonSchema(spec.input, "input"),
     outputSchema: jsonSchema(spec.output, "output") as NonNullable<Tool["outputSchema"]>,
     annotations: spec.annotations,
-  }));
+  };
+}
+
+let definitions: Tool[] | null = null;
+
+/** The three run tools, each with input and output schema (computed once). */
+export function toolDefinitions(): Tool[] {
+  definitions ??= TOOL_SPECS.map(toolDefinition);
   return definitions;
+}
+
+/**
+ * More tools registered next to the run tools (agent tasks, workflow sessions), each in its own
+ * file. Calls go through McpTools.call, so they get the same error envelope, the same
+ * catch-all for unexpected failures and one audit row each.
+ */
+export interface ToolModule {
+  readonly specs: readonly ToolSpec<string>[];
+  call(principal: Principal, name: string, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome>;
 }
 
 export function isToolName(name: string): name is ToolName {
@@ -220,6 +235,8 @@ const RECOVERY_FOR: Record<ApiError["code"], z.infer<typeof RecoveryKind>> = {
   start_in_progress: "retry_same",
   invalid_observation_token: "reobserve",
   too_many_observers: "wait",
+  stale_claim: "reconcile",
+  claim_conflict: "wait",
   internal: "none",
 };
 
@@ -320,6 +337,8 @@ export function errorResult(error: ApiError & { available_providers?: unknown })
 
 export interface McpToolsOptions {
   runs: RunsApi;
+  /** Tool modules beyond the three run tools. */
+  modules?: readonly ToolModule[];
   audit: AuditLog;
   observeLimits: ObserveLimits;
   logger: Logger;
@@ -340,23 +359,38 @@ export class McpTools {
   readonly #observeLimits: ObserveLimits;
   readonly #logger: Logger;
   readonly #now: () => number;
+  readonly #modules: ReadonlyMap<string, ToolModule>;
+  readonly #definitions: Tool[];
 
   constructor(options: McpToolsOptions) {
     this.#runs = options.runs;
+    const modules = new Map<string, ToolModule>();
+    for (const m of options.modules ?? []) for (const spec of m.specs) modules.set(spec.name, m);
+    this.#modules = modules;
+    this.#definitions = [...toolDefinitions(), ...(options.modules ?? []).flatMap((m) => m.specs.map(toolDefinition))];
     this.#audit = options.audit;
     this.#observeLimits = options.observeLimits;
     this.#logger = options.logger;
     this.#now = options.now ?? (() => performance.now());
   }
 
+  /** tools/list: the run tools and every module's tools. */
+  definitions(): Tool[] {
+    return this.#definitions;
+  }
+
+  has(name: string): boolean {
+    return isToolName(name) || this.#modules.has(name);
+  }
+
   /**
-   * Run one tool call for an authenticated principal and audit it. `name` must be a ToolName.
+   * Run one tool call for an authenticated principal and audit it. `name` must satisfy has().
    * `rawShape`: the verdict of checkArgumentShape on the arguments as they were parsed from the
    * request, before the SDK's request schema rebuilt them (it drops a top-level `__proto__` key).
    */
   async call(
     principal: Principal,
-    name: ToolName,
+    name: string,
     args: unknown,
     signal?: AbortSignal,
     rawShape: string | null = null,
@@ -366,10 +400,11 @@ export class McpTools {
     // Before anything recursive (zod, JSON.stringify) sees the arguments: depth and reserved keys.
     const shape = rawShape ?? checkArgumentShape(args);
     try {
-      outcome =
-        shape === null
-          ? await this.#dispatch(principal, name, args, signal)
-          : fail(apiError("invalid_input", shape), null);
+      const module = this.#modules.get(name);
+      if (shape !== null) outcome = fail(apiError("invalid_input", shape), null);
+      else if (module) outcome = await module.call(principal, name, args, signal);
+      else if (isToolName(name)) outcome = await this.#dispatch(principal, name, args, signal);
+      else throw new Error("unknown tool");
     } catch (err) {
       // Never leak internals to the caller; the log keeps the class of failure only.
       this.#logger.error({ tool: name, err: describeFailure(err) }, "tool call failed unexpectedly");
@@ -516,16 +551,16 @@ export class McpTools {
   }
 }
 
-function ok(value: Record<string, unknown>, runId: string | null): ToolCallOutcome {
+export function ok(value: Record<string, unknown>, runId: string | null): ToolCallOutcome {
   return { result: successResult(value), outcome: "ok", run_id: runId };
 }
 
-function fail(error: ApiError, runId: string | null): ToolCallOutcome {
+export function fail(error: ApiError, runId: string | null): ToolCallOutcome {
   return { result: errorResult(error), outcome: error.code, run_id: runId };
 }
 
 /** exactOptionalPropertyTypes: drop keys whose value is undefined. */
-function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
+export function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(value)) if (v !== undefined) out[k] = v;
   return out as { [K in keyof T]: Exclude<T[K], undefined> };

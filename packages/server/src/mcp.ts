@@ -7,13 +7,17 @@
  */
 import { SqliteAuditLog } from "./audit.js";
 import { createMcpHttpHandler } from "./mcp-http.js";
+import type { ToolModule } from "./mcp-tools.js";
 import { createOAuth } from "./oauth/index.js";
 import { ObserveLimits } from "./observe-limits.js";
 import type { Scope } from "./runs-api.js";
 import type { McpHandlerFactory, McpMount } from "./server.js";
+import { TaskService } from "./task-service.js";
+import { TaskStore } from "./task-store.js";
+import { TaskTools } from "./task-tools.js";
 import { createAuthenticator, TokenStore } from "./tokens.js";
 
-export const createMcpHandler: McpHandlerFactory = ({ runs, config, logger, store }): McpMount => {
+export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, logger, store }): McpMount => {
   const log = logger.child({ c: "mcp" });
   const audit = new SqliteAuditLog(store.db, {
     onError: (err) => log.error({ err: err instanceof Error ? err.name : typeof err }, "audit row not written"),
@@ -29,6 +33,16 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, config, logger, stor
         logger: logger.child({ c: "oauth" }),
       })
     : null;
+  const toolModules: ToolModule[] = [];
+  if (admission) {
+    const tasks = new TaskService({
+      tasks: new TaskStore(store.db),
+      records: store,
+      admission,
+      logger: logger.child({ c: "tasks" }),
+    });
+    toolModules.push(new TaskTools(tasks));
+  }
   const handler = createMcpHttpHandler({
     runs,
     audit,
@@ -36,6 +50,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, config, logger, stor
     // Static tokens are checked exactly as without OAuth; OAuth access tokens have their own prefix.
     authenticate: oauth ? (token) => oauth.authenticate(token) ?? staticAuth(token) : staticAuth,
     observeLimits: new ObserveLimits(),
+    toolModules,
     allowedOrigins: config.allowedOrigins,
     listenHost: config.host,
     ...(oauth

@@ -48,6 +48,10 @@ export const API_ERROR_CODES = [
   "start_in_progress",
   "invalid_observation_token",
   "too_many_observers",
+  /** Managed path (DESIGN §10): the presented claim is not the task's current live claim. */
+  "stale_claim",
+  /** Managed path: a live attempt, or an active/uncertain Run, blocks what was asked. */
+  "claim_conflict",
   "internal",
 ] as const;
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
@@ -131,6 +135,43 @@ export interface ProjectView {
   runner_online: boolean;
   allow_patch: boolean;
   providers: ProviderView[];
+}
+
+/** The fences the admission path captured for one run (what `run.start` will carry). */
+export interface AdmissionFences {
+  run_id: string;
+  runner_id: string;
+  agent_instance_id: string;
+  provider_instance_id: string;
+  store_id: string;
+}
+
+/**
+ * One admission through the run core's single path (DESIGN §6.1), for callers
+ * that derive the run id and fingerprint themselves (the managed path, §10).
+ * Inputs are already validated and authorized by the caller.
+ */
+export interface AdmissionRequest {
+  run_id: string;
+  intent_fingerprint: string;
+  project_id: string;
+  provider_id: string;
+  prompt: string;
+  config: ConfigMap;
+  timeout_secs: number | null;
+  /**
+   * Runs inside the SQLite transaction that records the admission intent, before it is written.
+   * An ApiError aborts the transaction: nothing is recorded and nothing is sent.
+   */
+  bind?(fences: AdmissionFences): ApiError | null;
+  /** Called after that transaction committed, before `run.start` is sent (test failpoints). */
+  afterRecorded?(): void;
+  /** Called when the Runner answered `run.start`, before the answer is recorded (test failpoints). */
+  afterDispatched?(): void;
+}
+
+export interface RunAdmission {
+  admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>>;
 }
 
 export interface RunsApi {

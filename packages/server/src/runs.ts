@@ -18,12 +18,14 @@ import { RunContext } from "./run-context.js";
 import type { MirrorSet } from "./run-mirror.js";
 import type { HubListener, RunnerConnection } from "./runner-hub.js";
 import type {
+  AdmissionRequest,
   ApiResult,
   CancelOutput,
   ObserveInput,
   ObserveOutput,
   Principal,
   ProjectView,
+  RunAdmission,
   RunsApi,
   StartInput,
   StartOutput,
@@ -41,7 +43,7 @@ export interface RunsOptions {
   startTimeoutMs?: number;
 }
 
-export class Runs implements RunsApi, HubListener {
+export class Runs implements RunsApi, RunAdmission, HubListener {
   readonly #ctx: RunContext;
   readonly #admission: Admission;
   readonly #observation: Observation;
@@ -72,6 +74,10 @@ export class Runs implements RunsApi, HubListener {
 
   start(principal: Principal, input: StartInput): Promise<ApiResult<StartOutput>> {
     return this.#admission.start(principal, input);
+  }
+
+  admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+    return this.#admission.admit(principal, request);
   }
 
   observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>> {

@@ -10,13 +10,14 @@ import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
 import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
+import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
 import { reconcileAtStart } from "./reconcile.js";
 import { startRejectedRecordExpiry } from "./record-expiry.js";
 import { Registry } from "./registry.js";
 import { RunnerHub } from "./runner-hub.js";
 import { RunnerTokenStore } from "./runner-tokens.js";
 import { Runs } from "./runs.js";
-import type { RunsApi } from "./runs-api.js";
+import type { RunAdmission, RunsApi } from "./runs-api.js";
 import { lockStateDir } from "./state-lock.js";
 import { StateStore } from "./state-store.js";
 import { mountTestApi, TEST_API_ENV } from "./test-api.js";
@@ -26,6 +27,8 @@ export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | 
 /** What the MCP front end gets to build its `/mcp` handler. */
 export interface McpMountContext {
   runs: RunsApi;
+  /** The run core's one admission path, for front ends that derive run ids themselves (agent tasks). */
+  admission?: RunAdmission;
   config: ServerConfig;
   logger: Logger;
   /** The Server's SQLite database (WAL), for additive tables such as audit rows. */
@@ -95,6 +98,9 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     throw err;
   }
   if (store.migrated.length > 0) logger.info({ versions: store.migrated }, "state DB schema migrated");
+  const armed = activeServerFailpoint();
+  if (armed) logger.warn({ failpoint: armed }, `${SERVER_FAILPOINT_ENV} is set: this Server will SIGKILL itself there`);
+  if (invalidServerFailpointValue()) logger.warn(`${SERVER_FAILPOINT_ENV} names no failpoint; ignored`);
   const registry = new Registry(config);
   const delay = Number(env[TEST_DELAY_ENV] ?? 0);
   const runs = new Runs({
@@ -117,7 +123,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
 
   let mcp: McpMount | null = null;
   if (opts.mcpHandler) {
-    const made = await opts.mcpHandler({ runs, config, logger, store });
+    const made = await opts.mcpHandler({ runs, admission: runs, config, logger, store });
     mcp = typeof made === "function" ? { handle: made } : made;
   }
   const testApi = testHooks ? mountTestApi(runs, config, logger) : null;

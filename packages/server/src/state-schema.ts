@@ -56,6 +56,62 @@ export const MIGRATIONS: readonly Migration[] = [
     summary: "index rejected-before-admission records by age, for their expiry",
     sql: `CREATE INDEX admission_records_admission_age ON admission_records (admission, updated_at);`,
   },
+  {
+    version: 3,
+    summary: "agent tasks, attempts and the Attempt→Run binding (the managed path, task-store.ts)",
+    sql: `
+      CREATE TABLE agent_tasks (
+        task_id TEXT PRIMARY KEY,
+        principal_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        title TEXT NOT NULL,
+        instruction TEXT NOT NULL,
+        instruction_bytes INTEGER NOT NULL,
+        request_fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL,
+        outcome TEXT,
+        current_attempt_id TEXT,
+        last_fence INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        closed_at TEXT
+      ) STRICT;
+      CREATE INDEX agent_tasks_principal_state ON agent_tasks (principal_id, state);
+      CREATE INDEX agent_tasks_closed ON agent_tasks (state, closed_at);
+      CREATE TABLE agent_task_attempts (
+        attempt_id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        assignee TEXT NOT NULL,
+        fence INTEGER NOT NULL,
+        controller_generation INTEGER NOT NULL,
+        lease_expires_ms INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        superseded_run_id TEXT,
+        run_state TEXT,
+        run_execution_state TEXT,
+        run_stop_reason TEXT,
+        run_failure_kind TEXT,
+        run_reconciled_at TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (task_id, fence)
+      ) STRICT;
+      CREATE TABLE agent_task_run_bindings (
+        attempt_id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        run_id TEXT NOT NULL UNIQUE,
+        provider_id TEXT NOT NULL,
+        runner_id TEXT NOT NULL,
+        provider_instance_id TEXT NOT NULL,
+        agent_instance_id TEXT NOT NULL,
+        authority_fingerprint TEXT NOT NULL,
+        intent_fingerprint TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX agent_task_run_bindings_task ON agent_task_run_bindings (task_id);
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

@@ -172,6 +172,19 @@ export class StateStore {
     return this.get(runId);
   }
 
+  /**
+   * Run `fn` in one SQLite transaction (rolled back when it throws). The record cache is dropped
+   * when it throws, so it never keeps a value the rollback undid.
+   */
+  atomically<T>(fn: () => T): T {
+    try {
+      return this.db.transaction(fn)();
+    } catch (err) {
+      this.#cache.clear();
+      throw err;
+    }
+  }
+
   /** Records of one runner that are not terminal on the Server side. */
   listOpenForRunner(runnerId: string): AdmissionRecord[] {
     return this.db

@@ -27,6 +27,11 @@ export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {
   start_coding_agent: ["coding_agent:run", "project:write"],
   observe_coding_agent: ["coding_agent:run"],
   cancel_coding_agent: ["coding_agent:run"],
+  create_agent_task: ["coding_agent:run", "project:write"],
+  start_agent_task_attempt: ["coding_agent:run", "project:write"],
+  start_agent_task_coding_run: ["coding_agent:run", "project:write"],
+  reconcile_agent_task_coding_run: ["coding_agent:run", "project:write"],
+  close_agent_task: ["coding_agent:run", "project:write"],
 };
 
 export function isOAuthScope(value: string): value is (typeof OAUTH_SCOPES)[number] {
