@@ -5,6 +5,7 @@
  */
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { CliError } from "./errors.js";
+import { parseTaskCommand, TASK_USAGE, type TaskAction } from "./task-args.js";
 import type { ConfigValue } from "./wire.js";
 
 export const USAGE = `webcodex — start, follow and cancel coding-agent runs on a WebCodex Server (over MCP)
@@ -14,6 +15,7 @@ Usage:
   webcodex observe RUN_ID [--follow]
   webcodex cancel RUN_ID
   webcodex status
+  webcodex task create|attempt|run|reconcile|show|close …   (see \`webcodex task --help\`)
 
 Commands:
   run       Start a run and follow it live until it ends. Ctrl-C asks the Server to
@@ -22,6 +24,7 @@ Commands:
   observe   Show a run's state and events; --follow keeps watching until it ends.
   cancel    Ask the Server to cancel a run (idempotent).
   status    Projects this token may use, whether their Runner is online, and its providers.
+  task      Managed tasks: the Server owns a task, its attempts (lease, fence) and each attempt's one run.
 
 Options:
   --url URL         Server MCP URL (default: $WEBCODEX_URL), e.g. http://127.0.0.1:7420/mcp
@@ -37,6 +40,8 @@ Options:
 
 Exit codes: 0 completed · 1 failed or error · 2 usage error · 3 lost · 130 cancelled/interrupted
 `;
+
+export { TASK_USAGE };
 
 export interface GlobalOptions {
   url: string | undefined;
@@ -60,7 +65,9 @@ export type Command =
     }
   | { name: "observe"; global: GlobalOptions; runId: string; follow: boolean }
   | { name: "cancel"; global: GlobalOptions; runId: string }
-  | { name: "status"; global: GlobalOptions };
+  | { name: "status"; global: GlobalOptions }
+  | { name: "task"; global: GlobalOptions; task: TaskAction }
+  | { name: "task-help" };
 
 const GLOBAL_OPTIONS = {
   url: { type: "string" },
@@ -84,7 +91,7 @@ const OBSERVE_OPTIONS = {
   follow: { type: "boolean", short: "f" },
 } as const satisfies ParseArgsConfig["options"];
 
-const COMMANDS = ["run", "observe", "cancel", "status", "help"] as const;
+const COMMANDS = ["run", "observe", "cancel", "status", "task", "help"] as const;
 
 function usage(message: string): CliError {
   return new CliError("usage", message, { hint: "Run `webcodex --help` for usage." });
@@ -184,6 +191,10 @@ export function parseCommand(argv: readonly string[]): Command {
       const { values, positionals } = parse(rest, GLOBAL_OPTIONS);
       if (values.help === true) return { name: "help" };
       return { name: "cancel", global: globals(values), runId: single(positionals, "RUN_ID") };
+    }
+    case "task": {
+      const parsed = parseTaskCommand(rest);
+      return parsed === null ? { name: "task-help" } : { name: "task", global: parsed.global, task: parsed.task };
     }
     case "status": {
       const { values, positionals } = parse(rest, GLOBAL_OPTIONS);

@@ -3,11 +3,12 @@
  * any error once: what failed and what to check (ndjson `error` objects on
  * stdout with --json).
  */
-import { parseCommand, USAGE } from "./args.js";
+import { parseCommand, TASK_USAGE, USAGE } from "./args.js";
 import { cancelCommand } from "./commands/cancel.js";
 import { observeCommand } from "./commands/observe.js";
 import { runCommand } from "./commands/run.js";
 import { statusCommand } from "./commands/status.js";
+import { taskCommand } from "./commands/task.js";
 import type { CliContext } from "./context.js";
 import { CliError } from "./errors.js";
 import { EXIT } from "./exit-codes.js";
@@ -35,6 +36,11 @@ export async function runCli(argv: readonly string[], ctx: CliContext): Promise<
         return await cancelCommand(cmd, ctx);
       case "status":
         return await statusCommand(cmd, ctx);
+      case "task":
+        return await taskCommand(cmd.global, cmd.task, ctx);
+      case "task-help":
+        ctx.stdout.write(TASK_USAGE);
+        return EXIT.ok;
       default: {
         const never: never = cmd;
         return never;

@@ -34,6 +34,8 @@ export interface RunsClient {
   ): Promise<Observation>;
   cancel(runId: string): Promise<CancelResult>;
   projects(): Promise<ProjectView[]>;
+  /** Any other tool (agent tasks): its structured result, validated by `schema`; errors as for the run tools. */
+  callTool?<T extends z.ZodType>(name: string, args: Record<string, unknown>, schema: T): Promise<z.infer<T>>;
   /** Drops the MCP session so the next call reconnects (after a Server restart). */
   reset(): Promise<void>;
   close(): Promise<void>;
@@ -123,6 +125,10 @@ export class McpRunsClient implements RunsClient {
       signal,
       timeoutMs: ((input.wait_secs ?? 0) + 30) * 1000,
     });
+  }
+
+  callTool<T extends z.ZodType>(name: string, args: Record<string, unknown>, schema: T): Promise<z.infer<T>> {
+    return this.#call(name, args, schema);
   }
 
   cancel(runId: string): Promise<CancelResult> {
@@ -215,6 +221,10 @@ function hintForToolError(code: string): string | undefined {
       return "The agent provider restarted meanwhile. Retry the same command with the same --key.";
     case "start_in_progress":
       return "A start with this --key is still in progress. Retry the same command shortly.";
+    case "stale_claim":
+      return "That claim is not the task's current one (lease expired, newer attempt or generation): `webcodex task show TASK_ID`.";
+    case "claim_conflict":
+      return "Another attempt or an active/lost run blocks this; `webcodex task show TASK_ID` shows which.";
     default:
       return undefined;
   }

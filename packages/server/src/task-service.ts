@@ -332,34 +332,32 @@ export class TaskService {
         .map((a) => a.superseded_run_id)
         .filter((r): r is string => r !== null),
     );
-    let supersedeMatched = false;
-    for (const b of this.#tasks.bindingsOf(task.task_id)) {
-      const rec = this.#records.get(b.run_id);
-      if (!rec) continue;
-      if (ACTIVE_RUN_STATES.has(rec.state)) {
-        return err(
-          "claim_conflict",
-          `Run ${rec.run_id} of attempt ${b.attempt_id} is ${rec.state}; a lease expiry does not prove the work stopped. Observe or cancel it, then reconcile_agent_task_coding_run.`,
-          "wait",
-        );
-      }
-      if (rec.state === "lost" && !superseded.has(rec.run_id)) {
-        if (supersede === rec.run_id) {
-          supersedeMatched = true;
-          continue;
-        }
-        return err(
-          "claim_conflict",
-          `Run ${rec.run_id} of attempt ${b.attempt_id} is lost: its prompt may have run and its outcome is unknown. Inspect the project tree, then start the attempt with supersede_uncertain_run: "${rec.run_id}".`,
-          "reconcile",
-        );
-      }
-    }
-    if (supersede !== undefined && !supersedeMatched) {
+    const records = this.#tasks
+      .bindingsOf(task.task_id)
+      .map((b) => ({ binding: b, rec: this.#records.get(b.run_id) }))
+      .filter((x): x is { binding: (typeof x)["binding"]; rec: AdmissionRecord } => x.rec !== undefined);
+    const lost = records.filter((x) => x.rec.state === "lost" && !superseded.has(x.rec.run_id));
+    if (supersede !== undefined && !lost.some((x) => x.rec.run_id === supersede)) {
       return err(
         "invalid_input",
         "supersede_uncertain_run must name a lost, not yet superseded run of this task.",
         "fix_input",
+      );
+    }
+    const active = records.find((x) => ACTIVE_RUN_STATES.has(x.rec.state));
+    if (active) {
+      return err(
+        "claim_conflict",
+        `Run ${active.rec.run_id} of attempt ${active.binding.attempt_id} is ${active.rec.state}; a lease expiry does not prove the work stopped. Observe or cancel it, then reconcile_agent_task_coding_run.`,
+        "wait",
+      );
+    }
+    const uncertain = lost.find((x) => x.rec.run_id !== supersede);
+    if (uncertain) {
+      return err(
+        "claim_conflict",
+        `Run ${uncertain.rec.run_id} of attempt ${uncertain.binding.attempt_id} is lost: its prompt may have run and its outcome is unknown. Inspect the project tree, then start the attempt with supersede_uncertain_run: "${uncertain.rec.run_id}".`,
+        "reconcile",
       );
     }
     return null;

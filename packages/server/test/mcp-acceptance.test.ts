@@ -137,11 +137,16 @@ async function start(client: Client, prompt: string, over: Record<string, unknow
 }
 
 describe("MCP tools against the real Server, Runner and fake agent", () => {
-  it("lists exactly three tools, each with closed input and an output schema", async () => {
+  it("lists the three run tools and the agent-task tools, each with closed input and an output schema", async () => {
     const { tools } = await alice.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual([
       "cancel_coding_agent",
+      "close_agent_task",
+      "create_agent_task",
       "observe_coding_agent",
+      "reconcile_agent_task_coding_run",
+      "start_agent_task_attempt",
+      "start_agent_task_coding_run",
       "start_coding_agent",
     ]);
     for (const tool of tools) {
@@ -401,7 +406,8 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     await client.connect(transport);
     try {
       const { tools } = await client.listTools();
-      expect(tools).toHaveLength(3);
+      expect(tools.map((t) => t.name)).toContain("start_agent_task_coding_run");
+      expect(tools).toHaveLength(8);
       const res = await client.readResource({ uri: "webcodex://projects" });
       expect(JSON.parse((res.contents[0] as { text: string }).text).projects[0].project_id).toBe("demo");
       const started = await ok(client, "start_coding_agent", {

@@ -1,0 +1,127 @@
+/**
+ * Issue 14: the Server is SIGKILLed (test-only failpoint WEBCODEX_SERVER_FAILPOINT
+ * in the Server child's environment, then a real kill -9 of itself) between the
+ * Attempt→Run binding and `run.start`, and after `run.start`. After a restart the
+ * same start call and reconcile meet the original Run, and the fake agent's
+ * ledger shows the instruction dispatched exactly once. Real processes: a
+ * `webcodex-server run` child, a Runner daemon, the fake agent, an SDK MCP client.
+ */
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { afterEach, describe, expect, it } from "vitest";
+import { SERVER_FAILPOINT_ENV } from "../src/failpoints.js";
+import { ProcStack, SERVER_BIN, waitFor } from "./support/proc-stack.js";
+import { callTool, observeToEnd, ok, promptsOf, type Structured } from "./support/tool-calls.js";
+
+const run = promisify(execFile);
+
+let stack: ProcStack | null = null;
+const clients: Client[] = [];
+
+afterEach(async () => {
+  for (const c of clients.splice(0)) await c.close().catch(() => {});
+  await stack?.stop();
+  stack = null;
+}, 60_000);
+
+async function issueToken(s: ProcStack): Promise<string> {
+  const { stdout } = await run(process.execPath, [
+    SERVER_BIN,
+    "token",
+    "issue",
+    "--config",
+    s.serverConfigFile,
+    "--principal",
+    "alice",
+    "--scope",
+    "coding_agent:run",
+    "--scope",
+    "project:write",
+    "--project",
+    "demo",
+    "--allow-coding-agent-run",
+  ]);
+  return stdout.trim();
+}
+
+async function connect(s: ProcStack, token: string): Promise<Client> {
+  const client = new Client({ name: "webcodex-crash-test", version: "0" });
+  await client.connect(
+    new StreamableHTTPClientTransport(new URL(`http://127.0.0.1:${s.port}/mcp`), {
+      requestInit: { headers: { Authorization: `Bearer ${token}` } },
+    }),
+  );
+  clients.push(client);
+  return client;
+}
+
+async function runnerOnline(s: ProcStack): Promise<void> {
+  await waitFor("the Runner back online", async () => (await s.projects("alice")).some((p) => p.runner_online), 30_000);
+}
+
+async function restartServer(s: ProcStack): Promise<void> {
+  const child = s.serverChild;
+  await waitFor(
+    "the Server to kill itself",
+    () => child === null || child.exitCode !== null || child.signalCode !== null,
+  );
+  expect(child?.signalCode).toBe("SIGKILL");
+  await s.killServer();
+  s.opts.serverEnv = {};
+  await s.startServer();
+  await runnerOnline(s);
+}
+
+describe.each([
+  ["task_after_binding", false],
+  ["task_after_run_start", true],
+] as const)("Server kill -9 at %s", (failpoint, replayedAfterRestart) => {
+  it("the same start call and reconcile meet the original run after a restart; one ledger prompt", async () => {
+    stack = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      server: "child",
+      serverEnv: { [SERVER_FAILPOINT_ENV]: failpoint },
+    }).init();
+    await stack.startRunner("r1");
+    const token = await issueToken(stack);
+    const instruction = `scenario: hello text="crash-${failpoint}-${process.pid}"`;
+    const before = await connect(stack, token);
+    const task = await ok(before, "create_agent_task", {
+      project_id: "demo",
+      instruction,
+      idempotency_key: `crash-${failpoint}`,
+    });
+    const claim = await ok(before, "start_agent_task_attempt", { task_id: task.task_id, assignee: "host" });
+    const startArgs = { project_id: "demo", provider_id: "fake", attempt_ref: claim.attempt_ref };
+    // The Server dies inside this call: no answer reaches the host.
+    await expect(callTool(before, "start_agent_task_coding_run", startArgs)).rejects.toThrow();
+    await restartServer(stack);
+
+    const after = await connect(stack, token);
+    const started = await ok(after, "start_agent_task_coding_run", startArgs);
+    expect(started).toMatchObject({ task_id: task.task_id, attempt_id: claim.attempt_id });
+    expect(started.replayed).toBe(replayedAfterRestart);
+    const again = await ok(after, "start_agent_task_coding_run", startArgs);
+    expect(again).toMatchObject({ run_id: started.run_id, replayed: true });
+    expect((await observeToEnd(after, started.run_id as string)).state).toBe("completed");
+    const rec = await ok(after, "reconcile_agent_task_coding_run", { task_id: task.task_id });
+    expect(rec.attempt).toMatchObject({ run: { run_id: started.run_id, state: "completed" } });
+    expect(promptsOf(stack.prompts("r1") as Structured[], instruction)).toHaveLength(1);
+
+    // Reopened database, fresh runtime (a plain kill -9 and restart): reconcile meets the same run.
+    await stack.killServer("SIGKILL");
+    await stack.startServer();
+    await runnerOnline(stack);
+    const fresh = await connect(stack, token);
+    const rec2 = await ok(fresh, "reconcile_agent_task_coding_run", {
+      task_id: task.task_id,
+      attempt_id: claim.attempt_id,
+    });
+    expect(rec2.attempt).toMatchObject({ run: { run_id: started.run_id, state: "completed" } });
+    const replay = await ok(fresh, "start_agent_task_coding_run", startArgs);
+    expect(replay).toMatchObject({ run_id: started.run_id, replayed: true, state: "completed" });
+    expect(promptsOf(stack.prompts("r1") as Structured[], instruction)).toHaveLength(1);
+  }, 90_000);
+});
