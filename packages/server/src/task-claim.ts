@@ -98,6 +98,8 @@ export class AttemptRefs {
     if (body === undefined || macText === undefined || extra !== undefined) return null;
     const payload = Buffer.from(body, "base64url");
     const mac = Buffer.from(macText, "base64url");
+    // Only the canonical encoding: no second spelling of one ref (base64url's spare low bits).
+    if (payload.toString("base64url") !== body || mac.toString("base64url") !== macText) return null;
     const expected = createHmac("sha256", this.#key).update(payload).digest().subarray(0, 16);
     if (mac.byteLength !== expected.byteLength || !timingSafeEqual(mac, expected)) return null;
     const parts = splitLengthPrefixed(payload);
