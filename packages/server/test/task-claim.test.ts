@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { deriveRunId } from "../src/identity.js";
+import { migrate } from "../src/state-schema.js";
 import { AttemptRefs, deriveTaskId, deriveTaskRunId } from "../src/task-claim.js";
 import { TaskStore } from "../src/task-store.js";
 
@@ -46,10 +47,16 @@ describe("managed-path identity", () => {
   });
 });
 
+function migrated(): Database.Database {
+  const db = new Database(":memory:");
+  migrate(db, ":memory:");
+  return db;
+}
+
 describe("task retention", () => {
   it("deletes closed tasks past retention with their attempts and bindings, and keeps open ones", () => {
     let now = Date.parse("2026-01-01T00:00:00Z");
-    const store = new TaskStore(new Database(":memory:"), () => new Date(now));
+    const store = new TaskStore(migrated(), () => new Date(now));
     const mk = (id: string) =>
       store.insertTask({
         task_id: id,
@@ -81,7 +88,7 @@ describe("task retention", () => {
 
   it("keeps at most maxClosed closed tasks, dropping the oldest closed first", () => {
     let now = Date.parse("2026-01-01T00:00:00Z");
-    const store = new TaskStore(new Database(":memory:"), () => new Date(now));
+    const store = new TaskStore(migrated(), () => new Date(now));
     for (const id of ["t1", "t2", "t3"]) {
       store.insertTask({
         task_id: id,
