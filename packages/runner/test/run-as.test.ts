@@ -20,6 +20,7 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { parseConfig, type RunnerConfig } from "../src/config.js";
 import { listGroupMembers, readStartTime } from "../src/proc-identity.js";
 import { reapGroup } from "../src/reaper.js";
+import { setprivCommand, switchUserSupportFrom } from "../src/run-as.js";
 import { spawnAgent } from "../src/spawn.js";
 import { alive, groupMembers, newManager, REPO_ROOT, runToEnd } from "./support/harness.js";
 import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
@@ -230,6 +231,35 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
     } finally {
       await manager.close();
     }
+  });
+
+  test("a non-root Runner holding the systemd unit's ambient capabilities can switch, and its agent holds none", async () => {
+    // The outer setpriv plays systemd (User=<test user>, AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL);
+    // inside it, the exact command the Runner builds for run_as prints the agent's identity.
+    const runAs = ctx.config.acp.agents.find((a) => a.id === "isolated")?.runAs;
+    if (!runAs) throw new Error("isolated agent has no runAs");
+    const inner = setprivCommand(runAs, "/bin/cat", ["/proc/self/status"]);
+    const script = `cat /proc/self/status; echo ----; exec ${[inner.file, ...inner.args].map((a) => `'${a}'`).join(" ")}`;
+    const { stdout } = await execFileP(runAs.setpriv, [
+      `--reuid=${ctx.user.uid}`,
+      `--regid=${ctx.user.gid}`,
+      "--init-groups",
+      "--inh-caps=+setuid,+setgid,+kill",
+      "--ambient-caps=+setuid,+setgid,+kill",
+      "--",
+      "/bin/sh",
+      "-c",
+      script,
+    ]);
+    const [runner = "", agent = ""] = stdout.split("----\n");
+    expect(switchUserSupportFrom(runner, ctx.user.uid)).toEqual({ ok: true });
+    expect(switchUserSupportFrom(agent, ctx.user.uid).ok).toBe(false);
+    for (const set of ["CapInh", "CapPrm", "CapEff", "CapAmb"]) {
+      expect(new RegExp(`^${set}:\\s*0+$`, "m").test(agent), set).toBe(true);
+    }
+    expect(agent).toMatch(
+      new RegExp(`^Uid:\\s+${ctx.user.uid}\\s+${ctx.user.uid}\\s+${ctx.user.uid}\\s+${ctx.user.uid}$`, "m"),
+    );
   });
 
   test("orphan reaping kills an agent group that runs as another user (start time checked)", async () => {
