@@ -3,12 +3,20 @@
  * (issue 19 §1 and §4): project roots (`/`, `..`, two projects on one real
  * path, symlinks resolved once) and the account checks of `run_as`.
  */
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { promisify } from "node:util";
+import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
 import { ConfigError, parseConfig } from "../src/config.js";
+import { startDaemon } from "../src/daemon.js";
+import { openDispatchStore } from "../src/dispatch-store.js";
 import { switchUserSupportFrom } from "../src/run-as.js";
+import { REPO_ROOT } from "./support/harness.js";
+
+const execFileP = promisify(execFile);
 
 const dir = mkdtempSync(join(tmpdir(), "wc-config-sec-"));
 mkdirSync(join(dir, "proj", "sub"), { recursive: true });
@@ -144,4 +152,81 @@ describe("switching users needs root or ambient CAP_SETUID/CAP_SETGID plus CAP_K
         "this Runner (uid 1000) lacks ambient CAP_SETUID, ambient CAP_SETGID, CAP_KILL; run it as root or with AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL (examples/systemd/webcodex-runner.service)",
     });
   });
+});
+
+describe("credential file modes and same-user agents (check, daemon start)", () => {
+  const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
+
+  test("check warns about an agent running as the Runner's user and about group/other-readable credential files", async () => {
+    const configFile = join(dir, "modes.toml");
+    const tokenFile = join(dir, "modes.token");
+    writeFileSync(tokenFile, "t0ken\n", { mode: 0o644 });
+    chmodSync(tokenFile, 0o644);
+    const text = [
+      "[runner]",
+      'state_dir = "modes-state"',
+      "[server]",
+      'url = "ws://127.0.0.1:9/runner"',
+      'token_file = "modes.token"',
+      configText([{ id: "p", root: "proj" }]),
+    ].join("\n");
+    writeFileSync(configFile, text);
+    chmodSync(configFile, 0o640);
+    mkdirSync(join(dir, "modes-state"), { mode: 0o755 });
+    chmodSync(join(dir, "modes-state"), 0o755);
+    const { stdout } = await execFileP(process.execPath, [BIN, "check", "--config", configFile]);
+    expect(stdout).toContain(`warning: agent fake runs as this Runner's user (uid ${process.getuid?.()})`);
+    expect(stdout).toContain(
+      `warning: runner.state_dir ${join(dir, "modes-state")} has mode 0755: other users can read it; chmod 700 it`,
+    );
+    expect(stdout).toContain(`warning: config file ${configFile} has mode 0640: other users can read it; chmod 600 it`);
+    expect(stdout).toContain(
+      `warning: server.token_file ${tokenFile} has mode 0644: other users can read it; chmod 600 it`,
+    );
+
+    chmodSync(configFile, 0o600);
+    chmodSync(tokenFile, 0o600);
+    chmodSync(join(dir, "modes-state"), 0o700);
+    const quiet = await execFileP(process.execPath, [BIN, "check", "--config", configFile]);
+    expect(quiet.stdout).not.toMatch(/warning: (runner\.state_dir|config file|server\.token_file)/);
+  });
+
+  test("the dispatch store creates its state dir 0700", () => {
+    const stateDir = join(dir, "fresh-state", "nested");
+    openDispatchStore({ stateDir }).store.close();
+    expect(statSync(stateDir).mode & 0o777).toBe(0o700);
+  });
+});
+
+test("the daemon logs a warning at start for each credential file others can access (setting and mode, not the path)", async () => {
+  const configFile = join(dir, "daemon.toml");
+  const tokenFile = join(dir, "daemon.token");
+  writeFileSync(tokenFile, "t0ken\n");
+  chmodSync(tokenFile, 0o604);
+  writeFileSync(
+    configFile,
+    [
+      "[runner]",
+      'state_dir = "daemon-state"',
+      "[server]",
+      'url = "ws://127.0.0.1:9/runner"',
+      'token_file = "daemon.token"',
+      configText([{ id: "p", root: "proj" }]),
+    ].join("\n"),
+  );
+  chmodSync(configFile, 0o600);
+  const lines: Record<string, unknown>[] = [];
+  const logger = pino({ level: "info" }, { write: (line: string) => lines.push(JSON.parse(line)) });
+  const daemon = await startDaemon({
+    configPath: configFile,
+    newStore: false,
+    logger,
+    handleSignals: false,
+    exitOnFatal: false,
+  });
+  await daemon.stop();
+  const warnings = lines.filter((l) => l.msg === "a Runner credential file is accessible to other users; chmod it");
+  expect(warnings).toEqual([expect.objectContaining({ setting: "server.token_file", mode: "0604", want: "0600" })]);
+  expect(JSON.stringify(warnings)).not.toContain(dir);
+  expect(statSync(join(dir, "daemon-state")).mode & 0o777).toBe(0o700);
 });
