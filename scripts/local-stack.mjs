@@ -26,8 +26,19 @@ export const sha256Hex = (text) => createHash("sha256").update(text, "utf8").dig
 
 export const newRunnerToken = () => `wcr_${randomBytes(32).toString("base64url")}`;
 
-export function serverConfigToml({ host = "127.0.0.1", port, runnerId, runnerTokenSha256, projects, principals }) {
-  let text = `[server]\nhost = ${toml(host)}\nport = ${port}\nstate_dir = "server"\n\n`;
+export function serverConfigToml({
+  host = "127.0.0.1",
+  port,
+  runnerId,
+  runnerTokenSha256,
+  projects,
+  principals,
+  publicUrl,
+}) {
+  let text = `[server]\nhost = ${toml(host)}\nport = ${port}\nstate_dir = "server"\n`;
+  // OAuth for remote MCP hosts (server README, "Connect ChatGPT / Claude.ai"): public_url is the issuer.
+  if (publicUrl) text += `public_url = ${toml(publicUrl)}\n\n[oauth]\nenabled = true\n`;
+  text += "\n";
   text += `[[runners]]\nid = ${toml(runnerId)}\ntoken_sha256 = ${toml(runnerTokenSha256)}\nprojects = [${projects.map(toml).join(", ")}]\n`;
   for (const p of principals) {
     text += `\n[[principals]]\nid = ${toml(p.id)}\nscopes = [${p.scopes.map(toml).join(", ")}]\nprojects = [${p.projects.map(toml).join(", ")}]\n`;

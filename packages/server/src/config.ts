@@ -11,10 +11,14 @@
  * rejected_record_max_age_secs = 604800   # records rejected before admission expire after this (7 days)
  * max_connections = 1000      # open sockets at once; past it a new connection gets 503 (keep below `ulimit -n`)
  * allow_insecure_http = false # true: listen on a non-loopback host without TLS (behind a TLS-terminating proxy)
+ * public_url = "https://webcodex.example.com"   # OAuth issuer + resource base (required when [oauth] enabled)
  *
  * [server.tls]                # optional: terminate TLS here (https:// and wss://)
  * cert_file = "server.crt"    # PEM certificate chain, relative to this file
  * key_file = "server.key"     # PEM private key
+ *
+ * [oauth]                     # OAuth 2.1 for remote MCP hosts; see the server README, OAuth section
+ * enabled = false
  *
  * [[runners]]
  * id = "local"

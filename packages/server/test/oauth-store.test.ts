@@ -44,6 +44,32 @@ function config(dir: string, publicUrl: string, oauth: Record<string, unknown> =
 
 const TTL = { accessMs: 3_600_000, refreshMs: 86_400_000 };
 
+describe("OAuth config", () => {
+  const build = (server: Record<string, unknown>, oauth: Record<string, unknown> | undefined) =>
+    buildServerConfig(
+      { server: { port: 0, ...server }, ...(oauth ? { oauth } : {}) },
+      { file: null, baseDir: tmpdir() },
+    );
+
+  it("needs public_url when enabled, https unless loopback, an origin without path; off by default", () => {
+    expect(build({}, undefined).oauth).toBeNull();
+    expect(() => build({}, { enabled: true })).toThrow(/server.public_url: required when oauth.enabled/);
+    expect(() => build({ public_url: "http://mcp.example.com" }, { enabled: true })).toThrow(/https unless/);
+    expect(() => build({ public_url: "https://mcp.example.com/base" }, { enabled: true })).toThrow(/no path/);
+    expect(() => build({ public_url: "https://mcp.example.com" }, { enabled: true, unknown: 1 })).toThrow(/unknown/);
+    const cfg = build({ public_url: "https://mcp.example.com/" }, { enabled: true });
+    expect(cfg.oauth).toMatchObject({
+      issuer: "https://mcp.example.com",
+      resource: "https://mcp.example.com/mcp",
+      accessTokenTtlSecs: 3600,
+      devAllowLoopbackClientMetadata: false,
+    });
+    expect(build({ public_url: "http://127.0.0.1:7420" }, { enabled: true }).oauth?.resource).toBe(
+      "http://127.0.0.1:7420/mcp",
+    );
+  });
+});
+
 describe("OAuth store", () => {
   it("a token issued for one resource is refused by a Server whose resource is another (audience binding)", () => {
     const dir = tempDir();
