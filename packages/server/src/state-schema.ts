@@ -112,6 +112,66 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX agent_task_run_bindings_task ON agent_task_run_bindings (task_id);
     `,
   },
+  {
+    version: 4,
+    summary: "OAuth clients, grants, codes, token hashes and audit (oauth/store.ts); new tables, nothing granted",
+    sql: `
+      CREATE TABLE IF NOT EXISTS oauth_clients (
+        client_id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('dynamic', 'cimd', 'operator')),
+        client_name TEXT,
+        redirect_uris TEXT NOT NULL,
+        allow_coding_agent_run INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        fetched_at TEXT,
+        revoked_at TEXT
+      ) STRICT;
+      CREATE TABLE IF NOT EXISTS oauth_grants (
+        grant_id TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        key_id TEXT,
+        scopes TEXT NOT NULL,
+        projects TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT,
+        revoked_reason TEXT
+      ) STRICT;
+      CREATE INDEX IF NOT EXISTS oauth_grants_client ON oauth_grants (client_id);
+      CREATE INDEX IF NOT EXISTS oauth_grants_principal ON oauth_grants (principal_id);
+      CREATE TABLE IF NOT EXISTS oauth_codes (
+        code_hash TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        client_id TEXT NOT NULL,
+        redirect_uri TEXT NOT NULL,
+        code_challenge TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        used_at INTEGER
+      ) STRICT;
+      CREATE TABLE IF NOT EXISTS oauth_tokens (
+        token_hash TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('access', 'refresh')),
+        grant_id TEXT NOT NULL,
+        client_id TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        used_at INTEGER
+      ) STRICT;
+      CREATE INDEX IF NOT EXISTS oauth_tokens_grant ON oauth_tokens (grant_id);
+      CREATE TABLE IF NOT EXISTS oauth_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        event TEXT NOT NULL,
+        client_id TEXT,
+        principal_id TEXT,
+        grant_id TEXT,
+        scopes TEXT,
+        detail TEXT
+      ) STRICT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

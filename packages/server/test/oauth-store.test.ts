@@ -15,6 +15,7 @@ import { OAuthClients } from "../src/oauth/clients.js";
 import { createOAuth } from "../src/oauth/index.js";
 import { OAuthStore } from "../src/oauth/store.js";
 import { startServer } from "../src/server.js";
+import { MIGRATIONS } from "../src/state-schema.js";
 import { StateStore } from "../src/state-store.js";
 import { hashToken, TokenStore } from "../src/tokens.js";
 import { mcpPost } from "./support/oauth.js";
@@ -184,6 +185,9 @@ describe("OAuth store", () => {
 
     const server = await startServer({ config: cfg, logger: silent, mcpHandler: createMcpHandler, env: {} });
     try {
+      // The OAuth tables arrive as their own forward step; every step ran once.
+      expect(server.store.migrated).toEqual(MIGRATIONS.map((m) => m.version));
+      expect(MIGRATIONS.find((m) => m.sql.includes("oauth_clients"))).toBeDefined();
       const origin = server.url;
       const call = {
         method: "tools/call",

@@ -1,6 +1,7 @@
 /**
  * The OAuth state in the Server's SQLite database: clients, grants, codes,
- * access and refresh tokens, and the OAuth audit rows.
+ * access and refresh tokens, and the OAuth audit rows (tables made by
+ * migration step 4 in state-schema.ts).
  *
  * Invariants:
  * - Codes and tokens are stored only as sha256 hashes; the values exist only
@@ -99,63 +100,6 @@ export const ACCESS_TOKEN_PREFIX = "wcoa_";
 export const REFRESH_TOKEN_PREFIX = "wcor_";
 const CODE_PREFIX = "wcoc_";
 
-export const OAUTH_SCHEMA = `
-CREATE TABLE IF NOT EXISTS oauth_clients (
-  client_id TEXT PRIMARY KEY,
-  kind TEXT NOT NULL CHECK (kind IN ('dynamic', 'cimd', 'operator')),
-  client_name TEXT,
-  redirect_uris TEXT NOT NULL,
-  allow_coding_agent_run INTEGER NOT NULL DEFAULT 0,
-  created_at TEXT NOT NULL,
-  fetched_at TEXT,
-  revoked_at TEXT
-);
-CREATE TABLE IF NOT EXISTS oauth_grants (
-  grant_id TEXT PRIMARY KEY,
-  client_id TEXT NOT NULL,
-  principal_id TEXT NOT NULL,
-  key_id TEXT,
-  scopes TEXT NOT NULL,
-  projects TEXT NOT NULL,
-  resource TEXT NOT NULL,
-  created_at TEXT NOT NULL,
-  revoked_at TEXT,
-  revoked_reason TEXT
-);
-CREATE INDEX IF NOT EXISTS oauth_grants_client ON oauth_grants (client_id);
-CREATE INDEX IF NOT EXISTS oauth_grants_principal ON oauth_grants (principal_id);
-CREATE TABLE IF NOT EXISTS oauth_codes (
-  code_hash TEXT PRIMARY KEY,
-  grant_id TEXT NOT NULL,
-  client_id TEXT NOT NULL,
-  redirect_uri TEXT NOT NULL,
-  code_challenge TEXT NOT NULL,
-  expires_at INTEGER NOT NULL,
-  used_at INTEGER
-);
-CREATE TABLE IF NOT EXISTS oauth_tokens (
-  token_hash TEXT PRIMARY KEY,
-  kind TEXT NOT NULL CHECK (kind IN ('access', 'refresh')),
-  grant_id TEXT NOT NULL,
-  client_id TEXT NOT NULL,
-  scopes TEXT NOT NULL,
-  resource TEXT NOT NULL,
-  expires_at INTEGER NOT NULL,
-  used_at INTEGER
-);
-CREATE INDEX IF NOT EXISTS oauth_tokens_grant ON oauth_tokens (grant_id);
-CREATE TABLE IF NOT EXISTS oauth_audit (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  at TEXT NOT NULL,
-  event TEXT NOT NULL,
-  client_id TEXT,
-  principal_id TEXT,
-  grant_id TEXT,
-  scopes TEXT,
-  detail TEXT
-);
-`;
-
 export function sha256(value: string): string {
   return createHash("sha256").update(value, "utf8").digest("hex");
 }
@@ -201,8 +145,8 @@ export class OAuthStore {
   readonly db: BetterSqlite3.Database;
   readonly #clock: () => number;
 
+  /** `db` is the Server's state DB, migrated by state-schema.ts (step 4 made these tables). */
   constructor(db: BetterSqlite3.Database, clock: () => number = Date.now) {
-    db.exec(OAUTH_SCHEMA);
     this.db = db;
     this.#clock = clock;
   }
