@@ -266,17 +266,36 @@ describe("hostile input", () => {
   });
 
   it("never throws on arbitrary JSON values and accepts none that break the schema", () => {
+    // Random JSON is never a valid frame (no generated object has a frame's required keys and types).
     fc.assert(
       fc.property(fc.jsonValue({ maxDepth: 6 }), (value) => {
-        const text = JSON.stringify(value);
-        const result = parseRunnerFrame(text);
-        if (result.ok) {
-          // Whatever was accepted must re-encode to an equal frame.
-          expect(parseRunnerFrame(encodeFrame(result.frame))).toEqual(result);
-        }
+        const result = parseRunnerFrame(JSON.stringify(value));
+        expect(result.ok).toBe(false);
+        if (result.ok) return false;
+        expect(["invalid_frame", "invalid_json", "too_deep", "frame_too_large"]).toContain(result.error.code);
         return true;
       }),
       { numRuns: 500 },
+    );
+  });
+
+  it("round-trips valid frames with arbitrary request ids and text through encode → parse unchanged", () => {
+    const requestId = fc.stringMatching(/^[A-Za-z0-9_-]{1,64}$/);
+    const withRequestIds = runnerFrames.filter((f) => "request_id" in f);
+    expect(withRequestIds.length).toBeGreaterThan(2);
+    fc.assert(
+      fc.property(fc.constantFrom(...withRequestIds), requestId, fc.string({ maxLength: 200 }), (frame, id, text) => {
+        const varied = { ...frame, request_id: id } as RunnerFrame;
+        const result = parseRunnerFrame(encodeFrame(varied));
+        expect(result).toEqual({ ok: true, frame: varied });
+        // Arbitrary text in a free-text field survives too (the error frame's message).
+        const error = { type: "error", request_id: id, code: "internal", message: text } as RunnerFrame;
+        const parsedError = parseRunnerFrame(encodeFrame(error));
+        if (!parsedError.ok) return text.length === 0; // an empty message may be refused; nothing else
+        expect(parsedError.frame).toEqual(error);
+        return true;
+      }),
+      { numRuns: 300 },
     );
   });
 
@@ -287,10 +306,13 @@ describe("hostile input", () => {
       fc.property(fc.constantFrom(...runnerFrames), fc.constantFrom(...keys), values, (frame, key, value) => {
         const mutated = { ...frame, [key]: value } as Record<string, unknown>;
         const result = parseRunnerFrame(JSON.stringify(mutated));
-        if (!result.ok) {
-          expect(["invalid_frame", "invalid_json", "too_deep", "frame_too_large"]).toContain(result.error.code);
-          expect(typeof result.error.message).toBe("string");
+        if (result.ok) {
+          // Still a valid frame (e.g. a string request_id): it must be exactly what was sent.
+          expect(result.frame).toEqual(mutated);
+          return true;
         }
+        expect(["invalid_frame", "invalid_json", "too_deep", "frame_too_large"]).toContain(result.error.code);
+        expect(typeof result.error.message).toBe("string");
         return true;
       }),
       { numRuns: 500 },

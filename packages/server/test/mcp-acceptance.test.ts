@@ -12,7 +12,7 @@ import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { MAX_PROMPT_BYTES, type RunEvent } from "@webcodex/protocol";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { AUDIT_FLUSH_INTERVAL_MS } from "../src/audit.js";
 import { SERVER_BIN, type Stack, startStack } from "./support/stack.js";
 
@@ -40,7 +40,7 @@ beforeAll(async () => {
       { id: "demo", allow_patch: true },
       { id: "secret", allow_patch: true },
     ],
-    acp: { max_concurrent_runs: 8, permission_timeout_secs: 2 },
+    acp: { max_concurrent_runs: 8 },
   });
   aliceToken = stack.issueToken("alice", ["coding_agent:run", "project:write", "project:read"], ["demo"]);
   alice = await stack.connect(aliceToken);
@@ -123,8 +123,18 @@ function expectOnlyNewInOrder(events: RunEvent[]): void {
 }
 
 let keyCounter = 0;
-let scopeTarget: Structured | undefined;
 const key = (label: string) => `${label}-${process.pid}-${++keyCounter}`;
+
+/**
+ * The fake agent's ledger from the line where it received `prompt` (matched by its sha256): that agent's pid
+ * and every line after it. Tests in this file run one after another, so what follows is this run's.
+ */
+function ledgerFrom(ledger: Record<string, unknown>[], prompt: string) {
+  const sha = createHash("sha256").update(prompt, "utf8").digest("hex");
+  const i = ledger.findIndex((l) => l.event === "prompt" && l.prompt_sha256 === sha);
+  if (i < 0) throw new Error("the prompt never reached the agent");
+  return { pid: ledger[i]?.pid, after: ledger.slice(i + 1) };
+}
 
 async function start(client: Client, prompt: string, over: Record<string, unknown> = {}) {
   return ok(client, "start_coding_agent", {
@@ -239,7 +249,9 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
   });
 
   it("shows waiting_permission, never allows, and ends with the correlated result after cancel", async () => {
-    const started = await start(alice, "scenario: permission");
+    // permission_timeout_secs is the default (minutes): only the cancel can end this wait.
+    const prompt = `scenario: permission\n${key("perm-cancel")}`;
+    const started = await start(alice, prompt);
     const runId = started.run_id as string;
     const waiting = await observeUntil(
       alice,
@@ -250,19 +262,41 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     expect(waiting.events.some((e) => e.kind === "permission_request")).toBe(true);
     await ok(alice, "cancel_coding_agent", { run_id: runId });
     const done = await observeUntil(alice, runId, waiting.token, (o) => TERMINAL.has(o.state as string));
-    expect(done.last).toMatchObject({ state: "cancelled" });
-    const outcomes = stack.ledger().filter((l) => l.event === "permission_outcome");
-    expect(outcomes.every((l) => l.outcome === "cancelled")).toBe(true);
+    expect(done.last).toMatchObject({ state: "cancelled", stop_reason: "cancelled" });
+    expect(done.last.message).not.toContain("permission deadline");
+    // The agent got session/cancel, and its one permission request was answered cancelled — never allowed.
+    const { pid, after } = ledgerFrom(stack.ledger(), prompt);
+    expect(after.filter((l) => l.event === "cancel" && l.pid === pid)).toHaveLength(1);
+    expect(after.filter((l) => l.event === "permission_outcome")).toEqual([
+      { event: "permission_outcome", outcome: "cancelled" },
+    ]);
   });
 
   it("answers a permission request 'cancelled' at its deadline and reports the correlated end", async () => {
-    const started = await start(alice, "scenario: permission");
-    const done = await observeUntil(alice, started.run_id as string, started.observation_token as string, (o) =>
-      TERMINAL.has(o.state as string),
-    );
-    expect(done.states).toContain("waiting_permission");
-    expect(done.last).toMatchObject({ state: "cancelled", stop_reason: "cancelled" });
-    expect(done.last.message).toContain("permission deadline");
+    // Its own stack: a 2 s permission deadline would race the cancel test above.
+    const short = await startStack({
+      principals: [{ id: "alice", scopes: ["coding_agent:run", "project:write"], projects: ["demo"] }],
+      acp: { permission_timeout_secs: 2 },
+    });
+    try {
+      const client = await short.connect(short.issueToken("alice", ["coding_agent:run", "project:write"], ["demo"]));
+      const prompt = `scenario: permission\n${key("perm-deadline")}`;
+      const started = await start(client, prompt);
+      const done = await observeUntil(client, started.run_id as string, started.observation_token as string, (o) =>
+        TERMINAL.has(o.state as string),
+      );
+      expect(done.states).toContain("waiting_permission");
+      expect(done.last).toMatchObject({ state: "cancelled", stop_reason: "cancelled" });
+      expect(done.last.message).toContain("permission deadline");
+      // Nobody cancelled the run: the deadline answered the request cancelled, and the agent ended the turn.
+      const { pid, after } = ledgerFrom(short.ledger(), prompt);
+      expect(after.filter((l) => l.event === "cancel" && l.pid === pid)).toEqual([]);
+      expect(after.filter((l) => l.event === "permission_outcome")).toEqual([
+        { event: "permission_outcome", outcome: "cancelled" },
+      ]);
+    } finally {
+      await short.stop();
+    }
   });
 
   it.each([["project:write"], ["job:run"], ["mcp:local"], ["runtime:read"], [...ALL_BUT_RUN]])(
@@ -270,8 +304,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     async (...scopes) => {
       const flat = scopes.flat() as (typeof ALL_BUT_RUN)[number][];
       const client = await stack.connect(stack.issueToken("ops", flat, ["demo"], false));
-      scopeTarget ??= await start(alice, "scenario: hello");
-      const target = scopeTarget;
+      const target = await start(alice, "scenario: hello");
       const e1 = await err(client, "start_coding_agent", {
         project_id: "demo",
         provider_id: "fake",
@@ -392,7 +425,9 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     expect(token).toMatch(/^wct_/);
     const client = await stack.connect(token);
     const started = await start(client, "scenario: hello");
-    expect(started.state).toBeDefined();
+    expect(started).toMatchObject({ replayed: false, state: "starting" });
+    // The token acts as alice: her own run, visible to her other token.
+    expect((await ok(alice, "observe_coding_agent", { run_id: started.run_id })).run_id).toBe(started.run_id);
   });
 
   it("passes the happy path through the stdio bridge", async () => {
@@ -429,23 +464,59 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
   });
 
   it("keeps audit rows per call, and no prompt or agent-message canary in any Server DB byte", async () => {
-    // Audit rows are written in batches: a timer that expires after the pending flush timer runs after it.
-    await new Promise((r) => setTimeout(r, 2 * AUDIT_FLUSH_INTERVAL_MS));
-    const rows = stack.server.store.db
-      .prepare("SELECT principal_id, tool, run_id, outcome, input_bytes, output_bytes, duration_ms FROM mcp_audit")
-      .all() as { principal_id: string; tool: string; outcome: string; input_bytes: number }[];
-    const tools = new Set(rows.map((r) => r.tool));
-    for (const t of ["start_coding_agent", "observe_coding_agent", "cancel_coding_agent", "resource:projects"]) {
-      expect(tools.has(t)).toBe(true);
+    // Everything this test inspects, it makes itself: a canary run to completion, a cancel, a refused
+    // observe by another principal, an oversized prompt and a resource read.
+    const prompt = `scenario: hello text="${MESSAGE_CANARY} audited"\n${PROMPT_CANARY}`;
+    const started = await start(alice, prompt, { idempotency_key: `${KEY_CANARY}-${key("audit")}` });
+    const done = await observeUntil(alice, started.run_id as string, started.observation_token as string, (o) =>
+      TERMINAL.has(o.state as string),
+    );
+    const said = done.events.map((e) => (e.kind === "agent_message" ? e.text : "")).join("");
+    expect(said).toContain(MESSAGE_CANARY); // streamed in chunks: one event may hold only part of it
+    await ok(alice, "cancel_coding_agent", { run_id: started.run_id });
+    expect((await err(bob, "observe_coding_agent", { run_id: started.run_id })).code).toBe("not_found");
+    const oversized = await err(alice, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: key("audit-oversized"),
+      prompt: `${PROMPT_CANARY}${"x".repeat(MAX_PROMPT_BYTES)}`,
+    });
+    expect(oversized.code).toBe("invalid_input");
+    await alice.readResource({ uri: "webcodex://projects" });
+
+    // Audit rows are written in batches (every AUDIT_FLUSH_INTERVAL_MS): wait until this test's rows are in.
+    type Row = { principal_id: string; tool: string; run_id: string | null; outcome: string; input_bytes: number };
+    const rows = () =>
+      stack.server.store.db
+        .prepare("SELECT principal_id, tool, run_id, outcome, input_bytes FROM mcp_audit")
+        .all() as Row[];
+    const mine = (r: Row) => r.run_id === started.run_id;
+    const expectations: [string, (r: Row) => boolean][] = [
+      ...["start_coding_agent", "observe_coding_agent", "cancel_coding_agent"].map(
+        (t) =>
+          [`alice ${t}`, (r: Row) => mine(r) && r.tool === t && r.principal_id === "alice"] as [
+            string,
+            (r: Row) => boolean,
+          ],
+      ),
+      ["bob not_found", (r) => mine(r) && r.principal_id === "bob" && r.outcome === "not_found"],
+      ["oversized invalid_input", (r) => r.outcome === "invalid_input" && r.input_bytes > MAX_PROMPT_BYTES],
+      ["alice resource read", (r) => r.tool === "resource:projects" && r.principal_id === "alice"],
+    ];
+    const missing = () => expectations.filter(([, want]) => !rows().some(want)).map(([name]) => name);
+    const deadline = Date.now() + 20 * AUDIT_FLUSH_INTERVAL_MS + 10_000;
+    while (missing().length > 0 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, AUDIT_FLUSH_INTERVAL_MS));
     }
-    expect(rows.some((r) => r.principal_id === "bob" && r.outcome === "not_found")).toBe(true);
-    expect(rows.some((r) => r.outcome === "invalid_input" && r.input_bytes > MAX_PROMPT_BYTES)).toBe(true);
+    expect(missing()).toEqual([]);
+
     stack.server.store.db.pragma("wal_checkpoint(PASSIVE)");
     const stateDir = stack.config.stateDir;
     const bytes = readdirSync(stateDir)
       .map((f) => readFileSync(join(stateDir, f)).toString("latin1"))
       .join("\n");
     expect(bytes).toContain("mcp_audit");
+    expect(bytes).toContain(started.run_id as string); // the scan does see row contents
     for (const canary of [PROMPT_CANARY, MESSAGE_CANARY, KEY_CANARY, aliceToken]) expect(bytes).not.toContain(canary);
     // Nor in the Server's debug log or the Runner's output.
     const logs = stack.serverLog() + stack.runnerLog();
@@ -455,6 +526,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
 
   it("reports the Runner offline in the resource and refuses new starts while it is down", async () => {
     await stack.stopRunner();
+    onTestFinished(() => stack.startRunner()); // later tests (in any order) find the Runner online again
     const res = await alice.readResource({ uri: "webcodex://projects" });
     expect(JSON.parse((res.contents[0] as { text: string }).text).projects).toEqual([
       { project_id: "demo", runner_online: false, allow_patch: false, providers: [] },
