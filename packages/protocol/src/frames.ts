@@ -33,7 +33,15 @@ import {
   RunId,
   RunnerId,
 } from "./ids.js";
-import { ExecutionState, FailureKindSchema, RecoveryKind, RunPhase, RunState, StopReason } from "./vocab.js";
+import {
+  ExecutionState,
+  FailureKindSchema,
+  isTerminalState,
+  RecoveryKind,
+  RunPhase,
+  RunState,
+  StopReason,
+} from "./vocab.js";
 
 /** Frame type names, one `as const` table per direction. */
 export const RUNNER_FRAME = {
@@ -122,6 +130,7 @@ export const RUNNER_ERROR_CODES = [
   "unknown_provider",
   "idempotency_conflict",
   "not_found",
+  "pruned",
   "invalid_request",
   "internal",
 ] as const;
@@ -207,6 +216,22 @@ export const RunUpdateFrame = z
   })
   .strict();
 
+/**
+ * What a Runner keeps of a run whose full record it pruned (DESIGN §6.1): that
+ * it admitted the run, and how it ended. Sent with the `pruned` error code —
+ * never confused with `not_found`, which means "no record and no tombstone:
+ * this store never admitted that run".
+ */
+export const RunTombstone = z
+  .object({
+    run_id: RunId,
+    state: RunState.refine((s) => isTerminalState(s), { message: "must be a terminal state" }),
+    execution_state: ExecutionState,
+    terminal_at: Timestamp,
+  })
+  .strict();
+export type RunTombstone = z.infer<typeof RunTombstone>;
+
 export const ErrorFrame = z
   .object({
     type: z.literal(RUNNER_FRAME.error),
@@ -215,6 +240,12 @@ export const ErrorFrame = z
     message: z.string().max(MAX_MESSAGE_LENGTH),
     /** Present on idempotency_conflict / not_found when the Runner knows the run. */
     run: RunSummary.optional(),
+    /** Present exactly on `pruned`: the run's tombstone. */
+    tombstone: RunTombstone.optional(),
+  })
+  .refine((f) => (f.code === "pruned") === (f.tombstone !== undefined), {
+    message: "tombstone is present exactly when code is pruned",
+    path: ["tombstone"],
   })
   .strict();
 

@@ -129,3 +129,7 @@ export function mapStopReason(stopReason: string): StopReasonOutcome {
       };
   }
 }
+
+/** Terminal message of a run known only from a Runner's tombstone (its full record was pruned). */
+export const TOMBSTONE_MESSAGE =
+  "The Runner pruned this run's full record and kept only its final state; its details and events are gone.";

@@ -13,6 +13,7 @@ import type {
   RunState,
   StopReason,
 } from "@webcodex/protocol";
+import type { Tombstone } from "./tombstone.js";
 
 export interface DispatchRow {
   run_id: string;
@@ -68,11 +69,14 @@ export interface DispatchStore {
   /** Random id created with the database; changes only with --new-store. */
   readonly storeId: string;
   get(runId: string): DispatchRow | undefined;
+  /** The tombstone of a run whose row retention pruned (tombstone.ts); undefined when there is none. */
+  tombstone(runId: string): Tombstone | undefined;
   /** Rows for the inventory: every non-terminal row plus the newest terminal rows, newest first, bounded. */
   listForInventory(limit: number): DispatchRow[];
   /**
    * Insert the admission row: these identity fields, and the one lifecycle every run starts in (phase
-   * admitted, state starting, execution not_started, recovery wait, no config, seq 0). Throws if run_id exists.
+   * admitted, state starting, execution not_started, recovery wait, no config, seq 0). Throws if run_id exists
+   * as a row or as a tombstone.
    */
   admit(row: AdmissionRow): DispatchRow;
   /** phase setup, with the child's identity (called right after spawn). */

@@ -7,6 +7,12 @@
  * (in particular the dispatch barrier) is fsync'd to the WAL before the call
  * returns. Schema versions are migrations keyed by PRAGMA user_version.
  *
+ * Tombstones: pruning a terminal row (retention) writes, in the same
+ * transaction, a compact tombstone — run id, a fingerprint prefix, the final
+ * state and the terminal time — that is never pruned (tombstone.ts). So every
+ * run this store ever admitted is in `runs` or in `tombstones`, for the life
+ * of the store, and `admit` refuses an id found in either.
+ *
  * Store identity: a random store_id is created with the database (meta
  * table) and mirrored in a marker file `store.json` next to it. The marker
  * is what lets a restarted Runner tell "first start" from "the store that
@@ -30,6 +36,14 @@ import { dirname, join } from "node:path";
 import type { EffectiveConfigEntry } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate } from "./dispatch-store-types.js";
+import {
+  decodeTombstone,
+  encodeTombstone,
+  runKey,
+  type StoredTombstone,
+  TOMBSTONES_DDL,
+  type Tombstone,
+} from "./tombstone.js";
 
 export const STORE_DB_FILE = "dispatch.sqlite";
 export const STORE_MARKER_FILE = "store.json";
@@ -104,6 +118,9 @@ const MIGRATIONS: ReadonlyArray<(db: Db) => void> = [
       ) STRICT;
       CREATE INDEX runs_by_phase ON runs (phase, updated_at);
     `);
+  },
+  (db) => {
+    db.exec(TOMBSTONES_DDL);
   },
 ];
 
@@ -237,6 +254,11 @@ export class SqliteDispatchStore implements DispatchStore {
       recentTerminal: db.prepare<[number], SqlRow>(
         "SELECT * FROM runs WHERE phase = 'terminal' ORDER BY updated_at DESC, run_id LIMIT ?",
       ),
+      tombstone: db.prepare<[Buffer], StoredTombstone>("SELECT * FROM tombstones WHERE run_key = ?"),
+      putTombstone: db.prepare(`
+        INSERT OR REPLACE INTO tombstones (run_key, fingerprint, outcome, terminal_at)
+        VALUES (@run_key, @fingerprint, @outcome, @terminal_at)`),
+      deleteRun: db.prepare("DELETE FROM runs WHERE run_id = ?"),
       insert: db.prepare(`
         INSERT INTO runs (run_id, intent_fingerprint, project_id, provider_id, provider_instance_id,
           agent_instance_id, phase, state, execution_state, stop_reason, failure_kind, recovery_kind, message,
@@ -263,13 +285,12 @@ export class SqliteDispatchStore implements DispatchStore {
         "UPDATE runs SET child_pgid = NULL, child_start_time = NULL, updated_at = @now WHERE run_id = @run_id",
       ),
       withChild: db.prepare<[], SqlRow>("SELECT * FROM runs WHERE child_pgid IS NOT NULL ORDER BY created_at"),
-      pruneAge: db.prepare(
-        "DELETE FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL AND updated_at < ?",
+      pruneAge: db.prepare<[string], SqlRow>(
+        "SELECT * FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL AND updated_at < ?",
       ),
-      pruneCount: db.prepare(`
-        DELETE FROM runs WHERE run_id IN (
-          SELECT run_id FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL
-          ORDER BY updated_at DESC, run_id LIMIT -1 OFFSET ?)`),
+      pruneCount: db.prepare<[number], SqlRow>(`
+        SELECT * FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL
+        ORDER BY updated_at DESC, run_id LIMIT -1 OFFSET ?`),
     };
   }
 
@@ -335,8 +356,18 @@ export class SqliteDispatchStore implements DispatchStore {
   }
 
   admit(row: AdmissionRow): DispatchRow {
-    this.#stmts.insert.run(row);
-    return this.get(row.run_id)!;
+    return this.#db.transaction(() => {
+      if (this.tombstone(row.run_id)) throw new Error(`admit: run ${row.run_id} has a tombstone in this store`);
+      this.#stmts.insert.run(row);
+      return this.get(row.run_id)!;
+    })();
+  }
+
+  tombstone(runId: string): Tombstone | undefined {
+    const key = runKey(runId);
+    if (!key) return undefined;
+    const stored = this.#stmts.tombstone.get(key);
+    return stored ? decodeTombstone(runId, stored) : undefined;
   }
 
   markSetup(runId: string, child: { pgid: number; startTime: string } | null): void {
@@ -372,17 +403,38 @@ export class SqliteDispatchStore implements DispatchStore {
 
   /**
    * Retention: remove terminal rows older than retainDays, then all but the
-   * newest retainMax terminal rows. Rows that are active, lost, or still
-   * record a child process group are never pruned.
+   * newest retainMax terminal rows, each replaced by its tombstone in the same
+   * transaction. Rows that are active, lost, or still record a child process
+   * group are never pruned; tombstones never are.
    */
   prune(options: PruneOptions): PruneResult {
     const now = options.now ?? new Date();
     const cutoff = new Date(now.getTime() - options.retainDays * 86_400_000).toISOString();
     return this.#db.transaction(() => {
-      const byAge = this.#stmts.pruneAge.run(cutoff).changes;
-      const byCount = this.#stmts.pruneCount.run(Math.max(0, options.retainMax)).changes;
+      const byAge = this.#bury(this.#stmts.pruneAge.all(cutoff));
+      const byCount = this.#bury(this.#stmts.pruneCount.all(Math.max(0, options.retainMax)));
       return { byAge, byCount };
     })();
+  }
+
+  /** Replace each terminal row by its tombstone (inside prune's transaction). */
+  #bury(rows: SqlRow[]): number {
+    for (const sql of rows) {
+      this.#stmts.putTombstone.run(encodeTombstone(fromSql(sql)));
+      this.#stmts.deleteRun.run(sql.run_id);
+    }
+    return rows.length;
+  }
+
+  /** Bytes of database pages a table (with its b-tree) occupies (tests and diagnostics; SQLite's dbstat). */
+  tableBytes(table: "runs" | "tombstones"): number {
+    const row = this.#db.prepare("SELECT coalesce(sum(pgsize), 0) AS n FROM dbstat WHERE name = ?").get(table);
+    return (row as { n: number }).n;
+  }
+
+  /** Tombstones held (tests and diagnostics). */
+  tombstoneCount(): number {
+    return (this.#db.prepare("SELECT count(*) AS n FROM tombstones").get() as { n: number }).n;
   }
 
   /** Run `fn` in one transaction (recovery rewrites all its rows atomically). */

@@ -52,6 +52,7 @@ import {
   RunnerFrame,
   RunSummary,
   type ServerFrame,
+  TOMBSTONE_MESSAGE,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import WebSocket from "ws";
@@ -373,6 +374,7 @@ class Link implements LinkHandle {
               code: out.code,
               message: out.message.slice(0, 512),
               ...(out.run ? { run: out.run } : {}),
+              ...(out.tombstone ? { tombstone: out.tombstone } : {}),
             });
         }, internal);
         this.#starts.add(p);
@@ -382,8 +384,7 @@ class Link implements LinkHandle {
       case "run.sync": {
         try {
           const res = this.#service.sync(req.run_id, req.after_seq, req.max_events);
-          if (!res)
-            reply({ type: "error", request_id: rid, code: "not_found", message: "No such run on this Runner." });
+          if (!res) reply(this.#absent(rid, req.run_id));
           else reply(this.#fitSync(rid, res.run, res.events, res.has_more));
         } catch (err) {
           internal(err);
@@ -392,8 +393,7 @@ class Link implements LinkHandle {
       }
       case "run.cancel":
         this.#service.cancel(req.run_id).then((res) => {
-          if (!res)
-            reply({ type: "error", request_id: rid, code: "not_found", message: "No such run on this Runner." });
+          if (!res) reply(this.#absent(rid, req.run_id));
           else
             reply({
               type: "run.cancel.result",
@@ -409,6 +409,17 @@ class Link implements LinkHandle {
         void never;
       }
     }
+  }
+
+  /**
+   * The answer for a run the store holds no row for: `pruned` with its tombstone when this store admitted
+   * it once, else `not_found` — "this store never admitted that run", the only answer that lets the
+   * Server close a record as never admitted.
+   */
+  #absent(rid: string, runId: string): RunnerFrame {
+    const tombstone = this.#service.tombstone(runId);
+    if (tombstone) return { type: "error", request_id: rid, code: "pruned", message: TOMBSTONE_MESSAGE, tombstone };
+    return { type: "error", request_id: rid, code: "not_found", message: "No such run on this Runner." };
   }
 
   /** A sync result that fits one frame: its first batch (event-batches.ts); has_more when events were left. */

@@ -19,6 +19,8 @@ import {
   MAX_INVENTORY_RUNS,
   type RunEvent,
   type RunSummary,
+  type RunTombstone,
+  TOMBSTONE_MESSAGE,
 } from "@webcodex/protocol";
 import { AcpTurn } from "./acp-turn.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "./config.js";
@@ -40,6 +42,7 @@ import type {
 } from "./run-service.js";
 import { StageClock } from "./run-timings.js";
 import { type CancelReason, lost, notStarted, type Terminal } from "./terminal.js";
+import { fingerprintPrefix, wireTombstone } from "./tombstone.js";
 
 export { rowToSummary };
 
@@ -173,6 +176,19 @@ export class RunManager implements RunService {
         run: existing,
       };
     }
+    // Admitted once, row pruned since: answer what is recorded, never admit it again.
+    const tomb = this.#store.tombstone(req.run_id);
+    if (tomb) {
+      if (tomb.fingerprintPrefix !== fingerprintPrefix(req.intent_fingerprint)) {
+        return {
+          ok: false,
+          code: "idempotency_conflict",
+          message: "A run with this id was admitted with a different intent.",
+        };
+      }
+      this.#log.info({ run_id: req.run_id, state: tomb.state }, "start of a pruned run answered from its tombstone");
+      return { ok: false, code: "pruned", message: TOMBSTONE_MESSAGE, tombstone: wireTombstone(tomb) };
+    }
     if (req.agent_instance_id !== this.agentInstanceId) {
       return { ok: false, code: "stale_runner", message: "The Runner instance changed; refresh and retry." };
     }
@@ -242,6 +258,12 @@ export class RunManager implements RunService {
     }
     const row = this.#store.get(runId);
     return row ? { run: rowToSummary(row), events: [], has_more: false } : null;
+  }
+
+  tombstone(runId: string): RunTombstone | null {
+    if (this.#runs.has(runId)) return null;
+    const tomb = this.#store.tombstone(runId);
+    return tomb ? wireTombstone(tomb) : null;
   }
 
   inventory(): RunSummary[] {

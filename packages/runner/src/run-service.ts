@@ -3,7 +3,7 @@
  * Server link (link.ts) / local commands (exec). The link only ever talks to
  * a RunService; it never sees ACP, processes or the store.
  */
-import type { ConfigMap, HelloFrame, RunEvent, RunnerErrorCode, RunSummary } from "@webcodex/protocol";
+import type { ConfigMap, HelloFrame, RunEvent, RunnerErrorCode, RunSummary, RunTombstone } from "@webcodex/protocol";
 
 /** Everything run.start carries, already validated by the protocol schema. */
 export interface RunStartRequest {
@@ -23,7 +23,7 @@ export interface RunStartRequest {
 
 export type RunStartOutcome =
   | { ok: true; run: RunSummary; created: boolean }
-  | { ok: false; code: RunnerErrorCode; message: string; run?: RunSummary };
+  | { ok: false; code: RunnerErrorCode; message: string; run?: RunSummary; tombstone?: RunTombstone };
 
 export interface RunSyncResult {
   run: RunSummary;
@@ -57,7 +57,9 @@ export interface RunService {
    * committed (or the run was rejected / already exists) — never waits for
    * the turn. Rejections before admission: stale_runner, stale_provider,
    * unknown_project, project_not_writable, unknown_provider, capacity.
-   * Same run_id: same fingerprint → {ok, created:false}; else idempotency_conflict.
+   * Same run_id: same fingerprint → {ok, created:false}; else idempotency_conflict. A run_id with only a
+   * tombstone left: same fingerprint → code `pruned` with the tombstone (the recorded outcome); else
+   * idempotency_conflict. Never a fresh admission for an id this store ever admitted.
    *
    * Invariant: the admission (and every rejection) is decided synchronously,
    * before start() first awaits. The link builds a hello/inventory while a
@@ -65,10 +67,15 @@ export interface RunService {
    * reported as unknown, or the Server would close it as never admitted.
    */
   start(request: RunStartRequest): Promise<RunStartOutcome>;
-  /** null when the run_id is unknown to this Runner's store. */
+  /** null when the store holds no row for the run_id (then ask `tombstone`). */
   sync(runId: string, afterSeq: number, maxEvents: number): RunSyncResult | null;
-  /** Idempotent. null when the run_id is unknown. */
+  /** Idempotent. null when the store holds no row for the run_id (then ask `tombstone`). */
   cancel(runId: string): Promise<RunCancelResult | null>;
+  /**
+   * The tombstone of a run this store admitted and whose row retention pruned; null when there is none.
+   * sync/cancel null + tombstone null = this store never admitted the run (the link's `not_found`).
+   */
+  tombstone(runId: string): RunTombstone | null;
   /** Bounded inventory: active runs and recent terminal runs, newest first. */
   inventory(): RunSummary[];
   onUpdate(listener: RunUpdateListener): () => void;

@@ -23,6 +23,7 @@ const store: DispatchStore = {
     return real.storeId;
   },
   get: (runId) => real.get(runId),
+  tombstone: (runId) => real.tombstone(runId),
   listForInventory: (limit) => real.listForInventory(limit),
   admit: (row) => real.admit(row),
   markSetup: (runId, child) => real.markSetup(runId, child),

@@ -10,6 +10,7 @@
 import {
   ConfigMap,
   type FailureKind,
+  isTerminalState,
   MAX_PROMPT_BYTES,
   MAX_RUN_TIMEOUT_SECS,
   MIN_RUN_TIMEOUT_SECS,
@@ -202,21 +203,13 @@ export class Admission {
           "fix_input",
         );
       }
-      if (existing.admission !== "rejected_pre_admission") {
-        this.#ctx.log.info({ run_id: runId, principal_id: principal.id }, "start replayed");
-        return {
-          ok: true,
-          value: {
-            run_id: runId,
-            state: existing.state,
-            execution_state: existing.execution_state,
-            replayed: true,
-            observation_token: this.#freshToken(existing),
-          },
-        };
-      }
+      // A record sent but never acknowledged (and not settled since): send the same run.start again — the
+      // Runner answers an id it ever admitted with that run (or its tombstone), never a second admission.
+      const resend = existing.admission === "sent" && !isTerminalState(existing.state);
+      if (existing.admission !== "rejected_pre_admission" && !resend) return this.#replay(existing, principal);
       // A pre-admission rejection: an exact retry may re-admit (retry_same).
     }
+    const unacknowledged = existing?.admission === "sent" ? existing : undefined;
     // 6. resolve project -> runner -> provider, capturing both instance ids.
     const res = this.#ctx.registry.resolveProject(input.project_id);
     const runnerId =
@@ -224,6 +217,8 @@ export class Admission {
     if (res.kind === "unknown_project" || runnerId === undefined) {
       return fail("not_found", `Project ${input.project_id} is not configured on this Server.`, "fix_input");
     }
+    // Nothing below may mark an unacknowledged record as rejected: the earlier run.start may have been admitted.
+    if (unacknowledged && res.kind !== "ok") return this.#replay(unacknowledged, principal);
     if (res.kind === "runner_offline") {
       this.#recordRejection(existing, principal, input, runId, fingerprint, runnerId, "never_admitted");
       return fail(
@@ -251,6 +246,10 @@ export class Admission {
       provider_instance_id: provider.provider_instance_id,
       store_id: runner.storeId,
     };
+    // Another store cannot answer for the first send: reconciliation judges that record (lost), not a re-send.
+    if (unacknowledged && unacknowledged.store_id !== null && unacknowledged.store_id !== runner.storeId) {
+      return this.#replay(unacknowledged, principal);
+    }
     // 7. durably record the admission intent.
     const intent = {
       project_id: input.project_id,
@@ -271,7 +270,8 @@ export class Admission {
       this.#ctx.store.atomically(() => {
         const denied = input.bind?.({ run_id: runId, runner_id: runner.runnerId, ...fences }) ?? null;
         if (denied) throw new BindRefused(denied);
-        if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
+        if (unacknowledged) this.#ctx.store.update(runId, { ...intent, admission: "sent" });
+        else if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
         else this.#ctx.store.insert({ run_id: runId, principal_id: principal.id, ...intent });
       });
     } catch (err) {
@@ -285,6 +285,7 @@ export class Admission {
     }
     // 8. send run.start with the captured fences, over the runner's current connection.
     const conn = this.#ctx.registry.live(runner.runnerId)?.conn;
+    if (!conn && unacknowledged) return this.#replay(unacknowledged, principal);
     if (!conn) {
       this.#ctx.store.update(
         runId,
@@ -317,7 +318,7 @@ export class Admission {
     );
     if (outcome.ok) input.afterDispatched?.();
     if (!outcome.ok) {
-      if (outcome.reason === "busy" || outcome.reason === "not_sent") {
+      if ((outcome.reason === "busy" || outcome.reason === "not_sent") && !unacknowledged) {
         this.#ctx.store.update(
           runId,
           this.#rejectionPatch("never_admitted", "The Runner link was busy; nothing was started."),
@@ -369,6 +370,22 @@ export class Admission {
         },
       };
     }
+    if (frame.type === "error" && frame.tombstone) {
+      // The Runner admitted this run once and pruned its row: the tombstone is the run's outcome.
+      this.#ctx.applyTombstone(runId, frame.tombstone);
+      this.#ctx.log.info({ run_id: runId, runner_id: runner.runnerId }, "start answered from the Runner's tombstone");
+      const rec = this.#ctx.store.get(runId);
+      return {
+        ok: true,
+        value: {
+          run_id: runId,
+          state: rec?.state ?? frame.tombstone.state,
+          execution_state: rec?.execution_state ?? frame.tombstone.execution_state,
+          replayed: true,
+          observation_token: this.#ctx.tokens.issue({ run_id: runId, instance: runner.agentInstanceId, seq: 0 }),
+        },
+      };
+    }
     if (frame.type === "error") {
       const rej = RUNNER_REJECTIONS[frame.code];
       if (rej) {
@@ -383,6 +400,20 @@ export class Admission {
       return fail("internal", "The Runner could not start the run; its outcome is being reconciled.", "reconcile");
     }
     return fail("internal", "Unexpected Runner response.", "reconcile");
+  }
+
+  #replay(rec: AdmissionRecord, principal: Principal): ApiResult<StartOutput> {
+    this.#ctx.log.info({ run_id: rec.run_id, principal_id: principal.id }, "start replayed");
+    return {
+      ok: true,
+      value: {
+        run_id: rec.run_id,
+        state: rec.state,
+        execution_state: rec.execution_state,
+        replayed: true,
+        observation_token: this.#freshToken(rec),
+      },
+    };
   }
 
   #rejectionPatch(failure: FailureKind, message: string, recovery: RecoveryKind = "retry_same"): RecordPatch {

@@ -99,6 +99,8 @@ export class Cancellation {
       this.#ctx.persist(runId, res.frame.run);
     } else if (res.frame.type === "error" && res.frame.code === "not_found") {
       this.#ctx.closeIfNeverAdmitted(runId, runner);
+    } else if (res.frame.type === "error" && res.frame.tombstone) {
+      this.#ctx.applyTombstone(runId, res.frame.tombstone);
     }
     return res;
   }

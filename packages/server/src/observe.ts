@@ -157,6 +157,9 @@ export class Observation {
           if (res.frame.code === "not_found") {
             mirror.synced = true;
             this.#ctx.closeIfNeverAdmitted(mirror.runId, runner);
+          } else if (res.frame.tombstone) {
+            mirror.synced = true;
+            this.#ctx.applyTombstone(mirror.runId, res.frame.tombstone);
           }
           mirror.touch();
           return;

@@ -4,7 +4,13 @@
  * Server start. It fails closed: a run that may have been admitted but
  * cannot be found becomes `lost`, never re-sent.
  */
-import { FAILURE_SUMMARIES, type HelloFrame, type RunSummary } from "@webcodex/protocol";
+import {
+  FAILURE_SUMMARIES,
+  type HelloFrame,
+  type RunSummary,
+  type RunTombstone,
+  TOMBSTONE_MESSAGE,
+} from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { AdmissionRecord, RecordPatch, StateStore } from "./state-store.js";
 
@@ -58,6 +64,25 @@ export function lostPatch(kind: "runner_store_changed" | "missing_on_runner"): R
   };
 }
 
+/**
+ * The Runner admitted the run and pruned its row: it ended as the tombstone says (a `sent` record was
+ * admitted after all). Its details and events are gone, so the message says so.
+ */
+export function tombstonePatch(t: RunTombstone): RecordPatch {
+  return {
+    admission: "admitted",
+    state: t.state,
+    execution_state: t.execution_state,
+    stop_reason: null,
+    failure_kind: null,
+    recovery_kind: t.state === "lost" ? "reconcile" : "none",
+    message: TOMBSTONE_MESSAGE,
+  };
+}
+
+/** What the Runner said of a run missing from its inventory: its summary, its tombstone, or null (never admitted). */
+export type QueryAnswer = { kind: "run"; summary: RunSummary } | { kind: "pruned"; tombstone: RunTombstone } | null;
+
 /** What to do with one open record of this runner, given its hello. */
 export function decide(record: AdmissionRecord, hello: HelloFrame, busy: boolean): Decision {
   if (busy) return { kind: "skip" };
@@ -84,10 +109,13 @@ export function decide(record: AdmissionRecord, hello: HelloFrame, busy: boolean
 }
 
 /** Decide for a record missing from the inventory once the Runner answered run.sync. */
-export function decideAfterQuery(record: AdmissionRecord, found: RunSummary | null): Decision {
-  if (found) return { kind: "apply", summary: found };
-  // Same store, and the Runner admits durably before replying: a run it does not know was never admitted.
-  // Nothing reached the agent, so an exact same-key retry may re-admit it (DESIGN §6.1: retry_same).
+export function decideAfterQuery(record: AdmissionRecord, found: QueryAnswer): Decision {
+  if (found?.kind === "run") return { kind: "apply", summary: found.summary };
+  // Admitted once, row pruned since: the tombstone is the outcome. Absence would not be proof.
+  if (found?.kind === "pruned") return { kind: "close", patch: tombstonePatch(found.tombstone) };
+  // Same store, no row and no tombstone (the Runner keeps one for every run it ever admitted, and admits
+  // durably before replying): the run was never admitted. Nothing reached the agent, so an exact same-key
+  // retry may re-admit it (DESIGN §6.1: retry_same).
   if (record.admission === "sent") return { kind: "close", patch: neverAdmittedPatch(true) };
   return { kind: "close", patch: lostPatch("missing_on_runner") };
 }
@@ -96,8 +124,11 @@ export interface ReconcileDeps {
   store: StateStore;
   logger: Logger;
   isBusy(runId: string): boolean;
-  /** run.sync(after_seq = 0, max 0) against the live connection: the summary, null if unknown, "unavailable" on failure. */
-  query(runId: string): Promise<RunSummary | null | "unavailable">;
+  /**
+   * run.sync(after_seq = 0, max 0) against the live connection: the summary, the tombstone (`pruned`),
+   * null when the Runner never admitted it (`not_found`), "unavailable" on failure.
+   */
+  query(runId: string): Promise<QueryAnswer | "unavailable">;
   apply(record: AdmissionRecord, summary: RunSummary): void;
   closed(record: AdmissionRecord): void;
 }

@@ -5,10 +5,10 @@
  * moves a terminal record back; a `not_found` over the current connection
  * closes a settled `sent` record as never admitted).
  */
-import { isTerminalState, type RecoveryKind, type RunSummary } from "@webcodex/protocol";
+import { isTerminalState, type RecoveryKind, type RunSummary, type RunTombstone } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { ObservationTokens } from "./observe-token.js";
-import { decideAfterQuery } from "./reconcile.js";
+import { decideAfterQuery, tombstonePatch } from "./reconcile.js";
 import type { LiveRunner, Registry } from "./registry.js";
 import { MirrorSet } from "./run-mirror.js";
 import type { ApiErrorCode, ApiResult, Principal } from "./runs-api.js";
@@ -76,6 +76,23 @@ export class RunContext {
       (k) => (rec as unknown as Record<string, unknown>)[k] !== patch[k],
     );
     if (changed) this.store.update(runId, patch);
+  }
+
+  /**
+   * The Runner answered `pruned`: it admitted the run and kept only its tombstone. A record that is not
+   * terminal yet takes the tombstone's outcome; a terminal one keeps its richer details (a `sent` one
+   * becomes `admitted`).
+   */
+  applyTombstone(runId: string, tombstone: RunTombstone): void {
+    const rec = this.store.get(runId);
+    if (!rec || rec.admission === "rejected_pre_admission") return;
+    if (isTerminalState(rec.state)) {
+      if (rec.admission === "sent") this.store.update(runId, { admission: "admitted" });
+      return;
+    }
+    this.store.update(runId, tombstonePatch(tombstone));
+    this.log.info({ run_id: runId, state: tombstone.state }, "run known to its Runner only by its tombstone");
+    this.mirrors.get(runId)?.touch();
   }
 
   /**

@@ -154,8 +154,10 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       query: async (runId) => {
         const res = await conn.request({ type: "run.sync", run_id: runId, after_seq: 0, max_events: 0 });
         if (!res.ok) return "unavailable";
-        if (res.frame.type === "run.sync.result") return res.frame.run;
+        if (res.frame.type === "run.sync.result") return { kind: "run", summary: res.frame.run };
         if (res.frame.type === "error" && res.frame.code === "not_found") return null;
+        if (res.frame.type === "error" && res.frame.tombstone)
+          return { kind: "pruned", tombstone: res.frame.tombstone };
         return "unavailable";
       },
       apply: (record, summary) => {

@@ -95,6 +95,25 @@ describe("reconciliation rules (DESIGN §6.1)", () => {
       execution_state: "outcome_unknown",
       failure_kind: "missing_on_runner",
     });
-    expect(decideAfterQuery(record("admitted"), summary).kind).toBe("apply");
+    expect(decideAfterQuery(record("admitted"), { kind: "run", summary }).kind).toBe("apply");
+  });
+
+  it("a pruned-but-tombstoned run closes with its recorded outcome, never as never-admitted", () => {
+    const tombstone = {
+      run_id: summary.run_id,
+      state: "completed" as const,
+      execution_state: "completed" as const,
+      terminal_at: "2026-01-01T00:00:00.000Z",
+    };
+    for (const admission of ["sent", "admitted"] as const) {
+      const d = decideAfterQuery(record(admission), { kind: "pruned", tombstone });
+      expect(d.kind === "close" && d.patch).toMatchObject({
+        admission: "admitted",
+        state: "completed",
+        execution_state: "completed",
+        failure_kind: null,
+        recovery_kind: "none",
+      });
+    }
   });
 });

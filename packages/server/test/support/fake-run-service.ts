@@ -4,7 +4,7 @@
  * start calls. It is NOT the Runner's run manager.
  */
 import { randomBytes } from "node:crypto";
-import type { RunEvent, RunEventBody, RunState, RunSummary } from "@webcodex/protocol";
+import type { RunEvent, RunEventBody, RunState, RunSummary, RunTombstone } from "@webcodex/protocol";
 import { recoveryUpdateFor } from "../../../runner/src/recovery.js";
 import type {
   HelloBody,
@@ -32,6 +32,8 @@ export class FakeRunService implements RunService {
   projects = [{ project_id: "demo", allow_patch: true }];
   providers = [{ provider_id: "fake", name: "Fake", allowed_config_options: ["model"] }];
   readonly runs = new Map<string, FakeRun>();
+  /** Runs "pruned" by the test: answered `pruned` with this tombstone. */
+  readonly tombstones = new Map<string, RunTombstone>();
   readonly starts: RunStartRequest[] = [];
   readonly cancels: string[] = [];
   capacityFull = false;
@@ -86,6 +88,8 @@ export class FakeRunService implements RunService {
       }
       return { ok: true, run: existing.summary, created: false };
     }
+    const tombstone = this.tombstones.get(req.run_id);
+    if (tombstone) return { ok: false, code: "pruned", message: "pruned", tombstone };
     if (req.agent_instance_id !== this.agentInstanceId)
       return { ok: false, code: "stale_runner", message: "stale runner" };
     if (req.provider_instance_id !== this.providerInstanceId) {
@@ -123,6 +127,10 @@ export class FakeRunService implements RunService {
     if (!r) return null;
     const after = r.events.filter((e) => e.seq > afterSeq);
     return { run: r.summary, events: after.slice(0, maxEvents), has_more: after.length > maxEvents };
+  }
+
+  tombstone(runId: string): RunTombstone | null {
+    return this.runs.has(runId) ? null : (this.tombstones.get(runId) ?? null);
   }
 
   async cancel(runId: string): Promise<RunCancelResult | null> {

@@ -54,6 +54,10 @@ export interface ProcStackOptions {
   extraServerToml?: string;
   /** Serve TLS with this certificate; Runners connect with wss:// and trust `caFile` (test-ca.ts). */
   tls?: { certFile: string; keyFile: string; caFile: string };
+  /** Extra lines of each Runner's `[runner]` table (e.g. `retain_terminal_max = 1`). */
+  runnerTable?: string;
+  /** The port the Runners dial instead of the Server's (a proxy in front of it). */
+  linkPort?: number;
 }
 
 async function freePort(): Promise<number> {
@@ -154,8 +158,8 @@ export class ProcStack {
       .join("\n");
     writeFileSync(
       join(this.dir, `runner-${r.id}.toml`),
-      `[runner]\nstate_dir = "runner-state-${r.id}"\nlog_level = "info"\n\n` +
-        `[server]\nurl = "${this.opts.tls ? "wss" : "ws"}://127.0.0.1:${this.port}/runner"\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n` +
+      `[runner]\nstate_dir = "runner-state-${r.id}"\nlog_level = "info"\n${this.opts.runnerTable ?? ""}\n\n` +
+        `[server]\nurl = "${this.opts.tls ? "wss" : "ws"}://127.0.0.1:${this.opts.linkPort ?? this.port}/runner"\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n` +
         (this.opts.tls ? `ca_file = ${JSON.stringify(this.opts.tls.caFile)}\n` : "") +
         "\n" +
         `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = 60\ncancel_grace_secs = 5\n\n` +
@@ -194,6 +198,11 @@ export class ProcStack {
     });
   }
 
+  /** The Server's state dir (its SQLite database and server secret). */
+  get serverStateDir(): string {
+    return join(this.dir, "server-state");
+  }
+
   async killServer(signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
     if (this.inproc) {
       await this.inproc.close();
@@ -207,7 +216,12 @@ export class ProcStack {
     }
   }
 
-  async startRunner(id: string, args: string[] = [], env: Record<string, string> = {}): Promise<void> {
+  async startRunner(
+    id: string,
+    args: string[] = [],
+    env: Record<string, string> = {},
+    opts: { waitOnline?: boolean } = {},
+  ): Promise<void> {
     if (this.runnerProcs.has(id)) throw new Error(`runner ${id} already running`);
     const child = spawn(
       process.execPath,
@@ -227,6 +241,7 @@ export class ProcStack {
     child.stdout?.on("data", append);
     child.stderr?.on("data", append);
     const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
+    if (opts.waitOnline === false) return;
     await waitFor(`runner ${id} online`, async () => {
       if (child.exitCode !== null) throw new Error(`runner ${id} exited ${child.exitCode}: ${out}`);
       const views = await this.projects("alice");

@@ -1,0 +1,133 @@
+/**
+ * Issue 12 §1 acceptance: absence is never proof. With a tiny Runner
+ * retention (retain_terminal_max = 1) a run's row is pruned soon after it
+ * ends; the Runner keeps its tombstone, so neither a Server state dir
+ * restored from a backup taken before the run, nor a Server that was down
+ * while the Runner pruned a run it had sent, leads to a second dispatch of a
+ * same-key retry. Real Server and Runner processes, the fake agent's ledger
+ * as proof.
+ */
+import { createHash } from "node:crypto";
+import { cpSync, rmSync } from "node:fs";
+import { isTerminalState, TOMBSTONE_MESSAGE } from "@webcodex/protocol";
+import { afterEach, describe, expect, it } from "vitest";
+import type { ObserveOutput, StartInput } from "../src/runs-api.js";
+import { CutProxy } from "./support/cut-proxy.js";
+import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
+
+const A_PROMPT = "scenario: hello\nrun A";
+
+function input(key: string, prompt: string): StartInput {
+  return { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt };
+}
+
+async function untilTerminal(s: ProcStack, runId: string): Promise<ObserveOutput> {
+  return waitFor(`run ${runId} terminal`, async () => {
+    const o = okValue(await s.observe("alice", { run_id: runId, wait_secs: 2 }));
+    return isTerminalState(o.state) ? o : null;
+  });
+}
+
+/** Ledger lines of prompts with this text. */
+function dispatches(s: ProcStack, prompt: string): number {
+  const sha = createHash("sha256").update(prompt, "utf8").digest("hex");
+  return s.prompts("r1").filter((p) => p.prompt_sha256 === sha).length;
+}
+
+describe("tombstones: a pruned run is never dispatched twice", () => {
+  let s: ProcStack | undefined;
+  let proxy: CutProxy | undefined;
+  afterEach(async () => {
+    await s?.stop();
+    await proxy?.close();
+    s = undefined;
+    proxy = undefined;
+  });
+
+  it("a same-key retry after the Server state dir was restored from a backup taken before the run dispatches once", async () => {
+    s = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      server: "child",
+      runnerTable: "retain_terminal_max = 1",
+    }).init();
+    // The backup: the Server's state dir before run A existed.
+    await s.killServer("SIGTERM");
+    const backup = `${s.dir}/server-state.backup`;
+    cpSync(s.serverStateDir, backup, { recursive: true });
+    await s.startServer();
+    await s.startRunner("r1");
+
+    const a = okValue(await s.start("alice", input("key-a", A_PROMPT)));
+    expect(await untilTerminal(s, a.run_id)).toMatchObject({ state: "completed" });
+    const b = okValue(await s.start("alice", input("key-b", "scenario: hello\nrun B")));
+    expect(await untilTerminal(s, b.run_id)).toMatchObject({ state: "completed" });
+
+    // The Runner restarts: its start-up prune keeps only B's row.
+    await s.killRunner("r1", "SIGTERM");
+    await s.startRunner("r1");
+    await waitFor("A's row pruned", () => s?.logs.get("r1")?.includes("pruned terminal runs"));
+
+    // Restore the Server's state dir from the backup.
+    await s.killServer("SIGTERM");
+    rmSync(s.serverStateDir, { recursive: true, force: true });
+    cpSync(backup, s.serverStateDir, { recursive: true });
+    await s.startServer();
+    await waitFor("runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
+
+    const retry = okValue(await s.start("alice", input("key-a", A_PROMPT)));
+    expect(retry).toMatchObject({ run_id: a.run_id, replayed: true, state: "completed" });
+    expect(await untilTerminal(s, a.run_id)).toMatchObject({
+      state: "completed",
+      execution_state: "completed",
+      message: TOMBSTONE_MESSAGE,
+    });
+    // A prompt that was dispatched anyway would be on the ledger by the time the run looks terminal.
+    expect(dispatches(s, A_PROMPT)).toBe(1);
+  });
+
+  it("a same-key retry after the Server was down while the Runner pruned a run it had sent dispatches once", async () => {
+    proxy = await new CutProxy().listen();
+    s = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      server: "child",
+      runnerTable: "retain_terminal_max = 1",
+      linkPort: proxy.port,
+    }).init();
+    proxy.targetPort = s.port;
+    await s.startRunner("r1");
+
+    // B runs long enough to end after A, so retention keeps B and prunes A.
+    const b = okValue(await s.start("alice", input("key-b", "scenario: slow interval_ms=100 count=20")));
+    // A reaches the Runner, but its answer never reaches the Server: the record stays `sent`.
+    proxy.cutAfterNextRunStart();
+    const a = okValue(await s.start("alice", input("key-a", A_PROMPT)));
+    await proxy.cutDone;
+    expect(a.replayed).toBe(false);
+    // The Server goes down before it ever hears from the Runner again.
+    proxy.down();
+    await s.killServer("SIGKILL");
+    await waitFor(
+      "A and B terminal on the Runner",
+      () => (s?.logs.get("r1")?.match(/"msg":"run terminal"/g)?.length ?? 0) >= 2,
+      30_000,
+    );
+    expect(dispatches(s, A_PROMPT)).toBe(1);
+
+    // The Runner restarts while the Server is down (start-up prune drops A's row) ...
+    await s.killRunner("r1", "SIGTERM");
+    await s.startRunner("r1", [], {}, { waitOnline: false });
+    await waitFor("A's row pruned", () => s?.logs.get("r1")?.includes("pruned terminal runs"));
+    // ... then the Server comes back and reconciles A against the Runner.
+    await s.startServer();
+    proxy.up();
+    await waitFor("runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
+    const settled = await untilTerminal(s, a.run_id);
+    expect(settled).toMatchObject({ state: "completed", execution_state: "completed" });
+
+    const retry = okValue(await s.start("alice", input("key-a", A_PROMPT)));
+    expect(retry).toMatchObject({ run_id: a.run_id, replayed: true, state: "completed" });
+    await untilTerminal(s, a.run_id);
+    expect(dispatches(s, A_PROMPT)).toBe(1);
+    expect(okValue(await s.observe("alice", { run_id: b.run_id })).state).toBe("completed");
+  });
+});
