@@ -164,6 +164,18 @@ function argumentShapeRefusals(messages: readonly JSONRPCMessage[]): Map<unknown
   return refusals;
 }
 
+/**
+ * A tools/call whose params the SDK's request schema refuses (-32602) before any tool handler runs: it is
+ * audited here, since no tool sees it.
+ */
+function malformedToolCall(m: JSONRPCMessage): boolean {
+  if (!("method" in m) || m.method !== "tools/call") return false;
+  const p = m.params as Record<string, unknown> | undefined;
+  if (typeof p !== "object" || p === null || typeof p.name !== "string") return true;
+  const args = p.arguments;
+  return args !== undefined && (typeof args !== "object" || args === null || Array.isArray(args));
+}
+
 /** A Node request handler for `/mcp`; hand it every request whose path is /mcp. */
 export interface McpHttpHandler {
   (req: IncomingMessage, res: ServerResponse): Promise<void>;
@@ -283,6 +295,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       return;
     }
     const abort = new AbortController();
+    if (malformedToolCall(post.message)) tools.recordRefusedCall(principal, "malformed_call");
     const server = buildServer(principal, abort.signal, argumentShapeRefusals([post.message]));
     const transport = new PostTransport(res, post.request);
     if (post.request !== null) {

@@ -427,8 +427,11 @@ export class McpTools {
     return outcome.result;
   }
 
-  /** Audit a call refused before it reached a tool (an unknown tool name); the name itself is not kept. */
-  recordRefusedCall(principal: Principal, what: "unknown_tool" | "unknown_resource"): void {
+  /**
+   * Audit a call refused before it reached a tool: an unknown tool name or resource (the name itself is not
+   * kept), or a tools/call whose params the SDK refuses.
+   */
+  recordRefusedCall(principal: Principal, what: "unknown_tool" | "unknown_resource" | "malformed_call"): void {
     this.#record(principal, what, null, "invalid_input", 0, "", this.#now());
   }
 

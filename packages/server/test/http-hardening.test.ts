@@ -168,12 +168,23 @@ describe("the Server's HTTP hardening", () => {
     });
   });
 
-  it("audits an authenticated call to an unknown tool", async () => {
+  it("audits authenticated calls that never reach a tool: an unknown tool name, malformed params", async () => {
     e = await start();
     const error = await callRaw(e, "rm_rf", "{}");
     expect(error.code).toBe("jsonrpc");
-    await until(() => auditRows(e!).length === 1);
-    expect(auditRows(e)[0]).toMatchObject({ tool: "unknown_tool", outcome: "invalid_input" });
+    expect((await callRaw(e, "start_coding_agent", "[1,2]")).code).toBe("jsonrpc");
+    const res = await fetch(`${e.server.url}/mcp`, {
+      method: "POST",
+      headers: { ...HEADERS, authorization: `Bearer ${TOKEN}` },
+      body: '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":5}}',
+    });
+    expect(((await res.json()) as { error?: unknown }).error).toBeDefined();
+    await until(() => auditRows(e!).length === 3);
+    expect(auditRows(e).map((r) => [r.tool, r.outcome])).toEqual([
+      ["unknown_tool", "invalid_input"],
+      ["malformed_call", "invalid_input"],
+      ["malformed_call", "invalid_input"],
+    ]);
   });
 
   it("closes the connection after a 401 from /mcp and from /runner instead of keeping the socket", async () => {
