@@ -187,6 +187,13 @@ test("replay plays a stored real-agent sequence with the session's cwd and the f
     "usage_update",
     "agent_message_chunk",
   ]);
+  const recorded = await session();
+  expect(await recorded.prompt("scenario: replay fixture=claude-no-credentials")).toEqual({ stopReason: "end_turn" });
+  expect(kinds(recorded.updates)).toEqual([
+    "available_commands_update",
+    "current_mode_update",
+    "available_commands_update",
+  ]);
   expect(await agent.prompt("scenario: replay fixture=nope")).toEqual({ stopReason: "end_turn" });
   expect(agent.messageText()).toContain("No readable fixture nope.");
 });

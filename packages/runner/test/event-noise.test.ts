@@ -2,8 +2,9 @@
  * Issue 12 §7 and issue 20 §3: ACP v1's session-state updates become bounded
  * `agent_state` events, and event noise is folded without losing information —
  * replayed from stored update sequences of real adapters
- * (fake-acp-agent/fixtures/updates/*.json; reconstructed from the adapters'
- * code, see each fixture's `source`), through the normalizer alone and
+ * (fake-acp-agent/fixtures/updates/*.json: edit turns reconstructed from the
+ * adapters' code, and offline sequences recorded from the installed adapters
+ * — each fixture's `source` says which), through the normalizer alone and
  * through a real run of the fake agent.
  */
 import { readFileSync } from "node:fs";
@@ -148,6 +149,31 @@ describe("recorded real sequences", () => {
       { ...usage(9533), context_size: 272000 },
       { kind: "agent_message", text: "All tests pass.", truncated: false },
     ]);
+  });
+});
+
+describe("sequences recorded from the real adapters (scripts/record-updates.mjs, offline)", () => {
+  test("claude-agent-acp without credentials: two command lists and the forced mode become agent_state events, nothing is ignored", () => {
+    const { n, out, feed } = harness();
+    for (const step of fixture("claude-no-credentials")) feed(step);
+    n.flush();
+    for (const body of out) RunEvent.parse({ ...body, seq: 1, at: "x" });
+    expect(out.map((b) => (b.kind === "agent_state" ? b.change : b.kind))).toEqual(["commands", "mode", "commands"]);
+    expect(out[0]).toMatchObject({ truncated: false });
+    expect((out[0] as { commands: string[] }).commands).toHaveLength(44);
+    expect(out[1]).toMatchObject({ mode_id: "acceptEdits" });
+    expect((out[2] as { commands: string[] }).commands).toHaveLength(40);
+    expect(n.ignoredUpdates).toBe(0);
+  });
+
+  test("codex-acp offline: its title-less session_info_updates (reconnect notices in _meta) are only counted", () => {
+    const { n, out, feed } = harness();
+    for (const step of fixture("codex-offline")) feed(step);
+    n.flush();
+    expect(out.map((b) => b.kind)).toEqual(["agent_state", "agent_message"]);
+    expect((out[0] as { commands: string[] }).commands).toContain("review");
+    expect(n.ignoredUpdates).toBe(7);
+    expect(JSON.stringify(out)).not.toContain("Reconnecting");
   });
 });
 
