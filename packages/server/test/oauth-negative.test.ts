@@ -28,7 +28,8 @@ beforeAll(async () => {
     serverSection: (port) => `public_url = "http://127.0.0.1:${port}"`,
     extraServerToml:
       `[oauth]\nenabled = true\nmax_key_attempts = ${MAX_KEY_ATTEMPTS}\n` +
-      `registrations_per_hour = ${REGISTRATIONS_PER_HOUR}\n`,
+      `registrations_per_hour = ${REGISTRATIONS_PER_HOUR}\n\n` +
+      `[[oauth.clients]]\nclient_id = "ops-ide"\nname = "Ops IDE"\nredirect_uris = ["${REDIRECT}"]\n`,
   }).init();
   origin = `http://127.0.0.1:${stack.port}`;
   runKey = await issueKey(stack.serverConfigFile, "alice", ["coding_agent:run", "project:write", "project:read"], []);
@@ -271,6 +272,25 @@ describe("OAuth negative paths", () => {
     ]);
     expect(audit).not.toContain("wcoa_");
     expect(audit).not.toContain("wct_");
+  });
+
+  it("an operator-registered client from the config signs in like any other and is labelled as such", async () => {
+    const { challenge, verifier } = pkce();
+    const page = await openConsent(authorizeUrl("ops-ide", challenge));
+    expect(page.status).toBe(200);
+    expect(page.html).toContain("Ops IDE");
+    expect(page.html).toContain("Registered by your operator");
+    // Not provisioned: the coding_agent:run line is not offered.
+    expect(page.html).not.toContain('name="coding_agent_run"');
+    const answered = await answerConsent(origin, page, { action: "approve", key: runKey, codingAgentRun: true });
+    const t = await exchange("ops-ide", answered.location?.searchParams.get("code") ?? "", verifier);
+    expect(t.status).toBe(200);
+    expect(String(t.body.scope).split(" ").sort()).toEqual(["project:read", "project:write"]);
+    const { stdout } = await serverCli(["oauth", "clients", "list", "--json", "--config", stack.serverConfigFile]);
+    const ops = (
+      JSON.parse(stdout) as Array<{ client_id: string; kind: string; allow_coding_agent_run: boolean }>
+    ).find((c) => c.client_id === "ops-ide");
+    expect(ops).toMatchObject({ kind: "operator", allow_coding_agent_run: false });
   });
 
   it("dynamic registration is rate-limited per IP", async () => {

@@ -33,6 +33,13 @@ export const OAUTH_MAX_BODY = "16kb";
 /** Authorization requests per IP per 15 minutes (the SDK handler's limiter). */
 export const AUTHORIZE_PER_15_MIN = 100;
 
+/**
+ * The SDK limiters key on the socket address (`trust proxy` is off on purpose: a forwarded header
+ * is client-controlled unless a known proxy sets it). express-rate-limit would print a stack trace
+ * to stderr for every request carrying X-Forwarded-For; that is expected here, not a misconfiguration.
+ */
+const QUIET = { validate: { xForwardedForHeader: false } } as const;
+
 export const PRM_PATH = "/.well-known/oauth-protected-resource";
 export const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
 
@@ -148,19 +155,19 @@ export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res
     "/authorize",
     express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }),
     authorizePrecheck(clients),
-    authorizationHandler({ provider, rateLimit: { windowMs: 15 * 60_000, max: AUTHORIZE_PER_15_MIN } }),
+    authorizationHandler({ provider, rateLimit: { ...QUIET, windowMs: 15 * 60_000, max: AUTHORIZE_PER_15_MIN } }),
   );
-  app.use("/token", tokenHandler({ provider }));
+  app.use("/token", tokenHandler({ provider, rateLimit: QUIET }));
   app.use(
     "/register",
     express.json({ limit: OAUTH_MAX_BODY }),
     clientRegistrationHandler({
       clientsStore: clients,
       clientSecretExpirySeconds: 0,
-      rateLimit: { windowMs: 60 * 60_000, max: settings.registrationsPerHour },
+      rateLimit: { ...QUIET, windowMs: 60 * 60_000, max: settings.registrationsPerHour },
     }),
   );
-  app.use("/revoke", revocationHandler({ provider }));
+  app.use("/revoke", revocationHandler({ provider, rateLimit: QUIET }));
   app.post("/oauth/consent", express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }), (req, res) => {
     consent.submit(req, res, (req.body ?? {}) as ConsentForm);
   });
