@@ -275,6 +275,11 @@ export class AcpClientConnection {
     return this.#connection.signal.aborted;
   }
 
+  /** The agent's stdout reached EOF. */
+  get stdoutEnded(): boolean {
+    return this.#stdoutEnded;
+  }
+
   /** Close the connection locally (pending requests settle as faults). */
   close(): void {
     if (this.#connection.signal.aborted) return;

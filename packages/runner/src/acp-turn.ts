@@ -206,6 +206,11 @@ export class AcpTurn {
     // The barrier. Nothing between the durable commit and the prompt write may fail silently.
     if (run.setupAbort.signal.aborted) return this.setupAborted(run);
     if (this.#d.closing()) return notStarted("runner_restarted", run.stage);
+    // An agent already gone (exited, stdout closed, transport down) cannot receive a prompt: the run
+    // never started, and crossing the barrier would turn that into "lost".
+    const gone =
+      child.exit !== null ? "provider_exited" : conn.stdoutEnded ? "stdout_closed" : conn.closed ? "io_error" : null;
+    if (gone !== null) return notStarted(gone, "prompt");
     run.stage = "prompt";
     this.#d.failpoint("before_barrier");
     try {

@@ -10,9 +10,11 @@
  *   6. build the run manager (new agent_instance_id, new provider instances)
  *   7. connect to the Server (link.ts); `run` requires [server] and a token (checked first, exit 2)
  *
- * SIGINT/SIGTERM: stop the link, then close the run manager (stop accepting,
- * close every child tree, record terminal state per contract), close the
- * store, exit 0. A second signal exits at once with 130/143.
+ * SIGINT/SIGTERM: close the run manager while the link still carries updates
+ * (stop accepting; abandon runs still in setup; send session/cancel to every
+ * dispatched run and wait up to cancel_grace_secs for its correlated answer —
+ * cancelled, else lost — then kill every child tree), then stop the link,
+ * close the store, exit 0. A second signal exits at once with 130/143.
  */
 import { readFileSync } from "node:fs";
 import type { RunnerConfig } from "./config.js";
@@ -285,13 +287,14 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
       logger.info({ reason }, "runner stopping");
       stopRetention();
       try {
-        await link.close();
-      } catch (error) {
-        logger.warn({ err_name: (error as Error)?.name }, "closing the Server link failed");
-      }
-      try {
+        // Runs first, while the link still carries their terminal states to the Server.
         await service.close();
       } finally {
+        try {
+          await link.close();
+        } catch (error) {
+          logger.warn({ err_name: (error as Error)?.name }, "closing the Server link failed");
+        }
         store.close();
         logger.info("runner stopped");
         resolveClosed();

@@ -6,9 +6,9 @@
  *   webcodex-runner exec  --config FILE --project ID --provider ID [--json]
  *                         [--config KEY=VALUE]... [--timeout SECS] "prompt"
  *
- * Exit codes: 0 success (exec: the run completed), 1 failure (exec: any other
- * terminal state), 2 invalid config or usage, 3 store refused (run), 130 on a
- * second Ctrl-C.
+ * Exit codes: 0 success, 1 failure, 2 invalid config or usage, 3 store
+ * refused (run). `exec` exits like the CLI (`execExitCode`): 0 completed,
+ * 1 failed, 3 lost, 130 cancelled (and on a second Ctrl-C).
  */
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -297,7 +297,7 @@ async function exec(parsed: Parsed): Promise<number> {
     await manager.whenSettled(runId);
     final ??= manager.sync(runId, 0, 0)?.run ?? null;
     const done = final as RunSummary | null;
-    return done?.state === "completed" ? 0 : 1;
+    return execExitCode(done?.state);
   } finally {
     process.off("SIGINT", onSigint);
     await manager.close();
@@ -313,6 +313,20 @@ async function run(parsed: Parsed): Promise<number> {
   const handle = await startDaemon({ configPath: parsed.configFile, newStore: parsed.flags.has("--new-store") });
   await handle.closed;
   return 0;
+}
+
+/** `exec`'s exit code for the run's final state, as the `webcodex` CLI exits. */
+export function execExitCode(state: RunSummary["state"] | undefined): number {
+  switch (state) {
+    case "completed":
+      return 0;
+    case "lost":
+      return 3;
+    case "cancelled":
+      return 130;
+    default:
+      return 1;
+  }
 }
 
 async function main(argv: readonly string[]): Promise<number> {

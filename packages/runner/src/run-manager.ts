@@ -508,12 +508,22 @@ export class RunManager implements RunService {
     return row ? rowToSummary(row) : null;
   }
 
-  /** Stop accepting, kill every child tree (no cancel is sent), wait for the runs to settle, close the store. */
+  /**
+   * Graceful stop: stop accepting; a run still in setup is abandoned (its tree killed, failed/not_started
+   * runner_restarted — no barrier is crossed once closing); every dispatched run gets session/cancel and up to
+   * cancel_grace_secs for its correlated answer (confirmed → cancelled, else lost, then its tree is killed).
+   * Waits for every run to settle, then closes the store.
+   */
   async close(): Promise<void> {
     if (this.#closing) return;
     this.#closing = true;
     const active = [...this.#active];
     for (const run of active) {
+      if (run.dispatched && !run.terminal) {
+        // A run already being cancelled keeps its own reason and grace.
+        this.#requestCancel(run, "shutdown");
+        continue;
+      }
       // Setup still running (maybe spawnAgent pending, with no conn or child to close yet): abort it.
       if (!run.dispatched) run.setupAbort.abort();
       run.conn?.close();

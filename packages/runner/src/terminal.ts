@@ -16,7 +16,8 @@ import {
 } from "@webcodex/protocol";
 import type { RequestOutcome } from "./acp-session.js";
 
-export type CancelReason = "cancel" | "deadline";
+/** Why session/cancel was sent: a caller's cancel, the run deadline, or a graceful Runner stop. */
+export type CancelReason = "cancel" | "deadline" | "shutdown";
 /** Why a permission request was answered `cancelled`. */
 export type PermissionAnswer = "permission_deadline" | CancelReason;
 
@@ -30,6 +31,10 @@ export interface Terminal {
 }
 
 export const NO_PROMPT = "No prompt was dispatched.";
+export const SHUTDOWN_CONFIRMED =
+  "The Runner was stopping; it cancelled the run and the agent confirmed the cancellation.";
+export const SHUTDOWN_UNCONFIRMED =
+  "The Runner was stopping; it cancelled the run, but the agent did not confirm in time and was stopped.";
 export const MAY_HAVE_RUN = "The prompt may have run; its outcome is unknown.";
 
 /** A terminal message within the protocol's bound (a longer one would make every summary of the run invalid). */
@@ -105,6 +110,8 @@ export function promptTerminal(
           failureKind = "run_timeout";
         } else if (why.cancelReason === "cancel") {
           message = "A cancel was requested; the agent confirmed the cancellation.";
+        } else if (why.cancelReason === "shutdown") {
+          message = SHUTDOWN_CONFIRMED;
         } else message = "The agent ended the turn as cancelled.";
       } else if (mapped.failure_kind === "stop_reason") {
         message = `${FAILURE_SUMMARIES.stop_reason} Stop reason: ${mapped.stop_reason}.`;
@@ -123,8 +130,13 @@ export function promptTerminal(
     case "fault":
       return lost(answered.fault, FAILURE_SUMMARIES[answered.fault]);
     case "grace":
-      return deadline
-        ? lost("run_timeout", `${FAILURE_SUMMARIES.run_timeout} The agent did not confirm the cancellation in time.`)
-        : lost(null, "A cancel was requested; the agent did not confirm it in time.");
+      if (deadline) {
+        return lost(
+          "run_timeout",
+          `${FAILURE_SUMMARIES.run_timeout} The agent did not confirm the cancellation in time.`,
+        );
+      }
+      if (why.cancelReason === "shutdown") return lost("transport_lost", SHUTDOWN_UNCONFIRMED);
+      return lost(null, "A cancel was requested; the agent did not confirm it in time.");
   }
 }

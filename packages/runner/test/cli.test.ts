@@ -98,6 +98,28 @@ describe("webcodex-runner", () => {
     expect(alive(entry?.pid as number)).toBe(false);
   });
 
+  test.each([
+    ["completed", "scenario: hello", 0],
+    ["failed", "scenario: stop reason=max_tokens", 1],
+    ["lost", "scenario: crash_before_response", 3],
+    ["cancelled", "scenario: stop reason=cancelled", 130],
+  ] as const)("exec exits like the CLI: %s (%s) → exit %d", async (state, prompt, expected) => {
+    const { code, stdout } = await cli([
+      "exec",
+      "--config",
+      EXAMPLE,
+      "--project",
+      "demo",
+      "--provider",
+      "fake",
+      "--json",
+      prompt,
+    ]);
+    const last = stdout.trim().split("\n").at(-1) ?? "{}";
+    expect(JSON.parse(last)).toMatchObject({ kind: "terminal", state });
+    expect(code).toBe(expected);
+  });
+
   test("an invalid config exits 2 listing every error", async () => {
     const file = join(dir, "bad.toml");
     writeFileSync(file, '[[projects]]\nid = "Bad"\nroot = "nowhere"\n[acp]\nmax_concurrent_runs = 0\n');

@@ -2,9 +2,12 @@
  * Graceful stop (SIGTERM) of the real Runner with a run in flight: the daemon
  * exits 0, leaves no agent process behind, records the run's terminal state
  * per contract (nothing is cancelled silently or left open), and a restarted
- * Runner reports it without dispatching again.
+ * Runner reports it without dispatching again. A dispatched run gets
+ * session/cancel and cancel_grace_secs (2 s here): an agent that confirms ends
+ * `cancelled`, one that does not ends `lost`.
  */
 import { randomBytes } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
 import type { RunStartFrame, RunSummary } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import {
@@ -49,6 +52,13 @@ function start(conn: RunnerConnection, runId: string, prompt: string): RunStartF
   };
 }
 
+function ledgerCancels(ledger: string): number {
+  if (!existsSync(ledger)) return 0;
+  return readFileSync(ledger, "utf8")
+    .split("\n")
+    .filter((l) => l.includes('"event":"cancel"')).length;
+}
+
 function runId(): string {
   const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
   return `wc_agent_run_${Array.from(randomBytes(26), (b) => alphabet[b % 32]).join("")}`;
@@ -59,6 +69,8 @@ const CASES: {
   agentArgs: string[];
   prompt: string;
   prompts: number;
+  /** session/cancel notifications the agent received. */
+  cancels: number;
   expected: Pick<RunSummary, "state" | "execution_state">;
 }[] = [
   {
@@ -66,14 +78,24 @@ const CASES: {
     agentArgs: ["--hang-on", "session_new"],
     prompt: "scenario: hello",
     prompts: 0,
+    cancels: 0,
     expected: { state: "failed", execution_state: "not_started" },
   },
   {
-    name: "after dispatch (agent never answers the prompt)",
+    name: "after dispatch (agent never answers the prompt nor the cancel)",
     agentArgs: [],
     prompt: "scenario: hang",
     prompts: 1,
+    cancels: 1,
     expected: { state: "lost", execution_state: "outcome_unknown" },
+  },
+  {
+    name: "after dispatch (agent confirms the cancel)",
+    agentArgs: [],
+    prompt: "scenario: slow interval_ms=100 count=600",
+    prompts: 1,
+    cancels: 1,
+    expected: { state: "cancelled", execution_state: "completed" },
   },
 ];
 
@@ -105,6 +127,7 @@ describe("graceful Runner stop with a run in flight", { timeout: 90_000 }, () =>
     // Recorded by the graceful stop itself, not left for start-up recovery.
     expect(second.stderr()).not.toContain('"recovered run"');
     expect(ledgerPrompts(sandbox.ledger)).toBe(c.prompts);
+    expect(ledgerCancels(sandbox.ledger)).toBe(c.cancels);
     await second.stop();
   });
 });
