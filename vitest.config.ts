@@ -2,7 +2,14 @@ import { defineConfig } from "vitest/config";
 
 export default defineConfig({
   test: {
-    include: ["packages/*/test/**/*.test.ts", "fake-acp-agent/test/**/*.test.ts", "scripts/test/**/*.test.ts"],
+    include: [
+      "packages/*/test/**/*.test.ts",
+      "fake-acp-agent/test/**/*.test.ts",
+      "scripts/test/**/*.test.ts",
+      // The hardening suite's short variant (issue 16); `npm run test:hardening` runs it at full size.
+      "scripts/hardening/test/**/*.test.ts",
+    ],
+    exclude: ["**/node_modules/**", "scripts/hardening/test/**/*.full.test.ts"],
     // Process tests run the daemons from dist/: build first so they never test stale code.
     globalSetup: ["./scripts/vitest/build.ts"],
     pool: "forks",
