@@ -36,7 +36,9 @@ function works() {
 /** Installs on first use (a few seconds with a warm npm cache); returns INSTALLED. */
 export function ensureConformanceInstalled(log = (line) => process.stderr.write(`${line}\n`)) {
   if (works()) return INSTALLED;
-  log(`installing @modelcontextprotocol/conformance@${CONFORMANCE_VERSION} and node@${NODE22_VERSION} into ${CACHE_DIR}`);
+  log(
+    `installing @modelcontextprotocol/conformance@${CONFORMANCE_VERSION} and node@${NODE22_VERSION} into ${CACHE_DIR}`,
+  );
   mkdirSync(CACHE_DIR, { recursive: true });
   writeFileSync(
     join(CACHE_DIR, "package.json"),
