@@ -78,6 +78,39 @@ describe("normalizer: terminal-safe text in every field", () => {
     expect(out[5]).toMatchObject({ kind: "file_change", path: "src/\n✔ completed evillink.js" });
   });
 
+  test("session-state updates (mode, config options, commands, session title) carry no controls either", () => {
+    const out: RunEventBody[] = [];
+    const n = new EventNormalizer({
+      projectRoot: "/work/p",
+      redactor: new Redactor([], "/work/p"),
+      emit: (b) => out.push(b),
+    });
+    const updates = [
+      { sessionUpdate: "current_mode_update", currentModeId: `mode${ATTACK}` },
+      {
+        sessionUpdate: "config_option_update",
+        configOptions: [
+          {
+            id: `model${ATTACK}`,
+            name: `Model ${ATTACK}`,
+            type: "select",
+            currentValue: `big${ATTACK}`,
+            options: [{ value: `big${ATTACK}`, name: `Big ${ATTACK}` }],
+          },
+        ],
+      },
+      {
+        sessionUpdate: "available_commands_update",
+        availableCommands: [{ name: `cmd${ATTACK}`, description: `d ${ATTACK}` }],
+      },
+      { sessionUpdate: "session_info_update", title: `Session ${ATTACK}` },
+    ] as unknown as SessionUpdate[];
+    for (const u of updates) n.handle(u);
+    n.flush();
+    expect(out.length).toBeGreaterThanOrEqual(4);
+    expect(unsafeStrings(out)).toEqual([]);
+  });
+
   test("a control character inside a secret does not let the secret past the redactor", () => {
     const out: RunEventBody[] = [];
     const n = new EventNormalizer({
