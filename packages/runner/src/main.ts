@@ -21,6 +21,7 @@ import {
   MAX_PROMPT_BYTES,
   MAX_RUN_TIMEOUT_SECS,
   RUN_ID_PREFIX,
+  terminalSafe,
   type RunEvent,
   type RunSummary,
   utf8Length,
@@ -101,7 +102,8 @@ async function config(parsed: Parsed): Promise<RunnerConfig> {
 
 async function check(parsed: Parsed): Promise<number> {
   const cfg = await config(parsed);
-  const out = process.stdout;
+  // The probe prints what the agent said about itself (names, versions, option ids): terminal-safe.
+  const out = { write: (text: string) => process.stdout.write(terminalSafe(text)) };
   out.write(
     `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => `${a.id}${a.runAs ? ` (as ${a.runAs.user})` : ""}`).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
   );
@@ -127,7 +129,7 @@ async function check(parsed: Parsed): Promise<number> {
   );
   const result = await probeAgent({ agent, project, timeoutSecs: cfg.acp.setupTimeoutSecs });
   if (!result.ok) {
-    process.stderr.write(`probe ${agent.id} failed at ${result.stage}: ${result.reason}\n`);
+    process.stderr.write(terminalSafe(`probe ${agent.id} failed at ${result.stage}: ${result.reason}\n`));
     return 1;
   }
   const { initialize: init, session } = result;

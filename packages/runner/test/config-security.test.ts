@@ -14,9 +14,10 @@ import { ConfigError, parseConfig } from "../src/config.js";
 import { startDaemon } from "../src/daemon.js";
 import { openDispatchStore } from "../src/dispatch-store.js";
 import { switchUserSupportFrom } from "../src/run-as.js";
-import { REPO_ROOT } from "./support/harness.js";
+import { FAKE_AGENT, REPO_ROOT } from "./support/harness.js";
 
 const execFileP = promisify(execFile);
+const BIN_PATH = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 
 const dir = mkdtempSync(join(tmpdir(), "wc-config-sec-"));
 mkdirSync(join(dir, "proj", "sub"), { recursive: true });
@@ -229,4 +230,28 @@ test("the daemon logs a warning at start for each credential file others can acc
   expect(warnings).toEqual([expect.objectContaining({ setting: "server.token_file", mode: "0604", want: "0600" })]);
   expect(JSON.stringify(warnings)).not.toContain(dir);
   expect(statSync(join(dir, "daemon-state")).mode & 0o777).toBe(0o700);
+});
+
+test("check --probe prints what the agent says about itself terminal-safe", async () => {
+  const configFile = join(dir, "probe.toml");
+  const name = "evil\u001b]0;pwned\u0007\u001b[2Jname\u202e";
+  writeFileSync(
+    configFile,
+    [
+      "[[projects]]",
+      'id = "p"',
+      'root = "proj"',
+      "[acp]",
+      "[[acp.agents]]",
+      'id = "fake"',
+      `executable = ${JSON.stringify(FAKE_AGENT)}`,
+      `args = ${JSON.stringify(["--agent-name", name])}`,
+      "[acp.agents.env_from_env]",
+      'PATH = "PATH"',
+    ].join("\n"),
+  );
+  const { stdout } = await execFileP(process.execPath, [BIN_PATH, "check", "--config", configFile, "--probe", "fake"]);
+  expect(stdout).toContain("agent: evilname ");
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
+  expect(stdout).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/);
 });
