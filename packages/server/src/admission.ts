@@ -491,8 +491,10 @@ export function validateStart(input: StartInput): string | null {
   ) {
     return `timeout_secs must be an integer between ${MIN_RUN_TIMEOUT_SECS} and ${MAX_RUN_TIMEOUT_SECS}.`;
   }
-  if (input.workflow_session_id !== undefined && !OpaqueKey.safeParse(input.workflow_session_id).success) {
-    return `workflow_session_id must be ${OPAQUE_KEY_RULE}.`;
+  // The MCP front end resolves workflow sessions (session-service.ts) and never passes the selector on;
+  // a caller that reaches the run core with one would have it silently ignored, so it is refused.
+  if (input.workflow_session_id !== undefined) {
+    return "workflow_session_id is resolved by the MCP tools (start_coding_agent); the run core does not take it.";
   }
   return null;
 }

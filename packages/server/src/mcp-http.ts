@@ -38,7 +38,7 @@ import type { AuditLog } from "./audit.js";
 import { isLoopbackHost } from "./config.js";
 import { PostTransport, readMcpPost, sendJsonRpcError } from "./mcp-post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./mcp-resource.js";
-import { McpTools, type ToolModule } from "./mcp-tools.js";
+import { McpTools, type StartHooks, type ToolModule } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
 import { RefusalLog } from "./refusal-log.js";
 import type { Principal, RunsApi } from "./runs-api.js";
@@ -64,6 +64,8 @@ export interface McpHttpOptions {
   observeLimits?: ObserveLimits;
   /** Tools beyond the three run tools (agent tasks, workflow sessions). */
   toolModules?: readonly ToolModule[];
+  /** Workflow-session selectors of start_coding_agent. */
+  startHooks?: StartHooks;
   maxBodyBytes?: number;
   /** Origin header values accepted besides the Server's own origin (config `[server] allowed_origins`). */
   allowedOrigins?: readonly string[];
@@ -201,6 +203,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     logger,
     observeLimits: options.observeLimits ?? new ObserveLimits(),
     modules: options.toolModules ?? [],
+    ...(options.startHooks ? { startHooks: options.startHooks } : {}),
   });
   const inFlight = new Set<AbortController>();
   const refusals = new RefusalLog(logger);

@@ -37,6 +37,7 @@ import { checkStartGrant, checkToolScope } from "./authority.js";
 import { readProjectsResource } from "./mcp-resource.js";
 import type { ObserveLimits } from "./observe-limits.js";
 import { type ApiError, type ApiResult, OpaqueKey, type Principal, type RunsApi } from "./runs-api.js";
+import { SESSION_ID_PATTERN } from "./session-service.js";
 import { checkArgumentShape } from "./tool-arguments.js";
 
 export const TOOL_NAMES = {
@@ -71,7 +72,20 @@ export const StartToolInput = z
       .max(MAX_RUN_TIMEOUT_SECS)
       .optional()
       .describe("Run deadline; the Runner clamps it to its own maximum."),
-    workflow_session_id: OpaqueKey.optional().describe("Optional caller label grouping related runs."),
+    workflow_session_id: z
+      .string()
+      .regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters")
+      .optional()
+      .describe(
+        "Record this run's lifecycle (started, waiting for permission, terminal; never bodies) in your workflow session on the same project.",
+      ),
+    context_session_id: z
+      .string()
+      .regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters")
+      .optional()
+      .describe(
+        "Start from your workflow session's handoff and goal on the same project (needs runtime:read): quoted before the prompt as context, not instructions.",
+      ),
   })
   .strict();
 export type StartToolInput = z.infer<typeof StartToolInput>;
@@ -237,6 +251,7 @@ const RECOVERY_FOR: Record<ApiError["code"], z.infer<typeof RecoveryKind>> = {
   too_many_observers: "wait",
   stale_claim: "reconcile",
   claim_conflict: "wait",
+  version_conflict: "reobserve",
   internal: "none",
 };
 
@@ -335,8 +350,23 @@ export function errorResult(error: ApiError & { available_providers?: unknown })
   return { content: [{ type: "text", text: JSON.stringify({ error }) }], isError: true };
 }
 
+/**
+ * What start_coding_agent asks of Workflow Sessions (session-service.ts), checked before anything
+ * reaches the run core: the recorder and context selectors, and the prompt with quoted context.
+ */
+export interface StartHooks {
+  prepare(
+    principal: Principal,
+    input: { project_id: string; prompt: string; workflow_session_id?: string; context_session_id?: string },
+  ): ApiResult<{ prompt: string }>;
+  /** The run core answered with this run: link it to its recorder (once; replays add nothing). */
+  recorded(sessionId: string, runId: string): void;
+}
+
 export interface McpToolsOptions {
   runs: RunsApi;
+  /** Workflow-session selectors on start_coding_agent; without them those arguments are refused. */
+  startHooks?: StartHooks;
   /** Tool modules beyond the three run tools. */
   modules?: readonly ToolModule[];
   audit: AuditLog;
@@ -360,6 +390,7 @@ export class McpTools {
   readonly #logger: Logger;
   readonly #now: () => number;
   readonly #modules: ReadonlyMap<string, ToolModule>;
+  readonly #startHooks: StartHooks | undefined;
   readonly #definitions: Tool[];
 
   constructor(options: McpToolsOptions) {
@@ -367,6 +398,7 @@ export class McpTools {
     const modules = new Map<string, ToolModule>();
     for (const m of options.modules ?? []) for (const spec of m.specs) modules.set(spec.name, m);
     this.#modules = modules;
+    this.#startHooks = options.startHooks;
     this.#definitions = [...toolDefinitions(), ...(options.modules ?? []).flatMap((m) => m.specs.map(toolDefinition))];
     this.#audit = options.audit;
     this.#observeLimits = options.observeLimits;
@@ -491,7 +523,30 @@ export class McpTools {
     if (!input.ok) return fail(input.error, null);
     const denied = checkToolScope(principal) ?? checkStartGrant(principal, input.value.project_id);
     if (denied) return fail(denied, null);
-    const result = await this.#runs.start(principal, stripUndefined(input.value));
+    const { workflow_session_id, context_session_id, ...runInput } = input.value;
+    let prompt = runInput.prompt;
+    if (context_session_id !== undefined || workflow_session_id !== undefined) {
+      if (!this.#startHooks) {
+        return fail(
+          apiError("invalid_input", "Workflow sessions are not available on this Server; nothing was started."),
+          null,
+        );
+      }
+      const prepared = this.#startHooks.prepare(
+        principal,
+        stripUndefined({
+          project_id: runInput.project_id,
+          prompt: runInput.prompt,
+          workflow_session_id,
+          context_session_id,
+        }),
+      );
+      if (!prepared.ok) return fail(prepared.error, null);
+      prompt = prepared.value.prompt;
+    }
+    const result = await this.#runs.start(principal, stripUndefined({ ...runInput, prompt }));
+    if (result.ok && workflow_session_id !== undefined)
+      this.#startHooks?.recorded(workflow_session_id, result.value.run_id);
     if (!result.ok) {
       if (result.error.code === "provider_unavailable") {
         return fail(this.#withProviders(principal, input.value, result.error), null);

@@ -12,6 +12,9 @@ import { createOAuth } from "./oauth/index.js";
 import { ObserveLimits } from "./observe-limits.js";
 import type { Scope } from "./runs-api.js";
 import type { McpHandlerFactory, McpMount } from "./server.js";
+import { SessionService } from "./session-service.js";
+import { SessionStore } from "./session-store.js";
+import { SessionTools } from "./session-tools.js";
 import { TaskService } from "./task-service.js";
 import { TaskStore } from "./task-store.js";
 import { TaskTools } from "./task-tools.js";
@@ -33,7 +36,8 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
         logger: logger.child({ c: "oauth" }),
       })
     : null;
-  const toolModules: ToolModule[] = [];
+  const sessions = new SessionService(new SessionStore(store.db), store, logger.child({ c: "sessions" }));
+  const toolModules: ToolModule[] = [new SessionTools(sessions)];
   if (admission) {
     const tasks = new TaskService({
       tasks: new TaskStore(store.db),
@@ -41,7 +45,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
       admission,
       logger: logger.child({ c: "tasks" }),
     });
-    toolModules.push(new TaskTools(tasks));
+    toolModules.push(new TaskTools(tasks, sessions));
   }
   const handler = createMcpHttpHandler({
     runs,
@@ -51,6 +55,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
     authenticate: oauth ? (token) => oauth.authenticate(token) ?? staticAuth(token) : staticAuth,
     observeLimits: new ObserveLimits(),
     toolModules,
+    startHooks: sessions.startHooks(),
     allowedOrigins: config.allowedOrigins,
     listenHost: config.host,
     ...(oauth

@@ -21,6 +21,7 @@ export const SCOPES = [
   "project:read",
   "project:write",
   "runtime:read",
+  "runtime:write",
   "job:run",
   "mcp:local",
 ] as const;
@@ -52,6 +53,8 @@ export const API_ERROR_CODES = [
   "stale_claim",
   /** Managed path: a live attempt, or an active/uncertain Run, blocks what was asked. */
   "claim_conflict",
+  /** Workflow sessions: expected_version is not the session's current version. */
+  "version_conflict",
   "internal",
 ] as const;
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];

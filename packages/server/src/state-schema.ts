@@ -172,6 +172,47 @@ export const MIGRATIONS: readonly Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 5,
+    summary: "workflow sessions, their lifecycle evidence and the runs they record (session-store.ts)",
+    sql: `
+      CREATE TABLE workflow_sessions (
+        session_id TEXT PRIMARY KEY,
+        principal_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        title TEXT NOT NULL,
+        handoff TEXT NOT NULL,
+        handoff_version INTEGER NOT NULL,
+        goal TEXT NOT NULL,
+        goal_version INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        evidence_last_seq INTEGER NOT NULL DEFAULT 0,
+        evidence_dropped INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX workflow_sessions_principal ON workflow_sessions (principal_id);
+      CREATE TABLE workflow_session_evidence (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        at TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        provider_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        execution_state TEXT NOT NULL,
+        stop_reason TEXT,
+        failure_kind TEXT,
+        PRIMARY KEY (session_id, seq)
+      ) STRICT;
+      CREATE TABLE workflow_session_runs (
+        run_id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        terminal_recorded INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL
+      ) STRICT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

@@ -105,6 +105,7 @@ export class StateStore {
   readonly #get: Database.Statement<[string], Row>;
   readonly #insert: Database.Statement<Row>;
   readonly #cache = new Map<string, AdmissionRecord>();
+  readonly #listeners: ((record: AdmissionRecord, previous: RunState) => void)[] = [];
   readonly #deleteRejected: Database.Statement<[string, number], { run_id: string }>;
 
   constructor(stateDir: string) {
@@ -166,10 +167,23 @@ export class StateStore {
       values[k] = typeof v === "boolean" ? (v ? 1 : 0) : (v ?? null);
     }
     const sets = [...keys, "updated_at"].map((k) => `${k} = @${k}`).join(", ");
+    const before = this.#listeners.length > 0 ? this.get(runId)?.state : undefined;
     // Re-read after writing, whatever happens: the cache must never hold a value the file does not.
     this.#cache.delete(runId);
     this.db.prepare(`UPDATE admission_records SET ${sets} WHERE run_id = @run_id`).run(values);
-    return this.get(runId);
+    const after = this.get(runId);
+    if (after && before !== undefined && after.state !== before) {
+      for (const listener of this.#listeners) listener(after, before);
+    }
+    return after;
+  }
+
+  /**
+   * Be told of every change of a record's `state` (after it is written, inside the writer's
+   * transaction if there is one). Listeners must not throw; the workflow-session recorder uses this.
+   */
+  onStateChange(listener: (record: AdmissionRecord, previous: RunState) => void): void {
+    this.#listeners.push(listener);
   }
 
   /**

@@ -27,6 +27,7 @@ import {
 import { z } from "zod";
 import { checkStartGrant, checkToolScope } from "./authority.js";
 import {
+  apiError,
   fail,
   ok,
   parseToolInput,
@@ -37,6 +38,7 @@ import {
   type ToolSpec,
 } from "./mcp-tools.js";
 import { OpaqueKey, type Principal } from "./runs-api.js";
+import { SESSION_ID_PATTERN, type SessionService } from "./session-service.js";
 import { ATTEMPT_ID_PATTERN, MAX_ATTEMPT_REF_LENGTH, TASK_ID_PATTERN } from "./task-claim.js";
 import { MAX_LEASE_SECS, MIN_LEASE_SECS, type TaskService } from "./task-service.js";
 import { TASK_OUTCOMES } from "./task-store.js";
@@ -159,6 +161,11 @@ export const StartTaskRunInput = z
     controller_generation: Fence.optional(),
     config: ConfigMap.optional().describe("Provider config option values (allowed_config_options only)."),
     timeout_secs: z.number().int().min(MIN_RUN_TIMEOUT_SECS).max(MAX_RUN_TIMEOUT_SECS).optional(),
+    workflow_session_id: z
+      .string()
+      .regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters")
+      .optional()
+      .describe("Record this run's lifecycle in your workflow session on the same project."),
   })
   .strict()
   .superRefine((v, ctx) => {
@@ -281,9 +288,11 @@ export const TASK_TOOL_SPECS: readonly ToolSpec<TaskToolName>[] = [
 export class TaskTools implements ToolModule {
   readonly specs = TASK_TOOL_SPECS;
   readonly #tasks: TaskService;
+  readonly #sessions: SessionService | undefined;
 
-  constructor(tasks: TaskService) {
+  constructor(tasks: TaskService, sessions?: SessionService) {
     this.#tasks = tasks;
+    this.#sessions = sessions;
   }
 
   async call(principal: Principal, name: string, args: unknown): Promise<ToolCallOutcome> {
@@ -311,6 +320,13 @@ export class TaskTools implements ToolModule {
         const v = input.value;
         const refused = denied ?? checkStartGrant(principal, v.project_id);
         if (refused) return fail(refused, null);
+        const recorder = v.workflow_session_id;
+        if (recorder !== undefined) {
+          const bad = this.#sessions
+            ? this.#sessions.checkRecorder(principal, recorder, v.project_id)
+            : apiError("invalid_input", "Workflow sessions are not available on this Server; nothing was started.");
+          if (bad) return fail(bad, null);
+        }
         const claim =
           v.attempt_ref !== undefined
             ? { attempt_ref: v.attempt_ref }
@@ -328,7 +344,9 @@ export class TaskTools implements ToolModule {
           ...(v.config !== undefined ? { config: v.config } : {}),
           ...(v.timeout_secs !== undefined ? { timeout_secs: v.timeout_secs } : {}),
         });
-        return r.ok ? ok(StartTaskRunOutput.parse(r.value), r.value.run_id) : fail(r.error, null);
+        if (!r.ok) return fail(r.error, null);
+        if (recorder !== undefined) this.#sessions?.attachRecorder(recorder, r.value.run_id);
+        return ok(StartTaskRunOutput.parse(r.value), r.value.run_id);
       }
       case TASK_TOOL_NAMES.reconcile: {
         const input = parseToolInput(ReconcileInput, args);

@@ -26,7 +26,7 @@ afterEach(async () => {
   stack = null;
 }, 60_000);
 
-async function issueToken(s: ProcStack): Promise<string> {
+async function issueToken(s: ProcStack, extraScopes: string[] = []): Promise<string> {
   const { stdout } = await run(process.execPath, [
     SERVER_BIN,
     "token",
@@ -42,6 +42,7 @@ async function issueToken(s: ProcStack): Promise<string> {
     "--project",
     "demo",
     "--allow-coding-agent-run",
+    ...extraScopes.flatMap((scope) => ["--scope", scope]),
   ]);
   return stdout.trim();
 }
@@ -123,5 +124,43 @@ describe.each([
     const replay = await ok(fresh, "start_agent_task_coding_run", startArgs);
     expect(replay).toMatchObject({ run_id: started.run_id, replayed: true, state: "completed" });
     expect(promptsOf(stack.prompts("r1") as Structured[], instruction)).toHaveLength(1);
+  }, 90_000);
+});
+
+describe("Server kill -9 with workflow sessions", () => {
+  it("keeps sessions, their handoff and their evidence across a restart", async () => {
+    stack = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      server: "child",
+      extraScopes: ["runtime:read", "runtime:write"],
+    }).init();
+    await stack.startRunner("r1");
+    const token = await issueToken(stack, ["runtime:read", "runtime:write"]);
+    const before = await connect(stack, token);
+    const session = await ok(before, "create_workflow_session", { project_id: "demo", title: "kept" });
+    await ok(before, "update_workflow_session", { session_id: session.session_id, handoff: "the handoff", goal: "g" });
+    const started = await ok(before, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: "session-restart",
+      prompt: "scenario: hello",
+      workflow_session_id: session.session_id,
+    });
+    await observeToEnd(before, started.run_id as string);
+    await waitFor("the terminal evidence entry", async () => {
+      const r = await ok(before, "read_workflow_session", { session_id: session.session_id });
+      return (r.evidence as Structured[]).some((e) => e.kind === "coding_agent_terminal");
+    });
+    const kept = await ok(before, "read_workflow_session", { session_id: session.session_id });
+    await stack.killServer("SIGKILL");
+    await stack.startServer();
+    const after = await connect(stack, token);
+    const read = await ok(after, "read_workflow_session", { session_id: session.session_id });
+    expect(read).toEqual(kept);
+    expect(read).toMatchObject({ handoff: "the handoff", handoff_version: 1, goal: "g" });
+    expect((read.evidence as Structured[]).map((e) => e.kind)).toEqual([
+      "coding_agent_started",
+      "coding_agent_terminal",
+    ]);
   }, 90_000);
 });

@@ -1,6 +1,7 @@
 /**
- * One rule for idempotency keys (and workflow session ids): the MCP tool schema and the run core's own
- * validation (which every front end, including the test API, goes through) accept exactly the same strings.
+ * One rule for idempotency keys: the MCP tool schema and the run core's own validation (which every front
+ * end, including the test API, goes through) accept exactly the same strings. Workflow session selectors are
+ * the MCP tools' (session-service.ts): the run core refuses them rather than silently dropping one.
  */
 import { describe, expect, it } from "vitest";
 import { validateStart } from "../src/admission.js";
@@ -32,13 +33,14 @@ describe("idempotency key rule", () => {
     if (!valid) expect(core).toBe("idempotency_key must be 1-128 printable ASCII characters without spaces.");
   });
 
-  it.each(CASES)(
-    "the tool schema and the run core agree on workflow_session_id $key (valid: $valid)",
-    ({ key, valid }) => {
-      const schema = StartToolInput.safeParse({ ...base, workflow_session_id: key }).success;
-      const core = validateStart({ ...base, workflow_session_id: key });
-      expect(schema).toBe(valid);
-      expect(core === null).toBe(valid);
-    },
-  );
+  it.each(CASES)("workflow_session_id $key is not a session id, and the run core never takes one", ({ key }) => {
+    expect(StartToolInput.safeParse({ ...base, workflow_session_id: key }).success).toBe(false);
+    expect(validateStart({ ...base, workflow_session_id: key })).toContain("resolved by the MCP tools");
+  });
+
+  it("the tool schema takes a wc_sess_ id as workflow_session_id and context_session_id", () => {
+    const id = `wc_sess_${"a".repeat(26)}`;
+    expect(StartToolInput.safeParse({ ...base, workflow_session_id: id, context_session_id: id }).success).toBe(true);
+    expect(validateStart({ ...base, workflow_session_id: id })).toContain("resolved by the MCP tools");
+  });
 });

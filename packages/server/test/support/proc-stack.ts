@@ -48,6 +48,8 @@ export interface ProcStackOptions {
   server?: "inproc" | "child";
   /** Extra env for the Server (test hooks). */
   serverEnv?: Record<string, string>;
+  /** Scopes both principals get besides coding_agent:run, project:write and project:read. */
+  extraScopes?: string[];
   /** Extra lines inside the Server config's `[server]` table (given the port), e.g. `public_url`. */
   serverSection?: (port: number) => string;
   /** Extra TOML appended to the Server config (e.g. an `[oauth]` table). */
@@ -138,7 +140,12 @@ export class ProcStack {
       for (const p of r.projects) mkdirSync(join(this.dir, "projects", p), { recursive: true });
       this.#writeRunnerConfig(r);
     }
-    const scopes = JSON.stringify(["coding_agent:run", "project:write", "project:read"]);
+    const scopes = JSON.stringify([
+      "coding_agent:run",
+      "project:write",
+      "project:read",
+      ...(this.opts.extraScopes ?? []),
+    ]);
     for (const id of ["alice", "bob"]) {
       const bearer = `wct_${randomBytes(24).toString("base64url")}`;
       this.principalTokens.set(id, bearer);
