@@ -25,7 +25,7 @@ describe("npm start (scripts/demo.mjs)", () => {
     expect(run.code).toBe(0);
     expect(run.stdout).toContain("✔ completed");
     const runId = /wc_agent_run_[a-z0-9]+/.exec(run.stdout)?.[0];
-    expect(runId).toBeDefined();
+    expect(runId).toMatch(/^wc_agent_run_[a-z0-9]+$/);
 
     const status = await runCli(["status"], demo);
     expect(status.code).toBe(0);

@@ -81,6 +81,9 @@ describe("recorded real streams", () => {
 
   it("derives a finished run's duration from its own events", () => {
     const events = loadRecorded("real-tools").observations.flatMap((o) => o.events);
-    expect(durationFromEvents(events)).toBeGreaterThanOrEqual(0);
+    // The recording's seq 1 is at 22:01:27.929Z and its terminal event at 22:01:27.973Z.
+    expect(durationFromEvents(events)).toBe(44);
+    // Without its terminal event the run has no duration yet.
+    expect(durationFromEvents(events.filter((e) => e.kind !== "terminal"))).toBeUndefined();
   });
 });

@@ -3,8 +3,9 @@
  * RunService admits synchronously — the property the link's hello relies on
  * to never report an about-to-be-admitted run as unknown.
  */
-import { MAX_FRAME_BYTES, PROTOCOL_VERSION, parseRunnerFrame, type RunSummary } from "@webcodex/protocol";
-import { afterEach, describe, expect, it } from "vitest";
+import { MAX_FRAME_BYTES, parseRunnerFrame, type RunSummary } from "@webcodex/protocol";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import WebSocket from "ws";
 import { FakeRunService } from "../../server/test/support/fake-run-service.js";
 import { alice, Harness, until } from "../../server/test/support/in-process.js";
 import { fitInventory } from "../src/link.js";
@@ -52,11 +53,19 @@ describe("fitInventory", () => {
 describe("hello with a large inventory", () => {
   let h: Harness;
   afterEach(async () => {
+    vi.restoreAllMocks();
     await h.close();
   });
 
   it("fits one frame: the Server accepts it, open runs are all there, oldest terminal runs left out", async () => {
     h = await new Harness().start([R1]);
+    // Every text frame any ws socket in this process sends (the link's included), as sent.
+    const sent: string[] = [];
+    const realSend = WebSocket.prototype.send;
+    vi.spyOn(WebSocket.prototype, "send").mockImplementation(function (this: WebSocket, ...args) {
+      if (typeof args[0] === "string") sent.push(args[0]);
+      return realSend.apply(this, args as Parameters<typeof realSend>);
+    });
     const svc = new FakeRunService();
     const open = [summary(5000, "running"), summary(5001, "running")];
     const inventory = [...open, ...Array.from({ length: 1000 }, (_, i) => summary(i, "completed"))];
@@ -67,22 +76,23 @@ describe("hello with a large inventory", () => {
     await until(() => link.connected);
     expect(h.log.lines.some((l) => l.includes("runner hello accepted"))).toBe(true);
     expect(h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
-    // What was sent parses as a hello within the frame bound and still lists both open runs.
-    const sent = h.log.lines.find((l) => l.includes("inventory larger than one frame"));
-    expect(sent).toBeDefined();
-    const kept = fitInventory(inventory, MAX_FRAME_BYTES - 2048);
-    expect(kept.filter((r) => r.state === "running")).toHaveLength(2);
-    const frame = JSON.stringify({
-      type: "hello",
-      protocol_version: PROTOCOL_VERSION,
-      agent_instance_id: svc.agentInstanceId,
-      store_id: svc.storeId,
-      capabilities: { coding_agent_run: { max_concurrent_runs: 1 } },
-      providers: [],
-      projects: [],
-      inventory: kept,
-    });
-    expect(parseRunnerFrame(frame).ok).toBe(true);
+    // What the link actually sent: a hello within the frame bound, both open runs, only the newest terminal runs.
+    expect(h.log.lines.some((l) => l.includes("inventory larger than one frame"))).toBe(true);
+    const hellos = sent
+      .filter((text) => text.startsWith('{"type":"hello"'))
+      .map((text) => ({ text, parsed: parseRunnerFrame(text) }));
+    expect(hellos).toHaveLength(1);
+    const hello = hellos[0]!;
+    expect(Buffer.byteLength(hello.text)).toBeLessThanOrEqual(MAX_FRAME_BYTES);
+    if (!hello.parsed.ok || hello.parsed.frame.type !== "hello") throw new Error("the link sent an invalid hello");
+    const runs = hello.parsed.frame.inventory;
+    expect(runs.filter((r) => r.state === "running").map((r) => r.run_id)).toEqual(open.map((r) => r.run_id));
+    const terminal = runs.filter((r) => r.state === "completed");
+    expect(terminal.length).toBeGreaterThan(0);
+    expect(terminal.length).toBeLessThan(1000);
+    // The ones left out are the last of the service's list (newest first): what was kept is its head.
+    const allTerminal = inventory.filter((r) => r.state === "completed").map((r) => r.run_id);
+    expect(terminal.map((r) => r.run_id)).toEqual(allTerminal.slice(0, terminal.length));
   });
 });
 

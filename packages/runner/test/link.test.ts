@@ -66,7 +66,15 @@ describe("runner link", () => {
       await until(() => h.server.runs.listProjects(alice)[0]?.runner_online);
       const r = await start(h, "flood");
       if (!r.ok) throw new Error(r.error.message);
+      let syncs = 0;
+      const sync = svc.sync.bind(svc);
+      svc.sync = (...args) => {
+        syncs++;
+        return sync(...args);
+      };
       for (let i = 0; i < 50; i++) svc.emit(r.value.run_id, [msg(`m${i}`)]);
+      // The queue filled and the link stopped pushing this run's updates ...
+      expect(h.log.lines.some((l) => l.includes("send queue full; run updates paused"))).toBe(true);
       svc.finish(r.value.run_id);
       let token = r.value.observation_token;
       const seen: number[] = [];
@@ -82,6 +90,8 @@ describe("runner link", () => {
         if (o.value.events.length === 0 && o.value.state === "completed" && seen.length < 51) break;
       }
       expect(seen).toEqual(Array.from({ length: 51 }, (_, i) => i + 1));
+      // ... so the Server got what it missed by run.sync, not by pushes.
+      expect(syncs).toBeGreaterThan(0);
     } finally {
       await link.close();
     }

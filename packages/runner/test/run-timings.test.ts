@@ -24,7 +24,9 @@ afterAll(async () => {
 });
 
 test("one 'run timings' line per dispatched run, with the six stages as numbers (ms)", async () => {
+  const t0 = performance.now();
   const { run } = await runToEnd(manager, "scenario: hello\ncase: timings");
+  const elapsed = performance.now() - t0;
   expect(run.state).toBe("completed");
   const timings = lines.filter((l) => l.msg === "run timings");
   expect(timings).toHaveLength(1);
@@ -37,6 +39,10 @@ test("one 'run timings' line per dispatched run, with the six stages as numbers 
     expect(ms as number).toBeGreaterThanOrEqual(0);
     expect(Number.isFinite(ms)).toBe(true);
   }
+  // They are this run's stages: starting a process takes time, and together they fit inside the run.
+  expect(line.timings_ms.spawn as number).toBeGreaterThan(0);
+  const total = STAGES.reduce((sum, stage) => sum + (line.timings_ms[stage] as number), 0);
+  expect(total).toBeLessThanOrEqual(elapsed);
   // Numbers only: nothing else rides along (no paths, argv or env).
   expect(Object.keys(line).sort()).toEqual(["level", "msg", "pid", "hostname", "run_id", "time", "timings_ms"].sort());
 });

@@ -89,7 +89,7 @@ describe("server config", () => {
       encoding: "utf8",
     });
     const token = /^(wcr_[A-Za-z0-9_-]{43})$/m.exec(out)?.[1];
-    expect(token).toBeDefined();
+    expect(token).toMatch(/^wcr_/);
     const hash = /token_sha256 = "([0-9a-f]{64})"/.exec(out)?.[1];
     expect(hash).toBe(
       createHash("sha256")

@@ -230,19 +230,30 @@ describe("McpTools.call", () => {
   it("writes one audit row per call with sizes and outcome, never the prompt or tokens", async () => {
     const { tools, audit } = setup();
     const canary = "CANARY-7f3a-prompt";
-    const started = await tools.call(alice, TOOL_NAMES.start, { ...validStart, prompt: `do it ${canary}` });
+    const elapsed: number[] = [];
+    const timed = async <T>(call: () => Promise<T>): Promise<T> => {
+      const t0 = performance.now();
+      const result = await call();
+      elapsed.push(performance.now() - t0);
+      return result;
+    };
+    const started = await timed(() =>
+      tools.call(alice, TOOL_NAMES.start, { ...validStart, prompt: `do it ${canary}` }),
+    );
     const { run_id, observation_token } = started.structuredContent as { run_id: string; observation_token: string };
-    await tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token });
-    await tools.call(alice, TOOL_NAMES.start, { ...validStart, executable: "/bin/sh" });
+    await timed(() => tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token }));
+    await timed(() => tools.call(alice, TOOL_NAMES.start, { ...validStart, executable: "/bin/sh" }));
     expect(audit.rows.map((r) => [r.tool, r.outcome, r.run_id])).toEqual([
       ["start_coding_agent", "ok", run_id],
       ["observe_coding_agent", "ok", run_id],
       ["start_coding_agent", "invalid_input", null],
     ]);
-    for (const row of audit.rows) {
+    for (const [i, row] of audit.rows.entries()) {
       expect(row.input_bytes).toBeGreaterThan(0);
       expect(row.output_bytes).toBeGreaterThan(0);
+      // The duration of that very call: never negative, never longer than the caller waited for it.
       expect(row.duration_ms).toBeGreaterThanOrEqual(0);
+      expect(row.duration_ms).toBeLessThanOrEqual(Math.ceil(elapsed[i] ?? 0));
     }
     const dump = JSON.stringify(audit.rows);
     expect(dump).not.toContain(canary);
