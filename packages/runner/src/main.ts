@@ -21,9 +21,9 @@ import {
   MAX_PROMPT_BYTES,
   MAX_RUN_TIMEOUT_SECS,
   RUN_ID_PREFIX,
-  terminalSafe,
   type RunEvent,
   type RunSummary,
+  terminalSafe,
   utf8Length,
 } from "@webcodex/protocol";
 import { ConfigError, LOG_LEVELS, loadConfig, type RunnerConfig } from "./config.js";
