@@ -217,6 +217,31 @@ describe("OAuth negative paths", () => {
     expect(unknown.headers.get("location")).toBeNull();
   });
 
+  it("a loopback redirect URI matches on any port (RFC 8252), but not on another path or host", async () => {
+    const clientId = await register(["http://127.0.0.1/native-cb"]);
+    const { challenge, verifier } = pkce();
+    const ok = await openConsent(
+      authorizeUrl(clientId, challenge, { redirect_uri: "http://127.0.0.1:55123/native-cb" }),
+    );
+    expect(ok.status).toBe(200);
+    const answered = await answerConsent(origin, ok, { action: "approve", key: readKey });
+    expect(answered.location?.host).toBe("127.0.0.1:55123");
+    const code = answered.location?.searchParams.get("code") ?? "";
+    const t = await tokenRequest(origin, {
+      grant_type: "authorization_code",
+      client_id: clientId,
+      code,
+      code_verifier: verifier,
+      redirect_uri: "http://127.0.0.1:55123/native-cb",
+    });
+    expect(t.status).toBe(200);
+    for (const other of ["http://127.0.0.1:55123/elsewhere", "http://localhost:55123/native-cb"]) {
+      const res = await fetch(authorizeUrl(clientId, challenge, { redirect_uri: other }), { redirect: "manual" });
+      expect(res.status).toBe(400);
+      expect(res.headers.get("location")).toBeNull();
+    }
+  });
+
   it("a key without coding_agent:run never grants it, even to a provisioned client that asks and is ticked", async () => {
     const clientId = await register();
     await serverCli(["oauth", "clients", "allow-coding-agent-run", clientId, "--config", stack.serverConfigFile]);
