@@ -191,7 +191,10 @@ describe("protocol fuzz against a live Runner (fake Server)", () => {
       for (const frame of bad) {
         conn = await server.live();
         conn.ws.send(frame.data, { binary: frame.binary });
-        const code = await Promise.race([conn.closed, new Promise<undefined>((r) => setTimeout(r, 15_000))]);
+        const code = await Promise.race([
+          conn.closed,
+          new Promise<undefined>((r) => setTimeout(() => r(undefined), 15_000)),
+        ]);
         expect(code, `${frame.kind}: the Runner closed the link`).toBeDefined();
         const answered = conn.frames.some((x) => x.type === "protocol_error");
         if (!answered) expect([1009, 1007], `${frame.kind}: closed by ws (code ${code})`).toContain(code);
