@@ -158,7 +158,7 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
 
   /** Keep dynamic + metadata clients within max_dynamic_clients by evicting the oldest unused one. */
   #makeRoom(): void {
-    while (this.#store.countEvictable() >= this.#settings.maxDynamicClients) {
+    while (this.#store.countRegistered() >= this.#settings.maxDynamicClients) {
       if (!this.#store.evictOldestUnused()) {
         throw new TooManyRequestsError("this server holds as many registered clients as it allows; try again later");
       }

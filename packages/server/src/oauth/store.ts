@@ -182,8 +182,8 @@ export class OAuthStore {
       .run({ ...row, redirect_uris: JSON.stringify(row.redirect_uris), now });
   }
 
-  /** Clients that registration may evict: dynamic or metadata-document, not provisioned, no live grant. */
-  countEvictable(): number {
+  /** Dynamic and metadata-document clients held (what max_dynamic_clients bounds). */
+  countRegistered(): number {
     return (
       this.db
         .prepare<[], { n: number }>("SELECT COUNT(*) AS n FROM oauth_clients WHERE kind IN ('dynamic', 'cimd')")
