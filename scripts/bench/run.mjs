@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm run bench [-- --quick] [-- --only start,throughput,wakeup,fanout,barrier] [-- --profile] [-- --keep]`
+ * `npm run bench [-- --quick] [-- --only start,throughput,wakeup,fanout,barrier,peer] [-- --profile] [-- --keep]`
  *   `[-- --grid NS:MS] [-- --sdk-observers]`
  *
  * Measures our stack (Server + Runner + fake agent as real processes, driven
@@ -8,22 +8,27 @@
  * table with PASS/MISS per target and writes bench-results/latest.json.
  * A MISS never fails the exit code; only a crash of the harness itself does.
  */
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { loadavg } from "node:os";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { parseArgs } from "node:util";
+import { historyLine } from "./lib/history.mjs";
 import { machineInfo } from "./lib/machine.mjs";
 import { BENCH_DIR, fakeAgentBuilt, REPO } from "./lib/paths.mjs";
+import { writePicture } from "./lib/picture.mjs";
 import { evaluateTargets, render } from "./lib/report.mjs";
 import { ratio, round } from "./lib/stats.mjs";
 import { removeTempDirs } from "./lib/tmp.mjs";
 import { launchStack } from "./stack.mjs";
 import * as fanout from "./suites/fanout.mjs";
+import * as peer from "./suites/peer.mjs";
 import * as startDispatch from "./suites/start-dispatch.mjs";
 import * as throughput from "./suites/throughput.mjs";
 import * as wakeup from "./suites/wakeup.mjs";
 
-const SECTIONS = ["start", "throughput", "wakeup", "fanout", "barrier"];
+const SECTIONS = ["start", "throughput", "wakeup", "fanout", "barrier", "peer"];
+/** `peer` installs acpx + Node 22 (~50 MB) on first use: part of a full run, in --quick only when named in --only. */
+const QUICK_DEFAULT_SECTIONS = SECTIONS.filter((s) => s !== "peer");
 
 const { values: opts } = parseArgs({
   options: {
@@ -40,7 +45,7 @@ const { values: opts } = parseArgs({
   strict: true,
 });
 const quick = opts.quick;
-const only = new Set(opts.only ? opts.only.split(",").map((s) => s.trim()) : SECTIONS);
+const only = new Set(opts.only ? opts.only.split(",").map((s) => s.trim()) : quick ? QUICK_DEFAULT_SECTIONS : SECTIONS);
 for (const s of only)
   if (!SECTIONS.includes(s)) throw new Error(`--only: unknown section ${s} (${SECTIONS.join(", ")})`);
 
@@ -48,6 +53,7 @@ for (const s of only)
 const PLAN = quick
   ? {
       startRuns: 10,
+      peerRuns: 3,
       burstReps: 1,
       bursts: [
         { count: 20_000, chunk: 32, kind: "message" },
@@ -58,6 +64,7 @@ const PLAN = quick
     }
   : {
       startRuns: 50,
+      peerRuns: 10,
       burstReps: 3,
       bursts: [
         { count: 100_000, chunk: 32, kind: "message" },
@@ -66,7 +73,7 @@ const PLAN = quick
       wakeup: { intervalMs: 50, count: 200 },
       fanout: {
         ns: [1, 10, 50],
-        ms: [10, 100, 500],
+        ms: [10, 100, 500, 1000],
         intervalMs: 250,
         durationMs: 10_000,
         warmupMs: 1000,
@@ -145,8 +152,7 @@ async function withStack(label, fn) {
 
 const watchdog = setTimeout(() => {
   results.errors.watchdog = `bench exceeded ${WATCHDOG_MS} ms; partial results`;
-  finish();
-  process.exit(1);
+  void finish().finally(() => process.exit(1));
 }, WATCHDOG_MS);
 watchdog.unref();
 
@@ -273,7 +279,12 @@ try {
       observe_cost = { error: String(e?.message ?? e) };
     }
     const r = await fanout.run(ctx, { ...PLAN.fanout, client: OBSERVER_CLIENT, nodeArgs });
-    return { ...r, crossings_100ms: fanout.crossings(r.cells, 100), observe_cost };
+    return {
+      ...r,
+      crossings_100ms: fanout.crossings(r.cells, 100),
+      holds_100ms: fanout.holds(r.cells, 100),
+      observe_cost,
+    };
   });
 
   await section("barrier", async () => {
@@ -285,12 +296,28 @@ try {
     }
     return await mod.run({ quick });
   });
+
+  await section("peer", async () => {
+    let stack = null;
+    let stackError = null;
+    try {
+      if (stackAvailable()) stack = await launchStack({ label: "peer", nodeArgs });
+    } catch (e) {
+      stackError = String(e?.message ?? e);
+    }
+    try {
+      const r = await peer.measure(ctx, { runs: PLAN.peerRuns, stack });
+      return stackError ? { ...r, full_stack_error: stackError } : r;
+    } finally {
+      await stack?.stop();
+    }
+  });
 } catch (error) {
   results.errors.harness = String(error?.stack ?? error);
 }
 
-finish();
 clearTimeout(watchdog);
+await finish();
 process.exit(results.errors.harness ? 1 : 0);
 
 /** The run with the median updates/s (lower middle for an even count). */
@@ -320,16 +347,34 @@ function strip(r) {
   return { ...rest, samples_ms: samples_ms.map((v) => Math.round(v * 100) / 100) };
 }
 
-function finish() {
+/** A full run: every section at full size (what bench-results/history.jsonl compares across commits). */
+const FULL_RUN = !quick && !opts.only && !opts.grid && !opts["sdk-observers"];
+
+async function finish() {
   results.finished_at = new Date().toISOString();
   results.duration_s = (Date.now() - t0) / 1000;
   results.machine.loadavg_at_end = loadavg();
   results.targets = evaluateTargets(results);
+  const outDir = dirname(opts.out);
   try {
-    mkdirSync(join(REPO, "bench-results"), { recursive: true });
+    mkdirSync(outDir, { recursive: true });
     writeFileSync(opts.out, `${JSON.stringify(round(results), null, 2)}\n`);
   } catch (error) {
     process.stderr.write(`could not write ${opts.out}: ${error}\n`);
+  }
+  const png = join(outDir, `${basename(opts.out, ".json")}.png`);
+  try {
+    const why = await writePicture(results, png);
+    if (why) process.stderr.write(`no picture: ${why}\n`);
+  } catch (error) {
+    process.stderr.write(`could not write ${png}: ${error}\n`);
+  }
+  if (FULL_RUN) {
+    try {
+      appendFileSync(join(outDir, "history.jsonl"), `${JSON.stringify(historyLine(results))}\n`);
+    } catch (error) {
+      process.stderr.write(`could not append to history.jsonl: ${error}\n`);
+    }
   }
   process.stdout.write(render(results));
   removeTempDirs({ keep: opts.keep });

@@ -44,6 +44,8 @@ export const TOKEN_ISSUE = (config, principal, projects) => [
 ];
 
 const toml = (value) => JSON.stringify(value);
+/** The Server's `[server] max_connections` in the bench (the default 1000 is below the largest fan-out cell). */
+const BENCH_MAX_CONNECTIONS = 4096;
 
 export async function freePort() {
   return await new Promise((resolve, reject) => {
@@ -91,7 +93,8 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
   }));
   const projects = [...(runner ? ["bench"] : []), ...sims.map((s) => s.project_id)];
 
-  let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\n\n`;
+  // max_connections: the fan-out's largest cell holds 1,000 long-polls plus the sim runners and control clients.
+  let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\nmax_connections = ${BENCH_MAX_CONNECTIONS}\n\n`;
   if (runner) s += `[[runners]]\nid = "bench"\ntoken_sha256 = ${toml(sha256(runnerToken))}\nprojects = ["bench"]\n\n`;
   for (const sim of sims) {
     s += `[[runners]]\nid = ${toml(sim.runner_id)}\ntoken_sha256 = ${toml(sha256(sim.token))}\nprojects = [${toml(sim.project_id)}]\n\n`;

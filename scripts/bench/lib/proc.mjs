@@ -16,7 +16,7 @@ function clockTicks() {
     return 100;
   }
 }
-const CLK_TCK = clockTicks();
+export const CLK_TCK = clockTicks();
 
 function killGroup(pid, signal) {
   try {

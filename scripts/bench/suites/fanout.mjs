@@ -155,3 +155,17 @@ export function crossings(cells, limitMs = 100) {
   }
   return out;
 }
+
+/** For each N: the largest M tried whose p99 and every smaller M's p99 stayed ≤ `limitMs` (null when none). */
+export function holds(cells, limitMs = 100) {
+  const out = {};
+  for (const n of [...new Set(cells.map((c) => c.n))]) {
+    let best = null;
+    for (const c of cells.filter((cc) => cc.n === n).sort((a, b) => a.m - b.m)) {
+      if (!(c.latency_ms?.p99 <= limitMs)) break;
+      best = c.m;
+    }
+    out[`N=${n}`] = best;
+  }
+  return out;
+}

@@ -1,0 +1,102 @@
+/**
+ * The peer of the `peer` suite: pinned `acpx` running on a pinned Node 22,
+ * installed with npm into a cache folder on first use (like the smoke tests'
+ * adapters), or given by WEBCODEX_BENCH_ACPX_SCRIPT + WEBCODEX_BENCH_ACPX_NODE.
+ * Never throws: returns { node, script, … } or { skipped: "why" }.
+ */
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { REPO } from "./paths.mjs";
+
+export const ACPX_VERSION = "0.19.1";
+export const PEER_NODE_MAJOR = 22;
+export const PEER_CACHE_DIR = join(REPO, ".bench-cache", `acpx-${ACPX_VERSION}-node${PEER_NODE_MAJOR}`);
+/** Bound of each npm step (the node@22 package alone is ~40 MB compressed). */
+const NPM_TIMEOUT_MS = 5 * 60_000;
+
+const npm = process.platform === "win32" ? "npm.cmd" : "npm";
+
+function npmIn(dir, args) {
+  const r = spawnSync(npm, args, {
+    cwd: dir,
+    stdio: ["ignore", "pipe", "pipe"],
+    timeout: NPM_TIMEOUT_MS,
+    encoding: "utf8",
+  });
+  const why = (r.stderr || r.stdout || String(r.error ?? "")).trim().split("\n").slice(-2).join(" ").slice(0, 300);
+  return { ok: r.status === 0, why };
+}
+
+/** The major version `node` reports, or null when it does not run. */
+function nodeMajor(node) {
+  if (!existsSync(node)) return null;
+  const r = spawnSync(node, ["--version"], { encoding: "utf8", timeout: 30_000 });
+  const m = /^v(\d+)\./.exec(r.stdout ?? "");
+  return m ? Number(m[1]) : null;
+}
+
+/** The node@22 binary inside the cache: the package's bin, or the arch package its install script fetches. */
+function cachedNode(dir) {
+  const arch = `node-${process.platform}-${process.arch}`;
+  return [
+    join(dir, "node_modules/node/bin/node"),
+    join(dir, "node_modules/node/node_modules", arch, "bin/node"),
+    join(dir, "node_modules", arch, "bin/node"),
+  ].find((p) => nodeMajor(p) === PEER_NODE_MAJOR);
+}
+
+function versionOf(dir, pkg) {
+  try {
+    return JSON.parse(readFileSync(join(dir, "node_modules", pkg, "package.json"), "utf8")).version ?? null;
+  } catch {
+    return null;
+  }
+}
+
+export function ensurePeer(log = () => {}) {
+  const script = process.env.WEBCODEX_BENCH_ACPX_SCRIPT;
+  if (script) {
+    const node = process.env.WEBCODEX_BENCH_ACPX_NODE;
+    if (!node || !existsSync(node) || !existsSync(script)) {
+      return { skipped: "WEBCODEX_BENCH_ACPX_SCRIPT needs WEBCODEX_BENCH_ACPX_NODE, and both must exist" };
+    }
+    return { node, script, node_version: nodeMajor(node), acpx_version: null, source: "env" };
+  }
+  const dir = PEER_CACHE_DIR;
+  const acpxScript = join(dir, "node_modules/acpx/dist/cli.js");
+  if (versionOf(dir, "acpx") !== ACPX_VERSION || !existsSync(acpxScript)) {
+    log(`peer: installing acpx@${ACPX_VERSION} and node@${PEER_NODE_MAJOR} into ${dir} …`);
+    mkdirSync(dir, { recursive: true });
+    const r = npmIn(dir, [
+      "install",
+      "--prefix",
+      dir,
+      "--save-exact",
+      "--no-audit",
+      "--no-fund",
+      "--loglevel=error",
+      `acpx@${ACPX_VERSION}`,
+      `node@${PEER_NODE_MAJOR}`,
+    ]);
+    if (!r.ok || versionOf(dir, "acpx") !== ACPX_VERSION) {
+      return { skipped: `could not install acpx@${ACPX_VERSION} (offline?): ${r.why}` };
+    }
+  }
+  let node = cachedNode(dir);
+  if (!node) {
+    // npm ≥ 11 blocks the node package's install script (it fetches the binary) until approved.
+    log("peer: approving node's install script and rebuilding it …");
+    npmIn(dir, ["install-scripts", "approve", "node"]);
+    const r = npmIn(dir, ["rebuild", "node"]);
+    node = cachedNode(dir);
+    if (!node) return { skipped: `node@${PEER_NODE_MAJOR} did not install a runnable binary: ${r.why}` };
+  }
+  return {
+    node,
+    script: acpxScript,
+    node_version: spawnSync(node, ["--version"], { encoding: "utf8" }).stdout.trim(),
+    acpx_version: versionOf(dir, "acpx"),
+    source: ".bench-cache",
+  };
+}
