@@ -5,17 +5,20 @@
  */
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { CliError } from "./errors.js";
+import { parseSessionCommand, SESSION_USAGE, type SessionAction } from "./session-args.js";
 import { parseTaskCommand, TASK_USAGE, type TaskAction } from "./task-args.js";
 import type { ConfigValue } from "./wire.js";
 
 export const USAGE = `webcodex — start, follow and cancel coding-agent runs on a WebCodex Server (over MCP)
 
 Usage:
-  webcodex run --project ID --provider ID [--key K] [--timeout SECS] [--config KEY=VALUE]... "PROMPT"
+  webcodex run --project ID --provider ID [--key K] [--timeout SECS] [--config KEY=VALUE]...
+               [--session SESSION_ID] [--context-session SESSION_ID] "PROMPT"
   webcodex observe RUN_ID [--follow]
   webcodex cancel RUN_ID
   webcodex status
   webcodex task create|attempt|run|reconcile|show|close …   (see \`webcodex task --help\`)
+  webcodex session create|update|show …                      (see \`webcodex session --help\`)
 
 Commands:
   run       Start a run and follow it live until it ends. Ctrl-C asks the Server to
@@ -34,6 +37,9 @@ Options:
                     dispatch. Without it a random key is generated and printed.
   --timeout SECS    Run deadline in seconds (the Runner clamps it to its maximum)
   --config K=V      Agent config option (only ids the provider allows); true/false are booleans
+  --session ID      (run) Record the run's lifecycle in this workflow session (yours, same project)
+  --context-session ID
+                    (run) Start from this workflow session's handoff and goal, quoted before the prompt
   -f, --follow      (observe) Follow until the run ends
   -h, --help        Show this help
   -V, --version     Show the version
@@ -41,7 +47,7 @@ Options:
 Exit codes: 0 completed · 1 failed or error · 2 usage error · 3 lost · 130 cancelled/interrupted
 `;
 
-export { TASK_USAGE };
+export { SESSION_USAGE, TASK_USAGE };
 
 export interface GlobalOptions {
   url: string | undefined;
@@ -60,6 +66,10 @@ export type Command =
       key: string | undefined;
       timeoutSecs: number | undefined;
       config: Record<string, ConfigValue>;
+      /** workflow_session_id: the session that records this run. */
+      session: string | undefined;
+      /** context_session_id: the session whose handoff and goal are quoted before the prompt. */
+      contextSession: string | undefined;
       /** "-" means read stdin. */
       prompt: string;
     }
@@ -67,7 +77,9 @@ export type Command =
   | { name: "cancel"; global: GlobalOptions; runId: string }
   | { name: "status"; global: GlobalOptions }
   | { name: "task"; global: GlobalOptions; task: TaskAction }
-  | { name: "task-help" };
+  | { name: "task-help" }
+  | { name: "session"; global: GlobalOptions; session: SessionAction }
+  | { name: "session-help" };
 
 const GLOBAL_OPTIONS = {
   url: { type: "string" },
@@ -84,6 +96,8 @@ const RUN_OPTIONS = {
   key: { type: "string" },
   timeout: { type: "string" },
   config: { type: "string", multiple: true },
+  session: { type: "string" },
+  "context-session": { type: "string" },
 } as const satisfies ParseArgsConfig["options"];
 
 const OBSERVE_OPTIONS = {
@@ -91,7 +105,7 @@ const OBSERVE_OPTIONS = {
   follow: { type: "boolean", short: "f" },
 } as const satisfies ParseArgsConfig["options"];
 
-const COMMANDS = ["run", "observe", "cancel", "status", "task", "help"] as const;
+const COMMANDS = ["run", "observe", "cancel", "status", "task", "session", "help"] as const;
 
 function usage(message: string): CliError {
   return new CliError("usage", message, { hint: "Run `webcodex --help` for usage." });
@@ -174,6 +188,8 @@ export function parseCommand(argv: readonly string[]): Command {
         key: values.key,
         timeoutSecs,
         config: parseConfigPairs(values.config ?? []),
+        session: values.session,
+        contextSession: values["context-session"],
         prompt,
       };
     }
@@ -195,6 +211,12 @@ export function parseCommand(argv: readonly string[]): Command {
     case "task": {
       const parsed = parseTaskCommand(rest);
       return parsed === null ? { name: "task-help" } : { name: "task", global: parsed.global, task: parsed.task };
+    }
+    case "session": {
+      const parsed = parseSessionCommand(rest);
+      return parsed === null
+        ? { name: "session-help" }
+        : { name: "session", global: parsed.global, session: parsed.session };
     }
     case "status": {
       const { values, positionals } = parse(rest, GLOBAL_OPTIONS);

@@ -3,10 +3,11 @@
  * any error once: what failed and what to check (ndjson `error` objects on
  * stdout with --json).
  */
-import { parseCommand, TASK_USAGE, USAGE } from "./args.js";
+import { parseCommand, SESSION_USAGE, TASK_USAGE, USAGE } from "./args.js";
 import { cancelCommand } from "./commands/cancel.js";
 import { observeCommand } from "./commands/observe.js";
 import { runCommand } from "./commands/run.js";
+import { sessionCommand } from "./commands/session.js";
 import { statusCommand } from "./commands/status.js";
 import { taskCommand } from "./commands/task.js";
 import type { CliContext } from "./context.js";
@@ -40,6 +41,11 @@ export async function runCli(argv: readonly string[], ctx: CliContext): Promise<
         return await taskCommand(cmd.global, cmd.task, ctx);
       case "task-help":
         ctx.stdout.write(TASK_USAGE);
+        return EXIT.ok;
+      case "session":
+        return await sessionCommand(cmd.global, cmd.session, ctx);
+      case "session-help":
+        ctx.stdout.write(SESSION_USAGE);
         return EXIT.ok;
       default: {
         const never: never = cmd;

@@ -186,4 +186,8 @@ export interface StartInput {
   prompt: string;
   config?: Record<string, ConfigValue>;
   timeout_secs?: number;
+  /** Record the run's lifecycle in this workflow session. */
+  workflow_session_id?: string;
+  /** Quote this workflow session's handoff and goal before the prompt. */
+  context_session_id?: string;
 }

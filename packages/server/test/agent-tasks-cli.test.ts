@@ -1,15 +1,17 @@
 /**
- * Issue 14: `webcodex task …` (the CLI binary, over MCP) against a real
- * Server, Runner and fake agent: create → attempt → run → follow → show →
- * close, each printing the ids a host must keep.
+ * Issues 14 and 15: `webcodex task …` and `webcodex session …` / `run
+ * --session` / `--context-session` (the CLI binary, over MCP) against a real
+ * Server, Runner and fake agent, each printing the ids a host must keep.
  */
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { composeContextPrompt } from "../src/session-service.js";
 import { REPO_ROOT, type Stack, startStack } from "./support/stack.js";
 import { promptsOf } from "./support/tool-calls.js";
 
+const SCOPES = ["coding_agent:run", "project:write", "project:read", "runtime:read", "runtime:write"] as const;
 const CLI_BIN = join(REPO_ROOT, "packages/cli/bin/webcodex.js");
 const exec = promisify(execFile);
 
@@ -18,12 +20,12 @@ let env: NodeJS.ProcessEnv;
 
 beforeAll(async () => {
   stack = await startStack({
-    principals: [{ id: "alice", scopes: ["coding_agent:run", "project:write", "project:read"], projects: ["demo"] }],
+    principals: [{ id: "alice", scopes: [...SCOPES], projects: ["demo"] }],
   });
   env = {
     ...process.env,
     WEBCODEX_URL: stack.mcpUrl.href,
-    WEBCODEX_TOKEN: stack.issueToken("alice", ["coding_agent:run", "project:write", "project:read"], ["demo"]),
+    WEBCODEX_TOKEN: stack.issueToken("alice", [...SCOPES], ["demo"]),
     NO_COLOR: "1",
   };
 }, 60_000);
@@ -109,5 +111,60 @@ describe("webcodex task (CLI over MCP)", () => {
     const usage = await cli(["task", "close", created.task_id as string, "--outcome", "great"]);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toContain("--outcome must be one of");
+  });
+
+  it("creates, updates and shows a workflow session; run --session records, --context-session quotes the handoff", async () => {
+    const created = await json(["session", "create", "--project", "demo", "--title", "cli session"]);
+    expect(created).toMatchObject({ type: "session_created", project_id: "demo", version: 1 });
+    const sid = created.session_id as string;
+    const updated = await cli([
+      "session",
+      "update",
+      sid,
+      "--handoff",
+      "HANDOFF-cli-1",
+      "--goal",
+      "green",
+      "--expected-version",
+      "1",
+    ]);
+    expect(updated.stdout).toContain(`session ${sid} · version 2 · handoff v1 · goal v1`);
+    const stale = await cli(["session", "update", sid, "--goal", "x", "--expected-version", "1", "--json"]);
+    expect(stale.code).toBe(1);
+    expect(JSON.parse(stale.stdout.trim())).toMatchObject({ type: "error", code: "version_conflict" });
+
+    const recorded = await cli(["run", "--project", "demo", "--provider", "fake", "--session", sid, "scenario: hello"]);
+    expect(recorded.code, recorded.stderr).toBe(0);
+    const withContext = await cli([
+      "run",
+      "--project",
+      "demo",
+      "--provider",
+      "fake",
+      "--context-session",
+      sid,
+      "--key",
+      "cli-ctx-1",
+      "Continue.",
+    ]);
+    expect(withContext.code, withContext.stderr).toBe(0);
+    const quoted = composeContextPrompt(
+      { session_id: sid, handoff: "HANDOFF-cli-1", handoff_version: 1, goal: "green", goal_version: 1 },
+      "Continue.",
+    );
+    expect(promptsOf(stack.ledger(), quoted)).toHaveLength(1);
+
+    let shown = "";
+    for (let i = 0; i < 100 && !shown.includes("coding_agent_terminal"); i++) {
+      shown = (await cli(["session", "show", sid])).stdout;
+      if (!shown.includes("coding_agent_terminal")) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(shown).toContain(`session ${sid} · project demo · cli session · version 2`);
+    expect(shown).toContain("handoff (v1):\nHANDOFF-cli-1");
+    expect(shown).toMatch(/#1 \S+ coding_agent_started wc_agent_run_\w+/);
+    expect(shown).toMatch(/coding_agent_terminal wc_agent_run_\w+ · completed · end_turn/);
+    const usage = await cli(["session", "update", sid]);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain("give --handoff, --goal or both");
   });
 });

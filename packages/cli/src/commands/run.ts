@@ -95,6 +95,8 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
           prompt,
           ...(Object.keys(cmd.config).length > 0 ? { config: cmd.config } : {}),
           ...(cmd.timeoutSecs !== undefined ? { timeout_secs: cmd.timeoutSecs } : {}),
+          ...(cmd.session !== undefined ? { workflow_session_id: cmd.session } : {}),
+          ...(cmd.contextSession !== undefined ? { context_session_id: cmd.contextSession } : {}),
         },
         stopFollowing.signal,
       )
