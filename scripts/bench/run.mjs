@@ -89,6 +89,9 @@ if (opts.grid) {
   PLAN.fanout = { ...PLAN.fanout, ns, ms };
 }
 
+/** A full run: every section at full size (what bench-results/history.jsonl compares across commits). */
+const FULL_RUN = !quick && !opts.only && !opts.grid && !opts["sdk-observers"];
+
 /** The MCP client of the fan-out load generator (observers.mjs). */
 const OBSERVER_CLIENT = opts["sdk-observers"] ? "sdk" : "lean";
 const OBSERVER_CLIENT_LABEL = OBSERVER_CLIENT === "sdk" ? "SDK Client" : "lean MCP client (node:http)";
@@ -346,9 +349,6 @@ function strip(r) {
   const { samples_ms, ...rest } = r;
   return { ...rest, samples_ms: samples_ms.map((v) => Math.round(v * 100) / 100) };
 }
-
-/** A full run: every section at full size (what bench-results/history.jsonl compares across commits). */
-const FULL_RUN = !quick && !opts.only && !opts.grid && !opts["sdk-observers"];
 
 async function finish() {
   results.finished_at = new Date().toISOString();
