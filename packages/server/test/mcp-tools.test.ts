@@ -261,3 +261,36 @@ describe("McpTools.call", () => {
     expect(dump).not.toContain("k-1");
   });
 });
+
+describe("a run core that throws", () => {
+  // The run core is replaced here (FakeRuns with a throwing method) because the real one has no input
+  // that makes it throw; this is the front end's last line of defence for a bug behind it.
+  const SECRET = "CANARY-internal-/home/alice/.ssh/id_ed25519";
+  const calls = [
+    ["start", TOOL_NAMES.start, validStart],
+    ["observe", TOOL_NAMES.observe, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" }],
+    ["cancel", TOOL_NAMES.cancel, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" }],
+  ] as const;
+
+  it.each(calls)(
+    "%s answers `internal` without the thrown message, in the result, the audit row or the log",
+    async (method, tool, args) => {
+      const runs = new FakeRuns();
+      Object.assign(runs, { [method]: () => Promise.reject(new Error(`database exploded at ${SECRET}`)) });
+      const audit = new MemoryAuditLog();
+      const lines: string[] = [];
+      const log = pino({ level: "debug" }, { write: (line: string) => lines.push(line) });
+      const tools = new McpTools({ runs, audit, logger: log, observeLimits: new ObserveLimits(8) });
+      const result = await tools.call(alice, tool, args);
+      const error = errorOf(result);
+      expect(error).toMatchObject({ code: "internal", recovery_kind: "none" });
+      expect(error.message).toContain("Retrying it is safe");
+      expect(JSON.stringify(result)).not.toContain("exploded");
+      expect(audit.rows.map((r) => [r.tool, r.outcome])).toEqual([[tool, "internal"]]);
+      expect(lines.some((l) => l.includes("tool call failed unexpectedly"))).toBe(true);
+      for (const text of [JSON.stringify(result), JSON.stringify(audit.rows), lines.join("\n")]) {
+        expect(text).not.toContain(SECRET);
+      }
+    },
+  );
+});
