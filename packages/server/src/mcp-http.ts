@@ -167,15 +167,20 @@ function argumentShapeRefusals(messages: readonly JSONRPCMessage[]): Map<unknown
 }
 
 /**
- * A tools/call whose params the SDK's request schema refuses (-32602) before any tool handler runs: it is
- * audited here, since no tool sees it.
+ * Why a tools/call's params are malformed (no string `name`, or `arguments` that is not an object), or null.
+ * The SDK's request schema would refuse such a call as an *internal* error (-32603) whose message is a raw
+ * schema dump; it is answered here instead as invalid params (-32602) naming the field, and audited, since
+ * no tool sees it.
  */
-function malformedToolCall(m: JSONRPCMessage): boolean {
-  if (!("method" in m) || m.method !== "tools/call") return false;
+function malformedToolCall(m: JSONRPCMessage): string | null {
+  if (!("method" in m) || m.method !== "tools/call") return null;
   const p = m.params as Record<string, unknown> | undefined;
-  if (typeof p !== "object" || p === null || typeof p.name !== "string") return true;
+  if (typeof p !== "object" || p === null || Array.isArray(p)) return "params: must be an object with a string name";
+  if (typeof p.name !== "string") return "params.name: must be a string (the tool's name)";
   const args = p.arguments;
-  return args !== undefined && (typeof args !== "object" || args === null || Array.isArray(args));
+  if (args !== undefined && (typeof args !== "object" || args === null || Array.isArray(args)))
+    return "params.arguments: must be an object of the tool's arguments";
+  return null;
 }
 
 /** A Node request handler for `/mcp`; hand it every request whose path is /mcp. */
@@ -298,7 +303,13 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       return;
     }
     const abort = new AbortController();
-    if (malformedToolCall(post.message)) tools.recordRefusedCall(principal, "malformed_call");
+    const malformed = malformedToolCall(post.message);
+    if (malformed !== null) {
+      tools.recordRefusedCall(principal, "malformed_call");
+      const id = "id" in post.message ? post.message.id : null;
+      sendJsonRpcError(res, 200, -32602, `Invalid params: ${malformed}`, id);
+      return;
+    }
     const server = buildServer(principal, abort.signal, argumentShapeRefusals([post.message]));
     const transport = new PostTransport(res, post.request);
     if (post.request !== null) {

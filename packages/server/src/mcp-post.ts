@@ -38,10 +38,16 @@ import {
   SUPPORTED_PROTOCOL_VERSIONS,
 } from "@modelcontextprotocol/sdk/types.js";
 
-/** A JSON-RPC error as an HTTP response body (`id: null`: it answers the POST, not a message). */
-export function sendJsonRpcError(res: ServerResponse, status: number, code: number, message: string): void {
+/** A JSON-RPC error as an HTTP response body (`id: null` answers the POST itself; an id answers that request). */
+export function sendJsonRpcError(
+  res: ServerResponse,
+  status: number,
+  code: number,
+  message: string,
+  id: string | number | null = null,
+): void {
   if (res.headersSent || res.writableEnded) return;
-  const body = JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id: null });
+  const body = JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id });
   res.writeHead(status, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
   res.end(body);
 }

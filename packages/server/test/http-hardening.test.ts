@@ -172,13 +172,21 @@ describe("the Server's HTTP hardening", () => {
     e = await start();
     const error = await callRaw(e, "rm_rf", "{}");
     expect(error.code).toBe("jsonrpc");
-    expect((await callRaw(e, "start_coding_agent", "[1,2]")).code).toBe("jsonrpc");
+    expect(await callRaw(e, "start_coding_agent", "[1,2]")).toEqual({
+      code: "jsonrpc",
+      message: "Invalid params: params.arguments: must be an object of the tool's arguments",
+    });
     const res = await fetch(`${e.server.url}/mcp`, {
       method: "POST",
       headers: { ...HEADERS, authorization: `Bearer ${TOKEN}` },
       body: '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":5}}',
     });
-    expect(((await res.json()) as { error?: unknown }).error).toBeDefined();
+    // Invalid params (-32602) naming the field, answering request 8 — not an internal error with a schema dump.
+    expect(await res.json()).toEqual({
+      jsonrpc: "2.0",
+      id: 8,
+      error: { code: -32602, message: "Invalid params: params.name: must be a string (the tool's name)" },
+    });
     await until(() => auditRows(e!).length === 3);
     expect(auditRows(e).map((r) => [r.tool, r.outcome])).toEqual([
       ["unknown_tool", "invalid_input"],

@@ -1,0 +1,540 @@
+/**
+ * Issue 16 §2: schema-aware and random arguments for every tool the Server
+ * lists, and raw HTTP abuse of /mcp and the OAuth endpoints, against a live
+ * `webcodex-server run` child (OAuth enabled) with a real Runner. No answer is
+ * a 5xx (the only documented overload answer, 503 past max_connections, is
+ * not provoked here), the Server stays up, a rejected call changes no durable
+ * state, and every authenticated tools/call leaves exactly one audit row.
+ */
+import { request as httpRequest } from "node:http";
+import { connect } from "node:net";
+import { join } from "node:path";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
+import { rssBytes, seed, size } from "./support/profile.js";
+import { auditRows, stateSnapshot } from "./support/server-state.js";
+
+const TOOL_CALLS = size(3_000, 300);
+const RSS_GROWTH_BOUND = 128 * 1024 * 1024;
+const ANSWER_MS = 30_000;
+
+interface JsonSchema {
+  type?: string | string[];
+  properties?: Record<string, JsonSchema>;
+  required?: string[];
+  enum?: unknown[];
+}
+
+describe("MCP and HTTP fuzz against a live Server", () => {
+  let stack: ProcStack;
+  let token: string;
+  let realRunId = "";
+  let dbFile: string;
+
+  beforeAll(async () => {
+    stack = await new ProcStack({
+      server: "child",
+      runners: [{ id: "r1", projects: ["p1"] }],
+      serverSection: (port) => `public_url = "http://127.0.0.1:${port}"`,
+      extraServerToml: "[oauth]\nenabled = true\n",
+    }).init();
+    await stack.startRunner("r1");
+    token = stack.principalTokens.get("alice")!;
+    dbFile = join(stack.dir, "server-state", "server.sqlite3");
+    realRunId = okValue(
+      await stack.start("alice", {
+        project_id: "p1",
+        provider_id: "fake",
+        idempotency_key: "mcp-fuzz-baseline",
+        prompt: "scenario: hello",
+      }),
+    ).run_id;
+    await waitFor("the baseline run to complete", async () => {
+      const o = await stack.observe("alice", { run_id: realRunId });
+      return o.ok && o.value.state === "completed";
+    });
+  }, 120_000);
+
+  afterAll(async () => {
+    await stack?.stop();
+  });
+
+  interface Answer {
+    status: number;
+    body: string;
+  }
+
+  /** One HTTP request with full control of headers and body (fetch refuses some of what we send). */
+  function send(
+    method: string,
+    path: string,
+    headers: Record<string, string | string[]>,
+    body?: string | Buffer,
+  ): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest(
+        { host: "127.0.0.1", port: stack.port, method, path, headers, timeout: ANSWER_MS },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString("utf8") }));
+          res.on("error", reject);
+        },
+      );
+      req.on("timeout", () => req.destroy(new Error(`${method} ${path}: no answer within ${ANSWER_MS} ms`)));
+      req.on("error", (err) => {
+        // The Server may answer (413, 401) and close before reading a large body: that is an answer.
+        if ((err as NodeJS.ErrnoException).code === "EPIPE" || (err as NodeJS.ErrnoException).code === "ECONNRESET")
+          resolve({ status: -1, body: "" });
+        else reject(err);
+      });
+      if (body !== undefined) req.write(body);
+      req.end();
+    });
+  }
+
+  const mcpHeaders = (extra: Record<string, string> = {}) => ({
+    authorization: `Bearer ${token}`,
+    "content-type": "application/json",
+    accept: "application/json, text/event-stream",
+    "mcp-protocol-version": "2025-11-25",
+    ...extra,
+  });
+
+  async function rpc(method: string, params: unknown, id: number | string = 1): Promise<Answer> {
+    return send("POST", "/mcp", mcpHeaders(), JSON.stringify({ jsonrpc: "2.0", id, method, params }));
+  }
+
+  /** A value for one property: usually of its declared type (edge values included), sometimes of another. */
+  function propertyValue(name: string, schema: JsonSchema): fc.Arbitrary<unknown> {
+    const types = Array.isArray(schema.type) ? schema.type : [schema.type ?? "string"];
+    const ofType = types.map((t): fc.Arbitrary<unknown> => {
+      switch (t) {
+        case "integer":
+        case "number":
+          return fc.oneof(
+            fc.integer({ min: -5, max: 200_000 }),
+            fc.constantFrom(0, 1, 30, 31, -1, 2 ** 53, 1.5, Number.MAX_SAFE_INTEGER),
+          );
+        case "boolean":
+          return fc.boolean();
+        case "object":
+          return fc.dictionary(fc.string({ maxLength: 10 }), fc.oneof(fc.string({ maxLength: 20 }), fc.boolean()), {
+            maxKeys: 4,
+          });
+        case "array":
+          return fc.array(fc.string({ maxLength: 10 }), { maxLength: 4 });
+        default:
+          return fc.oneof(
+            fc.string({ maxLength: 40 }),
+            fc.constantFrom("", "p1", "fake", realRunId, "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa", "__proto__"),
+            fc.constant(`scenario: hello\n${name}`),
+            fc.integer({ min: 1, max: 80 * 1024 }).map((n) => "x".repeat(n)),
+          );
+      }
+    });
+    if (schema.enum) ofType.push(fc.constantFrom(...schema.enum));
+    // wait_secs: keep real waits short so the fuzz is bounded in time.
+    if (name === "wait_secs") return fc.constantFrom(0, 1, -1, 31, 0.5, "2", null);
+    // Mostly-valid values for the fields a call needs, so the fuzz reaches past input validation.
+    const valid: Record<string, fc.Arbitrary<unknown>> = {
+      project_id: fc.constant("p1"),
+      provider_id: fc.constant("fake"),
+      prompt: fc.constantFrom("scenario: hello", "hello there"),
+      run_id: fc.constant(realRunId),
+      idempotency_key: fc.stringMatching(/^[a-z0-9-]{1,24}$/),
+    };
+    const likely = valid[name];
+    if (likely)
+      return fc.oneof(
+        { weight: 3, arbitrary: likely },
+        { weight: 1, arbitrary: fc.oneof(...ofType) },
+        { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }) },
+      );
+    return fc.oneof(
+      { weight: 4, arbitrary: fc.oneof(...ofType) },
+      { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }) },
+    );
+  }
+
+  function argumentsFor(schema: JsonSchema): fc.Arbitrary<unknown> {
+    const props = schema.properties ?? {};
+    const record = fc.record(
+      Object.fromEntries(Object.entries(props).map(([k, v]) => [k, propertyValue(k, v)])) as Record<
+        string,
+        fc.Arbitrary<unknown>
+      >,
+      { requiredKeys: [] },
+    );
+    const extra = fc.dictionary(
+      fc.constantFrom("executable", "args", "env", "cwd", "session_id", "jsonrpc", "__proto__", "constructor", "x"),
+      fc.jsonValue({ maxDepth: 2 }),
+      { maxKeys: 2 },
+    );
+    return fc.oneof(
+      { weight: 6, arbitrary: record },
+      { weight: 1, arbitrary: fc.tuple(record, extra).map(([a, b]) => ({ ...(a as object), ...b })) },
+      { weight: 1, arbitrary: fc.jsonValue({ maxDepth: 3 }) },
+    );
+  }
+
+  it(
+    `answers ${TOOL_CALLS} fuzzed tool calls for every listed tool without a 5xx, auditing each and changing nothing on refusal`,
+    async () => {
+      const s = seed();
+      console.log(`MCP fuzz seed=${s} calls=${TOOL_CALLS}`);
+      const t0 = Date.now();
+      const listed = await rpc("tools/list", {});
+      expect(listed.status).toBe(200);
+      const tools = (JSON.parse(listed.body) as { result: { tools: Array<{ name: string; inputSchema: JsonSchema }> } })
+        .result.tools;
+      expect(tools.map((t) => t.name)).toEqual(
+        expect.arrayContaining(["start_coding_agent", "observe_coding_agent", "cancel_coding_agent"]),
+      );
+      const calls = fc.sample(
+        fc.oneof(
+          ...tools.map((t) =>
+            argumentsFor(t.inputSchema).map((args) => ({ name: t.name, args }) as { name: string; args: unknown }),
+          ),
+          fc.record({ name: fc.string({ maxLength: 30 }), args: fc.jsonValue({ maxDepth: 2 }) }),
+        ),
+        { numRuns: TOOL_CALLS, seed: s },
+      );
+      const started = new Set<string>();
+      /** Durable state minus the rows of runs the fuzz really started (their Runner keeps updating them). */
+      const state = () => {
+        const snap = stateSnapshot(dbFile);
+        for (const [table, rows] of Object.entries(snap))
+          snap[table] = rows.filter((r) => !started.has(String((r as { run_id?: unknown }).run_id)));
+        return snap;
+      };
+      const auditBefore = auditRows(dbFile, "mcp_audit").length;
+      const pid = stack.serverChild!.pid!;
+      const rssBefore = (await rssBytes(pid))!;
+      const statuses = new Map<string, number>();
+      let refused = 0;
+      // One call at a time, so each refused call's effect on durable state can be checked on its own.
+      for (let i = 0; i < calls.length; i++) {
+        const { name, args } = calls[i]!;
+        const before = state();
+        const answer = await rpc("tools/call", { name, arguments: args }, i);
+        expect(
+          answer.status,
+          `${name} ${JSON.stringify(args).slice(0, 200)} → ${answer.body.slice(0, 300)}`,
+        ).toBeLessThan(500);
+        let key = `http_${answer.status}`;
+        if (answer.status === 200) {
+          const msg = JSON.parse(answer.body) as {
+            result?: {
+              isError?: boolean;
+              content?: Array<{ text?: string }>;
+              structuredContent?: { run_id?: string };
+            };
+            error?: { code: number };
+          };
+          // An internal error (-32603) is the JSON-RPC form of a 5xx: never an answer to bad input.
+          expect(
+            msg.error?.code,
+            `${name} ${JSON.stringify(args).slice(0, 200)} → ${answer.body.slice(0, 300)}`,
+          ).not.toBe(-32603);
+          if (msg.error) key = `rpc_${msg.error.code}`;
+          else if (msg.result?.isError) {
+            const text = msg.result.content?.[0]?.text ?? "{}";
+            const error = (JSON.parse(text) as { error?: { code?: string; message?: string } }).error;
+            expect(error?.code, `${name}: a tool error carries {error: {code, message}}`).toMatch(/^[a-z_]+$/);
+            expect(error?.message).toBeTruthy();
+            key = `tool_error:${error?.code}`;
+          } else {
+            key = `ok:${name}`;
+            const runId = msg.result?.structuredContent?.run_id;
+            if (runId && name.includes("start")) started.add(runId);
+          }
+        }
+        if (!key.startsWith("ok:")) {
+          refused += 1;
+          expect(state(), `refused ${name} ${JSON.stringify(args).slice(0, 200)} changed durable state`).toEqual(
+            before,
+          );
+        }
+        statuses.set(key, (statuses.get(key) ?? 0) + 1);
+      }
+      console.log(`MCP fuzz answers ${JSON.stringify(Object.fromEntries(statuses))}`);
+      const rssAfter = await rssBytes(pid);
+      expect(rssAfter, "the Server survived").toBeDefined();
+      expect(rssAfter! - rssBefore, "Server RSS growth").toBeLessThan(RSS_GROWTH_BOUND);
+
+      // Every authenticated tools/call is audited (rows are written in batches: wait for the flush).
+      await waitFor(
+        "one mcp_audit row per tools/call",
+        () => auditRows(dbFile, "mcp_audit").length - auditBefore >= calls.length,
+        30_000,
+      );
+      expect(auditRows(dbFile, "mcp_audit").length - auditBefore).toBe(calls.length);
+
+      expect(refused).toBeGreaterThan(calls.length / 2);
+      const baseline = okValue(await stack.observe("alice", { run_id: realRunId }));
+      expect(baseline.state).toBe("completed");
+      console.log(
+        `MCP fuzz: ${((Date.now() - t0) / 1000).toFixed(1)} s, ${refused} refused calls checked, ${started.size} runs really started`,
+      );
+    },
+    15 * 60_000,
+  );
+
+  it(
+    "answers raw HTTP abuse of /mcp and the OAuth endpoints without a 5xx and stays up",
+    async () => {
+      const before = stateSnapshot(dbFile);
+      const tenMb = Buffer.alloc(10 * 1024 * 1024, 0x61);
+      const validCall = JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tools/call",
+        params: { name: "observe_coding_agent", arguments: { run_id: realRunId } },
+      });
+      const cases: Array<[string, () => Promise<Answer>]> = [
+        ["text/plain body", () => send("POST", "/mcp", mcpHeaders({ "content-type": "text/plain" }), validCall)],
+        [
+          "no content-type",
+          () =>
+            send(
+              "POST",
+              "/mcp",
+              { authorization: `Bearer ${token}`, accept: "application/json, text/event-stream" },
+              validCall,
+            ),
+        ],
+        [
+          "form body",
+          () => send("POST", "/mcp", mcpHeaders({ "content-type": "application/x-www-form-urlencoded" }), "a=b"),
+        ],
+        [
+          "multipart body",
+          () => send("POST", "/mcp", mcpHeaders({ "content-type": "multipart/form-data; boundary=x" }), "--x--"),
+        ],
+        [
+          "no accept",
+          () =>
+            send("POST", "/mcp", { authorization: `Bearer ${token}`, "content-type": "application/json" }, validCall),
+        ],
+        ["10 MB body", () => send("POST", "/mcp", mcpHeaders(), tenMb)],
+        ["10 MB body unauthenticated", () => send("POST", "/mcp", { "content-type": "application/json" }, tenMb)],
+        ["invalid JSON", () => send("POST", "/mcp", mcpHeaders(), '{"jsonrpc":')],
+        ["JSON null", () => send("POST", "/mcp", mcpHeaders(), "null")],
+        ["JSON string", () => send("POST", "/mcp", mcpHeaders(), '"hello"')],
+        [
+          "jsonrpc 1.0",
+          () => send("POST", "/mcp", mcpHeaders(), JSON.stringify({ jsonrpc: "1.0", id: 1, method: "tools/list" })),
+        ],
+        ["no method", () => send("POST", "/mcp", mcpHeaders(), JSON.stringify({ jsonrpc: "2.0", id: 1 }))],
+        [
+          "object id",
+          () =>
+            send("POST", "/mcp", mcpHeaders(), JSON.stringify({ jsonrpc: "2.0", id: { a: 1 }, method: "tools/list" })),
+        ],
+        ["batch", () => send("POST", "/mcp", mcpHeaders(), `[${validCall},${validCall}]`)],
+        ["empty batch", () => send("POST", "/mcp", mcpHeaders(), "[]")],
+        [
+          "unknown method",
+          () => send("POST", "/mcp", mcpHeaders(), JSON.stringify({ jsonrpc: "2.0", id: 1, method: "x/y" })),
+        ],
+        [
+          "deep params",
+          () =>
+            send(
+              "POST",
+              "/mcp",
+              mcpHeaders(),
+              `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":${"[".repeat(5000)}${"]".repeat(5000)}}`,
+            ),
+        ],
+        [
+          "__proto__ params",
+          () =>
+            send(
+              "POST",
+              "/mcp",
+              mcpHeaders(),
+              '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"observe_coding_agent","arguments":{"__proto__":{"run_id":"x"}}}}',
+            ),
+        ],
+        [
+          "no token",
+          () =>
+            send(
+              "POST",
+              "/mcp",
+              { "content-type": "application/json", accept: "application/json, text/event-stream" },
+              validCall,
+            ),
+        ],
+        ["malformed bearer", () => send("POST", "/mcp", mcpHeaders({ authorization: "Bearer" }), validCall)],
+        ["basic auth", () => send("POST", "/mcp", mcpHeaders({ authorization: "Basic YTpi" }), validCall)],
+        [
+          "duplicate authorization",
+          () =>
+            send("POST", "/mcp", { ...mcpHeaders(), authorization: [`Bearer ${token}`, "Bearer other"] }, validCall),
+        ],
+        [
+          "duplicate content-type",
+          () =>
+            send("POST", "/mcp", { ...mcpHeaders(), "content-type": ["application/json", "text/plain"] }, validCall),
+        ],
+        [
+          "bad protocol version",
+          () => send("POST", "/mcp", mcpHeaders({ "mcp-protocol-version": "1999-01-01" }), validCall),
+        ],
+        ["foreign origin", () => send("POST", "/mcp", mcpHeaders({ origin: "http://evil.example" }), validCall)],
+        ["foreign host", () => send("POST", "/mcp", mcpHeaders({ host: "evil.example" }), validCall)],
+        ["GET /mcp", () => send("GET", "/mcp", mcpHeaders())],
+        ["DELETE /mcp", () => send("DELETE", "/mcp", mcpHeaders())],
+        ["PUT /mcp", () => send("PUT", "/mcp", mcpHeaders(), validCall)],
+        ["OPTIONS /mcp", () => send("OPTIONS", "/mcp", { origin: "http://evil.example" })],
+        [
+          "token junk form",
+          () =>
+            send("POST", "/token", { "content-type": "application/x-www-form-urlencoded" }, "grant_type=x&code=%ZZ"),
+        ],
+        [
+          "token JSON",
+          () => send("POST", "/token", { "content-type": "application/json" }, '{"grant_type":"authorization_code"}'),
+        ],
+        ["token invalid JSON", () => send("POST", "/token", { "content-type": "application/json" }, "{")],
+        ["token 10 MB", () => send("POST", "/token", { "content-type": "application/x-www-form-urlencoded" }, tenMb)],
+        [
+          "token refresh junk",
+          () =>
+            send(
+              "POST",
+              "/token",
+              { "content-type": "application/x-www-form-urlencoded" },
+              "grant_type=refresh_token&refresh_token=abc&client_id=zz",
+            ),
+        ],
+        [
+          "register junk JSON",
+          () =>
+            send(
+              "POST",
+              "/register",
+              { "content-type": "application/json" },
+              '{"redirect_uris":[{"a":1}],"client_name":[1]}',
+            ),
+        ],
+        ["register invalid JSON", () => send("POST", "/register", { "content-type": "application/json" }, "{{")],
+        ["register 10 MB", () => send("POST", "/register", { "content-type": "application/json" }, tenMb)],
+        ["register text", () => send("POST", "/register", { "content-type": "text/plain" }, "hello")],
+        [
+          "authorize junk",
+          () => send("GET", "/authorize?client_id=%FF&redirect_uri=javascript:alert(1)&response_type=token", {}),
+        ],
+        ["authorize no params", () => send("GET", "/authorize", {})],
+        [
+          "authorize POST junk",
+          () =>
+            send(
+              "POST",
+              "/authorize",
+              { "content-type": "application/x-www-form-urlencoded" },
+              "client_id[]=a&client_id[]=b",
+            ),
+        ],
+        [
+          "revoke junk",
+          () => send("POST", "/revoke", { "content-type": "application/x-www-form-urlencoded" }, "token=%"),
+        ],
+        ["revoke JSON", () => send("POST", "/revoke", { "content-type": "application/json" }, "[]")],
+        [
+          "consent junk",
+          () =>
+            send(
+              "POST",
+              "/oauth/consent",
+              { "content-type": "application/x-www-form-urlencoded" },
+              "csrf=x&decision=allow&scope=coding_agent:run",
+            ),
+        ],
+        [
+          "consent 10 MB",
+          () => send("POST", "/oauth/consent", { "content-type": "application/x-www-form-urlencoded" }, tenMb),
+        ],
+        ["consent JSON", () => send("POST", "/oauth/consent", { "content-type": "application/json" }, "{}")],
+        ["metadata POST", () => send("POST", "/.well-known/oauth-authorization-server", {}, "x")],
+        ["PRM suffixed", () => send("GET", "/.well-known/oauth-protected-resource/mcp/../../x", {})],
+        ["path traversal", () => send("GET", "/../../etc/passwd", {})],
+        ["long path", () => send("GET", `/${"a".repeat(60_000)}`, {})],
+      ];
+      const results: Record<string, number> = {};
+      for (const [name, run] of cases) {
+        const answer = await run();
+        results[name] = answer.status;
+        expect(answer.status, `${name}: ${answer.body.slice(0, 200)}`).toBeLessThan(500);
+      }
+
+      // Slow body: a valid call dripped out over ~2 s is still answered.
+      const slow = await new Promise<Answer>((resolve, reject) => {
+        const req = httpRequest(
+          { host: "127.0.0.1", port: stack.port, method: "POST", path: "/mcp", headers: mcpHeaders() },
+          (res) => {
+            let body = "";
+            res.on("data", (c: Buffer) => {
+              body += c.toString("utf8");
+            });
+            res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on("error", reject);
+        const bytes = Buffer.from(validCall);
+        let i = 0;
+        const timer = setInterval(() => {
+          req.write(bytes.subarray(i, i + Math.ceil(bytes.length / 10)));
+          i += Math.ceil(bytes.length / 10);
+          if (i >= bytes.length) {
+            clearInterval(timer);
+            req.end();
+          }
+        }, 200);
+      });
+      expect(slow.status).toBe(200);
+      results["slow body"] = slow.status;
+
+      // Header flood and a half-sent request on a raw socket: answered (431/400) or closed, never a 5xx.
+      for (const [name, head] of [
+        [
+          "header flood",
+          `POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n${Array.from({ length: 4000 }, (_, i) => `X-Flood-${i}: ${"v".repeat(20)}\r\n`).join("")}\r\n`,
+        ],
+        ["garbage request line", "HELLO WORLD\r\n\r\n"],
+        ["bad content-length", "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: -5\r\n\r\n"],
+        [
+          "conflicting lengths",
+          "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+        ],
+      ] as const) {
+        const statusLine = await new Promise<string>((resolve) => {
+          const sock = connect(stack.port, "127.0.0.1");
+          let got = "";
+          sock.on("data", (c) => {
+            got += c.toString("latin1");
+          });
+          sock.on("error", () => resolve(got));
+          sock.on("close", () => resolve(got));
+          sock.setTimeout(ANSWER_MS, () => sock.destroy());
+          sock.write(head);
+        });
+        const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(statusLine)?.[1] ?? 0);
+        results[name] = status;
+        expect(status, `${name}: ${statusLine.slice(0, 100)}`).toBeLessThan(500);
+      }
+      console.log(`HTTP abuse answers ${JSON.stringify(results)}`);
+
+      // The Server is up and serving, and nothing durable changed.
+      const health = await send("GET", "/healthz", {});
+      expect(health.status).toBe(200);
+      expect(stateSnapshot(dbFile)).toEqual(before);
+      expect(okValue(await stack.observe("alice", { run_id: realRunId })).state).toBe("completed");
+    },
+    5 * 60_000,
+  );
+});
