@@ -3,6 +3,14 @@
  * identity in the durable row, so the next start's reaper can still find it;
  * a clean tree's identity is cleared. terminateTree is wrapped to report a
  * survivor (the real tree is still killed).
+ *
+ * Why a double of our own spawn.js here: a process that outlives SIGKILL
+ * (uninterruptible sleep in the kernel, e.g. on a hung NFS mount) cannot be
+ * made on demand by a test, so only the report is faked. Everything else is
+ * real: the fake agent process, its process group, the kill sequence and the
+ * SQLite row. The reaper's side (finding and killing a recorded group on the
+ * next start) runs against real processes in reaper.test.ts and the crash
+ * matrix's grandchild cases.
  */
 import { afterAll, describe, expect, test, vi } from "vitest";
 import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";

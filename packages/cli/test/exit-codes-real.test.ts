@@ -1,0 +1,60 @@
+/**
+ * Exit codes 1 (failed) and 3 (lost) from the real `webcodex` executable
+ * against the real `webcodex-server` process, a real Runner daemon and the
+ * fake agent — the scripted-client tests in run-command.test.ts cover the
+ * rendering; these prove the codes end to end.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { runCli } from "../../../scripts/test/demo-stack.js";
+import { ProcStack } from "../../server/test/support/proc-stack.js";
+
+describe("webcodex exit codes against a real stack", { timeout: 120_000 }, () => {
+  let s: ProcStack | undefined;
+  afterEach(async () => {
+    await s?.stop();
+    s = undefined;
+  });
+
+  async function stack(): Promise<{ url: string; token: string }> {
+    s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+    await s.startRunner("r1");
+    return { url: `http://127.0.0.1:${s.port}/mcp`, token: s.principalTokens.get("alice") ?? "" };
+  }
+
+  it("a run the agent fails exits 1", async () => {
+    const env = await stack();
+    const result = await runCli(["run", "--project", "demo", "--provider", "fake", "scenario: prompt_error"], env);
+    expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(1);
+    expect(result.stdout).toContain("failed");
+  });
+
+  it("a run whose Runner is killed mid-turn and restarted ends lost: the follower exits 3", async () => {
+    const env = await stack();
+    let killed: Promise<void> | undefined;
+    const result = await runCli(
+      ["run", "--project", "demo", "--provider", "fake", "scenario: slow interval_ms=100 count=600"],
+      env,
+      {
+        onStdout: (text) => {
+          // Once the turn is streaming (dispatched): kill -9 the Runner, then start it again.
+          if (killed === undefined && text.includes("tick 3")) {
+            killed = (async () => {
+              await s?.killRunner("r1", "SIGKILL");
+              await s?.waitOffline("r1");
+              await s?.startRunner("r1");
+            })();
+          }
+        },
+      },
+    );
+    await killed;
+    expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(3);
+    expect(result.stdout).toContain("lost");
+    // `observe` of the settled run reports the same code.
+    const runId = /wc_agent_run_[a-z2-7]{26}/.exec(result.stdout)?.[0];
+    expect(runId).toMatch(/^wc_agent_run_/);
+    const observed = await runCli(["observe", runId ?? ""], env);
+    expect(observed.code).toBe(3);
+    expect(s?.prompts("r1")).toHaveLength(1);
+  });
+});
