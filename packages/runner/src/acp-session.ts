@@ -14,7 +14,12 @@
  *   "method not found" at once;
  * - JSON-RPC responses whose id is not one of our outstanding requests are
  *   dropped and counted (`droppedResponses`) before the SDK sees them: the SDK
- *   would console.error agent-chosen text ("Got response to unknown request").
+ *   would console.error agent-chosen text ("Got response to unknown request");
+ * - `session/update` notifications (nearly every line an agent writes) are
+ *   validated once with the SDK's own schema (session-update-schema.ts) and
+ *   handed to `onSessionUpdate` in stream order, instead of through the SDK's
+ *   handler chain, which parses each one twice; one that fails the schema
+ *   takes the SDK's path as before.
  */
 import {
   type AnyMessage,
@@ -30,6 +35,7 @@ import {
   type SessionConfigOption,
   type SessionNotification,
 } from "@agentclientprotocol/sdk";
+import { sessionNotificationSchema } from "./session-update-schema.js";
 import type { AgentChild } from "./spawn.js";
 
 /** The ACP protocol version this client implements. */
@@ -146,6 +152,19 @@ export class AcpClientConnection {
       abort: (reason) => rawWriter.abort(reason),
     });
 
+    /** A valid session/update goes straight to the hook; false leaves the message to the SDK. */
+    const directUpdate = (message: AnyMessage): boolean => {
+      if (sessionNotificationSchema === null || !("method" in message) || "id" in message) return false;
+      if (message.method !== "session/update") return false;
+      const parsed = sessionNotificationSchema.safeParse(message.params);
+      if (!parsed.success) return false;
+      try {
+        hooks.onSessionUpdate(parsed.data);
+      } catch {
+        // As on the SDK's path: a throwing handler loses that update, never the connection.
+      }
+      return true;
+    };
     const app = client({ name: "webcodex-runner" })
       .onNotification("session/update", (ctx) => {
         hooks.onSessionUpdate(ctx.params);
@@ -168,6 +187,7 @@ export class AcpClientConnection {
             return;
           }
           const message = next.value;
+          if (directUpdate(message)) continue;
           if ("id" in message && !("method" in message)) {
             const key = JSON.stringify(message.id ?? null);
             if (!this.#outstanding.delete(key)) {

@@ -1,0 +1,98 @@
+/**
+ * session/update notifications reach the turn once each, in stream order, validated once with the
+ * SDK's own schema; one the schema rejects never reaches the turn. Over in-memory streams (no process).
+ */
+import type { SessionNotification } from "@agentclientprotocol/sdk";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { AcpClientConnection } from "../src/acp-session.js";
+import { sessionNotificationSchema } from "../src/session-update-schema.js";
+import type { AgentChild } from "../src/spawn.js";
+
+const encoder = new TextEncoder();
+
+/** An agent child made of streams: `script(request)` returns the lines to write back for each request line. */
+function streamChild(script: (request: { id: number; method: string }) => string[]): AgentChild {
+  let out!: ReadableStreamDefaultController<Uint8Array>;
+  const stdout = new ReadableStream<Uint8Array>({
+    start(controller) {
+      out = controller;
+    },
+  });
+  let buffered = "";
+  const stdin = new WritableStream<Uint8Array>({
+    write(chunk) {
+      buffered += new TextDecoder().decode(chunk);
+      for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        for (const reply of script(JSON.parse(line))) out.enqueue(encoder.encode(`${reply}\n`));
+      }
+    },
+  });
+  return {
+    pid: 0,
+    pgid: 0,
+    startTime: null,
+    stdin,
+    stdout,
+    exited: new Promise(() => {}),
+    exit: null,
+    stderrBytes: 0,
+    terminateTree: async () => ({ escalation: "eof", survivors: 0 }),
+  };
+}
+
+const update = (sessionUpdate: unknown, text: string) =>
+  JSON.stringify({
+    jsonrpc: "2.0",
+    method: "session/update",
+    params: { sessionId: "s1", update: { sessionUpdate, content: { type: "text", text } } },
+  });
+
+afterEach(() => {
+  vi.restoreAllMocks();
+});
+
+describe("session/update delivery", () => {
+  it("loads the SDK's session/update schema, which rejects an update the ACP schema does not allow", () => {
+    expect(sessionNotificationSchema).not.toBeNull();
+    const ok = sessionNotificationSchema?.safeParse(JSON.parse(update("agent_message_chunk", "hi")).params);
+    expect(ok?.success).toBe(true);
+    expect(sessionNotificationSchema?.safeParse(JSON.parse(update(42, "hi")).params).success).toBe(false);
+  });
+
+  it("hands each valid update to the hook once, in order, validated once; an invalid one never reaches it", async () => {
+    if (sessionNotificationSchema === null) throw new Error("the SDK's session/update schema did not load");
+    const parse = vi.spyOn(sessionNotificationSchema, "safeParse");
+    vi.spyOn(console, "error").mockImplementation(() => {});
+    const seen: SessionNotification[] = [];
+    const child = streamChild((request) => [
+      update("agent_message_chunk", "first"),
+      update(42, "not an ACP update"),
+      update("agent_thought_chunk", "second"),
+      update("agent_message_chunk", "third"),
+      JSON.stringify({
+        jsonrpc: "2.0",
+        id: request.id,
+        result: { protocolVersion: 1, agentCapabilities: {}, authMethods: [] },
+      }),
+    ]);
+    const connection = new AcpClientConnection(child, {
+      onSessionUpdate: (n) => seen.push(n),
+      onPermissionRequest: async () => ({ outcome: { outcome: "cancelled" } }),
+      onUnsupportedRequest: () => {},
+    });
+    const answer = await connection.initialize();
+    expect(answer.kind).toBe("ok");
+    // The SDK's own path may still be processing the rejected line; give its microtasks a turn.
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(seen.map((n) => [n.update.sessionUpdate, "content" in n.update ? n.update.content : null])).toEqual([
+      ["agent_message_chunk", { type: "text", text: "first" }],
+      ["agent_thought_chunk", { type: "text", text: "second" }],
+      ["agent_message_chunk", { type: "text", text: "third" }],
+    ]);
+    // One validation per update line (the rejected one included), none by a second pass.
+    expect(parse).toHaveBeenCalledTimes(4);
+    connection.close();
+  });
+});
