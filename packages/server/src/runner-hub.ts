@@ -271,6 +271,14 @@ export class RunnerHub {
     this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs);
     this.#tokenPoll = opts.tokens ? setInterval(() => this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
     this.#tokenPoll?.unref();
+    const rotated = opts.bindings.filter((b) => opts.tokens?.override(b.id) !== undefined).map((b) => b.id);
+    if (rotated.length > 0) {
+      this.#log.warn(
+        { runners: rotated.slice(0, 16) },
+        "these runners' tokens were rotated (webcodex-server runner-token rotate): their [[runners]] " +
+          "token_sha256/token_env are not used",
+      );
+    }
   }
 
   /** The token hash a runner authenticates with now: a rotated one (state DB) wins over the config's. */

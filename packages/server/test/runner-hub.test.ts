@@ -1,6 +1,7 @@
 import { encodeFrame, type HelloFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { RunnerTokenStore } from "../src/runner-tokens.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { Harness, until } from "./support/in-process.js";
 
@@ -181,6 +182,20 @@ describe("runner hub", () => {
     expect(refusals).toBeGreaterThan(0);
     expect(Date.now() - dropped).toBeLessThan(2 * 1000 + 1500);
     granted?.ws.close();
+  });
+
+  it("keeps a rotated runner token across a Server restart: the config token stays refused, the new one works", async () => {
+    h = await new Harness().start(RUNNERS);
+    const fresh = new RunnerTokenStore(h.server.store.db).rotate("r1");
+    await h.restartServer();
+    expect(h.log.lines.join("")).toContain("these runners' tokens were rotated");
+    expect(await connect(h, RUNNERS[0]!.token).status).toBe(401);
+    const c = connect(h, fresh);
+    await opened(c);
+    c.ws.send(encodeFrame(hello(new FakeRunService())));
+    await until(() => c.frames.find((f) => f.type === "hello.ack"));
+    expect(await connect(h, RUNNERS[1]!.token).status).toBeNull(); // other runners keep their config tokens
+    c.ws.close();
   });
 
   it("terminates a connection that stops answering pings", async () => {
