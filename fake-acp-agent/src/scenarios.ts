@@ -4,6 +4,7 @@ import { agentState, replay } from "./scenarios/agent-state.js";
 import { echoEnv, hello, ignoredUpdates, stop, tools } from "./scenarios/basic.js";
 import { fsRequest, permission, permissionFlood, terminalRequest } from "./scenarios/client-calls.js";
 import {
+  closeStdout,
   crashAfterResponse,
   crashBeforeResponse,
   grandchild,
@@ -33,6 +34,7 @@ export const SCENARIOS = {
   oversized,
   stray_response: strayResponse,
   hang,
+  close_stdout: closeStdout,
   fs_request: fsRequest,
   terminal_request: terminalRequest,
   grandchild,

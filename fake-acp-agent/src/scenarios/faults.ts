@@ -1,5 +1,6 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
+import { closeSync } from "node:fs";
 import { RequestError } from "@agentclientprotocol/sdk";
 import { z } from "zod";
 import { never } from "../lifecycle.js";
@@ -58,6 +59,13 @@ export const strayResponse: Scenario = scenario("stray_response", noParams, asyn
 
 export const hang: Scenario = scenario("hang", noParams, async (turn) => {
   turn.life.holdOpen("scenario hang");
+  return never();
+});
+
+/** Closes its stdout (the ACP channel) and lives on: no answer, no exit, stdin EOF ignored. */
+export const closeStdout: Scenario = scenario("close_stdout", noParams, async (turn) => {
+  turn.life.holdOpen("scenario close_stdout");
+  closeSync(1);
   return never();
 });
 

@@ -19,6 +19,8 @@ export interface RunnerProcOptions {
   env?: Record<string, string>;
   /** CHILD = SOURCE env mappings for the agent besides PATH. */
   envFromEnv?: Record<string, string>;
+  /** More fake-agent entries besides `fake`: id and extra CLI flags (start-up faults). */
+  agents?: Array<{ id: string; args: string[] }>;
 }
 
 export class RunnerProc {
@@ -40,6 +42,10 @@ export class RunnerProc {
     const envLines = Object.entries({ PATH: "PATH", ...opts.envFromEnv })
       .map(([k, v]) => `${k} = ${JSON.stringify(v)}`)
       .join("\n");
+    const agent = (id: string, args: string[]) =>
+      `\n\n[[acp.agents]]\nid = ${JSON.stringify(id)}\nname = "Fake agent"\nexecutable = ${JSON.stringify(FAKE_AGENT_BIN)}\n` +
+      `args = ${JSON.stringify(["--ledger", this.ledger, ...args])}\nallowed_config_options = ["model"]\n` +
+      `[acp.agents.env_from_env]\n${envLines}\n`;
     writeFileSync(
       this.configFile,
       `[runner]\nstate_dir = "state"\nlog_level = "info"\n\n` +
@@ -48,9 +54,8 @@ export class RunnerProc {
         Object.entries(acp)
           .map(([k, v]) => `${k} = ${v}`)
           .join("\n") +
-        `\n\n[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(FAKE_AGENT_BIN)}\n` +
-        `args = ${JSON.stringify(["--ledger", this.ledger])}\nallowed_config_options = ["model"]\n` +
-        `[acp.agents.env_from_env]\n${envLines}\n`,
+        agent("fake", []) +
+        (opts.agents ?? []).map((a) => agent(a.id, a.args)).join(""),
     );
   }
 
