@@ -75,8 +75,9 @@ function current(options: readonly SessionConfigOption[], id: string): ConfigVal
 }
 
 /**
- * Bounded snapshot of the current values of `ids` only (the forced and caller
- * keys — never every option the agent advertises), string values passed
+ * Bounded snapshot (MAX_EFFECTIVE_CONFIG_ENTRIES) of the current values of
+ * `ids`, in that order — sequencing passes the forced and caller keys first,
+ * then every other option the agent advertised — string values passed
  * through `redact`; ids/values outside the wire bounds are left out.
  */
 export function snapshotConfig(
@@ -228,5 +229,7 @@ export async function sequenceConfig(input: SequencingInput): Promise<Sequencing
       };
     }
   }
-  return { ok: true, effective: snapshotConfig(live, [...forcedKeys, ...callerKeys], input.redact), calls };
+  // Every option the agent advertised (forced and caller keys first, so the bound never drops them).
+  const ids = [...new Set([...forcedKeys, ...callerKeys, ...live.map((o) => o.id)])];
+  return { ok: true, effective: snapshotConfig(live, ids, input.redact), calls };
 }

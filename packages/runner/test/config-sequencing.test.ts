@@ -81,8 +81,8 @@ const cases: Case[] = [
     name: "valid override",
     config: { model: "fake-large", reasoning_effort: "high" },
     ok: true,
-    // Only requested keys are recorded: not mode, which model=fake-large moved as a side effect.
-    effective: { model: "fake-large", reasoning_effort: "high" },
+    // Every advertised option is recorded, mode too (model=fake-large moved it as a side effect).
+    effective: { model: "fake-large", reasoning_effort: "high", mode: "code" },
     calls: [
       ["model", "fake-large"],
       ["reasoning_effort", "high"],
@@ -92,7 +92,8 @@ const cases: Case[] = [
     name: "no caller config sends no calls",
     config: {},
     ok: true,
-    effective: {},
+    // The agent's own current values are still the run's effective config.
+    effective: { mode: "ask", model: "fake-small", reasoning_effort: "medium" },
     calls: [],
   },
   {
@@ -124,7 +125,7 @@ const cases: Case[] = [
     forced: true,
     config: { model: "fake-large" },
     ok: true,
-    effective: { mode: "ask", model: "fake-large" },
+    effective: { mode: "ask", model: "fake-large", reasoning_effort: "medium" },
     // Forced first, then the caller's key, then the forced value its side effect moved.
     calls: [
       ["mode", "ask"],
@@ -137,7 +138,7 @@ const cases: Case[] = [
     forced: "pair",
     config: {},
     ok: true,
-    effective: { mode: "ask", model: "fake-large" },
+    effective: { mode: "ask", model: "fake-large", reasoning_effort: "medium" },
     calls: [
       ["mode", "ask"],
       ["model", "fake-large"],

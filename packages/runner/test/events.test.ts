@@ -1,6 +1,7 @@
 /** Units: the event ring, normalization (bounds, coalescing, redaction, paths) and config sequencing over a fake `set`. */
 import type { SessionConfigOption } from "@agentclientprotocol/sdk";
 import {
+  MAX_EFFECTIVE_CONFIG_ENTRIES,
   MAX_EVENT_TEXT_BYTES,
   OUTSIDE_PROJECT_PATH,
   RunEvent,
@@ -232,12 +233,12 @@ describe("config sequencing units", () => {
         return { kind: "rpc_error", code: -1 };
       },
     });
-    expect(result).toMatchObject({ ok: true, effective: [] });
+    expect(result).toMatchObject({ ok: true, effective: [{ id: "model", value: "small" }] });
     expect(calls).toBe(0);
   });
 
-  test("the snapshot records only forced and caller keys, with string values redacted", async () => {
-    const secret = "sk-secret-model-name";
+  test("the snapshot records every advertised option, forced and caller keys first, string values redacted", async () => {
+    const account = "team-account-1";
     const result = await sequenceConfig({
       forced: { mode: "ask" },
       caller: { model: "big" },
@@ -245,7 +246,7 @@ describe("config sequencing units", () => {
       initial: [
         select("mode", "code", ["ask", "code"]),
         select("model", "small", ["small", "big"]),
-        select("account", secret, [secret]),
+        select("account", account, [account]),
       ],
       // Stands in for the run's redactor, as if "big" were a mapped env value.
       redact: (text) => (text === "big" ? "[redacted]" : text),
@@ -254,7 +255,7 @@ describe("config sequencing units", () => {
         value: [
           select("mode", id === "mode" ? String(value) : "ask", ["ask", "code"]),
           select("model", id === "model" ? String(value) : "small", ["small", "big"]),
-          select("account", secret, [secret]),
+          select("account", account, [account]),
         ],
       }),
     });
@@ -263,8 +264,31 @@ describe("config sequencing units", () => {
       effective: [
         { id: "mode", value: "ask" },
         { id: "model", value: "[redacted]" },
+        { id: "account", value: account },
       ],
     });
-    expect(JSON.stringify(result)).not.toContain(secret);
+  });
+
+  test("the snapshot is bounded: beyond MAX_EFFECTIVE_CONFIG_ENTRIES advertised options, forced and caller keys stay", async () => {
+    const many = Array.from({ length: MAX_EFFECTIVE_CONFIG_ENTRIES + 10 }, (_, i) => select(`opt_${i}`, "a", ["a"]));
+    let options = [...many, select("mode", "code", ["ask", "code"]), select("model", "small", ["small", "big"])];
+    const result = await sequenceConfig({
+      forced: { mode: "ask" },
+      caller: { model: "big" },
+      allowed: ["model"],
+      initial: options,
+      set: async (id, value) => {
+        options = options.map((o) =>
+          o.id === id ? select(id, String(value), id === "mode" ? ["ask", "code"] : ["small", "big"]) : o,
+        );
+        return { kind: "ok", value: options };
+      },
+    });
+    if (!result.ok) throw new Error("sequencing failed");
+    expect(result.effective).toHaveLength(MAX_EFFECTIVE_CONFIG_ENTRIES);
+    expect(result.effective.slice(0, 2)).toEqual([
+      { id: "mode", value: "ask" },
+      { id: "model", value: "big" },
+    ]);
   });
 });

@@ -9,6 +9,7 @@ import { readFileSync } from "node:fs";
 import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
 import { MAX_PENDING_PERMISSIONS } from "../src/run-manager.js";
+import { SHUTDOWN_CONFIRMED } from "../src/terminal.js";
 import {
   alive,
   groupMembers,
@@ -283,7 +284,7 @@ describe("close", () => {
     });
   });
 
-  test("kills every tree; runs cut by the shutdown are recorded as a restart would record them", async () => {
+  test("a graceful close cancels a dispatched run (confirmed → cancelled), abandons setup as a restart would, and kills every tree", async () => {
     const closeConfig = writeConfig(ws, {
       agents: [{ id: "fake" }, { id: "hang-init", args: ["--ledger", ws.ledger, "--hang-on", "initialize"] }],
     });
@@ -301,10 +302,12 @@ describe("close", () => {
     const agentPid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid as number;
     await m.close();
     expect(finals.get(during.run_id)).toMatchObject({
-      state: "lost",
-      execution_state: "outcome_unknown",
-      failure_kind: "transport_lost",
+      state: "cancelled",
+      execution_state: "completed",
+      stop_reason: "cancelled",
+      message: SHUTDOWN_CONFIRMED,
     });
+    expect(readLedger(ws).filter((e) => e.event === "cancel" && e.pid === agentPid)).toHaveLength(1);
     expect(finals.get(before.run_id)).toMatchObject({
       state: "failed",
       execution_state: "not_started",

@@ -15,8 +15,10 @@ import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprot
 import {
   ConfigMap,
   ConfigOptionId,
+  EffectiveConfigEntry,
   ExecutionState,
   FailureKindSchema,
+  MAX_EFFECTIVE_CONFIG_ENTRIES,
   MAX_OBSERVE_WAIT_SECS,
   MAX_PROMPT_BYTES,
   MAX_RUN_TIMEOUT_SECS,
@@ -135,6 +137,7 @@ export const ObserveToolOutput = z
     history_lost: z.boolean(),
     has_more: z.boolean(),
     runner_offline: z.boolean().optional(),
+    effective_config: z.array(EffectiveConfigEntry).max(MAX_EFFECTIVE_CONFIG_ENTRIES),
   })
   .strict();
 

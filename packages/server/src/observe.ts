@@ -114,6 +114,7 @@ export class Observation {
       observation_token: "",
       history_lost: historyLost,
       has_more: false,
+      effective_config: [...rec.effective_config],
     };
     if (rec.stop_reason !== null) out.stop_reason = rec.stop_reason;
     if (rec.failure_kind !== null) out.failure_kind = rec.failure_kind;

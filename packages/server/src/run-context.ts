@@ -26,6 +26,7 @@ function summaryPatch(s: RunSummary): RecordPatch {
     failure_kind: s.failure_kind,
     recovery_kind: s.recovery_kind,
     message: s.message,
+    effective_config: s.effective_config,
   };
 }
 
@@ -72,8 +73,9 @@ export class RunContext {
     if (!rec) return;
     const patch: RecordPatch = this.noRegress(rec, summary);
     if (rec.admission === "sent") patch.admission = "admitted";
+    const same = (a: unknown, b: unknown) => a === b || (Array.isArray(a) && JSON.stringify(a) === JSON.stringify(b));
     const changed = (Object.keys(patch) as (keyof RecordPatch)[]).some(
-      (k) => (rec as unknown as Record<string, unknown>)[k] !== patch[k],
+      (k) => !same((rec as unknown as Record<string, unknown>)[k], patch[k]),
     );
     if (changed) this.store.update(runId, patch);
   }

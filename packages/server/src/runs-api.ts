@@ -7,6 +7,7 @@
  */
 import type {
   ConfigMap,
+  EffectiveConfigEntry,
   ExecutionState,
   FailureKind,
   RecoveryKind,
@@ -118,6 +119,8 @@ export interface ObserveOutput {
   has_more: boolean;
   /** Present and true while the run's Runner is not connected: state is the last known one. */
   runner_offline?: boolean;
+  /** Every config option the agent advertised for this run, with its value (bounded; empty before setup). */
+  effective_config: EffectiveConfigEntry[];
 }
 
 export interface CancelOutput {

@@ -213,6 +213,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 6,
+    summary: "the effective-config snapshot a Runner reports for a run (observe's effective_config)",
+    sql: `
+      ALTER TABLE admission_records ADD COLUMN effective_config TEXT NOT NULL DEFAULT '[]';
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

@@ -7,7 +7,14 @@
 import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type { ExecutionState, FailureKind, RecoveryKind, RunState, StopReason } from "@webcodex/protocol";
+import type {
+  EffectiveConfigEntry,
+  ExecutionState,
+  FailureKind,
+  RecoveryKind,
+  RunState,
+  StopReason,
+} from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import { migrate } from "./state-schema.js";
 
@@ -33,6 +40,8 @@ export interface AdmissionRecord {
   recovery_kind: RecoveryKind;
   message: string | null;
   cancel_forwarded: boolean;
+  /** Every config option the agent advertised, with its value, as the Runner last reported (bounded). */
+  effective_config: readonly EffectiveConfigEntry[];
   created_at: string;
   updated_at: string;
 }
@@ -57,16 +66,27 @@ const COLUMNS = [
   "recovery_kind",
   "message",
   "cancel_forwarded",
+  "effective_config",
   "created_at",
   "updated_at",
 ] as const;
 
 const PATCHABLE = new Set<string>(COLUMNS.filter((c) => c !== "run_id" && c !== "principal_id" && c !== "created_at"));
 
-type Row = Omit<AdmissionRecord, "cancel_forwarded"> & { cancel_forwarded: number };
+type Row = Omit<AdmissionRecord, "cancel_forwarded" | "effective_config"> & {
+  cancel_forwarded: number;
+  effective_config: string;
+};
 
 function fromRow(row: Row): AdmissionRecord {
-  return Object.freeze({ ...row, cancel_forwarded: row.cancel_forwarded === 1 });
+  let effective: EffectiveConfigEntry[] = [];
+  try {
+    const parsed: unknown = JSON.parse(row.effective_config);
+    if (Array.isArray(parsed)) effective = parsed as EffectiveConfigEntry[];
+  } catch {
+    effective = [];
+  }
+  return Object.freeze({ ...row, cancel_forwarded: row.cancel_forwarded === 1, effective_config: effective });
 }
 
 /**
@@ -140,10 +160,18 @@ export class StateStore {
     return row ? this.#remember(fromRow(row)) : undefined;
   }
 
-  insert(record: Omit<AdmissionRecord, "created_at" | "updated_at" | "cancel_forwarded">): AdmissionRecord {
+  insert(
+    record: Omit<AdmissionRecord, "created_at" | "updated_at" | "cancel_forwarded" | "effective_config">,
+  ): AdmissionRecord {
     const now = new Date().toISOString();
-    const full: AdmissionRecord = { ...record, cancel_forwarded: false, created_at: now, updated_at: now };
-    this.#insert.run({ ...full, cancel_forwarded: 0 });
+    const full: AdmissionRecord = {
+      ...record,
+      cancel_forwarded: false,
+      effective_config: [],
+      created_at: now,
+      updated_at: now,
+    };
+    this.#insert.run({ ...full, cancel_forwarded: 0, effective_config: "[]" });
     return this.#remember(Object.freeze(full));
   }
 
@@ -164,7 +192,7 @@ export class StateStore {
     const values: Record<string, unknown> = { run_id: runId, updated_at: new Date().toISOString() };
     for (const k of keys) {
       const v = (patch as Record<string, unknown>)[k];
-      values[k] = typeof v === "boolean" ? (v ? 1 : 0) : (v ?? null);
+      values[k] = typeof v === "boolean" ? (v ? 1 : 0) : Array.isArray(v) ? JSON.stringify(v) : (v ?? null);
     }
     const sets = [...keys, "updated_at"].map((k) => `${k} = @${k}`).join(", ");
     const before = this.#listeners.length > 0 ? this.get(runId)?.state : undefined;

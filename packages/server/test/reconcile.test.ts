@@ -25,6 +25,7 @@ function record(admission: AdmissionRecord["admission"], store_id: string | null
     recovery_kind: "wait",
     message: null,
     cancel_forwarded: false,
+    effective_config: [],
     created_at: "t",
     updated_at: "t",
   };

@@ -135,6 +135,7 @@ export class FakeRuns implements RunsApi {
         observation_token: `tok:${run.run_id}:${last}`,
         history_lost: false,
         has_more: false,
+        effective_config: [],
       },
     };
   }

@@ -60,6 +60,8 @@ export interface ProcStackOptions {
   runnerTable?: string;
   /** The port the Runners dial instead of the Server's (a proxy in front of it). */
   linkPort?: number;
+  /** Extra command-line flags of the fake agent (e.g. `--config-options`). */
+  agentArgs?: string[];
 }
 
 async function freePort(): Promise<number> {
@@ -171,7 +173,7 @@ export class ProcStack {
         "\n" +
         `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = 60\ncancel_grace_secs = 5\n\n` +
         `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(FAKE_AGENT_BIN)}\n` +
-        `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id)])}\nallowed_config_options = ["model"]\n` +
+        `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id), ...(this.opts.agentArgs ?? [])])}\nallowed_config_options = ["model"]\n` +
         `[acp.agents.env_from_env]\nPATH = "PATH"\n`,
     );
   }
