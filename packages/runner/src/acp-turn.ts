@@ -188,6 +188,12 @@ export class AcpTurn {
         set: async (id, value) => {
           const outcome = await this.#setupStep(run, conn.setConfigOption(sessionId, id, value));
           if (outcome.kind === "aborted") throw new AbortedError();
+          if (outcome.kind === "rpc_error") {
+            this.#d.log.info(
+              { run_id: run.run_id, stage: run.stage, rpc_code: outcome.code },
+              "setup request rejected",
+            );
+          }
           return outcome;
         },
       });
@@ -263,7 +269,7 @@ export class AcpTurn {
         return this.setupAborted(run);
       case "rpc_error":
         this.#d.log.info({ run_id: run.run_id, stage: run.stage, rpc_code: outcome.code }, "setup request rejected");
-        return notStarted("provider_rejected", run.stage, `JSON-RPC error ${outcome.code}.`);
+        return notStarted("provider_rejected", run.stage);
       case "fault":
         return notStarted(outcome.fault, run.stage);
     }

@@ -147,7 +147,8 @@ export async function sequenceConfig(input: SequencingInput): Promise<Sequencing
       return {
         ok: false,
         failureKind: kind,
-        detail: `The agent rejected config option ${q(id)} (JSON-RPC error ${outcome.code}).`,
+        // The numeric code stays in the Runner's log (acp-turn.ts logs every rejected setup request).
+        detail: `The agent rejected config option ${q(id)}.`,
       };
     }
     live = outcome.value;

@@ -1,7 +1,8 @@
 /**
  * Terminal outcomes of a run as fixed, secret-free texts (DESIGN §3):
  * FAILURE_SUMMARIES, the stage, and at most an option id, a source variable
- * name, a stop reason or a numeric JSON-RPC code. Never provider text.
+ * name or a stop reason. Never provider text, and never a JSON-RPC code: those
+ * stay in the Runner's local log (the `rpc_code` field).
  */
 import {
   type ExecutionState,
@@ -125,7 +126,7 @@ export function promptTerminal(
         stop_reason: null,
         failure_kind: "prompt_error",
         recovery_kind: "none",
-        message: capMessage(`${FAILURE_SUMMARIES.prompt_error} JSON-RPC error ${answered.code}.`),
+        message: capMessage(`${FAILURE_SUMMARIES.prompt_error} Stage: prompt.`),
       };
     case "fault":
       return lost(answered.fault, FAILURE_SUMMARIES[answered.fault]);
