@@ -16,6 +16,7 @@ export default defineConfig({
       "packages/runner/test/dispatch-store-retention.test.ts",
       "packages/runner/test/terminal-write-retry.test.ts",
       "packages/runner/test/config-sequencing.test.ts",
+      "packages/runner/test/config-sequencing-units.test.ts",
       "packages/runner/test/events.test.ts",
       "packages/runner/test/admission.test.ts",
       "packages/runner/test/cleanup-survivors.test.ts",

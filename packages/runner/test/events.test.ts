@@ -12,7 +12,7 @@ import { describe, expect, test } from "vitest";
 import type { RequestOutcome } from "../src/acp-session.js";
 import { sequenceConfig } from "../src/config-sequencing.js";
 import { EventRing } from "../src/event-ring.js";
-import { EventNormalizer, Redactor, relativizePath } from "../src/events.js";
+import { EventNormalizer, REDACTED, Redactor, relativizePath } from "../src/events.js";
 
 const msg = (text: string): RunEventBody => ({ kind: "agent_message", text, truncated: false });
 
@@ -290,5 +290,25 @@ describe("config sequencing units", () => {
       { id: "mode", value: "ask" },
       { id: "model", value: "big" },
     ]);
+  });
+});
+
+describe("Redactor", () => {
+  test("redacts the longer of two overlapping secrets whole, never leaving its tail", () => {
+    const short = "token-abcdef";
+    const long = `${short}-and-its-long-tail`;
+    // Either order of declaration: the longest secret is matched first.
+    for (const secrets of [
+      [short, long],
+      [long, short],
+    ]) {
+      expect(new Redactor(secrets).redact(`key=${long}; other=${short}`)).toBe(`key=${REDACTED}; other=${REDACTED}`);
+    }
+  });
+
+  test("without a project root holds back only what may start a secret", () => {
+    const r = new Redactor(["sk-live-0123456789"]);
+    expect(r.heldSuffixLength("plain text ending in S")).toBe(0);
+    expect(r.heldSuffixLength("key=sk-li")).toBe("sk-li".length);
   });
 });

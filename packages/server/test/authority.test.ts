@@ -43,3 +43,26 @@ describe("scope matrix", () => {
     );
   });
 });
+
+describe("refusal messages say what is missing and what to do", () => {
+  it("names the missing scope or the ungranted project, with the recovery the caller can take", () => {
+    const none = principal("p", [], ["demo"]);
+    expect(checkToolScope(none)).toEqual({
+      code: "forbidden",
+      message: expect.stringContaining("lacks the coding_agent:run scope"),
+      recovery_kind: "none",
+    });
+    const noWrite = principal("p", ["coding_agent:run"], ["demo"]);
+    expect(checkStartGrant(noWrite, "demo")).toEqual({
+      code: "forbidden",
+      message: "Starting a run needs the project:write scope, which this token lacks.",
+      recovery_kind: "none",
+    });
+    const noGrant = principal("p", ["coding_agent:run", "project:write"], ["demo"]);
+    expect(checkStartGrant(noGrant, "elsewhere")).toEqual({
+      code: "forbidden",
+      message: expect.stringMatching(/^Project 'elsewhere' is not granted to this token\. Read webcodex:\/\/projects/),
+      recovery_kind: "fix_input",
+    });
+  });
+});

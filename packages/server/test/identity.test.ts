@@ -95,3 +95,13 @@ describe("observation tokens", () => {
     }
   });
 });
+
+describe("canonicalJson edge values", () => {
+  it("writes undefined as null (top level and in arrays), drops undefined members, and refuses non-finite numbers", () => {
+    expect(canonicalJson(undefined)).toBe("null");
+    expect(canonicalJson([1, undefined, "x"])).toBe('[1,null,"x"]');
+    expect(canonicalJson({ a: undefined, b: [undefined] })).toBe('{"b":[null]}');
+    expect(() => canonicalJson({ n: Number.NaN })).toThrow(new TypeError("non-finite number"));
+    expect(() => canonicalJson([Number.POSITIVE_INFINITY])).toThrow(TypeError);
+  });
+});
