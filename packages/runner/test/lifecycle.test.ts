@@ -7,7 +7,7 @@
  */
 import { readFileSync } from "node:fs";
 import type { RunSummary } from "@webcodex/protocol";
-import { afterAll, describe, expect, test } from "vitest";
+import { afterAll, describe, expect, test, vi } from "vitest";
 import { MAX_PENDING_PERMISSIONS } from "../src/run-manager.js";
 import { SHUTDOWN_CONFIRMED } from "../src/terminal.js";
 import {
@@ -293,13 +293,21 @@ describe("close", () => {
     m.onUpdate((run) => {
       if (run.phase === "terminal") finals.set(run.run_id, run);
     });
-    const during = startRequest(m, "scenario: slow interval_ms=1000 count=60\ncase: close-after", { timeout_secs: 60 });
+    // `hang` never answers the prompt nor the shutdown's session/cancel: the grace runs out and the run is lost.
+    // (An agent that confirms the cancel ends `cancelled`: recovery-shutdown.test.ts.)
+    const during = startRequest(m, "scenario: hang\ncase: close-after", { timeout_secs: 60 });
     const before = startRequest(m, "scenario: hello\ncase: close-before", { provider_id: "hang-init" });
     await m.start(during);
     await m.start(before);
     await waitForState(m, during.run_id, "running");
-    await m.ring(during.run_id)?.waitFor(0); // the agent has the prompt (its ledger line is written first)
-    const agentPid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid as number;
+    const agentPid = await vi.waitFor(
+      () => {
+        const pid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid;
+        if (typeof pid !== "number") throw new Error("the agent has not received the prompt yet");
+        return pid;
+      },
+      { timeout: 10_000, interval: 20 },
+    );
     await m.close();
     expect(finals.get(during.run_id)).toMatchObject({
       state: "cancelled",
