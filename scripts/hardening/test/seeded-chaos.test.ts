@@ -1,0 +1,227 @@
+/**
+ * Issue 16 §4: seeded chaos against a real Server child, a real Runner child
+ * and the fake agent. Each iteration starts a run (random scenario; keys drawn
+ * from a small pool, so some repeat), and at a random moment — 0 ms after the
+ * start call included — SIGKILLs the Runner (its pid only: the agent is left
+ * orphaned), the Server, both, or the agent; or cancels; or replays the same
+ * key. Killed daemons are restarted, the key is replayed, and the run must end
+ * within a deadline. Invariants, from the fake agent's ledger and the
+ * Server's answers: no prompt dispatched twice; no run `not_started` whose
+ * prompt is in the ledger; no run `completed` without it; every run terminal
+ * within its deadline; a terminal state never changes; no orphan process; the
+ * canary secret mapped into the agent's env never appears in any file under
+ * the state dirs or in the logs. Prints the seed; WEBCODEX_HARDENING_SEED
+ * reproduces the plan.
+ */
+import { createHash, randomBytes } from "node:crypto";
+import { appendFileSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
+import { processesMentioning } from "../../../packages/server/test/support/stack.js";
+import { seed, size } from "./support/profile.js";
+
+const ITERATIONS = size(200, 6);
+/** Keys are drawn from a pool this much smaller than the iteration count: about a third repeat. */
+const KEY_POOL = Math.max(4, Math.ceil((ITERATIONS * 2) / 3));
+/** A run must be terminal this long after the last restart it saw. */
+const TERMINAL_DEADLINE_MS = 60_000;
+const RUN_TIMEOUT_SECS = 30;
+const TERMINAL = new Set(["completed", "failed", "cancelled", "lost"]);
+
+const SCENARIOS = [
+  "scenario: hello",
+  "scenario: tools",
+  "scenario: slow interval_ms=50 count=20",
+  "scenario: echo_env name=WC_CANARY",
+  "scenario: crash_before_response",
+];
+type Action = "none" | "cancel" | "replay" | "kill_runner" | "kill_server" | "kill_both" | "kill_agent";
+
+interface Step {
+  key: number;
+  scenario: number;
+  action: Action;
+  delayMs: number;
+}
+
+const sha256 = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
+
+interface Seen {
+  state: string;
+  execution_state: string;
+  stop_reason: string | null;
+  failure_kind: string | null;
+}
+
+describe("seeded chaos: kills, restarts, replays and cancels", () => {
+  let stack: ProcStack;
+  const canary = `wc-canary-${randomBytes(12).toString("hex")}`;
+  const runnerEnv = { WC_CANARY: canary };
+
+  beforeAll(async () => {
+    stack = await new ProcStack({ server: "child", runners: [{ id: "r1", projects: ["p1"] }] }).init();
+    // Map the canary into the agent's environment (the config ends in [acp.agents.env_from_env]).
+    appendFileSync(join(stack.dir, "runner-r1.toml"), 'WC_CANARY = "WC_CANARY"\n');
+    await stack.startRunner("r1", [], runnerEnv);
+  }, 60_000);
+
+  afterAll(async () => {
+    await stack?.stop();
+  }, 60_000);
+
+  async function ensureUp(): Promise<void> {
+    if (!stack.serverChild) await stack.startServer();
+    if (!stack.runnerProcs.has("r1")) await stack.startRunner("r1", [], runnerEnv);
+    else await waitFor("the Runner back online", async () => (await stack.projects("alice"))[0]?.runner_online, 60_000);
+  }
+
+  function agentPids(): number[] {
+    return processesMentioning(stack.ledgerFile("r1"));
+  }
+
+  it(
+    `keeps every dispatch invariant through ${ITERATIONS} seeded iterations`,
+    async () => {
+      const s = seed();
+      console.log(`seeded chaos seed=${s} iterations=${ITERATIONS} (WEBCODEX_HARDENING_SEED=${s} reproduces the plan)`);
+      const t0 = Date.now();
+      const plan: Step[] = fc.sample(
+        fc.record({
+          key: fc.nat({ max: KEY_POOL - 1 }),
+          scenario: fc.nat({ max: SCENARIOS.length - 1 }),
+          // Kills (each costs a restart, a Runner's about the link's lease window) in about a third of the steps.
+          action: fc.oneof(
+            { weight: 3, arbitrary: fc.constant<Action>("none") },
+            { weight: 2, arbitrary: fc.constant<Action>("cancel") },
+            { weight: 2, arbitrary: fc.constant<Action>("replay") },
+            { weight: 1, arbitrary: fc.constantFrom<Action>("kill_runner", "kill_server", "kill_both", "kill_agent") },
+            { weight: 2, arbitrary: fc.constantFrom<Action>("kill_runner", "kill_server", "kill_both", "kill_agent") },
+          ),
+          delayMs: fc.oneof(fc.constant(0), fc.nat({ max: 400 })),
+        }),
+        { numRuns: ITERATIONS, seed: s },
+      );
+      const promptOf = new Map<string, string>();
+      const runOf = new Map<string, string>();
+      const firstTerminal = new Map<string, Seen>();
+      const actions = new Map<string, number>();
+
+      const observeTerminal = async (runId: string): Promise<Seen> => {
+        let last: Seen | undefined;
+        await waitFor(
+          `run ${runId} terminal`,
+          async () => {
+            const o = await stack.observe("alice", { run_id: runId }).catch(() => null);
+            if (!o?.ok) return false;
+            last = o.value;
+            return TERMINAL.has(o.value.state);
+          },
+          TERMINAL_DEADLINE_MS,
+        );
+        const seen = {
+          state: last!.state,
+          execution_state: last!.execution_state,
+          stop_reason: last!.stop_reason ?? null,
+          failure_kind: last!.failure_kind ?? null,
+        };
+        const first = firstTerminal.get(runId);
+        if (first) expect(seen, `terminal state of ${runId} changed`).toEqual(first);
+        else firstTerminal.set(runId, seen);
+        return seen;
+      };
+
+      for (const [i, step] of plan.entries()) {
+        const key = `chaos-key-${step.key}`;
+        const prompt = promptOf.get(key) ?? `${SCENARIOS[step.scenario]}\nchaos ${key}`;
+        promptOf.set(key, prompt);
+        actions.set(step.action, (actions.get(step.action) ?? 0) + 1);
+        const input = {
+          project_id: "p1",
+          provider_id: "fake",
+          idempotency_key: key,
+          prompt,
+          timeout_secs: RUN_TIMEOUT_SECS,
+        };
+        const startCall = stack.start("alice", input).catch(() => null);
+        if (step.delayMs > 0) await new Promise((r) => setTimeout(r, step.delayMs));
+        switch (step.action) {
+          case "kill_runner":
+            await stack.killRunner("r1", "SIGKILL");
+            break;
+          case "kill_server":
+            await stack.killServer("SIGKILL");
+            break;
+          case "kill_both":
+            await stack.killRunner("r1", "SIGKILL");
+            await stack.killServer("SIGKILL");
+            break;
+          case "kill_agent":
+            for (const pid of agentPids()) {
+              try {
+                process.kill(pid, "SIGKILL");
+              } catch {}
+            }
+            break;
+          default:
+            break;
+        }
+        const first = await startCall;
+        await ensureUp();
+        // The same key again: the same run, never a second one (and never a second dispatch).
+        const replay = okValue(await stack.start("alice", input));
+        if (first?.ok) expect(replay.run_id, `iteration ${i}: replay of ${key}`).toBe(first.value.run_id);
+        const known = runOf.get(key);
+        if (known) expect(replay.run_id).toBe(known);
+        runOf.set(key, replay.run_id);
+        if (step.action === "cancel") okValue(await stack.cancel("alice", { run_id: replay.run_id }));
+        await observeTerminal(replay.run_id);
+        if (step.action === "replay") {
+          const again = okValue(await stack.start("alice", input));
+          expect(again.run_id).toBe(replay.run_id);
+          expect(again.replayed).toBe(true);
+        }
+      }
+
+      // Invariants over every run, from the ledger and the Server's answers.
+      await ensureUp();
+      const ledger = stack.prompts("r1").map((e) => String(e.prompt_sha256));
+      const dispatches = new Map<string, number>();
+      for (const h of ledger) dispatches.set(h, (dispatches.get(h) ?? 0) + 1);
+      for (const [h, n] of dispatches) expect(n, `prompt ${h.slice(0, 12)} dispatched ${n} times`).toBe(1);
+      const states = new Map<string, number>();
+      for (const [key, runId] of runOf) {
+        const seen = await observeTerminal(runId); // also: unchanged since first seen terminal
+        states.set(
+          `${seen.state}/${seen.execution_state}`,
+          (states.get(`${seen.state}/${seen.execution_state}`) ?? 0) + 1,
+        );
+        const dispatched = dispatches.has(sha256(promptOf.get(key)!));
+        if (seen.execution_state === "not_started")
+          expect(dispatched, `${key} not_started but in the ledger`).toBe(false);
+        if (seen.state === "completed") expect(dispatched, `${key} completed without a dispatch`).toBe(true);
+      }
+
+      // The canary never reached a file under the stack's dirs (state, config, ledger) or a daemon log.
+      const files: string[] = [];
+      const walk = (dir: string) => {
+        for (const name of readdirSync(dir)) {
+          const p = join(dir, name);
+          const st = statSync(p, { throwIfNoEntry: false });
+          if (st?.isDirectory()) walk(p);
+          else if (st?.isFile()) files.push(p);
+        }
+      };
+      walk(stack.dir);
+      for (const f of files) expect(readFileSync(f).includes(canary), `canary found in ${f}`).toBe(false);
+      for (const [name, log] of stack.logs) expect(log.includes(canary), `canary in the ${name} log`).toBe(false);
+      // No agent outlives its run (orphans of a killed Runner are reaped by the next one).
+      await waitFor("no agent process left", () => agentPids().length === 0, 30_000);
+      console.log(
+        `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs, ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
+      );
+    },
+    18 * 60_000,
+  );
+});
