@@ -109,7 +109,9 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       const actions = new Map<string, number>();
 
       const observeTerminal = async (runId: string): Promise<Seen> => {
-        let last: Seen | undefined;
+        let last:
+          | { state: string; execution_state: string; stop_reason?: string | null; failure_kind?: string | null }
+          | undefined;
         await waitFor(
           `run ${runId} terminal`,
           async () => {
