@@ -19,30 +19,33 @@ export async function run(
   ctx,
   { ns, ms, intervalMs, durationMs, warmupMs, perPrincipal, waitSecs = 10, client = "lean", nodeArgs },
 ) {
-  const maxN = Math.max(...ns);
   const maxM = Math.max(...ms);
+  // Each N gets runner ids of its own: the Server refuses a second link for a runner id whose previous
+  // link is not yet declared dead (link_in_use), and the previous N's sim process has just been killed.
+  const offsets = ns.map((_, i) => ns.slice(0, i).reduce((a, b) => a + b, 0));
   const stack = await launchStack({
     label: "fanout",
     nodeArgs,
     runner: false,
-    simRunners: maxN,
+    simRunners: ns.reduce((a, b) => a + b, 0),
     principals: Math.ceil(maxM / perPrincipal),
   });
   const cells = [];
   try {
-    for (const n of ns) {
-      const simSpec = join(stack.dir, `sims-${n}.json`);
+    for (const [index, n] of ns.entries()) {
+      const first = offsets[index];
+      const simSpec = join(stack.dir, `sims-${index}-${n}.json`);
       writeFileSync(
         simSpec,
         JSON.stringify({
           url: stack.runnerUrl,
           interval_ms: intervalMs,
           max_duration_ms: ctx.budgetMs(30 * 60_000),
-          runners: stack.sims.slice(0, n),
+          runners: stack.sims.slice(first, first + n),
         }),
       );
       const sims = spawnJsonChild(join(BENCH_DIR, "sim-runners.mjs"), [simSpec], {
-        logFile: join(stack.dir, `sims-${n}.log`),
+        logFile: join(stack.dir, `sims-${index}-${n}.log`),
         nodeArgs: profileArgs(nodeArgs, "sim-runners"),
       });
       try {
@@ -52,7 +55,16 @@ export async function run(
         for (const m of ms) {
           ctx.log(`fan-out N=${n} M=${m} (${client} observers)`);
           cells.push(
-            await cell(stack, sims.pid, nodeArgs, { n, m, durationMs, warmupMs, perPrincipal, waitSecs, client }),
+            await cell(stack, sims.pid, nodeArgs, {
+              n,
+              first,
+              m,
+              durationMs,
+              warmupMs,
+              perPrincipal,
+              waitSecs,
+              client,
+            }),
           );
         }
       } finally {
@@ -77,7 +89,7 @@ function profileArgs(nodeArgs, name) {
   return prof ? ["--cpu-prof", prof.replace(/server$/, name)] : [];
 }
 
-async function cell(stack, simsPid, nodeArgs, { n, m, durationMs, warmupMs, perPrincipal, waitSecs, client }) {
+async function cell(stack, simsPid, nodeArgs, { n, first, m, durationMs, warmupMs, perPrincipal, waitSecs, client }) {
   const principals = Math.ceil(m / perPrincipal);
   const runCount = Math.max(n, principals);
   const clients = [];
@@ -88,7 +100,7 @@ async function cell(stack, simsPid, nodeArgs, { n, m, durationMs, warmupMs, perP
     for (let j = 0; j < runCount; j++) {
       const p = j % principals;
       const r = await clients[p].start({
-        project_id: `p${j % n}`,
+        project_id: `p${first + (j % n)}`,
         provider_id: "sim",
         prompt: `fan-out run ${j} (N=${n}, M=${m})`,
       });
