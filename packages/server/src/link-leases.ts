@@ -12,10 +12,17 @@
  * terminates a connection that missed a ping, at most two intervals after it was last heard). It
  * outlives an abnormal close of the holder's socket for the rest of that window — a dropped socket is
  * not proof the Runner process is gone — and ends at once when the holder closes its link cleanly
- * (a Runner stopping) or its token is rotated. Leases live in memory: a restarted Server grants the
- * first hello.
+ * (a Runner stopping) or its token is rotated.
+ *
+ * With a LeaseStore (the state DB, link-lease-store.ts) each lease is also written down — runner id,
+ * sha256 of the secret, expiry — when it is granted or resumed, on every `persist()` (the hub calls it
+ * each heartbeat interval and at shutdown) and when it ends. A restarted Server with no lease in memory
+ * consults that row: until it expires, only a hello whose secret hashes to it gets in (resumed); any
+ * other is refused. So a Server restart does not open a window in which a token holder can race the
+ * real Runner for its link.
  */
 import { randomBytes, timingSafeEqual } from "node:crypto";
+import { hashSecret, type LeaseStore } from "./link-lease-store.js";
 
 export interface LeaseHolder {
   readonly closed: boolean;
@@ -44,6 +51,7 @@ export class LinkLeases {
   constructor(
     readonly timeoutMs: number,
     private readonly now: () => number = Date.now,
+    private readonly store?: LeaseStore,
   ) {}
 
   /** Milliseconds the lease of `runnerId` stays live without news from its holder; 0 when dead or absent. */
@@ -54,31 +62,65 @@ export class LinkLeases {
 
   decide(runnerId: string, presented: string | undefined): LeaseDecision {
     const lease = this.#leases.get(runnerId);
-    if (!lease) return { kind: "grant" };
+    if (!lease) return this.#decidePersisted(runnerId, presented);
     const liveForMs = this.#liveFor(lease);
     if (liveForMs === 0) return { kind: "grant" };
     if (presented !== undefined && sameSecret(presented, lease.secret)) return { kind: "resume" };
     return { kind: "refuse", liveForMs };
   }
 
-  /** Make `holder` the lease holder; a grant mints a new secret, a resume keeps the current one. */
-  hold(runnerId: string, holder: LeaseHolder, decision: "grant" | "resume"): string {
+  /** No lease in memory (a restarted Server): the written-down one decides until it expires. */
+  #decidePersisted(runnerId: string, presented: string | undefined): LeaseDecision {
+    const row = this.store?.get(runnerId);
+    const liveForMs = row ? Math.max(0, row.expiresAtMs - this.now()) : 0;
+    if (!row || liveForMs === 0) return { kind: "grant" };
+    if (
+      presented !== undefined &&
+      row.secretHash.byteLength === 32 &&
+      timingSafeEqual(hashSecret(presented), row.secretHash)
+    )
+      return { kind: "resume" };
+    return { kind: "refuse", liveForMs };
+  }
+
+  /**
+   * Make `holder` the lease holder; a grant mints a new secret, a resume keeps the current one (after a
+   * Server restart: the one the holder presented, which matched the written-down hash).
+   */
+  hold(runnerId: string, holder: LeaseHolder, decision: "grant" | "resume", presented?: string): string {
     const current = this.#leases.get(runnerId);
-    const secret = decision === "resume" && current ? current.secret : randomBytes(32).toString("base64url");
+    const kept = decision === "resume" ? (current?.secret ?? presented) : undefined;
+    const secret = kept ?? randomBytes(32).toString("base64url");
     this.#leases.set(runnerId, { secret, holder, closedHeardAt: null });
+    this.store?.save([{ runnerId, secretHash: hashSecret(secret), expiresAtMs: holder.lastHeardAt + this.timeoutMs }]);
     return secret;
+  }
+
+  /** Write every live lease's current expiry to the store (each heartbeat interval, and at shutdown). */
+  persist(): void {
+    if (!this.store) return;
+    const entries = [];
+    for (const [runnerId, lease] of this.#leases) {
+      if (this.#liveFor(lease) === 0) continue;
+      const heard = lease.closedHeardAt ?? lease.holder.lastHeardAt;
+      entries.push({ runnerId, secretHash: hashSecret(lease.secret), expiresAtMs: heard + this.timeoutMs });
+    }
+    this.store.save(entries);
   }
 
   /** The holder's socket closed. Clean (the Runner stopping): the lease ends; otherwise it runs out. */
   closed(runnerId: string, holder: LeaseHolder, clean: boolean): void {
     const lease = this.#leases.get(runnerId);
     if (!lease || lease.holder !== holder) return;
-    if (clean) this.#leases.delete(runnerId);
-    else lease.closedHeardAt = holder.lastHeardAt;
+    if (clean) {
+      this.#leases.delete(runnerId);
+      this.store?.delete(runnerId);
+    } else lease.closedHeardAt = holder.lastHeardAt;
   }
 
   /** End a runner's lease now (its token was rotated). */
   release(runnerId: string): void {
     this.#leases.delete(runnerId);
+    this.store?.delete(runnerId);
   }
 }

@@ -35,6 +35,7 @@ import {
 import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
 import type { RunnerBinding } from "./config.js";
+import type { LeaseStore } from "./link-lease-store.js";
 import { LinkLeases } from "./link-leases.js";
 import { RefusalLog } from "./refusal-log.js";
 import { type LinkAuditRecord, RUNNER_TOKEN_POLL_MS, type RunnerTokenStore } from "./runner-tokens.js";
@@ -79,6 +80,8 @@ export interface HubOptions {
   maxBufferedBytes?: number;
   /** Rotated runner tokens and the link audit (state DB); without it, config tokens only and no audit. */
   tokens?: RunnerTokenStore;
+  /** Where link leases are written down so they outlive a Server restart (state DB); memory only without. */
+  leaseStore?: LeaseStore;
 }
 
 /**
@@ -265,10 +268,11 @@ export class RunnerHub {
         }
         if (conn.hello) conn.send({ type: "heartbeat", sent_at: new Date().toISOString() });
       }
+      this.#leases.persist();
     }, opts.heartbeatIntervalMs);
     this.#heartbeat.unref();
     this.#refusals = new RefusalLog(opts.logger);
-    this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs);
+    this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs, Date.now, opts.leaseStore);
     this.#tokenPoll = opts.tokens ? setInterval(() => this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
     this.#tokenPoll?.unref();
     const rotated = opts.bindings.filter((b) => opts.tokens?.override(b.id) !== undefined).map((b) => b.id);
@@ -499,7 +503,7 @@ export class RunnerHub {
       });
       previous.close(1008, "replaced");
     }
-    const secret = this.#leases.hold(conn.runnerId, conn, decision.kind);
+    const secret = this.#leases.hold(conn.runnerId, conn, decision.kind, hello.resume_secret);
     this.#audit({ ...audit, event: decision.kind === "resume" ? "link_resumed" : "link_granted" });
     this.#live.set(conn.runnerId, conn);
     conn.send({
@@ -529,6 +533,8 @@ export class RunnerHub {
     this.#closing = true;
     clearInterval(this.#heartbeat);
     if (this.#tokenPoll) clearInterval(this.#tokenPoll);
+    // Leases outlive this process: a restarted Server lets only their holders back in until they expire.
+    this.#leases.persist();
     const all = [...this.#all];
     for (const c of all) c.close(1001, "server shutting down");
     await Promise.race([Promise.all(all.map((c) => c.whenClosed)), new Promise((r) => setTimeout(r, 1000))]);

@@ -11,6 +11,7 @@ import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
 import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
 import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
+import { SqliteLeaseStore } from "./link-lease-store.js";
 import { reconcileAtStart } from "./reconcile.js";
 import { startRejectedRecordExpiry } from "./record-expiry.js";
 import { Registry } from "./registry.js";
@@ -119,6 +120,9 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     serverInstanceId: randomBytes(12).toString("base64url"),
     tokens: new RunnerTokenStore(store.db),
+    leaseStore: new SqliteLeaseStore(store.db, (err) =>
+      logger.error({ err: (err as Error).message }, "runner link lease not read or written (state DB)"),
+    ),
   });
 
   let mcp: McpMount | null = null;

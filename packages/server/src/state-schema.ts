@@ -220,6 +220,30 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE admission_records ADD COLUMN effective_config TEXT NOT NULL DEFAULT '[]';
     `,
   },
+  {
+    version: 7,
+    summary:
+      "runner link leases survive a Server restart (link-lease-store.ts); refused hellos are counted per " +
+      "runner and window in one link-audit row",
+    sql: `
+      CREATE TABLE runner_link_leases (
+        runner_id TEXT PRIMARY KEY,
+        secret_hash TEXT NOT NULL,
+        expires_ms INTEGER NOT NULL
+      ) STRICT;
+      CREATE TABLE IF NOT EXISTS runner_link_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        runner_id TEXT NOT NULL,
+        event TEXT NOT NULL,
+        remote TEXT,
+        conn INTEGER,
+        agent_instance_id TEXT
+      );
+      ALTER TABLE runner_link_audit ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+      ALTER TABLE runner_link_audit ADD COLUMN last_at TEXT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

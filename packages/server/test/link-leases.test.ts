@@ -79,3 +79,54 @@ describe("refusal log", () => {
     expect(lines.at(-1)).not.toHaveProperty("suppressed");
   });
 });
+
+describe("link leases written down (a restarted Server)", () => {
+  class MemStore {
+    readonly rows = new Map<string, { secretHash: Buffer; expiresAtMs: number }>();
+    get(id: string) {
+      return this.rows.get(id);
+    }
+    save(entries: readonly { runnerId: string; secretHash: Buffer; expiresAtMs: number }[]) {
+      for (const e of entries) this.rows.set(e.runnerId, { secretHash: e.secretHash, expiresAtMs: e.expiresAtMs });
+    }
+    delete(id: string) {
+      this.rows.delete(id);
+    }
+  }
+
+  it("refuses a hello without the secret until the written-down lease expires; the holder's secret resumes", () => {
+    let now = 0;
+    const store = new MemStore();
+    const before = new LinkLeases(2000, () => now, store);
+    const a = new Holder(now);
+    const secret = before.hold("r1", a, "grant");
+    now = 1500;
+    a.lastHeardAt = 1500;
+    before.persist();
+    expect(store.get("r1")?.expiresAtMs).toBe(3500);
+    // The Server restarts: a new table in memory, the same store.
+    const after = new LinkLeases(2000, () => now, store);
+    now = 2000;
+    expect(after.decide("r1", undefined)).toEqual({ kind: "refuse", liveForMs: 1500 });
+    expect(after.decide("r1", `${secret.slice(0, -1)}x`)).toMatchObject({ kind: "refuse" });
+    expect(after.decide("r1", secret)).toEqual({ kind: "resume" });
+    expect(after.hold("r1", new Holder(now), "resume", secret)).toBe(secret);
+    const later = new LinkLeases(2000, () => now, store);
+    now = 3999;
+    expect(later.decide("r1", undefined)).toMatchObject({ kind: "refuse" });
+    now = 4000;
+    expect(later.decide("r1", undefined)).toEqual({ kind: "grant" });
+  });
+
+  it("a clean close or a rotation erases the written-down lease", () => {
+    const store = new MemStore();
+    const leases = new LinkLeases(2000, () => 0, store);
+    const a = new Holder(0);
+    leases.hold("r1", a, "grant");
+    leases.closed("r1", a, true);
+    expect(store.get("r1")).toBeUndefined();
+    leases.hold("r2", new Holder(0), "grant");
+    leases.release("r2");
+    expect(store.get("r2")).toBeUndefined();
+  });
+});

@@ -52,6 +52,8 @@ export interface ProcStackOptions {
   extraScopes?: string[];
   /** Extra lines inside the Server config's `[server]` table (given the port), e.g. `public_url`. */
   serverSection?: (port: number) => string;
+  /** The Server's heartbeat_interval_ms (default 2000); the link lease runs two of them. */
+  heartbeatIntervalMs?: number;
   /** Extra TOML appended to the Server config (e.g. an `[oauth]` table). */
   extraServerToml?: string;
   /** Serve TLS with this certificate; Runners connect with wss:// and trust `caFile` (test-ca.ts). */
@@ -131,7 +133,7 @@ export class ProcStack {
   async init(): Promise<this> {
     this.port = await freePort();
     const allProjects = this.opts.runners.flatMap((r) => r.projects);
-    let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = 2000\n${this.opts.serverSection?.(this.port) ?? ""}\n\n`;
+    let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = ${this.opts.heartbeatIntervalMs ?? 2000}\n${this.opts.serverSection?.(this.port) ?? ""}\n\n`;
     const tls = this.opts.tls;
     if (tls)
       toml += `[server.tls]\ncert_file = ${JSON.stringify(tls.certFile)}\nkey_file = ${JSON.stringify(tls.keyFile)}\n\n`;
