@@ -20,10 +20,12 @@ import {
   type RunnerErrorCode,
   utf8Length,
 } from "@webcodex/protocol";
+import { serverFailpoint } from "./failpoints.js";
 import { deriveRunId, intentFingerprint } from "./identity.js";
 import type { Observation } from "./observe.js";
 import { fail, type RunContext } from "./run-context.js";
 import {
+  type AdmissionHooks,
   type AdmissionRequest,
   type ApiError,
   type ApiErrorCode,
@@ -125,7 +127,7 @@ export class Admission {
     this.#startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
   }
 
-  async start(principal: Principal, input: StartInput): Promise<ApiResult<StartOutput>> {
+  async start(principal: Principal, input: StartInput, hooks: AdmissionHooks = {}): Promise<ApiResult<StartOutput>> {
     // 1. authenticate: done by the front end (principal). 2. validate input.
     const invalid = validateStart(input);
     if (invalid) return fail("invalid_input", invalid, "fix_input");
@@ -155,6 +157,11 @@ export class Admission {
       prompt: input.prompt,
       config,
       timeout_secs: timeout,
+      ...hooks,
+      afterRecorded: () => {
+        hooks.afterRecorded?.();
+        serverFailpoint("start_after_intent");
+      },
     });
   }
 

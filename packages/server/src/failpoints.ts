@@ -6,12 +6,15 @@
  * SERVER_FAILPOINTS, the Server kills itself with SIGKILL the first time it
  * reaches that point: a real crash, no cleanup, no flush.
  *
+ * - `start_after_intent`: start_coding_agent's admission intent (and its
+ *   workflow-session link with the `coding_agent_started` entry) is committed,
+ *   `run.start` is not sent yet.
  * - `task_after_binding`: the Attempt→Run binding and the admission record are
  *   committed, `run.start` is not sent yet.
  * - `task_after_run_start`: the Runner answered `run.start`; the answer is not
  *   recorded yet.
  */
-export const SERVER_FAILPOINTS = ["task_after_binding", "task_after_run_start"] as const;
+export const SERVER_FAILPOINTS = ["start_after_intent", "task_after_binding", "task_after_run_start"] as const;
 export type ServerFailpointName = (typeof SERVER_FAILPOINTS)[number];
 
 export const SERVER_FAILPOINT_ENV = "WEBCODEX_SERVER_FAILPOINT";

@@ -38,7 +38,14 @@ import type { AuditLog, AuditOutcome } from "./audit.js";
 import { checkStartGrant, checkToolScope } from "./authority.js";
 import { readProjectsResource } from "./mcp-resource.js";
 import type { ObserveLimits } from "./observe-limits.js";
-import { type ApiError, type ApiResult, OpaqueKey, type Principal, type RunsApi } from "./runs-api.js";
+import {
+  type AdmissionHooks,
+  type ApiError,
+  type ApiResult,
+  OpaqueKey,
+  type Principal,
+  type RunsApi,
+} from "./runs-api.js";
 import { SESSION_ID_PATTERN } from "./session-service.js";
 import { checkArgumentShape } from "./tool-arguments.js";
 
@@ -362,8 +369,11 @@ export interface StartHooks {
     principal: Principal,
     input: { project_id: string; prompt: string; workflow_session_id?: string; context_session_id?: string },
   ): ApiResult<{ prompt: string }>;
-  /** The run core answered with this run: link it to its recorder (once; replays add nothing). */
-  recorded(sessionId: string, runId: string): void;
+  /** The recorder link, run by the run core inside the admission transaction (before dispatch). */
+  recorderBind(
+    principal: Principal,
+    input: { workflow_session_id: string; project_id: string; provider_id: string },
+  ): NonNullable<AdmissionHooks["bind"]>;
 }
 
 export interface McpToolsOptions {
@@ -547,9 +557,15 @@ export class McpTools {
       if (!prepared.ok) return fail(prepared.error, null);
       prompt = prepared.value.prompt;
     }
-    const result = await this.#runs.start(principal, stripUndefined({ ...runInput, prompt }));
-    if (result.ok && workflow_session_id !== undefined)
-      this.#startHooks?.recorded(workflow_session_id, result.value.run_id);
+    const bind =
+      workflow_session_id !== undefined
+        ? this.#startHooks?.recorderBind(principal, {
+            workflow_session_id,
+            project_id: runInput.project_id,
+            provider_id: runInput.provider_id,
+          })
+        : undefined;
+    const result = await this.#runs.start(principal, stripUndefined({ ...runInput, prompt }), bind ? { bind } : {});
     if (!result.ok) {
       if (result.error.code === "provider_unavailable") {
         return fail(this.#withProviders(principal, input.value, result.error), null);

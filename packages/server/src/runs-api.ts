@@ -176,12 +176,16 @@ export interface AdmissionRequest {
   afterDispatched?(): void;
 }
 
+/** The caller seams of one admission (see AdmissionRequest), for `start` callers too (workflow-session recorder). */
+export type AdmissionHooks = Pick<AdmissionRequest, "bind" | "afterRecorded" | "afterDispatched">;
+
 export interface RunAdmission {
   admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>>;
 }
 
 export interface RunsApi {
-  start(principal: Principal, input: StartInput): Promise<ApiResult<StartOutput>>;
+  /** `hooks.bind` runs inside the transaction that records the admission intent (the recorder link). */
+  start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>>;
   /** Waits at most wait_secs (capped) and returns early on anything new; aborts with `signal`. */
   observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>>;
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>>;

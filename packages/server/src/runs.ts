@@ -18,6 +18,7 @@ import { RunContext } from "./run-context.js";
 import type { MirrorSet } from "./run-mirror.js";
 import type { HubListener, RunnerConnection } from "./runner-hub.js";
 import type {
+  AdmissionHooks,
   AdmissionRequest,
   ApiResult,
   CancelOutput,
@@ -72,8 +73,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#ctx.close();
   }
 
-  start(principal: Principal, input: StartInput): Promise<ApiResult<StartOutput>> {
-    return this.#admission.start(principal, input);
+  start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>> {
+    return this.#admission.start(principal, input, hooks);
   }
 
   admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>> {

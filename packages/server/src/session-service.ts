@@ -20,7 +20,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
-import type { ApiError, ApiErrorCode, ApiResult, Principal, Scope } from "./runs-api.js";
+import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, Principal, Scope } from "./runs-api.js";
 import { type EvidenceKind, MAX_SESSIONS_PER_PRINCIPAL, type SessionRow, type SessionStore } from "./session-store.js";
 import type { AdmissionRecord, StateStore } from "./state-store.js";
 
@@ -30,6 +30,8 @@ export const MAX_HANDOFF_BYTES = 16 * 1024;
 export const MAX_GOAL_BYTES = 4 * 1024;
 /** Evidence entries one read returns at most (`has_more` says there are more). */
 export const MAX_EVIDENCE_PER_READ = 100;
+/** Recorded runs without a terminal entry that one Server start looks at to write the missing entries. */
+export const MAX_CATCH_UP_RUNS = 10_000;
 
 export interface SessionView {
   session_id: string;
@@ -119,6 +121,7 @@ export class SessionService {
         this.#log.error({ run_id: rec.run_id, err: e instanceof Error ? e.name : typeof e }, "evidence not recorded");
       }
     });
+    this.#catchUp();
   }
 
   #need(principal: Principal, scope: Scope, projectId: string): ApiError | null {
@@ -232,15 +235,53 @@ export class SessionService {
     return null;
   }
 
-  /** After the run core answered: link the run once and record what already happened. */
-  attachRecorder(sessionId: string, runId: string): void {
-    const rec = this.#records.get(runId);
-    if (!rec) return;
-    this.#sessions.atomically(() => {
-      if (!this.#sessions.linkRun(runId, sessionId)) return; // a replay: nothing new
-      this.#append(sessionId, "coding_agent_started", rec);
-      this.#onRunState(rec);
-    });
+  /**
+   * The recorder link as an admission `bind` (runs-api.ts): inside the transaction that records the
+   * admission intent, before `run.start` is sent, the ownership and project are checked again, the run
+   * is linked and its `coding_agent_started` entry written — durable before any dispatch, so a Server
+   * killed right after still has it. A re-send of an unacknowledged start finds the link and adds
+   * nothing (replays never reach `bind`); a re-admission after a pre-admission rejection is a new
+   * dispatch and is recorded as one.
+   */
+  recorderBind(
+    principal: Principal,
+    sessionId: string,
+    projectId: string,
+    providerId: string,
+  ): (fences: AdmissionFences) => ApiError | null {
+    return (fences) => {
+      const refused = this.checkRecorder(principal, sessionId, projectId);
+      if (refused) return refused;
+      const runId = fences.run_id;
+      const existing = this.#records.get(runId);
+      if (!this.#sessions.linkRun(runId, sessionId)) {
+        if (existing?.admission !== "rejected_pre_admission") return null;
+        this.#sessions.resetTerminal(runId);
+      }
+      const recorder = this.#sessions.recorderOf(runId)?.session_id ?? sessionId;
+      this.#sessions.appendEvidence({
+        session_id: recorder,
+        kind: "coding_agent_started",
+        run_id: runId,
+        provider_id: providerId,
+        state: "starting",
+        execution_state: "not_started",
+        stop_reason: null,
+        failure_kind: null,
+      });
+      return null;
+    };
+  }
+
+  /**
+   * At start: terminal entries the previous process could not write (a run closed by reconciliation
+   * before this service listened, e.g. an intent never sent before a crash).
+   */
+  #catchUp(): void {
+    for (const runId of this.#sessions.openRecordedRuns(MAX_CATCH_UP_RUNS)) {
+      const rec = this.#records.get(runId);
+      if (rec && isTerminalState(rec.state)) this.#onRunState(rec);
+    }
   }
 
   #onRunState(rec: AdmissionRecord): void {
@@ -271,7 +312,10 @@ export class SessionService {
       principal: Principal,
       input: { project_id: string; prompt: string; workflow_session_id?: string; context_session_id?: string },
     ): ApiResult<{ prompt: string }>;
-    recorded(sessionId: string, runId: string): void;
+    recorderBind(
+      principal: Principal,
+      input: { workflow_session_id: string; project_id: string; provider_id: string },
+    ): (fences: AdmissionFences) => ApiError | null;
   } {
     return {
       prepare: (principal, input) => {
@@ -283,7 +327,8 @@ export class SessionService {
         const composed = this.composeWithContext(principal, input.context_session_id, input.project_id, input.prompt);
         return composed.ok ? { ok: true, value: { prompt: composed.value.prompt } } : composed;
       },
-      recorded: (sessionId, runId) => this.attachRecorder(sessionId, runId),
+      recorderBind: (principal, input) =>
+        this.recorderBind(principal, input.workflow_session_id, input.project_id, input.provider_id),
     };
   }
 

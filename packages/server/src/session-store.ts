@@ -172,6 +172,21 @@ export class SessionStore {
     );
   }
 
+  /** A re-admitted run (after a pre-admission rejection) gets its own terminal entry again. */
+  resetTerminal(runId: string): void {
+    this.#db.prepare("UPDATE workflow_session_runs SET terminal_recorded = 0 WHERE run_id = ?").run(runId);
+  }
+
+  /** Recorded runs whose terminal entry is not written yet, oldest first (bounded). */
+  openRecordedRuns(limit: number): string[] {
+    return this.#db
+      .prepare<[number], { run_id: string }>(
+        "SELECT run_id FROM workflow_session_runs WHERE terminal_recorded = 0 ORDER BY created_at LIMIT ?",
+      )
+      .all(limit)
+      .map((r) => r.run_id);
+  }
+
   /** Mark the terminal entry written; false when it already was. */
   markTerminal(runId: string): boolean {
     return (

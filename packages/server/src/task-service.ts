@@ -27,7 +27,15 @@ import { isTerminalState, type RunState } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { serverFailpoint } from "./failpoints.js";
 import { intentFingerprint } from "./identity.js";
-import type { ApiError, ApiErrorCode, ApiResult, Principal, RunAdmission, StartOutput } from "./runs-api.js";
+import type {
+  AdmissionHooks,
+  ApiError,
+  ApiErrorCode,
+  ApiResult,
+  Principal,
+  RunAdmission,
+  StartOutput,
+} from "./runs-api.js";
 import type { AdmissionRecord, StateStore } from "./state-store.js";
 import {
   AttemptRefs,
@@ -118,6 +126,8 @@ export interface StartTaskRunInput {
   claim: ClaimSelector;
   config?: Record<string, string | boolean>;
   timeout_secs?: number;
+  /** The workflow-session recorder link, written in the same transaction as the binding. */
+  recorder?: NonNullable<AdmissionHooks["bind"]>;
 }
 
 export interface TaskServiceOptions {
@@ -487,7 +497,7 @@ export class TaskService {
           authority_fingerprint: authority,
           intent_fingerprint: fingerprint,
         });
-        return null;
+        return input.recorder?.(fences) ?? null;
       },
       afterRecorded: () => serverFailpoint("task_after_binding"),
       afterDispatched: () => serverFailpoint("task_after_run_start"),

@@ -343,9 +343,11 @@ export class TaskTools implements ToolModule {
           claim,
           ...(v.config !== undefined ? { config: v.config } : {}),
           ...(v.timeout_secs !== undefined ? { timeout_secs: v.timeout_secs } : {}),
+          ...(recorder !== undefined && this.#sessions
+            ? { recorder: this.#sessions.recorderBind(principal, recorder, v.project_id, v.provider_id) }
+            : {}),
         });
         if (!r.ok) return fail(r.error, null);
-        if (recorder !== undefined) this.#sessions?.attachRecorder(recorder, r.value.run_id);
         return ok(StartTaskRunOutput.parse(r.value), r.value.run_id);
       }
       case TASK_TOOL_NAMES.reconcile: {

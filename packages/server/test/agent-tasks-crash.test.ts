@@ -164,3 +164,58 @@ describe("Server kill -9 with workflow sessions", () => {
     ]);
   }, 90_000);
 });
+
+describe("Server kill -9 between the recorded intent and run.start (start_after_intent)", () => {
+  it("the coding_agent_started entry is durable before dispatch: there after a restart without any replay", async () => {
+    stack = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      server: "child",
+      extraScopes: ["runtime:read", "runtime:write"],
+      serverEnv: { [SERVER_FAILPOINT_ENV]: "start_after_intent" },
+    }).init();
+    await stack.startRunner("r1");
+    const token = await issueToken(stack, ["runtime:read", "runtime:write"]);
+    const before = await connect(stack, token);
+    const session = await ok(before, "create_workflow_session", { project_id: "demo", title: "durable link" });
+    const prompt = `scenario: hello text="link-${process.pid}"`;
+    const startArgs = {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: "link-before-dispatch",
+      prompt,
+      workflow_session_id: session.session_id,
+    };
+    await expect(callTool(before, "start_coding_agent", startArgs)).rejects.toThrow();
+    await restartServer(stack);
+
+    // No replay yet: the link and its started entry were committed with the intent; the restart closed
+    // the never-sent intent and the recorder wrote its terminal entry.
+    const after = await connect(stack, token);
+    const read = await ok(after, "read_workflow_session", { session_id: session.session_id });
+    const entries = read.evidence as Structured[];
+    expect(entries.map((e) => e.kind)).toEqual(["coding_agent_started", "coding_agent_terminal"]);
+    const runId = entries[0]?.run_id;
+    expect(entries[0]).toMatchObject({ provider_id: "fake", state: "starting", execution_state: "not_started" });
+    expect(entries[1]).toMatchObject({ run_id: runId, state: "failed", failure_kind: "never_admitted" });
+    expect(promptsOf(stack.prompts("r1") as Structured[], prompt)).toHaveLength(0);
+
+    // The same call re-admits (nothing was ever sent): one dispatch, recorded once; a replay adds nothing.
+    const started = await ok(after, "start_coding_agent", startArgs);
+    expect(started.run_id).toBe(runId);
+    expect((await observeToEnd(after, started.run_id as string)).state).toBe("completed");
+    await waitFor("the second terminal entry", async () => {
+      const r = await ok(after, "read_workflow_session", { session_id: session.session_id });
+      return (r.evidence as Structured[]).length === 4;
+    });
+    expect(await ok(after, "start_coding_agent", startArgs)).toMatchObject({ run_id: runId, replayed: true });
+    const final = await ok(after, "read_workflow_session", { session_id: session.session_id });
+    expect((final.evidence as Structured[]).map((e) => e.kind)).toEqual([
+      "coding_agent_started",
+      "coding_agent_terminal",
+      "coding_agent_started",
+      "coding_agent_terminal",
+    ]);
+    expect((final.evidence as Structured[])[3]).toMatchObject({ run_id: runId, state: "completed" });
+    expect(promptsOf(stack.prompts("r1") as Structured[], prompt)).toHaveLength(1);
+  }, 90_000);
+});
