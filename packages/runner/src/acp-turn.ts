@@ -103,6 +103,7 @@ export class AcpTurn {
     if (run.setupAbort.signal.aborted) return this.setupAborted(run);
 
     const redactor = Redactor.forAgent(run.agent, env.env, run.project.root);
+    run.redactor = redactor;
     // Streamed text enters the ring (and is pushed) at the next setImmediate when the stream is quiet,
     // or after up to COALESCE_MS while a flood is going on (text-pacer.ts).
     const pacer = new TextPacer({

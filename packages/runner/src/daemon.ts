@@ -19,6 +19,7 @@
 import { readFileSync } from "node:fs";
 import type { RunnerConfig } from "./config.js";
 import { ConfigError, loadConfig } from "./config.js";
+import { diagnosticsDir, removeDiagnostics } from "./diagnostics.js";
 import { openDispatchStore, type SqliteDispatchStore, StoreRefusedError } from "./dispatch-store.js";
 import { credentialModeWarnings, sameUserAgents } from "./exposure.js";
 import { activeFailpoint, FAILPOINT_ENV, invalidFailpointValue } from "./failpoints.js";
@@ -82,17 +83,31 @@ export function scheduleRetention(
   retention: Retention,
   logger: Logger,
   intervalMs: number = RETENTION_INTERVAL_MS,
+  diagnostics?: string,
 ): () => void {
   const timer = setInterval(() => {
     try {
-      const pruned = store.prune(retention);
-      if (pruned.byAge + pruned.byCount > 0) logger.info(pruned, "pruned terminal runs");
+      pruneOnce(store, retention, logger, diagnostics);
     } catch (error) {
       logger.error({ err_name: (error as Error)?.name }, "periodic retention failed");
     }
   }, intervalMs);
   timer.unref();
   return () => clearInterval(timer);
+}
+
+/** One retention pass: prune rows (tombstones stay), then the diagnostics files of the pruned runs. */
+function pruneOnce(
+  store: Pick<SqliteDispatchStore, "prune">,
+  retention: Retention,
+  logger: Logger,
+  diagnostics: string | undefined,
+): void {
+  const pruned = store.prune(retention);
+  if (diagnostics !== undefined) removeDiagnostics(diagnostics, pruned.runIds);
+  if (pruned.byAge + pruned.byCount > 0) {
+    logger.info({ byAge: pruned.byAge, byCount: pruned.byCount }, "pruned terminal runs");
+  }
 }
 
 /** Retention settings from `[runner]` retain_terminal_days / retain_terminal_max. */
@@ -163,8 +178,7 @@ export async function prepareStore(options: {
       if (result.outcome !== "survived") store.clearChild(result.run_id);
     }
 
-    const pruned = store.prune(options.retention);
-    if (pruned.byAge + pruned.byCount > 0) logger.info(pruned, "pruned terminal runs");
+    pruneOnce(store, options.retention, logger, diagnosticsDir(options.stateDir));
     return { store, recovered, reaped };
   } catch (error) {
     store.close();
@@ -243,13 +257,19 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
 
   let service: RunService;
   try {
-    service = new RunManager({ config, store, logger });
+    service = new RunManager({ config, store, logger, diagnosticsDir: diagnosticsDir(config.runner.stateDir) });
   } catch (error) {
     store.close();
     throw error;
   }
 
-  const stopRetention = scheduleRetention(store, retentionOf(config), logger);
+  const stopRetention = scheduleRetention(
+    store,
+    retentionOf(config),
+    logger,
+    RETENTION_INTERVAL_MS,
+    diagnosticsDir(config.runner.stateDir),
+  );
 
   let link: LinkHandle;
   try {

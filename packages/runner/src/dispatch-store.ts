@@ -235,6 +235,8 @@ export interface PruneOptions {
 export interface PruneResult {
   byAge: number;
   byCount: number;
+  /** The runs whose rows were pruned (their diagnostics files go with them). */
+  runIds: string[];
 }
 
 /** better-sqlite3 implementation of the DispatchStore contract. */
@@ -411,17 +413,19 @@ export class SqliteDispatchStore implements DispatchStore {
     const now = options.now ?? new Date();
     const cutoff = new Date(now.getTime() - options.retainDays * 86_400_000).toISOString();
     return this.#db.transaction(() => {
-      const byAge = this.#bury(this.#stmts.pruneAge.all(cutoff));
-      const byCount = this.#bury(this.#stmts.pruneCount.all(Math.max(0, options.retainMax)));
-      return { byAge, byCount };
+      const runIds: string[] = [];
+      const byAge = this.#bury(this.#stmts.pruneAge.all(cutoff), runIds);
+      const byCount = this.#bury(this.#stmts.pruneCount.all(Math.max(0, options.retainMax)), runIds);
+      return { byAge, byCount, runIds };
     })();
   }
 
   /** Replace each terminal row by its tombstone (inside prune's transaction). */
-  #bury(rows: SqlRow[]): number {
+  #bury(rows: SqlRow[], runIds: string[]): number {
     for (const sql of rows) {
       this.#stmts.putTombstone.run(encodeTombstone(fromSql(sql)));
       this.#stmts.deleteRun.run(sql.run_id);
+      runIds.push(sql.run_id);
     }
     return rows.length;
   }

@@ -20,6 +20,7 @@ import {
   ConfigMap,
   MAX_PROMPT_BYTES,
   MAX_RUN_TIMEOUT_SECS,
+  RUN_ID_PATTERN,
   RUN_ID_PREFIX,
   type RunEvent,
   type RunSummary,
@@ -27,6 +28,7 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { ConfigError, LOG_LEVELS, loadConfig, type RunnerConfig } from "./config.js";
+import { diagnosticsDir, readDiagnostics } from "./diagnostics.js";
 import { credentialModeWarnings, SAME_USER_WARNING, sameUserAgents } from "./exposure.js";
 import { closeInheritedFds } from "./inherited-fds.js";
 import { createLogger } from "./logger.js";
@@ -34,7 +36,8 @@ import { createLogger } from "./logger.js";
 const USAGE = `usage:
   webcodex-runner run   --config FILE [--new-store]
   webcodex-runner check --config FILE [--probe PROVIDER] [--project ID]
-  webcodex-runner exec  --config FILE --project ID --provider ID [--json] [--config KEY=VALUE]... [--timeout SECS] [--log-level LEVEL] "prompt"`;
+  webcodex-runner exec  --config FILE --project ID --provider ID [--json] [--config KEY=VALUE]... [--timeout SECS] [--log-level LEVEL] "prompt"
+  webcodex-runner diagnose --config FILE RUN_ID`;
 
 class UsageError extends Error {}
 
@@ -96,6 +99,39 @@ function flag(parsed: Parsed, name: string): string | undefined {
 async function config(parsed: Parsed): Promise<RunnerConfig> {
   if (parsed.configFile === null) throw new UsageError("--config FILE is required");
   return loadConfig(parsed.configFile);
+}
+
+// ---- diagnose ---------------------------------------------------------------------
+
+/** Print a run's Runner-local diagnostics: state, stage, timings, exit and the redacted agent stderr tail. */
+async function diagnose(parsed: Parsed): Promise<number> {
+  const cfg = await config(parsed);
+  if (parsed.positional.length !== 1) throw new UsageError("diagnose needs exactly one RUN_ID argument");
+  const runId = parsed.positional[0] as string;
+  if (!RUN_ID_PATTERN.test(runId))
+    throw new UsageError("RUN_ID must be wc_agent_run_ followed by 26 base32 characters");
+  const dir = diagnosticsDir(cfg.runner.stateDir);
+  const d = readDiagnostics(dir, runId);
+  if (!d) {
+    process.stderr.write(`webcodex-runner: no diagnostics for ${runId} in ${dir} (never run here, or pruned)
+`);
+    return 1;
+  }
+  const t = d.timings_ms;
+  const lines = [
+    `run ${d.run_id}`,
+    `  state: ${d.state} / ${d.execution_state}${d.failure_kind ? ` (${d.failure_kind})` : ""}${d.stop_reason ? ` stop_reason ${d.stop_reason}` : ""}`,
+    `  stage: ${d.stage}`,
+    `  message: ${d.message ?? "-"}`,
+    `  timings (ms): spawn ${t.spawn}, initialize ${t.initialize}, session_new ${t.session_new}, config ${t.config}, barrier_commit ${t.barrier_commit}, prompt_write ${t.prompt_write}`,
+    `  agent exit: ${d.exit_signal ? `signal ${d.exit_signal}` : `code ${d.exit_code ?? "-"}`}`,
+    `  agent stderr: ${d.stderr_bytes} bytes, last ${Buffer.byteLength(d.stderr_tail, "utf8")} shown (redacted)`,
+    "---- stderr tail ----",
+    d.stderr_tail,
+  ];
+  // The stderr tail is the agent's own text: terminal-safe before it reaches a terminal.
+  process.stdout.write(terminalSafe(`${lines.join("\n")}\n`));
+  return 0;
 }
 
 // ---- check ------------------------------------------------------------------------
@@ -346,6 +382,8 @@ async function main(argv: readonly string[]): Promise<number> {
         return await check(parsed);
       case "exec":
         return await exec(parsed);
+      case "diagnose":
+        return await diagnose(parsed);
       default:
         throw new UsageError(`unknown command ${JSON.stringify(parsed.command)}`);
     }

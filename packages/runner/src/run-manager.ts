@@ -24,6 +24,7 @@ import {
 } from "@webcodex/protocol";
 import { AcpTurn } from "./acp-turn.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "./config.js";
+import { writeDiagnostics } from "./diagnostics.js";
 import type { DispatchStore } from "./dispatch-store-types.js";
 import { eventBatches } from "./event-batches.js";
 import type { EventRing, RingLimits } from "./event-ring.js";
@@ -41,6 +42,7 @@ import type {
   RunUpdateListener,
 } from "./run-service.js";
 import { StageClock } from "./run-timings.js";
+import type { AgentChild } from "./spawn.js";
 import { type CancelReason, lost, notStarted, type Terminal } from "./terminal.js";
 import { fingerprintPrefix, wireTombstone } from "./tombstone.js";
 
@@ -61,6 +63,8 @@ export interface RunManagerOptions {
   maxRetainedRuns?: number;
   /** Byte budget of the event rings of all retained terminal runs (default RETAINED_RINGS_MAX_BYTES). */
   retainedRingsMaxBytes?: number;
+  /** Where each run's diagnostics file goes (diagnostics.ts); none written when unset (exec, tests). */
+  diagnosticsDir?: string;
   /** Crash injection (default: failpoints.ts, armed only by WEBCODEX_FAILPOINT). */
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
@@ -86,6 +90,7 @@ export class RunManager implements RunService {
   readonly #log: Logger;
   readonly #graceMs: number;
   readonly #ringLimits: Partial<RingLimits> | undefined;
+  readonly #diagnosticsDir: string | undefined;
   readonly #failpoint: (name: FailpointName) => void;
   readonly #now: () => Date;
   readonly #providerInstanceIds = new Map<string, string>();
@@ -105,6 +110,7 @@ export class RunManager implements RunService {
     this.#log = options.logger ?? silentLogger();
     this.#graceMs = options.cleanupGraceMs ?? 2000;
     this.#ringLimits = options.ringLimits;
+    this.#diagnosticsDir = options.diagnosticsDir;
     this.#failpoint = options.failpoint ?? defaultFailpoint;
     this.#now = options.now ?? (() => new Date());
     this.agentInstanceId = newInstanceId("ai");
@@ -333,6 +339,7 @@ export class RunManager implements RunService {
   async #drive(run: Run, prompt: string, callerConfig: RunStartRequest["config"]): Promise<void> {
     let terminal: Terminal;
     const clock = new StageClock();
+    run.timings = clock.timings;
     const milestone = (stage: Parameters<StageClock["lap"]>[0]): void => {
       clock.lap(stage);
       if (stage === "prompt_write") this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
@@ -425,6 +432,7 @@ export class RunManager implements RunService {
           },
           "agent process tree cleaned up",
         );
+        this.#writeDiagnostics(run, child);
         if (result.survivors > 0) {
           // Keep the group's identity in the store: the next start's reaper must still find it.
           this.#log.error({ run_id: run.run_id, survivors: result.survivors }, "agent processes survived SIGKILL");
@@ -442,6 +450,38 @@ export class RunManager implements RunService {
       this.#active.delete(run);
       this.#retention.retain(run);
       run.markSettled();
+    }
+  }
+
+  /** The run's diagnostics file (redacted stderr tail, exit, stage, timings); logged for a failed or lost run. */
+  #writeDiagnostics(run: Run, child: AgentChild): void {
+    const dir = this.#diagnosticsDir;
+    if (dir === undefined) return;
+    try {
+      const redact = (text: string) => run.redactor?.redact(text) ?? text;
+      const file = writeDiagnostics(dir, {
+        run_id: run.run_id,
+        state: run.state,
+        execution_state: run.execution_state,
+        failure_kind: run.failure_kind,
+        stop_reason: run.stop_reason,
+        message: run.message,
+        stage: run.stage,
+        timings_ms: run.timings ?? new StageClock().timings,
+        exit_code: child.exit?.code ?? null,
+        exit_signal: child.exit?.signal ?? null,
+        stderr_bytes: child.stderrBytes,
+        stderr_tail: redact(child.stderrTail()),
+        written_at: this.#now().toISOString(),
+      });
+      if (run.state === "failed" || run.state === "lost") {
+        this.#log.warn(
+          { run_id: run.run_id, state: run.state, failure_kind: run.failure_kind, diagnostics: file },
+          "run failed; agent stderr tail and timings in the diagnostics file",
+        );
+      }
+    } catch (error) {
+      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "writing diagnostics failed");
     }
   }
 

@@ -17,6 +17,7 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { execa } from "execa";
 import treeKill from "tree-kill";
 import type { AgentConfig } from "./config.js";
+import { STDERR_TAIL_BYTES, TailBuffer } from "./diagnostics.js";
 import { inheritedFdStdio } from "./inherited-fds.js";
 import { listGroupMembers, procIdentitySupported, readStartTime } from "./proc-identity.js";
 import { type RunAs, setprivCommand } from "./run-as.js";
@@ -64,8 +65,10 @@ export interface AgentChild {
   /** Resolves once the group leader has exited. */
   readonly exited: Promise<ChildExit>;
   readonly exit: ChildExit | null;
-  /** Bytes the child wrote to stderr (discarded). */
+  /** Bytes the child wrote to stderr. */
   readonly stderrBytes: number;
+  /** The last STDERR_TAIL_BYTES of stderr, unredacted (diagnostics.ts redacts it before writing). */
+  stderrTail(): string;
   /** Close stdin → grace → SIGTERM group → grace → SIGKILL tree + group. Idempotent; resolves when nothing is left. */
   terminateTree(graceMs: number): Promise<TreeCleanup>;
 }
@@ -165,8 +168,10 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
   stderrNode.on("error", () => {});
 
   let stderrBytes = 0;
+  const tail = new TailBuffer(STDERR_TAIL_BYTES);
   stderrNode.on("data", (chunk: Buffer) => {
     stderrBytes += chunk.length;
+    tail.push(chunk);
   });
 
   let exit: ChildExit | null = null;
@@ -212,6 +217,7 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
     get stderrBytes() {
       return stderrBytes;
     },
+    stderrTail: () => tail.text(),
     terminateTree(graceMs: number) {
       cleanup ??= terminate(graceMs);
       return cleanup;

@@ -38,6 +38,7 @@ function streamChild(script: (request: { id: number; method: string }) => string
     exited: new Promise(() => {}),
     exit: null,
     stderrBytes: 0,
+    stderrTail: () => "",
     terminateTree: async () => ({ escalation: "eof", survivors: 0 }),
   };
 }
