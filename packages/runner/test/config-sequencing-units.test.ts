@@ -144,7 +144,7 @@ describe("sequenceConfig", () => {
     });
   });
 
-  test("an agent error names the option and the JSON-RPC code; a set the agent did not apply is reported", async () => {
+  test("an agent error names the option (not its JSON-RPC code); a set the agent did not apply is reported", async () => {
     const options = [select("model", "small", ["small", "big"])];
     const rejected = await sequenceConfig({
       forced: {},
@@ -156,8 +156,10 @@ describe("sequenceConfig", () => {
     expect(rejected).toEqual({
       ok: false,
       failureKind: "invalid_config",
-      detail: 'The agent rejected config option "model" (JSON-RPC error -32602).',
+      detail: 'The agent rejected config option "model".',
     });
+    // The JSON-RPC code stays in the Runner's log; the run's message is fixed text.
+    expect(JSON.stringify(rejected)).not.toContain("32602");
     const ignored = await sequenceConfig({
       forced: {},
       caller: { model: "big" },
