@@ -9,12 +9,21 @@ import type { Scope } from "../runs-api.js";
 export const CODING_AGENT_RUN = "coding_agent:run" satisfies Scope;
 
 /** Scopes an OAuth grant can carry (the others mean nothing on /mcp). Order = page order. */
-export const OAUTH_SCOPES = ["project:read", "project:write", "coding_agent:run"] as const satisfies readonly Scope[];
+export const OAUTH_SCOPES = [
+  "project:read",
+  "project:write",
+  "runtime:read",
+  "runtime:write",
+  "coding_agent:run",
+] as const satisfies readonly Scope[];
 
 /** What the consent page says each scope lets the app do. */
 export const SCOPE_LABELS: Record<(typeof OAUTH_SCOPES)[number], string> = {
   "project:read": "See the projects you may use and whether their Runner is online.",
   "project:write": "Write to your granted projects (needed, with coding_agent:run, to start a run).",
+  "runtime:read": "Read your workflow sessions on your granted projects (handoff, goal, run evidence).",
+  "runtime:write":
+    "Create and update your workflow sessions on your granted projects. This starts nothing: running an agent needs coding_agent:run.",
   "coding_agent:run":
     "Start, watch and cancel coding agents on your granted projects. The agent can change files there.",
 };
@@ -32,6 +41,10 @@ export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {
   start_agent_task_coding_run: ["coding_agent:run", "project:write"],
   reconcile_agent_task_coding_run: ["coding_agent:run", "project:write"],
   close_agent_task: ["coding_agent:run", "project:write"],
+  // Workflow sessions (DESIGN §11): runtime:* only — never coding_agent:run, which stays its own consent line.
+  create_workflow_session: ["runtime:write"],
+  update_workflow_session: ["runtime:write"],
+  read_workflow_session: ["runtime:read"],
 };
 
 export function isOAuthScope(value: string): value is (typeof OAUTH_SCOPES)[number] {
