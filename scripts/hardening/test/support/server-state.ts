@@ -1,11 +1,14 @@
 /**
  * A read-only snapshot of the Server's durable run state (its SQLite file), to
- * prove that rejected input changed nothing: every table except the audit logs.
+ * prove that rejected input changed nothing: every table except the audit logs and link liveness.
  */
 import Database from "better-sqlite3";
 
-/** Audit tables record that something was asked; they are allowed (expected) to grow. */
-const AUDIT_TABLES = new Set(["mcp_audit", "runner_link_audit", "oauth_audit"]);
+/**
+ * Left out of a snapshot: audit tables record that something was asked (they are expected to grow), and
+ * `runner_link_leases` is link liveness — refreshed by every heartbeat, and taken by an accepted hello.
+ */
+const AUDIT_TABLES = new Set(["mcp_audit", "runner_link_audit", "oauth_audit", "runner_link_leases"]);
 
 export function stateSnapshot(dbFile: string): Record<string, unknown[]> {
   const db = new Database(dbFile, { readonly: true, fileMustExist: true });
@@ -31,4 +34,21 @@ export function auditRows(dbFile: string, table: string, where = "1 = 1"): Array
   } finally {
     db.close();
   }
+}
+
+/** Names of the tables whose rows differ between two snapshots, each with its first differing row (for messages). */
+export function changedTables(a: Record<string, unknown[]>, b: Record<string, unknown[]>): string[] {
+  const out: string[] = [];
+  for (const table of new Set([...Object.keys(a), ...Object.keys(b)])) {
+    const x = JSON.stringify(a[table] ?? null);
+    const y = JSON.stringify(b[table] ?? null);
+    if (x !== y) {
+      const ra = a[table] ?? [];
+      const rb = b[table] ?? [];
+      const i = ra.findIndex((r, k) => JSON.stringify(r) !== JSON.stringify(rb[k]));
+      const at = i === -1 ? ra.length : i;
+      out.push(`${table}: ${JSON.stringify(ra[at] ?? null)} → ${JSON.stringify(rb[at] ?? null)}`.slice(0, 600));
+    }
+  }
+  return out;
 }
