@@ -29,6 +29,8 @@ export interface AuditLog {
   record(entry: AuditRecord): void;
 }
 
+/** SQLite's `synchronous = NORMAL` (1): what an audit transaction commits with. */
+const AUDIT_SYNCHRONOUS_NORMAL = 1;
 /** Buffered audit rows are written in one transaction at least this often... */
 export const AUDIT_FLUSH_INTERVAL_MS = 100;
 /** ...or as soon as this many are buffered (bounds both memory and the size of one transaction). */
@@ -69,7 +71,8 @@ export interface SqliteAuditLogOptions {
  * Audit rows in the Server's SQLite state database (table `mcp_audit`). The database runs with
  * synchronous=FULL for admission records, so a row per call would cost one fsync per tool call on
  * the event loop; rows are buffered and written in one transaction every AUDIT_FLUSH_INTERVAL_MS or
- * AUDIT_FLUSH_MAX_ROWS, and on flush()/close(). A crash can lose the last interval's rows.
+ * AUDIT_FLUSH_MAX_ROWS, and on flush()/close(), committed without an fsync of their own (see
+ * #writeWithoutFsync). A crash can lose the last interval's rows.
  */
 export class SqliteAuditLog implements AuditLog {
   readonly #insert: BetterSqlite3.Statement;
@@ -124,10 +127,31 @@ export class SqliteAuditLog implements AuditLog {
     if (rows.length === 0) return;
     this.#buffer = [];
     try {
-      if (this.#db.open) this.#insertMany(rows);
+      if (this.#db.open) this.#writeWithoutFsync(rows);
       else this.#onError(new Error(`database closed; ${rows.length} audit rows not written`));
     } catch (err) {
       this.#onError(err);
+    }
+  }
+
+  /**
+   * One transaction under `synchronous = NORMAL`, then the connection's own level again. In WAL mode
+   * a NORMAL commit survives a crash of the process and reaches the disk with the next FULL commit
+   * (an admission record) or checkpoint; only a power loss can take it, which the class contract
+   * already allows for the last interval's rows. Without this every flush was an fsync on the event
+   * loop, in front of run updates and observe answers.
+   */
+  #writeWithoutFsync(rows: readonly (AuditRecord & { at: string })[]): void {
+    const level = this.#db.pragma("synchronous", { simple: true }) as number;
+    if (level <= AUDIT_SYNCHRONOUS_NORMAL) {
+      this.#insertMany(rows);
+      return;
+    }
+    this.#db.pragma(`synchronous = ${AUDIT_SYNCHRONOUS_NORMAL}`);
+    try {
+      this.#insertMany(rows);
+    } finally {
+      this.#db.pragma(`synchronous = ${level}`);
     }
   }
 

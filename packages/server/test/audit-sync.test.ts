@@ -1,0 +1,66 @@
+/** Audit rows commit without an fsync of their own; the state database keeps its own level for admission. */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Database from "better-sqlite3";
+import { afterEach, describe, expect, it } from "vitest";
+import { SqliteAuditLog } from "../src/audit.js";
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function openWalDb(synchronous: "FULL" | "NORMAL") {
+  const dir = mkdtempSync(join(tmpdir(), "wc-audit-sync-"));
+  dirs.push(dir);
+  const file = join(dir, "server.sqlite3");
+  const db = new Database(file);
+  db.pragma("journal_mode = WAL");
+  db.pragma(`synchronous = ${synchronous}`);
+  return { file, db };
+}
+
+const row = (i: number) => ({
+  principal_id: "alice",
+  tool: "observe_coding_agent",
+  run_id: null,
+  outcome: "ok" as const,
+  input_bytes: i,
+  output_bytes: 2,
+  duration_ms: 1,
+});
+
+describe("audit flush durability level", () => {
+  it("writes a flush under synchronous=NORMAL and gives the connection back at FULL, rows committed", () => {
+    const { file, db } = openWalDb("FULL");
+    const audit = new SqliteAuditLog(db);
+    const levels: number[] = [];
+    // Record every synchronous level the audit sets on the connection.
+    const pragma = db.pragma.bind(db);
+    db.pragma = ((source: string, options?: { simple?: boolean }) => {
+      const out = pragma(source, options);
+      if (/^synchronous\s*=/.test(source)) levels.push(Number(source.split("=")[1]));
+      return out;
+    }) as typeof db.pragma;
+    for (let i = 0; i < 3; i++) audit.record(row(i));
+    audit.flush();
+    expect(levels).toEqual([1, 2]);
+    expect(pragma("synchronous", { simple: true })).toBe(2);
+    // Committed: another connection sees every row.
+    const other = new Database(file, { readonly: true });
+    expect((other.prepare("SELECT COUNT(*) AS n FROM mcp_audit").get() as { n: number }).n).toBe(3);
+    other.close();
+    db.close();
+  });
+
+  it("leaves a connection already at NORMAL as it is", () => {
+    const { db } = openWalDb("NORMAL");
+    const audit = new SqliteAuditLog(db);
+    audit.record(row(1));
+    audit.flush();
+    expect(db.pragma("synchronous", { simple: true })).toBe(1);
+    expect(audit.list()).toHaveLength(1);
+    db.close();
+  });
+});
