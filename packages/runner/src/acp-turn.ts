@@ -64,6 +64,8 @@ export interface TurnDeps {
   /** New events are in the run's ring: push soon. */
   schedulePush: (run: Run) => void;
   requestCancel: (run: Run, reason: CancelReason) => void;
+  /** Spawn seam (default spawnAgent); tests hand in a child made of streams. */
+  spawn?: typeof spawnAgent;
 }
 
 type Aborted = { kind: "aborted" };
@@ -128,7 +130,7 @@ export class AcpTurn {
     // Spawn.
     let child: AgentChild;
     try {
-      child = await spawnAgent({ agent: run.agent, cwd: run.project.root, env: env.env });
+      child = await (this.#d.spawn ?? spawnAgent)({ agent: run.agent, cwd: run.project.root, env: env.env });
     } catch (error) {
       const code = error instanceof SpawnError ? error.code : "unknown";
       this.#d.log.warn({ run_id: run.run_id, code }, "agent spawn failed");

@@ -1,0 +1,126 @@
+/**
+ * Issue 12 §5: the barrier is not crossed when the agent is already gone.
+ * An agent that answered session/new and then exited (or closed its stdout)
+ * during setup cannot receive a prompt: the run ends failed/not_started and
+ * the store never records the dispatch barrier. The turn runs over a child
+ * made of in-memory streams (the spawn seam), the real store.
+ */
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { AcpTurn } from "../src/acp-turn.js";
+import { openDispatchStore } from "../src/dispatch-store.js";
+import { silentLogger } from "../src/logger.js";
+import { Run } from "../src/run-record.js";
+import type { AgentChild, ChildExit } from "../src/spawn.js";
+import { makeWorkspace, newRunId, writeConfig } from "./support/harness.js";
+
+const ws = makeWorkspace();
+afterAll(() => ws.cleanup());
+
+/** A child that answers initialize and session/new (and a prompt with end_turn), then is `gone` after session/new. */
+function goneAfterSessionNew(gone: "exited" | "stdout_closed"): AgentChild & { prompts: number } {
+  const encoder = new TextEncoder();
+  let out!: ReadableStreamDefaultController<Uint8Array>;
+  let exit: ChildExit | null = null;
+  let buffered = "";
+  const child = {
+    prompts: 0,
+    pid: 0,
+    pgid: 0,
+    startTime: null,
+    stdout: new ReadableStream<Uint8Array>({
+      start(controller) {
+        out = controller;
+      },
+    }),
+    stdin: new WritableStream<Uint8Array>({
+      write(chunk) {
+        buffered += new TextDecoder().decode(chunk);
+        for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
+          const req = JSON.parse(buffered.slice(0, nl)) as { id: number; method: string };
+          buffered = buffered.slice(nl + 1);
+          const reply = (result: unknown) =>
+            out.enqueue(encoder.encode(`${JSON.stringify({ jsonrpc: "2.0", id: req.id, result })}\n`));
+          if (req.method === "initialize") reply({ protocolVersion: 1, agentCapabilities: {}, authMethods: [] });
+          if (req.method === "session/new") {
+            reply({ sessionId: "s1" });
+            // Gone right after its answer, before the Runner would dispatch.
+            if (gone === "exited") exit = { code: 1, signal: null };
+            else out.close();
+          }
+          if (req.method === "session/prompt") {
+            child.prompts++;
+            reply({ stopReason: "end_turn" });
+          }
+        }
+      },
+    }),
+    exited: new Promise<ChildExit>(() => {}),
+    get exit() {
+      return exit;
+    },
+    stderrBytes: 0,
+    stderrTail: () => "",
+    terminateTree: async () => ({ escalation: "eof" as const, survivors: 0 }),
+  };
+  return child;
+}
+
+describe("no barrier for an agent already gone", () => {
+  it.each([
+    ["exited", "provider_exited"],
+    ["stdout_closed", "stdout_closed"],
+  ] as const)("an agent %s after session/new: failed/not_started (%s), no barrier, no prompt", async (gone, kind) => {
+    const config = writeConfig(ws);
+    const { store } = openDispatchStore({ stateDir: mkdtempSync(join(tmpdir(), "wc-barrier-")) });
+    const child = goneAfterSessionNew(gone);
+    const now = () => new Date();
+    const project = config.projects[0];
+    const agent = config.acp.agents[0];
+    if (!project || !agent) throw new Error("config");
+    const run = new Run(
+      newRunId(),
+      "f".repeat(64),
+      project,
+      agent,
+      "pi_aaaaaaaaaaaaaaaa",
+      "ai_aaaaaaaaaaaaaaaa",
+      now().toISOString(),
+      60,
+      undefined,
+      now,
+    );
+    store.admit({
+      run_id: run.run_id,
+      intent_fingerprint: run.intent_fingerprint,
+      project_id: project.id,
+      provider_id: agent.id,
+      provider_instance_id: run.provider_instance_id,
+      agent_instance_id: run.agent_instance_id,
+      created_at: run.created_at,
+    });
+    const turn = new AcpTurn({
+      acp: config.acp,
+      store,
+      log: silentLogger(),
+      sourceEnv: process.env,
+      maxMessageBytes: undefined,
+      failpoint: () => {},
+      closing: () => false,
+      touch: () => {},
+      schedulePush: () => {},
+      requestCancel: () => {},
+      spawn: async () => child,
+    });
+    const terminal = await turn.turn(run, "scenario: hello", {});
+    run.clearTimers();
+    expect(terminal).toMatchObject({ state: "failed", execution_state: "not_started", failure_kind: kind });
+    expect(terminal.message).toMatch(/Stage: prompt\. No prompt was dispatched\./);
+    expect(store.get(run.run_id)?.phase).toBe("setup");
+    expect(child.prompts).toBe(0);
+    run.conn?.close();
+    store.close();
+  });
+});
