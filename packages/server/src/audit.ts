@@ -1,6 +1,6 @@
 /**
  * Durable audit of MCP tool calls: one row per call with who, which tool,
- * which run, the outcome code, input/output sizes and duration. Never the
+ * which run (and task, attempt, workflow session — ids only), the outcome code, input/output sizes and duration. Never the
  * prompt, events, idempotency key, observation token or bearer token —
  * the row shape has no column that could hold them.
  */
@@ -14,6 +14,10 @@ export interface AuditRecord {
   /** A tool name, or `resource:projects` for reads of the projects resource. */
   tool: string;
   run_id: string | null;
+  /** The task, attempt and workflow session the call was about (ids only; audit-subjects.ts). */
+  task_id?: string | null;
+  attempt_id?: string | null;
+  session_id?: string | null;
   outcome: AuditOutcome;
   input_bytes: number;
   output_bytes: number;
@@ -44,21 +48,6 @@ export const AUDIT_MAX_ROWS = 250_000;
 /** Trimming to AUDIT_MAX_ROWS runs once per this many written rows, not per flush. */
 const AUDIT_TRIM_EVERY_ROWS = 4096;
 
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS mcp_audit (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  at TEXT NOT NULL,
-  principal_id TEXT NOT NULL,
-  tool TEXT NOT NULL,
-  run_id TEXT,
-  outcome TEXT NOT NULL,
-  input_bytes INTEGER NOT NULL,
-  output_bytes INTEGER NOT NULL,
-  duration_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS mcp_audit_principal_at ON mcp_audit (principal_id, at);
-`;
-
 export interface SqliteAuditLogOptions {
   /** Called when a row cannot be written; the tool call itself has already happened. */
   onError?: (err: unknown) => void;
@@ -68,7 +57,8 @@ export interface SqliteAuditLogOptions {
 }
 
 /**
- * Audit rows in the Server's SQLite state database (table `mcp_audit`). The database runs with
+ * Audit rows in the Server's SQLite state database (table `mcp_audit`, created by the schema migrations in
+ * state-schema.ts: `db` must be migrated). The database runs with
  * synchronous=FULL for admission records, so a row per call would cost one fsync per tool call on
  * the event loop; rows are buffered and written in one transaction every AUDIT_FLUSH_INTERVAL_MS or
  * AUDIT_FLUSH_MAX_ROWS, and on flush()/close(), committed without an fsync of their own (see
@@ -88,17 +78,20 @@ export class SqliteAuditLog implements AuditLog {
   #closed = false;
 
   constructor(db: BetterSqlite3.Database, options: SqliteAuditLogOptions = {}) {
-    db.exec(SCHEMA);
     this.#db = db;
     this.#insert = db.prepare(
-      `INSERT INTO mcp_audit (at, principal_id, tool, run_id, outcome, input_bytes, output_bytes, duration_ms)
-       VALUES (@at, @principal_id, @tool, @run_id, @outcome, @input_bytes, @output_bytes, @duration_ms)`,
+      `INSERT INTO mcp_audit (at, principal_id, tool, run_id, task_id, attempt_id, session_id, outcome, input_bytes,
+         output_bytes, duration_ms)
+       VALUES (@at, @principal_id, @tool, @run_id, @task_id, @attempt_id, @session_id, @outcome, @input_bytes,
+         @output_bytes, @duration_ms)`,
     );
     this.#maxRows = options.maxRows ?? AUDIT_MAX_ROWS;
     if (!Number.isInteger(this.#maxRows) || this.#maxRows < 1) throw new RangeError("audit maxRows must be >= 1");
     this.#trim = db.prepare<[number]>("DELETE FROM mcp_audit WHERE id <= (SELECT MAX(id) FROM mcp_audit) - ?");
     this.#insertMany = db.transaction((rows: readonly (AuditRecord & { at: string })[]) => {
-      for (const row of rows) this.#insert.run(row);
+      for (const row of rows) {
+        this.#insert.run({ task_id: null, attempt_id: null, session_id: null, ...row });
+      }
       // The first flush after start trims too: the table may have grown under an older bound.
       this.#sinceTrim += rows.length;
       if (this.#sinceTrim >= Math.min(AUDIT_TRIM_EVERY_ROWS, this.#maxRows)) {

@@ -35,6 +35,7 @@ import {
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { AuditLog, AuditOutcome } from "./audit.js";
+import { type AuditSubjects, auditSubjects, NO_SUBJECTS } from "./audit-subjects.js";
 import { checkStartGrant, checkToolScope } from "./authority.js";
 import { readProjectsResource } from "./mcp-resource.js";
 import type { ObserveLimits } from "./observe-limits.js";
@@ -464,6 +465,7 @@ export class McpTools {
       principal,
       name,
       outcome.run_id,
+      auditSubjects(args, outcome.result),
       outcome.outcome,
       jsonBytes(args, shape === null),
       output?.type === "text" ? output.text : "",
@@ -477,7 +479,7 @@ export class McpTools {
    * kept), or a tools/call whose params the SDK refuses.
    */
   recordRefusedCall(principal: Principal, what: "unknown_tool" | "unknown_resource" | "malformed_call"): void {
-    this.#record(principal, what, null, "invalid_input", 0, "", this.#now());
+    this.#record(principal, what, null, NO_SUBJECTS, "invalid_input", 0, "", this.#now());
   }
 
   /** The webcodex://projects resource for this principal; audited like a tool call. */
@@ -485,7 +487,16 @@ export class McpTools {
     const started = this.#now();
     const result = readProjectsResource(this.#runs, principal);
     const first = result.contents[0];
-    this.#record(principal, "resource:projects", null, "ok", 0, first && "text" in first ? first.text : "", started);
+    this.#record(
+      principal,
+      "resource:projects",
+      null,
+      NO_SUBJECTS,
+      "ok",
+      0,
+      first && "text" in first ? first.text : "",
+      started,
+    );
     return result;
   }
 
@@ -493,6 +504,7 @@ export class McpTools {
     principal: Principal,
     tool: string,
     runId: string | null,
+    subjects: AuditSubjects,
     outcome: AuditOutcome,
     inputBytes: number,
     outputText: string,
@@ -502,6 +514,7 @@ export class McpTools {
       principal_id: principal.id,
       tool,
       run_id: runId,
+      ...subjects,
       outcome,
       input_bytes: inputBytes,
       output_bytes: utf8Length(outputText),

@@ -244,6 +244,29 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE runner_link_audit ADD COLUMN last_at TEXT;
     `,
   },
+  {
+    version: 8,
+    summary:
+      "MCP audit rows name the task, attempt and workflow session a call was about (ids only, audit-subjects.ts); " +
+      "the audit table is created here from now on",
+    sql: `
+      CREATE TABLE IF NOT EXISTS mcp_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        run_id TEXT,
+        outcome TEXT NOT NULL,
+        input_bytes INTEGER NOT NULL,
+        output_bytes INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS mcp_audit_principal_at ON mcp_audit (principal_id, at);
+      ALTER TABLE mcp_audit ADD COLUMN task_id TEXT;
+      ALTER TABLE mcp_audit ADD COLUMN attempt_id TEXT;
+      ALTER TABLE mcp_audit ADD COLUMN session_id TEXT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

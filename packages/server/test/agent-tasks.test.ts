@@ -382,6 +382,51 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
     expect(partial.message).toContain("missing attempt_id");
   });
 
+  it("audit rows of the task tools carry task and attempt ids, sizes and outcomes, never the instruction", async () => {
+    const instruction = `scenario: hello text="${INSTRUCTION_CANARY}-audit"`;
+    const task = await createTask(alice, instruction);
+    const claim = await attempt(alice, task.task_id as string);
+    const run = await startRun(alice, { attempt_ref: claim.attempt_ref });
+    await observeToEnd(alice, run.run_id as string);
+    await ok(alice, "reconcile_agent_task_coding_run", { task_id: task.task_id });
+    await waitForAudit("start_agent_task_coding_run", run.run_id as string);
+    type Row = { tool: string; run_id: string | null; task_id: string | null; attempt_id: string | null };
+    const deadline = Date.now() + 10_000;
+    let rows: (Row & Record<string, unknown>)[] = [];
+    while (Date.now() < deadline) {
+      rows = stack.server.store.db
+        .prepare("SELECT * FROM mcp_audit WHERE task_id = ? ORDER BY id")
+        .all(task.task_id) as (Row & Record<string, unknown>)[];
+      if (rows.some((r) => r.tool === "reconcile_agent_task_coding_run")) break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(rows.map((r) => [r.tool, r.attempt_id, r.outcome])).toEqual([
+      ["create_agent_task", null, "ok"],
+      ["start_agent_task_attempt", claim.attempt_id, "ok"],
+      ["start_agent_task_coding_run", claim.attempt_id, "ok"],
+      ["reconcile_agent_task_coding_run", claim.attempt_id, "ok"],
+    ]);
+    expect(rows[2]).toMatchObject({ run_id: run.run_id, session_id: null });
+    for (const r of rows) {
+      expect(r.input_bytes).toBeGreaterThan(0);
+      expect(r.output_bytes).toBeGreaterThan(0);
+    }
+    expect(JSON.stringify(rows)).not.toContain(INSTRUCTION_CANARY);
+    // A refused call names the ids it was given (pattern-checked), with its error code.
+    const unknownAttempt = `wc_attempt_${"a".repeat(26)}`;
+    const refused = await toolError(alice, "reconcile_agent_task_coding_run", {
+      task_id: task.task_id,
+      attempt_id: unknownAttempt,
+    });
+    expect(refused.code).toBe("not_found");
+    const refusedRow = () =>
+      stack.server.store.db
+        .prepare("SELECT task_id, attempt_id, outcome FROM mcp_audit WHERE attempt_id = ?")
+        .get(unknownAttempt);
+    while (refusedRow() === undefined && Date.now() < deadline + 10_000) await new Promise((r) => setTimeout(r, 50));
+    expect(refusedRow()).toEqual({ task_id: task.task_id, attempt_id: unknownAttempt, outcome: "not_found" });
+  });
+
   it("never writes the instruction to the Server log or the audit table", async () => {
     const instruction = `scenario: hello text="${INSTRUCTION_CANARY}"`;
     const task = await createTask(alice, instruction);

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { AUDIT_FLUSH_MAX_ROWS, SqliteAuditLog } from "../src/audit.js";
 import { McpTools, TOOL_NAMES } from "../src/mcp-tools.js";
 import { ObserveLimits } from "../src/observe-limits.js";
+import { migrate } from "../src/state-schema.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
 const dirs: string[] = [];
@@ -21,6 +22,7 @@ function openStateDb() {
   const file = join(dir, "server.sqlite3");
   const db = new Database(file);
   db.pragma("journal_mode = WAL");
+  migrate(db, file);
   return { dir, file, db };
 }
 
@@ -54,7 +56,20 @@ describe("SQLite audit log", () => {
       ["bob", "cancel_coding_agent", run_id, "not_found"],
     ]);
     expect(Object.keys(rows[0]!).sort()).toEqual(
-      ["at", "duration_ms", "id", "input_bytes", "outcome", "output_bytes", "principal_id", "run_id", "tool"].sort(),
+      [
+        "at",
+        "attempt_id",
+        "duration_ms",
+        "id",
+        "input_bytes",
+        "outcome",
+        "output_bytes",
+        "principal_id",
+        "run_id",
+        "session_id",
+        "task_id",
+        "tool",
+      ].sort(),
     );
     db.close();
     const bytes = readdirSync(dir)
