@@ -2,7 +2,8 @@
  * Log lines for refused unauthenticated requests (401 on `/mcp` and `/runner`), at most
  * REFUSAL_LOG_PER_SECOND per remote address per second. A flood from one address cannot fill the
  * disk or drown other lines: the rest are counted, and the next line logged for that address
- * carries `suppressed` (how many were left out since the previous one). Addresses tracked are
+ * carries `suppressed` (how many were left out since the previous one). The hub also keys one by
+ * runner id for refused authenticated hellos (`link_in_use`). Addresses tracked are
  * bounded by REFUSAL_LOG_MAX_ADDRESSES (past it, the table starts over — a flood from many
  * addresses is logged at most that many lines per second plus one).
  */

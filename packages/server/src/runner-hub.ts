@@ -197,8 +197,11 @@ export class RunnerConnection {
     return true;
   }
 
-  protocolError(code: ProtocolErrorCode, message: string): void {
-    this.log.warn({ runner_id: this.runnerId, code, reason: message }, "runner protocol error; closing connection");
+  /** Tell the peer why and close. `logged`: the caller already logged it (rate-limited), so no line here. */
+  protocolError(code: ProtocolErrorCode, message: string, logged = false): void {
+    if (!logged) {
+      this.log.warn({ runner_id: this.runnerId, code, reason: message }, "runner protocol error; closing connection");
+    }
     this.send({ type: "protocol_error", code, message: message.slice(0, 500) });
     this.close(1008, code);
   }
@@ -248,6 +251,8 @@ export class RunnerHub {
   readonly #tokenPoll: NodeJS.Timeout | null;
   readonly #leases: LinkLeases;
   readonly #refusals: RefusalLog;
+  /** Refused authenticated hellos (`link_in_use`), rate-limited per runner id. */
+  readonly #linkRefusals: RefusalLog;
   readonly #log: Logger;
   #closing = false;
 
@@ -272,6 +277,7 @@ export class RunnerHub {
     }, opts.heartbeatIntervalMs);
     this.#heartbeat.unref();
     this.#refusals = new RefusalLog(opts.logger);
+    this.#linkRefusals = new RefusalLog(opts.logger);
     this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs, Date.now, opts.leaseStore);
     this.#tokenPoll = opts.tokens ? setInterval(() => this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
     this.#tokenPoll?.unref();
@@ -372,7 +378,8 @@ export class RunnerHub {
     const log = this.#log.child({ runner_id: runnerId });
     const conn = new RunnerConnection(runnerId, tokenHash, remote, ws, this, log);
     this.#all.add(conn);
-    log.info({ remote, conn: conn.id }, "runner connected; waiting for hello");
+    // Debug until its hello is accepted: a flood of refused hellos must not become a flood of log lines.
+    log.debug({ remote, conn: conn.id }, "runner connected; waiting for hello");
     const helloTimer = setTimeout(() => {
       if (!conn.hello) conn.protocolError("unexpected_frame", "no hello within the allowed time");
     }, this.#opts.helloTimeoutMs ?? 10_000);
@@ -386,7 +393,8 @@ export class RunnerHub {
       this.#leases.closed(runnerId, conn, clean);
       conn.onSocketClosed();
       this.#all.delete(conn);
-      log.info({ conn: conn.id, code }, "runner connection closed");
+      if (conn.hello) log.info({ conn: conn.id, code }, "runner connection closed");
+      else log.debug({ conn: conn.id, code }, "runner connection closed before its hello was accepted");
       if (this.#live.get(runnerId) === conn) {
         this.#live.delete(runnerId);
         if (!this.#closing) this.#opts.listener.onDisconnect(conn);
@@ -471,7 +479,8 @@ export class RunnerHub {
       agent_instance_id: hello.agent_instance_id,
     };
     if (decision.kind === "refuse") {
-      this.#log.warn(
+      this.#linkRefusals.refused(
+        conn.runnerId,
         {
           ...audit,
           live_conn: this.#live.get(conn.runnerId)?.id ?? null,
@@ -486,6 +495,7 @@ export class RunnerHub {
         "link_in_use",
         `runner ${conn.runnerId} has a live link; a restarted Runner gets in once it is declared dead ` +
           `(within ${Math.ceil(decision.liveForMs / 1000)} s)`,
+        true,
       );
       return;
     }
@@ -517,6 +527,7 @@ export class RunnerHub {
       {
         runner_id: conn.runnerId,
         conn: conn.id,
+        remote: conn.remote,
         agent_instance_id: hello.agent_instance_id,
         store_id: hello.store_id,
         providers: hello.providers.length,

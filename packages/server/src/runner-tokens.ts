@@ -8,7 +8,10 @@
  *   through `PRAGMA data_version`, checked on every upgrade and every RUNNER_TOKEN_POLL_MS.
  * - `runner_link_audit`: who held, resumed or was refused a runner's link, and rotations — runner id,
  *   event, remote address, connection number, agent_instance_id. Never a token or a secret. Bounded to
- *   LINK_AUDIT_MAX_ROWS.
+ *   LINK_AUDIT_MAX_ROWS. Refused hellos (`link_refused_in_use`) are aggregated: one row per runner id per
+ *   LINK_REFUSAL_AUDIT_WINDOW_MS, carrying the window's first refusal (remote, conn, agent_instance_id),
+ *   `count` and `last_at`, so a flood of refused hellos adds one row per minute, not one per hello, and
+ *   cannot push older evidence (who held the link before) out of the ring. `count`/`last_at`: step 7.
  */
 import { randomBytes } from "node:crypto";
 import type BetterSqlite3 from "better-sqlite3";
@@ -18,6 +21,8 @@ import { hashToken } from "./tokens.js";
 export const RUNNER_TOKEN_POLL_MS = 1000;
 /** Rows kept in `runner_link_audit` (older rows are deleted as new ones arrive). */
 export const LINK_AUDIT_MAX_ROWS = 100_000;
+/** Refused hellos of one runner id within this window share one audit row (with a count). */
+export const LINK_REFUSAL_AUDIT_WINDOW_MS = 60_000;
 
 export const RUNNER_TOKEN_PREFIX = "wcr_";
 
@@ -60,6 +65,10 @@ export interface LinkAuditRecord {
 export interface LinkAuditRow extends LinkAuditRecord {
   id: number;
   at: string;
+  /** How many events this row stands for (refusals aggregated within a window; 1 otherwise). */
+  count: number;
+  /** When the last of them happened (aggregated rows; null otherwise). */
+  last_at: string | null;
 }
 
 /** A new runner token: `wcr_` + 32 random bytes, base64url. */
@@ -72,6 +81,9 @@ export class RunnerTokenStore {
   readonly #dataVersion: BetterSqlite3.Statement<[], number>;
   readonly #insertAudit: BetterSqlite3.Statement;
   readonly #trimAudit: BetterSqlite3.Statement<[number]>;
+  readonly #countRefusal: BetterSqlite3.Statement<[string, number]>;
+  /** The open refusal window of each runner id (bounded by the configured runner ids: only they authenticate). */
+  readonly #refusalWindows = new Map<string, { rowId: number; startMs: number }>();
   #seenVersion = -1;
   #overrides = new Map<string, Buffer>();
   #auditSinceTrim = Number.POSITIVE_INFINITY;
@@ -86,6 +98,9 @@ export class RunnerTokenStore {
     );
     this.#trimAudit = db.prepare<[number]>(
       "DELETE FROM runner_link_audit WHERE id <= (SELECT MAX(id) FROM runner_link_audit) - ?",
+    );
+    this.#countRefusal = db.prepare<[string, number]>(
+      "UPDATE runner_link_audit SET count = count + 1, last_at = ? WHERE id = ?",
     );
     this.#load();
   }
@@ -129,7 +144,17 @@ export class RunnerTokenStore {
   }
 
   audit(entry: LinkAuditRecord, clock: () => Date = () => new Date()): void {
-    this.#insertAudit.run({ ...entry, at: clock().toISOString() });
+    const now = clock();
+    if (entry.event === "link_refused_in_use") {
+      const window = this.#refusalWindows.get(entry.runner_id);
+      if (window && now.getTime() - window.startMs < LINK_REFUSAL_AUDIT_WINDOW_MS) {
+        if (this.#countRefusal.run(now.toISOString(), window.rowId).changes === 1) return;
+      }
+    }
+    const { lastInsertRowid } = this.#insertAudit.run({ ...entry, at: now.toISOString() });
+    if (entry.event === "link_refused_in_use") {
+      this.#refusalWindows.set(entry.runner_id, { rowId: Number(lastInsertRowid), startMs: now.getTime() });
+    }
     if (++this.#auditSinceTrim >= 1024) {
       this.#trimAudit.run(LINK_AUDIT_MAX_ROWS);
       this.#auditSinceTrim = 0;

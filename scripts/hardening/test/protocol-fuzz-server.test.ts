@@ -17,7 +17,7 @@ import { instanceId } from "../../../packages/server/test/support/fake-run-servi
 import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
 import { type HostileFrame, hostileFrames } from "./support/hostile-frames.js";
 import { rssBytes, seed, size } from "./support/profile.js";
-import { auditRows, changedTables, stateSnapshot } from "./support/server-state.js";
+import { auditRows, changedTables, leaseHolder, stateSnapshot } from "./support/server-state.js";
 import { closedWithin, nextFrame, openProbe, type Probe, sendRaw } from "./support/ws-probe.js";
 
 /** Frames sent in total (each on its own connection, most of which the Server closes). */
@@ -183,6 +183,8 @@ describe("protocol fuzz against a live Server (fake Runner connections)", () => 
       const dbFile = join(stack.dir, "server-state", "server.sqlite3");
       const before = stateSnapshot(dbFile);
       const r1LinkRows = auditRows(dbFile, "runner_link_audit", "runner_id = 'r1'").length;
+      const r1Holder = leaseHolder(dbFile, "r1");
+      expect(r1Holder).not.toBeNull();
       const observedBefore = okValue(await stack.observe("alice", { run_id: realRunId }));
       const pid = stack.serverChild!.pid!;
       const rssBefore = (await rssBytes(pid))!;
@@ -245,6 +247,7 @@ describe("protocol fuzz against a live Server (fake Runner connections)", () => 
 
       // The real Runner's link was never replaced or re-granted, and it still runs work.
       expect(auditRows(dbFile, "runner_link_audit", "runner_id = 'r1'").length).toBe(r1LinkRows);
+      expect(leaseHolder(dbFile, "r1"), "the real Runner still holds its link lease").toBe(r1Holder);
       const after = okValue(
         await stack.start("alice", {
           project_id: "p1",

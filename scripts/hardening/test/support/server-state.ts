@@ -6,7 +6,8 @@ import Database from "better-sqlite3";
 
 /**
  * Left out of a snapshot: audit tables record that something was asked (they are expected to grow), and
- * `runner_link_leases` is link liveness — refreshed by every heartbeat, and taken by an accepted hello.
+ * `runner_link_leases` is link liveness — refreshed by every heartbeat, and taken by an accepted hello;
+ * compare a runner's holder with `leaseHolder`.
  */
 const AUDIT_TABLES = new Set(["mcp_audit", "runner_link_audit", "oauth_audit", "runner_link_leases"]);
 
@@ -51,4 +52,17 @@ export function changedTables(a: Record<string, unknown[]>, b: Record<string, un
     }
   }
   return out;
+}
+
+/** The sha256 of the resume secret a runner's written-down link lease was given (who holds it), or null. */
+export function leaseHolder(dbFile: string, runnerId: string): string | null {
+  const db = new Database(dbFile, { readonly: true, fileMustExist: true });
+  try {
+    const row = db.prepare("select secret_hash from runner_link_leases where runner_id = ?").get(runnerId) as
+      | { secret_hash: string }
+      | undefined;
+    return row?.secret_hash ?? null;
+  } finally {
+    db.close();
+  }
 }
