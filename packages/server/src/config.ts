@@ -9,6 +9,7 @@
  * heartbeat_interval_ms = 15000
  * allowed_origins = []        # browser Origins allowed on /mcp besides the Server's own loopback origin
  * rejected_record_max_age_secs = 604800   # records rejected before admission expire after this (7 days)
+ * session_max_idle_secs = 7776000          # idle workflow sessions (no run in flight) are deleted after this (90 days)
  * max_connections = 1000      # open sockets at once; past it a new connection gets 503 (keep below `ulimit -n`)
  * allow_insecure_http = false # true: listen on a non-loopback host without TLS (behind a TLS-terminating proxy)
  * public_url = "https://webcodex.example.com"   # OAuth issuer + resource base (required when [oauth] enabled)
@@ -44,10 +45,13 @@ import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
 import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "./record-expiry.js";
 import { SCOPES } from "./runs-api.js";
+import { DEFAULT_SESSION_MAX_IDLE_SECS } from "./session-store.js";
 import { hashToken } from "./tokens.js";
 
 export const MIN_REJECTED_RECORD_MAX_AGE_SECS = 60;
 export const MAX_REJECTED_RECORD_MAX_AGE_SECS = 10 * 365 * 24 * 3600;
+export const MIN_SESSION_MAX_IDLE_SECS = 60;
+export const MAX_SESSION_MAX_IDLE_SECS = 10 * 365 * 24 * 3600;
 
 const Hex256 = z.string().regex(/^[0-9a-f]{64}$/, "must be a lowercase hex sha256");
 /** A browser origin: scheme://host[:port], nothing else. */
@@ -186,6 +190,13 @@ export const ServerConfigSchema = z
           .min(MIN_REJECTED_RECORD_MAX_AGE_SECS)
           .max(MAX_REJECTED_RECORD_MAX_AGE_SECS)
           .default(DEFAULT_REJECTED_RECORD_MAX_AGE_SECS),
+        /** Idle age after which a workflow session with no run in flight is deleted (session-store.ts). */
+        session_max_idle_secs: z
+          .number()
+          .int()
+          .min(MIN_SESSION_MAX_IDLE_SECS)
+          .max(MAX_SESSION_MAX_IDLE_SECS)
+          .default(DEFAULT_SESSION_MAX_IDLE_SECS),
         /** Sockets open at once (MCP clients, Runners, anything); past it a new one is answered 503 and closed. */
         max_connections: z.number().int().min(8).max(65_536).default(DEFAULT_MAX_CONNECTIONS),
         /** Listen on a non-loopback host without [server.tls] (a reverse proxy terminates TLS). */
@@ -246,6 +257,8 @@ export interface ServerConfig {
   allowedOrigins: string[];
   /** `[server] rejected_record_max_age_secs`: when records rejected before admission expire. */
   rejectedRecordMaxAgeSecs: number;
+  /** `[server] session_max_idle_secs`: when idle workflow sessions are deleted. */
+  sessionMaxIdleSecs: number;
   maxConnections: number;
   allowInsecureHttp: boolean;
   /** Absolute paths of the PEM certificate chain and key when the Server terminates TLS itself. */
@@ -351,6 +364,7 @@ export function buildServerConfig(
     heartbeatIntervalMs: cfg.server.heartbeat_interval_ms,
     allowedOrigins: [...cfg.server.allowed_origins],
     rejectedRecordMaxAgeSecs: cfg.server.rejected_record_max_age_secs,
+    sessionMaxIdleSecs: cfg.server.session_max_idle_secs,
     maxConnections: cfg.server.max_connections,
     allowInsecureHttp: cfg.server.allow_insecure_http,
     tls: cfg.server.tls

@@ -36,7 +36,12 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
         logger: logger.child({ c: "oauth" }),
       })
     : null;
-  const sessions = new SessionService(new SessionStore(store.db), store, logger.child({ c: "sessions" }));
+  const sessions = new SessionService(
+    new SessionStore(store.db),
+    store,
+    logger.child({ c: "sessions" }),
+    config.sessionMaxIdleSecs,
+  );
   const toolModules: ToolModule[] = [new SessionTools(sessions)];
   if (admission) {
     const tasks = new TaskService({

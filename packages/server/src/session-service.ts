@@ -21,7 +21,13 @@ import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, Principal, Scope } from "./runs-api.js";
-import { type EvidenceKind, MAX_SESSIONS_PER_PRINCIPAL, type SessionRow, type SessionStore } from "./session-store.js";
+import {
+  DEFAULT_SESSION_MAX_IDLE_SECS,
+  type EvidenceKind,
+  MAX_SESSIONS_PER_PRINCIPAL,
+  type SessionRow,
+  type SessionStore,
+} from "./session-store.js";
 import type { AdmissionRecord, StateStore } from "./state-store.js";
 
 export const SESSION_ID_PREFIX = "wc_sess_";
@@ -110,8 +116,17 @@ export class SessionService {
   readonly #records: StateStore;
   readonly #log: Logger;
 
-  constructor(sessions: SessionStore, records: StateStore, logger: Logger) {
+  readonly #maxIdleMs: number;
+
+  /** `maxIdleSecs`: `[server] session_max_idle_secs` (idle sessions are deleted at start and on each create). */
+  constructor(
+    sessions: SessionStore,
+    records: StateStore,
+    logger: Logger,
+    maxIdleSecs: number = DEFAULT_SESSION_MAX_IDLE_SECS,
+  ) {
     this.#sessions = sessions;
+    this.#maxIdleMs = maxIdleSecs * 1000;
     this.#records = records;
     this.#log = logger;
     records.onStateChange((rec) => {
@@ -122,6 +137,12 @@ export class SessionService {
       }
     });
     this.#catchUp();
+    this.#prune();
+  }
+
+  #prune(): void {
+    const pruned = this.#sessions.pruneIdle(this.#maxIdleMs);
+    if (pruned > 0) this.#log.info({ pruned }, "idle workflow sessions deleted");
   }
 
   #need(principal: Principal, scope: Scope, projectId: string): ApiError | null {
@@ -144,6 +165,7 @@ export class SessionService {
   create(principal: Principal, input: { project_id: string; title: string }): ApiResult<SessionView> {
     const denied = this.#need(principal, "runtime:write", input.project_id);
     if (denied) return { ok: false, error: denied };
+    this.#prune();
     if (this.#sessions.countSessions(principal.id) >= MAX_SESSIONS_PER_PRINCIPAL) {
       return {
         ok: false,

@@ -9,6 +9,10 @@ import type BetterSqlite3 from "better-sqlite3";
 
 /** Evidence entries kept per session; older ones are dropped and counted. */
 export const MAX_EVIDENCE_PER_SESSION = 256;
+/** Default of `[server] session_max_idle_secs`: a session untouched this long, with no run in flight, is deleted. */
+export const DEFAULT_SESSION_MAX_IDLE_SECS = 90 * 24 * 3600;
+/** Sessions one prune deletes at most (the next prune continues). */
+export const SESSION_PRUNE_BATCH = 1000;
 /** Sessions one principal may own. */
 export const MAX_SESSIONS_PER_PRINCIPAL = 1000;
 
@@ -185,6 +189,33 @@ export class SessionStore {
       )
       .all(limit)
       .map((r) => r.run_id);
+  }
+
+  /**
+   * Delete sessions idle for `maxIdleMs` — not updated and no evidence since — that record no run still
+   * in flight (every linked run has its terminal entry), with their evidence and run links; at most
+   * SESSION_PRUNE_BATCH per call. Returns how many.
+   */
+  pruneIdle(maxIdleMs: number, limit = SESSION_PRUNE_BATCH): number {
+    const cutoff = new Date(this.#now().getTime() - maxIdleMs).toISOString();
+    return this.atomically(() => {
+      const idle = this.#db
+        .prepare<[string, string, number], { session_id: string }>(
+          `SELECT s.session_id FROM workflow_sessions s
+           WHERE s.updated_at < ?
+             AND NOT EXISTS (SELECT 1 FROM workflow_session_evidence e WHERE e.session_id = s.session_id AND e.at >= ?)
+             AND NOT EXISTS (SELECT 1 FROM workflow_session_runs r
+                             WHERE r.session_id = s.session_id AND r.terminal_recorded = 0)
+           ORDER BY s.updated_at LIMIT ?`,
+        )
+        .all(cutoff, cutoff, limit);
+      for (const { session_id } of idle) {
+        this.#db.prepare("DELETE FROM workflow_session_evidence WHERE session_id = ?").run(session_id);
+        this.#db.prepare("DELETE FROM workflow_session_runs WHERE session_id = ?").run(session_id);
+        this.#db.prepare("DELETE FROM workflow_sessions WHERE session_id = ?").run(session_id);
+      }
+      return idle.length;
+    });
   }
 
   /** Mark the terminal entry written; false when it already was. */
