@@ -5,7 +5,7 @@
  * descriptors it inherited, and one that echoes its own command line.
  */
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
 import { END_TURN, noParams, type Scenario, say, scenario, update } from "../turn.js";
@@ -113,12 +113,22 @@ function identity(): AgentIdentity {
  * `file=PATH` when given. Writes a ledger `credentials` line with each
  * outcome (errno code, or `read` with a SHA-256 of the bytes — never the
  * bytes) plus who the agent is (uid, gid, groups, capability sets), and
- * says the outcomes in one message.
+ * says the outcomes in one message. With `leak_to=PATH` it also does what an
+ * attacker would with the loot: writes the token it found (the `env_name`
+ * value from the environ, else the `token_file` contents) to PATH (0600), so
+ * an impersonation test can use exactly what the agent read.
  */
 export const readCredentials: Scenario = scenario(
   "read_credentials file=/path/to/runner.token",
-  z.object({ file: z.string().min(1).optional(), env_name: z.string().min(1).optional() }).strict(),
-  async (turn, { file, env_name }) => {
+  z
+    .object({
+      file: z.string().min(1).optional(),
+      env_name: z.string().min(1).optional(),
+      leak_to: z.string().min(1).optional(),
+    })
+    .strict(),
+  async (turn, { file, env_name, leak_to }) => {
+    let loot: string | undefined;
     const ppid = process.ppid;
     const environ = tryRead(`/proc/${ppid}/environ`);
     const cmdline = tryRead(`/proc/${ppid}/cmdline`);
@@ -127,7 +137,9 @@ export const readCredentials: Scenario = scenario(
       cmdline: cmdline.outcome,
     };
     if (env_name !== undefined && environ.text !== null) {
-      result.environ_has_name = environ.text.split("\0").some((entry) => entry.startsWith(`${env_name}=`));
+      const entry = environ.text.split("\0").find((e) => e.startsWith(`${env_name}=`));
+      result.environ_has_name = entry !== undefined;
+      loot = entry?.slice(env_name.length + 1);
     }
     const argv = cmdline.text?.split("\0") ?? [];
     const configIndex = argv.indexOf("--config");
@@ -136,9 +148,17 @@ export const readCredentials: Scenario = scenario(
       const config = tryRead(configPath);
       result.config = config.outcome;
       const tokenFile = config.text === null ? undefined : /token_file\s*=\s*"([^"]+)"/.exec(config.text)?.[1];
-      if (tokenFile !== undefined) result.token_file = tryRead(tokenFile).outcome;
+      if (tokenFile !== undefined) {
+        const token = tryRead(tokenFile);
+        result.token_file = token.outcome;
+        loot ??= token.text?.trim() || undefined;
+      }
     }
     if (file !== undefined) result.file = tryRead(file).outcome;
+    if (leak_to !== undefined) {
+      if (loot !== undefined) writeFileSync(leak_to, loot, { mode: 0o600 });
+      result.leaked = loot !== undefined;
+    }
     turn.ledger.append({ event: "credentials", ppid, identity: identity(), result });
     const summary = Object.entries(result)
       .map(([k, v]) => `${k}=${typeof v === "boolean" ? v : v.outcome}`)

@@ -1,0 +1,139 @@
+/**
+ * Issue 19, the impersonation scenario as one chain with real processes: the fake agent, running as the
+ * Runner's own user, reads the Runner's token the way a prompt-injected command would (`/proc/<runner>/environ`
+ * with `token_env`, or `/proc/<runner>/cmdline` → `--config` → `token_file`) and leaks it to a file; the test
+ * starts a second Runner with exactly those bytes. Its hello is refused (`link_in_use`) and audited, and the
+ * real Runner keeps receiving the runs: the prompts reach the real agent's ledger, none the impostor's.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { isTerminalState } from "@webcodex/protocol";
+import Database from "better-sqlite3";
+import { afterEach, describe, expect, it } from "vitest";
+import { okValue, ProcStack, RUNNER_BIN, waitFor } from "./support/proc-stack.js";
+
+async function runToEnd(s: ProcStack, key: string, prompt: string): Promise<void> {
+  const started = okValue(
+    await s.start("alice", { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt }),
+  );
+  const o = await waitFor(
+    `run ${key} terminal`,
+    async () => {
+      const v = okValue(await s.observe("alice", { run_id: started.run_id, wait_secs: 2 }));
+      return isTerminalState(v.state) ? v : undefined;
+    },
+    30_000,
+  );
+  expect(o.state).toBe("completed");
+}
+
+function refusedAudited(s: ProcStack): number {
+  const db = new Database(join(s.serverStateDir, "server.sqlite3"), { readonly: true, fileMustExist: true });
+  try {
+    return (
+      (db
+        .prepare("SELECT SUM(count) FROM runner_link_audit WHERE runner_id = 'r1' AND event = 'link_refused_in_use'")
+        .pluck()
+        .get() as number | null) ?? 0
+    );
+  } finally {
+    db.close();
+  }
+}
+
+function ledgerLines(file: string): Record<string, unknown>[] {
+  try {
+    return readFileSync(file, "utf8")
+      .split("\n")
+      .filter((l) => l.trim() !== "")
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+  } catch {
+    return []; // no ledger: that agent never ran
+  }
+}
+
+describe("an agent that steals its Runner's token cannot take the Runner's link (real processes)", () => {
+  let s: ProcStack | undefined;
+  const extra: ChildProcess[] = [];
+  afterEach(async () => {
+    for (const c of extra.splice(0)) {
+      c.kill("SIGKILL");
+      if (c.exitCode === null && c.signalCode === null) await new Promise((r) => c.once("exit", r));
+    }
+    await s?.stop();
+    s = undefined;
+  });
+
+  for (const via of ["token_env", "token_file"] as const) {
+    it(`the token the agent read through ${via === "token_env" ? "/proc/<runner>/environ" : "cmdline → --config → token_file"} is refused as an impostor and audited; the real Runner keeps receiving runs`, async () => {
+      s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+      const cfg = join(s.dir, "runner-r1.toml");
+      const original = readFileSync(cfg, "utf8");
+      if (via === "token_file") {
+        const tokenFile = join(s.dir, "runner-r1.token");
+        writeFileSync(tokenFile, `${s.tokens.get("r1")}\n`, { mode: 0o600 });
+        writeFileSync(
+          cfg,
+          original.replace('token_env = "WEBCODEX_RUNNER_TOKEN"', `token_file = ${JSON.stringify(tokenFile)}`),
+        );
+      }
+      await s.startRunner("r1");
+
+      const stolenFile = join(s.dir, "stolen");
+      const steal =
+        via === "token_env"
+          ? `scenario: read_credentials env_name=WEBCODEX_RUNNER_TOKEN leak_to=${stolenFile}`
+          : `scenario: read_credentials leak_to=${stolenFile}`;
+      await runToEnd(s, "steal", steal);
+      const creds = ledgerLines(s.ledgerFile("r1")).find((l) => l.event === "credentials");
+      expect(creds?.result).toMatchObject(
+        via === "token_env"
+          ? { environ: { outcome: "read" }, environ_has_name: true, leaked: true }
+          : {
+              cmdline: { outcome: "read" },
+              config: { outcome: "read" },
+              token_file: { outcome: "read" },
+              leaked: true,
+            },
+      );
+      const stolen = readFileSync(stolenFile, "utf8");
+      expect(stolen).toBe(s.tokens.get("r1")); // the agent really got the Runner's credential
+
+      // The impostor: a second Runner with exactly what the agent read, its own store and agent ledger.
+      const impostorLedger = join(s.dir, "ledger-impostor.jsonl");
+      const impostorConfig = join(s.dir, "runner-impostor.toml");
+      writeFileSync(
+        impostorConfig,
+        original
+          .replace('state_dir = "runner-state-r1"', 'state_dir = "runner-state-impostor"')
+          .replace(s.ledgerFile("r1"), impostorLedger),
+      );
+      let impostorLog = "";
+      const impostor = spawn(process.execPath, [RUNNER_BIN, "run", "--config", impostorConfig], {
+        cwd: s.dir,
+        env: { ...process.env, WEBCODEX_RUNNER_TOKEN: stolen },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      extra.push(impostor);
+      const append = (c: Buffer) => {
+        impostorLog += c.toString("utf8");
+      };
+      impostor.stdout?.on("data", append);
+      impostor.stderr?.on("data", append);
+      await waitFor("the impostor refused and audited", () => refusedAudited(s!) >= 1);
+      await waitFor("the impostor to hear link_in_use", () => impostorLog.includes("link_in_use"));
+
+      for (const key of ["after-1", "after-2"]) await runToEnd(s, key, `scenario: hello ${key}`);
+      const sha = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
+      expect(s.prompts("r1").map((p) => p.prompt_sha256)).toEqual([
+        sha(steal),
+        sha("scenario: hello after-1"),
+        sha("scenario: hello after-2"),
+      ]);
+      expect(ledgerLines(impostorLedger).filter((l) => l.event === "prompt")).toEqual([]);
+      expect(refusedAudited(s)).toBeGreaterThanOrEqual(1);
+    });
+  }
+});
