@@ -19,6 +19,7 @@ const USAGE = `usage:
   webcodex-server token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run]
   webcodex-server oauth clients list|show|revoke|allow-coding-agent-run|disallow-coding-agent-run [CLIENT_ID] --config FILE
   webcodex-server oauth grants list|revoke [--id G | --principal ID | --client CLIENT_ID] --config FILE
+  webcodex-server oauth audit list [--limit N] [--json] --config FILE
   webcodex-server mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR`;
 
 /** The MCP front end (src/mcp.ts), when present, exports createMcpHandler. */

@@ -5,10 +5,13 @@
  * (`principal_tokens`) and audit rows (`mcp_audit`) live in the Server's
  * SQLite state database next to the admission records.
  */
+import { isLoopbackHost } from "@webcodex/protocol";
+import type { Logger } from "pino";
 import { SqliteAuditLog } from "./audit.js";
 import { createMcpHttpHandler } from "./mcp-http.js";
 import type { ToolModule } from "./mcp-tools.js";
 import { createOAuth } from "./oauth/index.js";
+import { OAUTH_TEST_CLOCK_ENV, oauthClock, oauthTestClockSkew } from "./oauth/test-clock.js";
 import { ObserveLimits } from "./observe-limits.js";
 import type { Scope } from "./runs-api.js";
 import type { McpHandlerFactory, McpMount } from "./server.js";
@@ -19,6 +22,18 @@ import { TaskService } from "./task-service.js";
 import { TaskStore } from "./task-store.js";
 import { TaskTools } from "./task-tools.js";
 import { createAuthenticator, TokenStore } from "./tokens.js";
+
+/** The OAuth clock, with the test-only skew (test-clock.ts) refused off loopback and logged when armed. */
+function checkedOAuthClock(host: string, log: Logger): () => number {
+  const { skewMs, invalid } = oauthTestClockSkew();
+  if (invalid !== null) log.warn(`${OAUTH_TEST_CLOCK_ENV} is not a whole number of ms in range; ignored`);
+  if (skewMs > 0) {
+    if (!isLoopbackHost(host))
+      throw new Error(`${OAUTH_TEST_CLOCK_ENV} is test-only; refusing to start on non-loopback host ${host}`);
+    log.warn({ skewMs }, `TEST HOOK: ${OAUTH_TEST_CLOCK_ENV} is set: OAuth codes and tokens expire early`);
+  }
+  return oauthClock();
+}
 
 export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, logger, store }): McpMount => {
   const log = logger.child({ c: "mcp" });
@@ -34,6 +49,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
         tokens,
         principals: config.principals,
         logger: logger.child({ c: "oauth" }),
+        clock: checkedOAuthClock(config.host, log),
       })
     : null;
   const sessions = new SessionService(

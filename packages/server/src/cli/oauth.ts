@@ -7,12 +7,17 @@
  *   webcodex-server oauth clients list|show|revoke|allow-coding-agent-run|disallow-coding-agent-run [CLIENT_ID] --config F
  *   webcodex-server oauth grants list [--principal P] [--client C] --config F
  *   webcodex-server oauth grants revoke (--id G | --principal P | --client C) --config F
+ *   webcodex-server oauth audit list [--limit N] [--json] --config F   (read-only; newest N rows, oldest first)
  */
 import { parseArgs } from "node:util";
 import { loadServerConfig } from "../config.js";
 import { isMetadataUrl } from "../oauth/client-metadata.js";
 import { type ClientRow, type GrantRow, OAuthStore, parseJsonList } from "../oauth/store.js";
 import { StateStore } from "../state-store.js";
+
+/** Rows `oauth audit list` prints by default, and at most. */
+export const AUDIT_LIST_DEFAULT = 100;
+export const AUDIT_LIST_MAX = 10_000;
 
 const USAGE = `usage:
   webcodex-server oauth clients list --config FILE [--json]
@@ -21,7 +26,8 @@ const USAGE = `usage:
   webcodex-server oauth clients allow-coding-agent-run CLIENT_ID --config FILE
   webcodex-server oauth clients disallow-coding-agent-run CLIENT_ID --config FILE
   webcodex-server oauth grants list --config FILE [--principal ID] [--client CLIENT_ID] [--json]
-  webcodex-server oauth grants revoke --config FILE (--id GRANT_ID | --principal ID | --client CLIENT_ID)`;
+  webcodex-server oauth grants revoke --config FILE (--id GRANT_ID | --principal ID | --client CLIENT_ID)
+  webcodex-server oauth audit list --config FILE [--limit N] [--json]   (N: 1 … ${AUDIT_LIST_MAX}, default ${AUDIT_LIST_DEFAULT})`;
 
 function clientView(c: ClientRow, store: OAuthStore) {
   const grants = store.grants({ client_id: c.client_id });
@@ -65,6 +71,7 @@ export async function runOAuthCommand(argv: readonly string[]): Promise<number> 
         client: { type: "string" },
         id: { type: "string" },
         json: { type: "boolean" },
+        limit: { type: "string" },
       },
       strict: true,
     });
@@ -76,7 +83,7 @@ export async function runOAuthCommand(argv: readonly string[]): Promise<number> 
     return 2;
   }
   const { values, positionals } = parsed;
-  if (!values.config || (noun !== "clients" && noun !== "grants")) {
+  if (!values.config || (noun !== "clients" && noun !== "grants" && noun !== "audit")) {
     console.error(USAGE);
     return 2;
   }
@@ -89,6 +96,7 @@ export async function runOAuthCommand(argv: readonly string[]): Promise<number> 
   try {
     const store = new OAuthStore(state.db);
     if (noun === "clients") return clientsCommand(store, verb, positionals[0], values.json === true);
+    if (noun === "audit") return auditCommand(store, verb, values.limit, values.json === true);
     return grantsCommand(store, verb, values);
   } finally {
     state.close();
@@ -216,4 +224,41 @@ function grantsCommand(
   for (const g of targets) if (store.revokeGrant(g.grant_id, "operator")) n += 1;
   console.error(`revoked ${n} grant(s)`);
   return n > 0 || targets.length > 0 ? 0 : 1;
+}
+
+function auditCommand(
+  store: OAuthStore,
+  verb: string | undefined,
+  limitArg: string | undefined,
+  json: boolean,
+): number {
+  if (verb !== "list") {
+    console.error(USAGE);
+    return 2;
+  }
+  const limit =
+    limitArg === undefined ? AUDIT_LIST_DEFAULT : /^\d{1,6}$/.test(limitArg) ? Number(limitArg) : Number.NaN;
+  if (!Number.isInteger(limit) || limit < 1 || limit > AUDIT_LIST_MAX) {
+    console.error(
+      `--limit must be a whole number from 1 to ${AUDIT_LIST_MAX}, got ${JSON.stringify(limitArg?.slice(0, 20))}`,
+    );
+    return 2;
+  }
+  const rows = store.auditRows(limit);
+  if (json) console.log(JSON.stringify(rows));
+  else
+    for (const r of rows) {
+      console.log(
+        [
+          r.at,
+          r.event,
+          r.client_id ?? "-",
+          r.principal_id ?? "-",
+          r.grant_id ?? "-",
+          r.scopes ?? "-",
+          r.detail ?? "-",
+        ].join("\t"),
+      );
+    }
+  return 0;
 }

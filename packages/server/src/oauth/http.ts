@@ -25,7 +25,7 @@ import type { OAuthSettings } from "../config.js";
 import type { OAuthClients } from "./clients.js";
 import type { Consent, ConsentForm } from "./consent.js";
 import { renderErrorPage } from "./consent-page.js";
-import type { WebcodexOAuthProvider } from "./provider.js";
+import { isOwnErrorDescription, type WebcodexOAuthProvider } from "./provider.js";
 import { OAUTH_SCOPES } from "./scopes.js";
 
 /** Largest form or JSON body the OAuth endpoints accept. */
@@ -39,6 +39,51 @@ export const AUTHORIZE_PER_15_MIN = 100;
  * to stderr for every request carrying X-Forwarded-For; that is expected here, not a misconfiguration.
  */
 const QUIET = { validate: { xForwardedForHeader: false } } as const;
+
+/**
+ * The `error_description` sent for each OAuth error code when the description did not come from
+ * our provider: the SDK's handlers put raw validation-library messages (issue dumps, which can
+ * echo request fields) there. Codes are kept; only the description is replaced.
+ */
+export const FIXED_ERROR_DESCRIPTIONS: Readonly<Record<string, string>> = {
+  invalid_request:
+    "The request is missing a required parameter, has an unsupported value, or is malformed (see RFC 6749 §5.2)",
+  invalid_client: "Client authentication failed: unknown client_id, or a client this Server does not accept",
+  invalid_grant: "The authorization code or refresh token is invalid, expired, revoked or was issued to another client",
+  unauthorized_client: "This client may not use this grant type",
+  unsupported_grant_type: "grant_type must be authorization_code or refresh_token",
+  invalid_scope: "The requested scope is invalid or exceeds what was granted",
+  invalid_target: "resource must be this Server's /mcp URL",
+  unsupported_token_type: "This Server revokes only its own access and refresh tokens",
+  too_many_requests: "Too many requests from this address; try again later",
+  server_error: "The Server could not handle this request",
+};
+const UNKNOWN_ERROR_DESCRIPTION = "The request was refused";
+
+/**
+ * Before the SDK's token and revocation handlers: every JSON error body they send keeps its
+ * `error` code, and its `error_description` is ours (isOwnErrorDescription) or the fixed text
+ * for the code — never a library message or request input.
+ */
+function fixedErrorDescriptions(_req: Request, res: Response, next: NextFunction): void {
+  const json = res.json.bind(res);
+  res.json = (body: unknown) => {
+    if (res.statusCode >= 400 && body !== null && typeof body === "object") {
+      const b = body as Record<string, unknown>;
+      const code = typeof b.error === "string" ? b.error : "server_error";
+      const described = typeof b.error_description === "string" ? b.error_description : undefined;
+      if (described === undefined || !isOwnErrorDescription(described)) {
+        const out: Record<string, unknown> = {
+          error: code,
+          error_description: FIXED_ERROR_DESCRIPTIONS[code] ?? UNKNOWN_ERROR_DESCRIPTION,
+        };
+        return json(out);
+      }
+    }
+    return json(body);
+  };
+  next();
+}
 
 export const PRM_PATH = "/.well-known/oauth-protected-resource";
 export const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
@@ -157,7 +202,7 @@ export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res
     authorizePrecheck(clients),
     authorizationHandler({ provider, rateLimit: { ...QUIET, windowMs: 15 * 60_000, max: AUTHORIZE_PER_15_MIN } }),
   );
-  app.use("/token", tokenHandler({ provider, rateLimit: QUIET }));
+  app.use("/token", fixedErrorDescriptions, tokenHandler({ provider, rateLimit: QUIET }));
   app.use(
     "/register",
     express.json({ limit: OAUTH_MAX_BODY }),
@@ -167,7 +212,7 @@ export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res
       rateLimit: { ...QUIET, windowMs: 60 * 60_000, max: settings.registrationsPerHour },
     }),
   );
-  app.use("/revoke", revocationHandler({ provider, rateLimit: QUIET }));
+  app.use("/revoke", fixedErrorDescriptions, revocationHandler({ provider, rateLimit: QUIET }));
   app.post("/oauth/consent", express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }), (req, res) => {
     consent.submit(req, res, (req.body ?? {}) as ConsentForm);
   });

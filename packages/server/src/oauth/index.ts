@@ -41,9 +41,11 @@ export function createOAuth(opts: {
   logger: Logger;
   /** Extra CA certificates for client metadata fetches (tests); NODE_EXTRA_CA_CERTS works too. */
   ca?: string;
+  /** The clock codes, tokens and audit rows run on (default `Date.now`; test-clock.ts). */
+  clock?: () => number;
 }): OAuthMount {
   const { settings, logger } = opts;
-  const store = new OAuthStore(opts.db);
+  const store = new OAuthStore(opts.db, opts.clock);
   const clients = new OAuthClients({ store, settings, logger, ca: opts.ca });
   const consent = new Consent({
     store,

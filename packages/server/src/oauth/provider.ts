@@ -31,6 +31,23 @@ import type { Consent } from "./consent.js";
 import { CODING_AGENT_RUN, isOAuthScope, requestedScopes } from "./scopes.js";
 import { ACCESS_TOKEN_PREFIX, type IssuedPair, type OAuthStore, parseJsonList, type TokenTtls } from "./store.js";
 
+/**
+ * The error descriptions this provider writes: fixed text (or text built only from this
+ * Server's configured resource URL), never request input. http.ts keeps these and replaces any
+ * other `error_description` (the SDK's validation-library messages) with a fixed one per code.
+ */
+const OWN_DESCRIPTIONS = new Set<string>();
+
+function own(description: string): string {
+  OWN_DESCRIPTIONS.add(description);
+  return description;
+}
+
+/** Whether an `error_description` is one this provider wrote (see OWN_DESCRIPTIONS). */
+export function isOwnErrorDescription(description: string): boolean {
+  return OWN_DESCRIPTIONS.has(description);
+}
+
 export interface ProviderDeps {
   store: OAuthStore;
   clients: OAuthClients;
@@ -60,12 +77,12 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
 
   #checkResource(resource: URL | undefined, required: boolean): void {
     if (resource === undefined) {
-      if (required) throw new InvalidTargetError(`resource is required and must be ${this.#d.settings.resource}`);
+      if (required) throw new InvalidTargetError(own(`resource is required and must be ${this.#d.settings.resource}`));
       return;
     }
     // Compare the parsed form (the SDK hands us a URL): no trailing slash, query or fragment differences.
     if (resource.href !== new URL(this.#d.settings.resource).href) {
-      throw new InvalidTargetError(`resource must be ${this.#d.settings.resource}`);
+      throw new InvalidTargetError(own(`resource must be ${this.#d.settings.resource}`));
     }
   }
 
@@ -83,7 +100,8 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
 
   async challengeForAuthorizationCode(client: OAuthClientInformationFull, code: string): Promise<string> {
     const challenge = this.#d.store.codeChallenge(code, client.client_id);
-    if (challenge === undefined) throw new InvalidGrantError("unknown, expired or already used authorization code");
+    if (challenge === undefined)
+      throw new InvalidGrantError(own("unknown, expired or already used authorization code"));
     return challenge;
   }
 
@@ -115,7 +133,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
         redirect_mismatch: "redirect_uri does not match the authorization request",
         revoked: "the grant was revoked",
       }[r.reason];
-      throw new InvalidGrantError(why);
+      throw new InvalidGrantError(own(why));
     }
     return this.#tokens(r.pair, parseJsonList(r.grant.scopes));
   }
@@ -130,7 +148,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     const r = this.#d.store.rotateRefresh(refreshToken, client.client_id, scopes, this.#ttl);
     if (!r.ok) {
       if (r.reason === "scope_widened")
-        throw new InvalidScopeError("a refresh can narrow the scopes, never widen them");
+        throw new InvalidScopeError(own("a refresh can narrow the scopes, never widen them"));
       const why = {
         unknown: "unknown refresh token",
         expired: "the refresh token expired",
@@ -138,7 +156,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
         revoked: "the grant was revoked",
         other_client: "the refresh token belongs to another client",
       }[r.reason];
-      throw new InvalidGrantError(why);
+      throw new InvalidGrantError(own(why));
     }
     return this.#tokens(r.pair, r.scopes);
   }
