@@ -2,9 +2,8 @@
  * Parsing of `webcodex session …` (Workflow Sessions, DESIGN §11): one
  * subcommand per Server tool.
  */
-import { type ParseArgsConfig, parseArgs } from "node:util";
-import { CliError } from "./errors.js";
-import type { TaskGlobals } from "./task-args.js";
+import type { ParseArgsConfig } from "node:util";
+import { SUBCOMMAND_GLOBAL, type SubcommandGlobals, subcommandFamily } from "./subcommand-args.js";
 
 export const SESSION_USAGE = `Workflow sessions (provenance and handoff; they grant no authority):
   webcodex session create --project ID --title T
@@ -24,57 +23,31 @@ export type SessionAction =
     }
   | { action: "show"; sessionId: string; after: number | undefined };
 
-const GLOBAL = {
-  url: { type: "string" },
-  token: { type: "string" },
-  json: { type: "boolean" },
-  help: { type: "boolean", short: "h" },
-} as const satisfies ParseArgsConfig["options"];
-
 const OPTIONS = {
-  create: { ...GLOBAL, project: { type: "string" }, title: { type: "string" } },
-  update: { ...GLOBAL, handoff: { type: "string" }, goal: { type: "string" }, "expected-version": { type: "string" } },
-  show: { ...GLOBAL, after: { type: "string" } },
+  create: { ...SUBCOMMAND_GLOBAL, project: { type: "string" }, title: { type: "string" } },
+  update: {
+    ...SUBCOMMAND_GLOBAL,
+    handoff: { type: "string" },
+    goal: { type: "string" },
+    "expected-version": { type: "string" },
+  },
+  show: { ...SUBCOMMAND_GLOBAL, after: { type: "string" } },
 } as const satisfies Record<SessionAction["action"], ParseArgsConfig["options"]>;
 
-function usage(message: string): CliError {
-  return new CliError("usage", message, { hint: "Run `webcodex session --help` for usage." });
-}
-
-function wholeNumber(raw: string | undefined, flag: string, min: number): number | undefined {
-  if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < min) throw usage(`${flag} expects a whole number ≥ ${min}, got "${raw}"`);
-  return n;
-}
+const args = subcommandFamily("session");
 
 /** `null` means: print the session usage. */
-export function parseSessionCommand(argv: string[]): { global: TaskGlobals; session: SessionAction } | null {
-  const [action, ...rest] = argv;
-  if (action === undefined || action === "--help" || action === "-h" || action === "help") return null;
-  if (!Object.hasOwn(OPTIONS, action)) throw usage(`unknown session command "${action}"`);
-  const name = action as SessionAction["action"];
-  let parsed: { values: Record<string, string | boolean | undefined>; positionals: string[] };
-  try {
-    const options: ParseArgsConfig["options"] = OPTIONS[name];
-    parsed = parseArgs({ args: rest, options, allowPositionals: true, strict: true }) as typeof parsed;
-  } catch (err) {
-    throw usage(err instanceof Error ? (err.message.split("\n")[0] ?? "invalid arguments") : "invalid arguments");
-  }
-  const v = parsed.values as Record<string, string | undefined> & { json?: boolean; help?: boolean };
-  if (v.help === true) return null;
-  const global = { url: v.url, token: v.token, json: v.json === true };
-  const p = parsed.positionals;
-  const one = (what: string) => {
-    if (p.length !== 1) throw usage(`expected one ${what}, got ${p.length}`);
-    return p[0] ?? "";
-  };
+export function parseSessionCommand(argv: string[]): { global: SubcommandGlobals; session: SessionAction } | null {
+  const cmd = args.parse(argv, OPTIONS);
+  if (cmd === null) return null;
+  const { name, values: v, positionals: p, global } = cmd;
+  const one = (what: string) => args.one(p, what);
+  const usage = args.usage;
   switch (name) {
     case "create": {
       if (p.length > 0) throw usage("session create takes no positional arguments");
-      if (v.project === undefined || v.project.trim() === "") throw usage("missing --project ID");
-      if (v.title === undefined || v.title.trim() === "") throw usage("missing --title T");
-      return { global, session: { action: "create", project: v.project, title: v.title } };
+      const project = args.required(v.project, "--project ID");
+      return { global, session: { action: "create", project, title: args.required(v.title, "--title T") } };
     }
     case "update": {
       const sessionId = one("SESSION_ID");
@@ -87,14 +60,14 @@ export function parseSessionCommand(argv: string[]): { global: TaskGlobals; sess
           sessionId,
           handoff: v.handoff,
           goal: v.goal,
-          expectedVersion: wholeNumber(v["expected-version"], "--expected-version", 1),
+          expectedVersion: args.wholeNumber(v["expected-version"], "--expected-version", 1),
         },
       };
     }
     case "show":
       return {
         global,
-        session: { action: "show", sessionId: one("SESSION_ID"), after: wholeNumber(v.after, "--after", 0) },
+        session: { action: "show", sessionId: one("SESSION_ID"), after: args.wholeNumber(v.after, "--after", 0) },
       };
     default: {
       const never: never = name;

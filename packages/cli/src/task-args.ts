@@ -2,9 +2,9 @@
  * Parsing of `webcodex task …` (the managed path, DESIGN §10). Kept apart
  * from args.ts: one subcommand per Server tool, each with its own flags.
  */
-import { type ParseArgsConfig, parseArgs } from "node:util";
+import type { ParseArgsConfig } from "node:util";
 import { parseConfigPairs } from "./args.js";
-import { CliError } from "./errors.js";
+import { SUBCOMMAND_GLOBAL, type SubcommandGlobals, subcommandFamily } from "./subcommand-args.js";
 import type { ConfigValue } from "./wire.js";
 
 export const TASK_USAGE = `Managed tasks (the Server keeps ownership across host restarts):
@@ -16,11 +16,8 @@ export const TASK_USAGE = `Managed tasks (the Server keeps ownership across host
   webcodex task close TASK_ID --outcome succeeded|failed|abandoned
 `;
 
-export interface TaskGlobals {
-  url: string | undefined;
-  token: string | undefined;
-  json: boolean;
-}
+/** The global flags of a task subcommand. */
+export type TaskGlobals = SubcommandGlobals;
 
 export type TaskAction =
   | { action: "create"; project: string; title: string | undefined; key: string | undefined; instruction: string }
@@ -44,75 +41,39 @@ export type TaskAction =
   | { action: "show"; taskId: string }
   | { action: "close"; taskId: string; outcome: string };
 
-const GLOBAL = {
-  url: { type: "string" },
-  token: { type: "string" },
-  json: { type: "boolean" },
-  help: { type: "boolean", short: "h" },
-} as const satisfies ParseArgsConfig["options"];
-
 const OPTIONS = {
-  create: { ...GLOBAL, project: { type: "string" }, title: { type: "string" }, key: { type: "string" } },
+  create: { ...SUBCOMMAND_GLOBAL, project: { type: "string" }, title: { type: "string" }, key: { type: "string" } },
   attempt: {
-    ...GLOBAL,
+    ...SUBCOMMAND_GLOBAL,
     assignee: { type: "string" },
     lease: { type: "string" },
     renew: { type: "string" },
     supersede: { type: "string" },
   },
   run: {
-    ...GLOBAL,
+    ...SUBCOMMAND_GLOBAL,
     project: { type: "string" },
     provider: { type: "string" },
     ref: { type: "string" },
     timeout: { type: "string" },
     config: { type: "string", multiple: true },
   },
-  reconcile: { ...GLOBAL, attempt: { type: "string" } },
-  show: GLOBAL,
-  close: { ...GLOBAL, outcome: { type: "string" } },
+  reconcile: { ...SUBCOMMAND_GLOBAL, attempt: { type: "string" } },
+  show: SUBCOMMAND_GLOBAL,
+  close: { ...SUBCOMMAND_GLOBAL, outcome: { type: "string" } },
 } as const satisfies Record<TaskAction["action"], ParseArgsConfig["options"]>;
 
 const OUTCOMES = ["succeeded", "failed", "abandoned"];
 
-function usage(message: string): CliError {
-  return new CliError("usage", message, { hint: "Run `webcodex task --help` for usage." });
-}
-
-function required(value: string | undefined, flag: string): string {
-  if (value === undefined || value.trim() === "") throw usage(`missing ${flag}`);
-  return value;
-}
-
-function one(positionals: string[], what: string): string {
-  if (positionals.length !== 1) throw usage(`expected one ${what}, got ${positionals.length}`);
-  return positionals[0] ?? "";
-}
-
-function seconds(raw: string | undefined, flag: string): number | undefined {
-  if (raw === undefined) return undefined;
-  const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw usage(`${flag} expects a whole number of seconds, got "${raw}"`);
-  return n;
-}
+const args = subcommandFamily("task");
+const { usage, one, required } = args;
+const seconds = (raw: string | undefined, flag: string) => args.wholeNumber(raw, flag, 1, "a whole number of seconds");
 
 /** `null` means: print the task usage. */
 export function parseTaskCommand(argv: string[]): { global: TaskGlobals; task: TaskAction } | null {
-  const [action, ...rest] = argv;
-  if (action === undefined || action === "--help" || action === "-h" || action === "help") return null;
-  if (!Object.hasOwn(OPTIONS, action)) throw usage(`unknown task command "${action}"`);
-  const name = action as TaskAction["action"];
-  let parsed: { values: Record<string, string | boolean | string[] | undefined>; positionals: string[] };
-  try {
-    const options: ParseArgsConfig["options"] = OPTIONS[name];
-    parsed = parseArgs({ args: rest, options, allowPositionals: true, strict: true }) as typeof parsed;
-  } catch (err) {
-    throw usage(err instanceof Error ? (err.message.split("\n")[0] ?? "invalid arguments") : "invalid arguments");
-  }
-  const v = parsed.values as Record<string, string | undefined> & { config?: string[]; json?: boolean; help?: boolean };
-  if (v.help === true) return null;
-  const global = { url: v.url, token: v.token, json: v.json === true };
-  const p = parsed.positionals;
+  const cmd = args.parse(argv, OPTIONS);
+  if (cmd === null) return null;
+  const { name, values: v, positionals: p, global } = cmd;
   switch (name) {
     case "create": {
       const instruction = one(p, 'INSTRUCTION (quote it: "Fix the failing test")');

@@ -131,23 +131,25 @@ export const ObserveToolInput = z
   .strict();
 export type ObserveToolInput = z.infer<typeof ObserveToolInput>;
 
-export const ObserveToolOutput = z
-  .object({
-    run_id: RunId,
-    state: RunState,
-    execution_state: ExecutionState,
-    stop_reason: StopReason.optional(),
-    failure_kind: FailureKindSchema.optional(),
-    recovery_kind: RecoveryKind,
-    message: z.string().optional(),
-    events: z.array(RunEvent),
-    observation_token: z.string(),
-    history_lost: z.boolean(),
-    has_more: z.boolean(),
-    runner_offline: z.boolean().optional(),
-    effective_config: z.array(EffectiveConfigEntry).max(MAX_EFFECTIVE_CONFIG_ENTRIES),
-  })
-  .strict();
+/** A run's status as the tools report it: observe's output and an agent task attempt's run outcome extend it. */
+export const RunStatusFields = z.object({
+  run_id: RunId,
+  state: RunState,
+  execution_state: ExecutionState,
+  stop_reason: StopReason.optional(),
+  failure_kind: FailureKindSchema.optional(),
+  recovery_kind: RecoveryKind,
+  message: z.string().optional(),
+});
+
+export const ObserveToolOutput = RunStatusFields.extend({
+  events: z.array(RunEvent),
+  observation_token: z.string(),
+  history_lost: z.boolean(),
+  has_more: z.boolean(),
+  runner_offline: z.boolean().optional(),
+  effective_config: z.array(EffectiveConfigEntry).max(MAX_EFFECTIVE_CONFIG_ENTRIES),
+}).strict();
 
 export const CancelToolInput = z.object({ run_id: RunId }).strict();
 export type CancelToolInput = z.infer<typeof CancelToolInput>;

@@ -11,17 +11,12 @@
  */
 import {
   ConfigMap,
-  ExecutionState,
-  FailureKindSchema,
   MAX_PROMPT_BYTES,
   MAX_RUN_TIMEOUT_SECS,
   MIN_RUN_TIMEOUT_SECS,
   ProjectId,
   ProviderId,
-  RecoveryKind,
   RunId,
-  RunState,
-  StopReason,
   utf8Length,
 } from "@webcodex/protocol";
 import { z } from "zod";
@@ -31,6 +26,7 @@ import {
   fail,
   ok,
   parseToolInput,
+  RunStatusFields,
   StartToolOutput,
   stripUndefined,
   type ToolCallOutcome,
@@ -195,18 +191,7 @@ export const ReconcileInput = z
   })
   .strict();
 
-const RunOutcome = z
-  .object({
-    run_id: RunId,
-    state: RunState,
-    execution_state: ExecutionState,
-    stop_reason: StopReason.optional(),
-    failure_kind: FailureKindSchema.optional(),
-    recovery_kind: RecoveryKind,
-    message: z.string().optional(),
-    reconciled_at: Timestamp,
-  })
-  .strict();
+const RunOutcome = RunStatusFields.extend({ reconciled_at: Timestamp }).strict();
 
 const AttemptView = ClaimView.extend({
   state: z.enum(["active", "superseded", "closed"]),

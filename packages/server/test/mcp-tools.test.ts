@@ -294,3 +294,28 @@ describe("a run core that throws", () => {
     },
   );
 });
+
+describe("one definition of a run's status in tool outputs", () => {
+  it("observe's output and an agent task attempt's run outcome both extend RunStatusFields", async () => {
+    const { ObserveToolOutput, RunStatusFields } = await import("../src/mcp-tools.js");
+    const { ReconcileOutput } = await import("../src/task-tools.js");
+    const status = Object.keys(RunStatusFields.shape);
+    expect(status).toEqual([
+      "run_id",
+      "state",
+      "execution_state",
+      "stop_reason",
+      "failure_kind",
+      "recovery_kind",
+      "message",
+    ]);
+    expect(Object.keys(ObserveToolOutput.shape).slice(0, status.length)).toEqual(status);
+    const attempt = ReconcileOutput.shape.attempt.unwrap();
+    const run = attempt.shape.run.unwrap();
+    expect(Object.keys(run.shape)).toEqual([...status, "reconciled_at"]);
+    for (const key of status)
+      expect(run.shape[key as keyof typeof run.shape]).toBe(
+        RunStatusFields.shape[key as keyof typeof RunStatusFields.shape],
+      );
+  });
+});
