@@ -9,7 +9,7 @@ import { readFileSync } from "node:fs";
 import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
 import { MAX_PENDING_PERMISSIONS } from "../src/run-manager.js";
-import { SHUTDOWN_CONFIRMED } from "../src/terminal.js";
+import { SHUTDOWN_UNCONFIRMED } from "../src/terminal.js";
 import {
   alive,
   groupMembers,
@@ -284,7 +284,7 @@ describe("close", () => {
     });
   });
 
-  test("a graceful close cancels a dispatched run (confirmed → cancelled), abandons setup as a restart would, and kills every tree", async () => {
+  test("a graceful close gives a dispatched run the cancel grace (unconfirmed → lost), abandons setup as a restart would, and kills every tree", async () => {
     const closeConfig = writeConfig(ws, {
       agents: [{ id: "fake" }, { id: "hang-init", args: ["--ledger", ws.ledger, "--hang-on", "initialize"] }],
     });
@@ -310,12 +310,11 @@ describe("close", () => {
     );
     await m.close();
     expect(finals.get(during.run_id)).toMatchObject({
-      state: "cancelled",
-      execution_state: "completed",
-      stop_reason: "cancelled",
-      message: SHUTDOWN_CONFIRMED,
+      state: "lost",
+      execution_state: "outcome_unknown",
+      failure_kind: "transport_lost",
     });
-    expect(readLedger(ws).filter((e) => e.event === "cancel" && e.pid === agentPid)).toHaveLength(1);
+    expect(finals.get(during.run_id)?.message).toContain(SHUTDOWN_UNCONFIRMED);
     expect(finals.get(before.run_id)).toMatchObject({
       state: "failed",
       execution_state: "not_started",
