@@ -5,6 +5,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { SqliteAuditLog } from "../src/audit.js";
+import { migrate } from "../src/state-schema.js";
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -18,6 +19,7 @@ function openWalDb(synchronous: "FULL" | "NORMAL") {
   const db = new Database(file);
   db.pragma("journal_mode = WAL");
   db.pragma(`synchronous = ${synchronous}`);
+  migrate(db, file); // the audit table is a schema step of the state database
   return { file, db };
 }
 
