@@ -39,18 +39,8 @@ export const MAX_EVIDENCE_PER_READ = 100;
 /** Recorded runs without a terminal entry that one Server start looks at to write the missing entries. */
 export const MAX_CATCH_UP_RUNS = 10_000;
 
-export interface SessionView {
-  session_id: string;
-  project_id: string;
-  title: string;
-  handoff: string;
-  handoff_version: number;
-  goal: string;
-  goal_version: number;
-  version: number;
-  created_at: string;
-  updated_at: string;
-}
+/** What a caller sees of a session: its row less the owner and the evidence bookkeeping. */
+export type SessionView = Omit<SessionRow, "principal_id" | "evidence_last_seq" | "evidence_dropped">;
 
 export interface EvidenceView {
   seq: number;
