@@ -7,14 +7,11 @@
  * - Everything under a task belongs to its creating principal; anyone else,
  *   or a principal that lost the project grant, gets `not_found`.
  * - One current attempt per task. A new attempt is refused while the current
- *   lease is live, and while any run of the task is starting / running /
- *   waiting_permission, or lost and not yet explicitly superseded
- *   (`supersede_uncertain_run`): a lease is not proof that the work stopped.
- * - A claim = (task, attempt, assignee, fence, controller_generation). It is
- *   current when the attempt is the task's current one, still active, its
- *   lease live, and fence and generation match. Renewing a live lease keeps
- *   the claim; re-taking an expired one (same ref, nothing newer) bumps the
- *   generation, so an older holder's ref goes stale.
+ *   lease is live, and while a run of the task blocks it (task-rules.ts
+ *   `blockingRun`: a lease is not proof that the work stopped).
+ * - A claim is checked by task-rules.ts `currentAttempt`. Renewing a live
+ *   lease keeps the claim; re-taking an expired one (same ref, nothing newer)
+ *   bumps the generation, so an older holder's ref goes stale.
  * - Starting a run: check the claim → derive the run id from the attempt →
  *   admit through the run core, whose single transaction re-checks the claim
  *   and writes the Attempt→Run binding together with the admission record
@@ -23,7 +20,7 @@
  * - Run completion is the attempt's run outcome, never the task's: only
  *   `close_agent_task` closes a task.
  */
-import { isTerminalState, type RunState } from "@webcodex/protocol";
+import { isTerminalState } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { serverFailpoint } from "./failpoints.js";
 import { intentFingerprint } from "./identity.js";
@@ -36,7 +33,7 @@ import type {
   RunAdmission,
   StartOutput,
 } from "./runs-api.js";
-import type { AdmissionRecord, StateStore } from "./state-store.js";
+import type { StateStore } from "./state-store.js";
 import {
   AttemptRefs,
   authorityFingerprint,
@@ -46,6 +43,7 @@ import {
   newAttemptId,
   taskRequestFingerprint,
 } from "./task-claim.js";
+import { blockingRun, currentAttempt, taskError as err } from "./task-rules.js";
 import {
   type AttemptRow,
   MAX_ATTEMPTS_PER_TASK,
@@ -54,54 +52,20 @@ import {
   type TaskRow,
   type TaskStore,
 } from "./task-store.js";
+import {
+  type AttemptClaimView,
+  type AttemptView,
+  claimView,
+  iso,
+  type RunOutcomeView,
+  runOutcomeView,
+  type TaskView,
+  taskView,
+} from "./task-views.js";
 
 export const DEFAULT_LEASE_SECS = 600;
 export const MIN_LEASE_SECS = 1;
 export const MAX_LEASE_SECS = 3600;
-
-/** Run states that block a new attempt or a close: the work may still be going on. */
-const ACTIVE_RUN_STATES: ReadonlySet<RunState> = new Set(["starting", "running", "waiting_permission"]);
-
-export interface TaskView {
-  task_id: string;
-  project_id: string;
-  title: string;
-  state: "open" | "closed";
-  outcome?: TaskOutcome;
-  instruction_bytes: number;
-  current_attempt_id?: string;
-  created_at: string;
-  updated_at: string;
-  closed_at?: string;
-}
-
-export interface AttemptClaimView {
-  task_id: string;
-  attempt_id: string;
-  attempt_ref: string;
-  assignee: string;
-  fence: number;
-  controller_generation: number;
-  lease_expires_at: string;
-}
-
-export interface RunOutcomeView {
-  run_id: string;
-  state: RunState;
-  execution_state: AdmissionRecord["execution_state"];
-  stop_reason?: NonNullable<AdmissionRecord["stop_reason"]>;
-  failure_kind?: NonNullable<AdmissionRecord["failure_kind"]>;
-  recovery_kind: AdmissionRecord["recovery_kind"];
-  message?: string;
-  reconciled_at: string;
-}
-
-export interface AttemptView extends AttemptClaimView {
-  state: AttemptRow["state"];
-  lease_live: boolean;
-  superseded_run_id?: string;
-  run: RunOutcomeView | null;
-}
 
 export interface CreateTaskInput {
   project_id: string;
@@ -141,10 +105,6 @@ export interface TaskServiceOptions {
 
 function fail<T>(code: ApiErrorCode, message: string, recovery_kind: ApiError["recovery_kind"]): ApiResult<T> {
   return { ok: false, error: { code, message, recovery_kind } };
-}
-
-function err(code: ApiErrorCode, message: string, recovery_kind: ApiError["recovery_kind"]): ApiError {
-  return { code, message, recovery_kind };
 }
 
 const NOT_FOUND_TASK = (id: string) => err("not_found", `No task ${id}.`, "none");
@@ -254,7 +214,7 @@ export class TaskService {
           "wait",
         );
       }
-      const blocked = this.#blockingRun(task, input.supersede_uncertain_run);
+      const blocked = blockingRun(this.#tasks, this.#records, task, input.supersede_uncertain_run);
       if (blocked) return { ok: false, error: blocked };
       if (this.#tasks.attemptsOf(task.task_id).length >= MAX_ATTEMPTS_PER_TASK) {
         return fail(
@@ -331,93 +291,16 @@ export class TaskService {
     return { ok: true, value: { ...this.#claimView(row), renewed: true } };
   }
 
-  /**
-   * Whether any run of the task blocks a new attempt: active (the work may be going on whatever the
-   * lease says) or lost and not superseded. `supersede` may name exactly one such lost run.
-   */
-  #blockingRun(task: TaskRow, supersede: string | undefined): ApiError | null {
-    const superseded = new Set(
-      this.#tasks
-        .attemptsOf(task.task_id)
-        .map((a) => a.superseded_run_id)
-        .filter((r): r is string => r !== null),
-    );
-    const records = this.#tasks
-      .bindingsOf(task.task_id)
-      .map((b) => ({ binding: b, rec: this.#records.get(b.run_id) }))
-      .filter((x): x is { binding: (typeof x)["binding"]; rec: AdmissionRecord } => x.rec !== undefined);
-    const lost = records.filter((x) => x.rec.state === "lost" && !superseded.has(x.rec.run_id));
-    if (supersede !== undefined && !lost.some((x) => x.rec.run_id === supersede)) {
-      return err(
-        "invalid_input",
-        "supersede_uncertain_run must name a lost, not yet superseded run of this task.",
-        "fix_input",
-      );
-    }
-    const active = records.find((x) => ACTIVE_RUN_STATES.has(x.rec.state));
-    if (active) {
-      return err(
-        "claim_conflict",
-        `Run ${active.rec.run_id} of attempt ${active.binding.attempt_id} is ${active.rec.state}; a lease expiry does not prove the work stopped. Observe or cancel it, then reconcile_agent_task_coding_run.`,
-        "wait",
-      );
-    }
-    const uncertain = lost.find((x) => x.rec.run_id !== supersede);
-    if (uncertain) {
-      return err(
-        "claim_conflict",
-        `Run ${uncertain.rec.run_id} of attempt ${uncertain.binding.attempt_id} is lost: its prompt may have run and its outcome is unknown. Inspect the project tree, then start the attempt with supersede_uncertain_run: "${uncertain.rec.run_id}".`,
-        "reconcile",
-      );
-    }
-    return null;
-  }
-
   #claimView(row: AttemptRow): AttemptClaimView {
-    return {
-      task_id: row.task_id,
-      attempt_id: row.attempt_id,
-      attempt_ref: this.#refs.issue(row),
-      assignee: row.assignee,
-      fence: row.fence,
-      controller_generation: row.controller_generation,
-      lease_expires_at: iso(row.lease_expires_ms),
-    };
+    return claimView(row, this.#refs);
   }
 
-  /** The claim's task and attempt when the claim is current (lease live, fence and generation match). */
+  /** The claim's task and attempt when the claim is current (task-rules.ts `currentAttempt`). */
   #checkClaim(principal: Principal, claim: Claim): { task: TaskRow; attempt: AttemptRow } | ApiError {
     const task = this.#owned(principal, claim.task_id);
     if ("code" in task) return task;
-    const attempt = this.#tasks.attempt(claim.attempt_id);
-    if (!attempt || attempt.task_id !== task.task_id) {
-      return err("not_found", `No attempt ${claim.attempt_id} on task ${task.task_id}.`, "none");
-    }
-    if (task.state === "closed") return err("stale_claim", `Task ${task.task_id} is closed.`, "none");
-    if (attempt.assignee !== claim.assignee) {
-      return err("stale_claim", "The assignee does not hold this attempt.", "reconcile");
-    }
-    if (attempt.fence !== claim.fence || attempt.attempt_id !== task.current_attempt_id || attempt.state !== "active") {
-      return err(
-        "stale_claim",
-        `Fence ${claim.fence} is not current for task ${task.task_id} (current fence ${task.last_fence}); nothing was started.`,
-        "reconcile",
-      );
-    }
-    if (attempt.controller_generation !== claim.controller_generation) {
-      return err(
-        "stale_claim",
-        `Controller generation ${claim.controller_generation} is not current (current ${attempt.controller_generation}); nothing was started.`,
-        "reconcile",
-      );
-    }
-    if (attempt.lease_expires_ms <= this.#now()) {
-      return err(
-        "stale_claim",
-        `The lease of attempt ${attempt.attempt_id} expired at ${iso(attempt.lease_expires_ms)}; nothing was started. Renew it (renew_attempt_ref) or reconcile.`,
-        "reconcile",
-      );
-    }
+    const attempt = currentAttempt(task, this.#tasks.attempt(claim.attempt_id), claim, this.#now());
+    if ("code" in attempt) return attempt;
     return { task, attempt };
   }
 
@@ -523,16 +406,7 @@ export class TaskService {
       run_failure_kind: rec.failure_kind,
       run_reconciled_at: at,
     });
-    return {
-      run_id: rec.run_id,
-      state: rec.state,
-      execution_state: rec.execution_state,
-      recovery_kind: rec.recovery_kind,
-      ...(rec.stop_reason !== null ? { stop_reason: rec.stop_reason } : {}),
-      ...(rec.failure_kind !== null ? { failure_kind: rec.failure_kind } : {}),
-      ...(rec.message !== null ? { message: rec.message } : {}),
-      reconciled_at: at,
-    };
+    return runOutcomeView(rec, at);
   }
 
   // ---- reconcile / close ------------------------------------------------------------------
@@ -604,23 +478,4 @@ export class TaskService {
     if (attemptId === undefined) return null;
     return this.#tasks.binding(attemptId)?.run_id ?? null;
   }
-}
-
-function iso(ms: number): string {
-  return new Date(ms).toISOString();
-}
-
-function taskView(row: TaskRow): TaskView {
-  return {
-    task_id: row.task_id,
-    project_id: row.project_id,
-    title: row.title,
-    state: row.state,
-    ...(row.outcome !== null ? { outcome: row.outcome } : {}),
-    instruction_bytes: row.instruction_bytes,
-    ...(row.current_attempt_id !== null ? { current_attempt_id: row.current_attempt_id } : {}),
-    created_at: row.created_at,
-    updated_at: row.updated_at,
-    ...(row.closed_at !== null ? { closed_at: row.closed_at } : {}),
-  };
 }
