@@ -7,6 +7,18 @@
  * update exactly once and hands it to the turn directly (DESIGN §4.3: the
  * same schema check, on every update). `null` when this SDK build keeps the
  * schema elsewhere: then updates take the SDK's own path, unchanged.
+ *
+ * The schema's `update` is a plain union of 14 variants, each one a shape
+ * intersected with `{ sessionUpdate: <literal> }`, which zod tries in order:
+ * a `tool_call` update first fails the three content-chunk variants, and
+ * every failed variant builds its issues and their messages (~15 µs per
+ * tool update, most of the Runner's CPU in a tool burst). The variants are
+ * mutually exclusive by that literal, so the union accepts an update iff the
+ * variant named by its `sessionUpdate` accepts it, and yields that variant's
+ * output. `bySessionUpdate` therefore parses with the notification schema
+ * whose `update` is that one variant — the same check with the same result —
+ * and falls back to the whole schema for a name no variant has (which the
+ * whole schema rejects) or when the SDK's schema is not shaped as expected.
  */
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -17,16 +29,71 @@ export interface SessionNotificationSchema {
   safeParse(value: unknown): { success: true; data: SessionNotification } | { success: false };
 }
 
-async function load(): Promise<SessionNotificationSchema | null> {
+/** What this file reads of a zod v4 schema: its definition (`_zod.def`) and, for objects, `extend`. */
+interface ZodSchema extends SessionNotificationSchema {
+  _zod?: { def?: Record<string, unknown> };
+  extend?: (shape: Record<string, unknown>) => SessionNotificationSchema;
+}
+
+const defOf = (schema: unknown): Record<string, unknown> | undefined =>
+  (schema as ZodSchema | null | undefined)?._zod?.def;
+
+/** The single string literal of `{ sessionUpdate: "<name>" }` on the right of one union variant, else null. */
+function variantName(variant: unknown): string | null {
+  const def = defOf(variant);
+  if (def?.type !== "intersection") return null;
+  const shape = defOf(def.right)?.shape as Record<string, unknown> | undefined;
+  const literal = defOf(shape?.sessionUpdate);
+  const values = literal?.type === "literal" ? (literal.values as unknown[]) : null;
+  return Array.isArray(values) && values.length === 1 && typeof values[0] === "string" ? values[0] : null;
+}
+
+/**
+ * `notification` parsed by the variant its `update.sessionUpdate` names (see the file comment): the same
+ * accept set and output as `notification.safeParse`. Returns `notification` itself when its `update` is not a
+ * union of variants each named by one distinct `sessionUpdate` literal.
+ */
+export function bySessionUpdate(
+  notification: SessionNotificationSchema,
+): SessionNotificationSchema & { readonly variants?: readonly string[] } {
+  const whole = notification as ZodSchema;
+  const update = (defOf(whole)?.shape as Record<string, unknown> | undefined)?.update;
+  const updateDef = defOf(update);
+  const options = updateDef?.type === "union" ? (updateDef.options as unknown[]) : null;
+  if (!Array.isArray(options) || options.length === 0 || typeof whole.extend !== "function") return notification;
+  const variants = new Map<string, SessionNotificationSchema>();
+  for (const option of options) {
+    const name = variantName(option);
+    if (name === null || variants.has(name)) return notification;
+    variants.set(name, whole.extend({ update: option }));
+  }
+  return {
+    /** The `sessionUpdate` names parsed by their own variant (for diagnostics and tests). */
+    variants: [...variants.keys()],
+    safeParse(value: unknown) {
+      const name = (value as { update?: { sessionUpdate?: unknown } } | null)?.update?.sessionUpdate;
+      const variant = typeof name === "string" ? variants.get(name) : undefined;
+      return (variant ?? notification).safeParse(value);
+    },
+  };
+}
+
+/** The SDK's generated zod module (`zSessionNotification` and friends), or null. */
+export async function loadSdkSchemas(): Promise<Record<string, unknown> | null> {
   try {
     // The package's "." entry is dist/v1/stable/acp.js; its generated schemas sit in dist/v1/schema/.
     const entry = createRequire(import.meta.url).resolve("@agentclientprotocol/sdk");
     const file = join(dirname(entry), "..", "schema", "zod.gen.js");
-    const mod = (await import(pathToFileURL(file).href)) as { zSessionNotification?: SessionNotificationSchema };
-    return typeof mod.zSessionNotification?.safeParse === "function" ? mod.zSessionNotification : null;
+    return (await import(pathToFileURL(file).href)) as Record<string, unknown>;
   } catch {
     return null;
   }
 }
 
-export const sessionNotificationSchema: SessionNotificationSchema | null = await load();
+async function load(): Promise<(SessionNotificationSchema & { readonly variants?: readonly string[] }) | null> {
+  const schema = (await loadSdkSchemas())?.zSessionNotification as SessionNotificationSchema | undefined;
+  return typeof schema?.safeParse === "function" ? bySessionUpdate(schema) : null;
+}
+
+export const sessionNotificationSchema: (SessionNotificationSchema & { readonly variants?: readonly string[] }) | null =
+  await load();
