@@ -78,7 +78,8 @@ export interface McpHttpOptions {
   unauthorizedChallenge?: (invalidToken: boolean) => string;
   /**
    * OAuth: the scopes to ask for when this principal's token lacks what the named tools need
-   * (→ 403 insufficient_scope with `challenge(scopes)`), or null to proceed. Static tokens get null.
+   * (→ 403 insufficient_scope with `challenge(scopes)`, and an audit row per refused tools/call: outcome
+   * `forbidden`), or null to proceed. Static tokens get null.
    */
   insufficientScope?: {
     check: (principal: Principal, toolNames: readonly string[]) => readonly string[] | null;
@@ -296,8 +297,10 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     const post = await readMcpPost(req, res, maxBodyBytes);
     if (post === null) return;
     const scopeCheck = options.insufficientScope;
-    const wanted = scopeCheck ? scopeCheck.check(principal, calledTools([post.message])) : null;
+    const called = calledTools([post.message]);
+    const wanted = scopeCheck ? scopeCheck.check(principal, called) : null;
     if (scopeCheck && wanted) {
+      for (const name of called) tools.recordScopeRefusal(principal, name);
       res.setHeader("WWW-Authenticate", scopeCheck.challenge(wanted));
       sendJsonRpcError(res, 403, -32001, `Forbidden: insufficient_scope (this call needs: ${wanted.join(" ")})`);
       return;

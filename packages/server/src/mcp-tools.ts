@@ -484,6 +484,23 @@ export class McpTools {
     this.#record(principal, what, null, NO_SUBJECTS, "invalid_input", 0, "", this.#now());
   }
 
+  /**
+   * Audit a tools/call refused before it reached the tool because the (OAuth) token lacks a scope the tool
+   * needs (HTTP 403 insufficient_scope): an authenticated call, so it has its row like any other.
+   */
+  recordScopeRefusal(principal: Principal, toolName: string): void {
+    this.#record(
+      principal,
+      this.has(toolName) ? toolName : "unknown_tool",
+      null,
+      NO_SUBJECTS,
+      "forbidden",
+      0,
+      "",
+      this.#now(),
+    );
+  }
+
   /** The webcodex://projects resource for this principal; audited like a tool call. */
   readProjects(principal: Principal): ReadResourceResult {
     const started = this.#now();

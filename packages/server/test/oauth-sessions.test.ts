@@ -4,11 +4,14 @@
  * implies `coding_agent:run`, which stays its own consent line. Real Server child, raw HTTP OAuth flow.
  */
 import { createHash, randomBytes } from "node:crypto";
+import { join } from "node:path";
+import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OAUTH_SCOPES, TOOL_SCOPES } from "../src/oauth/scopes.js";
 import { SESSION_TOOL_NAMES } from "../src/session-tools.js";
+import { STATE_DB_FILE } from "../src/state-store.js";
 import { answerConsent, issueKey, mcpPost, openConsent, tokenRequest } from "./support/oauth.js";
-import { ProcStack } from "./support/proc-stack.js";
+import { ProcStack, waitFor } from "./support/proc-stack.js";
 
 const REDIRECT = "https://app.example/callback";
 let stack: ProcStack;
@@ -131,5 +134,31 @@ describe("OAuth tokens and workflow sessions", () => {
     const created = await mcpPost(origin, access, call("create_workflow_session", { project_id: "demo", title: "t" }));
     expect(created.status).toBe(403);
     expect(created.wwwAuthenticate).toContain("runtime:write");
+  });
+
+  it("a tools/call refused for a missing scope (403 insufficient_scope) is audited: one row, outcome forbidden", async () => {
+    const key = await issueKey(stack.serverConfigFile, "alice", ["runtime:read"], ["demo"]);
+    const { access, scope } = await oauthToken(key, "runtime:read runtime:write");
+    expect(scope).toBe("runtime:read");
+    const rows = () => {
+      const db = new Database(join(stack.serverStateDir, STATE_DB_FILE), { readonly: true, fileMustExist: true });
+      try {
+        return db.prepare("select principal_id, tool, outcome from mcp_audit order by id").all() as Array<
+          Record<string, unknown>
+        >;
+      } finally {
+        db.close();
+      }
+    };
+    const before = rows().length;
+    for (const name of ["create_workflow_session", "start_coding_agent"]) {
+      const refused = await mcpPost(origin, access, call(name, { project_id: "demo", title: "t" }));
+      expect(refused.status).toBe(403);
+    }
+    await waitFor("two new audit rows", () => rows().length >= before + 2);
+    expect(rows().slice(before)).toEqual([
+      { principal_id: "alice", tool: "create_workflow_session", outcome: "forbidden" },
+      { principal_id: "alice", tool: "start_coding_agent", outcome: "forbidden" },
+    ]);
   });
 });

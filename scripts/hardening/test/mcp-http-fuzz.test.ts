@@ -5,17 +5,31 @@
  * a 5xx (the only documented overload answer, 503 past max_connections, is
  * not provoked here), the Server stays up, a rejected call changes no durable
  * state, and every authenticated tools/call leaves exactly one audit row.
+ * The same fuzz also goes through access tokens the Server's own OAuth flow
+ * issued (registration, consent with coding_agent:run, PKCE, token), through
+ * narrower ones (no coding_agent:run; runtime:read only), and through junk,
+ * revoked and expired bearers.
  */
+import { randomBytes } from "node:crypto";
 import { request as httpRequest } from "node:http";
 import { connect } from "node:net";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { TOOL_SCOPES } from "../../../packages/server/src/oauth/scopes.js";
+import { OAUTH_TEST_CLOCK_ENV } from "../../../packages/server/src/oauth/test-clock.js";
+import { issueKey, serverCli } from "../../../packages/server/test/support/oauth.js";
 import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
+import { authorizeAndRedeem, registerClient, revokeToken } from "./support/oauth-flow.js";
 import { rssBytes, seed, size } from "./support/profile.js";
 import { auditRows, changedTables, stateSnapshot } from "./support/server-state.js";
 
 const TOOL_CALLS = size(3_000, 300);
+/** Fuzzed calls through OAuth-issued (and junk, revoked) bearers, then through the same tokens once expired. */
+const OAUTH_CALLS = size(1_500, 150);
+const EXPIRED_CALLS = size(150, 15);
+/** Scopes of the access key the OAuth grants are consented with (alice has them all). */
+const ALL_SCOPES = ["coding_agent:run", "project:write", "project:read", "runtime:read", "runtime:write"];
 const RSS_GROWTH_BOUND = 128 * 1024 * 1024;
 const ANSWER_MS = 30_000;
 
@@ -36,6 +50,7 @@ describe("MCP and HTTP fuzz against a live Server", () => {
     stack = await new ProcStack({
       server: "child",
       runners: [{ id: "r1", projects: ["p1"] }],
+      extraScopes: ["runtime:read", "runtime:write"],
       serverSection: (port) => `public_url = "http://127.0.0.1:${port}"`,
       extraServerToml: "[oauth]\nenabled = true\n",
     }).init();
@@ -179,36 +194,100 @@ describe("MCP and HTTP fuzz against a live Server", () => {
     );
   }
 
+  /** Tools as tools/list gives them (through the static token). */
+  async function listTools(): Promise<Array<{ name: string; inputSchema: JsonSchema }>> {
+    const listed = await rpc("tools/list", {});
+    expect(listed.status).toBe(200);
+    return (JSON.parse(listed.body) as { result: { tools: Array<{ name: string; inputSchema: JsonSchema }> } }).result
+      .tools;
+  }
+
+  /** Fuzzed calls: schema-aware arguments for every listed tool, plus random tool names with random arguments. */
+  function callArbitrary(tools: Array<{ name: string; inputSchema: JsonSchema }>) {
+    return fc.oneof(
+      ...tools.map((t) =>
+        argumentsFor(t.inputSchema).map((args) => ({ name: t.name, args }) as { name: string; args: unknown }),
+      ),
+      fc.record({ name: fc.string({ maxLength: 30 }), args: fc.jsonValue({ maxDepth: 2 }) }),
+    );
+  }
+
+  /** Runs the fuzz really started: their rows keep changing (the Runner reports on them) and are left out. */
+  const started = new Set<string>();
+  /** Durable state minus the rows of runs the fuzz really started. */
+  const state = () => {
+    const snap = stateSnapshot(dbFile);
+    for (const [table, rows] of Object.entries(snap))
+      snap[table] = rows.filter((r) => !started.has(String((r as { run_id?: unknown }).run_id)));
+    return snap;
+  };
+
+  /**
+   * One tools/call through `bearer`, checked: no 5xx, no -32603, a tool error in the `{error: {code, message}}`
+   * envelope, and no durable change unless the call succeeded. Returns how it was answered (`ok:<tool>`,
+   * `tool_error:<code>`, `rpc_<code>`, `http_<status>`).
+   */
+  async function checkedCall(bearer: string, name: string, args: unknown, id: number): Promise<string> {
+    const before = state();
+    const answer = await send(
+      "POST",
+      "/mcp",
+      mcpHeaders({ authorization: `Bearer ${bearer}` }),
+      JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } }),
+    );
+    const what = `${name} ${JSON.stringify(args).slice(0, 200)} → ${answer.status} ${answer.body.slice(0, 300)}`;
+    expect(answer.status, what).toBeLessThan(500);
+    let key = `http_${answer.status}`;
+    if (answer.status === 200) {
+      const msg = JSON.parse(answer.body) as {
+        result?: {
+          isError?: boolean;
+          content?: Array<{ text?: string }>;
+          structuredContent?: { run_id?: string };
+        };
+        error?: { code: number };
+      };
+      // An internal error (-32603) is the JSON-RPC form of a 5xx: never an answer to bad input.
+      expect(msg.error?.code, what).not.toBe(-32603);
+      if (msg.error) key = `rpc_${msg.error.code}`;
+      else if (msg.result?.isError) {
+        const text = msg.result.content?.[0]?.text ?? "{}";
+        const error = (JSON.parse(text) as { error?: { code?: string; message?: string } }).error;
+        expect(error?.code, `${name}: a tool error carries {error: {code, message}}`).toMatch(/^[a-z_]+$/);
+        expect(error?.message).toBeTruthy();
+        key = `tool_error:${error?.code}`;
+      } else {
+        key = `ok:${name}`;
+        const runId = msg.result?.structuredContent?.run_id;
+        if (runId && name.includes("start")) started.add(runId);
+      }
+    }
+    if (!key.startsWith("ok:"))
+      expect(changedTables(before, state()), `refused ${what} changed durable state`).toEqual([]);
+    return key;
+  }
+
+  /** Waits for the audit flush, then: exactly `expected` new mcp_audit rows since `before`. */
+  async function expectAuditRows(before: number, expected: number): Promise<void> {
+    await waitFor(
+      `${expected} new mcp_audit rows`,
+      () => auditRows(dbFile, "mcp_audit").length - before >= expected,
+      30_000,
+    );
+    expect(auditRows(dbFile, "mcp_audit").length - before, "one mcp_audit row per authenticated call").toBe(expected);
+  }
+
   it(
     `answers ${TOOL_CALLS} fuzzed tool calls for every listed tool without a 5xx, auditing each and changing nothing on refusal`,
     async () => {
       const s = seed();
       console.log(`MCP fuzz seed=${s} calls=${TOOL_CALLS}`);
       const t0 = Date.now();
-      const listed = await rpc("tools/list", {});
-      expect(listed.status).toBe(200);
-      const tools = (JSON.parse(listed.body) as { result: { tools: Array<{ name: string; inputSchema: JsonSchema }> } })
-        .result.tools;
+      const tools = await listTools();
       expect(tools.map((t) => t.name)).toEqual(
         expect.arrayContaining(["start_coding_agent", "observe_coding_agent", "cancel_coding_agent"]),
       );
-      const calls = fc.sample(
-        fc.oneof(
-          ...tools.map((t) =>
-            argumentsFor(t.inputSchema).map((args) => ({ name: t.name, args }) as { name: string; args: unknown }),
-          ),
-          fc.record({ name: fc.string({ maxLength: 30 }), args: fc.jsonValue({ maxDepth: 2 }) }),
-        ),
-        { numRuns: TOOL_CALLS, seed: s },
-      );
-      const started = new Set<string>();
-      /** Durable state minus the rows of runs the fuzz really started (their Runner keeps updating them). */
-      const state = () => {
-        const snap = stateSnapshot(dbFile);
-        for (const [table, rows] of Object.entries(snap))
-          snap[table] = rows.filter((r) => !started.has(String((r as { run_id?: unknown }).run_id)));
-        return snap;
-      };
+      const calls = fc.sample(callArbitrary(tools), { numRuns: TOOL_CALLS, seed: s });
       const auditBefore = auditRows(dbFile, "mcp_audit").length;
       const pid = stack.serverChild!.pid!;
       const rssBefore = (await rssBytes(pid))!;
@@ -217,47 +296,8 @@ describe("MCP and HTTP fuzz against a live Server", () => {
       // One call at a time, so each refused call's effect on durable state can be checked on its own.
       for (let i = 0; i < calls.length; i++) {
         const { name, args } = calls[i]!;
-        const before = state();
-        const answer = await rpc("tools/call", { name, arguments: args }, i);
-        expect(
-          answer.status,
-          `${name} ${JSON.stringify(args).slice(0, 200)} → ${answer.body.slice(0, 300)}`,
-        ).toBeLessThan(500);
-        let key = `http_${answer.status}`;
-        if (answer.status === 200) {
-          const msg = JSON.parse(answer.body) as {
-            result?: {
-              isError?: boolean;
-              content?: Array<{ text?: string }>;
-              structuredContent?: { run_id?: string };
-            };
-            error?: { code: number };
-          };
-          // An internal error (-32603) is the JSON-RPC form of a 5xx: never an answer to bad input.
-          expect(
-            msg.error?.code,
-            `${name} ${JSON.stringify(args).slice(0, 200)} → ${answer.body.slice(0, 300)}`,
-          ).not.toBe(-32603);
-          if (msg.error) key = `rpc_${msg.error.code}`;
-          else if (msg.result?.isError) {
-            const text = msg.result.content?.[0]?.text ?? "{}";
-            const error = (JSON.parse(text) as { error?: { code?: string; message?: string } }).error;
-            expect(error?.code, `${name}: a tool error carries {error: {code, message}}`).toMatch(/^[a-z_]+$/);
-            expect(error?.message).toBeTruthy();
-            key = `tool_error:${error?.code}`;
-          } else {
-            key = `ok:${name}`;
-            const runId = msg.result?.structuredContent?.run_id;
-            if (runId && name.includes("start")) started.add(runId);
-          }
-        }
-        if (!key.startsWith("ok:")) {
-          refused += 1;
-          expect(
-            changedTables(before, state()),
-            `refused ${name} ${JSON.stringify(args).slice(0, 200)} changed durable state`,
-          ).toEqual([]);
-        }
+        const key = await checkedCall(token, name, args, i);
+        if (!key.startsWith("ok:")) refused += 1;
         statuses.set(key, (statuses.get(key) ?? 0) + 1);
       }
       console.log(`MCP fuzz answers ${JSON.stringify(Object.fromEntries(statuses))}`);
@@ -266,12 +306,7 @@ describe("MCP and HTTP fuzz against a live Server", () => {
       expect(rssAfter! - rssBefore, "Server RSS growth").toBeLessThan(RSS_GROWTH_BOUND);
 
       // Every authenticated tools/call is audited (rows are written in batches: wait for the flush).
-      await waitFor(
-        "one mcp_audit row per tools/call",
-        () => auditRows(dbFile, "mcp_audit").length - auditBefore >= calls.length,
-        30_000,
-      );
-      expect(auditRows(dbFile, "mcp_audit").length - auditBefore).toBe(calls.length);
+      await expectAuditRows(auditBefore, calls.length);
 
       expect(refused).toBeGreaterThan(calls.length / 2);
       const baseline = okValue(await stack.observe("alice", { run_id: realRunId }));
@@ -537,5 +572,101 @@ describe("MCP and HTTP fuzz against a live Server", () => {
       expect(okValue(await stack.observe("alice", { run_id: realRunId })).state).toBe("completed");
     },
     5 * 60_000,
+  );
+
+  it(
+    `answers ${OAUTH_CALLS} fuzzed tool calls through OAuth-issued, narrower-scoped, junk and revoked bearers (and ${EXPIRED_CALLS} through expired ones): refusals change nothing, every authenticated call is audited`,
+    async () => {
+      const s = seed();
+      console.log(`MCP OAuth fuzz seed=${s} calls=${OAUTH_CALLS} expired=${EXPIRED_CALLS}`);
+      const t0 = Date.now();
+      const origin = `http://127.0.0.1:${stack.port}`;
+      // The operator issues alice an access key; each grant is a client registered through /register.
+      const key = await issueKey(stack.serverConfigFile, "alice", ALL_SCOPES, ["p1"]);
+      const provision = (clientId: string) =>
+        serverCli(["oauth", "clients", "allow-coding-agent-run", clientId, "--config", stack.serverConfigFile]);
+      const grant = async (name: string, scope: string, opts: { provisioned: boolean; codingAgentRun: boolean }) => {
+        const clientId = await registerClient(origin, `hardening fuzz ${name}`);
+        if (opts.provisioned) await provision(clientId);
+        return authorizeAndRedeem(origin, { clientId, key, scope, codingAgentRun: opts.codingAgentRun });
+      };
+      const full = await grant("full", ALL_SCOPES.join(" "), { provisioned: true, codingAgentRun: true });
+      // Provisioned, but the person leaves the coding_agent:run line unticked.
+      const noRun = await grant("no-run", ALL_SCOPES.join(" "), { provisioned: true, codingAgentRun: false });
+      const readOnly = await grant("runtime-read", "runtime:read", { provisioned: false, codingAgentRun: false });
+      const revoked = await grant("revoked", ALL_SCOPES.join(" "), { provisioned: true, codingAgentRun: true });
+      expect(await revokeToken(origin, revoked.clientId, revoked.access)).toBe(200);
+      const scopesOf = (scope: string) => new Set(scope.split(" ").filter((x) => x !== ""));
+      expect([...scopesOf(full.scope)].sort()).toEqual([...ALL_SCOPES].sort());
+      expect([...scopesOf(noRun.scope)].sort()).toEqual(ALL_SCOPES.filter((x) => x !== "coding_agent:run").sort());
+      expect(readOnly.scope).toBe("runtime:read");
+
+      interface Bearer {
+        name: string;
+        token: string;
+        /** The token's scopes when the Server accepts it; null: it must be answered 401. */
+        scopes: Set<string> | null;
+      }
+      const tampered = `${full.access.slice(0, -1)}${full.access.endsWith("A") ? "B" : "A"}`;
+      const bearers: Array<{ weight: number; bearer: Bearer }> = [
+        { weight: 4, bearer: { name: "oauth:full", token: full.access, scopes: scopesOf(full.scope) } },
+        { weight: 3, bearer: { name: "oauth:no-run", token: noRun.access, scopes: scopesOf(noRun.scope) } },
+        { weight: 3, bearer: { name: "oauth:runtime-read", token: readOnly.access, scopes: scopesOf(readOnly.scope) } },
+        { weight: 1, bearer: { name: "revoked", token: revoked.access, scopes: null } },
+        { weight: 1, bearer: { name: "junk:tampered", token: tampered, scopes: null } },
+        { weight: 1, bearer: { name: "junk:refresh-as-access", token: full.refresh, scopes: null } },
+        {
+          weight: 1,
+          bearer: { name: "junk:random", token: `wcoa_${randomBytes(32).toString("base64url")}`, scopes: null },
+        },
+      ];
+      const tools = await listTools();
+      const calls = fc.sample(
+        fc.tuple(
+          fc.oneof(...bearers.map((b) => ({ weight: b.weight, arbitrary: fc.constant(b.bearer) }))),
+          callArbitrary(tools),
+        ),
+        { numRuns: OAUTH_CALLS, seed: s },
+      );
+      const auditBefore = auditRows(dbFile, "mcp_audit").length;
+      let authenticated = 0;
+      const statuses = new Map<string, number>();
+      for (let i = 0; i < calls.length; i++) {
+        const [bearer, { name, args }] = calls[i]!;
+        const answer = await checkedCall(bearer.token, name, args, i);
+        const needed = TOOL_SCOPES[name] ?? [];
+        if (bearer.scopes === null) {
+          expect(answer, `${bearer.name} ${name}`).toBe("http_401");
+        } else {
+          authenticated += 1;
+          // A token without a scope the tool needs is refused before the tool runs (403 insufficient_scope).
+          if (needed.some((x) => !bearer.scopes!.has(x))) expect(answer, `${bearer.name} ${name}`).toBe("http_403");
+          else expect(answer, `${bearer.name} ${name}`).not.toBe("http_403");
+        }
+        const tally = `${bearer.name} ${answer}`;
+        statuses.set(tally, (statuses.get(tally) ?? 0) + 1);
+      }
+      console.log(`MCP OAuth fuzz answers ${JSON.stringify(Object.fromEntries([...statuses].sort()))}`);
+      await expectAuditRows(auditBefore, authenticated);
+
+      // Past the access tokens' lifetime (the test-only OAuth clock, after a restart) every one of them is 401.
+      await stack.killServer("SIGTERM");
+      stack.opts.serverEnv = { [OAUTH_TEST_CLOCK_ENV]: String(2 * 86_400_000) };
+      await stack.startServer();
+      stack.opts.serverEnv = {};
+      const expiredBefore = auditRows(dbFile, "mcp_audit").length;
+      const expired = fc.sample(
+        fc.tuple(fc.constantFrom(full.access, noRun.access, readOnly.access), callArbitrary(tools)),
+        { numRuns: EXPIRED_CALLS, seed: s + 1 },
+      );
+      for (const [i, [bearer, { name, args }]] of expired.entries())
+        expect(await checkedCall(bearer, name, args, i), `expired token, ${name}`).toBe("http_401");
+      await expectAuditRows(expiredBefore, 0);
+      expect(okValue(await stack.observe("alice", { run_id: realRunId })).state).toBe("completed");
+      console.log(
+        `MCP OAuth fuzz: ${((Date.now() - t0) / 1000).toFixed(1)} s, ${authenticated} authenticated calls audited`,
+      );
+    },
+    15 * 60_000,
   );
 });

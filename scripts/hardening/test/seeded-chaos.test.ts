@@ -12,19 +12,36 @@
  * canary secret mapped into the agent's env never appears in any file under
  * the state dirs or in the logs. Prints the seed; WEBCODEX_HARDENING_SEED
  * reproduces the plan.
+ *
+ * About a third of the starts are managed-task starts (DESIGN §10) through a
+ * real MCP client: create the task (idempotent by its key), claim it, and
+ * `start_agent_task_coding_run` with the claim — killed around, replayed and
+ * cancelled like the plain starts. A repeated task key re-creates (replayed),
+ * renews the holder's claim and replays the start: the same run, never a
+ * second dispatch. The task's runs obey the same invariants, and the task
+ * itself stays consistent with its run: reconcile reports the run's first
+ * terminal answer after every restart, one attempt, the task open and that
+ * attempt current; once closed, the task starts and claims nothing more.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { appendFileSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { MAX_LEASE_SECS } from "../../../packages/server/src/task-service.js";
+import { TASK_TOOL_NAMES } from "../../../packages/server/src/task-tools.js";
 import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
 import { processesMentioning } from "../../../packages/server/test/support/stack.js";
 import { seed, size } from "./support/profile.js";
+import { TaskHost } from "./support/task-host.js";
 
-const ITERATIONS = size(200, 6);
+/** WEBCODEX_CHAOS_ITERATIONS changes the count for a local try. */
+const ITERATIONS = Number(process.env.WEBCODEX_CHAOS_ITERATIONS) || size(200, 6);
 /** Keys are drawn from a pool this much smaller than the iteration count: about a third repeat. */
 const KEY_POOL = Math.max(4, Math.ceil((ITERATIONS * 2) / 3));
+/** Task keys come from a smaller pool (about a third of the steps are managed): about half of them repeat. */
+const TASK_POOL = Math.max(2, Math.ceil(ITERATIONS / 6));
+const ASSIGNEE = "chaos-host";
 /** A run must be terminal this long after the last restart it saw. */
 const TERMINAL_DEADLINE_MS = 60_000;
 const RUN_TIMEOUT_SECS = 30;
@@ -44,6 +61,17 @@ interface Step {
   scenario: number;
   action: Action;
   delayMs: number;
+  /** A managed-task start (create, claim, start_agent_task_coding_run) instead of a plain start. */
+  managed: boolean;
+}
+
+/** A start's answer, plain or managed: the run, or why not. */
+type Started = { ok: true; value: { run_id: string; replayed: boolean } } | { ok: false; error: unknown };
+
+interface TaskClaim {
+  task_id: string;
+  attempt_id: string;
+  attempt_ref: string;
 }
 
 const sha256 = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
@@ -57,6 +85,7 @@ interface Seen {
 
 describe("seeded chaos: kills, restarts, replays and cancels", () => {
   let stack: ProcStack;
+  let host: TaskHost;
   const canary = `wc-canary-${randomBytes(12).toString("hex")}`;
   const runnerEnv = { WC_CANARY: canary };
 
@@ -65,9 +94,11 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
     // Map the canary into the agent's environment (the config ends in [acp.agents.env_from_env]).
     appendFileSync(join(stack.dir, "runner-r1.toml"), 'WC_CANARY = "WC_CANARY"\n');
     await stack.startRunner("r1", [], runnerEnv);
+    host = new TaskHost(() => stack.port, stack.principalTokens.get("alice")!);
   }, 60_000);
 
   afterAll(async () => {
+    await host?.close();
     await stack?.stop();
   }, 60_000);
 
@@ -100,13 +131,85 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
             { weight: 2, arbitrary: fc.constantFrom<Action>("kill_runner", "kill_server", "kill_both", "kill_agent") },
           ),
           delayMs: fc.oneof(fc.constant(0), fc.nat({ max: 400 })),
+          managed: fc.nat({ max: 2 }).map((n) => n === 0),
         }),
         { numRuns: ITERATIONS, seed: s },
       );
+      // Even the short plan has a managed start.
+      if (!plan.some((p) => p.managed) && plan[0]) plan[0].managed = true;
       const promptOf = new Map<string, string>();
       const runOf = new Map<string, string>();
       const firstTerminal = new Map<string, Seen>();
       const actions = new Map<string, number>();
+      const tasks = new Map<string, TaskClaim>();
+
+      /** The task of a key: created (or re-created: replayed), and claimed (or the holder's claim renewed). */
+      const claimTask = async (key: string, instruction: string): Promise<TaskClaim> => {
+        const created = await host.ok(TASK_TOOL_NAMES.create, { project_id: "p1", instruction, idempotency_key: key });
+        const known = tasks.get(key);
+        if (known) {
+          expect(created, `re-creating ${key}`).toMatchObject({ task_id: known.task_id, replayed: true });
+          // Nobody else claims the task while the holder's lease lives.
+          const other = await host.call(TASK_TOOL_NAMES.attempt, { task_id: known.task_id, assignee: "chaos-other" });
+          expect(other.ok ? "claimed" : other.error.code, `a second claim on ${key}`).toBe("claim_conflict");
+          const renewed = await host.ok(TASK_TOOL_NAMES.attempt, {
+            task_id: known.task_id,
+            assignee: ASSIGNEE,
+            renew_attempt_ref: known.attempt_ref,
+            lease_secs: MAX_LEASE_SECS,
+          });
+          expect(renewed).toMatchObject({ attempt_id: known.attempt_id, renewed: true });
+          known.attempt_ref = String(renewed.attempt_ref);
+          return known;
+        }
+        expect(created.replayed, `creating ${key}`).toBe(false);
+        const claim = await host.ok(TASK_TOOL_NAMES.attempt, {
+          task_id: created.task_id,
+          assignee: ASSIGNEE,
+          lease_secs: MAX_LEASE_SECS,
+        });
+        const fresh = {
+          task_id: String(claim.task_id),
+          attempt_id: String(claim.attempt_id),
+          attempt_ref: String(claim.attempt_ref),
+        };
+        tasks.set(key, fresh);
+        return fresh;
+      };
+
+      const startTaskRun = async (task: TaskClaim): Promise<Started> => {
+        const r = await host.call(TASK_TOOL_NAMES.run, {
+          project_id: "p1",
+          provider_id: "fake",
+          attempt_ref: task.attempt_ref,
+          timeout_secs: RUN_TIMEOUT_SECS,
+        });
+        if (!r.ok) return r;
+        expect(r.value).toMatchObject({ task_id: task.task_id, attempt_id: task.attempt_id });
+        return { ok: true, value: { run_id: String(r.value.run_id), replayed: r.value.replayed === true } };
+      };
+
+      /** The task agrees with its run: reconcile reports the run's first terminal answer; one attempt, current. */
+      const checkTask = async (key: string): Promise<void> => {
+        const task = tasks.get(key)!;
+        const runId = runOf.get(key)!;
+        const first = firstTerminal.get(runId)!;
+        const rec = await host.ok(TASK_TOOL_NAMES.reconcile, { task_id: task.task_id, attempt_id: task.attempt_id });
+        const run = (rec.attempt as { run: Record<string, unknown> | null }).run;
+        expect(run, `task ${key}: reconcile sees its run`).not.toBeNull();
+        expect(
+          {
+            run_id: run!.run_id,
+            state: run!.state,
+            execution_state: run!.execution_state,
+            stop_reason: run!.stop_reason ?? null,
+            failure_kind: run!.failure_kind ?? null,
+          },
+          `task ${key}: the attempt's run outcome`,
+        ).toEqual({ run_id: runId, ...first });
+        expect(rec.task, `task ${key}`).toMatchObject({ state: "open", current_attempt_id: task.attempt_id });
+        expect(rec.attempts, `task ${key}: attempts`).toBe(1);
+      };
 
       const observeTerminal = async (runId: string): Promise<Seen> => {
         let last:
@@ -135,10 +238,11 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       };
 
       for (const [i, step] of plan.entries()) {
-        const key = `chaos-key-${step.key}`;
+        const key = step.managed ? `chaos-task-${step.key % TASK_POOL}` : `chaos-key-${step.key}`;
         const prompt = promptOf.get(key) ?? `${SCENARIOS[step.scenario]}\nchaos ${key}`;
         promptOf.set(key, prompt);
-        actions.set(step.action, (actions.get(step.action) ?? 0) + 1);
+        const tally = `${step.managed ? "task:" : ""}${step.action}`;
+        actions.set(tally, (actions.get(tally) ?? 0) + 1);
         const input = {
           project_id: "p1",
           provider_id: "fake",
@@ -146,7 +250,14 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
           prompt,
           timeout_secs: RUN_TIMEOUT_SECS,
         };
-        const startCall = stack.start("alice", input).catch(() => null);
+        const task = step.managed ? await claimTask(key, prompt) : null;
+        const startOnce = (): Promise<Started> => (task ? startTaskRun(task) : stack.start("alice", input));
+        const mustStart = async () => {
+          const r = await startOnce();
+          if (!r.ok) throw new Error(`iteration ${i}: start of ${key} refused: ${JSON.stringify(r.error)}`);
+          return r.value;
+        };
+        const startCall = startOnce().catch(() => null);
         if (step.delayMs > 0) await new Promise((r) => setTimeout(r, step.delayMs));
         switch (step.action) {
           case "kill_runner":
@@ -172,18 +283,23 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         const first = await startCall;
         await ensureUp();
         // The same key again: the same run, never a second one (and never a second dispatch).
-        const replay = okValue(await stack.start("alice", input));
+        const replay = await mustStart();
         if (first?.ok) expect(replay.run_id, `iteration ${i}: replay of ${key}`).toBe(first.value.run_id);
         const known = runOf.get(key);
         if (known) expect(replay.run_id).toBe(known);
         runOf.set(key, replay.run_id);
-        if (step.action === "cancel") okValue(await stack.cancel("alice", { run_id: replay.run_id }));
+        if (step.action === "cancel") {
+          // A task's run is cancelled like any run, with the run tool (DESIGN §10).
+          if (task) await host.ok("cancel_coding_agent", { run_id: replay.run_id });
+          else okValue(await stack.cancel("alice", { run_id: replay.run_id }));
+        }
         await observeTerminal(replay.run_id);
         if (step.action === "replay") {
-          const again = okValue(await stack.start("alice", input));
+          const again = await mustStart();
           expect(again.run_id).toBe(replay.run_id);
           expect(again.replayed).toBe(true);
         }
+        if (task) await checkTask(key);
       }
 
       // Invariants over every run, from the ledger and the Server's answers.
@@ -205,6 +321,23 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         if (seen.state === "completed") expect(dispatched, `${key} completed without a dispatch`).toBe(true);
       }
 
+      // Every task still agrees with its run after all the restarts; closed, it starts and claims nothing more.
+      for (const [key, task] of tasks) {
+        await checkTask(key);
+        const runId = runOf.get(key)!;
+        const outcome = firstTerminal.get(runId)!.state === "completed" ? "succeeded" : "failed";
+        const closed = await host.ok(TASK_TOOL_NAMES.close, { task_id: task.task_id, outcome });
+        expect(closed, `closing ${key}`).toMatchObject({ task: { state: "closed", outcome }, already_closed: false });
+        const start = await startTaskRun(task);
+        expect(start.ok ? "started" : (start.error as { code: string }).code, `start after closing ${key}`).toBe(
+          "stale_claim",
+        );
+        const claim = await host.call(TASK_TOOL_NAMES.attempt, { task_id: task.task_id, assignee: ASSIGNEE });
+        expect(claim.ok ? "claimed" : claim.error.code, `claim after closing ${key}`).toBe("claim_conflict");
+        await observeTerminal(runId);
+      }
+      expect(stack.prompts("r1"), "no dispatch after the tasks closed").toHaveLength(ledger.length);
+
       // The canary never reached a file under the stack's dirs (state, config, ledger) or a daemon log.
       const files: string[] = [];
       const walk = (dir: string) => {
@@ -221,7 +354,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       // No agent outlives its run (orphans of a killed Runner are reaped by the next one).
       await waitFor("no agent process left", () => agentPids().length === 0, 30_000);
       console.log(
-        `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs, ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
+        `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
       );
     },
     18 * 60_000,
