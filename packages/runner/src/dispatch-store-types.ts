@@ -79,9 +79,12 @@ export interface DispatchStore {
    * as a row or as a tombstone.
    */
   admit(row: AdmissionRow): DispatchRow;
-  /** phase setup, with the child's identity (called right after spawn). */
+  /**
+   * phase setup, with the child's identity (called right after spawn). Survives a crash of the Runner's
+   * process (the reaper reads it back); need not survive a crash of the machine, which ends the child too.
+   */
   markSetup(runId: string, child: { pgid: number; startTime: string } | null): void;
-  /** Record the effective config snapshot (before the barrier). */
+  /** Record the effective config snapshot (before the barrier, whose durable commit makes it durable too). */
   recordEffectiveConfig(runId: string, config: EffectiveConfigEntry[]): void;
   /**
    * The barrier: commit phase dispatch_barrier, state running, execution_state started,

@@ -3,9 +3,17 @@
  * holding only the DispatchRow fields — never the prompt, config bodies,
  * transcript, idempotency key, credentials, ACP session id or messages.
  *
- * Durability: WAL journal + synchronous=FULL, so every committed statement
- * (in particular the dispatch barrier) is fsync'd to the WAL before the call
- * returns. Schema versions are migrations keyed by PRAGMA user_version.
+ * Durability: WAL journal + synchronous=FULL, so a committed statement (the
+ * admission, the dispatch barrier, the terminal state) is fsync'd to the WAL
+ * before the call returns. Two setup records commit under synchronous=NORMAL,
+ * without an fsync of their own, because each is on the path from spawn to
+ * dispatch and neither needs more: the child's identity (markSetup) is read
+ * back only by a Runner restarted after its own crash — a NORMAL commit in
+ * WAL mode survives a crash of the process, and a crash of the machine takes
+ * the child with it; the effective-config snapshot is fsync'd, with
+ * everything before it in the WAL, by the barrier's FULL commit that follows
+ * it before any prompt is written. Schema versions are migrations keyed by
+ * PRAGMA user_version.
  *
  * Tombstones: pruning a terminal row (retention) writes, in the same
  * transaction, a compact tombstone — run id, a fingerprint prefix, the final
@@ -164,9 +172,13 @@ function verifyExisting(db: Db): void {
   if (integrity !== "ok") throw new StoreFileError("integrity", "PRAGMA integrity_check failed");
 }
 
+/** PRAGMA synchronous levels: FULL for the store, NORMAL for the two setup records (see the header). */
+const SYNCHRONOUS_NORMAL = 1;
+const SYNCHRONOUS_FULL = 2;
+
 function applyPragmas(db: Db): void {
   db.pragma("journal_mode = WAL");
-  db.pragma("synchronous = FULL");
+  db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
   db.pragma("foreign_keys = ON");
 }
 
@@ -373,18 +385,26 @@ export class SqliteDispatchStore implements DispatchStore {
   }
 
   markSetup(runId: string, child: { pgid: number; startTime: string } | null): void {
-    const info = this.#stmts.setup.run({
-      run_id: runId,
-      pgid: child?.pgid ?? null,
-      start: child?.startTime ?? null,
-      now: nowIso(),
-    });
+    const params = { run_id: runId, pgid: child?.pgid ?? null, start: child?.startTime ?? null, now: nowIso() };
+    const info = this.#withoutFsync(() => this.#stmts.setup.run(params));
     this.#expectOne(info.changes, runId, "markSetup");
   }
 
   recordEffectiveConfig(runId: string, config: EffectiveConfigEntry[]): void {
-    const info = this.#stmts.config.run({ run_id: runId, config: JSON.stringify(config), now: nowIso() });
+    const params = { run_id: runId, config: JSON.stringify(config), now: nowIso() };
+    const info = this.#withoutFsync(() => this.#stmts.config.run(params));
     this.#expectOne(info.changes, runId, "recordEffectiveConfig");
+  }
+
+  /** One autocommit write under synchronous=NORMAL, then FULL again (see the header for which and why). */
+  #withoutFsync<T>(write: () => T): T {
+    if (this.#db.inTransaction) return write();
+    this.#db.pragma(`synchronous = ${SYNCHRONOUS_NORMAL}`);
+    try {
+      return write();
+    } finally {
+      this.#db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
+    }
   }
 
   markDispatchBarrier(runId: string): void {

@@ -1,7 +1,8 @@
 import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import Database from "better-sqlite3";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import {
   openDispatchStore,
   SCHEMA_VERSION,
@@ -25,6 +26,7 @@ function open(stateDir: string, newStore = false): SqliteDispatchStore {
   return store;
 }
 afterEach(() => {
+  vi.restoreAllMocks();
   for (const s of stores.splice(0)) s.close();
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
@@ -139,6 +141,42 @@ describe("dispatch store", () => {
     expect(store.pragma("journal_mode")).toBe("wal");
     expect(store.pragma("synchronous")).toBe(2); // FULL
     expect(store.pragma("user_version")).toBe(SCHEMA_VERSION);
+  });
+
+  it("fsyncs the admission, the barrier and the terminal state; the setup records commit without an fsync", () => {
+    const store = open(tempDir());
+    const id = runId();
+    // The synchronous level in force when each write statement runs (each is its own commit, or inside
+    // admit's transaction, whose level is the one at its commit).
+    const probe = new Database(":memory:");
+    const statementProto = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { run: (...a: unknown[]) => unknown };
+    probe.close();
+    const run = statementProto.run;
+    const writes: { sql: string; level: unknown }[] = [];
+    vi.spyOn(statementProto, "run").mockImplementation(function (
+      this: Database.Statement,
+      ...args: unknown[]
+    ): unknown {
+      const sql = this.source.trim().split(/\s+/).slice(0, 2).join(" ");
+      if (/^(INSERT|UPDATE)/.test(sql))
+        writes.push({ sql, level: this.database.pragma("synchronous", { simple: true }) });
+      return run.apply(this, args);
+    });
+    store.admit(admission(id));
+    store.markSetup(id, { pgid: 4242, startTime: "12345" });
+    store.recordEffectiveConfig(id, [{ id: "mode", value: "agent" }]);
+    store.markDispatchBarrier(id);
+    store.markTerminal(id, completed);
+    // FULL = 2 (fsync before the call returns), NORMAL = 1.
+    expect(writes.map((w) => w.level)).toEqual([2, 1, 1, 2, 2]);
+    expect(writes[1]?.sql).toBe("UPDATE runs");
+    // The connection is back at FULL, and the setup records are committed.
+    expect(store.pragma("synchronous")).toBe(2);
+    expect(store.get(id)).toMatchObject({
+      phase: "terminal",
+      child_pgid: 4242,
+      effective_config: [{ id: "mode", value: "agent" }],
+    });
   });
 
   it("keeps its store_id and rows across reopen, migrations are idempotent", () => {

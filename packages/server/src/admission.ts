@@ -273,8 +273,10 @@ export class Admission {
       message: null,
     };
     // One transaction: a caller's binding (the managed path) and the admission intent commit together or not at all.
+    // No fsync of its own: nothing leaves before the `sent` (or rejection) commit below, a FULL one that
+    // makes this one durable too; a crash of this process keeps it (state-store.ts).
     try {
-      this.#ctx.store.atomically(() => {
+      this.#ctx.store.atomicallyWithoutFsync(() => {
         const denied = input.bind?.({ run_id: runId, runner_id: runner.runnerId, ...fences }) ?? null;
         if (denied) throw new BindRefused(denied);
         if (unacknowledged) this.#ctx.store.update(runId, { ...intent, admission: "sent" });

@@ -97,6 +97,17 @@ function fromRow(row: Row): AdmissionRecord {
  */
 export const RECORD_CACHE_ENTRIES = 4096;
 
+/**
+ * Prepared `UPDATE admission_records` statements kept per set of patched columns (a handful of
+ * shapes in practice: sent, admitted, mirrored state, rejection…). Preparing one costs more than
+ * running it; beyond this many shapes the oldest is dropped.
+ */
+export const UPDATE_STATEMENT_CACHE_ENTRIES = 64;
+
+/** SQLite `synchronous` levels this store commits with (PRAGMA synchronous values). */
+const SYNCHRONOUS_NORMAL = 1;
+const SYNCHRONOUS_FULL = 2;
+
 const SECRET_FILE = "server_secret";
 export const STATE_DB_FILE = "server.sqlite3";
 
@@ -127,6 +138,7 @@ export class StateStore {
   readonly #cache = new Map<string, AdmissionRecord>();
   readonly #listeners: ((record: AdmissionRecord, previous: RunState) => void)[] = [];
   readonly #deleteRejected: Database.Statement<[string, number], { run_id: string }>;
+  readonly #updates = new Map<string, Database.Statement>();
 
   constructor(stateDir: string) {
     mkdirSync(stateDir, { recursive: true, mode: 0o700 });
@@ -134,7 +146,7 @@ export class StateStore {
     const file = join(stateDir, STATE_DB_FILE);
     this.db = new Database(file);
     this.db.pragma("journal_mode = WAL");
-    this.db.pragma("synchronous = FULL");
+    this.db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
     this.db.pragma("busy_timeout = 5000");
     this.migrated = migrate(this.db, file);
     this.#get = this.db.prepare<[string], Row>("SELECT * FROM admission_records WHERE run_id = ?");
@@ -194,16 +206,31 @@ export class StateStore {
       const v = (patch as Record<string, unknown>)[k];
       values[k] = typeof v === "boolean" ? (v ? 1 : 0) : Array.isArray(v) ? JSON.stringify(v) : (v ?? null);
     }
-    const sets = [...keys, "updated_at"].map((k) => `${k} = @${k}`).join(", ");
     const before = this.#listeners.length > 0 ? this.get(runId)?.state : undefined;
+    const statement = this.#updateStatement(keys);
     // Re-read after writing, whatever happens: the cache must never hold a value the file does not.
     this.#cache.delete(runId);
-    this.db.prepare(`UPDATE admission_records SET ${sets} WHERE run_id = @run_id`).run(values);
+    statement.run(values);
     const after = this.get(runId);
     if (after && before !== undefined && after.state !== before) {
       for (const listener of this.#listeners) listener(after, before);
     }
     return after;
+  }
+
+  #updateStatement(keys: readonly string[]): Database.Statement {
+    const shape = keys.join(",");
+    let statement = this.#updates.get(shape);
+    if (statement === undefined) {
+      const sets = [...keys, "updated_at"].map((k) => `${k} = @${k}`).join(", ");
+      statement = this.db.prepare(`UPDATE admission_records SET ${sets} WHERE run_id = @run_id`);
+      if (this.#updates.size >= UPDATE_STATEMENT_CACHE_ENTRIES) {
+        const oldest = this.#updates.keys().next().value;
+        if (oldest !== undefined) this.#updates.delete(oldest);
+      }
+      this.#updates.set(shape, statement);
+    }
+    return statement;
   }
 
   /**
@@ -224,6 +251,23 @@ export class StateStore {
     } catch (err) {
       this.#cache.clear();
       throw err;
+    }
+  }
+
+  /**
+   * `atomically`, committed under `synchronous = NORMAL`: no fsync of its own. In WAL mode such a
+   * commit survives a crash of this process (kill -9) and reaches the disk with the next FULL commit,
+   * which fsyncs the WAL up to its own end. Only for writes that nothing outside this process may act
+   * on before a FULL commit follows them — the admission intent, whose `sent` commit comes before
+   * `run.start` leaves (admission.ts). Inside an open transaction the outer commit decides.
+   */
+  atomicallyWithoutFsync<T>(fn: () => T): T {
+    if (this.db.inTransaction) return this.atomically(fn);
+    this.db.pragma(`synchronous = ${SYNCHRONOUS_NORMAL}`);
+    try {
+      return this.atomically(fn);
+    } finally {
+      this.db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
     }
   }
 
