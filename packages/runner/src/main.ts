@@ -27,7 +27,8 @@ import {
   terminalSafe,
   utf8Length,
 } from "@webcodex/protocol";
-import { ConfigError, LOG_LEVELS, loadConfig, type RunnerConfig } from "./config.js";
+import { ConfigError, loadConfig, type RunnerConfig } from "./config.js";
+import { LOG_LEVELS } from "./config-schema.js";
 import { diagnosticsDir, readDiagnostics } from "./diagnostics.js";
 import { credentialModeWarnings, SAME_USER_WARNING, sameUserAgents } from "./exposure.js";
 import { closeInheritedFds } from "./inherited-fds.js";

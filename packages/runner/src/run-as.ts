@@ -144,6 +144,57 @@ export function switchUserSupport(): SwitchSupport {
   return switchUserSupportFrom(status, process.geteuid?.() ?? -1);
 }
 
+/** `run_as` / `run_as_group` resolved to ids, or the key at fault and the rule it breaks. */
+export type RunAsResolution =
+  | { ok: true; value: RunAs | null }
+  | { ok: false; key: "run_as" | "run_as_group"; reason: string };
+
+/**
+ * Resolve an agent's `run_as` / `run_as_group` at config load: unknown accounts, root (uid or gid 0), a
+ * missing setpriv and a Runner that cannot switch users are refused. No `run_as`: null, the agent runs as
+ * the Runner's user. `canSwitch` is asked only when everything else is fine.
+ */
+export function resolveRunAs(
+  user: string | undefined,
+  group: string | undefined,
+  canSwitch: () => SwitchSupport,
+): RunAsResolution {
+  if (user === undefined) {
+    if (group !== undefined)
+      return { ok: false, key: "run_as_group", reason: "needs run_as (the user the agent runs as)" };
+    return { ok: true, value: null };
+  }
+  const account = lookupUser(user);
+  if (!account.ok) return { ok: false, key: "run_as", reason: `${JSON.stringify(user)}: ${account.reason}` };
+  if (account.value.uid === 0) {
+    return { ok: false, key: "run_as", reason: `${JSON.stringify(user)} is root (uid 0); name an unprivileged user` };
+  }
+  let gid = account.value.gid;
+  if (group !== undefined) {
+    const found = lookupGroup(group);
+    if (!found.ok) return { ok: false, key: "run_as_group", reason: `${JSON.stringify(group)}: ${found.reason}` };
+    if (found.value.gid === 0) {
+      return {
+        ok: false,
+        key: "run_as_group",
+        reason: `${JSON.stringify(group)} is gid 0; name an unprivileged group`,
+      };
+    }
+    gid = found.value.gid;
+  }
+  const setpriv = findSystemTool("setpriv");
+  if (setpriv === null) {
+    return {
+      ok: false,
+      key: "run_as",
+      reason: `needs setpriv (util-linux), not found in ${SYSTEM_TOOL_DIRS.join(", ")}`,
+    };
+  }
+  const support = canSwitch();
+  if (!support.ok) return { ok: false, key: "run_as", reason: `the Runner cannot switch users: ${support.reason}` };
+  return { ok: true, value: Object.freeze({ user, uid: account.value.uid, gid, group: group ?? null, setpriv }) };
+}
+
 /** The argv that starts `executable args` as `runAs` through setpriv. */
 export function setprivCommand(
   runAs: RunAs,

@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MAX_MESSAGE_LENGTH } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { ConfigError, loadConfig, MAX_ENV_NAME_LENGTH, parseConfig } from "../src/config.js";
+import { ConfigError, loadConfig, parseConfig } from "../src/config.js";
+import { MAX_ENV_NAME_LENGTH } from "../src/config-schema.js";
 import { lost, notStarted } from "../src/terminal.js";
 import { REPO_ROOT } from "./support/harness.js";
 
