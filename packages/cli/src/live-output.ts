@@ -4,7 +4,7 @@
  * cursor is at the start of a line, so streamed message text is never
  * interleaved with it.
  */
-import { formatDuration } from "./render.js";
+import { formatDuration } from "./render-summary.js";
 import { paint, type Style } from "./style.js";
 
 const FRAMES = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];

@@ -5,15 +5,14 @@
  *
  * Text mode streams agent messages as they arrive (consecutive message
  * chunks join into one paragraph), prints one line per tool-activity change,
- * and leaves the final outcome to `renderSummary`. JSON mode prints one
- * object per line (ndjson) with a `type` field: started, state,
- * history_lost, event, summary, cancel, project, error.
+ * and leaves the final outcome to `renderSummary` (render-summary.ts). JSON
+ * mode prints one object per line (ndjson) with a `type` field: started,
+ * state, history_lost, event, summary, cancel, project, error.
  *
  * Everything that came from the Server is printed through terminal-text.ts:
  * text mode escapes every control character in it before styling, JSON mode
  * writes JSON escapes (the data stays intact for a JSON reader).
  */
-import { exitCodeForState } from "./exit-codes.js";
 import { paint, type Style, type Tone } from "./style.js";
 import { escapeControls, escapeDeep, safeJsonLine } from "./terminal-text.js";
 import type { CancelResult, Observation, ProjectView, RunEvent, RunState, StartResult } from "./wire.js";
@@ -51,7 +50,8 @@ export const STATE_LABEL: Record<RunState, string> = {
   lost: "lost",
 };
 
-const STATE_TONE: Record<RunState, Tone> = {
+/** Shared with render-summary.ts, which prints the same state badge on the closing line. */
+export const STATE_TONE: Record<RunState, Tone> = {
   starting: "cyan",
   running: "cyan",
   waiting_permission: "yellow",
@@ -61,7 +61,7 @@ const STATE_TONE: Record<RunState, Tone> = {
   lost: "magenta",
 };
 
-const STATE_ICON: Record<RunState, string> = {
+export const STATE_ICON: Record<RunState, string> = {
   starting: "●",
   running: "●",
   waiting_permission: "●",
@@ -335,112 +335,6 @@ function formatUsage(event: Extract<RunEvent, { kind: "usage" }>): string {
     parts.push(`${event.cost_amount.toFixed(4)}${event.cost_currency !== undefined ? ` ${event.cost_currency}` : ""}`);
   }
   return parts.join(" · ");
-}
-
-export function formatDuration(ms: number): string {
-  if (ms < 60_000) return `${(ms / 1000).toFixed(1)}s`;
-  const totalSecs = Math.round(ms / 1000);
-  const hours = Math.floor(totalSecs / 3600);
-  const mins = Math.floor((totalSecs % 3600) / 60);
-  const secs = totalSecs % 60;
-  return hours > 0 ? `${hours}h ${String(mins).padStart(2, "0")}m` : `${mins}m ${String(secs).padStart(2, "0")}s`;
-}
-
-/** What a person should do next, per terminal state (README "Run states"). */
-export function adviceFor(
-  obs: Pick<Observation, "run_id" | "state" | "execution_state" | "recovery_kind">,
-): string | undefined {
-  switch (obs.state) {
-    case "completed":
-      return undefined;
-    case "failed":
-      if (obs.execution_state === "not_started") {
-        return obs.recovery_kind === "retry_same"
-          ? "Nothing ran. Retry the same command with the same --key once the cause is fixed."
-          : "Nothing ran. Fix the cause and start a new run.";
-      }
-      return "The agent ran and the turn failed. Review the project's working tree before starting another run.";
-    case "cancelled":
-      return obs.execution_state === "not_started"
-        ? undefined
-        : "The agent stopped. Changes it already made stay in the project's working tree.";
-    case "lost":
-      return `The outcome cannot be proved: the prompt may have run. Inspect the project (git status, git diff) before deciding; do not simply start it again. Later, \`webcodex observe ${obs.run_id}\` shows whether the Runner reported more.`;
-    case "starting":
-    case "running":
-    case "waiting_permission":
-      return `Still in progress: \`webcodex observe ${obs.run_id} --follow\` follows it, \`webcodex cancel ${obs.run_id}\` stops it.`;
-    default: {
-      const never: never = obs.state;
-      return never;
-    }
-  }
-}
-
-/**
- * The closing lines for a run: one summary line (state · stop reason ·
- * failure kind · duration), the Server's fixed message, and advice.
- * `state` is the render state so a streamed paragraph is ended first.
- */
-export function renderSummary(
-  state: RenderState,
-  obs: Observation,
-  info: { durationMs?: number | undefined },
-  style: Style,
-): string {
-  if (style.mode === "json") {
-    return json({
-      type: "summary",
-      run_id: obs.run_id,
-      state: obs.state,
-      execution_state: obs.execution_state,
-      stop_reason: obs.stop_reason ?? null,
-      failure_kind: obs.failure_kind ?? null,
-      recovery_kind: obs.recovery_kind,
-      message: obs.message ?? null,
-      duration_ms: info.durationMs ?? null,
-      exit_code: exitCodeForState(obs.state),
-    });
-  }
-  obs = escapeDeep(obs);
-  let text = state.open !== undefined ? "\n" : "";
-  const parts = [
-    paint(style, "bold", paint(style, STATE_TONE[obs.state], `${STATE_ICON[obs.state]} ${STATE_LABEL[obs.state]}`)),
-  ];
-  if (obs.stop_reason !== undefined) parts.push(`stop reason ${obs.stop_reason}`);
-  if (obs.failure_kind !== undefined) parts.push(obs.failure_kind);
-  if (obs.state !== "completed") parts.push(executionLabel(obs.execution_state));
-  if (info.durationMs !== undefined) parts.push(formatDuration(info.durationMs));
-  parts.push(paint(style, "dim", obs.run_id));
-  text += `${parts.join(" · ")}\n`;
-  if (obs.message !== undefined && obs.message !== "") text += `  ${obs.message}\n`;
-  const advice = adviceFor(obs);
-  if (advice !== undefined) text += `${paint(style, "dim", `  ${advice}`)}\n`;
-  return text;
-}
-
-function executionLabel(execution: string): string {
-  switch (execution) {
-    case "not_started":
-      return "prompt not dispatched";
-    case "started":
-      return "prompt dispatched";
-    case "completed":
-      return "turn ended";
-    case "outcome_unknown":
-      return "outcome unknown";
-    default:
-      return execution;
-  }
-}
-
-/** Derives a run's duration from its own events when the CLI did not watch it start. */
-export function durationFromEvents(events: readonly RunEvent[]): number | undefined {
-  const first = events.find((e) => e.seq === 1);
-  const last = events.findLast((e) => e.kind === "terminal");
-  if (first === undefined || last === undefined) return undefined;
-  const ms = Date.parse(last.at) - Date.parse(first.at);
-  return Number.isFinite(ms) && ms >= 0 ? ms : undefined;
 }
 
 export function renderCancel(result: CancelResult, style: Style): string {

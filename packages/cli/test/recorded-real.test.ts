@@ -3,7 +3,8 @@
  * (scripts/demo.mjs; see fixtures/real-*.json), replayed through the renderer.
  */
 import { describe, expect, it } from "vitest";
-import { durationFromEvents, initialRenderState, renderObservation, renderSummary } from "../src/render.js";
+import { initialRenderState, renderObservation } from "../src/render.js";
+import { durationFromEvents, renderSummary } from "../src/render-summary.js";
 import { JSON_STYLE, PLAIN, type Style } from "../src/style.js";
 import { loadRecorded, type Recorded } from "./support.js";
 

@@ -1,14 +1,12 @@
 import { describe, expect, it } from "vitest";
 import {
-  adviceFor,
-  formatDuration,
   initialRenderState,
   type RenderState,
   renderObservation,
   renderProjects,
   renderStarted,
-  renderSummary,
 } from "../src/render.js";
+import { adviceFor, formatDuration, renderSummary } from "../src/render-summary.js";
 import { JSON_STYLE, PLAIN, type Style, stripAnsi } from "../src/style.js";
 import { type Observation, RUN_STATES, type RunState } from "../src/wire.js";
 import { loadRecorded } from "./support.js";

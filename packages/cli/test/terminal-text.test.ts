@@ -13,8 +13,8 @@ import {
   renderObservation,
   renderProjects,
   renderStarted,
-  renderSummary,
 } from "../src/render.js";
+import { renderSummary } from "../src/render-summary.js";
 import { JSON_STYLE, PLAIN, type Style } from "../src/style.js";
 import { escapeControls, escapeDeep, safeJsonLine } from "../src/terminal-text.js";
 import type { Observation } from "../src/wire.js";

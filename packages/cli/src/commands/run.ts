@@ -17,9 +17,9 @@ import {
   renderError,
   renderObservation,
   renderStarted,
-  renderSummary,
   STATE_LABEL,
 } from "../render.js";
+import { renderSummary } from "../render-summary.js";
 import { paint, styleFor } from "../style.js";
 import { escapeControls } from "../terminal-text.js";
 import { isTerminal } from "../wire.js";
