@@ -28,6 +28,9 @@ export class EventRing {
   #lastSeq = 0;
   #closed = false;
   #waiters: Array<() => void> = [];
+  /** The last `at` and the millisecond it was formatted for. */
+  #atMs = Number.NaN;
+  #atText = "";
 
   constructor(limits: Partial<RingLimits> = {}, now: () => Date = () => new Date()) {
     this.#limits = { maxEvents: limits.maxEvents ?? RING_MAX_EVENTS, maxBytes: limits.maxBytes ?? RING_MAX_BYTES };
@@ -56,7 +59,10 @@ export class EventRing {
   /** Assign seq and `at`, append, evict the oldest beyond the bounds, wake readers. */
   push(body: RunEventBody): RunEvent {
     if (this.#closed) throw new Error("event ring is closed");
-    const event = { ...body, seq: this.#lastSeq + 1, at: this.#now().toISOString() } as RunEvent;
+    // The body's fields, then seq and at (as `{ ...body, seq, at }`, which V8 builds several times slower).
+    const event = Object.assign({}, body) as RunEvent;
+    event.seq = this.#lastSeq + 1;
+    event.at = this.#at();
     this.#lastSeq = event.seq;
     const size = Buffer.byteLength(JSON.stringify(event), "utf8");
     this.#events.push(event);
@@ -73,6 +79,17 @@ export class EventRing {
     }
     this.#wake();
     return event;
+  }
+
+  /** `now()` as ISO 8601, formatted once per millisecond (a burst pushes many events in the same one). */
+  #at(): string {
+    const now = this.#now();
+    const ms = now.getTime();
+    if (ms !== this.#atMs) {
+      this.#atText = now.toISOString();
+      this.#atMs = ms;
+    }
+    return this.#atText;
   }
 
   /** Events with seq > afterSeq still held, oldest first, at most `max`. */

@@ -27,6 +27,29 @@ describe("event ring", () => {
     expect(ring.read(5, 10).events).toEqual([]);
   });
 
+  test("stamps a copy of the body with seq then at, from the clock's current millisecond", () => {
+    let ms = Date.UTC(2026, 10, 30, 18, 0, 0, 5);
+    const ring = new EventRing({}, () => new Date(ms));
+    const body: RunEventBody = {
+      kind: "tool_activity",
+      tool_call_id: "t1",
+      title: "Read",
+      tool_kind: "read",
+      status: "pending",
+    };
+    const first = ring.push(body);
+    const second = ring.push(body);
+    ms += 1;
+    const third = ring.push(msg("later"));
+    // Field order is the body's, then seq and at: the serialized event (and its size) is `{ ...body, seq, at }`.
+    expect(JSON.stringify(first)).toBe(JSON.stringify({ ...body, seq: 1, at: "2026-11-30T18:00:00.005Z" }));
+    expect(second).toMatchObject({ seq: 2, at: "2026-11-30T18:00:00.005Z" });
+    expect(third).toMatchObject({ seq: 3, at: "2026-11-30T18:00:00.006Z" });
+    expect(first).not.toBe(body);
+    expect(body).not.toHaveProperty("seq");
+    expect(ring.bytes).toBe([first, second, third].reduce((n, e) => n + Buffer.byteLength(JSON.stringify(e)), 0));
+  });
+
   test("evicts by serialized bytes", () => {
     const ring = new EventRing({ maxBytes: 1000 });
     for (let i = 0; i < 20; i++) ring.push(msg("x".repeat(200)));
