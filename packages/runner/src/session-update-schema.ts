@@ -19,6 +19,9 @@
  * whose `update` is that one variant — the same check with the same result —
  * and falls back to the whole schema for a name no variant has (which the
  * whole schema rejects) or when the SDK's schema is not shaped as expected.
+ * Each variant's intersection is also flattened into one object when that
+ * is equivalent (`flatVariant`): zod parses both sides of an intersection
+ * and deep-merges them, a third of the remaining cost.
  */
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -48,6 +51,29 @@ function variantName(variant: unknown): string | null {
   return Array.isArray(values) && values.length === 1 && typeof values[0] === "string" ? values[0] : null;
 }
 
+const hasChecks = (def: Record<string, unknown>): boolean => Array.isArray(def.checks) && def.checks.length > 0;
+
+/**
+ * One variant, `shape.and(z.object({ sessionUpdate }))`, as the single object `shape.extend({ sessionUpdate })`
+ * when both sides are plain stripping objects without refinements and only the right one has `sessionUpdate`:
+ * then both accept the same input and give the same output (the shape's fields, then `sessionUpdate`), and
+ * the object skips the intersection's second parse and deep merge. Otherwise the variant as it is.
+ */
+function flatVariant(variant: unknown): unknown {
+  const def = defOf(variant);
+  if (def?.type !== "intersection" || hasChecks(def)) return variant;
+  const left = def.left as ZodSchema;
+  const l = defOf(left);
+  const r = defOf(def.right);
+  if (l?.type !== "object" || r?.type !== "object" || typeof left.extend !== "function") return variant;
+  if (l.catchall !== undefined || r.catchall !== undefined || hasChecks(l) || hasChecks(r)) return variant;
+  const leftShape = l.shape as Record<string, unknown>;
+  const rightShape = r.shape as Record<string, unknown>;
+  const rightKeys = Object.keys(rightShape);
+  if (rightKeys.length !== 1 || rightKeys[0] !== "sessionUpdate" || "sessionUpdate" in leftShape) return variant;
+  return left.extend({ sessionUpdate: rightShape.sessionUpdate });
+}
+
 /**
  * `notification` parsed by the variant its `update.sessionUpdate` names (see the file comment): the same
  * accept set and output as `notification.safeParse`. Returns `notification` itself when its `update` is not a
@@ -65,7 +91,7 @@ export function bySessionUpdate(
   for (const option of options) {
     const name = variantName(option);
     if (name === null || variants.has(name)) return notification;
-    variants.set(name, whole.extend({ update: option }));
+    variants.set(name, whole.extend({ update: flatVariant(option) }));
   }
   return {
     /** The `sessionUpdate` names parsed by their own variant (for diagnostics and tests). */

@@ -77,7 +77,8 @@ describe("session/update schema, narrowed by sessionUpdate", () => {
       const expected = whole.safeParse(input);
       const actual = narrowedSdk.safeParse(input);
       expect({ input, success: actual.success }).toEqual({ input, success: expected.success });
-      if (expected.success && actual.success) expect(actual.data).toEqual(expected.data);
+      // Same output, field order included (events are built from it and serialized).
+      if (expected.success && actual.success) expect(JSON.stringify(actual.data)).toBe(JSON.stringify(expected.data));
     }
     // Every valid sample is accepted (the corpus really covers the variants).
     for (const u of valid) expect(narrowedSdk.safeParse(notification(u)).success).toBe(true);
@@ -126,5 +127,40 @@ describe("session/update schema, narrowed by sessionUpdate", () => {
     });
     expect(narrowed.safeParse({ sessionId: "s", update: { sessionUpdate: "x", b: 2 } }).success).toBe(false);
     expect(narrowed.safeParse({ sessionId: "s", update: { sessionUpdate: "z", a: "" } }).success).toBe(false);
+  });
+
+  it("keeps a variant's intersection where one object would not be the same check (strict, loose, refined)", () => {
+    const tag = (name: string) => z.object({ sessionUpdate: z.literal(name) });
+    const schema = z.object({
+      sessionId: z.string(),
+      update: z.union([
+        // A strict left side: zod reports a key only if no side of the intersection knows it.
+        z.object({ a: z.string() }).strict().and(tag("strict")),
+        // A loose left side keeps unknown keys, `sessionUpdate` included.
+        z.object({ a: z.string() }).loose().and(tag("loose")),
+        z
+          .object({ a: z.string() })
+          .refine((v) => v.a !== "no")
+          .and(tag("refined")),
+        z.object({ a: z.string() }).and(tag("plain")),
+      ]),
+    }) as unknown as SessionNotificationSchema;
+    const narrowed = bySessionUpdate(schema);
+    expect(narrowed.variants).toEqual(["strict", "loose", "refined", "plain"]);
+    for (const name of ["strict", "loose", "refined", "plain"]) {
+      for (const update of [
+        { sessionUpdate: name, a: "yes", extra: 1 },
+        { sessionUpdate: name, a: "no" },
+      ]) {
+        const input = { sessionId: "s", update };
+        expect(JSON.stringify(narrowed.safeParse(input).success && narrowed.safeParse(input))).toBe(
+          JSON.stringify(schema.safeParse(input).success && schema.safeParse(input)),
+        );
+      }
+    }
+    expect(narrowed.safeParse({ sessionId: "s", update: { sessionUpdate: "refined", a: "no" } }).success).toBe(false);
+    expect(narrowed.safeParse({ sessionId: "s", update: { sessionUpdate: "loose", a: "x", extra: 1 } })).toMatchObject({
+      data: { update: { sessionUpdate: "loose", a: "x", extra: 1 } },
+    });
   });
 });
