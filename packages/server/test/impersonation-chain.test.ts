@@ -5,43 +5,12 @@
  * starts a second Runner with exactly those bytes. Its hello is refused (`link_in_use`) and audited, and the
  * real Runner keeps receiving the runs: the prompts reach the real agent's ledger, none the impostor's.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { isTerminalState } from "@webcodex/protocol";
-import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
-import { okValue, ProcStack, RUNNER_BIN, waitFor } from "./support/proc-stack.js";
-
-async function runToEnd(s: ProcStack, key: string, prompt: string): Promise<void> {
-  const started = okValue(
-    await s.start("alice", { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt }),
-  );
-  const o = await waitFor(
-    `run ${key} terminal`,
-    async () => {
-      const v = okValue(await s.observe("alice", { run_id: started.run_id, wait_secs: 2 }));
-      return isTerminalState(v.state) ? v : undefined;
-    },
-    30_000,
-  );
-  expect(o.state).toBe("completed");
-}
-
-function refusedAudited(s: ProcStack): number {
-  const db = new Database(join(s.serverStateDir, "server.sqlite3"), { readonly: true, fileMustExist: true });
-  try {
-    return (
-      (db
-        .prepare("SELECT SUM(count) FROM runner_link_audit WHERE runner_id = 'r1' AND event = 'link_refused_in_use'")
-        .pluck()
-        .get() as number | null) ?? 0
-    );
-  } finally {
-    db.close();
-  }
-}
+import { IMPOSTOR, refusedCount, startImpostor } from "./support/link-impostor.js";
+import { ProcStack, waitFor } from "./support/proc-stack.js";
 
 function ledgerLines(file: string): Record<string, unknown>[] {
   try {
@@ -56,12 +25,7 @@ function ledgerLines(file: string): Record<string, unknown>[] {
 
 describe("an agent that steals its Runner's token cannot take the Runner's link (real processes)", () => {
   let s: ProcStack | undefined;
-  const extra: ChildProcess[] = [];
   afterEach(async () => {
-    for (const c of extra.splice(0)) {
-      c.kill("SIGKILL");
-      if (c.exitCode === null && c.signalCode === null) await new Promise((r) => c.once("exit", r));
-    }
     await s?.stop();
     s = undefined;
   });
@@ -86,7 +50,7 @@ describe("an agent that steals its Runner's token cannot take the Runner's link 
         via === "token_env"
           ? `scenario: read_credentials env_name=WEBCODEX_RUNNER_TOKEN leak_to=${stolenFile}`
           : `scenario: read_credentials leak_to=${stolenFile}`;
-      await runToEnd(s, "steal", steal);
+      expect((await s.runToEnd("steal", steal)).state).toBe("completed");
       const creds = ledgerLines(s.ledgerFile("r1")).find((l) => l.event === "credentials");
       expect(creds?.result).toMatchObject(
         via === "token_env"
@@ -102,38 +66,21 @@ describe("an agent that steals its Runner's token cannot take the Runner's link 
       expect(stolen).toBe(s.tokens.get("r1")); // the agent really got the Runner's credential
 
       // The impostor: a second Runner with exactly what the agent read, its own store and agent ledger.
-      const impostorLedger = join(s.dir, "ledger-impostor.jsonl");
-      const impostorConfig = join(s.dir, "runner-impostor.toml");
-      writeFileSync(
-        impostorConfig,
-        original
-          .replace('state_dir = "runner-state-r1"', 'state_dir = "runner-state-impostor"')
-          .replace(s.ledgerFile("r1"), impostorLedger),
-      );
-      let impostorLog = "";
-      const impostor = spawn(process.execPath, [RUNNER_BIN, "run", "--config", impostorConfig], {
-        cwd: s.dir,
-        env: { ...process.env, WEBCODEX_RUNNER_TOKEN: stolen },
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      extra.push(impostor);
-      const append = (c: Buffer) => {
-        impostorLog += c.toString("utf8");
-      };
-      impostor.stdout?.on("data", append);
-      impostor.stderr?.on("data", append);
-      await waitFor("the impostor refused and audited", () => refusedAudited(s!) >= 1);
-      await waitFor("the impostor to hear link_in_use", () => impostorLog.includes("link_in_use"));
+      await startImpostor(s, stolen, original);
+      await waitFor("the impostor refused and audited", () => refusedCount(s!) >= 1);
+      await waitFor("the impostor to hear link_in_use", () => s?.logs.get(IMPOSTOR)?.includes("link_in_use"));
 
-      for (const key of ["after-1", "after-2"]) await runToEnd(s, key, `scenario: hello ${key}`);
+      for (const key of ["after-1", "after-2"]) {
+        expect((await s.runToEnd(key, `scenario: hello ${key}`)).state).toBe("completed");
+      }
       const sha = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
       expect(s.prompts("r1").map((p) => p.prompt_sha256)).toEqual([
         sha(steal),
         sha("scenario: hello after-1"),
         sha("scenario: hello after-2"),
       ]);
-      expect(ledgerLines(impostorLedger).filter((l) => l.event === "prompt")).toEqual([]);
-      expect(refusedAudited(s)).toBeGreaterThanOrEqual(1);
+      expect(s.prompts(IMPOSTOR)).toEqual([]);
+      expect(refusedCount(s)).toBeGreaterThanOrEqual(1);
     });
   }
 });

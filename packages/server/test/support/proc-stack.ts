@@ -16,6 +16,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { isTerminalState } from "@webcodex/protocol";
 import { pino } from "pino";
 import { loadServerConfig, sha256Hex } from "../../src/config.js";
 import type {
@@ -340,6 +341,26 @@ export class ProcStack {
   cancel(principalId: string, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
     if (this.inproc) return this.inproc.runs.cancel(this.#principal(principalId), input);
     return this.#post("cancel", principalId, input);
+  }
+
+  /** Observes the run as `principalId` (2 s long polls) until its state is terminal; returns that observation. */
+  untilTerminal(runId: string, principalId = "alice", timeoutMs = 30_000): Promise<ObserveOutput> {
+    return waitFor(
+      `run ${runId} terminal`,
+      async () => {
+        const o = okValue(await this.observe(principalId, { run_id: runId, wait_secs: 2 }));
+        return isTerminalState(o.state) ? o : undefined;
+      },
+      timeoutMs,
+    );
+  }
+
+  /** Starts `prompt` as alice on project demo with the fake agent (idempotency key `key`) and waits for its end. */
+  async runToEnd(key: string, prompt = "scenario: hello"): Promise<ObserveOutput> {
+    const started = okValue(
+      await this.start("alice", { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt }),
+    );
+    return this.untilTerminal(started.run_id);
   }
 
   async stop(): Promise<void> {
