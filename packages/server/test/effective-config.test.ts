@@ -4,10 +4,9 @@
  * the run record (across a restart) and observe returns it as
  * `effective_config`. Real Server (child process), real Runner, fake agent.
  */
-import { isTerminalState } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import { ObserveToolOutput } from "../src/mcp-tools.js";
-import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
+import { okValue, ProcStack } from "./support/proc-stack.js";
 
 describe("effective_config", () => {
   let s: ProcStack | undefined;
@@ -32,11 +31,7 @@ describe("effective_config", () => {
         config: { model: "fake-large" },
       }),
     );
-    const stack = s;
-    const done = await waitFor("terminal", async () => {
-      const o = okValue(await stack.observe("alice", { run_id: started.run_id, wait_secs: 2 }));
-      return isTerminalState(o.state) ? o : null;
-    });
+    const done = await s.untilTerminal(started.run_id);
     expect(done.state).toBe("completed");
     // The caller's key, and the options it did not set (mode moved by model's side effect).
     const expected = { model: "fake-large", mode: "code", reasoning_effort: "medium" };

@@ -8,13 +8,13 @@
  */
 
 import { join } from "node:path";
-import { encodeFrame, isTerminalState, PROTOCOL_VERSION } from "@webcodex/protocol";
+import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { REFUSAL_LOG_PER_SECOND } from "../src/refusal-log.js";
 import { FakeRunService } from "./support/fake-run-service.js";
-import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
+import { ProcStack, waitFor } from "./support/proc-stack.js";
 
 /** Hellos in the flood: well past what one log second or one audit row per hello would allow. */
 const FLOOD = 120;
@@ -98,19 +98,7 @@ describe("a flood of refused hellos is bounded in the log and the link audit (re
     );
 
     // The real Runner held its link throughout.
-    const run = okValue(
-      await s.start("alice", {
-        project_id: "demo",
-        provider_id: "fake",
-        idempotency_key: "after-flood",
-        prompt: "scenario: hello",
-      }),
-    );
-    const o = await waitFor("the run to finish", async () => {
-      const v = okValue(await s!.observe("alice", { run_id: run.run_id, wait_secs: 2 }));
-      return isTerminalState(v.state) ? v : undefined;
-    });
-    expect(o.state).toBe("completed");
+    expect((await s.runToEnd("after-flood")).state).toBe("completed");
     expect(s.prompts("r1")).toHaveLength(1);
   });
 });

@@ -10,12 +10,11 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { get } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { isTerminalState } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
 import { startServer } from "../src/server.js";
 import { captureLogger } from "./support/in-process.js";
-import { okValue, ProcStack, RUNNER_BIN, waitFor } from "./support/proc-stack.js";
+import { ProcStack, RUNNER_BIN, waitFor } from "./support/proc-stack.js";
 import { makeTestCa, type TestCa } from "./support/test-ca.js";
 
 function runnerExit(config: string, env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
@@ -64,18 +63,7 @@ describe("TLS on the Runner link and the Server", () => {
     expect(readFileSync(join(s.dir, "runner-r1.toml"), "utf8")).toContain(`url = "wss://127.0.0.1:${s.port}/runner"`);
 
     await s.startRunner("r1");
-    const started = okValue(
-      await s.start("alice", {
-        project_id: "demo",
-        provider_id: "fake",
-        idempotency_key: "tls",
-        prompt: "scenario: hello",
-      }),
-    );
-    await waitFor("the run to finish", async () => {
-      const o = okValue(await s!.observe("alice", { run_id: started.run_id, wait_secs: 2 }));
-      return isTerminalState(o.state) ? o : undefined;
-    });
+    expect((await s.runToEnd("tls")).state).toBe("completed");
     expect(s.prompts("r1")).toHaveLength(1);
   });
 

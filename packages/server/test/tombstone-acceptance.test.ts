@@ -9,9 +9,9 @@
  */
 import { createHash } from "node:crypto";
 import { cpSync, rmSync } from "node:fs";
-import { isTerminalState, TOMBSTONE_MESSAGE } from "@webcodex/protocol";
+import { TOMBSTONE_MESSAGE } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import type { ObserveOutput, StartInput } from "../src/runs-api.js";
+import type { StartInput } from "../src/runs-api.js";
 import { CutProxy } from "./support/cut-proxy.js";
 import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
 
@@ -19,13 +19,6 @@ const A_PROMPT = "scenario: hello\nrun A";
 
 function input(key: string, prompt: string): StartInput {
   return { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt };
-}
-
-async function untilTerminal(s: ProcStack, runId: string): Promise<ObserveOutput> {
-  return waitFor(`run ${runId} terminal`, async () => {
-    const o = okValue(await s.observe("alice", { run_id: runId, wait_secs: 2 }));
-    return isTerminalState(o.state) ? o : null;
-  });
 }
 
 /** Ledger lines of prompts with this text. */
@@ -58,9 +51,9 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     await s.startRunner("r1");
 
     const a = okValue(await s.start("alice", input("key-a", A_PROMPT)));
-    expect(await untilTerminal(s, a.run_id)).toMatchObject({ state: "completed" });
+    expect(await s.untilTerminal(a.run_id)).toMatchObject({ state: "completed" });
     const b = okValue(await s.start("alice", input("key-b", "scenario: hello\nrun B")));
-    expect(await untilTerminal(s, b.run_id)).toMatchObject({ state: "completed" });
+    expect(await s.untilTerminal(b.run_id)).toMatchObject({ state: "completed" });
 
     // The Runner restarts: its start-up prune keeps only B's row.
     await s.killRunner("r1", "SIGTERM");
@@ -76,7 +69,7 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
 
     const retry = okValue(await s.start("alice", input("key-a", A_PROMPT)));
     expect(retry).toMatchObject({ run_id: a.run_id, replayed: true, state: "completed" });
-    expect(await untilTerminal(s, a.run_id)).toMatchObject({
+    expect(await s.untilTerminal(a.run_id)).toMatchObject({
       state: "completed",
       execution_state: "completed",
       message: TOMBSTONE_MESSAGE,
@@ -121,12 +114,12 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     await s.startServer();
     proxy.up();
     await waitFor("runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
-    const settled = await untilTerminal(s, a.run_id);
+    const settled = await s.untilTerminal(a.run_id);
     expect(settled).toMatchObject({ state: "completed", execution_state: "completed" });
 
     const retry = okValue(await s.start("alice", input("key-a", A_PROMPT)));
     expect(retry).toMatchObject({ run_id: a.run_id, replayed: true, state: "completed" });
-    await untilTerminal(s, a.run_id);
+    await s.untilTerminal(a.run_id);
     expect(dispatches(s, A_PROMPT)).toBe(1);
     expect(okValue(await s.observe("alice", { run_id: b.run_id })).state).toBe("completed");
   });
