@@ -44,6 +44,9 @@ describe("MCP and HTTP fuzz against a live Server", () => {
   let stack: ProcStack;
   let token: string;
   let realRunId = "";
+  /** A real task and workflow session, so fuzzed calls on the managed and session tools get past their lookups. */
+  let realTaskId = "";
+  let realSessionId = "";
   let dbFile: string;
 
   beforeAll(async () => {
@@ -69,6 +72,22 @@ describe("MCP and HTTP fuzz against a live Server", () => {
       const o = await stack.observe("alice", { run_id: realRunId });
       return o.ok && o.value.state === "completed";
     });
+    const made = async (name: string, args: Record<string, unknown>) => {
+      const answer = await rpc("tools/call", { name, arguments: args });
+      const result = (JSON.parse(answer.body) as { result?: { structuredContent?: Record<string, unknown> } }).result;
+      if (!result?.structuredContent) throw new Error(`${name}: ${answer.body.slice(0, 300)}`);
+      return result.structuredContent;
+    };
+    realTaskId = String(
+      (
+        await made("create_agent_task", {
+          project_id: "p1",
+          instruction: "scenario: hello",
+          idempotency_key: "mcp-fuzz-task",
+        })
+      ).task_id,
+    );
+    realSessionId = String((await made("create_workflow_session", { project_id: "p1", title: "fuzz" })).session_id);
   }, 120_000);
 
   afterAll(async () => {
@@ -159,6 +178,11 @@ describe("MCP and HTTP fuzz against a live Server", () => {
       prompt: fc.constantFrom("scenario: hello", "hello there"),
       run_id: fc.constant(realRunId),
       idempotency_key: fc.stringMatching(/^[a-z0-9-]{1,24}$/),
+      task_id: fc.constant(realTaskId),
+      session_id: fc.constant(realSessionId),
+      workflow_session_id: fc.constant(realSessionId),
+      context_session_id: fc.constant(realSessionId),
+      assignee: fc.constantFrom("fuzz-host", "other-host"),
     };
     const likely = valid[name];
     if (likely)

@@ -21,14 +21,17 @@
  * second dispatch. The task's runs obey the same invariants, and the task
  * itself stays consistent with its run: reconcile reports the run's first
  * terminal answer after every restart, one attempt, the task open and that
- * attempt current; once closed, the task starts and claims nothing more.
+ * attempt current. When the holder's lease lapses, a new claim is taken —
+ * unless the run is lost, which blocks it until the host supersedes that run —
+ * and the old claim starts nothing; once closed, the task starts and claims
+ * nothing more.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { appendFileSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MAX_LEASE_SECS } from "../../../packages/server/src/task-service.js";
+import { MAX_LEASE_SECS, MIN_LEASE_SECS } from "../../../packages/server/src/task-service.js";
 import { TASK_TOOL_NAMES } from "../../../packages/server/src/task-tools.js";
 import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
 import { processesMentioning } from "../../../packages/server/test/support/stack.js";
@@ -135,8 +138,12 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         }),
         { numRuns: ITERATIONS, seed: s },
       );
-      // Even the short plan has a managed start.
+      // Even the short plan has a managed start, and a task whose agent dies holding its prompt (its run ends
+      // lost, which must block a new claim until superseded).
       if (!plan.some((p) => p.managed) && plan[0]) plan[0].managed = true;
+      const crash = SCENARIOS.indexOf("scenario: crash_before_response");
+      const firstManaged = plan.find((p) => p.managed);
+      if (firstManaged && !plan.some((p) => p.managed && p.scenario === crash)) firstManaged.scenario = crash;
       const promptOf = new Map<string, string>();
       const runOf = new Map<string, string>();
       const firstTerminal = new Map<string, Seen>();
@@ -189,8 +196,8 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         return { ok: true, value: { run_id: String(r.value.run_id), replayed: r.value.replayed === true } };
       };
 
-      /** The task agrees with its run: reconcile reports the run's first terminal answer; one attempt, current. */
-      const checkTask = async (key: string): Promise<void> => {
+      /** Reconcile of the key's first attempt reports its run's first terminal answer; returns the reconcile. */
+      const expectAttemptRun = async (key: string): Promise<Record<string, unknown>> => {
         const task = tasks.get(key)!;
         const runId = runOf.get(key)!;
         const first = firstTerminal.get(runId)!;
@@ -207,6 +214,13 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
           },
           `task ${key}: the attempt's run outcome`,
         ).toEqual({ run_id: runId, ...first });
+        return rec;
+      };
+
+      /** The task agrees with its run: reconcile reports the run's first terminal answer; one attempt, current. */
+      const checkTask = async (key: string): Promise<void> => {
+        const task = tasks.get(key)!;
+        const rec = await expectAttemptRun(key);
         expect(rec.task, `task ${key}`).toMatchObject({ state: "open", current_attempt_id: task.attempt_id });
         expect(rec.attempts, `task ${key}: attempts`).toBe(1);
       };
@@ -321,20 +335,74 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         if (seen.state === "completed") expect(dispatched, `${key} completed without a dispatch`).toBe(true);
       }
 
-      // Every task still agrees with its run after all the restarts; closed, it starts and claims nothing more.
+      // Every task still agrees with its run after all the restarts.
+      for (const key of tasks.keys()) await checkTask(key);
+      // A lapsed lease is not proof the work stopped: once the holders' leases lapse, a task whose run ended takes a
+      // new claim, but a lost run blocks it until the host supersedes that run (DESIGN §10).
+      for (const task of tasks.values()) {
+        const renewed = await host.ok(TASK_TOOL_NAMES.attempt, {
+          task_id: task.task_id,
+          assignee: ASSIGNEE,
+          renew_attempt_ref: task.attempt_ref,
+          lease_secs: MIN_LEASE_SECS,
+        });
+        task.attempt_ref = String(renewed.attempt_ref);
+      }
+      await waitFor(
+        "the holders' leases to lapse",
+        async () => {
+          for (const task of tasks.values()) {
+            const rec = await host.ok(TASK_TOOL_NAMES.reconcile, { task_id: task.task_id });
+            if ((rec.attempt as { lease_live: boolean }).lease_live) return false;
+          }
+          return true;
+        },
+        10 * MIN_LEASE_SECS * 1000,
+      );
+      const taskRuns = new Map<string, number>();
       for (const [key, task] of tasks) {
-        await checkTask(key);
         const runId = runOf.get(key)!;
-        const outcome = firstTerminal.get(runId)!.state === "completed" ? "succeeded" : "failed";
+        const first = firstTerminal.get(runId)!;
+        taskRuns.set(first.state, (taskRuns.get(first.state) ?? 0) + 1);
+        const plain = await host.call(TASK_TOOL_NAMES.attempt, { task_id: task.task_id, assignee: "chaos-next" });
+        let next: Record<string, unknown>;
+        if (first.state === "lost") {
+          expect(plain.ok ? "claimed" : plain.error.code, `a new claim over the lost run of ${key}`).toBe(
+            "claim_conflict",
+          );
+          next = await host.ok(TASK_TOOL_NAMES.attempt, {
+            task_id: task.task_id,
+            assignee: "chaos-next",
+            supersede_uncertain_run: runId,
+          });
+          expect(next.superseded_run_id).toBe(runId);
+        } else {
+          if (!plain.ok) throw new Error(`a new claim on ${key} (run ${first.state}): ${JSON.stringify(plain.error)}`);
+          next = plain.value;
+        }
+        expect(next.fence, `fence of the second attempt on ${key}`).toBe(2);
+        const nextClaim = {
+          task_id: task.task_id,
+          attempt_id: String(next.attempt_id),
+          attempt_ref: String(next.attempt_ref),
+        };
+        // The first claim is stale now: replaying its start starts nothing; its attempt keeps its run's outcome.
+        const stale = await startTaskRun(task);
+        expect(stale.ok ? "started" : (stale.error as { code: string }).code, `old claim of ${key}`).toBe(
+          "stale_claim",
+        );
+        await expectAttemptRun(key);
+        // Closed, the task starts and claims nothing more.
+        const outcome = first.state === "completed" ? "succeeded" : "failed";
         const closed = await host.ok(TASK_TOOL_NAMES.close, { task_id: task.task_id, outcome });
         expect(closed, `closing ${key}`).toMatchObject({ task: { state: "closed", outcome }, already_closed: false });
-        const start = await startTaskRun(task);
+        const start = await startTaskRun(nextClaim);
         expect(start.ok ? "started" : (start.error as { code: string }).code, `start after closing ${key}`).toBe(
           "stale_claim",
         );
         const claim = await host.call(TASK_TOOL_NAMES.attempt, { task_id: task.task_id, assignee: ASSIGNEE });
         expect(claim.ok ? "claimed" : claim.error.code, `claim after closing ${key}`).toBe("claim_conflict");
-        await observeTerminal(runId);
+        expect(await observeTerminal(runId), `${key}: its run after the task closed`).toEqual(first);
       }
       expect(stack.prompts("r1"), "no dispatch after the tasks closed").toHaveLength(ledger.length);
 
@@ -354,7 +422,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       // No agent outlives its run (orphans of a killed Runner are reaped by the next one).
       await waitFor("no agent process left", () => agentPids().length === 0, 30_000);
       console.log(
-        `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
+        `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks, their runs ${JSON.stringify(Object.fromEntries(taskRuns))}), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
       );
     },
     18 * 60_000,
