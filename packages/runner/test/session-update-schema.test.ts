@@ -23,6 +23,11 @@ const valid: Record<string, unknown>[] = [
   { sessionUpdate: "user_message_chunk", content: text },
   { sessionUpdate: "agent_message_chunk", content: text, messageId: "m1" },
   { sessionUpdate: "agent_thought_chunk", content: { type: "text", text: "" } },
+  { sessionUpdate: "agent_message_chunk", content: { type: "text", text: "a", annotations: { priority: 1 }, x: 1 } },
+  { sessionUpdate: "agent_message_chunk", content: { type: "image", data: "aGk=", mimeType: "image/png" } },
+  { sessionUpdate: "agent_message_chunk", content: { type: "audio", data: "aGk=", mimeType: "audio/wav" } },
+  { sessionUpdate: "user_message_chunk", content: { type: "resource_link", name: "a", uri: "file:///a" } },
+  { sessionUpdate: "agent_thought_chunk", content: { type: "resource", resource: { uri: "file:///a", text: "x" } } },
   { sessionUpdate: "tool_call", toolCallId: "t1", title: "Read", kind: "read", status: "in_progress" },
   { sessionUpdate: "tool_call", toolCallId: "t1", title: "Read", kind: "not-a-kind", extra: 1 },
   {
@@ -45,6 +50,11 @@ const invalid: unknown[] = [
   { sessionUpdate: "tool_call", toolCallId: "t1" }, // title is required
   { sessionUpdate: "tool_call_update", status: "completed" }, // toolCallId is required
   { sessionUpdate: "agent_message_chunk", content: { type: "text" } },
+  { sessionUpdate: "agent_message_chunk", content: { type: "image", mimeType: "image/png" } },
+  { sessionUpdate: "agent_message_chunk", content: { type: "bogus", text: "x" } },
+  { sessionUpdate: "agent_message_chunk", content: { text: "x" } },
+  { sessionUpdate: "agent_message_chunk", content: "x" },
+  { sessionUpdate: "agent_message_chunk", content: { type: "resource", resource: { uri: 1 } } },
   { sessionUpdate: "agent_message_chunk" },
   { sessionUpdate: "no_such_variant", content: text },
   { sessionUpdate: "constructor", content: text },
@@ -114,10 +124,33 @@ describe("session/update schema, narrowed by sessionUpdate", () => {
       update: z.union([
         z.object({ a: z.string() }).and(z.object({ sessionUpdate: z.literal("x") })),
         z.object({ b: z.number().transform((n) => n * 2) }).and(z.object({ sessionUpdate: z.literal("y") })),
+        z
+          .object({
+            inner: z.union([
+              z.object({ t: z.string() }).and(z.object({ type: z.literal("t") })),
+              z.object({ n: z.number() }).and(z.object({ type: z.literal("n") })),
+            ]),
+          })
+          .and(z.object({ sessionUpdate: z.literal("nested") })),
       ]),
     }) as unknown as SessionNotificationSchema;
     const narrowed = bySessionUpdate(schema);
-    expect(narrowed.variants).toEqual(["x", "y"]);
+    expect(narrowed.variants).toEqual(["x", "y", "nested"]);
+    for (const inner of [
+      { type: "t", t: "a", extra: 1 },
+      { type: "n", n: 1 },
+      { type: "n", t: "a" },
+      { type: "q" },
+      7,
+    ]) {
+      const input = { sessionId: "s", update: { sessionUpdate: "nested", inner } };
+      expect(JSON.stringify(narrowed.safeParse(input).success && narrowed.safeParse(input))).toBe(
+        JSON.stringify(schema.safeParse(input).success && schema.safeParse(input)),
+      );
+    }
+    expect(
+      narrowed.safeParse({ sessionId: "s", update: { sessionUpdate: "nested", inner: { type: "n", n: 1 } } }),
+    ).toMatchObject({ success: true, data: { update: { sessionUpdate: "nested", inner: { n: 1, type: "n" } } } });
     expect(narrowed.safeParse({ sessionId: "s", update: { sessionUpdate: "y", b: 2 } })).toEqual(
       schema.safeParse({ sessionId: "s", update: { sessionUpdate: "y", b: 2 } }),
     );
