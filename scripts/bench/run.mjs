@@ -16,7 +16,7 @@ import { historyLine } from "./lib/history.mjs";
 import { machineInfo } from "./lib/machine.mjs";
 import { BENCH_DIR, fakeAgentBuilt, REPO } from "./lib/paths.mjs";
 import { writePicture } from "./lib/picture.mjs";
-import { evaluateTargets, render } from "./lib/report.mjs";
+import { evaluateTargets, render, TARGETS } from "./lib/report.mjs";
 import { ratio, round } from "./lib/stats.mjs";
 import { removeTempDirs } from "./lib/tmp.mjs";
 import { launchStack } from "./stack.mjs";
@@ -282,11 +282,22 @@ try {
       observe_cost = { error: String(e?.message ?? e) };
     }
     const r = await fanout.run(ctx, { ...PLAN.fanout, client: OBSERVER_CLIENT, nodeArgs });
+    let own_server_cell = null;
+    try {
+      own_server_cell = await fanout.ownServerCell(
+        ctx,
+        { ...PLAN.fanout, client: OBSERVER_CLIENT, nodeArgs },
+        TARGETS.fanout,
+      );
+    } catch (e) {
+      own_server_cell = { error: String(e?.message ?? e) };
+    }
     return {
       ...r,
       crossings_100ms: fanout.crossings(r.cells, 100),
       holds_100ms: fanout.holds(r.cells, 100),
       observe_cost,
+      own_server_cell,
     };
   });
 

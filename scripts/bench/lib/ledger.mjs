@@ -57,15 +57,18 @@ export class LedgerReader {
     return this.byHash.get(sha256(promptText)) ?? [];
   }
 
-  /** Waits (polling every 2 ms, at most timeoutMs) for the prompt's first ledger entry. */
-  async waitFor(promptText, timeoutMs = 30_000) {
+  /**
+   * Waits (polling every `pollMs`, default 2 ms; at most timeoutMs) for the prompt's first ledger entry.
+   * The entry carries its own time (`hr_ms`), so the interval only sets when the bench notices it.
+   */
+  async waitFor(promptText, timeoutMs = 30_000, { pollMs = 2 } = {}) {
     const hash = sha256(promptText);
     const deadline = Date.now() + timeoutMs;
     while (Date.now() < deadline) {
       this.poll();
       const list = this.byHash.get(hash);
       if (list && list.length > 0) return list[0];
-      await sleep(2);
+      await sleep(pollMs);
     }
     throw new Error(`ledger ${this.file}: no prompt entry within ${timeoutMs} ms`);
   }

@@ -42,6 +42,10 @@ export function evaluateTargets(results) {
   const na = (name) => results.errors[name] ?? s[name]?.error ?? "not measured";
   const rss = (r) => (r ? Math.max(r.peak_rss_mb, r.hwm_mb) : undefined);
   const noCell = s.fanout && !cell ? `cell ${cellName} not in this grid` : na("fanout");
+  // Memory: the cell on a Server of its own (fanout.ownServerCell); the grid's one cell when it is the whole grid.
+  const own = s.fanout?.own_server_cell;
+  const memoryCell = own ? (own.error ? undefined : own) : cell;
+  const noMemoryCell = own?.error ? `own-Server cell: ${own.error.split("\n")[0]}` : noCell;
   return [
     target(
       "start_p50_ratio",
@@ -117,12 +121,12 @@ export function evaluateTargets(results) {
     ),
     target(
       "fanout_server_rss",
-      `Server RSS ≤ ${T.rss_mb} MB in the fan-out ${cellName} cell`,
-      rss(cell?.server),
+      `Server RSS ≤ ${T.rss_mb} MB in the fan-out ${cellName} cell (own Server)`,
+      rss(memoryCell?.server),
       T.rss_mb,
       "<=",
       "MB",
-      noCell,
+      noMemoryCell,
     ),
   ];
 }
@@ -213,6 +217,14 @@ export function render(results) {
         );
       }
       out += "\n";
+    }
+    const own = s.fanout.own_server_cell;
+    if (own?.error)
+      out += `  N=${TARGETS.fanout.n} M=${TARGETS.fanout.m} on a Server of its own: ERROR ${own.error.split("\n")[0]}\n`;
+    else if (own) {
+      out += `  N=${own.n} M=${own.m} on a Server of its own (memory target): p99 / p50 ${f(own.latency_ms?.p99)} / ${f(own.latency_ms?.p50)} ms, `;
+      out += `${f(own.calls_per_s, 0)} calls/s, Server CPU share ${f(own.cpu_share?.server, 2)}, `;
+      out += `peak RSS ${f(own.server?.peak_rss_mb)} MB (HWM ${f(own.server?.hwm_mb)} MB)\n`;
     }
     const oc = s.fanout.observe_cost;
     if (oc && !oc.error) {

@@ -157,6 +157,21 @@ async function cell(stack, simsPid, nodeArgs, { n, first, m, durationMs, warmupM
   }
 }
 
+/**
+ * The memory target's cell (N=target.n × M=target.m) again, on a Server of its own: in the grid that
+ * cell's Server has also served every earlier cell (their runs' mirrors and cached records stay), so its
+ * RSS there is the grid's history, not the cell's. Measured only when the grid holds that cell and other
+ * cells before it (with `--grid 50:1000` the grid's one cell is already on a fresh Server). Returns the
+ * cell, or null when not measured.
+ */
+export async function ownServerCell(ctx, plan, target) {
+  const inGrid = plan.ns.includes(target.n) && plan.ms.includes(target.m);
+  if (!inGrid || plan.ns.length * plan.ms.length === 1) return null;
+  ctx.log(`fan-out N=${target.n} M=${target.m} again, on a Server of its own (memory target)`);
+  const r = await run(ctx, { ...plan, ns: [target.n], ms: [target.m] });
+  return r.cells[0] ?? null;
+}
+
 /** For each N: the smallest M whose p99 exceeds `limitMs` (null when none did). */
 export function crossings(cells, limitMs = 100) {
   const out = {};
