@@ -22,7 +22,7 @@ import { issueKey, serverCli } from "../../../packages/server/test/support/oauth
 import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
 import { authorizeAndRedeem, registerClient, revokeToken } from "./support/oauth-flow.js";
 import { rssBytes, seed, size } from "./support/profile.js";
-import { auditRows, changedTables, stateSnapshot } from "./support/server-state.js";
+import { auditRows, changedTables, runSettled, stateSnapshot } from "./support/server-state.js";
 
 const TOOL_CALLS = size(3_000, 300);
 /** Fuzzed calls through OAuth-issued (and junk, revoked) bearers, then through the same tokens once expired. */
@@ -32,6 +32,8 @@ const EXPIRED_CALLS = size(150, 15);
 const ALL_SCOPES = ["coding_agent:run", "project:write", "project:read", "runtime:read", "runtime:write"];
 const RSS_GROWTH_BOUND = 128 * 1024 * 1024;
 const ANSWER_MS = 30_000;
+/** How long a run the fuzz really started may take to end and leave its last durable trace. */
+const SETTLE_MS = 60_000;
 
 interface JsonSchema {
   type?: string | string[];
@@ -283,7 +285,11 @@ describe("MCP and HTTP fuzz against a live Server", () => {
       } else {
         key = `ok:${name}`;
         const runId = msg.result?.structuredContent?.run_id;
-        if (runId && name.includes("start")) started.add(runId);
+        if (runId && name.includes("start") && !started.has(runId)) {
+          started.add(runId);
+          // Its session evidence (a row outside the run's own) lands later: wait, so no later call is blamed.
+          await waitFor(`run ${runId} settled`, () => runSettled(dbFile, runId), SETTLE_MS);
+        }
       }
     }
     if (!key.startsWith("ok:"))

@@ -66,3 +66,25 @@ export function leaseHolder(dbFile: string, runnerId: string): string | null {
     db.close();
   }
 }
+
+const TERMINAL_RUN_STATES = ["completed", "failed", "cancelled", "lost"];
+
+/**
+ * Whether a run's durable effects have settled: its admission record is terminal and, when a workflow session
+ * records it, the session's terminal evidence entry is written (both land after the call that started it).
+ */
+export function runSettled(dbFile: string, runId: string): boolean {
+  const db = new Database(dbFile, { readonly: true, fileMustExist: true });
+  try {
+    const rec = db.prepare("select state from admission_records where run_id = ?").get(runId) as
+      | { state: string }
+      | undefined;
+    if (!rec || !TERMINAL_RUN_STATES.includes(rec.state)) return false;
+    const link = db.prepare("select terminal_recorded from workflow_session_runs where run_id = ?").get(runId) as
+      | { terminal_recorded: number }
+      | undefined;
+    return link === undefined || link.terminal_recorded === 1;
+  } finally {
+    db.close();
+  }
+}
