@@ -127,10 +127,26 @@ export class AcpTurn {
     run.normalizer = normalizer;
     run.textPacer = pacer;
 
-    // Spawn.
+    // Spawn. The child's identity is recorded (durably, which also covers the admission) right after the
+    // fork, before anything awaits: the reaper of a restarted Runner can find the group from then on.
+    let recorded = false;
+    let recordError: unknown = null;
+    const record = (pgid: number, startTime: string | null): void => {
+      recorded = true;
+      try {
+        this.#d.store.markSetup(run.run_id, startTime === null ? null : { pgid, startTime });
+      } catch (error) {
+        recordError = error;
+      }
+    };
     let child: AgentChild;
     try {
-      child = await (this.#d.spawn ?? spawnAgent)({ agent: run.agent, cwd: run.project.root, env: env.env });
+      child = await (this.#d.spawn ?? spawnAgent)({
+        agent: run.agent,
+        cwd: run.project.root,
+        env: env.env,
+        onStarted: record,
+      });
     } catch (error) {
       const code = error instanceof SpawnError ? error.code : "unknown";
       this.#d.log.warn({ run_id: run.run_id, code }, "agent spawn failed");
@@ -138,10 +154,11 @@ export class AcpTurn {
     }
     run.child = child;
     this.#d.log.info({ run_id: run.run_id, pgid: child.pgid }, "agent spawned");
-    this.#d.store.markSetup(
-      run.run_id,
-      child.startTime === null ? null : { pgid: child.pgid, startTime: child.startTime },
-    );
+    if (!recorded) record(child.pgid, child.startTime);
+    if (recordError !== null) {
+      this.#d.log.error({ run_id: run.run_id, err_name: (recordError as Error)?.name }, "recording the child failed");
+      return notStarted("io_error", "spawn");
+    }
     run.phase = "setup";
     this.#d.touch(run);
     void child.exited.then((exit) => this.#d.log.info({ run_id: run.run_id, ...exit }, "agent exited"));

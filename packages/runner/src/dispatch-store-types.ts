@@ -76,13 +76,16 @@ export interface DispatchStore {
   /**
    * Insert the admission row: these identity fields, and the one lifecycle every run starts in (phase
    * admitted, state starting, execution not_started, recovery wait, no config, seq 0). Throws if run_id exists
-   * as a row or as a tombstone.
+   * as a row or as a tombstone. Committed without an fsync of its own (kept by a crash of the process); durable
+   * after the next FULL commit or `ensureDurable`.
    */
   admit(row: AdmissionRow): DispatchRow;
   /**
-   * phase setup, with the child's identity (called right after spawn). Survives a crash of the Runner's
-   * process (the reaper reads it back); need not survive a crash of the machine, which ends the child too.
+   * Make every commit so far durable (fsync'd), if one was made without an fsync since the last that was
+   * (the admission, the effective config: dispatch-store.ts). Called before run.start is answered.
    */
+  ensureDurable(runId: string): void;
+  /** phase setup, with the child's identity (called right after the fork, durably: it also covers the admission). */
   markSetup(runId: string, child: { pgid: number; startTime: string } | null): void;
   /** Record the effective config snapshot (before the barrier, whose durable commit makes it durable too). */
   recordEffectiveConfig(runId: string, config: EffectiveConfigEntry[]): void;

@@ -4,16 +4,21 @@
  * transcript, idempotency key, credentials, ACP session id or messages.
  *
  * Durability: WAL journal + synchronous=FULL, so a committed statement (the
- * admission, the dispatch barrier, the terminal state) is fsync'd to the WAL
- * before the call returns. Two setup records commit under synchronous=NORMAL,
- * without an fsync of their own, because each is on the path from spawn to
- * dispatch and neither needs more: the child's identity (markSetup) is read
- * back only by a Runner restarted after its own crash — a NORMAL commit in
- * WAL mode survives a crash of the process, and a crash of the machine takes
- * the child with it; the effective-config snapshot is fsync'd, with
- * everything before it in the WAL, by the barrier's FULL commit that follows
- * it before any prompt is written. Schema versions are migrations keyed by
- * PRAGMA user_version.
+ * child's identity, the dispatch barrier, the terminal state) is fsync'd to
+ * the WAL before the call returns. Two records on the way to dispatch commit
+ * under synchronous=NORMAL, without an fsync of their own: in WAL mode such a
+ * commit survives a crash of the process (kill -9), and the next FULL commit
+ * fsyncs the WAL up to its end, so it is on disk then too.
+ *  - the admission row (`admit`): the run manager makes it durable before it
+ *    answers run.start (`ensureDurable`; normally the child's identity, a FULL
+ *    commit made right after the fork, already did), so the fsync overlaps the
+ *    agent's start-up instead of delaying the spawn. A crash of the process
+ *    keeps the row, so recovery and reaping see the run exactly as before; a
+ *    crash of the machine before that fsync ends the child too and leaves a run
+ *    that nobody was told about and that never reached the barrier.
+ *  - the effective-config snapshot, fsync'd by the barrier commit that follows
+ *    it before any prompt is written.
+ * Schema versions are migrations keyed by PRAGMA user_version.
  *
  * Tombstones: pruning a terminal row (retention) writes, in the same
  * transaction, a compact tombstone — run id, a fingerprint prefix, the final
@@ -172,7 +177,7 @@ function verifyExisting(db: Db): void {
   if (integrity !== "ok") throw new StoreFileError("integrity", "PRAGMA integrity_check failed");
 }
 
-/** PRAGMA synchronous levels: FULL for the store, NORMAL for the two setup records (see the header). */
+/** PRAGMA synchronous levels: FULL for the store, NORMAL for the two records named in the header. */
 const SYNCHRONOUS_NORMAL = 1;
 const SYNCHRONOUS_FULL = 2;
 
@@ -257,6 +262,8 @@ export class SqliteDispatchStore implements DispatchStore {
   readonly path: string;
   readonly #db: Db;
   readonly #stmts;
+  /** A commit without an fsync of its own was made since the last fsync'd one. */
+  #unsynced = false;
 
   private constructor(db: Db, path: string, storeId: string) {
     this.#db = db;
@@ -280,6 +287,7 @@ export class SqliteDispatchStore implements DispatchStore {
         VALUES (@run_id, @intent_fingerprint, @project_id, @provider_id, @provider_instance_id,
           @agent_instance_id, 'admitted', 'starting', 'not_started', NULL, NULL, 'wait', NULL,
           '[]', 0, 0, @created_at, @created_at, NULL, NULL)`),
+      touch: db.prepare("UPDATE runs SET updated_at = @now WHERE run_id = @run_id"),
       setup: db.prepare(`
         UPDATE runs SET phase = 'setup', child_pgid = @pgid, child_start_time = @start, updated_at = @now
         WHERE run_id = @run_id AND phase = 'admitted'`),
@@ -370,11 +378,21 @@ export class SqliteDispatchStore implements DispatchStore {
   }
 
   admit(row: AdmissionRow): DispatchRow {
-    return this.#db.transaction(() => {
-      if (this.tombstone(row.run_id)) throw new Error(`admit: run ${row.run_id} has a tombstone in this store`);
-      this.#stmts.insert.run(row);
-      return this.get(row.run_id)!;
-    })();
+    return this.#withoutFsync(() =>
+      this.#db.transaction(() => {
+        if (this.tombstone(row.run_id)) throw new Error(`admit: run ${row.run_id} has a tombstone in this store`);
+        this.#stmts.insert.run(row);
+        return this.get(row.run_id)!;
+      })(),
+    );
+  }
+
+  ensureDurable(runId: string): void {
+    if (!this.#unsynced) return;
+    // Any FULL commit fsyncs the WAL up to its end; this one only restamps the run.
+    const info = this.#stmts.touch.run({ run_id: runId, now: nowIso() });
+    this.#unsynced = false;
+    this.#expectOne(info.changes, runId, "ensureDurable");
   }
 
   tombstone(runId: string): Tombstone | undefined {
@@ -386,7 +404,7 @@ export class SqliteDispatchStore implements DispatchStore {
 
   markSetup(runId: string, child: { pgid: number; startTime: string } | null): void {
     const params = { run_id: runId, pgid: child?.pgid ?? null, start: child?.startTime ?? null, now: nowIso() };
-    const info = this.#withoutFsync(() => this.#stmts.setup.run(params));
+    const info = this.#durably(() => this.#stmts.setup.run(params));
     this.#expectOne(info.changes, runId, "markSetup");
   }
 
@@ -396,26 +414,35 @@ export class SqliteDispatchStore implements DispatchStore {
     this.#expectOne(info.changes, runId, "recordEffectiveConfig");
   }
 
-  /** One autocommit write under synchronous=NORMAL, then FULL again (see the header for which and why). */
+  /** One commit under synchronous=NORMAL, then FULL again (see the header for which and why). */
   #withoutFsync<T>(write: () => T): T {
     if (this.#db.inTransaction) return write();
     this.#db.pragma(`synchronous = ${SYNCHRONOUS_NORMAL}`);
     try {
-      return write();
+      const out = write();
+      this.#unsynced = true;
+      return out;
     } finally {
       this.#db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
     }
   }
 
+  /** One FULL commit: everything committed before it is on disk once it returns. */
+  #durably<T>(write: () => T): T {
+    const out = write();
+    if (!this.#db.inTransaction) this.#unsynced = false;
+    return out;
+  }
+
   markDispatchBarrier(runId: string): void {
     // A single autocommit UPDATE: with journal_mode=WAL and synchronous=FULL,
     // SQLite fsyncs the WAL before run() returns. Only then may the prompt be written.
-    const info = this.#stmts.barrier.run({ run_id: runId, now: nowIso() });
+    const info = this.#durably(() => this.#stmts.barrier.run({ run_id: runId, now: nowIso() }));
     this.#expectOne(info.changes, runId, "markDispatchBarrier");
   }
 
   markTerminal(runId: string, update: TerminalUpdate): void {
-    const info = this.#stmts.terminal.run({ run_id: runId, ...update, now: nowIso() });
+    const info = this.#durably(() => this.#stmts.terminal.run({ run_id: runId, ...update, now: nowIso() }));
     this.#expectOne(info.changes, runId, "markTerminal");
   }
 

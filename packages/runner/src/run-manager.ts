@@ -249,7 +249,16 @@ export class RunManager implements RunService {
     this.#active.add(run);
     this.#log.info({ run_id: run.run_id, project_id: project.id, provider_id: agent.id }, "run admitted");
     this.#failpoint("after_admission");
+    // The turn forks the agent and records it durably before its first await; the admission row (committed
+    // without an fsync of its own) is durable by then, or is made so here, before run.start is answered.
     void this.#drive(run, req.prompt, req.config);
+    try {
+      this.#store.ensureDurable(run.run_id);
+    } catch (error) {
+      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "admission not durable");
+      run.setupAbort.abort();
+      return { ok: false, code: "internal", message: "The Runner could not record the admission." };
+    }
     return { ok: true, run: run.summary(), created: true };
   }
 

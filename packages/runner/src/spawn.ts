@@ -85,6 +85,11 @@ export interface SpawnOptions {
   agent: Pick<AgentConfig, "executable" | "args"> & { readonly runAs?: RunAs | null };
   cwd: string;
   env: Record<string, string>;
+  /**
+   * Called synchronously once the OS has started the child (the exec succeeded), before spawnAgent first
+   * awaits: the caller records the group's identity there, so no await separates the fork from that record.
+   */
+  onStarted?: (pid: number, startTime: string | null) => void;
 }
 
 const POLL_MS = 25;
@@ -139,6 +144,10 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
   });
   // execa's own promise settles when the child is gone; nothing to take from it.
   subprocess.catch(() => {});
+  // libuv returns from the spawn only after the exec (or with its error): a pid here is a running agent.
+  const startedPid = subprocess.pid;
+  const startTime = startedPid === undefined ? null : readStartTime(startedPid);
+  if (startedPid !== undefined) options.onStarted?.(startedPid, startTime);
 
   try {
     await Promise.race([
@@ -182,7 +191,6 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
     });
   });
 
-  const startTime = readStartTime(pid);
   let cleanup: Promise<TreeCleanup> | null = null;
 
   const terminate = async (graceMs: number): Promise<TreeCleanup> => {

@@ -143,7 +143,7 @@ describe("dispatch store", () => {
     expect(store.pragma("user_version")).toBe(SCHEMA_VERSION);
   });
 
-  it("fsyncs the admission, the barrier and the terminal state; the setup records commit without an fsync", () => {
+  it("fsyncs the child's identity, the barrier and the terminal state; admission and config commit without one", () => {
     const store = open(tempDir());
     const id = runId();
     // The synchronous level in force when each write statement runs (each is its own commit, or inside
@@ -164,12 +164,19 @@ describe("dispatch store", () => {
     });
     store.admit(admission(id));
     store.markSetup(id, { pgid: 4242, startTime: "12345" });
+    store.ensureDurable(id); // nothing to do: markSetup's commit was fsync'd
     store.recordEffectiveConfig(id, [{ id: "mode", value: "agent" }]);
     store.markDispatchBarrier(id);
     store.markTerminal(id, completed);
-    // FULL = 2 (fsync before the call returns), NORMAL = 1.
-    expect(writes.map((w) => w.level)).toEqual([2, 1, 1, 2, 2]);
-    expect(writes[1]?.sql).toBe("UPDATE runs");
+    // FULL = 2 (fsync before the call returns), NORMAL = 1: admission, child, config, barrier, terminal.
+    expect(writes.map((w) => w.level)).toEqual([1, 2, 1, 2, 2]);
+    expect(writes[0]?.sql).toBe("INSERT INTO");
+    // An admission followed by no FULL commit: ensureDurable makes one.
+    const other = runId();
+    store.admit(admission(other));
+    store.ensureDurable(other);
+    store.ensureDurable(other); // and only one
+    expect(writes.slice(5).map((w) => `${w.sql}@${w.level}`)).toEqual(["INSERT INTO@1", "UPDATE runs@2"]);
     // The connection is back at FULL, and the setup records are committed.
     expect(store.pragma("synchronous")).toBe(2);
     expect(store.get(id)).toMatchObject({

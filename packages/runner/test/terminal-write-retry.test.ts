@@ -26,6 +26,7 @@ const store: DispatchStore = {
   tombstone: (runId) => real.tombstone(runId),
   listForInventory: (limit) => real.listForInventory(limit),
   admit: (row) => real.admit(row),
+  ensureDurable: (runId) => real.ensureDurable(runId),
   markSetup: (runId, child) => real.markSetup(runId, child),
   recordEffectiveConfig: (runId, c) => real.recordEffectiveConfig(runId, c),
   markDispatchBarrier: (runId) => real.markDispatchBarrier(runId),
