@@ -3,7 +3,8 @@
  * (the requests a hostile or broken client could send): wrong key and the
  * key-attempt bound, CSRF, PKCE mismatch, `plain`, reused code, wrong or
  * missing `resource`, redirect URI mismatch, deny, a key without
- * coding_agent:run at a provisioned client, operator revocation, and the
+ * coding_agent:run at a provisioned client, a tool named after an
+ * Object.prototype member, operator revocation, and the
  * registration rate limit.
  */
 import { createHash, randomBytes } from "node:crypto";
@@ -249,6 +250,16 @@ describe("OAuth negative paths", () => {
     const r = await exchange(clientId, code, verifier);
     expect(r.status).toBe(200);
     expect(String(r.body.scope).split(" ").sort()).toEqual(["project:read", "project:write"]);
+  });
+
+  it("a tool name that is an Object.prototype member gets a tool-not-found answer, not a 500", async () => {
+    const { clientId, code, verifier } = await codeFor(readKey);
+    const access = String((await exchange(clientId, code, verifier)).body.access_token);
+    for (const name of ["valueOf", "toString", "constructor", "__proto__", "hasOwnProperty"]) {
+      const r = await mcpPost(origin, access, { method: "tools/call", params: { name, arguments: {} } });
+      expect(r.status, name).toBe(200);
+      expect(r.body, name).toMatch(/unknown tool|not found/i);
+    }
   });
 
   it("tokens stop at the next request after the operator revokes the grant, or unprovisions the client", async () => {

@@ -12,7 +12,7 @@ import { OAuthClients } from "./clients.js";
 import { Consent } from "./consent.js";
 import { createOAuthHttp, isOAuthPath, resourceMetadataUrl } from "./http.js";
 import { WebcodexOAuthProvider } from "./provider.js";
-import { DEFAULT_REQUESTED_SCOPES, TOOL_SCOPES } from "./scopes.js";
+import { DEFAULT_REQUESTED_SCOPES, scopesForTool } from "./scopes.js";
 import { OAuthStore } from "./store.js";
 
 export { isOAuthPath } from "./http.js";
@@ -72,7 +72,7 @@ export function createOAuth(opts: {
     insufficientScope: (principal, toolNames) => {
       if (!provider.isOAuthPrincipal(principal)) return null;
       const needed = new Set<Scope>();
-      for (const name of toolNames) for (const s of TOOL_SCOPES[name] ?? []) needed.add(s);
+      for (const name of toolNames) for (const s of scopesForTool(name)) needed.add(s);
       const missing = [...needed].filter((s) => !principal.scopes.has(s));
       return missing.length === 0 ? null : [...new Set([...principal.scopes, ...needed])];
     },

@@ -47,6 +47,14 @@ export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {
   read_workflow_session: ["runtime:read"],
 };
 
+/**
+ * The scopes `name` needs; none for a name that is not a tool. An own-property lookup: a caller's
+ * tool name such as `valueOf` or `constructor` must not reach Object.prototype.
+ */
+export function scopesForTool(name: string): readonly Scope[] {
+  return Object.hasOwn(TOOL_SCOPES, name) ? (TOOL_SCOPES[name] ?? []) : [];
+}
+
 export function isOAuthScope(value: string): value is (typeof OAUTH_SCOPES)[number] {
   return (OAUTH_SCOPES as readonly string[]).includes(value);
 }
