@@ -43,6 +43,17 @@ export interface SessionNotificationSchema {
 export function bySessionUpdate(
   notification: SessionNotificationSchema,
 ): SessionNotificationSchema & { readonly variants?: readonly string[] } {
+  try {
+    return narrowed(notification);
+  } catch {
+    // A zod build that refuses one of the narrowed forms (e.g. a discriminated union option): the whole schema.
+    return notification;
+  }
+}
+
+function narrowed(
+  notification: SessionNotificationSchema,
+): SessionNotificationSchema & { readonly variants?: readonly string[] } {
   const whole = notification as SessionNotificationSchema & ZodLike;
   const tagged = taggedOptions((defOf(whole)?.shape as Record<string, unknown> | undefined)?.update);
   if (tagged === null || tagged.key !== "sessionUpdate" || typeof whole.extend !== "function") return notification;

@@ -101,6 +101,20 @@ describe("session/update schema, narrowed by sessionUpdate", () => {
     expect(narrowedSdk.variants).toEqual(expect.arrayContaining(names));
   });
 
+  it("keeps the whole schema when building a narrowed form throws", () => {
+    const schema = z.object({
+      sessionId: z.string(),
+      update: z.union([z.object({ a: z.string() }).and(z.object({ sessionUpdate: z.literal("x") }))]),
+    });
+    const refuse = () => {
+      throw new Error("refused");
+    };
+    const throwing = new Proxy(schema, {
+      get: (target, key, receiver) => (key === "extend" ? refuse : Reflect.get(target, key, receiver)),
+    }) as unknown as SessionNotificationSchema;
+    expect(bySessionUpdate(throwing)).toBe(throwing);
+  });
+
   it("keeps the whole schema when the union is not made of variants named by distinct literals", () => {
     const duplicate = z.object({
       sessionId: z.string(),
