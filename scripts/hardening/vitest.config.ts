@@ -1,5 +1,6 @@
 import { fileURLToPath } from "node:url";
 import { defineConfig } from "vitest/config";
+import { HardeningSequencer } from "./sequencer.js";
 
 /**
  * `npm run test:hardening` — the full hardening suite (issue 16): every file in
@@ -16,9 +17,15 @@ export default defineConfig({
     env: { WEBCODEX_HARDENING: "full" },
     testTimeout: 20 * 60_000,
     hookTimeout: 60_000,
-    // The parts load the machine themselves (capacity cycles, chaos): one file at a time.
-    maxWorkers: 1,
-    fileParallelism: false,
+    // Two files at once: the soak (about half the suite's wall time, one file) in one worker and every other
+    // part after it in the other (sequencer.ts puts the soak and the chaos first). Safe because each file has
+    // its own daemons, state dirs, ports and fake-agent ledger, and every check is scoped to them: the soak
+    // samples only its own Server's and Runner's RSS, fds, databases and children, the fault and chaos parts
+    // look only under their own Runner or dir. Most of each part's time is waiting (agent start-up, setup and
+    // cancel deadlines, restarts), so two of them share the two cores well; timings: README.md.
+    maxWorkers: 2,
+    fileParallelism: true,
+    sequence: { sequencer: HardeningSequencer },
     reporters: ["default", "./scripts/vitest/summary-reporter.ts"],
   },
 });

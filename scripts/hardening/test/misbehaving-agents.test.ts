@@ -24,6 +24,8 @@ const RUN_TIMEOUT_SECS = 20;
 const CAPACITY_WAIT_MS = 15_000;
 /** Bound on one run reaching its terminal state: the longest deadline here (run timeout + grace) plus slack. */
 const TERMINAL_WITHIN_MS = 45_000;
+/** Retry interval of a start answered `capacity` (the previous batch's cleanup is finishing). */
+const CAPACITY_RETRY_MS = 10;
 /** Descriptors the Runner may hold beyond its warmed-up count (SQLite may open its WAL index lazily). */
 const FD_SLACK = 2;
 /** How long the Runner's descriptors may take to settle after the last run's cleanup. */
@@ -183,7 +185,7 @@ describe("misbehaving agents against a real Runner", () => {
     for (;;) {
       const answer = await server.request(conn, frame);
       if (answer.code !== "capacity" || Date.now() > deadline) return answer;
-      await new Promise((r) => setTimeout(r, 50));
+      await new Promise((r) => setTimeout(r, CAPACITY_RETRY_MS));
     }
   }
 

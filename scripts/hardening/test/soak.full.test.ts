@@ -10,7 +10,7 @@ import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "n
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ObserveOutput } from "../../../packages/server/src/runs-api.js";
-import { okValue, ProcStack, REPO_ROOT, waitFor } from "../../../packages/server/test/support/proc-stack.js";
+import { okValue, ProcStack, REPO_ROOT } from "../../../packages/server/test/support/proc-stack.js";
 import { soakSvg, svgToPng } from "./support/chart.js";
 import { fdCount, rssBytes } from "./support/profile.js";
 
@@ -20,6 +20,12 @@ const CONCURRENT = 4; // ProcStack's max_concurrent_runs
 const SAMPLE_EVERY = 20;
 /** How long a start may meet `capacity` while earlier runs' process trees are being confirmed gone. */
 const CAPACITY_WAIT_MS = 20_000;
+/**
+ * Poll interval of the two waits on the Runner's cleanup (a `capacity` retry, the next cycle's free slots).
+ * Cleanup ends some 10–30 ms after a run's terminal answer; a coarse poll would add most of an interval to
+ * each of the 200 cycles.
+ */
+const CLEANUP_POLL_MS = 10;
 /** Tolerances: RSS of the last quarter of samples vs the second quarter (after warm-up). */
 const RSS_TOLERANCE_RATIO = 1.3;
 const RSS_TOLERANCE_BYTES = 32 * 1024 * 1024;
@@ -55,6 +61,17 @@ function sizes(dir: string): { db: number; wal: number } {
   return { db, wal };
 }
 
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Resolves once the Runner has no live child, polling every CLEANUP_POLL_MS; throws after `timeoutMs`. */
+async function noChildren(pid: number, what: string, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (childCount(pid) > 0) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(CLEANUP_POLL_MS);
+  }
+}
+
 function childCount(pid: number): number {
   let n = 0;
   for (const entry of readdirSync("/proc")) {
@@ -84,7 +101,7 @@ describe("soak: sequential runs and full-capacity cycles", () => {
     const deadline = Date.now() + CAPACITY_WAIT_MS;
     let answer = await stack.start("alice", input);
     while (!answer.ok && answer.error.code === "capacity" && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 50));
+      await sleep(CLEANUP_POLL_MS);
       answer = await stack.start("alice", input);
     }
     const started = okValue(answer);
@@ -141,12 +158,12 @@ describe("soak: sequential runs and full-capacity cycles", () => {
       const sequentialSecs = (Date.now() - t0) / 1000;
       for (let c = 0; c < CAPACITY_CYCLES; c++) {
         // Wait for the previous cycle's slots (cleanup ends a moment after the last process exits).
-        await waitFor("free capacity", () => childCount(runnerPid) === 0, 20_000);
+        await noChildren(runnerPid, "free capacity", CAPACITY_WAIT_MS);
         await Promise.all(Array.from({ length: CONCURRENT }, (_, k) => runToEnd(`soak-cap-${c}-${k}`)));
         run += CONCURRENT;
         if (c % Math.max(1, Math.floor(SAMPLE_EVERY / CONCURRENT)) === 0) await sample("capacity", run);
       }
-      await waitFor("no agent left", () => childCount(runnerPid) === 0, 20_000);
+      await noChildren(runnerPid, "no agent left", CAPACITY_WAIT_MS);
       await sample("capacity", run);
       const totalSecs = (Date.now() - t0) / 1000;
 

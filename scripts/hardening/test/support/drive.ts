@@ -52,6 +52,12 @@ export interface RunView {
   stop_reason: string | null;
 }
 
+/**
+ * Poll interval of waitTerminal. A run.sync is an in-memory read on the Runner, and a fault batch waits for
+ * four runs before the next batch may start: a coarse poll would add most of an interval to every batch.
+ */
+export const TERMINAL_POLL_MS = 20;
+
 /** Polls run.sync until the run is terminal; throws after `timeoutMs`. */
 export async function waitTerminal(server: FakeServer, label: string, timeoutMs: number): Promise<RunView> {
   const deadline = Date.now() + timeoutMs;
@@ -62,6 +68,6 @@ export async function waitTerminal(server: FakeServer, label: string, timeoutMs:
     if (run && isTerminalState(run.state as never)) return run;
     if (Date.now() > deadline)
       throw new Error(`run ${label} not terminal within ${timeoutMs} ms (${JSON.stringify(run ?? r)})`);
-    await new Promise((res) => setTimeout(res, 100));
+    await new Promise((res) => setTimeout(res, TERMINAL_POLL_MS));
   }
 }
