@@ -16,7 +16,7 @@ import { connect } from "node:net";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { TOOL_SCOPES } from "../../../packages/server/src/oauth/scopes.js";
+import { scopesForTool } from "../../../packages/server/src/oauth/scopes.js";
 import { OAUTH_TEST_CLOCK_ENV } from "../../../packages/server/src/oauth/test-clock.js";
 import { issueKey, serverCli } from "../../../packages/server/test/support/oauth.js";
 import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
@@ -234,7 +234,14 @@ describe("MCP and HTTP fuzz against a live Server", () => {
       ...tools.map((t) =>
         argumentsFor(t.inputSchema).map((args) => ({ name: t.name, args }) as { name: string; args: unknown }),
       ),
-      fc.record({ name: fc.string({ maxLength: 30 }), args: fc.jsonValue({ maxDepth: 2 }) }),
+      fc.record({
+        // Random names, and names of Object.prototype members (a lookup that is not own-property reaches them).
+        name: fc.oneof(
+          fc.string({ maxLength: 30 }),
+          fc.constantFrom("constructor", "valueOf", "__proto__", "toString", "hasOwnProperty"),
+        ),
+        args: fc.jsonValue({ maxDepth: 2 }),
+      }),
     );
   }
 
@@ -664,7 +671,7 @@ describe("MCP and HTTP fuzz against a live Server", () => {
       for (let i = 0; i < calls.length; i++) {
         const [bearer, { name, args }] = calls[i]!;
         const answer = await checkedCall(bearer.token, name, args, i);
-        const needed = TOOL_SCOPES[name] ?? [];
+        const needed = scopesForTool(name);
         if (bearer.scopes === null) {
           expect(answer, `${bearer.name} ${name}`).toBe("http_401");
         } else {
