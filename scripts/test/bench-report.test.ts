@@ -7,7 +7,7 @@ import { svgOf } from "../bench/lib/picture.mjs";
 // @ts-expect-error plain .mjs scripts without type declarations
 import { evaluateTargets } from "../bench/lib/report.mjs";
 // @ts-expect-error plain .mjs scripts without type declarations
-import { holds } from "../bench/suites/fanout.mjs";
+import { holds, ownServerCell } from "../bench/suites/fanout.mjs";
 
 const cell = (n: number, m: number, p99: number) => ({
   n,
@@ -46,6 +46,30 @@ describe("bench report", () => {
     expect(byId.fanout_p99).toMatchObject({ value: 99, result: "PASS" });
     expect(byId.fanout_server_rss).toMatchObject({ value: 95, result: "PASS" });
     expect(byId.wakeup_p50.result).toBe("N/A");
+  });
+
+  it("reads the fan-out memory target from the cell on a Server of its own, the p99 target from the grid", () => {
+    const r = results();
+    const grid = r.sections.fanout as Record<string, unknown>;
+    grid.own_server_cell = { ...cell(50, 1000, 70), server: { peak_rss_mb: 140, hwm_mb: 151 } };
+    let byId = Object.fromEntries(evaluateTargets(r).map((t: { id: string }) => [t.id, t]));
+    expect(byId.fanout_server_rss).toMatchObject({ value: 151, result: "MISS" });
+    expect(byId.fanout_p99).toMatchObject({ value: 99, result: "PASS" });
+    grid.own_server_cell = { error: "sim runners failed: boom\nstack" };
+    byId = Object.fromEntries(evaluateTargets(r).map((t: { id: string }) => [t.id, t]));
+    expect(byId.fanout_server_rss).toMatchObject({ value: null, result: "N/A" });
+    expect(byId.fanout_server_rss.why).toBe("own-Server cell: sim runners failed: boom");
+  });
+
+  it("runs the memory target's cell again only when the grid holds it among other cells", async () => {
+    const ctx = {
+      log: () => {
+        throw new Error("no cell should run");
+      },
+    };
+    const target = { n: 50, m: 1000 };
+    expect(await ownServerCell(ctx, { ns: [50], ms: [1000] }, target)).toBeNull(); // the grid's one cell is fresh
+    expect(await ownServerCell(ctx, { ns: [1, 10], ms: [10, 100] }, target)).toBeNull(); // --quick grid
   });
 
   it("draws every fan-out cell's p99 and every measured target into the picture", () => {
