@@ -1,13 +1,14 @@
 /**
  * MCP over Streamable HTTP at `/mcp` (MCP 2025-11-25 baseline), built on
- * the official SDK's low-level `Server`, connected per request to
- * `PostTransport` (mcp-post.ts: the SDK transport's stateless JSON-response
- * checks on the Node request, without the Web Request/Response conversion).
+ * the official SDK's low-level `Server`, connected once to `PostMux`
+ * (mcp-post.ts: the SDK transport's stateless JSON-response checks on the
+ * Node request, without the Web Request/Response conversion).
  *
- * Mode: **stateless**. Every HTTP request carries its bearer token, is
- * authenticated on its own, and gets a fresh SDK Server + transport bound to
- * that request's Principal; nothing is shared between requests, so there is
- * no session id that could be replayed by another caller. POST answers with
+ * Mode: **stateless**. Every HTTP request carries its bearer token and is
+ * authenticated on its own; its JSON-RPC request enters the one SDK Server
+ * under an internal id whose context holds that request's Principal and
+ * abort signal (`PostMux`), so no caller's identity is ever Server state and
+ * there is no session id that could be replayed by another caller. POST answers with
  * a plain JSON body; GET/DELETE answer 405 (there is
  * no server-initiated stream to subscribe to) — the SDK's
  * `StreamableHTTPClientTransport` handles both.
@@ -31,12 +32,13 @@ import {
   ListToolsRequestSchema,
   McpError,
   ReadResourceRequestSchema,
+  type RequestId,
 } from "@modelcontextprotocol/sdk/types.js";
 import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv";
 import type { Logger } from "pino";
 import type { AuditLog } from "./audit.js";
 import { isLoopbackHost } from "./config.js";
-import { PostTransport, readMcpPost, sendJsonRpcError } from "./mcp-post.js";
+import { PostMux, readMcpPost, sendJsonRpcError } from "./mcp-post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./mcp-resource.js";
 import { McpTools, type StartHooks, type ToolModule } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
@@ -153,18 +155,13 @@ function hostOfHeader(header: string | undefined): string | undefined {
 }
 
 /**
- * Tool-call arguments checked as JSON.parse built them (tool-arguments.ts), before the SDK's request
- * schema copies them — that copy silently drops a top-level `__proto__` key. Request id → refusal.
+ * A tool call's arguments checked as JSON.parse built them (tool-arguments.ts), before the SDK's request
+ * schema copies them — that copy silently drops a top-level `__proto__` key. The refusal, or null.
  */
-function argumentShapeRefusals(messages: readonly JSONRPCMessage[]): Map<unknown, string> {
-  const refusals = new Map<unknown, string>();
-  for (const m of messages) {
-    if (!("method" in m) || m.method !== "tools/call" || !("id" in m)) continue;
-    const params = m.params as { arguments?: unknown } | undefined;
-    const refusal = checkArgumentShape(params?.arguments ?? {});
-    if (refusal !== null) refusals.set(m.id, refusal);
-  }
-  return refusals;
+function argumentShapeRefusal(m: JSONRPCMessage): string | null {
+  if (!("method" in m) || m.method !== "tools/call") return null;
+  const params = m.params as { arguments?: unknown } | undefined;
+  return checkArgumentShape(params?.arguments ?? {});
 }
 
 /**
@@ -191,13 +188,6 @@ export interface McpHttpHandler {
   close(): Promise<void>;
 }
 
-/**
- * Stateless mode builds one SDK Server per request; its default constructor
- * builds a fresh Ajv validator each time, which measured as most of the
- * per-request setup cost. The validator holds no per-request state.
- */
-const SHARED_SCHEMA_VALIDATOR = new AjvJsonSchemaValidator();
-
 export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const { runs, authenticate, audit, logger } = options;
   const maxBodyBytes = options.maxBodyBytes ?? MCP_MAX_BODY_BYTES;
@@ -215,44 +205,50 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const refusals = new RefusalLog(logger);
   let closed = false;
 
-  function buildServer(
-    principal: Principal,
-    requestSignal: AbortSignal,
-    shapeRefusals: ReadonlyMap<unknown, string>,
-  ): Server {
-    const server = new Server(MCP_SERVER_INFO, {
-      capabilities: { tools: {}, resources: {} },
-      instructions: MCP_INSTRUCTIONS,
-      jsonSchemaValidator: SHARED_SCHEMA_VALIDATOR,
-    });
-    server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools.definitions() }));
-    server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-      const name = request.params.name;
-      if (!tools.has(name)) {
-        tools.recordRefusedCall(principal, "unknown_tool");
-        throw new McpError(ErrorCode.InvalidParams, "Unknown tool; see tools/list.");
-      }
-      // Stateless: a notifications/cancelled could only arrive in another POST, so the
-      // request's own signal (client disconnect, shutdown) is the only one that can fire.
-      return tools.call(
-        principal,
-        name,
-        request.params.arguments,
-        requestSignal,
-        shapeRefusals.get(extra.requestId) ?? null,
-      );
-    });
-    server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [PROJECTS_RESOURCE] }));
-    server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
-    server.setRequestHandler(ReadResourceRequestSchema, (request) => {
-      if (request.params.uri !== PROJECTS_RESOURCE_URI) {
-        tools.recordRefusedCall(principal, "unknown_resource");
-        throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
-      }
-      return tools.readProjects(principal);
-    });
-    return server;
+  /** What a request's handler needs of its POST, found by the id the request has inside the Server. */
+  interface RequestContext {
+    principal: Principal;
+    signal: AbortSignal;
+    /** Why the call's arguments were refused before the SDK copied them (argumentShapeRefusal), or null. */
+    shapeRefusal: string | null;
   }
+  const mux = new PostMux<RequestContext>();
+  const contextOf = (requestId: RequestId): RequestContext => {
+    const context = mux.context(requestId);
+    // Delivered requests keep their context until answered or abandoned; an abandoned one is not answered.
+    if (!context) throw new McpError(ErrorCode.InternalError, "The request is no longer waiting for an answer.");
+    return context;
+  };
+  // One SDK Server for every request, connected once to the mux; each request's principal and signal come
+  // from its own context, never from the Server.
+  const server = new Server(MCP_SERVER_INFO, {
+    capabilities: { tools: {}, resources: {} },
+    instructions: MCP_INSTRUCTIONS,
+    jsonSchemaValidator: new AjvJsonSchemaValidator(),
+  });
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools.definitions() }));
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const { principal, signal, shapeRefusal } = contextOf(extra.requestId);
+    const name = request.params.name;
+    if (!tools.has(name)) {
+      tools.recordRefusedCall(principal, "unknown_tool");
+      throw new McpError(ErrorCode.InvalidParams, "Unknown tool; see tools/list.");
+    }
+    // Stateless: a notifications/cancelled could only arrive in another POST (and is never delivered),
+    // so the request's own signal (client disconnect, shutdown) is the only one that can fire.
+    return tools.call(principal, name, request.params.arguments, signal, shapeRefusal);
+  });
+  server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [PROJECTS_RESOURCE] }));
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
+  server.setRequestHandler(ReadResourceRequestSchema, (request, extra) => {
+    const { principal } = contextOf(extra.requestId);
+    if (request.params.uri !== PROJECTS_RESOURCE_URI) {
+      tools.recordRefusedCall(principal, "unknown_resource");
+      throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
+    }
+    return tools.readProjects(principal);
+  });
+  const connected = server.connect(mux);
 
   const handler = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     if (closed) {
@@ -313,23 +309,27 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       sendJsonRpcError(res, 200, -32602, `Invalid params: ${malformed}`, id);
       return;
     }
-    const server = buildServer(principal, abort.signal, argumentShapeRefusals([post.message]));
-    const transport = new PostTransport(res, post.request);
-    if (post.request !== null) {
-      inFlight.add(abort);
-      res.once("close", () => {
-        inFlight.delete(abort);
-        // Answered: the per-request Server holds no timers or streams and is simply dropped.
-        // Not answered: the client went away (or the Server is closing) — stop the waiting work.
-        if (transport.answered) return;
-        abort.abort(new Error("client closed the request"));
-        void server.close().catch(() => {});
-      });
+    // A notification or a client's response: nothing for a stateless Server to do (mcp-post.ts PostMux).
+    if (post.request === null) {
+      res.writeHead(202).end();
+      return;
     }
+    inFlight.add(abort);
+    let internal: number | null = null;
+    res.once("close", () => {
+      inFlight.delete(abort);
+      // Not answered: the client went away (or the Server is closing) — stop the waiting work.
+      if (internal === null || !mux.waiting(internal)) return;
+      mux.abandon(internal);
+      abort.abort(new Error("client closed the request"));
+    });
     try {
-      await server.connect(transport);
-      transport.deliver(post.message);
-      if (post.request === null) res.writeHead(202).end();
+      await connected;
+      internal = mux.deliver(res, { ...post.message, id: post.request } as JSONRPCMessage & { id: RequestId }, {
+        principal,
+        signal: abort.signal,
+        shapeRefusal: argumentShapeRefusal(post.message),
+      });
     } catch (err) {
       logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");
       sendJsonRpcError(res, 500, -32603, "Internal server error");

@@ -1,8 +1,8 @@
 /**
  * One MCP Streamable HTTP POST, answered with a JSON body, on the Node
  * request directly: the stateless, JSON-response subset of the SDK's
- * `StreamableHTTPServerTransport`, as an SDK `Transport` the SDK `Server` is
- * connected to for exactly one HTTP request.
+ * `StreamableHTTPServerTransport`, as the one SDK `Transport` (`PostMux`) the
+ * Server's one SDK `Server` is connected to.
  *
  * Why not the SDK's transport: in Node it converts every request into a Web
  * `Request` (@hono/node-server + undici), reads the body through web streams
@@ -53,52 +53,83 @@ export function sendJsonRpcError(
 }
 
 /**
- * The SDK `Transport` for one POST: `deliver` hands the checked message to
- * the connected Server; `send` writes the response to this POST's request as
- * the HTTP response. Anything else the Server sends (progress, logging,
- * requests to the client) has no stream to go to in JSON-response mode and
- * is dropped, as the SDK transport does.
+ * The one SDK `Transport` every POST's request goes through, so that one SDK
+ * `Server` serves them all (mcp-http.ts) instead of one Server built per
+ * request and held for as long as a long-polling observe waits (~23 KB of
+ * handlers and maps each, most of the Server's live heap with 1,000 waiting
+ * observers, and the garbage that kept its old generation growing).
+ *
+ * Each request enters the Server under an id of its own (`deliver`), never
+ * the client's: ids of different clients collide, and the Server keys its
+ * in-flight handlers by id. `send` maps the response back to the client's id
+ * and writes it to that POST's HTTP response; the request's context (whose
+ * principal it is, its abort signal) is found by that same internal id
+ * (`context`), so nothing of one caller is reachable from another's request.
+ * Notifications and responses from clients are never delivered: a stateless
+ * Server has nothing to do with them, and a `notifications/cancelled` naming
+ * an id could otherwise reach another caller's request. Anything else the
+ * Server sends (progress, logging, requests to the client) has no stream to
+ * go to in JSON-response mode and is dropped, as the SDK transport does.
  */
-export class PostTransport implements Transport {
+export class PostMux<C> implements Transport {
   onclose?: Transport["onclose"];
   onerror?: Transport["onerror"];
   onmessage?: Transport["onmessage"];
 
-  readonly #res: ServerResponse;
-  readonly #awaiting: RequestId | null;
-  #answered = false;
-  #closed = false;
-
-  constructor(res: ServerResponse, request: RequestId | null) {
-    this.#res = res;
-    this.#awaiting = request;
-  }
+  readonly #pending = new Map<number, { res: ServerResponse; id: RequestId; context: C }>();
+  #next = 0;
 
   async start(): Promise<void> {}
 
-  /** Whether this POST's request has its response written. */
-  get answered(): boolean {
-    return this.#answered;
+  /** Requests delivered and not yet answered or abandoned (bounded by the HTTP server's connections). */
+  get pending(): number {
+    return this.#pending.size;
   }
 
-  deliver(message: JSONRPCMessage): void {
-    this.onmessage?.(message);
+  /**
+   * Hand one POST's JSON-RPC request to the Server; its response is written to `res` with the client's
+   * `id`. Returns the internal id (for `abandon`).
+   */
+  deliver(res: ServerResponse, message: JSONRPCMessage & { id: RequestId }, context: C): number {
+    this.#next += 1;
+    const internal = this.#next;
+    this.#pending.set(internal, { res, id: message.id, context });
+    this.onmessage?.({ ...message, id: internal });
+    return internal;
+  }
+
+  /** The context of the request the Server knows as `internal`; undefined once answered or abandoned. */
+  context(internal: RequestId): C | undefined {
+    return typeof internal === "number" ? this.#pending.get(internal)?.context : undefined;
+  }
+
+  /** Whether the request is still waiting for its response. */
+  waiting(internal: number): boolean {
+    return this.#pending.has(internal);
+  }
+
+  /** The POST went away unanswered: its response, when the handler ends, goes nowhere. */
+  abandon(internal: number): void {
+    this.#pending.delete(internal);
   }
 
   async send(message: JSONRPCMessage): Promise<void> {
     // The Server's own messages: a response is exactly one with a result or an error.
     if (!("result" in message) && !("error" in message)) return;
-    if (this.#awaiting === null || message.id !== this.#awaiting || this.#answered) return;
-    this.#answered = true;
-    const body = JSON.stringify(message);
-    if (this.#res.writableEnded || this.#res.destroyed) return;
-    this.#res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
-    this.#res.end(body);
+    const internal = message.id;
+    if (typeof internal !== "number") return;
+    const pending = this.#pending.get(internal);
+    if (!pending) return;
+    this.#pending.delete(internal);
+    const { res, id } = pending;
+    if (res.writableEnded || res.destroyed) return;
+    const body = JSON.stringify({ ...message, id });
+    res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
+    res.end(body);
   }
 
   async close(): Promise<void> {
-    if (this.#closed) return;
-    this.#closed = true;
+    this.#pending.clear();
     this.onclose?.();
   }
 }

@@ -299,6 +299,65 @@ describe("Streamable HTTP /mcp", () => {
     expect(runs.waiting).toBe(0);
   });
 
+  it("answers two callers' concurrent requests with the same JSON-RPC id each with its own answer, and a notifications/cancelled naming that id stops neither", async () => {
+    // One SDK Server serves every POST (mcp-post.ts PostMux): ids of different callers collide, and a
+    // caller's identity must never reach another caller's request.
+    const alice = await connect("token-alice");
+    const started = await alice.callTool({
+      name: "start_coding_agent",
+      arguments: { project_id: "demo", provider_id: "fake", idempotency_key: "http-same-id", prompt: "hi" },
+    });
+    const { run_id } = started.structuredContent as { run_id: string };
+    const first = await alice.callTool({ name: "observe_coding_agent", arguments: { run_id } });
+    const token = (first.structuredContent as { observation_token: string }).observation_token;
+    const post = (bearer: string, message: Record<string, unknown>) =>
+      fetch(url, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${bearer}`,
+          "content-type": "application/json",
+          accept: "application/json, text/event-stream",
+          "mcp-protocol-version": LATEST_PROTOCOL_VERSION,
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", ...message }),
+      });
+    const observe = (bearer: string) =>
+      post(bearer, {
+        id: 5,
+        method: "tools/call",
+        params: { name: "observe_coding_agent", arguments: { run_id, after_observation_token: token, wait_secs: 30 } },
+      });
+    const aliceWaits = observe("token-alice");
+    await expect.poll(() => runs.waiting, { timeout: 10_000 }).toBe(1);
+    // Bob, same id 5, at the same time: his own answer (not alice's run), while alice's request waits on.
+    const bob = await observe("token-bob");
+    const bobBody = (await bob.json()) as { id: number; result: { isError?: boolean; structuredContent?: unknown } };
+    expect(bobBody.id).toBe(5);
+    expect(bobBody.result.isError).toBe(true);
+    expect(JSON.stringify(bobBody.result)).toContain("not_found");
+    const lists = await post("token-bob", { id: 5, method: "tools/list" });
+    expect(((await lists.json()) as { id: number; result: { tools: unknown[] } }).result.tools.length).toBeGreaterThan(
+      0,
+    );
+    // A cancellation naming id 5 (and the first internal ids) is not delivered to anyone: 202, alice still waits.
+    for (const requestId of [5, 1, 2, 3]) {
+      const cancelled = await post("token-bob", { method: "notifications/cancelled", params: { requestId } });
+      expect(cancelled.status).toBe(202);
+    }
+    expect(runs.waiting).toBe(1);
+    runs.runs
+      .get(run_id)
+      ?.events.push({ seq: 99, at: new Date().toISOString(), kind: "agent_message", text: "x", truncated: false });
+    runs.wake();
+    const aliceBody = (await (await aliceWaits).json()) as {
+      id: number;
+      result: { structuredContent: { run_id: string; events: Array<{ seq: number }> } };
+    };
+    expect(aliceBody.id).toBe(5);
+    expect(aliceBody.result.structuredContent.run_id).toBe(run_id);
+    expect(aliceBody.result.structuredContent.events.map((e) => e.seq)).toContain(99);
+  });
+
   describe("POST checks (the SDK transport's, on the Node request)", () => {
     const alice = { authorization: "Bearer token-alice" };
     const versioned = { ...alice, "mcp-protocol-version": LATEST_PROTOCOL_VERSION };
