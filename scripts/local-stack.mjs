@@ -47,26 +47,32 @@ export function serverConfigToml({
 }
 
 /**
- * Node flags both daemons are launched with here, in the bench and in the
+ * Node flags the daemons are launched with here, in the bench and in the
  * systemd examples: a heap cap makes V8 collect garbage early instead of
  * growing towards its default limit (measured: Runner peak RSS in a 100k-update
  * burst 161 MB without it, 119 MB with it; live heap stays ~16 MB). Hitting the
  * cap would end the daemon, so it is far above what the bounded rings need.
  *
- * V8 sizes the young generation from the old-space cap (semi-space = cap / 128),
- * so the cap alone shrank it to 4 MB: with 500 long-polls parked, scavenges ran
- * so often that the Server spent ~13% of its CPU in GC and the fan-out p99 was
- * 125–150 ms. `--max-semi-space-size=16` restores V8's default young generation
- * (fan-out p99 ~58 ms; burst peak RSS unchanged, Server ~111 MB, Runner ~120 MB).
+ * V8 sizes the young generation from the old-space cap (semi-space = cap / 128
+ * = 4 MB). The Runner gets V8's usual 16 MB back (`--max-semi-space-size=16`).
+ * The Server keeps 4 MB: when it built one SDK Server per POST, 500 parked
+ * long-polls made scavenges ~13% of its CPU at 4 MB (fan-out p99 125–150 ms),
+ * so it had 16 MB too; with one SDK Server for all requests (mcp-post.ts
+ * PostMux) a call allocates far less, and at 4 MB the N=50 × M=1,000 fan-out
+ * cell measured p99 41 ms and peak RSS 144 MB, against 172 MB at 16 MB (the
+ * young generation is committed memory whether or not it holds live objects).
  */
-export const DAEMON_NODE_FLAGS = ["--max-old-space-size=512", "--max-semi-space-size=16"];
+export const DAEMON_NODE_FLAGS = {
+  server: ["--max-old-space-size=512", "--max-semi-space-size=4"],
+  runner: ["--max-old-space-size=512", "--max-semi-space-size=16"],
+};
 
 /**
  * Starts `node BIN args…` in its own process group; each output line goes to
  * `onLine(line)` (stdout and stderr alike).
  */
-export function startDaemon(bin, args, { cwd, env = process.env, onLine = () => {} }) {
-  const child = spawn(process.execPath, [...DAEMON_NODE_FLAGS, bin, ...args], {
+export function startDaemon(bin, args, { cwd, env = process.env, onLine = () => {}, nodeFlags }) {
+  const child = spawn(process.execPath, [...nodeFlags, bin, ...args], {
     cwd,
     env,
     stdio: ["ignore", "pipe", "pipe"],
@@ -92,6 +98,7 @@ export function startServer({ configFile, cwd, env, onLine = () => {}, onSpawn =
     };
   });
   child = startDaemon(BINS.server, ["run", "--config", configFile], {
+    nodeFlags: DAEMON_NODE_FLAGS.server,
     cwd,
     env,
     onLine: (line) => {
@@ -116,7 +123,12 @@ export function startServer({ configFile, cwd, env, onLine = () => {}, onSpawn =
 }
 
 export function startRunner({ configFile, cwd, env, onLine = () => {} }) {
-  return startDaemon(BINS.runner, ["run", "--config", configFile], { cwd, env, onLine });
+  return startDaemon(BINS.runner, ["run", "--config", configFile], {
+    nodeFlags: DAEMON_NODE_FLAGS.runner,
+    cwd,
+    env,
+    onLine,
+  });
 }
 
 /** `webcodex-server token issue … --json`; returns {token, token_id, …}. */

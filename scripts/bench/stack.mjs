@@ -167,7 +167,7 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
   try {
     handles.server = spawnTracked(
       process.execPath,
-      [...DAEMON_NODE_FLAGS, ...(nodeArgs.server ?? []), ...SERVER_RUN(serverConfig)],
+      [...DAEMON_NODE_FLAGS.server, ...(nodeArgs.server ?? []), ...SERVER_RUN(serverConfig)],
       {
         logFile: join(dir, "server.log"),
         cwd: dir,
@@ -177,7 +177,7 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
     if (runner) {
       handles.runner = spawnTracked(
         process.execPath,
-        [...DAEMON_NODE_FLAGS, ...(nodeArgs.runner ?? []), ...RUNNER_RUN(runnerConfig)],
+        [...DAEMON_NODE_FLAGS.runner, ...(nodeArgs.runner ?? []), ...RUNNER_RUN(runnerConfig)],
         {
           logFile: join(dir, "runner.log"),
           cwd: dir,
