@@ -276,7 +276,7 @@ async function exec(parsed: Parsed): Promise<number> {
   const json = parsed.flags.has("--json");
 
   const [{ openDispatchStore }, { RunManager }] = await Promise.all([
-    import("./dispatch-store.js"),
+    import("./dispatch-store-open.js"),
     import("./run-manager.js"),
   ]);
   // A throwaway store: exec never touches the daemon's state dir.

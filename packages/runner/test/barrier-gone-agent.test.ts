@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { AcpTurn } from "../src/acp-turn.js";
-import { openDispatchStore } from "../src/dispatch-store.js";
+import { openDispatchStore } from "../src/dispatch-store-open.js";
 import { silentLogger } from "../src/logger.js";
 import { Run } from "../src/run-record.js";
 import type { AgentChild, ChildExit } from "../src/spawn.js";

@@ -12,7 +12,7 @@ import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
 import { ConfigError, parseConfig } from "../src/config.js";
 import { startDaemon } from "../src/daemon.js";
-import { openDispatchStore } from "../src/dispatch-store.js";
+import { openDispatchStore } from "../src/dispatch-store-open.js";
 import { switchUserSupportFrom } from "../src/run-as.js";
 import { FAKE_AGENT, REPO_ROOT } from "./support/harness.js";
 

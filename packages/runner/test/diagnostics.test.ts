@@ -14,7 +14,7 @@ import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
 import { prepareStore } from "../src/daemon.js";
 import { diagnosticsDir, diagnosticsFile, STDERR_TAIL_BYTES } from "../src/diagnostics.js";
-import { openDispatchStore } from "../src/dispatch-store.js";
+import { openDispatchStore } from "../src/dispatch-store-open.js";
 import { FAKE_AGENT, makeWorkspace, newManager, REPO_ROOT, runToEnd, writeConfig } from "./support/harness.js";
 
 const SECRET = "s3cr3t-token-value-42";

@@ -5,7 +5,7 @@ import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { ConfigError, parseConfig } from "../src/config.js";
 import { retentionOf, scheduleRetention } from "../src/daemon.js";
-import { openDispatchStore } from "../src/dispatch-store.js";
+import { openDispatchStore } from "../src/dispatch-store-open.js";
 import { FAKE_AGENT_BIN } from "./crash-matrix-harness.js";
 
 const dirs: string[] = [];

@@ -10,7 +10,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { base32 } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { openDispatchStore, type SqliteDispatchStore } from "../src/dispatch-store.js";
+import type { SqliteDispatchStore } from "../src/dispatch-store.js";
+import { openDispatchStore } from "../src/dispatch-store-open.js";
 import { fingerprintPrefix, runKey, TOMBSTONE_BYTES_PER_RUN } from "../src/tombstone.js";
 
 const dirs: string[] = [];

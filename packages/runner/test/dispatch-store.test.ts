@@ -3,14 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import {
-  openDispatchStore,
-  SCHEMA_VERSION,
-  type SqliteDispatchStore,
-  STORE_DB_FILE,
-  STORE_MARKER_FILE,
-  StoreRefusedError,
-} from "../src/dispatch-store.js";
+import { SCHEMA_VERSION, type SqliteDispatchStore } from "../src/dispatch-store.js";
+import { openDispatchStore, STORE_DB_FILE, STORE_MARKER_FILE, StoreRefusedError } from "../src/dispatch-store-open.js";
 import { RECOVERED_LOST_MESSAGE, recoverStore } from "../src/recovery.js";
 
 const dirs: string[] = [];

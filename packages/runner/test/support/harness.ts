@@ -10,7 +10,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { base32, type RunEvent, RunEvent as RunEventSchema, type RunSummary } from "@webcodex/protocol";
 import { parseConfig, type RunnerConfig } from "../../src/config.js";
-import { openDispatchStore } from "../../src/dispatch-store.js";
+import { openDispatchStore } from "../../src/dispatch-store-open.js";
 import type { DispatchStore } from "../../src/dispatch-store-types.js";
 import { RunManager, type RunManagerOptions } from "../../src/run-manager.js";
 import type { RunStartRequest } from "../../src/run-service.js";
