@@ -40,12 +40,13 @@ import type { AuditLog } from "./audit.js";
 import { isLoopbackHost } from "./config.js";
 import { PostMux, readMcpPost, sendJsonRpcError } from "./mcp-post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./mcp-resource.js";
-import { McpTools, type StartHooks, type ToolModule } from "./mcp-tools.js";
+import { McpTools, type StartHooks } from "./mcp-tools.js";
 import { ObserveLimits } from "./observe-limits.js";
 import { RefusalLog } from "./refusal-log.js";
 import type { Principal, RunsApi } from "./runs-api.js";
 import { bearerToken } from "./tokens.js";
 import { checkArgumentShape } from "./tool-arguments.js";
+import type { ToolModule } from "./tool-shared.js";
 
 /** Largest HTTP request body /mcp accepts (a 64 KiB prompt JSON-escaped fits with room). */
 export const MCP_MAX_BODY_BYTES = 1024 * 1024;

@@ -1,37 +1,14 @@
 /**
- * The three model-facing MCP tools (DESIGN §6.3): closed zod input schemas,
- * exact output schemas, and one `call()` that validates, checks authority,
+ * The three model-facing MCP tools (DESIGN §6.3) and the tool modules next
+ * to them: one `call()` that validates, checks authority,
  * calls the RunsApi and writes an audit row. Transport-free: mcp-http.ts and
- * the tests drive it with an already-authenticated Principal.
- *
- * Results are `structuredContent` plus the same JSON as one text block.
- * Tool-level errors are `isError: true` results whose text is
- * `{"error":{code,message,recovery_kind}}` and which carry no
- * structuredContent (it would not match the tool's outputSchema, and the
- * SDK client validates structuredContent against it).
+ * the tests drive it with an already-authenticated Principal. The schemas
+ * are in run-tool-schemas.ts; the result and error envelopes every tool
+ * module shares, in tool-shared.ts.
  */
 
 import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprotocol/sdk/types.js";
-import {
-  ConfigMap,
-  ConfigOptionId,
-  EffectiveConfigEntry,
-  ExecutionState,
-  FailureKindSchema,
-  MAX_EFFECTIVE_CONFIG_ENTRIES,
-  MAX_OBSERVE_WAIT_SECS,
-  MAX_PROMPT_BYTES,
-  MAX_RUN_TIMEOUT_SECS,
-  MIN_RUN_TIMEOUT_SECS,
-  ProjectId,
-  ProviderId,
-  RecoveryKind,
-  RunEvent,
-  RunId,
-  RunState,
-  StopReason,
-  utf8Length,
-} from "@webcodex/protocol";
+import { utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { AuditLog, AuditOutcome } from "./audit.js";
@@ -40,15 +17,27 @@ import { checkStartGrant, checkToolScope } from "./authority.js";
 import { readProjectsResource } from "./mcp-resource.js";
 import type { ObserveLimits } from "./observe-limits.js";
 import {
-  type AdmissionHooks,
-  type ApiError,
-  type ApiResult,
-  OpaqueKey,
-  type Principal,
-  type RunsApi,
-} from "./runs-api.js";
-import { SESSION_ID_PATTERN } from "./session-service.js";
+  CancelToolInput,
+  CancelToolOutput,
+  ObserveToolInput,
+  ObserveToolOutput,
+  StartToolInput,
+  StartToolOutput,
+} from "./run-tool-schemas.js";
+import type { AdmissionHooks, ApiError, ApiResult, Principal, RunsApi } from "./runs-api.js";
 import { checkArgumentShape } from "./tool-arguments.js";
+import {
+  apiError,
+  errorResult,
+  fail,
+  ok,
+  parseToolInput,
+  stripUndefined,
+  type ToolCallOutcome,
+  type ToolModule,
+  type ToolSpec,
+  toolDefinition,
+} from "./tool-shared.js";
 
 export const TOOL_NAMES = {
   start: "start_coding_agent",
@@ -57,122 +46,7 @@ export const TOOL_NAMES = {
 } as const;
 export type ToolName = (typeof TOOL_NAMES)[keyof typeof TOOL_NAMES];
 
-const Prompt = z
-  .string()
-  .min(1)
-  .max(MAX_PROMPT_BYTES)
-  .refine((s) => utf8Length(s) <= MAX_PROMPT_BYTES, { message: `must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes` })
-  .describe(`The task for the coding agent, at most ${MAX_PROMPT_BYTES} UTF-8 bytes.`);
-
-export const StartToolInput = z
-  .object({
-    project_id: ProjectId.describe("A project id from the webcodex://projects resource."),
-    provider_id: ProviderId.describe("A provider id that project's Runner advertises (webcodex://projects)."),
-    idempotency_key: OpaqueKey.describe(
-      "Chosen by you, unique per intended run. Retrying with the same key and the same inputs returns the same run instead of starting a second one.",
-    ),
-    prompt: Prompt,
-    config: ConfigMap.optional().describe(
-      "Provider config option values (only ids the provider lists in allowed_config_options).",
-    ),
-    timeout_secs: z
-      .number({ error: (issue) => (issue.code === "invalid_type" ? "must be an integer" : undefined) })
-      .int({ error: "must be an integer" })
-      .min(MIN_RUN_TIMEOUT_SECS)
-      .max(MAX_RUN_TIMEOUT_SECS)
-      .optional()
-      .describe("Run deadline; the Runner clamps it to its own maximum."),
-    workflow_session_id: z
-      .string()
-      .regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters")
-      .optional()
-      .describe(
-        "Record this run's lifecycle (started, waiting for permission, terminal; never bodies) in your workflow session on the same project.",
-      ),
-    context_session_id: z
-      .string()
-      .regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters")
-      .optional()
-      .describe(
-        "Start from your workflow session's handoff and goal on the same project (needs runtime:read): quoted before the prompt as context, not instructions.",
-      ),
-  })
-  .strict();
-export type StartToolInput = z.infer<typeof StartToolInput>;
-
-export const StartToolOutput = z
-  .object({
-    run_id: RunId,
-    state: RunState,
-    execution_state: ExecutionState,
-    replayed: z.boolean(),
-    observation_token: z.string(),
-  })
-  .strict();
-
-export const ObserveToolInput = z
-  .object({
-    run_id: RunId,
-    after_observation_token: z
-      .string()
-      .min(1)
-      .max(1024)
-      .optional()
-      .describe("The observation_token of the previous result for this run; omit for a bounded baseline."),
-    wait_secs: z
-      .number()
-      .min(0)
-      .max(MAX_OBSERVE_WAIT_SECS)
-      .optional()
-      .describe(
-        `Wait up to this long (≤ ${MAX_OBSERVE_WAIT_SECS}) for something new; returns as soon as anything exists.`,
-      ),
-  })
-  .strict();
-export type ObserveToolInput = z.infer<typeof ObserveToolInput>;
-
-/** A run's status as the tools report it: observe's output and an agent task attempt's run outcome extend it. */
-export const RunStatusFields = z.object({
-  run_id: RunId,
-  state: RunState,
-  execution_state: ExecutionState,
-  stop_reason: StopReason.optional(),
-  failure_kind: FailureKindSchema.optional(),
-  recovery_kind: RecoveryKind,
-  message: z.string().optional(),
-});
-
-export const ObserveToolOutput = RunStatusFields.extend({
-  events: z.array(RunEvent),
-  observation_token: z.string(),
-  history_lost: z.boolean(),
-  has_more: z.boolean(),
-  runner_offline: z.boolean().optional(),
-  effective_config: z.array(EffectiveConfigEntry).max(MAX_EFFECTIVE_CONFIG_ENTRIES),
-}).strict();
-
-export const CancelToolInput = z.object({ run_id: RunId }).strict();
-export type CancelToolInput = z.infer<typeof CancelToolInput>;
-
-export const CancelToolOutput = z
-  .object({
-    run_id: RunId,
-    state: RunState,
-    cancel_requested: z.boolean(),
-    already_terminal: z.boolean(),
-  })
-  .strict();
-
-export interface ToolSpec<N extends string = ToolName> {
-  name: N;
-  title: string;
-  description: string;
-  input: z.ZodType;
-  output: z.ZodType;
-  annotations: NonNullable<Tool["annotations"]>;
-}
-
-const TOOL_SPECS: readonly ToolSpec[] = [
+const TOOL_SPECS: readonly ToolSpec<ToolName>[] = [
   {
     name: TOOL_NAMES.start,
     title: "Start a coding agent run",
@@ -208,23 +82,6 @@ const TOOL_SPECS: readonly ToolSpec[] = [
   },
 ];
 
-function jsonSchema(schema: z.ZodType, io: "input" | "output"): Tool["inputSchema"] {
-  // draft-7 like the SDK's own McpServer, so SDK clients (Ajv) validate it as-is.
-  return z.toJSONSchema(schema, { target: "draft-7", io }) as Tool["inputSchema"];
-}
-
-/** A tools/list entry for one spec: input and output schema. */
-export function toolDefinition(spec: ToolSpec<string>): Tool {
-  return {
-    name: spec.name,
-    title: spec.title,
-    description: spec.description,
-    inputSchema: jsonSchema(spec.input, "input"),
-    outputSchema: jsonSchema(spec.output, "output") as NonNullable<Tool["outputSchema"]>,
-    annotations: spec.annotations,
-  };
-}
-
 let definitions: Tool[] | null = null;
 
 /** The three run tools, each with input and output schema (computed once). */
@@ -233,116 +90,8 @@ export function toolDefinitions(): Tool[] {
   return definitions;
 }
 
-/**
- * More tools registered next to the run tools (agent tasks, workflow sessions), each in its own
- * file. Calls go through McpTools.call, so they get the same error envelope, the same
- * catch-all for unexpected failures and one audit row each.
- */
-export interface ToolModule {
-  readonly specs: readonly ToolSpec<string>[];
-  call(principal: Principal, name: string, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome>;
-}
-
 export function isToolName(name: string): name is ToolName {
   return TOOL_SPECS.some((s) => s.name === name);
-}
-
-/** Default recovery advice for codes raised by this layer. */
-const RECOVERY_FOR: Record<ApiError["code"], z.infer<typeof RecoveryKind>> = {
-  unauthorized: "none",
-  forbidden: "none",
-  not_found: "none",
-  invalid_input: "fix_input",
-  idempotency_conflict: "fix_input",
-  runner_unavailable: "retry_same",
-  provider_unavailable: "fix_input",
-  stale_runner: "retry_same",
-  stale_provider: "retry_same",
-  capacity: "retry_same",
-  start_in_progress: "retry_same",
-  invalid_observation_token: "reobserve",
-  too_many_observers: "wait",
-  stale_claim: "reconcile",
-  claim_conflict: "wait",
-  version_conflict: "reobserve",
-  internal: "none",
-};
-
-export function apiError(code: ApiError["code"], message: string): ApiError {
-  return { code, message, recovery_kind: RECOVERY_FOR[code] };
-}
-
-/** Unknown or config key names are cut to this many characters in error messages... */
-export const MAX_ECHOED_KEY_LENGTH = 64;
-/** ...and at most this many unknown keys are named ("and N more" for the rest). */
-export const MAX_ECHOED_UNKNOWN_KEYS = 8;
-
-function cutKey(key: string): string {
-  return key.length > MAX_ECHOED_KEY_LENGTH ? `${key.slice(0, MAX_ECHOED_KEY_LENGTH)}…` : key;
-}
-
-/** A field path for a message: schema field names as they are; a config key only when it is a valid option id. */
-function describePath(path: readonly PropertyKey[]): string {
-  return path
-    .map((seg, i) => {
-      const name = String(seg);
-      if (i === 1 && path[0] === "config" && !ConfigOptionId.safeParse(name).success) return "<invalid option id>";
-      return cutKey(name);
-    })
-    .join(".");
-}
-
-/**
- * Turn a zod failure into one secret-free message. Unknown keys come first and
- * are named (each cut to MAX_ECHOED_KEY_LENGTH, at most MAX_ECHOED_UNKNOWN_KEYS of
- * them); otherwise the first issue's field path and reason. Input values are never echoed.
- */
-export function describeInputError(error: z.ZodError, args?: unknown): string {
-  const unknown: string[] = [];
-  for (const issue of error.issues) {
-    if (issue.code === "unrecognized_keys") {
-      const prefix = issue.path.length > 0 ? `${describePath(issue.path)}.` : "";
-      for (const key of issue.keys) unknown.push(`${prefix}${cutKey(key)}`);
-    }
-  }
-  if (unknown.length > 0) {
-    const shown = unknown.slice(0, MAX_ECHOED_UNKNOWN_KEYS).map((k) => `'${k}'`);
-    const more = unknown.length - shown.length;
-    const names = more > 0 ? `${shown.join(", ")} and ${more} more` : shown.join(", ");
-    return `unknown field${unknown.length > 1 ? "s" : ""} ${names} not allowed`;
-  }
-  const issue = error.issues[0];
-  if (!issue) return "invalid arguments";
-  const path = issue.path.length > 0 ? describePath(issue.path) : "arguments";
-  let reason = issue.message;
-  if (issue.code === "invalid_type") {
-    // zod does not keep the input on an issue: look the field up to tell "missing" from "wrong type".
-    if (valueAt(args, issue.path) === undefined) reason = "required";
-    else if (reason.startsWith("Invalid input: expected ")) reason = `must be ${withArticle(issue.expected)}`;
-  }
-  if (issue.code === "too_big" && path === "prompt") reason = `must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes`;
-  return `${path}: ${reason}`;
-}
-
-/** The value at a zod issue path inside `root`, or undefined (own properties only). */
-function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
-  let cur = root;
-  for (const seg of path) {
-    if (typeof cur !== "object" || cur === null || !Object.hasOwn(cur, seg)) return undefined;
-    cur = (cur as Record<PropertyKey, unknown>)[seg];
-  }
-  return cur;
-}
-
-function withArticle(expected: string): string {
-  if (expected === "int") return "an integer";
-  return /^[aeiou]/.test(expected) ? `an ${expected}` : `a ${expected}`;
-}
-
-export function parseToolInput<T>(schema: z.ZodType<T>, args: unknown): ApiResult<T> {
-  const result = schema.safeParse(args ?? {});
-  if (result.success) return { ok: true, value: result.data };
-  return { ok: false, error: apiError("invalid_input", describeInputError(result.error, args ?? {})) };
 }
 
 /** UTF-8 size of the arguments as JSON; 0 when they cannot be serialized (refused by their shape first). */
@@ -353,14 +102,6 @@ function jsonBytes(value: unknown, shapeOk: boolean): number {
   } catch {
     return 0;
   }
-}
-
-export function successResult(value: Record<string, unknown>): CallToolResult {
-  return { content: [{ type: "text", text: JSON.stringify(value) }], structuredContent: value };
-}
-
-export function errorResult(error: ApiError & { available_providers?: unknown }): CallToolResult {
-  return { content: [{ type: "text", text: JSON.stringify({ error }) }], isError: true };
 }
 
 /**
@@ -390,13 +131,6 @@ export interface McpToolsOptions {
   logger: Logger;
   /** Monotonic milliseconds; injectable for tests. */
   now?: () => number;
-}
-
-export interface ToolCallOutcome {
-  result: CallToolResult;
-  /** `ok` or the error code, as audited. */
-  outcome: AuditOutcome;
-  run_id: string | null;
 }
 
 export class McpTools {
@@ -658,21 +392,6 @@ export class McpTools {
       available_providers: project.providers.map((p) => ({ provider_id: p.provider_id, name: p.name })),
     };
   }
-}
-
-export function ok(value: Record<string, unknown>, runId: string | null): ToolCallOutcome {
-  return { result: successResult(value), outcome: "ok", run_id: runId };
-}
-
-export function fail(error: ApiError, runId: string | null): ToolCallOutcome {
-  return { result: errorResult(error), outcome: error.code, run_id: runId };
-}
-
-/** exactOptionalPropertyTypes: drop keys whose value is undefined. */
-export function stripUndefined<T extends object>(value: T): { [K in keyof T]: Exclude<T[K], undefined> } {
-  const out: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(value)) if (v !== undefined) out[k] = v;
-  return out as { [K in keyof T]: Exclude<T[K], undefined> };
 }
 
 /** A secret-free description of an unexpected failure: the error class, and for zod the failing field path. */

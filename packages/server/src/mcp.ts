@@ -9,7 +9,6 @@ import { isLoopbackHost } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { SqliteAuditLog } from "./audit.js";
 import { createMcpHttpHandler } from "./mcp-http.js";
-import type { ToolModule } from "./mcp-tools.js";
 import { createOAuth } from "./oauth/index.js";
 import { OAUTH_TEST_CLOCK_ENV, oauthClock, oauthTestClockSkew } from "./oauth/test-clock.js";
 import { ObserveLimits } from "./observe-limits.js";
@@ -22,6 +21,7 @@ import { TaskService } from "./task-service.js";
 import { TaskStore } from "./task-store.js";
 import { TaskTools } from "./task-tools.js";
 import { createAuthenticator, TokenStore } from "./tokens.js";
+import type { ToolModule } from "./tool-shared.js";
 
 /** The OAuth clock, with the test-only skew (test-clock.ts) refused off loopback and logged when armed. */
 function checkedOAuthClock(host: string, log: Logger): () => number {

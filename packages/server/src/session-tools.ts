@@ -7,10 +7,10 @@
  */
 import { ProjectId, RunId, utf8Length } from "@webcodex/protocol";
 import { z } from "zod";
-import { fail, ok, parseToolInput, type ToolCallOutcome, type ToolModule, type ToolSpec } from "./mcp-tools.js";
 import type { Principal } from "./runs-api.js";
 import { MAX_GOAL_BYTES, MAX_HANDOFF_BYTES, SESSION_ID_PATTERN, type SessionService } from "./session-service.js";
 import { EVIDENCE_KINDS } from "./session-store.js";
+import { fail, ok, parseToolInput, type ToolCallOutcome, type ToolModule, type ToolSpec } from "./tool-shared.js";
 
 export const SESSION_TOOL_NAMES = {
   create: "create_workflow_session",

@@ -21,23 +21,22 @@ import {
 } from "@webcodex/protocol";
 import { z } from "zod";
 import { checkStartGrant, checkToolScope } from "./authority.js";
-import {
-  apiError,
-  fail,
-  ok,
-  parseToolInput,
-  RunStatusFields,
-  StartToolOutput,
-  stripUndefined,
-  type ToolCallOutcome,
-  type ToolModule,
-  type ToolSpec,
-} from "./mcp-tools.js";
+import { RunStatusFields, StartToolOutput } from "./run-tool-schemas.js";
 import { OpaqueKey, type Principal } from "./runs-api.js";
 import { SESSION_ID_PATTERN, type SessionService } from "./session-service.js";
 import { ATTEMPT_ID_PATTERN, MAX_ATTEMPT_REF_LENGTH, TASK_ID_PATTERN } from "./task-claim.js";
 import { MAX_LEASE_SECS, MIN_LEASE_SECS, type TaskService } from "./task-service.js";
 import { TASK_OUTCOMES } from "./task-store.js";
+import {
+  apiError,
+  fail,
+  ok,
+  parseToolInput,
+  stripUndefined,
+  type ToolCallOutcome,
+  type ToolModule,
+  type ToolSpec,
+} from "./tool-shared.js";
 
 export const TASK_TOOL_NAMES = {
   create: "create_agent_task",

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { validateStart } from "../src/admission.js";
-import { StartToolInput } from "../src/mcp-tools.js";
+import { StartToolInput } from "../src/run-tool-schemas.js";
 import type { StartInput } from "../src/runs-api.js";
 
 const base: StartInput = { project_id: "demo", provider_id: "fake", idempotency_key: "k", prompt: "hi" };

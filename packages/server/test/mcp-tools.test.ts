@@ -2,16 +2,10 @@ import { MAX_OBSERVE_WAIT_SECS, MAX_PROMPT_BYTES } from "@webcodex/protocol";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { MemoryAuditLog } from "../src/audit.js";
-import {
-  CancelToolInput,
-  McpTools,
-  ObserveToolInput,
-  parseToolInput,
-  StartToolInput,
-  TOOL_NAMES,
-  toolDefinitions,
-} from "../src/mcp-tools.js";
+import { McpTools, TOOL_NAMES, toolDefinitions } from "../src/mcp-tools.js";
 import { ObserveLimits } from "../src/observe-limits.js";
+import { CancelToolInput, ObserveToolInput, StartToolInput } from "../src/run-tool-schemas.js";
+import { parseToolInput } from "../src/tool-shared.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
 const logger = pino({ level: "silent" });
@@ -297,7 +291,7 @@ describe("a run core that throws", () => {
 
 describe("one definition of a run's status in tool outputs", () => {
   it("observe's output and an agent task attempt's run outcome both extend RunStatusFields", async () => {
-    const { ObserveToolOutput, RunStatusFields } = await import("../src/mcp-tools.js");
+    const { ObserveToolOutput, RunStatusFields } = await import("../src/run-tool-schemas.js");
     const { ReconcileOutput } = await import("../src/task-tools.js");
     const status = Object.keys(RunStatusFields.shape);
     expect(status).toEqual([
