@@ -1,7 +1,8 @@
 /**
  * `webcodex session create|update|show`: the workflow-session tools over MCP.
- * `show` prints the handoff and goal (escaped: they are text another run
- * wrote) and the lifecycle evidence entries.
+ * `show` prints the handoff and goal (text another run wrote) and the
+ * lifecycle evidence entries, every field through terminal-text.ts's
+ * escaping (and `--json` through `safeJsonLine`), like the run output.
  */
 import { resolveConnection } from "../args.js";
 import type { CliContext } from "../context.js";
@@ -10,10 +11,10 @@ import { EXIT } from "../exit-codes.js";
 import type { SessionAction } from "../session-args.js";
 import { SessionRead, SessionResult } from "../session-wire.js";
 import type { TaskGlobals } from "../task-args.js";
+import { escapeControls, safeJsonLine } from "../terminal-text.js";
 
-// biome-ignore lint/suspicious/noControlCharactersInRegex: escaping control characters is the point
-const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
-const safe = (s: string) => s.replace(CONTROL, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+/** Everything the Server sent is shown through terminal-text.ts, like the run output. */
+const safe = escapeControls;
 
 export async function sessionCommand(global: TaskGlobals, session: SessionAction, ctx: CliContext): Promise<number> {
   const connection = resolveConnection(global, ctx.env);
@@ -21,7 +22,7 @@ export async function sessionCommand(global: TaskGlobals, session: SessionAction
   if (!client.callTool) throw new CliError("protocol", "this client cannot call the workflow-session tools");
   const call = client.callTool.bind(client);
   const print = (type: string, value: object, text: string[]) =>
-    ctx.stdout.write(global.json ? `${JSON.stringify({ type, ...value })}\n` : `${text.join("\n")}\n`);
+    ctx.stdout.write(global.json ? safeJsonLine({ type, ...value }) : `${text.join("\n")}\n`);
   try {
     switch (session.action) {
       case "create": {
@@ -69,7 +70,7 @@ export async function sessionCommand(global: TaskGlobals, session: SessionAction
           `evidence${r.evidence_dropped > 0 ? ` (${r.evidence_dropped} older entries dropped)` : ""}:`,
           ...r.evidence.map(
             (e) =>
-              `  #${e.seq} ${e.at} ${e.kind} ${e.run_id} · ${e.state}${e.stop_reason ? ` · ${e.stop_reason}` : ""}${e.failure_kind ? ` · ${e.failure_kind}` : ""}`,
+              `  #${e.seq} ${safe(e.at)} ${safe(e.kind)} ${safe(e.run_id)} · ${safe(e.state)}${e.stop_reason ? ` · ${safe(e.stop_reason)}` : ""}${e.failure_kind ? ` · ${safe(e.failure_kind)}` : ""}`,
           ),
           ...(r.has_more
             ? [`  … more: webcodex session show ${r.session_id} --after ${r.evidence.at(-1)?.seq ?? 0}`]
