@@ -34,7 +34,6 @@ import {
   ReadResourceRequestSchema,
   type RequestId,
 } from "@modelcontextprotocol/sdk/types.js";
-import { AjvJsonSchemaValidator } from "@modelcontextprotocol/sdk/validation/ajv";
 import type { Logger } from "pino";
 import type { AuditLog } from "./audit.js";
 import { isLoopbackHost } from "./config.js";
@@ -225,7 +224,6 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const server = new Server(MCP_SERVER_INFO, {
     capabilities: { tools: {}, resources: {} },
     instructions: MCP_INSTRUCTIONS,
-    jsonSchemaValidator: new AjvJsonSchemaValidator(),
   });
   server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools.definitions() }));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
@@ -326,7 +324,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     });
     try {
       await connected;
-      internal = mux.deliver(res, { ...post.message, id: post.request } as JSONRPCMessage & { id: RequestId }, {
+      internal = mux.deliver(res, post.message as JSONRPCMessage & { id: RequestId }, {
         principal,
         signal: abort.signal,
         shapeRefusal: argumentShapeRefusal(post.message),

@@ -81,11 +81,6 @@ export class PostMux<C> implements Transport {
 
   async start(): Promise<void> {}
 
-  /** Requests delivered and not yet answered or abandoned (bounded by the HTTP server's connections). */
-  get pending(): number {
-    return this.#pending.size;
-  }
-
   /**
    * Hand one POST's JSON-RPC request to the Server; its response is written to `res` with the client's
    * `id`. Returns the internal id (for `abandon`).

@@ -26,20 +26,12 @@ export const LINK_REFUSAL_AUDIT_WINDOW_MS = 60_000;
 
 export const RUNNER_TOKEN_PREFIX = "wcr_";
 
+/** runner_link_audit, which this store also writes, is a schema step of the state database (state-schema.ts v7). */
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS runner_tokens (
   runner_id TEXT PRIMARY KEY,
   token_hash TEXT NOT NULL,
   rotated_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS runner_link_audit (
-  id INTEGER PRIMARY KEY AUTOINCREMENT,
-  at TEXT NOT NULL,
-  runner_id TEXT NOT NULL,
-  event TEXT NOT NULL,
-  remote TEXT,
-  conn INTEGER,
-  agent_instance_id TEXT
 );
 `;
 

@@ -20,6 +20,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
+import type { StartHooks } from "./mcp-tools.js";
 import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, Principal, Scope } from "./runs-api.js";
 import {
   DEFAULT_SESSION_MAX_IDLE_SECS,
@@ -319,16 +320,7 @@ export class SessionService {
   }
 
   /** The selectors of start_coding_agent, for McpTools (StartHooks). */
-  startHooks(): {
-    prepare(
-      principal: Principal,
-      input: { project_id: string; prompt: string; workflow_session_id?: string; context_session_id?: string },
-    ): ApiResult<{ prompt: string }>;
-    recorderBind(
-      principal: Principal,
-      input: { workflow_session_id: string; project_id: string; provider_id: string },
-    ): (fences: AdmissionFences) => ApiError | null;
-  } {
+  startHooks(): StartHooks {
     return {
       prepare: (principal, input) => {
         if (input.workflow_session_id !== undefined) {
