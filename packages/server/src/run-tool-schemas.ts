@@ -25,7 +25,7 @@ import {
 } from "@webcodex/protocol";
 import { z } from "zod";
 import { OpaqueKey } from "./runs-api.js";
-import { SESSION_ID_PATTERN } from "./session-service.js";
+import { SessionId } from "./session-tools.js";
 
 const Prompt = z
   .string()
@@ -52,20 +52,12 @@ export const StartToolInput = z
       .max(MAX_RUN_TIMEOUT_SECS)
       .optional()
       .describe("Run deadline; the Runner clamps it to its own maximum."),
-    workflow_session_id: z
-      .string()
-      .regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters")
-      .optional()
-      .describe(
-        "Record this run's lifecycle (started, waiting for permission, terminal; never bodies) in your workflow session on the same project.",
-      ),
-    context_session_id: z
-      .string()
-      .regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters")
-      .optional()
-      .describe(
-        "Start from your workflow session's handoff and goal on the same project (needs runtime:read): quoted before the prompt as context, not instructions.",
-      ),
+    workflow_session_id: SessionId.optional().describe(
+      "Record this run's lifecycle (started, waiting for permission, terminal; never bodies) in your workflow session on the same project.",
+    ),
+    context_session_id: SessionId.optional().describe(
+      "Start from your workflow session's handoff and goal on the same project (needs runtime:read): quoted before the prompt as context, not instructions.",
+    ),
   })
   .strict();
 export type StartToolInput = z.infer<typeof StartToolInput>;

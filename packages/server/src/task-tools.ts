@@ -23,7 +23,8 @@ import { z } from "zod";
 import { checkStartGrant, checkToolScope } from "./authority.js";
 import { RunStatusFields, StartToolOutput } from "./run-tool-schemas.js";
 import { OpaqueKey, type Principal } from "./runs-api.js";
-import { SESSION_ID_PATTERN, type SessionService } from "./session-service.js";
+import type { SessionService } from "./session-service.js";
+import { SessionId } from "./session-tools.js";
 import { ATTEMPT_ID_PATTERN, MAX_ATTEMPT_REF_LENGTH, TASK_ID_PATTERN } from "./task-claim.js";
 import { MAX_LEASE_SECS, MIN_LEASE_SECS, type TaskService } from "./task-service.js";
 import { TASK_OUTCOMES } from "./task-store.js";
@@ -156,11 +157,9 @@ export const StartTaskRunInput = z
     controller_generation: Fence.optional(),
     config: ConfigMap.optional().describe("Provider config option values (allowed_config_options only)."),
     timeout_secs: z.number().int().min(MIN_RUN_TIMEOUT_SECS).max(MAX_RUN_TIMEOUT_SECS).optional(),
-    workflow_session_id: z
-      .string()
-      .regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters")
-      .optional()
-      .describe("Record this run's lifecycle in your workflow session on the same project."),
+    workflow_session_id: SessionId.optional().describe(
+      "Record this run's lifecycle in your workflow session on the same project.",
+    ),
   })
   .strict()
   .superRefine((v, ctx) => {
