@@ -41,7 +41,7 @@ import type {
   RunSyncResult,
   RunUpdateListener,
 } from "./run-service.js";
-import { StageClock } from "./run-timings.js";
+import { type RunTimings, StageClock } from "./run-timings.js";
 import type { AgentChild } from "./spawn.js";
 import { type CancelReason, lost, notStarted, type Terminal } from "./terminal.js";
 import { fingerprintPrefix, wireTombstone } from "./tombstone.js";
@@ -348,7 +348,6 @@ export class RunManager implements RunService {
   async #drive(run: Run, prompt: string, callerConfig: RunStartRequest["config"]): Promise<void> {
     let terminal: Terminal;
     const clock = new StageClock();
-    run.timings = clock.timings;
     const milestone = (stage: Parameters<StageClock["lap"]>[0]): void => {
       clock.lap(stage);
       if (stage === "prompt_write") this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
@@ -368,7 +367,7 @@ export class RunManager implements RunService {
       terminal = lost("transport_lost", FAILURE_SUMMARIES.transport_lost);
     }
     this.#finish(run, terminal);
-    await this.#cleanup(run);
+    await this.#cleanup(run, clock.timings);
   }
 
   // ---- terminal, projection, cleanup ---------------------------------------------------
@@ -423,7 +422,7 @@ export class RunManager implements RunService {
     this.#push(run);
   }
 
-  async #cleanup(run: Run): Promise<void> {
+  async #cleanup(run: Run, timings: RunTimings): Promise<void> {
     try {
       run.conn?.close();
       const child = run.child;
@@ -441,7 +440,7 @@ export class RunManager implements RunService {
           },
           "agent process tree cleaned up",
         );
-        this.#writeDiagnostics(run, child);
+        this.#writeDiagnostics(run, child, timings);
         if (result.survivors > 0) {
           // Keep the group's identity in the store: the next start's reaper must still find it.
           this.#log.error({ run_id: run.run_id, survivors: result.survivors }, "agent processes survived SIGKILL");
@@ -463,7 +462,7 @@ export class RunManager implements RunService {
   }
 
   /** The run's diagnostics file (redacted stderr tail, exit, stage, timings); logged for a failed or lost run. */
-  #writeDiagnostics(run: Run, child: AgentChild): void {
+  #writeDiagnostics(run: Run, child: AgentChild, timings: RunTimings): void {
     const dir = this.#diagnosticsDir;
     if (dir === undefined) return;
     try {
@@ -476,7 +475,7 @@ export class RunManager implements RunService {
         stop_reason: run.stop_reason,
         message: run.message,
         stage: run.stage,
-        timings_ms: run.timings ?? new StageClock().timings,
+        timings_ms: timings,
         exit_code: child.exit?.code ?? null,
         exit_signal: child.exit?.signal ?? null,
         stderr_bytes: child.stderrBytes,

@@ -20,7 +20,6 @@ import type { AgentConfig, ProjectConfig } from "./config.js";
 import type { DispatchRow, TerminalUpdate } from "./dispatch-store-types.js";
 import { EventRing, type RingLimits } from "./event-ring.js";
 import type { EventNormalizer, Redactor } from "./events.js";
-import type { RunTimings } from "./run-timings.js";
 import type { AgentChild } from "./spawn.js";
 import type { CancelReason, PermissionAnswer } from "./terminal.js";
 import type { TextPacer } from "./text-pacer.js";
@@ -44,8 +43,6 @@ export class Run {
   child: AgentChild | null = null;
   /** The run's redactor once its env is resolved (event text, and the stderr tail of its diagnostics). */
   redactor: Redactor | null = null;
-  /** Setup stage durations so far (run-timings.ts). */
-  timings: RunTimings | null = null;
   conn: AcpClientConnection | null = null;
   sessionId: string | null = null;
   stage: SetupStage = "spawn";
