@@ -37,7 +37,7 @@ export type LedgerEvent =
       };
       result: Record<string, { outcome: string; sha256?: string } | boolean>;
     }
-  | { event: "fds"; pid: number; fds: { fd: number; target: string }[] };
+  | { event: "fds"; pid: number; fds: { fd: number; target: string }[]; table_slots: number | null };
 
 /**
  * Append-only, synchronous event log so tests can prove how often a prompt

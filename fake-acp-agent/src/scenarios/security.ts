@@ -168,7 +168,17 @@ export const readCredentials: Scenario = scenario(
   },
 );
 
-/** Lists `/proc/self/fd` (fd → link target) into a ledger `fds` line and one message. */
+/** Slots of this process's descriptor table (FDSize in /proc/self/status), or null where unreadable. */
+function fdTableSlots(): number | null {
+  try {
+    const size = /^FDSize:\s*(\d+)$/m.exec(readFileSync("/proc/self/status", "utf8"))?.[1];
+    return size === undefined ? null : Number(size);
+  } catch {
+    return null;
+  }
+}
+
+/** Lists `/proc/self/fd` (fd → link target) and the table's size into a ledger `fds` line and one message. */
 export const listFds: Scenario = scenario("list_fds", noParams, async (turn) => {
   const fds: { fd: number; target: string }[] = [];
   for (const name of readdirSync("/proc/self/fd")) {
@@ -181,7 +191,7 @@ export const listFds: Scenario = scenario("list_fds", noParams, async (turn) => 
     fds.push({ fd: Number(name), target });
   }
   fds.sort((a, b) => a.fd - b.fd);
-  turn.ledger.append({ event: "fds", pid: process.pid, fds });
+  turn.ledger.append({ event: "fds", pid: process.pid, fds, table_slots: fdTableSlots() });
   await say(turn, `open fds: ${fds.map((f) => f.fd).join(" ")}`);
   return END_TURN;
 });

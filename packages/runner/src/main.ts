@@ -31,6 +31,7 @@ import { ConfigError, loadConfig, type RunnerConfig } from "./config.js";
 import { LOG_LEVELS } from "./config-schema.js";
 import { diagnosticsDir, readDiagnostics } from "./diagnostics.js";
 import { credentialModeWarnings, SAME_USER_WARNING, sameUserAgents } from "./exposure.js";
+import { reserveAgentFdTable } from "./fd-table.js";
 import { closeInheritedFds } from "./inherited-fds.js";
 import { createLogger } from "./logger.js";
 
@@ -403,6 +404,8 @@ async function main(argv: readonly string[]): Promise<number> {
 
 // Descriptors inherited without close-on-exec would reach every agent: close them first (inherited-fds.ts).
 closeInheritedFds();
+// Then size every agent's descriptor table before the first spawn (fd-table.ts).
+reserveAgentFdTable();
 
 main(process.argv.slice(2)).then(
   (code) => {

@@ -6,7 +6,8 @@
  * before the spawn; its own process group (`detached: true`, so pgid = pid);
  * cwd = the project root; stdin/stdout pipes for ACP; stderr drained and
  * discarded (only a byte count is kept); no other descriptor (inherited ones
- * are covered by /dev/null, see inherited-fds.ts). With `run_as` the agent is
+ * are covered by /dev/null, see inherited-fds.ts), in a descriptor table sized
+ * so its start-up need not grow it (fd-table.ts). With `run_as` the agent is
  * started through setpriv as that user (run-as.ts): same pid and group.
  * Cleanup after every run: stdin EOF → grace → SIGTERM to the group → grace →
  * SIGKILL to the tree and the group.
@@ -18,6 +19,7 @@ import { execa } from "execa";
 import treeKill from "tree-kill";
 import type { AgentConfig } from "./config.js";
 import { STDERR_TAIL_BYTES, TailBuffer } from "./diagnostics.js";
+import { reserveAgentFdTable } from "./fd-table.js";
 import { inheritedFdStdio } from "./inherited-fds.js";
 import { listGroupMembers, procIdentitySupported, readStartTime } from "./proc-identity.js";
 import { type RunAs, setprivCommand } from "./run-as.js";
@@ -130,6 +132,8 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
   // Descriptors this process inherited without close-on-exec are covered by /dev/null in the child
   // (execa passes an integer stdio entry to child_process as "dup this fd here"; its types list only 3-9).
   const masked = inheritedFdStdio();
+  // The Runner's command line reserved it at start; a RunManager embedded elsewhere does so here, once.
+  reserveAgentFdTable();
   const stdio = ["pipe", "pipe", "pipe", ...masked.extra] as unknown as ["pipe", "pipe", "pipe", ...("ignore" | 3)[]];
   const subprocess = execa(command.file, command.args, {
     cwd: options.cwd,

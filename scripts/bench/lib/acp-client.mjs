@@ -4,7 +4,12 @@
  */
 import { Readable, Writable } from "node:stream";
 import { client, ndJsonStream } from "@agentclientprotocol/sdk";
+import { reserveAgentFdTable } from "../../../packages/runner/dist/fd-table.js";
 import { spawnTracked, stopTracked } from "./proc.mjs";
+
+// The baseline's agents start with the descriptor table the Runner gives its agents (fd-table.ts), whatever
+// the shell that launched the bench left open: the comparison is of the two paths, not of table sizes.
+reserveAgentFdTable();
 
 /** The environment a Runner would give the agent (env cleared, PATH and HOME mapped). */
 export function agentEnv() {
