@@ -8,14 +8,14 @@
  *
  * - `closeInheritedFds()` — the Runner's command line (main.ts) closes every
  *   such descriptor before anything else runs (it never uses them); only
- *   Node's own IPC channel (NODE_CHANNEL_FD) is kept.
+ *   Node's own IPC channel (NODE_CHANNEL_FD) and V8's perf map are kept.
  * - `inheritedFdStdio()` — for a RunManager embedded in another process: the
  *   descriptors found without FD_CLOEXEC at its first spawn are covered in
  *   every child by /dev/null (stdio entries 3…n), up to MAX_MASKED_FD.
  *
  * Linux only (/proc/self/fdinfo); elsewhere both do nothing.
  */
-import { closeSync, openSync, readdirSync, readFileSync } from "node:fs";
+import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 
 /** O_CLOEXEC as shown in the octal `flags:` line of /proc/self/fdinfo/N. */
 const O_CLOEXEC = 0o2000000;
@@ -46,12 +46,25 @@ export function scanInheritableFds(): number[] {
   return out.sort((a, b) => a - b);
 }
 
-/** Close every inherited descriptor but Node's IPC channel. Returns how many were closed. */
+/**
+ * Whether `fd` is the map V8 writes for `perf` (node --perf-basic-prof): V8 opens it without
+ * close-on-exec before any JS runs, and writes to that number for the life of the process, so
+ * closing it would send V8's lines into whatever file reuses the number (the dispatch store).
+ */
+function isOwnPerfMap(fd: number): boolean {
+  try {
+    return readlinkSync(`/proc/self/fd/${fd}`) === `/tmp/perf-${process.pid}.map`;
+  } catch {
+    return false;
+  }
+}
+
+/** Close every inherited descriptor but Node's IPC channel (and V8's own perf map). Returns how many were closed. */
 export function closeInheritedFds(env: NodeJS.ProcessEnv = process.env): number {
   const channel = Number(env.NODE_CHANNEL_FD);
   let closed = 0;
   for (const fd of scanInheritableFds()) {
-    if (fd === channel) continue;
+    if (fd === channel || isOwnPerfMap(fd)) continue;
     try {
       closeSync(fd);
       closed++;

@@ -99,6 +99,45 @@ describe("inherited descriptors", () => {
     }
   });
 
+  test("the Runner started with node --perf-basic-prof keeps V8's perf map open and whole", async () => {
+    // V8 opens /tmp/perf-PID.map without close-on-exec; closing it at start let V8 write its later
+    // lines into whichever file took the number next, and left the map without any of them.
+    const ws = makeWorkspace();
+    let mapFile: string | undefined;
+    try {
+      writeConfig(ws);
+      const child = spawn(
+        process.execPath,
+        [
+          "--perf-basic-prof",
+          "--interpreted-frames-native-stack",
+          BIN,
+          "exec",
+          "--config",
+          join(ws.dir, "runner.toml"),
+          "--project",
+          "demo",
+          "--provider",
+          "fake",
+          "scenario: hello",
+        ],
+        { stdio: ["ignore", "ignore", "pipe"] },
+      );
+      mapFile = `/tmp/perf-${child.pid}.map`;
+      let stderr = "";
+      child.stderr?.setEncoding("utf8").on("data", (d: string) => {
+        stderr += d;
+      });
+      const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
+      expect(code, stderr).toBe(0);
+      // Functions first compiled once the run is under way, long after the start-up closed descriptors.
+      expect(readFileSync(mapFile, "utf8")).toMatch(/packages\/runner\/dist\/acp-turn\.js/);
+    } finally {
+      if (mapFile) rmSync(mapFile, { force: true });
+      ws.cleanup();
+    }
+  });
+
   test("spawnAgent in a process that still holds them covers them with /dev/null in the child", async () => {
     const script = `
       import { spawnAgent } from ${JSON.stringify(SPAWN_JS)};
