@@ -360,7 +360,12 @@ export class Admission {
       const rec = this.#ctx.store.get(runId);
       let latest = rec;
       if (rec && rec.admission !== "admitted") {
-        latest = this.#ctx.store.update(runId, { admission: "admitted", ...this.#ctx.noRegress(rec, frame.run) });
+        // No fsync of its own (state-store.ts): losing it to an OS crash leaves the record `sent`, and a
+        // `sent` record is re-sent with the same run_id, which the Runner answers with this run (§6.1).
+        // The next FULL commit makes it durable; the caller's answer need not wait for a disk flush.
+        latest = this.#ctx.store.atomicallyWithoutFsync(() =>
+          this.#ctx.store.update(runId, { admission: "admitted", ...this.#ctx.noRegress(rec, frame.run) }),
+        );
       }
       const mirror = this.#ctx.mirrors.getOrCreate(runId);
       if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);

@@ -1,7 +1,8 @@
 /**
  * What is durable before `run.start` leaves (DESIGN §6.1: durably record the admission intent → send).
  * The intent commits without an fsync of its own; the `sent` commit that follows it is FULL (it fsyncs
- * the WAL, the intent included) and happens before the frame is written. In-process Server (real
+ * the WAL, the intent included) and happens before the frame is written. The Runner's answer
+ * (`admitted`) commits without one too: a `sent` record is re-sent with the same run_id. In-process Server (real
  * SQLite), the Runner's real link.ts over a real WebSocket, an in-memory RunService that looks at the
  * database through a second connection when run.start arrives.
  */
@@ -78,7 +79,12 @@ describe("admission durability before run.start", () => {
     ]);
     expect(before[1]?.sql).toMatch(/SET admission = @admission, updated_at = @updated_at WHERE/);
     expect(seenByOtherConnection).toEqual({ admission: "sent" });
-    // The connection is back at FULL for everything after (the `admitted` answer, state changes).
+    // The Runner's answer (`admitted`) commits without an fsync of its own: lost to an OS crash, the
+    // record is `sent` again, which a replay re-sends and the Runner answers with the same run.
+    const after = writes.slice(arrived + 1) as Write[];
+    expect(after[0]?.sql).toMatch(/^UPDATE admission_records/);
+    expect(after[0]?.level).toBe(1);
+    // The connection is back at FULL for everything after (state changes).
     expect(harness.server.store.db.pragma("synchronous", { simple: true })).toBe(2);
     expect(harness.server.store.get(started.ok ? started.value.run_id : "")?.admission).toBe("admitted");
   });
