@@ -6,6 +6,7 @@
  */
 import { randomUUID } from "node:crypto";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { openBareSession } from "../lib/acp-client.mjs";
 import { LedgerReader } from "../lib/ledger.mjs";
 import { fakeAgentArgv } from "../lib/paths.mjs";
@@ -20,6 +21,30 @@ import { makeTempDir } from "../lib/tmp.mjs";
  * session/prompt), taking CPU from the agent it times on a 2-core machine.
  */
 const LEDGER_POLL_MS = 25;
+
+/**
+ * After each of ours, the bench waits for that run's agent to have exited and the Runner's cleanup to
+ * have run, so ours' teardown (the exit handling, the group check) never shares the CPU with the next
+ * bare run's agent start-up. Bounded: a hung exit only costs this much, then the bench goes on.
+ */
+const AGENT_EXIT_WAIT_MS = 2_000;
+const AGENT_EXIT_POLL_MS = 5;
+const CLEANUP_SETTLE_MS = 20;
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function agentGone(pid) {
+  const deadline = Date.now() + AGENT_EXIT_WAIT_MS;
+  while (typeof pid === "number" && alive(pid) && Date.now() < deadline) await sleep(AGENT_EXIT_POLL_MS);
+  await sleep(CLEANUP_SETTLE_MS);
+}
 
 function helloPrompt() {
   return `scenario: hello\nbench-nonce ${randomUUID()}`;
@@ -48,6 +73,7 @@ async function oursOnce(stack, mcp) {
   if (!started.ok) return { error: started.error };
   const entry = await stack.ledger.waitFor(prompt, 15_000, { pollMs: LEDGER_POLL_MS });
   const final = await mcp.observeToEnd(started.value.run_id, started.value.observation_token, 15_000);
+  await agentGone(entry.pid);
   return {
     ms: entry.hr_ms - t0,
     run_id: started.value.run_id,
