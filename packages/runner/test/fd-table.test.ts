@@ -13,10 +13,9 @@ import { promisify } from "node:util";
 import { describe, expect, test } from "vitest";
 import { AGENT_FD_TABLE_SLOTS, reserveAgentFdTable } from "../src/fd-table.js";
 import { scanInheritableFds } from "../src/inherited-fds.js";
-import { makeWorkspace, REPO_ROOT, writeConfig } from "./support/harness.js";
+import { execArgs, makeWorkspace, REPO_ROOT, writeConfig } from "./support/harness.js";
 
 const run = promisify(execFile);
-const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 const SPAWN_JS = join(REPO_ROOT, "packages/runner/dist/spawn.js");
 const INHERITED_FDS_JS = join(REPO_ROOT, "packages/runner/dist/inherited-fds.js");
 
@@ -33,17 +32,7 @@ describe("the agent's descriptor table", () => {
     const ws = makeWorkspace();
     try {
       writeConfig(ws);
-      await run(process.execPath, [
-        BIN,
-        "exec",
-        "--config",
-        join(ws.dir, "runner.toml"),
-        "--project",
-        "demo",
-        "--provider",
-        "fake",
-        "scenario: list_fds",
-      ]);
+      await run(process.execPath, execArgs(ws, "scenario: list_fds"));
       const entry = readFileSync(ws.ledger, "utf8")
         .trim()
         .split("\n")

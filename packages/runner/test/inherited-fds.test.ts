@@ -14,9 +14,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
 import { scanInheritableFds } from "../src/inherited-fds.js";
-import { makeWorkspace, REPO_ROOT, writeConfig } from "./support/harness.js";
+import { execArgs, makeWorkspace, REPO_ROOT, writeConfig } from "./support/harness.js";
 
-const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 const SPAWN_JS = join(REPO_ROOT, "packages/runner/dist/spawn.js");
 const dir = mkdtempSync(join(tmpdir(), "wc-fds-"));
 const secretA = join(dir, "secret-a.txt");
@@ -75,17 +74,7 @@ describe("inherited descriptors", () => {
     const ws = makeWorkspace();
     try {
       writeConfig(ws);
-      const result = await withInheritedFds([
-        BIN,
-        "exec",
-        "--config",
-        join(ws.dir, "runner.toml"),
-        "--project",
-        "demo",
-        "--provider",
-        "fake",
-        "scenario: list_fds",
-      ]);
+      const result = await withInheritedFds(execArgs(ws, "scenario: list_fds"));
       expect(result.code, result.stderr).toBe(0);
       const lines = readFileSync(ws.ledger, "utf8")
         .trim()
@@ -108,19 +97,7 @@ describe("inherited descriptors", () => {
       writeConfig(ws);
       const child = spawn(
         process.execPath,
-        [
-          "--perf-basic-prof",
-          "--interpreted-frames-native-stack",
-          BIN,
-          "exec",
-          "--config",
-          join(ws.dir, "runner.toml"),
-          "--project",
-          "demo",
-          "--provider",
-          "fake",
-          "scenario: hello",
-        ],
+        ["--perf-basic-prof", "--interpreted-frames-native-stack", ...execArgs(ws, "scenario: hello")],
         { stdio: ["ignore", "ignore", "pipe"] },
       );
       mapFile = `/tmp/perf-${child.pid}.map`;

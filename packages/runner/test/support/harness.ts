@@ -18,6 +18,22 @@ import type { RunStartRequest } from "../../src/run-service.js";
 const here = dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = resolve(here, "../../../..");
 export const FAKE_AGENT = join(REPO_ROOT, "fake-acp-agent/bin/fake-acp-agent.js");
+export const RUNNER_BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
+
+/** Arguments after `node` for `webcodex-runner exec` of `prompt` in a workspace's config (project demo, provider fake). */
+export function execArgs(ws: Pick<Workspace, "dir">, prompt: string): string[] {
+  return [
+    RUNNER_BIN,
+    "exec",
+    "--config",
+    join(ws.dir, "runner.toml"),
+    "--project",
+    "demo",
+    "--provider",
+    "fake",
+    prompt,
+  ];
+}
 
 export interface Workspace {
   dir: string;
