@@ -301,8 +301,13 @@ export class SessionService {
     const link = this.#sessions.recorderOf(rec.run_id);
     if (!link) return;
     if (rec.state === "waiting_permission") this.#append(link.session_id, "coding_agent_waiting_permission", rec);
-    else if (isTerminalState(rec.state) && this.#sessions.markTerminal(rec.run_id)) {
-      this.#append(link.session_id, "coding_agent_terminal", rec);
+    else if (isTerminalState(rec.state)) {
+      // The mark and the entry commit together: a failure or a crash between them would leave the run
+      // marked and its terminal entry never written (#catchUp only redoes unmarked runs), and a reader
+      // could see the mark before the entry.
+      this.#sessions.atomically(() => {
+        if (this.#sessions.markTerminal(rec.run_id)) this.#append(link.session_id, "coding_agent_terminal", rec);
+      });
     }
   }
 

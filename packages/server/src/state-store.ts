@@ -259,7 +259,9 @@ export class StateStore {
    * commit survives a crash of this process (kill -9) and reaches the disk with the next FULL commit,
    * which fsyncs the WAL up to its own end. Only for writes that nothing outside this process may act
    * on before a FULL commit follows them — the admission intent, whose `sent` commit comes before
-   * `run.start` leaves (admission.ts). Inside an open transaction the outer commit decides.
+   * `run.start` leaves — or whose loss to an OS crash a later step repairs: the Runner's `admitted`
+   * answer, whose record is left `sent` and re-sent with the same run_id (admission.ts). Inside an
+   * open transaction the outer commit decides.
    */
   atomicallyWithoutFsync<T>(fn: () => T): T {
     if (this.db.inTransaction) return this.atomically(fn);

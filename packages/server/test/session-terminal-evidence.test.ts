@@ -1,0 +1,88 @@
+/**
+ * A recorded run's terminal entry and the mark that says it was written (`terminal_recorded`) commit
+ * together. Before, the mark committed first: an append that failed, or a crash between the two, left
+ * the run marked with no terminal entry, and the start-up catch-up (which redoes unmarked runs only)
+ * never wrote it; a reader could also see the mark before the entry. Real SQLite file through the
+ * Server's StateStore, the listener the Server installs (SessionService), a failed append injected once.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { pino } from "pino";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { SessionService } from "../src/session-service.js";
+import { SessionStore } from "../src/session-store.js";
+import { StateStore } from "../src/state-store.js";
+
+const dirs: string[] = [];
+const stores: StateStore[] = [];
+afterEach(() => {
+  vi.restoreAllMocks();
+  for (const s of stores.splice(0)) s.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+const quiet = pino({ level: "silent" });
+
+function open() {
+  const dir = mkdtempSync(join(tmpdir(), "wc-sess-term-"));
+  dirs.push(dir);
+  const state = new StateStore(dir);
+  stores.push(state);
+  const sessions = new SessionStore(state.db);
+  sessions.insertSession({ session_id: "s1", principal_id: "alice", project_id: "demo", title: "s1" });
+  state.insert({
+    run_id: RUN,
+    principal_id: "alice",
+    project_id: "demo",
+    provider_id: "fake",
+    runner_id: "r1",
+    intent_fingerprint: "f".repeat(64),
+    agent_instance_id: "ai_1",
+    provider_instance_id: "pi_1",
+    store_id: "st_1",
+    admission: "admitted",
+    state: "running",
+    execution_state: "started",
+    stop_reason: null,
+    failure_kind: null,
+    recovery_kind: "wait",
+    message: null,
+  });
+  sessions.linkRun(RUN, "s1");
+  return { state, sessions };
+}
+
+const terminalEntries = (sessions: SessionStore) =>
+  sessions.evidenceAfter("s1", 0, 100).filter((e) => e.kind === "coding_agent_terminal" && e.run_id === RUN);
+
+describe("a recorded run's terminal evidence", () => {
+  it("is written with its mark: a failed append leaves the run unmarked, and the catch-up writes it once", () => {
+    const { state, sessions } = open();
+    new SessionService(sessions, state, quiet);
+    vi.spyOn(sessions, "appendEvidence").mockImplementationOnce(() => {
+      throw new Error("disk I/O error");
+    });
+
+    state.update(RUN, { state: "completed", execution_state: "completed", stop_reason: "end_turn" });
+    expect(terminalEntries(sessions)).toHaveLength(0);
+    expect(sessions.recorderOf(RUN)?.terminal_recorded).toBe(0);
+
+    // A restarted Server: its catch-up finds the unmarked terminal run and writes the entry.
+    new SessionService(sessions, state, quiet);
+    expect(terminalEntries(sessions)).toHaveLength(1);
+    expect(sessions.recorderOf(RUN)?.terminal_recorded).toBe(1);
+    new SessionService(sessions, state, quiet);
+    expect(terminalEntries(sessions)).toHaveLength(1);
+  });
+
+  it("is written once when the run ends normally", () => {
+    const { state, sessions } = open();
+    new SessionService(sessions, state, quiet);
+    state.update(RUN, { state: "failed", execution_state: "outcome_unknown", failure_kind: "provider_exited" });
+    state.update(RUN, { state: "lost" });
+    expect(terminalEntries(sessions)).toHaveLength(1);
+    expect(sessions.recorderOf(RUN)?.terminal_recorded).toBe(1);
+  });
+});
