@@ -98,7 +98,8 @@ describe("inherited descriptors", () => {
       const child = spawn(
         process.execPath,
         ["--perf-basic-prof", "--interpreted-frames-native-stack", ...execArgs(ws, "scenario: hello")],
-        { stdio: ["ignore", "ignore", "pipe"] },
+        // In the workspace: these flags also make V8 write an isolate-*.log into its working directory.
+        { stdio: ["ignore", "ignore", "pipe"], cwd: ws.dir },
       );
       mapFile = `/tmp/perf-${child.pid}.map`;
       let stderr = "";
