@@ -17,7 +17,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import Database from "better-sqlite3";
 
 const REPO = resolve(fileURLToPath(new URL("../..", import.meta.url)));
-const STORE_MODULE = join(REPO, "packages/runner/dist/dispatch-store.js");
+const STORE_MODULE = join(REPO, "packages/runner/dist/store/dispatch-store.js");
 
 function percentile(sorted, p) {
   if (sorted.length === 0) return Number.NaN;

@@ -10,18 +10,22 @@ import { join } from "node:path";
 
 /** @type {{ module: string; file: string; declaration?: string }[]} */
 export const SCOPE = [
-  { module: "run identity and fingerprints", file: "packages/server/src/identity.ts" },
-  { module: "authority / ownership", file: "packages/server/src/authority.ts" },
-  { module: "observation tokens", file: "packages/server/src/observe-token.ts" },
-  { module: "runner recovery", file: "packages/runner/src/recovery.ts" },
+  { module: "run identity and fingerprints", file: "packages/server/src/runs/identity.ts" },
+  { module: "authority / ownership", file: "packages/server/src/principals/authority.ts" },
+  { module: "observation tokens", file: "packages/server/src/runs/observe-token.ts" },
+  { module: "runner recovery", file: "packages/runner/src/store/recovery.ts" },
   {
     module: "dispatch-store phase logic",
-    file: "packages/runner/src/dispatch-store.ts",
+    file: "packages/runner/src/store/dispatch-store.ts",
     declaration: "export class SqliteDispatchStore",
   },
-  { module: "config sequencing", file: "packages/runner/src/config-sequencing.ts" },
-  { module: "env resolution", file: "packages/runner/src/spawn.ts", declaration: "export function resolveChildEnv" },
-  { module: "redaction", file: "packages/runner/src/events.ts", declaration: "export class Redactor" },
+  { module: "config sequencing", file: "packages/runner/src/acp/config-sequencing.ts" },
+  {
+    module: "env resolution",
+    file: "packages/runner/src/process/spawn.ts",
+    declaration: "export function resolveChildEnv",
+  },
+  { module: "redaction", file: "packages/runner/src/events/normalize.ts", declaration: "export class Redactor" },
 ];
 
 /** 1-based inclusive line range of a top-level declaration: its first line to the next line that is exactly "}". */

@@ -3,6 +3,8 @@
  * behind the RunService seam, and the pieces a daemon or a test composes.
  * The CLI lives in main.ts (bin: webcodex-runner).
  */
+
+export { checkCallerKeys, type SequencingResult, sequenceConfig, snapshotConfig } from "./acp/config-sequencing.js";
 export {
   ACP_PROTOCOL_VERSION,
   AcpClientConnection,
@@ -10,7 +12,8 @@ export {
   DEFAULT_MAX_ACP_MESSAGE_BYTES,
   type RequestOutcome,
   type TransportFault,
-} from "./acp-session.js";
+} from "./acp/session.js";
+export { type ProbeResult, probeAgent } from "./commands/probe.js";
 export {
   type AcpConfig,
   type AgentConfig,
@@ -20,14 +23,19 @@ export {
   parseConfig,
   type RunnerConfig,
   type ServerConfig,
-} from "./config.js";
-export { checkCallerKeys, type SequencingResult, sequenceConfig, snapshotConfig } from "./config-sequencing.js";
-export type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate } from "./dispatch-store-types.js";
-export { EventRing, type RingLimits, type RingRead } from "./event-ring.js";
-export { EventNormalizer, REDACTED, Redactor, relativizePath } from "./events.js";
+} from "./config/config.js";
+export { EventNormalizer, REDACTED, Redactor, relativizePath } from "./events/normalize.js";
+export { EventRing, type RingLimits, type RingRead } from "./events/ring.js";
 export { createLogger, type Logger, silentLogger } from "./logger.js";
-export { type ProbeResult, probeAgent } from "./probe.js";
-export { RunManager, type RunManagerOptions, rowToSummary } from "./run-manager.js";
+export {
+  type AgentChild,
+  groupAlive,
+  resolveChildEnv,
+  SpawnError,
+  spawnAgent,
+  type TreeCleanup,
+} from "./process/spawn.js";
+export { RunManager, type RunManagerOptions, rowToSummary } from "./runs/manager.js";
 export type {
   HelloBody,
   RunCancelResult,
@@ -36,5 +44,5 @@ export type {
   RunStartRequest,
   RunSyncResult,
   RunUpdateListener,
-} from "./run-service.js";
-export { type AgentChild, groupAlive, resolveChildEnv, SpawnError, spawnAgent, type TreeCleanup } from "./spawn.js";
+} from "./runs/service.js";
+export type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate } from "./store/types.js";

@@ -27,13 +27,13 @@ import {
   terminalSafe,
   utf8Length,
 } from "@webcodex/protocol";
-import { ConfigError, loadConfig, type RunnerConfig } from "./config.js";
-import { LOG_LEVELS } from "./config-schema.js";
-import { diagnosticsDir, readDiagnostics } from "./diagnostics.js";
-import { credentialModeWarnings, SAME_USER_WARNING, sameUserAgents } from "./exposure.js";
-import { reserveAgentFdTable } from "./fd-table.js";
-import { closeInheritedFds } from "./inherited-fds.js";
+import { ConfigError, loadConfig, type RunnerConfig } from "./config/config.js";
+import { credentialModeWarnings, SAME_USER_WARNING, sameUserAgents } from "./config/exposure.js";
+import { LOG_LEVELS } from "./config/schema.js";
 import { createLogger } from "./logger.js";
+import { reserveAgentFdTable } from "./process/fd-table.js";
+import { closeInheritedFds } from "./process/inherited-fds.js";
+import { diagnosticsDir, readDiagnostics } from "./runs/diagnostics.js";
 
 const USAGE = `usage:
   webcodex-runner run   --config FILE [--new-store]
@@ -161,7 +161,7 @@ async function check(parsed: Parsed): Promise<number> {
   const project = projectId === undefined ? cfg.projects[0] : cfg.projects.find((p) => p.id === projectId);
   if (!project) throw new UsageError(`--project: no project with id ${JSON.stringify(projectId)} in the config`);
 
-  const { probeAgent } = await import("./probe.js");
+  const { probeAgent } = await import("./commands/probe.js");
   out.write(
     `probe ${agent.id}: ${agent.executable} (cwd ${project.root}, env ${Object.keys(agent.envFromEnv).join(", ") || "(empty)"})\n`,
   );
@@ -210,7 +210,7 @@ async function check(parsed: Parsed): Promise<number> {
         : `    NOT satisfiable: ${result.forced.detail}\n`,
     );
   }
-  const { formatVerdict, probeVerdict } = await import("./probe-verdict.js");
+  const { formatVerdict, probeVerdict } = await import("./commands/probe-verdict.js");
   out.write(formatVerdict(probeVerdict({ agent, initialize: init, session, forced: result.forced })));
   return result.forced.ok ? 0 : 1;
 }
@@ -277,8 +277,8 @@ async function exec(parsed: Parsed): Promise<number> {
   const json = parsed.flags.has("--json");
 
   const [{ openDispatchStore }, { RunManager }] = await Promise.all([
-    import("./dispatch-store-open.js"),
-    import("./run-manager.js"),
+    import("./store/open.js"),
+    import("./runs/manager.js"),
   ]);
   // A throwaway store: exec never touches the daemon's state dir.
   const stateDir = mkdtempSync(join(tmpdir(), "webcodex-exec-"));
@@ -349,7 +349,7 @@ async function exec(parsed: Parsed): Promise<number> {
 
 async function run(parsed: Parsed): Promise<number> {
   if (parsed.configFile === null) throw new UsageError("--config FILE is required");
-  const { startDaemon } = await import("./daemon.js");
+  const { startDaemon } = await import("./commands/daemon.js");
   const handle = await startDaemon({ configPath: parsed.configFile, newStore: parsed.flags.has("--new-store") });
   await handle.closed;
   return 0;
@@ -402,9 +402,9 @@ async function main(argv: readonly string[]): Promise<number> {
   }
 }
 
-// Descriptors inherited without close-on-exec would reach every agent: close them first (inherited-fds.ts).
+// Descriptors inherited without close-on-exec would reach every agent: close them first (process/inherited-fds.ts).
 closeInheritedFds();
-// Then size every agent's descriptor table before the first spawn (fd-table.ts).
+// Then size every agent's descriptor table before the first spawn (process/fd-table.ts).
 reserveAgentFdTable();
 
 main(process.argv.slice(2)).then(

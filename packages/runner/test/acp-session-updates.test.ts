@@ -4,9 +4,9 @@
  */
 import type { SessionNotification } from "@agentclientprotocol/sdk";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { AcpClientConnection } from "../src/acp-session.js";
-import { sessionNotificationSchema } from "../src/session-update-schema.js";
-import type { AgentChild } from "../src/spawn.js";
+import { AcpClientConnection } from "../src/acp/session.js";
+import { sessionNotificationSchema } from "../src/acp/session-update-schema.js";
+import type { AgentChild } from "../src/process/spawn.js";
 
 const encoder = new TextEncoder();
 

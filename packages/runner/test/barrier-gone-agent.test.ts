@@ -9,11 +9,11 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { AcpTurn } from "../src/acp-turn.js";
-import { openDispatchStore } from "../src/dispatch-store-open.js";
+import { AcpTurn } from "../src/acp/turn.js";
 import { silentLogger } from "../src/logger.js";
-import { Run } from "../src/run-record.js";
-import type { AgentChild, ChildExit } from "../src/spawn.js";
+import type { AgentChild, ChildExit } from "../src/process/spawn.js";
+import { Run } from "../src/runs/record.js";
+import { openDispatchStore } from "../src/store/open.js";
 import { makeWorkspace, newRunId, writeConfig } from "./support/harness.js";
 
 const ws = makeWorkspace();

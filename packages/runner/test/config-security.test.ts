@@ -10,10 +10,10 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
-import { ConfigError, parseConfig } from "../src/config.js";
-import { startDaemon } from "../src/daemon.js";
-import { openDispatchStore } from "../src/dispatch-store-open.js";
-import { switchUserSupportFrom } from "../src/run-as.js";
+import { startDaemon } from "../src/commands/daemon.js";
+import { ConfigError, parseConfig } from "../src/config/config.js";
+import { switchUserSupportFrom } from "../src/process/run-as.js";
+import { openDispatchStore } from "../src/store/open.js";
 import { FAKE_AGENT, REPO_ROOT } from "./support/harness.js";
 
 const execFileP = promisify(execFile);

@@ -11,7 +11,7 @@ import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { encodeFrame, type HelloFrame, parseRunnerFrame, type RunnerFrame, type ServerFrame } from "@webcodex/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
-import { readProcStat } from "../src/proc-identity.js";
+import { readProcStat } from "../src/process/proc-identity.js";
 
 export const REPO = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
 export const RUNNER_BIN = join(REPO, "packages/runner/bin/webcodex-runner.js");

@@ -12,9 +12,9 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
-import { prepareStore } from "../src/daemon.js";
-import { diagnosticsDir, diagnosticsFile, STDERR_TAIL_BYTES } from "../src/diagnostics.js";
-import { openDispatchStore } from "../src/dispatch-store-open.js";
+import { prepareStore } from "../src/commands/daemon.js";
+import { diagnosticsDir, diagnosticsFile, STDERR_TAIL_BYTES } from "../src/runs/diagnostics.js";
+import { openDispatchStore } from "../src/store/open.js";
 import { FAKE_AGENT, makeWorkspace, newManager, REPO_ROOT, runToEnd, writeConfig } from "./support/harness.js";
 
 const SECRET = "s3cr3t-token-value-42";

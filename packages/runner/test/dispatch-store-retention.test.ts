@@ -3,9 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { ConfigError, parseConfig } from "../src/config.js";
-import { retentionOf, scheduleRetention } from "../src/daemon.js";
-import { openDispatchStore } from "../src/dispatch-store-open.js";
+import { retentionOf, scheduleRetention } from "../src/commands/daemon.js";
+import { ConfigError, parseConfig } from "../src/config/config.js";
+import { openDispatchStore } from "../src/store/open.js";
 import { FAKE_AGENT_BIN } from "./crash-matrix-harness.js";
 
 const dirs: string[] = [];

@@ -12,8 +12,8 @@ import { join } from "node:path";
 import type { RequestPermissionRequest, SessionUpdate } from "@agentclientprotocol/sdk";
 import { MAX_AGENT_STATE_ITEMS, RunEvent, type RunEventBody } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { PENDING_TOOL_HOLD_MS } from "../src/event-coalescer.js";
-import { EventNormalizer, Redactor } from "../src/events.js";
+import { PENDING_TOOL_HOLD_MS } from "../src/events/coalescer.js";
+import { EventNormalizer, Redactor } from "../src/events/normalize.js";
 import { makeWorkspace, newManager, REPO_ROOT, readLedger, runToEnd, writeConfig } from "./support/harness.js";
 
 const ROOT = "/work/p";

@@ -9,10 +9,10 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { describe, expect, test } from "vitest";
-import type { RequestOutcome } from "../src/acp-session.js";
-import { sequenceConfig } from "../src/config-sequencing.js";
-import { EventRing } from "../src/event-ring.js";
-import { EventNormalizer, REDACTED, Redactor, relativizePath } from "../src/events.js";
+import { sequenceConfig } from "../src/acp/config-sequencing.js";
+import type { RequestOutcome } from "../src/acp/session.js";
+import { EventNormalizer, REDACTED, Redactor, relativizePath } from "../src/events/normalize.js";
+import { EventRing } from "../src/events/ring.js";
 
 const msg = (text: string): RunEventBody => ({ kind: "agent_message", text, truncated: false });
 

@@ -1,6 +1,6 @@
 /**
  * Every agent starts with a descriptor table of AGENT_FD_TABLE_SLOTS slots and
- * never holds the descriptor that sizes it (fd-table.ts, issue 17). Without it a
+ * never holds the descriptor that sizes it (process/fd-table.ts, issue 17). Without it a
  * Node agent grows its table while loading modules, and growing a table its
  * threads share waits for an RCU grace period (12–17 ms of its start-up here).
  * With real processes: the Runner's `exec` and a script using spawnAgent, the
@@ -11,13 +11,13 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, test } from "vitest";
-import { AGENT_FD_TABLE_SLOTS, reserveAgentFdTable } from "../src/fd-table.js";
-import { scanInheritableFds } from "../src/inherited-fds.js";
+import { AGENT_FD_TABLE_SLOTS, reserveAgentFdTable } from "../src/process/fd-table.js";
+import { scanInheritableFds } from "../src/process/inherited-fds.js";
 import { execArgs, makeWorkspace, REPO_ROOT, writeConfig } from "./support/harness.js";
 
 const run = promisify(execFile);
-const SPAWN_JS = join(REPO_ROOT, "packages/runner/dist/spawn.js");
-const INHERITED_FDS_JS = join(REPO_ROOT, "packages/runner/dist/inherited-fds.js");
+const SPAWN_JS = join(REPO_ROOT, "packages/runner/dist/process/spawn.js");
+const INHERITED_FDS_JS = join(REPO_ROOT, "packages/runner/dist/process/inherited-fds.js");
 
 describe("the agent's descriptor table", () => {
   test("the reserve is one close-on-exec descriptor at the last slot, opened once", () => {

@@ -8,7 +8,7 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { ConfigError, parseConfig, type RunnerConfig } from "../src/config.js";
+import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { FAKE_AGENT, makeWorkspace, newManager, readLedger, runToEnd } from "./support/harness.js";
 
 const dir = mkdtempSync(join(tmpdir(), "wc-forced-agent-"));

@@ -13,10 +13,10 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { scanInheritableFds } from "../src/inherited-fds.js";
+import { scanInheritableFds } from "../src/process/inherited-fds.js";
 import { execArgs, makeWorkspace, REPO_ROOT, writeConfig } from "./support/harness.js";
 
-const SPAWN_JS = join(REPO_ROOT, "packages/runner/dist/spawn.js");
+const SPAWN_JS = join(REPO_ROOT, "packages/runner/dist/process/spawn.js");
 const dir = mkdtempSync(join(tmpdir(), "wc-fds-"));
 const secretA = join(dir, "secret-a.txt");
 const secretB = join(dir, "secret-b.txt");
@@ -109,7 +109,7 @@ describe("inherited descriptors", () => {
       const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
       expect(code, stderr).toBe(0);
       // Functions first compiled once the run is under way, long after the start-up closed descriptors.
-      expect(readFileSync(mapFile, "utf8")).toMatch(/packages\/runner\/dist\/acp-turn\.js/);
+      expect(readFileSync(mapFile, "utf8")).toMatch(/packages\/runner\/dist\/acp\/turn\.js/);
     } finally {
       if (mapFile) rmSync(mapFile, { force: true });
       ws.cleanup();

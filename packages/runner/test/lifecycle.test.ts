@@ -8,8 +8,8 @@
 import { readFileSync } from "node:fs";
 import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
-import { MAX_PENDING_PERMISSIONS } from "../src/run-manager.js";
-import { SHUTDOWN_UNCONFIRMED } from "../src/terminal.js";
+import { MAX_PENDING_PERMISSIONS } from "../src/runs/manager.js";
+import { SHUTDOWN_UNCONFIRMED } from "../src/runs/terminal.js";
 import {
   alive,
   groupMembers,

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import WebSocket from "ws";
 import { FakeRunService } from "../../server/test/support/fake-run-service.js";
 import { alice, Harness, until } from "../../server/test/support/in-process.js";
-import { fitInventory } from "../src/link.js";
+import { fitInventory } from "../src/link/link.js";
 import { makeWorkspace, newManager, startRequest, waitForState, writeConfig } from "./support/harness.js";
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };

@@ -12,7 +12,7 @@ import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { type WebSocket, WebSocketServer } from "ws";
 import { FakeRunService } from "../../server/test/support/fake-run-service.js";
-import { chunkUpdate, type LinkHandle, startLink } from "../src/link.js";
+import { chunkUpdate, type LinkHandle, startLink } from "../src/link/link.js";
 
 interface Peer {
   ws: WebSocket;

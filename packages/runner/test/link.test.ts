@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { FakeRunService, msg } from "../../server/test/support/fake-run-service.js";
 import { alice, Harness, until } from "../../server/test/support/in-process.js";
-import { chunkUpdate, startLink } from "../src/link.js";
+import { chunkUpdate, startLink } from "../src/link/link.js";
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 

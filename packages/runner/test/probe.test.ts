@@ -1,6 +1,6 @@
 /** `check --probe` internals: initialize + session/new only, tree cleaned up, failures name the stage. */
 import { afterAll, expect, test } from "vitest";
-import { probeAgent } from "../src/probe.js";
+import { probeAgent } from "../src/commands/probe.js";
 import { makeWorkspace, readLedger, writeConfig } from "./support/harness.js";
 
 const ws = makeWorkspace();

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { listGroupMembers, parseProcStat, readStartTime } from "../src/proc-identity.js";
-import { reapGroup } from "../src/reaper.js";
+import { listGroupMembers, parseProcStat, readStartTime } from "../src/process/proc-identity.js";
+import { reapGroup } from "../src/process/reaper.js";
 
 const IGNORE_TERM = "process.on('SIGTERM', () => {}); setInterval(() => {}, 1000); console.log('ready');";
 const spawned: ChildProcess[] = [];

@@ -17,11 +17,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { parseConfig, type RunnerConfig } from "../src/config.js";
-import { listGroupMembers, readStartTime } from "../src/proc-identity.js";
-import { reapGroup } from "../src/reaper.js";
-import { setprivCommand, switchUserSupportFrom } from "../src/run-as.js";
-import { spawnAgent } from "../src/spawn.js";
+import { parseConfig, type RunnerConfig } from "../src/config/config.js";
+import { listGroupMembers, readStartTime } from "../src/process/proc-identity.js";
+import { reapGroup } from "../src/process/reaper.js";
+import { setprivCommand, switchUserSupportFrom } from "../src/process/run-as.js";
+import { spawnAgent } from "../src/process/spawn.js";
 import { alive, groupMembers, newManager, REPO_ROOT, runToEnd } from "./support/harness.js";
 import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
 

@@ -10,7 +10,7 @@ import {
   loadSdkSchemas,
   type SessionNotificationSchema,
   sessionNotificationSchema,
-} from "../src/session-update-schema.js";
+} from "../src/acp/session-update-schema.js";
 
 const sdk = await loadSdkSchemas();
 if (!sdk || !sessionNotificationSchema) throw new Error("the SDK's session/update schema did not load");

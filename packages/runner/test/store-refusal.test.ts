@@ -1,7 +1,7 @@
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { STORE_DB_FILE, STORE_MARKER_FILE } from "../src/dispatch-store-open.js";
+import { STORE_DB_FILE, STORE_MARKER_FILE } from "../src/store/open.js";
 import {
   killAllRunners,
   makeSandbox,

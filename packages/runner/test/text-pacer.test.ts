@@ -1,14 +1,14 @@
 /**
- * Adaptive coalescing of streamed text (text-pacer.ts): a chunk after a quiet
+ * Adaptive coalescing of streamed text (events/text-pacer.ts): a chunk after a quiet
  * period becomes an event at the next setImmediate; a flood is held up to
  * COALESCE_MS per event, so it still coalesces into few events. The
- * normalizer is wired to the pacer exactly as run-manager.ts wires it.
+ * normalizer is wired to the pacer exactly as runs/manager.ts wires it.
  */
 import type { RunEventBody } from "@webcodex/protocol";
 import { MAX_EVENT_TEXT_BYTES } from "@webcodex/protocol";
 import { afterEach, describe, expect, test, vi } from "vitest";
-import { EventNormalizer, Redactor } from "../src/events.js";
-import { COALESCE_MS, FLOOD_GAP_MS, TextPacer } from "../src/text-pacer.js";
+import { EventNormalizer, Redactor } from "../src/events/normalize.js";
+import { COALESCE_MS, FLOOD_GAP_MS, TextPacer } from "../src/events/text-pacer.js";
 
 const chunk = (text: string) => ({
   sessionUpdate: "agent_message_chunk" as const,

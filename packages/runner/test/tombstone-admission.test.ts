@@ -4,7 +4,7 @@
  * tombstone (never admitted) stays distinguishable from "pruned".
  */
 import { afterAll, describe, expect, test } from "vitest";
-import type { SqliteDispatchStore } from "../src/dispatch-store.js";
+import type { SqliteDispatchStore } from "../src/store/dispatch-store.js";
 import { makeWorkspace, newManager, readLedger, startRequest, writeConfig } from "./support/harness.js";
 
 const ws = makeWorkspace();

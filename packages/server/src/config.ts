@@ -43,10 +43,10 @@ import { dirname, resolve } from "node:path";
 import { isLoopbackHost, LocalId } from "@webcodex/protocol";
 import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
-import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "./record-expiry.js";
-import { SCOPES } from "./runs-api.js";
-import { DEFAULT_SESSION_MAX_IDLE_SECS } from "./session-store.js";
-import { hashToken } from "./tokens.js";
+import { hashToken } from "./principals/tokens.js";
+import { SCOPES } from "./runs/api.js";
+import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "./runs/record-expiry.js";
+import { DEFAULT_SESSION_MAX_IDLE_SECS } from "./sessions/store.js";
 
 export const MIN_REJECTED_RECORD_MAX_AGE_SECS = 60;
 export const MAX_REJECTED_RECORD_MAX_AGE_SECS = 10 * 365 * 24 * 3600;
@@ -179,18 +179,18 @@ export const ServerConfigSchema = z
         port: z.number().int().min(0).max(65535).default(7420),
         state_dir: z.string().min(1).max(4096).default(".webcodex/server"),
         heartbeat_interval_ms: z.number().int().min(100).max(600_000).default(15_000),
-        /** Origin header values accepted on /mcp (exact, e.g. "https://app.example"); see mcp-http.ts. */
+        /** Origin header values accepted on /mcp (exact, e.g. "https://app.example"); see mcp/http.ts. */
         allowed_origins: z.array(OriginString).max(64).default([]),
         /** The issuer and resource base for OAuth (https, or http on a loopback host); see oauth/README section. */
         public_url: PublicUrlString.optional(),
-        /** Age after which a record rejected before admission is deleted (record-expiry.ts). */
+        /** Age after which a record rejected before admission is deleted (runs/record-expiry.ts). */
         rejected_record_max_age_secs: z
           .number()
           .int()
           .min(MIN_REJECTED_RECORD_MAX_AGE_SECS)
           .max(MAX_REJECTED_RECORD_MAX_AGE_SECS)
           .default(DEFAULT_REJECTED_RECORD_MAX_AGE_SECS),
-        /** Idle age after which a workflow session with no run in flight is deleted (session-store.ts). */
+        /** Idle age after which a workflow session with no run in flight is deleted (sessions/store.ts). */
         session_max_idle_secs: z
           .number()
           .int()

@@ -1,11 +1,11 @@
 export * from "./config.js";
-export * from "./identity.js";
-export * from "./observe-token.js";
-export * from "./registry.js";
-export * from "./run-mirror.js";
-export * from "./runner-hub.js";
-export * from "./runs.js";
-export * from "./runs-api.js";
+export * from "./link/hub.js";
+export * from "./link/registry.js";
+export * from "./runs/api.js";
+export * from "./runs/identity.js";
+export * from "./runs/mirror.js";
+export * from "./runs/observe-token.js";
+export * from "./runs/runs.js";
 export {
   type HttpHandler,
   type McpHandlerFactory,
@@ -16,4 +16,4 @@ export {
   startServer,
   TEST_DELAY_ENV,
 } from "./server.js";
-export * from "./state-store.js";
+export * from "./state/store.js";

@@ -10,7 +10,8 @@ import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { rotateRunnerToken } from "./cli/runner-token.js";
 import { ConfigError, loadServerConfig, sha256Hex } from "./config.js";
-import { type McpHandlerFactory, startServer } from "./server.js";
+import { createMcpHandler } from "./mcp/mcp.js";
+import { startServer } from "./server.js";
 
 const USAGE = `usage:
   webcodex-server run --config FILE
@@ -22,18 +23,6 @@ const USAGE = `usage:
   webcodex-server oauth audit list [--limit N] [--json] --config FILE
   webcodex-server mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR`;
 
-/** The MCP front end (src/mcp.ts), when present, exports createMcpHandler. */
-async function loadMcpHandler(): Promise<McpHandlerFactory | undefined> {
-  const spec = "./mcp.js";
-  try {
-    const mod = (await import(spec)) as { createMcpHandler?: McpHandlerFactory };
-    return mod.createMcpHandler;
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ERR_MODULE_NOT_FOUND") return undefined;
-    throw err;
-  }
-}
-
 async function cmdRun(argv: string[]): Promise<number> {
   const { values } = parseArgs({ args: argv, options: { config: { type: "string" } }, strict: true });
   if (!values.config) {
@@ -42,8 +31,7 @@ async function cmdRun(argv: string[]): Promise<number> {
   }
   const config = loadServerConfig(values.config);
   const logger = pino({ level: process.env.WEBCODEX_LOG_LEVEL ?? "info", base: { app: "webcodex-server" } });
-  const mcpHandler = await loadMcpHandler();
-  const server = await startServer({ config, logger, ...(mcpHandler ? { mcpHandler } : {}) });
+  const server = await startServer({ config, logger, mcpHandler: createMcpHandler });
   // Handlers first: whoever waits for the line below may signal at once (stdout to a pipe is synchronous).
   const stopped = new Promise<void>((resolve) => {
     const stop = (sig: string) => {

@@ -11,16 +11,16 @@ import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
 import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
 import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
-import { SqliteLeaseStore } from "./link-lease-store.js";
-import { reconcileAtStart } from "./reconcile.js";
-import { startRejectedRecordExpiry } from "./record-expiry.js";
-import { Registry } from "./registry.js";
-import { RunnerHub } from "./runner-hub.js";
-import { RunnerTokenStore } from "./runner-tokens.js";
-import { Runs } from "./runs.js";
-import type { RunAdmission, RunsApi } from "./runs-api.js";
-import { lockStateDir } from "./state-lock.js";
-import { StateStore } from "./state-store.js";
+import { RunnerHub } from "./link/hub.js";
+import { SqliteLeaseStore } from "./link/lease-store.js";
+import { Registry } from "./link/registry.js";
+import { RunnerTokenStore } from "./link/runner-tokens.js";
+import type { RunAdmission, RunsApi } from "./runs/api.js";
+import { reconcileAtStart } from "./runs/reconcile.js";
+import { startRejectedRecordExpiry } from "./runs/record-expiry.js";
+import { Runs } from "./runs/runs.js";
+import { lockStateDir } from "./state/lock.js";
+import { StateStore } from "./state/store.js";
 import { mountTestApi, TEST_API_ENV } from "./test-api.js";
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -89,7 +89,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         "only safe behind a TLS-terminating reverse proxy on a trusted network",
     );
   }
-  // One Server per state dir, held until close() (or the process's end); see state-lock.ts.
+  // One Server per state dir, held until close() (or the process's end); see state/lock.ts.
   const lock = lockStateDir(config.stateDir);
   let store: StateStore;
   try {

@@ -12,7 +12,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { ServerConfig } from "./config.js";
-import type { Principal, RunsApi, Scope } from "./runs-api.js";
+import type { Principal, RunsApi, Scope } from "./runs/api.js";
 
 export const TEST_API_ENV = "WEBCODEX_TEST_HOOK_API";
 

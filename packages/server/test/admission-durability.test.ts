@@ -8,8 +8,8 @@
  */
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { RunStartOutcome, RunStartRequest } from "../../runner/src/run-service.js";
-import { STATE_DB_FILE } from "../src/state-store.js";
+import type { RunStartOutcome, RunStartRequest } from "../../runner/src/runs/service.js";
+import { STATE_DB_FILE } from "../src/state/store.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { alice, Harness, until } from "./support/in-process.js";
 

@@ -7,7 +7,7 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { composeContextPrompt } from "../src/session-service.js";
+import { composeContextPrompt } from "../src/sessions/service.js";
 import { REPO_ROOT, type Stack, startStack } from "./support/stack.js";
 import { promptsOf } from "./support/tool-calls.js";
 

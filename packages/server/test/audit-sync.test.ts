@@ -4,8 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
-import { SqliteAuditLog } from "../src/audit.js";
-import { migrate } from "../src/state-schema.js";
+import { SqliteAuditLog } from "../src/mcp/audit.js";
+import { migrate } from "../src/state/schema.js";
 
 const dirs: string[] = [];
 afterEach(() => {

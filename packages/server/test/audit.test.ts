@@ -4,10 +4,10 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { AUDIT_FLUSH_MAX_ROWS, SqliteAuditLog } from "../src/audit.js";
-import { McpTools, TOOL_NAMES } from "../src/mcp-tools.js";
-import { ObserveLimits } from "../src/observe-limits.js";
-import { migrate } from "../src/state-schema.js";
+import { AUDIT_FLUSH_MAX_ROWS, SqliteAuditLog } from "../src/mcp/audit.js";
+import { McpTools, TOOL_NAMES } from "../src/mcp/tools.js";
+import { ObserveLimits } from "../src/runs/observe-limits.js";
+import { migrate } from "../src/state/schema.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
 const dirs: string[] = [];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { canSeeProject, checkStartGrant, checkToolScope } from "../src/authority.js";
+import { canSeeProject, checkStartGrant, checkToolScope } from "../src/principals/authority.js";
 import { principal } from "./support/fake-runs.js";
 
 /** DESIGN §6.2: no scope but coding_agent:run opens the tools; start also needs project:write + grant. */

@@ -5,7 +5,7 @@
  * `effective_config`. Real Server (child process), real Runner, fake agent.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { ObserveToolOutput } from "../src/run-tool-schemas.js";
+import { ObserveToolOutput } from "../src/runs/tool-schemas.js";
 import { okValue, ProcStack } from "./support/proc-stack.js";
 
 describe("effective_config", () => {

@@ -8,7 +8,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { isTerminalState } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import type { StartInput } from "../src/runs-api.js";
+import type { StartInput } from "../src/runs/api.js";
 import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
 
 /** Long enough to still be running after two Server restarts; cancelled at the end. */

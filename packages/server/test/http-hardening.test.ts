@@ -9,12 +9,12 @@ import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { SqliteAuditLog } from "../src/audit.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
-import { createMcpHandler } from "../src/mcp.js";
+import { SqliteAuditLog } from "../src/mcp/audit.js";
+import { createMcpHandler } from "../src/mcp/mcp.js";
+import { MAX_TOOL_ARGUMENT_DEPTH } from "../src/mcp/tool-arguments.js";
 import { REFUSAL_LOG_PER_SECOND } from "../src/refusal-log.js";
 import { type RunningServer, startServer } from "../src/server.js";
-import { MAX_TOOL_ARGUMENT_DEPTH } from "../src/tool-arguments.js";
 import { captureLogger, type LogCapture, until } from "./support/in-process.js";
 
 const TOKEN = `wct_${"a".repeat(43)}`;

@@ -1,12 +1,12 @@
 /**
  * One rule for idempotency keys: the MCP tool schema and the run core's own validation (which every front
  * end, including the test API, goes through) accept exactly the same strings. Workflow session selectors are
- * the MCP tools' (session-service.ts): the run core refuses them rather than silently dropping one.
+ * the MCP tools' (sessions/service.ts): the run core refuses them rather than silently dropping one.
  */
 import { describe, expect, it } from "vitest";
-import { validateStart } from "../src/admission.js";
-import { StartToolInput } from "../src/run-tool-schemas.js";
-import type { StartInput } from "../src/runs-api.js";
+import { validateStart } from "../src/runs/admission.js";
+import type { StartInput } from "../src/runs/api.js";
+import { StartToolInput } from "../src/runs/tool-schemas.js";
 
 const base: StartInput = { project_id: "demo", provider_id: "fake", idempotency_key: "k", prompt: "hi" };
 

@@ -1,7 +1,7 @@
 import { RUN_ID_PATTERN } from "@webcodex/protocol";
 import { describe, expect, it } from "vitest";
-import { canonicalJson, deriveRunId, intentFingerprint, lengthPrefixed } from "../src/identity.js";
-import { ObservationTokens } from "../src/observe-token.js";
+import { canonicalJson, deriveRunId, intentFingerprint, lengthPrefixed } from "../src/runs/identity.js";
+import { ObservationTokens } from "../src/runs/observe-token.js";
 
 const secret = Buffer.alloc(32, 7);
 

@@ -6,8 +6,8 @@
  */
 import { isTerminalState, type RunEvent } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { deriveRunId } from "../src/identity.js";
-import type { ObserveOutput, StartInput } from "../src/runs-api.js";
+import type { ObserveOutput, StartInput } from "../src/runs/api.js";
+import { deriveRunId } from "../src/runs/identity.js";
 import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
 
 const SLOW = "scenario: slow interval_ms=100 count=600";

@@ -1,7 +1,7 @@
-/** The lease table of link-leases.ts and the refusal log's rate bound, on an injected clock. */
+/** The lease table of link/leases.ts and the refusal log's rate bound, on an injected clock. */
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { LinkLeases } from "../src/link-leases.js";
+import { LinkLeases } from "../src/link/leases.js";
 import { RefusalLog } from "../src/refusal-log.js";
 
 class Holder {

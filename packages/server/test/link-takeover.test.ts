@@ -8,7 +8,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import type { StartInput } from "../src/runs-api.js";
+import type { StartInput } from "../src/runs/api.js";
 import { IMPOSTOR, linkAudit, refusedCount, startImpostor } from "./support/link-impostor.js";
 import { LinkRelay } from "./support/link-relay.js";
 import { okValue, ProcStack, SERVER_BIN, waitFor } from "./support/proc-stack.js";

@@ -9,10 +9,10 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { LATEST_PROTOCOL_VERSION } from "@modelcontextprotocol/sdk/types.js";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { MemoryAuditLog } from "../src/audit.js";
-import { createMcpHttpHandler, type McpHttpHandler, originAllowed } from "../src/mcp-http.js";
-import { ObserveLimits } from "../src/observe-limits.js";
-import type { Principal } from "../src/runs-api.js";
+import { MemoryAuditLog } from "../src/mcp/audit.js";
+import { createMcpHttpHandler, type McpHttpHandler, originAllowed } from "../src/mcp/http.js";
+import type { Principal } from "../src/runs/api.js";
+import { ObserveLimits } from "../src/runs/observe-limits.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
 const TOKENS: Record<string, Principal> = {
@@ -300,7 +300,7 @@ describe("Streamable HTTP /mcp", () => {
   });
 
   it("answers two callers' concurrent requests with the same JSON-RPC id each with its own answer, and a notifications/cancelled naming that id stops neither", async () => {
-    // One SDK Server serves every POST (mcp-post.ts PostMux): ids of different callers collide, and a
+    // One SDK Server serves every POST (mcp/post.ts PostMux): ids of different callers collide, and a
     // caller's identity must never reach another caller's request.
     const alice = await connect("token-alice");
     const started = await alice.callTool({

@@ -11,8 +11,8 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { MemoryAuditLog } from "../src/audit.js";
-import { createMcpHttpHandler } from "../src/mcp-http.js";
+import { MemoryAuditLog } from "../src/mcp/audit.js";
+import { createMcpHttpHandler } from "../src/mcp/http.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 import { SERVER_BIN } from "./support/stack.js";
 

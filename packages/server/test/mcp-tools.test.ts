@@ -1,11 +1,11 @@
 import { MAX_OBSERVE_WAIT_SECS, MAX_PROMPT_BYTES } from "@webcodex/protocol";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
-import { MemoryAuditLog } from "../src/audit.js";
-import { McpTools, TOOL_NAMES, toolDefinitions } from "../src/mcp-tools.js";
-import { ObserveLimits } from "../src/observe-limits.js";
-import { CancelToolInput, ObserveToolInput, StartToolInput } from "../src/run-tool-schemas.js";
-import { parseToolInput } from "../src/tool-shared.js";
+import { MemoryAuditLog } from "../src/mcp/audit.js";
+import { parseToolInput } from "../src/mcp/tool-shared.js";
+import { McpTools, TOOL_NAMES, toolDefinitions } from "../src/mcp/tools.js";
+import { ObserveLimits } from "../src/runs/observe-limits.js";
+import { CancelToolInput, ObserveToolInput, StartToolInput } from "../src/runs/tool-schemas.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
 const logger = pino({ level: "silent" });
@@ -291,8 +291,8 @@ describe("a run core that throws", () => {
 
 describe("one definition of a run's status in tool outputs", () => {
   it("observe's output and an agent task attempt's run outcome both extend RunStatusFields", async () => {
-    const { ObserveToolOutput, RunStatusFields } = await import("../src/run-tool-schemas.js");
-    const { ReconcileOutput } = await import("../src/task-tools.js");
+    const { ObserveToolOutput, RunStatusFields } = await import("../src/runs/tool-schemas.js");
+    const { ReconcileOutput } = await import("../src/tasks/tools.js");
     const status = Object.keys(RunStatusFields.shape);
     expect(status).toEqual([
       "run_id",

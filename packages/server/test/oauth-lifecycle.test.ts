@@ -14,7 +14,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FIXED_ERROR_DESCRIPTIONS } from "../src/oauth/http.js";
 import { CODE_TTL_MS } from "../src/oauth/store.js";
 import { OAUTH_TEST_CLOCK_ENV } from "../src/oauth/test-clock.js";
-import { STATE_DB_FILE } from "../src/state-store.js";
+import { STATE_DB_FILE } from "../src/state/store.js";
 import { answerConsent, issueKey, mcpPost, openConsent, serverCli, tokenRequest } from "./support/oauth.js";
 import { ProcStack } from "./support/proc-stack.js";
 

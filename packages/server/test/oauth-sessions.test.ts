@@ -8,8 +8,8 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OAUTH_SCOPES, TOOL_SCOPES } from "../src/oauth/scopes.js";
-import { SESSION_TOOL_NAMES } from "../src/session-tools.js";
-import { STATE_DB_FILE } from "../src/state-store.js";
+import { SESSION_TOOL_NAMES } from "../src/sessions/tools.js";
+import { STATE_DB_FILE } from "../src/state/store.js";
 import { answerConsent, issueKey, mcpPost, openConsent, tokenRequest } from "./support/oauth.js";
 import { ProcStack, waitFor } from "./support/proc-stack.js";
 

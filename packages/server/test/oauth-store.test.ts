@@ -10,14 +10,14 @@ import Database from "better-sqlite3";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildServerConfig, type ServerConfig } from "../src/config.js";
-import { createMcpHandler } from "../src/mcp.js";
+import { createMcpHandler } from "../src/mcp/mcp.js";
 import { OAuthClients } from "../src/oauth/clients.js";
 import { createOAuth } from "../src/oauth/index.js";
 import { OAuthStore } from "../src/oauth/store.js";
+import { hashToken, TokenStore } from "../src/principals/tokens.js";
 import { startServer } from "../src/server.js";
-import { MIGRATIONS } from "../src/state-schema.js";
-import { StateStore } from "../src/state-store.js";
-import { hashToken, TokenStore } from "../src/tokens.js";
+import { MIGRATIONS } from "../src/state/schema.js";
+import { StateStore } from "../src/state/store.js";
 import { mcpPost } from "./support/oauth.js";
 
 const silent = pino({ level: "silent" });

@@ -1,7 +1,7 @@
 import { type HelloFrame, PROTOCOL_VERSION, type RunSummary } from "@webcodex/protocol";
 import { describe, expect, it } from "vitest";
-import { decide, decideAfterQuery } from "../src/reconcile.js";
-import type { AdmissionRecord } from "../src/state-store.js";
+import { decide, decideAfterQuery } from "../src/runs/reconcile.js";
+import type { AdmissionRecord } from "../src/state/store.js";
 
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const STORE = "store_aaaaaaaaaaaaaaaa";

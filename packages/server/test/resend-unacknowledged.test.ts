@@ -9,7 +9,7 @@
  */
 import { TOMBSTONE_MESSAGE } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import type { StartInput } from "../src/runs-api.js";
+import type { StartInput } from "../src/runs/api.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { alice, Harness, until } from "./support/in-process.js";
 

@@ -1,6 +1,6 @@
 import type { RunEvent, RunSummary } from "@webcodex/protocol";
 import { describe, expect, it } from "vitest";
-import { MirrorSet, RunMirror } from "../src/run-mirror.js";
+import { MirrorSet, RunMirror } from "../src/runs/mirror.js";
 
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 function summary(last: number, oldest = 1, state: RunSummary["state"] = "running"): RunSummary {

@@ -1,7 +1,7 @@
 import { encodeFrame, type HelloFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { RunnerTokenStore } from "../src/runner-tokens.js";
+import { RunnerTokenStore } from "../src/link/runner-tokens.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { Harness, until } from "./support/in-process.js";
 

@@ -4,7 +4,7 @@
  * cancels whose delivery is unknown.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import type { StartInput } from "../src/runs-api.js";
+import type { StartInput } from "../src/runs/api.js";
 import { FakeRunService, msg } from "./support/fake-run-service.js";
 import { alice, Harness, until } from "./support/in-process.js";
 import { RawRunner } from "./support/raw-runner.js";

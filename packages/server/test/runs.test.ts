@@ -7,10 +7,10 @@ import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { MAX_SAME_KEY_WAITS } from "../src/admission.js";
-import { deriveRunId } from "../src/identity.js";
-import type { Runs } from "../src/runs.js";
-import type { ObserveOutput, StartInput } from "../src/runs-api.js";
+import { MAX_SAME_KEY_WAITS } from "../src/runs/admission.js";
+import type { ObserveOutput, StartInput } from "../src/runs/api.js";
+import { deriveRunId } from "../src/runs/identity.js";
+import type { Runs } from "../src/runs/runs.js";
 import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
 import { alice, bob, Harness, principal, until } from "./support/in-process.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { composeContextPrompt } from "../src/session-service.js";
+import { composeContextPrompt } from "../src/sessions/service.js";
 
 const snapshot = {
   session_id: `wc_sess_${"a".repeat(26)}`,

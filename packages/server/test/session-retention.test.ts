@@ -9,9 +9,9 @@ import { join } from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildServerConfig } from "../src/config.js";
-import { SessionService } from "../src/session-service.js";
-import { DEFAULT_SESSION_MAX_IDLE_SECS, SessionStore } from "../src/session-store.js";
-import { StateStore } from "../src/state-store.js";
+import { SessionService } from "../src/sessions/service.js";
+import { DEFAULT_SESSION_MAX_IDLE_SECS, SessionStore } from "../src/sessions/store.js";
+import { StateStore } from "../src/state/store.js";
 
 const dirs: string[] = [];
 const stores: StateStore[] = [];

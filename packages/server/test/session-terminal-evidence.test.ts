@@ -10,9 +10,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { SessionService } from "../src/session-service.js";
-import { SessionStore } from "../src/session-store.js";
-import { StateStore } from "../src/state-store.js";
+import { SessionService } from "../src/sessions/service.js";
+import { SessionStore } from "../src/sessions/store.js";
+import { StateStore } from "../src/state/store.js";
 
 const dirs: string[] = [];
 const stores: StateStore[] = [];

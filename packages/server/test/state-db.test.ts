@@ -11,13 +11,13 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildServerConfig } from "../src/config.js";
-import { deriveRunId } from "../src/identity.js";
-import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "../src/record-expiry.js";
-import type { StartInput } from "../src/runs-api.js";
+import { TokenStore } from "../src/principals/tokens.js";
+import type { StartInput } from "../src/runs/api.js";
+import { deriveRunId } from "../src/runs/identity.js";
+import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "../src/runs/record-expiry.js";
 import { type RunningServer, startServer } from "../src/server.js";
-import { MIGRATIONS, SCHEMA_VERSION, SchemaVersionError } from "../src/state-schema.js";
-import { STATE_DB_FILE, StateStore } from "../src/state-store.js";
-import { TokenStore } from "../src/tokens.js";
+import { MIGRATIONS, SCHEMA_VERSION, SchemaVersionError } from "../src/state/schema.js";
+import { STATE_DB_FILE, StateStore } from "../src/state/store.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { alice, captureLogger, Harness, makeConfig, until } from "./support/in-process.js";
 import { SERVER_BIN } from "./support/proc-stack.js";
@@ -28,7 +28,7 @@ function input(key: string, extra: Partial<StartInput> = {}): StartInput {
   return { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt: "scenario: hello", ...extra };
 }
 
-/** The state DB's tables exactly as commit 810c5de created them (state-store.ts, tokens.ts, audit.ts). */
+/** The state DB's tables exactly as commit 810c5de created them (state/store.ts, principals/tokens.ts, mcp/audit.ts). */
 const SCHEMA_810C5DE = `
   CREATE TABLE IF NOT EXISTS admission_records (
     run_id TEXT PRIMARY KEY,

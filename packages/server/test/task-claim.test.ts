@@ -1,10 +1,10 @@
 import { randomBytes } from "node:crypto";
 import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
-import { deriveRunId } from "../src/identity.js";
-import { migrate } from "../src/state-schema.js";
-import { AttemptRefs, deriveTaskId, deriveTaskRunId } from "../src/task-claim.js";
-import { TaskStore } from "../src/task-store.js";
+import { deriveRunId } from "../src/runs/identity.js";
+import { migrate } from "../src/state/schema.js";
+import { AttemptRefs, deriveTaskId, deriveTaskRunId } from "../src/tasks/claim.js";
+import { TaskStore } from "../src/tasks/store.js";
 
 const claim = {
   task_id: "wc_task_aaaaaaaaaaaaaaaaaaaaaaaaaa",

@@ -12,7 +12,7 @@ import {
   principalLookup,
   TokenIssueError,
   TokenStore,
-} from "../src/tokens.js";
+} from "../src/principals/tokens.js";
 
 let dir: string;
 let db: Database.Database;

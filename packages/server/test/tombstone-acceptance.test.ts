@@ -11,7 +11,7 @@ import { createHash } from "node:crypto";
 import { cpSync, rmSync } from "node:fs";
 import { TOMBSTONE_MESSAGE } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import type { StartInput } from "../src/runs-api.js";
+import type { StartInput } from "../src/runs/api.js";
 import { CutProxy } from "./support/cut-proxy.js";
 import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
 

@@ -6,7 +6,7 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { MAX_PROMPT_BYTES } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { composeContextPrompt } from "../src/session-service.js";
+import { composeContextPrompt } from "../src/sessions/service.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { observeToEnd, ok, promptsOf, type Structured, toolError } from "./support/tool-calls.js";
 

@@ -4,7 +4,7 @@
  */
 import { Readable, Writable } from "node:stream";
 import { client, ndJsonStream } from "@agentclientprotocol/sdk";
-import { reserveAgentFdTable } from "../../../packages/runner/dist/fd-table.js";
+import { reserveAgentFdTable } from "../../../packages/runner/dist/process/fd-table.js";
 import { spawnTracked, stopTracked } from "./proc.mjs";
 
 // The baseline's agents start with the descriptor table the Runner gives its agents (fd-table.ts), whatever

@@ -9,7 +9,7 @@
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ObserveOutput } from "../../../packages/server/src/runs-api.js";
+import type { ObserveOutput } from "../../../packages/server/src/runs/api.js";
 import { okValue, ProcStack, REPO_ROOT } from "../../../packages/server/test/support/proc-stack.js";
 import { soakSvg, svgToPng } from "./support/chart.js";
 import { fdCount, rssBytes } from "./support/profile.js";

@@ -9,11 +9,11 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { base32, type RunEvent, RunEvent as RunEventSchema, type RunSummary } from "@webcodex/protocol";
-import { parseConfig, type RunnerConfig } from "../../src/config.js";
-import { openDispatchStore } from "../../src/dispatch-store-open.js";
-import type { DispatchStore } from "../../src/dispatch-store-types.js";
-import { RunManager, type RunManagerOptions } from "../../src/run-manager.js";
-import type { RunStartRequest } from "../../src/run-service.js";
+import { parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import { RunManager, type RunManagerOptions } from "../../src/runs/manager.js";
+import type { RunStartRequest } from "../../src/runs/service.js";
+import { openDispatchStore } from "../../src/store/open.js";
+import type { DispatchStore } from "../../src/store/types.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
 export const REPO_ROOT = resolve(here, "../../../..");

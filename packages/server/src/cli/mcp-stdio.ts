@@ -5,7 +5,7 @@
  */
 import { parseArgs } from "node:util";
 import { pino } from "pino";
-import { startMcpStdioBridge } from "../mcp-stdio.js";
+import { startMcpStdioBridge } from "../mcp/stdio.js";
 
 const USAGE = "usage: webcodex-server mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR";
 

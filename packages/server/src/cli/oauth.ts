@@ -13,7 +13,7 @@ import { parseArgs } from "node:util";
 import { loadServerConfig } from "../config.js";
 import { isMetadataUrl } from "../oauth/client-metadata.js";
 import { type ClientRow, type GrantRow, OAuthStore, parseJsonList } from "../oauth/store.js";
-import { StateStore } from "../state-store.js";
+import { StateStore } from "../state/store.js";
 
 /** Rows `oauth audit list` prints by default, and at most. */
 export const AUDIT_LIST_DEFAULT = 100;

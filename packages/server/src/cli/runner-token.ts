@@ -1,13 +1,13 @@
 /**
  * `webcodex-server runner-token rotate --runner ID --config FILE` — the response to a suspected leak of a
  * Runner's token. Writes the sha256 of a fresh token to the Server's state DB (table `runner_tokens`,
- * runner-tokens.ts), which overrides the config's `token_sha256`/`token_env` for that runner: the old
+ * link/runner-tokens.ts), which overrides the config's `token_sha256`/`token_env` for that runner: the old
  * token stops authenticating at once, and a running Server closes the live link that used it within
  * RUNNER_TOKEN_POLL_MS. The new token is printed once on stdout; give it to the Runner and restart it.
  */
 import { loadServerConfig } from "../config.js";
-import { RunnerTokenStore } from "../runner-tokens.js";
-import { StateStore } from "../state-store.js";
+import { RunnerTokenStore } from "../link/runner-tokens.js";
+import { StateStore } from "../state/store.js";
 
 /** Returns the process exit code. */
 export function rotateRunnerToken(configFile: string, runnerId: string): number {

@@ -10,8 +10,8 @@
  */
 import { parseArgs } from "node:util";
 import { loadServerConfig } from "../config.js";
-import { StateStore } from "../state-store.js";
-import { principalLookup, TokenIssueError, TokenStore } from "../tokens.js";
+import { principalLookup, TokenIssueError, TokenStore } from "../principals/tokens.js";
+import { StateStore } from "../state/store.js";
 
 const USAGE = `usage:
   webcodex-server token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run] [--json]

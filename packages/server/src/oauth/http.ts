@@ -10,7 +10,7 @@
  *   POST /oauth/consent   our consent form (consent.ts)
  *
  * The SDK handlers are Express routers, so these paths run in one small Express app; `/mcp`
- * itself stays on node:http (mcp-http.ts).
+ * itself stays on node:http (mcp/http.ts).
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { authorizationHandler, redirectUriMatches } from "@modelcontextprotocol/sdk/server/auth/handlers/authorize.js";

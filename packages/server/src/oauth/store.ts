@@ -1,7 +1,7 @@
 /**
  * The OAuth state in the Server's SQLite database: clients, grants, codes,
  * access and refresh tokens, and the OAuth audit rows (tables made by
- * migration step 4 in state-schema.ts).
+ * migration step 4 in state/schema.ts).
  *
  * Invariants:
  * - Codes and tokens are stored only as sha256 hashes; the values exist only
@@ -16,7 +16,7 @@
  */
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import type BetterSqlite3 from "better-sqlite3";
-import type { Scope } from "../runs-api.js";
+import type { Scope } from "../runs/api.js";
 
 export type ClientKind = "dynamic" | "cimd" | "operator";
 
@@ -145,7 +145,7 @@ export class OAuthStore {
   readonly db: BetterSqlite3.Database;
   readonly #clock: () => number;
 
-  /** `db` is the Server's state DB, migrated by state-schema.ts (step 4 made these tables). */
+  /** `db` is the Server's state DB, migrated by state/schema.ts (step 4 made these tables). */
   constructor(db: BetterSqlite3.Database, clock: () => number = Date.now) {
     this.db = db;
     this.#clock = clock;

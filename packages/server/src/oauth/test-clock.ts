@@ -6,7 +6,7 @@
  * milliseconds in 0 … OAUTH_TEST_CLOCK_MAX_SKEW_MS, every OAuth expiry check, issue time and
  * audit timestamp of this process runs that far ahead. A test issues a code or token, restarts
  * the Server with the skew, and presents it. The Server refuses to start with it unless it
- * listens on a loopback address (mcp.ts).
+ * listens on a loopback address (mcp/mcp.ts).
  */
 export const OAUTH_TEST_CLOCK_ENV = "WEBCODEX_TEST_HOOK_OAUTH_CLOCK_SKEW_MS";
 /** Largest skew accepted: 400 days (past the longest refresh-token lifetime). */

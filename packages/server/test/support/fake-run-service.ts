@@ -5,7 +5,6 @@
  */
 import { randomBytes } from "node:crypto";
 import type { RunEvent, RunEventBody, RunState, RunSummary, RunTombstone } from "@webcodex/protocol";
-import { recoveryUpdateFor } from "../../../runner/src/recovery.js";
 import type {
   HelloBody,
   RunCancelResult,
@@ -14,7 +13,8 @@ import type {
   RunStartRequest,
   RunSyncResult,
   RunUpdateListener,
-} from "../../../runner/src/run-service.js";
+} from "../../../runner/src/runs/service.js";
+import { recoveryUpdateFor } from "../../../runner/src/store/recovery.js";
 
 export function instanceId(): string {
   return randomBytes(12).toString("base64url");

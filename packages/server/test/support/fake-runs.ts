@@ -15,7 +15,7 @@ import type {
   RunsApi,
   StartInput,
   StartOutput,
-} from "../../src/runs-api.js";
+} from "../../src/runs/api.js";
 
 interface FakeRun {
   run_id: string;

@@ -3,9 +3,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { type Logger, pino } from "pino";
-import { type LinkHandle, startLink } from "../../../runner/src/link.js";
+import { type LinkHandle, startLink } from "../../../runner/src/link/link.js";
 import { buildServerConfig, type ServerConfig, sha256Hex } from "../../src/config.js";
-import type { Principal, Scope } from "../../src/runs-api.js";
+import type { Principal, Scope } from "../../src/runs/api.js";
 import { type RunningServer, startServer } from "../../src/server.js";
 import type { FakeRunService } from "./fake-run-service.js";
 

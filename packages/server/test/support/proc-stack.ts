@@ -28,7 +28,7 @@ import type {
   ProjectView,
   StartInput,
   StartOutput,
-} from "../../src/runs-api.js";
+} from "../../src/runs/api.js";
 import { type RunningServer, startServer } from "../../src/server.js";
 import { principalFromConfig } from "../../src/test-api.js";
 import { processesMentioning } from "./stack.js";

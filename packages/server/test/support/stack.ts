@@ -21,10 +21,10 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { pino } from "pino";
 import { loadServerConfig, type ServerConfig, sha256Hex } from "../../src/config.js";
-import { createMcpHandler } from "../../src/mcp.js";
-import type { Principal, Scope } from "../../src/runs-api.js";
+import { createMcpHandler } from "../../src/mcp/mcp.js";
+import { principalLookup, TokenStore } from "../../src/principals/tokens.js";
+import type { Principal, Scope } from "../../src/runs/api.js";
 import { type RunningServer, startServer } from "../../src/server.js";
-import { principalLookup, TokenStore } from "../../src/tokens.js";
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 export const RUNNER_BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");

@@ -1,0 +1,342 @@
+/**
+ * The Runner's TOML configuration (DESIGN §4.1): parsed with smol-toml,
+ * validated with zod, then checked against the filesystem (project roots
+ * exist, executables exist and are executable). Startup-owned: restart to
+ * change. Every problem is reported at once, each naming the file, the TOML
+ * key path and the rule, so an operator can fix a config in one pass.
+ */
+import { accessSync, constants, realpathSync, statSync } from "node:fs";
+import { dirname, isAbsolute, resolve } from "node:path";
+import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
+import { parse as parseToml, TomlError } from "smol-toml";
+import { type RunAs, resolveRunAs, type SwitchSupport, switchUserSupport } from "../process/run-as.js";
+import { ConfigSchema, describeIssues, type LogLevel, type RawConfig } from "./schema.js";
+
+export interface ProjectConfig {
+  readonly id: string;
+  /** Real absolute path (symlinks resolved), checked to be a directory at load time. */
+  readonly root: string;
+  readonly allowPatch: boolean;
+}
+
+export interface AgentConfig {
+  readonly id: string;
+  readonly name: string;
+  /** Absolute path, checked to exist and be executable at load time. Never searched on PATH. */
+  readonly executable: string;
+  readonly args: readonly string[];
+  readonly allowedConfigOptions: readonly string[];
+  /**
+   * The forced config this agent's runs apply and verify: `[acp.forced_config]`
+   * overridden key by key by the agent's own `[acp.agents.forced_config]`.
+   */
+  readonly forcedConfig: Readonly<Record<string, string | boolean>>;
+  /** The keys of forcedConfig that come from the agent's own table (for `check --probe`). */
+  readonly ownForcedKeys: readonly string[];
+  /** CHILD_NAME → RUNNER_SOURCE_NAME. Resolved from the Runner's env immediately before each spawn. */
+  readonly envFromEnv: Readonly<Record<string, string>>;
+  /** `run_as` / `run_as_group`, resolved and checked at load time; null: the agent runs as the Runner's user. */
+  readonly runAs: RunAs | null;
+}
+
+export interface AcpConfig {
+  readonly maxConcurrentRuns: number;
+  readonly setupTimeoutSecs: number;
+  readonly permissionTimeoutSecs: number;
+  readonly cancelGraceSecs: number;
+  readonly defaultRunTimeoutSecs: number;
+  readonly maxRunTimeoutSecs: number;
+  /** The Runner-wide `[acp.forced_config]` (each agent's effective table is AgentConfig.forcedConfig). */
+  readonly forcedConfig: Readonly<Record<string, string | boolean>>;
+  readonly agents: readonly AgentConfig[];
+}
+
+export interface ServerConfig {
+  readonly url: string;
+  /** Name of the env var holding the Runner's bearer token (never the token itself). */
+  readonly tokenEnv: string | null;
+  /** Absolute path of a file holding the token. */
+  readonly tokenFile: string | null;
+  /** Absolute path of a PEM CA bundle trusted for wss:// besides the system CAs. */
+  readonly caFile: string | null;
+  /** ws:// to a non-loopback host was explicitly allowed (`allow_insecure_transport = true`). */
+  readonly allowInsecureTransport: boolean;
+}
+
+export interface RunnerConfig {
+  /** Absolute path of the file this config was read from. */
+  readonly file: string;
+  readonly runner: {
+    readonly stateDir: string;
+    readonly logLevel: LogLevel;
+    /** Retention of terminal dispatch rows (active and lost rows are never pruned). */
+    readonly retainTerminalDays: number;
+    readonly retainTerminalMax: number;
+  };
+  /** Absent when the file has no [server] table (fine for `check` and `exec`; `run` requires it). */
+  readonly server: ServerConfig | null;
+  readonly projects: readonly ProjectConfig[];
+  readonly acp: AcpConfig;
+}
+
+/** Thrown by loadConfig; `errors` lists every problem, one line each. */
+export class ConfigError extends Error {
+  override readonly name = "ConfigError";
+  /** Exit code of a Runner that refuses to start on an invalid config. */
+  readonly exitCode = 2;
+  constructor(readonly errors: readonly string[]) {
+    super(`invalid Runner config:\n${errors.map((e) => `  ${e}`).join("\n")}`);
+  }
+}
+
+// ---- loading --------------------------------------------------------------------
+
+/** The host of a ws:// URL that is not loopback (the link would run without TLS over a network), else null. */
+export function insecureTransport(url: string): string | null {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return null; // the url rule reports it
+  }
+  return u.protocol === "ws:" && !isLoopbackHost(u.hostname) ? u.hostname : null;
+}
+
+function resolveFrom(base: string, p: string): string {
+  return isAbsolute(p) ? p : resolve(base, p);
+}
+
+type Report = (path: string, rule: string) => void;
+
+/**
+ * The real path of a project root (symlinks resolved once, here), reporting a
+ * `..` segment in the configured path, a missing or non-directory root, and a
+ * root that is the filesystem root `/` (an agent's cwd would be the whole machine).
+ */
+function checkProjectRoot(base: string, root: string, path: string, err: Report): string {
+  if (root.split(/[/\\]/).includes("..")) {
+    err(path, "must not contain '..' segments (name the directory itself)");
+  }
+  const wanted = resolveFrom(base, root);
+  try {
+    const real = realpathSync(wanted);
+    if (!statSync(real).isDirectory()) err(path, `${wanted} is not a directory`);
+    else if (real === "/") err(path, `${wanted} resolves to / (a project root must be a project's directory)`);
+    return real;
+  } catch {
+    err(path, `${wanted} does not exist`);
+    return wanted;
+  }
+}
+
+/** The absolute executable path, reporting bare names, missing files and missing execute permission. */
+function checkExecutable(base: string, executable: string, path: string, err: Report): string {
+  if (!isAbsolute(executable) && !executable.includes("/")) {
+    err(
+      path,
+      "must be an absolute path or a path relative to the config file (bare command names are not searched on PATH)",
+    );
+    return executable;
+  }
+  const abs = resolveFrom(base, executable);
+  try {
+    if (!statSync(abs).isFile()) err(path, `${abs} is not a file`);
+    else accessSync(abs, constants.X_OK);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    err(path, code === "ENOENT" ? `${abs} does not exist` : `${abs} is not executable`);
+  }
+  return abs;
+}
+
+/**
+ * When the schema already failed, still run the filesystem checks on every
+ * project root and executable that is at least a string, so one pass lists
+ * every problem.
+ */
+function checkFilesystemLeniently(file: string, raw: unknown, errors: string[]): void {
+  const base = dirname(file);
+  const err: Report = (path, rule) => errors.push(`${file}: ${path}: ${rule}`);
+  const record = (v: unknown) => (v !== null && typeof v === "object" ? (v as Record<string, unknown>) : {});
+  const projects = record(raw).projects;
+  if (Array.isArray(projects)) {
+    projects.forEach((p, i) => {
+      const root = record(p).root;
+      if (typeof root === "string" && root !== "") checkProjectRoot(base, root, `projects[${i}].root`, err);
+    });
+  }
+  const agents = record(record(raw).acp).agents;
+  if (Array.isArray(agents)) {
+    agents.forEach((a, i) => {
+      const exe = record(a).executable;
+      if (typeof exe === "string" && exe !== "") checkExecutable(base, exe, `acp.agents[${i}].executable`, err);
+    });
+  }
+}
+
+/** Cross-field and filesystem rules, after the schema accepted the shape. */
+function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerConfig {
+  const base = dirname(file);
+  const err = (path: string, rule: string) => errors.push(`${file}: ${path}: ${rule}`);
+
+  const projects: ProjectConfig[] = [];
+  const projectIds = new Set<string>();
+  const roots = new Map<string, string>();
+  raw.projects.forEach((p, i) => {
+    if (projectIds.has(p.id)) err(`projects[${i}].id`, `${JSON.stringify(p.id)} is not unique`);
+    projectIds.add(p.id);
+    const root = checkProjectRoot(base, p.root, `projects[${i}].root`, err);
+    const other = roots.get(root);
+    if (other !== undefined)
+      err(`projects[${i}].root`, `is the same directory as project ${JSON.stringify(other)} (${root})`);
+    else roots.set(root, p.id);
+    projects.push(Object.freeze({ id: p.id, root, allowPatch: p.allow_patch }));
+  });
+
+  const acp = raw.acp;
+  if (acp.default_run_timeout_secs > acp.max_run_timeout_secs) {
+    err("acp.default_run_timeout_secs", `must not exceed acp.max_run_timeout_secs (${acp.max_run_timeout_secs})`);
+  }
+  let switchSupport: SwitchSupport | undefined;
+  const canSwitch = () => {
+    switchSupport ??= switchUserSupport();
+    return switchSupport;
+  };
+  const agents: AgentConfig[] = [];
+  const agentIds = new Set<string>();
+  acp.agents.forEach((a, i) => {
+    const at = `acp.agents[${i}]`;
+    if (agentIds.has(a.id)) err(`${at}.id`, `${JSON.stringify(a.id)} is not unique`);
+    agentIds.add(a.id);
+
+    const executable = checkExecutable(base, a.executable, `${at}.executable`, err);
+
+    // The agent's own table overrides the Runner-wide one key by key; values are checked
+    // against the live options at session/new, not here (only their types are known now).
+    const forced = { ...acp.forced_config, ...a.forced_config };
+    if (Object.keys(forced).length > MAX_CONFIG_ENTRIES) {
+      err(
+        `${at}.forced_config`,
+        `together with [acp.forced_config] must force at most ${MAX_CONFIG_ENTRIES} keys (has ${Object.keys(forced).length})`,
+      );
+    }
+    const seen = new Set<string>();
+    a.allowed_config_options.forEach((key, j) => {
+      if (Object.hasOwn(a.forced_config, key)) {
+        err(`${at}.allowed_config_options[${j}]`, `${JSON.stringify(key)} is forced in ${at}.forced_config`);
+      } else if (Object.hasOwn(acp.forced_config, key)) {
+        err(`${at}.allowed_config_options[${j}]`, `${JSON.stringify(key)} is forced in [acp.forced_config]`);
+      }
+      if (seen.has(key)) err(`${at}.allowed_config_options[${j}]`, `${JSON.stringify(key)} is listed twice`);
+      seen.add(key);
+    });
+
+    const runAs = resolveRunAs(a.run_as, a.run_as_group, canSwitch);
+    if (!runAs.ok) err(`${at}.${runAs.key}`, runAs.reason);
+
+    agents.push(
+      Object.freeze({
+        id: a.id,
+        name: a.name ?? a.id,
+        executable,
+        args: Object.freeze([...a.args]),
+        allowedConfigOptions: Object.freeze([...a.allowed_config_options]),
+        forcedConfig: Object.freeze(forced),
+        ownForcedKeys: Object.freeze(Object.keys(a.forced_config)),
+        envFromEnv: Object.freeze({ ...a.env_from_env }),
+        runAs: runAs.ok ? runAs.value : null,
+      }),
+    );
+  });
+
+  let server: ServerConfig | null = null;
+  if (raw.server) {
+    const s = raw.server;
+    if ((s.token_env === undefined) === (s.token_file === undefined)) {
+      err("server", "must set exactly one of token_env or token_file (the token is never inline)");
+    }
+    const insecure = insecureTransport(s.url);
+    if (insecure !== null && !s.allow_insecure_transport) {
+      err(
+        "server.url",
+        `ws:// to the non-loopback host ${JSON.stringify(insecure)} would send the Runner token and every prompt ` +
+          "in clear text; use wss:// (with server.ca_file for a private CA), or set " +
+          "[server] allow_insecure_transport = true to accept that",
+      );
+    }
+    const caFile = s.ca_file === undefined ? null : resolveFrom(base, s.ca_file);
+    if (caFile !== null) {
+      try {
+        accessSync(caFile, constants.R_OK);
+      } catch (e) {
+        err("server.ca_file", `cannot read ${caFile} (${(e as NodeJS.ErrnoException).code ?? "unreadable"})`);
+      }
+    }
+    server = Object.freeze({
+      url: s.url,
+      tokenEnv: s.token_env ?? null,
+      tokenFile: s.token_file === undefined ? null : resolveFrom(base, s.token_file),
+      caFile,
+      allowInsecureTransport: s.allow_insecure_transport,
+    });
+  }
+
+  return Object.freeze({
+    file,
+    runner: Object.freeze({
+      stateDir: resolveFrom(base, raw.runner.state_dir),
+      logLevel: raw.runner.log_level,
+      retainTerminalDays: raw.runner.retain_terminal_days,
+      retainTerminalMax: raw.runner.retain_terminal_max,
+    }),
+    server,
+    projects: Object.freeze(projects),
+    acp: Object.freeze({
+      maxConcurrentRuns: acp.max_concurrent_runs,
+      setupTimeoutSecs: acp.setup_timeout_secs,
+      permissionTimeoutSecs: acp.permission_timeout_secs,
+      cancelGraceSecs: acp.cancel_grace_secs,
+      defaultRunTimeoutSecs: acp.default_run_timeout_secs,
+      maxRunTimeoutSecs: acp.max_run_timeout_secs,
+      forcedConfig: Object.freeze({ ...acp.forced_config }),
+      agents: Object.freeze(agents),
+    }),
+  });
+}
+
+/** Validate TOML text as if read from `file` (relative paths resolve against its directory). */
+export function parseConfig(text: string, file: string): RunnerConfig {
+  const abs = resolve(file);
+  let raw: unknown;
+  try {
+    raw = parseToml(text);
+  } catch (e) {
+    if (e instanceof TomlError)
+      throw new ConfigError([`${abs}:${e.line}:${e.column}: TOML syntax error: ${e.message.split("\n")[0]}`]);
+    throw new ConfigError([`${abs}: TOML syntax error`]);
+  }
+  const parsed = ConfigSchema.safeParse(raw);
+  if (!parsed.success) {
+    const errors = describeIssues(abs, raw, parsed.error);
+    checkFilesystemLeniently(abs, raw, errors);
+    throw new ConfigError(errors);
+  }
+  const errors: string[] = [];
+  const config = checkSemantics(abs, parsed.data, errors);
+  if (errors.length > 0) throw new ConfigError(errors);
+  return config;
+}
+
+/** Read and validate the config file. Throws ConfigError listing every problem. */
+export async function loadConfig(file: string): Promise<RunnerConfig> {
+  const { readFile } = await import("node:fs/promises");
+  const abs = resolve(file);
+  let text: string;
+  try {
+    text = await readFile(abs, "utf8");
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code ?? "unreadable";
+    throw new ConfigError([`${abs}: cannot read the config file (${code})`]);
+  }
+  return parseConfig(text, abs);
+}

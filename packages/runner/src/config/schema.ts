@@ -1,0 +1,202 @@
+/**
+ * The shape of the Runner's TOML configuration (DESIGN §4.1): the zod schema
+ * with its bounds and defaults, and how a schema issue reads — file, TOML key
+ * path and rule, never the offending value (ids excepted). config/config.ts runs the
+ * schema, then the filesystem and cross-field checks.
+ */
+import {
+  CONFIG_ID_PATTERN,
+  LOCAL_ID_PATTERN,
+  MAX_ALLOWED_CONFIG_OPTIONS,
+  MAX_CONFIG_ENTRIES,
+  MAX_CONFIG_VALUE_LENGTH,
+  MAX_EVENT_LABEL_BYTES,
+  MAX_PROJECTS,
+  MAX_PROVIDERS,
+  MAX_RUN_TIMEOUT_SECS,
+  utf8Length,
+} from "@webcodex/protocol";
+import { z } from "zod";
+import { ACCOUNT_NAME_PATTERN } from "../process/run-as.js";
+
+/** Most argv entries an agent may be configured with, and the longest one. */
+export const MAX_AGENT_ARGS = 64;
+export const MAX_AGENT_ARG_BYTES = 4096;
+/** Most env_from_env mappings per agent. */
+export const MAX_ENV_MAPPINGS = 128;
+/** Environment variable names (child and source side). */
+export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
+/**
+ * Longest environment variable name: a missing source's name is part of the
+ * run's terminal message, which the protocol bounds (MAX_MESSAGE_LENGTH).
+ */
+export const MAX_ENV_NAME_LENGTH = 128;
+
+export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
+
+// ---- schema -------------------------------------------------------------------
+
+const idRule = "must match ^[a-z0-9][a-z0-9_-]{0,63}$";
+const Id = z.string({ error: "must be a string" }).regex(LOCAL_ID_PATTERN, idRule);
+const int = (min: number, max: number) =>
+  z
+    .number({ error: "must be an integer" })
+    .int("must be an integer")
+    .min(min, `must be at least ${min}`)
+    .max(max, `must be at most ${max}`);
+const NonEmpty = z.string({ error: "must be a string" }).min(1, "must not be empty");
+const EnvName = z
+  .string({ error: "must be a string" })
+  .max(MAX_ENV_NAME_LENGTH, `must be at most ${MAX_ENV_NAME_LENGTH} characters`)
+  .regex(ENV_NAME_PATTERN, "must be an environment variable name (^[A-Za-z_][A-Za-z0-9_]*$)");
+const AccountName = z
+  .string({ error: "must be a string" })
+  .regex(ACCOUNT_NAME_PATTERN, "must be a user or group name (^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$)");
+const ConfigId = z
+  .string()
+  .regex(CONFIG_ID_PATTERN, "must be 1-128 characters of [A-Za-z0-9_.:/-] starting with a letter or digit");
+
+const ForcedValue = z.union([z.string().max(MAX_CONFIG_VALUE_LENGTH), z.boolean()], {
+  error: (issue) =>
+    typeof issue.input === "number" || typeof issue.input === "bigint"
+      ? "numeric values are not allowed (forced values are strings (select ids) or booleans)"
+      : `must be a string of at most ${MAX_CONFIG_VALUE_LENGTH} characters or a boolean`,
+});
+
+/** A forced-config table: provider-defined ids → string (select id) or boolean; bounded. */
+const ForcedTable = z
+  .record(ConfigId, ForcedValue, { error: "must be a table" })
+  .refine((m) => Object.keys(m).length <= MAX_CONFIG_ENTRIES, `must have at most ${MAX_CONFIG_ENTRIES} entries`)
+  .default({});
+
+const AgentSchema = z
+  .object({
+    id: Id,
+    name: z
+      .string({ error: "must be a string" })
+      .min(1, "must not be empty")
+      .refine((s) => utf8Length(s) <= MAX_EVENT_LABEL_BYTES, `must be at most ${MAX_EVENT_LABEL_BYTES} bytes`)
+      .optional(),
+    executable: NonEmpty,
+    args: z
+      .array(
+        z
+          .string({ error: "must be a string" })
+          .refine((s) => utf8Length(s) <= MAX_AGENT_ARG_BYTES, `must be at most ${MAX_AGENT_ARG_BYTES} bytes`),
+        { error: "must be an array of strings" },
+      )
+      .max(MAX_AGENT_ARGS, `must have at most ${MAX_AGENT_ARGS} entries`)
+      .default([]),
+    allowed_config_options: z
+      .array(ConfigId, { error: "must be an array of strings" })
+      .max(MAX_ALLOWED_CONFIG_OPTIONS, `must have at most ${MAX_ALLOWED_CONFIG_OPTIONS} entries`)
+      .default([]),
+    env_from_env: z
+      .record(EnvName, EnvName, { error: 'must be a table of CHILD_NAME = "SOURCE_NAME"' })
+      .refine((m) => Object.keys(m).length <= MAX_ENV_MAPPINGS, `must have at most ${MAX_ENV_MAPPINGS} entries`)
+      .default({}),
+    forced_config: ForcedTable,
+    run_as: AccountName.optional(),
+    run_as_group: AccountName.optional(),
+  })
+  .strict();
+
+export const ConfigSchema = z
+  .object({
+    runner: z
+      .object({
+        state_dir: NonEmpty.default(".webcodex/runner"),
+        log_level: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
+        retain_terminal_days: int(1, 3650).default(7),
+        retain_terminal_max: int(1, 1_000_000).default(1000),
+      })
+      .strict()
+      .default({
+        state_dir: ".webcodex/runner",
+        log_level: "info",
+        retain_terminal_days: 7,
+        retain_terminal_max: 1000,
+      }),
+    server: z
+      .object({
+        url: z.string({ error: "must be a string" }).regex(/^wss?:\/\/[^\s]+$/, "must be a ws:// or wss:// URL"),
+        token_env: EnvName.optional(),
+        token_file: NonEmpty.optional(),
+        /** PEM file of a private CA to trust for wss:// (besides the system CAs). */
+        ca_file: NonEmpty.optional(),
+        /** Allow ws:// (no TLS) to a host that is not loopback; warned at every connect. */
+        allow_insecure_transport: z.boolean({ error: "must be a boolean" }).default(false),
+      })
+      .strict()
+      .optional(),
+    projects: z
+      .array(
+        z
+          .object({ id: Id, root: NonEmpty, allow_patch: z.boolean({ error: "must be a boolean" }).default(false) })
+          .strict(),
+        { error: "must be an array of tables ([[projects]])" },
+      )
+      .min(1, "must configure at least one [[projects]] entry")
+      .max(MAX_PROJECTS, `must have at most ${MAX_PROJECTS} entries`),
+    acp: z
+      .object({
+        max_concurrent_runs: int(1, 64).default(1),
+        setup_timeout_secs: int(1, 3600).default(60),
+        permission_timeout_secs: int(1, 86_400).default(120),
+        cancel_grace_secs: int(1, 600).default(15),
+        default_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(1800),
+        max_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(14_400),
+        forced_config: ForcedTable,
+        agents: z
+          .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
+          .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")
+          .max(MAX_PROVIDERS, `must have at most ${MAX_PROVIDERS} entries`),
+      })
+      .strict(),
+  })
+  .strict();
+
+export type RawConfig = z.infer<typeof ConfigSchema>;
+// ---- issues ---------------------------------------------------------------------
+
+function keyPath(path: ReadonlyArray<PropertyKey>): string {
+  let out = "";
+  for (const part of path) {
+    if (typeof part === "number") out += `[${part}]`;
+    else out += out === "" ? String(part) : `.${String(part)}`;
+  }
+  return out === "" ? "(root)" : out;
+}
+
+function valueAt(root: unknown, path: ReadonlyArray<PropertyKey>): unknown {
+  let cur: unknown = root;
+  for (const part of path) {
+    if (cur === null || typeof cur !== "object") return undefined;
+    cur = (cur as Record<PropertyKey, unknown>)[part];
+  }
+  return cur;
+}
+
+/** One line per schema issue: `file: key.path: rule`. */
+export function describeIssues(file: string, raw: unknown, error: z.ZodError): string[] {
+  const out: string[] = [];
+  for (const issue of error.issues) {
+    if (issue.code === "unrecognized_keys") {
+      for (const key of issue.keys) out.push(`${file}: ${keyPath([...issue.path, key])}: unknown key (not allowed)`);
+      continue;
+    }
+    if (issue.code === "invalid_key") {
+      out.push(`${file}: ${keyPath(issue.path)}: ${issue.issues[0]?.message ?? "invalid key"}`);
+      continue;
+    }
+    let message = issue.message;
+    if (issue.code === "invalid_type" && valueAt(raw, issue.path) === undefined) message = "is required";
+    // Echo the offending value only for ids, which are never secrets.
+    const last = issue.path[issue.path.length - 1];
+    const value = valueAt(raw, issue.path);
+    const echo = last === "id" && typeof value === "string" && value.length <= 80 ? `${JSON.stringify(value)} ` : "";
+    out.push(`${file}: ${keyPath(issue.path)}: ${echo}${message}`);
+  }
+  return out;
+}

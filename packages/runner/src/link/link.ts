@@ -1,0 +1,598 @@
+/**
+ * The Runner's side of the Server link (DESIGN §5).
+ *
+ * Entry point, used by commands/daemon.ts after recovery:
+ *
+ *   startLink({ url, token, service, logger, ...tuning }) => { close(): Promise<void>, connected }
+ *
+ * - connects to `url` (ws://host:port/runner) with `Authorization: Bearer <token>`;
+ * - sends `hello` (service.helloBody() + inventory) on every connection and
+ *   waits for `hello.ack`; reconnects with jittered exponential backoff;
+ * - answers run.start / run.sync / run.cancel through the RunService only
+ *   (it never sees ACP, processes or the store). There is no run.inventory
+ *   request: the hello carries the inventory, and the Server asks for a run
+ *   left out of it with run.sync;
+ * - pushes `run.update` frames as the service reports changes, through a
+ *   bounded send queue: when the queue is full it stops pushing that run's
+ *   events, and once the queue drains sends one state-only update so the
+ *   Server re-syncs by seq. The service's listener never blocks;
+ * - heartbeats: answers the Server's pings (ws does), sends `heartbeat`
+ *   frames and drops a connection that has been silent for three intervals.
+ *
+ * Hello and every reply are checked against the protocol schema before they
+ * are sent: an inventory row the Server would reject is dropped (and logged),
+ * an invalid reply becomes an `error` frame — never a frame that makes the
+ * Server close the link and the Runner reconnect with the same bad frame.
+ *
+ * Link resumption (DESIGN §5): `hello.ack` carries a resume secret, kept in
+ * memory only and sent in every later hello of this process, so a reconnect
+ * after a network blip takes over the link the Server may still think alive.
+ * A `link_in_use` refusal (another connection holds the link: this Runner was
+ * just restarted, or someone else has its token) is retried at a short,
+ * bounded pace until the old link is declared dead.
+ *
+ * The token and the resume secret are never logged.
+ */
+
+import { rootCertificates } from "node:tls";
+import {
+  describeFirstIssue,
+  encodeFrame,
+  type HelloFrame,
+  isLoopbackHost,
+  isTerminalState,
+  MAX_EVENTS_PER_SYNC,
+  MAX_EVENTS_PER_UPDATE,
+  MAX_FRAME_BYTES,
+  MAX_INVENTORY_RUNS,
+  PROTOCOL_VERSION,
+  type ProtocolErrorCode,
+  parseServerFrame,
+  type RunEvent,
+  RunnerFrame,
+  RunSummary,
+  type ServerFrame,
+  TOMBSTONE_MESSAGE,
+} from "@webcodex/protocol";
+import type { Logger } from "pino";
+import WebSocket from "ws";
+import { eventBatches } from "../events/batches.js";
+import type { RunService } from "../runs/service.js";
+
+export interface LinkOptions {
+  /** ws:// or wss:// URL of the Server's /runner endpoint. */
+  url: string;
+  /** The Runner's bearer token (from [server] token_env or token_file). */
+  token: string;
+  /** PEM text of a private CA trusted for wss:// in addition to the system CAs ([server] ca_file). */
+  ca?: string;
+  /** ws:// to a non-loopback host is refused unless this is true; then every connect warns. */
+  allowInsecureTransport?: boolean;
+  service: RunService;
+  logger: Logger;
+  /** First reconnect delay (ms); doubles per failed attempt, with jitter. */
+  backoffInitialMs?: number;
+  backoffMaxMs?: number;
+  /** Time to wait for hello.ack after sending hello. */
+  helloTimeoutMs?: number;
+  /** Heartbeat interval before the Server's hello.ack says otherwise. */
+  heartbeatIntervalMs?: number;
+  /** Bounded send queue for run.update frames. */
+  sendQueueMaxBytes?: number;
+  sendQueueMaxFrames?: number;
+}
+
+export interface LinkHandle {
+  close(): Promise<void>;
+  /** True while a connection has completed hello/hello.ack. */
+  readonly connected: boolean;
+}
+
+type Request = Extract<ServerFrame, { request_id: string }>;
+
+/** After a `link_in_use` refusal the backoff restarts from this attempt (initial delay × 2^n). */
+export const LINK_IN_USE_RETRY_ATTEMPT = 2;
+
+export function startLink(opts: LinkOptions): LinkHandle {
+  return new Link(opts);
+}
+
+class Link implements LinkHandle {
+  readonly #o: Required<Omit<LinkOptions, "service" | "logger" | "url" | "token" | "ca" | "allowInsecureTransport">>;
+  /** Trusted CAs for wss:// when [server] ca_file is set: the system's plus that one. */
+  readonly #ca: string[] | undefined;
+  /** Set when the link runs without TLS to a non-loopback host (explicitly allowed). */
+  readonly #insecureHost: string | null;
+  readonly #url: string;
+  readonly #token: string;
+  readonly #service: RunService;
+  readonly #log: Logger;
+  #ws: WebSocket | null = null;
+  #live = false;
+  #stopped = false;
+  #attempt = 0;
+  /** From the last hello.ack; memory only. */
+  #resumeSecret: string | undefined;
+  #reconnectTimer: NodeJS.Timeout | null = null;
+  #helloTimer: NodeJS.Timeout | null = null;
+  #beatTimer: NodeJS.Timeout | null = null;
+  #lastHeard = Date.now();
+  #intervalMs: number;
+  #queuedBytes = 0;
+  #queuedFrames = 0;
+  /** Runs whose events were not pushed because the queue was full: latest summary to announce. */
+  readonly #suppressed = new Map<string, RunSummary>();
+  readonly #starts = new Set<Promise<unknown>>();
+  readonly #unsubscribe: () => void;
+
+  constructor(opts: LinkOptions) {
+    let parsed: URL | null = null;
+    try {
+      parsed = new URL(opts.url);
+    } catch {
+      // reported below
+    }
+    if (!parsed || (parsed.protocol !== "ws:" && parsed.protocol !== "wss:")) {
+      throw new TypeError("server url must be a ws:// or wss:// URL");
+    }
+    this.#insecureHost = parsed.protocol === "ws:" && !isLoopbackHost(parsed.hostname) ? parsed.hostname : null;
+    if (this.#insecureHost !== null && opts.allowInsecureTransport !== true) {
+      throw new TypeError(
+        `refusing ws:// to non-loopback host ${this.#insecureHost}: use wss:// or set [server] allow_insecure_transport = true`,
+      );
+    }
+    this.#ca = opts.ca === undefined ? undefined : [...rootCertificates, opts.ca];
+    this.#url = opts.url;
+    this.#token = opts.token;
+    this.#service = opts.service;
+    this.#log = opts.logger.child({ c: "link" });
+    this.#o = {
+      backoffInitialMs: opts.backoffInitialMs ?? 500,
+      backoffMaxMs: opts.backoffMaxMs ?? 30_000,
+      helloTimeoutMs: opts.helloTimeoutMs ?? 10_000,
+      heartbeatIntervalMs: opts.heartbeatIntervalMs ?? 15_000,
+      sendQueueMaxBytes: opts.sendQueueMaxBytes ?? 4 * MAX_FRAME_BYTES,
+      sendQueueMaxFrames: opts.sendQueueMaxFrames ?? 1024,
+    };
+    this.#intervalMs = this.#o.heartbeatIntervalMs;
+    this.#unsubscribe = this.#service.onUpdate((run, events) => this.#onUpdate(run, events));
+    this.#connect();
+  }
+
+  get connected(): boolean {
+    return this.#live;
+  }
+
+  // ---- connection lifecycle ---------------------------------------------------
+
+  #connect(): void {
+    if (this.#stopped) return;
+    this.#reconnectTimer = null;
+    if (this.#insecureHost !== null) {
+      this.#log.warn(
+        { host: this.#insecureHost },
+        "INSECURE: connecting with ws:// (no TLS) to a non-loopback host; the token and prompts cross the network " +
+          "in clear text (allow_insecure_transport = true)",
+      );
+    }
+    const ws = new WebSocket(this.#url, {
+      headers: { authorization: `Bearer ${this.#token}` },
+      ...(this.#ca ? { ca: this.#ca } : {}),
+      maxPayload: MAX_FRAME_BYTES,
+      handshakeTimeout: this.#o.helloTimeoutMs,
+      perMessageDeflate: false,
+    });
+    this.#ws = ws;
+    this.#live = false;
+    ws.on("unexpected-response", (_req, res) => {
+      this.#log.warn({ status: res.statusCode }, "server refused the runner link (check the runner token)");
+      res.resume();
+      ws.terminate();
+    });
+    ws.on("open", () => void this.#sendHello(ws));
+    ws.on("ping", () => {
+      this.#lastHeard = Date.now();
+    });
+    ws.on("message", (data, isBinary) => {
+      if (ws !== this.#ws) return;
+      this.#lastHeard = Date.now();
+      this.#onMessage(ws, data, isBinary);
+    });
+    ws.on("error", (err) => {
+      // A certificate the Runner does not trust is an operator problem worth a warning, not a debug line.
+      const code = (err as NodeJS.ErrnoException).code ?? "";
+      if (/CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ERR_TLS/.test(code)) {
+        this.#log.warn({ code }, "the server's TLS certificate is not trusted (set [server] ca_file for a private CA)");
+      } else this.#log.debug({ err: err.message }, "link socket error");
+    });
+    ws.on("close", (code) => {
+      if (ws !== this.#ws) return;
+      const wasLive = this.#live;
+      this.#teardown();
+      if (this.#stopped) return;
+      this.#log.info({ code, was_live: wasLive }, "link closed; reconnecting");
+      this.#scheduleReconnect();
+    });
+  }
+
+  #teardown(): void {
+    this.#live = false;
+    this.#ws = null;
+    this.#queuedBytes = 0;
+    this.#queuedFrames = 0;
+    this.#suppressed.clear();
+    if (this.#helloTimer) clearTimeout(this.#helloTimer);
+    if (this.#beatTimer) clearInterval(this.#beatTimer);
+    this.#helloTimer = null;
+    this.#beatTimer = null;
+  }
+
+  #scheduleReconnect(): void {
+    const ceiling = Math.min(this.#o.backoffMaxMs, this.#o.backoffInitialMs * 2 ** Math.min(this.#attempt, 20));
+    const delay = Math.round(ceiling / 2 + Math.random() * (ceiling / 2));
+    this.#attempt++;
+    this.#reconnectTimer = setTimeout(() => this.#connect(), delay);
+  }
+
+  async #sendHello(ws: WebSocket): Promise<void> {
+    // A run.start still being admitted must be in the inventory this hello carries.
+    if (this.#starts.size > 0) {
+      await Promise.race([Promise.allSettled([...this.#starts]), new Promise((r) => setTimeout(r, 5000))]);
+    }
+    if (ws !== this.#ws || ws.readyState !== WebSocket.OPEN) return;
+    let hello: HelloFrame;
+    try {
+      const base: HelloFrame = {
+        type: "hello",
+        protocol_version: PROTOCOL_VERSION,
+        ...this.#service.helloBody(),
+        inventory: [],
+        ...(this.#resumeSecret !== undefined ? { resume_secret: this.#resumeSecret } : {}),
+      };
+      hello = { ...base, inventory: this.#inventoryFor(base) };
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "building hello failed");
+      ws.close(1011, "hello failed");
+      return;
+    }
+    this.#invalid(hello); // logged; nothing better to send than the Runner's own description
+    this.#rawSend(ws, hello);
+    this.#helloTimer = setTimeout(() => {
+      if (!this.#live) {
+        this.#log.warn("no hello.ack from the server in time; reconnecting");
+        ws.terminate();
+      }
+    }, this.#o.helloTimeoutMs);
+  }
+
+  #startHeartbeat(ws: WebSocket): void {
+    if (this.#beatTimer) clearInterval(this.#beatTimer);
+    this.#lastHeard = Date.now();
+    this.#beatTimer = setInterval(() => {
+      if (ws !== this.#ws) return;
+      if (Date.now() - this.#lastHeard > 3 * this.#intervalMs) {
+        this.#log.warn("server silent for three heartbeat intervals; reconnecting");
+        ws.terminate();
+        return;
+      }
+      this.#rawSend(ws, { type: "heartbeat", sent_at: new Date().toISOString() });
+    }, this.#intervalMs);
+  }
+
+  // ---- inbound ------------------------------------------------------------------
+
+  #onMessage(ws: WebSocket, data: WebSocket.RawData, isBinary: boolean): void {
+    if (isBinary) {
+      this.#protocolError(ws, "invalid_frame", "binary frames are not allowed");
+      return;
+    }
+    const text = Array.isArray(data)
+      ? Buffer.concat(data).toString("utf8")
+      : Buffer.from(data as ArrayBuffer).toString("utf8");
+    const parsed = parseServerFrame(text);
+    if (!parsed.ok) {
+      this.#protocolError(ws, parsed.error.code, parsed.error.message);
+      return;
+    }
+    const frame = parsed.frame;
+    if (!this.#live && frame.type !== "hello.ack" && frame.type !== "protocol_error") {
+      this.#protocolError(ws, "unexpected_frame", `expected hello.ack, got ${frame.type}`);
+      return;
+    }
+    switch (frame.type) {
+      case "hello.ack":
+        if (this.#live) {
+          this.#protocolError(ws, "unexpected_frame", "duplicate hello.ack");
+          return;
+        }
+        if (this.#helloTimer) clearTimeout(this.#helloTimer);
+        this.#live = true;
+        this.#attempt = 0;
+        this.#resumeSecret = frame.resume_secret;
+        this.#intervalMs = frame.heartbeat_interval_ms;
+        this.#startHeartbeat(ws);
+        this.#log.info(
+          { runner_id: frame.runner_id, server_instance_id: frame.server_instance_id },
+          "link established",
+        );
+        return;
+      case "heartbeat":
+        return;
+      case "protocol_error":
+        this.#log.warn({ code: frame.code, reason: frame.message }, "server reported a protocol error");
+        if (frame.code === "unauthorized_project") this.#attempt = Math.max(this.#attempt, 10);
+        if (frame.code === "token_revoked") {
+          this.#log.error("the server rotated this runner's token; restart the Runner with its new token");
+          this.#attempt = Math.max(this.#attempt, 10);
+        }
+        // Another connection holds the link: retry at a short pace, it is declared dead within the heartbeat timeout.
+        if (frame.code === "link_in_use") this.#attempt = Math.min(this.#attempt, LINK_IN_USE_RETRY_ATTEMPT);
+        ws.close(1000, "peer protocol error");
+        return;
+      case "run.start":
+      case "run.sync":
+      case "run.cancel":
+        this.#onRequest(ws, frame);
+        return;
+      default: {
+        const never: never = frame;
+        this.#protocolError(ws, "unexpected_frame", `unknown frame ${(never as { type: string }).type}`);
+      }
+    }
+  }
+
+  #onRequest(ws: WebSocket, req: Request): void {
+    const rid = req.request_id;
+    const reply = (frame: RunnerFrame) => {
+      if (ws !== this.#ws || ws.readyState !== WebSocket.OPEN) {
+        this.#log.debug({ type: frame.type }, "reply dropped: connection changed");
+        return;
+      }
+      // A reply that cannot be sent must still answer the request, or the Server waits for nothing.
+      if (this.#invalid(frame) || (!this.#rawSend(ws, frame) && frame.type !== "error")) {
+        this.#rawSend(ws, {
+          type: "error",
+          request_id: rid,
+          code: "internal",
+          message: "The Runner could not encode the reply.",
+        });
+      }
+    };
+    const internal = (err: unknown) => {
+      this.#log.error({ type: req.type, err: (err as Error)?.message }, "run service failed a request");
+      reply({ type: "error", request_id: rid, code: "internal", message: "The Runner failed to process the request." });
+    };
+    switch (req.type) {
+      case "run.start": {
+        const { type: _t, request_id: _r, ...request } = req;
+        const p = this.#service.start(request).then((out) => {
+          if (out.ok) reply({ type: "run.start.result", request_id: rid, run: out.run, created: out.created });
+          else
+            reply({
+              type: "error",
+              request_id: rid,
+              code: out.code,
+              message: out.message.slice(0, 512),
+              ...(out.run ? { run: out.run } : {}),
+              ...(out.tombstone ? { tombstone: out.tombstone } : {}),
+            });
+        }, internal);
+        this.#starts.add(p);
+        void p.finally(() => this.#starts.delete(p));
+        return;
+      }
+      case "run.sync": {
+        try {
+          const res = this.#service.sync(req.run_id, req.after_seq, req.max_events);
+          if (!res) reply(this.#absent(rid, req.run_id));
+          else reply(this.#fitSync(rid, res.run, res.events, res.has_more));
+        } catch (err) {
+          internal(err);
+        }
+        return;
+      }
+      case "run.cancel":
+        this.#service.cancel(req.run_id).then((res) => {
+          if (!res) reply(this.#absent(rid, req.run_id));
+          else
+            reply({
+              type: "run.cancel.result",
+              request_id: rid,
+              run: res.run,
+              cancel_requested: res.cancel_requested,
+              already_terminal: res.already_terminal,
+            });
+        }, internal);
+        return;
+      default: {
+        const never: never = req;
+        void never;
+      }
+    }
+  }
+
+  /**
+   * The answer for a run the store holds no row for: `pruned` with its tombstone when this store admitted
+   * it once, else `not_found` — "this store never admitted that run", the only answer that lets the
+   * Server close a record as never admitted.
+   */
+  #absent(rid: string, runId: string): RunnerFrame {
+    const tombstone = this.#service.tombstone(runId);
+    if (tombstone) return { type: "error", request_id: rid, code: "pruned", message: TOMBSTONE_MESSAGE, tombstone };
+    return { type: "error", request_id: rid, code: "not_found", message: "No such run on this Runner." };
+  }
+
+  /** A sync result that fits one frame: its first batch (events/batches.ts); has_more when events were left. */
+  #fitSync(rid: string, run: RunSummary, events: RunEvent[], hasMore: boolean): RunnerFrame {
+    const [first = []] = eventBatches(events, { maxEvents: MAX_EVENTS_PER_SYNC });
+    return {
+      type: "run.sync.result",
+      request_id: rid,
+      run,
+      events: first,
+      has_more: hasMore || first.length < events.length,
+    };
+  }
+
+  /** The service's inventory, schema-checked and fitted into one frame built on `base` (whose list is empty). */
+  #inventoryFor(base: RunnerFrame): RunSummary[] {
+    const runs = this.#validRuns(base.type, this.#service.inventory().slice(0, MAX_INVENTORY_RUNS));
+    const budget = MAX_FRAME_BYTES - Buffer.byteLength(JSON.stringify(base), "utf8");
+    const fitted = fitInventory(runs, budget);
+    if (fitted.length < runs.length) {
+      this.#log.warn(
+        { type: base.type, kept: fitted.length, left_out: runs.length - fitted.length },
+        "inventory larger than one frame; oldest terminal runs left out (the Server asks for them one by one with run.sync)",
+      );
+    }
+    return fitted;
+  }
+
+  /** Inventory rows the protocol accepts; each other row is logged (frame type, first bad path) and left out. */
+  #validRuns(type: RunnerFrame["type"], runs: RunSummary[]): RunSummary[] {
+    return runs.filter((run) => {
+      const checked = RunSummary.safeParse(run);
+      if (checked.success) return true;
+      const { path } = describeFirstIssue(checked.error);
+      this.#log.error({ type, run_id: run.run_id, path }, "inventory row violates the protocol; left out");
+      return false;
+    });
+  }
+
+  /** True (and logged with the frame type and first bad path) when the frame violates the protocol schema. */
+  #invalid(frame: RunnerFrame): boolean {
+    const checked = RunnerFrame.safeParse(frame);
+    if (checked.success) return false;
+    const { path } = describeFirstIssue(checked.error);
+    this.#log.error({ type: frame.type, path }, "outgoing frame violates the protocol");
+    return true;
+  }
+
+  #protocolError(ws: WebSocket, code: ProtocolErrorCode, message: string): void {
+    this.#log.warn({ code, reason: message }, "protocol error from the server's side; closing link");
+    this.#rawSend(ws, { type: "protocol_error", code, message: message.slice(0, 500) });
+    ws.close(1008, code);
+  }
+
+  // ---- outbound -----------------------------------------------------------------
+
+  /** Send without queue limits (hello, replies, heartbeats, protocol errors). */
+  #rawSend(ws: WebSocket, frame: RunnerFrame): boolean {
+    let text: string;
+    try {
+      text = encodeFrame(frame);
+    } catch (err) {
+      this.#log.error({ type: frame.type, err: (err as Error).message }, "frame too large to send");
+      return false;
+    }
+    this.#sendText(ws, text);
+    return true;
+  }
+
+  #sendText(ws: WebSocket, text: string, bytes = Buffer.byteLength(text, "utf8")): void {
+    this.#queuedBytes += bytes;
+    this.#queuedFrames++;
+    ws.send(text, (err) => {
+      if (ws !== this.#ws) return;
+      this.#queuedBytes -= bytes;
+      this.#queuedFrames--;
+      if (err) return;
+      if (this.#suppressed.size > 0) this.#drainSuppressed(ws);
+    });
+  }
+
+  #hasRoom(extraBytes: number): boolean {
+    return (
+      this.#queuedBytes + extraBytes <= this.#o.sendQueueMaxBytes && this.#queuedFrames < this.#o.sendQueueMaxFrames
+    );
+  }
+
+  /** Called from the run service; must never block or throw. */
+  #onUpdate(run: RunSummary, events: readonly RunEvent[]): void {
+    try {
+      const ws = this.#ws;
+      if (!ws || !this.#live || ws.readyState !== WebSocket.OPEN) return; // the next hello + sync covers it
+      if (this.#suppressed.has(run.run_id)) {
+        this.#suppressed.set(run.run_id, run);
+        return;
+      }
+      // The service pushes frame-sized batches (RunUpdateListener): encode once, and split only a batch that
+      // does not fit after all.
+      const whole: RunnerFrame = { type: "run.update", run, events: [...events] };
+      const wholeText = JSON.stringify(whole);
+      const frames: (RunnerFrame | string)[] =
+        events.length <= MAX_EVENTS_PER_UPDATE && Buffer.byteLength(wholeText, "utf8") <= MAX_FRAME_BYTES
+          ? [wholeText]
+          : chunkUpdate(run, events);
+      for (const frame of frames) {
+        const text = typeof frame === "string" ? frame : JSON.stringify(frame);
+        const bytes = Buffer.byteLength(text, "utf8");
+        if (!this.#hasRoom(bytes) || bytes > MAX_FRAME_BYTES) {
+          this.#suppressed.set(run.run_id, run);
+          this.#log.debug({ run_id: run.run_id }, "send queue full; run updates paused until it drains");
+          return;
+        }
+        this.#sendText(ws, text, bytes);
+      }
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "pushing a run update failed");
+    }
+  }
+
+  /** Below half the queue limit: announce suppressed runs with a state-only update so the Server re-syncs. */
+  #drainSuppressed(ws: WebSocket): void {
+    for (const [runId, run] of this.#suppressed) {
+      if (this.#queuedBytes > this.#o.sendQueueMaxBytes / 2 || this.#queuedFrames > this.#o.sendQueueMaxFrames / 2) {
+        return;
+      }
+      this.#suppressed.delete(runId);
+      this.#rawSend(ws, { type: "run.update", run, events: [] });
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#stopped) return;
+    this.#stopped = true;
+    this.#unsubscribe();
+    if (this.#reconnectTimer) clearTimeout(this.#reconnectTimer);
+    const ws = this.#ws;
+    this.#teardown();
+    if (!ws) return;
+    await new Promise<void>((resolve) => {
+      if (ws.readyState === WebSocket.CLOSED) return resolve();
+      const t = setTimeout(() => {
+        ws.terminate();
+        resolve();
+      }, 2000);
+      ws.once("close", () => {
+        clearTimeout(t);
+        resolve();
+      });
+      if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+      else ws.close(1000, "runner stopping");
+    });
+  }
+}
+
+/** One service update as run.update frames, batched by the one rule of events/batches.ts. */
+export function chunkUpdate(run: RunSummary, events: readonly RunEvent[]): RunnerFrame[] {
+  return eventBatches(events).map((batch) => ({ type: "run.update", run, events: batch }));
+}
+
+/**
+ * The runs that fit in `budgetBytes` of serialized list: every non-terminal run first (they are bounded by
+ * max_concurrent_runs), then terminal runs in the given (newest-first) order. Order of the input is kept.
+ */
+export function fitInventory(runs: readonly RunSummary[], budgetBytes: number): RunSummary[] {
+  let left = budgetBytes;
+  const keep = new Set<RunSummary>();
+  const open = runs.filter((r) => !isTerminalState(r.state));
+  const done = runs.filter((r) => isTerminalState(r.state));
+  for (const run of [...open, ...done]) {
+    const size = Buffer.byteLength(JSON.stringify(run), "utf8") + 1;
+    if (size > left) continue;
+    left -= size;
+    keep.add(run);
+  }
+  return runs.filter((r) => keep.has(r));
+}

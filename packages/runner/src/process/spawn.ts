@@ -1,0 +1,233 @@
+/**
+ * Spawning an ACP agent child and owning its whole process tree (DESIGN §4.2).
+ *
+ * The child gets exactly the variables of its `env_from_env` mapping
+ * (`extendEnv: false`), resolved from the Runner's own environment right
+ * before the spawn; its own process group (`detached: true`, so pgid = pid);
+ * cwd = the project root; stdin/stdout pipes for ACP; stderr drained and
+ * discarded (only a byte count is kept); no other descriptor (inherited ones
+ * are covered by /dev/null, see process/inherited-fds.ts), in a descriptor table sized
+ * so its start-up need not grow it (process/fd-table.ts). With `run_as` the agent is
+ * started through setpriv as that user (process/run-as.ts): same pid and group.
+ * Cleanup after every run: stdin EOF → grace → SIGTERM to the group → grace →
+ * SIGKILL to the tree and the group.
+ */
+import { spawn } from "node:child_process";
+import { once } from "node:events";
+import { Readable, Writable } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
+import treeKill from "tree-kill";
+import type { AgentConfig } from "../config/config.js";
+import { STDERR_TAIL_BYTES, TailBuffer } from "../runs/diagnostics.js";
+import { reserveAgentFdTable } from "./fd-table.js";
+import { inheritedFdStdio } from "./inherited-fds.js";
+import { listGroupMembers, procIdentitySupported, readStartTime } from "./proc-identity.js";
+import { type RunAs, setprivCommand } from "./run-as.js";
+
+export type EnvResolution =
+  | { ok: true; env: Record<string, string> }
+  | { ok: false; missingSource: string; childName: string };
+
+/** Resolve `env_from_env` from `source` (the Runner's env). A missing source names the source variable only. */
+export function resolveChildEnv(agent: Pick<AgentConfig, "envFromEnv">, source: NodeJS.ProcessEnv): EnvResolution {
+  const env: Record<string, string> = {};
+  for (const [childName, sourceName] of Object.entries(agent.envFromEnv)) {
+    const value = source[sourceName];
+    if (value === undefined) return { ok: false, missingSource: sourceName, childName };
+    env[childName] = value;
+  }
+  return { ok: true, env };
+}
+
+/** The spawn itself failed (ENOENT, EACCES, …). `code` is the errno code only. */
+export class SpawnError extends Error {
+  override readonly name = "SpawnError";
+  constructor(
+    readonly code: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`agent process could not be started (${code})`, options);
+  }
+}
+
+export interface ChildExit {
+  code: number | null;
+  signal: string | null;
+}
+
+export interface AgentChild {
+  readonly pid: number;
+  /** Process group id (= pid: the child leads its own group). */
+  readonly pgid: number;
+  /** /proc start time of the group leader, or null where /proc is unavailable. */
+  readonly startTime: string | null;
+  /** The child's stdin and stdout as web streams, for the ACP SDK's ndJsonStream. */
+  readonly stdin: WritableStream<Uint8Array>;
+  readonly stdout: ReadableStream<Uint8Array>;
+  /** Resolves once the group leader has exited. */
+  readonly exited: Promise<ChildExit>;
+  readonly exit: ChildExit | null;
+  /** Bytes the child wrote to stderr. */
+  readonly stderrBytes: number;
+  /** The last STDERR_TAIL_BYTES of stderr, unredacted (runs/diagnostics.ts redacts it before writing). */
+  stderrTail(): string;
+  /** Close stdin → grace → SIGTERM group → grace → SIGKILL tree + group. Idempotent; resolves when nothing is left. */
+  terminateTree(graceMs: number): Promise<TreeCleanup>;
+}
+
+export interface TreeCleanup {
+  /** The last step that was needed: the child went on stdin EOF, on SIGTERM, or needed SIGKILL. */
+  escalation: "eof" | "sigterm" | "sigkill";
+  /** Whether any member of the group survived even SIGKILL's grace (should never happen). */
+  survivors: number;
+}
+
+export interface SpawnOptions {
+  /** `runAs` absent or null: the agent runs as the Runner's user. */
+  agent: Pick<AgentConfig, "executable" | "args"> & { readonly runAs?: RunAs | null };
+  cwd: string;
+  env: Record<string, string>;
+  /**
+   * Called synchronously once the OS has started the child (the exec succeeded), before spawnAgent first
+   * awaits: the caller records the group's identity there, so no await separates the fork from that record.
+   */
+  onStarted?: (pid: number, startTime: string | null) => void;
+}
+
+const POLL_MS = 25;
+
+/** Whether any non-zombie process is still in the group (falls back to kill(−pgid, 0) without /proc). */
+export function groupAlive(pgid: number): boolean {
+  if (procIdentitySupported()) return listGroupMembers(pgid).length > 0;
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+async function waitGroupGone(pgid: number, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (!groupAlive(pgid)) return true;
+    if (Date.now() >= deadline) return false;
+    // Not unref'd: a pending cleanup must keep the process alive (exec has nothing else holding it).
+    await sleep(POLL_MS);
+  }
+}
+
+function signalGroup(pgid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-pgid, signal);
+  } catch {
+    // ESRCH: the group is already gone.
+  }
+}
+
+/** Spawn the agent and wait for the `spawn` event. Throws SpawnError if the OS refuses. */
+export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
+  const { executable, args, runAs } = options.agent;
+  const command = runAs ? setprivCommand(runAs, executable, args) : { file: executable, args: [...args] };
+  // Descriptors this process inherited without close-on-exec are covered by /dev/null in the child
+  // (an integer stdio entry is child_process's "dup this fd here").
+  const masked = inheritedFdStdio();
+  // The Runner's command line reserved it at start; a RunManager embedded elsewhere does so here, once.
+  reserveAgentFdTable();
+  // node:child_process directly, not execa: env is exactly `options.env` (nothing of the Runner's is
+  // added), and execa's option and stdio handling, none of which is used here, cost ~0.9 ms of CPU
+  // per start, most of it while the agent boots beside it (issue 17).
+  const subprocess = spawn(command.file, command.args, {
+    cwd: options.cwd,
+    env: options.env,
+    detached: true,
+    stdio: ["pipe", "pipe", "pipe", ...masked.extra],
+  });
+  // libuv returns from the spawn only after the exec (or with its error): a pid here is a running agent.
+  const startedPid = subprocess.pid;
+  const startTime = startedPid === undefined ? null : readStartTime(startedPid);
+  if (startedPid !== undefined) options.onStarted?.(startedPid, startTime);
+
+  try {
+    await Promise.race([
+      once(subprocess, "spawn"),
+      once(subprocess, "error").then(([error]) => {
+        throw error;
+      }),
+    ]);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException)?.code ?? "unknown";
+    throw new SpawnError(code, { cause: error });
+  } finally {
+    masked.close();
+  }
+  const pid = subprocess.pid;
+  if (pid === undefined) throw new SpawnError("no_pid");
+
+  const stdinNode = subprocess.stdin;
+  const stdoutNode = subprocess.stdout;
+  const stderrNode = subprocess.stderr;
+  if (!stdinNode || !stdoutNode || !stderrNode) throw new SpawnError("no_pipes");
+
+  // Stream errors (EPIPE after the child died, …) surface through the ACP
+  // connection; the Node streams must not crash the Runner with an unhandled 'error'.
+  stdinNode.on("error", () => {});
+  stdoutNode.on("error", () => {});
+  stderrNode.on("error", () => {});
+
+  let stderrBytes = 0;
+  const tail = new TailBuffer(STDERR_TAIL_BYTES);
+  stderrNode.on("data", (chunk: Buffer) => {
+    stderrBytes += chunk.length;
+    tail.push(chunk);
+  });
+
+  let exit: ChildExit | null = null;
+  const exited = new Promise<ChildExit>((resolve) => {
+    subprocess.once("exit", (code: number | null, signal: NodeJS.Signals | null) => {
+      exit = { code, signal };
+      resolve(exit);
+    });
+  });
+
+  let cleanup: Promise<TreeCleanup> | null = null;
+
+  const terminate = async (graceMs: number): Promise<TreeCleanup> => {
+    stdinNode.end();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([exited, new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
+    clearTimeout(timer);
+    if (exit !== null && !groupAlive(pid)) return { escalation: "eof", survivors: 0 };
+
+    signalGroup(pid, "SIGTERM");
+    if (await waitGroupGone(pid, graceMs)) return { escalation: "sigterm", survivors: 0 };
+
+    // Stragglers: walk the tree from the leader while it is still alive (catches
+    // descendants that left the group) — never once it exited, as its pid may
+    // be reused — then kill the whole group.
+    if (exit === null) await new Promise<void>((resolve) => treeKill(pid, "SIGKILL", () => resolve()));
+    signalGroup(pid, "SIGKILL");
+    const gone = await waitGroupGone(pid, graceMs);
+    return { escalation: "sigkill", survivors: gone ? 0 : listGroupMembers(pid).length };
+  };
+
+  return {
+    pid,
+    pgid: pid,
+    startTime,
+    stdin: Writable.toWeb(stdinNode) as WritableStream<Uint8Array>,
+    stdout: Readable.toWeb(stdoutNode) as ReadableStream<Uint8Array>,
+    exited,
+    get exit() {
+      return exit;
+    },
+    get stderrBytes() {
+      return stderrBytes;
+    },
+    stderrTail: () => tail.text(),
+    terminateTree(graceMs: number) {
+      cleanup ??= terminate(graceMs);
+      return cleanup;
+    },
+  };
+}

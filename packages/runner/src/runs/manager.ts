@@ -1,0 +1,585 @@
+/**
+ * The run lifecycle (DESIGN §4.2–4.5) behind the RunService seam: admission
+ * (fences, capacity — never a queue), then per run:
+ *
+ *   admit ─▶ the ACP turn (acp/turn.ts) ─▶ markTerminal ─▶ projection
+ *         ─▶ tree cleanup ─▶ clearChild ─▶ retention (runs/retention.ts)
+ *
+ * Pushes to the link go through the one batching rule (events/batches.ts);
+ * the setup timings line is runs/timings.ts, fed by the turn's milestones.
+ *
+ * Failpoints (test-only SIGKILL, see failpoints.ts) here: after_admission,
+ * after_terminal_before_projection (the turn has the others).
+ */
+import { randomBytes } from "node:crypto";
+import {
+  FAILURE_SUMMARIES,
+  type FailureKind,
+  MAX_EVENTS_PER_SYNC,
+  MAX_INVENTORY_RUNS,
+  type RunEvent,
+  type RunSummary,
+  type RunTombstone,
+  TOMBSTONE_MESSAGE,
+} from "@webcodex/protocol";
+import { AcpTurn } from "../acp/turn.js";
+import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
+import { eventBatches } from "../events/batches.js";
+import type { EventRing, RingLimits } from "../events/ring.js";
+import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
+import { type Logger, silentLogger } from "../logger.js";
+import type { AgentChild } from "../process/spawn.js";
+import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
+import type { DispatchStore } from "../store/types.js";
+import { writeDiagnostics } from "./diagnostics.js";
+import { Run, rowToSummary } from "./record.js";
+import { RunRetention } from "./retention.js";
+import type {
+  HelloBody,
+  RunCancelResult,
+  RunService,
+  RunStartOutcome,
+  RunStartRequest,
+  RunSyncResult,
+  RunUpdateListener,
+} from "./service.js";
+import { type CancelReason, lost, notStarted, type Terminal } from "./terminal.js";
+import { type RunTimings, StageClock } from "./timings.js";
+
+export { rowToSummary };
+
+export interface RunManagerOptions {
+  config: RunnerConfig;
+  store: DispatchStore;
+  logger?: Logger;
+  /** Source of env_from_env values (default: process.env). Read at each spawn. */
+  sourceEnv?: NodeJS.ProcessEnv;
+  /** Grace of each cleanup step: stdin EOF → SIGTERM → SIGKILL (default 2000 ms). */
+  cleanupGraceMs?: number;
+  /** Largest line accepted from an agent's stdout (default 8 MiB). */
+  maxMessageBytes?: number;
+  ringLimits?: Partial<RingLimits>;
+  /** Terminal runs kept in memory with their event rings (default 64). */
+  maxRetainedRuns?: number;
+  /** Byte budget of the event rings of all retained terminal runs (default RETAINED_RINGS_MAX_BYTES). */
+  retainedRingsMaxBytes?: number;
+  /** Where each run's diagnostics file goes (runs/diagnostics.ts); none written when unset (exec, tests). */
+  diagnosticsDir?: string;
+  /** Crash injection (default: failpoints.ts, armed only by WEBCODEX_FAILPOINT). */
+  failpoint?: (name: FailpointName) => void;
+  now?: () => Date;
+}
+
+export { MAX_PENDING_PERMISSIONS } from "../acp/turn.js";
+/** Streamed text pacing (events/text-pacer.ts): at once when quiet, up to COALESCE_MS during a flood. */
+export { COALESCE_MS, FLOOD_GAP_MS } from "../events/text-pacer.js";
+export { RETAINED_RINGS_MAX_BYTES } from "./retention.js";
+export type { RunTimings } from "./timings.js";
+
+/** Faults that close() itself causes by closing connections and killing trees. */
+const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
+
+function newInstanceId(prefix: string): string {
+  return `${prefix}_${randomBytes(16).toString("base64url")}`;
+}
+
+export class RunManager implements RunService {
+  readonly agentInstanceId: string;
+  readonly #config: RunnerConfig;
+  readonly #store: DispatchStore;
+  readonly #log: Logger;
+  readonly #graceMs: number;
+  readonly #ringLimits: Partial<RingLimits> | undefined;
+  readonly #diagnosticsDir: string | undefined;
+  readonly #failpoint: (name: FailpointName) => void;
+  readonly #now: () => Date;
+  readonly #providerInstanceIds = new Map<string, string>();
+  readonly #agents = new Map<string, AgentConfig>();
+  readonly #projects = new Map<string, ProjectConfig>();
+  readonly #runs = new Map<string, Run>();
+  /** Runs holding a capacity slot: from admission until their process tree is gone. */
+  readonly #active = new Set<Run>();
+  readonly #retention: RunRetention;
+  readonly #turn: AcpTurn;
+  readonly #listeners = new Set<RunUpdateListener>();
+  #closing = false;
+
+  constructor(options: RunManagerOptions) {
+    this.#config = options.config;
+    this.#store = options.store;
+    this.#log = options.logger ?? silentLogger();
+    this.#graceMs = options.cleanupGraceMs ?? 2000;
+    this.#ringLimits = options.ringLimits;
+    this.#diagnosticsDir = options.diagnosticsDir;
+    this.#failpoint = options.failpoint ?? defaultFailpoint;
+    this.#now = options.now ?? (() => new Date());
+    this.agentInstanceId = newInstanceId("ai");
+    this.#retention = new RunRetention({
+      runs: this.#runs,
+      ...(options.maxRetainedRuns === undefined ? {} : { maxRuns: options.maxRetainedRuns }),
+      ...(options.retainedRingsMaxBytes === undefined ? {} : { maxRingBytes: options.retainedRingsMaxBytes }),
+      persist: (run) => this.#saveTerminal(run),
+    });
+    this.#turn = new AcpTurn({
+      acp: this.#config.acp,
+      store: this.#store,
+      log: this.#log,
+      sourceEnv: options.sourceEnv ?? process.env,
+      maxMessageBytes: options.maxMessageBytes,
+      failpoint: this.#failpoint,
+      closing: () => this.#closing,
+      touch: (run) => this.#touch(run),
+      schedulePush: (run) => this.#schedulePush(run),
+      requestCancel: (run, reason) => this.#requestCancel(run, reason),
+    });
+    for (const agent of this.#config.acp.agents) {
+      this.#agents.set(agent.id, agent);
+      this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
+    }
+    for (const project of this.#config.projects) this.#projects.set(project.id, project);
+  }
+
+  get storeId(): string {
+    return this.#store.storeId;
+  }
+
+  /** The current provider_instance_id of a configured agent (fence for run.start). */
+  providerInstanceId(providerId: string): string | undefined {
+    return this.#providerInstanceIds.get(providerId);
+  }
+
+  helloBody(): HelloBody {
+    return {
+      agent_instance_id: this.agentInstanceId,
+      store_id: this.#store.storeId,
+      capabilities: { coding_agent_run: { max_concurrent_runs: this.#config.acp.maxConcurrentRuns } },
+      providers: this.#config.acp.agents.map((a) => ({
+        provider_id: a.id,
+        provider_instance_id: this.#providerInstanceIds.get(a.id) as string,
+        name: a.name,
+        allowed_config_options: [...a.allowedConfigOptions],
+      })),
+      projects: this.#config.projects.map((p) => ({ project_id: p.id, allow_patch: p.allowPatch })),
+    };
+  }
+
+  onUpdate(listener: RunUpdateListener): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
+  }
+
+  // ---- admission --------------------------------------------------------------
+
+  async start(req: RunStartRequest): Promise<RunStartOutcome> {
+    if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
+    const existing = this.#summaryOf(req.run_id);
+    if (existing) {
+      if (existing.intent_fingerprint === req.intent_fingerprint) return { ok: true, run: existing, created: false };
+      return {
+        ok: false,
+        code: "idempotency_conflict",
+        message: "A run with this id exists with a different intent.",
+        run: existing,
+      };
+    }
+    // Admitted once, row pruned since: answer what is recorded, never admit it again.
+    const tomb = this.#store.tombstone(req.run_id);
+    if (tomb) {
+      if (tomb.fingerprintPrefix !== fingerprintPrefix(req.intent_fingerprint)) {
+        return {
+          ok: false,
+          code: "idempotency_conflict",
+          message: "A run with this id was admitted with a different intent.",
+        };
+      }
+      this.#log.info({ run_id: req.run_id, state: tomb.state }, "start of a pruned run answered from its tombstone");
+      return { ok: false, code: "pruned", message: TOMBSTONE_MESSAGE, tombstone: wireTombstone(tomb) };
+    }
+    if (req.agent_instance_id !== this.agentInstanceId) {
+      return { ok: false, code: "stale_runner", message: "The Runner instance changed; refresh and retry." };
+    }
+    const agent = this.#agents.get(req.provider_id);
+    if (!agent) return { ok: false, code: "unknown_provider", message: "The Runner has no such provider." };
+    if (req.provider_instance_id !== this.#providerInstanceIds.get(agent.id)) {
+      return { ok: false, code: "stale_provider", message: FAILURE_SUMMARIES.stale_provider };
+    }
+    const project = this.#projects.get(req.project_id);
+    if (!project) return { ok: false, code: "unknown_project", message: "The Runner has no such project." };
+    if (!project.allowPatch) {
+      return {
+        ok: false,
+        code: "project_not_writable",
+        message: "The project does not allow agent runs (allow_patch).",
+      };
+    }
+    if (this.#active.size >= this.#config.acp.maxConcurrentRuns) {
+      return { ok: false, code: "capacity", message: FAILURE_SUMMARIES.capacity };
+    }
+
+    const acp = this.#config.acp;
+    const timeoutSecs = Math.min(req.timeout_secs ?? acp.defaultRunTimeoutSecs, acp.maxRunTimeoutSecs);
+    const createdAt = this.#now().toISOString();
+    const run = new Run(
+      req.run_id,
+      req.intent_fingerprint,
+      project,
+      agent,
+      req.provider_instance_id,
+      this.agentInstanceId,
+      createdAt,
+      timeoutSecs,
+      this.#ringLimits,
+      this.#now,
+    );
+    try {
+      this.#store.admit({
+        run_id: run.run_id,
+        intent_fingerprint: run.intent_fingerprint,
+        project_id: project.id,
+        provider_id: agent.id,
+        provider_instance_id: run.provider_instance_id,
+        agent_instance_id: run.agent_instance_id,
+        created_at: createdAt,
+      });
+    } catch (error) {
+      this.#log.error({ run_id: req.run_id, err_name: (error as Error)?.name }, "admission failed");
+      return { ok: false, code: "internal", message: "The Runner could not record the admission." };
+    }
+    this.#runs.set(run.run_id, run);
+    this.#active.add(run);
+    this.#log.info({ run_id: run.run_id, project_id: project.id, provider_id: agent.id }, "run admitted");
+    this.#failpoint("after_admission");
+    // The turn forks the agent and records it durably before its first await; the admission row (committed
+    // without an fsync of its own) is durable by then, or is made so here, before run.start is answered.
+    void this.#drive(run, req.prompt, req.config);
+    try {
+      this.#store.ensureDurable(run.run_id);
+    } catch (error) {
+      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "admission not durable");
+      run.setupAbort.abort();
+      return { ok: false, code: "internal", message: "The Runner could not record the admission." };
+    }
+    return { ok: true, run: run.summary(), created: true };
+  }
+
+  // ---- observation --------------------------------------------------------------
+
+  sync(runId: string, afterSeq: number, maxEvents: number): RunSyncResult | null {
+    const run = this.#runs.get(runId);
+    if (run) {
+      run.normalizer?.flushStreamed();
+      const { events, hasMore } = run.ring.read(afterSeq, Math.min(maxEvents, MAX_EVENTS_PER_SYNC));
+      return { run: run.summary(), events, has_more: hasMore };
+    }
+    const row = this.#store.get(runId);
+    return row ? { run: rowToSummary(row), events: [], has_more: false } : null;
+  }
+
+  tombstone(runId: string): RunTombstone | null {
+    if (this.#runs.has(runId)) return null;
+    const tomb = this.#store.tombstone(runId);
+    return tomb ? wireTombstone(tomb) : null;
+  }
+
+  inventory(): RunSummary[] {
+    const out: RunSummary[] = [];
+    const seen = new Set<string>();
+    for (const run of this.#active) {
+      out.push(run.summary());
+      seen.add(run.run_id);
+    }
+    for (const row of this.#store.listForInventory(MAX_INVENTORY_RUNS)) {
+      if (out.length >= MAX_INVENTORY_RUNS) break;
+      if (seen.has(row.run_id)) continue;
+      seen.add(row.run_id);
+      out.push(this.#runs.get(row.run_id)?.summary() ?? rowToSummary(row));
+    }
+    return out.sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0));
+  }
+
+  /** Resolves once the run is terminal and its process tree is gone (immediately for unknown/evicted runs). */
+  whenSettled(runId: string): Promise<void> {
+    return this.#runs.get(runId)?.settled ?? Promise.resolve();
+  }
+
+  /** The run's event ring while it is held in memory (local readers: exec, tests). */
+  ring(runId: string): EventRing | undefined {
+    return this.#runs.get(runId)?.ring;
+  }
+
+  // ---- cancel ---------------------------------------------------------------------
+
+  async cancel(runId: string): Promise<RunCancelResult | null> {
+    const run = this.#runs.get(runId);
+    if (!run) {
+      const row = this.#store.get(runId);
+      if (!row) return null;
+      const summary = rowToSummary(row);
+      const terminal = row.phase === "terminal";
+      return { run: summary, cancel_requested: false, already_terminal: terminal };
+    }
+    if (run.terminal) return { run: run.summary(), cancel_requested: false, already_terminal: true };
+    this.#requestCancel(run, "cancel");
+    return { run: run.summary(), cancel_requested: true, already_terminal: false };
+  }
+
+  /** Idempotent: the first reason sticks; session/cancel is sent at most once. */
+  #requestCancel(run: Run, reason: CancelReason): void {
+    if (run.terminal || run.cancelReason !== null) return;
+    run.cancelReason = reason;
+    this.#log.info({ run_id: run.run_id, reason, dispatched: run.dispatched }, "cancel requested");
+    if (!run.dispatched) {
+      run.setupAbort.abort();
+      return;
+    }
+    // Answer pending permission requests `cancelled` first, then session/cancel.
+    for (const wake of [...run.permissionWaiters]) wake(reason);
+    run.timer(this.#config.acp.cancelGraceSecs * 1000, run.expireGrace);
+    setImmediate(() => {
+      const conn = run.conn;
+      if (run.terminal || !conn || run.sessionId === null || run.sessionCancelSent) return;
+      run.sessionCancelSent = true;
+      void conn.cancel(run.sessionId);
+    });
+  }
+
+  // ---- the turn ------------------------------------------------------------------
+
+  async #drive(run: Run, prompt: string, callerConfig: RunStartRequest["config"]): Promise<void> {
+    let terminal: Terminal;
+    const clock = new StageClock();
+    const milestone = (stage: Parameters<StageClock["lap"]>[0]): void => {
+      clock.lap(stage);
+      if (stage === "prompt_write") this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
+    };
+    try {
+      terminal = await this.#turn.turn(run, prompt, callerConfig, milestone);
+    } catch (error) {
+      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name, stage: run.stage }, "turn failed");
+      terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
+    }
+    run.clearTimers();
+    // A shutdown (close()) cut the turn: record it as a restart would (store/recovery.ts), not as an agent fault.
+    const cut = terminal.failure_kind !== null && CUT_BY_SHUTDOWN.has(terminal.failure_kind);
+    if (this.#closing && cut && terminal.execution_state === "not_started") {
+      terminal = notStarted("runner_restarted", run.stage);
+    } else if (this.#closing && cut && terminal.state === "lost") {
+      terminal = lost("transport_lost", FAILURE_SUMMARIES.transport_lost);
+    }
+    this.#finish(run, terminal);
+    await this.#cleanup(run, clock.timings);
+  }
+
+  // ---- terminal, projection, cleanup ---------------------------------------------------
+
+  #finish(run: Run, t: Terminal): void {
+    if (run.terminal) return;
+    run.normalizer?.flush();
+    const ignored = run.normalizer?.ignoredUpdates ?? 0;
+    const lastSeq = run.ring.lastSeq + 1; // the terminal event below
+    run.unsavedTerminal = {
+      state: t.state,
+      execution_state: t.execution_state,
+      stop_reason: t.stop_reason,
+      failure_kind: t.failure_kind,
+      recovery_kind: t.recovery_kind,
+      message: t.message,
+      ignored_updates: ignored,
+      last_seq: lastSeq,
+    };
+    this.#saveTerminal(run);
+    this.#failpoint("after_terminal_before_projection");
+    run.ring.push({
+      kind: "terminal",
+      state: t.state,
+      execution_state: t.execution_state,
+      stop_reason: t.stop_reason,
+      failure_kind: t.failure_kind,
+      message: t.message,
+    });
+    run.phase = "terminal";
+    run.state = t.state;
+    run.execution_state = t.execution_state;
+    run.stop_reason = t.stop_reason;
+    run.failure_kind = t.failure_kind;
+    run.recovery_kind = t.recovery_kind;
+    run.message = t.message;
+    run.updated_at = this.#now().toISOString();
+    run.ring.close();
+    this.#log.info(
+      {
+        run_id: run.run_id,
+        state: t.state,
+        execution_state: t.execution_state,
+        stop_reason: t.stop_reason,
+        failure_kind: t.failure_kind,
+        ignored_updates: ignored,
+        refused_permissions: run.refusedPermissions,
+        events: lastSeq,
+      },
+      "run terminal",
+    );
+    this.#push(run);
+  }
+
+  async #cleanup(run: Run, timings: RunTimings): Promise<void> {
+    try {
+      run.conn?.close();
+      const child = run.child;
+      if (child) {
+        const result = await child.terminateTree(this.#graceMs);
+        this.#log.info(
+          {
+            run_id: run.run_id,
+            escalation: result.escalation,
+            survivors: result.survivors,
+            exit_code: child.exit?.code ?? null,
+            exit_signal: child.exit?.signal ?? null,
+            stderr_bytes: child.stderrBytes,
+            dropped_responses: run.conn?.droppedResponses ?? 0,
+          },
+          "agent process tree cleaned up",
+        );
+        this.#writeDiagnostics(run, child, timings);
+        if (result.survivors > 0) {
+          // Keep the group's identity in the store: the next start's reaper must still find it.
+          this.#log.error({ run_id: run.run_id, survivors: result.survivors }, "agent processes survived SIGKILL");
+        } else {
+          try {
+            this.#store.clearChild(run.run_id);
+          } catch (error) {
+            this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "clearing the child failed");
+          }
+        }
+      }
+    } finally {
+      run.child = null;
+      run.conn = null;
+      this.#active.delete(run);
+      this.#retention.retain(run);
+      run.markSettled();
+    }
+  }
+
+  /** The run's diagnostics file (redacted stderr tail, exit, stage, timings); logged for a failed or lost run. */
+  #writeDiagnostics(run: Run, child: AgentChild, timings: RunTimings): void {
+    const dir = this.#diagnosticsDir;
+    if (dir === undefined) return;
+    try {
+      const redact = (text: string) => run.redactor?.redact(text) ?? text;
+      const file = writeDiagnostics(dir, {
+        run_id: run.run_id,
+        state: run.state,
+        execution_state: run.execution_state,
+        failure_kind: run.failure_kind,
+        stop_reason: run.stop_reason,
+        message: run.message,
+        stage: run.stage,
+        timings_ms: timings,
+        exit_code: child.exit?.code ?? null,
+        exit_signal: child.exit?.signal ?? null,
+        stderr_bytes: child.stderrBytes,
+        stderr_tail: redact(child.stderrTail()),
+        written_at: this.#now().toISOString(),
+      });
+      if (run.state === "failed" || run.state === "lost") {
+        this.#log.warn(
+          { run_id: run.run_id, state: run.state, failure_kind: run.failure_kind, diagnostics: file },
+          "run failed; agent stderr tail and timings in the diagnostics file",
+        );
+      }
+    } catch (error) {
+      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "writing diagnostics failed");
+    }
+  }
+
+  /**
+   * Write the run's terminal state durably. On failure the run keeps it as
+   * unsavedTerminal: pinned in memory (the durable row still says non-terminal,
+   * so only memory answers right) until a later retry succeeds.
+   */
+  #saveTerminal(run: Run): boolean {
+    const update = run.unsavedTerminal;
+    if (!update) return true;
+    try {
+      this.#store.markTerminal(run.run_id, update);
+    } catch (error) {
+      this.#log.error(
+        { run_id: run.run_id, err_name: (error as Error)?.name },
+        "recording the terminal state failed; the run stays pinned in memory and the write is retried",
+      );
+      return false;
+    }
+    if (run.phase === "terminal") this.#log.info({ run_id: run.run_id }, "terminal state recorded on retry");
+    run.unsavedTerminal = null;
+    return true;
+  }
+
+  /** State changed: push soon (at most one setImmediate later). */
+  #touch(run: Run): void {
+    run.updated_at = this.#now().toISOString();
+    this.#schedulePush(run);
+  }
+
+  #schedulePush(run: Run): void {
+    if (run.pushScheduled) return;
+    run.pushScheduled = true;
+    setImmediate(() => {
+      run.pushScheduled = false;
+      this.#push(run);
+    });
+  }
+
+  /** Send the summary and every event newer than the last push, in frame-sized batches (events/batches.ts). */
+  #push(run: Run): void {
+    const summary = run.summary();
+    const { events } = run.ring.read(run.pushedSeq, Number.MAX_SAFE_INTEGER);
+    run.pushedSeq = run.ring.lastSeq;
+    if (this.#listeners.size === 0) return;
+    for (const batch of eventBatches(events, { sizeOf: (e) => run.ring.sizeOf(e) + 1 })) this.#emit(summary, batch);
+  }
+
+  #emit(summary: RunSummary, events: readonly RunEvent[]): void {
+    for (const listener of this.#listeners) {
+      try {
+        listener(summary, events);
+      } catch (error) {
+        this.#log.error({ run_id: summary.run_id, err_name: (error as Error)?.name }, "update listener threw");
+      }
+    }
+  }
+
+  #summaryOf(runId: string): RunSummary | null {
+    const run = this.#runs.get(runId);
+    if (run) return run.summary();
+    const row = this.#store.get(runId);
+    return row ? rowToSummary(row) : null;
+  }
+
+  /**
+   * Graceful stop: stop accepting; a run still in setup is abandoned (its tree killed, failed/not_started
+   * runner_restarted — no barrier is crossed once closing); every dispatched run gets session/cancel and up to
+   * cancel_grace_secs for its correlated answer (confirmed → cancelled, else lost, then its tree is killed).
+   * Waits for every run to settle, then closes the store.
+   */
+  async close(): Promise<void> {
+    if (this.#closing) return;
+    this.#closing = true;
+    const active = [...this.#active];
+    for (const run of active) {
+      if (run.dispatched && !run.terminal) {
+        // A run already being cancelled keeps its own reason and grace.
+        this.#requestCancel(run, "shutdown");
+        continue;
+      }
+      // Setup still running (maybe spawnAgent pending, with no conn or child to close yet): abort it.
+      if (!run.dispatched) run.setupAbort.abort();
+      run.conn?.close();
+      void run.child?.terminateTree(Math.min(this.#graceMs, 500));
+    }
+    await Promise.all(active.map((run) => run.settled));
+    // Last chance for terminal writes that failed earlier (else recovery treats those rows as interrupted).
+    for (const run of this.#runs.values()) this.#saveTerminal(run);
+    this.#store.close();
+  }
+}

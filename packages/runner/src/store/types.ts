@@ -1,0 +1,102 @@
+/**
+ * The durable dispatch record contract (DESIGN §4.4). Implemented by
+ * store/dispatch-store.ts (better-sqlite3, WAL, synchronous=FULL); used by the run
+ * lifecycle. Only these fields are ever stored: never the prompt, config
+ * bodies, transcript, idempotency key, credentials, ACP session id or messages.
+ */
+import type {
+  EffectiveConfigEntry,
+  ExecutionState,
+  FailureKind,
+  RecoveryKind,
+  RunPhase,
+  RunState,
+  StopReason,
+} from "@webcodex/protocol";
+import type { Tombstone } from "./tombstone.js";
+
+export interface DispatchRow {
+  run_id: string;
+  intent_fingerprint: string;
+  project_id: string;
+  provider_id: string;
+  provider_instance_id: string;
+  agent_instance_id: string;
+  phase: RunPhase;
+  state: RunState;
+  execution_state: ExecutionState;
+  stop_reason: StopReason | null;
+  failure_kind: FailureKind | null;
+  recovery_kind: RecoveryKind;
+  /** Fixed, secret-free text. */
+  message: string | null;
+  effective_config: EffectiveConfigEntry[];
+  ignored_updates: number;
+  /** Last event seq produced while this Runner process held the run. */
+  last_seq: number;
+  created_at: string;
+  updated_at: string;
+  /** Local only, never sent: the child's process-group id and its start time (/proc starttime ticks). */
+  child_pgid: number | null;
+  child_start_time: string | null;
+}
+
+/** What a caller decides about a new run; everything else in its first row is fixed by `admit`. */
+export type AdmissionRow = Pick<
+  DispatchRow,
+  | "run_id"
+  | "intent_fingerprint"
+  | "project_id"
+  | "provider_id"
+  | "provider_instance_id"
+  | "agent_instance_id"
+  | "created_at"
+>;
+
+export type TerminalUpdate = Pick<
+  DispatchRow,
+  | "state"
+  | "execution_state"
+  | "stop_reason"
+  | "failure_kind"
+  | "recovery_kind"
+  | "message"
+  | "ignored_updates"
+  | "last_seq"
+>;
+
+export interface DispatchStore {
+  /** Random id created with the database; changes only with --new-store. */
+  readonly storeId: string;
+  get(runId: string): DispatchRow | undefined;
+  /** The tombstone of a run whose row retention pruned (store/tombstone.ts); undefined when there is none. */
+  tombstone(runId: string): Tombstone | undefined;
+  /** Rows for the inventory: every non-terminal row plus the newest terminal rows, newest first, bounded. */
+  listForInventory(limit: number): DispatchRow[];
+  /**
+   * Insert the admission row: these identity fields, and the one lifecycle every run starts in (phase
+   * admitted, state starting, execution not_started, recovery wait, no config, seq 0). Throws if run_id exists
+   * as a row or as a tombstone. Committed without an fsync of its own (kept by a crash of the process); durable
+   * after the next FULL commit or `ensureDurable`.
+   */
+  admit(row: AdmissionRow): DispatchRow;
+  /**
+   * Make every commit so far durable (fsync'd), if one was made without an fsync since the last that was
+   * (the admission, the effective config: store/dispatch-store.ts). Called before run.start is answered.
+   */
+  ensureDurable(runId: string): void;
+  /** phase setup, with the child's identity (called right after the fork, durably: it also covers the admission). */
+  markSetup(runId: string, child: { pgid: number; startTime: string } | null): void;
+  /** Record the effective config snapshot (before the barrier, whose durable commit makes it durable too). */
+  recordEffectiveConfig(runId: string, config: EffectiveConfigEntry[]): void;
+  /**
+   * The barrier: commit phase dispatch_barrier, state running, execution_state started,
+   * durably (fsync'd) before returning. The prompt is written only after this returns.
+   */
+  markDispatchBarrier(runId: string): void;
+  /** Non-terminal state changes that matter across restarts are NOT stored (waiting_permission is in memory). */
+  markTerminal(runId: string, update: TerminalUpdate): void;
+  /** Clear the child identity once its tree is reaped. */
+  clearChild(runId: string): void;
+  close(): void;
+}

@@ -1,0 +1,555 @@
+/**
+ * The `/runner` WebSocket endpoint. Authenticates Runners during the HTTP
+ * upgrade (bearer token, compared as sha256 digests in constant time),
+ * enforces the closed protocol (first frame `hello`, bounded frames, every
+ * frame zod-validated), keeps exactly one live connection per runner id, and
+ * correlates requests with responses by request_id with bounded timeouts and a
+ * bounded number in flight.
+ *
+ * A live link is never silently replaced (link/leases.ts): a newer `hello` for
+ * a runner id takes over only with the resume secret its holder got in
+ * `hello.ack`, or once the holder is declared dead; otherwise it is refused
+ * with `link_in_use`, logged and audited as a possible impersonation. A
+ * rotated runner token (link/runner-tokens.ts) closes the links that used the old one.
+ *
+ * A misbehaving Runner only ever loses its own connection.
+ */
+import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage } from "node:http";
+import type { Duplex } from "node:stream";
+import {
+  encodeFrame,
+  type HelloFrame,
+  MAX_FRAME_BYTES,
+  PROTOCOL_VERSION,
+  type ProtocolErrorCode,
+  parseRunnerFrame,
+  type RunCancelFrame,
+  type RunnerFrame,
+  type RunnerResponse,
+  type RunStartFrame,
+  type RunSyncFrame,
+  type RunUpdateFrame,
+  type ServerFrame,
+} from "@webcodex/protocol";
+import type { Logger } from "pino";
+import { type WebSocket, WebSocketServer } from "ws";
+import type { RunnerBinding } from "../config.js";
+import { RefusalLog } from "../refusal-log.js";
+import type { LeaseStore } from "./lease-store.js";
+import { LinkLeases } from "./leases.js";
+import { type LinkAuditRecord, RUNNER_TOKEN_POLL_MS, type RunnerTokenStore } from "./runner-tokens.js";
+
+export type RunnerRequest =
+  | Omit<RunStartFrame, "request_id">
+  | Omit<RunSyncFrame, "request_id">
+  | Omit<RunCancelFrame, "request_id">;
+
+export type RequestOutcome =
+  | { ok: true; frame: RunnerResponse }
+  /**
+   * `not_sent`: the frame never left (connection closed or unwritable) — safe to treat as not delivered.
+   * `busy`: too many requests in flight — not sent. `timeout` / `closed`: sent, answer unknown.
+   */
+  | { ok: false; reason: "timeout" | "closed" | "busy" | "not_sent" };
+
+const EXPECTED_RESULT: Record<RunnerRequest["type"], RunnerResponse["type"]> = {
+  "run.start": "run.start.result",
+  "run.sync": "run.sync.result",
+  "run.cancel": "run.cancel.result",
+};
+
+export interface HubListener {
+  /** A connection completed `hello` and is now the live one for its runner id. */
+  onHello(conn: RunnerConnection, hello: HelloFrame): void;
+  onUpdate(conn: RunnerConnection, frame: RunUpdateFrame): void;
+  /** The live connection of a runner id went away (not called for a replaced connection). */
+  onDisconnect(conn: RunnerConnection): void;
+}
+
+export interface HubOptions {
+  bindings: readonly RunnerBinding[];
+  logger: Logger;
+  listener: HubListener;
+  heartbeatIntervalMs: number;
+  serverInstanceId: string;
+  helloTimeoutMs?: number;
+  requestTimeoutMs?: number;
+  maxInFlight?: number;
+  /** A connection whose unsent bytes exceed this is closed (a stuck Runner cannot grow our memory). */
+  maxBufferedBytes?: number;
+  /** Rotated runner tokens and the link audit (state DB); without it, config tokens only and no audit. */
+  tokens?: RunnerTokenStore;
+  /** Where link leases are written down so they outlive a Server restart (state DB); memory only without. */
+  leaseStore?: LeaseStore;
+}
+
+/**
+ * A connection is declared dead after missing one ping: at most this many heartbeat intervals after it
+ * was last heard from. Also how long a runner's link lease outlives an abnormal close.
+ */
+export const HEARTBEAT_TIMEOUT_INTERVALS = 2;
+
+let connCounter = 0;
+
+export class RunnerConnection {
+  readonly id = ++connCounter;
+  hello: HelloFrame | null = null;
+  /** Date.now() of the last frame or pong from the Runner. */
+  lastHeardAt = Date.now();
+  #closed = false;
+  #alive = true;
+  #seq = 0;
+  readonly #pending = new Map<
+    string,
+    { expect: RunnerResponse["type"]; resolve: (o: RequestOutcome) => void; timer: NodeJS.Timeout }
+  >();
+  readonly #closedPromise: Promise<void>;
+  #resolveClosed!: () => void;
+
+  constructor(
+    readonly runnerId: string,
+    /** sha256 of the token this connection authenticated with. */
+    readonly tokenHash: Buffer,
+    readonly remote: string,
+    readonly ws: WebSocket,
+    private readonly hub: RunnerHub,
+    private readonly log: Logger,
+  ) {
+    this.#closedPromise = new Promise((r) => {
+      this.#resolveClosed = r;
+    });
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+  get whenClosed(): Promise<void> {
+    return this.#closedPromise;
+  }
+  get inFlight(): number {
+    return this.#pending.size;
+  }
+
+  markAlive(): void {
+    this.#alive = true;
+    this.lastHeardAt = Date.now();
+  }
+
+  /** Called by the heartbeat timer: false when the peer missed the last ping. */
+  beat(): boolean {
+    if (!this.#alive) return false;
+    this.#alive = false;
+    try {
+      this.ws.ping();
+    } catch {
+      return false;
+    }
+    return true;
+  }
+
+  send(frame: ServerFrame): boolean {
+    if (this.#closed) return false;
+    if (this.ws.bufferedAmount > this.hub.maxBufferedBytes) {
+      this.log.warn({ runner_id: this.runnerId, buffered: this.ws.bufferedAmount }, "runner is not reading; closing");
+      this.close(1008, "send buffer full");
+      return false;
+    }
+    try {
+      this.ws.send(encodeFrame(frame));
+      return true;
+    } catch (err) {
+      this.log.warn({ runner_id: this.runnerId, err: (err as Error).message }, "send to runner failed");
+      return false;
+    }
+  }
+
+  request(req: RunnerRequest, timeoutMs = this.hub.requestTimeoutMs): Promise<RequestOutcome> {
+    if (this.#closed || this.hello === null) return Promise.resolve({ ok: false, reason: "not_sent" });
+    if (this.#pending.size >= this.hub.maxInFlight) return Promise.resolve({ ok: false, reason: "busy" });
+    const requestId = `r${this.id}_${++this.#seq}`;
+    return new Promise<RequestOutcome>((resolve) => {
+      const timer = setTimeout(() => {
+        this.#pending.delete(requestId);
+        resolve({ ok: false, reason: "timeout" });
+      }, timeoutMs);
+      timer.unref();
+      this.#pending.set(requestId, { expect: EXPECTED_RESULT[req.type], resolve, timer });
+      if (!this.send({ ...req, request_id: requestId } as ServerFrame)) {
+        clearTimeout(timer);
+        this.#pending.delete(requestId);
+        resolve({ ok: false, reason: "not_sent" });
+      }
+    });
+  }
+
+  /** Resolve a pending request; false when the response's type does not match its request. */
+  settle(frame: RunnerResponse): boolean {
+    const pending = this.#pending.get(frame.request_id);
+    if (!pending) {
+      this.log.debug({ runner_id: this.runnerId, type: frame.type }, "late or unknown response ignored");
+      return true;
+    }
+    if (frame.type !== "error" && frame.type !== pending.expect) return false;
+    clearTimeout(pending.timer);
+    this.#pending.delete(frame.request_id);
+    pending.resolve({ ok: true, frame });
+    return true;
+  }
+
+  /** Tell the peer why and close. `logged`: the caller already logged it (rate-limited), so no line here. */
+  protocolError(code: ProtocolErrorCode, message: string, logged = false): void {
+    if (!logged) {
+      this.log.warn({ runner_id: this.runnerId, code, reason: message }, "runner protocol error; closing connection");
+    }
+    this.send({ type: "protocol_error", code, message: message.slice(0, 500) });
+    this.close(1008, code);
+  }
+
+  close(code = 1000, reason = "closing"): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    for (const [id, p] of this.#pending) {
+      clearTimeout(p.timer);
+      p.resolve({ ok: false, reason: "closed" });
+      this.#pending.delete(id);
+    }
+    try {
+      this.ws.close(code, reason);
+    } catch {
+      // already closing
+    }
+    // A peer that never completes the close handshake is cut off.
+    const t = setTimeout(() => this.ws.terminate(), 2000);
+    t.unref();
+    this.#resolveClosed();
+  }
+
+  /** Mark closed after the socket went away by itself. */
+  onSocketClosed(): void {
+    this.close(1000, "closed");
+  }
+}
+
+function rejectUpgrade(socket: Duplex, status: number, text: string, extra = ""): void {
+  try {
+    socket.write(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\n${extra}Content-Length: 0\r\n\r\n`);
+  } finally {
+    socket.destroy();
+  }
+}
+
+export class RunnerHub {
+  readonly requestTimeoutMs: number;
+  readonly maxInFlight: number;
+  readonly maxBufferedBytes: number;
+  readonly #opts: HubOptions;
+  readonly #wss: WebSocketServer;
+  readonly #live = new Map<string, RunnerConnection>();
+  readonly #all = new Set<RunnerConnection>();
+  readonly #heartbeat: NodeJS.Timeout;
+  readonly #tokenPoll: NodeJS.Timeout | null;
+  readonly #leases: LinkLeases;
+  readonly #refusals: RefusalLog;
+  /** Refused authenticated hellos (`link_in_use`), rate-limited per runner id. */
+  readonly #linkRefusals: RefusalLog;
+  readonly #log: Logger;
+  #closing = false;
+
+  constructor(opts: HubOptions) {
+    this.#opts = opts;
+    this.#log = opts.logger;
+    this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
+    this.maxInFlight = opts.maxInFlight ?? 256;
+    this.maxBufferedBytes = opts.maxBufferedBytes ?? 16 * MAX_FRAME_BYTES;
+    this.#wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, clientTracking: false });
+    this.#heartbeat = setInterval(() => {
+      for (const conn of this.#all) {
+        if (!conn.beat()) {
+          this.#log.warn({ runner_id: conn.runnerId }, "runner missed a heartbeat; terminating connection");
+          conn.ws.terminate();
+          conn.onSocketClosed();
+          continue;
+        }
+        if (conn.hello) conn.send({ type: "heartbeat", sent_at: new Date().toISOString() });
+      }
+      this.#leases.persist();
+    }, opts.heartbeatIntervalMs);
+    this.#heartbeat.unref();
+    this.#refusals = new RefusalLog(opts.logger);
+    this.#linkRefusals = new RefusalLog(opts.logger);
+    this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs, Date.now, opts.leaseStore);
+    this.#tokenPoll = opts.tokens ? setInterval(() => this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
+    this.#tokenPoll?.unref();
+    const rotated = opts.bindings.filter((b) => opts.tokens?.override(b.id) !== undefined).map((b) => b.id);
+    if (rotated.length > 0) {
+      this.#log.warn(
+        { runners: rotated.slice(0, 16) },
+        "these runners' tokens were rotated (webcodex-server runner-token rotate): their [[runners]] " +
+          "token_sha256/token_env are not used",
+      );
+    }
+  }
+
+  /** The token hash a runner authenticates with now: a rotated one (state DB) wins over the config's. */
+  #tokenHashOf(binding: RunnerBinding): Buffer {
+    return this.#opts.tokens?.override(binding.id) ?? binding.tokenHash;
+  }
+
+  /** After a rotation: close every connection that authenticated with a token that is no longer its runner's. */
+  #checkRotations(): void {
+    try {
+      if (!this.#opts.tokens?.refresh()) return;
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
+      return;
+    }
+    for (const conn of this.#all) {
+      const binding = this.#opts.bindings.find((b) => b.id === conn.runnerId);
+      if (binding && this.#tokenHashOf(binding).equals(conn.tokenHash)) continue;
+      this.#log.warn(
+        { runner_id: conn.runnerId, conn: conn.id, remote: conn.remote },
+        "runner token rotated; closing the link that used the old token",
+      );
+      this.#audit({
+        runner_id: conn.runnerId,
+        event: "closed_token_rotated",
+        remote: conn.remote,
+        conn: conn.id,
+        agent_instance_id: conn.hello?.agent_instance_id ?? null,
+      });
+      this.#leases.release(conn.runnerId);
+      conn.protocolError("token_revoked", "this runner's token was rotated; restart the Runner with its new token");
+    }
+  }
+
+  #audit(entry: LinkAuditRecord): void {
+    try {
+      this.#opts.tokens?.audit(entry);
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message, event: entry.event }, "runner link audit row not written");
+    }
+  }
+
+  /** The live (hello-completed) connection of a runner id. */
+  get(runnerId: string): RunnerConnection | undefined {
+    const c = this.#live.get(runnerId);
+    return c && !c.closed ? c : undefined;
+  }
+
+  /**
+   * Map a bearer token to its runner id, comparing sha256 digests in constant time against every binding's
+   * current token (rotated or configured).
+   */
+  authenticate(authorization: string | undefined): { runnerId: string; tokenHash: Buffer } | null {
+    const m = /^Bearer ([\x21-\x7e]{1,4096})$/.exec(authorization ?? "");
+    const digest = createHash("sha256")
+      .update(m?.[1] ?? randomBytes(16).toString("hex"), "utf8")
+      .digest();
+    try {
+      this.#opts.tokens?.refresh();
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
+    }
+    let found: string | null = null;
+    for (const b of this.#opts.bindings) {
+      const hash = this.#tokenHashOf(b);
+      if (hash.byteLength === digest.byteLength && timingSafeEqual(hash, digest) && m) found = b.id;
+    }
+    return found === null ? null : { runnerId: found, tokenHash: digest };
+  }
+
+  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const remote = req.socket.remoteAddress ?? "?";
+    const auth = this.authenticate(req.headers.authorization);
+    if (auth === null) {
+      this.#refusals.refused(
+        remote,
+        { has_authorization: req.headers.authorization !== undefined },
+        "runner upgrade refused: invalid or missing bearer token",
+      );
+      rejectUpgrade(socket, 401, "Unauthorized", "WWW-Authenticate: Bearer\r\n");
+      return;
+    }
+    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#accept(auth.runnerId, auth.tokenHash, ws, remote));
+  }
+
+  #accept(runnerId: string, tokenHash: Buffer, ws: WebSocket, remote: string): void {
+    const log = this.#log.child({ runner_id: runnerId });
+    const conn = new RunnerConnection(runnerId, tokenHash, remote, ws, this, log);
+    this.#all.add(conn);
+    // Debug until its hello is accepted: a flood of refused hellos must not become a flood of log lines.
+    log.debug({ remote, conn: conn.id }, "runner connected; waiting for hello");
+    const helloTimer = setTimeout(() => {
+      if (!conn.hello) conn.protocolError("unexpected_frame", "no hello within the allowed time");
+    }, this.#opts.helloTimeoutMs ?? 10_000);
+    helloTimer.unref();
+    ws.on("pong", () => conn.markAlive());
+    ws.on("error", (err) => log.warn({ conn: conn.id, err: err.message }, "runner socket error"));
+    ws.on("close", (code) => {
+      clearTimeout(helloTimer);
+      // The Runner closing its own link cleanly (stopping) ends its lease; anything else lets it run out.
+      const clean = !conn.closed && (code === 1000 || code === 1001);
+      this.#leases.closed(runnerId, conn, clean);
+      conn.onSocketClosed();
+      this.#all.delete(conn);
+      if (conn.hello) log.info({ conn: conn.id, code }, "runner connection closed");
+      else log.debug({ conn: conn.id, code }, "runner connection closed before its hello was accepted");
+      if (this.#live.get(runnerId) === conn) {
+        this.#live.delete(runnerId);
+        if (!this.#closing) this.#opts.listener.onDisconnect(conn);
+      }
+    });
+    ws.on("message", (data, isBinary) => {
+      if (conn.closed || this.#closing) return; // fenced or closing: nothing it says counts
+      conn.markAlive();
+      if (isBinary) {
+        conn.protocolError("invalid_frame", "binary frames are not allowed");
+        return;
+      }
+      const text = Array.isArray(data)
+        ? Buffer.concat(data).toString("utf8")
+        : Buffer.from(data as ArrayBuffer).toString("utf8");
+      const parsed = parseRunnerFrame(text);
+      if (!parsed.ok) {
+        conn.protocolError(parsed.error.code, parsed.error.message);
+        return;
+      }
+      try {
+        this.#dispatch(conn, parsed.frame, helloTimer);
+      } catch (err) {
+        log.error({ conn: conn.id, err: (err as Error).message }, "handling a runner frame failed");
+        conn.protocolError("invalid_frame", "frame could not be processed");
+      }
+    });
+  }
+
+  #dispatch(conn: RunnerConnection, frame: RunnerFrame, helloTimer: NodeJS.Timeout): void {
+    if (conn.hello === null && frame.type !== "hello") {
+      conn.protocolError("unexpected_frame", `first frame must be hello, got ${frame.type}`);
+      return;
+    }
+    switch (frame.type) {
+      case "hello":
+        clearTimeout(helloTimer);
+        this.#onHello(conn, frame);
+        return;
+      case "run.start.result":
+      case "run.sync.result":
+      case "run.cancel.result":
+      case "error":
+        if (!conn.settle(frame)) conn.protocolError("unexpected_frame", `${frame.type} does not answer its request`);
+        return;
+      case "run.update":
+        this.#opts.listener.onUpdate(conn, frame);
+        return;
+      case "heartbeat":
+        return;
+      case "protocol_error":
+        this.#log.warn({ runner_id: conn.runnerId, code: frame.code }, "runner reported a protocol error; closing");
+        conn.close(1008, "peer protocol error");
+        return;
+      default: {
+        const never: never = frame;
+        conn.protocolError("unexpected_frame", `unknown frame ${(never as { type: string }).type}`);
+      }
+    }
+  }
+
+  #onHello(conn: RunnerConnection, hello: HelloFrame): void {
+    if (conn.hello !== null) {
+      conn.protocolError("unexpected_frame", "hello may only be sent once per connection");
+      return;
+    }
+    const binding = this.#opts.bindings.find((b) => b.id === conn.runnerId);
+    const allowed = new Set(binding?.projects ?? []);
+    const foreign = hello.projects.map((p) => p.project_id).filter((p) => !allowed.has(p));
+    if (foreign.length > 0) {
+      conn.protocolError(
+        "unauthorized_project",
+        `runner ${conn.runnerId} is not bound to project(s): ${foreign.slice(0, 8).join(", ")}`,
+      );
+      return;
+    }
+    const decision = this.#leases.decide(conn.runnerId, hello.resume_secret);
+    const audit = {
+      runner_id: conn.runnerId,
+      remote: conn.remote,
+      conn: conn.id,
+      agent_instance_id: hello.agent_instance_id,
+    };
+    if (decision.kind === "refuse") {
+      this.#linkRefusals.refused(
+        conn.runnerId,
+        {
+          ...audit,
+          live_conn: this.#live.get(conn.runnerId)?.id ?? null,
+          presented_secret: hello.resume_secret !== undefined,
+          lease_ms: decision.liveForMs,
+        },
+        "runner hello refused: this runner's link is alive and the hello lacks its resume secret " +
+          "(possible impersonation with a leaked runner token; see `webcodex-server runner-token rotate`)",
+      );
+      this.#audit({ ...audit, event: "link_refused_in_use" });
+      conn.protocolError(
+        "link_in_use",
+        `runner ${conn.runnerId} has a live link; a restarted Runner gets in once it is declared dead ` +
+          `(within ${Math.ceil(decision.liveForMs / 1000)} s)`,
+        true,
+      );
+      return;
+    }
+    conn.hello = hello;
+    const previous = this.#live.get(conn.runnerId);
+    if (previous && previous !== conn) {
+      this.#log.info(
+        { runner_id: conn.runnerId, old: previous.id, new: conn.id, how: decision.kind },
+        decision.kind === "resume" ? "runner resumed its link on a new connection" : "dead connection replaced",
+      );
+      previous.send({
+        type: "protocol_error",
+        code: "replaced",
+        message: "a newer connection of this runner replaced this one",
+      });
+      previous.close(1008, "replaced");
+    }
+    const secret = this.#leases.hold(conn.runnerId, conn, decision.kind, hello.resume_secret);
+    this.#audit({ ...audit, event: decision.kind === "resume" ? "link_resumed" : "link_granted" });
+    this.#live.set(conn.runnerId, conn);
+    conn.send({
+      type: "hello.ack",
+      runner_id: conn.runnerId,
+      server_instance_id: this.#opts.serverInstanceId,
+      heartbeat_interval_ms: this.#opts.heartbeatIntervalMs,
+      resume_secret: secret,
+    });
+    this.#log.info(
+      {
+        runner_id: conn.runnerId,
+        conn: conn.id,
+        remote: conn.remote,
+        agent_instance_id: hello.agent_instance_id,
+        store_id: hello.store_id,
+        providers: hello.providers.length,
+        projects: hello.projects.length,
+        inventory: hello.inventory.length,
+        protocol_version: PROTOCOL_VERSION,
+      },
+      "runner hello accepted",
+    );
+    this.#opts.listener.onHello(conn, hello);
+  }
+
+  async close(): Promise<void> {
+    this.#closing = true;
+    clearInterval(this.#heartbeat);
+    if (this.#tokenPoll) clearInterval(this.#tokenPoll);
+    // Leases outlive this process: a restarted Server lets only their holders back in until they expire.
+    this.#leases.persist();
+    const all = [...this.#all];
+    for (const c of all) c.close(1001, "server shutting down");
+    await Promise.race([Promise.all(all.map((c) => c.whenClosed)), new Promise((r) => setTimeout(r, 1000))]);
+    for (const c of all) c.ws.terminate();
+    await new Promise<void>((r) => this.#wss.close(() => r()));
+  }
+}

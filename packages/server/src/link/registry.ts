@@ -1,0 +1,71 @@
+/**
+ * Which Runners are connected and what they advertise. A project id resolves
+ * to exactly one configured runner (the Server config's binding); whether
+ * that runner is online, and with which instance ids, comes from its live
+ * `hello`.
+ */
+import type { HelloFrame, ProjectAdvert, ProviderAdvert } from "@webcodex/protocol";
+import type { ServerConfig } from "../config.js";
+import type { RunnerConnection } from "./hub.js";
+
+export interface LiveRunner {
+  runnerId: string;
+  conn: RunnerConnection;
+  agentInstanceId: string;
+  storeId: string;
+  providers: readonly ProviderAdvert[];
+  projects: readonly ProjectAdvert[];
+  maxConcurrentRuns: number;
+  connectedAt: string;
+}
+
+export type ProjectResolution =
+  | { kind: "unknown_project" }
+  | { kind: "runner_offline"; runnerId: string }
+  | { kind: "not_advertised"; runner: LiveRunner }
+  | { kind: "ok"; runner: LiveRunner; project: ProjectAdvert };
+
+export class Registry {
+  readonly #live = new Map<string, LiveRunner>();
+
+  constructor(private readonly config: ServerConfig) {}
+
+  /** Record a hello (the hub already checked that the projects are bound to this runner). */
+  connected(conn: RunnerConnection, hello: HelloFrame): LiveRunner {
+    const live: LiveRunner = {
+      runnerId: conn.runnerId,
+      conn,
+      agentInstanceId: hello.agent_instance_id,
+      storeId: hello.store_id,
+      providers: hello.providers,
+      projects: hello.projects,
+      maxConcurrentRuns: hello.capabilities.coding_agent_run.max_concurrent_runs,
+      connectedAt: new Date().toISOString(),
+    };
+    this.#live.set(conn.runnerId, live);
+    return live;
+  }
+
+  disconnected(conn: RunnerConnection): void {
+    if (this.#live.get(conn.runnerId)?.conn === conn) this.#live.delete(conn.runnerId);
+  }
+
+  live(runnerId: string): LiveRunner | undefined {
+    const r = this.#live.get(runnerId);
+    return r && !r.conn.closed ? r : undefined;
+  }
+
+  runnerForProject(projectId: string): string | undefined {
+    return this.config.projectRunner.get(projectId);
+  }
+
+  resolveProject(projectId: string): ProjectResolution {
+    const runnerId = this.config.projectRunner.get(projectId);
+    if (runnerId === undefined) return { kind: "unknown_project" };
+    const runner = this.live(runnerId);
+    if (!runner) return { kind: "runner_offline", runnerId };
+    const project = runner.projects.find((p) => p.project_id === projectId);
+    if (!project) return { kind: "not_advertised", runner };
+    return { kind: "ok", runner, project };
+  }
+}

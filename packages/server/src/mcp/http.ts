@@ -1,0 +1,345 @@
+/**
+ * MCP over Streamable HTTP at `/mcp` (MCP 2025-11-25 baseline), built on
+ * the official SDK's low-level `Server`, connected once to `PostMux`
+ * (mcp/post.ts: the SDK transport's stateless JSON-response checks on the
+ * Node request, without the Web Request/Response conversion).
+ *
+ * Mode: **stateless**. Every HTTP request carries its bearer token and is
+ * authenticated on its own; its JSON-RPC request enters the one SDK Server
+ * under an internal id whose context holds that request's Principal and
+ * abort signal (`PostMux`), so no caller's identity is ever Server state and
+ * there is no session id that could be replayed by another caller. POST answers with
+ * a plain JSON body; GET/DELETE answer 405 (there is
+ * no server-initiated stream to subscribe to) — the SDK's
+ * `StreamableHTTPClientTransport` handles both.
+ *
+ * Per request: Origin check → 403 when an Origin header is present and is
+ * not the Server's own origin, not a loopback origin matching the request's
+ * loopback Host, and not in `allowed_origins` (the Streamable HTTP
+ * transport's DNS-rebinding defence); bearer auth → 401 + `WWW-Authenticate` + `Connection: close`
+ * when missing or invalid (refusals logged at most REFUSAL_LOG_PER_SECOND per address); Accept 406, Content-Type 415, body limit 413, JSON 400 (mcp/post.ts); then tools/list, tools/call, resources/list,
+ * resources/read. A client disconnect aborts a waiting observe.
+ */
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+import { Server } from "@modelcontextprotocol/sdk/server/index.js";
+import {
+  CallToolRequestSchema,
+  ErrorCode,
+  type JSONRPCMessage,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+  type RequestId,
+} from "@modelcontextprotocol/sdk/types.js";
+import type { Logger } from "pino";
+import { isLoopbackHost } from "../config.js";
+import { bearerToken } from "../principals/tokens.js";
+import { RefusalLog } from "../refusal-log.js";
+import type { Principal, RunsApi } from "../runs/api.js";
+import { ObserveLimits } from "../runs/observe-limits.js";
+import type { AuditLog } from "./audit.js";
+import { PostMux, readMcpPost, sendJsonRpcError } from "./post.js";
+import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./resource.js";
+import { checkArgumentShape } from "./tool-arguments.js";
+import type { ToolModule } from "./tool-shared.js";
+import { McpTools, type StartHooks } from "./tools.js";
+
+/** Largest HTTP request body /mcp accepts (a 64 KiB prompt JSON-escaped fits with room). */
+export const MCP_MAX_BODY_BYTES = 1024 * 1024;
+export const MCP_PATH = "/mcp";
+export const MCP_SERVER_INFO = { name: "webcodex", version: "0.1.0" } as const;
+
+export const MCP_INSTRUCTIONS =
+  "Delegate coding tasks to operator-configured coding agents. Read webcodex://projects to find project_id and " +
+  "provider_id, call start_coding_agent with a fresh idempotency_key, then observe_coding_agent with the returned " +
+  "observation_token (wait_secs up to 30) until the state is completed, failed, cancelled or lost.";
+
+export interface McpHttpOptions {
+  runs: RunsApi;
+  /** Bearer token → Principal, or null when unknown/revoked/malformed. */
+  authenticate: (token: string) => Principal | null;
+  audit: AuditLog;
+  logger: Logger;
+  observeLimits?: ObserveLimits;
+  /** Tools beyond the three run tools (agent tasks, workflow sessions). */
+  toolModules?: readonly ToolModule[];
+  /** Workflow-session selectors of start_coding_agent. */
+  startHooks?: StartHooks;
+  maxBodyBytes?: number;
+  /** Origin header values accepted besides the Server's own origin (config `[server] allowed_origins`). */
+  allowedOrigins?: readonly string[];
+  /** The listen host (config `[server] host`): an Origin naming it, on the Server's port, is same-origin. */
+  listenHost?: string;
+  /**
+   * OAuth (oauth/index.ts): the `WWW-Authenticate` value of a 401, pointing at the RFC 9728
+   * metadata. Absent: the static-token challenge `Bearer realm="webcodex"`.
+   */
+  unauthorizedChallenge?: (invalidToken: boolean) => string;
+  /**
+   * OAuth: the scopes to ask for when this principal's token lacks what the named tools need
+   * (→ 403 insufficient_scope with `challenge(scopes)`, and an audit row per refused tools/call: outcome
+   * `forbidden`), or null to proceed. Static tokens get null.
+   */
+  insufficientScope?: {
+    check: (principal: Principal, toolNames: readonly string[]) => readonly string[] | null;
+    challenge: (scopes: readonly string[]) => string;
+  };
+}
+
+/** Names of the tools a POST calls. */
+function calledTools(messages: readonly JSONRPCMessage[]): string[] {
+  const names: string[] = [];
+  for (const m of messages) {
+    if (!("method" in m) || m.method !== "tools/call") continue;
+    const name = (m.params as { name?: unknown } | undefined)?.name;
+    if (typeof name === "string") names.push(name);
+  }
+  return names;
+}
+
+/**
+ * Whether a request's Origin header is acceptable (DNS-rebinding defence). Absent: yes (not a browser).
+ * Present, only:
+ * - an exact entry of `allowed`;
+ * - the Server's own origin: http(s) on the port this request arrived on, host loopback or the configured
+ *   listen host;
+ * - a loopback origin whose host is the request's own loopback `Host` (any port): a browser-based MCP tool
+ *   served from localhost talking to a Server on localhost (`http://localhost:6274` → `Host: localhost:7420`).
+ * A rebinding page is never one of these: its Origin names its own domain (`http://evil.example`), and so does
+ * the Host its requests carry.
+ */
+export function originAllowed(
+  origin: string | undefined,
+  localPort: number | undefined,
+  allowed: readonly string[],
+  listenHost: string,
+  requestHost?: string,
+): boolean {
+  if (origin === undefined) return true;
+  if (allowed.includes(origin)) return true;
+  let u: URL;
+  try {
+    u = new URL(origin);
+  } catch {
+    return false;
+  }
+  if (u.protocol !== "http:" && u.protocol !== "https:") return false;
+  const host = bareHost(u.hostname);
+  if (isLoopbackHost(host) && host === hostOfHeader(requestHost)) return true;
+  const port = u.port === "" ? (u.protocol === "https:" ? 443 : 80) : Number(u.port);
+  if (localPort === undefined || port !== localPort) return false;
+  return isLoopbackHost(host) || (host === listenHost.toLowerCase() && host !== "0.0.0.0" && host !== "::");
+}
+
+function bareHost(hostname: string): string {
+  return hostname.replace(/^\[|\]$/g, "").toLowerCase();
+}
+
+/** The host name of a `Host` header (`name[:port]`, `[v6][:port]`), or undefined when absent or malformed. */
+function hostOfHeader(header: string | undefined): string | undefined {
+  if (header === undefined || header === "") return undefined;
+  try {
+    const u = new URL(`http://${header}`);
+    // Exactly host[:port]: anything else (credentials, a path) is not a Host header.
+    if (u.username !== "" || u.password !== "" || u.pathname !== "/" || u.search !== "" || u.hash !== "") {
+      return undefined;
+    }
+    if (header.includes("/") || header.includes("@")) return undefined;
+    return bareHost(u.hostname);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * A tool call's arguments checked as JSON.parse built them (mcp/tool-arguments.ts), before the SDK's request
+ * schema copies them — that copy silently drops a top-level `__proto__` key. The refusal, or null.
+ */
+function argumentShapeRefusal(m: JSONRPCMessage): string | null {
+  if (!("method" in m) || m.method !== "tools/call") return null;
+  const params = m.params as { arguments?: unknown } | undefined;
+  return checkArgumentShape(params?.arguments ?? {});
+}
+
+/**
+ * Why a tools/call's params are malformed (no string `name`, or `arguments` that is not an object), or null.
+ * The SDK's request schema would refuse such a call as an *internal* error (-32603) whose message is a raw
+ * schema dump; it is answered here instead as invalid params (-32602) naming the field, and audited, since
+ * no tool sees it.
+ */
+function malformedToolCall(m: JSONRPCMessage): string | null {
+  if (!("method" in m) || m.method !== "tools/call") return null;
+  const p = m.params as Record<string, unknown> | undefined;
+  if (typeof p !== "object" || p === null || Array.isArray(p)) return "params: must be an object with a string name";
+  if (typeof p.name !== "string") return "params.name: must be a string (the tool's name)";
+  const args = p.arguments;
+  if (args !== undefined && (typeof args !== "object" || args === null || Array.isArray(args)))
+    return "params.arguments: must be an object of the tool's arguments";
+  return null;
+}
+
+/** A Node request handler for `/mcp`; hand it every request whose path is /mcp. */
+export interface McpHttpHandler {
+  (req: IncomingMessage, res: ServerResponse): Promise<void>;
+  /** Abort in-flight requests (waiting observes) and refuse new ones. */
+  close(): Promise<void>;
+}
+
+export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
+  const { runs, authenticate, audit, logger } = options;
+  const maxBodyBytes = options.maxBodyBytes ?? MCP_MAX_BODY_BYTES;
+  const allowedOrigins = options.allowedOrigins ?? [];
+  const listenHost = options.listenHost ?? "127.0.0.1";
+  const tools = new McpTools({
+    runs,
+    audit,
+    logger,
+    observeLimits: options.observeLimits ?? new ObserveLimits(),
+    modules: options.toolModules ?? [],
+    ...(options.startHooks ? { startHooks: options.startHooks } : {}),
+  });
+  const inFlight = new Set<AbortController>();
+  const refusals = new RefusalLog(logger);
+  let closed = false;
+
+  /** What a request's handler needs of its POST, found by the id the request has inside the Server. */
+  interface RequestContext {
+    principal: Principal;
+    signal: AbortSignal;
+    /** Why the call's arguments were refused before the SDK copied them (argumentShapeRefusal), or null. */
+    shapeRefusal: string | null;
+  }
+  const mux = new PostMux<RequestContext>();
+  const contextOf = (requestId: RequestId): RequestContext => {
+    const context = mux.context(requestId);
+    // Delivered requests keep their context until answered or abandoned; an abandoned one is not answered.
+    if (!context) throw new McpError(ErrorCode.InternalError, "The request is no longer waiting for an answer.");
+    return context;
+  };
+  // One SDK Server for every request, connected once to the mux; each request's principal and signal come
+  // from its own context, never from the Server.
+  const server = new Server(MCP_SERVER_INFO, {
+    capabilities: { tools: {}, resources: {} },
+    instructions: MCP_INSTRUCTIONS,
+  });
+  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools.definitions() }));
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    const { principal, signal, shapeRefusal } = contextOf(extra.requestId);
+    const name = request.params.name;
+    if (!tools.has(name)) {
+      tools.recordRefusedCall(principal, "unknown_tool");
+      throw new McpError(ErrorCode.InvalidParams, "Unknown tool; see tools/list.");
+    }
+    // Stateless: a notifications/cancelled could only arrive in another POST (and is never delivered),
+    // so the request's own signal (client disconnect, shutdown) is the only one that can fire.
+    return tools.call(principal, name, request.params.arguments, signal, shapeRefusal);
+  });
+  server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [PROJECTS_RESOURCE] }));
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
+  server.setRequestHandler(ReadResourceRequestSchema, (request, extra) => {
+    const { principal } = contextOf(extra.requestId);
+    if (request.params.uri !== PROJECTS_RESOURCE_URI) {
+      tools.recordRefusedCall(principal, "unknown_resource");
+      throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
+    }
+    return tools.readProjects(principal);
+  });
+  const connected = server.connect(mux);
+
+  const handler = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    if (closed) {
+      sendJsonRpcError(res, 503, -32000, "Server is shutting down");
+      return;
+    }
+    const origin = req.headers.origin;
+    if (!originAllowed(origin, req.socket.localPort, allowedOrigins, listenHost, req.headers.host)) {
+      refusals.refused(
+        req.socket.remoteAddress ?? "?",
+        { path: MCP_PATH, origin: origin?.slice(0, 128) },
+        "mcp request refused: origin not allowed",
+      );
+      sendJsonRpcError(res, 403, -32000, "Forbidden: this Origin is not allowed (server allowed_origins)");
+      return;
+    }
+    const token = bearerToken(req.headers.authorization);
+    const principal = token === null ? null : authenticate(token);
+    if (!principal) {
+      // Never log the presented token, not even a prefix.
+      refusals.refused(
+        req.socket.remoteAddress ?? "?",
+        { path: MCP_PATH, reason: token === null ? "missing" : "invalid" },
+        "mcp request unauthorized",
+      );
+      const challenge = options.unauthorizedChallenge
+        ? options.unauthorizedChallenge(token !== null)
+        : token === null
+          ? 'Bearer realm="webcodex"'
+          : 'Bearer realm="webcodex", error="invalid_token", error_description="The bearer token is not valid"';
+      res.setHeader("WWW-Authenticate", challenge);
+      // An unauthenticated caller does not keep the socket: it is closed once the 401 is written.
+      res.setHeader("Connection", "close");
+      sendJsonRpcError(res, 401, -32001, "Unauthorized: send Authorization: Bearer <token> issued by the operator");
+      return;
+    }
+    if (req.method !== "POST") {
+      res.setHeader("Allow", "POST");
+      sendJsonRpcError(res, 405, -32000, "Method not allowed: this server is stateless; use POST");
+      return;
+    }
+    const post = await readMcpPost(req, res, maxBodyBytes);
+    if (post === null) return;
+    const scopeCheck = options.insufficientScope;
+    const called = calledTools([post.message]);
+    const wanted = scopeCheck ? scopeCheck.check(principal, called) : null;
+    if (scopeCheck && wanted) {
+      for (const name of called) tools.recordScopeRefusal(principal, name);
+      res.setHeader("WWW-Authenticate", scopeCheck.challenge(wanted));
+      sendJsonRpcError(res, 403, -32001, `Forbidden: insufficient_scope (this call needs: ${wanted.join(" ")})`);
+      return;
+    }
+    const abort = new AbortController();
+    const malformed = malformedToolCall(post.message);
+    if (malformed !== null) {
+      tools.recordRefusedCall(principal, "malformed_call");
+      const id = "id" in post.message ? post.message.id : null;
+      sendJsonRpcError(res, 200, -32602, `Invalid params: ${malformed}`, id);
+      return;
+    }
+    // A notification or a client's response: nothing for a stateless Server to do (mcp/post.ts PostMux).
+    if (post.request === null) {
+      res.writeHead(202).end();
+      return;
+    }
+    inFlight.add(abort);
+    let internal: number | null = null;
+    res.once("close", () => {
+      inFlight.delete(abort);
+      // Not answered: the client went away (or the Server is closing) — stop the waiting work.
+      if (internal === null || !mux.waiting(internal)) return;
+      mux.abandon(internal);
+      abort.abort(new Error("client closed the request"));
+    });
+    try {
+      await connected;
+      internal = mux.deliver(res, post.message as JSONRPCMessage & { id: RequestId }, {
+        principal,
+        signal: abort.signal,
+        shapeRefusal: argumentShapeRefusal(post.message),
+      });
+    } catch (err) {
+      logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");
+      sendJsonRpcError(res, 500, -32603, "Internal server error");
+    }
+  };
+
+  return Object.assign(handler, {
+    async close(): Promise<void> {
+      closed = true;
+      for (const abort of inFlight) abort.abort(new Error("server closing"));
+      inFlight.clear();
+    },
+  });
+}

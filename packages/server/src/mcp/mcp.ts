@@ -1,0 +1,107 @@
+/**
+ * The MCP front end as the Server mounts it: `startServer` (via main.ts)
+ * calls `createMcpHandler` with the run core and the state store, and routes
+ * every `/mcp` request to the returned handler. Token hashes
+ * (`principal_tokens`) and audit rows (`mcp_audit`) live in the Server's
+ * SQLite state database next to the admission records.
+ */
+import { isLoopbackHost } from "@webcodex/protocol";
+import type { Logger } from "pino";
+import { createOAuth } from "../oauth/index.js";
+import { OAUTH_TEST_CLOCK_ENV, oauthClock, oauthTestClockSkew } from "../oauth/test-clock.js";
+import { createAuthenticator, TokenStore } from "../principals/tokens.js";
+import type { Scope } from "../runs/api.js";
+import { ObserveLimits } from "../runs/observe-limits.js";
+import type { McpHandlerFactory, McpMount } from "../server.js";
+import { SessionService } from "../sessions/service.js";
+import { SessionStore } from "../sessions/store.js";
+import { SessionTools } from "../sessions/tools.js";
+import { TaskService } from "../tasks/service.js";
+import { TaskStore } from "../tasks/store.js";
+import { TaskTools } from "../tasks/tools.js";
+import { SqliteAuditLog } from "./audit.js";
+import { createMcpHttpHandler } from "./http.js";
+import type { ToolModule } from "./tool-shared.js";
+
+/** The OAuth clock, with the test-only skew (test-clock.ts) refused off loopback and logged when armed. */
+function checkedOAuthClock(host: string, log: Logger): () => number {
+  const { skewMs, invalid } = oauthTestClockSkew();
+  if (invalid !== null) log.warn(`${OAUTH_TEST_CLOCK_ENV} is not a whole number of ms in range; ignored`);
+  if (skewMs > 0) {
+    if (!isLoopbackHost(host))
+      throw new Error(`${OAUTH_TEST_CLOCK_ENV} is test-only; refusing to start on non-loopback host ${host}`);
+    log.warn({ skewMs }, `TEST HOOK: ${OAUTH_TEST_CLOCK_ENV} is set: OAuth codes and tokens expire early`);
+  }
+  return oauthClock();
+}
+
+export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, logger, store }): McpMount => {
+  const log = logger.child({ c: "mcp" });
+  const audit = new SqliteAuditLog(store.db, {
+    onError: (err) => log.error({ err: err instanceof Error ? err.name : typeof err }, "audit row not written"),
+  });
+  const tokens = new TokenStore(store.db);
+  const staticAuth = createAuthenticator(tokens, config.principals);
+  const oauth = config.oauth
+    ? createOAuth({
+        settings: config.oauth,
+        db: store.db,
+        tokens,
+        principals: config.principals,
+        logger: logger.child({ c: "oauth" }),
+        clock: checkedOAuthClock(config.host, log),
+      })
+    : null;
+  const sessions = new SessionService(
+    new SessionStore(store.db),
+    store,
+    logger.child({ c: "sessions" }),
+    config.sessionMaxIdleSecs,
+  );
+  const toolModules: ToolModule[] = [new SessionTools(sessions)];
+  if (admission) {
+    const tasks = new TaskService({
+      tasks: new TaskStore(store.db),
+      records: store,
+      admission,
+      logger: logger.child({ c: "tasks" }),
+    });
+    toolModules.push(new TaskTools(tasks, sessions));
+  }
+  const handler = createMcpHttpHandler({
+    runs,
+    audit,
+    logger: log,
+    // Static tokens are checked exactly as without OAuth; OAuth access tokens have their own prefix.
+    authenticate: oauth ? (token) => oauth.authenticate(token) ?? staticAuth(token) : staticAuth,
+    observeLimits: new ObserveLimits(),
+    toolModules,
+    startHooks: sessions.startHooks(),
+    allowedOrigins: config.allowedOrigins,
+    listenHost: config.host,
+    ...(oauth
+      ? {
+          unauthorizedChallenge: oauth.unauthorizedChallenge,
+          insufficientScope: {
+            check: (principal, tools) => oauth.insufficientScope(principal, tools),
+            challenge: (scopes) => oauth.insufficientScopeChallenge(scopes as Scope[]),
+          },
+        }
+      : {}),
+  });
+  return {
+    handle: (req, res) => {
+      const path = (req.url ?? "/").split("?")[0] ?? "/";
+      if (oauth?.owns(path)) {
+        oauth.handle(req, res);
+        return;
+      }
+      return handler(req, res);
+    },
+    ...(oauth ? { owns: oauth.owns } : {}),
+    close: async () => {
+      await handler.close();
+      audit.close();
+    },
+  };
+};

@@ -1,0 +1,235 @@
+/**
+ * One MCP Streamable HTTP POST, answered with a JSON body, on the Node
+ * request directly: the stateless, JSON-response subset of the SDK's
+ * `StreamableHTTPServerTransport`, as the one SDK `Transport` (`PostMux`) the
+ * Server's one SDK `Server` is connected to.
+ *
+ * Why not the SDK's transport: in Node it converts every request into a Web
+ * `Request` (@hono/node-server + undici), reads the body through web streams
+ * and answers through a Web `Response`. With a long-polling observer per
+ * caller that conversion was about half of the Server's CPU per observe call
+ * (scripts/bench fan-out profile). This keeps the SDK's checks, in the same
+ * order, with the same status codes and JSON-RPC error codes, and still
+ * validates every message with the SDK's `JSONRPCMessageSchema`; JSON-RPC
+ * itself (dispatch, handler schemas, errors) stays in the SDK `Server`.
+ *
+ * Covered: Accept (406), Content-Type (415), body bound (413), JSON (400,
+ * -32700), message shape (400, -32700), MCP-Protocol-Version (400), a
+ * notification or response (202), a request (200, its JSON-RPC response).
+ * Not covered, because this Server never needs them: sessions, SSE streams,
+ * resumability, GET.
+ *
+ * One message per POST: JSON-RPC batches are not part of MCP since
+ * 2025-06-18 (the SDK's own `JSONRPCMessageSchema` has no array form). An
+ * array body is refused like any body that is not one JSON-RPC message:
+ * `400`, `-32700`, "Parse error: Invalid JSON-RPC message" — the SDK
+ * transport's answer to a message that fails that schema. (SDK 1.32's
+ * transport still accepts arrays of up to 100 for older clients; this Server
+ * speaks 2025-11-25 and does not.)
+ */
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
+import {
+  isInitializeRequest,
+  type JSONRPCMessage,
+  JSONRPCMessageSchema,
+  type RequestId,
+  SUPPORTED_PROTOCOL_VERSIONS,
+} from "@modelcontextprotocol/sdk/types.js";
+
+/** A JSON-RPC error as an HTTP response body (`id: null` answers the POST itself; an id answers that request). */
+export function sendJsonRpcError(
+  res: ServerResponse,
+  status: number,
+  code: number,
+  message: string,
+  id: string | number | null = null,
+): void {
+  if (res.headersSent || res.writableEnded) return;
+  const body = JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id });
+  res.writeHead(status, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
+  res.end(body);
+}
+
+/**
+ * The one SDK `Transport` every POST's request goes through, so that one SDK
+ * `Server` serves them all (mcp/http.ts) instead of one Server built per
+ * request and held for as long as a long-polling observe waits (~23 KB of
+ * handlers and maps each, most of the Server's live heap with 1,000 waiting
+ * observers, and the garbage that kept its old generation growing).
+ *
+ * Each request enters the Server under an id of its own (`deliver`), never
+ * the client's: ids of different clients collide, and the Server keys its
+ * in-flight handlers by id. `send` maps the response back to the client's id
+ * and writes it to that POST's HTTP response; the request's context (whose
+ * principal it is, its abort signal) is found by that same internal id
+ * (`context`), so nothing of one caller is reachable from another's request.
+ * Notifications and responses from clients are never delivered: a stateless
+ * Server has nothing to do with them, and a `notifications/cancelled` naming
+ * an id could otherwise reach another caller's request. Anything else the
+ * Server sends (progress, logging, requests to the client) has no stream to
+ * go to in JSON-response mode and is dropped, as the SDK transport does.
+ */
+export class PostMux<C> implements Transport {
+  onclose?: Transport["onclose"];
+  onerror?: Transport["onerror"];
+  onmessage?: Transport["onmessage"];
+
+  readonly #pending = new Map<number, { res: ServerResponse; id: RequestId; context: C }>();
+  #next = 0;
+
+  async start(): Promise<void> {}
+
+  /**
+   * Hand one POST's JSON-RPC request to the Server; its response is written to `res` with the client's
+   * `id`. Returns the internal id (for `abandon`).
+   */
+  deliver(res: ServerResponse, message: JSONRPCMessage & { id: RequestId }, context: C): number {
+    this.#next += 1;
+    const internal = this.#next;
+    this.#pending.set(internal, { res, id: message.id, context });
+    this.onmessage?.({ ...message, id: internal });
+    return internal;
+  }
+
+  /** The context of the request the Server knows as `internal`; undefined once answered or abandoned. */
+  context(internal: RequestId): C | undefined {
+    return typeof internal === "number" ? this.#pending.get(internal)?.context : undefined;
+  }
+
+  /** Whether the request is still waiting for its response. */
+  waiting(internal: number): boolean {
+    return this.#pending.has(internal);
+  }
+
+  /** The POST went away unanswered: its response, when the handler ends, goes nowhere. */
+  abandon(internal: number): void {
+    this.#pending.delete(internal);
+  }
+
+  async send(message: JSONRPCMessage): Promise<void> {
+    // The Server's own messages: a response is exactly one with a result or an error.
+    if (!("result" in message) && !("error" in message)) return;
+    const internal = message.id;
+    if (typeof internal !== "number") return;
+    const pending = this.#pending.get(internal);
+    if (!pending) return;
+    this.#pending.delete(internal);
+    const { res, id } = pending;
+    if (res.writableEnded || res.destroyed) return;
+    const body = JSON.stringify({ ...message, id });
+    res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
+    res.end(body);
+  }
+
+  async close(): Promise<void> {
+    this.#pending.clear();
+    this.onclose?.();
+  }
+}
+
+/** The checked message of a POST. */
+export interface CheckedPost {
+  message: JSONRPCMessage;
+  /** The id when it is a JSON-RPC request; null (a notification or response) means answer 202. */
+  request: RequestId | null;
+}
+
+/**
+ * Reads and checks one POST the way the SDK transport does. Writes the error
+ * response itself and returns null when the POST is refused.
+ */
+export async function readMcpPost(
+  req: IncomingMessage,
+  res: ServerResponse,
+  maxBodyBytes: number,
+): Promise<CheckedPost | null> {
+  // Accept is a list: both types must be offered (the SDK's substring test).
+  const accept = req.headers.accept ?? "";
+  if (!accept.includes("application/json") || !accept.includes("text/event-stream")) {
+    sendJsonRpcError(
+      res,
+      406,
+      -32000,
+      "Not Acceptable: Client must accept both application/json and text/event-stream",
+    );
+    return null;
+  }
+  if (mediaType(req.headers["content-type"]) !== "application/json") {
+    sendJsonRpcError(res, 415, -32000, "Unsupported Media Type: Content-Type must be application/json");
+    return null;
+  }
+  const text = await readBody(req, maxBodyBytes);
+  if (text === ABORTED) return null;
+  if (text === TOO_LARGE) {
+    res.setHeader("Connection", "close");
+    sendJsonRpcError(res, 413, -32000, `Payload Too Large: Request body must not exceed ${maxBodyBytes} bytes`);
+    return null;
+  }
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch {
+    sendJsonRpcError(res, 400, -32700, "Parse error: Invalid JSON");
+    return null;
+  }
+  // An array (a JSON-RPC batch) fails the schema like any other non-message.
+  const parsed = JSONRPCMessageSchema.safeParse(raw);
+  if (!parsed.success) {
+    sendJsonRpcError(res, 400, -32700, "Parse error: Invalid JSON-RPC message");
+    return null;
+  }
+  const message = parsed.data;
+  // The message passed JSONRPCMessageSchema, so its shape decides its kind: a request has a
+  // method and an id. The full InitializeRequest schema runs only on an initialize.
+  const initializing = "method" in message && message.method === "initialize" && isInitializeRequest(message);
+  const version = req.headers["mcp-protocol-version"];
+  if (!initializing && version !== undefined && !SUPPORTED_PROTOCOL_VERSIONS.includes(String(version))) {
+    sendJsonRpcError(
+      res,
+      400,
+      -32000,
+      `Bad Request: Unsupported protocol version: ${String(version).slice(0, 64)} (supported versions: ${SUPPORTED_PROTOCOL_VERSIONS.join(", ")})`,
+    );
+    return null;
+  }
+  // Passed the schema: a message with a method and an id is a request, and its id a RequestId.
+  return { message, request: "method" in message && "id" in message ? (message.id as RequestId) : null };
+}
+
+/** `type/subtype` of a Content-Type header, lowercased, without parameters. */
+function mediaType(header: string | undefined): string | undefined {
+  if (header === undefined) return undefined;
+  return (header.split(";", 1)[0] ?? "").trim().toLowerCase();
+}
+
+const TOO_LARGE = Symbol("too large");
+const ABORTED = Symbol("aborted");
+
+/**
+ * The body as UTF-8 text; TOO_LARGE when it is (or declares itself) larger
+ * than `max` bytes, ABORTED when the client went away before its end.
+ */
+function readBody(req: IncomingMessage, max: number): Promise<string | typeof TOO_LARGE | typeof ABORTED> {
+  const declared = Number(req.headers["content-length"]);
+  if (Number.isFinite(declared) && declared > max) return Promise.resolve(TOO_LARGE);
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const onData = (chunk: Buffer) => {
+      size += chunk.byteLength;
+      if (size > max) {
+        req.off("data", onData);
+        resolve(TOO_LARGE);
+        return;
+      }
+      chunks.push(chunk);
+    };
+    req.on("data", onData);
+    req.once("end", () => resolve(Buffer.concat(chunks, size).toString("utf8")));
+    // After "end" (or a refusal) this settles nothing: a promise resolves once.
+    req.once("close", () => resolve(ABORTED));
+    req.once("error", () => resolve(ABORTED));
+  });
+}

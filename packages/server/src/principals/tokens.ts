@@ -1,0 +1,352 @@
+/**
+ * Principal bearer tokens. A token is 32 random bytes (`wct_` + base64url);
+ * only its sha256 is stored, with the scopes and projects it was issued for.
+ *
+ * Scopes never widen: a token's effective scopes and projects are the
+ * intersection of what it was issued with and what the Server config grants
+ * its principal *now*. Adding a scope to a principal in the config, or a new
+ * default, does not reach tokens issued before; removing one takes effect at
+ * the next request. A principal removed from the config has no valid tokens.
+ * Issuing `coding_agent:run` needs an explicit opt-in (`allowCodingAgentRun`).
+ */
+import { createHash, randomBytes, randomUUID } from "node:crypto";
+import type BetterSqlite3 from "better-sqlite3";
+import { type Principal, SCOPES, type Scope } from "../runs/api.js";
+
+export const TOKEN_PREFIX = "wct_";
+const TOKEN_PATTERN = /^wct_[A-Za-z0-9_-]{43}$/;
+
+/** What the Server config says of one principal (config.ts `[[principals]]`). */
+export interface PrincipalGrant {
+  id: string;
+  scopes: ReadonlySet<Scope> | readonly Scope[];
+  projects: ReadonlySet<string> | readonly string[];
+}
+
+export type PrincipalLookup = (id: string) => PrincipalGrant | undefined;
+
+export interface IssueRequest {
+  principal_id: string;
+  scopes: readonly string[];
+  projects: readonly string[];
+  /** The operator's explicit opt-in to issue `coding_agent:run`. */
+  allowCodingAgentRun: boolean;
+}
+
+export interface IssuedToken {
+  /** The bearer token. Shown once; not recoverable. */
+  token: string;
+  token_id: string;
+  principal_id: string;
+  scopes: Scope[];
+  projects: string[];
+}
+
+export interface TokenInfo {
+  token_id: string;
+  principal_id: string;
+  scopes: Scope[];
+  projects: string[];
+  created_at: string;
+  revoked_at: string | null;
+}
+
+export class TokenIssueError extends Error {
+  override readonly name = "TokenIssueError";
+}
+
+export function hashToken(token: string): string {
+  return createHash("sha256").update(token, "utf8").digest("hex");
+}
+
+function isScope(value: string): value is Scope {
+  return (SCOPES as readonly string[]).includes(value);
+}
+
+function toSet<T>(values: ReadonlySet<T> | readonly T[]): ReadonlySet<T> {
+  return values instanceof Set ? values : new Set(values as readonly T[]);
+}
+
+const SCHEMA = `
+CREATE TABLE IF NOT EXISTS principal_tokens (
+  token_hash TEXT PRIMARY KEY,
+  token_id TEXT NOT NULL UNIQUE,
+  principal_id TEXT NOT NULL,
+  scopes TEXT NOT NULL,
+  projects TEXT NOT NULL,
+  created_at TEXT NOT NULL,
+  revoked_at TEXT
+);
+`;
+
+interface TokenRow {
+  token_hash: string;
+  token_id: string;
+  principal_id: string;
+  scopes: string;
+  projects: string;
+  created_at: string;
+  revoked_at: string | null;
+}
+
+/**
+ * Live token rows kept in memory after a lookup. Every MCP request verifies
+ * its bearer token; the cache is dropped whenever the database changed under
+ * another connection (SQLite `PRAGMA data_version`: `token issue|revoke` run
+ * as a separate process) or through this store, so a revocation still
+ * applies from the next request on.
+ */
+export const TOKEN_CACHE_ENTRIES = 1024;
+
+/** Token hashes in the Server's SQLite state database (table `principal_tokens`). */
+export class TokenStore {
+  readonly #db: BetterSqlite3.Database;
+  readonly #byHash: BetterSqlite3.Statement<[string], TokenRow>;
+  readonly #dataVersion: BetterSqlite3.Statement<[], number>;
+  readonly #rows = new Map<string, TokenRow>();
+  #seenVersion = -1;
+
+  constructor(db: BetterSqlite3.Database) {
+    db.exec(SCHEMA);
+    this.#db = db;
+    this.#byHash = db.prepare<[string], TokenRow>(
+      "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
+    );
+    this.#dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
+  }
+
+  /** The live row of a token hash, from the cache while no other connection wrote the database. */
+  #liveRow(hash: string): TokenRow | undefined {
+    const version = this.#dataVersion.get() ?? -1;
+    if (version !== this.#seenVersion) {
+      this.#rows.clear();
+      this.#seenVersion = version;
+    }
+    const cached = this.#rows.get(hash);
+    if (cached !== undefined) return cached;
+    const row = this.#byHash.get(hash);
+    if (row === undefined) return undefined;
+    if (this.#rows.size >= TOKEN_CACHE_ENTRIES) this.#rows.clear();
+    this.#rows.set(hash, row);
+    return row;
+  }
+
+  /**
+   * Issue a token for a configured principal. Every requested scope and project
+   * must already be granted to that principal by the config.
+   */
+  issue(request: IssueRequest, lookup: PrincipalLookup): IssuedToken {
+    const grant = lookup(request.principal_id);
+    if (!grant) throw new TokenIssueError(`principal '${request.principal_id}' is not declared in the Server config`);
+    const grantScopes = toSet(grant.scopes);
+    const grantProjects = toSet(grant.projects);
+    if (request.scopes.length === 0) throw new TokenIssueError("at least one --scope is required");
+    const scopes: Scope[] = [];
+    for (const s of request.scopes) {
+      if (!isScope(s)) throw new TokenIssueError(`unknown scope '${s}' (known: ${SCOPES.join(", ")})`);
+      if (!grantScopes.has(s)) {
+        throw new TokenIssueError(`scope '${s}' is not granted to principal '${grant.id}' in the Server config`);
+      }
+      if (!scopes.includes(s)) scopes.push(s);
+    }
+    if (scopes.includes("coding_agent:run") && !request.allowCodingAgentRun) {
+      throw new TokenIssueError(
+        "issuing coding_agent:run lets the token holder run coding agents on granted projects; pass --allow-coding-agent-run to confirm",
+      );
+    }
+    const projects: string[] = [];
+    for (const p of request.projects) {
+      if (!grantProjects.has(p)) {
+        throw new TokenIssueError(`project '${p}' is not granted to principal '${grant.id}' in the Server config`);
+      }
+      if (!projects.includes(p)) projects.push(p);
+    }
+    const token = TOKEN_PREFIX + randomBytes(32).toString("base64url");
+    const tokenId = `tok_${randomUUID().replaceAll("-", "").slice(0, 16)}`;
+    this.#db
+      .prepare(
+        "INSERT INTO principal_tokens (token_hash, token_id, principal_id, scopes, projects, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+      )
+      .run(
+        hashToken(token),
+        tokenId,
+        grant.id,
+        JSON.stringify(scopes),
+        JSON.stringify(projects),
+        new Date().toISOString(),
+      );
+    return { token, token_id: tokenId, principal_id: grant.id, scopes, projects };
+  }
+
+  /**
+   * The principal a bearer token stands for, or null (unknown, revoked,
+   * malformed, or its principal is no longer configured). Lookup is by
+   * sha256 of the presented token; the token itself is never stored or logged.
+   */
+  verify(token: string, lookup: PrincipalLookup): Principal | null {
+    return this.identify(token, lookup)?.principal ?? null;
+  }
+
+  /** Like `verify`, with the token's id (the OAuth consent records which key granted it). */
+  identify(token: string, lookup: PrincipalLookup): { principal: Principal; token_id: string } | null {
+    if (!TOKEN_PATTERN.test(token)) return null;
+    const row = this.#liveRow(hashToken(token));
+    if (!row) return null;
+    const principal = this.#principalOf(row, lookup);
+    return principal ? { principal, token_id: row.token_id } : null;
+  }
+
+  /** The current Principal of a live token id (null when revoked, unknown or its principal is gone). */
+  principalOfId(tokenId: string, lookup: PrincipalLookup): Principal | null {
+    const row = this.#db
+      .prepare<[string], TokenRow>("SELECT * FROM principal_tokens WHERE token_id = ? AND revoked_at IS NULL")
+      .get(tokenId);
+    return row ? this.#principalOf(row, lookup) : null;
+  }
+
+  #principalOf(row: TokenRow, lookup: PrincipalLookup): Principal | null {
+    const grant = lookup(row.principal_id);
+    if (!grant) return null;
+    const grantScopes = toSet(grant.scopes);
+    const grantProjects = toSet(grant.projects);
+    const scopes = new Set<Scope>();
+    for (const s of parseList(row.scopes)) if (isScope(s) && grantScopes.has(s)) scopes.add(s);
+    const projects = new Set<string>();
+    for (const p of parseList(row.projects)) if (grantProjects.has(p)) projects.add(p);
+    return { id: row.principal_id, scopes, projects };
+  }
+
+  list(principalId?: string): TokenInfo[] {
+    const rows = (
+      principalId === undefined
+        ? this.#db.prepare<[], TokenRow>("SELECT * FROM principal_tokens ORDER BY created_at").all()
+        : this.#db
+            .prepare<[string], TokenRow>("SELECT * FROM principal_tokens WHERE principal_id = ? ORDER BY created_at")
+            .all(principalId)
+    ) as TokenRow[];
+    return rows.map((row) => ({
+      token_id: row.token_id,
+      principal_id: row.principal_id,
+      scopes: parseList(row.scopes).filter(isScope),
+      projects: parseList(row.projects),
+      created_at: row.created_at,
+      revoked_at: row.revoked_at,
+    }));
+  }
+
+  /** true when a live token with this id was revoked. */
+  revoke(tokenId: string): boolean {
+    const result = this.#db
+      .prepare("UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL")
+      .run(new Date().toISOString(), tokenId);
+    // This connection's own writes do not move its data_version.
+    this.#rows.clear();
+    return result.changes > 0;
+  }
+}
+
+function parseList(json: string): string[] {
+  const value: unknown = JSON.parse(json);
+  return Array.isArray(value) ? value.filter((v): v is string => typeof v === "string") : [];
+}
+
+/** Extract the bearer token from an Authorization header value, or null. */
+export function bearerToken(header: string | undefined): string | null {
+  if (!header) return null;
+  const match = /^Bearer ([A-Za-z0-9._~+/=-]{1,512})$/i.exec(header.trim());
+  return match?.[1] ?? null;
+}
+
+/** Principals as the Server config declares them (config.ts `[[principals]]`). */
+export interface ConfiguredPrincipal {
+  id: string;
+  scopes: readonly Scope[];
+  projects: readonly string[];
+  /** Operator-declared token hashes (hex sha256); they carry `token_scopes` ∩ `scopes`. */
+  token_sha256?: readonly string[];
+  /** The fixed scopes of the inline tokens (never the principal's `scopes` alone). */
+  token_scopes?: readonly Scope[] | undefined;
+  /** Explicit opt-in for `coding_agent:run` on inline tokens. */
+  allow_coding_agent_run?: boolean;
+}
+
+/** Effective scopes of an inline config token: its fixed list ∩ the principal's current scopes. */
+function inlineScopes(p: ConfiguredPrincipal): Set<Scope> {
+  const current = new Set(p.scopes);
+  return new Set(
+    (p.token_scopes ?? []).filter(
+      (s) => current.has(s) && (s !== "coding_agent:run" || p.allow_coding_agent_run === true),
+    ),
+  );
+}
+
+export function principalLookup(principals: readonly ConfiguredPrincipal[]): PrincipalLookup {
+  const byId = new Map(principals.map((p) => [p.id, p]));
+  return (id) => byId.get(id);
+}
+
+/**
+ * Bearer token → Principal for the MCP front end. CLI-issued tokens (state DB)
+ * are checked first; then hashes declared inline in the config, which carry their fixed
+ * `token_scopes` ∩ the principal's current scopes (so they never widen either). Unknown → null.
+ */
+export function createAuthenticator(
+  store: TokenStore,
+  principals: readonly ConfiguredPrincipal[],
+): (token: string) => Principal | null {
+  const identify = createKeyIdentifier(store, principals);
+  return (token) => identify(token)?.principal ?? null;
+}
+
+/** An access key with its id: `tok_…` for issued keys, `cfg_` + 16 hex of its hash for a config-declared one. */
+export interface IdentifiedKey {
+  principal: Principal;
+  key_id: string;
+}
+
+/** Prefix of the key ids of config-declared (`token_sha256`) keys. */
+export const INLINE_KEY_ID_PREFIX = "cfg_";
+
+/**
+ * Bearer token → Principal and key id. CLI-issued tokens (state DB) are checked first; then hashes
+ * declared inline in the config, which carry their fixed `token_scopes` ∩ the principal's current
+ * scopes (so they never widen either). Unknown → null.
+ */
+export function createKeyIdentifier(
+  store: TokenStore,
+  principals: readonly ConfiguredPrincipal[],
+): (token: string) => IdentifiedKey | null {
+  const lookup = principalLookup(principals);
+  const inline = new Map<string, ConfiguredPrincipal>();
+  for (const p of principals) for (const h of p.token_sha256 ?? []) inline.set(h, p);
+  return (token) => {
+    const issued = store.identify(token, lookup);
+    if (issued) return { principal: issued.principal, key_id: issued.token_id };
+    if (inline.size === 0) return null;
+    const hash = hashToken(token);
+    const p = inline.get(hash);
+    if (!p) return null;
+    return {
+      principal: { id: p.id, scopes: inlineScopes(p), projects: new Set(p.projects) },
+      key_id: INLINE_KEY_ID_PREFIX + hash.slice(0, 16),
+    };
+  };
+}
+
+/** The current Principal behind a key id (see IdentifiedKey), or null when that key is gone. */
+export function keyPrincipal(
+  store: TokenStore,
+  principals: readonly ConfiguredPrincipal[],
+): (keyId: string) => Principal | null {
+  const lookup = principalLookup(principals);
+  return (keyId) => {
+    if (!keyId.startsWith(INLINE_KEY_ID_PREFIX)) return store.principalOfId(keyId, lookup);
+    const prefix = keyId.slice(INLINE_KEY_ID_PREFIX.length);
+    for (const p of principals) {
+      if ((p.token_sha256 ?? []).some((h) => h.startsWith(prefix))) {
+        return { id: p.id, scopes: inlineScopes(p), projects: new Set(p.projects) };
+      }
+    }
+    return null;
+  };
+}

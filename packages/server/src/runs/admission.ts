@@ -1,0 +1,514 @@
+/**
+ * Admission of `start_coding_agent`, in the exact order of DESIGN §6.1:
+ * validate → scopes and project grant → run_id → existing record (replay or
+ * idempotency_conflict) → resolve project → runner → provider with their
+ * instance ids → durable intent → `sent` → `run.start` with the fences.
+ * A rejection before the Runner admits leaves a `rejected_pre_admission`
+ * record that an exact same-key retry may re-admit; nothing after admission
+ * is ever sent again.
+ */
+import {
+  ConfigMap,
+  type FailureKind,
+  isTerminalState,
+  MAX_PROMPT_BYTES,
+  MAX_RUN_TIMEOUT_SECS,
+  MIN_RUN_TIMEOUT_SECS,
+  ProjectId,
+  ProviderId,
+  type RecoveryKind,
+  type RunnerErrorCode,
+  utf8Length,
+} from "@webcodex/protocol";
+import { serverFailpoint } from "../failpoints.js";
+import type { AdmissionRecord, RecordPatch } from "../state/store.js";
+import {
+  type AdmissionHooks,
+  type AdmissionRequest,
+  type ApiError,
+  type ApiErrorCode,
+  type ApiResult,
+  OPAQUE_KEY_RULE,
+  OpaqueKey,
+  type Principal,
+  type StartInput,
+  type StartOutput,
+} from "./api.js";
+import { fail, type RunContext } from "./context.js";
+import { deriveRunId, intentFingerprint } from "./identity.js";
+import type { Observation } from "./observe.js";
+
+/** How many in-flight starts of the same key one start waits behind before answering start_in_progress. */
+export const MAX_SAME_KEY_WAITS = 10;
+/** How long a run.start waits for the Runner's answer before its outcome counts as unknown. */
+export const DEFAULT_START_TIMEOUT_MS = 30_000;
+
+/** Both the Server's own check and the Runner's rejection say the same: it is the operator's setting. */
+const PROJECT_NOT_WRITABLE_MESSAGE =
+  "The project's Runner does not allow patches; nothing was started. An operator must set allow_patch = true for this project in the Runner's config.";
+
+/** Pre-admission Runner rejections: API code, failure kind for the record, recovery. */
+const RUNNER_REJECTIONS: Partial<
+  Record<RunnerErrorCode, { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string }>
+> = {
+  stale_runner: {
+    code: "stale_runner",
+    failure: "runner_restarted",
+    recovery: "retry_same",
+    message:
+      "The Runner restarted between routing and dispatch; nothing was started. Retry with the same idempotency key.",
+  },
+  stale_provider: {
+    code: "stale_provider",
+    failure: "stale_provider",
+    recovery: "retry_same",
+    message:
+      "The provider restarted between routing and dispatch; nothing was started. Retry with the same idempotency key.",
+  },
+  capacity: {
+    code: "capacity",
+    failure: "capacity",
+    recovery: "retry_same",
+    message: "The Runner is running as many runs as it allows; nothing was started. Retry with the same key later.",
+  },
+  unknown_project: {
+    code: "runner_unavailable",
+    failure: "never_admitted",
+    recovery: "retry_same",
+    message: "The Runner does not serve this project right now; nothing was started.",
+  },
+  project_not_writable: {
+    code: "forbidden",
+    failure: "never_admitted",
+    recovery: "none",
+    message: PROJECT_NOT_WRITABLE_MESSAGE,
+  },
+  unknown_provider: {
+    code: "provider_unavailable",
+    failure: "never_admitted",
+    recovery: "retry_same",
+    message: "The Runner does not offer this provider right now; nothing was started.",
+  },
+  invalid_request: {
+    code: "invalid_input",
+    failure: "never_admitted",
+    recovery: "fix_input",
+    message: "The Runner rejected the run request as invalid; nothing was started.",
+  },
+};
+
+/** A caller's bind() refusal, thrown to roll the admission transaction back. */
+class BindRefused extends Error {
+  constructor(readonly error: ApiError) {
+    super(error.code);
+  }
+}
+
+export interface AdmissionOptions {
+  /** Settle a record whose start outcome is unknown against the runner's current connection. */
+  settle: (runId: string) => void;
+  /** Test-only: pause between resolve and run.start (WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS). */
+  testDelayAfterResolveMs?: number;
+  startTimeoutMs?: number;
+}
+
+export class Admission {
+  readonly #ctx: RunContext;
+  readonly #observation: Observation;
+  readonly #settle: (runId: string) => void;
+  readonly #delayMs: number;
+  readonly #startTimeoutMs: number;
+
+  constructor(ctx: RunContext, observation: Observation, opts: AdmissionOptions) {
+    this.#ctx = ctx;
+    this.#observation = observation;
+    this.#settle = opts.settle;
+    this.#delayMs = opts.testDelayAfterResolveMs ?? 0;
+    this.#startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
+  }
+
+  async start(principal: Principal, input: StartInput, hooks: AdmissionHooks = {}): Promise<ApiResult<StartOutput>> {
+    // 1. authenticate: done by the front end (principal). 2. validate input.
+    const invalid = validateStart(input);
+    if (invalid) return fail("invalid_input", invalid, "fix_input");
+    // 3. scopes and exact project grant.
+    if (!principal.scopes.has("coding_agent:run") || !principal.scopes.has("project:write")) {
+      return fail("forbidden", "Starting a coding agent needs the coding_agent:run and project:write scopes.", "none");
+    }
+    if (!principal.projects.has(input.project_id)) {
+      return fail("forbidden", `No grant on project ${input.project_id}.`, "none");
+    }
+    // 4. derive run_id.
+    const runId = deriveRunId(this.#ctx.store.serverSecret, principal.id, input.idempotency_key);
+    const config = input.config ?? {};
+    const timeout = input.timeout_secs ?? null;
+    const fingerprint = intentFingerprint({
+      project_id: input.project_id,
+      provider_id: input.provider_id,
+      prompt: input.prompt,
+      config,
+      timeout_secs: timeout,
+    });
+    return this.admit(principal, {
+      run_id: runId,
+      intent_fingerprint: fingerprint,
+      project_id: input.project_id,
+      provider_id: input.provider_id,
+      prompt: input.prompt,
+      config,
+      timeout_secs: timeout,
+      ...hooks,
+      afterRecorded: () => {
+        hooks.afterRecorded?.();
+        serverFailpoint("start_after_intent");
+      },
+    });
+  }
+
+  /**
+   * Steps 5-8 for a validated, authorized request whose run id and fingerprint are derived: the one
+   * admission path of start_coding_agent and of the managed path (DESIGN §10), whose `bind` runs in
+   * the transaction that records the admission intent.
+   */
+  async admit(principal: Principal, req: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+    const runId = req.run_id;
+    // Same key in flight: wait for it, then meet its record.
+    for (let i = 0; i < MAX_SAME_KEY_WAITS; i++) {
+      const inflight = this.#ctx.starting.get(runId);
+      if (!inflight) break;
+      await inflight.catch(() => undefined);
+    }
+    if (this.#ctx.starting.has(runId)) {
+      return fail(
+        "start_in_progress",
+        "A start with this idempotency key is still in progress; nothing new was started. Retry the same call shortly: it returns that run.",
+        "retry_same",
+      );
+    }
+    const work = this.#startLocked(principal, req);
+    this.#ctx.starting.set(runId, work);
+    try {
+      return await work;
+    } finally {
+      if (this.#ctx.starting.get(runId) === work) this.#ctx.starting.delete(runId);
+      // A start whose outcome is unknown: a hello that arrived meanwhile skipped it as busy, and a
+      // timeout on a live link brings no hello at all. Settle it now against the current connection.
+      if (this.#ctx.store.get(runId)?.admission === "sent") this.#settle(runId);
+    }
+  }
+
+  async #startLocked(principal: Principal, input: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+    const runId = input.run_id;
+    const fingerprint = input.intent_fingerprint;
+    // 5. existing record?
+    const existing = this.#ctx.store.get(runId);
+    if (existing) {
+      if (existing.intent_fingerprint !== fingerprint) {
+        return fail(
+          "idempotency_conflict",
+          "This idempotency key was already used for a different request; use a new key or repeat the original request.",
+          "fix_input",
+        );
+      }
+      // A record sent but never acknowledged (and not settled since): send the same run.start again — the
+      // Runner answers an id it ever admitted with that run (or its tombstone), never a second admission.
+      const resend = existing.admission === "sent" && !isTerminalState(existing.state);
+      if (existing.admission !== "rejected_pre_admission" && !resend) return this.#replay(existing, principal);
+      // A pre-admission rejection: an exact retry may re-admit (retry_same).
+    }
+    const unacknowledged = existing?.admission === "sent" ? existing : undefined;
+    // 6. resolve project -> runner -> provider, capturing both instance ids.
+    const res = this.#ctx.registry.resolveProject(input.project_id);
+    const runnerId =
+      res.kind === "unknown_project" ? undefined : res.kind === "runner_offline" ? res.runnerId : res.runner.runnerId;
+    if (res.kind === "unknown_project" || runnerId === undefined) {
+      return fail("not_found", `Project ${input.project_id} is not configured on this Server.`, "fix_input");
+    }
+    // Nothing below may mark an unacknowledged record as rejected: the earlier run.start may have been admitted.
+    if (unacknowledged && res.kind !== "ok") return this.#replay(unacknowledged, principal);
+    if (res.kind === "runner_offline") {
+      this.#recordRejection(existing, principal, input, runId, fingerprint, runnerId, "never_admitted");
+      return fail(
+        "runner_unavailable",
+        "The project's Runner is offline; nothing was started. Retry with the same key.",
+        "retry_same",
+      );
+    }
+    if (res.kind === "not_advertised") {
+      return fail("runner_unavailable", "The project's Runner does not serve this project right now.", "wait");
+    }
+    const { runner, project } = res;
+    const provider = runner.providers.find((p) => p.provider_id === input.provider_id);
+    if (!provider) {
+      const offered = runner.providers.map((p) => `${p.provider_id} (${p.name})`).join(", ") || "none";
+      return fail(
+        "provider_unavailable",
+        `Unknown provider ${input.provider_id} for project ${input.project_id}. Available providers: ${offered}.`,
+        "fix_input",
+      );
+    }
+    if (!project.allow_patch) return fail("forbidden", PROJECT_NOT_WRITABLE_MESSAGE, "none");
+    const fences = {
+      agent_instance_id: runner.agentInstanceId,
+      provider_instance_id: provider.provider_instance_id,
+      store_id: runner.storeId,
+    };
+    // Another store cannot answer for the first send: reconciliation judges that record (lost), not a re-send.
+    if (unacknowledged && unacknowledged.store_id !== null && unacknowledged.store_id !== runner.storeId) {
+      return this.#replay(unacknowledged, principal);
+    }
+    // 7. durably record the admission intent.
+    const intent = {
+      project_id: input.project_id,
+      provider_id: input.provider_id,
+      runner_id: runner.runnerId,
+      intent_fingerprint: fingerprint,
+      ...fences,
+      admission: "intent_recorded" as const,
+      state: "starting" as const,
+      execution_state: "not_started" as const,
+      stop_reason: null,
+      failure_kind: null,
+      recovery_kind: "wait" as const,
+      message: null,
+    };
+    // One transaction: a caller's binding (the managed path) and the admission intent commit together or not at all.
+    // No fsync of its own: nothing leaves before the `sent` (or rejection) commit below, a FULL one that
+    // makes this one durable too; a crash of this process keeps it (state/store.ts).
+    try {
+      this.#ctx.store.atomicallyWithoutFsync(() => {
+        const denied = input.bind?.({ run_id: runId, runner_id: runner.runnerId, ...fences }) ?? null;
+        if (denied) throw new BindRefused(denied);
+        if (unacknowledged) this.#ctx.store.update(runId, { ...intent, admission: "sent" });
+        else if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
+        else this.#ctx.store.insert({ run_id: runId, principal_id: principal.id, ...intent });
+      });
+    } catch (err) {
+      if (err instanceof BindRefused) return { ok: false, error: err.error };
+      throw err;
+    }
+    input.afterRecorded?.();
+    if (this.#delayMs > 0) {
+      this.#ctx.log.warn({ run_id: runId, ms: this.#delayMs }, "TEST HOOK: delaying between resolve and run.start");
+      await new Promise((r) => setTimeout(r, this.#delayMs));
+    }
+    // 8. send run.start with the captured fences, over the runner's current connection.
+    const conn = this.#ctx.registry.live(runner.runnerId)?.conn;
+    if (!conn && unacknowledged) return this.#replay(unacknowledged, principal);
+    if (!conn) {
+      this.#ctx.store.update(
+        runId,
+        this.#rejectionPatch(
+          "never_admitted",
+          "The project's Runner went offline before dispatch; nothing was started.",
+        ),
+      );
+      return fail(
+        "runner_unavailable",
+        "The project's Runner went offline before dispatch; nothing was started. Retry with the same key.",
+        "retry_same",
+      );
+    }
+    this.#ctx.store.update(runId, { admission: "sent" });
+    const outcome = await conn.request(
+      {
+        type: "run.start",
+        run_id: runId,
+        intent_fingerprint: fingerprint,
+        project_id: input.project_id,
+        provider_id: input.provider_id,
+        agent_instance_id: fences.agent_instance_id,
+        provider_instance_id: fences.provider_instance_id,
+        prompt: input.prompt,
+        config: input.config,
+        timeout_secs: input.timeout_secs,
+      },
+      this.#startTimeoutMs,
+    );
+    if (outcome.ok) input.afterDispatched?.();
+    if (!outcome.ok) {
+      if ((outcome.reason === "busy" || outcome.reason === "not_sent") && !unacknowledged) {
+        this.#ctx.store.update(
+          runId,
+          this.#rejectionPatch("never_admitted", "The Runner link was busy; nothing was started."),
+        );
+        return fail(
+          "runner_unavailable",
+          "The Runner link is busy; nothing was started. Retry with the same key.",
+          "retry_same",
+        );
+      }
+      // The frame may have reached the Runner: the outcome is unknown. Reconciliation settles it.
+      this.#ctx.log.warn(
+        { run_id: runId, reason: outcome.reason },
+        "run.start outcome unknown; left for reconciliation",
+      );
+      const rec = this.#ctx.store.get(runId);
+      return {
+        ok: true,
+        value: {
+          run_id: runId,
+          state: rec?.state ?? "starting",
+          execution_state: rec?.execution_state ?? "not_started",
+          replayed: false,
+          observation_token: this.#ctx.tokens.issue({ run_id: runId, instance: fences.agent_instance_id, seq: 0 }),
+        },
+      };
+    }
+    const frame = outcome.frame;
+    if (frame.type === "run.start.result") {
+      const rec = this.#ctx.store.get(runId);
+      let latest = rec;
+      if (rec && rec.admission !== "admitted") {
+        // No fsync of its own (state/store.ts): losing it to an OS crash leaves the record `sent`, and a
+        // `sent` record is re-sent with the same run_id, which the Runner answers with this run (§6.1).
+        // The next FULL commit makes it durable; the caller's answer need not wait for a disk flush.
+        latest = this.#ctx.store.atomicallyWithoutFsync(() =>
+          this.#ctx.store.update(runId, { admission: "admitted", ...this.#ctx.noRegress(rec, frame.run) }),
+        );
+      }
+      const mirror = this.#ctx.mirrors.getOrCreate(runId);
+      if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
+      if (!mirror.synced && mirror.size === 0 && mirror.lastSeq === 0 && frame.run.last_seq === 0)
+        mirror.markSynced(frame.run);
+      else void this.#observation.catchUp(mirror, runner);
+      this.#ctx.log.info({ run_id: runId, runner_id: runner.runnerId, created: frame.created }, "run admitted");
+      return {
+        ok: true,
+        value: {
+          run_id: runId,
+          state: latest?.state ?? frame.run.state,
+          execution_state: latest?.execution_state ?? frame.run.execution_state,
+          replayed: !frame.created,
+          observation_token: this.#ctx.tokens.issue({ run_id: runId, instance: runner.agentInstanceId, seq: 0 }),
+        },
+      };
+    }
+    if (frame.type === "error" && frame.tombstone) {
+      // The Runner admitted this run once and pruned its row: the tombstone is the run's outcome.
+      this.#ctx.applyTombstone(runId, frame.tombstone);
+      this.#ctx.log.info({ run_id: runId, runner_id: runner.runnerId }, "start answered from the Runner's tombstone");
+      const rec = this.#ctx.store.get(runId);
+      return {
+        ok: true,
+        value: {
+          run_id: runId,
+          state: rec?.state ?? frame.tombstone.state,
+          execution_state: rec?.execution_state ?? frame.tombstone.execution_state,
+          replayed: true,
+          observation_token: this.#ctx.tokens.issue({ run_id: runId, instance: runner.agentInstanceId, seq: 0 }),
+        },
+      };
+    }
+    if (frame.type === "error") {
+      const rej = RUNNER_REJECTIONS[frame.code];
+      if (rej) {
+        this.#ctx.store.update(runId, this.#rejectionPatch(rej.failure, rej.message, rej.recovery));
+        this.#ctx.log.info({ run_id: runId, code: frame.code }, "run rejected by the Runner before admission");
+        return fail(rej.code, rej.message, rej.recovery);
+      }
+      this.#ctx.log.warn({ run_id: runId, code: frame.code }, "run.start answered with an unexpected error");
+      if (frame.code === "idempotency_conflict") {
+        return fail("idempotency_conflict", "The Runner holds a different run under this id.", "reconcile");
+      }
+      return fail("internal", "The Runner could not start the run; its outcome is being reconciled.", "reconcile");
+    }
+    return fail("internal", "Unexpected Runner response.", "reconcile");
+  }
+
+  #replay(rec: AdmissionRecord, principal: Principal): ApiResult<StartOutput> {
+    this.#ctx.log.info({ run_id: rec.run_id, principal_id: principal.id }, "start replayed");
+    return {
+      ok: true,
+      value: {
+        run_id: rec.run_id,
+        state: rec.state,
+        execution_state: rec.execution_state,
+        replayed: true,
+        observation_token: this.#freshToken(rec),
+      },
+    };
+  }
+
+  #rejectionPatch(failure: FailureKind, message: string, recovery: RecoveryKind = "retry_same"): RecordPatch {
+    return {
+      admission: "rejected_pre_admission",
+      state: "failed",
+      execution_state: "not_started",
+      stop_reason: null,
+      failure_kind: failure,
+      recovery_kind: recovery,
+      message,
+    };
+  }
+
+  #recordRejection(
+    existing: AdmissionRecord | undefined,
+    principal: Principal,
+    input: AdmissionRequest,
+    runId: string,
+    fingerprint: string,
+    runnerId: string,
+    failure: FailureKind,
+  ): void {
+    const patch = this.#rejectionPatch(failure, "The project's Runner was offline; nothing was started.");
+    if (existing) {
+      this.#ctx.store.update(runId, patch);
+      return;
+    }
+    this.#ctx.store.insert({
+      run_id: runId,
+      principal_id: principal.id,
+      project_id: input.project_id,
+      provider_id: input.provider_id,
+      runner_id: runnerId,
+      intent_fingerprint: fingerprint,
+      agent_instance_id: null,
+      provider_instance_id: null,
+      store_id: null,
+      admission: "rejected_pre_admission",
+      state: "failed",
+      execution_state: "not_started",
+      stop_reason: null,
+      failure_kind: failure,
+      recovery_kind: "retry_same",
+      message: patch.message ?? null,
+    });
+  }
+
+  #freshToken(rec: AdmissionRecord): string {
+    const mirror = this.#ctx.mirrors.get(rec.run_id);
+    const instance =
+      mirror?.instance ??
+      this.#ctx.registry.live(rec.runner_id)?.agentInstanceId ??
+      rec.agent_instance_id ??
+      "no_runner_instance";
+    return this.#ctx.tokens.issue({ run_id: rec.run_id, instance, seq: 0 });
+  }
+}
+
+/** Input validation of start_coding_agent (closed set of fields is the front end's job; values are checked here). */
+export function validateStart(input: StartInput): string | null {
+  if (!ProjectId.safeParse(input.project_id).success) return "project_id must match ^[a-z0-9][a-z0-9_-]{0,63}$.";
+  if (!ProviderId.safeParse(input.provider_id).success) return "provider_id must match ^[a-z0-9][a-z0-9_-]{0,63}$.";
+  if (!OpaqueKey.safeParse(input.idempotency_key).success) return `idempotency_key must be ${OPAQUE_KEY_RULE}.`;
+  if (typeof input.prompt !== "string" || input.prompt.length === 0) return "prompt must not be empty.";
+  if (utf8Length(input.prompt) > MAX_PROMPT_BYTES) return `prompt must be at most ${MAX_PROMPT_BYTES} bytes.`;
+  if (input.config !== undefined && !ConfigMap.safeParse(input.config).success) {
+    return "config must map option ids to string or boolean values (at most 32 entries).";
+  }
+  if (
+    input.timeout_secs !== undefined &&
+    (!Number.isInteger(input.timeout_secs) ||
+      input.timeout_secs < MIN_RUN_TIMEOUT_SECS ||
+      input.timeout_secs > MAX_RUN_TIMEOUT_SECS)
+  ) {
+    return `timeout_secs must be an integer between ${MIN_RUN_TIMEOUT_SECS} and ${MAX_RUN_TIMEOUT_SECS}.`;
+  }
+  // The MCP front end resolves workflow sessions (sessions/service.ts) and never passes the selector on;
+  // a caller that reaches the run core with one would have it silently ignored, so it is refused.
+  if (input.workflow_session_id !== undefined) {
+    return "workflow_session_id is resolved by the MCP tools (start_coding_agent); the run core does not take it.";
+  }
+  return null;
+}

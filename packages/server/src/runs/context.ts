@@ -1,0 +1,116 @@
+/**
+ * What admission, observation, cancellation and the hub wiring share: the
+ * store, the registry, the mirrors, the token issuer, which starts are in
+ * flight, and the few record rules all of them apply (a Runner summary never
+ * moves a terminal record back; a `not_found` over the current connection
+ * closes a settled `sent` record as never admitted).
+ */
+import { isTerminalState, type RecoveryKind, type RunSummary, type RunTombstone } from "@webcodex/protocol";
+import type { Logger } from "pino";
+import type { LiveRunner, Registry } from "../link/registry.js";
+import type { AdmissionRecord, RecordPatch, StateStore } from "../state/store.js";
+import type { ApiErrorCode, ApiResult, Principal } from "./api.js";
+import { MirrorSet } from "./mirror.js";
+import { ObservationTokens } from "./observe-token.js";
+import { decideAfterQuery, tombstonePatch } from "./reconcile.js";
+
+export function fail<T>(code: ApiErrorCode, message: string, recovery_kind: RecoveryKind): ApiResult<T> {
+  return { ok: false, error: { code, message, recovery_kind } };
+}
+
+function summaryPatch(s: RunSummary): RecordPatch {
+  return {
+    state: s.state,
+    execution_state: s.execution_state,
+    stop_reason: s.stop_reason,
+    failure_kind: s.failure_kind,
+    recovery_kind: s.recovery_kind,
+    message: s.message,
+    effective_config: s.effective_config,
+  };
+}
+
+export class RunContext {
+  readonly tokens: ObservationTokens;
+  readonly mirrors = new MirrorSet();
+  /** Starts in flight by run id: a same-key start, a cancel and reconciliation wait for or skip them. */
+  readonly starting = new Map<string, Promise<unknown>>();
+  #closed = false;
+
+  constructor(
+    readonly store: StateStore,
+    readonly registry: Registry,
+    readonly log: Logger,
+  ) {
+    this.tokens = new ObservationTokens(store.serverSecret);
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  close(): void {
+    this.#closed = true;
+    for (const m of this.mirrors.values()) m.touch();
+  }
+
+  /** The principal's own run, or undefined (another principal's run looks exactly like no run). */
+  owned(principal: Principal, runId: string): AdmissionRecord | undefined {
+    const rec = this.store.get(runId);
+    if (!rec || rec.principal_id !== principal.id || !principal.projects.has(rec.project_id)) return undefined;
+    return rec;
+  }
+
+  /** Never move a terminal record back to a non-terminal state. */
+  noRegress(rec: AdmissionRecord, s: RunSummary): RecordPatch {
+    if (isTerminalState(rec.state) && !isTerminalState(s.state)) return {};
+    return summaryPatch(s);
+  }
+
+  /** Take a Runner summary into the record (a `sent` record becomes `admitted`); writes only on change. */
+  persist(runId: string, summary: RunSummary, known?: AdmissionRecord): void {
+    const rec = known ?? this.store.get(runId);
+    if (!rec) return;
+    const patch: RecordPatch = this.noRegress(rec, summary);
+    if (rec.admission === "sent") patch.admission = "admitted";
+    const same = (a: unknown, b: unknown) => a === b || (Array.isArray(a) && JSON.stringify(a) === JSON.stringify(b));
+    const changed = (Object.keys(patch) as (keyof RecordPatch)[]).some(
+      (k) => !same((rec as unknown as Record<string, unknown>)[k], patch[k]),
+    );
+    if (changed) this.store.update(runId, patch);
+  }
+
+  /**
+   * The Runner answered `pruned`: it admitted the run and kept only its tombstone. A record that is not
+   * terminal yet takes the tombstone's outcome; a terminal one keeps its richer details (a `sent` one
+   * becomes `admitted`).
+   */
+  applyTombstone(runId: string, tombstone: RunTombstone): void {
+    const rec = this.store.get(runId);
+    if (!rec || rec.admission === "rejected_pre_admission") return;
+    if (isTerminalState(rec.state)) {
+      if (rec.admission === "sent") this.store.update(runId, { admission: "admitted" });
+      return;
+    }
+    this.store.update(runId, tombstonePatch(tombstone));
+    this.log.info({ run_id: runId, state: tombstone.state }, "run known to its Runner only by its tombstone");
+    this.mirrors.get(runId)?.touch();
+  }
+
+  /**
+   * run.sync / run.cancel answered not_found over the runner's current connection for a record that
+   * was sent but whose start has settled: the Runner admits durably before replying and ignores frames
+   * from a replaced socket, so the run was never admitted.
+   */
+  closeIfNeverAdmitted(runId: string, runner: LiveRunner): void {
+    const rec = this.store.get(runId);
+    if (rec?.admission !== "sent" || isTerminalState(rec.state) || this.starting.has(runId)) return;
+    if (this.registry.live(rec.runner_id)?.conn !== runner.conn) return;
+    if (rec.store_id !== null && rec.store_id !== runner.storeId) return; // a store change is the hello's to judge
+    const d = decideAfterQuery(rec, null);
+    if (d.kind !== "close") return;
+    this.store.update(runId, d.patch);
+    this.log.info({ run_id: runId, runner_id: rec.runner_id }, "run never admitted by its Runner; closed");
+    this.mirrors.get(runId)?.touch();
+  }
+}

@@ -1,0 +1,183 @@
+/**
+ * Observation (DESIGN §6.3 observe_coding_agent): catch the run's mirror up
+ * with the Runner's ring (run.sync), then answer the events after the
+ * caller's observation token within the output budget, waiting at most
+ * `wait_secs` for anything new.
+ */
+import {
+  isTerminalState,
+  MAX_EVENTS_PER_OBSERVE,
+  MAX_EVENTS_PER_SYNC,
+  MAX_OBSERVE_WAIT_SECS,
+  OBSERVE_OUTPUT_BUDGET_BYTES,
+  RunId,
+  utf8Length,
+} from "@webcodex/protocol";
+import type { LiveRunner } from "../link/registry.js";
+import type { ApiResult, ObserveInput, ObserveOutput, Principal } from "./api.js";
+import { fail, type RunContext } from "./context.js";
+import type { RunMirror } from "./mirror.js";
+import { MAX_OBSERVATION_TOKEN_LENGTH } from "./observe-token.js";
+
+const MAX_SYNC_ROUNDS = 32;
+const SYNC_TIMEOUT_MS = 10_000;
+/** An observe waits at least this long for a catch-up before answering from the mirror as it is. */
+const CATCH_UP_MIN_WAIT_MS = 2_000;
+
+function withTimeout(p: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]).finally(() => clearTimeout(timer));
+}
+
+export class Observation {
+  readonly #ctx: RunContext;
+
+  constructor(ctx: RunContext) {
+    this.#ctx = ctx;
+  }
+
+  async observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>> {
+    if (!RunId.safeParse(input.run_id).success) return fail("invalid_input", "run_id is not a run id.", "fix_input");
+    if (input.wait_secs !== undefined && (typeof input.wait_secs !== "number" || !(input.wait_secs >= 0))) {
+      return fail("invalid_input", "wait_secs must be a number of seconds >= 0.", "fix_input");
+    }
+    if (!principal.scopes.has("coding_agent:run")) {
+      return fail("forbidden", "Observing a coding agent needs the coding_agent:run scope.", "none");
+    }
+    const rec = this.#ctx.owned(principal, input.run_id);
+    if (!rec) return fail("not_found", `No run ${input.run_id}.`, "none");
+    let cursor = null;
+    if (input.after_observation_token !== undefined) {
+      cursor = this.#ctx.tokens.verify(rec.run_id, input.after_observation_token);
+      if (!cursor) {
+        return fail("invalid_observation_token", "The observation token is not valid for this run.", "reobserve");
+      }
+    }
+    const waitMs = Math.min(input.wait_secs ?? 0, MAX_OBSERVE_WAIT_SECS) * 1000;
+    const deadline = Date.now() + waitMs;
+    let firstState: string | null = null;
+    for (;;) {
+      if (this.#ctx.closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
+      const mirror = this.#ctx.mirrors.getOrCreate(rec.run_id);
+      const runner = this.#ctx.registry.live(rec.runner_id);
+      const admission = this.#ctx.store.get(rec.run_id)?.admission;
+      if (runner && (admission === "admitted" || admission === "sent")) {
+        if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
+        const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
+        if (!mirror.synced || mirror.syncing || behind) {
+          // A slow Runner must not hold an observe past its own wait: answer with what is held (has_more).
+          await withTimeout(this.catchUp(mirror, runner), Math.max(CATCH_UP_MIN_WAIT_MS, deadline - Date.now()));
+        }
+      }
+      if (this.#ctx.closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
+      const version = mirror.version;
+      const view = this.#view(rec.run_id, mirror, cursor, runner === undefined);
+      if (!view) return fail("not_found", `No run ${input.run_id}.`, "none");
+      // Anything that changes what the caller sees ends the wait: events, state, the Runner going on/offline.
+      const shape = `${view.state}|${view.runner_offline === true}`;
+      firstState ??= shape;
+      const remaining = deadline - Date.now();
+      const nothingNew =
+        view.events.length === 0 && !view.history_lost && !isTerminalState(view.state) && shape === firstState;
+      if (!nothingNew || cursor === null || remaining <= 0 || signal?.aborted || this.#ctx.closed) {
+        return { ok: true, value: view };
+      }
+      await mirror.waitForChange(version, remaining, signal);
+    }
+  }
+
+  #view(
+    runId: string,
+    mirror: RunMirror,
+    cursor: { instance: string; seq: number } | null,
+    runnerOffline: boolean,
+  ): ObserveOutput | null {
+    const rec = this.#ctx.store.get(runId);
+    if (!rec) return null;
+    const instance = mirror.instance ?? rec.agent_instance_id ?? "no_runner_instance";
+    let after: number;
+    let historyLost = false;
+    if (cursor === null) after = mirror.firstSeq - 1;
+    else if (cursor.instance !== instance) {
+      historyLost = true;
+      after = mirror.firstSeq - 1;
+    } else if (cursor.seq + 1 < mirror.firstSeq) {
+      historyLost = true;
+      after = mirror.firstSeq - 1;
+    } else after = cursor.seq;
+    const out: ObserveOutput = {
+      run_id: runId,
+      state: rec.state,
+      execution_state: rec.execution_state,
+      recovery_kind: rec.recovery_kind,
+      events: [],
+      observation_token: "",
+      history_lost: historyLost,
+      has_more: false,
+      effective_config: [...rec.effective_config],
+    };
+    if (rec.stop_reason !== null) out.stop_reason = rec.stop_reason;
+    if (rec.failure_kind !== null) out.failure_kind = rec.failure_kind;
+    if (rec.message !== null) out.message = rec.message;
+    if (runnerOffline && !isTerminalState(rec.state)) out.runner_offline = true;
+    const candidates = mirror.eventsAfter(after);
+    // Budget in UTF-8 bytes of the serialized result, with room reserved for the token.
+    let size = utf8Length(JSON.stringify(out)) + MAX_OBSERVATION_TOKEN_LENGTH;
+    let lastSeq = after;
+    for (const e of candidates) {
+      const n = mirror.sizeOf(e) + 1;
+      if (out.events.length >= MAX_EVENTS_PER_OBSERVE || size + n > OBSERVE_OUTPUT_BUDGET_BYTES) {
+        out.has_more = true;
+        break;
+      }
+      out.events.push(e);
+      size += n;
+      lastSeq = e.seq;
+    }
+    // Still behind the Runner (a catch-up failed or is pending): tell the caller to come back.
+    if (mirror.summary !== null && mirror.summary.last_seq > lastSeq && mirror.instance === instance)
+      out.has_more = true;
+    out.observation_token = this.#ctx.tokens.issue({ run_id: runId, instance, seq: lastSeq });
+    return out;
+  }
+
+  /** Bring a mirror up to the Runner's ring with run.sync(after_seq); one catch-up per mirror at a time. */
+  catchUp(mirror: RunMirror, runner: LiveRunner): Promise<void> {
+    if (mirror.syncing) return mirror.syncing;
+    const p = (async () => {
+      for (let round = 0; round < MAX_SYNC_ROUNDS && !this.#ctx.closed; round++) {
+        if (runner.conn.closed || mirror.instance !== runner.agentInstanceId) return;
+        const after = mirror.lastSeq;
+        const res = await runner.conn.request(
+          { type: "run.sync", run_id: mirror.runId, after_seq: after, max_events: MAX_EVENTS_PER_SYNC },
+          SYNC_TIMEOUT_MS,
+        );
+        if (!res.ok) return;
+        if (mirror.instance !== runner.agentInstanceId) return;
+        if (res.frame.type === "error") {
+          if (res.frame.code === "not_found") {
+            mirror.synced = true;
+            this.#ctx.closeIfNeverAdmitted(mirror.runId, runner);
+          } else if (res.frame.tombstone) {
+            mirror.synced = true;
+            this.#ctx.applyTombstone(mirror.runId, res.frame.tombstone);
+          }
+          mirror.touch();
+          return;
+        }
+        if (res.frame.type !== "run.sync.result") return;
+        const more = mirror.applySync(after, res.frame.run, res.frame.events, res.frame.has_more);
+        this.#ctx.persist(mirror.runId, res.frame.run);
+        const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
+        if (!more && !behind) return;
+      }
+    })();
+    // Cleared only after it is set: a catch-up that ends before its first await must not stay "in flight".
+    mirror.syncing = p;
+    const clear = () => {
+      if (mirror.syncing === p) mirror.syncing = null;
+    };
+    void p.then(clear, clear);
+    return p;
+  }
+}

@@ -1,0 +1,181 @@
+/**
+ * Reconciliation of Server admission records against a Runner (DESIGN §6.1).
+ * Runs on every Runner `hello` and, for records that were never sent, at
+ * Server start. It fails closed: a run that may have been admitted but
+ * cannot be found becomes `lost`, never re-sent.
+ */
+import {
+  FAILURE_SUMMARIES,
+  type HelloFrame,
+  type RunSummary,
+  type RunTombstone,
+  TOMBSTONE_MESSAGE,
+} from "@webcodex/protocol";
+import type { Logger } from "pino";
+import type { AdmissionRecord, RecordPatch, StateStore } from "../state/store.js";
+
+export const RESTARTED_BEFORE_DISPATCH_MESSAGE =
+  "The Server restarted before sending this run to its Runner; no prompt was dispatched. Retry with the same idempotency key.";
+
+/** At Server start: intents that were recorded but never sent can be retried with the same key. */
+export function reconcileAtStart(store: StateStore, logger: Logger): number {
+  const stale = store.listByAdmission("intent_recorded");
+  for (const r of stale) {
+    store.update(r.run_id, {
+      admission: "rejected_pre_admission",
+      state: "failed",
+      execution_state: "not_started",
+      stop_reason: null,
+      failure_kind: "never_admitted",
+      recovery_kind: "retry_same",
+      message: RESTARTED_BEFORE_DISPATCH_MESSAGE,
+    });
+  }
+  if (stale.length > 0) logger.info({ count: stale.length }, "closed never-sent admission intents as retryable");
+  return stale.length;
+}
+
+export type Decision =
+  | { kind: "skip" }
+  | { kind: "apply"; summary: RunSummary }
+  | { kind: "query" }
+  | { kind: "close"; patch: RecordPatch };
+
+export function neverAdmittedPatch(retry: boolean): RecordPatch {
+  return {
+    ...(retry ? { admission: "rejected_pre_admission" as const } : {}),
+    state: "failed",
+    execution_state: "not_started",
+    stop_reason: null,
+    failure_kind: "never_admitted",
+    recovery_kind: retry ? "retry_same" : "none",
+    message: FAILURE_SUMMARIES.never_admitted,
+  };
+}
+
+export function lostPatch(kind: "runner_store_changed" | "missing_on_runner"): RecordPatch {
+  return {
+    state: "lost",
+    execution_state: "outcome_unknown",
+    stop_reason: null,
+    failure_kind: kind,
+    recovery_kind: "reconcile",
+    message: FAILURE_SUMMARIES[kind],
+  };
+}
+
+/**
+ * The Runner admitted the run and pruned its row: it ended as the tombstone says (a `sent` record was
+ * admitted after all). Its details and events are gone, so the message says so.
+ */
+export function tombstonePatch(t: RunTombstone): RecordPatch {
+  return {
+    admission: "admitted",
+    state: t.state,
+    execution_state: t.execution_state,
+    stop_reason: null,
+    failure_kind: null,
+    recovery_kind: t.state === "lost" ? "reconcile" : "none",
+    message: TOMBSTONE_MESSAGE,
+  };
+}
+
+/** What the Runner said of a run missing from its inventory: its summary, its tombstone, or null (never admitted). */
+export type QueryAnswer = { kind: "run"; summary: RunSummary } | { kind: "pruned"; tombstone: RunTombstone } | null;
+
+/** What to do with one open record of this runner, given its hello. */
+export function decide(record: AdmissionRecord, hello: HelloFrame, busy: boolean): Decision {
+  if (busy) return { kind: "skip" };
+  switch (record.admission) {
+    case "rejected_pre_admission":
+      return { kind: "skip" };
+    case "intent_recorded":
+      // Not in flight (not busy) and never sent: nothing reached the Runner.
+      return { kind: "close", patch: neverAdmittedPatch(true) };
+    case "sent":
+    case "admitted": {
+      if (record.store_id !== null && record.store_id !== hello.store_id) {
+        return { kind: "close", patch: lostPatch("runner_store_changed") };
+      }
+      const summary = hello.inventory.find((s) => s.run_id === record.run_id);
+      if (summary) return { kind: "apply", summary };
+      return { kind: "query" };
+    }
+    default: {
+      const never: never = record.admission;
+      throw new Error(`unknown admission ${String(never)}`);
+    }
+  }
+}
+
+/** Decide for a record missing from the inventory once the Runner answered run.sync. */
+export function decideAfterQuery(record: AdmissionRecord, found: QueryAnswer): Decision {
+  if (found?.kind === "run") return { kind: "apply", summary: found.summary };
+  // Admitted once, row pruned since: the tombstone is the outcome. Absence would not be proof.
+  if (found?.kind === "pruned") return { kind: "close", patch: tombstonePatch(found.tombstone) };
+  // Same store, no row and no tombstone (the Runner keeps one for every run it ever admitted, and admits
+  // durably before replying): the run was never admitted. Nothing reached the agent, so an exact same-key
+  // retry may re-admit it (DESIGN §6.1: retry_same).
+  if (record.admission === "sent") return { kind: "close", patch: neverAdmittedPatch(true) };
+  return { kind: "close", patch: lostPatch("missing_on_runner") };
+}
+
+export interface ReconcileDeps {
+  store: StateStore;
+  logger: Logger;
+  isBusy(runId: string): boolean;
+  /**
+   * run.sync(after_seq = 0, max 0) against the live connection: the summary, the tombstone (`pruned`),
+   * null when the Runner never admitted it (`not_found`), "unavailable" on failure.
+   */
+  query(runId: string): Promise<QueryAnswer | "unavailable">;
+  apply(record: AdmissionRecord, summary: RunSummary): void;
+  closed(record: AdmissionRecord): void;
+}
+
+export async function reconcileRunner(runnerId: string, hello: HelloFrame, deps: ReconcileDeps): Promise<void> {
+  const open = deps.store.listOpenForRunner(runnerId);
+  let closed = 0;
+  for (const record of open) {
+    if (await reconcileRecord(record, hello, deps)) closed++;
+  }
+  deps.logger.info({ runner_id: runnerId, open: open.length, closed }, "reconciliation done");
+}
+
+/** Reconcile one open record against the Runner that sent `hello`. True when it was closed. */
+export async function reconcileRecord(
+  record: AdmissionRecord,
+  hello: HelloFrame,
+  deps: ReconcileDeps,
+): Promise<boolean> {
+  let d = decide(record, hello, deps.isBusy(record.run_id));
+  if (d.kind === "query") {
+    const found = await deps.query(record.run_id);
+    if (found === "unavailable") return false;
+    const fresh = deps.store.get(record.run_id);
+    if (!fresh || deps.isBusy(record.run_id)) return false;
+    d = decideAfterQuery(fresh, found);
+  }
+  switch (d.kind) {
+    case "skip":
+    case "query":
+      return false;
+    case "apply":
+      deps.apply(record, d.summary);
+      return false;
+    case "close": {
+      const updated = deps.store.update(record.run_id, d.patch);
+      deps.logger.info(
+        {
+          run_id: record.run_id,
+          runner_id: record.runner_id,
+          state: d.patch.state,
+          failure_kind: d.patch.failure_kind,
+        },
+        "reconciled run",
+      );
+      if (updated) deps.closed(updated);
+      return true;
+    }
+  }
+}

@@ -1,0 +1,202 @@
+/**
+ * The Server's run core, wired together: `Runs` implements the RunsApi by
+ * delegating to admission (`runs/admission.ts`), observation (`runs/observe.ts`) and
+ * cancellation (`runs/cancel.ts`), which share one `RunContext`; it lists the
+ * caller's projects, and it listens to the Runner hub (hello → registry +
+ * reconciliation + re-forwarded cancels, run.update → records + mirrors,
+ * disconnect → registry).
+ */
+import type { HelloFrame, RunUpdateFrame } from "@webcodex/protocol";
+import type { Logger } from "pino";
+import type { HubListener, RunnerConnection } from "../link/hub.js";
+import type { LiveRunner, Registry } from "../link/registry.js";
+import type { StateStore } from "../state/store.js";
+import { Admission } from "./admission.js";
+import type {
+  AdmissionHooks,
+  AdmissionRequest,
+  ApiResult,
+  CancelOutput,
+  ObserveInput,
+  ObserveOutput,
+  Principal,
+  ProjectView,
+  RunAdmission,
+  RunsApi,
+  StartInput,
+  StartOutput,
+} from "./api.js";
+import { Cancellation } from "./cancel.js";
+import { RunContext } from "./context.js";
+import type { MirrorSet } from "./mirror.js";
+import { Observation } from "./observe.js";
+import type { ObservationTokens } from "./observe-token.js";
+import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
+
+export { validateStart } from "./admission.js";
+
+export interface RunsOptions {
+  store: StateStore;
+  registry: Registry;
+  logger: Logger;
+  /** Test-only: pause between resolve and run.start (WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS). */
+  testDelayAfterResolveMs?: number;
+  startTimeoutMs?: number;
+}
+
+export class Runs implements RunsApi, RunAdmission, HubListener {
+  readonly #ctx: RunContext;
+  readonly #admission: Admission;
+  readonly #observation: Observation;
+  readonly #cancellation: Cancellation;
+
+  constructor(opts: RunsOptions) {
+    this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
+    this.#observation = new Observation(this.#ctx);
+    this.#cancellation = new Cancellation(this.#ctx);
+    this.#admission = new Admission(this.#ctx, this.#observation, {
+      settle: (runId) => void this.#reconcileOne(runId),
+      ...(opts.testDelayAfterResolveMs !== undefined ? { testDelayAfterResolveMs: opts.testDelayAfterResolveMs } : {}),
+      ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
+    });
+  }
+
+  get tokens(): ObservationTokens {
+    return this.#ctx.tokens;
+  }
+
+  get mirrors(): MirrorSet {
+    return this.#ctx.mirrors;
+  }
+
+  close(): void {
+    this.#ctx.close();
+  }
+
+  start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>> {
+    return this.#admission.start(principal, input, hooks);
+  }
+
+  admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+    return this.#admission.admit(principal, request);
+  }
+
+  observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>> {
+    return this.#observation.observe(principal, input, signal);
+  }
+
+  cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
+    return this.#cancellation.cancel(principal, input);
+  }
+
+  /** Single-record reconciliation over the runner's current connection (run.sync decides). */
+  async #reconcileOne(runId: string): Promise<void> {
+    const rec = this.#ctx.store.get(runId);
+    const runner = rec && this.#ctx.registry.live(rec.runner_id);
+    const hello = runner?.conn.hello;
+    if (!rec || !runner || !hello || this.#ctx.closed) return; // offline: the next hello reconciles it
+    try {
+      // An empty inventory forces a fresh run.sync query instead of trusting the hello's snapshot.
+      await reconcileRecord(rec, { ...hello, inventory: [] }, this.#reconcileDeps(runner.conn, runner));
+    } catch (err) {
+      this.#ctx.log.error({ run_id: runId, err: (err as Error).message }, "single-run reconciliation failed");
+    }
+  }
+
+  listProjects(principal: Principal): ProjectView[] {
+    if (!principal.scopes.has("project:read") && !principal.scopes.has("coding_agent:run")) return [];
+    const out: ProjectView[] = [];
+    for (const projectId of [...principal.projects].sort()) {
+      const runnerId = this.#ctx.registry.runnerForProject(projectId);
+      if (runnerId === undefined) continue;
+      const runner = this.#ctx.registry.live(runnerId);
+      const advert = runner?.projects.find((p) => p.project_id === projectId);
+      out.push({
+        project_id: projectId,
+        runner_online: runner !== undefined && advert !== undefined,
+        allow_patch: advert?.allow_patch ?? false,
+        providers:
+          runner && advert
+            ? runner.providers.map((p) => ({
+                provider_id: p.provider_id,
+                name: p.name,
+                allowed_config_options: [...p.allowed_config_options],
+              }))
+            : [],
+      });
+    }
+    return out;
+  }
+
+  // ---- hub listener -----------------------------------------------------------
+
+  onHello(conn: RunnerConnection, hello: HelloFrame): void {
+    if (this.#ctx.closed) return;
+    const runner = this.#ctx.registry.connected(conn, hello);
+    for (const m of this.#ctx.mirrors.values()) {
+      if (m.instance !== null && this.#ctx.store.get(m.runId)?.runner_id === conn.runnerId) {
+        if (m.instance !== hello.agent_instance_id) m.reset(hello.agent_instance_id);
+        else m.synced = false; // updates may have been missed while disconnected
+        m.touch();
+      }
+    }
+    void reconcileRunner(conn.runnerId, hello, this.#reconcileDeps(conn, runner))
+      .catch((err: unknown) => this.#ctx.log.error({ err: (err as Error).message }, "reconciliation failed"))
+      .then(() => {
+        if (!this.#ctx.closed) this.#cancellation.reforward(conn);
+      });
+  }
+
+  #reconcileDeps(conn: RunnerConnection, runner: LiveRunner): ReconcileDeps {
+    return {
+      store: this.#ctx.store,
+      logger: this.#ctx.log,
+      isBusy: (runId) => this.#ctx.starting.has(runId),
+      query: async (runId) => {
+        const res = await conn.request({ type: "run.sync", run_id: runId, after_seq: 0, max_events: 0 });
+        if (!res.ok) return "unavailable";
+        if (res.frame.type === "run.sync.result") return { kind: "run", summary: res.frame.run };
+        if (res.frame.type === "error" && res.frame.code === "not_found") return null;
+        if (res.frame.type === "error" && res.frame.tombstone)
+          return { kind: "pruned", tombstone: res.frame.tombstone };
+        return "unavailable";
+      },
+      apply: (record, summary) => {
+        this.#ctx.persist(record.run_id, summary);
+        const m = this.#ctx.mirrors.get(record.run_id);
+        if (m) {
+          if (m.instance !== runner.agentInstanceId) m.reset(runner.agentInstanceId);
+          if (m.applyUpdate(summary, [])) void this.#observation.catchUp(m, runner);
+        }
+      },
+      closed: (record) => this.#ctx.mirrors.get(record.run_id)?.touch(),
+    };
+  }
+
+  onUpdate(conn: RunnerConnection, frame: RunUpdateFrame): void {
+    if (this.#ctx.closed) return;
+    const runId = frame.run.run_id;
+    const rec = this.#ctx.store.get(runId);
+    const runner = this.#ctx.registry.live(conn.runnerId);
+    if (!rec || rec.runner_id !== conn.runnerId || !runner || runner.conn !== conn) {
+      this.#ctx.log.debug(
+        { run_id: runId, runner_id: conn.runnerId },
+        "run.update for a run this runner does not hold; ignored",
+      );
+      return;
+    }
+    if (rec.admission === "rejected_pre_admission") return;
+    this.#ctx.persist(runId, frame.run, rec);
+    const mirror = this.#ctx.mirrors.getOrCreate(runId);
+    if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
+    if (mirror.applyUpdate(frame.run, frame.events)) void this.#observation.catchUp(mirror, runner);
+  }
+
+  onDisconnect(conn: RunnerConnection): void {
+    if (this.#ctx.closed) return;
+    this.#ctx.registry.disconnected(conn);
+    for (const m of this.#ctx.mirrors.values()) {
+      if (this.#ctx.store.get(m.runId)?.runner_id === conn.runnerId) m.touch();
+    }
+  }
+}

@@ -1,0 +1,305 @@
+/**
+ * The schema of the Server's state DB (`server.sqlite3`), versioned with
+ * `PRAGMA user_version`. Migrations only go forward: each step runs once, in
+ * its own transaction together with the version bump, so a crash leaves the
+ * database at the old version or the new one, never between. A database
+ * from a newer build (a version this build does not know) is refused rather
+ * than guessed at.
+ *
+ * Version 0 is a database made before versioning (or a new, empty one): its
+ * tables, if any, are exactly version 1's, which is why step 1 creates them
+ * only when they do not exist. A change to an existing table's shape is a new
+ * step here, never an edit of an old one. The token and audit tables
+ * (`principals/tokens.ts`, `mcp/audit.ts`) are additive and create themselves.
+ */
+import type Database from "better-sqlite3";
+
+interface Migration {
+  /** The version the database has after this step. */
+  version: number;
+  /** What it changes and why, for the log. */
+  summary: string;
+  sql: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    summary: "admission records (the schema before versioning)",
+    sql: `
+      CREATE TABLE IF NOT EXISTS admission_records (
+        run_id TEXT PRIMARY KEY,
+        principal_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        provider_id TEXT NOT NULL,
+        runner_id TEXT NOT NULL,
+        intent_fingerprint TEXT NOT NULL,
+        agent_instance_id TEXT,
+        provider_instance_id TEXT,
+        store_id TEXT,
+        admission TEXT NOT NULL,
+        state TEXT NOT NULL,
+        execution_state TEXT NOT NULL,
+        stop_reason TEXT,
+        failure_kind TEXT,
+        recovery_kind TEXT NOT NULL,
+        message TEXT,
+        cancel_forwarded INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX IF NOT EXISTS admission_records_runner ON admission_records (runner_id, state);
+    `,
+  },
+  {
+    version: 2,
+    summary: "index rejected-before-admission records by age, for their expiry",
+    sql: `CREATE INDEX admission_records_admission_age ON admission_records (admission, updated_at);`,
+  },
+  {
+    version: 3,
+    summary: "agent tasks, attempts and the Attempt→Run binding (the managed path, tasks/store.ts)",
+    sql: `
+      CREATE TABLE agent_tasks (
+        task_id TEXT PRIMARY KEY,
+        principal_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        title TEXT NOT NULL,
+        instruction TEXT NOT NULL,
+        instruction_bytes INTEGER NOT NULL,
+        request_fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL,
+        outcome TEXT,
+        current_attempt_id TEXT,
+        last_fence INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        closed_at TEXT
+      ) STRICT;
+      CREATE INDEX agent_tasks_principal_state ON agent_tasks (principal_id, state);
+      CREATE INDEX agent_tasks_closed ON agent_tasks (state, closed_at);
+      CREATE TABLE agent_task_attempts (
+        attempt_id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        assignee TEXT NOT NULL,
+        fence INTEGER NOT NULL,
+        controller_generation INTEGER NOT NULL,
+        lease_expires_ms INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        superseded_run_id TEXT,
+        run_state TEXT,
+        run_execution_state TEXT,
+        run_stop_reason TEXT,
+        run_failure_kind TEXT,
+        run_reconciled_at TEXT,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (task_id, fence)
+      ) STRICT;
+      CREATE TABLE agent_task_run_bindings (
+        attempt_id TEXT PRIMARY KEY,
+        task_id TEXT NOT NULL,
+        run_id TEXT NOT NULL UNIQUE,
+        provider_id TEXT NOT NULL,
+        runner_id TEXT NOT NULL,
+        provider_instance_id TEXT NOT NULL,
+        agent_instance_id TEXT NOT NULL,
+        authority_fingerprint TEXT NOT NULL,
+        intent_fingerprint TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX agent_task_run_bindings_task ON agent_task_run_bindings (task_id);
+    `,
+  },
+  {
+    version: 4,
+    summary: "OAuth clients, grants, codes, token hashes and audit (oauth/store.ts); new tables, nothing granted",
+    sql: `
+      CREATE TABLE IF NOT EXISTS oauth_clients (
+        client_id TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('dynamic', 'cimd', 'operator')),
+        client_name TEXT,
+        redirect_uris TEXT NOT NULL,
+        allow_coding_agent_run INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        fetched_at TEXT,
+        revoked_at TEXT
+      ) STRICT;
+      CREATE TABLE IF NOT EXISTS oauth_grants (
+        grant_id TEXT PRIMARY KEY,
+        client_id TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        key_id TEXT,
+        scopes TEXT NOT NULL,
+        projects TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT,
+        revoked_reason TEXT
+      ) STRICT;
+      CREATE INDEX IF NOT EXISTS oauth_grants_client ON oauth_grants (client_id);
+      CREATE INDEX IF NOT EXISTS oauth_grants_principal ON oauth_grants (principal_id);
+      CREATE TABLE IF NOT EXISTS oauth_codes (
+        code_hash TEXT PRIMARY KEY,
+        grant_id TEXT NOT NULL,
+        client_id TEXT NOT NULL,
+        redirect_uri TEXT NOT NULL,
+        code_challenge TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        used_at INTEGER
+      ) STRICT;
+      CREATE TABLE IF NOT EXISTS oauth_tokens (
+        token_hash TEXT PRIMARY KEY,
+        kind TEXT NOT NULL CHECK (kind IN ('access', 'refresh')),
+        grant_id TEXT NOT NULL,
+        client_id TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        resource TEXT NOT NULL,
+        expires_at INTEGER NOT NULL,
+        used_at INTEGER
+      ) STRICT;
+      CREATE INDEX IF NOT EXISTS oauth_tokens_grant ON oauth_tokens (grant_id);
+      CREATE TABLE IF NOT EXISTS oauth_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        event TEXT NOT NULL,
+        client_id TEXT,
+        principal_id TEXT,
+        grant_id TEXT,
+        scopes TEXT,
+        detail TEXT
+      ) STRICT;
+    `,
+  },
+  {
+    version: 5,
+    summary: "workflow sessions, their lifecycle evidence and the runs they record (sessions/store.ts)",
+    sql: `
+      CREATE TABLE workflow_sessions (
+        session_id TEXT PRIMARY KEY,
+        principal_id TEXT NOT NULL,
+        project_id TEXT NOT NULL,
+        title TEXT NOT NULL,
+        handoff TEXT NOT NULL,
+        handoff_version INTEGER NOT NULL,
+        goal TEXT NOT NULL,
+        goal_version INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        evidence_last_seq INTEGER NOT NULL DEFAULT 0,
+        evidence_dropped INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX workflow_sessions_principal ON workflow_sessions (principal_id);
+      CREATE TABLE workflow_session_evidence (
+        session_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        at TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        provider_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        execution_state TEXT NOT NULL,
+        stop_reason TEXT,
+        failure_kind TEXT,
+        PRIMARY KEY (session_id, seq)
+      ) STRICT;
+      CREATE TABLE workflow_session_runs (
+        run_id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL,
+        terminal_recorded INTEGER NOT NULL DEFAULT 0,
+        created_at TEXT NOT NULL
+      ) STRICT;
+    `,
+  },
+  {
+    version: 6,
+    summary: "the effective-config snapshot a Runner reports for a run (observe's effective_config)",
+    sql: `
+      ALTER TABLE admission_records ADD COLUMN effective_config TEXT NOT NULL DEFAULT '[]';
+    `,
+  },
+  {
+    version: 7,
+    summary:
+      "runner link leases survive a Server restart (link/lease-store.ts); refused hellos are counted per " +
+      "runner and window in one link-audit row",
+    sql: `
+      CREATE TABLE runner_link_leases (
+        runner_id TEXT PRIMARY KEY,
+        secret_hash TEXT NOT NULL,
+        expires_ms INTEGER NOT NULL
+      ) STRICT;
+      CREATE TABLE IF NOT EXISTS runner_link_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        runner_id TEXT NOT NULL,
+        event TEXT NOT NULL,
+        remote TEXT,
+        conn INTEGER,
+        agent_instance_id TEXT
+      );
+      ALTER TABLE runner_link_audit ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+      ALTER TABLE runner_link_audit ADD COLUMN last_at TEXT;
+    `,
+  },
+  {
+    version: 8,
+    summary:
+      "MCP audit rows name the task, attempt and workflow session a call was about (ids only, mcp/audit-subjects.ts); " +
+      "the audit table is created here from now on",
+    sql: `
+      CREATE TABLE IF NOT EXISTS mcp_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        run_id TEXT,
+        outcome TEXT NOT NULL,
+        input_bytes INTEGER NOT NULL,
+        output_bytes INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS mcp_audit_principal_at ON mcp_audit (principal_id, at);
+      ALTER TABLE mcp_audit ADD COLUMN task_id TEXT;
+      ALTER TABLE mcp_audit ADD COLUMN attempt_id TEXT;
+      ALTER TABLE mcp_audit ADD COLUMN session_id TEXT;
+    `,
+  },
+];
+
+export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;
+
+export class SchemaVersionError extends Error {
+  override readonly name = "SchemaVersionError";
+}
+
+/**
+ * Bring `db` to SCHEMA_VERSION. Returns the versions it stepped through (empty when it was current).
+ * Throws SchemaVersionError for a database newer than this build.
+ */
+export function migrate(db: Database.Database, file: string): number[] {
+  const current = db.pragma("user_version", { simple: true }) as number;
+  if (current > SCHEMA_VERSION) {
+    throw new SchemaVersionError(
+      `${file}: schema version ${current} is newer than this webcodex-server supports (${SCHEMA_VERSION}); ` +
+        "run the newer webcodex-server, or restore a backup made by this version",
+    );
+  }
+  const applied: number[] = [];
+  for (const m of MIGRATIONS) {
+    if (m.version <= current) continue;
+    // Re-read under the write lock: another process (a CLI next to the Server) may have just stepped.
+    const stepped = db
+      .transaction(() => {
+        if ((db.pragma("user_version", { simple: true }) as number) >= m.version) return false;
+        db.exec(m.sql);
+        db.pragma(`user_version = ${m.version}`);
+        return true;
+      })
+      .immediate();
+    if (stepped) applied.push(m.version);
+  }
+  return applied;
+}

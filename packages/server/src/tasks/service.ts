@@ -1,0 +1,481 @@
+/**
+ * The managed path (DESIGN §10): AgentTask attempts with leases and fences,
+ * layered over the one CodingAgentRun admission path (runs/runs.ts `admit`).
+ * It adds ownership, never a second provider lifecycle.
+ *
+ * Rules (the README's "Managed tasks" section is the long form):
+ * - Everything under a task belongs to its creating principal; anyone else,
+ *   or a principal that lost the project grant, gets `not_found`.
+ * - One current attempt per task. A new attempt is refused while the current
+ *   lease is live, and while a run of the task blocks it (tasks/rules.ts
+ *   `blockingRun`: a lease is not proof that the work stopped).
+ * - A claim is checked by tasks/rules.ts `currentAttempt`. Renewing a live
+ *   lease keeps the claim; re-taking an expired one (same ref, nothing newer)
+ *   bumps the generation, so an older holder's ref goes stale.
+ * - Starting a run: check the claim → derive the run id from the attempt →
+ *   admit through the run core, whose single transaction re-checks the claim
+ *   and writes the Attempt→Run binding together with the admission record
+ *   before `run.start` is sent. A repeated start with a current claim meets
+ *   the bound run (`replayed: true`).
+ * - Run completion is the attempt's run outcome, never the task's: only
+ *   `close_agent_task` closes a task.
+ */
+import { isTerminalState } from "@webcodex/protocol";
+import type { Logger } from "pino";
+import { serverFailpoint } from "../failpoints.js";
+import type {
+  AdmissionHooks,
+  ApiError,
+  ApiErrorCode,
+  ApiResult,
+  Principal,
+  RunAdmission,
+  StartOutput,
+} from "../runs/api.js";
+import { intentFingerprint } from "../runs/identity.js";
+import type { StateStore } from "../state/store.js";
+import {
+  AttemptRefs,
+  authorityFingerprint,
+  type Claim,
+  deriveTaskId,
+  deriveTaskRunId,
+  newAttemptId,
+  taskRequestFingerprint,
+} from "./claim.js";
+import { blockingRun, currentAttempt, taskError as err } from "./rules.js";
+import {
+  type AttemptRow,
+  MAX_ATTEMPTS_PER_TASK,
+  MAX_OPEN_TASKS_PER_PRINCIPAL,
+  type TaskOutcome,
+  type TaskRow,
+  type TaskStore,
+} from "./store.js";
+import {
+  type AttemptClaimView,
+  type AttemptView,
+  claimView,
+  iso,
+  type RunOutcomeView,
+  runOutcomeView,
+  type TaskView,
+  taskView,
+} from "./views.js";
+
+export const DEFAULT_LEASE_SECS = 600;
+export const MIN_LEASE_SECS = 1;
+export const MAX_LEASE_SECS = 3600;
+
+export interface CreateTaskInput {
+  project_id: string;
+  instruction: string;
+  idempotency_key: string;
+  title?: string;
+}
+
+export interface StartAttemptInput {
+  task_id: string;
+  assignee: string;
+  lease_secs?: number;
+  renew_attempt_ref?: string;
+  supersede_uncertain_run?: string;
+}
+
+export type ClaimSelector = { attempt_ref: string } | Claim;
+
+export interface StartTaskRunInput {
+  project_id: string;
+  provider_id: string;
+  claim: ClaimSelector;
+  config?: Record<string, string | boolean>;
+  timeout_secs?: number;
+  /** The workflow-session recorder link, written in the same transaction as the binding. */
+  recorder?: NonNullable<AdmissionHooks["bind"]>;
+}
+
+export interface TaskServiceOptions {
+  tasks: TaskStore;
+  records: StateStore;
+  admission: RunAdmission;
+  logger: Logger;
+  /** Wall clock (ms); injectable for tests. */
+  now?: () => number;
+}
+
+function fail<T>(code: ApiErrorCode, message: string, recovery_kind: ApiError["recovery_kind"]): ApiResult<T> {
+  return { ok: false, error: { code, message, recovery_kind } };
+}
+
+const NOT_FOUND_TASK = (id: string) => err("not_found", `No task ${id}.`, "none");
+
+export class TaskService {
+  readonly #tasks: TaskStore;
+  readonly #records: StateStore;
+  readonly #admission: RunAdmission;
+  readonly #log: Logger;
+  readonly #now: () => number;
+  readonly #refs: AttemptRefs;
+  readonly #secret: Buffer;
+
+  constructor(opts: TaskServiceOptions) {
+    this.#tasks = opts.tasks;
+    this.#records = opts.records;
+    this.#admission = opts.admission;
+    this.#log = opts.logger;
+    this.#now = opts.now ?? Date.now;
+    this.#secret = opts.records.serverSecret;
+    this.#refs = new AttemptRefs(this.#secret);
+    const pruned = this.#tasks.prune();
+    if (pruned > 0) this.#log.info({ pruned }, "closed tasks past retention deleted");
+  }
+
+  // ---- authority ----------------------------------------------------------------------------
+
+  /** coding_agent:run + project:write + the exact project grant. */
+  #authorize(principal: Principal, projectId: string): ApiError | null {
+    if (!principal.scopes.has("coding_agent:run") || !principal.scopes.has("project:write")) {
+      return err("forbidden", "Agent tasks need the coding_agent:run and project:write scopes.", "none");
+    }
+    if (!principal.projects.has(projectId)) return err("forbidden", `No grant on project ${projectId}.`, "none");
+    return null;
+  }
+
+  /** The task when this principal owns it and may still work on its project; else not found. */
+  #owned(principal: Principal, taskId: string): TaskRow | ApiError {
+    const task = this.#tasks.task(taskId);
+    if (!task || task.principal_id !== principal.id) return NOT_FOUND_TASK(taskId);
+    if (this.#authorize(principal, task.project_id) !== null) return NOT_FOUND_TASK(taskId);
+    return task;
+  }
+
+  // ---- create -------------------------------------------------------------------------------
+
+  createTask(principal: Principal, input: CreateTaskInput): ApiResult<TaskView & { replayed: boolean }> {
+    const denied = this.#authorize(principal, input.project_id);
+    if (denied) return { ok: false, error: denied };
+    const taskId = deriveTaskId(this.#secret, principal.id, input.idempotency_key);
+    const title = input.title ?? "";
+    const fingerprint = taskRequestFingerprint({ project_id: input.project_id, instruction: input.instruction, title });
+    return this.#tasks.atomically(() => {
+      const existing = this.#tasks.task(taskId);
+      if (existing) {
+        if (existing.request_fingerprint !== fingerprint) {
+          return fail(
+            "idempotency_conflict",
+            "This idempotency_key already created a task with a different project, instruction or title; use a new key or repeat the original request.",
+            "fix_input",
+          );
+        }
+        return { ok: true, value: { ...taskView(existing), replayed: true } };
+      }
+      if (this.#tasks.countOpenTasks(principal.id) >= MAX_OPEN_TASKS_PER_PRINCIPAL) {
+        return fail(
+          "capacity",
+          `This principal already has ${MAX_OPEN_TASKS_PER_PRINCIPAL} open tasks; close some with close_agent_task first.`,
+          "fix_input",
+        );
+      }
+      const row = this.#tasks.insertTask({
+        task_id: taskId,
+        principal_id: principal.id,
+        project_id: input.project_id,
+        title,
+        instruction: input.instruction,
+        instruction_bytes: Buffer.byteLength(input.instruction, "utf8"),
+        request_fingerprint: fingerprint,
+      });
+      this.#log.info({ task_id: taskId, principal_id: principal.id, project_id: input.project_id }, "task created");
+      return { ok: true, value: { ...taskView(row), replayed: false } };
+    });
+  }
+
+  // ---- attempts -----------------------------------------------------------------------------
+
+  startAttempt(
+    principal: Principal,
+    input: StartAttemptInput,
+  ): ApiResult<AttemptClaimView & { renewed: boolean; superseded_run_id?: string }> {
+    return this.#tasks.atomically(() => {
+      const task = this.#owned(principal, input.task_id);
+      if ("code" in task) return { ok: false, error: task };
+      if (task.state === "closed") {
+        return fail("claim_conflict", `Task ${task.task_id} is closed; it takes no new attempts.`, "none");
+      }
+      const now = this.#now();
+      const leaseMs = (input.lease_secs ?? DEFAULT_LEASE_SECS) * 1000;
+      if (input.renew_attempt_ref !== undefined) return this.#renew(task, input, now + leaseMs);
+
+      const current = task.current_attempt_id ? this.#tasks.attempt(task.current_attempt_id) : undefined;
+      if (current?.state === "active" && current.lease_expires_ms > now) {
+        return fail(
+          "claim_conflict",
+          `Attempt ${current.attempt_id} holds a live lease until ${iso(current.lease_expires_ms)}; its holder may renew it (renew_attempt_ref), anyone else waits for it to expire.`,
+          "wait",
+        );
+      }
+      const blocked = blockingRun(this.#tasks, this.#records, task, input.supersede_uncertain_run);
+      if (blocked) return { ok: false, error: blocked };
+      if (this.#tasks.attemptsOf(task.task_id).length >= MAX_ATTEMPTS_PER_TASK) {
+        return fail(
+          "claim_conflict",
+          `Task ${task.task_id} already had ${MAX_ATTEMPTS_PER_TASK} attempts; close it and create a new task.`,
+          "none",
+        );
+      }
+      const row = this.#tasks.insertAttempt({
+        attempt_id: newAttemptId(),
+        task_id: task.task_id,
+        assignee: input.assignee,
+        fence: task.last_fence + 1,
+        lease_expires_ms: now + leaseMs,
+        superseded_run_id: input.supersede_uncertain_run ?? null,
+      });
+      if (input.supersede_uncertain_run !== undefined) {
+        this.#log.warn(
+          { task_id: task.task_id, attempt_id: row.attempt_id, run_id: input.supersede_uncertain_run },
+          "lost run explicitly superseded by a new attempt",
+        );
+      }
+      this.#log.info({ task_id: task.task_id, attempt_id: row.attempt_id, fence: row.fence }, "attempt started");
+      const view = this.#claimView(row);
+      return {
+        ok: true,
+        value: {
+          ...view,
+          renewed: false,
+          ...(row.superseded_run_id !== null ? { superseded_run_id: row.superseded_run_id } : {}),
+        },
+      };
+    });
+  }
+
+  #renew(
+    task: TaskRow,
+    input: StartAttemptInput,
+    leaseExpiresMs: number,
+  ): ApiResult<AttemptClaimView & { renewed: boolean }> {
+    if (input.supersede_uncertain_run !== undefined) {
+      return fail(
+        "invalid_input",
+        "supersede_uncertain_run starts a new attempt; it cannot be combined with renew_attempt_ref.",
+        "fix_input",
+      );
+    }
+    const claim = this.#refs.read(input.renew_attempt_ref ?? "");
+    if (!claim) return fail("stale_claim", "renew_attempt_ref is not a valid attempt_ref.", "fix_input");
+    if (claim.task_id !== task.task_id || claim.assignee !== input.assignee) {
+      return fail("stale_claim", "renew_attempt_ref names another task or assignee.", "fix_input");
+    }
+    const attempt = this.#tasks.attempt(claim.attempt_id);
+    if (
+      !attempt ||
+      attempt.attempt_id !== task.current_attempt_id ||
+      attempt.state !== "active" ||
+      attempt.fence !== claim.fence ||
+      attempt.controller_generation !== claim.controller_generation
+    ) {
+      return fail(
+        "stale_claim",
+        "That claim is no longer the task's current one (a newer attempt or generation exists); reconcile the task.",
+        "reconcile",
+      );
+    }
+    const expired = attempt.lease_expires_ms <= this.#now();
+    this.#tasks.renewAttempt(attempt.attempt_id, leaseExpiresMs, expired);
+    const row = this.#tasks.attempt(attempt.attempt_id) ?? attempt;
+    this.#log.info(
+      { task_id: task.task_id, attempt_id: row.attempt_id, generation: row.controller_generation, reclaimed: expired },
+      "attempt lease renewed",
+    );
+    return { ok: true, value: { ...this.#claimView(row), renewed: true } };
+  }
+
+  #claimView(row: AttemptRow): AttemptClaimView {
+    return claimView(row, this.#refs);
+  }
+
+  /** The claim's task and attempt when the claim is current (tasks/rules.ts `currentAttempt`). */
+  #checkClaim(principal: Principal, claim: Claim): { task: TaskRow; attempt: AttemptRow } | ApiError {
+    const task = this.#owned(principal, claim.task_id);
+    if ("code" in task) return task;
+    const attempt = currentAttempt(task, this.#tasks.attempt(claim.attempt_id), claim, this.#now());
+    if ("code" in attempt) return attempt;
+    return { task, attempt };
+  }
+
+  #resolveClaim(selector: ClaimSelector): Claim | ApiError {
+    if ("attempt_ref" in selector) {
+      return (
+        this.#refs.read(selector.attempt_ref) ??
+        err(
+          "stale_claim",
+          "attempt_ref is not a valid attempt_ref (forged, truncated or from another Server).",
+          "fix_input",
+        )
+      );
+    }
+    return selector;
+  }
+
+  // ---- the run ------------------------------------------------------------------------------
+
+  async startRun(
+    principal: Principal,
+    input: StartTaskRunInput,
+  ): Promise<ApiResult<StartOutput & { task_id: string; attempt_id: string }>> {
+    const claim = this.#resolveClaim(input.claim);
+    if ("code" in claim) return { ok: false, error: claim };
+    const checked = this.#checkClaim(principal, claim);
+    if ("code" in checked) return { ok: false, error: checked };
+    const { task, attempt } = checked;
+    if (task.project_id !== input.project_id) {
+      return fail(
+        "invalid_input",
+        `project_id ${input.project_id} is not the task's project (${task.project_id}).`,
+        "fix_input",
+      );
+    }
+    const denied = this.#authorize(principal, task.project_id);
+    if (denied) return { ok: false, error: denied };
+    const runId = deriveTaskRunId(this.#secret, principal.id, task.task_id, attempt.attempt_id);
+    const config = input.config ?? {};
+    const timeout = input.timeout_secs ?? null;
+    const fingerprint = intentFingerprint({
+      project_id: task.project_id,
+      provider_id: input.provider_id,
+      prompt: task.instruction,
+      config,
+      timeout_secs: timeout,
+    });
+    const authority = authorityFingerprint({
+      principal_id: principal.id,
+      project_id: task.project_id,
+      provider_id: input.provider_id,
+    });
+    const result = await this.#admission.admit(principal, {
+      run_id: runId,
+      intent_fingerprint: fingerprint,
+      project_id: task.project_id,
+      provider_id: input.provider_id,
+      prompt: task.instruction,
+      config,
+      timeout_secs: timeout,
+      // Inside the admission transaction: the claim again, then the binding next to the record.
+      bind: (fences) => {
+        const again = this.#checkClaim(principal, claim);
+        if ("code" in again) return again;
+        const bound = this.#tasks.binding(attempt.attempt_id);
+        if (bound && bound.run_id !== runId) {
+          return err("internal", "This attempt is bound to another run.", "reconcile");
+        }
+        this.#tasks.upsertBinding({
+          attempt_id: attempt.attempt_id,
+          task_id: task.task_id,
+          run_id: runId,
+          provider_id: input.provider_id,
+          runner_id: fences.runner_id,
+          provider_instance_id: fences.provider_instance_id,
+          agent_instance_id: fences.agent_instance_id,
+          authority_fingerprint: authority,
+          intent_fingerprint: fingerprint,
+        });
+        return input.recorder?.(fences) ?? null;
+      },
+      afterRecorded: () => serverFailpoint("task_after_binding"),
+      afterDispatched: () => serverFailpoint("task_after_run_start"),
+    });
+    if (!result.ok) return result;
+    this.#recordOutcome(attempt.attempt_id, runId);
+    this.#log.info(
+      { task_id: task.task_id, attempt_id: attempt.attempt_id, run_id: runId, replayed: result.value.replayed },
+      "task run started",
+    );
+    return { ok: true, value: { ...result.value, task_id: task.task_id, attempt_id: attempt.attempt_id } };
+  }
+
+  /** Copy the run's authoritative state (the admission record) onto the attempt. */
+  #recordOutcome(attemptId: string, runId: string): RunOutcomeView | null {
+    const rec = this.#records.get(runId);
+    if (!rec) return null;
+    const at = new Date(this.#now()).toISOString();
+    this.#tasks.recordRunOutcome(attemptId, {
+      run_state: rec.state,
+      run_execution_state: rec.execution_state,
+      run_stop_reason: rec.stop_reason,
+      run_failure_kind: rec.failure_kind,
+      run_reconciled_at: at,
+    });
+    return runOutcomeView(rec, at);
+  }
+
+  // ---- reconcile / close ------------------------------------------------------------------
+
+  reconcile(
+    principal: Principal,
+    input: { task_id: string; attempt_id?: string },
+  ): ApiResult<{ task: TaskView; attempt: AttemptView | null; attempts: number }> {
+    return this.#tasks.atomically(() => {
+      const task = this.#owned(principal, input.task_id);
+      if ("code" in task) return { ok: false, error: task };
+      const attemptId = input.attempt_id ?? task.current_attempt_id;
+      let attempt: AttemptView | null = null;
+      if (attemptId !== null && attemptId !== undefined) {
+        const row = this.#tasks.attempt(attemptId);
+        if (!row || row.task_id !== task.task_id) {
+          return fail("not_found", `No attempt ${attemptId} on task ${task.task_id}.`, "none");
+        }
+        const binding = this.#tasks.binding(row.attempt_id);
+        const run = binding ? this.#recordOutcome(row.attempt_id, binding.run_id) : null;
+        const now = this.#now();
+        attempt = {
+          ...this.#claimView(row),
+          state: row.state,
+          lease_live: row.state === "active" && row.lease_expires_ms > now,
+          ...(row.superseded_run_id !== null ? { superseded_run_id: row.superseded_run_id } : {}),
+          run,
+        };
+      }
+      const attempts = this.#tasks.attemptsOf(task.task_id).length;
+      return { ok: true, value: { task: taskView(task), attempt, attempts } };
+    });
+  }
+
+  close(
+    principal: Principal,
+    input: { task_id: string; outcome: TaskOutcome },
+  ): ApiResult<{ task: TaskView; already_closed: boolean }> {
+    const result = this.#tasks.atomically((): ApiResult<{ task: TaskView; already_closed: boolean }> => {
+      const task = this.#owned(principal, input.task_id);
+      if ("code" in task) return { ok: false, error: task };
+      if (task.state === "closed") {
+        if (task.outcome !== input.outcome) {
+          return fail("claim_conflict", `Task ${task.task_id} is already closed as ${task.outcome}.`, "none");
+        }
+        return { ok: true, value: { task: taskView(task), already_closed: true } };
+      }
+      for (const b of this.#tasks.bindingsOf(task.task_id)) {
+        const rec = this.#records.get(b.run_id);
+        if (rec && !isTerminalState(rec.state)) {
+          return fail(
+            "claim_conflict",
+            `Run ${rec.run_id} of this task is ${rec.state}; cancel it or wait for it to end before closing the task.`,
+            "wait",
+          );
+        }
+      }
+      this.#tasks.closeTask(task.task_id, input.outcome);
+      this.#log.info({ task_id: task.task_id, outcome: input.outcome }, "task closed");
+      const closed = this.#tasks.task(task.task_id) ?? task;
+      return { ok: true, value: { task: taskView(closed), already_closed: false } };
+    });
+    if (result.ok && !result.value.already_closed) this.#tasks.prune();
+    return result;
+  }
+
+  /** The run id bound to an attempt (for audit rows), or null. */
+  boundRunId(attemptId: string | undefined): string | null {
+    if (attemptId === undefined) return null;
+    return this.#tasks.binding(attemptId)?.run_id ?? null;
+  }
+}
