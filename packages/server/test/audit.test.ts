@@ -5,8 +5,9 @@ import Database from "better-sqlite3";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { AUDIT_FLUSH_MAX_ROWS, SqliteAuditLog } from "../src/mcp/audit.js";
-import { McpTools, TOOL_NAMES } from "../src/mcp/tools.js";
+import { McpTools } from "../src/mcp/tools.js";
 import { ObserveLimits } from "../src/runs/observe-limits.js";
+import { RunTools, RUN_TOOL_NAMES as TOOL_NAMES } from "../src/runs/tools.js";
 import { migrate } from "../src/state/schema.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
@@ -30,11 +31,12 @@ describe("SQLite audit log", () => {
   it("keeps one durable row per tool call with lifecycle and sizes only", async () => {
     const { dir, db } = openStateDb();
     const audit = new SqliteAuditLog(db);
+    const runs = new FakeRuns();
     const tools = new McpTools({
-      runs: new FakeRuns(),
+      runs,
       audit,
       logger: pino({ level: "silent" }),
-      observeLimits: new ObserveLimits(),
+      modules: [new RunTools({ runs, observeLimits: new ObserveLimits() })],
     });
     const alice = principal("alice", ["coding_agent:run", "project:write"]);
     const canary = "CANARY-audit-9c1e";
@@ -83,11 +85,12 @@ describe("SQLite audit log", () => {
     const { file, db } = openStateDb();
     db.pragma("synchronous = FULL");
     const audit = new SqliteAuditLog(db);
+    const runs = new FakeRuns();
     const tools = new McpTools({
-      runs: new FakeRuns(),
+      runs,
       audit,
       logger: pino({ level: "silent" }),
-      observeLimits: new ObserveLimits(),
+      modules: [new RunTools({ runs, observeLimits: new ObserveLimits() })],
     });
     const alice = principal("alice", ["coding_agent:run"]);
     const count = () => (db.prepare("SELECT count(*) AS n FROM mcp_audit").get() as { n: number }).n;

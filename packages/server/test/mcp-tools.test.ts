@@ -2,10 +2,11 @@ import { MAX_OBSERVE_WAIT_SECS, MAX_PROMPT_BYTES } from "@webcodex/protocol";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { MemoryAuditLog } from "../src/mcp/audit.js";
-import { parseToolInput } from "../src/mcp/tool-shared.js";
-import { McpTools, TOOL_NAMES, toolDefinitions } from "../src/mcp/tools.js";
+import { parseToolInput, toolDefinition } from "../src/mcp/tool-shared.js";
+import { McpTools } from "../src/mcp/tools.js";
 import { ObserveLimits } from "../src/runs/observe-limits.js";
 import { CancelToolInput, ObserveToolInput, StartToolInput } from "../src/runs/tool-schemas.js";
+import { RUN_TOOL_SPECS, RunTools, RUN_TOOL_NAMES as TOOL_NAMES } from "../src/runs/tools.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
 const logger = pino({ level: "silent" });
@@ -16,7 +17,12 @@ const alice = principal("alice", ["coding_agent:run", "project:write"]);
 function setup(limit = 8) {
   const runs = new FakeRuns();
   const audit = new MemoryAuditLog();
-  const tools = new McpTools({ runs, audit, logger, observeLimits: new ObserveLimits(limit) });
+  const tools = new McpTools({
+    runs,
+    audit,
+    logger,
+    modules: [new RunTools({ runs, observeLimits: new ObserveLimits(limit) })],
+  });
   return { runs, audit, tools };
 }
 
@@ -132,7 +138,7 @@ describe("tool input schemas", () => {
 
 describe("tools/list definitions", () => {
   it("has exactly the three tools, each with closed input and an output schema", () => {
-    const defs = toolDefinitions();
+    const defs = RUN_TOOL_SPECS.map(toolDefinition);
     expect(defs.map((d) => d.name).sort()).toEqual([
       "cancel_coding_agent",
       "observe_coding_agent",
@@ -274,7 +280,12 @@ describe("a run core that throws", () => {
       const audit = new MemoryAuditLog();
       const lines: string[] = [];
       const log = pino({ level: "debug" }, { write: (line: string) => lines.push(line) });
-      const tools = new McpTools({ runs, audit, logger: log, observeLimits: new ObserveLimits(8) });
+      const tools = new McpTools({
+        runs,
+        audit,
+        logger: log,
+        modules: [new RunTools({ runs, observeLimits: new ObserveLimits(8) })],
+      });
       const result = await tools.call(alice, tool, args);
       const error = errorOf(result);
       expect(error).toMatchObject({ code: "internal", recovery_kind: "none" });

@@ -5,7 +5,7 @@
  * free text: never an instruction, a handoff, a goal or a prompt.
  */
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { SESSION_ID_PATTERN } from "../sessions/service.js";
+import { SESSION_ID_PATTERN } from "../sessions/ids.js";
 import { ATTEMPT_ID_PATTERN, TASK_ID_PATTERN } from "../tasks/claim.js";
 
 export interface AuditSubjects {

@@ -38,14 +38,15 @@ import type { Logger } from "pino";
 import { isLoopbackHost } from "../config.js";
 import { bearerToken } from "../principals/tokens.js";
 import { RefusalLog } from "../refusal-log.js";
-import type { Principal, RunsApi } from "../runs/api.js";
+import type { Principal, RunsApi, StartHooks } from "../runs/api.js";
 import { ObserveLimits } from "../runs/observe-limits.js";
+import { RunTools } from "../runs/tools.js";
 import type { AuditLog } from "./audit.js";
 import { PostMux, readMcpPost, sendJsonRpcError } from "./post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./resource.js";
 import { checkArgumentShape } from "./tool-arguments.js";
 import type { ToolModule } from "./tool-shared.js";
-import { McpTools, type StartHooks } from "./tools.js";
+import { McpTools } from "./tools.js";
 
 /** Largest HTTP request body /mcp accepts (a 64 KiB prompt JSON-escaped fits with room). */
 export const MCP_MAX_BODY_BYTES = 1024 * 1024;
@@ -193,14 +194,12 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const maxBodyBytes = options.maxBodyBytes ?? MCP_MAX_BODY_BYTES;
   const allowedOrigins = options.allowedOrigins ?? [];
   const listenHost = options.listenHost ?? "127.0.0.1";
-  const tools = new McpTools({
+  const runTools = new RunTools({
     runs,
-    audit,
-    logger,
     observeLimits: options.observeLimits ?? new ObserveLimits(),
-    modules: options.toolModules ?? [],
     ...(options.startHooks ? { startHooks: options.startHooks } : {}),
   });
+  const tools = new McpTools({ runs, audit, logger, modules: [runTools, ...(options.toolModules ?? [])] });
   const inFlight = new Set<AbortController>();
   const refusals = new RefusalLog(logger);
   let closed = false;

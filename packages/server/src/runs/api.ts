@@ -179,6 +179,22 @@ export interface AdmissionRequest {
 /** The caller seams of one admission (see AdmissionRequest), for `start` callers too (workflow-session recorder). */
 export type AdmissionHooks = Pick<AdmissionRequest, "bind" | "afterRecorded" | "afterDispatched">;
 
+/**
+ * What start_coding_agent asks of Workflow Sessions (sessions/service.ts implements it), checked before anything
+ * reaches the run core: the recorder and context selectors, and the prompt with quoted context.
+ */
+export interface StartHooks {
+  prepare(
+    principal: Principal,
+    input: { project_id: string; prompt: string; workflow_session_id?: string; context_session_id?: string },
+  ): ApiResult<{ prompt: string }>;
+  /** The recorder link, run by the run core inside the admission transaction (before dispatch). */
+  recorderBind(
+    principal: Principal,
+    input: { workflow_session_id: string; project_id: string; provider_id: string },
+  ): NonNullable<AdmissionHooks["bind"]>;
+}
+
 export interface RunAdmission {
   admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>>;
 }

@@ -24,7 +24,7 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { z } from "zod";
-import { SessionId } from "../sessions/tools.js";
+import { SessionId } from "../sessions/ids.js";
 import { OpaqueKey } from "./api.js";
 
 const Prompt = z

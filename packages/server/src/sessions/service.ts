@@ -20,8 +20,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
-import type { StartHooks } from "../mcp/tools.js";
-import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, Principal, Scope } from "../runs/api.js";
+import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, Principal, Scope, StartHooks } from "../runs/api.js";
 import type { AdmissionRecord, StateStore } from "../state/store.js";
 import {
   DEFAULT_SESSION_MAX_IDLE_SECS,
@@ -32,7 +31,6 @@ import {
 } from "./store.js";
 
 export const SESSION_ID_PREFIX = "wc_sess_";
-export const SESSION_ID_PATTERN = /^wc_sess_[a-z2-7]{26}$/;
 export const MAX_HANDOFF_BYTES = 16 * 1024;
 export const MAX_GOAL_BYTES = 4 * 1024;
 /** Evidence entries one read returns at most (`has_more` says there are more). */
@@ -324,7 +322,7 @@ export class SessionService {
     });
   }
 
-  /** The selectors of start_coding_agent, for McpTools (StartHooks). */
+  /** The selectors of start_coding_agent, for the run tools (StartHooks in runs/api.ts). */
   startHooks(): StartHooks {
     return {
       prepare: (principal, input) => {

@@ -9,7 +9,8 @@ import { ProjectId, RunId, utf8Length } from "@webcodex/protocol";
 import { z } from "zod";
 import { fail, ok, parseToolInput, type ToolCallOutcome, type ToolModule, type ToolSpec } from "../mcp/tool-shared.js";
 import type { Principal } from "../runs/api.js";
-import { MAX_GOAL_BYTES, MAX_HANDOFF_BYTES, SESSION_ID_PATTERN, type SessionService } from "./service.js";
+import { SessionId } from "./ids.js";
+import { MAX_GOAL_BYTES, MAX_HANDOFF_BYTES, type SessionService } from "./service.js";
 import { EVIDENCE_KINDS } from "./store.js";
 
 export const SESSION_TOOL_NAMES = {
@@ -19,7 +20,6 @@ export const SESSION_TOOL_NAMES = {
 } as const;
 type SessionToolName = (typeof SESSION_TOOL_NAMES)[keyof typeof SESSION_TOOL_NAMES];
 
-export const SessionId = z.string().regex(SESSION_ID_PATTERN, "must be wc_sess_ followed by 26 base32 characters");
 // biome-ignore lint/suspicious/noControlCharactersInRegex: rejecting control characters is the point
 const NoControl = /^[^\u0000-\u001f\u007f-\u009f]*$/;
 

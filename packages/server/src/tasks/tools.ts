@@ -33,8 +33,8 @@ import {
 import { checkStartGrant, checkToolScope } from "../principals/authority.js";
 import { OpaqueKey, type Principal } from "../runs/api.js";
 import { RunStatusFields, StartToolOutput } from "../runs/tool-schemas.js";
+import { SessionId } from "../sessions/ids.js";
 import type { SessionService } from "../sessions/service.js";
-import { SessionId } from "../sessions/tools.js";
 import { ATTEMPT_ID_PATTERN, MAX_ATTEMPT_REF_LENGTH, TASK_ID_PATTERN } from "./claim.js";
 import { MAX_LEASE_SECS, MIN_LEASE_SECS, type TaskService } from "./service.js";
 import { TASK_OUTCOMES } from "./store.js";

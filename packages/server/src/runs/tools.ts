@@ -1,0 +1,204 @@
+/**
+ * The three model-facing run tools (design §6.3) as a ToolModule, like the task and session tools:
+ * `start_coding_agent`, `observe_coding_agent`, `cancel_coding_agent`. Each parses its input with its
+ * zod schema (the only validator), checks scope and grant, and calls the RunsApi. The Workflow-Session
+ * selectors of a start go through StartHooks (runs/api.ts), so this module never imports sessions/.
+ */
+
+import {
+  apiError,
+  fail,
+  ok,
+  parseToolInput,
+  stripUndefined,
+  type ToolCallOutcome,
+  type ToolModule,
+  type ToolSpec,
+} from "../mcp/tool-shared.js";
+import { checkStartGrant, checkToolScope } from "../principals/authority.js";
+import type { ApiError, Principal, RunsApi, StartHooks } from "./api.js";
+import type { ObserveLimits } from "./observe-limits.js";
+import {
+  CancelToolInput,
+  CancelToolOutput,
+  ObserveToolInput,
+  ObserveToolOutput,
+  StartToolInput,
+  StartToolOutput,
+} from "./tool-schemas.js";
+
+export const RUN_TOOL_NAMES = {
+  start: "start_coding_agent",
+  observe: "observe_coding_agent",
+  cancel: "cancel_coding_agent",
+} as const;
+export type RunToolName = (typeof RUN_TOOL_NAMES)[keyof typeof RUN_TOOL_NAMES];
+
+export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
+  {
+    name: RUN_TOOL_NAMES.start,
+    title: "Start a coding agent run",
+    description:
+      "Hand a coding task to an operator-configured ACP coding agent working in a registered project. " +
+      "Returns a run_id and an observation_token; follow the run with observe_coding_agent. " +
+      "Never starts the same idempotency_key twice: a retry with identical inputs returns the original run (replayed: true). " +
+      "Discover project and provider ids by reading the webcodex://projects resource.",
+    input: StartToolInput,
+    output: StartToolOutput,
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
+  },
+  {
+    name: RUN_TOOL_NAMES.observe,
+    title: "Observe a coding agent run",
+    description:
+      "Return the run's state and the events new since after_observation_token, then a fresh observation_token. " +
+      "With wait_secs, waits once for anything new. has_more means call again at once. " +
+      "history_lost means older events are gone; the state is still authoritative.",
+    input: ObserveToolInput,
+    output: ObserveToolOutput,
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+  },
+  {
+    name: RUN_TOOL_NAMES.cancel,
+    title: "Cancel a coding agent run",
+    description:
+      "Ask the run's agent to stop. Idempotent; a terminal run is reported as already_terminal. " +
+      "Observe the run to see it reach cancelled.",
+    input: CancelToolInput,
+    output: CancelToolOutput,
+    annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
+  },
+];
+
+export interface RunToolsOptions {
+  runs: RunsApi;
+  /** Workflow-session selectors on start_coding_agent; without them those arguments are refused. */
+  startHooks?: StartHooks;
+  observeLimits: ObserveLimits;
+}
+
+export class RunTools implements ToolModule {
+  readonly specs = RUN_TOOL_SPECS;
+  readonly #runs: RunsApi;
+  readonly #startHooks: StartHooks | undefined;
+  readonly #observeLimits: ObserveLimits;
+
+  constructor(options: RunToolsOptions) {
+    this.#runs = options.runs;
+    this.#startHooks = options.startHooks;
+    this.#observeLimits = options.observeLimits;
+  }
+
+  async call(principal: Principal, name: string, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome> {
+    const tool = name as RunToolName;
+    switch (tool) {
+      case RUN_TOOL_NAMES.start:
+        return this.#start(principal, args);
+      case RUN_TOOL_NAMES.observe:
+        return this.#observe(principal, args, signal);
+      case RUN_TOOL_NAMES.cancel:
+        return this.#cancel(principal, args);
+      default: {
+        const unreachable: never = tool;
+        throw new Error(`unknown tool ${String(unreachable)}`);
+      }
+    }
+  }
+
+  async #start(principal: Principal, args: unknown): Promise<ToolCallOutcome> {
+    // Validation (prompt size included) happens before anything reaches the run core or its store.
+    const input = parseToolInput(StartToolInput, args);
+    if (!input.ok) return fail(input.error, null);
+    const denied = checkToolScope(principal) ?? checkStartGrant(principal, input.value.project_id);
+    if (denied) return fail(denied, null);
+    const { workflow_session_id, context_session_id, ...runInput } = input.value;
+    let prompt = runInput.prompt;
+    if (context_session_id !== undefined || workflow_session_id !== undefined) {
+      if (!this.#startHooks) {
+        return fail(
+          apiError("invalid_input", "Workflow sessions are not available on this Server; nothing was started."),
+          null,
+        );
+      }
+      const prepared = this.#startHooks.prepare(
+        principal,
+        stripUndefined({
+          project_id: runInput.project_id,
+          prompt: runInput.prompt,
+          workflow_session_id,
+          context_session_id,
+        }),
+      );
+      if (!prepared.ok) return fail(prepared.error, null);
+      prompt = prepared.value.prompt;
+    }
+    const bind =
+      workflow_session_id !== undefined
+        ? this.#startHooks?.recorderBind(principal, {
+            workflow_session_id,
+            project_id: runInput.project_id,
+            provider_id: runInput.provider_id,
+          })
+        : undefined;
+    const result = await this.#runs.start(principal, stripUndefined({ ...runInput, prompt }), bind ? { bind } : {});
+    if (!result.ok) {
+      if (result.error.code === "provider_unavailable") {
+        return fail(this.#withProviders(principal, input.value, result.error), null);
+      }
+      return fail(result.error, null);
+    }
+    return ok(StartToolOutput.parse(result.value), result.value.run_id);
+  }
+
+  async #observe(principal: Principal, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome> {
+    const input = parseToolInput(ObserveToolInput, args);
+    if (!input.ok) return fail(input.error, null);
+    const denied = checkToolScope(principal);
+    if (denied) return fail(denied, input.value.run_id);
+    const waits = (input.value.wait_secs ?? 0) > 0;
+    const slot = waits ? this.#observeLimits.acquire(principal.id) : null;
+    if (waits && !slot) {
+      return fail(
+        apiError(
+          "too_many_observers",
+          `Too many observe calls are waiting for this principal (limit ${this.#observeLimits.limit}). Wait for one to return, or observe without wait_secs.`,
+        ),
+        input.value.run_id,
+      );
+    }
+    try {
+      const result = await this.#runs.observe(principal, stripUndefined(input.value), signal);
+      if (!result.ok) return fail(result.error, input.value.run_id);
+      return ok(ObserveToolOutput.parse(stripUndefined(result.value)), input.value.run_id);
+    } finally {
+      slot?.release();
+    }
+  }
+
+  async #cancel(principal: Principal, args: unknown): Promise<ToolCallOutcome> {
+    const input = parseToolInput(CancelToolInput, args);
+    if (!input.ok) return fail(input.error, null);
+    const denied = checkToolScope(principal);
+    if (denied) return fail(denied, input.value.run_id);
+    const result = await this.#runs.cancel(principal, input.value);
+    if (!result.ok) return fail(result.error, input.value.run_id);
+    return ok(CancelToolOutput.parse(result.value), input.value.run_id);
+  }
+
+  /**
+   * An unknown provider is answered with the providers that project's Runner
+   * advertises — ids and names only — as a structured list next to the message.
+   */
+  #withProviders(
+    principal: Principal,
+    input: StartToolInput,
+    error: ApiError,
+  ): ApiError & { available_providers?: { provider_id: string; name: string }[] } {
+    const project = this.#runs.listProjects(principal).find((p) => p.project_id === input.project_id);
+    if (!project?.runner_online) return error;
+    return {
+      ...error,
+      available_providers: project.providers.map((p) => ({ provider_id: p.provider_id, name: p.name })),
+    };
+  }
+}
