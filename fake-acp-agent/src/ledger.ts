@@ -34,10 +34,22 @@ export type LedgerEvent =
         cap_eff: string | null;
         cap_prm: string | null;
         cap_amb: string | null;
+        cap_bnd: string | null;
+        no_new_privs: string | null;
       };
       result: Record<string, { outcome: string; sha256?: string } | boolean>;
     }
-  | { event: "fds"; pid: number; fds: { fd: number; target: string }[]; table_slots: number | null };
+  | { event: "fds"; pid: number; fds: { fd: number; target: string }[]; table_slots: number | null }
+  | {
+      event: "escaped";
+      how: "double_fork" | "setsid";
+      pid: number;
+      pgid: number | null;
+      sid: number | null;
+      agent_pid: number;
+    }
+  | { event: "leftovers"; uid: number; count: number }
+  | { event: "process_read"; pid: number; result: Record<string, string | boolean> };
 
 /**
  * Append-only, synchronous event log so tests can prove how often a prompt

@@ -16,6 +16,7 @@ import {
 } from "./scenarios/faults.js";
 import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
 import { burst, slow } from "./scenarios/streams.js";
+import { escapeGroup, leftovers, readProcess } from "./scenarios/tenancy.js";
 import { END_TURN, type Scenario, say, type Turn } from "./turn.js";
 
 /** Every scenario, by the NAME used in `scenario: NAME`. */
@@ -44,6 +45,9 @@ export const SCENARIOS = {
   read_credentials: readCredentials,
   list_fds: listFds,
   echo_argv: echoArgv,
+  escape: escapeGroup,
+  leftovers,
+  read_process: readProcess,
   agent_state: agentState,
   replay,
 } as const satisfies Record<string, Scenario>;

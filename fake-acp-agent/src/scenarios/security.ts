@@ -67,6 +67,9 @@ export interface AgentIdentity {
   cap_eff: string | null;
   cap_prm: string | null;
   cap_amb: string | null;
+  cap_bnd: string | null;
+  /** The `NoNewPrivs:` flag ("1" when set). */
+  no_new_privs: string | null;
 }
 
 /** What reading one credential source gave: `read` (with a digest of the bytes) or the errno code. */
@@ -87,7 +90,7 @@ function tryRead(path: string): { outcome: ReadOutcome; text: string | null } {
   }
 }
 
-/** Who this process is: ids, supplementary groups and capability sets (hex, from /proc/self/status). */
+/** Who this process is: ids, supplementary groups, capability sets (hex) and no_new_privs, from /proc/self/status. */
 function identity(): AgentIdentity {
   let status = "";
   try {
@@ -103,6 +106,8 @@ function identity(): AgentIdentity {
     cap_eff: cap("CapEff"),
     cap_prm: cap("CapPrm"),
     cap_amb: cap("CapAmb"),
+    cap_bnd: cap("CapBnd"),
+    no_new_privs: /^NoNewPrivs:\s*(\d+)$/m.exec(status)?.[1] ?? null,
   };
 }
 

@@ -143,10 +143,17 @@ async function check(parsed: Parsed): Promise<number> {
   // The probe prints what the agent said about itself (names, versions, option ids): terminal-safe.
   const out = { write: (text: string) => process.stdout.write(terminalSafe(text)) };
   out.write(
-    `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => `${a.id}${a.runAs ? ` (as ${a.runAs.user})` : ""}`).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
+    `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => `${a.id}${a.runAs ? ` (as ${a.runAs.users.map((u) => u.user).join(", ")})` : ""}`).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
   );
   for (const id of sameUserAgents(cfg)) {
     out.write(`warning: agent ${id} runs as this Runner's user (uid ${process.getuid?.()}): ${SAME_USER_WARNING}\n`);
+  }
+  for (const a of cfg.acp.agents) {
+    const size = a.runAs?.users.length ?? cfg.acp.maxConcurrentRuns;
+    if (size >= cfg.acp.maxConcurrentRuns) continue;
+    out.write(
+      `note: agent ${a.id} runs at most ${size} run${size === 1 ? "" : "s"} at once (one per run_as user; acp.max_concurrent_runs is ${cfg.acp.maxConcurrentRuns})\n`,
+    );
   }
   for (const w of credentialModeWarnings(cfg)) {
     out.write(

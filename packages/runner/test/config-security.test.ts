@@ -12,7 +12,7 @@ import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
 import { startDaemon } from "../src/commands/daemon.js";
 import { ConfigError, parseConfig } from "../src/config/config.js";
-import { switchUserSupportFrom } from "../src/process/run-as.js";
+import { OVERFLOW_UID, resolveRunAs, switchUserSupportFrom } from "../src/process/run-as.js";
 import { openDispatchStore } from "../src/store/open.js";
 import { FAKE_AGENT, REPO_ROOT } from "./support/harness.js";
 
@@ -113,8 +113,55 @@ describe("run_as accounts", () => {
     expect(errorsOf(configText(project, 'run_as = "bad name;"'))).toEqual([
       `${file}: acp.agents[0].run_as: must be a user or group name (^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$)`,
     ]);
-    expect(errorsOf(configText(project, 'run_as = "nobody"\nrun_as_group = "wc-no-such-group-xyz"'))).toEqual([
+    expect(errorsOf(configText(project, 'run_as = "daemon"\nrun_as_group = "wc-no-such-group-xyz"'))).toEqual([
       `${file}: acp.agents[0].run_as_group: "wc-no-such-group-xyz": no such group`,
+    ]);
+  });
+
+  test("a pool is an array of distinct user names; each member is checked under its own index", () => {
+    const rule = "must be a user name or an array of 1 to 64 user names";
+    expect(errorsOf(configText(project, "run_as = 5"))).toEqual([`${file}: acp.agents[0].run_as: ${rule}`]);
+    expect(errorsOf(configText(project, 'run_as = { pool = ["daemon"] }'))).toEqual([
+      `${file}: acp.agents[0].run_as: ${rule}`,
+    ]);
+    expect(errorsOf(configText(project, "run_as = []"))).toEqual([
+      `${file}: acp.agents[0].run_as: must name at least one user`,
+    ]);
+    const many = JSON.stringify(Array.from({ length: 65 }, (_, i) => `wc-pool-${i}`));
+    expect(errorsOf(configText(project, `run_as = ${many}`))).toEqual([
+      `${file}: acp.agents[0].run_as: must name at most 64 users`,
+    ]);
+    expect(errorsOf(configText(project, 'run_as = ["daemon", "bin", "daemon"]'))).toEqual([
+      `${file}: acp.agents[0].run_as[2]: "daemon" is listed twice`,
+    ]);
+    expect(errorsOf(configText(project, 'run_as = ["daemon", "bad name;"]'))).toEqual([
+      `${file}: acp.agents[0].run_as[1]: must be a user or group name (^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$)`,
+    ]);
+    expect(errorsOf(configText(project, 'run_as = ["daemon", "wc-no-such-user-xyz"]'))).toEqual([
+      `${file}: acp.agents[0].run_as[1]: "wc-no-such-user-xyz": no such user`,
+    ]);
+    expect(errorsOf(configText(project, 'run_as = ["daemon", "root"]'))).toEqual([
+      `${file}: acp.agents[0].run_as[1]: "root" is root (uid 0); name an unprivileged user`,
+    ]);
+  });
+
+  test("users whose every process the sweep would kill wrongly are refused: the overflow user, the Runner's own", () => {
+    const nobody = resolveRunAs("nobody", undefined, () => ({ ok: true, clearBoundingSet: true }), 1000);
+    expect(nobody).toEqual({
+      ok: false,
+      key: "run_as",
+      reason: `"nobody" is the overflow user (uid ${OVERFLOW_UID}), shared by other services; every process of a run_as user is killed after each run, so name users of this Runner's own`,
+    });
+    const own = resolveRunAs(["bin", "daemon"], undefined, () => ({ ok: true, clearBoundingSet: true }), 1);
+    expect(own).toEqual({
+      ok: false,
+      key: "run_as[1]",
+      reason: `"daemon" is this Runner's own user (uid 1); every process of a run_as user is killed after each run, so name another user (or omit run_as)`,
+    });
+    const pool = resolveRunAs(["bin", "daemon"], undefined, () => ({ ok: true, clearBoundingSet: false }), 1000);
+    expect(pool.ok && pool.value?.users.map((u) => [u.user, u.uid, u.clearBoundingSet])).toEqual([
+      ["bin", 2, false],
+      ["daemon", 1, false],
     ]);
   });
 });
@@ -131,6 +178,7 @@ describe("switching users needs root or ambient CAP_SETUID/CAP_SETGID plus CAP_K
     ["root with every capability", FULL, NONE, 0, true],
     ["root without CAP_SETUID (e.g. a restricted container)", "000001ffffffff7f", NONE, 0, false],
     ["a non-root Runner with the systemd unit's ambient capabilities", SYSTEMD, SYSTEMD, 1000, true],
+    ["a non-root Runner with them and CAP_SETPCAP ambient", "00000000000001e0", "00000000000001e0", 1000, true],
     [
       "a non-root Runner with them effective but not ambient (setpriv would not inherit them)",
       SYSTEMD,
@@ -143,6 +191,8 @@ describe("switching users needs root or ambient CAP_SETUID/CAP_SETGID plus CAP_K
   ])("%s", (_name, eff, amb, euid, ok) => {
     const result = switchUserSupportFrom(status(eff, amb), euid);
     expect(result.ok).toBe(ok);
+    // setpriv can clear the agent's bounding set only holding CAP_SETPCAP (bit 8): root, or ambient.
+    if (result.ok) expect(result.clearBoundingSet).toBe(euid === 0 || amb === "00000000000001e0");
     if (!result.ok) expect(result.reason).toMatch(/CAP_(SETUID|SETGID|KILL)/);
   });
 

@@ -52,6 +52,8 @@ interface CredentialsLine {
     cap_eff: string;
     cap_prm: string;
     cap_amb: string;
+    cap_bnd: string;
+    no_new_privs: string;
   };
   result: Record<string, { outcome: string; sha256?: string } | boolean>;
 }
@@ -153,10 +155,17 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
     rmSync(ctx.agentDir, { recursive: true, force: true });
   });
 
-  test("the config resolves run_as to the user's ids and finds setpriv", () => {
+  test("the config resolves run_as to a pool of one: the user's ids, setpriv, and a bounding set to clear", () => {
     const isolated = ctx.config.acp.agents.find((a) => a.id === "isolated");
-    expect(isolated?.runAs).toMatchObject({ user: ctx.user.name, uid: ctx.user.uid, gid: ctx.user.gid, group: null });
-    expect(isolated?.runAs?.setpriv).toMatch(/\/setpriv$/);
+    expect(isolated?.runAs?.users).toHaveLength(1);
+    expect(isolated?.runAs?.users[0]).toMatchObject({
+      user: ctx.user.name,
+      uid: ctx.user.uid,
+      gid: ctx.user.gid,
+      group: null,
+      clearBoundingSet: true,
+    });
+    expect(isolated?.runAs?.users[0]?.setpriv).toMatch(/\/setpriv$/);
     expect(ctx.config.acp.agents.find((a) => a.id === "same")?.runAs).toBeNull();
   });
 
@@ -174,7 +183,7 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
     });
   });
 
-  test("with run_as the agent reads none of them and runs as that user, with its groups and no capabilities", async () => {
+  test("with run_as the agent reads none of them and runs as that user, with its groups, no capabilities and no_new_privs", async () => {
     const { code, stdout, stderr } = await exec("isolated", `scenario: read_credentials env_name=${TOKEN_ENV}`);
     expect(code, stdout + stderr).toBe(0);
     expect(stdout).toMatch(/"state":"completed"/);
@@ -187,6 +196,26 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
     expect([...line.identity.groups].sort()).toEqual([ctx.user.gid, ctx.user.extraGid].sort());
     expect(line.identity).toMatchObject({ cap_eff: "0000000000000000", cap_prm: "0000000000000000" });
     expect(line.identity.cap_amb).toBe("0000000000000000");
+    // No capability can come back (bounding set empty), and setuid/file-capability binaries gain nothing.
+    expect(line.identity.cap_bnd).toBe("0000000000000000");
+    expect(line.identity.no_new_privs).toBe("1");
+  });
+
+  test("a setuid-root binary run by a run_as agent runs with the agent's uid, not root (no_new_privs)", async () => {
+    const runAs = ctx.config.acp.agents.find((a) => a.id === "isolated")?.runAs?.users[0];
+    if (!runAs) throw new Error("isolated agent has no runAs");
+    const dir = mkdtempSync(join(tmpdir(), "wc-runas-suid-"));
+    try {
+      chmodSync(dir, 0o755);
+      const id = join(dir, "id");
+      writeFileSync(id, readFileSync("/usr/bin/id"), { mode: 0o755 });
+      chmodSync(id, 0o4755); // setuid root: without no_new_privs, `id -u` prints 0
+      const command = setprivCommand(runAs, id, ["-u"]);
+      const { stdout } = await execFileP(command.file, command.args);
+      expect(stdout.trim()).toBe(String(ctx.user.uid));
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   test("with run_as the agent cannot read the token file even when told its path", async () => {
@@ -236,9 +265,10 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
   test("a non-root Runner holding the systemd unit's ambient capabilities can switch, and its agent holds none", async () => {
     // The outer setpriv plays systemd (User=<test user>, AmbientCapabilities=CAP_SETUID CAP_SETGID CAP_KILL);
     // inside it, the exact command the Runner builds for run_as prints the agent's identity.
-    const runAs = ctx.config.acp.agents.find((a) => a.id === "isolated")?.runAs;
+    const runAs = ctx.config.acp.agents.find((a) => a.id === "isolated")?.runAs?.users[0];
     if (!runAs) throw new Error("isolated agent has no runAs");
-    const inner = setprivCommand(runAs, "/bin/cat", ["/proc/self/status"]);
+    // Without CAP_SETPCAP the Runner cannot clear the bounding set; resolution says so (switchUserSupportFrom).
+    const inner = setprivCommand({ ...runAs, clearBoundingSet: false }, "/bin/cat", ["/proc/self/status"]);
     const script = `cat /proc/self/status; echo ----; exec ${[inner.file, ...inner.args].map((a) => `'${a}'`).join(" ")}`;
     const { stdout } = await execFileP(runAs.setpriv, [
       `--reuid=${ctx.user.uid}`,
@@ -252,20 +282,22 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
       script,
     ]);
     const [runner = "", agent = ""] = stdout.split("----\n");
-    expect(switchUserSupportFrom(runner, ctx.user.uid)).toEqual({ ok: true });
+    expect(switchUserSupportFrom(runner, ctx.user.uid)).toEqual({ ok: true, clearBoundingSet: false });
     expect(switchUserSupportFrom(agent, ctx.user.uid).ok).toBe(false);
     for (const set of ["CapInh", "CapPrm", "CapEff", "CapAmb"]) {
       expect(new RegExp(`^${set}:\\s*0+$`, "m").test(agent), set).toBe(true);
     }
+    expect(agent).toMatch(/^NoNewPrivs:\s*1$/m);
     expect(agent).toMatch(
       new RegExp(`^Uid:\\s+${ctx.user.uid}\\s+${ctx.user.uid}\\s+${ctx.user.uid}\\s+${ctx.user.uid}$`, "m"),
     );
   });
 
   test("orphan reaping kills an agent group that runs as another user (start time checked)", async () => {
-    const runAs = ctx.config.acp.agents.find((a) => a.id === "isolated")?.runAs ?? null;
+    const runAs = ctx.config.acp.agents.find((a) => a.id === "isolated")?.runAs?.users[0] ?? null;
     const child = await spawnAgent({
-      agent: { executable: "/bin/sh", args: ["-c", "trap '' TERM; sleep 600 & sleep 600 & wait"], runAs },
+      agent: { executable: "/bin/sh", args: ["-c", "trap '' TERM; sleep 600 & sleep 600 & wait"] },
+      runAs,
       cwd: "/",
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     });

@@ -143,6 +143,7 @@ export class AcpTurn {
     try {
       child = await (this.#d.spawn ?? spawnAgent)({
         agent: run.agent,
+        runAs: run.runAs,
         cwd: run.project.root,
         env: env.env,
         onStarted: record,

@@ -7,7 +7,9 @@
  *   3. recover rows left by a previous process            (failed/not_started, lost/outcome_unknown)
  *   4. reap surviving agent process groups of those rows  (start-time checked)
  *   5. prune old terminal rows (retention; again every RETENTION_INTERVAL_MS while up)
- *   6. build the run manager (new agent_instance_id, new provider instances)
+ *   6. build the run manager (new agent_instance_id, new provider instances) and
+ *      wait for its sweep of the run_as pool users (process/user-pool.ts: leftovers of
+ *      an earlier Runner's runs are killed, bounded by SWEEP_TIMEOUT_MS)
  *   7. connect to the Server (link/link.ts); `run` requires [server] and a token (checked first, exit 2)
  *
  * SIGINT/SIGTERM: close the run manager while the link still carries updates
@@ -258,7 +260,9 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
 
   let service: RunService;
   try {
-    service = new RunManager({ config, store, logger, diagnosticsDir: diagnosticsDir(config.runner.stateDir) });
+    const manager = new RunManager({ config, store, logger, diagnosticsDir: diagnosticsDir(config.runner.stateDir) });
+    await manager.usersReady;
+    service = manager;
   } catch (error) {
     store.close();
     throw error;

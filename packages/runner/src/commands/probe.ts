@@ -41,7 +41,14 @@ export async function probeAgent(options: {
   }
   let child: Awaited<ReturnType<typeof spawnAgent>>;
   try {
-    child = await spawnAgent({ agent: options.agent, cwd: options.project.root, env: env.env });
+    // As the first user of a run_as pool, unleased: a probe sends no prompt, and it does not sweep (a
+    // running daemon owns the pool).
+    child = await spawnAgent({
+      agent: options.agent,
+      runAs: options.agent.runAs?.users[0] ?? null,
+      cwd: options.project.root,
+      env: env.env,
+    });
   } catch (error) {
     return {
       ok: false,

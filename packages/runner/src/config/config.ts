@@ -9,7 +9,7 @@ import { accessSync, constants, realpathSync, statSync } from "node:fs";
 import { dirname, isAbsolute, resolve } from "node:path";
 import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
-import { type RunAs, resolveRunAs, type SwitchSupport, switchUserSupport } from "../process/run-as.js";
+import { type RunAsPool, resolveRunAs, type SwitchSupport, switchUserSupport } from "../process/run-as.js";
 import { ConfigSchema, describeIssues, type LogLevel, type RawConfig } from "./schema.js";
 
 export interface ProjectConfig {
@@ -35,8 +35,11 @@ export interface AgentConfig {
   readonly ownForcedKeys: readonly string[];
   /** CHILD_NAME → RUNNER_SOURCE_NAME. Resolved from the Runner's env immediately before each spawn. */
   readonly envFromEnv: Readonly<Record<string, string>>;
-  /** `run_as` / `run_as_group`, resolved and checked at load time; null: the agent runs as the Runner's user. */
-  readonly runAs: RunAs | null;
+  /**
+   * `run_as` / `run_as_group`, resolved and checked at load time: the pool of users this agent's runs take
+   * (one per concurrent run, process/user-pool.ts); null: the agent runs as the Runner's user (`runsAsRunnerUser`).
+   */
+  readonly runAs: RunAsPool | null;
 }
 
 export interface AcpConfig {

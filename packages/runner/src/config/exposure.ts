@@ -7,6 +7,7 @@
  * the Runner's own user and so can read all of it whatever the modes.
  */
 import { statSync } from "node:fs";
+import { runsAsRunnerUser } from "../process/run-as.js";
 import type { RunnerConfig } from "./config.js";
 
 export interface ModeWarning {
@@ -41,9 +42,9 @@ export function credentialModeWarnings(config: RunnerConfig): ModeWarning[] {
   return out;
 }
 
-/** Ids of the agents that run as this process's user (no run_as, or run_as naming the same uid). */
-export function sameUserAgents(config: RunnerConfig, uid: number | undefined = process.getuid?.()): string[] {
-  return config.acp.agents.filter((a) => a.runAs === null || a.runAs.uid === uid).map((a) => a.id);
+/** Ids of the agents that run as this process's user (no run_as: config refuses a pool user of the Runner's uid). */
+export function sameUserAgents(config: RunnerConfig): string[] {
+  return config.acp.agents.filter(runsAsRunnerUser).map((a) => a.id);
 }
 
 /** The line `check` prints for an agent that runs as the Runner's user. */

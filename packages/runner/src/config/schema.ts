@@ -17,7 +17,7 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { z } from "zod";
-import { ACCOUNT_NAME_PATTERN } from "../process/run-as.js";
+import { ACCOUNT_NAME_PATTERN, MAX_RUN_AS_POOL_USERS } from "../process/run-as.js";
 
 /** Most argv entries an agent may be configured with, and the longest one. */
 export const MAX_AGENT_ARGS = 64;
@@ -53,6 +53,26 @@ const EnvName = z
 const AccountName = z
   .string({ error: "must be a string" })
   .regex(ACCOUNT_NAME_PATTERN, "must be a user or group name (^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$)");
+/**
+ * `run_as`: one user name (a pool of one) or an array of 1..MAX_RUN_AS_POOL_USERS distinct
+ * user names (a pool: one user per concurrent run, see process/user-pool.ts).
+ */
+const RunAsUsers = z
+  .union([AccountName, z.array(AccountName)], {
+    error: `must be a user name or an array of 1 to ${MAX_RUN_AS_POOL_USERS} user names`,
+  })
+  .superRefine((value, ctx) => {
+    if (!Array.isArray(value)) return;
+    if (value.length === 0) ctx.addIssue({ code: "custom", message: "must name at least one user" });
+    if (value.length > MAX_RUN_AS_POOL_USERS) {
+      ctx.addIssue({ code: "custom", message: `must name at most ${MAX_RUN_AS_POOL_USERS} users` });
+    }
+    value.forEach((name, i) => {
+      if (value.indexOf(name) !== i) {
+        ctx.addIssue({ code: "custom", path: [i], message: `${JSON.stringify(name)} is listed twice` });
+      }
+    });
+  });
 const ConfigId = z
   .string()
   .regex(CONFIG_ID_PATTERN, "must be 1-128 characters of [A-Za-z0-9_.:/-] starting with a letter or digit");
@@ -97,7 +117,7 @@ const AgentSchema = z
       .refine((m) => Object.keys(m).length <= MAX_ENV_MAPPINGS, `must have at most ${MAX_ENV_MAPPINGS} entries`)
       .default({}),
     forced_config: ForcedTable,
-    run_as: AccountName.optional(),
+    run_as: RunAsUsers.optional(),
     run_as_group: AccountName.optional(),
   })
   .strict();

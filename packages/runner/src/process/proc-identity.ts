@@ -7,7 +7,7 @@
  * before signalling it. On non-Linux hosts every read returns null, so the
  * reaper does nothing rather than guess.
  */
-import { readdirSync, readFileSync } from "node:fs";
+import { closeSync, openSync, readdirSync, readFileSync, readSync } from "node:fs";
 
 export interface ProcStat {
   pid: number;
@@ -83,4 +83,61 @@ export function compareStartTimes(a: string, b: string): number {
   const x = BigInt(a);
   const y = BigInt(b);
   return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/** A process found by `listUidProcesses`: its pid and the pool uid it runs as. */
+export interface UidProcess {
+  pid: number;
+  uid: number;
+}
+
+/** Bytes read of each /proc/PID/status by listUidProcesses (State and Uid are in its first few hundred). */
+export const STATUS_READ_BYTES = 4096;
+const statusBuffer = Buffer.alloc(STATUS_READ_BYTES);
+
+/** The start of /proc/PID/status (one read into a shared buffer: a sweep reads one per process), or null. */
+function readStatusHead(pid: string): string | null {
+  let fd: number;
+  try {
+    fd = openSync(`/proc/${pid}/status`, "r");
+  } catch {
+    return null; // gone meanwhile
+  }
+  try {
+    const n = readSync(fd, statusBuffer, 0, STATUS_READ_BYTES, 0);
+    return statusBuffer.toString("latin1", 0, n);
+  } catch {
+    return null;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Every live (non-zombie) process whose real, effective or saved uid is in
+ * `uids`, by scanning /proc/PID/status (readable for every process, whatever
+ * it did to its dumpable flag, process group or session). This process
+ * itself is never listed.
+ */
+export function listUidProcesses(uids: ReadonlySet<number>): UidProcess[] {
+  let entries: string[];
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return [];
+  }
+  const out: UidProcess[] = [];
+  for (const name of entries) {
+    if (!/^\d+$/.test(name)) continue;
+    const pid = Number(name);
+    if (pid === process.pid) continue;
+    const status = readStatusHead(name);
+    if (status === null) continue;
+    if (/^State:\s+[ZX]/m.test(status)) continue;
+    const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
+    if (!ids) continue;
+    const match = [ids[1], ids[2], ids[3]].map(Number).find((uid) => uids.has(uid));
+    if (match !== undefined) out.push({ pid, uid: match });
+  }
+  return out;
 }

@@ -1,17 +1,25 @@
 /**
- * Running an agent as another OS user (DESIGN §4.2, `[[acp.agents]] run_as`).
+ * Running an agent as other OS users (DESIGN §4.2, `[[acp.agents]] run_as`).
  *
  * An agent runs arbitrary commands; as the Runner's own user it could read
  * the Runner's token (`/proc/<runner>/environ`, the config, the token file)
  * and its dispatch store. With `run_as` the Runner starts the agent through
- * util-linux `setpriv`, which (in the child, before exec) sets the real,
- * effective and saved gid and uid, sets the supplementary groups from the
- * group database (`initgroups`: the user's groups, plus `run_as_group` when
- * given), and clears the inheritable and ambient capability sets — so an agent
- * started by a non-root Runner holding CAP_SETUID/CAP_SETGID as ambient
- * capabilities (the systemd unit) gets none of them. setpriv execs the agent
- * in place: same pid, same process group, so reaping and tree cleanup work as
- * for any agent (the Runner needs CAP_KILL, or root, to signal it).
+ * util-linux `setpriv`, which (in the child, before exec) sets
+ * `no_new_privs` (setuid and file-capability binaries gain nothing), clears
+ * the capability bounding set where the Runner may (CAP_SETPCAP: root does),
+ * sets the real, effective and saved gid and uid, sets the supplementary
+ * groups from the group database (`initgroups`: the user's groups, plus
+ * `run_as_group` when given), and clears the inheritable and ambient
+ * capability sets — so an agent started by a non-root Runner holding
+ * CAP_SETUID/CAP_SETGID as ambient capabilities (the systemd unit) gets none
+ * of them. setpriv execs the agent in place: same pid, same process group, so
+ * reaping and tree cleanup work as for any agent (the Runner needs CAP_KILL,
+ * or root, to signal it).
+ *
+ * `run_as` names a pool: one user (`run_as = "u"`, a pool of one) or several
+ * (`run_as = ["u1", "u2"]`). Each concurrent run holds a user of its own and
+ * every process of that user is killed before the user serves another run
+ * (process/user-pool.ts); this module only resolves and checks the pool.
  *
  * Node's own `uid`/`gid` spawn options are not used: they drop every
  * supplementary group and leave ambient capabilities in place.
@@ -28,12 +36,21 @@ export const SYSTEM_TOOL_DIRS = ["/usr/bin", "/bin", "/usr/sbin", "/sbin"] as co
 export const GETENT_TIMEOUT_MS = 5000;
 /** User and group names accepted in `run_as` / `run_as_group` (POSIX portable names, plus a leading digit for ids). */
 export const ACCOUNT_NAME_PATTERN = /^[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}$/;
+/** Most users one `run_as` pool may name (as many as `max_concurrent_runs` allows runs). */
+export const MAX_RUN_AS_POOL_USERS = 64;
+/**
+ * The kernel's overflow uid ("nobody"): shared by unrelated services and by
+ * NFS, so never a pool user (every process of a pool user is killed).
+ */
+export const OVERFLOW_UID = 65534;
 
 /** Linux capability bit numbers (linux/capability.h). */
 const CAP_KILL = 5;
 const CAP_SETGID = 6;
 const CAP_SETUID = 7;
+const CAP_SETPCAP = 8;
 
+/** One OS user an agent process is started as. */
 export interface RunAs {
   readonly user: string;
   readonly uid: number;
@@ -43,6 +60,21 @@ export interface RunAs {
   readonly group: string | null;
   /** Absolute path of the `setpriv` that switches users. */
   readonly setpriv: string;
+  /** Whether setpriv clears the capability bounding set (it needs CAP_SETPCAP, which root has). */
+  readonly clearBoundingSet: boolean;
+}
+
+/** An agent's `run_as`: the users its runs take turns as, one per concurrent run, in configured order. */
+export interface RunAsPool {
+  readonly users: readonly RunAs[];
+}
+
+/**
+ * Whether the agent runs as the Runner's own user: no `run_as`. (A pool user
+ * with the Runner's uid is a config error, so this is the whole question.)
+ */
+export function runsAsRunnerUser(agent: { readonly runAs: RunAsPool | null }): boolean {
+  return agent.runAs === null;
 }
 
 /** The first executable `name` in SYSTEM_TOOL_DIRS, or null. */
@@ -105,14 +137,15 @@ function capabilitySet(status: string, name: string): bigint {
 
 const has = (set: bigint, bit: number) => (set & (1n << BigInt(bit))) !== 0n;
 
-export type SwitchSupport = { ok: true } | { ok: false; reason: string };
+export type SwitchSupport = { ok: true; clearBoundingSet: boolean } | { ok: false; reason: string };
 
 /**
  * Whether a process with this /proc/PID/status text and effective uid can
  * start agents as other users: root with CAP_SETUID, CAP_SETGID and CAP_KILL
  * effective, or a non-root user holding CAP_SETUID and CAP_SETGID as ambient
  * capabilities (so setpriv inherits them across exec) and CAP_KILL effective
- * (to signal the agent's process group).
+ * (to signal the agent's process group). `clearBoundingSet`: whether setpriv
+ * will also hold CAP_SETPCAP, which dropping the bounding set needs.
  */
 export function switchUserSupportFrom(status: string, euid: number): SwitchSupport {
   const effective = capabilitySet(status, "CapEff");
@@ -123,7 +156,7 @@ export function switchUserSupportFrom(status: string, euid: number): SwitchSuppo
   if (!has(switchSet, CAP_SETUID)) missing.push(root ? "CAP_SETUID" : "ambient CAP_SETUID");
   if (!has(switchSet, CAP_SETGID)) missing.push(root ? "CAP_SETGID" : "ambient CAP_SETGID");
   if (!has(effective, CAP_KILL)) missing.push("CAP_KILL");
-  if (missing.length === 0) return { ok: true };
+  if (missing.length === 0) return { ok: true, clearBoundingSet: has(switchSet, CAP_SETPCAP) };
   return {
     ok: false,
     reason: root
@@ -144,32 +177,60 @@ export function switchUserSupport(): SwitchSupport {
   return switchUserSupportFrom(status, process.geteuid?.() ?? -1);
 }
 
-/** `run_as` / `run_as_group` resolved to ids, or the key at fault and the rule it breaks. */
-export type RunAsResolution =
-  | { ok: true; value: RunAs | null }
-  | { ok: false; key: "run_as" | "run_as_group"; reason: string };
+/** `run_as` / `run_as_group` resolved to ids, or the key at fault (`run_as[1]` for a pool member) and the rule it breaks. */
+export type RunAsResolution = { ok: true; value: RunAsPool | null } | { ok: false; key: string; reason: string };
 
 /**
- * Resolve an agent's `run_as` / `run_as_group` at config load: unknown accounts, root (uid or gid 0), a
- * missing setpriv and a Runner that cannot switch users are refused. No `run_as`: null, the agent runs as
- * the Runner's user. `canSwitch` is asked only when everything else is fine.
+ * Resolve an agent's `run_as` (one user, or a pool) and `run_as_group` at config load: unknown accounts,
+ * root (uid or gid 0), the overflow uid, the Runner's own uid, two names of one uid, a missing setpriv and a
+ * Runner that cannot switch users are refused. No `run_as`: null, the agent runs as the Runner's user.
+ * `canSwitch` is asked only when everything else is fine.
  */
 export function resolveRunAs(
-  user: string | undefined,
+  users: string | readonly string[] | undefined,
   group: string | undefined,
   canSwitch: () => SwitchSupport,
+  runnerUid: number | undefined = process.geteuid?.(),
 ): RunAsResolution {
-  if (user === undefined) {
+  if (users === undefined) {
     if (group !== undefined)
       return { ok: false, key: "run_as_group", reason: "needs run_as (the user the agent runs as)" };
     return { ok: true, value: null };
   }
-  const account = lookupUser(user);
-  if (!account.ok) return { ok: false, key: "run_as", reason: `${JSON.stringify(user)}: ${account.reason}` };
-  if (account.value.uid === 0) {
-    return { ok: false, key: "run_as", reason: `${JSON.stringify(user)} is root (uid 0); name an unprivileged user` };
+  const names = typeof users === "string" ? [users] : users;
+  const keyOf = (i: number) => (typeof users === "string" ? "run_as" : `run_as[${i}]`);
+  const accounts: { user: string; uid: number; gid: number }[] = [];
+  const byUid = new Map<number, string>();
+  for (const [i, user] of names.entries()) {
+    const account = lookupUser(user);
+    const key = keyOf(i);
+    if (!account.ok) return { ok: false, key, reason: `${JSON.stringify(user)}: ${account.reason}` };
+    const { uid } = account.value;
+    if (uid === 0) {
+      return { ok: false, key, reason: `${JSON.stringify(user)} is root (uid 0); name an unprivileged user` };
+    }
+    if (uid === OVERFLOW_UID) {
+      return {
+        ok: false,
+        key,
+        reason: `${JSON.stringify(user)} is the overflow user (uid ${OVERFLOW_UID}), shared by other services; every process of a run_as user is killed after each run, so name users of this Runner's own`,
+      };
+    }
+    if (uid === runnerUid) {
+      return {
+        ok: false,
+        key,
+        reason: `${JSON.stringify(user)} is this Runner's own user (uid ${uid}); every process of a run_as user is killed after each run, so name another user (or omit run_as)`,
+      };
+    }
+    const twin = byUid.get(uid);
+    if (twin !== undefined) {
+      return { ok: false, key, reason: `${JSON.stringify(user)} has the same uid (${uid}) as ${JSON.stringify(twin)}` };
+    }
+    byUid.set(uid, user);
+    accounts.push({ user, uid, gid: account.value.gid });
   }
-  let gid = account.value.gid;
+  let groupGid: number | null = null;
   if (group !== undefined) {
     const found = lookupGroup(group);
     if (!found.ok) return { ok: false, key: "run_as_group", reason: `${JSON.stringify(group)}: ${found.reason}` };
@@ -180,7 +241,7 @@ export function resolveRunAs(
         reason: `${JSON.stringify(group)} is gid 0; name an unprivileged group`,
       };
     }
-    gid = found.value.gid;
+    groupGid = found.value.gid;
   }
   const setpriv = findSystemTool("setpriv");
   if (setpriv === null) {
@@ -192,7 +253,17 @@ export function resolveRunAs(
   }
   const support = canSwitch();
   if (!support.ok) return { ok: false, key: "run_as", reason: `the Runner cannot switch users: ${support.reason}` };
-  return { ok: true, value: Object.freeze({ user, uid: account.value.uid, gid, group: group ?? null, setpriv }) };
+  const pool = accounts.map((a) =>
+    Object.freeze({
+      user: a.user,
+      uid: a.uid,
+      gid: groupGid ?? a.gid,
+      group: group ?? null,
+      setpriv,
+      clearBoundingSet: support.clearBoundingSet,
+    }),
+  );
+  return { ok: true, value: Object.freeze({ users: Object.freeze(pool) }) };
 }
 
 /** The argv that starts `executable args` as `runAs` through setpriv. */
@@ -204,6 +275,8 @@ export function setprivCommand(
   return {
     file: runAs.setpriv,
     args: [
+      "--no-new-privs",
+      ...(runAs.clearBoundingSet ? ["--bounding-set=-all"] : []),
       `--reuid=${runAs.uid}`,
       `--regid=${runAs.gid}`,
       "--init-groups",

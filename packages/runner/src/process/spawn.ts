@@ -8,7 +8,8 @@
  * discarded (only a byte count is kept); no other descriptor (inherited ones
  * are covered by /dev/null, see process/inherited-fds.ts), in a descriptor table sized
  * so its start-up need not grow it (process/fd-table.ts). With `run_as` the agent is
- * started through setpriv as that user (process/run-as.ts): same pid and group.
+ * started through setpriv as the run's pool user (process/run-as.ts): same pid and
+ * group; what leaves the group is the pool's sweep's (process/user-pool.ts).
  * Cleanup after every run: stdin EOF → grace → SIGTERM to the group → grace →
  * SIGKILL to the tree and the group.
  */
@@ -83,8 +84,9 @@ export interface TreeCleanup {
 }
 
 export interface SpawnOptions {
-  /** `runAs` absent or null: the agent runs as the Runner's user. */
-  agent: Pick<AgentConfig, "executable" | "args"> & { readonly runAs?: RunAs | null };
+  agent: Pick<AgentConfig, "executable" | "args">;
+  /** The OS user to start the agent as (a run's pool user); absent or null: the Runner's user. */
+  runAs?: RunAs | null;
   cwd: string;
   env: Record<string, string>;
   /**
@@ -127,7 +129,8 @@ function signalGroup(pgid: number, signal: NodeJS.Signals): void {
 
 /** Spawn the agent and wait for the `spawn` event. Throws SpawnError if the OS refuses. */
 export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
-  const { executable, args, runAs } = options.agent;
+  const { executable, args } = options.agent;
+  const runAs = options.runAs;
   const command = runAs ? setprivCommand(runAs, executable, args) : { file: executable, args: [...args] };
   // Descriptors this process inherited without close-on-exec are covered by /dev/null in the child
   // (an integer stdio entry is child_process's "dup this fd here").

@@ -2,8 +2,9 @@
  * The run lifecycle (DESIGN §4.2–4.5) behind the RunService seam: admission
  * (fences, capacity — never a queue), then per run:
  *
- *   admit ─▶ the ACP turn (acp/turn.ts) ─▶ markTerminal ─▶ projection
- *         ─▶ tree cleanup ─▶ clearChild ─▶ retention (runs/retention.ts)
+ *   admit (+ a run_as pool user, process/user-pool.ts) ─▶ the ACP turn (acp/turn.ts)
+ *         ─▶ markTerminal ─▶ projection ─▶ tree cleanup ─▶ clearChild
+ *         ─▶ sweep of the pool user ─▶ retention (runs/retention.ts)
  *
  * Pushes to the link go through the one batching rule (events/batches.ts);
  * the setup timings line is runs/timings.ts, fed by the turn's milestones.
@@ -29,6 +30,7 @@ import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
 import { type Logger, silentLogger } from "../logger.js";
 import type { AgentChild } from "../process/spawn.js";
+import { UserPool } from "../process/user-pool.js";
 import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
 import type { DispatchStore } from "../store/types.js";
 import { writeDiagnostics } from "./diagnostics.js";
@@ -65,6 +67,8 @@ export interface RunManagerOptions {
   retainedRingsMaxBytes?: number;
   /** Where each run's diagnostics file goes (runs/diagnostics.ts); none written when unset (exec, tests). */
   diagnosticsDir?: string;
+  /** Longest a run_as pool user's sweep may take before the user is quarantined (default SWEEP_TIMEOUT_MS). */
+  sweepTimeoutMs?: number;
   /** Crash injection (default: failpoints.ts, armed only by WEBCODEX_FAILPOINT). */
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
@@ -101,6 +105,8 @@ export class RunManager implements RunService {
   readonly #active = new Set<Run>();
   readonly #retention: RunRetention;
   readonly #turn: AcpTurn;
+  /** The run_as users: one per live run, swept before reuse. Sweeps every pool user once, here at construction. */
+  readonly #users: UserPool;
   readonly #listeners = new Set<RunUpdateListener>();
   #closing = false;
 
@@ -137,6 +143,15 @@ export class RunManager implements RunService {
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
     }
     for (const project of this.#config.projects) this.#projects.set(project.id, project);
+    this.#users = new UserPool(this.#config.acp.agents, {
+      logger: this.#log,
+      ...(options.sweepTimeoutMs === undefined ? {} : { sweepTimeoutMs: options.sweepTimeoutMs }),
+    });
+  }
+
+  /** Resolves once the start-up sweep of the run_as pool users is done (a user still being swept is not leased). */
+  get usersReady(): Promise<void> {
+    return this.#users.ready;
   }
 
   get storeId(): string {
@@ -215,6 +230,9 @@ export class RunManager implements RunService {
     if (this.#active.size >= this.#config.acp.maxConcurrentRuns) {
       return { ok: false, code: "capacity", message: FAILURE_SUMMARIES.capacity };
     }
+    // Every user of the agent's run_as pool serves a live run (or is being swept): at capacity for this agent.
+    const lease = this.#users.acquire(agent);
+    if (!lease.ok) return { ok: false, code: "capacity", message: FAILURE_SUMMARIES.capacity };
 
     const acp = this.#config.acp;
     const timeoutSecs = Math.min(req.timeout_secs ?? acp.defaultRunTimeoutSecs, acp.maxRunTimeoutSecs);
@@ -231,6 +249,7 @@ export class RunManager implements RunService {
       this.#ringLimits,
       this.#now,
     );
+    run.runAs = lease.user;
     try {
       this.#store.admit({
         run_id: run.run_id,
@@ -243,6 +262,7 @@ export class RunManager implements RunService {
       });
     } catch (error) {
       this.#log.error({ run_id: req.run_id, err_name: (error as Error)?.name }, "admission failed");
+      if (lease.user) void this.#users.release(lease.user, run.run_id);
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     this.#runs.set(run.run_id, run);
@@ -455,6 +475,8 @@ export class RunManager implements RunService {
     } finally {
       run.child = null;
       run.conn = null;
+      // Whatever of the run left its process group dies here, before the user can serve another run.
+      if (run.runAs) await this.#users.release(run.runAs, run.run_id);
       this.#active.delete(run);
       this.#retention.retain(run);
       run.markSettled();

@@ -20,6 +20,7 @@ import type { AgentConfig, ProjectConfig } from "../config/config.js";
 import type { EventNormalizer, Redactor } from "../events/normalize.js";
 import { EventRing, type RingLimits } from "../events/ring.js";
 import type { TextPacer } from "../events/text-pacer.js";
+import type { RunAs } from "../process/run-as.js";
 import type { AgentChild } from "../process/spawn.js";
 import type { DispatchRow, TerminalUpdate } from "../store/types.js";
 import type { CancelReason, PermissionAnswer } from "./terminal.js";
@@ -41,6 +42,8 @@ export class Run {
   textPacer: TextPacer | null = null;
 
   child: AgentChild | null = null;
+  /** The run_as pool user this run holds from admission until it is swept (process/user-pool.ts); null: the Runner's user. */
+  runAs: RunAs | null = null;
   /** The run's redactor once its env is resolved (event text, and the stderr tail of its diagnostics). */
   redactor: Redactor | null = null;
   conn: AcpClientConnection | null = null;

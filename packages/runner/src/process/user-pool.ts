@@ -1,0 +1,175 @@
+/**
+ * Runs are kept apart (DESIGN §4.2, tenancy): the `run_as` pools of all
+ * agents, and the sweep that leaves no process of a pool user behind.
+ *
+ * - Each concurrent run holds a pool user of its own, leased at admission
+ *   and never shared with another live run, whichever agent it belongs to
+ *   (leases are keyed by uid, so agents may share a pool). No free user:
+ *   the start is refused as at capacity — no queue.
+ * - When the run's tree cleanup is done, every process whose real,
+ *   effective or saved uid is the user's is SIGKILLed, and /proc is
+ *   re-scanned until none is left (bounded by SWEEP_TIMEOUT_MS). Only then is
+ *   the user free again. This catches what escaped the process group:
+ *   double-forked daemons, `setsid` children, `nohup … &`. Agents start with
+ *   no_new_privs and no capabilities (process/run-as.ts), so none of their processes
+ *   can leave the user.
+ * - A user whose processes survive the sweep is quarantined: it serves no
+ *   run until the Runner restarts (logged with the user and counts only).
+ * - At construction (Runner start, after a crash too) every pool user is
+ *   swept the same way, so a leftover of an earlier Runner's run dies before
+ *   the user serves a run here.
+ *
+ * The Runner does not know a run's principal (run.start carries none) and
+ * does not need to: runs that are live together never share a user, and a
+ * user serves the next run only once nothing of the previous one runs.
+ */
+import { setTimeout as sleep } from "node:timers/promises";
+import type { AgentConfig } from "../config/config.js";
+import { type Logger, silentLogger } from "../logger.js";
+import { listUidProcesses } from "./proc-identity.js";
+import type { RunAs } from "./run-as.js";
+
+/** Longest a sweep keeps SIGKILLing and re-scanning for processes of a pool user before it quarantines the user. */
+export const SWEEP_TIMEOUT_MS = 5000;
+/** Pause between a sweep's SIGKILL round and its next /proc scan. */
+export const SWEEP_POLL_MS = 20;
+
+export interface SweepResult {
+  /** Processes found (and SIGKILLed) over all rounds. */
+  readonly killed: number;
+  /** Processes still alive when the sweep gave up (0: the user is clean). */
+  readonly survivors: number;
+}
+
+/** One SIGKILL round: every live process of `uids`; returns how many were signalled per uid. */
+function killRound(uids: ReadonlySet<number>): Map<number, number> {
+  const found = new Map<number, number>();
+  for (const { pid, uid } of listUidProcesses(uids)) {
+    found.set(uid, (found.get(uid) ?? 0) + 1);
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return found;
+}
+
+/**
+ * SIGKILL every process of `uid` and re-scan until none is left or `timeoutMs` has passed.
+ * `firstRound` is a round already done by the caller (its count), so the first scan is not repeated.
+ */
+export async function sweepUser(
+  uid: number,
+  timeoutMs = SWEEP_TIMEOUT_MS,
+  firstRound: number | null = null,
+): Promise<SweepResult> {
+  const uids = new Set([uid]);
+  const deadline = Date.now() + timeoutMs;
+  let killed = 0;
+  let round = firstRound ?? killRound(uids).get(uid) ?? 0;
+  for (;;) {
+    killed += round;
+    if (round === 0) return { killed, survivors: 0 };
+    if (Date.now() >= deadline) return { killed, survivors: listUidProcesses(uids).length };
+    await sleep(SWEEP_POLL_MS);
+    round = killRound(uids).get(uid) ?? 0;
+  }
+}
+
+type SlotState = "free" | "leased" | "sweeping" | "quarantined";
+
+/** A start's user: null when the agent runs as the Runner's own user (no run_as). */
+export type Lease = { ok: true; user: RunAs | null } | { ok: false };
+
+export class UserPool {
+  /** Pool users by uid, over every agent's pool. */
+  readonly #state = new Map<number, SlotState>();
+  readonly #log: Logger;
+  readonly #timeoutMs: number;
+  readonly #sweep: typeof sweepUser;
+  /** Resolves once the start-up sweep of every pool user is done. */
+  readonly ready: Promise<void>;
+
+  constructor(
+    agents: readonly AgentConfig[],
+    options: {
+      logger?: Logger;
+      sweepTimeoutMs?: number;
+      /** The sweep at release (default sweepUser; tests hand in one whose processes survive). */
+      sweep?: typeof sweepUser;
+    } = {},
+  ) {
+    this.#log = options.logger ?? silentLogger();
+    this.#timeoutMs = options.sweepTimeoutMs ?? SWEEP_TIMEOUT_MS;
+    this.#sweep = options.sweep ?? sweepUser;
+    const users = new Map<number, RunAs>();
+    for (const agent of agents) for (const user of agent.runAs?.users ?? []) users.set(user.uid, user);
+    // One scan for all users now, synchronously: a user with nothing left is free at once.
+    const found = users.size === 0 ? new Map<number, number>() : killRound(new Set(users.keys()));
+    const pending: Promise<void>[] = [];
+    for (const [uid, user] of users) {
+      const count = found.get(uid) ?? 0;
+      if (count === 0) {
+        this.#state.set(uid, "free");
+        continue;
+      }
+      this.#state.set(uid, "sweeping");
+      this.#log.warn(
+        { user: user.user, uid, processes: count },
+        "processes of a run_as pool user were left from before this start; killing them",
+      );
+      pending.push(this.#settle(user, sweepUser(uid, this.#timeoutMs, count), null));
+    }
+    this.ready = Promise.all(pending).then(() => {});
+  }
+
+  /** Lease a free user of `agent`'s pool (in configured order), or refuse when every one is busy. */
+  acquire(agent: Pick<AgentConfig, "runAs">): Lease {
+    if (agent.runAs === null) return { ok: true, user: null };
+    for (const user of agent.runAs.users) {
+      if (this.#state.get(user.uid) !== "free") continue;
+      this.#state.set(user.uid, "leased");
+      return { ok: true, user };
+    }
+    return { ok: false };
+  }
+
+  /** The run that held `user` is over (its tree cleaned up): sweep the user, then free or quarantine it. */
+  async release(user: RunAs, runId: string): Promise<void> {
+    if (this.#state.get(user.uid) !== "leased") return;
+    this.#state.set(user.uid, "sweeping");
+    try {
+      await this.#settle(user, this.#sweep(user.uid, this.#timeoutMs), runId);
+    } catch (error) {
+      // Never leave a run unsettled over a sweep fault; a user not proven clean serves no run.
+      this.#state.set(user.uid, "quarantined");
+      this.#log.error(
+        { run_id: runId, user: user.user, uid: user.uid, err_name: (error as Error)?.name },
+        "sweeping a run_as pool user failed; the user serves no run until the Runner restarts",
+      );
+    }
+  }
+
+  /** Where a pool user stands (free, leased, being swept, quarantined); undefined for a uid in no pool. */
+  state(uid: number): SlotState | undefined {
+    return this.#state.get(uid);
+  }
+
+  async #settle(user: RunAs, sweep: Promise<SweepResult>, runId: string | null): Promise<void> {
+    const { killed, survivors } = await sweep;
+    const fields = { ...(runId === null ? {} : { run_id: runId }), user: user.user, uid: user.uid };
+    if (survivors > 0) {
+      this.#state.set(user.uid, "quarantined");
+      this.#log.error(
+        { ...fields, killed, survivors },
+        "processes of a run_as pool user survived SIGKILL; the user serves no run until the Runner restarts",
+      );
+      return;
+    }
+    if (killed > 0 && runId !== null) {
+      this.#log.info({ ...fields, killed }, "processes of the run that left its process group were killed");
+    }
+    this.#state.set(user.uid, "free");
+  }
+}

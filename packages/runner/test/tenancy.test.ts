@@ -1,0 +1,263 @@
+/**
+ * Runs are kept apart (issue 25 §1, DESIGN §4.2) with real processes, the
+ * real Runner and OS users created for the test. The attacks of the issue as
+ * scenarios of the fake agent: a tool that double-forks a sleeper or
+ * `setsid`s a child (both outside the agent's process group, so the group
+ * kill misses them), and a run that reads another live run's
+ * `/proc/<pid>/environ` and memory. With a `run_as` pool every concurrent run
+ * holds a user of its own and every process of that user is killed when the
+ * run ends, so nothing escapes and nothing is readable across runs.
+ *
+ * Creating users and switching to them needs root (CI runs the suite as
+ * root): as any other user this file's tests are skipped, as run-as.test.ts's
+ * are, and the describe title says why.
+ */
+import { execFile, spawn } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { parseConfig, type RunnerConfig } from "../src/config/config.js";
+import { listUidProcesses } from "../src/process/proc-identity.js";
+import { findSystemTool } from "../src/process/run-as.js";
+import { sweepUser } from "../src/process/user-pool.js";
+import { alive, newManager, RUNNER_BIN, runToEnd, startRequest, waitForState } from "./support/harness.js";
+import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
+
+const execFileP = promisify(execFile);
+/** The env var the pooled agent gets (mapped from CANARY_SOURCE); its value is a fresh random canary. */
+const CANARY_NAME = "WC_TENANCY_CANARY";
+const CANARY_SOURCE = "WC_TENANCY_CANARY_SOURCE";
+const CANARY = `tenancy-canary-${randomBytes(24).toString("hex")}`;
+/** Longest a test waits for a live run's agent to show up in the ledger. */
+const LEDGER_WAIT_MS = 15_000;
+const SETPRIV = findSystemTool("setpriv") ?? "setpriv";
+
+interface Ctx {
+  users: [TestUser, TestUser];
+  agent: ReturnType<typeof agentCopy>;
+  dir: string;
+  ledger: string;
+  configFile: string;
+  config: RunnerConfig;
+}
+let ctx: Ctx;
+
+type LedgerLine = { event: string; [k: string]: unknown };
+
+function ledgerLines(): LedgerLine[] {
+  let text = "";
+  try {
+    text = readFileSync(ctx.ledger, "utf8");
+  } catch {
+    return [];
+  }
+  return text
+    .split("\n")
+    .filter((l) => l !== "")
+    .map((l) => JSON.parse(l) as LedgerLine);
+}
+
+/** The first ledger line after the first `from` lines that matches, once it appears. */
+async function ledgerLine(from: number, match: (l: LedgerLine) => boolean): Promise<LedgerLine> {
+  const deadline = Date.now() + LEDGER_WAIT_MS;
+  for (;;) {
+    const line = ledgerLines().slice(from).find(match);
+    if (line) return line;
+    if (Date.now() > deadline) throw new Error("ledger line did not appear");
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+function uidOf(pid: number): number | null {
+  try {
+    const line = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return line ? Number(line[1]) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** `webcodex-runner exec` of one prompt; the env carries the canary source. */
+async function exec(provider: string, prompt: string) {
+  try {
+    const { stdout, stderr } = await execFileP(
+      process.execPath,
+      [RUNNER_BIN, "exec", "--config", ctx.configFile, "--project", "demo", "--provider", provider, "--json", prompt],
+      { env: { ...process.env, [CANARY_SOURCE]: CANARY }, timeout: 60_000 },
+    );
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create users and switch to them)", () => {
+  beforeAll(() => {
+    const users: [TestUser, TestUser] = [createTestUser("p1"), createTestUser("p2")];
+    const agent = agentCopy();
+    const dir = mkdtempSync(join(tmpdir(), "wc-tenancy-"));
+    chmodSync(dir, 0o755);
+    const project = join(dir, "project");
+    mkdirSync(project);
+    // Agents of both pool users append to one ledger.
+    const ledger = join(dir, "ledger.jsonl");
+    writeFileSync(ledger, "");
+    chmodSync(ledger, 0o666);
+    const agentTable = (id: string, runAs: string) =>
+      [
+        "[[acp.agents]]",
+        `id = "${id}"`,
+        `executable = ${JSON.stringify(agent.bin)}`,
+        `args = ${JSON.stringify(["--ledger", ledger])}`,
+        `run_as = ${runAs}`,
+        "[acp.agents.env_from_env]",
+        'PATH = "PATH"',
+        `${CANARY_NAME} = "${CANARY_SOURCE}"`,
+      ].join("\n");
+    const text = [
+      "[runner]",
+      `state_dir = ${JSON.stringify(join(dir, "state"))}`,
+      "[[projects]]",
+      'id = "demo"',
+      `root = ${JSON.stringify(project)}`,
+      "allow_patch = true",
+      "[acp]",
+      "max_concurrent_runs = 4",
+      "cancel_grace_secs = 2",
+      agentTable("pooled", JSON.stringify(users.map((u) => u.name))),
+      // Shares the first pool user with "pooled": a user serves one live run, whichever agent's.
+      agentTable("single", JSON.stringify(users[0].name)),
+    ].join("\n");
+    const configFile = join(dir, "runner.toml");
+    writeFileSync(configFile, `${text}\n`, { mode: 0o600 });
+    ctx = { users, agent, dir, ledger, configFile, config: parseConfig(text, configFile) };
+  });
+
+  afterAll(async () => {
+    if (!ctx) return;
+    // Nothing of the test users may be left running; whatever is (a failed test) dies before they go.
+    const left = listUidProcesses(new Set(ctx.users.map((u) => u.uid)));
+    for (const user of ctx.users) await sweepUser(user.uid);
+    for (const user of ctx.users) user.remove();
+    ctx.agent.remove();
+    rmSync(ctx.dir, { recursive: true, force: true });
+    expect(left).toEqual([]);
+  });
+
+  test("check names each agent's pool and the concurrency it allows", async () => {
+    const { stdout } = await execFileP(process.execPath, [RUNNER_BIN, "check", "--config", ctx.configFile]);
+    const [u1, u2] = ctx.users;
+    expect(stdout).toContain(`agents: pooled (as ${u1.name}, ${u2.name}), single (as ${u1.name})`);
+    expect(stdout).toContain("note: agent pooled runs at most 2 runs at once");
+    expect(stdout).toContain("note: agent single runs at most 1 run at once");
+  });
+
+  test.each([
+    ["double_fork", "a double-forked sleeper (parent PID 1, a session of its own)"],
+    ["setsid", "a setsid'd child"],
+  ])("%s: %s does not outlive the run, and the next run of that user finds nothing left", async (how) => {
+    const before = ledgerLines().length;
+    const { code, stdout, stderr } = await exec("single", `scenario: escape how=${how}`);
+    expect(code, stdout + stderr).toBe(0);
+    expect(stdout).toMatch(/"state":"completed"/);
+    const escaped = ledgerLines()
+      .slice(before)
+      .find((l) => l.event === "escaped");
+    const pid = escaped?.pid as number;
+    expect(pid).toBeGreaterThan(0);
+    // It really left the agent's process group (the group kill alone would miss it) …
+    expect(escaped?.pgid).not.toBe(escaped?.agent_pid);
+    if (how === "setsid") expect(escaped?.sid).toBe(pid);
+    // … and is gone when exec returns (exec waits for the run to settle).
+    expect(alive(pid)).toBe(false);
+
+    const next = await exec("single", "scenario: leftovers");
+    expect(next.code, next.stdout + next.stderr).toBe(0);
+    const count = ledgerLines()
+      .slice(before)
+      .find((l) => l.event === "leftovers");
+    expect(count).toEqual({ event: "leftovers", uid: ctx.users[0].uid, count: 0 });
+  });
+
+  test("concurrent runs hold different users; one cannot read the other's environ or memory; a third is refused", async () => {
+    const { manager } = newManager(ctx.config, { sourceEnv: { ...process.env, [CANARY_SOURCE]: CANARY } });
+    try {
+      const before = ledgerLines().length;
+      const first = startRequest(manager, "scenario: slow interval_ms=100 count=600", { provider_id: "pooled" });
+      expect((await manager.start(first)).ok).toBe(true);
+      await waitForState(manager, first.run_id, "running");
+      const prompt = await ledgerLine(before, (l) => l.event === "prompt");
+      const victim = prompt.pid as number;
+      expect(uidOf(victim)).toBe(ctx.users[0].uid);
+
+      // The same user can read both (what one run_as user for every run allowed): the canary and the maps.
+      const [u1] = ctx.users;
+      const sameUser = await execFileP(SETPRIV, [
+        `--reuid=${u1.uid}`,
+        `--regid=${u1.gid}`,
+        "--clear-groups",
+        "--",
+        "/bin/sh",
+        "-c",
+        `tr '\\0' '\\n' < /proc/${victim}/environ; head -c 64 /proc/${victim}/maps`,
+      ]);
+      expect(sameUser.stdout).toContain(`${CANARY_NAME}=${CANARY}`);
+      expect(sameUser.stdout).toMatch(/^[0-9a-f]+-[0-9a-f]+ r/m);
+
+      // The second concurrent run gets the other pool user and reads nothing of the first.
+      const { run, events } = await runToEnd(manager, `scenario: read_process pid=${victim} env_name=${CANARY_NAME}`, {
+        provider_id: "pooled",
+      });
+      expect(run.state).toBe("completed");
+      const read = ledgerLines().find((l) => l.event === "process_read" && l.pid === victim);
+      expect(read?.result).toEqual({ environ: "EACCES", maps: "EACCES", mem: "EACCES" });
+      expect(JSON.stringify(events)).not.toContain(CANARY);
+
+      // The reader's user was swept and is free again: another run takes it, and while two runs live, a
+      // start of either agent is refused at capacity (the single agent's one user is the first run's).
+      const second = startRequest(manager, "scenario: slow interval_ms=100 count=600", { provider_id: "pooled" });
+      expect((await manager.start(second)).ok).toBe(true);
+      const refused = await manager.start(startRequest(manager, "scenario: hello", { provider_id: "pooled" }));
+      expect(refused).toMatchObject({ ok: false, code: "capacity" });
+      const shared = await manager.start(startRequest(manager, "scenario: hello", { provider_id: "single" }));
+      expect(shared).toMatchObject({ ok: false, code: "capacity" });
+
+      await manager.cancel(first.run_id);
+      await manager.cancel(second.run_id);
+      await manager.whenSettled(first.run_id);
+      await manager.whenSettled(second.run_id);
+      // Users free again: the single agent's run (first pool user) starts.
+      const { run: after } = await runToEnd(manager, "scenario: hello", { provider_id: "single" });
+      expect(after.state).toBe("completed");
+    } finally {
+      await manager.close();
+    }
+  });
+
+  test("a Runner starting up kills what an earlier Runner's run left running as a pool user", async () => {
+    const [, u2] = ctx.users;
+    // A leftover of a crashed Runner's run: a sleeper of the second pool user in a session of its own.
+    const leftover = spawn(
+      SETPRIV,
+      [`--reuid=${u2.uid}`, `--regid=${u2.gid}`, "--clear-groups", "--", "/bin/sleep", "600"],
+      { detached: true, stdio: "ignore" },
+    );
+    leftover.unref();
+    const pid = leftover.pid as number;
+    const deadline = Date.now() + LEDGER_WAIT_MS;
+    while (uidOf(pid) !== u2.uid && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+    expect(uidOf(pid)).toBe(u2.uid);
+
+    const { manager } = newManager(ctx.config);
+    try {
+      await manager.usersReady;
+      expect(alive(pid)).toBe(false);
+    } finally {
+      await manager.close();
+    }
+  });
+});
