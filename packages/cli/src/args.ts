@@ -13,7 +13,7 @@ export const USAGE = `webcodex — start, follow and cancel coding-agent runs on
 
 Usage:
   webcodex run --project ID --provider ID [--key K] [--timeout SECS] [--config KEY=VALUE]...
-               [--session SESSION_ID] [--context-session SESSION_ID] "PROMPT"
+               [--session SESSION_ID] [--context-session SESSION_ID [--context-version N]] "PROMPT"
   webcodex observe RUN_ID [--follow]
   webcodex cancel RUN_ID
   webcodex status
@@ -40,6 +40,9 @@ Options:
   --session ID      (run) Record the run's lifecycle in this workflow session (yours, same project)
   --context-session ID
                     (run) Start from this workflow session's handoff and goal, quoted before the prompt
+  --context-version N
+                    (run) The session version you reviewed (webcodex session show); if the session
+                    changed since, nothing starts (context_version_conflict)
   -f, --follow      (observe) Follow until the run ends
   -h, --help        Show this help
   -V, --version     Show the version
@@ -70,6 +73,8 @@ export type Command =
       session: string | undefined;
       /** context_session_id: the session whose handoff and goal are quoted before the prompt. */
       contextSession: string | undefined;
+      /** context_session_version: the session version the caller reviewed (needs contextSession). */
+      contextVersion: number | undefined;
       /** "-" means read stdin. */
       prompt: string;
     }
@@ -98,6 +103,7 @@ const RUN_OPTIONS = {
   config: { type: "string", multiple: true },
   session: { type: "string" },
   "context-session": { type: "string" },
+  "context-version": { type: "string" },
 } as const satisfies ParseArgsConfig["options"];
 
 const OBSERVE_OPTIONS = {
@@ -176,6 +182,18 @@ export function parseCommand(argv: readonly string[]): Command {
         }
       }
       if (values.key?.trim() === "") throw usage("--key must not be empty");
+      let contextVersion: number | undefined;
+      if (values["context-version"] !== undefined) {
+        contextVersion = Number(values["context-version"]);
+        if (!/^[1-9][0-9]*$/.test(values["context-version"]) || !Number.isSafeInteger(contextVersion)) {
+          throw usage(
+            `--context-version expects a session version (a whole number ≥ 1), got "${values["context-version"]}"`,
+          );
+        }
+        if (values["context-session"] === undefined) {
+          throw usage("--context-version pins the version of --context-session; give --context-session too");
+        }
+      }
       const project = required(values.project, "--project ID");
       const provider = required(values.provider, "--provider ID");
       const prompt = single(positionals, 'PROMPT (quote it: "Fix the failing test")');
@@ -190,6 +208,7 @@ export function parseCommand(argv: readonly string[]): Command {
         config: parseConfigPairs(values.config ?? []),
         session: values.session,
         contextSession: values["context-session"],
+        contextVersion,
         prompt,
       };
     }

@@ -152,7 +152,13 @@ function renderObservationText(state: RenderState, raw: Observation, style: Styl
 
   let lastSeq = state.lastSeq;
   if (obs.history_lost) {
-    line(paint(style, "dim", "  (earlier events of this run are no longer available — the Runner restarted)"));
+    line(
+      paint(
+        style,
+        "dim",
+        "  (earlier events of this run are no longer available: the Runner restarted or no longer keeps them)",
+      ),
+    );
     lastSeq = 0;
   }
 

@@ -225,6 +225,8 @@ function hintForToolError(code: string): string | undefined {
       return "That claim is not the task's current one (lease expired, newer attempt or generation): `webcodex task show TASK_ID`.";
     case "claim_conflict":
       return "Another attempt or an active/lost run blocks this; `webcodex task show TASK_ID` shows which.";
+    case "context_version_conflict":
+      return "The session changed after the version you reviewed: `webcodex session show SESSION_ID`, review it, then pass its version to --context-version.";
     default:
       return undefined;
   }

@@ -190,4 +190,6 @@ export interface StartInput {
   workflow_session_id?: string;
   /** Quote this workflow session's handoff and goal before the prompt. */
   context_session_id?: string;
+  /** The context session's version the caller reviewed; another current version refuses the start. */
+  context_session_version?: number;
 }

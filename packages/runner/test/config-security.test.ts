@@ -24,6 +24,7 @@ mkdirSync(join(dir, "proj", "sub"), { recursive: true });
 mkdirSync(join(dir, "other"));
 symlinkSync(join(dir, "proj"), join(dir, "proj-link"));
 symlinkSync("/", join(dir, "slash-link"));
+symlinkSync("/etc", join(dir, "etc-link"));
 mkdirSync(join(dir, "bin"));
 writeFileSync(join(dir, "bin", "agent"), "#!/bin/sh\n");
 chmodSync(join(dir, "bin", "agent"), 0o755);
@@ -84,6 +85,121 @@ describe("project roots", () => {
   test("symlinks are resolved once, at load, and the real path is recorded", () => {
     const config = parseConfig(configText([{ id: "a", root: "proj-link" }]), file);
     expect(config.projects[0]?.root).toBe(join(dir, "proj"));
+  });
+
+  test("a root in a system tree is refused, also through a symlink", () => {
+    for (const [root, tree] of [
+      ["/etc", "/etc"],
+      ["/etc/ssl", "/etc"],
+      ["/proc/sys", "/proc"],
+      ["/sys/kernel", "/sys"],
+      ["/dev", "/dev"],
+      ["/boot", "/boot"],
+      ["/root", "/root"],
+      ["etc-link", "/etc"],
+    ] as const) {
+      expect(errorsOf(configText([{ id: "sys", root }]))).toEqual([
+        `${file}: projects[0].root: project "sys": ${root === "etc-link" ? "/etc" : root} is in the system tree ${tree} (a project root must be a project's directory)`,
+      ]);
+    }
+  });
+
+  test("a root that holds the Runner's config file, token file or CA file is refused", () => {
+    expect(errorsOf(configText([{ id: "here", root: "." }]))).toEqual([
+      `${file}: projects[0].root: project "here": ${dir} holds the Runner's config file's directory ${dir}; an agent working there could rewrite the Runner's config — keep the config outside every project root`,
+      // The default state_dir (.webcodex/runner) is inside the config's directory too.
+      `${file}: projects[0].root: project "here": ${dir} holds the Runner's state directory (runner.state_dir, ${join(dir, ".webcodex/runner")}); an agent working there could read or rewrite the Runner's records — keep runner.state_dir and every project root apart`,
+    ]);
+    const server = (key: string, f: string) =>
+      `[server]\nurl = "ws://127.0.0.1:9/runner"\ntoken_env = "T"\n${key} = ${JSON.stringify(f)}\n`;
+    expect(errorsOf(server("ca_file", "proj/ca.pem") + configText([{ id: "p", root: "proj" }]))).toContain(
+      `${file}: projects[0].root: project "p": ${join(dir, "proj")} holds the Runner's server.ca_file (${join(dir, "proj/ca.pem")}); an agent working there could read or replace it — keep it outside every project root`,
+    );
+    const tokenInRoot = `[server]\nurl = "ws://127.0.0.1:9/runner"\ntoken_file = "proj/runner.token"\n${configText([{ id: "p", root: "proj" }])}`;
+    expect(errorsOf(tokenInRoot)).toEqual([
+      `${file}: projects[0].root: project "p": ${join(dir, "proj")} holds the Runner's server.token_file (${join(dir, "proj/runner.token")}); an agent working there could read or replace it — keep it outside every project root`,
+    ]);
+    // A root inside the config's directory (the usual layout) is fine.
+    expect(parseConfig(configText([{ id: "p", root: "proj" }]), file).projects[0]?.root).toBe(join(dir, "proj"));
+  });
+
+  test("a root that is, holds or lies in the state directory is refused, whether or not it exists yet", () => {
+    const withState = (stateDir: string, root: string) =>
+      `[runner]\nstate_dir = ${JSON.stringify(stateDir)}\n${configText([{ id: "p", root }])}`;
+    const rule = (root: string, how: string, state: string) =>
+      `${file}: projects[0].root: project "p": ${root} ${how} the Runner's state directory (runner.state_dir, ${state}); an agent working there could read or rewrite the Runner's records — keep runner.state_dir and every project root apart`;
+    expect(errorsOf(withState("proj", "proj"))).toEqual([rule(join(dir, "proj"), "is", join(dir, "proj"))]);
+    expect(errorsOf(withState("proj/not-yet/state", "proj"))).toEqual([
+      rule(join(dir, "proj"), "holds", join(dir, "proj/not-yet/state")),
+    ]);
+    expect(errorsOf(withState("proj-link/.state", "proj"))).toEqual([
+      rule(join(dir, "proj"), "holds", join(dir, "proj/.state")),
+    ]);
+    expect(errorsOf(withState("proj", "proj/sub"))).toEqual([
+      rule(join(dir, "proj/sub"), "is inside", join(dir, "proj")),
+    ]);
+  });
+
+  test("nested roots are refused, naming both projects, in either order", () => {
+    const nested = `${file}: projects[1].root: project "b" and project "a" nest: project "b"'s root ${join(dir, "proj/sub")} is inside project "a"'s root ${join(dir, "proj")} (each project needs its own directory tree)`;
+    expect(
+      errorsOf(
+        configText([
+          { id: "a", root: "proj" },
+          { id: "b", root: "proj/sub" },
+        ]),
+      ),
+    ).toEqual([nested]);
+    expect(
+      errorsOf(
+        configText([
+          { id: "b", root: "proj/sub" },
+          { id: "a", root: "proj-link" },
+        ]),
+      ),
+    ).toEqual([
+      `${file}: projects[1].root: project "a" and project "b" nest: project "b"'s root ${join(dir, "proj/sub")} is inside project "a"'s root ${join(dir, "proj")} (each project needs its own directory tree)`,
+    ]);
+    // Siblings and names sharing a prefix do not nest.
+    mkdirSync(join(dir, "proj2"), { recursive: true });
+    const ok = parseConfig(
+      configText([
+        { id: "a", root: "proj" },
+        { id: "b", root: "proj2" },
+        { id: "c", root: "other" },
+      ]),
+      file,
+    );
+    expect(ok.projects.map((p) => p.id)).toEqual(["a", "b", "c"]);
+  });
+
+  test("webcodex-runner check and run refuse a state directory inside a project root", async () => {
+    const configFile = join(dir, "state-in-root.toml");
+    writeFileSync(
+      configFile,
+      [
+        "[runner]",
+        'state_dir = "proj/.webcodex"',
+        "[server]",
+        'url = "ws://127.0.0.1:9/runner"',
+        'token_env = "WEBCODEX_RUNNER_TOKEN"',
+        configText([{ id: "p", root: "proj" }]),
+      ].join("\n"),
+      { mode: 0o600 },
+    );
+    for (const command of ["check", "run"]) {
+      const refused = await execFileP(process.execPath, [BIN_PATH, command, "--config", configFile], {
+        env: { PATH: process.env.PATH ?? "", WEBCODEX_RUNNER_TOKEN: "t0ken-not-used" },
+      }).then(
+        () => null,
+        (e: { code?: number; stderr?: string }) => e,
+      );
+      expect(refused?.code).toBe(2);
+      expect(refused?.stderr).toContain(
+        `projects[0].root: project "p": ${join(dir, "proj")} holds the Runner's state directory (runner.state_dir, ${join(dir, "proj/.webcodex")})`,
+      );
+    }
+    expect(() => statSync(join(dir, "proj/.webcodex"))).toThrow(); // nothing was created
   });
 
   test("names that merely contain dots are fine", () => {

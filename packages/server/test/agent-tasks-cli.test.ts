@@ -153,6 +153,32 @@ describe("webcodex task (CLI over MCP)", () => {
       "Continue.",
     );
     expect(promptsOf(stack.ledger(), quoted)).toHaveLength(1);
+    // Pinned to the version shown (2): it starts; pinned to an older one: refused, nothing sent.
+    const pinnedArgs = (version: string, key: string) => [
+      "run",
+      "--project",
+      "demo",
+      "--provider",
+      "fake",
+      "--context-session",
+      sid,
+      "--context-version",
+      version,
+      "--key",
+      key,
+      "Continue.",
+    ];
+    const prompts = () => stack.ledger().filter((l) => l.event === "prompt").length;
+    const pinned = await cli(pinnedArgs("2", "cli-ctx-pinned"));
+    expect(pinned.code, pinned.stderr).toBe(0);
+    const before = prompts();
+    const refused = await cli([...pinnedArgs("1", "cli-ctx-stale"), "--json"]);
+    expect(refused.code).toBe(1);
+    expect(JSON.parse(refused.stdout.trim())).toMatchObject({ type: "error", code: "context_version_conflict" });
+    expect(prompts()).toBe(before);
+    const orphan = await cli(["run", "--project", "demo", "--provider", "fake", "--context-version", "2", "go"]);
+    expect(orphan.code).toBe(2);
+    expect(orphan.stderr).toContain("--context-version pins the version of --context-session");
 
     let shown = "";
     for (let i = 0; i < 100 && !shown.includes("coding_agent_terminal"); i++) {

@@ -4,11 +4,18 @@
  * (`webcodex-runner run`) and the fake ACP agent, over real WebSocket and
  * stdio. The fake agent's ledger proves how often a prompt was dispatched.
  */
+import { execFile } from "node:child_process";
+import { join } from "node:path";
+import { promisify } from "node:util";
 import { isTerminalState, type RunEvent } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
-import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
+import { okValue, ProcStack, REPO_ROOT, waitFor } from "./support/proc-stack.js";
+import { ok as okTool } from "./support/tool-calls.js";
+
+const CLI_BIN = join(REPO_ROOT, "packages/cli/bin/webcodex.js");
+const execFileP = promisify(execFile);
 
 const SLOW = "scenario: slow interval_ms=100 count=600";
 
@@ -180,6 +187,68 @@ describe("Server <-> Runner acceptance", () => {
     await observeUntil(s, b.run_id, token, terminal);
     expect(s.prompts("r1")).toHaveLength(1);
     expect(s.prompts("r2")).toHaveLength(1);
+  });
+
+  it("tells a caller that events it never saw are gone after the whole stack restarts, and not one who saw them all", async () => {
+    s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+    await s.startRunner("r1");
+    const started = okValue(await s.start("alice", input("history-after-restart")));
+    const seen = await observeUntil(s, started.run_id, started.observation_token, terminal);
+    expect(seen.last.state).toBe("completed");
+    const lastSeq = seen.events.at(-1)?.seq ?? 0;
+    expect(lastSeq).toBeGreaterThan(1);
+    // A clean restart of both daemons, as when the demo is stopped and started again.
+    await s.killServer("SIGTERM");
+    await s.killRunner("r1", "SIGTERM");
+    await s.startServer();
+    await s.startRunner("r1");
+
+    // Without a token (seen nothing) and with the start's token (seen nothing): every event is gone.
+    const baseline = okValue(await s.observe("alice", { run_id: started.run_id }));
+    expect(baseline).toMatchObject({ state: "completed", events: [], history_lost: true });
+    const fromStart = okValue(
+      await s.observe("alice", { run_id: started.run_id, after_observation_token: started.observation_token }),
+    );
+    expect(fromStart).toMatchObject({ state: "completed", events: [], history_lost: true });
+    // Its fresh token has nothing more to lose.
+    const again = okValue(
+      await s.observe("alice", { run_id: started.run_id, after_observation_token: baseline.observation_token }),
+    );
+    expect(again).toMatchObject({ events: [], history_lost: false });
+    // A caller who had seen through the terminal event lost nothing.
+    const seenAll = okValue(
+      await s.observe("alice", { run_id: started.run_id, after_observation_token: seen.last.observation_token }),
+    );
+    expect(seenAll).toMatchObject({ state: "completed", events: [], history_lost: false });
+
+    // The same over MCP ...
+    const client = await s.mcp("alice");
+    expect(await okTool(client, "observe_coding_agent", { run_id: started.run_id })).toMatchObject({
+      events: [],
+      history_lost: true,
+    });
+    expect(
+      await okTool(client, "observe_coding_agent", {
+        run_id: started.run_id,
+        after_observation_token: seen.last.observation_token,
+      }),
+    ).toMatchObject({ history_lost: false });
+    // ... and in the CLI's output.
+    const env = {
+      ...process.env,
+      WEBCODEX_URL: `http://127.0.0.1:${s.port}/mcp`,
+      WEBCODEX_TOKEN: s.principalTokens.get("alice") ?? "",
+      NO_COLOR: "1",
+    };
+    const json = await execFileP(process.execPath, [CLI_BIN, "observe", started.run_id, "--json"], { env });
+    const lines = json.stdout
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { type: string });
+    expect(lines[0]).toEqual({ type: "history_lost", run_id: started.run_id });
+    const text = await execFileP(process.execPath, [CLI_BIN, "observe", started.run_id], { env });
+    expect(text.stdout).toContain("earlier events of this run are no longer available");
+    expect(s.prompts("r1")).toHaveLength(1);
   });
 
   it("settles a start whose answer was lost to a Runner crash right after admission as failed/not_started", async () => {

@@ -121,6 +121,15 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     expect(retry).toMatchObject({ run_id: a.run_id, replayed: true, state: "completed" });
     await s.untilTerminal(a.run_id);
     expect(dispatches(s, A_PROMPT)).toBe(1);
-    expect(okValue(await s.observe("alice", { run_id: b.run_id })).state).toBe("completed");
+    // Both runs' events went with the Runner's restart (A's with its row): observe says so, once.
+    const bView = okValue(await s.observe("alice", { run_id: b.run_id }));
+    expect(bView).toMatchObject({ state: "completed", events: [], history_lost: true });
+    const aView = okValue(await s.observe("alice", { run_id: a.run_id, after_observation_token: a.observation_token }));
+    expect(aView).toMatchObject({ state: "completed", events: [], history_lost: true });
+    expect(okValue(await s.observe("alice", { run_id: a.run_id }))).toMatchObject({ history_lost: true });
+    const aAgain = okValue(
+      await s.observe("alice", { run_id: a.run_id, after_observation_token: aView.observation_token }),
+    );
+    expect(aAgain).toMatchObject({ state: "completed", events: [], history_lost: false });
   });
 });

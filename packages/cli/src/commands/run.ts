@@ -97,6 +97,7 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
           ...(cmd.timeoutSecs !== undefined ? { timeout_secs: cmd.timeoutSecs } : {}),
           ...(cmd.session !== undefined ? { workflow_session_id: cmd.session } : {}),
           ...(cmd.contextSession !== undefined ? { context_session_id: cmd.contextSession } : {}),
+          ...(cmd.contextVersion !== undefined ? { context_session_version: cmd.contextVersion } : {}),
         },
         stopFollowing.signal,
       )

@@ -6,7 +6,7 @@
  * key path and the rule, so an operator can fix a config in one pass.
  */
 import { accessSync, constants, realpathSync, statSync } from "node:fs";
-import { dirname, isAbsolute, resolve } from "node:path";
+import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
 import { type RunAsPool, resolveRunAs, type SwitchSupport, switchUserSupport } from "../process/run-as.js";
@@ -132,6 +132,96 @@ function checkProjectRoot(base: string, root: string, path: string, err: Report)
   }
 }
 
+/**
+ * System trees no project root may be or lie in: an agent's working directory there would be the
+ * machine's configuration, kernel interfaces, devices, boot files or the administrator's home.
+ */
+export const SYSTEM_TREES: readonly string[] = Object.freeze(["/etc", "/proc", "/sys", "/dev", "/boot", "/root"]);
+
+/** `p` with symlinks resolved as far as it exists (a state directory may not exist before the first start). */
+function realpathLoose(p: string): string {
+  const rest: string[] = [];
+  let at = resolve(p);
+  for (;;) {
+    try {
+      return join(realpathSync(at), ...rest.reverse());
+    } catch {
+      const parent = dirname(at);
+      if (parent === at) return resolve(p);
+      rest.push(basename(at));
+      at = parent;
+    }
+  }
+}
+
+/** Whether real path `inner` is `outer` or lies inside it. */
+function within(inner: string, outer: string): boolean {
+  return inner === outer || inner.startsWith(outer.endsWith(sep) ? outer : outer + sep);
+}
+
+interface PlacedRoot {
+  readonly id: string;
+  readonly path: string;
+  /** The real path. */
+  readonly root: string;
+}
+
+/**
+ * Where project roots may not be (DESIGN §4.1), on real paths: in a system tree (`SYSTEM_TREES`);
+ * holding the Runner's own config file (its directory), token file or CA file; being, lying in or
+ * holding the state directory; or being, lying in or holding another project's root. An agent works
+ * in its project's root, and its own tooling treats that tree as the project: none of these may be in it.
+ */
+function checkRootPlacement(
+  roots: readonly PlacedRoot[],
+  own: { configDir: string; stateDir: string; tokenFile: string | null; caFile: string | null },
+  err: Report,
+): void {
+  const configDir = realpathLoose(own.configDir);
+  const stateDir = realpathLoose(own.stateDir);
+  roots.forEach((p, i) => {
+    const name = `project ${JSON.stringify(p.id)}`;
+    const tree = SYSTEM_TREES.find((t) => within(p.root, realpathLoose(t)) || within(p.root, t));
+    if (tree !== undefined) {
+      err(p.path, `${name}: ${p.root} is in the system tree ${tree} (a project root must be a project's directory)`);
+    }
+    if (within(configDir, p.root)) {
+      err(
+        p.path,
+        `${name}: ${p.root} holds the Runner's config file's directory ${configDir}; an agent working there could rewrite the Runner's config — keep the config outside every project root`,
+      );
+    }
+    if (within(stateDir, p.root) || within(p.root, stateDir)) {
+      const how = stateDir === p.root ? "is" : within(stateDir, p.root) ? "holds" : "is inside";
+      err(
+        p.path,
+        `${name}: ${p.root} ${how} the Runner's state directory (runner.state_dir, ${stateDir}); an agent working there could read or rewrite the Runner's records — keep runner.state_dir and every project root apart`,
+      );
+    }
+    for (const [key, f] of [
+      ["server.token_file", own.tokenFile],
+      ["server.ca_file", own.caFile],
+    ] as const) {
+      if (f !== null && within(realpathLoose(f), p.root)) {
+        err(
+          p.path,
+          `${name}: ${p.root} holds the Runner's ${key} (${realpathLoose(f)}); an agent working there could read or replace it — keep it outside every project root`,
+        );
+      }
+    }
+    roots.slice(0, i).forEach((q) => {
+      if (q.root === p.root) return; // reported as the same directory by the caller
+      if (within(p.root, q.root) || within(q.root, p.root)) {
+        const [inner, outer] = within(p.root, q.root) ? [p, q] : [q, p];
+        err(
+          p.path,
+          `${name} and project ${JSON.stringify(q.id)} nest: project ${JSON.stringify(inner.id)}'s root ${inner.root} is inside project ${JSON.stringify(outer.id)}'s root ${outer.root} (each project needs its own directory tree)`,
+        );
+      }
+    });
+  });
+}
+
 /** The absolute executable path, reporting bare names, missing files and missing execute permission. */
 function checkExecutable(base: string, executable: string, path: string, err: Report): string {
   if (!isAbsolute(executable) && !executable.includes("/")) {
@@ -185,16 +275,29 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
   const projects: ProjectConfig[] = [];
   const projectIds = new Set<string>();
   const roots = new Map<string, string>();
+  const placed: PlacedRoot[] = [];
   raw.projects.forEach((p, i) => {
     if (projectIds.has(p.id)) err(`projects[${i}].id`, `${JSON.stringify(p.id)} is not unique`);
     projectIds.add(p.id);
+    const errorsBefore = errors.length;
     const root = checkProjectRoot(base, p.root, `projects[${i}].root`, err);
     const other = roots.get(root);
     if (other !== undefined)
       err(`projects[${i}].root`, `is the same directory as project ${JSON.stringify(other)} (${root})`);
     else roots.set(root, p.id);
+    if (errors.length === errorsBefore) placed.push({ id: p.id, path: `projects[${i}].root`, root });
     projects.push(Object.freeze({ id: p.id, root, allowPatch: p.allow_patch }));
   });
+  checkRootPlacement(
+    placed,
+    {
+      configDir: base,
+      stateDir: resolveFrom(base, raw.runner.state_dir),
+      tokenFile: raw.server?.token_file === undefined ? null : resolveFrom(base, raw.server.token_file),
+      caFile: raw.server?.ca_file === undefined ? null : resolveFrom(base, raw.server.ca_file),
+    },
+    err,
+  );
 
   const acp = raw.acp;
   if (acp.default_run_timeout_secs > acp.max_run_timeout_secs) {

@@ -76,6 +76,7 @@ const RECOVERY_FOR: Record<ApiError["code"], z.infer<typeof RecoveryKind>> = {
   stale_claim: "reconcile",
   claim_conflict: "wait",
   version_conflict: "reobserve",
+  context_version_conflict: "reobserve",
   internal: "none",
 };
 

@@ -56,6 +56,8 @@ export const API_ERROR_CODES = [
   "claim_conflict",
   /** Workflow sessions: expected_version is not the session's current version. */
   "version_conflict",
+  /** Workflow sessions: context_session_version is not the context session's current version. */
+  "context_version_conflict",
   "internal",
 ] as const;
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
@@ -186,7 +188,13 @@ export type AdmissionHooks = Pick<AdmissionRequest, "bind" | "afterRecorded" | "
 export interface StartHooks {
   prepare(
     principal: Principal,
-    input: { project_id: string; prompt: string; workflow_session_id?: string; context_session_id?: string },
+    input: {
+      project_id: string;
+      prompt: string;
+      workflow_session_id?: string;
+      context_session_id?: string;
+      context_session_version?: number;
+    },
   ): ApiResult<{ prompt: string }>;
   /** The recorder link, run by the run core inside the admission transaction (before dispatch). */
   recorderBind(

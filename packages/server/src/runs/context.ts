@@ -86,6 +86,8 @@ export class RunContext {
    * becomes `admitted`).
    */
   applyTombstone(runId: string, tombstone: RunTombstone): void {
+    const mirror = this.mirrors.get(runId);
+    if (mirror) mirror.pruned = true;
     const rec = this.store.get(runId);
     if (!rec || rec.admission === "rejected_pre_admission") return;
     if (isTerminalState(rec.state)) {

@@ -26,6 +26,8 @@ export class RunMirror {
   lastSeq = 0;
   /** True once a run.sync (or the admitting run.start) established the baseline for `instance`. */
   synced = false;
+  /** The Runner (`instance`) answered with the run's tombstone: it holds none of its events any more. */
+  pruned = false;
   /** The in-flight catch-up, if any (owned by the caller that drives syncs). */
   syncing: Promise<void> | null = null;
   version = 0;
@@ -80,6 +82,7 @@ export class RunMirror {
     this.#clear();
     this.lastSeq = 0;
     this.synced = false;
+    this.pruned = false;
     this.#changed();
   }
 

@@ -23,10 +23,48 @@ const MAX_SYNC_ROUNDS = 32;
 const SYNC_TIMEOUT_MS = 10_000;
 /** An observe waits at least this long for a catch-up before answering from the mirror as it is. */
 const CATCH_UP_MIN_WAIT_MS = 2_000;
+/**
+ * The seq of a token whose holder was told that a pruned run's events are gone: past any seq a run
+ * has, and the largest an observation token carries (runs/observe-token.ts, 15 digits).
+ */
+export const PAST_PRUNED_SEQ = 10 ** 15 - 1;
 
 function withTimeout(p: Promise<void>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Where a caller's view resumes and whether events it has not seen are gone (`history_lost`).
+ *
+ * - Seen: nothing without a token; through the token's seq with a token of the mirror's Runner instance.
+ * - Gone: every seq below `mirror.firstSeq` (the Runner's ring dropped it, the Runner restarted and its
+ *   ring is empty, or this Server rebuilt its mirror from a ring that no longer has it); all of a run the
+ *   Runner knows only by its tombstone (`pruned`) when this Server holds none of its events either.
+ * - A token of another Runner instance counts seqs of that process. The caller provably saw everything
+ *   only when the run is terminal and the token is at or past its final seq: a terminal summary's
+ *   `last_seq` is exact (the Runner writes it with the terminal event), while a run its Runner settled
+ *   after a crash reports 0 — its events cannot be counted, so they count as lost.
+ * - Once told, a caller is not told again: the token it gets resumes after what is gone (for a pruned
+ *   run, at `PAST_PRUNED_SEQ`).
+ */
+export function resumePoint(
+  mirror: RunMirror,
+  cursor: { instance: string; seq: number } | null,
+  instance: string,
+): { after: number; historyLost: boolean } {
+  const gone = mirror.firstSeq - 1;
+  const summary = mirror.summary;
+  const final = summary !== null && isTerminalState(summary.state) && summary.last_seq > 0 ? summary.last_seq : null;
+  const sawAll = (seq: number) => final !== null && seq >= final;
+  // A pruned run whose events this Server no longer holds either: none of them can be returned.
+  const nothingLeft = mirror.pruned && mirror.size === 0;
+  const past = nothingLeft ? PAST_PRUNED_SEQ : gone;
+  if (cursor === null) return { after: past, historyLost: gone > 0 || nothingLeft };
+  if (cursor.instance !== instance) return { after: past, historyLost: !sawAll(cursor.seq) };
+  if (cursor.seq < gone) return { after: past, historyLost: true };
+  if (nothingLeft && cursor.seq < PAST_PRUNED_SEQ) return { after: past, historyLost: !sawAll(cursor.seq) };
+  return { after: cursor.seq, historyLost: false };
 }
 
 export class Observation {
@@ -95,16 +133,7 @@ export class Observation {
     const rec = this.#ctx.store.get(runId);
     if (!rec) return null;
     const instance = mirror.instance ?? rec.agent_instance_id ?? "no_runner_instance";
-    let after: number;
-    let historyLost = false;
-    if (cursor === null) after = mirror.firstSeq - 1;
-    else if (cursor.instance !== instance) {
-      historyLost = true;
-      after = mirror.firstSeq - 1;
-    } else if (cursor.seq + 1 < mirror.firstSeq) {
-      historyLost = true;
-      after = mirror.firstSeq - 1;
-    } else after = cursor.seq;
+    const { after, historyLost } = resumePoint(mirror, cursor, instance);
     const out: ObserveOutput = {
       run_id: runId,
       state: rec.state,

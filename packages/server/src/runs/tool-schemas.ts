@@ -58,6 +58,15 @@ export const StartToolInput = z
     context_session_id: SessionId.optional().describe(
       "Start from your workflow session's handoff and goal on the same project (needs runtime:read): quoted before the prompt as context, not instructions.",
     ),
+    context_session_version: z
+      .number({ error: (issue) => (issue.code === "invalid_type" ? "must be an integer" : undefined) })
+      .int({ error: "must be an integer" })
+      .min(1)
+      .max(Number.MAX_SAFE_INTEGER)
+      .optional()
+      .describe(
+        "The context session's `version` you reviewed (read_workflow_session). If the session is at another version now, nothing starts (context_version_conflict). Needs context_session_id.",
+      ),
   })
   .strict();
 export type StartToolInput = z.infer<typeof StartToolInput>;

@@ -111,9 +111,13 @@ export class RunTools implements ToolModule {
     if (!input.ok) return fail(input.error, null);
     const denied = checkToolScope(principal) ?? checkStartGrant(principal, input.value.project_id);
     if (denied) return fail(denied, null);
-    const { workflow_session_id, context_session_id, ...runInput } = input.value;
+    const { workflow_session_id, context_session_id, context_session_version, ...runInput } = input.value;
     let prompt = runInput.prompt;
-    if (context_session_id !== undefined || workflow_session_id !== undefined) {
+    if (
+      context_session_id !== undefined ||
+      workflow_session_id !== undefined ||
+      context_session_version !== undefined
+    ) {
       if (!this.#startHooks) {
         return fail(
           apiError("invalid_input", "Workflow sessions are not available on this Server; nothing was started."),
@@ -127,6 +131,7 @@ export class RunTools implements ToolModule {
           prompt: runInput.prompt,
           workflow_session_id,
           context_session_id,
+          context_session_version,
         }),
       );
       if (!prepared.ok) return fail(prepared.error, null);

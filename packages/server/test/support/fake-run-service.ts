@@ -62,7 +62,9 @@ export class FakeRunService implements RunService {
       this.runs.clear();
     }
     for (const r of this.runs.values()) {
-      const update = recoveryUpdateFor(r.summary);
+      // The Runner writes a run's last_seq with its terminal row only: a run it settles after a crash
+      // comes back with the row's 0, its events uncounted.
+      const update = recoveryUpdateFor({ ...r.summary, last_seq: 0 });
       if (update) this.#set(r, { ...update, phase: "terminal" }, false);
       r.events = [];
       r.summary = { ...r.summary, oldest_seq: r.summary.last_seq + 1 };
