@@ -116,6 +116,10 @@ allow_patch = true
 [acp]
 max_concurrent_runs = 2
 permission_timeout_secs = 30
+# The demo's agent runs as your own OS user, so it could read this Runner's token, stop it and take over its
+# link to the Server. Acceptable for a single-user demo on your machine only: a real install sets run_as on
+# every agent instead (runner.example.toml, examples/systemd/webcodex-runner.service).
+agents_share_runner_user = true
 
 [[acp.agents]]
 id = ${toml(PROVIDER_ID)}
@@ -299,6 +303,12 @@ async function main() {
   say(`  MCP URL    ${url}`);
   say(`  token      ${principal.token}`);
   say(`  project    ${PROJECT_ID} (${projectDir}) · providers: ${providers}`);
+  say(
+    dim(
+      "  the demo's agent runs as your own user (agents_share_runner_user = true): it could read the Runner's " +
+        "token. Fine for this single-user demo; a real install sets run_as on every agent.",
+    ),
+  );
   say();
   say(bold("MCP client config") + dim(" (Streamable HTTP with a bearer header; see README for other clients)"));
   say(JSON.stringify(mcpConfig, null, 2));

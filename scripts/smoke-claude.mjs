@@ -111,6 +111,7 @@ ${envTable(mapping)}
     testProjects: [PROJECT_FAIL, PROJECT_CODE],
     runnerEnv: envs.runnerEnv,
     acpToml: `[acp]
+agents_share_runner_user = true   # a throwaway smoke stack: the agent runs as this user
 max_concurrent_runs = 2
 setup_timeout_secs = 120
 permission_timeout_secs = 60

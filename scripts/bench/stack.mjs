@@ -113,7 +113,7 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
       `[runner]\nstate_dir = "runner-state"\nlog_level = "info"\n\n` +
       `[server]\nurl = ${toml(`ws://127.0.0.1:${port}/runner`)}\ntoken_file = "runner.token"\n\n` +
       `[[projects]]\nid = "bench"\nroot = "project"\nallow_patch = true\n\n` +
-      `[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 30\ncancel_grace_secs = 5\n\n` +
+      `[acp]\nagents_share_runner_user = true\nmax_concurrent_runs = 4\nsetup_timeout_secs = 30\ncancel_grace_secs = 5\n\n` +
       agent("fake", [FAKE_AGENT_BIN, "--ledger", ledgerFile]) +
       agent("fake-tap", [TAP_AGENT, "--tap", tapFile, "--", process.execPath, FAKE_AGENT_BIN, "--ledger", ledgerFile]);
     writeFileSync(runnerConfig, r);

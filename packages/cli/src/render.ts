@@ -371,7 +371,11 @@ export function renderProjects(projects: readonly ProjectView[], server: string,
         : project.allow_patch
           ? " · runs allowed"
           : ` · ${paint(style, "yellow", "read-only (allow_patch = false)")}`;
-    text += `\n${paint(style, "bold", project.project_id)}  ${online}${patch}\n`;
+    const shared =
+      project.agents_share_runner_user === true
+        ? ` · ${paint(style, "yellow", "agents run as the Runner's user (agents_share_runner_user)")}`
+        : "";
+    text += `\n${paint(style, "bold", project.project_id)}  ${online}${patch}${shared}\n`;
     if (project.providers.length === 0) {
       text += paint(
         style,

@@ -170,6 +170,8 @@ export const ProjectView = z.object({
   project_id: z.string(),
   runner_online: z.boolean(),
   allow_patch: opt(z.boolean()),
+  /** true: the Runner's agents run as its own OS user; null/absent: offline, not stated, or an older Server. */
+  agents_share_runner_user: z.boolean().nullish(),
   providers: z.array(ProviderView).default([]),
 });
 export type ProjectView = z.infer<typeof ProjectView>;

@@ -327,12 +327,22 @@ describe("text details", () => {
           providers: [{ provider_id: "fake", name: "Fake agent", allowed_config_options: ["mode"] }],
         },
         { project_id: "docs", runner_online: false, allow_patch: undefined, providers: [] },
+        {
+          project_id: "shared",
+          runner_online: true,
+          allow_patch: true,
+          agents_share_runner_user: true,
+          providers: [],
+        },
       ],
       "http://127.0.0.1:7420/mcp",
       PLAIN,
     );
-    expect(text).toContain("2 projects visible to this token");
+    expect(text).toContain("3 projects visible to this token");
     expect(text).toContain("demo  runner online · runs allowed\n  fake         Fake agent  config: mode\n");
+    expect(text).toContain(
+      "shared  runner online · runs allowed · agents run as the Runner's user (agents_share_runner_user)\n",
+    );
     expect(text).toContain("docs  runner offline\n  providers appear when the Runner connects\n");
   });
 });

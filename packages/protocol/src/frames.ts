@@ -170,10 +170,15 @@ export const HelloFrame = z
     projects: z.array(ProjectAdvert).max(MAX_PROJECTS),
     inventory: z.array(RunSummary).max(MAX_INVENTORY_RUNS),
     /**
-     * The secret of the last hello.ack this Runner process received (memory only): proves a reconnect is
-     * the same process, so it may take over a link the Server still thinks alive (DESIGN §5).
+     * The secret of the last hello.ack this Runner received: proves a reconnect is the same Runner, so it may
+     * take over a link the Server still thinks alive (DESIGN §5).
      */
     resume_secret: ResumeSecret.optional(),
+    /**
+     * True when any of this Runner's agents runs as the Runner's own OS user (no `run_as`): such an agent can
+     * read the Runner's token and stop it (DESIGN §4.2). Absent from Runners that predate it: not stated.
+     */
+    agents_share_runner_user: z.boolean().optional(),
   })
   .strict();
 
@@ -279,7 +284,10 @@ export const HelloAckFrame = z
     runner_id: RunnerId,
     server_instance_id: InstanceId,
     heartbeat_interval_ms: z.number().int().min(100).max(600_000),
-    /** Kept in memory only by the Runner and sent in its next hello to resume this link (DESIGN §5). */
+    /**
+     * Sent in the Runner's next hello to resume this link (DESIGN §5): kept in memory, and written to the
+     * Runner's state dir only when no agent runs as its user (so a restart after a crash resumes at once).
+     */
     resume_secret: ResumeSecret,
   })
   .strict();

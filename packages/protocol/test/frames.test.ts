@@ -130,6 +130,14 @@ describe("frame round trip", () => {
     const parsed = parseServerFrame(encodeFrame(frame));
     expect(parsed).toEqual({ ok: true, frame });
   });
+  it("hello states whether the Runner's agents share its user as a boolean, and may leave it out (older Runners)", () => {
+    const hello = runnerFrames[0]!;
+    expect(parseRunnerFrame(withField(hello, [], "agents_share_runner_user", true))).toMatchObject({ ok: true });
+    expect(parseRunnerFrame(JSON.stringify(hello))).toMatchObject({ ok: true });
+    const bad = parseRunnerFrame(withField(hello, [], "agents_share_runner_user", "yes"));
+    expect(bad.ok).toBe(false);
+    if (!bad.ok) expect(bad.error.message).toContain("agents_share_runner_user");
+  });
   it("does not accept a Server frame on the Runner's direction", () => {
     const result = parseRunnerFrame(JSON.stringify(serverFrames[1]));
     expect(result.ok).toBe(false);

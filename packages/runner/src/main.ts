@@ -28,7 +28,7 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { ConfigError, loadConfig, type RunnerConfig } from "./config/config.js";
-import { credentialModeWarnings, SAME_USER_WARNING, sameUserAgents } from "./config/exposure.js";
+import { credentialModeWarnings, SAME_USER_CONSEQUENCE, sameUserAgents, sharedUserRefusal } from "./config/exposure.js";
 import { LOG_LEVELS } from "./config/schema.js";
 import { createLogger } from "./logger.js";
 import { reserveAgentFdTable } from "./process/fd-table.js";
@@ -140,13 +140,18 @@ async function diagnose(parsed: Parsed): Promise<number> {
 
 async function check(parsed: Parsed): Promise<number> {
   const cfg = await config(parsed);
+  // `run` refuses this config: so does `check`, with the same words.
+  const refusal = sharedUserRefusal(cfg);
+  if (refusal !== null) throw new ConfigError([refusal]);
   // The probe prints what the agent said about itself (names, versions, option ids): terminal-safe.
   const out = { write: (text: string) => process.stdout.write(terminalSafe(text)) };
   out.write(
     `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => `${a.id}${a.runAs ? ` (as ${a.runAs.users.map((u) => u.user).join(", ")})` : ""}`).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
   );
   for (const id of sameUserAgents(cfg)) {
-    out.write(`warning: agent ${id} runs as this Runner's user (uid ${process.getuid?.()}): ${SAME_USER_WARNING}\n`);
+    out.write(
+      `warning: agent ${id} runs as this Runner's user (uid ${process.getuid?.()}; agents_share_runner_user = true): it ${SAME_USER_CONSEQUENCE}\n`,
+    );
   }
   for (const a of cfg.acp.agents) {
     const size = a.runAs?.users.length ?? cfg.acp.maxConcurrentRuns;

@@ -31,10 +31,11 @@ chmodSync(join(dir, "bin", "agent"), 0o755);
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const file = join(dir, "runner.toml");
 
-function configText(projects: { id: string; root: string }[], agentExtra = ""): string {
+function configText(projects: { id: string; root: string }[], agentExtra = "", acpExtra = ""): string {
   return [
     ...projects.flatMap((p) => ["[[projects]]", `id = "${p.id}"`, `root = ${JSON.stringify(p.root)}`]),
     "[acp]",
+    acpExtra,
     "[[acp.agents]]",
     'id = "fake"',
     'executable = "bin/agent"',
@@ -335,14 +336,17 @@ describe("credential file modes and same-user agents (check, daemon start)", () 
       "[server]",
       'url = "ws://127.0.0.1:9/runner"',
       'token_file = "modes.token"',
-      configText([{ id: "p", root: "proj" }]),
+      configText([{ id: "p", root: "proj" }], "", "agents_share_runner_user = true"),
     ].join("\n");
     writeFileSync(configFile, text);
     chmodSync(configFile, 0o640);
     mkdirSync(join(dir, "modes-state"), { mode: 0o755 });
     chmodSync(join(dir, "modes-state"), 0o755);
     const { stdout } = await execFileP(process.execPath, [BIN, "check", "--config", configFile]);
-    expect(stdout).toContain(`warning: agent fake runs as this Runner's user (uid ${process.getuid?.()})`);
+    expect(stdout).toContain(
+      `warning: agent fake runs as this Runner's user (uid ${process.getuid?.()}; agents_share_runner_user = true): ` +
+        "it can read this Runner's credentials (its environment, config and token file) and stop it, then take over its link",
+    );
     expect(stdout).toContain(
       `warning: runner.state_dir ${join(dir, "modes-state")} has mode 0755: other users can read it; chmod 700 it`,
     );
@@ -365,6 +369,104 @@ describe("credential file modes and same-user agents (check, daemon start)", () 
   });
 });
 
+describe("agents that would run as the Runner's own user (issue 25 §2)", () => {
+  /** `run` and `check` of a config with two agents without run_as; the token is set so only the rule can refuse. */
+  async function runnerCli(command: "run" | "check", acpExtra: string) {
+    const configFile = join(dir, `shared-${command}-${acpExtra === "" ? "plain" : "opted"}.toml`);
+    const text = [
+      "[runner]",
+      `state_dir = ${JSON.stringify(`shared-${command}-state`)}`,
+      "[server]",
+      'url = "ws://127.0.0.1:9/runner"',
+      'token_env = "WC_SHARED_TEST_TOKEN"',
+      configText([{ id: "p", root: "proj" }], "", acpExtra),
+      "[[acp.agents]]",
+      'id = "second"',
+      'executable = "bin/agent"',
+    ].join("\n");
+    writeFileSync(configFile, text, { mode: 0o600 });
+    try {
+      const { stdout, stderr } = await execFileP(process.execPath, [BIN_PATH, command, "--config", configFile], {
+        env: { ...process.env, WC_SHARED_TEST_TOKEN: "t0ken-for-the-shared-user-test" },
+        timeout: 30_000,
+      });
+      return { code: 0, stdout, stderr, configFile };
+    } catch (error) {
+      const e = error as { code: number; stdout: string; stderr: string };
+      return { code: e.code, stdout: e.stdout, stderr: e.stderr, configFile };
+    }
+  }
+
+  test.each(["run", "check"] as const)(
+    "%s refuses (exit 2) without agents_share_runner_user, naming the agents and both ways out",
+    async (command) => {
+      const { code, stdout, stderr, configFile } = await runnerCli(command, "");
+      expect(code).toBe(2);
+      expect(stdout).not.toContain("config OK");
+      expect(stderr).toContain(
+        `${configFile}: acp.agents_share_runner_user: agents fake, second would run as this Runner's own OS user (uid ${process.getuid?.()})`,
+      );
+      expect(stderr).toContain("Either set run_as");
+      expect(stderr).toContain("opt in with [acp] agents_share_runner_user = true");
+      expect(stderr).not.toContain("runner started");
+    },
+  );
+
+  test("with the opt-in the daemon states the consequence once at start, naming the agents", async () => {
+    const configFile = join(dir, "shared-daemon.toml");
+    writeFileSync(
+      configFile,
+      [
+        "[runner]",
+        'state_dir = "shared-daemon-state"',
+        "[server]",
+        'url = "ws://127.0.0.1:9/runner"',
+        'token_env = "WC_SHARED_DAEMON_TOKEN"',
+        configText([{ id: "p", root: "proj" }], "", "agents_share_runner_user = true"),
+      ].join("\n"),
+      { mode: 0o600 },
+    );
+    process.env.WC_SHARED_DAEMON_TOKEN = "t0ken-for-the-shared-daemon-test";
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: "info" }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    try {
+      const daemon = await startDaemon({
+        configPath: configFile,
+        newStore: false,
+        logger,
+        handleSignals: false,
+        exitOnFatal: false,
+      });
+      await daemon.stop();
+    } finally {
+      delete process.env.WC_SHARED_DAEMON_TOKEN;
+    }
+    const stated = lines.filter((l) => String(l.msg).startsWith("agents_share_runner_user = true:"));
+    expect(stated).toEqual([expect.objectContaining({ level: 40, agents: ["fake"] })]);
+    expect(String(stated[0]?.msg)).toContain("can read this Runner's credentials");
+    expect(String(stated[0]?.msg)).toContain("take over its link to the Server");
+  });
+
+  test("without the opt-in startDaemon refuses before opening the store", async () => {
+    const configFile = join(dir, "shared-refused.toml");
+    writeFileSync(
+      configFile,
+      configText([{ id: "p", root: "proj" }]).replace(
+        "[[projects]]",
+        '[runner]\nstate_dir = "shared-refused-state"\n[[projects]]',
+      ),
+      { mode: 0o600 },
+    );
+    await expect(
+      startDaemon({ configPath: configFile, newStore: false, handleSignals: false, exitOnFatal: false }),
+    ).rejects.toMatchObject({
+      exitCode: 2,
+      message: expect.stringContaining("acp.agents_share_runner_user: agent fake"),
+    });
+    expect(() => statSync(join(dir, "shared-refused-state"))).toThrow();
+  });
+});
+
 test("the daemon logs a warning at start for each credential file others can access (setting and mode, not the path)", async () => {
   const configFile = join(dir, "daemon.toml");
   const tokenFile = join(dir, "daemon.token");
@@ -378,7 +480,7 @@ test("the daemon logs a warning at start for each credential file others can acc
       "[server]",
       'url = "ws://127.0.0.1:9/runner"',
       'token_file = "daemon.token"',
-      configText([{ id: "p", root: "proj" }]),
+      configText([{ id: "p", root: "proj" }], "", "agents_share_runner_user = true"),
     ].join("\n"),
   );
   chmodSync(configFile, 0o600);
@@ -408,6 +510,7 @@ test("check --probe prints what the agent says about itself terminal-safe", asyn
       'id = "p"',
       'root = "proj"',
       "[acp]",
+      "agents_share_runner_user = true",
       "[[acp.agents]]",
       'id = "fake"',
       `executable = ${JSON.stringify(FAKE_AGENT)}`,

@@ -46,6 +46,7 @@ export function makeSandbox(options: { serverUrl?: string; agentArgs?: string[] 
     `root = ${JSON.stringify(project)}`,
     "allow_patch = true",
     "[acp]",
+    "agents_share_runner_user = true",
     "max_concurrent_runs = 2",
     "setup_timeout_secs = 20",
     "cancel_grace_secs = 2",

@@ -55,6 +55,7 @@ const lines = [
   'id = "demo"',
   `root = ${JSON.stringify(ws.projectRoot)}`,
   "[acp]",
+  "agents_share_runner_user = true",
   "setup_timeout_secs = 20",
 ];
 for (const e of entries) {

@@ -127,6 +127,7 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
       `root = ${JSON.stringify(project)}`,
       "allow_patch = true",
       "[acp]",
+      "agents_share_runner_user = true",
       "max_concurrent_runs = 2",
       "cancel_grace_secs = 1",
       agentTable("same", null),
@@ -228,8 +229,9 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
   test("check warns about the agent that runs as the Runner's user, not about the run_as one", async () => {
     const { stdout } = await execFileP(process.execPath, [BIN, "check", "--config", ctx.configFile]);
     expect(stdout).toContain(`agents: same, isolated (as ${ctx.user.name})`);
-    expect(stdout).toContain("warning: agent same runs as this Runner's user (uid 0)");
-    expect(stdout).toContain("use run_as on a shared host");
+    expect(stdout).toContain(
+      "warning: agent same runs as this Runner's user (uid 0; agents_share_runner_user = true): it can read this Runner's credentials",
+    );
     expect(stdout).not.toContain("warning: agent isolated");
   });
 

@@ -25,6 +25,8 @@
  * id = "local"
  * token_sha256 = "<hex sha256 of the runner's bearer token>"   # or token_env = "NAME"
  * projects = ["demo"]          # project ids this runner owns; each project has exactly one runner
+ * shared_user_principals = ["alice"]   # optional: while this runner's agents run as its own OS user
+ *                                      # (its hello says so), only these principals' runs go to it
  *
  * [[principals]]
  * id = "alice"
@@ -131,12 +133,25 @@ export const OAuthConfigSchema = z
   })
   .strict();
 
+/** A principal id: 1-128 characters of [A-Za-z0-9_.:@-], starting with a letter or digit. */
+const PrincipalId = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$/, "must be 1-128 characters of [A-Za-z0-9_.:@-]");
+
+/** Most principals one runner's `shared_user_principals` may list. */
+export const MAX_SHARED_USER_PRINCIPALS = 4096;
+
 export const RunnerConfigSchema = z
   .object({
     id: LocalId,
     token_sha256: Hex256.optional(),
     token_env: EnvName.optional(),
     projects: z.array(LocalId).max(256).default([]),
+    /**
+     * When this runner says in `hello` that its agents run as its own OS user (or does not say), only these
+     * principals' runs are routed to it; absent: every principal's (DESIGN §4.2).
+     */
+    shared_user_principals: z.array(PrincipalId).max(MAX_SHARED_USER_PRINCIPALS).optional(),
   })
   .strict()
   .refine((r) => (r.token_sha256 === undefined) !== (r.token_env === undefined), {
@@ -145,7 +160,7 @@ export const RunnerConfigSchema = z
 
 export const PrincipalConfigSchema = z
   .object({
-    id: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$/, "must be 1-128 characters of [A-Za-z0-9_.:@-]"),
+    id: PrincipalId,
     scopes: z.array(z.enum(SCOPES)).max(SCOPES.length).default([]),
     projects: z.array(LocalId).max(256).default([]),
     /**
@@ -243,6 +258,11 @@ export interface RunnerBinding {
   /** sha256 of the bearer token, 32 bytes. */
   tokenHash: Buffer;
   projects: string[];
+  /**
+   * `shared_user_principals`: the only principals whose runs go to this runner while its agents share its
+   * OS user (its hello says so, or says nothing); null: no such restriction.
+   */
+  sharedUserPrincipals: ReadonlySet<string> | null;
 }
 
 export interface ServerConfig {
@@ -320,13 +340,31 @@ export function buildServerConfig(
       }
       projectRunner.set(p, r.id);
     }
-    runners.push({ id: r.id, tokenHash: Buffer.from(hex ?? "", "hex"), projects: [...r.projects] });
+    runners.push({
+      id: r.id,
+      tokenHash: Buffer.from(hex ?? "", "hex"),
+      projects: [...r.projects],
+      sharedUserPrincipals: r.shared_user_principals === undefined ? null : new Set(r.shared_user_principals),
+    });
   }
   const principalIds = new Set<string>();
   for (const [i, p] of cfg.principals.entries()) {
     if (principalIds.has(p.id))
       throw new ConfigError(`${where}: principals[${i}].id: duplicate principal id "${p.id}"`);
     principalIds.add(p.id);
+  }
+  for (const [i, r] of cfg.runners.entries()) {
+    const unknown = (r.shared_user_principals ?? []).filter((id) => !principalIds.has(id));
+    if (unknown.length > 0) {
+      throw new ConfigError(
+        `${where}: runners[${i}].shared_user_principals: ${unknown
+          .slice(0, 8)
+          .map((id) => `"${id}"`)
+          .join(
+            ", ",
+          )} ${unknown.length === 1 ? "is not a configured principal" : "are not configured principals"} ([[principals]] id)`,
+      );
+    }
   }
   const publicUrl = cfg.server.public_url === undefined ? null : new URL(cfg.server.public_url).origin;
   let oauth: OAuthSettings | null = null;

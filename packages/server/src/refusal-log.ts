@@ -3,7 +3,8 @@
  * REFUSAL_LOG_PER_SECOND per remote address per second. A flood from one address cannot fill the
  * disk or drown other lines: the rest are counted, and the next line logged for that address
  * carries `suppressed` (how many were left out since the previous one). The hub also keys one by
- * runner id for refused authenticated hellos (`link_in_use`). Addresses tracked are
+ * runner id for refused authenticated hellos (`link_in_use`), with one line per runner per
+ * LINK_REFUSAL_LOG_WINDOW_MS (link/hub.ts), forgotten when that runner's hello is accepted. Addresses tracked are
  * bounded by REFUSAL_LOG_MAX_ADDRESSES (past it, the table starts over — a flood from many
  * addresses is logged at most that many lines per second plus one).
  */
@@ -24,9 +25,18 @@ export class RefusalLog {
 
   constructor(
     private readonly logger: Logger,
+    /** Lines per key per window (the name says the default window). */
     private readonly perSecond = REFUSAL_LOG_PER_SECOND,
     private readonly now: () => number = Date.now,
+    private readonly windowMs = WINDOW_MS,
   ) {}
+
+  /** Start `key` over (its next refusal is logged at once); returns how many of its refusals were not logged. */
+  forget(key: string): number {
+    const suppressed = this.#windows.get(key)?.suppressed ?? 0;
+    this.#windows.delete(key);
+    return suppressed;
+  }
 
   /** Log one refusal from `remote` (fields must be secret-free), or count it as suppressed. */
   refused(remote: string, fields: Record<string, unknown>, message: string): void {
@@ -36,7 +46,7 @@ export class RefusalLog {
       if (this.#windows.size >= REFUSAL_LOG_MAX_ADDRESSES) this.#windows.clear();
       w = { start: t, logged: 0, suppressed: 0 };
       this.#windows.set(remote, w);
-    } else if (t - w.start >= WINDOW_MS) {
+    } else if (t - w.start >= this.windowMs) {
       w.start = t;
       w.logged = 0;
     }

@@ -34,6 +34,32 @@ describe("server config", () => {
     }
   });
 
+  it("reads a runner's shared_user_principals (absent: no restriction) and refuses a principal it does not know", () => {
+    const principals = [{ id: "alice" }, { id: "bob" }];
+    expect(buildServerConfig(base({ principals }), { file: null, baseDir: "/" }).runners[0]?.sharedUserPrincipals).toBe(
+      null,
+    );
+    const listed = buildServerConfig(
+      base({
+        principals,
+        runners: [{ id: "r1", token_sha256: HASH, projects: [], shared_user_principals: ["alice"] }],
+      }),
+      { file: null, baseDir: "/" },
+    );
+    expect([...(listed.runners[0]?.sharedUserPrincipals ?? [])]).toEqual(["alice"]);
+    expect(() =>
+      buildServerConfig(
+        base({
+          principals,
+          runners: [{ id: "r1", token_sha256: HASH, projects: [], shared_user_principals: ["alice", "mallory"] }],
+        }),
+        { file: "/etc/wc/server.toml", baseDir: "/" },
+      ),
+    ).toThrow(
+      '/etc/wc/server.toml: runners[0].shared_user_principals: "mallory" is not a configured principal ([[principals]] id)',
+    );
+  });
+
   it("hashes a token_env token at start", () => {
     const c = buildServerConfig(base({ runners: [{ id: "r1", token_env: "RUNNER_TOK", projects: [] }] }), {
       file: null,

@@ -180,6 +180,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
           project_id: "demo",
           runner_online: true,
           allow_patch: true,
+          agents_share_runner_user: true,
           providers: [{ provider_id: "fake", name: "Fake agent", allowed_config_options: ["model"] }],
         },
       ],
@@ -532,7 +533,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     onTestFinished(() => stack.startRunner()); // later tests (in any order) find the Runner online again
     const res = await alice.readResource({ uri: "webcodex://projects" });
     expect(JSON.parse((res.contents[0] as { text: string }).text).projects).toEqual([
-      { project_id: "demo", runner_online: false, allow_patch: false, providers: [] },
+      { project_id: "demo", runner_online: false, allow_patch: false, agents_share_runner_user: null, providers: [] },
     ]);
     const e = await err(alice, "start_coding_agent", {
       project_id: "demo",

@@ -233,6 +233,7 @@ describe("Streamable HTTP /mcp", () => {
           project_id: "demo",
           runner_online: true,
           allow_patch: true,
+          agents_share_runner_user: false,
           providers: [{ provider_id: "fake", name: "Fake agent", allowed_config_options: ["model"] }],
         },
       ],

@@ -153,7 +153,7 @@ export async function measure(ctx, { runs, stack }) {
   writeFileSync(
     runnerConfig,
     `[runner]\nstate_dir = "runner-state"\nlog_level = "info"\n\n[[projects]]\nid = "bench"\nroot = ${toml(project)}\nallow_patch = true\n\n` +
-      `[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 30\ncancel_grace_secs = 5\n\n` +
+      `[acp]\nagents_share_runner_user = true\nmax_concurrent_runs = 4\nsetup_timeout_secs = 30\ncancel_grace_secs = 5\n\n` +
       `[[acp.agents]]\nid = "fake"\nname = "fake"\nexecutable = ${toml(process.execPath)}\nargs = ${toml([FAKE_AGENT_BIN, "--ledger", ledgerFile])}\n` +
       `[acp.agents.env_from_env]\nPATH = "PATH"\nHOME = "HOME"\n`,
   );

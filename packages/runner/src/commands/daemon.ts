@@ -2,7 +2,8 @@
  * The Runner daemon's start-up order (DESIGN §4.4), one step after another,
  * nothing accepting work until the last one:
  *
- *   1. load and validate the config                       (exit 2 on error)
+ *   1. load and validate the config                       (exit 2 on error; also when agents would run as
+ *                                                          the Runner's user without agents_share_runner_user)
  *   2. open and verify the dispatch store + marker        (exit 3 on refusal)
  *   3. recover rows left by a previous process            (failed/not_started, lost/outcome_unknown)
  *   4. reap surviving agent process groups of those rows  (start-time checked)
@@ -10,7 +11,9 @@
  *   6. build the run manager (new agent_instance_id, new provider instances) and
  *      wait for its sweep of the run_as pool users (process/user-pool.ts: leftovers of
  *      an earlier Runner's runs are killed, bounded by SWEEP_TIMEOUT_MS)
- *   7. connect to the Server (link/link.ts); `run` requires [server] and a token (checked first, exit 2)
+ *   7. connect to the Server (link/link.ts); `run` requires [server] and a token (checked first, exit 2).
+ *      With no agent under the Runner's user, the link's resume secret is kept in the state dir
+ *      (link/resume.ts), so a restart after a crash takes the link back at once
  *
  * SIGINT/SIGTERM: close the run manager while the link still carries updates
  * (stop accepting; abandon runs still in setup; send session/cancel to every
@@ -21,9 +24,15 @@
 import { readFileSync } from "node:fs";
 import type { RunnerConfig } from "../config/config.js";
 import { ConfigError, loadConfig } from "../config/config.js";
-import { credentialModeWarnings, sameUserAgents } from "../config/exposure.js";
+import {
+  credentialModeWarnings,
+  SAME_USER_CONSEQUENCE,
+  sameUserAgents,
+  sharedUserRefusal,
+} from "../config/exposure.js";
 import { activeFailpoint, FAILPOINT_ENV, invalidFailpointValue } from "../failpoints.js";
 import { type LinkHandle, startLink } from "../link/link.js";
+import { removeResumeSecret, resumeSecretStore } from "../link/resume.js";
 import { createLogger, type Logger } from "../logger.js";
 import { procIdentitySupported } from "../process/proc-identity.js";
 import { type ReapResult, reapAll } from "../process/reaper.js";
@@ -225,9 +234,15 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
       "a Runner credential file is accessible to other users; chmod it",
     );
   }
+  const refusal = sharedUserRefusal(config);
+  if (refusal !== null) throw new DaemonStartError(2, refusal);
   const sameUser = sameUserAgents(config);
   if (sameUser.length > 0) {
-    logger.info({ agents: sameUser }, "these agents run as the Runner's user and can read its credentials (run_as)");
+    logger.warn(
+      { agents: sameUser },
+      `agents_share_runner_user = true: these agents run as the Runner's own user, and each ${SAME_USER_CONSEQUENCE}; ` +
+        "set run_as on them unless every caller of this Runner may see every run",
+    );
   }
 
   const armed = activeFailpoint();
@@ -258,6 +273,9 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
     logger,
   });
 
+  // The resume secret outlives a crash only where no agent can read the state dir (link/resume.ts).
+  if (sameUser.length > 0) removeResumeSecret(config.runner.stateDir);
+
   let service: RunService;
   try {
     const manager = new RunManager({ config, store, logger, diagnosticsDir: diagnosticsDir(config.runner.stateDir) });
@@ -283,6 +301,8 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
       token,
       service,
       logger,
+      agentsShareRunnerUser: sameUser.length > 0,
+      ...(sameUser.length === 0 ? { resumeStore: resumeSecretStore(config.runner.stateDir, logger) } : {}),
       allowInsecureTransport: server.allowInsecureTransport,
       ...(server.caFile ? { ca: readFileSync(server.caFile, "utf8") } : {}),
     });

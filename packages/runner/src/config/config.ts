@@ -51,6 +51,8 @@ export interface AcpConfig {
   readonly maxRunTimeoutSecs: number;
   /** The Runner-wide `[acp.forced_config]` (each agent's effective table is AgentConfig.forcedConfig). */
   readonly forcedConfig: Readonly<Record<string, string | boolean>>;
+  /** `[acp] agents_share_runner_user`: the operator accepts agents running as the Runner's own user. */
+  readonly agentsShareRunnerUser: boolean;
   readonly agents: readonly AgentConfig[];
 }
 
@@ -405,6 +407,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       defaultRunTimeoutSecs: acp.default_run_timeout_secs,
       maxRunTimeoutSecs: acp.max_run_timeout_secs,
       forcedConfig: Object.freeze({ ...acp.forced_config }),
+      agentsShareRunnerUser: acp.agents_share_runner_user,
       agents: Object.freeze(agents),
     }),
   });

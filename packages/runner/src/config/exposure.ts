@@ -4,11 +4,13 @@
  * keeps the config and the token file 0600. `credentialModeWarnings` names
  * each of them that is group- or other-accessible (the daemon logs them at
  * start, `check` prints them); `sameUserAgents` names the agents that run as
- * the Runner's own user and so can read all of it whatever the modes.
+ * the Runner's own user and so can read all of it whatever the modes, and a
+ * Runner with such agents starts only with the operator's explicit
+ * `[acp] agents_share_runner_user = true` (`sharedUserRefusal`).
  */
 import { statSync } from "node:fs";
 import { runsAsRunnerUser } from "../process/run-as.js";
-import type { RunnerConfig } from "./config.js";
+import type { AgentConfig, RunnerConfig } from "./config.js";
 
 export interface ModeWarning {
   /** The config key naming the file ("runner.state_dir", "config file", "server.token_file"). */
@@ -42,11 +44,37 @@ export function credentialModeWarnings(config: RunnerConfig): ModeWarning[] {
   return out;
 }
 
-/** Ids of the agents that run as this process's user (no run_as: config refuses a pool user of the Runner's uid). */
-export function sameUserAgents(config: RunnerConfig): string[] {
-  return config.acp.agents.filter(runsAsRunnerUser).map((a) => a.id);
+/**
+ * Whether `agent` runs as the Runner's own user: it has no `run_as` (the config refuses a pool that names the
+ * Runner's uid). The one place that decides it: the start-up refusal, `check`, `hello` and the persisted resume
+ * secret ask here.
+ */
+export function sharesRunnerUser(agent: AgentConfig): boolean {
+  return runsAsRunnerUser(agent);
 }
 
-/** The line `check` prints for an agent that runs as the Runner's user. */
-export const SAME_USER_WARNING =
-  "the agent can read this Runner's credentials (its environment, config and token file); use run_as on a shared host";
+/** Ids of the agents that run as this process's user (sharesRunnerUser). */
+export function sameUserAgents(config: RunnerConfig): string[] {
+  return config.acp.agents.filter(sharesRunnerUser).map((a) => a.id);
+}
+
+/** What an agent that runs as the Runner's user can do; stated at start (log) and by `check` under the opt-in. */
+export const SAME_USER_CONSEQUENCE =
+  "can read this Runner's credentials (its environment, config and token file) and stop it, then take over " +
+  "its link to the Server with the token and receive the runs meant for this Runner";
+
+/**
+ * The start-up refusal (`run` and `check`) of a config whose agents would run as the Runner's own user
+ * without `[acp] agents_share_runner_user = true`, or null when it may start.
+ */
+export function sharedUserRefusal(config: RunnerConfig, uid: number | undefined = process.getuid?.()): string | null {
+  const agents = sameUserAgents(config);
+  if (agents.length === 0 || config.acp.agentsShareRunnerUser) return null;
+  return (
+    `${config.file}: acp.agents_share_runner_user: agent${agents.length === 1 ? "" : "s"} ${agents.join(", ")} ` +
+    `would run as this Runner's own OS user (uid ${uid ?? "?"}), so such an agent ${SAME_USER_CONSEQUENCE}. ` +
+    `Either set run_as (an unprivileged user that is not the Runner's) on ${agents.length === 1 ? "it" : "each of them"}, or, ` +
+    "for a single-tenant install whose every caller may see every run, opt in with " +
+    "[acp] agents_share_runner_user = true"
+  );
+}

@@ -168,6 +168,11 @@ export const ConfigSchema = z
         default_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(1800),
         max_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(14_400),
         forced_config: ForcedTable,
+        /**
+         * The operator's explicit opt-in for agents without `run_as` (they run as the Runner's own user, can
+         * read its token and stop it): without it such a Runner refuses to start (config/exposure.ts).
+         */
+        agents_share_runner_user: z.boolean({ error: "must be a boolean" }).default(false),
         agents: z
           .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
           .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")

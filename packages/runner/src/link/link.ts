@@ -25,11 +25,15 @@
  * Server close the link and the Runner reconnect with the same bad frame.
  *
  * Link resumption (DESIGN §5): `hello.ack` carries a resume secret, kept in
- * memory only and sent in every later hello of this process, so a reconnect
+ * memory and sent in every later hello of this process, so a reconnect
  * after a network blip takes over the link the Server may still think alive.
+ * With a `resumeStore` (link/resume.ts: no agent runs as the Runner's user)
+ * it is also kept in the state dir and presented by the next start, so a
+ * Runner restarting after its own crash takes its link back at once.
  * A `link_in_use` refusal (another connection holds the link: this Runner was
- * just restarted, or someone else has its token) is retried at a short,
- * bounded pace until the old link is declared dead.
+ * restarted without the secret, or someone else has its token) is retried at
+ * a short, bounded pace until the old link is declared dead, and logged once
+ * with the reason, not once per retry.
  *
  * The token and the resume secret are never logged.
  */
@@ -58,6 +62,7 @@ import type { Logger } from "pino";
 import WebSocket from "ws";
 import { eventBatches } from "../events/batches.js";
 import type { RunService } from "../runs/service.js";
+import type { ResumeSecretStore } from "./resume.js";
 
 export interface LinkOptions {
   /** ws:// or wss:// URL of the Server's /runner endpoint. */
@@ -70,6 +75,10 @@ export interface LinkOptions {
   allowInsecureTransport?: boolean;
   service: RunService;
   logger: Logger;
+  /** Where the resume secret outlives this process; only when no agent runs as the Runner's user. */
+  resumeStore?: ResumeSecretStore;
+  /** Some agent runs as the Runner's user (`agents_share_runner_user`): the reason a restart waits. */
+  agentsShareRunnerUser?: boolean;
   /** First reconnect delay (ms); doubles per failed attempt, with jitter. */
   backoffInitialMs?: number;
   backoffMaxMs?: number;
@@ -98,7 +107,12 @@ export function startLink(opts: LinkOptions): LinkHandle {
 }
 
 class Link implements LinkHandle {
-  readonly #o: Required<Omit<LinkOptions, "service" | "logger" | "url" | "token" | "ca" | "allowInsecureTransport">>;
+  readonly #o: Required<
+    Omit<
+      LinkOptions,
+      "service" | "logger" | "url" | "token" | "ca" | "allowInsecureTransport" | "resumeStore" | "agentsShareRunnerUser"
+    >
+  >;
   /** Trusted CAs for wss:// when [server] ca_file is set: the system's plus that one. */
   readonly #ca: string[] | undefined;
   /** Set when the link runs without TLS to a non-loopback host (explicitly allowed). */
@@ -111,8 +125,12 @@ class Link implements LinkHandle {
   #live = false;
   #stopped = false;
   #attempt = 0;
-  /** From the last hello.ack; memory only. */
+  /** From the last hello.ack (or, at start, the one the resume store kept). */
   #resumeSecret: string | undefined;
+  readonly #resumeStore: ResumeSecretStore | undefined;
+  readonly #sharedUser: boolean;
+  /** Set from the first `link_in_use` refusal until a hello is accepted: later refusals are not logged again. */
+  #waitingSince: number | null = null;
   #reconnectTimer: NodeJS.Timeout | null = null;
   #helloTimer: NodeJS.Timeout | null = null;
   #beatTimer: NodeJS.Timeout | null = null;
@@ -146,6 +164,9 @@ class Link implements LinkHandle {
     this.#token = opts.token;
     this.#service = opts.service;
     this.#log = opts.logger.child({ c: "link" });
+    this.#resumeStore = opts.resumeStore;
+    this.#sharedUser = opts.agentsShareRunnerUser === true;
+    this.#resumeSecret = opts.resumeStore?.load();
     this.#o = {
       backoffInitialMs: opts.backoffInitialMs ?? 500,
       backoffMaxMs: opts.backoffMaxMs ?? 30_000,
@@ -210,7 +231,8 @@ class Link implements LinkHandle {
       const wasLive = this.#live;
       this.#teardown();
       if (this.#stopped) return;
-      this.#log.info({ code, was_live: wasLive }, "link closed; reconnecting");
+      if (this.#waitingSince !== null && !wasLive) this.#log.debug({ code }, "link refused; retrying");
+      else this.#log.info({ code, was_live: wasLive }, "link closed; reconnecting");
       this.#scheduleReconnect();
     });
   }
@@ -308,25 +330,36 @@ class Link implements LinkHandle {
         if (this.#helloTimer) clearTimeout(this.#helloTimer);
         this.#live = true;
         this.#attempt = 0;
+        if (frame.resume_secret !== this.#resumeSecret) this.#resumeStore?.save(frame.resume_secret);
         this.#resumeSecret = frame.resume_secret;
         this.#intervalMs = frame.heartbeat_interval_ms;
         this.#startHeartbeat(ws);
         this.#log.info(
-          { runner_id: frame.runner_id, server_instance_id: frame.server_instance_id },
+          {
+            runner_id: frame.runner_id,
+            server_instance_id: frame.server_instance_id,
+            ...(this.#waitingSince !== null ? { waited_ms: Date.now() - this.#waitingSince } : {}),
+          },
           "link established",
         );
+        this.#waitingSince = null;
         return;
       case "heartbeat":
         return;
       case "protocol_error":
+        if (frame.code === "link_in_use") {
+          this.#onLinkInUse();
+          // Another connection holds the link: retry at a short pace, it is declared dead within the heartbeat timeout.
+          this.#attempt = Math.min(this.#attempt, LINK_IN_USE_RETRY_ATTEMPT);
+          ws.close(1000, "peer protocol error");
+          return;
+        }
         this.#log.warn({ code: frame.code, reason: frame.message }, "server reported a protocol error");
         if (frame.code === "unauthorized_project") this.#attempt = Math.max(this.#attempt, 10);
         if (frame.code === "token_revoked") {
           this.#log.error("the server rotated this runner's token; restart the Runner with its new token");
           this.#attempt = Math.max(this.#attempt, 10);
         }
-        // Another connection holds the link: retry at a short pace, it is declared dead within the heartbeat timeout.
-        if (frame.code === "link_in_use") this.#attempt = Math.min(this.#attempt, LINK_IN_USE_RETRY_ATTEMPT);
         ws.close(1000, "peer protocol error");
         return;
       case "run.start":
@@ -339,6 +372,30 @@ class Link implements LinkHandle {
         this.#protocolError(ws, "unexpected_frame", `unknown frame ${(never as { type: string }).type}`);
       }
     }
+  }
+
+  /** The first `link_in_use` refusal of a wait is one warn line with the reason; the retries are debug. */
+  #onLinkInUse(): void {
+    if (this.#waitingSince !== null) {
+      this.#log.debug("link still in use on the Server; retrying");
+      return;
+    }
+    this.#waitingSince = Date.now();
+    const reason =
+      this.#resumeSecret !== undefined
+        ? "the Server refused this Runner's resume secret: another connection holds this runner's link (a process " +
+          "with its token?) or the secret is no longer the link's"
+        : this.#sharedUser
+          ? "the Server still holds this runner's previous link (an unclean stop, or another process with its " +
+            "token); its agents run as the Runner's user (agents_share_runner_user), so no resume secret is kept " +
+            "across restarts"
+          : "the Server still holds this runner's previous link (an unclean stop, or another process with its " +
+            "token) and this Runner has no resume secret for it";
+    this.#log.warn(
+      { code: "link_in_use" },
+      `${reason}; retrying until the Server declares that link dead (at most two of its heartbeat intervals ` +
+        "after it last heard from it); further refusals are not logged",
+    );
   }
 
   #onRequest(ws: WebSocket, req: Request): void {

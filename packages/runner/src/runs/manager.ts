@@ -25,6 +25,7 @@ import {
 } from "@webcodex/protocol";
 import { AcpTurn } from "../acp/turn.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
+import { sameUserAgents } from "../config/exposure.js";
 import { eventBatches } from "../events/batches.js";
 import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
@@ -175,6 +176,7 @@ export class RunManager implements RunService {
         allowed_config_options: [...a.allowedConfigOptions],
       })),
       projects: this.#config.projects.map((p) => ({ project_id: p.id, allow_patch: p.allowPatch })),
+      agents_share_runner_user: sameUserAgents(this.#config).length > 0,
     };
   }
 

@@ -92,6 +92,7 @@ export function writeConfig(ws: Workspace, spec: ConfigSpec = {}): RunnerConfig 
     `root = ${toml(ws.projectRoot)}`,
     `allow_patch = ${spec.allowPatch ?? true}`,
     "[acp]",
+    "agents_share_runner_user = true",
     ...Object.entries(acp).map(([k, v]) => `${k} = ${v}`),
     "[acp.forced_config]",
     ...Object.entries(spec.forced ?? {}).map(([k, v]) => `${toml(k)} = ${toml(v)}`),

@@ -90,6 +90,18 @@ export interface HubOptions {
  */
 export const HEARTBEAT_TIMEOUT_INTERVALS = 2;
 
+/**
+ * Refused hellos (`link_in_use`) of one runner are logged once per this window (the rest counted): a Runner
+ * waiting out its old link after an unclean stop, or an impostor retrying, is one line, not one per retry.
+ * Every refusal is still audited (runner_link_audit).
+ */
+export const LINK_REFUSAL_LOG_WINDOW_MS = 5 * 60_000;
+
+/** The `link_in_use` refusal's text: the same for every refused hello, with no lease time in it. */
+export const LINK_IN_USE_MESSAGE =
+  "this runner has a live link and the hello lacks its resume secret; a restarted Runner gets in once the " +
+  "Server declares that link dead";
+
 let connCounter = 0;
 
 export class RunnerConnection {
@@ -277,7 +289,7 @@ export class RunnerHub {
     }, opts.heartbeatIntervalMs);
     this.#heartbeat.unref();
     this.#refusals = new RefusalLog(opts.logger);
-    this.#linkRefusals = new RefusalLog(opts.logger);
+    this.#linkRefusals = new RefusalLog(opts.logger, 1, Date.now, LINK_REFUSAL_LOG_WINDOW_MS);
     this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs, Date.now, opts.leaseStore);
     this.#tokenPoll = opts.tokens ? setInterval(() => this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
     this.#tokenPoll?.unref();
@@ -488,17 +500,16 @@ export class RunnerHub {
           lease_ms: decision.liveForMs,
         },
         "runner hello refused: this runner's link is alive and the hello lacks its resume secret " +
-          "(possible impersonation with a leaked runner token; see `webcodex-server runner-token rotate`)",
+          "(a Runner restarted after an unclean stop waits until the old link is declared dead; otherwise a " +
+          "possible impersonation with a leaked runner token, see `webcodex-server runner-token rotate`). " +
+          "Further refusals of this runner are counted, not logged, until its hello is accepted",
       );
       this.#audit({ ...audit, event: "link_refused_in_use" });
-      conn.protocolError(
-        "link_in_use",
-        `runner ${conn.runnerId} has a live link; a restarted Runner gets in once it is declared dead ` +
-          `(within ${Math.ceil(decision.liveForMs / 1000)} s)`,
-        true,
-      );
+      // Never when the lease ends: that would tell an impostor when to try.
+      conn.protocolError("link_in_use", LINK_IN_USE_MESSAGE, true);
       return;
     }
+    const refusedMeanwhile = this.#linkRefusals.forget(conn.runnerId);
     conn.hello = hello;
     const previous = this.#live.get(conn.runnerId);
     if (previous && previous !== conn) {
@@ -533,6 +544,8 @@ export class RunnerHub {
         providers: hello.providers.length,
         projects: hello.projects.length,
         inventory: hello.inventory.length,
+        agents_share_runner_user: hello.agents_share_runner_user ?? null,
+        ...(refusedMeanwhile > 0 ? { refused_hellos_not_logged: refusedMeanwhile } : {}),
         protocol_version: PROTOCOL_VERSION,
       },
       "runner hello accepted",

@@ -17,6 +17,8 @@ export interface LiveRunner {
   projects: readonly ProjectAdvert[];
   maxConcurrentRuns: number;
   connectedAt: string;
+  /** The hello's `agents_share_runner_user`; null when the Runner did not say (it predates the field). */
+  agentsShareRunnerUser: boolean | null;
 }
 
 export type ProjectResolution =
@@ -41,6 +43,7 @@ export class Registry {
       projects: hello.projects,
       maxConcurrentRuns: hello.capabilities.coding_agent_run.max_concurrent_runs,
       connectedAt: new Date().toISOString(),
+      agentsShareRunnerUser: hello.agents_share_runner_user ?? null,
     };
     this.#live.set(conn.runnerId, live);
     return live;
@@ -53,6 +56,17 @@ export class Registry {
   live(runnerId: string): LiveRunner | undefined {
     const r = this.#live.get(runnerId);
     return r && !r.conn.closed ? r : undefined;
+  }
+
+  /**
+   * Whether runs of `principalId` may go to `runner`: always, unless its Server config lists
+   * `shared_user_principals` and its agents share its OS user (its hello says so, or says nothing) — then
+   * only the listed principals' may (DESIGN §4.2: such an agent can read the Runner's token).
+   */
+  servesPrincipal(runner: LiveRunner, principalId: string): boolean {
+    const listed = this.config.runners.find((r) => r.id === runner.runnerId)?.sharedUserPrincipals ?? null;
+    if (listed === null || runner.agentsShareRunnerUser === false) return true;
+    return listed.has(principalId);
   }
 
   runnerForProject(projectId: string): string | undefined {

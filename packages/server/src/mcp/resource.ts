@@ -15,8 +15,9 @@ export const PROJECTS_RESOURCE: Resource = {
   name: "projects",
   title: "Projects you may run coding agents on",
   description:
-    "JSON: {projects: [{project_id, runner_online, allow_patch, providers: [{provider_id, name, allowed_config_options}]}]}. " +
-    "Use project_id and provider_id with start_coding_agent.",
+    "JSON: {projects: [{project_id, runner_online, allow_patch, agents_share_runner_user, providers: [{provider_id, name, allowed_config_options}]}]}. " +
+    "Use project_id and provider_id with start_coding_agent. agents_share_runner_user: true when that Runner's " +
+    "agents run as its own OS user (any run there can read what the others do), null when offline or not stated.",
   mimeType: "application/json",
 };
 
@@ -33,6 +34,7 @@ export function projectsDocument(runs: RunsApi, principal: Principal): ProjectsD
       project_id: p.project_id,
       runner_online: p.runner_online,
       allow_patch: p.allow_patch,
+      agents_share_runner_user: p.agents_share_runner_user,
       providers: p.providers.map((v) => ({
         provider_id: v.provider_id,
         name: v.name,

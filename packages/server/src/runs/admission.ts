@@ -47,6 +47,15 @@ export const DEFAULT_START_TIMEOUT_MS = 30_000;
 const PROJECT_NOT_WRITABLE_MESSAGE =
   "The project's Runner does not allow patches; nothing was started. An operator must set allow_patch = true for this project in the Runner's config.";
 
+/** A principal the Server does not route to the project's same-user Runner (`shared_user_principals`). */
+function sharedUserRefusal(projectId: string, principalId: string): string {
+  return (
+    `Project ${projectId}'s Runner runs its agents as its own OS user, and this Server gives it only the runs of ` +
+    `the principals listed in its runners[].shared_user_principals; principal ${principalId} is not listed. ` +
+    "Nothing was started. An operator must list the principal there, or set run_as on that Runner's agents."
+  );
+}
+
 /** Pre-admission Runner rejections: API code, failure kind for the record, recovery. */
 const RUNNER_REJECTIONS: Partial<
   Record<RunnerErrorCode, { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string }>
@@ -248,6 +257,10 @@ export class Admission {
       );
     }
     if (!project.allow_patch) return fail("forbidden", PROJECT_NOT_WRITABLE_MESSAGE, "none");
+    if (!this.#ctx.registry.servesPrincipal(runner, principal.id)) {
+      if (unacknowledged) return this.#replay(unacknowledged, principal);
+      return fail("forbidden", sharedUserRefusal(input.project_id, principal.id), "none");
+    }
     const fences = {
       agent_instance_id: runner.agentInstanceId,
       provider_instance_id: provider.provider_instance_id,

@@ -142,6 +142,11 @@ export interface ProjectView {
   project_id: string;
   runner_online: boolean;
   allow_patch: boolean;
+  /**
+   * The online Runner's hello: true when its agents run as its own OS user (they can read its token), false
+   * when every agent runs as another user; null when offline or not stated.
+   */
+  agents_share_runner_user: boolean | null;
   providers: ProviderView[];
 }
 

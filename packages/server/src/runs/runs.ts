@@ -115,6 +115,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
         project_id: projectId,
         runner_online: runner !== undefined && advert !== undefined,
         allow_patch: advert?.allow_patch ?? false,
+        agents_share_runner_user: runner && advert ? runner.agentsShareRunnerUser : null,
         providers:
           runner && advert
             ? runner.providers.map((p) => ({

@@ -34,9 +34,10 @@ export class FakeRuns implements RunsApi {
       project_id: "demo",
       runner_online: true,
       allow_patch: true,
+      agents_share_runner_user: false,
       providers: [{ provider_id: "fake", name: "Fake agent", allowed_config_options: ["model"] }],
     },
-    { project_id: "other", runner_online: true, allow_patch: true, providers: [] },
+    { project_id: "other", runner_online: true, allow_patch: true, agents_share_runner_user: false, providers: [] },
   ];
   /** Resolves a pending observe; set by observe() while waiting. */
   #wakers = new Set<() => void>();

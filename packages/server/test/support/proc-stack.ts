@@ -41,6 +41,13 @@ export const FAKE_AGENT_BIN = join(REPO_ROOT, "fake-acp-agent/bin/fake-acp-agent
 export interface ProcRunner {
   id: string;
   projects: string[];
+  /**
+   * Run the fake agent as this OS user (`run_as`), from `agentBin` (a copy the user can read). Without it the
+   * agent runs as the Runner's user and the Runner config opts in (`agents_share_runner_user = true`).
+   */
+  runAs?: { user: string; agentBin: string };
+  /** The Server config's `shared_user_principals` for this runner. */
+  sharedUserPrincipals?: string[];
 }
 
 export interface ProcStackOptions {
@@ -141,7 +148,9 @@ export class ProcStack {
     for (const r of this.opts.runners) {
       const token = `wcr_${randomBytes(24).toString("base64url")}`;
       this.tokens.set(r.id, token);
-      toml += `[[runners]]\nid = "${r.id}"\ntoken_sha256 = "${sha256Hex(token)}"\nprojects = ${JSON.stringify(r.projects)}\n\n`;
+      toml += `[[runners]]\nid = "${r.id}"\ntoken_sha256 = "${sha256Hex(token)}"\nprojects = ${JSON.stringify(r.projects)}\n`;
+      if (r.sharedUserPrincipals) toml += `shared_user_principals = ${JSON.stringify(r.sharedUserPrincipals)}\n`;
+      toml += "\n";
       for (const p of r.projects) mkdirSync(join(this.dir, "projects", p), { recursive: true });
       this.#writeRunnerConfig(r);
     }
@@ -174,9 +183,11 @@ export class ProcStack {
         `[server]\nurl = "${this.opts.tls ? "wss" : "ws"}://127.0.0.1:${this.opts.linkPort ?? this.port}/runner"\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n` +
         (this.opts.tls ? `ca_file = ${JSON.stringify(this.opts.tls.caFile)}\n` : "") +
         "\n" +
-        `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = 60\ncancel_grace_secs = 5\n\n` +
-        `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(FAKE_AGENT_BIN)}\n` +
+        `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = 60\ncancel_grace_secs = 5\n` +
+        (r.runAs ? "\n" : "agents_share_runner_user = true\n\n") +
+        `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(r.runAs?.agentBin ?? FAKE_AGENT_BIN)}\n` +
         `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id), ...(this.opts.agentArgs ?? [])])}\nallowed_config_options = ["model"]\n` +
+        (r.runAs ? `run_as = ${JSON.stringify(r.runAs.user)}\n` : "") +
         `[acp.agents.env_from_env]\nPATH = "PATH"\n`,
     );
   }

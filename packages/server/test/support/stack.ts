@@ -163,7 +163,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
             `[[projects]]\nid = ${toml(p.id)}\nroot = ${toml(join("projects", p.id))}\nallow_patch = ${p.allow_patch ?? true}\n`,
         )
         .join("\n") +
-      `\n[acp]\n${Object.entries(acp)
+      `\n[acp]\nagents_share_runner_user = true\n${Object.entries(acp)
         .map(([k, v]) => `${k} = ${v}`)
         .join("\n")}\n\n` +
       `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${toml(FAKE_AGENT_BIN)}\n` +

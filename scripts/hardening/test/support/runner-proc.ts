@@ -50,7 +50,7 @@ export class RunnerProc {
       this.configFile,
       `[runner]\nstate_dir = "state"\nlog_level = "info"\n\n` +
         `[server]\nurl = ${JSON.stringify(opts.url)}\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n\n` +
-        `[[projects]]\nid = "p1"\nroot = "project"\nallow_patch = true\n\n[acp]\n` +
+        `[[projects]]\nid = "p1"\nroot = "project"\nallow_patch = true\n\n[acp]\nagents_share_runner_user = true\n` +
         Object.entries(acp)
           .map(([k, v]) => `${k} = ${v}`)
           .join("\n") +
