@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, test } from "vitest";
+import { canary } from "../../scripts/vitest/canary.js";
 import { cleanup, settledWithin, spawnAgent, startAgent, TextCapture, tempDir } from "./harness.js";
 
 afterEach(cleanup);
@@ -75,12 +76,13 @@ describe("initialize", () => {
 describe("command line", () => {
   test("--env-names writes the sorted names (not values) of its environment", async () => {
     const file = join(tempDir(), "env.json");
-    const env = { ZED_VAR: "z-value", PATH: process.env.PATH ?? "/usr/bin", ALPHA_SECRET: "alpha-secret-value" };
+    const secret = canary("env-value");
+    const env = { ZED_VAR: "z-value", PATH: process.env.PATH ?? "/usr/bin", ALPHA_SECRET: secret };
     const agent = startAgent(["--env-names", file], env);
     await agent.initialize();
     const written = readFileSync(file, "utf8");
     expect(JSON.parse(written)).toEqual(["ALPHA_SECRET", "PATH", "ZED_VAR"]);
-    expect(written).not.toContain("secret-value");
+    expect(written).not.toContain(secret);
     await agent.stop();
   });
 

@@ -2,6 +2,11 @@
  * Test helper: runs `node scripts/demo.mjs` in a temp state folder on a free
  * port, parses the URL and token it prints, tracks every descendant process,
  * and stops it with SIGINT the way a person would.
+ *
+ * `throughPipe` is `npm start 2>&1 | tee log`: the demo's stdout and stderr go
+ * into a reader process that, like tee, dies of SIGINT; stop() sends the
+ * terminal's Ctrl-C to the reader first, so the demo shuts down writing into a
+ * pipe nobody reads any more.
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -64,20 +69,31 @@ export function survivors(tracked: Map<number, string>): number[] {
   return [...tracked].filter(([pid, start]) => table.get(pid)?.start === start).map(([pid]) => pid);
 }
 
-export async function startDemo(options: { dir?: string; timeoutMs?: number } = {}): Promise<DemoStack> {
+/** The last line scripts/demo.mjs prints before the daemons' logs. */
+const BANNER_END = "Ctrl-C here stops the demo";
+
+/** The reader of `throughPipe`: copies stdin to stdout and, like tee, dies of SIGINT. */
+const PIPE_READER = "process.stdin.pipe(process.stdout)";
+
+export async function startDemo(
+  options: { dir?: string; timeoutMs?: number; throughPipe?: boolean } = {},
+): Promise<DemoStack> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), "webcodex-demo-"));
+  const reader = options.throughPipe
+    ? spawn(process.execPath, ["-e", PIPE_READER], { stdio: ["pipe", "pipe", "ignore"] })
+    : undefined;
   const child = spawn(process.execPath, [join(ROOT, "scripts", "demo.mjs")], {
     cwd: ROOT,
     env: { ...process.env, WEBCODEX_DEMO_DIR: dir, WEBCODEX_DEMO_PORT: "0", NO_COLOR: "1" },
-    stdio: ["ignore", "pipe", "pipe"],
+    stdio: reader ? ["ignore", reader.stdin, reader.stdin] : ["ignore", "pipe", "pipe"],
   });
   let output = "";
-  child.stdout.setEncoding("utf8").on("data", (d: string) => {
-    output += d;
-  });
-  child.stderr.setEncoding("utf8").on("data", (d: string) => {
-    output += d;
-  });
+  for (const stream of reader ? [reader.stdout] : [child.stdout, child.stderr]) {
+    stream?.setEncoding("utf8").on("data", (d: string) => {
+      output += d;
+    });
+  }
+  const readerExited = reader ? new Promise<void>((res) => reader.once("exit", () => res())) : Promise.resolve();
   const exited = new Promise<number | null>((res) => child.once("exit", (code) => res(code)));
   const seen = new Map<number, string>();
   const track = () => {
@@ -86,6 +102,10 @@ export async function startDemo(options: { dir?: string; timeoutMs?: number } = 
 
   const stop = async () => {
     track();
+    if (reader && reader.exitCode === null && reader.signalCode === null) {
+      reader.kill("SIGINT");
+      await readerExited;
+    }
     if (child.exitCode === null && child.signalCode === null) child.kill("SIGINT");
     const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
     const code = await exited;
@@ -97,7 +117,8 @@ export async function startDemo(options: { dir?: string; timeoutMs?: number } = 
   for (;;) {
     const url = /export WEBCODEX_URL=(\S+)/.exec(output)?.[1];
     const token = /export WEBCODEX_TOKEN=(\S+)/.exec(output)?.[1];
-    if (url !== undefined && token !== undefined) {
+    // The last line of the demo's banner: everything it prints before its logs is there.
+    if (url !== undefined && token !== undefined && output.includes(BANNER_END)) {
       track();
       return {
         dir,

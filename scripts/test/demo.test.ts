@@ -1,6 +1,7 @@
 import { spawnSync } from "node:child_process";
+import { statSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it, onTestFinished } from "vitest";
 import { type DemoStack, removeDir, runCli, startDemo, survivors } from "./demo-stack.js";
 
 const SERVER_BIN = join(import.meta.dirname, "..", "..", "packages", "server", "bin", "webcodex-server.js");
@@ -26,6 +27,12 @@ describe("npm start (scripts/demo.mjs)", () => {
     expect(run.stdout).toContain("✔ completed");
     const runId = /wc_agent_run_[a-z0-9]+/.exec(run.stdout)?.[0];
     expect(runId).toMatch(/^wc_agent_run_[a-z0-9]+$/);
+
+    // Every file the demo writes is private, so the Runner has nothing to warn about.
+    for (const file of ["runner.toml", "server.toml", "runner.token", "principal.json"]) {
+      expect((statSync(join(demo.dir, file)).mode & 0o777).toString(8), file).toBe("600");
+    }
+    expect(demo.output()).not.toContain("other users can read it");
 
     const status = await runCli(["status"], demo);
     expect(status.code).toBe(0);
@@ -57,6 +64,32 @@ describe("npm start (scripts/demo.mjs)", () => {
     expect(clients.status).toBe(0);
     expect(JSON.parse(clients.stdout)).toEqual([]);
 
+    // The README's workflow-session example, as written, with the demo's token.
+    const created = await runCli(["session", "create", "--project", "demo", "--title", "math fixes"], demo);
+    expect(created.stderr).toBe("");
+    const sessionId = /session (wc_sess_[a-z0-9]+) created on project demo/.exec(created.stdout)?.[1];
+    expect(sessionId, created.stdout).toBeDefined();
+    const sid = sessionId!;
+    const recorded = await runCli(
+      ["run", "--project", "demo", "--provider", "fake", "--session", sid, "Fix src/math.js."],
+      demo,
+    );
+    expect(recorded.code, recorded.stderr).toBe(0);
+    const updated = await runCli(
+      ["session", "update", sid, "--handoff", "math.js fixed; math.test.js still flaky", "--goal", "all tests green"],
+      demo,
+    );
+    expect(updated.code, updated.stderr).toBe(0);
+    const continued = await runCli(
+      ["run", "--project", "demo", "--provider", "fake", "--context-session", sid, "Continue from the handoff."],
+      demo,
+    );
+    expect(continued.code, continued.stderr).toBe(0);
+    const shown = await runCli(["session", "show", sid], demo);
+    expect(shown.code, shown.stderr).toBe(0);
+    expect(shown.stdout).toContain("all tests green");
+    expect(shown.stdout).toContain("coding_agent_terminal");
+
     const tracked = demo.descendants();
     expect(tracked.size).toBeGreaterThanOrEqual(2);
     expect(await demo.stop()).toBe(0);
@@ -72,4 +105,19 @@ describe("npm start (scripts/demo.mjs)", () => {
     expect(survivors(again)).toEqual([]);
     demo = undefined;
   }, 180_000);
+
+  it("stops in order when Ctrl-C ended the reader of its output first (npm start 2>&1 | tee log)", async () => {
+    const piped = await startDemo({ throughPipe: true });
+    onTestFinished(async () => {
+      await piped.stop();
+      removeDir(piped.dir);
+    });
+    expect(piped.output()).toContain("WebCodex demo is running");
+    const tracked = piped.descendants();
+    expect(tracked.size).toBeGreaterThanOrEqual(2);
+    // Exit 0 is the orderly path (Runner, then Server, then exit); a write into the dead pipe that the
+    // demo did not expect ends it with an uncaught EPIPE instead, and its daemons are SIGKILLed.
+    expect(await piped.stop()).toBe(0);
+    expect(survivors(tracked)).toEqual([]);
+  }, 120_000);
 });

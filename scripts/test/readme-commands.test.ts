@@ -61,6 +61,14 @@ describe("README commands", () => {
     expect(survivors(tracked)).toEqual([]);
   });
 
+  it("documents every setting of the demo", () => {
+    const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+    const demo = readFileSync(join(ROOT, "scripts", "demo.mjs"), "utf8");
+    const settings = new Set([...demo.matchAll(/process\.env\.(WEBCODEX_DEMO_\w+)/g)].map((m) => m[1]));
+    expect(settings).toContain("WEBCODEX_DEMO_PORT");
+    for (const name of settings) expect(readme, name).toContain(`\`${name}`);
+  });
+
   it("documents the tour's commands", () => {
     expect(commands.length).toBeGreaterThanOrEqual(6);
     expect(commands.some((c) => c.startsWith("npx webcodex run "))).toBe(true);
@@ -78,6 +86,14 @@ describe("README commands", () => {
   it("runs each documented webcodex command against the demo stack", async () => {
     demo = await startDemo();
     const stack = demo;
+    // What `npm start` suggests to try is what the README documents, word for word.
+    const suggested = stack
+      .output()
+      .split("\n")
+      .map((line) => line.trim())
+      .filter((line) => line.startsWith("npx webcodex "));
+    expect(suggested.length).toBeGreaterThanOrEqual(3);
+    for (const line of suggested) expect(commands, line).toContain(line);
     let lastRunId: string | undefined;
     const previous: string[] = [];
     for (const command of commands) {

@@ -28,6 +28,8 @@ Commands:
   cancel    Ask the Server to cancel a run (idempotent).
   status    Projects this token may use, whether their Runner is online, and its providers.
   task      Managed tasks: the Server owns a task, its attempts (lease, fence) and each attempt's one run.
+  session   Workflow sessions: a ledger on a project that runs record into (--session) and start from
+            (--context-session); needs the runtime:write / runtime:read scopes.
 
 Options:
   --url URL         Server MCP URL (default: $WEBCODEX_URL), e.g. http://127.0.0.1:7420/mcp

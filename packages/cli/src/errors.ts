@@ -75,6 +75,9 @@ function causeCode(err: unknown): string | undefined {
   return undefined;
 }
 
+/** The scope list in the Server's HTTP 403 `insufficient_scope (this call needs: A B)` answer. */
+const INSUFFICIENT_SCOPE = /insufficient_scope \(this call needs: ((?:[a-z_]{1,32}:[a-z_]{1,32} ?){1,8})\)/;
+
 /** Maps anything thrown while talking to the Server at `url` to a CliError. */
 export function toCliError(err: unknown, url: string): CliError {
   if (err instanceof CliError) return err;
@@ -87,8 +90,13 @@ export function toCliError(err: unknown, url: string): CliError {
       });
     }
     if (status === 403) {
+      // The Server's insufficient_scope answer (an OAuth token) names what the call needs.
+      const needs = INSUFFICIENT_SCOPE.exec(err.message)?.[1];
       return new CliError("auth", `the Server at ${url} refused this token (HTTP 403)`, {
-        hint: "The token is valid but lacks the scope for this call; runs need coding_agent:run and a grant on the project.",
+        hint:
+          needs !== undefined
+            ? `This token was not granted what the call needs: ${needs}. Connect again and grant it, or use a token issued with it.`
+            : "The token is valid but the Server refused the request: a scope the call needs, or this request's Origin, is not allowed.",
         cause: err,
       });
     }

@@ -31,9 +31,9 @@ export class LiveOutput {
     this.#spinner = options.spinner && stream.isTTY === true && style.mode === "text";
   }
 
-  /** Starts the spinner clock (no-op without a TTY). */
+  /** Starts the spinner clock, or sets it to another start (the spinner itself only on a TTY). */
   start(startedAt: number = Date.now()): void {
-    this.#startedAt = startedAt;
+    if (Number.isFinite(startedAt)) this.#startedAt = startedAt;
     if (!this.#spinner || this.#timer !== undefined) return;
     this.#timer = setInterval(() => {
       this.#frame = (this.#frame + 1) % FRAMES.length;
@@ -75,7 +75,8 @@ export class LiveOutput {
 
   #draw(): void {
     if (!this.#spinner || this.#timer === undefined || this.#label === undefined || !this.#atLineStart) return;
-    const elapsed = formatDuration(Date.now() - this.#startedAt);
+    // Never negative: a start time from another machine's clock may lie slightly ahead of ours.
+    const elapsed = formatDuration(Math.max(0, Date.now() - this.#startedAt));
     const line = `${paint(this.#style, "cyan", FRAMES[this.#frame] ?? "")} ${this.#label} ${paint(this.#style, "dim", `· ${elapsed}`)}`;
     this.#stream.write(`\r\u001b[2K${line}`);
     this.#drawn = true;

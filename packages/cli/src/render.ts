@@ -16,7 +16,7 @@
 import { paint, type Style, type Tone } from "./style.js";
 import { escapeControls, escapeDeep, safeJsonLine } from "./terminal-text.js";
 import type { CancelResult, Observation, ProjectView, RunEvent, RunState, StartResult } from "./wire.js";
-import { isTerminal } from "./wire.js";
+import { isTerminal, OUTSIDE_PROJECT_PATH } from "./wire.js";
 
 export interface RenderState {
   /** Last run state announced. */
@@ -116,15 +116,20 @@ function renderObservationJson(state: RenderState, obs: Observation): Rendered {
   let lastSeq = obs.history_lost ? 0 : state.lastSeq;
   if (obs.history_lost) text += json({ type: "history_lost", run_id: obs.run_id });
   const offline = obs.runner_offline === true;
-  if (obs.state !== state.runState || offline !== state.offline) {
-    text += json({
-      type: "state",
-      run_id: obs.run_id,
-      state: obs.state,
-      execution_state: obs.execution_state,
-      ...(offline ? { runner_offline: true } : {}),
-    });
-  }
+  const stateLine =
+    obs.state !== state.runState || offline !== state.offline
+      ? json({
+          type: "state",
+          run_id: obs.run_id,
+          state: obs.state,
+          execution_state: obs.execution_state,
+          ...(offline ? { runner_offline: true } : {}),
+        })
+      : "";
+  // A state the run entered comes before the events that happened in it; a terminal state comes after the
+  // run's last events, as it does in the run itself.
+  const terminal = isTerminal(obs.state);
+  if (!terminal) text += stateLine;
   for (const event of obs.events) {
     if (event.seq <= lastSeq) continue;
     lastSeq = event.seq;
@@ -134,6 +139,7 @@ function renderObservationJson(state: RenderState, obs: Observation): Rendered {
       text += json({ type: "event", run_id: obs.run_id, ...event });
     }
   }
+  if (terminal) text += stateLine;
   return { state: { ...state, runState: obs.state, offline, lastSeq }, text };
 }
 
@@ -231,7 +237,13 @@ function renderObservationText(state: RenderState, raw: Observation, style: Styl
         break;
       }
       case "file_change":
-        line(`  ${paint(style, "yellow", "✎")} ${event.path}`);
+        line(
+          `  ${paint(style, "yellow", "✎")} ${
+            event.path === OUTSIDE_PROJECT_PATH
+              ? paint(style, "dim", "(a file outside the project root; the Runner withholds its path)")
+              : event.path
+          }`,
+        );
         break;
       case "terminal_activity":
         line(paint(style, "dim", `  ▸ terminal ${event.terminal_id}`));

@@ -95,11 +95,11 @@ export class McpRunsClient implements RunsClient {
     if (result.isError === true) {
       const parsed = ToolErrorBody.safeParse(body);
       if (parsed.success) {
-        const { code, message, recovery_kind } = parsed.data.error;
+        const { code, message, recovery_kind, missing_scopes } = parsed.data.error;
         throw new CliError("tool", message, {
           toolCode: code,
           recoveryKind: recovery_kind,
-          hint: hintForToolError(code),
+          hint: hintForToolError(code, missing_scopes ?? []),
         });
       }
       throw new CliError("tool", `${name} failed without a readable error`, { toolCode: "unknown" });
@@ -199,12 +199,16 @@ function structuredBody(result: { structuredContent?: unknown; content?: unknown
   return undefined;
 }
 
-function hintForToolError(code: string): string | undefined {
+function hintForToolError(code: string, missingScopes: readonly string[]): string | undefined {
   switch (code) {
     case "unauthorized":
       return "Check WEBCODEX_TOKEN / --token.";
     case "forbidden":
-      return "This token lacks coding_agent:run or a grant on that project; `webcodex status` lists what it may use.";
+      if (missingScopes.length > 0) {
+        const flags = missingScopes.map((s) => `--scope ${s}`).join(" ");
+        return `Ask the operator for a token issued with ${flags} (\`webcodex-server token issue\`; the principal's scopes in the Server config must include ${missingScopes.length > 1 ? "them" : "it"}).`;
+      }
+      return "This token has no grant on that project, or the project does not allow changes; `webcodex status` lists what it may use.";
     case "not_found":
       return "Runs are visible only to the principal that started them; check the run id and the token.";
     case "idempotency_conflict":

@@ -20,6 +20,9 @@ export const RUN_STATES = [
 export const RunState = z.enum(RUN_STATES);
 export type RunState = z.infer<typeof RunState>;
 
+/** The path a file_change event carries for a file outside the project root (the Runner masks it). */
+export const OUTSIDE_PROJECT_PATH = "<outside project>";
+
 const TERMINAL: ReadonlySet<RunState> = new Set<RunState>(["completed", "failed", "cancelled", "lost"]);
 export function isTerminal(state: RunState): boolean {
   return TERMINAL.has(state);
@@ -157,8 +160,18 @@ export const CancelResult = z.object({
 });
 export type CancelResult = z.infer<typeof CancelResult>;
 
+/** A scope name as the Server spells them (`coding_agent:run`, `runtime:write`). */
+const SCOPE_NAME = /^[a-z_]{1,32}:[a-z_]{1,32}$/;
+/** More than this many missing scopes is not an answer this CLI knows how to advise on. */
+const MAX_MISSING_SCOPES = 8;
 export const ToolErrorBody = z.object({
-  error: z.object({ code: z.string(), message: z.string(), recovery_kind: z.string().default("none") }),
+  error: z.object({
+    code: z.string(),
+    message: z.string(),
+    recovery_kind: z.string().default("none"),
+    /** On `forbidden` for want of scopes: the scopes this token lacks (anything else in it is ignored). */
+    missing_scopes: z.array(z.string().regex(SCOPE_NAME)).max(MAX_MISSING_SCOPES).optional().catch(undefined),
+  }),
 });
 
 const ProviderView = z.object({

@@ -83,6 +83,11 @@ describe("argument errors exit 2", () => {
     const { ctx, stdout } = testContext(scriptedClient(loadRecorded("tools-run")));
     expect(await runCli(["--help"], ctx)).toBe(0);
     expect(stdout.text).toContain("webcodex run --project ID --provider ID");
+    // Every command has its line under "Commands:".
+    const commands = stdout.text.split("Commands:\n")[1]?.split("\n\n")[0] ?? "";
+    for (const name of ["run", "observe", "cancel", "status", "task", "session"]) {
+      expect(commands, name).toMatch(new RegExp(`^  ${name} +\\S`, "m"));
+    }
     expect(await runCli(["--version"], ctx)).toBe(0);
     expect(stdout.text).toMatch(/webcodex \d+\.\d+\.\d+/);
   });

@@ -57,4 +57,14 @@ describe("webcodex exit codes against a real stack", { timeout: 120_000 }, () =>
     expect(observed.code).toBe(3);
     expect(s?.prompts("r1")).toHaveLength(1);
   });
+
+  it("a call refused for want of a scope exits 1 and its advice names that scope, not another", async () => {
+    // The stack's principals hold coding_agent:run and project:* but no runtime:* scope.
+    const env = await stack();
+    const result = await runCli(["session", "create", "--project", "demo", "--title", "math fixes"], env);
+    expect(result.code, result.stderr).toBe(1);
+    expect(result.stderr).toContain("this token lacks runtime:write");
+    expect(result.stderr).toContain("Ask the operator for a token issued with --scope runtime:write");
+    expect(result.stderr).not.toContain("coding_agent:run");
+  });
 });

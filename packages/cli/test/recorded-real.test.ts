@@ -33,7 +33,7 @@ describe("recorded real streams", () => {
         "  ◐ Edit src/math.js · edit",
         "  ✓ Edit src/math.js · edit",
         "  ✎ src/math.js",
-        "  ✎ <outside project>",
+        "  ✎ (a file outside the project root; the Runner withholds its path)",
         "  ◐ npm test · execute",
         "  ▸ terminal term-1",
         "  ✓ npm test · execute",

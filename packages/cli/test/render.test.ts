@@ -92,20 +92,19 @@ describe("text rendering of a recorded tools run", () => {
 });
 
 describe("ndjson rendering", () => {
-  it("prints one JSON object per line: state changes and every event with the run id", () => {
+  it("prints one JSON object per line: state changes and every event with the run id, the terminal state last", () => {
     const recorded = loadRecorded("tools-run");
+    // The last observation carries both the terminal state and the run's last three events.
+    expect(recorded.observations.at(-1)?.state).toBe("completed");
+    expect(recorded.observations.at(-1)?.events).toHaveLength(3);
     const { text } = replay(recorded.observations, JSON_STYLE);
     const lines = text.trimEnd().split("\n");
     const parsed = lines.map(
-      (line) => JSON.parse(line) as { type: string; kind?: string; seq?: number; run_id: string },
+      (line) => JSON.parse(line) as { type: string; kind?: string; seq?: number; run_id: string; state?: string },
     );
-    expect(parsed.map((p) => p.type)).toEqual([
-      "state",
-      ...Array(3).fill("event"),
-      ...Array(6).fill("event"),
-      "state",
-      ...Array(3).fill("event"),
-    ]);
+    expect(parsed.map((p) => p.type)).toEqual(["state", ...Array(12).fill("event"), "state"]);
+    expect(parsed.at(-2)).toMatchObject({ type: "event", kind: "terminal", seq: 12 });
+    expect(parsed.at(-1)).toMatchObject({ type: "state", state: "completed" });
     expect(parsed.filter((p) => p.type === "event").map((p) => p.seq)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
     expect(parsed.every((p) => p.run_id === recorded.start.run_id)).toBe(true);
   });

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { runCli } from "../src/cli.js";
 import { CliError } from "../src/errors.js";
-import type { Observation } from "../src/wire.js";
+import { Observation } from "../src/wire.js";
 import { loadRecorded, type Recorded, scriptedClient, testContext } from "./support.js";
 
 const recorded = loadRecorded("tools-run");
@@ -186,6 +186,46 @@ describe("webcodex observe, cancel, status", () => {
       "t2",
     ]);
     expect(stdout.text).toContain("Looking at the test first.");
+  });
+
+  it("observe --follow counts the run's own time, not the time spent following it", async () => {
+    const startedAt = Date.now() - 90_000;
+    const at = (ms: number) => new Date(ms).toISOString();
+    const base = { run_id: RUN, recovery_kind: "none", history_lost: false, has_more: false };
+    const observations = [
+      Observation.parse({
+        ...base,
+        state: "running",
+        execution_state: "started",
+        observation_token: "t1",
+        events: [{ seq: 1, at: at(startedAt), kind: "agent_message", text: "working\n", truncated: false }],
+      }),
+      Observation.parse({
+        ...base,
+        state: "completed",
+        execution_state: "completed",
+        stop_reason: "end_turn",
+        observation_token: "t2",
+        events: [
+          {
+            seq: 2,
+            at: at(startedAt + 75_000),
+            kind: "terminal",
+            state: "completed",
+            execution_state: "completed",
+            stop_reason: "end_turn",
+          },
+        ],
+      }),
+    ];
+    const { ctx, stdout } = testContext(scriptedClient({ start: recorded.start, observations }), { NO_COLOR: "1" });
+    stdout.isTTY = true;
+    expect(await runCli(["observe", "--follow", RUN], ctx)).toBe(0);
+    // The spinner, drawn while following, shows how long the run has been going (90 s), …
+    expect(stdout.text).toContain("running · 1m 30s");
+    expect(stdout.text).not.toContain("running · 0.0s");
+    // … and the closing line the run's duration, first event to terminal event.
+    expect(stdout.text).toMatch(/✔ completed · stop reason end_turn · 1m 15s · /);
   });
 
   it("cancel prints the result and exits 0, also when already terminal", async () => {

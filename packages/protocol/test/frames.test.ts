@@ -1,5 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import {
   encodeFrame,
   MAX_FRAME_BYTES,
@@ -187,9 +188,10 @@ describe("forbidden fields are rejected by name", () => {
   });
 
   it("never echoes the rejected value in the error", () => {
-    const text = withField(hello, ["providers", 0], "env", { SECRET: "sk-live-canary-123456" });
+    const secret = canary("env-value");
+    const text = withField(hello, ["providers", 0], "env", { SECRET: secret });
     const result = parseRunnerFrame(text);
-    expect(JSON.stringify(result)).not.toContain("sk-live-canary-123456");
+    expect(JSON.stringify(result)).not.toContain(secret);
   });
 
   it("rejects integer config values (string/select and boolean only)", () => {

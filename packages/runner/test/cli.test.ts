@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { RunEvent } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { alive, FAKE_AGENT, REPO_ROOT } from "./support/harness.js";
 
 const run = promisify(execFile);
@@ -42,7 +43,8 @@ describe("webcodex-runner", () => {
     expect(human.code).toBe(0);
     expect(human.stdout).toMatch(/terminal: completed \/ completed \(end_turn\)/);
 
-    const secretPrompt = "scenario: tools\nthe prompt body must never be logged 7f3a9c";
+    const promptCanary = canary("prompt");
+    const secretPrompt = `scenario: tools\nthe prompt body must never be logged ${promptCanary}`;
     const json = await cli(
       ["exec", "--config", EXAMPLE, "--project", "demo", "--provider", "fake", "--json", "--log-level", "debug"].concat(
         ["-c", "model=fake-large", secretPrompt],
@@ -55,7 +57,7 @@ describe("webcodex-runner", () => {
       .map((line) => RunEvent.parse(JSON.parse(line)));
     expect(events.at(-1)).toMatchObject({ kind: "terminal", state: "completed" });
     expect(json.stderr).toMatch(/"msg":"run terminal"/);
-    expect(json.stderr).not.toContain("7f3a9c");
+    expect(json.stderr).not.toContain(promptCanary);
     expect(json.stderr).not.toContain("I fixed add()");
   });
 

@@ -12,12 +12,13 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { prepareStore } from "../src/commands/daemon.js";
 import { diagnosticsDir, diagnosticsFile, STDERR_TAIL_BYTES } from "../src/runs/diagnostics.js";
 import { openDispatchStore } from "../src/store/open.js";
 import { FAKE_AGENT, makeWorkspace, newManager, REPO_ROOT, runToEnd, writeConfig } from "./support/harness.js";
 
-const SECRET = "s3cr3t-token-value-42";
+const SECRET = canary("env-value");
 const ws = makeWorkspace();
 const launcher = join(ws.dir, "noisy-agent.sh");
 // Writes more than the tail bound to stderr, the mapped secret last, then becomes the fake agent.

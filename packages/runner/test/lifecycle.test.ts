@@ -8,6 +8,7 @@
 import { readFileSync } from "node:fs";
 import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { MAX_PENDING_PERMISSIONS } from "../src/runs/manager.js";
 import { SHUTDOWN_UNCONFIRMED } from "../src/runs/terminal.js";
 import {
@@ -24,7 +25,7 @@ import {
 } from "./support/harness.js";
 
 const ws = makeWorkspace();
-const SECRET = "s3cr3t-token-value-0123456789";
+const SECRET = canary("env-value");
 const config = writeConfig(ws, {
   acp: { permission_timeout_secs: 1, cancel_grace_secs: 1, max_concurrent_runs: 2 },
   agents: [

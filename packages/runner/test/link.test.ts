@@ -3,6 +3,7 @@
  * in a temp dir), driving an in-memory RunService.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { FakeRunService, msg } from "../../server/test/support/fake-run-service.js";
 import { alice, Harness, until } from "../../server/test/support/in-process.js";
 import { chunkUpdate, startLink } from "../src/link/link.js";
@@ -21,7 +22,7 @@ describe("runner link", () => {
 
   it("keeps retrying with backoff on a refused token and never logs the token", async () => {
     h = await new Harness().start([R1]);
-    const secret = "definitely-wrong-token-canary";
+    const secret = canary("runner-token");
     const link = startLink({
       url: h.wsUrl(),
       token: secret,

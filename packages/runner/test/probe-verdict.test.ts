@@ -10,13 +10,14 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, test } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { FAKE_AGENT, makeWorkspace, REPO_ROOT } from "./support/harness.js";
 
 const run = promisify(execFile);
 const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 const ws = makeWorkspace();
 afterAll(() => ws.cleanup());
-const SECRET = "sk-probe-secret-value-4711";
+const SECRET = canary("api-key");
 
 const CLAUDE = ["--agent-name", "@agentclientprotocol/claude-agent-acp", "--config-options", "mode,model"];
 const CLAUDE_MODES = ["--mode-values", "default,acceptEdits,plan,auto"];

@@ -6,11 +6,12 @@
  */
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { observeToEnd, observeUntil, ok, promptsOf, type Structured, toolError } from "./support/tool-calls.js";
 
 const SCOPES = ["coding_agent:run", "project:write", "project:read"] as const;
-const INSTRUCTION_CANARY = "CANARY-task-instruction-4f1c";
+const INSTRUCTION_CANARY = canary("task-instruction");
 
 let stack: Stack;
 let alice: Client;

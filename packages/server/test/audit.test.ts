@@ -4,6 +4,7 @@ import { join } from "node:path";
 import Database from "better-sqlite3";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { AUDIT_FLUSH_MAX_ROWS, SqliteAuditLog } from "../src/mcp/audit.js";
 import { McpTools } from "../src/mcp/tools.js";
 import { ObserveLimits } from "../src/runs/observe-limits.js";
@@ -31,7 +32,10 @@ describe("SQLite audit log", () => {
   it("keeps one durable row per tool call with lifecycle and sizes only", async () => {
     const { dir, db } = openStateDb();
     const audit = new SqliteAuditLog(db);
-    const runs = new FakeRuns();
+    const prompt = canary("prompt");
+    const key = canary("idempotency-key");
+    const message = canary("agent-message");
+    const runs = new FakeRuns(message);
     const tools = new McpTools({
       runs,
       audit,
@@ -39,13 +43,11 @@ describe("SQLite audit log", () => {
       modules: [new RunTools({ runs, observeLimits: new ObserveLimits() })],
     });
     const alice = principal("alice", ["coding_agent:run", "project:write"]);
-    const canary = "CANARY-audit-9c1e";
-    const key = "KEY-audit-4411";
     const start = await tools.call(alice, TOOL_NAMES.start, {
       project_id: "demo",
       provider_id: "fake",
       idempotency_key: key,
-      prompt: `please ${canary}`,
+      prompt: `please ${prompt}`,
     });
     const { run_id, observation_token } = start.structuredContent as { run_id: string; observation_token: string };
     await tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token });
@@ -78,7 +80,7 @@ describe("SQLite audit log", () => {
       .map((f) => readFileSync(join(dir, f)).toString("latin1"))
       .join("");
     expect(bytes).toContain(run_id);
-    for (const secret of [canary, key, observation_token, "hello"]) expect(bytes).not.toContain(secret);
+    for (const secret of [prompt, key, observation_token, message]) expect(bytes).not.toContain(secret);
   });
 
   it("batches rows off the per-call path and writes all N of N calls by close", async () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { canSeeProject, checkStartGrant, checkToolScope } from "../src/principals/authority.js";
+import { canSeeProject, checkStartGrant, checkToolScope, missingScopes } from "../src/principals/authority.js";
 import { principal } from "./support/fake-runs.js";
 
 /** DESIGN §6.2: no scope but coding_agent:run opens the tools; start also needs project:write + grant. */
@@ -49,14 +49,17 @@ describe("refusal messages say what is missing and what to do", () => {
     const none = principal("p", [], ["demo"]);
     expect(checkToolScope(none)).toEqual({
       code: "forbidden",
-      message: expect.stringContaining("lacks the coding_agent:run scope"),
+      message: expect.stringContaining("this token lacks coding_agent:run"),
       recovery_kind: "none",
+      missing_scopes: ["coding_agent:run"],
     });
     const noWrite = principal("p", ["coding_agent:run"], ["demo"]);
     expect(checkStartGrant(noWrite, "demo")).toEqual({
       code: "forbidden",
-      message: "Starting a run needs the project:write scope, which this token lacks.",
+      message:
+        "Starting a run needs the project:write scope; this token lacks project:write. Ask the operator for a token issued with it.",
       recovery_kind: "none",
+      missing_scopes: ["project:write"],
     });
     const noGrant = principal("p", ["coding_agent:run", "project:write"], ["demo"]);
     expect(checkStartGrant(noGrant, "elsewhere")).toEqual({
@@ -64,5 +67,23 @@ describe("refusal messages say what is missing and what to do", () => {
       message: expect.stringMatching(/^Project 'elsewhere' is not granted to this token\. Read webcodex:\/\/projects/),
       recovery_kind: "fix_input",
     });
+  });
+});
+
+describe("missingScopes", () => {
+  it("names exactly the scopes the token lacks, not every scope the call needs", () => {
+    const runOnly = principal("p", ["coding_agent:run"], ["demo"]);
+    const denied = missingScopes(runOnly, ["coding_agent:run", "project:write"], "Using agent tasks");
+    expect(denied?.missing_scopes).toEqual(["project:write"]);
+    expect(denied?.message).toBe(
+      "Using agent tasks needs the coding_agent:run and project:write scopes; this token lacks project:write. " +
+        "Ask the operator for a token issued with it.",
+    );
+    const neither = principal("p", ["project:read"], ["demo"]);
+    expect(missingScopes(neither, ["runtime:read", "runtime:write"], "This")?.missing_scopes).toEqual([
+      "runtime:read",
+      "runtime:write",
+    ]);
+    expect(missingScopes(runOnly, ["coding_agent:run"], "Observing")).toBeNull();
   });
 });

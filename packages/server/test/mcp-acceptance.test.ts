@@ -13,15 +13,16 @@ import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { MAX_PROMPT_BYTES, type RunEvent } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { AUDIT_FLUSH_INTERVAL_MS } from "../src/mcp/audit.js";
 import { SERVER_BIN, type Stack, startStack } from "./support/stack.js";
 
 const run = promisify(execFile);
 
 const ALL_BUT_RUN = ["project:read", "project:write", "runtime:read", "job:run", "mcp:local"] as const;
-const PROMPT_CANARY = "CANARY-prompt-5b2d0c";
-const MESSAGE_CANARY = "CANARY-agent-message-e81f";
-const KEY_CANARY = "CANARY-key-77aa";
+const PROMPT_CANARY = canary("prompt");
+const MESSAGE_CANARY = canary("agent-message");
+const KEY_CANARY = canary("idempotency-key");
 
 let stack: Stack;
 let alice: Client;

@@ -11,6 +11,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { MemoryAuditLog } from "../src/mcp/audit.js";
 import { createMcpHttpHandler } from "../src/mcp/http.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
@@ -52,15 +53,16 @@ function bridge(port: number, token: string): StdioClientTransport {
 
 describe("webcodex-server mcp-stdio", () => {
   it("exits 1 at start-up when the Server refuses the token, without printing it", async () => {
+    const wrongToken = canary("bridge-token");
     const { port } = await serveMcp();
     const failed = await run(
       process.execPath,
       [SERVER_BIN, "mcp-stdio", "--url", `http://127.0.0.1:${port}/mcp`, "--token-env", "WC_BRIDGE_TOKEN"],
-      { env: { ...process.env, WC_BRIDGE_TOKEN: "wrong-token-value" } },
+      { env: { ...process.env, WC_BRIDGE_TOKEN: wrongToken } },
     ).catch((e: { code: number; stderr: string; stdout: string }) => e);
     expect((failed as { code: number }).code).toBe(1);
     expect((failed as { stderr: string }).stderr).toContain("refused the token (401)");
-    expect((failed as { stderr: string }).stderr).not.toContain("wrong-token-value");
+    expect((failed as { stderr: string }).stderr).not.toContain(wrongToken);
     expect((failed as { stdout: string }).stdout).toBe("");
   });
 

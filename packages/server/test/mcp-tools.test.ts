@@ -1,6 +1,7 @@
 import { MAX_OBSERVE_WAIT_SECS, MAX_PROMPT_BYTES } from "@webcodex/protocol";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { MemoryAuditLog } from "../src/mcp/audit.js";
 import { parseToolInput, toolDefinition } from "../src/mcp/tool-shared.js";
 import { McpTools } from "../src/mcp/tools.js";
@@ -96,24 +97,27 @@ describe("tool input schemas", () => {
   });
 
   it("never echoes input values in the error message", () => {
-    const r = parseToolInput(StartToolInput, { ...validStart, project_id: "CANARY-secret-value" });
+    const secret = canary("project-id");
+    const r = parseToolInput(StartToolInput, { ...validStart, project_id: secret });
     expect(r.ok).toBe(false);
-    if (!r.ok) expect(r.error.message).not.toContain("CANARY");
+    if (!r.ok) expect(r.error.message).not.toContain(secret);
   });
 
   it("never echoes the values of unknown keys, nor config keys that are not option ids, nor config values", () => {
+    // Every value below carries the same random part; no error message may contain it.
+    const secret = canary("input");
     const cases: Record<string, unknown>[] = [
-      { ...validStart, env: { SECRET: "CANARY-env-value" } },
-      { ...validStart, executable: "CANARY-exe", args: ["CANARY-arg"] },
-      { ...validStart, config: { "CANARY key with spaces": "v" } },
-      { ...validStart, config: { model: { nested: "CANARY-nested" } } },
-      { ...validStart, config: { model: 3, "CANARY!": "CANARY-value" } },
-      { ...validStart, config: { model: ["CANARY-in-array"] } },
+      { ...validStart, env: { SECRET: `env-${secret}` } },
+      { ...validStart, executable: `exe-${secret}`, args: [`arg-${secret}`] },
+      { ...validStart, config: { [`key with spaces ${secret}`]: "v" } },
+      { ...validStart, config: { model: { nested: `nested-${secret}` } } },
+      { ...validStart, config: { model: 3, [`${secret}!`]: `value-${secret}` } },
+      { ...validStart, config: { model: [`in-array-${secret}`] } },
     ];
     for (const input of cases) {
       const r = parseToolInput(StartToolInput, input);
       expect(r.ok).toBe(false);
-      if (!r.ok) expect(r.error.message, JSON.stringify(input)).not.toContain("CANARY");
+      if (!r.ok) expect(r.error.message, JSON.stringify(input)).not.toContain(secret);
     }
   });
 
@@ -229,7 +233,8 @@ describe("McpTools.call", () => {
 
   it("writes one audit row per call with sizes and outcome, never the prompt or tokens", async () => {
     const { tools, audit } = setup();
-    const canary = "CANARY-7f3a-prompt";
+    const prompt = canary("prompt");
+    const key = canary("idempotency-key");
     const elapsed: number[] = [];
     const timed = async <T>(call: () => Promise<T>): Promise<T> => {
       const t0 = performance.now();
@@ -238,11 +243,13 @@ describe("McpTools.call", () => {
       return result;
     };
     const started = await timed(() =>
-      tools.call(alice, TOOL_NAMES.start, { ...validStart, prompt: `do it ${canary}` }),
+      tools.call(alice, TOOL_NAMES.start, { ...validStart, idempotency_key: key, prompt: `do it ${prompt}` }),
     );
     const { run_id, observation_token } = started.structuredContent as { run_id: string; observation_token: string };
     await timed(() => tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token }));
-    await timed(() => tools.call(alice, TOOL_NAMES.start, { ...validStart, executable: "/bin/sh" }));
+    await timed(() =>
+      tools.call(alice, TOOL_NAMES.start, { ...validStart, idempotency_key: key, executable: "/bin/sh" }),
+    );
     expect(audit.rows.map((r) => [r.tool, r.outcome, r.run_id])).toEqual([
       ["start_coding_agent", "ok", run_id],
       ["observe_coding_agent", "ok", run_id],
@@ -256,16 +263,16 @@ describe("McpTools.call", () => {
       expect(row.duration_ms).toBeLessThanOrEqual(Math.ceil(elapsed[i] ?? 0));
     }
     const dump = JSON.stringify(audit.rows);
-    expect(dump).not.toContain(canary);
+    expect(dump).not.toContain(prompt);
     expect(dump).not.toContain(observation_token);
-    expect(dump).not.toContain("k-1");
+    expect(dump).not.toContain(key);
   });
 });
 
 describe("a run core that throws", () => {
   // The run core is replaced here (FakeRuns with a throwing method) because the real one has no input
   // that makes it throw; this is the front end's last line of defence for a bug behind it.
-  const SECRET = "CANARY-internal-/home/alice/.ssh/id_ed25519";
+  const SECRET = `${canary("internal")}-/home/alice/.ssh/id_ed25519`;
   const calls = [
     ["start", TOOL_NAMES.start, validStart],
     ["observe", TOOL_NAMES.observe, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" }],

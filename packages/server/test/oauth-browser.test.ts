@@ -1,6 +1,6 @@
 /**
- * The consent step in a real headless browser: Debian's Chromium
- * (/usr/bin/chromium, installed by .ci/run) driven by playwright-core,
+ * The consent step in a real headless browser: the Chromium that the
+ * @sparticuz/chromium devDependency ships (support/browser.ts), driven by playwright-core,
  * against a real Server child process. The browser types the key, ticks or
  * leaves coding_agent:run, approves or denies; the client's loopback
  * redirect URI receives the result and the test exchanges the code.
@@ -13,20 +13,9 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { browserLaunchOptions } from "./support/browser.js";
 import { issueKey, serverCli, tokenRequest } from "./support/oauth.js";
 import { ProcStack } from "./support/proc-stack.js";
-
-export const CHROMIUM = "/usr/bin/chromium";
-const CHROMIUM_FLAGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 
 let stack: ProcStack;
 let origin: string;
@@ -68,7 +57,7 @@ beforeAll(async () => {
   });
   clientId = ((await reg.json()) as { client_id: string }).client_id;
   await serverCli(["oauth", "clients", "allow-coding-agent-run", clientId, "--config", stack.serverConfigFile]);
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_FLAGS });
+  browser = await chromium.launch(await browserLaunchOptions());
 }, 90_000);
 
 afterAll(async () => {

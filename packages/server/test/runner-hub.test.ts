@@ -1,6 +1,7 @@
 import { encodeFrame, type HelloFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { RunnerTokenStore } from "../src/link/runner-tokens.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { Harness, until } from "./support/in-process.js";
@@ -54,7 +55,7 @@ describe("runner hub", () => {
   it("refuses a missing or wrong token with 401 and never logs the token", async () => {
     h = await new Harness().start(RUNNERS);
     expect(await connect(h, null).status).toBe(401);
-    const wrong = "wrong-token-secret-canary-xyz";
+    const wrong = canary("runner-token");
     expect(await connect(h, wrong).status).toBe(401);
     const logs = h.log.lines.join("");
     expect(logs).toContain("runner upgrade refused");

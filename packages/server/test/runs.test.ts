@@ -7,6 +7,7 @@ import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { MAX_SAME_KEY_WAITS } from "../src/runs/admission.js";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
@@ -52,7 +53,8 @@ describe("run core", () => {
     h = await new Harness().start([R1]);
     const svc = new FakeRunService();
     await online(h, svc);
-    const started = ok(await h.server.runs.start(alice, input("k1")));
+    const key = canary("idempotency-key");
+    const started = ok(await h.server.runs.start(alice, input(key)));
     expect(started).toMatchObject({ state: "starting", execution_state: "not_started", replayed: false });
     expect(svc.starts).toHaveLength(1);
     expect(svc.starts[0]).toMatchObject({
@@ -61,7 +63,7 @@ describe("run core", () => {
       provider_instance_id: svc.providerInstanceId,
       prompt: "scenario: hello",
     });
-    expect(JSON.stringify(svc.starts[0])).not.toContain("k1");
+    expect(JSON.stringify(svc.starts[0])).not.toContain(key);
 
     svc.setState(started.run_id, "running", { execution_state: "started" });
     svc.emit(started.run_id, [msg("one"), msg("two")]);

@@ -7,13 +7,14 @@ import { randomBytes } from "node:crypto";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { MAX_PROMPT_BYTES } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
 import { composeContextPrompt } from "../src/sessions/service.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { observeToEnd, ok, promptsOf, type Structured, toolError } from "./support/tool-calls.js";
 
 const ALL = ["coding_agent:run", "project:write", "project:read", "runtime:read", "runtime:write"] as const;
-const PROMPT_CANARY = "CANARY-session-prompt-91ab";
-const OUTPUT_CANARY = "CANARY-session-output-7c2e";
+const PROMPT_CANARY = canary("session-prompt");
+const OUTPUT_CANARY = canary("session-output");
 
 let stack: Stack;
 let alice: Client;

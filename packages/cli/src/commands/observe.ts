@@ -27,6 +27,9 @@ export async function observeCommand(cmd: Extract<Command, { name: "observe" }>,
   let rendered = initialRenderState();
   const show = (obs: Observation) => {
     seen.push(...obs.events);
+    // The spinner counts the run's own time, from its first event, not the time spent following it.
+    const first = obs.events.find((e) => e.seq === 1);
+    if (cmd.follow && first !== undefined) out.start(Date.parse(first.at));
     const next = renderObservation(rendered, obs, style);
     rendered = next.state;
     out.setStatus(STATE_LABEL[obs.state]);

@@ -17,25 +17,34 @@ export function hasScope(principal: Principal, scope: Scope): boolean {
   return principal.scopes.has(scope);
 }
 
-/** null when the principal may call the coding-agent tools at all. */
-export function checkToolScope(principal: Principal): ApiError | null {
-  if (hasScope(principal, TOOL_SCOPE)) return null;
+/**
+ * The one refusal for want of scopes: null when the principal holds every scope in `needed`,
+ * else `forbidden` naming `what` needs, exactly the scopes the token lacks (also as
+ * `missing_scopes`, so a client's advice names them too) and how to get them.
+ */
+export function missingScopes(principal: Principal, needed: readonly Scope[], what: string): ApiError | null {
+  const missing = needed.filter((s) => !hasScope(principal, s));
+  if (missing.length === 0) return null;
+  const names = missing.join(" and ");
   return {
     code: "forbidden",
-    message: `This token lacks the ${TOOL_SCOPE} scope, which the coding-agent tools require. Ask the operator for a token issued with it.`,
+    message:
+      `${what} needs the ${needed.join(" and ")} scope${needed.length > 1 ? "s" : ""}; this token lacks ${names}. ` +
+      `Ask the operator for a token issued with ${missing.length > 1 ? "them" : "it"}.`,
     recovery_kind: "none",
+    missing_scopes: missing,
   };
+}
+
+/** null when the principal may call the coding-agent tools at all. */
+export function checkToolScope(principal: Principal): ApiError | null {
+  return missingScopes(principal, [TOOL_SCOPE], "Every coding-agent tool");
 }
 
 /** null when the principal may start a run on `projectId` (scope + exact grant). */
 export function checkStartGrant(principal: Principal, projectId: string): ApiError | null {
-  if (!hasScope(principal, "project:write")) {
-    return {
-      code: "forbidden",
-      message: "Starting a run needs the project:write scope, which this token lacks.",
-      recovery_kind: "none",
-    };
-  }
+  const denied = missingScopes(principal, ["project:write"], "Starting a run");
+  if (denied) return denied;
   if (!principal.projects.has(projectId)) {
     // Same answer for a project that exists elsewhere and one that does not.
     return {

@@ -21,6 +21,7 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { serverFailpoint } from "../failpoints.js";
+import { missingScopes } from "../principals/authority.js";
 import type { AdmissionRecord, RecordPatch } from "../state/store.js";
 import {
   type AdmissionHooks,
@@ -141,9 +142,8 @@ export class Admission {
     const invalid = validateStart(input);
     if (invalid) return fail("invalid_input", invalid, "fix_input");
     // 3. scopes and exact project grant.
-    if (!principal.scopes.has("coding_agent:run") || !principal.scopes.has("project:write")) {
-      return fail("forbidden", "Starting a coding agent needs the coding_agent:run and project:write scopes.", "none");
-    }
+    const denied = missingScopes(principal, ["coding_agent:run", "project:write"], "Starting a coding agent");
+    if (denied) return { ok: false, error: denied };
     if (!principal.projects.has(input.project_id)) {
       return fail("forbidden", `No grant on project ${input.project_id}.`, "none");
     }

@@ -67,6 +67,8 @@ export interface ApiError {
   /** Secret-free, says what was wrong and what to do. */
   message: string;
   recovery_kind: RecoveryKind;
+  /** On a `forbidden` for want of scopes: exactly the scopes this token lacks for the call (principals/authority.ts). */
+  missing_scopes?: Scope[];
 }
 
 export type ApiResult<T> = { ok: true; value: T } | { ok: false; error: ApiError };

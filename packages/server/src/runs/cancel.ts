@@ -7,6 +7,7 @@
 import { isTerminalState, RunId } from "@webcodex/protocol";
 import type { RequestOutcome, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner } from "../link/registry.js";
+import { missingScopes } from "../principals/authority.js";
 import type { ApiResult, CancelOutput, Principal } from "./api.js";
 import { fail, type RunContext } from "./context.js";
 
@@ -21,9 +22,8 @@ export class Cancellation {
 
   async cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
     if (!RunId.safeParse(input.run_id).success) return fail("invalid_input", "run_id is not a run id.", "fix_input");
-    if (!principal.scopes.has("coding_agent:run")) {
-      return fail("forbidden", "Cancelling a coding agent needs the coding_agent:run scope.", "none");
-    }
+    const denied = missingScopes(principal, ["coding_agent:run"], "Cancelling a coding agent");
+    if (denied) return { ok: false, error: denied };
     let rec = this.#ctx.owned(principal, input.run_id);
     if (!rec) return fail("not_found", `No run ${input.run_id}.`, "none");
     const inflight = this.#ctx.starting.get(rec.run_id);

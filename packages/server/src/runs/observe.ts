@@ -14,6 +14,7 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import type { LiveRunner } from "../link/registry.js";
+import { missingScopes } from "../principals/authority.js";
 import type { ApiResult, ObserveInput, ObserveOutput, Principal } from "./api.js";
 import { fail, type RunContext } from "./context.js";
 import type { RunMirror } from "./mirror.js";
@@ -79,9 +80,8 @@ export class Observation {
     if (input.wait_secs !== undefined && (typeof input.wait_secs !== "number" || !(input.wait_secs >= 0))) {
       return fail("invalid_input", "wait_secs must be a number of seconds >= 0.", "fix_input");
     }
-    if (!principal.scopes.has("coding_agent:run")) {
-      return fail("forbidden", "Observing a coding agent needs the coding_agent:run scope.", "none");
-    }
+    const denied = missingScopes(principal, ["coding_agent:run"], "Observing a coding agent");
+    if (denied) return { ok: false, error: denied };
     const rec = this.#ctx.owned(principal, input.run_id);
     if (!rec) return fail("not_found", `No run ${input.run_id}.`, "none");
     let cursor = null;

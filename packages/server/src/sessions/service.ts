@@ -24,6 +24,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, terminalSafe, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
+import { missingScopes } from "../principals/authority.js";
 import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, Principal, Scope, StartHooks } from "../runs/api.js";
 import type { AdmissionRecord, StateStore } from "../state/store.js";
 import {
@@ -170,9 +171,9 @@ export class SessionService {
   }
 
   #need(principal: Principal, scope: Scope, projectId: string): ApiError | null {
-    if (!principal.scopes.has(scope)) {
-      return err("forbidden", `Workflow sessions need the ${scope} scope, which this token lacks.`, "none");
-    }
+    const what = scope === "runtime:write" ? "Creating or updating a workflow session" : "Reading a workflow session";
+    const denied = missingScopes(principal, [scope], what);
+    if (denied) return denied;
     if (!principal.projects.has(projectId)) return err("forbidden", `No grant on project ${projectId}.`, "none");
     return null;
   }
@@ -410,12 +411,8 @@ export class SessionService {
     if ("code" in row) {
       return { ok: false, error: { ...row, message: `context_session_id: ${row.message} Nothing was started.` } };
     }
-    if (!principal.scopes.has("runtime:read")) {
-      return {
-        ok: false,
-        error: err("forbidden", "context_session_id needs the runtime:read scope, which this token lacks.", "none"),
-      };
-    }
+    const denied = missingScopes(principal, ["runtime:read"], "context_session_id");
+    if (denied) return { ok: false, error: { ...denied, message: `${denied.message} Nothing was started.` } };
     if (row.project_id !== projectId) {
       return {
         ok: false,

@@ -23,6 +23,7 @@
 import { isTerminalState } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { serverFailpoint } from "../failpoints.js";
+import { missingScopes } from "../principals/authority.js";
 import type {
   AdmissionHooks,
   ApiError,
@@ -134,9 +135,8 @@ export class TaskService {
 
   /** coding_agent:run + project:write + the exact project grant. */
   #authorize(principal: Principal, projectId: string): ApiError | null {
-    if (!principal.scopes.has("coding_agent:run") || !principal.scopes.has("project:write")) {
-      return err("forbidden", "Agent tasks need the coding_agent:run and project:write scopes.", "none");
-    }
+    const denied = missingScopes(principal, ["coding_agent:run", "project:write"], "Using agent tasks");
+    if (denied) return denied;
     if (!principal.projects.has(projectId)) return err("forbidden", `No grant on project ${projectId}.`, "none");
     return null;
   }

@@ -27,6 +27,8 @@ interface FakeRun {
 }
 
 export class FakeRuns implements RunsApi {
+  /** `firstMessage`: the text of the one agent_message every started run has. */
+  constructor(private readonly firstMessage = "hello") {}
   readonly runs = new Map<string, FakeRun>();
   readonly startCalls: StartInput[] = [];
   projects: ProjectView[] = [
@@ -73,7 +75,9 @@ export class FakeRuns implements RunsApi {
       principal_id: principal.id,
       project_id: input.project_id,
       state: "running",
-      events: [{ seq: 1, at: new Date().toISOString(), kind: "agent_message", text: "hello", truncated: false }],
+      events: [
+        { seq: 1, at: new Date().toISOString(), kind: "agent_message", text: this.firstMessage, truncated: false },
+      ],
       fingerprint,
     };
     this.runs.set(run_id, run);

@@ -1,9 +1,10 @@
 /**
  * A small line chart of soak samples as SVG (one panel per metric, x = run
  * number), rendered to PNG by the headless Chromium the browser tests use
- * (playwright-core + /usr/bin/chromium, installed by .ci/run).
+ * (playwright-core + the packaged Chromium of packages/server/test/support/browser.ts).
  */
 import { chromium } from "playwright-core";
+import { browserLaunchOptions } from "../../../../packages/server/test/support/browser.js";
 
 export interface Series {
   label: string;
@@ -45,12 +46,8 @@ export function soakSvg(title: string, panels: Series[][]): string {
 }
 
 /** Renders `svg` to a PNG file with headless Chromium. */
-export async function svgToPng(svg: string, file: string, chromiumPath = "/usr/bin/chromium"): Promise<void> {
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
-  });
+export async function svgToPng(svg: string, file: string): Promise<void> {
+  const browser = await chromium.launch(await browserLaunchOptions());
   try {
     const page = await browser.newPage();
     await page.setContent(`<!doctype html><html><body style="margin:0">${svg}</body></html>`);
