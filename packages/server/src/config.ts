@@ -8,6 +8,8 @@
  * state_dir = ".webcodex/server"   # relative to this file; SQLite + server_secret live here
  * heartbeat_interval_ms = 15000
  * allowed_origins = []        # browser Origins allowed on /mcp besides the Server's own loopback origin
+ * cors_origins = []           # browser Origins answered with CORS headers on /mcp (MCP Inspector, web hosts)
+ * trusted_proxies = []        # reverse proxies whose X-Forwarded-For / Forwarded names the client
  * rejected_record_max_age_secs = 604800   # records rejected before admission expire after this (7 days)
  * session_max_idle_secs = 7776000          # idle workflow sessions (no run in flight) are deleted after this (90 days)
  * max_connections = 1000      # open sockets at once; past it a new connection gets 503 (keep below `ulimit -n`)
@@ -41,6 +43,7 @@
  * ```
  */
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
 import { isLoopbackHost, LocalId } from "@webcodex/protocol";
 import { parse as parseToml } from "smol-toml";
@@ -97,6 +100,24 @@ const RedirectUri = z
     }
   }, "must be an absolute URL without a fragment");
 
+/** Default and largest `[oauth] refresh_reuse_grace_secs`. */
+export const DEFAULT_REFRESH_REUSE_GRACE_SECS = 30;
+export const MAX_REFRESH_REUSE_GRACE_SECS = 300;
+
+/** A proxy address for `[server] trusted_proxies`: an IP address or a CIDR block (what proxy-addr accepts). */
+const ProxyAddress = z
+  .string()
+  .max(64)
+  .refine((s) => {
+    const [addr, bits, extra] = s.split("/");
+    if (extra !== undefined || addr === undefined) return false;
+    const family = isIP(addr);
+    if (family === 0) return false;
+    if (bits === undefined) return true;
+    if (!/^\d{1,3}$/.test(bits)) return false;
+    return Number(bits) <= (family === 4 ? 32 : 128);
+  }, "must be an IP address or CIDR block such as 10.0.0.1, 10.0.0.0/8 or fd00::/8");
+
 /** An operator-registered OAuth client (`[[oauth.clients]]`). */
 export const OAuthClientConfigSchema = z
   .object({
@@ -129,6 +150,18 @@ export const OAuthConfigSchema = z
      * client). Private and link-local addresses stay refused.
      */
     dev_allow_loopback_client_metadata: z.boolean().default(false),
+    /**
+     * A refresh token presented again this long after it was rotated (a retried or concurrent refresh) gets
+     * the pair its rotation issued instead of revoking the family; 0 turns the grace off.
+     */
+    refresh_reuse_grace_secs: z
+      .number()
+      .int()
+      .min(0)
+      .max(MAX_REFRESH_REUSE_GRACE_SECS)
+      .default(DEFAULT_REFRESH_REUSE_GRACE_SECS),
+    /** RFC 7591 dynamic registration at /register (client ID metadata documents are the preferred way). */
+    dynamic_registration: z.boolean().default(true),
     clients: z.array(OAuthClientConfigSchema).max(256).default([]),
   })
   .strict();
@@ -196,6 +229,16 @@ export const ServerConfigSchema = z
         heartbeat_interval_ms: z.number().int().min(100).max(600_000).default(15_000),
         /** Origin header values accepted on /mcp (exact, e.g. "https://app.example"); see mcp/http.ts. */
         allowed_origins: z.array(OriginString).max(64).default([]),
+        /**
+         * Browser origins answered with CORS headers on /mcp (preflight without auth); each is also an allowed
+         * Origin. Empty: no CORS headers, as before.
+         */
+        cors_origins: z.array(OriginString).max(64).default([]),
+        /**
+         * Reverse proxies whose X-Forwarded-For / Forwarded header names the client (rate limits, audit, logs).
+         * Empty: the socket address is the client, and forwarded headers are ignored.
+         */
+        trusted_proxies: z.array(ProxyAddress).max(64).default([]),
         /** The issuer and resource base for OAuth (https, or http on a loopback host); see oauth/README section. */
         public_url: PublicUrlString.optional(),
         /** Age after which a record rejected before admission is deleted (runs/record-expiry.ts). */
@@ -250,6 +293,10 @@ export interface OAuthSettings {
   maxKeyAttempts: number;
   keyAttemptWindowSecs: number;
   devAllowLoopbackClientMetadata: boolean;
+  /** `[oauth] refresh_reuse_grace_secs`. */
+  refreshReuseGraceSecs: number;
+  /** `[oauth] dynamic_registration`: /register is served and advertised. */
+  dynamicRegistration: boolean;
   clients: OAuthClientConfig[];
 }
 
@@ -275,6 +322,10 @@ export interface ServerConfig {
   heartbeatIntervalMs: number;
   /** Origins allowed on /mcp besides the Server's own loopback origin. */
   allowedOrigins: string[];
+  /** `[server] cors_origins`: origins answered with CORS headers on /mcp. */
+  corsOrigins: string[];
+  /** `[server] trusted_proxies`: addresses/CIDRs whose forwarded headers are believed. */
+  trustedProxies: string[];
   /** `[server] rejected_record_max_age_secs`: when records rejected before admission expire. */
   rejectedRecordMaxAgeSecs: number;
   /** `[server] session_max_idle_secs`: when idle workflow sessions are deleted. */
@@ -391,6 +442,8 @@ export function buildServerConfig(
       maxKeyAttempts: cfg.oauth.max_key_attempts,
       keyAttemptWindowSecs: cfg.oauth.key_attempt_window_secs,
       devAllowLoopbackClientMetadata: cfg.oauth.dev_allow_loopback_client_metadata,
+      refreshReuseGraceSecs: cfg.oauth.refresh_reuse_grace_secs,
+      dynamicRegistration: cfg.oauth.dynamic_registration,
       clients: cfg.oauth.clients,
     };
   }
@@ -401,6 +454,8 @@ export function buildServerConfig(
     stateDir: resolve(opts.baseDir, cfg.server.state_dir),
     heartbeatIntervalMs: cfg.server.heartbeat_interval_ms,
     allowedOrigins: [...cfg.server.allowed_origins],
+    corsOrigins: [...cfg.server.cors_origins],
+    trustedProxies: [...cfg.server.trusted_proxies],
     rejectedRecordMaxAgeSecs: cfg.server.rejected_record_max_age_secs,
     sessionMaxIdleSecs: cfg.server.session_max_idle_secs,
     maxConnections: cfg.server.max_connections,

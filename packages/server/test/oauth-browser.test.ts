@@ -1,9 +1,11 @@
 /**
  * The consent step in a real headless browser: the Chromium that the
  * @sparticuz/chromium devDependency ships (support/browser.ts), driven by playwright-core,
- * against a real Server child process. The browser types the key, ticks or
- * leaves coding_agent:run, approves or denies; the client's loopback
- * redirect URI receives the result and the test exchanges the code.
+ * against a real Server child process. The browser types the key, reviews
+ * what Allow grants, ticks or leaves coding_agent:run, approves or denies;
+ * the client's loopback redirect URI receives the result and the test
+ * exchanges the code. The pages are also checked at phone width (no word
+ * broken mid-word), in dark mode, and with JavaScript off.
  *
  * WEBCODEX_CONSENT_SCREENSHOT=FILE also saves a screenshot of the page (the
  * README's docs/oauth-consent.png is made this way).
@@ -72,11 +74,11 @@ function nextArrival(): Promise<URL> {
   return new Promise((r) => waiters.push(r));
 }
 
-function authorizeUrl(challenge: string): string {
+function authorizeUrl(challenge: string, client = clientId): string {
   const u = new URL(`${origin}/authorize`);
   u.search = new URLSearchParams({
     response_type: "code",
-    client_id: clientId,
+    client_id: client,
     redirect_uri: redirectUri,
     code_challenge: challenge,
     code_challenge_method: "S256",
@@ -87,22 +89,56 @@ function authorizeUrl(challenge: string): string {
   return u.href;
 }
 
-async function openConsentPage(): Promise<{ page: Page; verifier: string; requests: string[] }> {
+const PHONE = { width: 360, height: 780 };
+
+async function openConsentPage(
+  opts: { client?: string; colorScheme?: "light" | "dark"; javaScriptEnabled?: boolean } = {},
+): Promise<{ page: Page; verifier: string; requests: string[] }> {
   const verifier = randomBytes(32).toString("base64url");
   const challenge = createHash("sha256").update(verifier).digest("base64url");
-  const context = await browser.newContext({ viewport: { width: 390, height: 844 } });
+  const context = await browser.newContext({
+    viewport: PHONE,
+    colorScheme: opts.colorScheme ?? "light",
+    javaScriptEnabled: opts.javaScriptEnabled ?? true,
+  });
   const page = await context.newPage();
   const requests: string[] = [];
   page.on("request", (r) => requests.push(r.url()));
-  const response = await page.goto(authorizeUrl(challenge));
+  const response = await page.goto(authorizeUrl(challenge, opts.client));
   expect(response?.status()).toBe(200);
   return { page, verifier, requests };
 }
 
-async function exchange(code: string, verifier: string) {
+/**
+ * Words (outside `.id` elements: ids, URLs, commands) that the layout broke across lines, and
+ * whether anything overflows the viewport sideways.
+ */
+/** Run in the page (as source text: the tests compile without the DOM library). */
+const LAYOUT_PROBLEMS = `(() => {
+  const broken = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    if (n.parentElement && n.parentElement.closest(".id, head, style")) continue;
+    const text = n.textContent || "";
+    for (const m of text.matchAll(/\\S+/g)) {
+      const r = document.createRange();
+      r.setStart(n, m.index);
+      r.setEnd(n, m.index + m[0].length);
+      const lines = new Set([...r.getClientRects()].map((x) => Math.round(x.top)));
+      if (lines.size > 1) broken.push(m[0]);
+    }
+  }
+  return { broken, overflow: document.documentElement.scrollWidth > window.innerWidth };
+})()`;
+
+async function layoutProblems(page: Page): Promise<{ broken: string[]; overflow: boolean }> {
+  return page.evaluate(LAYOUT_PROBLEMS) as Promise<{ broken: string[]; overflow: boolean }>;
+}
+
+async function exchange(code: string, verifier: string, client = clientId) {
   return tokenRequest(origin, {
     grant_type: "authorization_code",
-    client_id: clientId,
+    client_id: client,
     code,
     code_verifier: verifier,
     redirect_uri: redirectUri,
@@ -114,21 +150,30 @@ describe("consent in a real browser", () => {
     const { page, requests } = await openConsentPage();
     await expect(page.locator("h1").textContent()).resolves.toContain("Browser test app");
     await expect(page.locator("body").textContent()).resolves.toContain(new URL(redirectUri).host);
-    const tick = page.locator('input[name="coding_agent_run"]');
-    await expect(tick.isChecked()).resolves.toBe(false);
-    await expect(page.locator("body").textContent()).resolves.toContain("webcodex-server token issue");
+    // Operator hints live in the small "for operators" line only.
+    await expect(page.locator(".ops").textContent()).resolves.toContain("webcodex-server token issue");
     const screenshot = process.env.WEBCODEX_CONSENT_SCREENSHOT;
     if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
+    await page.fill("#key", runKey);
+    await page.click('button[value="review"]');
+    const tick = page.locator('input[name="coding_agent_run"]');
+    await expect(tick.isChecked()).resolves.toBe(false);
     expect(requests.every((u) => u.startsWith(origin))).toBe(true);
     await page.context().close();
   });
 
-  it("types the key, ticks coding_agent:run and approves: the client's token carries it", async () => {
+  it("types the key, reviews, ticks coding_agent:run and approves: the result page and the token carry it", async () => {
     const { page, verifier } = await openConsentPage();
     await page.fill("#key", runKey);
+    await page.click('button[value="review"]');
     await page.check('input[name="coding_agent_run"]');
-    const back = nextArrival();
     await page.click('button[value="approve"]');
+    const result = (await page.locator("main").textContent()) ?? "";
+    expect(result).toContain("is connected");
+    expect(result).toContain("Start, watch and stop coding agents");
+    expect(result).toContain("30 days");
+    const back = nextArrival();
+    await page.click("#continue");
     const u = await back;
     expect(u.searchParams.get("state")).toBe("browser-state");
     const t = await exchange(u.searchParams.get("code") ?? "", verifier);
@@ -140,8 +185,11 @@ describe("consent in a real browser", () => {
   it("leaves coding_agent:run unticked and approves: the token does not carry it", async () => {
     const { page, verifier } = await openConsentPage();
     await page.fill("#key", runKey);
-    const back = nextArrival();
+    await page.click('button[value="review"]');
     await page.click('button[value="approve"]');
+    expect(await page.locator("main").textContent()).not.toContain("Start, watch and stop coding agents");
+    const back = nextArrival();
+    await page.click("#continue");
     const u = await back;
     const t = await exchange(u.searchParams.get("code") ?? "", verifier);
     expect(String(t.body.scope).split(" ").sort()).toEqual(["project:read", "project:write"]);
@@ -161,13 +209,53 @@ describe("consent in a real browser", () => {
   it("a wrong key keeps the person on the page with a message, and the right key then works", async () => {
     const { page, verifier } = await openConsentPage();
     await page.fill("#key", "wct_not-the-key");
-    await page.click('button[value="approve"]');
+    await page.click('button[value="review"]');
     await expect(page.locator('[role="alert"]').textContent()).resolves.toContain("not valid");
     await page.fill("#key", runKey);
-    const back = nextArrival();
+    await page.click('button[value="review"]');
     await page.click('button[value="approve"]');
+    const back = nextArrival();
+    await page.click("#continue");
     const u = await back;
     expect((await exchange(u.searchParams.get("code") ?? "", verifier)).status).toBe(200);
     await page.context().close();
   });
+
+  it("at phone width in dark mode and without JavaScript: no word broken mid-word, operator hint with the client id, the flow completes", async () => {
+    const reg = await fetch(`${origin}/register`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        client_name: "Unprovisioned assistant with a rather long name",
+        redirect_uris: [redirectUri],
+        token_endpoint_auth_method: "none",
+      }),
+    });
+    const other = ((await reg.json()) as { client_id: string }).client_id;
+    const { page, verifier } = await openConsentPage({ client: other, colorScheme: "dark", javaScriptEnabled: false });
+    const background = await page.evaluate("getComputedStyle(document.body).backgroundColor");
+    expect(background).toBe("rgb(13, 17, 23)");
+    expect(await layoutProblems(page)).toEqual({ broken: [], overflow: false });
+    const ops = (await page.locator(".ops").allTextContents()).join(" ");
+    expect(ops).toContain(`webcodex-server oauth clients allow-coding-agent-run ${other}`);
+    expect(await page.locator("main").textContent()).toContain("not allowed to do that here");
+
+    await page.fill("#key", runKey);
+    await page.click('button[value="review"]');
+    const review = (await page.locator("main").textContent()) ?? "";
+    expect(review).toContain("See which of your projects it can use");
+    expect(review).toContain("For how long");
+    expect(await page.locator('input[name="coding_agent_run"]').count()).toBe(0);
+    expect(await layoutProblems(page)).toEqual({ broken: [], overflow: false });
+    const back = nextArrival();
+    await page.click('button[value="approve"]');
+    expect(await page.locator("main").textContent()).toContain(`allow-coding-agent-run ${other}`);
+    expect(await layoutProblems(page)).toEqual({ broken: [], overflow: false });
+    // No click: the result page's refresh takes the browser back without JavaScript.
+    const u = await back;
+    expect(u.searchParams.get("iss")).toBe(origin);
+    const t = await exchange(u.searchParams.get("code") ?? "", verifier, other);
+    expect(String(t.body.scope).split(" ").sort()).toEqual(["project:read", "project:write"]);
+    await page.context().close();
+  }, 30_000);
 });

@@ -132,9 +132,10 @@ describe("OAuth with the MCP SDK client", () => {
     const page = await openConsent(authUrl);
     expect(page.status).toBe(200);
     expect(page.html).toContain("Dynamic SDK client");
-    expect(page.html).toMatch(/<input type="checkbox" name="coding_agent_run" value="yes">/);
     const answered = await answerConsent(origin, page, { action: "approve", key: runKey, codingAgentRun: true });
-    expect(answered.status).toBe(302);
+    // The review step offers coding_agent:run as its own unchecked line.
+    expect(answered.review).toMatch(/<input type="checkbox" name="coding_agent_run" value="yes">/);
+    expect(answered.status).toBe(200);
     const code = answered.location?.searchParams.get("code") ?? "";
     expect(answered.location?.searchParams.get("state")).toBe("st-123");
     await new StreamableHTTPClientTransport(new URL(`${origin}/mcp`), { authProvider: provider }).finishAuth(code);
@@ -147,6 +148,14 @@ describe("OAuth with the MCP SDK client", () => {
     const second = provider.tokens();
     expect(second?.refresh_token).not.toBe(first?.refresh_token);
     expect(second?.access_token).not.toBe(first?.access_token);
+    // A retried refresh inside the reuse grace window gets that same pair, and revokes nothing.
+    const retried = await tokenRequest(origin, {
+      grant_type: "refresh_token",
+      refresh_token: first?.refresh_token ?? "",
+      client_id: clientId,
+    });
+    expect(retried.body.refresh_token).toBe(second?.refresh_token);
+    expect(retried.body.access_token).toBe(second?.access_token);
 
     const client = await connectWithTokens(provider);
     const started = (await client.callTool({
@@ -168,7 +177,11 @@ describe("OAuth with the MCP SDK client", () => {
     expect(state).toBe("completed");
     await client.close();
 
-    // Reusing the spent refresh token revokes the whole family: the current access token dies too.
+    // Once the pair it got was itself rotated, reusing the spent refresh token revokes the whole family:
+    // the current access token dies too.
+    expect(await auth(provider, { serverUrl: new URL(`${origin}/mcp`) })).toBe("AUTHORIZED");
+    const third = provider.tokens();
+    expect(third?.refresh_token).not.toBe(second?.refresh_token);
     const reuse = await tokenRequest(origin, {
       grant_type: "refresh_token",
       refresh_token: first?.refresh_token ?? "",
@@ -176,7 +189,7 @@ describe("OAuth with the MCP SDK client", () => {
     });
     expect(reuse.status).toBe(400);
     expect(reuse.body.error).toBe("invalid_grant");
-    const after = await mcpPost(origin, second?.access_token ?? "", { method: "tools/list" });
+    const after = await mcpPost(origin, third?.access_token ?? "", { method: "tools/list" });
     expect(after.status).toBe(401);
     const grants = await grantsJson(["--client", clientId]);
     expect(grants).toHaveLength(1);
@@ -191,9 +204,10 @@ describe("OAuth with the MCP SDK client", () => {
     const page = await openConsent(authUrl);
     expect(page.html).toContain("Metadata document client");
     expect(page.html).not.toContain('name="coding_agent_run"');
-    expect(page.html).toContain("not offered");
+    expect(page.html).toContain("not allowed to do that here");
     // Even a forged tick and a key that carries coding_agent:run do not get it.
     const answered = await answerConsent(origin, page, { action: "approve", key: runKey, codingAgentRun: true });
+    expect(answered.review).not.toContain('name="coding_agent_run"');
     const code = answered.location?.searchParams.get("code") ?? "";
     await new StreamableHTTPClientTransport(new URL(`${origin}/mcp`), { authProvider: provider }).finishAuth(code);
     expect(provider.tokens()?.scope?.split(" ").sort()).toEqual(["project:read", "project:write"]);

@@ -43,7 +43,7 @@ function config(dir: string, publicUrl: string, oauth: Record<string, unknown> =
   );
 }
 
-const TTL = { accessMs: 3_600_000, refreshMs: 86_400_000 };
+const TTL = { accessMs: 3_600_000, refreshMs: 86_400_000, reuseGraceMs: 0 };
 
 describe("OAuth config", () => {
   const build = (server: Record<string, unknown>, oauth: Record<string, unknown> | undefined) =>

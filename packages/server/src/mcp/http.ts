@@ -16,7 +16,9 @@
  * Per request: Origin check → 403 when an Origin header is present and is
  * not the Server's own origin, not a loopback origin matching the request's
  * loopback Host, and not in `allowed_origins` (the Streamable HTTP
- * transport's DNS-rebinding defence); bearer auth → 401 + `WWW-Authenticate` + `Connection: close`
+ * transport's DNS-rebinding defence); CORS for `cors_origins` (corsHeaders: a preflight OPTIONS is
+ * answered 204 before authentication, every other answer to such an Origin carries the CORS headers,
+ * including 401s, so a browser client can read `WWW-Authenticate`); bearer auth → 401 + `WWW-Authenticate` + `Connection: close`
  * when missing or invalid (refusals logged at most REFUSAL_LOG_PER_SECOND per address); Accept 406, Content-Type 415, body limit 413, JSON 400 (mcp/post.ts); then tools/list, tools/call, resources/list,
  * resources/read. A client disconnect aborts a waiting observe.
  */
@@ -35,6 +37,7 @@ import {
   type RequestId,
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
+import { type ClientAddressOf, clientAddressResolver } from "../client-address.js";
 import { isLoopbackHost } from "../config.js";
 import { bearerToken } from "../principals/tokens.js";
 import { RefusalLog } from "../refusal-log.js";
@@ -52,6 +55,21 @@ import { McpTools } from "./tools.js";
 export const MCP_MAX_BODY_BYTES = 1024 * 1024;
 export const MCP_PATH = "/mcp";
 export const MCP_SERVER_INFO = { name: "webcodex", version: "0.1.0" } as const;
+
+/** Request headers a browser MCP client may send cross-origin (both protocol eras). */
+export const CORS_ALLOW_HEADERS = [
+  "Authorization",
+  "Content-Type",
+  "Mcp-Session-Id",
+  "MCP-Protocol-Version",
+  "Mcp-Method",
+  "Mcp-Name",
+  "Last-Event-ID",
+] as const;
+/** Response headers a browser MCP client must be able to read. */
+export const CORS_EXPOSE_HEADERS = ["WWW-Authenticate", "Mcp-Session-Id", "MCP-Protocol-Version"] as const;
+/** How long a browser may cache a preflight answer. */
+export const CORS_MAX_AGE_SECS = 600;
 
 export const MCP_INSTRUCTIONS =
   "Delegate coding tasks to operator-configured coding agents. Read webcodex://projects to find project_id and " +
@@ -72,6 +90,10 @@ export interface McpHttpOptions {
   maxBodyBytes?: number;
   /** Origin header values accepted besides the Server's own origin (config `[server] allowed_origins`). */
   allowedOrigins?: readonly string[];
+  /** Origins answered with CORS headers (config `[server] cors_origins`); each is also an allowed Origin. */
+  corsOrigins?: readonly string[];
+  /** The request's client address for refusal logs (config `[server] trusted_proxies`); default the socket peer. */
+  clientAddress?: ClientAddressOf;
   /** The listen host (config `[server] host`): an Origin naming it, on the Server's port, is same-origin. */
   listenHost?: string;
   /**
@@ -192,7 +214,9 @@ export interface McpHttpHandler {
 export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const { runs, authenticate, audit, logger } = options;
   const maxBodyBytes = options.maxBodyBytes ?? MCP_MAX_BODY_BYTES;
-  const allowedOrigins = options.allowedOrigins ?? [];
+  const corsOrigins = options.corsOrigins ?? [];
+  const allowedOrigins = [...(options.allowedOrigins ?? []), ...corsOrigins];
+  const clientAddress = options.clientAddress ?? clientAddressResolver([]);
   const listenHost = options.listenHost ?? "127.0.0.1";
   const runTools = new RunTools({
     runs,
@@ -254,9 +278,21 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       return;
     }
     const origin = req.headers.origin;
+    if (origin !== undefined && corsOrigins.includes(origin)) {
+      res.setHeader("Access-Control-Allow-Origin", origin);
+      res.setHeader("Vary", "Origin");
+      res.setHeader("Access-Control-Expose-Headers", CORS_EXPOSE_HEADERS.join(", "));
+      if (req.method === "OPTIONS") {
+        res.setHeader("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+        res.setHeader("Access-Control-Allow-Headers", CORS_ALLOW_HEADERS.join(", "));
+        res.setHeader("Access-Control-Max-Age", String(CORS_MAX_AGE_SECS));
+        res.writeHead(204).end();
+        return;
+      }
+    }
     if (!originAllowed(origin, req.socket.localPort, allowedOrigins, listenHost, req.headers.host)) {
       refusals.refused(
-        req.socket.remoteAddress ?? "?",
+        clientAddress(req),
         { path: MCP_PATH, origin: origin?.slice(0, 128) },
         "mcp request refused: origin not allowed",
       );
@@ -268,7 +304,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     if (!principal) {
       // Never log the presented token, not even a prefix.
       refusals.refused(
-        req.socket.remoteAddress ?? "?",
+        clientAddress(req),
         { path: MCP_PATH, reason: token === null ? "missing" : "invalid" },
         "mcp request unauthorized",
       );

@@ -7,6 +7,7 @@
  */
 import { isLoopbackHost } from "@webcodex/protocol";
 import type { Logger } from "pino";
+import { clientAddressResolver } from "../client-address.js";
 import { createOAuth } from "../oauth/index.js";
 import { OAUTH_TEST_CLOCK_ENV, oauthClock, oauthTestClockSkew } from "../oauth/test-clock.js";
 import { createAuthenticator, TokenStore } from "../principals/tokens.js";
@@ -42,6 +43,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
   });
   const tokens = new TokenStore(store.db);
   const staticAuth = createAuthenticator(tokens, config.principals);
+  const clientAddress = clientAddressResolver(config.trustedProxies);
   const oauth = config.oauth
     ? createOAuth({
         settings: config.oauth,
@@ -50,6 +52,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
         principals: config.principals,
         logger: logger.child({ c: "oauth" }),
         clock: checkedOAuthClock(config.host, log),
+        clientAddress,
       })
     : null;
   const sessions = new SessionService(
@@ -78,6 +81,8 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
     toolModules,
     startHooks: sessions.startHooks(),
     allowedOrigins: config.allowedOrigins,
+    corsOrigins: config.corsOrigins,
+    clientAddress,
     listenHost: config.host,
     ...(oauth
       ? {

@@ -5,7 +5,10 @@
  * - **cimd**: an https `client_id` URL whose metadata document is fetched (client-metadata.ts)
  *   and cached in the store for CIMD_CACHE_TTL_MS;
  * - **dynamic**: RFC 7591 registration (rate-limited by the SDK handler, bounded here by
- *   `max_dynamic_clients`; the oldest unprovisioned client without a live grant makes room).
+ *   `max_dynamic_clients`; the oldest unprovisioned client without a live grant makes room). A
+ *   dynamic client id is bound to the issuer that minted it (SEP-2352): once `public_url` changes,
+ *   it is refused and the client registers again. Rows from before the binding carry no issuer and
+ *   stay accepted.
  *
  * Every client is public (`token_endpoint_auth_method: none`): PKCE S256 protects the code, and
  * there is no client secret to store. Registration never sets `allow_coding_agent_run`; only the
@@ -35,6 +38,14 @@ export const MAX_REDIRECT_URI_CHARS = 2048;
 export type ResolvedClient =
   | { ok: true; client: OAuthClientInformationFull; row: ClientRow }
   | { ok: false; reason: string };
+
+/** RFC 8252 §7.3 loopback redirect hosts (the SDK's redirectUriMatches relaxes only their port). */
+const LOOPBACK_REDIRECT_HOSTS = new Set(["127.0.0.1", "localhost", "[::1]"]);
+
+/** Whether an http(s) redirect URI names a loopback host (127.0.0.1, localhost, [::1]). */
+export function isLoopbackRedirect(u: URL): boolean {
+  return LOOPBACK_REDIRECT_HOSTS.has(u.hostname);
+}
 
 /** Whether a redirect URI is acceptable for a registered client (OAuth 2.1 §2.3.1 / RFC 8252). */
 export function redirectUriProblem(uri: string): string | null {
@@ -108,6 +119,9 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
       return { ok: false, reason: "unknown client_id" };
     const row = this.#store.client(clientId);
     if (row?.revoked_at) return { ok: false, reason: "this client was revoked by the operator" };
+    if (row?.kind === "dynamic" && row.issuer !== null && row.issuer !== this.#settings.issuer) {
+      return { ok: false, reason: "this client was registered with another issuer; register it again" };
+    }
     if (!isMetadataUrl(clientId)) {
       return row ? { ok: true, client: infoOf(row), row } : { ok: false, reason: "unknown client_id" };
     }
@@ -185,7 +199,13 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
     const name = typeof full.client_name === "string" ? full.client_name.slice(0, MAX_CLIENT_NAME_CHARS) : null;
     this.#makeRoom();
     const clientId = full.client_id ?? `dyn_${crypto.randomUUID()}`;
-    this.#store.upsertClient({ client_id: clientId, kind: "dynamic", client_name: name, redirect_uris: uris });
+    this.#store.upsertClient({
+      client_id: clientId,
+      kind: "dynamic",
+      client_name: name,
+      redirect_uris: uris,
+      issuer: this.#settings.issuer,
+    });
     this.#store.audit("client_registered", { client_id: clientId, detail: "dynamic" });
     const row = this.#store.client(clientId);
     if (!row) throw new InvalidClientMetadataError("registration failed");

@@ -4,10 +4,16 @@
  * 1. `/authorize` (the SDK's handler validated client, redirect URI, PKCE S256 and the rest)
  *    calls `begin`: the request is parked server-side under an unguessable id with a CSRF
  *    token (also set as an HttpOnly SameSite=Strict cookie) and the page is shown.
- * 2. The person types an access key and approves or denies; `submit` checks the pending
- *    request, the CSRF pair, the per-client+IP attempt budget, then the key.
- * 3. Granted = requested ∩ the key's scopes ∩ the client's ceiling; `coding_agent:run` only
- *    when the client is provisioned for it *now* and the person ticked its line.
+ * 2. The person types an access key and chooses Continue (`review`); `submit` checks the
+ *    pending request, the CSRF pair, the per-client+address attempt budget, then the key, and
+ *    shows exactly what Allow would grant with it: the scopes, the key's projects, how long the
+ *    connection lasts, and `coding_agent:run` as its own unchecked line when it can be granted.
+ *    The key's id (never the key) is kept with the pending request for step 3.
+ * 3. Allow (`approve`): the key behind the reviewed key id is looked up again (revoked since →
+ *    back to step 1), or a key sent with `approve` itself is checked as in step 2. Granted =
+ *    requested ∩ the key's scopes ∩ the client's ceiling; `coding_agent:run` only when the client
+ *    is provisioned for it *now* and the person ticked its line. A result page says what was
+ *    granted and returns the browser to the client with the code (a link, and a refresh).
  *
  * Deny and every error after the redirect URI was validated go back to the client as an
  * OAuth error redirect; a request whose pending entry or CSRF pair does not check out gets a
@@ -16,20 +22,37 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
+import type { ClientAddressOf } from "../client-address.js";
 import type { OAuthSettings } from "../config.js";
 import type { IdentifiedKey } from "../principals/tokens.js";
-import type { Scope } from "../runs/api.js";
-import { renderConsent, renderErrorPage } from "./consent-page.js";
+import type { Principal, Scope } from "../runs/api.js";
+import {
+  type ClientView,
+  type GrantSummary,
+  type RunLine,
+  renderConsent,
+  renderErrorPage,
+  renderResult,
+  renderReview,
+} from "./consent-page.js";
 import { CODING_AGENT_RUN } from "./scopes.js";
 import type { OAuthStore } from "./store.js";
 
 /** A consent page may be answered this long after it was shown. */
 export const CONSENT_TTL_MS = 10 * 60_000;
-/** Pending consents held at most (the oldest is dropped beyond). */
+/**
+ * Open consent pages held at most: in all, per client and per requesting address. A request past a
+ * bound is refused with a page; an open page is never evicted to make room, so a flood of
+ * unauthenticated /authorize requests cannot take away the page a person is answering.
+ */
 export const MAX_PENDING_CONSENTS = 1024;
+export const MAX_PENDING_PER_CLIENT = 256;
+export const MAX_PENDING_PER_ADDRESS = 32;
 /** (client, IP) pairs whose failed key attempts are remembered at most. */
 export const MAX_ATTEMPT_BUCKETS = 10_000;
 export const CSRF_COOKIE_PREFIX = "wc_csrf_";
+/** Longest access key the form accepts (issued keys are far shorter). */
+export const MAX_KEY_CHARS = 512;
 
 export interface PendingConsent {
   id: string;
@@ -41,6 +64,10 @@ export interface PendingConsent {
   requested: Scope[];
   resource: string;
   createdAt: number;
+  /** The requesting address (client-address.ts), for MAX_PENDING_PER_ADDRESS. */
+  address: string;
+  /** Set by a successful `review`: whose key was checked (its id only). */
+  reviewed?: { keyId: string; principalId: string };
 }
 
 /** Failed key attempts per client + IP in a fixed window. */
@@ -87,18 +114,20 @@ function cookie(req: IncomingMessage, name: string): string | undefined {
   return undefined;
 }
 
-/** An OAuth error redirect to a validated redirect URI. */
+/** An OAuth error redirect to a validated redirect URI, with `iss` (RFC 9207) like every authorization response. */
 export function errorRedirect(
   res: ServerResponse,
   redirectUri: string,
   error: string,
   description: string,
   state: string | undefined,
+  issuer: string,
 ): void {
   const u = new URL(redirectUri);
   u.searchParams.set("error", error);
   u.searchParams.set("error_description", description);
   if (state !== undefined) u.searchParams.set("state", state);
+  u.searchParams.set("iss", issuer);
   res.statusCode = 302;
   res.setHeader("Location", u.href);
   res.setHeader("Cache-Control", "no-store");
@@ -111,6 +140,10 @@ export interface ConsentDeps {
   logger: Logger;
   /** Access key → its principal and key id, or null (the static bearer-token check). */
   identifyKey: (key: string) => IdentifiedKey | null;
+  /** Key id → the Principal it carries now, or null when the key is gone (re-checked at Allow). */
+  keyPrincipal: (keyId: string) => Principal | null;
+  /** The request's client address (`[server] trusted_proxies`): the key-attempt bound is per client + address. */
+  clientAddress: ClientAddressOf;
 }
 
 export interface ConsentForm {
@@ -126,22 +159,56 @@ export class Consent {
   readonly #attempts: KeyAttempts;
   readonly #deps: ConsentDeps;
   readonly #secureCookie: boolean;
+  readonly #issuer: string;
 
   constructor(deps: ConsentDeps) {
     this.#deps = deps;
     this.#attempts = new KeyAttempts(deps.settings.maxKeyAttempts, deps.settings.keyAttemptWindowSecs * 1000);
     this.#secureCookie = deps.settings.issuer.startsWith("https:");
+    this.#issuer = deps.settings.issuer;
   }
 
-  /** Park a validated authorization request and show its consent page. */
-  begin(res: ServerResponse, request: Omit<PendingConsent, "id" | "csrf" | "createdAt">): void {
+  /** Why one more open page for this client and address is refused (the bounds above), or null. */
+  #pendingBound(clientId: string, address: string): string | null {
+    if (this.#pending.size >= MAX_PENDING_CONSENTS) return "this Server has too many open sign-in requests";
+    let forClient = 0;
+    let forAddress = 0;
+    for (const p of this.#pending.values()) {
+      if (p.clientId === clientId) forClient += 1;
+      if (p.address === address) forAddress += 1;
+    }
+    if (forAddress >= MAX_PENDING_PER_ADDRESS) return "there are too many open sign-in requests from your address";
+    if (forClient >= MAX_PENDING_PER_CLIENT) return "this app has too many open sign-in requests";
+    return null;
+  }
+
+  /** Park a validated authorization request and show its consent page (or refuse it past a bound). */
+  begin(
+    req: IncomingMessage,
+    res: ServerResponse,
+    request: Omit<PendingConsent, "id" | "csrf" | "createdAt" | "address">,
+  ): void {
     const now = Date.now();
+    // Insertion order is age order: expired entries are at the front.
     for (const [id, p] of this.#pending) {
-      if (now - p.createdAt < CONSENT_TTL_MS && this.#pending.size < MAX_PENDING_CONSENTS) break;
+      if (now - p.createdAt < CONSENT_TTL_MS) break;
       this.#pending.delete(id);
+    }
+    const address = this.#deps.clientAddress(req);
+    const refused = this.#pendingBound(request.clientId, address);
+    if (refused !== null) {
+      this.#deps.logger.warn({ client_id: request.clientId.slice(0, 256) }, "oauth: consent page refused: bound");
+      renderErrorPage(
+        res,
+        429,
+        "Too many open sign-in requests",
+        `Not now: ${refused}. Finish or close the ones already open, or wait up to ${CONSENT_TTL_MS / 60_000} minutes.`,
+      );
+      return;
     }
     const pending: PendingConsent = {
       ...request,
+      address,
       id: randomBytes(24).toString("base64url"),
       csrf: randomBytes(24).toString("base64url"),
       createdAt: now,
@@ -155,23 +222,86 @@ export class Consent {
     this.#show(res, pending, undefined, 200);
   }
 
-  #show(res: ServerResponse, p: PendingConsent, error: string | undefined, status: number): void {
+  #clientView(p: PendingConsent): ClientView & { provisioned: boolean } {
     const row = this.#deps.store.client(p.clientId);
+    return {
+      clientId: p.clientId,
+      clientName: row?.client_name ?? null,
+      clientKind: row?.kind ?? "dynamic",
+      redirectUri: p.redirectUri,
+      provisioned: row?.allow_coding_agent_run === 1,
+    };
+  }
+
+  #show(res: ServerResponse, p: PendingConsent, error: string | undefined, status: number): void {
+    const view = this.#clientView(p);
     renderConsent(
       res,
       {
+        ...view,
         requestId: p.id,
         csrf: p.csrf,
-        clientId: p.clientId,
-        clientName: row?.client_name ?? null,
-        clientKind: row?.kind ?? "dynamic",
-        redirectUri: p.redirectUri,
         requested: p.requested,
-        codingAgentRunOffered: row?.allow_coding_agent_run === 1,
+        codingAgentRunOffered: view.provisioned,
         error,
       },
       status,
     );
+  }
+
+  /** What the key can be granted of this request: the ordinary scopes, and where coding_agent:run stands. */
+  #grantable(p: PendingConsent, principal: Principal, provisioned: boolean): { scopes: Scope[]; run: RunLine } {
+    const scopes = p.requested.filter((s) => s !== CODING_AGENT_RUN && principal.scopes.has(s));
+    let run: RunLine = "none";
+    if (p.requested.includes(CODING_AGENT_RUN)) {
+      if (!provisioned) run = "not_provisioned";
+      else run = principal.scopes.has(CODING_AGENT_RUN) ? "offered" : "key_lacks";
+    }
+    return { scopes, run };
+  }
+
+  #summary(scopes: readonly string[], principal: Principal): GrantSummary {
+    return {
+      scopes,
+      projects: [...principal.projects].sort(),
+      refreshTtlSecs: this.#deps.settings.refreshTokenTtlSecs,
+      accessTtlSecs: this.#deps.settings.accessTokenTtlSecs,
+    };
+  }
+
+  /**
+   * The key behind this answer: the one typed into the form (checked against the attempt bound),
+   * else — for Allow after a review — the reviewed key as it is now. null: a page was sent.
+   */
+  #principal(
+    req: IncomingMessage,
+    res: ServerResponse,
+    p: PendingConsent,
+    form: ConsentForm,
+  ): { principal: Principal; keyId: string } | null {
+    const { logger } = this.#deps;
+    const key = typeof form.key === "string" ? form.key.trim() : "";
+    if (key === "" && form.action === "approve" && p.reviewed) {
+      const principal = this.#deps.keyPrincipal(p.reviewed.keyId);
+      if (principal && principal.id === p.reviewed.principalId) return { principal, keyId: p.reviewed.keyId };
+      delete p.reviewed;
+      this.#show(res, p, "That access key no longer works. Type a current key.", 401);
+      return null;
+    }
+    const bucket = `${p.clientId}\u0000${this.#deps.clientAddress(req)}`;
+    if (this.#attempts.blocked(bucket)) {
+      const minutes = Math.ceil(this.#deps.settings.keyAttemptWindowSecs / 60);
+      this.#show(res, p, `Too many wrong keys from here. Wait up to ${minutes} minutes, then try again.`, 429);
+      return null;
+    }
+    const identified = key.length > 0 && key.length <= MAX_KEY_CHARS ? this.#deps.identifyKey(key) : null;
+    if (!identified) {
+      this.#attempts.fail(bucket);
+      logger.warn({ client_id: p.clientId.slice(0, 256) }, "oauth: consent: wrong access key");
+      this.#show(res, p, "That access key is not valid. Check it and try again.", 401);
+      return null;
+    }
+    return { principal: identified.principal, keyId: identified.key_id };
   }
 
   /** POST /oauth/consent. */
@@ -204,40 +334,38 @@ export class Consent {
     if (form.action === "deny") {
       this.#pending.delete(id);
       store.audit("consent_denied", { client_id: p.clientId });
-      errorRedirect(res, p.redirectUri, "access_denied", "The person denied the request", p.state);
+      errorRedirect(res, p.redirectUri, "access_denied", "The person denied the request", p.state, this.#issuer);
       return;
     }
-    if (form.action !== "approve") {
-      renderErrorPage(res, 400, "Unknown answer", "The form must be answered with Allow or Deny.");
+    if (form.action !== "approve" && form.action !== "review") {
+      renderErrorPage(res, 400, "Unknown answer", "The form must be answered with Continue, Allow or Deny.");
       return;
     }
     const client = store.client(p.clientId);
     if (!client || client.revoked_at !== null) {
       this.#pending.delete(id);
-      errorRedirect(res, p.redirectUri, "unauthorized_client", "This client is no longer allowed", p.state);
+      errorRedirect(
+        res,
+        p.redirectUri,
+        "unauthorized_client",
+        "This client is no longer allowed",
+        p.state,
+        this.#issuer,
+      );
       return;
     }
-    const bucket = `${p.clientId}\u0000${req.socket.remoteAddress ?? "?"}`;
-    if (this.#attempts.blocked(bucket)) {
-      const minutes = Math.ceil(this.#deps.settings.keyAttemptWindowSecs / 60);
-      this.#show(res, p, `Too many wrong keys from here. Wait up to ${minutes} minutes, then try again.`, 429);
-      return;
-    }
-    const key = typeof form.key === "string" ? form.key.trim() : "";
-    const identified = key.length > 0 && key.length <= 512 ? this.#deps.identifyKey(key) : null;
-    if (!identified) {
-      this.#attempts.fail(bucket);
-      logger.warn({ client_id: p.clientId.slice(0, 256) }, "oauth: consent: wrong access key");
-      this.#show(res, p, "That access key is not valid. Check it and try again.", 401);
+    const who = this.#principal(req, res, p, form);
+    if (!who) return;
+    const view = this.#clientView(p);
+    const { scopes, run } = this.#grantable(p, who.principal, client.allow_coding_agent_run === 1);
+    if (form.action === "review") {
+      p.reviewed = { keyId: who.keyId, principalId: who.principal.id };
+      renderReview(res, { ...view, ...this.#summary(scopes, who.principal), requestId: p.id, csrf: p.csrf, run });
       return;
     }
     this.#pending.delete(id);
-    const wantsRun = form.coding_agent_run === "yes";
-    const granted = p.requested.filter((s) => {
-      if (!identified.principal.scopes.has(s)) return false;
-      if (s === CODING_AGENT_RUN) return wantsRun && client.allow_coding_agent_run === 1;
-      return true;
-    });
+    const withRun = run === "offered" && form.coding_agent_run === "yes";
+    const granted: Scope[] = withRun ? [...scopes, CODING_AGENT_RUN] : scopes;
     if (granted.length === 0) {
       errorRedirect(
         res,
@@ -245,16 +373,17 @@ export class Consent {
         "invalid_scope",
         "None of the requested scopes can be granted with this key",
         p.state,
+        this.#issuer,
       );
       return;
     }
     const { code } = store.createGrantWithCode(
       {
         client_id: p.clientId,
-        principal_id: identified.principal.id,
-        key_id: identified.key_id,
+        principal_id: who.principal.id,
+        key_id: who.keyId,
         scopes: granted,
-        projects: [...identified.principal.projects],
+        projects: [...who.principal.projects],
         resource: p.resource,
       },
       { redirect_uri: p.redirectUri, code_challenge: p.codeChallenge },
@@ -263,9 +392,12 @@ export class Consent {
     u.searchParams.set("code", code);
     if (p.state !== undefined) u.searchParams.set("state", p.state);
     u.searchParams.set("iss", this.#deps.settings.issuer);
-    res.statusCode = 302;
-    res.setHeader("Location", u.href);
-    res.setHeader("Cache-Control", "no-store");
-    res.end();
+    renderResult(res, {
+      ...view,
+      ...this.#summary(scopes, who.principal),
+      codingAgentRun: withRun,
+      run,
+      continueUrl: u.href,
+    });
   }
 }

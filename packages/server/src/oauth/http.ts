@@ -5,7 +5,8 @@
  *   GET  /.well-known/oauth-authorization-server      RFC 8414
  *   GET|POST /authorize   SDK authorizationHandler (after our check of client + redirect URI)
  *   POST /token           SDK tokenHandler (PKCE S256 verified by the SDK)
- *   POST /register        SDK clientRegistrationHandler (RFC 7591, rate-limited per IP)
+ *   POST /register        SDK clientRegistrationHandler (RFC 7591, rate-limited per IP), after our
+ *                         SEP-837 `application_type` check; absent with `[oauth] dynamic_registration = false`
  *   POST /revoke          SDK revocationHandler (RFC 7009)
  *   POST /oauth/consent   our consent form (consent.ts)
  *
@@ -21,8 +22,10 @@ import { tokenHandler } from "@modelcontextprotocol/sdk/server/auth/handlers/tok
 import type { OAuthMetadata, OAuthProtectedResourceMetadata } from "@modelcontextprotocol/sdk/shared/auth.js";
 import express, { type NextFunction, type Request, type Response } from "express";
 import type { Logger } from "pino";
+import type { ClientAddressOf } from "../client-address.js";
 import type { OAuthSettings } from "../config.js";
 import type { OAuthClients } from "./clients.js";
+import { isLoopbackRedirect } from "./clients.js";
 import type { Consent, ConsentForm } from "./consent.js";
 import { renderErrorPage } from "./consent-page.js";
 import { isOwnErrorDescription, type WebcodexOAuthProvider } from "./provider.js";
@@ -34,11 +37,12 @@ export const OAUTH_MAX_BODY = "16kb";
 export const AUTHORIZE_PER_15_MIN = 100;
 
 /**
- * The SDK limiters key on the socket address (`trust proxy` is off on purpose: a forwarded header
- * is client-controlled unless a known proxy sets it). express-rate-limit would print a stack trace
- * to stderr for every request carrying X-Forwarded-For; that is expected here, not a misconfiguration.
+ * The SDK limiters key on `req.ip`, which this app sets to the client address of client-address.ts
+ * (the socket peer, or what `[server] trusted_proxies` vouch for); Express's own `trust proxy` stays
+ * off. express-rate-limit would print a stack trace to stderr for every request carrying
+ * X-Forwarded-For or Forwarded; that is expected here, not a misconfiguration.
  */
-const QUIET = { validate: { xForwardedForHeader: false } } as const;
+const QUIET = { validate: { xForwardedForHeader: false, forwardedHeader: false } } as const;
 
 /**
  * The `error_description` sent for each OAuth error code when the description did not come from
@@ -88,6 +92,91 @@ function fixedErrorDescriptions(_req: Request, res: Response, next: NextFunction
 export const PRM_PATH = "/.well-known/oauth-protected-resource";
 export const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
 
+/**
+ * Around the SDK's authorize handler: every error redirect it sends (a malformed request, our
+ * provider's `invalid_target`) carries `iss` (RFC 9207) and a fixed or own `error_description`.
+ * For a client whose redirect URI no person has confirmed yet (`confirmed`), the error is shown
+ * as a page instead: a freshly registered client could otherwise use this host as an open
+ * redirect to any address it registered.
+ */
+function authorizeErrorRedirects(issuer: string, confirmed: (clientId: string) => boolean) {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    const src = (req.method === "POST" ? req.body : req.query) as Record<string, unknown> | undefined;
+    const clientId = typeof src?.client_id === "string" ? src.client_id : "";
+    const redirect = res.redirect.bind(res) as (status: number, url: string) => void;
+    res.redirect = ((a: number | string, b?: number | string) => {
+      const status = typeof a === "number" ? a : typeof b === "number" ? b : 302;
+      const url = typeof a === "string" ? a : String(b);
+      let u: URL;
+      try {
+        u = new URL(url);
+      } catch {
+        return redirect(status, url);
+      }
+      const code = u.searchParams.get("error");
+      if (code !== null) {
+        const described = u.searchParams.get("error_description");
+        const description =
+          described !== null && isOwnErrorDescription(described)
+            ? described
+            : (FIXED_ERROR_DESCRIPTIONS[code] ?? UNKNOWN_ERROR_DESCRIPTION);
+        if (!confirmed(clientId)) {
+          renderErrorPage(res, 400, "This app's sign-in request was refused", `${description} (${code}).`);
+          return;
+        }
+        u.searchParams.set("error_description", description);
+        u.searchParams.set("iss", issuer);
+      }
+      return redirect(status, u.href);
+    }) as Response["redirect"];
+    next();
+  };
+}
+
+/** SEP-837 `application_type` values a registration may name. */
+export const APPLICATION_TYPES = ["web", "native"] as const;
+
+/**
+ * Why a registration's redirect URIs do not suit its `application_type` (SEP-837), or null:
+ * - `web`: https only;
+ * - `native`: loopback http (127.0.0.1, localhost, [::1]; any port at /authorize), a private-use
+ *   scheme, or https;
+ * - absent: either (what clients.ts accepts for any client).
+ */
+export function applicationTypeProblem(applicationType: unknown, redirectUris: unknown): string | null {
+  if (applicationType === undefined) return null;
+  if (typeof applicationType !== "string" || !(APPLICATION_TYPES as readonly string[]).includes(applicationType))
+    return "application_type must be web or native";
+  if (!Array.isArray(redirectUris)) return null;
+  for (const raw of redirectUris) {
+    if (typeof raw !== "string") continue;
+    let u: URL;
+    try {
+      u = new URL(raw);
+    } catch {
+      continue;
+    }
+    if (applicationType === "web" && u.protocol !== "https:")
+      return "redirect_uris of a web client (application_type web) must be https";
+    if (applicationType === "native" && u.protocol === "http:" && !isLoopbackRedirect(u))
+      return "http redirect_uris of a native client must be loopback (127.0.0.1, localhost or [::1])";
+  }
+  return null;
+}
+
+function registrationPrecheck(req: Request, res: Response, next: NextFunction): void {
+  const body = (req.body ?? {}) as Record<string, unknown>;
+  const problem = applicationTypeProblem(body.application_type, body.redirect_uris);
+  if (problem === null) {
+    next();
+    return;
+  }
+  res.status(400).json({
+    error: problem.startsWith("application_type") ? "invalid_client_metadata" : "invalid_redirect_uri",
+    error_description: problem,
+  });
+}
+
 /** Whether a request path belongs to the OAuth surface. */
 export function isOAuthPath(path: string): boolean {
   return (
@@ -118,7 +207,8 @@ export function authorizationServerMetadata(settings: OAuthSettings): OAuthMetad
     issuer: settings.issuer,
     authorization_endpoint: at("/authorize"),
     token_endpoint: at("/token"),
-    registration_endpoint: at("/register"),
+    // Client ID metadata documents are the preferred way to register (MCP 2026-07-28 deprecates DCR).
+    ...(settings.dynamicRegistration ? { registration_endpoint: at("/register") } : {}),
     revocation_endpoint: at("/revoke"),
     response_types_supported: ["code"],
     grant_types_supported: ["authorization_code", "refresh_token"],
@@ -142,6 +232,10 @@ export interface OAuthHttpDeps {
   clients: OAuthClients;
   consent: Consent;
   logger: Logger;
+  /** The request's client address (`[server] trusted_proxies`); rate limits key on it. */
+  clientAddress: ClientAddressOf;
+  /** Whether a person has confirmed this client's redirect (an operator client, or one with a grant). */
+  redirectConfirmed: (clientId: string) => boolean;
 }
 
 /**
@@ -188,10 +282,14 @@ function authorizePrecheck(clients: OAuthClients) {
 
 /** The OAuth request handler (an Express app); hand it every request `isOAuthPath` accepts. */
 export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res: ServerResponse) => void {
-  const { settings, provider, clients, consent, logger } = deps;
+  const { settings, provider, clients, consent, logger, clientAddress, redirectConfirmed } = deps;
   const app = express();
   app.disable("x-powered-by");
   app.set("trust proxy", false);
+  app.use((req, _res, next) => {
+    Object.defineProperty(req, "ip", { value: clientAddress(req), configurable: true });
+    next();
+  });
   const prm = metadataHandler(protectedResourceMetadata(settings));
   app.use(`${PRM_PATH}/mcp`, prm);
   app.use(PRM_PATH, prm);
@@ -200,18 +298,30 @@ export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res
     "/authorize",
     express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }),
     authorizePrecheck(clients),
+    authorizeErrorRedirects(settings.issuer, redirectConfirmed),
     authorizationHandler({ provider, rateLimit: { ...QUIET, windowMs: 15 * 60_000, max: AUTHORIZE_PER_15_MIN } }),
   );
   app.use("/token", fixedErrorDescriptions, tokenHandler({ provider, rateLimit: QUIET }));
-  app.use(
-    "/register",
-    express.json({ limit: OAUTH_MAX_BODY }),
-    clientRegistrationHandler({
-      clientsStore: clients,
-      clientSecretExpirySeconds: 0,
-      rateLimit: { ...QUIET, windowMs: 60 * 60_000, max: settings.registrationsPerHour },
-    }),
-  );
+  if (settings.dynamicRegistration) {
+    app.use(
+      "/register",
+      express.json({ limit: OAUTH_MAX_BODY }),
+      registrationPrecheck,
+      clientRegistrationHandler({
+        clientsStore: clients,
+        clientSecretExpirySeconds: 0,
+        rateLimit: { ...QUIET, windowMs: 60 * 60_000, max: settings.registrationsPerHour },
+      }),
+    );
+  } else {
+    app.use("/register", (_req, res) => {
+      res.status(404).json({
+        error: "invalid_request",
+        error_description:
+          "Dynamic client registration is off on this Server; use a client ID metadata document (an https client_id URL)",
+      });
+    });
+  }
   app.use("/revoke", fixedErrorDescriptions, revocationHandler({ provider, rateLimit: QUIET }));
   app.post("/oauth/consent", express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }), (req, res) => {
     consent.submit(req, res, (req.body ?? {}) as ConsentForm);

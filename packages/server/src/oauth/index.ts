@@ -5,6 +5,7 @@
  */
 import type BetterSqlite3 from "better-sqlite3";
 import type { Logger } from "pino";
+import { type ClientAddressOf, clientAddressResolver } from "../client-address.js";
 import type { OAuthSettings, PrincipalConfig } from "../config.js";
 import { createKeyIdentifier, keyPrincipal, type TokenStore } from "../principals/tokens.js";
 import type { Principal, Scope } from "../runs/api.js";
@@ -43,27 +44,41 @@ export function createOAuth(opts: {
   ca?: string;
   /** The clock codes, tokens and audit rows run on (default `Date.now`; test-clock.ts). */
   clock?: () => number;
+  /** A request's client address (`[server] trusted_proxies`); default the socket peer. */
+  clientAddress?: ClientAddressOf;
 }): OAuthMount {
   const { settings, logger } = opts;
+  const clientAddress = opts.clientAddress ?? clientAddressResolver([]);
   const store = new OAuthStore(opts.db, opts.clock);
   const clients = new OAuthClients({ store, settings, logger, ca: opts.ca });
+  const principalOfKey = keyPrincipal(opts.tokens, opts.principals);
   const consent = new Consent({
     store,
     settings,
     logger,
     identifyKey: createKeyIdentifier(opts.tokens, opts.principals),
+    keyPrincipal: principalOfKey,
+    clientAddress,
   });
   const provider = new WebcodexOAuthProvider({
     store,
     clients,
     consent,
     settings,
-    keyPrincipal: keyPrincipal(opts.tokens, opts.principals),
+    keyPrincipal: principalOfKey,
   });
   const metadataUrl = resourceMetadataUrl(settings);
   const defaultScope = DEFAULT_REQUESTED_SCOPES.join(" ");
   return {
-    handle: createOAuthHttp({ settings, provider, clients, consent, logger }),
+    handle: createOAuthHttp({
+      settings,
+      provider,
+      clients,
+      consent,
+      logger,
+      clientAddress,
+      redirectConfirmed: (clientId) => store.client(clientId)?.kind === "operator" || store.hasGrant(clientId),
+    }),
     owns: isOAuthPath,
     authenticate: (token) => provider.authenticate(token),
     unauthorizedChallenge: (invalid) =>

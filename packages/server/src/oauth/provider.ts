@@ -2,9 +2,11 @@
  * Our `OAuthServerProvider` for the SDK's authorize/token/revoke handlers,
  * and the access-token check `/mcp` runs on every request.
  *
- * - `resource` (RFC 8707) must be exactly this Server's `/mcp`, at authorize (required) and at
- *   the token endpoint (when sent); tokens record it and `/mcp` accepts only tokens whose
- *   resource is its own (audience binding).
+ * - `resource` (RFC 8707) names this Server's one MCP resource, `public_url/mcp` (`sameResource`):
+ *   omitted means that resource; scheme and host compare case-insensitively (URL parsing), a
+ *   default port equals no port, and one trailing slash on the path is ignored; any other
+ *   difference (host, port, path, a query) is `invalid_target`. Tokens record the canonical form and
+ *   `/mcp` accepts only tokens whose resource is its own (audience binding).
  * - A token's effective scopes, checked per request: the token's scopes ∩ what its access key
  *   still carries (key revoked or principal removed → nothing) ∩ the client's ceiling *now*
  *   (`coding_agent:run` only while the client is provisioned). Projects: the grant's ∩ the key's.
@@ -48,6 +50,20 @@ export function isOwnErrorDescription(description: string): boolean {
   return OWN_DESCRIPTIONS.has(description);
 }
 
+/** Whether `resource` names `canonical` (the rule in this file's header). */
+export function sameResource(resource: URL, canonical: string): boolean {
+  const want = new URL(canonical);
+  const path = (u: URL) => (u.pathname.length > 1 ? u.pathname.replace(/\/$/, "") : u.pathname);
+  return (
+    resource.origin === want.origin &&
+    path(resource) === path(want) &&
+    resource.search === "" &&
+    resource.hash === "" &&
+    resource.username === "" &&
+    resource.password === ""
+  );
+}
+
 export interface ProviderDeps {
   store: OAuthStore;
   clients: OAuthClients;
@@ -68,6 +84,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     this.#ttl = {
       accessMs: deps.settings.accessTokenTtlSecs * 1000,
       refreshMs: deps.settings.refreshTokenTtlSecs * 1000,
+      reuseGraceMs: deps.settings.refreshReuseGraceSecs * 1000,
     };
   }
 
@@ -75,20 +92,17 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     return this.#d.clients;
   }
 
-  #checkResource(resource: URL | undefined, required: boolean): void {
-    if (resource === undefined) {
-      if (required) throw new InvalidTargetError(own(`resource is required and must be ${this.#d.settings.resource}`));
-      return;
-    }
-    // Compare the parsed form (the SDK hands us a URL): no trailing slash, query or fragment differences.
-    if (resource.href !== new URL(this.#d.settings.resource).href) {
+  /** Omitted: this Server's resource. Otherwise it must name it (sameResource). */
+  #checkResource(resource: URL | undefined): void {
+    if (resource === undefined) return;
+    if (!sameResource(resource, this.#d.settings.resource)) {
       throw new InvalidTargetError(own(`resource must be ${this.#d.settings.resource}`));
     }
   }
 
   async authorize(client: OAuthClientInformationFull, params: AuthorizationParams, res: Response): Promise<void> {
-    this.#checkResource(params.resource, true);
-    this.#d.consent.begin(res, {
+    this.#checkResource(params.resource);
+    this.#d.consent.begin(res.req, res, {
       clientId: client.client_id,
       redirectUri: params.redirectUri,
       state: params.state,
@@ -122,7 +136,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     redirectUri?: string,
     resource?: URL,
   ): Promise<OAuthTokens> {
-    this.#checkResource(resource, false);
+    this.#checkResource(resource);
     const r = this.#d.store.redeemCode(code, client.client_id, redirectUri, this.#ttl);
     if (!r.ok) {
       const why = {
@@ -144,7 +158,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     scopes?: string[],
     resource?: URL,
   ): Promise<OAuthTokens> {
-    this.#checkResource(resource, false);
+    this.#checkResource(resource);
     const r = this.#d.store.rotateRefresh(refreshToken, client.client_id, scopes, this.#ttl);
     if (!r.ok) {
       if (r.reason === "scope_widened")

@@ -17,15 +17,13 @@ export const OAUTH_SCOPES = [
   "coding_agent:run",
 ] as const satisfies readonly Scope[];
 
-/** What the consent page says each scope lets the app do. */
+/** What the consent page says each scope lets the app do, in words for the person signing in. */
 export const SCOPE_LABELS: Record<(typeof OAUTH_SCOPES)[number], string> = {
-  "project:read": "See the projects you may use and whether their Runner is online.",
-  "project:write": "Write to your granted projects (needed, with coding_agent:run, to start a run).",
-  "runtime:read": "Read your workflow sessions on your granted projects (handoff, goal, run evidence).",
-  "runtime:write":
-    "Create and update your workflow sessions on your granted projects. This starts nothing: running an agent needs coding_agent:run.",
-  "coding_agent:run":
-    "Start, watch and cancel coding agents on your granted projects. The agent can change files there.",
+  "project:read": "See which of your projects it can use and whether each one is online.",
+  "project:write": "Make changes in your projects (starting work there needs this too).",
+  "runtime:read": "Read your work sessions in your projects: goals, handoff notes and what earlier runs did.",
+  "runtime:write": "Create and update your work sessions in your projects. This alone starts no coding agent.",
+  "coding_agent:run": "Start, watch and stop coding agents in your projects. An agent can change files there.",
 };
 
 /** Asked for when a client sends no `scope`: everything the tools use (consent still decides). */
@@ -59,9 +57,13 @@ export function isOAuthScope(value: string): value is (typeof OAUTH_SCOPES)[numb
   return (OAUTH_SCOPES as readonly string[]).includes(value);
 }
 
-/** Requested scope string → the known OAuth scopes in it (unknown ones are dropped; none → the default). */
+/**
+ * Requested scope names → the known OAuth scopes among them, in page order. Unknown names (hosts send
+ * their own, e.g. `claudeai`) are ignored, never an error; a request naming no known scope — or none
+ * at all — asks for the default set. Consent still grants only what the key and client allow.
+ */
 export function requestedScopes(scopes: readonly string[] | undefined): Scope[] {
-  const list = (scopes ?? []).filter((s) => s !== "");
-  if (list.length === 0) return [...DEFAULT_REQUESTED_SCOPES];
-  return OAUTH_SCOPES.filter((s) => list.includes(s));
+  const list = scopes ?? [];
+  const known = OAUTH_SCOPES.filter((s) => list.includes(s));
+  return known.length === 0 ? [...DEFAULT_REQUESTED_SCOPES] : known;
 }

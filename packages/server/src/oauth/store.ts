@@ -11,10 +11,20 @@
  *   an existing grant or token; provisioning a client for `coding_agent:run`
  *   changes what a *future* consent may offer.
  * - A refresh token is single-use; presenting a used one revokes its whole
- *   family (the grant and every token issued under it). A code is single-use;
- *   presenting a used one revokes the grant it produced.
+ *   family (the grant and every token issued under it) — except within the
+ *   reuse grace window (`[oauth] refresh_reuse_grace_secs`) after its
+ *   rotation, when it gets the very pair its rotation issued (a retried or
+ *   concurrent refresh), as long as that pair's refresh token is still
+ *   unspent. To hand that pair out again without storing a token, the spent
+ *   row keeps it in `successor`, AES-256-GCM encrypted under a key derived
+ *   (HKDF) from the spent refresh token itself — which the store only holds
+ *   as a sha256, so the row cannot be decrypted without the token in hand.
+ *   `successor` is erased once the window has passed.
+ * - A code is single-use; presenting a used one revokes the grant it produced.
+ * - A dynamic client remembers the issuer that registered it (SEP-2352):
+ *   under another `public_url` it is not accepted (clients.ts).
  */
-import { createHash, randomBytes, randomUUID } from "node:crypto";
+import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes, randomUUID } from "node:crypto";
 import type BetterSqlite3 from "better-sqlite3";
 import type { Scope } from "../runs/api.js";
 
@@ -31,6 +41,8 @@ export interface ClientRow {
   /** For metadata-document clients: when the document was last fetched (null: never). */
   fetched_at: string | null;
   revoked_at: string | null;
+  /** The issuer (`public_url`) a dynamic client was registered under; null for other kinds and older rows. */
+  issuer: string | null;
 }
 
 export interface GrantRow {
@@ -66,6 +78,8 @@ export interface TokenRow {
   resource: string;
   expires_at: number;
   used_at: number | null;
+  /** A spent refresh token's successor pair, encrypted (see the header); null outside the grace window. */
+  successor: Buffer | null;
 }
 
 export type OAuthAuditEvent =
@@ -73,6 +87,7 @@ export type OAuthAuditEvent =
   | "consent_denied"
   | "code_reused"
   | "refresh_reused"
+  | "refresh_replayed"
   | "grant_revoked"
   | "client_registered"
   | "client_revoked"
@@ -134,7 +149,7 @@ export interface IssuedPair {
 }
 
 export type RefreshOutcome =
-  | { ok: true; grant: GrantRow; pair: IssuedPair; scopes: string[] }
+  | { ok: true; grant: GrantRow; pair: IssuedPair; scopes: string[]; replayed: boolean }
   | { ok: false; reason: "unknown" | "expired" | "reused" | "revoked" | "other_client" | "scope_widened" };
 
 export type CodeOutcome =
@@ -170,16 +185,18 @@ export class OAuthStore {
     kind: ClientKind;
     client_name: string | null;
     redirect_uris: string[];
+    /** The issuer a dynamic client is registered under; kept as first written. */
+    issuer?: string | null;
   }): void {
     const now = new Date(this.#clock()).toISOString();
     this.db
       .prepare(
-        `INSERT INTO oauth_clients (client_id, kind, client_name, redirect_uris, allow_coding_agent_run, created_at, fetched_at)
-         VALUES (@client_id, @kind, @client_name, @redirect_uris, 0, @now, CASE WHEN @kind = 'cimd' THEN @now END)
+        `INSERT INTO oauth_clients (client_id, kind, client_name, redirect_uris, allow_coding_agent_run, created_at, fetched_at, issuer)
+         VALUES (@client_id, @kind, @client_name, @redirect_uris, 0, @now, CASE WHEN @kind = 'cimd' THEN @now END, @issuer)
          ON CONFLICT (client_id) DO UPDATE SET client_name = excluded.client_name, redirect_uris = excluded.redirect_uris,
            fetched_at = excluded.fetched_at`,
       )
-      .run({ ...row, redirect_uris: JSON.stringify(row.redirect_uris), now });
+      .run({ ...row, issuer: row.issuer ?? null, redirect_uris: JSON.stringify(row.redirect_uris), now });
   }
 
   /** Dynamic and metadata-document clients held (what max_dynamic_clients bounds). */
@@ -248,6 +265,15 @@ export class OAuthStore {
     if (filter.client_id !== undefined) where.push("client_id = @client_id");
     const sql = `SELECT * FROM oauth_grants ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at`;
     return this.db.prepare<Record<string, string>, GrantRow>(sql).all(filter as Record<string, string>);
+  }
+
+  /** Whether a person ever allowed this client (any grant, live or revoked): its redirect URI was confirmed. */
+  hasGrant(clientId: string): boolean {
+    return (
+      this.db
+        .prepare<[string], { one: number }>("SELECT 1 AS one FROM oauth_grants WHERE client_id = ? LIMIT 1")
+        .get(clientId)?.one === 1
+    );
   }
 
   /** Record a consented grant and its single-use code. Returns the code (shown once). */
@@ -378,7 +404,9 @@ export class OAuthStore {
 
   /**
    * Rotate a refresh token: the presented one is spent and a new pair is issued. A spent one
-   * presented again revokes the family. `scopes` may narrow the new access token, never widen it.
+   * presented again within `ttl.reuseGraceMs` of its rotation gets the same pair again (while that
+   * pair's refresh token is unspent and the grant live); otherwise it revokes the family.
+   * `scopes` may narrow the new access token, never widen it.
    */
   rotateRefresh(refresh: string, clientId: string, scopes: string[] | undefined, ttl: TokenTtls): RefreshOutcome {
     return this.db.transaction((): RefreshOutcome => {
@@ -389,6 +417,11 @@ export class OAuthStore {
       if (row.client_id !== clientId) return { ok: false, reason: "other_client" };
       const now = this.#clock();
       if (row.used_at !== null) {
+        const replay = now - row.used_at <= ttl.reuseGraceMs ? this.#replay(row, refresh) : null;
+        if (replay) {
+          this.audit("refresh_replayed", { client_id: clientId, grant_id: row.grant_id, detail: "within grace" });
+          return replay;
+        }
         this.audit("refresh_reused", { client_id: clientId, grant_id: row.grant_id });
         this.revokeGrant(row.grant_id, "refresh_reused");
         return { ok: false, reason: "reused" };
@@ -399,9 +432,33 @@ export class OAuthStore {
       const allowed = parseJsonList(row.scopes);
       const wanted = scopes ?? allowed;
       if (wanted.some((s) => !allowed.includes(s))) return { ok: false, reason: "scope_widened" };
-      this.db.prepare("UPDATE oauth_tokens SET used_at = ? WHERE token_hash = ?").run(now, row.token_hash);
-      return { ok: true, grant, pair: this.#issuePair(grant, wanted, ttl), scopes: wanted };
+      const pair = this.#issuePair(grant, wanted, ttl);
+      const successor =
+        ttl.reuseGraceMs > 0 ? sealSuccessor(refresh, row.token_hash, { ...pair, scopes: wanted }) : null;
+      this.db
+        .prepare("UPDATE oauth_tokens SET used_at = ?, successor = ? WHERE token_hash = ?")
+        .run(now, successor, row.token_hash);
+      // Successors past their window are erased as rotations go by.
+      this.db
+        .prepare("UPDATE oauth_tokens SET successor = NULL WHERE successor IS NOT NULL AND used_at < ?")
+        .run(now - ttl.reuseGraceMs);
+      return { ok: true, grant, pair, scopes: wanted, replayed: false };
     })();
+  }
+
+  /** The pair a spent refresh token's rotation issued, if it still stands (inside rotateRefresh's transaction). */
+  #replay(row: TokenRow, refresh: string): RefreshOutcome | null {
+    if (row.successor === null) return null;
+    const sealed = openSuccessor(refresh, row.token_hash, row.successor);
+    if (!sealed) return null;
+    const next = this.db
+      .prepare<[string], TokenRow>("SELECT * FROM oauth_tokens WHERE token_hash = ? AND kind = 'refresh'")
+      .get(sha256(sealed.refresh_token));
+    if (!next || next.used_at !== null || next.grant_id !== row.grant_id) return null;
+    const grant = this.grant(row.grant_id);
+    if (!grant || grant.revoked_at !== null) return null;
+    const { scopes, ...pair } = sealed;
+    return { ok: true, grant, pair, scopes, replayed: true };
   }
 
   /** A live, unexpired access token's row, or undefined. */
@@ -469,4 +526,50 @@ export class OAuthStore {
 export interface TokenTtls {
   accessMs: number;
   refreshMs: number;
+  /** `[oauth] refresh_reuse_grace_secs` in ms; 0: every reuse revokes the family. */
+  reuseGraceMs: number;
+}
+
+interface SealedPair extends IssuedPair {
+  scopes: string[];
+}
+
+const SUCCESSOR_KDF_SALT = "webcodex oauth refresh successor v1";
+const GCM_IV_BYTES = 12;
+const GCM_TAG_BYTES = 16;
+
+/** The successor key: HKDF-SHA256 of the spent refresh token, bound to its row. Never the stored sha256. */
+function successorKey(refresh: string, tokenHash: string): Buffer {
+  return Buffer.from(hkdfSync("sha256", refresh, SUCCESSOR_KDF_SALT, tokenHash, 32));
+}
+
+function sealSuccessor(refresh: string, tokenHash: string, pair: SealedPair): Buffer {
+  const iv = randomBytes(GCM_IV_BYTES);
+  const cipher = createCipheriv("aes-256-gcm", successorKey(refresh, tokenHash), iv);
+  cipher.setAAD(Buffer.from(tokenHash, "utf8"));
+  const body = Buffer.concat([cipher.update(JSON.stringify(pair), "utf8"), cipher.final()]);
+  return Buffer.concat([iv, cipher.getAuthTag(), body]);
+}
+
+function openSuccessor(refresh: string, tokenHash: string, sealed: Buffer): SealedPair | null {
+  if (sealed.length <= GCM_IV_BYTES + GCM_TAG_BYTES) return null;
+  try {
+    const decipher = createDecipheriv(
+      "aes-256-gcm",
+      successorKey(refresh, tokenHash),
+      sealed.subarray(0, GCM_IV_BYTES),
+    );
+    decipher.setAAD(Buffer.from(tokenHash, "utf8"));
+    decipher.setAuthTag(sealed.subarray(GCM_IV_BYTES, GCM_IV_BYTES + GCM_TAG_BYTES));
+    const text = Buffer.concat([
+      decipher.update(sealed.subarray(GCM_IV_BYTES + GCM_TAG_BYTES)),
+      decipher.final(),
+    ]).toString("utf8");
+    const v = JSON.parse(text) as SealedPair;
+    if (typeof v.access_token !== "string" || typeof v.refresh_token !== "string" || !Array.isArray(v.scopes))
+      return null;
+    return v;
+  } catch {
+    return null;
+  }
 }

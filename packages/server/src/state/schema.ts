@@ -267,6 +267,16 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE mcp_audit ADD COLUMN session_id TEXT;
     `,
   },
+  {
+    version: 9,
+    summary:
+      "OAuth clients remember the issuer that registered them (SEP-2352); a rotated refresh token keeps its " +
+      "successor pair encrypted under a key only the rotated token derives, for the reuse grace window (oauth/store.ts)",
+    sql: `
+      ALTER TABLE oauth_clients ADD COLUMN issuer TEXT;
+      ALTER TABLE oauth_tokens ADD COLUMN successor BLOB;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

@@ -165,27 +165,49 @@ export async function openConsent(authUrl: URL | string): Promise<ConsentPage> {
   };
 }
 
-/** Answer a consent page over HTTP; returns the status, Location and body. */
+function unescapeHtml(text: string): string {
+  return text.replace(/&#(\d+);/g, (_m, n: string) => String.fromCharCode(Number(n))).replaceAll("&amp;", "&");
+}
+
+/** One POST of the consent form. `location`: the redirect, or the result page's way back to the client. */
+async function postConsent(
+  origin: string,
+  page: ConsentPage,
+  fields: Record<string, string>,
+  cookie: string,
+): Promise<{ status: number; location: URL | null; html: string }> {
+  const res = await fetch(`${origin}/oauth/consent`, {
+    method: "POST",
+    redirect: "manual",
+    headers: { "content-type": "application/x-www-form-urlencoded", cookie },
+    body: new URLSearchParams({ request_id: page.requestId, ...fields }),
+  });
+  const html = await res.text();
+  const header = res.headers.get("location");
+  const link = /<a class="button" id="continue" href="([^"]*)"/.exec(html)?.[1];
+  const location = header ? new URL(header) : link ? new URL(unescapeHtml(link)) : null;
+  return { status: res.status, location, html };
+}
+
+/**
+ * Answer a consent page over HTTP as a person does: `approve` with a key first continues to the
+ * review step (returned as `review`, or the step's refusal page), then allows, ticking
+ * coding_agent:run when asked to. Returns the last answer's status, Location (or the result page's
+ * link back to the client) and body.
+ */
 export async function answerConsent(
   origin: string,
   page: ConsentPage,
   answer: { action: "approve" | "deny"; key?: string; codingAgentRun?: boolean; csrf?: string; cookie?: string },
-): Promise<{ status: number; location: URL | null; html: string }> {
-  const form = new URLSearchParams({
-    request_id: page.requestId,
-    csrf: answer.csrf ?? page.csrf,
-    action: answer.action,
-  });
-  if (answer.key !== undefined) form.set("key", answer.key);
-  if (answer.codingAgentRun) form.set("coding_agent_run", "yes");
-  const res = await fetch(`${origin}/oauth/consent`, {
-    method: "POST",
-    redirect: "manual",
-    headers: { "content-type": "application/x-www-form-urlencoded", cookie: answer.cookie ?? page.cookie },
-    body: form,
-  });
-  const location = res.headers.get("location");
-  return { status: res.status, location: location ? new URL(location) : null, html: await res.text() };
+): Promise<{ status: number; location: URL | null; html: string; review?: string }> {
+  const csrf = answer.csrf ?? page.csrf;
+  const cookie = answer.cookie ?? page.cookie;
+  if (answer.action === "deny") return postConsent(origin, page, { csrf, action: "deny" }, cookie);
+  const review = await postConsent(origin, page, { csrf, action: "review", key: answer.key ?? "" }, cookie);
+  if (review.status !== 200) return review;
+  const allow: Record<string, string> = { csrf, action: "approve" };
+  if (answer.codingAgentRun) allow.coding_agent_run = "yes";
+  return { ...(await postConsent(origin, page, allow, cookie)), review: review.html };
 }
 
 /** `webcodex-server <args>` against a config; stdout and stderr. */
