@@ -8,6 +8,9 @@ import { describe, expect, it } from "vitest";
 import { ROOT } from "./demo-stack.js";
 
 const EXAMPLES = join(ROOT, "examples");
+const RUN_AS_LINE = /^run_as = \[.*\].*$/m;
+/** An unprivileged account every Debian-like system has (uid 1), never root, nobody or this process's uid. */
+const EXISTING_ACCOUNT = "daemon";
 
 function files(dir: string, ext: string): string[] {
   return readdirSync(dir)
@@ -35,13 +38,17 @@ describe("examples", () => {
       try {
         mkdirSync(join(dir, "proj"));
         // The node that runs the adapter: this machine's, wherever it is installed.
-        const entry = readFileSync(file, "utf8").replace(
-          'executable = "/usr/bin/node"',
-          `executable = ${JSON.stringify(process.execPath)}`,
-        );
+        const raw = readFileSync(file, "utf8");
+        // Every real agent runs under a pool of users of its own (design §4.2); the example's pool users do not
+        // exist here, so the parse gets an account this machine has (getent resolves it at load).
+        expect(raw).toMatch(RUN_AS_LINE);
+        const entry = raw
+          .replace('executable = "/usr/bin/node"', `executable = ${JSON.stringify(process.execPath)}`)
+          .replace(RUN_AS_LINE, `run_as = ["${EXISTING_ACCOUNT}"]`);
         const text = `[[projects]]\nid = "demo"\nroot = "proj"\nallow_patch = true\n${entry}`;
         const config = parseConfig(text, join(dir, "runner.toml"));
         const agent = config.acp.agents[0]!;
+        expect(agent.runAs?.users.map((u) => u.user)).toEqual([EXISTING_ACCOUNT]);
         expect(agent.args[0]).toMatch(/^\/opt\/[a-z-]+\/node_modules\/.+\.js$/);
         if (agent.id === "gemini") expect(agent.args).toContain("--approval-mode=auto_edit");
         else expect(agent.forcedConfig).toHaveProperty("mode");
