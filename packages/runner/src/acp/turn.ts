@@ -21,7 +21,8 @@ import type {
   SessionNotification,
 } from "@agentclientprotocol/sdk";
 import type { RunnerConfig } from "../config/config.js";
-import { EventNormalizer, Redactor } from "../events/normalize.js";
+import { EventNormalizer } from "../events/normalize.js";
+import { Redactor } from "../events/redactor.js";
 import { TextPacer } from "../events/text-pacer.js";
 import type { FailpointName } from "../failpoints.js";
 import type { Logger } from "../logger.js";
