@@ -272,12 +272,7 @@ export class AcpTurn {
         set: async (id, value) => {
           const outcome = await this.#setupStep(run, conn.setConfigOption(sessionId, id, value));
           if (outcome.kind === "aborted") throw new AbortedError();
-          if (outcome.kind === "rpc_error") {
-            this.#d.log.info(
-              { run_id: run.run_id, stage: run.stage, rpc_code: outcome.code },
-              "setup request rejected",
-            );
-          }
+          if (outcome.kind === "rpc_error") this.#logRejected(run, outcome.code);
           return outcome;
         },
       });
@@ -378,11 +373,16 @@ export class AcpTurn {
       case "aborted":
         return this.setupAborted(run);
       case "rpc_error":
-        this.#d.log.info({ run_id: run.run_id, stage: run.stage, rpc_code: outcome.code }, "setup request rejected");
+        this.#logRejected(run, outcome.code);
         return notStarted("provider_rejected", run.stage);
       case "fault":
         return notStarted(outcome.fault, run.stage);
     }
+  }
+
+  /** A setup request the agent answered with a JSON-RPC error: the code stays in the local log (runs/terminal.ts). */
+  #logRejected(run: Run, rpcCode: number): void {
+    this.#d.log.info({ run_id: run.run_id, stage: run.stage, rpc_code: rpcCode }, "setup request rejected");
   }
 
   /** The setup was aborted: by its deadline, by close(), or by a cancel (the run deadline is armed only at dispatch). */
