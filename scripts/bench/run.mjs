@@ -173,7 +173,14 @@ try {
       r = await startDispatch.measure(ctx, { stack: null, runs: PLAN.startRuns });
     }
     const { baseline, ours } = r;
+    let spawn_cost;
+    try {
+      spawn_cost = await startDispatch.spawnCost(ctx, { runs: PLAN.startRuns });
+    } catch (e) {
+      spawn_cost = { error: String(e?.message ?? e) };
+    }
     return {
+      spawn_cost,
       baseline: strip(baseline),
       ours: ours && ours.runs > 0 ? strip(ours) : null,
       error: r.error ?? error,

@@ -25,7 +25,7 @@ export const SCOPE = [
     file: "packages/runner/src/process/spawn.ts",
     declaration: "export function resolveChildEnv",
   },
-  { module: "redaction", file: "packages/runner/src/events/normalize.ts", declaration: "export class Redactor" },
+  { module: "redaction", file: "packages/runner/src/events/redactor.ts", declaration: "export class Redactor" },
 ];
 
 /** 1-based inclusive line range of a top-level declaration: its first line to the next line that is exactly "}". */

@@ -4,6 +4,7 @@
  * text and exits 2.
  */
 import { type ParseArgsConfig, parseArgs } from "node:util";
+import { parseConfigPairs } from "./config-pairs.js";
 import { CliError } from "./errors.js";
 import { parseSessionCommand, SESSION_USAGE, type SessionAction } from "./session-args.js";
 import { parseTaskCommand, TASK_USAGE, type TaskAction } from "./task-args.js";
@@ -145,19 +146,6 @@ function single(positionals: string[], what: string): string {
   if (positionals.length === 0) throw usage(`missing ${what}`);
   if (positionals.length > 1) throw usage(`expected one ${what}, got ${positionals.length}: ${positionals.join(" ")}`);
   return positionals[0] ?? "";
-}
-
-export function parseConfigPairs(pairs: readonly string[]): Record<string, ConfigValue> {
-  const config: Record<string, ConfigValue> = {};
-  for (const pair of pairs) {
-    const eq = pair.indexOf("=");
-    if (eq <= 0) throw usage(`--config expects KEY=VALUE, got "${pair}"`);
-    const key = pair.slice(0, eq);
-    const raw = pair.slice(eq + 1);
-    if (Object.hasOwn(config, key)) throw usage(`--config ${key} given twice`);
-    config[key] = raw === "true" ? true : raw === "false" ? false : raw;
-  }
-  return config;
 }
 
 export function parseCommand(argv: readonly string[]): Command {

@@ -3,7 +3,7 @@
  * from args.ts: one subcommand per Server tool, each with its own flags.
  */
 import type { ParseArgsConfig } from "node:util";
-import { parseConfigPairs } from "./args.js";
+import { parseConfigPairs } from "./config-pairs.js";
 import { SUBCOMMAND_GLOBAL, type SubcommandGlobals, subcommandFamily } from "./subcommand-args.js";
 import type { ConfigValue } from "./wire.js";
 

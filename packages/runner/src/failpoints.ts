@@ -4,7 +4,10 @@
  * at process start; nothing else (config, the Server, a frame) can set or
  * change it. Unset — the normal case — every `failpoint()` call is a no-op.
  * Set to one of FAILPOINTS, the Runner kills itself with SIGKILL the first
- * time it reaches that point: a real crash, no cleanup, no flush.
+ * time it reaches that point: a real crash, no cleanup, no flush. The Server's
+ * failpoints.ts is the same mechanism under its own variable and names; they
+ * share no module because the one package both daemons depend on (protocol)
+ * does no I/O.
  */
 export const FAILPOINTS = [
   "after_admission",

@@ -24,7 +24,8 @@ export {
   type RunnerConfig,
   type ServerConfig,
 } from "./config/config.js";
-export { EventNormalizer, REDACTED, Redactor, relativizePath } from "./events/normalize.js";
+export { EventNormalizer, relativizePath } from "./events/normalize.js";
+export { REDACTED, Redactor } from "./events/redactor.js";
 export { EventRing, type RingLimits, type RingRead } from "./events/ring.js";
 export { createLogger, type Logger, silentLogger } from "./logger.js";
 export {

@@ -1,11 +1,10 @@
 /**
- * session/update notifications reach the turn once each, in stream order, validated once with the
- * SDK's own schema; one the schema rejects never reaches the turn. Over in-memory streams (no process).
+ * session/update notifications reach the turn once each, in stream order, validated by the SDK's own
+ * schema; one the schema rejects never reaches the turn. Over in-memory streams (no process).
  */
 import type { SessionNotification } from "@agentclientprotocol/sdk";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { AcpClientConnection } from "../src/acp/session.js";
-import { sessionNotificationSchema } from "../src/acp/session-update-schema.js";
 import type { AgentChild } from "../src/process/spawn.js";
 
 const encoder = new TextEncoder();
@@ -55,16 +54,7 @@ afterEach(() => {
 });
 
 describe("session/update delivery", () => {
-  it("loads the SDK's session/update schema, which rejects an update the ACP schema does not allow", () => {
-    expect(sessionNotificationSchema).not.toBeNull();
-    const ok = sessionNotificationSchema?.safeParse(JSON.parse(update("agent_message_chunk", "hi")).params);
-    expect(ok?.success).toBe(true);
-    expect(sessionNotificationSchema?.safeParse(JSON.parse(update(42, "hi")).params).success).toBe(false);
-  });
-
-  it("hands each valid update to the hook once, in order, validated once; an invalid one never reaches it", async () => {
-    if (sessionNotificationSchema === null) throw new Error("the SDK's session/update schema did not load");
-    const parse = vi.spyOn(sessionNotificationSchema, "safeParse");
+  it("hands each valid update to the hook once, in order; an invalid one never reaches it", async () => {
     vi.spyOn(console, "error").mockImplementation(() => {});
     const seen: SessionNotification[] = [];
     const child = streamChild((request) => [
@@ -92,8 +82,6 @@ describe("session/update delivery", () => {
       ["agent_thought_chunk", { type: "text", text: "second" }],
       ["agent_message_chunk", { type: "text", text: "third" }],
     ]);
-    // One validation per update line (the rejected one included), none by a second pass.
-    expect(parse).toHaveBeenCalledTimes(4);
     connection.close();
   });
 });

@@ -112,7 +112,11 @@ describe("no barrier for an agent already gone", () => {
       touch: () => {},
       schedulePush: () => {},
       requestCancel: () => {},
-      spawn: async () => child,
+      // A spawn seam keeps spawnAgent's contract: `onStarted` once the child is started, before it resolves.
+      spawn: async (options) => {
+        options.onStarted?.(child.pid, child.startTime);
+        return child;
+      },
     });
     const terminal = await turn.turn(run, "scenario: hello", {});
     run.clearTimers();

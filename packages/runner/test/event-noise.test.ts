@@ -13,7 +13,8 @@ import type { RequestPermissionRequest, SessionUpdate } from "@agentclientprotoc
 import { MAX_AGENT_STATE_ITEMS, RunEvent, type RunEventBody } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
 import { PENDING_TOOL_HOLD_MS } from "../src/events/coalescer.js";
-import { EventNormalizer, Redactor } from "../src/events/normalize.js";
+import { EventNormalizer } from "../src/events/normalize.js";
+import { Redactor } from "../src/events/redactor.js";
 import { makeWorkspace, newManager, REPO_ROOT, readLedger, runToEnd, writeConfig } from "./support/harness.js";
 
 const ROOT = "/work/p";

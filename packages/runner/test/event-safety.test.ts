@@ -8,7 +8,8 @@
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import type { RunEvent, RunEventBody } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { EventNormalizer, REDACTED, Redactor } from "../src/events/normalize.js";
+import { EventNormalizer } from "../src/events/normalize.js";
+import { REDACTED, Redactor } from "../src/events/redactor.js";
 import { FAKE_AGENT, makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
 
 /** Any character a terminal would act on, other than newline and tab. */

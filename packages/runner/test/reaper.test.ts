@@ -1,6 +1,12 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { listGroupMembers, parseProcStat, readStartTime } from "../src/process/proc-identity.js";
+import {
+  listGroupMembers,
+  parseProcStat,
+  parseStatusIds,
+  readStartTime,
+  readStatusIds,
+} from "../src/process/proc-identity.js";
 import { reapGroup } from "../src/process/reaper.js";
 
 const IGNORE_TERM = "process.on('SIGTERM', () => {}); setInterval(() => {}, 1000); console.log('ready');";
@@ -51,6 +57,16 @@ describe("proc identity", () => {
     fields[0] = "S";
     const stat = parseProcStat(`123 (a (b) c) ${fields.join(" ")}`);
     expect(stat).toEqual({ pid: 123, state: "S", ppid: 4, pgrp: 5, startTime: "22" });
+  });
+
+  it("parses State and the real, effective and saved uid of /proc/PID/status", () => {
+    const status = (state: string) => `Name:\tnode\nState:\t${state}\nTgid:\t1\nUid:\t1001\t1002\t1003\t1004\n`;
+    expect(parseStatusIds(status("S (sleeping)"))).toEqual({ zombie: false, uids: [1001, 1002, 1003] });
+    expect(parseStatusIds(status("Z (zombie)"))?.zombie).toBe(true);
+    expect(parseStatusIds(status("X (dead)"))?.zombie).toBe(true);
+    expect(parseStatusIds("Name:\tnode\nState:\tS (sleeping)\n")).toBeNull();
+    expect(readStatusIds(process.pid)?.uids[0]).toBe(process.getuid?.());
+    expect(readStatusIds(2 ** 22 + 7)).toBeNull();
   });
 
   it("reads this process's start time", () => {

@@ -18,7 +18,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { listGroupMembers, readStartTime } from "../src/process/proc-identity.js";
+import { listGroupMembers, readStartTime, readStatusIds } from "../src/process/proc-identity.js";
 import { reapGroup } from "../src/process/reaper.js";
 import { setprivCommand, switchUserSupportFrom } from "../src/process/run-as.js";
 import { spawnAgent } from "../src/process/spawn.js";
@@ -71,13 +71,9 @@ function ledgerLines(agent: "same" | "isolated" = "isolated"): { event: string; 
     .map((l) => JSON.parse(l));
 }
 
+/** The real uid of `pid`, or null once it is gone. */
 function uidOf(pid: number): number | null {
-  try {
-    const line = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-    return line ? Number(line[1]) : null;
-  } catch {
-    return null;
-  }
+  return readStatusIds(pid)?.uids[0] ?? null;
 }
 
 async function exec(provider: string, prompt: string) {

@@ -20,7 +20,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { listUidProcesses } from "../src/process/proc-identity.js";
+import { listUidProcesses, readStatusIds } from "../src/process/proc-identity.js";
 import { findSystemTool } from "../src/process/run-as.js";
 import { sweepUser } from "../src/process/user-pool.js";
 import { alive, newManager, RUNNER_BIN, runToEnd, startRequest, waitForState } from "./support/harness.js";
@@ -71,13 +71,9 @@ async function ledgerLine(from: number, match: (l: LedgerLine) => boolean): Prom
   }
 }
 
+/** The real uid of `pid`, or null once it is gone. */
 function uidOf(pid: number): number | null {
-  try {
-    const line = /^Uid:\s+(\d+)/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-    return line ? Number(line[1]) : null;
-  } catch {
-    return null;
-  }
+  return readStatusIds(pid)?.uids[0] ?? null;
 }
 
 /** `webcodex-runner exec` of one prompt; the env carries the canary source. */

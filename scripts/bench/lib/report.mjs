@@ -154,6 +154,7 @@ export function render(results) {
     out += `  ${pad("ratio ours/bare", 30)}${lpad("", 6)}${lpad(x(s.start.p50_ratio), 10)}${lpad(x(s.start.p95_ratio), 10)}${lpad(x(s.start.p99_ratio), 10)}\n`;
     if (s.start.ours?.duplicate_dispatches) out += `  !! duplicate dispatches: ${s.start.ours.duplicate_dispatches}\n`;
     if (s.start.ours?.stages) out += renderStages("per stage (Runner's own timings, ms)", s.start.ours.stages);
+    if (s.start.spawn_cost) out += renderSpawnCost(s.start.spawn_cost);
     if (s.start.error) out += `  ours: ERROR ${s.start.error.split("\n")[0]}\n`;
     out += "\n";
   }
@@ -272,6 +273,23 @@ export function render(results) {
     out += `  ${pad(t.result, 5)} ${pad(t.what, 58)} ${lpad(t.result === "N/A" ? "" : value, 10)}${t.why ? `  (${String(t.why).split("\n")[0].slice(0, 90)})` : ""}\n`;
   }
   out += "\n";
+  return out;
+}
+
+/** The spawn stage's share that is execa's: its spawn call and the CPU beside the booting agent, vs node:child_process. */
+function renderSpawnCost(c) {
+  if (c.error) return `  spawn cost: ERROR ${c.error.split("\n")[0]}\n`;
+  let out = "  spawn (the bench process spawning the fake agent, ms; suites/start-dispatch.mjs spawnCost):\n";
+  for (const [label, key] of [
+    ["node:child_process call", ["child_process", "call_ms"]],
+    ["execa call", ["execa", "call_ms"]],
+    ["node:child_process CPU", ["child_process", "cpu_ms"]],
+    ["execa CPU", ["execa", "cpu_ms"]],
+  ]) {
+    const st = c[key[0]][key[1]];
+    out += `    ${pad(label, 28)}${lpad(st.n, 4)}${lpad(f(st.p50, 2), 10)}${lpad(f(st.p95, 2), 10)}${lpad(f(st.p99, 2), 10)}${lpad(f(st.max, 2), 10)}\n`;
+  }
+  out += `    ${pad("ratio execa/child_process", 28)}${lpad("", 4)}call ${x(c.call_ratio)}, CPU ${x(c.cpu_ratio)} (p50)\n`;
   return out;
 }
 

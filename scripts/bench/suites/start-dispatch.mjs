@@ -4,14 +4,17 @@
  * Baseline and ours alternate run by run (ABAB…) so both see the same
  * machine load; the machines this runs on are shared and noisy.
  */
+import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
+import { once } from "node:events";
 import { join } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
-import { openBareSession } from "../lib/acp-client.mjs";
+import { setImmediate as nextTurn, setTimeout as sleep } from "node:timers/promises";
+import { execa } from "execa";
+import { agentEnv, openBareSession } from "../lib/acp-client.mjs";
 import { LedgerReader } from "../lib/ledger.mjs";
 import { fakeAgentArgv } from "../lib/paths.mjs";
 import { runnerStageTimings } from "../lib/runner-timings.mjs";
-import { hrNow, summarize } from "../lib/stats.mjs";
+import { hrNow, ratio, summarize } from "../lib/stats.mjs";
 import { makeTempDir } from "../lib/tmp.mjs";
 
 /**
@@ -127,5 +130,64 @@ export async function measure(ctx, { stack, runs }) {
         }
       : null,
     error: oursError,
+  };
+}
+
+/** How long a spawn-cost child may take to exit after SIGKILL before the bench goes on. */
+const SPAWN_COST_EXIT_WAIT_MS = 2_000;
+
+/**
+ * One spawn of the fake agent, as the Runner spawns it (exact env, own group, stdio pipes read as they
+ * arrive), through execa with the Runner's options (process/spawn.ts) or through node:child_process.
+ * `call_ms`: the synchronous spawn call (option handling, fork and exec). `cpu_ms`: this process's CPU
+ * from before the call until the `spawn` event and one more event-loop turn (execa's deferred stream
+ * setup), the work that shares the machine with the booting agent. The agent is killed right after.
+ */
+async function spawnOnce(how, argv, cwd) {
+  const options = { cwd, env: agentEnv(), detached: true, stdio: ["pipe", "pipe", "pipe"] };
+  const cpu0 = process.cpuUsage();
+  const t0 = performance.now();
+  const child =
+    how === "execa"
+      ? execa(argv[0], argv.slice(1), { ...options, extendEnv: false, buffer: false, reject: false, cleanup: false })
+      : spawn(argv[0], argv.slice(1), options);
+  const callMs = performance.now() - t0;
+  await once(child, "spawn");
+  child.stdout.on("data", () => {});
+  child.stderr.on("data", () => {});
+  await nextTurn();
+  const cpu = process.cpuUsage(cpu0);
+  const exited = once(child, "exit");
+  try {
+    process.kill(-child.pid, "SIGKILL");
+  } catch {
+    // already gone
+  }
+  await Promise.race([exited, sleep(SPAWN_COST_EXIT_WAIT_MS)]);
+  return { callMs, cpuMs: (cpu.user + cpu.system) / 1000 };
+}
+
+/**
+ * What execa adds to a start: `runs` spawns each way, alternating (the same agent argv as the baseline).
+ * Shown in the start-to-dispatch breakdown; ratios are execa ÷ node:child_process of the medians.
+ */
+export async function spawnCost(ctx, { runs }) {
+  const dir = makeTempDir("spawn-cost");
+  const argv = fakeAgentArgv(join(dir, "ledger.jsonl"));
+  const samples = { child_process: { call: [], cpu: [] }, execa: { call: [], cpu: [] } };
+  const deadline = Date.now() + ctx.budgetMs(60_000);
+  for (let i = 0; i < runs && Date.now() < deadline; i++) {
+    for (const how of ["child_process", "execa"]) {
+      const r = await spawnOnce(how, argv, dir);
+      samples[how].call.push(r.callMs);
+      samples[how].cpu.push(r.cpuMs);
+    }
+  }
+  const side = (how) => ({ call_ms: summarize(samples[how].call), cpu_ms: summarize(samples[how].cpu) });
+  const out = { child_process: side("child_process"), execa: side("execa") };
+  return {
+    ...out,
+    call_ratio: ratio(out.execa.call_ms.p50, out.child_process.call_ms.p50),
+    cpu_ratio: ratio(out.execa.cpu_ms.p50, out.child_process.cpu_ms.p50),
   };
 }

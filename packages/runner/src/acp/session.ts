@@ -15,11 +15,11 @@
  * - JSON-RPC responses whose id is not one of our outstanding requests are
  *   dropped and counted (`droppedResponses`) before the SDK sees them: the SDK
  *   would console.error agent-chosen text ("Got response to unknown request");
- * - `session/update` notifications (nearly every line an agent writes) are
- *   validated once with the SDK's own schema (acp/session-update-schema.ts) and
- *   handed to `onSessionUpdate` in stream order, instead of through the SDK's
- *   handler chain, which parses each one twice; one that fails the schema
- *   takes the SDK's path as before.
+ * - `session/update` notifications (nearly every line an agent writes) reach
+ *   `onSessionUpdate` through the SDK's own handler, validated by the SDK with
+ *   its generated schema (its public API: the SDK exports no schema to
+ *   validate with first); one the schema rejects never reaches the hook.
+ *   What that costs per update: docs/benchmarks.md.
  */
 import {
   type AnyMessage,
@@ -36,7 +36,6 @@ import {
   type SessionNotification,
 } from "@agentclientprotocol/sdk";
 import type { AgentChild } from "../process/spawn.js";
-import { sessionNotificationSchema } from "./session-update-schema.js";
 
 /** The ACP protocol version this client implements. */
 export const ACP_PROTOCOL_VERSION = 1;
@@ -152,19 +151,6 @@ export class AcpClientConnection {
       abort: (reason) => rawWriter.abort(reason),
     });
 
-    /** A valid session/update goes straight to the hook; false leaves the message to the SDK. */
-    const directUpdate = (message: AnyMessage): boolean => {
-      if (sessionNotificationSchema === null || !("method" in message) || "id" in message) return false;
-      if (message.method !== "session/update") return false;
-      const parsed = sessionNotificationSchema.safeParse(message.params);
-      if (!parsed.success) return false;
-      try {
-        hooks.onSessionUpdate(parsed.data);
-      } catch {
-        // As on the SDK's path: a throwing handler loses that update, never the connection.
-      }
-      return true;
-    };
     const app = client({ name: "webcodex-runner" })
       .onNotification("session/update", (ctx) => {
         hooks.onSessionUpdate(ctx.params);
@@ -187,7 +173,6 @@ export class AcpClientConnection {
             return;
           }
           const message = next.value;
-          if (directUpdate(message)) continue;
           if ("id" in message && !("method" in message)) {
             const key = JSON.stringify(message.id ?? null);
             if (!this.#outstanding.delete(key)) {

@@ -16,12 +16,15 @@
  * after_barrier_before_prompt, after_prompt_write.
  */
 import type {
+  NewSessionResponse,
+  PromptResponse,
   RequestPermissionRequest,
   RequestPermissionResponse,
   SessionNotification,
 } from "@agentclientprotocol/sdk";
 import type { RunnerConfig } from "../config/config.js";
-import { EventNormalizer, Redactor } from "../events/normalize.js";
+import { EventNormalizer } from "../events/normalize.js";
+import { Redactor } from "../events/redactor.js";
 import { TextPacer } from "../events/text-pacer.js";
 import type { FailpointName } from "../failpoints.js";
 import type { Logger } from "../logger.js";
@@ -70,6 +73,9 @@ export interface TurnDeps {
 
 type Aborted = { kind: "aborted" };
 
+/** A setup step's result: the turn ends with `end`, or goes on with `value`. */
+type Step<T> = { end: Terminal; value?: undefined } | { end?: undefined; value: T };
+
 class AbortedError extends Error {}
 
 export class AcpTurn {
@@ -80,9 +86,10 @@ export class AcpTurn {
   }
 
   /**
-   * Drive one admitted run to its terminal outcome. `milestone` is told when
-   * each setup stage is done (the run-timings line listens; the turn does not
-   * time anything itself).
+   * Drive one admitted run to its terminal outcome, step by step: prepare (caller keys, env, the event
+   * pipeline) → spawn → initialize → session/new → config → barrier → prompt → settle. Each setup step
+   * either ends the turn with a not-started Terminal or hands on to the next. `milestone` is told when each
+   * setup stage is done (the run-timings line listens; the turn does not time anything itself).
    */
   async turn(
     run: Run,
@@ -90,19 +97,57 @@ export class AcpTurn {
     callerConfig: RunStartRequest["config"],
     milestone: (stage: TimedStage) => void = () => {},
   ): Promise<Terminal> {
-    const acp = this.#d.acp;
-    run.timer(acp.setupTimeoutSecs * 1000, () => {
+    this.#armSetupDeadline(run);
+    const prepared = this.#prepare(run, callerConfig);
+    if (prepared.end) return prepared.end;
+    const { env, redactor } = prepared.value;
+
+    const spawned = await this.#spawn(run, env);
+    if (spawned.end) return spawned.end;
+    const { child, conn } = spawned.value;
+    milestone("spawn");
+
+    const initialized = await this.#initialize(run, conn);
+    milestone("initialize");
+    if (initialized) return initialized;
+
+    const session = await this.#newSession(run, conn);
+    milestone("session_new");
+    if (session.end) return session.end;
+    const { sessionId, configOptions } = session.value;
+
+    const configured = await this.#configure(run, conn, sessionId, configOptions, callerConfig, redactor);
+    if (configured) return configured;
+    milestone("config");
+
+    const refused = this.#crossBarrier(run, child, conn, milestone);
+    if (refused) return refused;
+    const response = this.#prompt(run, conn, sessionId, prompt, milestone);
+    return this.#settle(run, response);
+  }
+
+  /** The setup deadline: past it, a run not yet dispatched has its setup aborted (`setup_timeout`). */
+  #armSetupDeadline(run: Run): void {
+    run.timer(this.#d.acp.setupTimeoutSecs * 1000, () => {
       if (run.dispatched || run.terminal) return;
       run.setupExpired = true;
       run.setupAbort.abort();
     });
+  }
 
-    // Before spawning: input that can never work, and the env mapping.
+  /**
+   * Before spawning: caller config keys that can never work and the env mapping; then the run's redactor
+   * and its event pipeline (normalizer → text pacer → ring).
+   */
+  #prepare(
+    run: Run,
+    callerConfig: RunStartRequest["config"],
+  ): Step<{ env: Record<string, string>; redactor: Redactor }> {
     const keys = checkCallerKeys(run.agent.forcedConfig, callerConfig, run.agent.allowedConfigOptions);
-    if (!keys.ok) return notStarted(keys.failureKind, "set_config_option", keys.detail, "fix_input");
+    if (!keys.ok) return { end: notStarted(keys.failureKind, "set_config_option", keys.detail, "fix_input") };
     const env = resolveChildEnv(run.agent, this.#d.sourceEnv);
-    if (!env.ok) return notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`);
-    if (run.setupAbort.signal.aborted) return this.setupAborted(run);
+    if (!env.ok) return { end: notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`) };
+    if (run.setupAbort.signal.aborted) return { end: this.setupAborted(run) };
 
     const redactor = Redactor.forAgent(run.agent, env.env, run.project.root);
     run.redactor = redactor;
@@ -126,13 +171,17 @@ export class AcpTurn {
     });
     run.normalizer = normalizer;
     run.textPacer = pacer;
+    return { value: { env: env.env, redactor } };
+  }
 
-    // Spawn. The child's identity is recorded (durably, which also covers the admission) right after the
-    // fork, before anything awaits: the reaper of a restarted Runner can find the group from then on.
-    let recorded = false;
+  /**
+   * Spawn the agent and open the ACP connection over its stdio. The child's identity is recorded (durably,
+   * which also covers the admission) from the spawn's `onStarted`, right after the fork and before anything
+   * awaits: the reaper of a restarted Runner can find the group from then on.
+   */
+  async #spawn(run: Run, env: Record<string, string>): Promise<Step<{ child: AgentChild; conn: AcpClientConnection }>> {
     let recordError: unknown = null;
     const record = (pgid: number, startTime: string | null): void => {
-      recorded = true;
       try {
         this.#d.store.markSetup(run.run_id, startTime === null ? null : { pgid, startTime });
       } catch (error) {
@@ -145,20 +194,19 @@ export class AcpTurn {
         agent: run.agent,
         runAs: run.runAs,
         cwd: run.project.root,
-        env: env.env,
+        env,
         onStarted: record,
       });
     } catch (error) {
       const code = error instanceof SpawnError ? error.code : "unknown";
       this.#d.log.warn({ run_id: run.run_id, code }, "agent spawn failed");
-      return notStarted("provider_spawn_failed", "spawn");
+      return { end: notStarted("provider_spawn_failed", "spawn") };
     }
     run.child = child;
     this.#d.log.info({ run_id: run.run_id, pgid: child.pgid }, "agent spawned");
-    if (!recorded) record(child.pgid, child.startTime);
     if (recordError !== null) {
       this.#d.log.error({ run_id: run.run_id, err_name: (recordError as Error)?.name }, "recording the child failed");
-      return notStarted("io_error", "spawn");
+      return { end: notStarted("io_error", "spawn") };
     }
     run.phase = "setup";
     this.#d.touch(run);
@@ -175,46 +223,56 @@ export class AcpTurn {
       this.#d.maxMessageBytes === undefined ? {} : { maxMessageBytes: this.#d.maxMessageBytes },
     );
     run.conn = conn;
+    return { value: { child, conn } };
+  }
 
-    // initialize
-    milestone("spawn");
+  /** `initialize`: the agent must speak ACP version 1. Null: go on. */
+  async #initialize(run: Run, conn: AcpClientConnection): Promise<Terminal | null> {
     run.stage = "initialize";
     const init = await this.#setupStep(run, conn.initialize());
-    milestone("initialize");
     if (init.kind !== "ok") return this.#setupFailure(run, init);
     if (init.value.protocolVersion !== 1) {
       this.#d.log.warn({ run_id: run.run_id, protocol_version: Number(init.value.protocolVersion) }, "bad ACP version");
       return notStarted("unsupported_protocol_version", "initialize");
     }
+    return null;
+  }
 
-    // session/new
+  /** `session/new` in the project root: the session id (kept on the run) and the live config options. */
+  async #newSession(
+    run: Run,
+    conn: AcpClientConnection,
+  ): Promise<Step<{ sessionId: string; configOptions: NewSessionResponse["configOptions"] }>> {
     run.stage = "session_new";
     const session = await this.#setupStep(run, conn.newSession(run.project.root));
-    milestone("session_new");
-    if (session.kind !== "ok") return this.#setupFailure(run, session);
-    if (typeof session.value?.sessionId !== "string") return notStarted("protocol_violation", "session_new");
+    if (session.kind !== "ok") return { end: this.#setupFailure(run, session) };
+    if (typeof session.value?.sessionId !== "string") return { end: notStarted("protocol_violation", "session_new") };
     run.sessionId = session.value.sessionId;
+    return { value: { sessionId: session.value.sessionId, configOptions: session.value.configOptions } };
+  }
 
-    // config sequencing
+  /** Config sequencing (acp/config-sequencing.ts); its redacted snapshot is recorded as the effective config. */
+  async #configure(
+    run: Run,
+    conn: AcpClientConnection,
+    sessionId: string,
+    initial: NewSessionResponse["configOptions"],
+    callerConfig: RunStartRequest["config"],
+    redactor: Redactor,
+  ): Promise<Terminal | null> {
     run.stage = "set_config_option";
-    const sessionId = run.sessionId;
     let sequenced: Awaited<ReturnType<typeof sequenceConfig>>;
     try {
       sequenced = await sequenceConfig({
         forced: run.agent.forcedConfig,
         caller: callerConfig,
         allowed: run.agent.allowedConfigOptions,
-        initial: session.value.configOptions,
+        initial,
         redact: (text) => redactor.redact(text),
         set: async (id, value) => {
           const outcome = await this.#setupStep(run, conn.setConfigOption(sessionId, id, value));
           if (outcome.kind === "aborted") throw new AbortedError();
-          if (outcome.kind === "rpc_error") {
-            this.#d.log.info(
-              { run_id: run.run_id, stage: run.stage, rpc_code: outcome.code },
-              "setup request rejected",
-            );
-          }
+          if (outcome.kind === "rpc_error") this.#logRejected(run, outcome.code);
           return outcome;
         },
       });
@@ -228,9 +286,21 @@ export class AcpTurn {
     }
     run.effective_config = sequenced.effective;
     this.#d.store.recordEffectiveConfig(run.run_id, sequenced.effective);
-    milestone("config");
+    return null;
+  }
 
-    // The barrier. Nothing between the durable commit and the prompt write may fail silently.
+  /**
+   * The barrier: the durable commit of phase dispatch_barrier (store.markDispatchBarrier), after which the
+   * run may have started. Refused (a not-started Terminal) when the setup was aborted, the Runner is
+   * closing, or the agent is already gone. Null: crossed, and the prompt must follow with nothing between
+   * that may fail silently.
+   */
+  #crossBarrier(
+    run: Run,
+    child: AgentChild,
+    conn: AcpClientConnection,
+    milestone: (stage: TimedStage) => void,
+  ): Terminal | null {
     if (run.setupAbort.signal.aborted) return this.setupAborted(run);
     if (this.#d.closing()) return notStarted("runner_restarted", run.stage);
     // An agent already gone (exited, stdout closed, transport down) cannot receive a prompt: the run
@@ -252,7 +322,17 @@ export class AcpTurn {
     run.execution_state = "started";
     run.recovery_kind = "wait";
     this.#d.touch(run);
-    // The run deadline bounds the turn from dispatch (setup has its own deadline).
+    return null;
+  }
+
+  /** Write the prompt (the run deadline bounds the turn from here; setup had its own). Its correlated answer. */
+  #prompt(
+    run: Run,
+    conn: AcpClientConnection,
+    sessionId: string,
+    prompt: string,
+    milestone: (stage: TimedStage) => void,
+  ): Promise<RequestOutcome<PromptResponse>> {
     run.timer(run.timeoutSecs * 1000, () => this.#d.requestCancel(run, "deadline"));
     this.#d.failpoint("after_barrier_before_prompt");
     const response = conn.prompt(sessionId, prompt);
@@ -260,7 +340,11 @@ export class AcpTurn {
       milestone("prompt_write");
       this.#d.failpoint("after_prompt_write");
     });
+    return response;
+  }
 
+  /** The prompt's answer, or the end of the cancel grace without one: the run's Terminal (runs/terminal.ts). */
+  async #settle(run: Run, response: Promise<RequestOutcome<PromptResponse>>): Promise<Terminal> {
     const answered = await Promise.race([response, run.graceExpired.then(() => ({ kind: "grace" as const }))]);
     if (answered.kind === "rpc_error") {
       this.#d.log.info({ run_id: run.run_id, rpc_code: answered.code }, "prompt answered with an error");
@@ -289,11 +373,16 @@ export class AcpTurn {
       case "aborted":
         return this.setupAborted(run);
       case "rpc_error":
-        this.#d.log.info({ run_id: run.run_id, stage: run.stage, rpc_code: outcome.code }, "setup request rejected");
+        this.#logRejected(run, outcome.code);
         return notStarted("provider_rejected", run.stage);
       case "fault":
         return notStarted(outcome.fault, run.stage);
     }
+  }
+
+  /** A setup request the agent answered with a JSON-RPC error: the code stays in the local log (runs/terminal.ts). */
+  #logRejected(run: Run, rpcCode: number): void {
+    this.#d.log.info({ run_id: run.run_id, stage: run.stage, rpc_code: rpcCode }, "setup request rejected");
   }
 
   /** The setup was aborted: by its deadline, by close(), or by a cancel (the run deadline is armed only at dispatch). */

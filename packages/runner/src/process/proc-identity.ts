@@ -61,18 +61,22 @@ export function procIdentitySupported(): boolean {
   return process.platform === "linux" && readStartTime(process.pid) !== null;
 }
 
-/** Every non-zombie process whose process group is `pgid`, by scanning /proc. */
-export function listGroupMembers(pgid: number): ProcStat[] {
+/** The pid of every process in /proc (empty where /proc is unavailable). */
+function listPids(): number[] {
   let entries: string[];
   try {
     entries = readdirSync("/proc");
   } catch {
     return [];
   }
+  return entries.filter((name) => /^\d+$/.test(name)).map(Number);
+}
+
+/** Every non-zombie process whose process group is `pgid`, by scanning /proc. */
+export function listGroupMembers(pgid: number): ProcStat[] {
   const out: ProcStat[] = [];
-  for (const name of entries) {
-    if (!/^\d+$/.test(name)) continue;
-    const stat = readProcStat(Number(name));
+  for (const pid of listPids()) {
+    const stat = readProcStat(pid);
     if (stat && stat.pgrp === pgid && stat.state !== "Z") out.push(stat);
   }
   return out;
@@ -91,12 +95,34 @@ export interface UidProcess {
   uid: number;
 }
 
-/** Bytes read of each /proc/PID/status by listUidProcesses (State and Uid are in its first few hundred). */
+/** What the start of /proc/PID/status says of a process: whether it is a zombie (or dead) and its uids. */
+export interface StatusIds {
+  /** State Z or X. */
+  zombie: boolean;
+  /** Real, effective and saved uid (the `Uid:` line's first three fields). */
+  uids: readonly [number, number, number];
+}
+
+/** Parse the `State:` and `Uid:` lines of a /proc/PID/status text; null without a `Uid:` line. */
+export function parseStatusIds(text: string): StatusIds | null {
+  const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(text);
+  if (!ids) return null;
+  return { zombie: /^State:\s+[ZX]/m.test(text), uids: [Number(ids[1]), Number(ids[2]), Number(ids[3])] };
+}
+
+/** State and uids of `pid` from /proc/PID/status, or null if it does not exist or /proc is unavailable. */
+export function readStatusIds(pid: number): StatusIds | null {
+  if (!Number.isInteger(pid) || pid <= 0) return null;
+  const status = readStatusHead(pid);
+  return status === null ? null : parseStatusIds(status);
+}
+
+/** Bytes read of each /proc/PID/status (State and Uid are in its first few hundred). */
 export const STATUS_READ_BYTES = 4096;
 const statusBuffer = Buffer.alloc(STATUS_READ_BYTES);
 
 /** The start of /proc/PID/status (one read into a shared buffer: a sweep reads one per process), or null. */
-function readStatusHead(pid: string): string | null {
+function readStatusHead(pid: number): string | null {
   let fd: number;
   try {
     fd = openSync(`/proc/${pid}/status`, "r");
@@ -120,23 +146,12 @@ function readStatusHead(pid: string): string | null {
  * itself is never listed.
  */
 export function listUidProcesses(uids: ReadonlySet<number>): UidProcess[] {
-  let entries: string[];
-  try {
-    entries = readdirSync("/proc");
-  } catch {
-    return [];
-  }
   const out: UidProcess[] = [];
-  for (const name of entries) {
-    if (!/^\d+$/.test(name)) continue;
-    const pid = Number(name);
+  for (const pid of listPids()) {
     if (pid === process.pid) continue;
-    const status = readStatusHead(name);
-    if (status === null) continue;
-    if (/^State:\s+[ZX]/m.test(status)) continue;
-    const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(status);
-    if (!ids) continue;
-    const match = [ids[1], ids[2], ids[3]].map(Number).find((uid) => uids.has(uid));
+    const status = readStatusIds(pid);
+    if (status === null || status.zombie) continue;
+    const match = status.uids.find((uid) => uids.has(uid));
     if (match !== undefined) out.push({ pid, uid: match });
   }
   return out;

@@ -1,5 +1,6 @@
 /**
- * Spawning an ACP agent child and owning its whole process tree (DESIGN §4.2).
+ * Spawning an ACP agent child (with execa) and owning its whole process tree
+ * (DESIGN §4.2).
  *
  * The child gets exactly the variables of its `env_from_env` mapping
  * (`extendEnv: false`), resolved from the Runner's own environment right
@@ -11,12 +12,14 @@
  * started through setpriv as the run's pool user (process/run-as.ts): same pid and
  * group; what leaves the group is the pool's sweep's (process/user-pool.ts).
  * Cleanup after every run: stdin EOF → grace → SIGTERM to the group → grace →
- * SIGKILL to the tree and the group.
+ * SIGKILL to the tree and the group. execa only starts the child: no buffering,
+ * no rejection, no kill on the Runner's exit (the cleanup above and the reaper
+ * own the tree); its cost per start is in the bench's start-to-dispatch breakdown.
  */
-import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { Readable, Writable } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
+import { execa, type Options } from "execa";
 import treeKill from "tree-kill";
 import type { AgentConfig } from "../config/config.js";
 import { STDERR_TAIL_BYTES, TailBuffer } from "../runs/diagnostics.js";
@@ -137,16 +140,24 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
   const masked = inheritedFdStdio();
   // The Runner's command line reserved it at start; a RunManager embedded elsewhere does so here, once.
   reserveAgentFdTable();
-  // node:child_process directly, not execa: env is exactly `options.env` (nothing of the Runner's is
-  // added), and execa's option and stdio handling, none of which is used here, cost ~0.9 ms of CPU
-  // per start, most of it while the agent boots beside it (issue 17).
-  const subprocess = spawn(command.file, command.args, {
+  const subprocess = execa(command.file, command.args, {
     cwd: options.cwd,
     env: options.env,
+    extendEnv: false,
     detached: true,
-    stdio: ["pipe", "pipe", "pipe", ...masked.extra],
+    // An integer entry is "dup this descriptor here": /dev/null over each inherited one. execa's types
+    // list descriptors up to 9 only; at run time it hands any integer entry to child_process as is.
+    stdio: ["pipe", "pipe", "pipe", ...masked.extra] as Options["stdio"],
+    // The streams are the ACP transport and the stderr drain below, read as they arrive; execa keeps
+    // no copy. Each is consumed before spawnAgent returns, so execa never resumes one itself.
+    buffer: false,
+    // A failure is the `error` event below (SpawnError) or the exit; the result promise never rejects.
+    reject: false,
+    // The tree is the Runner's to end (terminateTree, the reaper): nothing is killed when the Runner exits.
+    cleanup: false,
   });
-  // libuv returns from the spawn only after the exec (or with its error): a pid here is a running agent.
+  // execa spawns synchronously, and libuv returns from the spawn only after the exec (or with its
+  // error): a pid here is a running agent.
   const startedPid = subprocess.pid;
   const startTime = startedPid === undefined ? null : readStartTime(startedPid);
   if (startedPid !== undefined) options.onStarted?.(startedPid, startTime);

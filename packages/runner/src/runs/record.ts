@@ -17,7 +17,8 @@ import type {
 } from "@webcodex/protocol";
 import type { AcpClientConnection } from "../acp/session.js";
 import type { AgentConfig, ProjectConfig } from "../config/config.js";
-import type { EventNormalizer, Redactor } from "../events/normalize.js";
+import type { EventNormalizer } from "../events/normalize.js";
+import type { Redactor } from "../events/redactor.js";
 import { EventRing, type RingLimits } from "../events/ring.js";
 import type { TextPacer } from "../events/text-pacer.js";
 import type { RunAs } from "../process/run-as.js";

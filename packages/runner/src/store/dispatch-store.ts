@@ -34,15 +34,8 @@
 import { randomBytes } from "node:crypto";
 import type { EffectiveConfigEntry } from "@webcodex/protocol";
 import Database from "better-sqlite3";
-import {
-  decodeTombstone,
-  encodeTombstone,
-  runKey,
-  type StoredTombstone,
-  TOMBSTONES_DDL,
-  type Tombstone,
-} from "./tombstone.js";
-import type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate } from "./types.js";
+import { decodeTombstone, encodeTombstone, runKey, type StoredTombstone, TOMBSTONES_DDL } from "./tombstone.js";
+import type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate, Tombstone } from "./types.js";
 
 /** Random store ids share the instance-id alphabet ([A-Za-z0-9_-], 16-64). */
 function newStoreId(): string {

@@ -22,7 +22,7 @@ import {
   type RunState,
   type RunTombstone,
 } from "@webcodex/protocol";
-import type { DispatchRow } from "./types.js";
+import type { DispatchRow, Tombstone } from "./types.js";
 
 /** Bytes of the intent fingerprint a tombstone keeps. */
 export const FINGERPRINT_PREFIX_BYTES = 16;
@@ -57,11 +57,6 @@ export interface StoredTombstone {
   fingerprint: Buffer;
   outcome: number;
   terminal_at: number;
-}
-
-/** A tombstone as the Runner uses it: the wire shape plus the fingerprint prefix (never sent). */
-export interface Tombstone extends RunTombstone {
-  fingerprintPrefix: string;
 }
 
 const BASE32 = "abcdefghijklmnopqrstuvwxyz234567";

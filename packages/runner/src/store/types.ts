@@ -11,9 +11,9 @@ import type {
   RecoveryKind,
   RunPhase,
   RunState,
+  RunTombstone,
   StopReason,
 } from "@webcodex/protocol";
-import type { Tombstone } from "./tombstone.js";
 
 export interface DispatchRow {
   run_id: string;
@@ -39,6 +39,14 @@ export interface DispatchRow {
   /** Local only, never sent: the child's process-group id and its start time (/proc starttime ticks). */
   child_pgid: number | null;
   child_start_time: string | null;
+}
+
+/**
+ * What the store keeps of a run after retention pruned its row (encoding: store/tombstone.ts): the wire
+ * shape plus the fingerprint prefix, which is never sent.
+ */
+export interface Tombstone extends RunTombstone {
+  fingerprintPrefix: string;
 }
 
 /** What a caller decides about a new run; everything else in its first row is fixed by `admit`. */

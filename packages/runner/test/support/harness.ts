@@ -4,12 +4,13 @@
  * prove that no process of the run survived.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { base32, type RunEvent, RunEvent as RunEventSchema, type RunSummary } from "@webcodex/protocol";
 import { parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import { listGroupMembers, readProcStat } from "../../src/process/proc-identity.js";
 import { RunManager, type RunManagerOptions } from "../../src/runs/manager.js";
 import type { RunStartRequest } from "../../src/runs/service.js";
 import { openDispatchStore } from "../../src/store/open.js";
@@ -201,31 +202,15 @@ export function readLedger(ws: Workspace): LedgerEntry[] {
 
 /** Whether a pid is a live, non-zombie process. */
 export function alive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
-    return state !== "Z" && state !== "X";
-  } catch {
-    return false;
-  }
+  const state = readProcStat(pid)?.state;
+  return state !== undefined && state !== "Z" && state !== "X";
 }
 
 /** Live, non-zombie processes whose process group is `pgid` (read from /proc/<pid>/stat). */
 export function groupMembers(pgid: number): number[] {
-  const members: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-    } catch {
-      continue; // gone meanwhile
-    }
-    // Fields after "(comm)": state ppid pgrp …
-    const [state, , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    if (Number(pgrp) === pgid && state !== "Z" && state !== "X") members.push(Number(entry));
-  }
-  return members;
+  return listGroupMembers(pgid)
+    .filter((stat) => stat.state !== "X")
+    .map((stat) => stat.pid);
 }
 
 /** A launcher shell script that runs the fake agent as its child without exec or signal forwarding. */
