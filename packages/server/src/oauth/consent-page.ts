@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import { CODING_AGENT_RUN, OAUTH_SCOPES, SCOPE_LABELS } from "./scopes.js";
+import { CODING_AGENT_RUN, OAUTH_SCOPES, OPERATOR_READ_SCOPE, SCOPE_LABELS } from "./scopes.js";
 
 export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -80,6 +80,8 @@ export interface ConsentView {
   requested: readonly string[];
   /** The operator provisioned this client for coding_agent:run. */
   codingAgentRunOffered: boolean;
+  /** The operator provisioned this client for operator:read (operator-read.ts); otherwise it is not listed. */
+  operatorReadOffered?: boolean;
   error?: string | undefined;
 }
 
@@ -95,7 +97,10 @@ export function renderConsent(res: ServerResponse, view: ConsentView, status = 2
   } catch {
     // shown as given (already validated by the caller)
   }
-  const ordinary = OAUTH_SCOPES.filter((s) => s !== CODING_AGENT_RUN && view.requested.includes(s));
+  const ordinary = OAUTH_SCOPES.filter(
+    (s) =>
+      s !== CODING_AGENT_RUN && view.requested.includes(s) && (s !== OPERATOR_READ_SCOPE || view.operatorReadOffered),
+  );
   const asksRun = view.requested.includes(CODING_AGENT_RUN);
   const scopeItems = ordinary.map((s) => `<li><code>${s}</code> — ${escapeHtml(SCOPE_LABELS[s])}</li>`).join("");
   const identity =

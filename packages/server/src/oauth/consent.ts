@@ -20,7 +20,8 @@ import type { OAuthSettings } from "../config.js";
 import type { IdentifiedKey } from "../principals/tokens.js";
 import type { Scope } from "../runs/api.js";
 import { renderConsent, renderErrorPage } from "./consent-page.js";
-import { CODING_AGENT_RUN } from "./scopes.js";
+import { OperatorReadClients } from "./operator-read.js";
+import { CODING_AGENT_RUN, OPERATOR_READ_SCOPE } from "./scopes.js";
 import type { OAuthStore } from "./store.js";
 
 /** A consent page may be answered this long after it was shown. */
@@ -168,6 +169,7 @@ export class Consent {
         redirectUri: p.redirectUri,
         requested: p.requested,
         codingAgentRunOffered: row?.allow_coding_agent_run === 1,
+        operatorReadOffered: new OperatorReadClients(this.#deps.store).has(p.clientId),
         error,
       },
       status,
@@ -236,6 +238,7 @@ export class Consent {
     const granted = p.requested.filter((s) => {
       if (!identified.principal.scopes.has(s)) return false;
       if (s === CODING_AGENT_RUN) return wantsRun && client.allow_coding_agent_run === 1;
+      if (s === OPERATOR_READ_SCOPE) return new OperatorReadClients(store).has(client.client_id);
       return true;
     });
     if (granted.length === 0) {
