@@ -71,7 +71,8 @@ function renderRunners(runners) {
     card.append(head);
     const dl = document.createElement("dl");
     const add = (k, v) => dl.append(el("dt", k), el("dd", v));
-    add(r.online ? "Online since" : "Offline since", when(r.since));
+    if (r.since === null) add("Offline", "never connected to this Server");
+    else add(r.online ? "Online since" : "Offline since", when(r.since));
     add("Runs in use", `${r.runs_in_use} of ${r.max_concurrent_runs ?? "?"}`);
     add("Projects", r.projects.map((p) => p.project_id + (p.allow_patch ? "" : " (read-only)")).join(", ") || "-");
     add("Providers", r.providers.map((p) => `${p.name} (${p.provider_id})`).join(", ") || "-");
