@@ -229,11 +229,7 @@ describe("operator console in a real browser", () => {
 
     page.once("dialog", (d) => void d.accept());
     await page.click(`${row} button.danger`);
-    await page.waitForFunction(
-      (sel) => document.querySelector(sel)?.textContent?.includes("operator_console:alice") === true,
-      row,
-      { timeout: LIVE_DEADLINE_MS },
-    );
+    await page.waitForSelector(`${row} >> text=operator_console:alice`, { timeout: LIVE_DEADLINE_MS });
     expect((await mcpPost(origin, access, LIST)).status).toBe(401);
     const { stdout } = await serverCli(["oauth", "audit", "list", "--json", "--config", stack.serverConfigFile]);
     const audit = JSON.parse(stdout) as { event: string; grant_id: string | null; detail: string | null }[];
@@ -261,7 +257,7 @@ describe("operator console in a real browser", () => {
     }
     // Phone width: the page still lays out without a horizontal scrollbar on the document.
     await page.setViewportSize({ width: 390, height: 844 });
-    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - window.innerWidth");
     expect(overflow).toBeLessThanOrEqual(0);
     await context.close();
   }, 60_000);
