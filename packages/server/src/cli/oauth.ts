@@ -119,7 +119,11 @@ function clientsCommand(
     if (json) console.log(JSON.stringify(rows));
     else
       for (const c of rows) {
-        const run = c.allow_coding_agent_run ? "coding_agent:run" : "-";
+        const provisioned = [
+          c.allow_coding_agent_run ? "coding_agent:run" : "",
+          c.allow_operator_read ? "operator:read" : "",
+        ].filter((x) => x !== "");
+        const run = provisioned.length > 0 ? provisioned.join(",") : "-";
         const status = c.revoked_at ? `revoked ${c.revoked_at}` : "active";
         console.log(`${c.client_id}\t${c.kind}\t${c.client_name ?? ""}\t${run}\tgrants=${c.live_grants}\t${status}`);
       }
