@@ -255,6 +255,11 @@ describe("operator console in a real browser", () => {
       const body = await (await fetch(`${origin}${path}`, { headers: { cookie: cookies } })).text();
       assertNoCanary(path, body);
     }
+    // A filter the Server refuses is named on the page, not retried forever.
+    await page.fill('#filters input[name="project"]', "two words");
+    await page.click('#filters button[type="submit"]');
+    await page.waitForSelector('#live[data-state="error"]', { timeout: LIVE_DEADLINE_MS });
+    await expect(page.locator("#live").textContent()).resolves.toContain("project: must be");
     // Phone width: the page still lays out without a horizontal scrollbar on the document.
     await page.setViewportSize({ width: 390, height: 844 });
     const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - window.innerWidth");

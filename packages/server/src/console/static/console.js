@@ -5,6 +5,8 @@
 const csrf = document.querySelector('meta[name="webcodex-csrf"]').getAttribute("content");
 const FILTER_KEYS = ["state", "project", "principal", "run"];
 let source = null;
+/** How long to wait before opening a refused stream again (the Server caps streams per principal). */
+const STREAM_RETRY_MS = 5000;
 
 function el(tag, text, className) {
   const e = document.createElement(tag);
@@ -16,6 +18,7 @@ function el(tag, text, className) {
 function when(iso) {
   if (!iso) return "never";
   const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return String(iso);
   const secs = Math.max(0, Math.round((Date.now() - d.getTime()) / 1000));
   const ago =
     secs < 90 ? `${secs}s ago` : secs < 5400 ? `${Math.round(secs / 60)} min ago` : `${Math.round(secs / 3600)} h ago`;
@@ -221,7 +224,31 @@ function connect() {
     source.close();
     location.assign("/console/login");
   });
-  source.addEventListener("error", () => live("retrying", "reconnecting…"));
+  source.addEventListener("error", () => {
+    if (source.readyState !== EventSource.CLOSED) {
+      live("retrying", "reconnecting…");
+      return;
+    }
+    void explainClosed(q);
+  });
+}
+
+/** The stream was refused (not a dropped connection): ask the snapshot route why, then act on it. */
+async function explainClosed(q) {
+  const res = await fetch(q ? `/console/api/snapshot?${q}` : "/console/api/snapshot", { credentials: "same-origin" });
+  if (res.status === 401) {
+    location.assign("/console/login");
+    return;
+  }
+  if (!res.ok) {
+    const body = await res.json().catch(() => ({ error: `HTTP ${res.status}` }));
+    live("error", body.error);
+    return;
+  }
+  // The snapshot answers but the stream did not (too many open streams): show it once, retry later.
+  render(await res.json());
+  live("retrying", "too many console tabs open; retrying…");
+  setTimeout(connect, STREAM_RETRY_MS);
 }
 
 const form = document.getElementById("filters");
