@@ -16,7 +16,7 @@ import { ConsoleReader } from "./console/snapshot.js";
 import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
 import { RunnerHub } from "./link/hub.js";
 import { SqliteLeaseStore } from "./link/lease-store.js";
-import { PresenceStore } from "./link/presence.js";
+import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
 import { Registry } from "./link/registry.js";
 import { RunnerTokenStore } from "./link/runner-tokens.js";
 import { OperatorReadClients } from "./oauth/operator-read.js";
@@ -112,8 +112,9 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   const presence = new PresenceStore(store.db, (err) =>
     logger.error({ err: (err as Error).message }, "runner presence not written (state DB)"),
   );
-  presence.allOffline();
   const registry = new Registry(config, presence);
+  const presenceTimer = setInterval(() => presence.seen(registry.liveIds()), PRESENCE_REFRESH_MS);
+  presenceTimer.unref();
   const delay = Number(env[TEST_DELAY_ENV] ?? 0);
   const runs = new Runs({
     store,
@@ -204,6 +205,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     // Not listening: give back what this start took, the state dir's lock last.
     runs.close();
     stopExpiry();
+    clearInterval(presenceTimer);
     console_.close();
     await hub.close();
     if (mcp?.close) await mcp.close();
@@ -235,6 +237,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     close() {
       closing ??= (async () => {
         runs.close();
+        clearInterval(presenceTimer);
         console_.close();
         await hub.close();
         if (mcp?.close) await mcp.close();

@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CONSOLE_MAX_STREAMS_PER_PRINCIPAL } from "../src/console/http.js";
 import { CONSOLE_SESSION_TTL_MS, ConsoleSessions } from "../src/console/sessions.js";
 import { maskPaths, PATH_MASK } from "../src/console/snapshot.js";
+import { PRESENCE_STALE_MS, PresenceStore, presenceAt } from "../src/link/presence.js";
 import { StateStore } from "../src/state/store.js";
 import { answerConsent, issueKey, openConsent, serverCli, tokenRequest } from "./support/oauth.js";
 import { ProcStack } from "./support/proc-stack.js";
@@ -207,6 +208,41 @@ describe("console sessions and bounds", () => {
       expect(sessions.get(`${id}x`)).toBeNull();
       now += CONSOLE_SESSION_TTL_MS;
       expect(sessions.get(id)).toBeNull();
+    } finally {
+      state.close();
+    }
+  });
+
+  it("reads a Runner as offline once its Server stopped refreshing its presence, since it was last seen", () => {
+    const state = new StateStore(`${stack.dir}/presence-unit`);
+    try {
+      const presence = new PresenceStore(state.db);
+      const t0 = 2_000_000_000_000;
+      presence.online(
+        {
+          runner_id: "r9",
+          protocol_version: 2,
+          agent_instance_id: "a",
+          projects: [{ project_id: "p", allow_patch: true }],
+          providers: [{ provider_id: "fake", name: "Fake" }],
+          max_concurrent_runs: 2,
+          agents_share_runner_user: false,
+        },
+        new Date(t0),
+      );
+      const row = () => presence.rows().find((r) => r.runner_id === "r9")!;
+      expect(presenceAt(row(), t0 + PRESENCE_STALE_MS - 1)).toEqual({
+        online: true,
+        since: new Date(t0).toISOString(),
+      });
+      presence.seen(["r9"], t0 + 10_000);
+      expect(presenceAt(row(), t0 + 10_000 + PRESENCE_STALE_MS - 1).online).toBe(true);
+      expect(presenceAt(row(), t0 + 10_000 + PRESENCE_STALE_MS)).toEqual({
+        online: false,
+        since: new Date(t0 + 10_000).toISOString(),
+      });
+      presence.offline("r9", new Date(t0 + 20_000));
+      expect(presenceAt(row(), t0 + 20_001)).toEqual({ online: false, since: new Date(t0 + 20_000).toISOString() });
     } finally {
       state.close();
     }

@@ -10,7 +10,7 @@
  */
 import { RUN_STATES, type RunEvent, TERMINAL_STATES } from "@webcodex/protocol";
 import type { ServerConfig } from "../config.js";
-import type { PresenceRow } from "../link/presence.js";
+import { type PresenceRow, presenceAt } from "../link/presence.js";
 import { type OAuthStore, parseJsonList } from "../oauth/store.js";
 import type { MirrorSet } from "../runs/mirror.js";
 import type { StateStore } from "../state/store.js";
@@ -213,6 +213,7 @@ export class ConsoleReader {
 
   #runners(): RunnerView[] {
     const db = this.#state.db;
+    const nowMs = Date.now();
     const inUse = new Map(
       db
         .prepare<[], { runner_id: string; n: number }>(
@@ -231,10 +232,11 @@ export class ConsoleReader {
     return ids.map((id) => {
       const p = rows.get(id);
       const refusal = refusalOf.get(id);
+      const now = p ? presenceAt(p, nowMs) : null;
       return {
         runner_id: id,
-        online: p?.online === 1,
-        since: p?.since ?? null,
+        online: now?.online ?? false,
+        since: now?.since ?? null,
         protocol_version: p?.protocol_version ?? null,
         projects: p ? (JSON.parse(p.projects) as RunnerView["projects"]) : [],
         providers: p ? (JSON.parse(p.providers) as RunnerView["providers"]) : [],

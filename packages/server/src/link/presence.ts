@@ -6,9 +6,19 @@
  * database) see the fleet. Provider and project ids and names only: the hello carries no paths, and none are
  * written here.
  *
+ * A row says online only while its Server keeps it fresh: the Server holding the links rewrites `seen_ms` of its
+ * live runners every PRESENCE_REFRESH_MS (server.ts), and a reader counts a row not refreshed for
+ * PRESENCE_STALE_MS as offline since it was last seen — so a Server that died without a word, or an instance
+ * that shares the database, does not leave its Runners shown online.
+ *
  * Additive: the table creates itself (like principal_tokens), so it needs no schema step.
  */
 import type BetterSqlite3 from "better-sqlite3";
+
+/** How often the Server holding the links marks its live runners as still there. */
+export const PRESENCE_REFRESH_MS = 5_000;
+/** A row not refreshed for this long reads as offline (three missed refreshes). */
+export const PRESENCE_STALE_MS = 3 * PRESENCE_REFRESH_MS;
 
 const SCHEMA = `
 CREATE TABLE IF NOT EXISTS runner_presence (
@@ -20,7 +30,8 @@ CREATE TABLE IF NOT EXISTS runner_presence (
   projects TEXT NOT NULL DEFAULT '[]',
   providers TEXT NOT NULL DEFAULT '[]',
   max_concurrent_runs INTEGER,
-  agents_share_runner_user INTEGER
+  agents_share_runner_user INTEGER,
+  seen_ms INTEGER NOT NULL DEFAULT 0
 );
 `;
 
@@ -46,12 +57,22 @@ export interface PresenceRow {
   providers: string;
   max_concurrent_runs: number | null;
   agents_share_runner_user: number | null;
+  /** When the holding Server last said this runner is live (epoch ms). */
+  seen_ms: number;
+}
+
+/** Whether a row stands for a live link now, and since when it is (or was last seen) online or offline. */
+export function presenceAt(row: PresenceRow, nowMs: number): { online: boolean; since: string } {
+  if (row.online !== 1) return { online: false, since: row.since };
+  if (nowMs - row.seen_ms < PRESENCE_STALE_MS) return { online: true, since: row.since };
+  return { online: false, since: new Date(row.seen_ms).toISOString() };
 }
 
 export class PresenceStore {
   readonly #online: BetterSqlite3.Statement;
   readonly #offline: BetterSqlite3.Statement<[string, string]>;
   readonly #all: BetterSqlite3.Statement<[], PresenceRow>;
+  readonly #seen: BetterSqlite3.Statement<[number, string]>;
   readonly #db: BetterSqlite3.Database;
 
   /** A failed write is reported to `onError`: presence is a view, never a reason to refuse a Runner. */
@@ -63,13 +84,16 @@ export class PresenceStore {
     this.#db = db;
     this.#online = db.prepare(
       `INSERT INTO runner_presence (runner_id, online, since, protocol_version, agent_instance_id, projects, providers,
-         max_concurrent_runs, agents_share_runner_user)
+         max_concurrent_runs, agents_share_runner_user, seen_ms)
        VALUES (@runner_id, 1, @since, @protocol_version, @agent_instance_id, @projects, @providers, @max_concurrent_runs,
-         @agents_share_runner_user)
+         @agents_share_runner_user, @seen_ms)
        ON CONFLICT (runner_id) DO UPDATE SET online = 1, since = excluded.since,
          protocol_version = excluded.protocol_version, agent_instance_id = excluded.agent_instance_id,
          projects = excluded.projects, providers = excluded.providers, max_concurrent_runs = excluded.max_concurrent_runs,
-         agents_share_runner_user = excluded.agents_share_runner_user`,
+         agents_share_runner_user = excluded.agents_share_runner_user, seen_ms = excluded.seen_ms`,
+    );
+    this.#seen = db.prepare<[number, string]>(
+      "UPDATE runner_presence SET seen_ms = ? WHERE runner_id = ? AND online = 1",
     );
     this.#offline = db.prepare<[string, string]>(
       "UPDATE runner_presence SET online = 0, since = ? WHERE runner_id = ? AND online = 1",
@@ -88,6 +112,7 @@ export class PresenceStore {
         providers: JSON.stringify(p.providers.map((x) => ({ provider_id: x.provider_id, name: x.name }))),
         max_concurrent_runs: p.max_concurrent_runs,
         agents_share_runner_user: p.agents_share_runner_user === null ? null : p.agents_share_runner_user ? 1 : 0,
+        seen_ms: at.getTime(),
       });
     } catch (err) {
       this.onError(err);
@@ -102,13 +127,13 @@ export class PresenceStore {
     }
   }
 
-  /**
-   * At the start of the Server that holds the state dir: no link survives a Server's end, so every runner
-   * still marked online was left so by a previous process that did not get to say otherwise.
-   */
-  allOffline(at = new Date()): void {
+  /** The runners whose links this Server holds are still there (one transaction). */
+  seen(runnerIds: readonly string[], nowMs = Date.now()): void {
+    if (runnerIds.length === 0) return;
     try {
-      this.#db.prepare("UPDATE runner_presence SET online = 0, since = ? WHERE online = 1").run(at.toISOString());
+      this.#db.transaction(() => {
+        for (const id of runnerIds) this.#seen.run(nowMs, id);
+      })();
     } catch (err) {
       this.onError(err);
     }

@@ -69,6 +69,11 @@ export class Registry {
     this.presence?.offline(conn.runnerId);
   }
 
+  /** Ids of the runners with a live link here. */
+  liveIds(): string[] {
+    return [...this.#live.values()].filter((r) => !r.conn.closed).map((r) => r.runnerId);
+  }
+
   live(runnerId: string): LiveRunner | undefined {
     const r = this.#live.get(runnerId);
     return r && !r.conn.closed ? r : undefined;
