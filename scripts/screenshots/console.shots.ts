@@ -52,6 +52,13 @@ it("regenerates the console screenshots in docs/", async () => {
         prompt: "scenario: slow interval_ms=500 count=600",
       }),
     );
+    // Two MCP calls for the audit: one answered, one refused (an unknown run).
+    const mcp = await stack.mcp("alice");
+    await mcp.callTool({ name: "observe_coding_agent", arguments: { run_id: slow.run_id } });
+    await mcp.callTool({
+      name: "observe_coding_agent",
+      arguments: { run_id: "wc_agent_run_nosuchrun00000000000000000" },
+    });
     // A Claude-like client with a grant, so the OAuth table has a row to revoke.
     const reg = await fetch(`${origin}/register`, {
       method: "POST",
