@@ -14,6 +14,7 @@
  * 'none'`). Every POST must carry the session's CSRF token (sessions.ts) and, when the browser sends an Origin,
  * come from this Server's own origin. The session is re-checked against its key on every request.
  */
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { fileURLToPath } from "node:url";
@@ -39,6 +40,8 @@ export const CONSOLE_STREAM_INTERVAL_MS = 1000;
 export const CONSOLE_STREAM_KEEPALIVE_MS = 15_000;
 /** A stream ends after this long; the browser reconnects (and so re-authenticates). */
 export const CONSOLE_STREAM_MAX_MS = 10 * 60 * 1000;
+/** A stream whose reader lets more than this pile up unsent is ended (the browser reconnects when it can). */
+export const CONSOLE_STREAM_MAX_BUFFERED_BYTES = 1024 * 1024;
 /** What the page's EventSource waits before reconnecting (the `retry:` field). */
 export const CONSOLE_STREAM_RETRY_MS = 2000;
 /** Wrong keys one address may try per window before login answers 429. */
@@ -236,7 +239,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
   }
 
   function loginPage(res: ServerResponse, status: number, error?: string): void {
-    const token = csrfTokenOf(crypto.randomUUID());
+    const token = randomBytes(32).toString("base64url");
     res.setHeader(
       "Set-Cookie",
       `${LOGIN_COOKIE}=${token}; Path=/console/login; Max-Age=${CONSOLE_LOGIN_FORM_TTL_MS / 1000}; HttpOnly; SameSite=Strict${secureAttr}`,
@@ -284,6 +287,11 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         body = JSON.stringify(reader.snapshot(f));
       } catch (err) {
         logger.error({ err: (err as Error).message }, "console: snapshot not read");
+        return;
+      }
+      if (res.writableLength > CONSOLE_STREAM_MAX_BUFFERED_BYTES) {
+        logger.warn({ principal_id: s.principal.id }, "console: event stream reader too slow; stream ended");
+        end();
         return;
       }
       if (body !== last) {
