@@ -7,7 +7,7 @@
  */
 import { createHash, randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CONSOLE_MAX_STREAMS_PER_PRINCIPAL } from "../src/console/http.js";
+import { CONSOLE_LOGIN_MAX_FAILURES, CONSOLE_MAX_STREAMS_PER_PRINCIPAL } from "../src/console/http.js";
 import { CONSOLE_SESSION_TTL_MS, ConsoleSessions } from "../src/console/sessions.js";
 import { maskPaths, PATH_MASK } from "../src/console/snapshot.js";
 import { PRESENCE_STALE_MS, PresenceStore, presenceAt } from "../src/link/presence.js";
@@ -253,5 +253,15 @@ describe("console sessions and bounds", () => {
     expect(maskPaths("Read /home/alice/secret.txt now")).toBe(`Read ${PATH_MASK} now`);
     expect(maskPaths('open "C:\\Users\\bob\\x.txt"')).toBe(`open "${PATH_MASK}"`);
     expect(maskPaths("cat ~/.ssh/id_ed25519")).toBe(`cat ${PATH_MASK}`);
+  });
+
+  // Last in this file: it blocks logins from this address for the rest of the window.
+  it("answers 429 to an address past its wrong-key limit, even with the right key", async () => {
+    for (let i = 0; i < CONSOLE_LOGIN_MAX_FAILURES; i++) {
+      expect((await login(`wct_${randomBytes(32).toString("base64url").slice(0, 43)}`)).status).toBe(401);
+    }
+    const blocked = await login(operatorKey);
+    expect(blocked.status).toBe(429);
+    expect(blocked.cookie).toBeNull();
   });
 });
