@@ -9,7 +9,8 @@
  * use (DEMO_SCOPES), every file mode 0600. Starts the Server
  * and a Runner as child processes with prefixed logs, waits until the Runner
  * is connected, then prints the MCP URL, the token, a ready-to-paste MCP
- * client config and a few `webcodex` commands. Ctrl-C stops both cleanly,
+ * client config, a few `webcodex` commands and the operator console's URL
+ * with a key of the separate operator principal (OPERATOR_ID, operator:read only). Ctrl-C stops both cleanly,
  * also when the reader of its output is gone (`npm start | tee log`).
  *
  * Re-running reuses everything (runs from last time stay observable).
@@ -52,6 +53,9 @@ const RUNNER_ID = "demo-runner";
 const PRINCIPAL_ID = "demo";
 /** What the README's examples need: runs (coding_agent:run, project:*) and workflow sessions (runtime:*). */
 const DEMO_SCOPES = ["coding_agent:run", "project:read", "project:write", "runtime:read", "runtime:write"];
+/** The console's own principal: operator:read and nothing else (it can start no run), kept apart from PRINCIPAL_ID. */
+const OPERATOR_ID = "demo-operator";
+const OPERATOR_SCOPES = ["operator:read"];
 
 const color = process.stdout.isTTY === true && !process.env.NO_COLOR && process.env.TERM !== "dumb";
 const tone = (code, text) => (color ? `\u001b[${code}m${text}\u001b[0m` : text);
@@ -129,7 +133,10 @@ function serverConfig(runnerTokenSha256, port) {
     runnerId: RUNNER_ID,
     runnerTokenSha256,
     projects: [PROJECT_ID],
-    principals: [{ id: PRINCIPAL_ID, scopes, projects: [PROJECT_ID] }],
+    principals: [
+      { id: PRINCIPAL_ID, scopes, projects: [PROJECT_ID] },
+      { id: OPERATOR_ID, scopes: OPERATOR_SCOPES, projects: [] },
+    ],
   })}`;
 }
 
@@ -225,19 +232,19 @@ async function stopAll() {
   await stopInOrder([children.get("runner"), children.get("server")]);
 }
 
-/** Whether the saved token is still active and carries every scope of DEMO_SCOPES (older demos issued fewer). */
-function tokenIsCurrent(serverToml, tokenId) {
+/** Whether the saved token is still active and carries every scope of `scopes` (older demos issued fewer). */
+function tokenIsCurrent(serverToml, tokenId, principalId = PRINCIPAL_ID, scopes = DEMO_SCOPES) {
   if (!tokenId) return false;
   try {
     const out = execFileSync(
       process.execPath,
-      [BINS.server, "token", "list", "--config", serverToml, "--principal", PRINCIPAL_ID],
+      [BINS.server, "token", "list", "--config", serverToml, "--principal", principalId],
       { cwd: DEMO_DIR, encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] },
     );
     return out.split("\n").some((line) => {
-      const [id, , scopes = ""] = line.split("\t");
-      const held = new Set(scopes.split(","));
-      return id === tokenId && line.trimEnd().endsWith("active") && DEMO_SCOPES.every((s) => held.has(s));
+      const [id, , listed = ""] = line.split("\t");
+      const held = new Set(listed.split(","));
+      return id === tokenId && line.trimEnd().endsWith("active") && scopes.every((s) => held.has(s));
     });
   } catch {
     return false;
@@ -309,6 +316,26 @@ async function main() {
     );
   }
 
+  const operatorFile = join(DEMO_DIR, "operator.json");
+  let operator;
+  try {
+    operator = JSON.parse(readSecret(operatorFile) ?? "null");
+  } catch {
+    operator = null;
+  }
+  if (!operator?.token || !tokenIsCurrent(serverToml, operator.token_id, OPERATOR_ID, OPERATOR_SCOPES)) {
+    const issued = issuePrincipalToken({
+      configFile: serverToml,
+      cwd: DEMO_DIR,
+      principal: OPERATOR_ID,
+      scopes: OPERATOR_SCOPES,
+      projects: [],
+    });
+    operator = { token: issued.token, token_id: issued.token_id };
+    writeSecret(operatorFile, JSON.stringify(operator));
+    say(dim(`  issued an operator key for principal "${OPERATOR_ID}": ${OPERATOR_SCOPES.join(", ")}`));
+  }
+
   const onSignal = () => {
     if (stopping) return;
     say();
@@ -372,6 +399,11 @@ async function main() {
   say(
     dim("  (press Ctrl-C in that terminal to cancel the slow run; `npx webcodex observe RUN_ID` shows any run again)"),
   );
+  say();
+  say(bold("Operator console") + dim(" (every Runner, run, refusal and OAuth grant, live; docs/operating.md)"));
+  say(`  open       http://${HOST}:${port}/console`);
+  say(`  sign in with the operator key   ${operator.token}`);
+  say(dim(`    (principal "${OPERATOR_ID}", operator:read only; also in ${operatorFile})`));
   say();
   say(bold("OAuth") + dim(" (hosts that cannot paste a token: point them at the MCP URL; see the server README)"));
   if (PUBLIC_URL) say(`  connector URL for ChatGPT / Claude.ai    ${PUBLIC_URL}/mcp`);

@@ -64,6 +64,26 @@ describe("npm start (scripts/demo.mjs)", () => {
     expect(clients.status).toBe(0);
     expect(JSON.parse(clients.stdout)).toEqual([]);
 
+    // The operator console: its URL and a key of the operator-only principal are printed, and that key signs in.
+    expect(demo.output()).toContain(`open       ${origin}/console`);
+    const operatorKey = /sign in with the operator key\s+(\S+)/.exec(demo.output())?.[1];
+    expect(operatorKey).toMatch(/^wct_/);
+    expect(operatorKey).not.toBe(demo.token);
+    expect((statSync(join(demo.dir, "operator.json")).mode & 0o777).toString(8)).toBe("600");
+    const loginForm = await fetch(`${origin}/console/login`);
+    const loginCsrf = /name="login_csrf" value="([^"]*)"/.exec(await loginForm.text())?.[1] ?? "";
+    const signedIn = await fetch(`${origin}/console/login`, {
+      method: "POST",
+      redirect: "manual",
+      headers: {
+        "content-type": "application/x-www-form-urlencoded",
+        cookie: (loginForm.headers.get("set-cookie") ?? "").split(";")[0] ?? "",
+      },
+      body: new URLSearchParams({ login_csrf: loginCsrf, key: operatorKey ?? "" }),
+    });
+    expect(signedIn.status).toBe(303);
+    expect(signedIn.headers.get("location")).toBe("/console");
+
     // The README's workflow-session example, as written, with the demo's token.
     const created = await runCli(["session", "create", "--project", "demo", "--title", "math fixes"], demo);
     expect(created.stderr).toBe("");

@@ -10,11 +10,18 @@ import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
 import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
+import { type ConsoleMount, createConsole, isConsolePath } from "./console/http.js";
+import { ConsoleSessions } from "./console/sessions.js";
+import { ConsoleReader } from "./console/snapshot.js";
 import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
 import { RunnerHub } from "./link/hub.js";
 import { SqliteLeaseStore } from "./link/lease-store.js";
+import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
 import { Registry } from "./link/registry.js";
 import { RunnerTokenStore } from "./link/runner-tokens.js";
+import { OperatorReadClients } from "./oauth/operator-read.js";
+import { OAuthStore } from "./oauth/store.js";
+import { createKeyIdentifier, keyPrincipal, TokenStore } from "./principals/tokens.js";
 import type { RunAdmission, RunsApi } from "./runs/api.js";
 import { reconcileAtStart } from "./runs/reconcile.js";
 import { startRejectedRecordExpiry } from "./runs/record-expiry.js";
@@ -102,7 +109,12 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   const armed = activeServerFailpoint();
   if (armed) logger.warn({ failpoint: armed }, `${SERVER_FAILPOINT_ENV} is set: this Server will SIGKILL itself there`);
   if (invalidServerFailpointValue()) logger.warn(`${SERVER_FAILPOINT_ENV} names no failpoint; ignored`);
-  const registry = new Registry(config);
+  const presence = new PresenceStore(store.db, (err) =>
+    logger.error({ err: (err as Error).message }, "runner presence not written (state DB)"),
+  );
+  const registry = new Registry(config, presence);
+  const presenceTimer = setInterval(() => presence.seen(registry.liveIds()), PRESENCE_REFRESH_MS);
+  presenceTimer.unref();
   const delay = Number(env[TEST_DELAY_ENV] ?? 0);
   const runs = new Runs({
     store,
@@ -131,6 +143,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     mcp = typeof made === "function" ? { handle: made } : made;
   }
   const testApi = testHooks ? mountTestApi(runs, config, logger) : null;
+  const console_ = mountConsole(store, config, logger, runs, presence, tlsOptions !== null);
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (overCapacity.has(req.socket)) {
@@ -145,6 +158,13 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     if (mcp && (path === "/mcp" || path.startsWith("/mcp/") || mcp.owns?.(path) === true)) {
       Promise.resolve(mcp.handle(req, res)).catch((err: unknown) => {
         logger.error({ err: (err as Error).message }, "mcp handler failed");
+        if (!res.headersSent) res.writeHead(500).end();
+      });
+      return;
+    }
+    if (isConsolePath(path)) {
+      console_.handle(req, res).catch((err: unknown) => {
+        logger.error({ err: (err as Error).message }, "console handler failed");
         if (!res.headersSent) res.writeHead(500).end();
       });
       return;
@@ -185,6 +205,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     // Not listening: give back what this start took, the state dir's lock last.
     runs.close();
     stopExpiry();
+    clearInterval(presenceTimer);
+    console_.close();
     await hub.close();
     if (mcp?.close) await mcp.close();
     store.close();
@@ -215,6 +237,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     close() {
       closing ??= (async () => {
         runs.close();
+        clearInterval(presenceTimer);
+        console_.close();
         await hub.close();
         if (mcp?.close) await mcp.close();
         http.closeAllConnections();
@@ -226,6 +250,37 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       return closing;
     },
   };
+}
+
+/** The operator console (console/http.ts) over this Server's state DB, keys and run mirrors. */
+function mountConsole(
+  store: StateStore,
+  config: ServerConfig,
+  logger: Logger,
+  runs: Runs,
+  presence: PresenceStore,
+  tls: boolean,
+): ConsoleMount {
+  const tokens = new TokenStore(store.db);
+  const oauth = new OAuthStore(store.db);
+  const operatorClients = new OperatorReadClients(oauth);
+  return createConsole({
+    config,
+    logger: logger.child({ c: "console" }),
+    sessions: new ConsoleSessions(store.db),
+    reader: new ConsoleReader({
+      state: store,
+      oauth,
+      config,
+      mirrors: runs.mirrors,
+      presence: () => presence.rows(),
+      operatorClients: () => operatorClients.all(),
+    }),
+    identifyKey: createKeyIdentifier(tokens, config.principals),
+    keyPrincipal: keyPrincipal(tokens, config.principals),
+    revokeGrant: (grantId, reason) => oauth.revokeGrant(grantId, reason),
+    secure: tls || (config.publicUrl?.startsWith("https:") ?? false),
+  });
 }
 
 /**

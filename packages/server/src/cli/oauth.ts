@@ -5,6 +5,7 @@
  * code or key (the store holds none).
  *
  *   webcodex-server oauth clients list|show|revoke|allow-coding-agent-run|disallow-coding-agent-run [CLIENT_ID] --config F
+ *   webcodex-server oauth clients allow-operator-read|disallow-operator-read CLIENT_ID --config F
  *   webcodex-server oauth grants list [--principal P] [--client C] --config F
  *   webcodex-server oauth grants revoke (--id G | --principal P | --client C) --config F
  *   webcodex-server oauth audit list [--limit N] [--json] --config F   (read-only; newest N rows, oldest first)
@@ -12,6 +13,7 @@
 import { parseArgs } from "node:util";
 import { loadServerConfig } from "../config.js";
 import { isMetadataUrl } from "../oauth/client-metadata.js";
+import { OperatorReadClients } from "../oauth/operator-read.js";
 import { type ClientRow, type GrantRow, OAuthStore, parseJsonList } from "../oauth/store.js";
 import { StateStore } from "../state/store.js";
 
@@ -25,6 +27,8 @@ const USAGE = `usage:
   webcodex-server oauth clients revoke CLIENT_ID --config FILE
   webcodex-server oauth clients allow-coding-agent-run CLIENT_ID --config FILE
   webcodex-server oauth clients disallow-coding-agent-run CLIENT_ID --config FILE
+  webcodex-server oauth clients allow-operator-read CLIENT_ID --config FILE
+  webcodex-server oauth clients disallow-operator-read CLIENT_ID --config FILE
   webcodex-server oauth grants list --config FILE [--principal ID] [--client CLIENT_ID] [--json]
   webcodex-server oauth grants revoke --config FILE (--id GRANT_ID | --principal ID | --client CLIENT_ID)
   webcodex-server oauth audit list --config FILE [--limit N] [--json]   (N: 1 … ${AUDIT_LIST_MAX}, default ${AUDIT_LIST_DEFAULT})`;
@@ -37,6 +41,7 @@ function clientView(c: ClientRow, store: OAuthStore) {
     client_name: c.client_name,
     redirect_uris: parseJsonList(c.redirect_uris),
     allow_coding_agent_run: c.allow_coding_agent_run === 1,
+    allow_operator_read: new OperatorReadClients(store).has(c.client_id),
     created_at: c.created_at,
     revoked_at: c.revoked_at,
     live_grants: grants.filter((g) => g.revoked_at === null).length,
@@ -114,7 +119,11 @@ function clientsCommand(
     if (json) console.log(JSON.stringify(rows));
     else
       for (const c of rows) {
-        const run = c.allow_coding_agent_run ? "coding_agent:run" : "-";
+        const provisioned = [
+          c.allow_coding_agent_run ? "coding_agent:run" : "",
+          c.allow_operator_read ? "operator:read" : "",
+        ].filter((x) => x !== "");
+        const run = provisioned.length > 0 ? provisioned.join(",") : "-";
         const status = c.revoked_at ? `revoked ${c.revoked_at}` : "active";
         console.log(`${c.client_id}\t${c.kind}\t${c.client_name ?? ""}\t${run}\tgrants=${c.live_grants}\t${status}`);
       }
@@ -124,7 +133,9 @@ function clientsCommand(
     verb !== "show" &&
     verb !== "revoke" &&
     verb !== "allow-coding-agent-run" &&
-    verb !== "disallow-coding-agent-run"
+    verb !== "disallow-coding-agent-run" &&
+    verb !== "allow-operator-read" &&
+    verb !== "disallow-operator-read"
   ) {
     console.error(USAGE);
     return 2;
@@ -134,7 +145,7 @@ function clientsCommand(
     return 2;
   }
   let row = store.client(clientId);
-  if (!row && verb === "allow-coding-agent-run" && isMetadataUrl(clientId)) {
+  if (!row && (verb === "allow-coding-agent-run" || verb === "allow-operator-read") && isMetadataUrl(clientId)) {
     // A metadata-document client that has not connected yet: record it so the flag waits for it.
     store.upsertClient({ client_id: clientId, kind: "cimd", client_name: null, redirect_uris: [] });
     store.db.prepare("UPDATE oauth_clients SET fetched_at = NULL WHERE client_id = ?").run(clientId);
@@ -175,6 +186,21 @@ function clientsCommand(
     case "disallow-coding-agent-run":
       store.setCodingAgentRun(clientId, false);
       console.error(`client ${clientId} no longer gets coding_agent:run; its tokens lose it from the next request`);
+      return 0;
+    case "allow-operator-read":
+      if (row.revoked_at) {
+        console.error(`client ${clientId} is revoked`);
+        return 1;
+      }
+      new OperatorReadClients(store).set(clientId, true);
+      console.error(
+        `client ${clientId} may now be offered operator:read on the consent page (only to a key that holds it). ` +
+          "Existing grants are unchanged: the person must connect again.",
+      );
+      return 0;
+    case "disallow-operator-read":
+      new OperatorReadClients(store).set(clientId, false);
+      console.error(`client ${clientId} no longer gets operator:read; its tokens lose it from the next request`);
       return 0;
   }
   return 2;

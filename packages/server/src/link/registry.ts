@@ -7,6 +7,7 @@
 import type { HelloFrame, ProjectAdvert, ProviderAdvert } from "@webcodex/protocol";
 import type { ServerConfig } from "../config.js";
 import type { RunnerConnection } from "./hub.js";
+import type { PresenceStore } from "./presence.js";
 
 export interface LiveRunner {
   runnerId: string;
@@ -30,7 +31,11 @@ export type ProjectResolution =
 export class Registry {
   readonly #live = new Map<string, LiveRunner>();
 
-  constructor(private readonly config: ServerConfig) {}
+  /** `presence`: where accepted hellos and ends of live links are written for other readers (link/presence.ts). */
+  constructor(
+    private readonly config: ServerConfig,
+    private readonly presence?: PresenceStore,
+  ) {}
 
   /** Record a hello (the hub already checked that the projects are bound to this runner). */
   connected(conn: RunnerConnection, hello: HelloFrame): LiveRunner {
@@ -46,11 +51,27 @@ export class Registry {
       agentsShareRunnerUser: hello.agents_share_runner_user ?? null,
     };
     this.#live.set(conn.runnerId, live);
+    this.presence?.online({
+      runner_id: conn.runnerId,
+      protocol_version: hello.protocol_version,
+      agent_instance_id: hello.agent_instance_id,
+      projects: hello.projects,
+      providers: hello.providers,
+      max_concurrent_runs: live.maxConcurrentRuns,
+      agents_share_runner_user: live.agentsShareRunnerUser,
+    });
     return live;
   }
 
   disconnected(conn: RunnerConnection): void {
-    if (this.#live.get(conn.runnerId)?.conn === conn) this.#live.delete(conn.runnerId);
+    if (this.#live.get(conn.runnerId)?.conn !== conn) return;
+    this.#live.delete(conn.runnerId);
+    this.presence?.offline(conn.runnerId);
+  }
+
+  /** Ids of the runners with a live link here. */
+  liveIds(): string[] {
+    return [...this.#live.values()].filter((r) => !r.conn.closed).map((r) => r.runnerId);
   }
 
   live(runnerId: string): LiveRunner | undefined {

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import { CODING_AGENT_RUN, OAUTH_SCOPES, SCOPE_LABELS } from "./scopes.js";
+import { CODING_AGENT_RUN, OAUTH_SCOPES, OPERATOR_READ_SCOPE, SCOPE_LABELS } from "./scopes.js";
 
 export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -114,6 +114,10 @@ export interface AskView extends ClientView {
   requested: readonly string[];
   /** The client is provisioned for coding_agent:run. */
   codingAgentRunOffered: boolean;
+  /** The operator provisioned this client for operator:read (operator-read.ts); otherwise it is not listed. */
+  operatorReadOffered?: boolean;
+  /** The operator provisioned this client for operator:read (operator-read.ts); otherwise it is not listed. */
+  operatorReadOffered?: boolean;
   error?: string | undefined;
 }
 
@@ -218,7 +222,10 @@ export function renderConsent(res: ServerResponse, view: AskView, status = 200):
   pageHeaders(res, nonce, formTargetOf(view.redirectUri));
   const name = nameOf(view);
   const asksRun = view.requested.includes(CODING_AGENT_RUN);
-  const ordinary = view.requested.filter((s) => s !== CODING_AGENT_RUN);
+  // operator:read is listed only for a client the operator provisioned for it (operator-read.ts).
+  const ordinary = view.requested.filter(
+    (s) => s !== CODING_AGENT_RUN && (s !== OPERATOR_READ_SCOPE || view.operatorReadOffered === true),
+  );
   const runAsk =
     asksRun && view.codingAgentRunOffered
       ? `<p class="muted">It also asks to start coding agents; you choose that separately on the next step.</p>`

@@ -35,7 +35,8 @@ import {
   renderResult,
   renderReview,
 } from "./consent-page.js";
-import { CODING_AGENT_RUN } from "./scopes.js";
+import { OperatorReadClients } from "./operator-read.js";
+import { CODING_AGENT_RUN, OPERATOR_READ_SCOPE } from "./scopes.js";
 import type { OAuthStore } from "./store.js";
 
 /** A consent page may be answered this long after it was shown. */
@@ -243,6 +244,7 @@ export class Consent {
         csrf: p.csrf,
         requested: p.requested,
         codingAgentRunOffered: view.provisioned,
+        operatorReadOffered: new OperatorReadClients(this.#deps.store).has(p.clientId),
         error,
       },
       status,
@@ -251,7 +253,10 @@ export class Consent {
 
   /** What the key can be granted of this request: the ordinary scopes, and where coding_agent:run stands. */
   #grantable(p: PendingConsent, principal: Principal, provisioned: boolean): { scopes: Scope[]; run: RunLine } {
-    const scopes = p.requested.filter((s) => s !== CODING_AGENT_RUN && principal.scopes.has(s));
+    const operatorRead = new OperatorReadClients(this.#deps.store).has(p.clientId);
+    const scopes = p.requested.filter(
+      (s) => s !== CODING_AGENT_RUN && principal.scopes.has(s) && (s !== OPERATOR_READ_SCOPE || operatorRead),
+    );
     let run: RunLine = "none";
     if (p.requested.includes(CODING_AGENT_RUN)) {
       if (!provisioned) run = "not_provisioned";

@@ -30,7 +30,8 @@ import type { OAuthSettings } from "../config.js";
 import type { Principal, Scope } from "../runs/api.js";
 import type { OAuthClients } from "./clients.js";
 import type { Consent } from "./consent.js";
-import { CODING_AGENT_RUN, isOAuthScope, requestedScopes } from "./scopes.js";
+import { OperatorReadClients } from "./operator-read.js";
+import { CODING_AGENT_RUN, isOAuthScope, OPERATOR_READ_SCOPE, requestedScopes } from "./scopes.js";
 import { ACCESS_TOKEN_PREFIX, type IssuedPair, type OAuthStore, parseJsonList, type TokenTtls } from "./store.js";
 
 /**
@@ -205,6 +206,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     for (const s of parseJsonList(row.scopes)) {
       if (!isOAuthScope(s) || !key.scopes.has(s)) continue;
       if (s === CODING_AGENT_RUN && client.allow_coding_agent_run !== 1) continue;
+      if (s === OPERATOR_READ_SCOPE && !new OperatorReadClients(store).has(client.client_id)) continue;
       scopes.add(s);
     }
     const projects = new Set(parseJsonList(grant.projects).filter((p) => key.projects.has(p)));

@@ -7,6 +7,8 @@
 import type { Scope } from "../runs/api.js";
 
 export const CODING_AGENT_RUN = "coding_agent:run" satisfies Scope;
+/** Offered only to a client the operator provisioned for it (operator-read.ts); never asked for by default. */
+export const OPERATOR_READ_SCOPE = "operator:read" satisfies Scope;
 
 /** Scopes an OAuth grant can carry (the others mean nothing on /mcp). Order = page order. */
 export const OAUTH_SCOPES = [
@@ -15,6 +17,7 @@ export const OAUTH_SCOPES = [
   "runtime:read",
   "runtime:write",
   "coding_agent:run",
+  "operator:read",
 ] as const satisfies readonly Scope[];
 
 /** What the consent page says each scope lets the app do, in words for the person signing in. */
@@ -24,10 +27,12 @@ export const SCOPE_LABELS: Record<(typeof OAUTH_SCOPES)[number], string> = {
   "runtime:read": "Read your work sessions in your projects: goals, handoff notes and what earlier runs did.",
   "runtime:write": "Create and update your work sessions in your projects. This alone starts no coding agent.",
   "coding_agent:run": "Start, watch and stop coding agents in your projects. An agent can change files there.",
+  "operator:read":
+    "See every Runner, run, audit record and OAuth grant of this Server (the operator console), for all users.",
 };
 
-/** Asked for when a client sends no `scope`: everything the tools use (consent still decides). */
-export const DEFAULT_REQUESTED_SCOPES: readonly Scope[] = OAUTH_SCOPES;
+/** Asked for when a client sends no `scope`: everything the tools use (consent still decides); never operator:read. */
+export const DEFAULT_REQUESTED_SCOPES: readonly Scope[] = OAUTH_SCOPES.filter((s) => s !== OPERATOR_READ_SCOPE);
 
 /** Scopes each tool needs; a token without them gets 403 insufficient_scope on /mcp. */
 export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {

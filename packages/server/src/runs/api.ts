@@ -25,6 +25,11 @@ export const SCOPES = [
   "runtime:write",
   "job:run",
   "mcp:local",
+  /**
+   * The operator console (console/, DESIGN §15): read every Runner, run, audit row and OAuth grant, and
+   * revoke grants. No other scope implies it and it implies none; nothing on /mcp needs or accepts it.
+   */
+  "operator:read",
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

@@ -1,0 +1,387 @@
+/**
+ * What the operator console shows, read from shared state: the state DB (runner presence, admission records,
+ * mcp_audit, runner_link_audit, the OAuth tables) and the run core's event mirrors. Nothing here comes from
+ * one request's memory, so every instance sharing the database shows the same fleet.
+ *
+ * Every field is chosen, never copied wholesale: no prompt (admission records hold none; agent message and
+ * reasoning text is reduced to its length), no token or key (the tables hold hashes; none is selected), no
+ * env value, no run `message` (a Runner's error text may name a host path), and any absolute path in a label
+ * an agent wrote (tool titles) is masked by `maskPaths`. Every list is bounded by a named constant.
+ */
+import { RUN_STATES, type RunEvent, TERMINAL_STATES } from "@webcodex/protocol";
+import type { ServerConfig } from "../config.js";
+import { type PresenceRow, presenceAt } from "../link/presence.js";
+import { type OAuthStore, parseJsonList } from "../oauth/store.js";
+import type { MirrorSet } from "../runs/mirror.js";
+import type { StateStore } from "../state/store.js";
+
+/** Runs one snapshot lists (newest first); the filters narrow which. */
+export const CONSOLE_RUNS_PAGE = 50;
+/** Newest events of the selected run a snapshot carries. */
+export const CONSOLE_RUN_EVENTS_MAX = 200;
+/** Rows of each audit list (MCP calls, link events, OAuth events) and of recent refusals. */
+export const CONSOLE_AUDIT_ROWS = 40;
+/** OAuth clients and grants listed (newest first). */
+export const CONSOLE_OAUTH_ROWS = 100;
+/** Longest filter value accepted (project ids, principal ids, run ids are shorter). */
+export const CONSOLE_FILTER_MAX_CHARS = 128;
+
+export const PATH_MASK = "‹path›";
+
+/**
+ * Masks absolute paths (POSIX `/x`, home `~/x`, Windows `C:\x`, UNC `\\x`) in a label an agent or Runner wrote.
+ * A path relative to the project (what file_change events carry) is kept.
+ */
+export function maskPaths(text: string): string {
+  return text.replace(/(^|[\s"'`(=:[{,])(?:~?\/|[A-Za-z]:[\\/]|\\\\)[^\s"'`)\]},]*/g, `$1${PATH_MASK}`);
+}
+
+export interface ConsoleFilters {
+  state: string | null;
+  project: string | null;
+  principal: string | null;
+  run: string | null;
+}
+
+export type FilterResult = { ok: true; filters: ConsoleFilters } | { ok: false; error: string };
+
+const FILTER_VALUE = /^[\x21-\x7e]+$/;
+
+/** Query parameters → filters; a bad value is named with what is allowed. */
+export function parseFilters(params: URLSearchParams): FilterResult {
+  const out: ConsoleFilters = { state: null, project: null, principal: null, run: null };
+  for (const key of ["state", "project", "principal", "run"] as const) {
+    const v = params.get(key);
+    if (v === null || v === "") continue;
+    if (v.length > CONSOLE_FILTER_MAX_CHARS || !FILTER_VALUE.test(v)) {
+      return {
+        ok: false,
+        error: `${key}: must be 1-${CONSOLE_FILTER_MAX_CHARS} printable ASCII characters without spaces`,
+      };
+    }
+    if (key === "state" && v !== "active" && !(RUN_STATES as readonly string[]).includes(v)) {
+      return { ok: false, error: `state: must be "active" or one of ${RUN_STATES.join(", ")}` };
+    }
+    out[key] = v;
+  }
+  return { ok: true, filters: out };
+}
+
+export interface RunnerView {
+  runner_id: string;
+  online: boolean;
+  /** When it came online, or went offline; null: never seen by this state DB. */
+  since: string | null;
+  protocol_version: number | null;
+  projects: { project_id: string; allow_patch: boolean }[];
+  providers: { provider_id: string; name: string }[];
+  runs_in_use: number;
+  max_concurrent_runs: number | null;
+  agents_share_runner_user: boolean | null;
+  last_refusal: { at: string; event: string; count: number } | null;
+}
+
+export interface RunView {
+  run_id: string;
+  principal_id: string;
+  project_id: string;
+  provider_id: string;
+  runner_id: string;
+  state: string;
+  execution_state: string;
+  stop_reason: string | null;
+  failure_kind: string | null;
+  recovery_kind: string;
+  admission: string;
+  created_at: string;
+  updated_at: string;
+}
+
+export interface EventView {
+  seq: number;
+  at: string;
+  kind: string;
+  /** A one-line, path-masked description; agent text is reduced to its length. */
+  summary: string;
+}
+
+export interface ConsoleSnapshot {
+  runners: RunnerView[];
+  runs: RunView[];
+  filters: ConsoleFilters;
+  /** The selected run's newest events held by this instance's mirror; null: no run selected. */
+  run_events: { run_id: string; held: boolean; events: EventView[] } | null;
+  refusals: { at: string; source: string; who: string; what: string; outcome: string }[];
+  audit: {
+    mcp: { at: string; principal_id: string; tool: string; run_id: string | null; outcome: string; ms: number }[];
+    link: { at: string; runner_id: string; event: string; count: number; remote: string | null }[];
+    oauth: {
+      at: string;
+      event: string;
+      client_id: string | null;
+      principal_id: string | null;
+      grant_id: string | null;
+      detail: string | null;
+    }[];
+  };
+  oauth: {
+    clients: {
+      client_id: string;
+      kind: string;
+      client_name: string | null;
+      coding_agent_run: boolean;
+      operator_read: boolean;
+      created_at: string;
+      revoked_at: string | null;
+    }[];
+    grants: {
+      grant_id: string;
+      client_id: string;
+      principal_id: string;
+      scopes: string[];
+      projects: string[];
+      created_at: string;
+      revoked_at: string | null;
+      revoked_reason: string | null;
+    }[];
+  };
+}
+
+const TERMINAL_LIST = [...TERMINAL_STATES].map((s) => `'${s}'`).join(", ");
+
+function eventSummary(e: RunEvent): string {
+  switch (e.kind) {
+    case "agent_message":
+    case "reasoning":
+      return `${e.text.length} characters${e.truncated ? " (truncated)" : ""}`;
+    case "plan":
+      return `${e.entries.length} entries: ${e.entries.map((x) => x.status).join(", ")}`;
+    case "tool_activity":
+      return `${e.status} ${e.tool_kind}: ${maskPaths(e.title)}`;
+    case "file_change":
+      return maskPaths(e.path);
+    case "terminal_activity":
+      return `terminal ${maskPaths(e.terminal_id)}`;
+    case "usage":
+      return `tokens ${e.used_tokens ?? "?"} of ${e.context_size ?? "?"}`;
+    case "permission_request":
+      return `asks: ${maskPaths(e.title)}`;
+    case "agent_state":
+      return e.change === "mode" ? `mode ${maskPaths(e.mode_id ?? "")}` : e.change;
+    case "terminal":
+      return [e.state, e.stop_reason, e.failure_kind].filter((x) => x !== null).join(" ");
+  }
+}
+
+interface RunRow extends RunView {}
+
+export class ConsoleReader {
+  readonly #state: StateStore;
+  readonly #oauth: OAuthStore;
+  readonly #config: ServerConfig;
+  readonly #mirrors: MirrorSet | null;
+  readonly #operatorClients: () => ReadonlySet<string>;
+  readonly #presence: () => PresenceRow[];
+
+  constructor(deps: {
+    state: StateStore;
+    oauth: OAuthStore;
+    config: ServerConfig;
+    mirrors: MirrorSet | null;
+    presence: () => PresenceRow[];
+    operatorClients: () => ReadonlySet<string>;
+  }) {
+    this.#state = deps.state;
+    this.#oauth = deps.oauth;
+    this.#config = deps.config;
+    this.#mirrors = deps.mirrors;
+    this.#presence = deps.presence;
+    this.#operatorClients = deps.operatorClients;
+  }
+
+  snapshot(filters: ConsoleFilters): ConsoleSnapshot {
+    return {
+      runners: this.#runners(),
+      runs: this.#runs(filters),
+      filters,
+      run_events: filters.run === null ? null : this.#events(filters.run),
+      refusals: this.#refusals(),
+      audit: this.#audit(),
+      oauth: this.#oauthView(),
+    };
+  }
+
+  #runners(): RunnerView[] {
+    const db = this.#state.db;
+    const nowMs = Date.now();
+    const inUse = new Map(
+      db
+        .prepare<[], { runner_id: string; n: number }>(
+          `SELECT runner_id, COUNT(*) AS n FROM admission_records
+           WHERE state NOT IN (${TERMINAL_LIST}) AND admission != 'rejected_pre_admission' GROUP BY runner_id`,
+        )
+        .all()
+        .map((r) => [r.runner_id, r.n]),
+    );
+    const refusalOf = db.prepare<[string], { at: string; last_at: string | null; event: string; count: number }>(
+      `SELECT at, last_at, event, count FROM runner_link_audit
+       WHERE runner_id = ? AND event IN ('link_refused_in_use', 'closed_token_rotated') ORDER BY id DESC LIMIT 1`,
+    );
+    const rows = new Map(this.#presence().map((r) => [r.runner_id, r]));
+    const ids = [...new Set([...this.#config.runners.map((r) => r.id), ...rows.keys()])].sort();
+    return ids.map((id) => {
+      const p = rows.get(id);
+      const refusal = refusalOf.get(id);
+      const now = p ? presenceAt(p, nowMs) : null;
+      return {
+        runner_id: id,
+        online: now?.online ?? false,
+        since: now?.since ?? null,
+        protocol_version: p?.protocol_version ?? null,
+        projects: p ? (JSON.parse(p.projects) as RunnerView["projects"]) : [],
+        providers: p ? (JSON.parse(p.providers) as RunnerView["providers"]) : [],
+        runs_in_use: inUse.get(id) ?? 0,
+        max_concurrent_runs: p?.max_concurrent_runs ?? null,
+        agents_share_runner_user:
+          p?.agents_share_runner_user === null || p === undefined ? null : p.agents_share_runner_user === 1,
+        last_refusal: refusal
+          ? { at: refusal.last_at ?? refusal.at, event: refusal.event, count: refusal.count }
+          : null,
+      };
+    });
+  }
+
+  #runs(f: ConsoleFilters): RunView[] {
+    const where: string[] = [];
+    const params: Record<string, string | number> = { limit: CONSOLE_RUNS_PAGE };
+    if (f.state === "active") where.push(`state NOT IN (${TERMINAL_LIST})`);
+    else if (f.state !== null) {
+      where.push("state = @state");
+      params.state = f.state;
+    }
+    if (f.project !== null) {
+      where.push("project_id = @project");
+      params.project = f.project;
+    }
+    if (f.principal !== null) {
+      where.push("principal_id = @principal");
+      params.principal = f.principal;
+    }
+    const sql = `SELECT run_id, principal_id, project_id, provider_id, runner_id, state, execution_state, stop_reason,
+         failure_kind, recovery_kind, admission, created_at, updated_at FROM admission_records
+       ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, run_id LIMIT @limit`;
+    return this.#state.db.prepare<Record<string, string | number>, RunRow>(sql).all(params);
+  }
+
+  #events(runId: string): ConsoleSnapshot["run_events"] {
+    const mirror = this.#mirrors?.get(runId);
+    if (!mirror) return { run_id: runId, held: false, events: [] };
+    const all = mirror.eventsAfter(0);
+    return {
+      run_id: runId,
+      held: true,
+      events: all
+        .slice(-CONSOLE_RUN_EVENTS_MAX)
+        .map((e) => ({ seq: e.seq, at: e.at, kind: e.kind, summary: eventSummary(e) })),
+    };
+  }
+
+  #refusals(): ConsoleSnapshot["refusals"] {
+    const db = this.#state.db;
+    const n = CONSOLE_AUDIT_ROWS;
+    const mcp = db
+      .prepare<[number], { at: string; principal_id: string; tool: string; outcome: string }>(
+        "SELECT at, principal_id, tool, outcome FROM mcp_audit WHERE outcome != 'ok' ORDER BY id DESC LIMIT ?",
+      )
+      .all(n)
+      .map((r) => ({ at: r.at, source: "mcp", who: r.principal_id, what: r.tool, outcome: r.outcome }));
+    const link = db
+      .prepare<[number], { at: string; last_at: string | null; runner_id: string; event: string; count: number }>(
+        `SELECT at, last_at, runner_id, event, count FROM runner_link_audit
+         WHERE event IN ('link_refused_in_use', 'closed_token_rotated') ORDER BY id DESC LIMIT ?`,
+      )
+      .all(n)
+      .map((r) => ({
+        at: r.last_at ?? r.at,
+        source: "runner link",
+        who: r.runner_id,
+        what: r.count > 1 ? `${r.count} hellos` : "hello",
+        outcome: r.event,
+      }));
+    const oauth = db
+      .prepare<[number], { at: string; event: string; client_id: string | null; principal_id: string | null }>(
+        `SELECT at, event, client_id, principal_id FROM oauth_audit
+         WHERE event IN ('consent_denied', 'code_reused', 'refresh_reused') ORDER BY id DESC LIMIT ?`,
+      )
+      .all(n)
+      .map((r) => ({
+        at: r.at,
+        source: "oauth",
+        who: r.principal_id ?? "-",
+        what: r.client_id ?? "-",
+        outcome: r.event,
+      }));
+    return [...mcp, ...link, ...oauth].sort((a, b) => (a.at < b.at ? 1 : a.at > b.at ? -1 : 0)).slice(0, n);
+  }
+
+  #audit(): ConsoleSnapshot["audit"] {
+    const db = this.#state.db;
+    const n = CONSOLE_AUDIT_ROWS;
+    return {
+      mcp: db
+        .prepare<
+          [number],
+          { at: string; principal_id: string; tool: string; run_id: string | null; outcome: string; ms: number }
+        >("SELECT at, principal_id, tool, run_id, outcome, duration_ms AS ms FROM mcp_audit ORDER BY id DESC LIMIT ?")
+        .all(n),
+      link: db
+        .prepare<[number], { at: string; runner_id: string; event: string; count: number; remote: string | null }>(
+          "SELECT COALESCE(last_at, at) AS at, runner_id, event, count, remote FROM runner_link_audit ORDER BY id DESC LIMIT ?",
+        )
+        .all(n),
+      oauth: this.#oauth
+        .auditRows(n)
+        .reverse()
+        .map((r) => ({
+          at: r.at,
+          event: r.event,
+          client_id: r.client_id,
+          principal_id: r.principal_id,
+          grant_id: r.grant_id,
+          detail: r.detail,
+        })),
+    };
+  }
+
+  #oauthView(): ConsoleSnapshot["oauth"] {
+    const operator = this.#operatorClients();
+    const clients = this.#oauth
+      .clients()
+      .reverse()
+      .slice(0, CONSOLE_OAUTH_ROWS)
+      .map((c) => ({
+        client_id: c.client_id,
+        kind: c.kind,
+        client_name: c.client_name,
+        coding_agent_run: c.allow_coding_agent_run === 1,
+        operator_read: operator.has(c.client_id),
+        created_at: c.created_at,
+        revoked_at: c.revoked_at,
+      }));
+    const grants = this.#oauth
+      .grants()
+      .reverse()
+      .slice(0, CONSOLE_OAUTH_ROWS)
+      .map((g) => ({
+        grant_id: g.grant_id,
+        client_id: g.client_id,
+        principal_id: g.principal_id,
+        scopes: parseJsonList(g.scopes),
+        projects: parseJsonList(g.projects),
+        created_at: g.created_at,
+        revoked_at: g.revoked_at,
+        revoked_reason: g.revoked_reason,
+      }));
+    return { clients, grants };
+  }
+}
