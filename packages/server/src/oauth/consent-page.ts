@@ -116,8 +116,6 @@ export interface AskView extends ClientView {
   codingAgentRunOffered: boolean;
   /** The operator provisioned this client for operator:read (operator-read.ts); otherwise it is not listed. */
   operatorReadOffered?: boolean;
-  /** The operator provisioned this client for operator:read (operator-read.ts); otherwise it is not listed. */
-  operatorReadOffered?: boolean;
   error?: string | undefined;
 }
 
