@@ -35,6 +35,7 @@ import {
   type RequestId,
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
+import { z } from "zod";
 import { isLoopbackHost } from "../config.js";
 import { bearerToken } from "../principals/tokens.js";
 import { RefusalLog } from "../refusal-log.js";
@@ -42,6 +43,7 @@ import type { Principal, RunsApi, StartHooks } from "../runs/api.js";
 import { ObserveLimits } from "../runs/observe-limits.js";
 import { RunTools } from "../runs/tools.js";
 import type { AuditLog } from "./audit.js";
+import { type Era, MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META, SERVER_INFO_META } from "./era.js";
 import { PostMux, readMcpPost, sendJsonRpcError } from "./post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./resource.js";
 import { checkArgumentShape } from "./tool-arguments.js";
@@ -88,6 +90,28 @@ export interface McpHttpOptions {
     check: (principal: Principal, toolNames: readonly string[]) => readonly string[] | null;
     challenge: (scopes: readonly string[]) => string;
   };
+}
+
+/** Cache hints (2026-07-28 `ttlMs`/`cacheScope`) of answers that are the same for every caller while this Server runs. */
+export const STATIC_LIST_CACHE = { ttlMs: 300_000, cacheScope: "public" } as const;
+/** Cache hints of the caller's webcodex://projects (per principal; Runner presence changes it). */
+export const PROJECTS_READ_CACHE = { ttlMs: 5_000, cacheScope: "private" } as const;
+/** What `server/discover` advertises. */
+const MODERN_CAPABILITIES = { tools: {}, resources: {} } as const;
+
+/** `server/discover`: a 2026-07-28 request with no body parameters beyond `_meta`. */
+const DiscoverRequestSchema = z.object({
+  method: z.literal("server/discover"),
+  params: z.optional(z.looseObject({})),
+});
+
+/**
+ * A result as its era expects it: unchanged for a 2025-era request; for a 2026-07-28 one with
+ * `resultType: "complete"` and, for cacheable answers, the cache hints.
+ */
+function modernResult<T extends object>(era: Era, result: T, cache?: { ttlMs: number; cacheScope: string }): T {
+  if (era.kind !== "modern") return result;
+  return { ...result, resultType: "complete", ...(cache ?? {}) };
 }
 
 /** Names of the tools a POST calls. */
@@ -210,6 +234,8 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     signal: AbortSignal;
     /** Why the call's arguments were refused before the SDK copied them (argumentShapeRefusal), or null. */
     shapeRefusal: string | null;
+    /** The MCP era the request speaks (mcp/era.ts); the answer's shape follows it. */
+    era: Era;
   }
   const mux = new PostMux<RequestContext>();
   const contextOf = (requestId: RequestId): RequestContext => {
@@ -224,9 +250,29 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     capabilities: { tools: {}, resources: {} },
     instructions: MCP_INSTRUCTIONS,
   });
-  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools.definitions() }));
+  server.setRequestHandler(DiscoverRequestSchema, (_request, extra) => {
+    const { era } = contextOf(extra.requestId);
+    if (era.kind !== "modern") {
+      throw new McpError(
+        ErrorCode.MethodNotFound,
+        `server/discover is a 2026-07-28 request: send _meta["${PROTOCOL_VERSION_META}"] and the MCP-Protocol-Version header (2025-era clients: initialize).`,
+      );
+    }
+    return {
+      resultType: "complete",
+      supportedVersions: [...MODERN_PROTOCOL_VERSIONS],
+      capabilities: MODERN_CAPABILITIES,
+      instructions: MCP_INSTRUCTIONS,
+      ...STATIC_LIST_CACHE,
+      _meta: { [SERVER_INFO_META]: MCP_SERVER_INFO },
+    };
+  });
+  server.setRequestHandler(ListToolsRequestSchema, (_request, extra) => {
+    const { era } = contextOf(extra.requestId);
+    return modernResult(era, { tools: tools.definitions(era.kind === "modern") }, STATIC_LIST_CACHE);
+  });
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const { principal, signal, shapeRefusal } = contextOf(extra.requestId);
+    const { principal, signal, shapeRefusal, era } = contextOf(extra.requestId);
     const name = request.params.name;
     if (!tools.has(name)) {
       tools.recordRefusedCall(principal, "unknown_tool");
@@ -234,17 +280,32 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     }
     // Stateless: a notifications/cancelled could only arrive in another POST (and is never delivered),
     // so the request's own signal (client disconnect, shutdown) is the only one that can fire.
-    return tools.call(principal, name, request.params.arguments, signal, shapeRefusal);
+    return modernResult(era, await tools.call(principal, name, request.params.arguments, signal, shapeRefusal));
   });
-  server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [PROJECTS_RESOURCE] }));
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
+  server.setRequestHandler(ListResourcesRequestSchema, (_request, extra) =>
+    modernResult(contextOf(extra.requestId).era, { resources: [PROJECTS_RESOURCE] }, STATIC_LIST_CACHE),
+  );
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, (_request, extra) =>
+    modernResult(contextOf(extra.requestId).era, { resourceTemplates: [] }, STATIC_LIST_CACHE),
+  );
   server.setRequestHandler(ReadResourceRequestSchema, (request, extra) => {
-    const { principal } = contextOf(extra.requestId);
-    if (request.params.uri !== PROJECTS_RESOURCE_URI) {
+    const { principal, era } = contextOf(extra.requestId);
+    const uri = request.params.uri;
+    if (uri !== PROJECTS_RESOURCE_URI) {
       tools.recordRefusedCall(principal, "unknown_resource");
+      // 2026-07-28 (SEP-2164): invalid params whose data names the URI that was not found.
+      if (era.kind === "modern") {
+        throw new McpError(
+          ErrorCode.InvalidParams,
+          `Resource not found. The only resource is ${PROJECTS_RESOURCE_URI}.`,
+          {
+            uri,
+          },
+        );
+      }
       throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
     }
-    return tools.readProjects(principal);
+    return modernResult(era, tools.readProjects(principal), PROJECTS_READ_CACHE);
   });
   const connected = server.connect(mux);
 
@@ -327,6 +388,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
         principal,
         signal: abort.signal,
         shapeRefusal: argumentShapeRefusal(post.message),
+        era: post.era,
       });
     } catch (err) {
       logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");

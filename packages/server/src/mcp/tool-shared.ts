@@ -24,19 +24,25 @@ export interface ToolSpec<N extends string = string> {
   annotations: NonNullable<Tool["annotations"]>;
 }
 
-function jsonSchema(schema: z.ZodType, io: "input" | "output"): Tool["inputSchema"] {
-  // draft-7 like the SDK's own McpServer, so SDK clients (Ajv) validate it as-is.
-  return z.toJSONSchema(schema, { target: "draft-7", io }) as Tool["inputSchema"];
+/**
+ * Which JSON Schema dialect a tools/list answer uses: draft-7 for 2025-era clients (like the v1 SDK's own
+ * McpServer, so their Ajv validates it as-is), JSON Schema 2020-12 for 2026-07-28 requests (the dialect that
+ * revision names as the default).
+ */
+export type SchemaDialect = "draft-7" | "draft-2020-12";
+
+function jsonSchema(schema: z.ZodType, io: "input" | "output", dialect: SchemaDialect): Tool["inputSchema"] {
+  return z.toJSONSchema(schema, { target: dialect, io }) as Tool["inputSchema"];
 }
 
 /** A tools/list entry for one spec: input and output schema. */
-export function toolDefinition(spec: ToolSpec<string>): Tool {
+export function toolDefinition(spec: ToolSpec<string>, dialect: SchemaDialect = "draft-7"): Tool {
   return {
     name: spec.name,
     title: spec.title,
     description: spec.description,
-    inputSchema: jsonSchema(spec.input, "input"),
-    outputSchema: jsonSchema(spec.output, "output") as NonNullable<Tool["outputSchema"]>,
+    inputSchema: jsonSchema(spec.input, "input", dialect),
+    outputSchema: jsonSchema(spec.output, "output", dialect) as NonNullable<Tool["outputSchema"]>,
     annotations: spec.annotations,
   };
 }

@@ -44,6 +44,7 @@ export class McpTools {
   readonly #now: () => number;
   readonly #modules: ReadonlyMap<string, ToolModule>;
   readonly #definitions: Tool[];
+  readonly #modernDefinitions: Tool[];
 
   constructor(options: McpToolsOptions) {
     this.#runs = options.runs;
@@ -55,15 +56,21 @@ export class McpTools {
       }
     }
     this.#modules = modules;
-    this.#definitions = options.modules.flatMap((m) => m.specs.map(toolDefinition));
+    this.#definitions = options.modules.flatMap((m) => m.specs.map((spec) => toolDefinition(spec)));
+    this.#modernDefinitions = options.modules.flatMap((m) =>
+      m.specs.map((spec) => toolDefinition(spec, "draft-2020-12")),
+    );
     this.#audit = options.audit;
     this.#logger = options.logger;
     this.#now = options.now ?? (() => performance.now());
   }
 
-  /** tools/list: every module's tools. */
-  definitions(): Tool[] {
-    return this.#definitions;
+  /**
+   * tools/list: every module's tools, in module order (always the same order). `modern`: schemas in JSON
+   * Schema 2020-12 for 2026-07-28 requests; otherwise draft-7 as 2025-era clients have always had them.
+   */
+  definitions(modern = false): Tool[] {
+    return modern ? this.#modernDefinitions : this.#definitions;
   }
 
   has(name: string): boolean {

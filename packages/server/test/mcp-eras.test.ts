@@ -1,0 +1,262 @@
+/**
+ * Issue 27: one /mcp serves a 2025-11-25 client (the v1 SDK) and a 2026-07-28
+ * client (the v2 SDK, pinned to 2026-07-28) side by side, against a real
+ * Server, a real Runner daemon and the fake ACP agent. Raw POSTs check what
+ * the SDK client never sends: missing or mismatched headers, missing `_meta`.
+ */
+import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from "@modelcontextprotocol/client";
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
+import { type Stack, startStack } from "./support/stack.js";
+import { ok, type Structured, TERMINAL } from "./support/tool-calls.js";
+
+const ALL = ["coding_agent:run", "project:write", "project:read", "runtime:read", "runtime:write"] as const;
+const MODERN = "2026-07-28";
+
+let stack: Stack;
+let legacy: Client;
+let modern: ModernClient;
+let aliceToken: string;
+let bobToken: string;
+const modernClients: ModernClient[] = [];
+
+async function connectModern(token: string, capabilities: Record<string, unknown> = {}): Promise<ModernClient> {
+  const client = new ModernClient(
+    { name: "webcodex-test-2026", version: "0" },
+    { versionNegotiation: { mode: { pin: MODERN } }, capabilities },
+  );
+  await client.connect(
+    new ModernTransport(stack.mcpUrl, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }),
+  );
+  modernClients.push(client);
+  return client;
+}
+
+beforeAll(async () => {
+  stack = await startStack({
+    principals: [
+      { id: "alice", scopes: [...ALL], projects: ["demo"] },
+      { id: "bob", scopes: [...ALL], projects: ["demo"] },
+    ],
+    projects: [{ id: "demo", allow_patch: true }],
+    acp: { max_concurrent_runs: 8 },
+  });
+  aliceToken = stack.issueToken("alice", [...ALL], ["demo"]);
+  bobToken = stack.issueToken("bob", [...ALL], ["demo"]);
+  legacy = await stack.connect(aliceToken);
+  modern = await connectModern(aliceToken);
+}, 60_000);
+
+afterAll(async () => {
+  for (const c of modernClients) await c.close();
+  await stack?.stop();
+}, 60_000);
+
+let counter = 0;
+const unique = (label: string) => `${label}-${process.pid}-${++counter}`;
+
+type ModernCallResult = { isError?: boolean; content: { type: string; text?: string }[]; structuredContent?: unknown };
+
+async function modernCall(
+  client: ModernClient,
+  name: string,
+  args: Record<string, unknown>,
+): Promise<ModernCallResult> {
+  return (await client.callTool({ name, arguments: args }, { timeout: 60_000 })) as ModernCallResult;
+}
+
+async function modernOk(client: ModernClient, name: string, args: Record<string, unknown>): Promise<Structured> {
+  const result = await modernCall(client, name, args);
+  const text = result.content[0]?.text ?? "";
+  if (result.isError) throw new Error(`${name} failed: ${text}`);
+  expect(JSON.parse(text)).toEqual(result.structuredContent);
+  return result.structuredContent as Structured;
+}
+
+function modernMeta(extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": { name: "raw", version: "0" },
+    "io.modelcontextprotocol/clientCapabilities": {},
+    ...extra,
+  };
+}
+
+interface RawAnswer {
+  status: number;
+  body: { id?: unknown; result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } };
+}
+
+/** One POST with exactly these MCP headers (besides auth, Accept, Content-Type). */
+async function rawPost(message: Record<string, unknown>, headers: Record<string, string>, token = aliceToken) {
+  const res = await fetch(stack.mcpUrl, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      Accept: "application/json, text/event-stream",
+      "Content-Type": "application/json",
+      ...headers,
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", ...message }),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text === "" ? {} : JSON.parse(text) } as RawAnswer;
+}
+
+function modernHeaders(method: string, name?: string): Record<string, string> {
+  return { "MCP-Protocol-Version": MODERN, "Mcp-Method": method, ...(name !== undefined ? { "Mcp-Name": name } : {}) };
+}
+
+describe("one /mcp, two eras", () => {
+  it("answers server/discover to a 2026-07-28 client without initialize, and lists with cache hints in a fixed order", async () => {
+    const discovered = await rawPost(
+      { id: "d1", method: "server/discover", params: { _meta: modernMeta() } },
+      modernHeaders("server/discover"),
+    );
+    expect(discovered.status).toBe(200);
+    expect(discovered.body.id).toBe("d1");
+    const result = discovered.body.result ?? {};
+    expect(result.resultType).toBe("complete");
+    expect(result.supportedVersions).toEqual([MODERN]);
+    expect(result.capabilities).toMatchObject({ tools: {}, resources: {} });
+    expect((result._meta as Record<string, unknown>)["io.modelcontextprotocol/serverInfo"]).toMatchObject({
+      name: "webcodex",
+    });
+
+    const first = await rawPost(
+      { id: 1, method: "tools/list", params: { _meta: modernMeta() } },
+      modernHeaders("tools/list"),
+    );
+    const second = await rawPost(
+      { id: 2, method: "tools/list", params: { _meta: modernMeta() } },
+      modernHeaders("tools/list"),
+    );
+    expect(first.body.result).toMatchObject({ resultType: "complete", cacheScope: "public" });
+    expect(first.body.result?.ttlMs).toBeGreaterThan(0);
+    expect(JSON.stringify(first.body.result)).toBe(JSON.stringify(second.body.result));
+    const tools = first.body.result?.tools as { name: string; inputSchema: Record<string, unknown> }[];
+    expect(tools[0]?.inputSchema.$schema).toBe("https://json-schema.org/draft/2020-12/schema");
+
+    const resources = await modern.listResources();
+    expect(resources.resources.map((r) => r.uri)).toEqual(["webcodex://projects"]);
+    const read = await rawPost(
+      { id: 3, method: "resources/read", params: { uri: "webcodex://projects", _meta: modernMeta() } },
+      modernHeaders("resources/read", "webcodex://projects"),
+    );
+    expect(read.body.result).toMatchObject({ resultType: "complete", cacheScope: "private" });
+
+    // The 2025-11-25 client on the same URL sees exactly what it always did: draft-7 schemas, no 2026 fields.
+    const legacyTools = await legacy.listTools();
+    expect(legacyTools.tools.map((t) => t.name)).toEqual(tools.map((t) => t.name));
+    expect(legacyTools.tools[0]?.inputSchema.$schema).toBe("http://json-schema.org/draft-07/schema#");
+    expect(legacyTools).not.toHaveProperty("resultType");
+    expect(legacyTools).not.toHaveProperty("ttlMs");
+  });
+
+  it("answers an unknown resource on 2026-07-28 with invalid params naming the URI (SEP-2164)", async () => {
+    const uri = `webcodex://${canary("missing-resource")}`;
+    const answer = await rawPost(
+      { id: 9, method: "resources/read", params: { uri, _meta: modernMeta() } },
+      modernHeaders("resources/read", uri),
+    );
+    expect(answer.status).toBe(200);
+    expect(answer.body.error).toMatchObject({ code: -32602, data: { uri } });
+  });
+
+  it("refuses missing or mismatched MCP headers and a missing _meta with 400 carrying the request's id, and starts nothing", async () => {
+    const key = unique("hdr");
+    const args = { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt: "hello" };
+    const call = (id: number) => ({
+      id,
+      method: "tools/call",
+      params: { name: "start_coding_agent", arguments: args, _meta: modernMeta() },
+    });
+    const cases: [string, RawAnswer][] = [
+      [
+        "no MCP-Protocol-Version",
+        await rawPost(call(11), { "Mcp-Method": "tools/call", "Mcp-Name": "start_coding_agent" }),
+      ],
+      ["no Mcp-Method", await rawPost(call(12), { "MCP-Protocol-Version": MODERN, "Mcp-Name": "start_coding_agent" })],
+      ["no Mcp-Name", await rawPost(call(13), modernHeaders("tools/call"))],
+      ["Mcp-Method mismatch", await rawPost(call(14), modernHeaders("tools/list", "start_coding_agent"))],
+      ["Mcp-Name mismatch", await rawPost(call(15), modernHeaders("tools/call", "observe_coding_agent"))],
+      [
+        "version mismatch",
+        await rawPost(call(16), {
+          ...modernHeaders("tools/call", "start_coding_agent"),
+          "MCP-Protocol-Version": "2025-11-25",
+        }),
+      ],
+    ];
+    for (const [label, answer] of cases) {
+      expect(answer.status, label).toBe(400);
+      expect(answer.body.error?.code, label).toBe(-32020);
+      expect(typeof answer.body.id, label).toBe("number");
+    }
+    expect(cases.map(([, a]) => a.body.id)).toEqual([11, 12, 13, 14, 15, 16]);
+    expect(cases[2]?.[1].body.error?.message).toContain("Mcp-Name header is absent");
+    expect(cases[4]?.[1].body.error?.message).toContain('names "observe_coding_agent"');
+
+    const noMeta = await rawPost(
+      { id: 17, method: "tools/call", params: { name: "start_coding_agent", arguments: args } },
+      modernHeaders("tools/call", "start_coding_agent"),
+    );
+    expect(noMeta.status).toBe(400);
+    expect(noMeta.body).toMatchObject({ id: 17, error: { code: -32602 } });
+    expect(noMeta.body.error?.message).toContain("missing the required per-request envelope key(s): _meta");
+
+    const future = await rawPost(
+      {
+        id: 18,
+        method: "tools/list",
+        params: { _meta: modernMeta({ "io.modelcontextprotocol/protocolVersion": "2099-01-01" }) },
+      },
+      { ...modernHeaders("tools/list"), "MCP-Protocol-Version": "2099-01-01" },
+    );
+    expect(future.status).toBe(400);
+    expect(future.body).toMatchObject({ id: 18, error: { code: -32022, data: { supported: [MODERN] } } });
+
+    // Nothing was started under that key: the same key with other inputs is not an idempotency conflict.
+    const fresh = await modernOk(modern, "start_coding_agent", {
+      ...args,
+      prompt: "scenario: slow interval_ms=50 count=4",
+    });
+    expect(fresh.run_id).toEqual(expect.any(String));
+  });
+
+  it("runs start → observe → cancel for both clients side by side, each seeing only its own runs", async () => {
+    const v1 = await ok(legacy, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: unique("v1"),
+      prompt: "scenario: slow interval_ms=100 count=600",
+    });
+    const v2 = await modernOk(modern, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: unique("v2"),
+      prompt: "scenario: slow interval_ms=100 count=600",
+    });
+    // Same principal, either era: each client observes the other's run.
+    const seenByModern = await modernOk(modern, "observe_coding_agent", { run_id: v1.run_id });
+    expect(seenByModern.run_id).toBe(v1.run_id);
+    const seenByLegacy = await ok(legacy, "observe_coding_agent", { run_id: v2.run_id });
+    expect(seenByLegacy.run_id).toBe(v2.run_id);
+    // Another principal on 2026-07-28 sees neither.
+    const bob = await connectModern(bobToken);
+    const foreign = await modernCall(bob, "observe_coding_agent", { run_id: v2.run_id });
+    expect(foreign.isError).toBe(true);
+    expect(foreign.content[0]?.text).toContain("not_found");
+
+    await modernOk(modern, "cancel_coding_agent", { run_id: v1.run_id });
+    await ok(legacy, "cancel_coding_agent", { run_id: v2.run_id });
+    for (const runId of [v1.run_id, v2.run_id]) {
+      let state = "";
+      for (let i = 0; i < 100 && !TERMINAL.has(state); i++) {
+        state = (await modernOk(modern, "observe_coding_agent", { run_id: runId, wait_secs: 2 })).state as string;
+      }
+      expect(state).toBe("cancelled");
+    }
+  }, 60_000);
+});
