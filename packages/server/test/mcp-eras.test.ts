@@ -259,4 +259,87 @@ describe("one /mcp, two eras", () => {
       expect(state).toBe("cancelled");
     }
   }, 60_000);
+
+  it("takes the 2026-07-28 recorder from _wc.record in the envelope, refuses it everywhere else by name, and a refusal starts and records nothing", async () => {
+    const session = await modernOk(modern, "create_workflow_session", { project_id: "demo", title: unique("rec") });
+    const sessionId = session.session_id as string;
+    const bobModern = await connectModern(bobToken);
+    const bobSession = await modernOk(bobModern, "create_workflow_session", { project_id: "demo", title: unique("b") });
+    const key = unique("rec-key");
+    const args = { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt: "hello" };
+    const startCall = (id: number, params: Record<string, unknown>, name = "start_coding_agent") =>
+      rawPost(
+        { id, method: "tools/call", params: { name, arguments: args, _meta: modernMeta(), ...params } },
+        modernHeaders("tools/call", name),
+      );
+    const errorOf = (answer: RawAnswer) => {
+      const result = answer.body.result as ModernCallResult;
+      expect(result.isError).toBe(true);
+      return (JSON.parse(result.content[0]?.text ?? "{}") as { error: { code: string; message: string } }).error;
+    };
+
+    const inArguments = errorOf(await startCall(21, { arguments: { ...args, _wc: { record: sessionId } } }));
+    expect(inArguments.code).toBe("invalid_input");
+    expect(inArguments.message).toContain(
+      "arguments._wc: the recorder goes in the tools/call envelope as params._wc.record",
+    );
+    const rootLevel = errorOf(await startCall(22, { recording_session_id: sessionId }));
+    expect(rootLevel.message).toContain("params.recording_session_id: not a recorder selector");
+    const oldArgument = errorOf(await startCall(23, { arguments: { ...args, workflow_session_id: sessionId } }));
+    expect(oldArgument.message).toContain(
+      "arguments.workflow_session_id: on a 2026-07-28 request the recorder is params._wc.record",
+    );
+    const foreign = errorOf(await startCall(24, { _wc: { record: bobSession.session_id } }));
+    expect(foreign.code).toBe("not_found");
+    expect(foreign.message).toMatch(/^_wc\.record: /);
+    const extraKey = errorOf(await startCall(25, { _wc: { record: sessionId, grant: "all" } }));
+    expect(extraKey.message).toContain('params._wc: only "record" is allowed');
+    const notAStart = errorOf(
+      await rawPost(
+        {
+          id: 26,
+          method: "tools/call",
+          params: {
+            name: "observe_coding_agent",
+            arguments: { run_id: "r" },
+            _meta: modernMeta(),
+            _wc: { record: sessionId },
+          },
+        },
+        modernHeaders("tools/call", "observe_coding_agent"),
+      ),
+    );
+    expect(notAStart.message).toContain("params._wc.record: this tool starts no run");
+    // A 2025-era request keeps workflow_session_id and is told so when it sends the 2026 envelope.
+    const legacyEnvelope = await legacy.request(
+      {
+        method: "tools/call",
+        params: { name: "start_coding_agent", arguments: args, _wc: { record: sessionId } } as never,
+      },
+      (await import("@modelcontextprotocol/sdk/types.js")).CallToolResultSchema,
+    );
+    expect(legacyEnvelope.isError).toBe(true);
+    expect((legacyEnvelope.content[0] as { text: string }).text).toContain(
+      "params._wc: the 2026-07-28 envelope; on this 2025-era request name the recorder with arguments.workflow_session_id",
+    );
+
+    // None of that started a run or recorded anything: the session is empty, and the key is still free.
+    const before = await modernOk(modern, "read_workflow_session", { session_id: sessionId });
+    expect(before.evidence).toEqual([]);
+    const started = await startCall(27, { _wc: { record: sessionId } });
+    const run = started.body.result as ModernCallResult & { structuredContent: Structured; resultType: string };
+    expect(run.isError).toBeFalsy();
+    expect(run.resultType).toBe("complete");
+    const runId = run.structuredContent.run_id as string;
+    let evidence: Structured[] = [];
+    for (let i = 0; i < 100 && !evidence.some((e) => e.kind === "coding_agent_terminal"); i++) {
+      evidence = (await modernOk(modern, "read_workflow_session", { session_id: sessionId })).evidence as Structured[];
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(evidence.map((e) => e.kind)).toEqual(["coding_agent_started", "coding_agent_terminal"]);
+    expect(evidence.every((e) => e.run_id === runId)).toBe(true);
+    // Bob's session saw nothing.
+    const bobRead = await modernOk(bobModern, "read_workflow_session", { session_id: bobSession.session_id });
+    expect(bobRead.evidence).toEqual([]);
+  }, 60_000);
 });

@@ -114,6 +114,14 @@ function modernResult<T extends object>(era: Era, result: T, cache?: { ttlMs: nu
   return { ...result, resultType: "complete", ...(cache ?? {}) };
 }
 
+/** The params object of a parsed body, or an empty one. */
+function paramsOf(raw: unknown): Readonly<Record<string, unknown>> {
+  const params = (raw as { params?: unknown } | null)?.params;
+  return typeof params === "object" && params !== null && !Array.isArray(params)
+    ? (params as Record<string, unknown>)
+    : {};
+}
+
 /** Names of the tools a POST calls. */
 function calledTools(messages: readonly JSONRPCMessage[]): string[] {
   const names: string[] = [];
@@ -236,6 +244,8 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     shapeRefusal: string | null;
     /** The MCP era the request speaks (mcp/era.ts); the answer's shape follows it. */
     era: Era;
+    /** The request's params as JSON.parse built them: the SDK's schemas drop `_wc` (the recorder envelope). */
+    rawParams: Readonly<Record<string, unknown>>;
   }
   const mux = new PostMux<RequestContext>();
   const contextOf = (requestId: RequestId): RequestContext => {
@@ -272,7 +282,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     return modernResult(era, { tools: tools.definitions(era.kind === "modern") }, STATIC_LIST_CACHE);
   });
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const { principal, signal, shapeRefusal, era } = contextOf(extra.requestId);
+    const { principal, signal, shapeRefusal, era, rawParams } = contextOf(extra.requestId);
     const name = request.params.name;
     if (!tools.has(name)) {
       tools.recordRefusedCall(principal, "unknown_tool");
@@ -280,7 +290,11 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     }
     // Stateless: a notifications/cancelled could only arrive in another POST (and is never delivered),
     // so the request's own signal (client disconnect, shutdown) is the only one that can fire.
-    return modernResult(era, await tools.call(principal, name, request.params.arguments, signal, shapeRefusal));
+    const envelope = { modern: era.kind === "modern", params: rawParams };
+    return modernResult(
+      era,
+      await tools.call(principal, name, request.params.arguments, signal, shapeRefusal, envelope),
+    );
   });
   server.setRequestHandler(ListResourcesRequestSchema, (_request, extra) =>
     modernResult(contextOf(extra.requestId).era, { resources: [PROJECTS_RESOURCE] }, STATIC_LIST_CACHE),
@@ -389,6 +403,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
         signal: abort.signal,
         shapeRefusal: argumentShapeRefusal(post.message),
         era: post.era,
+        rawParams: paramsOf(post.raw),
       });
     } catch (err) {
       logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");

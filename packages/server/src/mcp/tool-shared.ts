@@ -22,7 +22,23 @@ export interface ToolSpec<N extends string = string> {
   input: z.ZodType;
   output: z.ZodType;
   annotations: NonNullable<Tool["annotations"]>;
+  /**
+   * The tool starts a run that a Workflow Session may record: `workflow_session_id` in its arguments on
+   * 2025-era requests, `_wc.record` in the tools/call envelope on 2026-07-28 ones (DESIGN §11).
+   */
+  recorder?: true;
 }
+
+/** What a tools/call carries beside its arguments (the 2026-07-28 `_wc` envelope), as the router checked it. */
+export interface ToolInvocation {
+  /** `_wc.record`: the recorder session, to be checked exactly like `workflow_session_id`. */
+  record?: string;
+}
+
+/** The argument that names the recorder on 2025-era requests. */
+export const RECORDER_ARGUMENT = "workflow_session_id";
+/** Where the recorder is named on 2026-07-28 requests. */
+export const RECORDER_ENVELOPE = "_wc.record";
 
 /**
  * Which JSON Schema dialect a tools/list answer uses: draft-7 for 2025-era clients (like the v1 SDK's own
@@ -54,7 +70,13 @@ export function toolDefinition(spec: ToolSpec<string>, dialect: SchemaDialect = 
  */
 export interface ToolModule {
   readonly specs: readonly ToolSpec<string>[];
-  call(principal: Principal, name: string, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome>;
+  call(
+    principal: Principal,
+    name: string,
+    args: unknown,
+    signal?: AbortSignal,
+    invocation?: ToolInvocation,
+  ): Promise<ToolCallOutcome>;
 }
 
 export interface ToolCallOutcome {
