@@ -5,6 +5,11 @@
  * the SDK client never sends: missing or mismatched headers, missing `_meta`.
  */
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from "@modelcontextprotocol/client";
+import {
+  createTaskSessionFromClient,
+  resultFromTaskOutcome,
+  type SerializedTaskReference,
+} from "@modelcontextprotocol/ext-tasks/client";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { canary } from "../../../scripts/vitest/canary.js";
@@ -342,4 +347,152 @@ describe("one /mcp, two eras", () => {
     const bobRead = await modernOk(bobModern, "read_workflow_session", { session_id: bobSession.session_id });
     expect(bobRead.evidence).toEqual([]);
   }, 60_000);
+
+  describe("runs as Tasks", () => {
+    const tasksMeta = () =>
+      modernMeta({
+        "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } },
+      });
+    const startTask = (key: string, prompt: string, token = aliceToken) =>
+      rawPost(
+        {
+          id: key,
+          method: "tools/call",
+          params: {
+            name: "start_coding_agent",
+            arguments: { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt },
+            _meta: tasksMeta(),
+          },
+        },
+        modernHeaders("tools/call", "start_coding_agent"),
+        token,
+      );
+    const taskRequest = (method: string, taskId: string, token = aliceToken) =>
+      rawPost({ id: method, method, params: { taskId, _meta: tasksMeta() } }, modernHeaders(method, taskId), token);
+    const getUntil = async (taskId: string, done: (r: Record<string, unknown>) => boolean) => {
+      for (let i = 0; i < 200; i++) {
+        const r = (await taskRequest("tasks/get", taskId)).body.result ?? {};
+        if (done(r)) return r;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      throw new Error(`task ${taskId} never reached the expected status`);
+    };
+
+    it("advertises the extension, answers a declaring client's start with a task bound to the run, and a completed task carries the observe-shaped result", async () => {
+      const discovered = await rawPost(
+        { id: "d", method: "server/discover", params: { _meta: modernMeta() } },
+        modernHeaders("server/discover"),
+      );
+      expect(discovered.body.result?.capabilities).toMatchObject({
+        extensions: { "io.modelcontextprotocol/tasks": {} },
+      });
+      const key = unique("task");
+      const created = (await startTask(key, "scenario: hello")).body.result ?? {};
+      expect(created).toMatchObject({ resultType: "task", status: "working", ttlMs: null });
+      const taskId = created.taskId as string;
+      expect(taskId).toMatch(/^wc_task_[a-z2-7]{26}_[A-Za-z0-9_-]{22}$/);
+      // Same key, same task.
+      expect((await startTask(key, "scenario: hello")).body.result?.taskId).toBe(taskId);
+
+      const done = await getUntil(taskId, (r) => r.status !== "working");
+      expect(done).toMatchObject({ resultType: "complete", taskId, status: "completed" });
+      const result = done.result as { resultType: string; structuredContent: Structured; content: { text: string }[] };
+      expect(result.resultType).toBe("complete");
+      expect(result.structuredContent).toMatchObject({ state: "completed", execution_state: "completed" });
+      expect(JSON.parse(result.content[0]?.text ?? "")).toEqual(result.structuredContent);
+      // The run behind the task is the same run observe reports.
+      const observed = await modernOk(modern, "observe_coding_agent", { run_id: result.structuredContent.run_id });
+      expect(observed.state).toBe("completed");
+
+      // A client without the extension gets the plain tool result, unchanged.
+      const plain = await modernOk(modern, "start_coding_agent", {
+        project_id: "demo",
+        provider_id: "fake",
+        idempotency_key: key,
+        prompt: "scenario: hello",
+      });
+      expect(plain.run_id).toBe(result.structuredContent.run_id);
+    }, 60_000);
+
+    it("cancels the run through tasks/cancel, and refuses a foreign or made-up task id without touching the run", async () => {
+      const created = (await startTask(unique("cancel"), "scenario: slow interval_ms=100 count=600")).body.result ?? {};
+      const taskId = created.taskId as string;
+      const runningSeen = await getUntil(taskId, (r) => r.status === "working");
+      expect(runningSeen.statusMessage).toMatch(/^run (starting|running)/);
+
+      // Bob presents Alice's task id: unknown to him, for get and cancel alike.
+      for (const method of ["tasks/get", "tasks/cancel"]) {
+        const foreign = await taskRequest(method, taskId, bobToken);
+        expect(foreign.status, method).toBe(200);
+        expect(foreign.body.error, method).toMatchObject({ code: -32602 });
+        expect(foreign.body.error?.message, method).toContain("Unknown task");
+      }
+      const forged = `${taskId.slice(0, -4)}AAAA`;
+      expect((await taskRequest("tasks/get", forged)).body.error?.message).toContain("Unknown task");
+      // Header and body must agree on the task id too.
+      const mismatched = await rawPost(
+        { id: 5, method: "tasks/get", params: { taskId, _meta: tasksMeta() } },
+        modernHeaders("tasks/get", forged),
+      );
+      expect(mismatched.status).toBe(400);
+      expect(mismatched.body).toMatchObject({ id: 5, error: { code: -32020 } });
+      expect((await getUntil(taskId, () => true)).status).toBe("working");
+
+      const cancelled = await taskRequest("tasks/cancel", taskId);
+      expect(cancelled.body.result).toEqual({ resultType: "complete" });
+      const end = await getUntil(taskId, (r) => r.status !== "working");
+      expect(end).toMatchObject({ status: "cancelled", taskId });
+    }, 60_000);
+
+    it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {
+      const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
+      const client = await connectModern(aliceToken, capabilities);
+      const framing = {
+        protocolVersion: MODERN,
+        clientInfo: { name: "webcodex-test-2026", version: "0" },
+        clientCapabilities: capabilities,
+      };
+      const rawDispatch = async (request: unknown) => {
+        // The host coordinator owns JSON-RPC framing: the package hands over method and params only.
+        const r = request as { method: string; params?: Record<string, unknown> };
+        const name = r.params?.name ?? r.params?.taskId ?? r.params?.uri;
+        const answer = await rawPost(
+          { id: unique("rpc"), ...(request as Record<string, unknown>) },
+          modernHeaders(r.method, typeof name === "string" ? name : undefined),
+        );
+        return { jsonrpc: "2.0", ...answer.body } as never;
+      };
+      const session = createTaskSessionFromClient(client as never, {
+        endpointId: "webcodex-test",
+        rawDispatch,
+        v2RequestFraming: framing,
+      });
+      const execution = await session.callTool(
+        "start_coding_agent",
+        { project_id: "demo", provider_id: "fake", idempotency_key: unique("ext"), prompt: "scenario: hello" },
+        { task: { preference: "require" } },
+      );
+      expect(execution.kind).toBe("task");
+      if (execution.kind !== "task") return;
+      let reference: SerializedTaskReference | undefined;
+      await execution.handoff((r) => {
+        reference = r;
+      });
+      // Dropped, not closed, like a process that exits: closing a session cancels executions it
+      // still lists, handed-off ones included (ext-tasks 0.2.2).
+      void session;
+      if (reference === undefined) throw new Error("no task reference was handed off");
+
+      const later = createTaskSessionFromClient((await connectModern(aliceToken, capabilities)) as never, {
+        endpointId: "webcodex-test",
+        rawDispatch,
+        v2RequestFraming: framing,
+      });
+      const resumed = await later.resumeTask(reference);
+      const { outcome } = await resumed.settle();
+      const result = resultFromTaskOutcome(outcome) as { structuredContent: Structured };
+      expect(result.structuredContent).toMatchObject({ state: "completed", execution_state: "completed" });
+      await later.close();
+    }, 60_000);
+  });
 });

@@ -27,6 +27,7 @@ import {
   CallToolRequestSchema,
   ErrorCode,
   type JSONRPCMessage,
+  type JSONRPCRequest,
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema,
@@ -46,6 +47,7 @@ import type { AuditLog } from "./audit.js";
 import { type Era, MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META, SERVER_INFO_META } from "./era.js";
 import { PostMux, readMcpPost, sendJsonRpcError } from "./post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./resource.js";
+import { declaresTasks, type RunTasks, TASKS_EXTENSION, TaskRequestError } from "./run-tasks.js";
 import { checkArgumentShape } from "./tool-arguments.js";
 import type { ToolModule } from "./tool-shared.js";
 import { McpTools } from "./tools.js";
@@ -71,6 +73,8 @@ export interface McpHttpOptions {
   toolModules?: readonly ToolModule[];
   /** Workflow-session selectors of start_coding_agent. */
   startHooks?: StartHooks;
+  /** Runs as MCP Tasks for 2026-07-28 clients that declare the extension (mcp/run-tasks.ts); absent: no Tasks. */
+  runTasks?: RunTasks;
   maxBodyBytes?: number;
   /** Origin header values accepted besides the Server's own origin (config `[server] allowed_origins`). */
   allowedOrigins?: readonly string[];
@@ -114,6 +118,15 @@ function modernResult<T extends object>(era: Era, result: T, cache?: { ttlMs: nu
   return { ...result, resultType: "complete", ...(cache ?? {}) };
 }
 
+/** Whether a 2026-07-28 request is a Tasks request or a task-backed start (answered by answerTaskRequest). */
+function isTaskRequest(message: JSONRPCMessage, era: Era, tools: McpTools): boolean {
+  if (!("method" in message) || !("id" in message)) return false;
+  if (message.method.startsWith("tasks/")) return true;
+  if (message.method !== "tools/call" || !declaresTasks(era)) return false;
+  const name = (message.params as { name?: unknown } | undefined)?.name;
+  return typeof name === "string" && tools.startsRun(name);
+}
+
 /** The params object of a parsed body, or an empty one. */
 function paramsOf(raw: unknown): Readonly<Record<string, unknown>> {
   const params = (raw as { params?: unknown } | null)?.params;
@@ -122,11 +135,22 @@ function paramsOf(raw: unknown): Readonly<Record<string, unknown>> {
     : {};
 }
 
+/** The run tool whose authority each Tasks method exercises (for the OAuth scope check and the audit). */
+const TASK_METHOD_TOOL: Readonly<Record<string, string>> = {
+  "tasks/get": "observe_coding_agent",
+  "tasks/cancel": "cancel_coding_agent",
+  "tasks/update": "observe_coding_agent",
+};
+
 /** Names of the tools a POST calls. */
 function calledTools(messages: readonly JSONRPCMessage[]): string[] {
   const names: string[] = [];
   for (const m of messages) {
-    if (!("method" in m) || m.method !== "tools/call") continue;
+    if (!("method" in m)) continue;
+    // A task request acts on a run as the run tool would: it needs what that tool needs.
+    const asTool = TASK_METHOD_TOOL[m.method];
+    if (asTool !== undefined) names.push(asTool);
+    if (m.method !== "tools/call") continue;
     const name = (m.params as { name?: unknown } | undefined)?.name;
     if (typeof name === "string") names.push(name);
   }
@@ -232,6 +256,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     ...(options.startHooks ? { startHooks: options.startHooks } : {}),
   });
   const tools = new McpTools({ runs, audit, logger, modules: [runTools, ...(options.toolModules ?? [])] });
+  const runTasks = options.runTasks;
   const inFlight = new Set<AbortController>();
   const refusals = new RefusalLog(logger);
   let closed = false;
@@ -271,7 +296,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     return {
       resultType: "complete",
       supportedVersions: [...MODERN_PROTOCOL_VERSIONS],
-      capabilities: MODERN_CAPABILITIES,
+      capabilities: runTasks ? { ...MODERN_CAPABILITIES, extensions: { [TASKS_EXTENSION]: {} } } : MODERN_CAPABILITIES,
       instructions: MCP_INSTRUCTIONS,
       ...STATIC_LIST_CACHE,
       _meta: { [SERVER_INFO_META]: MCP_SERVER_INFO },
@@ -387,6 +412,10 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       res.writeHead(202).end();
       return;
     }
+    if (runTasks && post.era.kind === "modern" && isTaskRequest(post.message, post.era, tools)) {
+      await answerTaskRequest(res, post.message as JSONRPCRequest, post.era, principal, paramsOf(post.raw));
+      return;
+    }
     inFlight.add(abort);
     let internal: number | null = null;
     res.once("close", () => {
@@ -410,6 +439,77 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       sendJsonRpcError(res, 500, -32603, "Internal server error");
     }
   };
+
+  /**
+   * Task requests (`tasks/get`, `tasks/cancel`, `tasks/update`) and the task-backed start of a run are
+   * answered here rather than by the SDK `Server`: the v1 `Server` refuses a handler for `tasks/*` unless it
+   * also advertises its own 2025-era tasks capability to every `initialize` (which we do not offer), and it
+   * coerces every tools/call answer into a `CallToolResult`. The task-backed start is the same audited
+   * `tools.call` as any start; only its answer is the task.
+   */
+  async function answerTaskRequest(
+    res: ServerResponse,
+    message: JSONRPCRequest,
+    era: Era,
+    principal: Principal,
+    rawParams: Readonly<Record<string, unknown>>,
+  ): Promise<void> {
+    const tasks = runTasks as RunTasks;
+    const answer = (result: Record<string, unknown>) => {
+      if (res.writableEnded || res.destroyed) return;
+      const body = JSON.stringify({ jsonrpc: "2.0", id: message.id, result });
+      res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
+      res.end(body);
+    };
+    const taskId = () => {
+      const id = rawParams.taskId;
+      if (typeof id !== "string") throw new TaskRequestError(-32602, "params.taskId: must be a string (a task id)");
+      return id;
+    };
+    try {
+      switch (message.method) {
+        case "tools/call": {
+          const name = rawParams.name as string;
+          const shape = argumentShapeRefusal(message);
+          const envelope = { modern: true, params: rawParams };
+          const result = await tools.call(principal, name, rawParams.arguments, undefined, shape, envelope);
+          const runId = (result.structuredContent as { run_id?: unknown } | undefined)?.run_id;
+          // A refused start is the tool's own error result, as without Tasks: no run, so no task.
+          if (result.isError || typeof runId !== "string") answer(modernResult(era, result));
+          else answer(await tasks.created(principal, runId));
+          return;
+        }
+        case "tasks/get":
+          answer(await tasks.get(principal, taskId()));
+          return;
+        case "tasks/cancel": {
+          const runId = tasks.runToCancel(principal, taskId());
+          const result = await tools.call(principal, "cancel_coding_agent", { run_id: runId });
+          if (result.isError) {
+            const text = result.content[0]?.type === "text" ? result.content[0].text : "";
+            throw new TaskRequestError(-32603, `The run could not be cancelled: ${text}`);
+          }
+          answer({ resultType: "complete" });
+          return;
+        }
+        case "tasks/update":
+          taskId();
+          throw new TaskRequestError(
+            -32602,
+            "tasks/update: a run's task never asks for input (permission requests follow the Runner's policy).",
+          );
+        default:
+          throw new TaskRequestError(-32601, `Method not found: ${message.method}`);
+      }
+    } catch (err) {
+      if (err instanceof TaskRequestError) {
+        sendJsonRpcError(res, 200, err.code, err.message, message.id);
+        return;
+      }
+      logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp task request failed");
+      sendJsonRpcError(res, 200, -32603, "Internal error", message.id);
+    }
+  }
 
   return Object.assign(handler, {
     async close(): Promise<void> {

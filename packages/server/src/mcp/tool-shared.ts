@@ -23,10 +23,11 @@ export interface ToolSpec<N extends string = string> {
   output: z.ZodType;
   annotations: NonNullable<Tool["annotations"]>;
   /**
-   * The tool starts a run that a Workflow Session may record: `workflow_session_id` in its arguments on
-   * 2025-era requests, `_wc.record` in the tools/call envelope on 2026-07-28 ones (DESIGN §11).
+   * The tool starts a run (its output has `run_id`): a Workflow Session may record it (`workflow_session_id`
+   * in its arguments on 2025-era requests, `_wc.record` in the tools/call envelope on 2026-07-28 ones,
+   * DESIGN §11), and for a client that declares the Tasks extension the call answers with a task (mcp/run-tasks.ts).
    */
-  recorder?: true;
+  startsRun?: true;
 }
 
 /** What a tools/call carries beside its arguments (the 2026-07-28 `_wc` envelope), as the router checked it. */

@@ -67,7 +67,7 @@ function checkEnvelope(
       refusal: `params._wc: the 2026-07-28 envelope; on this 2025-era request name the recorder with arguments.${RECORDER_ARGUMENT}. Nothing was started.`,
     };
   }
-  if (spec?.recorder && Object.hasOwn(argObject, RECORDER_ARGUMENT)) {
+  if (spec?.startsRun && Object.hasOwn(argObject, RECORDER_ARGUMENT)) {
     return {
       refusal: `arguments.${RECORDER_ARGUMENT}: on a 2026-07-28 request the recorder is params.${RECORDER_ENVELOPE} in the tools/call envelope. Nothing was started.`,
     };
@@ -84,7 +84,7 @@ function checkEnvelope(
   }
   const record = (wc as { record?: unknown }).record;
   if (record === undefined) return { invocation: {} };
-  if (!spec?.recorder) {
+  if (!spec?.startsRun) {
     return { refusal: `params.${RECORDER_ENVELOPE}: this tool starts no run; ${RECORDER_TOOLS_HINT}.` };
   }
   const parsed = SessionId.safeParse(record);
@@ -155,6 +155,11 @@ export class McpTools {
    */
   definitions(modern = false): Tool[] {
     return modern ? this.#modernDefinitions : this.#definitions;
+  }
+
+  /** Whether the tool starts a run (ToolSpec.startsRun). */
+  startsRun(name: string): boolean {
+    return this.#specs.get(name)?.startsRun === true;
   }
 
   has(name: string): boolean {

@@ -40,7 +40,7 @@ export type RunToolName = (typeof RUN_TOOL_NAMES)[keyof typeof RUN_TOOL_NAMES];
 export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
   {
     name: RUN_TOOL_NAMES.start,
-    recorder: true,
+    startsRun: true,
     title: "Start a coding agent run",
     description:
       "Hand a coding task to an operator-configured ACP coding agent working in a registered project. " +
