@@ -389,13 +389,25 @@ describe("one /mcp, two eras", () => {
       const key = unique("task");
       const created = (await startTask(key, "scenario: hello")).body.result ?? {};
       expect(created).toMatchObject({ resultType: "task", status: "working", ttlMs: null });
+      // The start's own output rides along, so a client can follow the run's events.
+      const started = (created._meta as Record<string, Structured>)["dev.webcodex/run"];
+      expect(started).toMatchObject({
+        run_id: expect.any(String),
+        replayed: false,
+        observation_token: expect.any(String),
+      });
       const taskId = created.taskId as string;
       expect(taskId).toMatch(/^wc_task_[a-z2-7]{26}_[A-Za-z0-9_-]{22}$/);
       // Same key, same task.
       expect((await startTask(key, "scenario: hello")).body.result?.taskId).toBe(taskId);
 
       const done = await getUntil(taskId, (r) => r.status !== "working");
-      expect(done).toMatchObject({ resultType: "complete", taskId, status: "completed" });
+      expect(done).toMatchObject({
+        resultType: "complete",
+        taskId,
+        status: "completed",
+        _meta: { "dev.webcodex/run": { run_id: started?.run_id } },
+      });
       const result = done.result as { resultType: string; structuredContent: Structured; content: { text: string }[] };
       expect(result.resultType).toBe("complete");
       expect(result.structuredContent).toMatchObject({ state: "completed", execution_state: "completed" });

@@ -476,7 +476,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
           const runId = (result.structuredContent as { run_id?: unknown } | undefined)?.run_id;
           // A refused start is the tool's own error result, as without Tasks: no run, so no task.
           if (result.isError || typeof runId !== "string") answer(modernResult(era, result));
-          else answer(await tasks.created(principal, runId));
+          else answer(await tasks.created(principal, runId, result.structuredContent));
           return;
         }
         case "tasks/get":

@@ -37,6 +37,13 @@ export const TASK_RUN_FAILED = -32010;
 /** JSON-RPC error code of a failed task whose run is lost (outcome unknown). */
 export const TASK_RUN_LOST = -32011;
 
+/**
+ * `_meta` key of a task result naming its run: on the task-backed start the start tool's own output
+ * (`run_id`, `state`, `execution_state`, `replayed`, `observation_token`), on `tasks/get` `{run_id}` — so a
+ * client can follow the run's events with observe_coding_agent.
+ */
+export const RUN_META = "dev.webcodex/run";
+
 const TASK_ID_PREFIX = "wc_task_";
 const RUN_ID_PREFIX = "wc_agent_run_";
 const KEY_DOMAIN = "webcodex mcp task id v1";
@@ -108,10 +115,10 @@ export class RunTasks {
     return runId;
   }
 
-  /** The answer to a task-backed start: the task bound to the run it started (or replayed). */
-  async created(principal: Principal, runId: string): Promise<Record<string, unknown>> {
+  /** The answer to a task-backed start: the task bound to the run it started (or replayed), and that start's output. */
+  async created(principal: Principal, runId: string, started: unknown): Promise<Record<string, unknown>> {
     const { task } = await this.#view(principal, runId);
-    return { resultType: "task", ...task };
+    return { resultType: "task", ...task, _meta: { [RUN_META]: started } };
   }
 
   /** `tasks/get`: the task and, once terminal, its result or error. */
@@ -119,7 +126,7 @@ export class RunTasks {
     const runId = this.runIdOf(principal, taskId);
     if (runId === null) throw NOT_FOUND();
     const { task, terminal } = await this.#view(principal, runId);
-    return { resultType: "complete", ...task, ...terminal };
+    return { resultType: "complete", ...task, ...terminal, _meta: { [RUN_META]: { run_id: runId } } };
   }
 
   /** The run id behind `taskId` for cancelling (the caller cancels it as cancel_coding_agent). */
