@@ -219,6 +219,10 @@ describe("one /mcp, two eras", () => {
       },
       { ...modernHeaders("tools/list"), "MCP-Protocol-Version": "2099-01-01" },
     );
+    // Methods 2026-07-28 removed are unknown, whatever the headers say.
+    const ping = await rawPost({ id: 19, method: "ping", params: { _meta: modernMeta() } }, {});
+    expect(ping.status).toBe(404);
+    expect(ping.body).toMatchObject({ id: 19, error: { code: -32601 } });
     expect(future.status).toBe(400);
     expect(future.body).toMatchObject({ id: 18, error: { code: -32022, data: { supported: [MODERN] } } });
 
@@ -439,6 +443,19 @@ describe("one /mcp, two eras", () => {
         expect(foreign.body.error, method).toMatchObject({ code: -32602 });
         expect(foreign.body.error?.message, method).toContain("Unknown task");
       }
+      // A client that did not declare the extension is told which capability the method needs.
+      const undeclared = await rawPost(
+        { id: 6, method: "tasks/get", params: { taskId, _meta: modernMeta() } },
+        modernHeaders("tasks/get", taskId),
+      );
+      expect(undeclared.status).toBe(400);
+      expect(undeclared.body).toMatchObject({
+        id: 6,
+        error: {
+          code: -32021,
+          data: { requiredCapabilities: { extensions: { "io.modelcontextprotocol/tasks": {} } } },
+        },
+      });
       const forged = `${taskId.slice(0, -4)}AAAA`;
       expect((await taskRequest("tasks/get", forged)).body.error?.message).toContain("Unknown task");
       // Header and body must agree on the task id too.

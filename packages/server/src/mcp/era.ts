@@ -31,20 +31,23 @@ export const CLIENT_CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilit
 export const CLIENT_INFO_META = "io.modelcontextprotocol/clientInfo";
 export const SERVER_INFO_META = "io.modelcontextprotocol/serverInfo";
 
-/** The methods a modern request may name here; anything else is -32601 (HTTP 404). */
+/**
+ * The methods a modern request may name here; anything else (`ping`, `initialize`, the 2025 `tasks/result`
+ * and `tasks/list`, prompts, completion, subscriptions) is -32601 with HTTP 404, before any header check.
+ */
 export const MODERN_METHODS: ReadonlySet<string> = new Set([
   "server/discover",
-  "ping",
   "tools/list",
   "tools/call",
   "resources/list",
   "resources/templates/list",
   "resources/read",
   "tasks/get",
-  "tasks/result",
+  "tasks/update",
   "tasks/cancel",
-  "tasks/list",
 ]);
+/** JSON-RPC error code of a request that needs a client capability the request did not declare. */
+export const MISSING_REQUIRED_CLIENT_CAPABILITY = -32021;
 
 /** Which body field the `Mcp-Name` header mirrors, by method (SEP-2243; `tasks/*` from the Tasks binding). */
 const MCP_NAME_SOURCE: Readonly<Record<string, string>> = {
@@ -52,7 +55,6 @@ const MCP_NAME_SOURCE: Readonly<Record<string, string>> = {
   "prompts/get": "name",
   "resources/read": "uri",
   "tasks/get": "taskId",
-  "tasks/result": "taskId",
   "tasks/update": "taskId",
   "tasks/cancel": "taskId",
 };
@@ -177,8 +179,6 @@ export function classifyPost(body: unknown, headers: EraHeaders): { era: Era } |
     };
   }
   if (route.messageKind === "request") {
-    const refused = missingOrMismatchedHeader(headers, method, params);
-    if (refused !== null) return { refusal: refused };
     if (!MODERN_METHODS.has(method)) {
       return {
         refusal: {
@@ -188,6 +188,8 @@ export function classifyPost(body: unknown, headers: EraHeaders): { era: Era } |
         },
       };
     }
+    const refused = missingOrMismatchedHeader(headers, method, params);
+    if (refused !== null) return { refusal: refused };
   }
   const capabilities = meta[CLIENT_CAPABILITIES_META];
   return {

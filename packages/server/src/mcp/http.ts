@@ -44,7 +44,13 @@ import type { Principal, RunsApi, StartHooks } from "../runs/api.js";
 import { ObserveLimits } from "../runs/observe-limits.js";
 import { RunTools } from "../runs/tools.js";
 import type { AuditLog } from "./audit.js";
-import { type Era, MODERN_PROTOCOL_VERSIONS, PROTOCOL_VERSION_META, SERVER_INFO_META } from "./era.js";
+import {
+  type Era,
+  MISSING_REQUIRED_CLIENT_CAPABILITY,
+  MODERN_PROTOCOL_VERSIONS,
+  PROTOCOL_VERSION_META,
+  SERVER_INFO_META,
+} from "./era.js";
 import { PostMux, readMcpPost, sendJsonRpcError } from "./post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./resource.js";
 import { declaresTasks, type RunTasks, TASKS_EXTENSION, TaskRequestError } from "./run-tasks.js";
@@ -410,6 +416,25 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     // A notification or a client's response: nothing for a stateless Server to do (mcp/post.ts PostMux).
     if (post.request === null) {
       res.writeHead(202).end();
+      return;
+    }
+    if (
+      post.era.kind === "modern" &&
+      "method" in post.message &&
+      post.message.method.startsWith("tasks/") &&
+      !(runTasks && declaresTasks(post.era))
+    ) {
+      // A Tasks request from a client that did not declare the extension (or to a Server without Tasks).
+      sendJsonRpcError(
+        res,
+        400,
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        runTasks
+          ? `${post.message.method} needs the ${TASKS_EXTENSION} extension: declare it in _meta["io.modelcontextprotocol/clientCapabilities"].extensions`
+          : `${post.message.method}: this Server offers no Tasks`,
+        post.request,
+        { requiredCapabilities: { extensions: { [TASKS_EXTENSION]: {} } } },
+      );
       return;
     }
     if (runTasks && post.era.kind === "modern" && isTaskRequest(post.message, post.era, tools)) {
