@@ -270,7 +270,8 @@ describe("one /mcp, two eras", () => {
   }, 60_000);
 
   it("takes the 2026-07-28 recorder from _wc.record in the envelope, refuses it everywhere else by name, and a refusal starts and records nothing", async () => {
-    const session = await modernOk(modern, "create_workflow_session", { project_id: "demo", title: unique("rec") });
+    // The session is created by the 2025-era client and records a run the 2026 client starts.
+    const session = await ok(legacy, "create_workflow_session", { project_id: "demo", title: unique("rec") });
     const sessionId = session.session_id as string;
     const bobModern = await connectModern(bobToken);
     const bobSession = await modernOk(bobModern, "create_workflow_session", { project_id: "demo", title: unique("b") });
@@ -342,7 +343,7 @@ describe("one /mcp, two eras", () => {
     const runId = run.structuredContent.run_id as string;
     let evidence: Structured[] = [];
     for (let i = 0; i < 100 && !evidence.some((e) => e.kind === "coding_agent_terminal"); i++) {
-      evidence = (await modernOk(modern, "read_workflow_session", { session_id: sessionId })).evidence as Structured[];
+      evidence = (await ok(legacy, "read_workflow_session", { session_id: sessionId })).evidence as Structured[];
       await new Promise((r) => setTimeout(r, 100));
     }
     expect(evidence.map((e) => e.kind)).toEqual(["coding_agent_started", "coding_agent_terminal"]);
