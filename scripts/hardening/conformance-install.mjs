@@ -13,7 +13,7 @@ import { existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT } from "../local-stack.mjs";
 
-export const CONFORMANCE_VERSION = "0.1.16";
+export const CONFORMANCE_VERSION = "0.2.0-alpha.12";
 export const NODE22_VERSION = "22.23.3";
 export const CACHE_DIR = join(ROOT, ".hardening-cache", `conformance-${CONFORMANCE_VERSION}-node-${NODE22_VERSION}`);
 

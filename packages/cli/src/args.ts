@@ -15,8 +15,8 @@ export const USAGE = `webcodex — start, follow and cancel coding-agent runs on
 Usage:
   webcodex run --project ID --provider ID [--key K] [--timeout SECS] [--config KEY=VALUE]...
                [--session SESSION_ID] [--context-session SESSION_ID [--context-version N]] "PROMPT"
-  webcodex observe RUN_ID [--follow]
-  webcodex cancel RUN_ID
+  webcodex observe RUN_ID|TASK_ID [--follow]
+  webcodex cancel RUN_ID|TASK_ID
   webcodex status
   webcodex task create|attempt|run|reconcile|show|close …   (see \`webcodex task --help\`)
   webcodex session create|update|show …                      (see \`webcodex session --help\`)

@@ -1,12 +1,18 @@
 /**
- * The CLI's only way to the Server: the MCP SDK client over Streamable HTTP
- * with a bearer token — the same path a model uses. Tool results are
- * validated here; error results become CliError("tool").
+ * The CLI's only way to the Server: MCP 2026-07-28 over Streamable HTTP with
+ * a bearer token — the same path a model uses. Plain tool calls go through
+ * the v2 SDK client (pinned to 2026-07-28: `server/discover`, then per-request
+ * `_meta`). `start` is task-backed (the `io.modelcontextprotocol/tasks`
+ * extension): the v2 client refuses a `resultType: "task"` answer and the
+ * Tasks package leaves the request to its host, so that one request is posted
+ * here with the headers the 2026 transport requires, and its answer checked
+ * with the Tasks package's own schema. Tool results are validated here; error
+ * results become CliError("tool").
  */
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import { CreateTaskResultV2Schema } from "@modelcontextprotocol/ext-tasks/core/v2";
 import type { z } from "zod";
-import { CliError, toCliError } from "./errors.js";
+import { CliError, httpStatusError, toCliError } from "./errors.js";
 import {
   CancelResult,
   Observation,
@@ -19,6 +25,15 @@ import {
 
 export const PROJECTS_RESOURCE_URI = "webcodex://projects";
 const CLIENT_INFO = { name: "webcodex-cli", version: "0.1.0" };
+/** The MCP revision the CLI speaks. */
+export const PROTOCOL_VERSION = "2026-07-28";
+const TASKS_EXTENSION = "io.modelcontextprotocol/tasks";
+/** `_meta` key of a task result that names its run (the Server's RUN_META). */
+const RUN_META = "dev.webcodex/run";
+/** Task ids the Server hands out (`wc_task_…`); `observe` and `cancel` accept one in place of a run id. */
+const TASK_ID = /^wc_task_[a-z2-7]{26}_[A-Za-z0-9_-]{22}$/;
+/** Bound on one request without a wait of its own. */
+const REQUEST_TIMEOUT_MS = 60_000;
 
 export interface ServerConnection {
   readonly url: string;
@@ -34,6 +49,8 @@ export interface RunsClient {
   ): Promise<Observation>;
   cancel(runId: string): Promise<CancelResult>;
   projects(): Promise<ProjectView[]>;
+  /** The run id behind a task id (`wc_task_…`, from a task-backed start); anything else is returned as is. */
+  resolveRun?(runOrTaskId: string): Promise<string>;
   /** Any other tool (agent tasks): its structured result, validated by `schema`; errors as for the run tools. */
   callTool?<T extends z.ZodType>(name: string, args: Record<string, unknown>, schema: T): Promise<z.infer<T>>;
   /** Drops the MCP session so the next call reconnects (after a Server restart). */
@@ -55,7 +72,10 @@ export class McpRunsClient implements RunsClient {
     const transport = new StreamableHTTPClientTransport(url, {
       requestInit: { headers: { Authorization: `Bearer ${this.#connection.token}` } },
     });
-    const client = new Client(CLIENT_INFO, { capabilities: {} });
+    const client = new Client(CLIENT_INFO, {
+      capabilities: {},
+      versionNegotiation: { mode: { pin: PROTOCOL_VERSION } },
+    });
     try {
       await client.connect(transport);
     } catch (err) {
@@ -82,16 +102,21 @@ export class McpRunsClient implements RunsClient {
     else parent?.addEventListener("abort", forward, { once: true });
     let result: Awaited<ReturnType<Client["callTool"]>>;
     try {
-      result = await client.callTool({ name, arguments: args }, undefined, {
-        signal: request.signal,
-        timeout: options.timeoutMs ?? 60_000,
-      });
+      result = await client.callTool(
+        { name, arguments: args },
+        { signal: request.signal, timeout: options.timeoutMs ?? REQUEST_TIMEOUT_MS },
+      );
     } catch (err) {
       throw toCliError(err, this.#connection.url);
     } finally {
       parent?.removeEventListener("abort", forward);
     }
-    const body = structuredBody(result as { structuredContent?: unknown; content?: unknown });
+    return this.#toolResult(name, result as ToolResult, schema);
+  }
+
+  /** A tool result: its structured body checked by `schema`, or its error as CliError("tool"). */
+  #toolResult<T extends z.ZodType>(name: string, result: ToolResult, schema: T): z.infer<T> {
+    const body = structuredBody(result);
     if (result.isError === true) {
       const parsed = ToolErrorBody.safeParse(body);
       if (parsed.success) {
@@ -113,8 +138,105 @@ export class McpRunsClient implements RunsClient {
     return parsed.data;
   }
 
-  start(input: StartInput, signal?: AbortSignal): Promise<StartResult> {
-    return this.#call("start_coding_agent", { ...input }, StartResult, { signal });
+  /**
+   * start_coding_agent as a task: the answer is the run's task, with the start's own output in
+   * `_meta["dev.webcodex/run"]`; a refused start is the tool's error result, as without Tasks.
+   */
+  async start(input: StartInput, signal?: AbortSignal): Promise<StartResult> {
+    const name = "start_coding_agent";
+    // On 2026-07-28 the recorder session rides in the tools/call envelope, never in the arguments.
+    const { workflow_session_id: record, ...args } = input;
+    const params = { name, arguments: args, ...(record !== undefined ? { _wc: { record } } : {}) };
+    const result = await this.#post("tools/call", params, name, signal);
+    if (result.resultType !== "task") return this.#toolResult(name, result as ToolResult, StartResult);
+    const task = CreateTaskResultV2Schema.safeParse(result);
+    const parsed = StartResult.safeParse((result._meta as Record<string, unknown> | undefined)?.[RUN_META]);
+    if (!task.success || !parsed.success) {
+      throw new CliError("protocol", `the Server's ${name} task is not in the expected shape`, {
+        hint: "The Server and this CLI may be different versions.",
+      });
+    }
+    return { ...parsed.data, task_id: task.data.taskId };
+  }
+
+  async resolveRun(runOrTaskId: string): Promise<string> {
+    if (!TASK_ID.test(runOrTaskId)) return runOrTaskId;
+    const result = await this.#post("tasks/get", { taskId: runOrTaskId }, runOrTaskId);
+    const runId = (
+      (result._meta as Record<string, unknown> | undefined)?.[RUN_META] as { run_id?: unknown } | undefined
+    )?.run_id;
+    if (typeof runId !== "string") {
+      throw new CliError("protocol", "the Server's tasks/get answer does not name the task's run", {
+        hint: "The Server and this CLI may be different versions.",
+      });
+    }
+    return runId;
+  }
+
+  /**
+   * One 2026-07-28 request posted directly, for what the SDK client cannot carry (a task result): the
+   * `_meta` envelope with the Tasks extension declared, and the `MCP-Protocol-Version` / `Mcp-Method` /
+   * `Mcp-Name` headers. Resolves with the JSON-RPC result; HTTP and JSON-RPC errors become CliError.
+   */
+  async #post(
+    method: string,
+    params: Record<string, unknown>,
+    mcpName: string,
+    signal?: AbortSignal,
+  ): Promise<Record<string, unknown>> {
+    const url = parseUrl(this.#connection.url);
+    const body = {
+      jsonrpc: "2.0",
+      id: 1,
+      method,
+      params: {
+        ...params,
+        _meta: {
+          "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+          "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+          "io.modelcontextprotocol/clientCapabilities": { extensions: { [TASKS_EXTENSION]: {} } },
+        },
+      },
+    };
+    const timeout = AbortSignal.timeout(REQUEST_TIMEOUT_MS);
+    let response: Response;
+    let text: string;
+    try {
+      response = await fetch(url, {
+        method: "POST",
+        headers: {
+          Authorization: `Bearer ${this.#connection.token}`,
+          Accept: "application/json, text/event-stream",
+          "Content-Type": "application/json",
+          "MCP-Protocol-Version": PROTOCOL_VERSION,
+          "Mcp-Method": method,
+          "Mcp-Name": mcpNameHeader(mcpName),
+        },
+        body: JSON.stringify(body),
+        signal: signal === undefined ? timeout : AbortSignal.any([signal, timeout]),
+      });
+      text = await response.text();
+    } catch (err) {
+      throw toCliError(err, this.#connection.url);
+    }
+    const answer = safeJson(text) as { result?: unknown; error?: { code?: unknown; message?: unknown } } | undefined;
+    if (!response.ok) {
+      const message = typeof answer?.error?.message === "string" ? answer.error.message : response.statusText;
+      throw httpStatusError(response.status, message, this.#connection.url);
+    }
+    if (answer?.error !== undefined) {
+      throw new CliError(
+        "protocol",
+        `the Server at ${this.#connection.url} returned an MCP error (${String(answer.error.code)}): ${String(answer.error.message)}`,
+        { hint: "Is this a webcodex-server? `webcodex` needs the start/observe/cancel_coding_agent tools." },
+      );
+    }
+    if (typeof answer?.result !== "object" || answer.result === null) {
+      throw new CliError("protocol", `the Server at ${this.#connection.url} answered ${method} without a result`, {
+        hint: "The Server and this CLI may be different versions.",
+      });
+    }
+    return answer.result as Record<string, unknown>;
   }
 
   observe(
@@ -163,6 +285,13 @@ export class McpRunsClient implements RunsClient {
   async close(): Promise<void> {
     await this.reset();
   }
+}
+
+type ToolResult = { isError?: boolean; structuredContent?: unknown; content?: unknown };
+
+/** An `Mcp-Name` value: as is when it is printable ASCII, else the `=?base64?…?=` form headers can carry. */
+function mcpNameHeader(value: string): string {
+  return /^[\x20-\x7e]*$/.test(value) ? value : `=?base64?${Buffer.from(value, "utf8").toString("base64")}?=`;
 }
 
 function parseUrl(raw: string): URL {

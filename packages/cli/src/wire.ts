@@ -133,6 +133,8 @@ export const StartResult = z.object({
   execution_state: z.string(),
   replayed: z.boolean(),
   observation_token: z.string(),
+  /** The run's MCP task (a task-backed start): `webcodex observe TASK_ID` follows it again later. */
+  task_id: z.string().optional(),
 });
 export type StartResult = z.infer<typeof StartResult>;
 

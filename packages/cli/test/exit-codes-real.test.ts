@@ -67,4 +67,36 @@ describe("webcodex exit codes against a real stack", { timeout: 120_000 }, () =>
     expect(result.stderr).toContain("Ask the operator for a token issued with --scope runtime:write");
     expect(result.stderr).not.toContain("coding_agent:run");
   });
+
+  it("starts `run` as an MCP task: after the CLI exits, `observe TASK_ID` follows the same run and `cancel TASK_ID` reaches it", async () => {
+    const env = await stack();
+    let stopped = false;
+    const first = await runCli(
+      ["run", "--json", "--project", "demo", "--provider", "fake", "scenario: slow interval_ms=100 count=600"],
+      env,
+      {
+        // Leave like a killed CLI once the run is under way (the run goes on).
+        onStdout: (text, child) => {
+          if (!stopped && text.includes('"type":"started"')) {
+            stopped = true;
+            child.kill("SIGKILL");
+          }
+        },
+      },
+    );
+    const started = JSON.parse(first.stdout.split("\n").find((l) => l.includes('"type":"started"')) ?? "{}") as {
+      run_id: string;
+      task_id: string;
+    };
+    expect(started.task_id, first.stdout).toMatch(/^wc_task_[a-z2-7]{26}_[A-Za-z0-9_-]{22}$/);
+    expect(started.task_id.slice("wc_task_".length, -23)).toBe(started.run_id.slice("wc_agent_run_".length));
+
+    const cancelled = await runCli(["cancel", "--json", started.task_id], env);
+    expect(cancelled.code, cancelled.stderr).toBe(0);
+    expect(cancelled.stdout).toContain(started.run_id);
+    const followed = await runCli(["observe", "--json", started.task_id, "--follow"], env);
+    expect(followed.code, followed.stderr).toBe(130);
+    expect(followed.stdout).toContain(`"run_id":"${started.run_id}"`);
+    expect(followed.stdout).toContain('"state":"cancelled"');
+  });
 });

@@ -142,7 +142,7 @@ describe("tool input schemas", () => {
 
 describe("tools/list definitions", () => {
   it("has exactly the three tools, each with closed input and an output schema", () => {
-    const defs = RUN_TOOL_SPECS.map(toolDefinition);
+    const defs = RUN_TOOL_SPECS.map((s) => toolDefinition(s));
     expect(defs.map((d) => d.name).sort()).toEqual([
       "cancel_coding_agent",
       "observe_coding_agent",

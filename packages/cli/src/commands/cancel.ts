@@ -1,4 +1,4 @@
-/** `webcodex cancel RUN_ID`: cancel_coding_agent, idempotent. */
+/** `webcodex cancel RUN_ID` (or the TASK_ID of a task-backed start): cancel_coding_agent, idempotent. */
 import type { Command } from "../args.js";
 import { resolveConnection } from "../args.js";
 import type { CliContext } from "../context.js";
@@ -11,7 +11,7 @@ export async function cancelCommand(cmd: Extract<Command, { name: "cancel" }>, c
   const style = styleFor(cmd.global.json, ctx.stdout, ctx.env);
   const client = ctx.createClient(connection);
   try {
-    const result = await client.cancel(cmd.runId);
+    const result = await client.cancel((await client.resolveRun?.(cmd.runId)) ?? cmd.runId);
     ctx.stdout.write(renderCancel(result, style));
     return EXIT.ok;
   } finally {

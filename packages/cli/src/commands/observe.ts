@@ -1,5 +1,5 @@
 /**
- * `webcodex observe RUN_ID [--follow]`: one snapshot (the Server's bounded
+ * `webcodex observe RUN_ID [--follow]` (or the TASK_ID of a task-backed start): one snapshot (the Server's bounded
  * baseline, drained while has_more) or, with --follow, everything until the
  * run ends. Ctrl-C stops following; the run goes on.
  */
@@ -36,12 +36,13 @@ export async function observeCommand(cmd: Extract<Command, { name: "observe" }>,
     out.write(next.text);
   };
   try {
+    const runId = (await client.resolveRun?.(cmd.runId)) ?? cmd.runId;
     let final: Observation;
     if (cmd.follow) {
       out.start();
       final = await followRun({
         client,
-        runId: cmd.runId,
+        runId,
         signal: stop.signal,
         onObservation: show,
         onRetry: (err) => {
@@ -52,13 +53,13 @@ export async function observeCommand(cmd: Extract<Command, { name: "observe" }>,
         },
       });
     } else {
-      let obs = await client.observe({ run_id: cmd.runId, wait_secs: 0 }, stop.signal);
+      let obs = await client.observe({ run_id: runId, wait_secs: 0 }, stop.signal);
       // A snapshot prints the state once, in the summary line.
       if (style.mode === "text") rendered = { ...rendered, runState: obs.state };
       show(obs);
       while (obs.has_more) {
         obs = await client.observe(
-          { run_id: cmd.runId, after_observation_token: obs.observation_token, wait_secs: 0 },
+          { run_id: runId, after_observation_token: obs.observation_token, wait_secs: 0 },
           stop.signal,
         );
         show(obs);

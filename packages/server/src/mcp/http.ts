@@ -29,6 +29,7 @@ import {
   CallToolRequestSchema,
   ErrorCode,
   type JSONRPCMessage,
+  type JSONRPCRequest,
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema,
@@ -37,6 +38,7 @@ import {
   type RequestId,
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
+import { z } from "zod";
 import { type ClientAddressOf, clientAddressResolver } from "../client-address.js";
 import { isLoopbackHost } from "../config.js";
 import { bearerToken } from "../principals/tokens.js";
@@ -45,8 +47,16 @@ import type { Principal, RunsApi, StartHooks } from "../runs/api.js";
 import { ObserveLimits } from "../runs/observe-limits.js";
 import { RunTools } from "../runs/tools.js";
 import type { AuditLog } from "./audit.js";
+import {
+  type Era,
+  MISSING_REQUIRED_CLIENT_CAPABILITY,
+  MODERN_PROTOCOL_VERSIONS,
+  PROTOCOL_VERSION_META,
+  SERVER_INFO_META,
+} from "./era.js";
 import { PostMux, readMcpPost, sendJsonRpcError } from "./post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./resource.js";
+import { declaresTasks, type RunTasks, TASKS_EXTENSION, TaskRequestError } from "./run-tasks.js";
 import { checkArgumentShape } from "./tool-arguments.js";
 import type { ToolModule } from "./tool-shared.js";
 import { McpTools } from "./tools.js";
@@ -87,6 +97,8 @@ export interface McpHttpOptions {
   toolModules?: readonly ToolModule[];
   /** Workflow-session selectors of start_coding_agent. */
   startHooks?: StartHooks;
+  /** Runs as MCP Tasks for 2026-07-28 clients that declare the extension (mcp/run-tasks.ts); absent: no Tasks. */
+  runTasks?: RunTasks;
   maxBodyBytes?: number;
   /** Origin header values accepted besides the Server's own origin (config `[server] allowed_origins`). */
   allowedOrigins?: readonly string[];
@@ -112,11 +124,61 @@ export interface McpHttpOptions {
   };
 }
 
+/** Cache hints (2026-07-28 `ttlMs`/`cacheScope`) of answers that are the same for every caller while this Server runs. */
+export const STATIC_LIST_CACHE = { ttlMs: 300_000, cacheScope: "public" } as const;
+/** Cache hints of the caller's webcodex://projects (per principal; Runner presence changes it). */
+export const PROJECTS_READ_CACHE = { ttlMs: 5_000, cacheScope: "private" } as const;
+/** What `server/discover` advertises. */
+const MODERN_CAPABILITIES = { tools: {}, resources: {} } as const;
+
+/** `server/discover`: a 2026-07-28 request with no body parameters beyond `_meta`. */
+const DiscoverRequestSchema = z.object({
+  method: z.literal("server/discover"),
+  params: z.optional(z.looseObject({})),
+});
+
+/**
+ * A result as its era expects it: unchanged for a 2025-era request; for a 2026-07-28 one with
+ * `resultType: "complete"` and, for cacheable answers, the cache hints.
+ */
+function modernResult<T extends object>(era: Era, result: T, cache?: { ttlMs: number; cacheScope: string }): T {
+  if (era.kind !== "modern") return result;
+  return { ...result, resultType: "complete", ...(cache ?? {}) };
+}
+
+/** Whether a 2026-07-28 request is a Tasks request or a task-backed start (answered by answerTaskRequest). */
+function isTaskRequest(message: JSONRPCMessage, era: Era, tools: McpTools): boolean {
+  if (!("method" in message) || !("id" in message)) return false;
+  if (message.method.startsWith("tasks/")) return true;
+  if (message.method !== "tools/call" || !declaresTasks(era)) return false;
+  const name = (message.params as { name?: unknown } | undefined)?.name;
+  return typeof name === "string" && tools.startsRun(name);
+}
+
+/** The params object of a parsed body, or an empty one. */
+function paramsOf(raw: unknown): Readonly<Record<string, unknown>> {
+  const params = (raw as { params?: unknown } | null)?.params;
+  return typeof params === "object" && params !== null && !Array.isArray(params)
+    ? (params as Record<string, unknown>)
+    : {};
+}
+
+/** The run tool whose authority each Tasks method exercises (for the OAuth scope check and the audit). */
+const TASK_METHOD_TOOL: Readonly<Record<string, string>> = {
+  "tasks/get": "observe_coding_agent",
+  "tasks/cancel": "cancel_coding_agent",
+  "tasks/update": "observe_coding_agent",
+};
+
 /** Names of the tools a POST calls. */
 function calledTools(messages: readonly JSONRPCMessage[]): string[] {
   const names: string[] = [];
   for (const m of messages) {
-    if (!("method" in m) || m.method !== "tools/call") continue;
+    if (!("method" in m)) continue;
+    // A task request acts on a run as the run tool would: it needs what that tool needs.
+    const asTool = TASK_METHOD_TOOL[m.method];
+    if (asTool !== undefined) names.push(asTool);
+    if (m.method !== "tools/call") continue;
     const name = (m.params as { name?: unknown } | undefined)?.name;
     if (typeof name === "string") names.push(name);
   }
@@ -224,6 +286,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     ...(options.startHooks ? { startHooks: options.startHooks } : {}),
   });
   const tools = new McpTools({ runs, audit, logger, modules: [runTools, ...(options.toolModules ?? [])] });
+  const runTasks = options.runTasks;
   const inFlight = new Set<AbortController>();
   const refusals = new RefusalLog(logger);
   let closed = false;
@@ -234,6 +297,10 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     signal: AbortSignal;
     /** Why the call's arguments were refused before the SDK copied them (argumentShapeRefusal), or null. */
     shapeRefusal: string | null;
+    /** The MCP era the request speaks (mcp/era.ts); the answer's shape follows it. */
+    era: Era;
+    /** The request's params as JSON.parse built them: the SDK's schemas drop `_wc` (the recorder envelope). */
+    rawParams: Readonly<Record<string, unknown>>;
   }
   const mux = new PostMux<RequestContext>();
   const contextOf = (requestId: RequestId): RequestContext => {
@@ -248,9 +315,29 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     capabilities: { tools: {}, resources: {} },
     instructions: MCP_INSTRUCTIONS,
   });
-  server.setRequestHandler(ListToolsRequestSchema, () => ({ tools: tools.definitions() }));
+  server.setRequestHandler(DiscoverRequestSchema, (_request, extra) => {
+    const { era } = contextOf(extra.requestId);
+    if (era.kind !== "modern") {
+      throw new McpError(
+        ErrorCode.MethodNotFound,
+        `server/discover is a 2026-07-28 request: send _meta["${PROTOCOL_VERSION_META}"] and the MCP-Protocol-Version header (2025-era clients: initialize).`,
+      );
+    }
+    return {
+      resultType: "complete",
+      supportedVersions: [...MODERN_PROTOCOL_VERSIONS],
+      capabilities: runTasks ? { ...MODERN_CAPABILITIES, extensions: { [TASKS_EXTENSION]: {} } } : MODERN_CAPABILITIES,
+      instructions: MCP_INSTRUCTIONS,
+      ...STATIC_LIST_CACHE,
+      _meta: { [SERVER_INFO_META]: MCP_SERVER_INFO },
+    };
+  });
+  server.setRequestHandler(ListToolsRequestSchema, (_request, extra) => {
+    const { era } = contextOf(extra.requestId);
+    return modernResult(era, { tools: tools.definitions(era.kind === "modern") }, STATIC_LIST_CACHE);
+  });
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const { principal, signal, shapeRefusal } = contextOf(extra.requestId);
+    const { principal, signal, shapeRefusal, era, rawParams } = contextOf(extra.requestId);
     const name = request.params.name;
     if (!tools.has(name)) {
       tools.recordRefusedCall(principal, "unknown_tool");
@@ -258,17 +345,36 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     }
     // Stateless: a notifications/cancelled could only arrive in another POST (and is never delivered),
     // so the request's own signal (client disconnect, shutdown) is the only one that can fire.
-    return tools.call(principal, name, request.params.arguments, signal, shapeRefusal);
+    const envelope = { modern: era.kind === "modern", params: rawParams };
+    return modernResult(
+      era,
+      await tools.call(principal, name, request.params.arguments, signal, shapeRefusal, envelope),
+    );
   });
-  server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [PROJECTS_RESOURCE] }));
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({ resourceTemplates: [] }));
+  server.setRequestHandler(ListResourcesRequestSchema, (_request, extra) =>
+    modernResult(contextOf(extra.requestId).era, { resources: [PROJECTS_RESOURCE] }, STATIC_LIST_CACHE),
+  );
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, (_request, extra) =>
+    modernResult(contextOf(extra.requestId).era, { resourceTemplates: [] }, STATIC_LIST_CACHE),
+  );
   server.setRequestHandler(ReadResourceRequestSchema, (request, extra) => {
-    const { principal } = contextOf(extra.requestId);
-    if (request.params.uri !== PROJECTS_RESOURCE_URI) {
+    const { principal, era } = contextOf(extra.requestId);
+    const uri = request.params.uri;
+    if (uri !== PROJECTS_RESOURCE_URI) {
       tools.recordRefusedCall(principal, "unknown_resource");
+      // 2026-07-28 (SEP-2164): invalid params whose data names the URI that was not found.
+      if (era.kind === "modern") {
+        throw new McpError(
+          ErrorCode.InvalidParams,
+          `Resource not found. The only resource is ${PROJECTS_RESOURCE_URI}.`,
+          {
+            uri,
+          },
+        );
+      }
       throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
     }
-    return tools.readProjects(principal);
+    return modernResult(era, tools.readProjects(principal), PROJECTS_READ_CACHE);
   });
   const connected = server.connect(mux);
 
@@ -348,6 +454,29 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       res.writeHead(202).end();
       return;
     }
+    if (
+      post.era.kind === "modern" &&
+      "method" in post.message &&
+      post.message.method.startsWith("tasks/") &&
+      !(runTasks && declaresTasks(post.era))
+    ) {
+      // A Tasks request from a client that did not declare the extension (or to a Server without Tasks).
+      sendJsonRpcError(
+        res,
+        400,
+        MISSING_REQUIRED_CLIENT_CAPABILITY,
+        runTasks
+          ? `${post.message.method} needs the ${TASKS_EXTENSION} extension: declare it in _meta["io.modelcontextprotocol/clientCapabilities"].extensions`
+          : `${post.message.method}: this Server offers no Tasks`,
+        post.request,
+        { requiredCapabilities: { extensions: { [TASKS_EXTENSION]: {} } } },
+      );
+      return;
+    }
+    if (runTasks && post.era.kind === "modern" && isTaskRequest(post.message, post.era, tools)) {
+      await answerTaskRequest(res, post.message as JSONRPCRequest, post.era, principal, paramsOf(post.raw));
+      return;
+    }
     inFlight.add(abort);
     let internal: number | null = null;
     res.once("close", () => {
@@ -363,12 +492,85 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
         principal,
         signal: abort.signal,
         shapeRefusal: argumentShapeRefusal(post.message),
+        era: post.era,
+        rawParams: paramsOf(post.raw),
       });
     } catch (err) {
       logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp request failed");
       sendJsonRpcError(res, 500, -32603, "Internal server error");
     }
   };
+
+  /**
+   * Task requests (`tasks/get`, `tasks/cancel`, `tasks/update`) and the task-backed start of a run are
+   * answered here rather than by the SDK `Server`: the v1 `Server` refuses a handler for `tasks/*` unless it
+   * also advertises its own 2025-era tasks capability to every `initialize` (which we do not offer), and it
+   * coerces every tools/call answer into a `CallToolResult`. The task-backed start is the same audited
+   * `tools.call` as any start; only its answer is the task.
+   */
+  async function answerTaskRequest(
+    res: ServerResponse,
+    message: JSONRPCRequest,
+    era: Era,
+    principal: Principal,
+    rawParams: Readonly<Record<string, unknown>>,
+  ): Promise<void> {
+    const tasks = runTasks as RunTasks;
+    const answer = (result: Record<string, unknown>) => {
+      if (res.writableEnded || res.destroyed) return;
+      const body = JSON.stringify({ jsonrpc: "2.0", id: message.id, result });
+      res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
+      res.end(body);
+    };
+    const taskId = () => {
+      const id = rawParams.taskId;
+      if (typeof id !== "string") throw new TaskRequestError(-32602, "params.taskId: must be a string (a task id)");
+      return id;
+    };
+    try {
+      switch (message.method) {
+        case "tools/call": {
+          const name = rawParams.name as string;
+          const shape = argumentShapeRefusal(message);
+          const envelope = { modern: true, params: rawParams };
+          const result = await tools.call(principal, name, rawParams.arguments, undefined, shape, envelope);
+          const runId = (result.structuredContent as { run_id?: unknown } | undefined)?.run_id;
+          // A refused start is the tool's own error result, as without Tasks: no run, so no task.
+          if (result.isError || typeof runId !== "string") answer(modernResult(era, result));
+          else answer(await tasks.created(principal, runId, result.structuredContent));
+          return;
+        }
+        case "tasks/get":
+          answer(await tasks.get(principal, taskId()));
+          return;
+        case "tasks/cancel": {
+          const runId = tasks.runToCancel(principal, taskId());
+          const result = await tools.call(principal, "cancel_coding_agent", { run_id: runId });
+          if (result.isError) {
+            const text = result.content[0]?.type === "text" ? result.content[0].text : "";
+            throw new TaskRequestError(-32603, `The run could not be cancelled: ${text}`);
+          }
+          answer({ resultType: "complete" });
+          return;
+        }
+        case "tasks/update":
+          taskId();
+          throw new TaskRequestError(
+            -32602,
+            "tasks/update: a run's task never asks for input (permission requests follow the Runner's policy).",
+          );
+        default:
+          throw new TaskRequestError(-32601, `Method not found: ${message.method}`);
+      }
+    } catch (err) {
+      if (err instanceof TaskRequestError) {
+        sendJsonRpcError(res, 200, err.code, err.message, message.id);
+        return;
+      }
+      logger.error({ err: err instanceof Error ? err.name : typeof err }, "mcp task request failed");
+      sendJsonRpcError(res, 200, -32603, "Internal error", message.id);
+    }
+  }
 
   return Object.assign(handler, {
     async close(): Promise<void> {

@@ -22,6 +22,7 @@ import { TaskStore } from "../tasks/store.js";
 import { TaskTools } from "../tasks/tools.js";
 import { SqliteAuditLog } from "./audit.js";
 import { createMcpHttpHandler } from "./http.js";
+import { RunTasks } from "./run-tasks.js";
 import type { ToolModule } from "./tool-shared.js";
 
 /** The OAuth clock, with the test-only skew (test-clock.ts) refused off loopback and logged when armed. */
@@ -80,6 +81,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
     observeLimits: new ObserveLimits(),
     toolModules,
     startHooks: sessions.startHooks(),
+    runTasks: new RunTasks({ serverSecret: store.serverSecret, runs, records: store }),
     allowedOrigins: config.allowedOrigins,
     corsOrigins: config.corsOrigins,
     clientAddress,

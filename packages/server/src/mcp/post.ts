@@ -14,7 +14,9 @@
  * itself (dispatch, handler schemas, errors) stays in the SDK `Server`.
  *
  * Covered: Accept (406), Content-Type (415), body bound (413), JSON (400,
- * -32700), message shape (400, -32700), MCP-Protocol-Version (400), a
+ * -32700), message shape (400, -32700), the era of the request and, for a
+ * 2026-07-28 request, its `_meta` envelope and required headers (400 with the
+ * request's id; mcp/era.ts), MCP-Protocol-Version of a 2025-era one (400), a
  * notification or response (202), a request (200, its JSON-RPC response).
  * Not covered, because this Server never needs them: sessions, SSE streams,
  * resumability, GET.
@@ -37,6 +39,7 @@ import {
   type RequestId,
   SUPPORTED_PROTOCOL_VERSIONS,
 } from "@modelcontextprotocol/sdk/types.js";
+import { classifyPost, type Era, eraHeaders } from "./era.js";
 
 /** A JSON-RPC error as an HTTP response body (`id: null` answers the POST itself; an id answers that request). */
 export function sendJsonRpcError(
@@ -45,9 +48,11 @@ export function sendJsonRpcError(
   code: number,
   message: string,
   id: string | number | null = null,
+  data?: unknown,
 ): void {
   if (res.headersSent || res.writableEnded) return;
-  const body = JSON.stringify({ jsonrpc: "2.0", error: { code, message }, id });
+  const error = data === undefined ? { code, message } : { code, message, data };
+  const body = JSON.stringify({ jsonrpc: "2.0", error, id });
   res.writeHead(status, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
   res.end(body);
 }
@@ -134,6 +139,10 @@ export interface CheckedPost {
   message: JSONRPCMessage;
   /** The id when it is a JSON-RPC request; null (a notification or response) means answer 202. */
   request: RequestId | null;
+  /** The body as JSON.parse built it (fields the SDK's schemas would drop, such as `params._wc`, are here). */
+  raw: unknown;
+  /** The MCP era this request speaks (mcp/era.ts). */
+  era: Era;
 }
 
 /**
@@ -181,6 +190,14 @@ export async function readMcpPost(
     return null;
   }
   const message = parsed.data;
+  const requestId = "method" in message && "id" in message ? (message.id as RequestId) : null;
+  const classified = classifyPost(raw, eraHeaders(req.headers));
+  if ("refusal" in classified) {
+    const { status, code, message: text, data } = classified.refusal;
+    sendJsonRpcError(res, status, code, text, requestId, data);
+    return null;
+  }
+  if (classified.era.kind === "modern") return { message, request: requestId, raw, era: classified.era };
   // The message passed JSONRPCMessageSchema, so its shape decides its kind: a request has a
   // method and an id. The full InitializeRequest schema runs only on an initialize.
   const initializing = "method" in message && message.method === "initialize" && isInitializeRequest(message);
@@ -194,8 +211,7 @@ export async function readMcpPost(
     );
     return null;
   }
-  // Passed the schema: a message with a method and an id is a request, and its id a RequestId.
-  return { message, request: "method" in message && "id" in message ? (message.id as RequestId) : null };
+  return { message, request: requestId, raw, era: classified.era };
 }
 
 /** `type/subtype` of a Content-Type header, lowercased, without parameters. */

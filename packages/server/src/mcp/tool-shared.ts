@@ -22,21 +22,44 @@ export interface ToolSpec<N extends string = string> {
   input: z.ZodType;
   output: z.ZodType;
   annotations: NonNullable<Tool["annotations"]>;
+  /**
+   * The tool starts a run (its output has `run_id`): a Workflow Session may record it (`workflow_session_id`
+   * in its arguments on 2025-era requests, `_wc.record` in the tools/call envelope on 2026-07-28 ones,
+   * DESIGN §11), and for a client that declares the Tasks extension the call answers with a task (mcp/run-tasks.ts).
+   */
+  startsRun?: true;
 }
 
-function jsonSchema(schema: z.ZodType, io: "input" | "output"): Tool["inputSchema"] {
-  // draft-7 like the SDK's own McpServer, so SDK clients (Ajv) validate it as-is.
-  return z.toJSONSchema(schema, { target: "draft-7", io }) as Tool["inputSchema"];
+/** What a tools/call carries beside its arguments (the 2026-07-28 `_wc` envelope), as the router checked it. */
+export interface ToolInvocation {
+  /** `_wc.record`: the recorder session, to be checked exactly like `workflow_session_id`. */
+  record?: string;
+}
+
+/** The argument that names the recorder on 2025-era requests. */
+export const RECORDER_ARGUMENT = "workflow_session_id";
+/** Where the recorder is named on 2026-07-28 requests. */
+export const RECORDER_ENVELOPE = "_wc.record";
+
+/**
+ * Which JSON Schema dialect a tools/list answer uses: draft-7 for 2025-era clients (like the v1 SDK's own
+ * McpServer, so their Ajv validates it as-is), JSON Schema 2020-12 for 2026-07-28 requests (the dialect that
+ * revision names as the default).
+ */
+export type SchemaDialect = "draft-7" | "draft-2020-12";
+
+function jsonSchema(schema: z.ZodType, io: "input" | "output", dialect: SchemaDialect): Tool["inputSchema"] {
+  return z.toJSONSchema(schema, { target: dialect, io }) as Tool["inputSchema"];
 }
 
 /** A tools/list entry for one spec: input and output schema. */
-export function toolDefinition(spec: ToolSpec<string>): Tool {
+export function toolDefinition(spec: ToolSpec<string>, dialect: SchemaDialect = "draft-7"): Tool {
   return {
     name: spec.name,
     title: spec.title,
     description: spec.description,
-    inputSchema: jsonSchema(spec.input, "input"),
-    outputSchema: jsonSchema(spec.output, "output") as NonNullable<Tool["outputSchema"]>,
+    inputSchema: jsonSchema(spec.input, "input", dialect),
+    outputSchema: jsonSchema(spec.output, "output", dialect) as NonNullable<Tool["outputSchema"]>,
     annotations: spec.annotations,
   };
 }
@@ -48,7 +71,13 @@ export function toolDefinition(spec: ToolSpec<string>): Tool {
  */
 export interface ToolModule {
   readonly specs: readonly ToolSpec<string>[];
-  call(principal: Principal, name: string, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome>;
+  call(
+    principal: Principal,
+    name: string,
+    args: unknown,
+    signal?: AbortSignal,
+    invocation?: ToolInvocation,
+  ): Promise<ToolCallOutcome>;
 }
 
 export interface ToolCallOutcome {

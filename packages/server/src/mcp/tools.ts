@@ -10,11 +10,91 @@ import { utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
 import type { Principal, RunsApi } from "../runs/api.js";
+import { SessionId } from "../sessions/ids.js";
 import type { AuditLog, AuditOutcome } from "./audit.js";
 import { type AuditSubjects, auditSubjects, NO_SUBJECTS } from "./audit-subjects.js";
 import { readProjectsResource } from "./resource.js";
 import { checkArgumentShape } from "./tool-arguments.js";
-import { apiError, errorResult, fail, type ToolCallOutcome, type ToolModule, toolDefinition } from "./tool-shared.js";
+import {
+  apiError,
+  errorResult,
+  fail,
+  RECORDER_ARGUMENT,
+  RECORDER_ENVELOPE,
+  type ToolCallOutcome,
+  type ToolInvocation,
+  type ToolModule,
+  type ToolSpec,
+  toolDefinition,
+} from "./tool-shared.js";
+
+/** A tools/call's params as JSON.parse built them (the SDK's schema drops `_wc`), and whether it is 2026-07-28. */
+export interface CallEnvelope {
+  modern: boolean;
+  params: Readonly<Record<string, unknown>>;
+}
+
+const RECORDER_TOOLS_HINT = "only the run-starting tools (start_coding_agent, start_agent_task_coding_run) take one";
+
+/**
+ * The recorder of a tools/call (DESIGN §11): on 2026-07-28 `_wc.record` in the envelope, beside name and
+ * arguments; on 2025-era requests `workflow_session_id` in the arguments (checked by the tool). Every other
+ * place a caller might put it is refused by name. Returns the invocation, or why the call is refused.
+ */
+function checkEnvelope(
+  spec: ToolSpec<string> | undefined,
+  args: unknown,
+  envelope: CallEnvelope,
+): { invocation: ToolInvocation } | { refusal: string } {
+  const { modern, params } = envelope;
+  const argObject = typeof args === "object" && args !== null ? (args as Record<string, unknown>) : {};
+  if (Object.hasOwn(argObject, "_wc")) {
+    return {
+      refusal: modern
+        ? `arguments._wc: the recorder goes in the tools/call envelope as params.${RECORDER_ENVELOPE} (beside name and arguments), never inside arguments. Nothing was started.`
+        : `arguments._wc: not an argument; on this 2025-era request name the recorder with arguments.${RECORDER_ARGUMENT}. Nothing was started.`,
+    };
+  }
+  if (Object.hasOwn(params, "recording_session_id")) {
+    return {
+      refusal: `params.recording_session_id: not a recorder selector; name the recorder with params.${RECORDER_ENVELOPE} (2026-07-28) or arguments.${RECORDER_ARGUMENT} (2025-era). Nothing was started.`,
+    };
+  }
+  const wc = params._wc;
+  if (!modern) {
+    if (wc === undefined) return { invocation: {} };
+    return {
+      refusal: `params._wc: the 2026-07-28 envelope; on this 2025-era request name the recorder with arguments.${RECORDER_ARGUMENT}. Nothing was started.`,
+    };
+  }
+  if (spec?.startsRun && Object.hasOwn(argObject, RECORDER_ARGUMENT)) {
+    return {
+      refusal: `arguments.${RECORDER_ARGUMENT}: on a 2026-07-28 request the recorder is params.${RECORDER_ENVELOPE} in the tools/call envelope. Nothing was started.`,
+    };
+  }
+  if (wc === undefined) return { invocation: {} };
+  if (typeof wc !== "object" || wc === null || Array.isArray(wc)) {
+    return { refusal: `params._wc: must be an object {record: <session id>}. Nothing was started.` };
+  }
+  const unknownKey = Object.keys(wc).find((k) => k !== "record");
+  if (unknownKey !== undefined) {
+    return {
+      refusal: `params._wc: only "record" is allowed (got ${JSON.stringify(unknownKey.slice(0, 64))}). Nothing was started.`,
+    };
+  }
+  const record = (wc as { record?: unknown }).record;
+  if (record === undefined) return { invocation: {} };
+  if (!spec?.startsRun) {
+    return { refusal: `params.${RECORDER_ENVELOPE}: this tool starts no run; ${RECORDER_TOOLS_HINT}.` };
+  }
+  const parsed = SessionId.safeParse(record);
+  if (!parsed.success) {
+    return {
+      refusal: `params.${RECORDER_ENVELOPE}: ${typeof record === "string" ? "must be wc_sess_ followed by 26 base32 characters" : "must be a string (a workflow session id)"}. Nothing was started.`,
+    };
+  }
+  return { invocation: { record: parsed.data } };
+}
 
 /** UTF-8 size of the arguments as JSON; 0 when they cannot be serialized (refused by their shape first). */
 function jsonBytes(value: unknown, shapeOk: boolean): number {
@@ -43,27 +123,43 @@ export class McpTools {
   readonly #logger: Logger;
   readonly #now: () => number;
   readonly #modules: ReadonlyMap<string, ToolModule>;
+  readonly #specs: ReadonlyMap<string, ToolSpec<string>>;
   readonly #definitions: Tool[];
+  readonly #modernDefinitions: Tool[];
 
   constructor(options: McpToolsOptions) {
     this.#runs = options.runs;
     const modules = new Map<string, ToolModule>();
+    const specs = new Map<string, ToolSpec<string>>();
     for (const m of options.modules) {
       for (const spec of m.specs) {
         if (modules.has(spec.name)) throw new Error(`tool ${spec.name} is registered by two modules`);
         modules.set(spec.name, m);
+        specs.set(spec.name, spec);
       }
     }
     this.#modules = modules;
-    this.#definitions = options.modules.flatMap((m) => m.specs.map(toolDefinition));
+    this.#specs = specs;
+    this.#definitions = options.modules.flatMap((m) => m.specs.map((spec) => toolDefinition(spec)));
+    this.#modernDefinitions = options.modules.flatMap((m) =>
+      m.specs.map((spec) => toolDefinition(spec, "draft-2020-12")),
+    );
     this.#audit = options.audit;
     this.#logger = options.logger;
     this.#now = options.now ?? (() => performance.now());
   }
 
-  /** tools/list: every module's tools. */
-  definitions(): Tool[] {
-    return this.#definitions;
+  /**
+   * tools/list: every module's tools, in module order (always the same order). `modern`: schemas in JSON
+   * Schema 2020-12 for 2026-07-28 requests; otherwise draft-7 as 2025-era clients have always had them.
+   */
+  definitions(modern = false): Tool[] {
+    return modern ? this.#modernDefinitions : this.#definitions;
+  }
+
+  /** Whether the tool starts a run (ToolSpec.startsRun). */
+  startsRun(name: string): boolean {
+    return this.#specs.get(name)?.startsRun === true;
   }
 
   has(name: string): boolean {
@@ -81,6 +177,7 @@ export class McpTools {
     args: unknown,
     signal?: AbortSignal,
     rawShape: string | null = null,
+    envelope: CallEnvelope = { modern: false, params: {} },
   ): Promise<CallToolResult> {
     const started = this.#now();
     let outcome: ToolCallOutcome;
@@ -88,8 +185,11 @@ export class McpTools {
     const shape = rawShape ?? checkArgumentShape(args);
     try {
       const module = this.#modules.get(name);
+      const checked = shape === null ? checkEnvelope(this.#specs.get(name), args, envelope) : null;
       if (shape !== null) outcome = fail(apiError("invalid_input", shape), null);
-      else if (module) outcome = await module.call(principal, name, args, signal);
+      else if (checked !== null && "refusal" in checked)
+        outcome = fail(apiError("invalid_input", checked.refusal), null);
+      else if (module) outcome = await module.call(principal, name, args, signal, checked?.invocation);
       else throw new Error("unknown tool");
     } catch (err) {
       // Never leak internals to the caller; the log keeps the class of failure only.

@@ -204,6 +204,8 @@ export interface StartHooks {
       project_id: string;
       prompt: string;
       workflow_session_id?: string;
+      /** How the caller named the recorder (`workflow_session_id` or `_wc.record`), for refusals. */
+      recorder_field?: string;
       context_session_id?: string;
       context_session_version?: number;
     },
@@ -211,7 +213,7 @@ export interface StartHooks {
   /** The recorder link, run by the run core inside the admission transaction (before dispatch). */
   recorderBind(
     principal: Principal,
-    input: { workflow_session_id: string; project_id: string; provider_id: string },
+    input: { workflow_session_id: string; project_id: string; provider_id: string; recorder_field?: string },
   ): NonNullable<AdmissionHooks["bind"]>;
 }
 

@@ -10,8 +10,11 @@ import {
   fail,
   ok,
   parseToolInput,
+  RECORDER_ARGUMENT,
+  RECORDER_ENVELOPE,
   stripUndefined,
   type ToolCallOutcome,
+  type ToolInvocation,
   type ToolModule,
   type ToolSpec,
 } from "../mcp/tool-shared.js";
@@ -37,6 +40,7 @@ export type RunToolName = (typeof RUN_TOOL_NAMES)[keyof typeof RUN_TOOL_NAMES];
 export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
   {
     name: RUN_TOOL_NAMES.start,
+    startsRun: true,
     title: "Start a coding agent run",
     description:
       "Hand a coding task to an operator-configured ACP coding agent working in a registered project. " +
@@ -89,11 +93,17 @@ export class RunTools implements ToolModule {
     this.#observeLimits = options.observeLimits;
   }
 
-  async call(principal: Principal, name: string, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome> {
+  async call(
+    principal: Principal,
+    name: string,
+    args: unknown,
+    signal?: AbortSignal,
+    invocation?: ToolInvocation,
+  ): Promise<ToolCallOutcome> {
     const tool = name as RunToolName;
     switch (tool) {
       case RUN_TOOL_NAMES.start:
-        return this.#start(principal, args);
+        return this.#start(principal, args, invocation);
       case RUN_TOOL_NAMES.observe:
         return this.#observe(principal, args, signal);
       case RUN_TOOL_NAMES.cancel:
@@ -105,13 +115,24 @@ export class RunTools implements ToolModule {
     }
   }
 
-  async #start(principal: Principal, args: unknown): Promise<ToolCallOutcome> {
+  /**
+   * The recorder is `workflow_session_id` (2025-era) or `_wc.record` (2026-07-28 envelope; the router
+   * refuses the argument on such requests), checked the same way; refusals name the one the caller used.
+   */
+  async #start(principal: Principal, args: unknown, invocation?: ToolInvocation): Promise<ToolCallOutcome> {
     // Validation (prompt size included) happens before anything reaches the run core or its store.
     const input = parseToolInput(StartToolInput, args);
     if (!input.ok) return fail(input.error, null);
     const denied = checkToolScope(principal) ?? checkStartGrant(principal, input.value.project_id);
     if (denied) return fail(denied, null);
-    const { workflow_session_id, context_session_id, context_session_version, ...runInput } = input.value;
+    const {
+      workflow_session_id: recorderArgument,
+      context_session_id,
+      context_session_version,
+      ...runInput
+    } = input.value;
+    const workflow_session_id = invocation?.record ?? recorderArgument;
+    const recorder_field = invocation?.record !== undefined ? RECORDER_ENVELOPE : RECORDER_ARGUMENT;
     let prompt = runInput.prompt;
     if (
       context_session_id !== undefined ||
@@ -130,6 +151,7 @@ export class RunTools implements ToolModule {
           project_id: runInput.project_id,
           prompt: runInput.prompt,
           workflow_session_id,
+          recorder_field,
           context_session_id,
           context_session_version,
         }),
@@ -143,6 +165,7 @@ export class RunTools implements ToolModule {
             workflow_session_id,
             project_id: runInput.project_id,
             provider_id: runInput.provider_id,
+            recorder_field,
           })
         : undefined;
     const result = await this.#runs.start(principal, stripUndefined({ ...runInput, prompt }), bind ? { bind } : {});

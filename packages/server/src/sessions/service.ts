@@ -269,13 +269,18 @@ export class SessionService {
   // ---- recorder -----------------------------------------------------------------------------
 
   /** Before dispatch: the recorder must be the caller's own session on the run's project. */
-  checkRecorder(principal: Principal, sessionId: string, projectId: string): ApiError | null {
+  checkRecorder(
+    principal: Principal,
+    sessionId: string,
+    projectId: string,
+    field = "workflow_session_id",
+  ): ApiError | null {
     const row = this.#owned(principal, sessionId);
-    if ("code" in row) return { ...row, message: `workflow_session_id: ${row.message} Nothing was started.` };
+    if ("code" in row) return { ...row, message: `${field}: ${row.message} Nothing was started.` };
     if (row.project_id !== projectId) {
       return err(
         "invalid_input",
-        `workflow_session_id: session ${sessionId} belongs to project ${row.project_id}, not ${projectId}. Nothing was started.`,
+        `${field}: session ${sessionId} belongs to project ${row.project_id}, not ${projectId}. Nothing was started.`,
         "fix_input",
       );
     }
@@ -295,9 +300,10 @@ export class SessionService {
     sessionId: string,
     projectId: string,
     providerId: string,
+    field = "workflow_session_id",
   ): (fences: AdmissionFences) => ApiError | null {
     return (fences) => {
-      const refused = this.checkRecorder(principal, sessionId, projectId);
+      const refused = this.checkRecorder(principal, sessionId, projectId, field);
       if (refused) return refused;
       const runId = fences.run_id;
       const existing = this.#records.get(runId);
@@ -363,7 +369,12 @@ export class SessionService {
     return {
       prepare: (principal, input) => {
         if (input.workflow_session_id !== undefined) {
-          const refused = this.checkRecorder(principal, input.workflow_session_id, input.project_id);
+          const refused = this.checkRecorder(
+            principal,
+            input.workflow_session_id,
+            input.project_id,
+            input.recorder_field,
+          );
           if (refused) return { ok: false, error: refused };
         }
         if (input.context_session_id === undefined) {
@@ -389,7 +400,13 @@ export class SessionService {
         return composed.ok ? { ok: true, value: { prompt: composed.value.prompt } } : composed;
       },
       recorderBind: (principal, input) =>
-        this.recorderBind(principal, input.workflow_session_id, input.project_id, input.provider_id),
+        this.recorderBind(
+          principal,
+          input.workflow_session_id,
+          input.project_id,
+          input.provider_id,
+          input.recorder_field,
+        ),
     };
   }
 

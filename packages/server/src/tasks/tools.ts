@@ -25,8 +25,11 @@ import {
   fail,
   ok,
   parseToolInput,
+  RECORDER_ARGUMENT,
+  RECORDER_ENVELOPE,
   stripUndefined,
   type ToolCallOutcome,
+  type ToolInvocation,
   type ToolModule,
   type ToolSpec,
 } from "../mcp/tool-shared.js";
@@ -237,6 +240,7 @@ export const TASK_TOOL_SPECS: readonly ToolSpec<TaskToolName>[] = [
   },
   {
     name: TASK_TOOL_NAMES.run,
+    startsRun: true,
     title: "Start the coding run of an attempt",
     description:
       "Start the one coding-agent run of a claimed attempt; the task's instruction is the prompt. Give attempt_ref " +
@@ -278,7 +282,13 @@ export class TaskTools implements ToolModule {
     this.#sessions = sessions;
   }
 
-  async call(principal: Principal, name: string, args: unknown): Promise<ToolCallOutcome> {
+  async call(
+    principal: Principal,
+    name: string,
+    args: unknown,
+    _signal?: AbortSignal,
+    invocation?: ToolInvocation,
+  ): Promise<ToolCallOutcome> {
     const denied = checkToolScope(principal);
     switch (name as TaskToolName) {
       case TASK_TOOL_NAMES.create: {
@@ -303,10 +313,12 @@ export class TaskTools implements ToolModule {
         const v = input.value;
         const refused = denied ?? checkStartGrant(principal, v.project_id);
         if (refused) return fail(refused, null);
-        const recorder = v.workflow_session_id;
+        // 2026-07-28: `_wc.record` (the router refuses the argument on such requests); same checks.
+        const recorder = invocation?.record ?? v.workflow_session_id;
+        const field = invocation?.record !== undefined ? RECORDER_ENVELOPE : RECORDER_ARGUMENT;
         if (recorder !== undefined) {
           const bad = this.#sessions
-            ? this.#sessions.checkRecorder(principal, recorder, v.project_id)
+            ? this.#sessions.checkRecorder(principal, recorder, v.project_id, field)
             : apiError("invalid_input", "Workflow sessions are not available on this Server; nothing was started.");
           if (bad) return fail(bad, null);
         }
@@ -327,7 +339,7 @@ export class TaskTools implements ToolModule {
           ...(v.config !== undefined ? { config: v.config } : {}),
           ...(v.timeout_secs !== undefined ? { timeout_secs: v.timeout_secs } : {}),
           ...(recorder !== undefined && this.#sessions
-            ? { recorder: this.#sessions.recorderBind(principal, recorder, v.project_id, v.provider_id) }
+            ? { recorder: this.#sessions.recorderBind(principal, recorder, v.project_id, v.provider_id, field) }
             : {}),
         });
         if (!r.ok) return fail(r.error, null);

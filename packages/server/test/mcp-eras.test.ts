@@ -1,0 +1,528 @@
+/**
+ * Issue 27: one /mcp serves a 2025-11-25 client (the v1 SDK) and a 2026-07-28
+ * client (the v2 SDK, pinned to 2026-07-28) side by side, against a real
+ * Server, a real Runner daemon and the fake ACP agent. Raw POSTs check what
+ * the SDK client never sends: missing or mismatched headers, missing `_meta`.
+ */
+import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from "@modelcontextprotocol/client";
+import {
+  createTaskSessionFromClient,
+  resultFromTaskOutcome,
+  type SerializedTaskReference,
+} from "@modelcontextprotocol/ext-tasks/client";
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
+import { type Stack, startStack } from "./support/stack.js";
+import { ok, type Structured, TERMINAL } from "./support/tool-calls.js";
+
+const ALL = ["coding_agent:run", "project:write", "project:read", "runtime:read", "runtime:write"] as const;
+const MODERN = "2026-07-28";
+
+let stack: Stack;
+let legacy: Client;
+let modern: ModernClient;
+let aliceToken: string;
+let bobToken: string;
+const modernClients: ModernClient[] = [];
+
+async function connectModern(token: string, capabilities: Record<string, unknown> = {}): Promise<ModernClient> {
+  const client = new ModernClient(
+    { name: "webcodex-test-2026", version: "0" },
+    { versionNegotiation: { mode: { pin: MODERN } }, capabilities },
+  );
+  await client.connect(
+    new ModernTransport(stack.mcpUrl, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }),
+  );
+  modernClients.push(client);
+  return client;
+}
+
+beforeAll(async () => {
+  stack = await startStack({
+    principals: [
+      { id: "alice", scopes: [...ALL], projects: ["demo"] },
+      { id: "bob", scopes: [...ALL], projects: ["demo"] },
+    ],
+    projects: [{ id: "demo", allow_patch: true }],
+    acp: { max_concurrent_runs: 8 },
+  });
+  aliceToken = stack.issueToken("alice", [...ALL], ["demo"]);
+  bobToken = stack.issueToken("bob", [...ALL], ["demo"]);
+  legacy = await stack.connect(aliceToken);
+  modern = await connectModern(aliceToken);
+}, 60_000);
+
+afterAll(async () => {
+  for (const c of modernClients) await c.close();
+  await stack?.stop();
+}, 60_000);
+
+let counter = 0;
+const unique = (label: string) => `${label}-${process.pid}-${++counter}`;
+
+type ModernCallResult = { isError?: boolean; content: { type: string; text?: string }[]; structuredContent?: unknown };
+
+async function modernCall(
+  client: ModernClient,
+  name: string,
+  args: Record<string, unknown>,
+): Promise<ModernCallResult> {
+  return (await client.callTool({ name, arguments: args }, { timeout: 60_000 })) as ModernCallResult;
+}
+
+async function modernOk(client: ModernClient, name: string, args: Record<string, unknown>): Promise<Structured> {
+  const result = await modernCall(client, name, args);
+  const text = result.content[0]?.text ?? "";
+  if (result.isError) throw new Error(`${name} failed: ${text}`);
+  expect(JSON.parse(text)).toEqual(result.structuredContent);
+  return result.structuredContent as Structured;
+}
+
+function modernMeta(extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientInfo": { name: "raw", version: "0" },
+    "io.modelcontextprotocol/clientCapabilities": {},
+    ...extra,
+  };
+}
+
+interface RawAnswer {
+  status: number;
+  body: { id?: unknown; result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } };
+}
+
+/** One POST with exactly these MCP headers (besides auth, Accept, Content-Type). */
+async function rawPost(message: Record<string, unknown>, headers: Record<string, string>, token = aliceToken) {
+  const res = await fetch(stack.mcpUrl, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      Accept: "application/json, text/event-stream",
+      "Content-Type": "application/json",
+      ...headers,
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", ...message }),
+  });
+  const text = await res.text();
+  return { status: res.status, body: text === "" ? {} : JSON.parse(text) } as RawAnswer;
+}
+
+function modernHeaders(method: string, name?: string): Record<string, string> {
+  return { "MCP-Protocol-Version": MODERN, "Mcp-Method": method, ...(name !== undefined ? { "Mcp-Name": name } : {}) };
+}
+
+describe("one /mcp, two eras", () => {
+  it("answers server/discover to a 2026-07-28 client without initialize, and lists with cache hints in a fixed order", async () => {
+    const discovered = await rawPost(
+      { id: "d1", method: "server/discover", params: { _meta: modernMeta() } },
+      modernHeaders("server/discover"),
+    );
+    expect(discovered.status).toBe(200);
+    expect(discovered.body.id).toBe("d1");
+    const result = discovered.body.result ?? {};
+    expect(result.resultType).toBe("complete");
+    expect(result.supportedVersions).toEqual([MODERN]);
+    expect(result.capabilities).toMatchObject({ tools: {}, resources: {} });
+    expect((result._meta as Record<string, unknown>)["io.modelcontextprotocol/serverInfo"]).toMatchObject({
+      name: "webcodex",
+    });
+
+    const first = await rawPost(
+      { id: 1, method: "tools/list", params: { _meta: modernMeta() } },
+      modernHeaders("tools/list"),
+    );
+    const second = await rawPost(
+      { id: 2, method: "tools/list", params: { _meta: modernMeta() } },
+      modernHeaders("tools/list"),
+    );
+    expect(first.body.result).toMatchObject({ resultType: "complete", cacheScope: "public" });
+    expect(first.body.result?.ttlMs).toBeGreaterThan(0);
+    expect(JSON.stringify(first.body.result)).toBe(JSON.stringify(second.body.result));
+    const tools = first.body.result?.tools as { name: string; inputSchema: Record<string, unknown> }[];
+    expect(tools[0]?.inputSchema.$schema).toBe("https://json-schema.org/draft/2020-12/schema");
+
+    const resources = await modern.listResources();
+    expect(resources.resources.map((r) => r.uri)).toEqual(["webcodex://projects"]);
+    const read = await rawPost(
+      { id: 3, method: "resources/read", params: { uri: "webcodex://projects", _meta: modernMeta() } },
+      modernHeaders("resources/read", "webcodex://projects"),
+    );
+    expect(read.body.result).toMatchObject({ resultType: "complete", cacheScope: "private" });
+
+    // The 2025-11-25 client on the same URL sees exactly what it always did: draft-7 schemas, no 2026 fields.
+    const legacyTools = await legacy.listTools();
+    expect(legacyTools.tools.map((t) => t.name)).toEqual(tools.map((t) => t.name));
+    expect(legacyTools.tools[0]?.inputSchema.$schema).toBe("http://json-schema.org/draft-07/schema#");
+    expect(legacyTools).not.toHaveProperty("resultType");
+    expect(legacyTools).not.toHaveProperty("ttlMs");
+  });
+
+  it("answers an unknown resource on 2026-07-28 with invalid params naming the URI (SEP-2164)", async () => {
+    const uri = `webcodex://${canary("missing-resource")}`;
+    const answer = await rawPost(
+      { id: 9, method: "resources/read", params: { uri, _meta: modernMeta() } },
+      modernHeaders("resources/read", uri),
+    );
+    expect(answer.status).toBe(200);
+    expect(answer.body.error).toMatchObject({ code: -32602, data: { uri } });
+  });
+
+  it("refuses missing or mismatched MCP headers and a missing _meta with 400 carrying the request's id, and starts nothing", async () => {
+    const key = unique("hdr");
+    const args = { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt: "hello" };
+    const call = (id: number) => ({
+      id,
+      method: "tools/call",
+      params: { name: "start_coding_agent", arguments: args, _meta: modernMeta() },
+    });
+    const cases: [string, RawAnswer][] = [
+      [
+        "no MCP-Protocol-Version",
+        await rawPost(call(11), { "Mcp-Method": "tools/call", "Mcp-Name": "start_coding_agent" }),
+      ],
+      ["no Mcp-Method", await rawPost(call(12), { "MCP-Protocol-Version": MODERN, "Mcp-Name": "start_coding_agent" })],
+      ["no Mcp-Name", await rawPost(call(13), modernHeaders("tools/call"))],
+      ["Mcp-Method mismatch", await rawPost(call(14), modernHeaders("tools/list", "start_coding_agent"))],
+      ["Mcp-Name mismatch", await rawPost(call(15), modernHeaders("tools/call", "observe_coding_agent"))],
+      [
+        "version mismatch",
+        await rawPost(call(16), {
+          ...modernHeaders("tools/call", "start_coding_agent"),
+          "MCP-Protocol-Version": "2025-11-25",
+        }),
+      ],
+    ];
+    for (const [label, answer] of cases) {
+      expect(answer.status, label).toBe(400);
+      expect(answer.body.error?.code, label).toBe(-32020);
+      expect(typeof answer.body.id, label).toBe("number");
+    }
+    expect(cases.map(([, a]) => a.body.id)).toEqual([11, 12, 13, 14, 15, 16]);
+    expect(cases[2]?.[1].body.error?.message).toContain("Mcp-Name header is absent");
+    expect(cases[4]?.[1].body.error?.message).toContain('names "observe_coding_agent"');
+
+    const noMeta = await rawPost(
+      { id: 17, method: "tools/call", params: { name: "start_coding_agent", arguments: args } },
+      modernHeaders("tools/call", "start_coding_agent"),
+    );
+    expect(noMeta.status).toBe(400);
+    expect(noMeta.body).toMatchObject({ id: 17, error: { code: -32602 } });
+    expect(noMeta.body.error?.message).toContain("missing the required per-request envelope key(s): _meta");
+
+    const future = await rawPost(
+      {
+        id: 18,
+        method: "tools/list",
+        params: { _meta: modernMeta({ "io.modelcontextprotocol/protocolVersion": "2099-01-01" }) },
+      },
+      { ...modernHeaders("tools/list"), "MCP-Protocol-Version": "2099-01-01" },
+    );
+    // Methods 2026-07-28 removed are unknown, whatever the headers say.
+    const ping = await rawPost({ id: 19, method: "ping", params: { _meta: modernMeta() } }, {});
+    expect(ping.status).toBe(404);
+    expect(ping.body).toMatchObject({ id: 19, error: { code: -32601 } });
+    expect(future.status).toBe(400);
+    expect(future.body).toMatchObject({ id: 18, error: { code: -32022, data: { supported: [MODERN] } } });
+
+    // Nothing was started under that key: the same key with other inputs is not an idempotency conflict.
+    const fresh = await modernOk(modern, "start_coding_agent", {
+      ...args,
+      prompt: "scenario: slow interval_ms=50 count=4",
+    });
+    expect(fresh.run_id).toEqual(expect.any(String));
+  });
+
+  it("runs start → observe → cancel for both clients side by side, each seeing only its own runs", async () => {
+    const v1 = await ok(legacy, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: unique("v1"),
+      prompt: "scenario: slow interval_ms=100 count=600",
+    });
+    const v2 = await modernOk(modern, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: unique("v2"),
+      prompt: "scenario: slow interval_ms=100 count=600",
+    });
+    // Same principal, either era: each client observes the other's run.
+    const seenByModern = await modernOk(modern, "observe_coding_agent", { run_id: v1.run_id });
+    expect(seenByModern.run_id).toBe(v1.run_id);
+    const seenByLegacy = await ok(legacy, "observe_coding_agent", { run_id: v2.run_id });
+    expect(seenByLegacy.run_id).toBe(v2.run_id);
+    // Another principal on 2026-07-28 sees neither.
+    const bob = await connectModern(bobToken);
+    const foreign = await modernCall(bob, "observe_coding_agent", { run_id: v2.run_id });
+    expect(foreign.isError).toBe(true);
+    expect(foreign.content[0]?.text).toContain("not_found");
+
+    await modernOk(modern, "cancel_coding_agent", { run_id: v1.run_id });
+    await ok(legacy, "cancel_coding_agent", { run_id: v2.run_id });
+    for (const runId of [v1.run_id, v2.run_id]) {
+      let state = "";
+      for (let i = 0; i < 100 && !TERMINAL.has(state); i++) {
+        state = (await modernOk(modern, "observe_coding_agent", { run_id: runId, wait_secs: 2 })).state as string;
+      }
+      expect(state).toBe("cancelled");
+    }
+  }, 60_000);
+
+  it("takes the 2026-07-28 recorder from _wc.record in the envelope, refuses it everywhere else by name, and a refusal starts and records nothing", async () => {
+    // The session is created by the 2025-era client and records a run the 2026 client starts.
+    const session = await ok(legacy, "create_workflow_session", { project_id: "demo", title: unique("rec") });
+    const sessionId = session.session_id as string;
+    const bobModern = await connectModern(bobToken);
+    const bobSession = await modernOk(bobModern, "create_workflow_session", { project_id: "demo", title: unique("b") });
+    const key = unique("rec-key");
+    const args = { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt: "hello" };
+    const startCall = (id: number, params: Record<string, unknown>, name = "start_coding_agent") =>
+      rawPost(
+        { id, method: "tools/call", params: { name, arguments: args, _meta: modernMeta(), ...params } },
+        modernHeaders("tools/call", name),
+      );
+    const errorOf = (answer: RawAnswer) => {
+      const result = answer.body.result as ModernCallResult;
+      expect(result.isError).toBe(true);
+      return (JSON.parse(result.content[0]?.text ?? "{}") as { error: { code: string; message: string } }).error;
+    };
+
+    const inArguments = errorOf(await startCall(21, { arguments: { ...args, _wc: { record: sessionId } } }));
+    expect(inArguments.code).toBe("invalid_input");
+    expect(inArguments.message).toContain(
+      "arguments._wc: the recorder goes in the tools/call envelope as params._wc.record",
+    );
+    const rootLevel = errorOf(await startCall(22, { recording_session_id: sessionId }));
+    expect(rootLevel.message).toContain("params.recording_session_id: not a recorder selector");
+    const oldArgument = errorOf(await startCall(23, { arguments: { ...args, workflow_session_id: sessionId } }));
+    expect(oldArgument.message).toContain(
+      "arguments.workflow_session_id: on a 2026-07-28 request the recorder is params._wc.record",
+    );
+    const foreign = errorOf(await startCall(24, { _wc: { record: bobSession.session_id } }));
+    expect(foreign.code).toBe("not_found");
+    expect(foreign.message).toMatch(/^_wc\.record: /);
+    const extraKey = errorOf(await startCall(25, { _wc: { record: sessionId, grant: "all" } }));
+    expect(extraKey.message).toContain('params._wc: only "record" is allowed');
+    const notAStart = errorOf(
+      await rawPost(
+        {
+          id: 26,
+          method: "tools/call",
+          params: {
+            name: "observe_coding_agent",
+            arguments: { run_id: "r" },
+            _meta: modernMeta(),
+            _wc: { record: sessionId },
+          },
+        },
+        modernHeaders("tools/call", "observe_coding_agent"),
+      ),
+    );
+    expect(notAStart.message).toContain("params._wc.record: this tool starts no run");
+    // A 2025-era request keeps workflow_session_id and is told so when it sends the 2026 envelope.
+    const legacyEnvelope = await legacy.request(
+      {
+        method: "tools/call",
+        params: { name: "start_coding_agent", arguments: args, _wc: { record: sessionId } } as never,
+      },
+      (await import("@modelcontextprotocol/sdk/types.js")).CallToolResultSchema,
+    );
+    expect(legacyEnvelope.isError).toBe(true);
+    expect((legacyEnvelope.content[0] as { text: string }).text).toContain(
+      "params._wc: the 2026-07-28 envelope; on this 2025-era request name the recorder with arguments.workflow_session_id",
+    );
+
+    // None of that started a run or recorded anything: the session is empty, and the key is still free.
+    const before = await modernOk(modern, "read_workflow_session", { session_id: sessionId });
+    expect(before.evidence).toEqual([]);
+    const started = await startCall(27, { _wc: { record: sessionId } });
+    const run = started.body.result as ModernCallResult & { structuredContent: Structured; resultType: string };
+    expect(run.isError).toBeFalsy();
+    expect(run.resultType).toBe("complete");
+    const runId = run.structuredContent.run_id as string;
+    let evidence: Structured[] = [];
+    for (let i = 0; i < 100 && !evidence.some((e) => e.kind === "coding_agent_terminal"); i++) {
+      evidence = (await ok(legacy, "read_workflow_session", { session_id: sessionId })).evidence as Structured[];
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(evidence.map((e) => e.kind)).toEqual(["coding_agent_started", "coding_agent_terminal"]);
+    expect(evidence.every((e) => e.run_id === runId)).toBe(true);
+    // Bob's session saw nothing.
+    const bobRead = await modernOk(bobModern, "read_workflow_session", { session_id: bobSession.session_id });
+    expect(bobRead.evidence).toEqual([]);
+  }, 60_000);
+
+  describe("runs as Tasks", () => {
+    const tasksMeta = () =>
+      modernMeta({
+        "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } },
+      });
+    const startTask = (key: string, prompt: string, token = aliceToken) =>
+      rawPost(
+        {
+          id: key,
+          method: "tools/call",
+          params: {
+            name: "start_coding_agent",
+            arguments: { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt },
+            _meta: tasksMeta(),
+          },
+        },
+        modernHeaders("tools/call", "start_coding_agent"),
+        token,
+      );
+    const taskRequest = (method: string, taskId: string, token = aliceToken) =>
+      rawPost({ id: method, method, params: { taskId, _meta: tasksMeta() } }, modernHeaders(method, taskId), token);
+    const getUntil = async (taskId: string, done: (r: Record<string, unknown>) => boolean) => {
+      for (let i = 0; i < 200; i++) {
+        const r = (await taskRequest("tasks/get", taskId)).body.result ?? {};
+        if (done(r)) return r;
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      throw new Error(`task ${taskId} never reached the expected status`);
+    };
+
+    it("advertises the extension, answers a declaring client's start with a task bound to the run, and a completed task carries the observe-shaped result", async () => {
+      const discovered = await rawPost(
+        { id: "d", method: "server/discover", params: { _meta: modernMeta() } },
+        modernHeaders("server/discover"),
+      );
+      expect(discovered.body.result?.capabilities).toMatchObject({
+        extensions: { "io.modelcontextprotocol/tasks": {} },
+      });
+      const key = unique("task");
+      const created = (await startTask(key, "scenario: hello")).body.result ?? {};
+      expect(created).toMatchObject({ resultType: "task", status: "working", ttlMs: null });
+      // The start's own output rides along, so a client can follow the run's events.
+      const started = (created._meta as Record<string, Structured>)["dev.webcodex/run"];
+      expect(started).toMatchObject({
+        run_id: expect.any(String),
+        replayed: false,
+        observation_token: expect.any(String),
+      });
+      const taskId = created.taskId as string;
+      expect(taskId).toMatch(/^wc_task_[a-z2-7]{26}_[A-Za-z0-9_-]{22}$/);
+      // Same key, same task.
+      expect((await startTask(key, "scenario: hello")).body.result?.taskId).toBe(taskId);
+
+      const done = await getUntil(taskId, (r) => r.status !== "working");
+      expect(done).toMatchObject({
+        resultType: "complete",
+        taskId,
+        status: "completed",
+        _meta: { "dev.webcodex/run": { run_id: started?.run_id } },
+      });
+      const result = done.result as { resultType: string; structuredContent: Structured; content: { text: string }[] };
+      expect(result.resultType).toBe("complete");
+      expect(result.structuredContent).toMatchObject({ state: "completed", execution_state: "completed" });
+      expect(JSON.parse(result.content[0]?.text ?? "")).toEqual(result.structuredContent);
+      // The run behind the task is the same run observe reports.
+      const observed = await modernOk(modern, "observe_coding_agent", { run_id: result.structuredContent.run_id });
+      expect(observed.state).toBe("completed");
+
+      // A client without the extension gets the plain tool result, unchanged.
+      const plain = await modernOk(modern, "start_coding_agent", {
+        project_id: "demo",
+        provider_id: "fake",
+        idempotency_key: key,
+        prompt: "scenario: hello",
+      });
+      expect(plain.run_id).toBe(result.structuredContent.run_id);
+    }, 60_000);
+
+    it("cancels the run through tasks/cancel, and refuses a foreign or made-up task id without touching the run", async () => {
+      const created = (await startTask(unique("cancel"), "scenario: slow interval_ms=100 count=600")).body.result ?? {};
+      const taskId = created.taskId as string;
+      const runningSeen = await getUntil(taskId, (r) => r.status === "working");
+      expect(runningSeen.statusMessage).toMatch(/^run (starting|running)/);
+
+      // Bob presents Alice's task id: unknown to him, for get and cancel alike.
+      for (const method of ["tasks/get", "tasks/cancel"]) {
+        const foreign = await taskRequest(method, taskId, bobToken);
+        expect(foreign.status, method).toBe(200);
+        expect(foreign.body.error, method).toMatchObject({ code: -32602 });
+        expect(foreign.body.error?.message, method).toContain("Unknown task");
+      }
+      // A client that did not declare the extension is told which capability the method needs.
+      const undeclared = await rawPost(
+        { id: 6, method: "tasks/get", params: { taskId, _meta: modernMeta() } },
+        modernHeaders("tasks/get", taskId),
+      );
+      expect(undeclared.status).toBe(400);
+      expect(undeclared.body).toMatchObject({
+        id: 6,
+        error: {
+          code: -32021,
+          data: { requiredCapabilities: { extensions: { "io.modelcontextprotocol/tasks": {} } } },
+        },
+      });
+      const forged = `${taskId.slice(0, -4)}AAAA`;
+      expect((await taskRequest("tasks/get", forged)).body.error?.message).toContain("Unknown task");
+      // Header and body must agree on the task id too.
+      const mismatched = await rawPost(
+        { id: 5, method: "tasks/get", params: { taskId, _meta: tasksMeta() } },
+        modernHeaders("tasks/get", forged),
+      );
+      expect(mismatched.status).toBe(400);
+      expect(mismatched.body).toMatchObject({ id: 5, error: { code: -32020 } });
+      expect((await getUntil(taskId, () => true)).status).toBe("working");
+
+      const cancelled = await taskRequest("tasks/cancel", taskId);
+      expect(cancelled.body.result).toEqual({ resultType: "complete" });
+      const end = await getUntil(taskId, (r) => r.status !== "working");
+      expect(end).toMatchObject({ status: "cancelled", taskId });
+    }, 60_000);
+
+    it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {
+      const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
+      const client = await connectModern(aliceToken, capabilities);
+      const framing = {
+        protocolVersion: MODERN,
+        clientInfo: { name: "webcodex-test-2026", version: "0" },
+        clientCapabilities: capabilities,
+      };
+      const rawDispatch = async (request: unknown) => {
+        // The host coordinator owns JSON-RPC framing: the package hands over method and params only.
+        const r = request as { method: string; params?: Record<string, unknown> };
+        const name = r.params?.name ?? r.params?.taskId ?? r.params?.uri;
+        const answer = await rawPost(
+          { id: unique("rpc"), ...(request as Record<string, unknown>) },
+          modernHeaders(r.method, typeof name === "string" ? name : undefined),
+        );
+        return { jsonrpc: "2.0", ...answer.body } as never;
+      };
+      const session = createTaskSessionFromClient(client as never, {
+        endpointId: "webcodex-test",
+        rawDispatch,
+        v2RequestFraming: framing,
+      });
+      const execution = await session.callTool(
+        "start_coding_agent",
+        { project_id: "demo", provider_id: "fake", idempotency_key: unique("ext"), prompt: "scenario: hello" },
+        { task: { preference: "require" } },
+      );
+      expect(execution.kind).toBe("task");
+      if (execution.kind !== "task") return;
+      let reference: SerializedTaskReference | undefined;
+      await execution.handoff((r) => {
+        reference = r;
+      });
+      // Dropped, not closed, like a process that exits: closing a session cancels executions it
+      // still lists, handed-off ones included (ext-tasks 0.2.2).
+      void session;
+      if (reference === undefined) throw new Error("no task reference was handed off");
+
+      const later = createTaskSessionFromClient((await connectModern(aliceToken, capabilities)) as never, {
+        endpointId: "webcodex-test",
+        rawDispatch,
+        v2RequestFraming: framing,
+      });
+      const resumed = await later.resumeTask(reference);
+      const { outcome } = await resumed.settle();
+      const result = resultFromTaskOutcome(outcome) as { structuredContent: Structured };
+      expect(result.structuredContent).toMatchObject({ state: "completed", execution_state: "completed" });
+      await later.close();
+    }, 60_000);
+  });
+});

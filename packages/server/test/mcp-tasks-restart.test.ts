@@ -1,0 +1,104 @@
+/**
+ * Issue 27 §3: a run's MCP Task is derived from the durable run record, so it
+ * outlives a Server `kill -9`; a `lost` run is a failed task that says so.
+ * Real processes: a `webcodex-server run` child, a Runner daemon, the fake
+ * agent; 2026-07-28 requests as raw POSTs (what any client sends).
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { ProcStack, waitFor } from "./support/proc-stack.js";
+
+const MODERN = "2026-07-28";
+const TASKS_META = {
+  "io.modelcontextprotocol/protocolVersion": MODERN,
+  "io.modelcontextprotocol/clientInfo": { name: "restart-test", version: "0" },
+  "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } },
+};
+
+let stack: ProcStack | null = null;
+
+afterEach(async () => {
+  await stack?.stop();
+  stack = null;
+}, 60_000);
+
+type Answer = { result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } };
+
+async function post(s: ProcStack, method: string, params: Record<string, unknown>, name?: string): Promise<Answer> {
+  const res = await fetch(`http://127.0.0.1:${s.port}/mcp`, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${s.principalTokens.get("alice")}`,
+      Accept: "application/json, text/event-stream",
+      "Content-Type": "application/json",
+      "MCP-Protocol-Version": MODERN,
+      "Mcp-Method": method,
+      ...(name !== undefined ? { "Mcp-Name": name } : {}),
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: { ...params, _meta: TASKS_META } }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as Answer;
+}
+
+async function startTask(s: ProcStack, key: string, prompt: string): Promise<string> {
+  const arguments_ = { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt };
+  const answer = await post(
+    s,
+    "tools/call",
+    { name: "start_coding_agent", arguments: arguments_ },
+    "start_coding_agent",
+  );
+  expect(answer.result).toMatchObject({ resultType: "task" });
+  return answer.result?.taskId as string;
+}
+
+const getTask = async (s: ProcStack, taskId: string) => (await post(s, "tasks/get", { taskId }, taskId)).result ?? {};
+
+describe("a run's task across a Server kill -9", () => {
+  it("reports the same run after the restart, and its result once terminal", async () => {
+    stack = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+    await stack.startRunner("r1");
+    const s = stack;
+    const taskId = await startTask(s, "restart-task", "scenario: slow interval_ms=100 count=30");
+    const before = await getTask(s, taskId);
+    expect(before).toMatchObject({ taskId, status: "working" });
+
+    await s.killServer("SIGKILL");
+    await s.startServer();
+
+    let after: Record<string, unknown> = {};
+    await waitFor("the task to end after the restart", async () => {
+      after = await getTask(s, taskId);
+      return after.status !== "working";
+    });
+    expect(after).toMatchObject({ taskId, status: "completed", createdAt: before.createdAt });
+    const result = after.result as { resultType: string; structuredContent: Record<string, unknown> };
+    expect(result.resultType).toBe("complete");
+    expect(result.structuredContent).toMatchObject({ state: "completed", execution_state: "completed" });
+    // The same key after the restart is the same task.
+    expect(await startTask(s, "restart-task", "scenario: slow interval_ms=100 count=30")).toBe(taskId);
+  }, 120_000);
+
+  it("reports a lost run as a failed task that says the outcome is unknown and what to do", async () => {
+    stack = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+    const s = stack;
+    await s.startRunner("r1", [], { WEBCODEX_FAILPOINT: "after_prompt_write" });
+    const taskId = await startTask(s, "lost-task", "scenario: hello");
+    expect(await s.runnerExit("r1")).toEqual({ code: null, signal: "SIGKILL" });
+    await s.waitOffline("r1");
+    await waitFor("the agent's ledger", () => s.prompts("r1").length === 1);
+    await s.startRunner("r1");
+
+    let task: Record<string, unknown> = {};
+    await waitFor("the lost run's task to settle", async () => {
+      task = await getTask(s, taskId);
+      return task.status !== "working";
+    });
+    expect(task).toMatchObject({ taskId, status: "failed", error: { code: -32011 } });
+    const error = task.error as { message: string; data: Record<string, unknown> };
+    expect(error.message).toContain("cannot tell whether the agent finished");
+    expect(error.message).toContain("Inspect the project's working tree");
+    expect(error.data).toMatchObject({ state: "lost", execution_state: "outcome_unknown" });
+    expect(task).not.toHaveProperty("result");
+  }, 120_000);
+});
