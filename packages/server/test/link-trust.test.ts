@@ -20,7 +20,7 @@ import { LINK_IN_USE_MESSAGE } from "../src/link/hub.js";
 import type { StartInput } from "../src/runs/api.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { linkAudit, refusedCount } from "./support/link-impostor.js";
-import { okValue, ProcStack } from "./support/proc-stack.js";
+import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
 
 /** The kill -9 tests' Server heartbeat interval: the lease (two of them) is far longer than a restart takes. */
 const LONG_HEARTBEAT_MS = 10_000;
@@ -176,6 +176,8 @@ describe.skipIf(!IS_ROOT)("with run_as on every agent (needs root to create a us
     s = await runAsStack();
     await s.startRunner("r1");
     const kept = join(s.dir, "runner-state-r1", RESUME_SECRET_FILE);
+    // The Runner writes the secret after it reads hello.ack; the Server may report it online a moment before.
+    await waitFor("the Runner to keep its resume secret", () => existsSync(kept));
     expect(statSync(kept).mode & 0o777).toBe(0o600);
 
     await s.killRunner("r1", "SIGKILL");

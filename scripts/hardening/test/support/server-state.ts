@@ -1,15 +1,21 @@
 /**
  * A read-only snapshot of the Server's durable run state (its SQLite file), to
- * prove that rejected input changed nothing: every table except the audit logs and link liveness.
+ * prove that rejected input changed nothing: every table except the audit logs and link liveness (leases, presence).
  */
 import Database from "better-sqlite3";
 
 /**
  * Left out of a snapshot: audit tables record that something was asked (they are expected to grow), and
- * `runner_link_leases` is link liveness — refreshed by every heartbeat, and taken by an accepted hello;
- * compare a runner's holder with `leaseHolder`.
+ * `runner_link_leases` and `runner_presence` are link liveness — refreshed on a timer while a Runner is linked,
+ * and taken by an accepted hello; compare a runner's holder with `leaseHolder`.
  */
-const AUDIT_TABLES = new Set(["mcp_audit", "runner_link_audit", "oauth_audit", "runner_link_leases"]);
+const AUDIT_TABLES = new Set([
+  "mcp_audit",
+  "runner_link_audit",
+  "oauth_audit",
+  "runner_link_leases",
+  "runner_presence",
+]);
 
 export function stateSnapshot(dbFile: string): Record<string, unknown[]> {
   const db = new Database(dbFile, { readonly: true, fileMustExist: true });
