@@ -1,39 +1,25 @@
 /**
  * Admission of `start_coding_agent`, in the exact order of DESIGN §6.1:
- * validate → scopes and project grant → run_id → existing record (replay or
+ * validate (the front end, with the StartInput schema) → scopes and project grant → run_id → existing record (replay or
  * idempotency_conflict) → resolve project → runner → provider with their
  * instance ids → durable intent → `sent` → `run.start` with the fences.
  * A rejection before the Runner admits leaves a `rejected_pre_admission`
  * record that an exact same-key retry may re-admit; nothing after admission
  * is ever sent again.
  */
-import {
-  ConfigMap,
-  type FailureKind,
-  isTerminalState,
-  MAX_PROMPT_BYTES,
-  MAX_RUN_TIMEOUT_SECS,
-  MIN_RUN_TIMEOUT_SECS,
-  ProjectId,
-  ProviderId,
-  type RecoveryKind,
-  type RunnerErrorCode,
-  utf8Length,
-} from "@webcodex/protocol";
+import { type FailureKind, isTerminalState, type RecoveryKind, type RunnerErrorCode } from "@webcodex/protocol";
 import { serverFailpoint } from "../failpoints.js";
 import { missingScopes } from "../principals/authority.js";
 import type { AdmissionRecord, RecordPatch } from "../state/store.js";
-import {
-  type AdmissionHooks,
-  type AdmissionRequest,
-  type ApiError,
-  type ApiErrorCode,
-  type ApiResult,
-  OPAQUE_KEY_RULE,
-  OpaqueKey,
-  type Principal,
-  type StartInput,
-  type StartOutput,
+import type {
+  AdmissionHooks,
+  AdmissionRequest,
+  ApiError,
+  ApiErrorCode,
+  ApiResult,
+  Principal,
+  StartInput,
+  StartOutput,
 } from "./api.js";
 import { fail, type RunContext } from "./context.js";
 import { deriveRunId, intentFingerprint } from "./identity.js";
@@ -138,9 +124,8 @@ export class Admission {
   }
 
   async start(principal: Principal, input: StartInput, hooks: AdmissionHooks = {}): Promise<ApiResult<StartOutput>> {
-    // 1. authenticate: done by the front end (principal). 2. validate input.
-    const invalid = validateStart(input);
-    if (invalid) return fail("invalid_input", invalid, "fix_input");
+    // 1. authenticate: done by the front end (principal). 2. validate input: done by the front end's
+    // parse with the StartInput schema (runs/api.ts), which `input`'s type stands for.
     // 3. scopes and exact project grant.
     const denied = missingScopes(principal, ["coding_agent:run", "project:write"], "Starting a coding agent");
     if (denied) return { ok: false, error: denied };
@@ -498,30 +483,4 @@ export class Admission {
       "no_runner_instance";
     return this.#ctx.tokens.issue({ run_id: rec.run_id, instance, seq: 0 });
   }
-}
-
-/** Input validation of start_coding_agent (closed set of fields is the front end's job; values are checked here). */
-export function validateStart(input: StartInput): string | null {
-  if (!ProjectId.safeParse(input.project_id).success) return "project_id must match ^[a-z0-9][a-z0-9_-]{0,63}$.";
-  if (!ProviderId.safeParse(input.provider_id).success) return "provider_id must match ^[a-z0-9][a-z0-9_-]{0,63}$.";
-  if (!OpaqueKey.safeParse(input.idempotency_key).success) return `idempotency_key must be ${OPAQUE_KEY_RULE}.`;
-  if (typeof input.prompt !== "string" || input.prompt.length === 0) return "prompt must not be empty.";
-  if (utf8Length(input.prompt) > MAX_PROMPT_BYTES) return `prompt must be at most ${MAX_PROMPT_BYTES} bytes.`;
-  if (input.config !== undefined && !ConfigMap.safeParse(input.config).success) {
-    return "config must map option ids to string or boolean values (at most 32 entries).";
-  }
-  if (
-    input.timeout_secs !== undefined &&
-    (!Number.isInteger(input.timeout_secs) ||
-      input.timeout_secs < MIN_RUN_TIMEOUT_SECS ||
-      input.timeout_secs > MAX_RUN_TIMEOUT_SECS)
-  ) {
-    return `timeout_secs must be an integer between ${MIN_RUN_TIMEOUT_SECS} and ${MAX_RUN_TIMEOUT_SECS}.`;
-  }
-  // The MCP front end resolves workflow sessions (sessions/service.ts) and never passes the selector on;
-  // a caller that reaches the run core with one would have it silently ignored, so it is refused.
-  if (input.workflow_session_id !== undefined) {
-    return "workflow_session_id is resolved by the MCP tools (start_coding_agent); the run core does not take it.";
-  }
-  return null;
 }

@@ -33,8 +33,6 @@ import { Observation } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
 import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
 
-export { validateStart } from "./admission.js";
-
 export interface RunsOptions {
   store: StateStore;
   registry: Registry;
