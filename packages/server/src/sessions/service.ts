@@ -31,6 +31,7 @@ import {
   DEFAULT_SESSION_MAX_IDLE_SECS,
   type EvidenceKind,
   MAX_SESSIONS_PER_PRINCIPAL,
+  SESSION_PRUNE_BATCH,
   type SessionRow,
   type SessionStore,
 } from "./store.js";
@@ -40,6 +41,12 @@ export const MAX_HANDOFF_BYTES = 16 * 1024;
 export const MAX_GOAL_BYTES = 4 * 1024;
 /** Evidence entries one read returns at most (`has_more` says there are more). */
 export const MAX_EVIDENCE_PER_READ = 100;
+/**
+ * How often `create` prunes idle sessions at most (the constructor always prunes). Equal to the smallest
+ * `session_max_idle_secs`, so a session is deleted at most this late; a full batch, or a principal at
+ * MAX_SESSIONS_PER_PRINCIPAL, prunes again at once.
+ */
+export const SESSION_PRUNE_INTERVAL_MS = 60_000;
 /** Recorded runs without a terminal entry that one Server start looks at to write the missing entries. */
 export const MAX_CATCH_UP_RUNS = 10_000;
 
@@ -142,8 +149,13 @@ export class SessionService {
   readonly #log: Logger;
 
   readonly #maxIdleMs: number;
+  /** The session store's clock (ms) before which `create` does not prune again. */
+  #nextPruneAt = 0;
 
-  /** `maxIdleSecs`: `[server] session_max_idle_secs` (idle sessions are deleted at start and on each create). */
+  /**
+   * `maxIdleSecs`: `[server] session_max_idle_secs` (idle sessions are deleted at start, and on a create
+   * at most once per SESSION_PRUNE_INTERVAL_MS).
+   */
   constructor(
     sessions: SessionStore,
     records: StateStore,
@@ -165,9 +177,15 @@ export class SessionService {
     this.#prune();
   }
 
-  #prune(): void {
+  /** Delete idle sessions (one batch), unless `force` is false and the interval has not passed; true when it ran. */
+  #prune(force = false): boolean {
+    const now = this.#sessions.now().getTime();
+    if (!force && now < this.#nextPruneAt) return false;
     const pruned = this.#sessions.pruneIdle(this.#maxIdleMs);
+    // A full batch may have left more: the next create continues at once.
+    this.#nextPruneAt = pruned >= SESSION_PRUNE_BATCH ? 0 : now + SESSION_PRUNE_INTERVAL_MS;
     if (pruned > 0) this.#log.info({ pruned }, "idle workflow sessions deleted");
+    return true;
   }
 
   #need(principal: Principal, scope: Scope, projectId: string): ApiError | null {
@@ -190,8 +208,14 @@ export class SessionService {
   create(principal: Principal, input: { project_id: string; title: string }): ApiResult<SessionView> {
     const denied = this.#need(principal, "runtime:write", input.project_id);
     if (denied) return { ok: false, error: denied };
-    this.#prune();
-    if (this.#sessions.countSessions(principal.id) >= MAX_SESSIONS_PER_PRINCIPAL) {
+    const pruned = this.#prune();
+    let owned = this.#sessions.countSessions(principal.id);
+    // At the cap, one of this principal's sessions may have gone idle since the last prune: prune before refusing.
+    if (owned >= MAX_SESSIONS_PER_PRINCIPAL && !pruned) {
+      this.#prune(true);
+      owned = this.#sessions.countSessions(principal.id);
+    }
+    if (owned >= MAX_SESSIONS_PER_PRINCIPAL) {
       return {
         ok: false,
         error: err("capacity", `At most ${MAX_SESSIONS_PER_PRINCIPAL} sessions per principal.`, "none"),

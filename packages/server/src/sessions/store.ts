@@ -61,6 +61,11 @@ export class SessionStore {
     this.#now = now;
   }
 
+  /** The clock of this store's timestamps (and of idle ages). */
+  now(): Date {
+    return this.#now();
+  }
+
   atomically<T>(fn: () => T): T {
     return this.#db.transaction(fn)();
   }
