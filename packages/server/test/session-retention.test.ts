@@ -122,6 +122,26 @@ describe("workflow session retention", () => {
     expect(sessions.countSessions("alice")).toBe(MAX_SESSIONS_PER_PRINCIPAL - 3);
   });
 
+  it("prepares its statements once, when it is made, not on each call", () => {
+    const { state, sessions, advance } = open();
+    sessions.atomically(() => undefined); // the driver prepares BEGIN/COMMIT once per database
+    const prepare = vi.spyOn(state.db, "prepare");
+    sessions.insertSession({ session_id: "s", principal_id: "alice", project_id: "demo", title: "t" });
+    sessions.updateTexts("s", { handoff: "h", goal: "g" });
+    evidence(sessions, "s", "wc_agent_run_a");
+    sessions.linkRun("wc_agent_run_a", "s");
+    sessions.resetTerminal("wc_agent_run_a");
+    expect(sessions.recorderOf("wc_agent_run_a")?.session_id).toBe("s");
+    expect(sessions.openRecordedRuns(10)).toEqual(["wc_agent_run_a"]);
+    expect(sessions.markTerminal("wc_agent_run_a")).toBe(true);
+    expect(sessions.evidenceAfter("s", 0, 10)).toHaveLength(1);
+    expect(sessions.countSessions("alice")).toBe(1);
+    advance(DAY);
+    expect(sessions.pruneIdle(1000)).toBe(1);
+    expect(sessions.session("s")).toBeUndefined();
+    expect(prepare).not.toHaveBeenCalled();
+  });
+
   it("[server] session_max_idle_secs defaults to 90 days and is bounded", () => {
     expect(DEFAULT_SESSION_MAX_IDLE_SECS).toBe(90 * 24 * 3600);
     const config = (server: Record<string, unknown>) =>
