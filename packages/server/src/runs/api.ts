@@ -218,26 +218,26 @@ export interface AdmissionRequest {
 /** The caller seams of one admission (see AdmissionRequest), for `start` callers too (workflow-session recorder). */
 export type AdmissionHooks = Pick<AdmissionRequest, "bind" | "afterRecorded" | "afterDispatched">;
 
+/** How a tool without Workflow Sessions answers a session selector (invalid_input). */
+export const WORKFLOW_SESSIONS_UNAVAILABLE = "Workflow sessions are not available on this Server; nothing was started.";
+
 /**
  * What start_coding_agent asks of Workflow Sessions (sessions/service.ts implements it), checked before anything
- * reaches the run core: the recorder and context selectors, and the prompt with quoted context.
+ * reaches the run core: the recorder and context selectors. The answer is the prompt with quoted context and,
+ * with a recorder, the recorder link as the admission's `bind` (run inside the admission transaction).
  */
 export interface StartHooks {
   prepare(
     principal: Principal,
     input: {
       project_id: string;
+      provider_id: string;
       prompt: string;
       workflow_session_id?: string;
       context_session_id?: string;
       context_session_version?: number;
     },
-  ): ApiResult<{ prompt: string }>;
-  /** The recorder link, run by the run core inside the admission transaction (before dispatch). */
-  recorderBind(
-    principal: Principal,
-    input: { workflow_session_id: string; project_id: string; provider_id: string },
-  ): NonNullable<AdmissionHooks["bind"]>;
+  ): ApiResult<{ prompt: string; bind?: NonNullable<AdmissionHooks["bind"]> }>;
 }
 
 export interface RunAdmission {

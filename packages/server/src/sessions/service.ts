@@ -292,8 +292,52 @@ export class SessionService {
 
   // ---- recorder -----------------------------------------------------------------------------
 
-  /** Before dispatch: the recorder must be the caller's own session on the run's project. */
-  checkRecorder(principal: Principal, sessionId: string, projectId: string): ApiError | null {
+  /**
+   * The recorder gate, the one for every start that names `workflow_session_id` (start_coding_agent
+   * through StartHooks, start_agent_task_coding_run directly): checked now, before anything is
+   * recorded, and the admission `bind` (runs/api.ts) that checks it again inside the transaction that
+   * records the admission intent, before `run.start` is sent, then links the run and writes its
+   * `coding_agent_started` entry — durable before any dispatch, so a Server killed right after still has
+   * it. A re-send of an unacknowledged start finds the link and adds nothing (replays never reach
+   * `bind`); a re-admission after a pre-admission rejection is a new dispatch and is recorded as one.
+   */
+  recorder(
+    principal: Principal,
+    sessionId: string,
+    projectId: string,
+    providerId: string,
+  ): ApiResult<(fences: AdmissionFences) => ApiError | null> {
+    const refused = this.#checkRecorder(principal, sessionId, projectId);
+    if (refused) return { ok: false, error: refused };
+    return {
+      ok: true,
+      value: (fences) => {
+        const again = this.#checkRecorder(principal, sessionId, projectId);
+        if (again) return again;
+        const runId = fences.run_id;
+        const existing = this.#records.get(runId);
+        if (!this.#sessions.linkRun(runId, sessionId)) {
+          if (existing?.admission !== "rejected_pre_admission") return null;
+          this.#sessions.resetTerminal(runId);
+        }
+        const recorder = this.#sessions.recorderOf(runId)?.session_id ?? sessionId;
+        this.#sessions.appendEvidence({
+          session_id: recorder,
+          kind: "coding_agent_started",
+          run_id: runId,
+          provider_id: providerId,
+          state: "starting",
+          execution_state: "not_started",
+          stop_reason: null,
+          failure_kind: null,
+        });
+        return null;
+      },
+    };
+  }
+
+  /** The recorder must be the caller's own session on the run's project. */
+  #checkRecorder(principal: Principal, sessionId: string, projectId: string): ApiError | null {
     const row = this.#owned(principal, sessionId);
     if ("code" in row) return { ...row, message: `workflow_session_id: ${row.message} Nothing was started.` };
     if (row.project_id !== projectId) {
@@ -304,44 +348,6 @@ export class SessionService {
       );
     }
     return null;
-  }
-
-  /**
-   * The recorder link as an admission `bind` (runs/api.ts): inside the transaction that records the
-   * admission intent, before `run.start` is sent, the ownership and project are checked again, the run
-   * is linked and its `coding_agent_started` entry written — durable before any dispatch, so a Server
-   * killed right after still has it. A re-send of an unacknowledged start finds the link and adds
-   * nothing (replays never reach `bind`); a re-admission after a pre-admission rejection is a new
-   * dispatch and is recorded as one.
-   */
-  recorderBind(
-    principal: Principal,
-    sessionId: string,
-    projectId: string,
-    providerId: string,
-  ): (fences: AdmissionFences) => ApiError | null {
-    return (fences) => {
-      const refused = this.checkRecorder(principal, sessionId, projectId);
-      if (refused) return refused;
-      const runId = fences.run_id;
-      const existing = this.#records.get(runId);
-      if (!this.#sessions.linkRun(runId, sessionId)) {
-        if (existing?.admission !== "rejected_pre_admission") return null;
-        this.#sessions.resetTerminal(runId);
-      }
-      const recorder = this.#sessions.recorderOf(runId)?.session_id ?? sessionId;
-      this.#sessions.appendEvidence({
-        session_id: recorder,
-        kind: "coding_agent_started",
-        run_id: runId,
-        provider_id: providerId,
-        state: "starting",
-        execution_state: "not_started",
-        stop_reason: null,
-        failure_kind: null,
-      });
-      return null;
-    };
   }
 
   /**
@@ -386,10 +392,13 @@ export class SessionService {
   startHooks(): StartHooks {
     return {
       prepare: (principal, input) => {
+        let bind: ((fences: AdmissionFences) => ApiError | null) | undefined;
         if (input.workflow_session_id !== undefined) {
-          const refused = this.checkRecorder(principal, input.workflow_session_id, input.project_id);
-          if (refused) return { ok: false, error: refused };
+          const gate = this.recorder(principal, input.workflow_session_id, input.project_id, input.provider_id);
+          if (!gate.ok) return gate;
+          bind = gate.value;
         }
+        const withBind = (prompt: string) => ({ ok: true as const, value: bind ? { prompt, bind } : { prompt } });
         if (input.context_session_id === undefined) {
           if (input.context_session_version !== undefined) {
             return {
@@ -401,7 +410,7 @@ export class SessionService {
               ),
             };
           }
-          return { ok: true, value: { prompt: input.prompt } };
+          return withBind(input.prompt);
         }
         const composed = this.composeWithContext(
           principal,
@@ -410,10 +419,8 @@ export class SessionService {
           input.prompt,
           input.context_session_version,
         );
-        return composed.ok ? { ok: true, value: { prompt: composed.value.prompt } } : composed;
+        return composed.ok ? withBind(composed.value.prompt) : composed;
       },
-      recorderBind: (principal, input) =>
-        this.recorderBind(principal, input.workflow_session_id, input.project_id, input.provider_id),
     };
   }
 

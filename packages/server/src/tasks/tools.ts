@@ -31,7 +31,7 @@ import {
   type ToolSpec,
 } from "../mcp/tool-shared.js";
 import { checkStartGrant, checkToolScope } from "../principals/authority.js";
-import { OpaqueKey, type Principal } from "../runs/api.js";
+import { OpaqueKey, type Principal, WORKFLOW_SESSIONS_UNAVAILABLE } from "../runs/api.js";
 import { RunStatusFields, StartToolOutput } from "../runs/tool-schemas.js";
 import { SessionId } from "../sessions/ids.js";
 import type { SessionService } from "../sessions/service.js";
@@ -303,12 +303,11 @@ export class TaskTools implements ToolModule {
         const v = input.value;
         const refused = denied ?? checkStartGrant(principal, v.project_id);
         if (refused) return fail(refused, null);
-        const recorder = v.workflow_session_id;
-        if (recorder !== undefined) {
-          const bad = this.#sessions
-            ? this.#sessions.checkRecorder(principal, recorder, v.project_id)
-            : apiError("invalid_input", "Workflow sessions are not available on this Server; nothing was started.");
-          if (bad) return fail(bad, null);
+        let recorder: ReturnType<SessionService["recorder"]> | undefined;
+        if (v.workflow_session_id !== undefined) {
+          if (!this.#sessions) return fail(apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE), null);
+          recorder = this.#sessions.recorder(principal, v.workflow_session_id, v.project_id, v.provider_id);
+          if (!recorder.ok) return fail(recorder.error, null);
         }
         const claim =
           v.attempt_ref !== undefined
@@ -326,9 +325,7 @@ export class TaskTools implements ToolModule {
           claim,
           ...(v.config !== undefined ? { config: v.config } : {}),
           ...(v.timeout_secs !== undefined ? { timeout_secs: v.timeout_secs } : {}),
-          ...(recorder !== undefined && this.#sessions
-            ? { recorder: this.#sessions.recorderBind(principal, recorder, v.project_id, v.provider_id) }
-            : {}),
+          ...(recorder?.ok ? { recorder: recorder.value } : {}),
         });
         if (!r.ok) return fail(r.error, null);
         return ok(StartTaskRunOutput.parse(r.value), r.value.run_id);
