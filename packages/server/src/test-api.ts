@@ -13,7 +13,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { ServerConfig } from "./config.js";
 import { parseToolInput } from "./mcp/tool-shared.js";
-import { type Principal, type RunsApi, type Scope, StartInput } from "./runs/api.js";
+import type { Principal, Scope } from "./principals/principal.js";
+import { type RunsApi, StartInput } from "./runs/api.js";
 
 export const TEST_API_ENV = "WEBCODEX_TEST_HOOK_API";
 

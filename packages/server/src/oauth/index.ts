@@ -6,8 +6,8 @@
 import type BetterSqlite3 from "better-sqlite3";
 import type { Logger } from "pino";
 import type { OAuthSettings, PrincipalConfig } from "../config.js";
+import type { Principal, Scope } from "../principals/principal.js";
 import { createKeyIdentifier, keyPrincipal, type TokenStore } from "../principals/tokens.js";
-import type { Principal, Scope } from "../runs/api.js";
 import { OAuthClients } from "./clients.js";
 import { Consent } from "./consent.js";
 import { createOAuthHttp, isOAuthPath, resourceMetadataUrl } from "./http.js";

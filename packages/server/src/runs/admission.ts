@@ -12,6 +12,7 @@ import { serverFailpoint } from "../failpoints.js";
 import type { RequestOutcome } from "../link/hub.js";
 import type { LiveRunner } from "../link/registry.js";
 import { missingScopes } from "../principals/authority.js";
+import type { Principal } from "../principals/principal.js";
 import type { AdmissionRecord, RecordPatch } from "../state/store.js";
 import type {
   AdmissionHooks,
@@ -19,7 +20,6 @@ import type {
   ApiError,
   ApiErrorCode,
   ApiResult,
-  Principal,
   StartInput,
   StartOutput,
 } from "./api.js";

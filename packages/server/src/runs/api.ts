@@ -22,24 +22,11 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { z } from "zod";
+import type { Principal, Scope } from "../principals/principal.js";
 
-export const SCOPES = [
-  "coding_agent:run",
-  "project:read",
-  "project:write",
-  "runtime:read",
-  "runtime:write",
-  "job:run",
-  "mcp:local",
-] as const;
-export type Scope = (typeof SCOPES)[number];
-
-export interface Principal {
-  id: string;
-  scopes: ReadonlySet<Scope>;
-  /** Exact project ids this principal may use. */
-  projects: ReadonlySet<string>;
-}
+// The identity types live with the principals; they are re-exported here for the front ends that take
+// them with the RunsApi.
+export { type Principal, SCOPES, type Scope } from "../principals/principal.js";
 
 /** Closed set of tool-level error codes (documented in the README). */
 export const API_ERROR_CODES = [

@@ -10,6 +10,7 @@ import type { HelloFrame, RunUpdateFrame } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { HubListener, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
+import type { Principal } from "../principals/principal.js";
 import type { StateStore } from "../state/store.js";
 import { Admission } from "./admission.js";
 import type {
@@ -19,7 +20,6 @@ import type {
   CancelOutput,
   ObserveInput,
   ObserveOutput,
-  Principal,
   ProjectView,
   RunAdmission,
   RunsApi,

@@ -16,10 +16,10 @@ import {
   type ToolSpec,
 } from "../mcp/tool-shared.js";
 import { checkStartGrant, checkToolScope } from "../principals/authority.js";
+import type { Principal } from "../principals/principal.js";
 import {
   type AdmissionHooks,
   type ApiError,
-  type Principal,
   type RunsApi,
   type StartHooks,
   WORKFLOW_SESSIONS_UNAVAILABLE,

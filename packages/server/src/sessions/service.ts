@@ -25,7 +25,8 @@ import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, terminalSafe, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { missingScopes } from "../principals/authority.js";
-import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, Principal, Scope, StartHooks } from "../runs/api.js";
+import type { Principal, Scope } from "../principals/principal.js";
+import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, StartHooks } from "../runs/api.js";
 import type { AdmissionRecord, StateStore } from "../state/store.js";
 import {
   DEFAULT_SESSION_MAX_IDLE_SECS,

@@ -24,15 +24,8 @@ import { isTerminalState } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { serverFailpoint } from "../failpoints.js";
 import { missingScopes } from "../principals/authority.js";
-import type {
-  AdmissionHooks,
-  ApiError,
-  ApiErrorCode,
-  ApiResult,
-  Principal,
-  RunAdmission,
-  StartOutput,
-} from "../runs/api.js";
+import type { Principal } from "../principals/principal.js";
+import type { AdmissionHooks, ApiError, ApiErrorCode, ApiResult, RunAdmission, StartOutput } from "../runs/api.js";
 import { intentFingerprint } from "../runs/identity.js";
 import type { StateStore } from "../state/store.js";
 import {

@@ -31,7 +31,8 @@ import {
   type ToolSpec,
 } from "../mcp/tool-shared.js";
 import { checkStartGrant, checkToolScope } from "../principals/authority.js";
-import { OpaqueKey, type Principal, WORKFLOW_SESSIONS_UNAVAILABLE } from "../runs/api.js";
+import type { Principal } from "../principals/principal.js";
+import { OpaqueKey, WORKFLOW_SESSIONS_UNAVAILABLE } from "../runs/api.js";
 import { RunStatusFields, StartToolOutput } from "../runs/tool-schemas.js";
 import { SessionId } from "../sessions/ids.js";
 import type { SessionService } from "../sessions/service.js";
