@@ -27,6 +27,7 @@ import {
   toml,
   waitForRunner,
 } from "./local-stack.mjs";
+import { installPinned } from "./pinned-install.mjs";
 
 export { ROOT, toml };
 
@@ -61,14 +62,8 @@ export function resolveAdapter({ pkg, version, cacheDir, prefix, entry }) {
   const installed = join(cacheDir, "node_modules", ...pkg.split("/"), ...entry.split("/"));
   if (!existsSync(installed)) {
     say(`installing ${pkg}@${version} into ${cacheDir} …`);
-    mkdirSync(cacheDir, { recursive: true });
-    const npm = process.platform === "win32" ? "npm.cmd" : "npm";
-    const result = spawnSync(
-      npm,
-      ["install", "--prefix", cacheDir, "--no-audit", "--no-fund", "--loglevel=error", `${pkg}@${version}`],
-      { stdio: ["ignore", "ignore", "pipe"], encoding: "utf8" },
-    );
-    if (result.status !== 0 || !existsSync(installed)) {
+    const result = installPinned(cacheDir, [`${pkg}@${version}`]);
+    if (!result.ok || !existsSync(installed)) {
       throw new Error(`npm install of ${pkg}@${version} failed (exit ${result.status}); is the registry reachable?`);
     }
   }

@@ -301,8 +301,8 @@ try {
     }
     return {
       ...r,
-      crossings_100ms: fanout.crossings(r.cells, 100),
-      holds_100ms: fanout.holds(r.cells, 100),
+      crossings_100ms: fanout.crossings(r.cells, TARGETS.fanout.p99_ms),
+      holds_100ms: fanout.holds(r.cells, TARGETS.fanout.p99_ms),
       observe_cost,
       own_server_cell,
     };

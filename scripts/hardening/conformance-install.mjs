@@ -1,17 +1,15 @@
 /**
  * The official MCP conformance suite and the Node 22 it needs, installed once
  * into a cache folder outside the product's runtime (`.hardening-cache/`, git-
- * ignored) with the ordinary npm client. Both versions are pinned here.
- *
- * The `node` package fetches its platform binary in a preinstall script, which
- * npm's allowScripts blocks by default: the install approves that one package
- * in the cache's own package.json and rebuilds it. Nothing here touches the
- * workspace's node_modules or lockfile.
+ * ignored) by the shared pinned installer (scripts/pinned-install.mjs), which
+ * approves the `node` package's install script in the cache's own package.json.
+ * Both versions are pinned here.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT } from "../local-stack.mjs";
+import { installPinned, npmIn } from "../pinned-install.mjs";
 
 export const CONFORMANCE_VERSION = "0.2.0-alpha.12";
 export const NODE22_VERSION = "22.23.3";
@@ -39,22 +37,13 @@ export function ensureConformanceInstalled(log = (line) => process.stderr.write(
   log(
     `installing @modelcontextprotocol/conformance@${CONFORMANCE_VERSION} and node@${NODE22_VERSION} into ${CACHE_DIR}`,
   );
-  mkdirSync(CACHE_DIR, { recursive: true });
-  writeFileSync(
-    join(CACHE_DIR, "package.json"),
-    `${JSON.stringify({ private: true, allowScripts: { node: true } }, null, 2)}\n`,
+  const installed = installPinned(
+    CACHE_DIR,
+    [`node@${NODE22_VERSION}`, `@modelcontextprotocol/conformance@${CONFORMANCE_VERSION}`],
+    { approveScripts: ["node"], inherit: true },
   );
-  const npm = (args) =>
-    execFileSync("npm", args, { cwd: CACHE_DIR, stdio: ["ignore", "inherit", "inherit"], env: process.env });
-  npm([
-    "install",
-    "--no-audit",
-    "--no-fund",
-    "--save-exact",
-    `node@${NODE22_VERSION}`,
-    `@modelcontextprotocol/conformance@${CONFORMANCE_VERSION}`,
-  ]);
-  if (!works()) npm(["rebuild", "node"]);
+  if (!installed.ok) throw new Error(`npm install into ${CACHE_DIR} failed: ${installed.why}`);
+  if (!works()) npmIn(CACHE_DIR, ["rebuild", "node"], { inherit: true });
   if (!works()) throw new Error(`node@${NODE22_VERSION} did not install a working binary at ${INSTALLED.node}`);
   return INSTALLED;
 }

@@ -5,7 +5,7 @@ import { historyLine } from "../bench/lib/history.mjs";
 // @ts-expect-error plain .mjs scripts without type declarations
 import { svgOf } from "../bench/lib/picture.mjs";
 // @ts-expect-error plain .mjs scripts without type declarations
-import { evaluateTargets } from "../bench/lib/report.mjs";
+import { evaluateTargets, render, TARGETS } from "../bench/lib/report.mjs";
 // @ts-expect-error plain .mjs scripts without type declarations
 import { holds, ownServerCell } from "../bench/suites/fanout.mjs";
 
@@ -80,6 +80,22 @@ describe("bench report", () => {
     expect(svg).toContain("M=1000");
     expect(svg).toContain("message burst updates/s ≥ 0.75× bare SDK");
     expect(svg).toContain("0.70×");
+  });
+
+  it("prints the fan-out crossings against the target's p99 limit, not a number of its own", () => {
+    const limit = TARGETS.fanout.p99_ms;
+    try {
+      TARGETS.fanout.p99_ms = 87;
+      const r = results();
+      Object.assign(r.sections.fanout, { crossings_100ms: { "N=10": 1000 }, holds_100ms: { "N=10": 500 } });
+      r.targets = evaluateTargets(r);
+      const text: string = render(r);
+      expect(text).toContain("p99 first above 87 ms: N=10 at M=1000");
+      expect(text).toContain("largest M holding p99 ≤ 87 ms: N=10 M=500");
+      expect(text).not.toMatch(/\b100 ms\b/);
+    } finally {
+      TARGETS.fanout.p99_ms = limit;
+    }
   });
 
   it("writes one history line holding each target's value and verdict and the fan-out grid", () => {

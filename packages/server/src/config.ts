@@ -48,8 +48,8 @@ import { dirname, resolve } from "node:path";
 import { isLoopbackHost, LocalId } from "@webcodex/protocol";
 import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
+import { SCOPES } from "./principals/principal.js";
 import { hashToken } from "./principals/tokens.js";
-import { SCOPES } from "./runs/api.js";
 import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "./runs/record-expiry.js";
 import { DEFAULT_SESSION_MAX_IDLE_SECS } from "./sessions/store.js";
 

@@ -12,7 +12,9 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { ServerConfig } from "./config.js";
-import type { Principal, RunsApi, Scope } from "./runs/api.js";
+import { parseToolInput } from "./mcp/tool-shared.js";
+import type { Principal, Scope } from "./principals/principal.js";
+import { type RunsApi, StartInput } from "./runs/api.js";
 
 export const TEST_API_ENV = "WEBCODEX_TEST_HOOK_API";
 
@@ -52,12 +54,13 @@ export function mountTestApi(runs: RunsApi, config: ServerConfig, logger: Logger
         const p = principalFromConfig(config, body.principal_id ?? "");
         if (!p) return send(404, { error: "unknown principal" });
         const input = body.input ?? {};
+        if (m[1] === "start") {
+          // The run core trusts its input's type: the StartInput schema is its validator here too.
+          const parsed = parseToolInput(StartInput, input);
+          return send(200, parsed.ok ? await runs.start(p, parsed.value) : parsed);
+        }
         const result =
-          m[1] === "start"
-            ? await runs.start(p, input as never)
-            : m[1] === "observe"
-              ? await runs.observe(p, input as never)
-              : await runs.cancel(p, input as never);
+          m[1] === "observe" ? await runs.observe(p, input as never) : await runs.cancel(p, input as never);
         return send(200, result);
       } catch (err) {
         logger.warn({ err: (err as Error).message, path: url.pathname }, "TEST HOOK: request failed");

@@ -1,4 +1,5 @@
 /** The lease table of link/leases.ts and the refusal log's rate bound, on an injected clock. */
+import { createHash } from "node:crypto";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { LinkLeases } from "../src/link/leases.js";
@@ -116,6 +117,22 @@ describe("link leases written down (a restarted Server)", () => {
     expect(later.decide("r1", undefined)).toMatchObject({ kind: "refuse" });
     now = 4000;
     expect(later.decide("r1", undefined)).toEqual({ kind: "grant" });
+  });
+
+  it("writes the digest computed when the lease was held on every heartbeat, never hashing the secret again", () => {
+    let now = 0;
+    const store = new MemStore();
+    const leases = new LinkLeases(2000, () => now, store);
+    const a = new Holder(now);
+    const secret = leases.hold("r1", a, "grant");
+    const held = store.get("r1")?.secretHash;
+    expect(held).toEqual(createHash("sha256").update(secret, "utf8").digest());
+    for (let beat = 1; beat <= 3; beat++) {
+      now = beat * 500;
+      a.lastHeardAt = now;
+      leases.persist();
+      expect(store.get("r1")?.secretHash).toBe(held);
+    }
   });
 
   it("a clean close or a rotation erases the written-down lease", () => {

@@ -7,10 +7,11 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { buildServerConfig } from "../src/config.js";
-import { SessionService } from "../src/sessions/service.js";
-import { DEFAULT_SESSION_MAX_IDLE_SECS, SessionStore } from "../src/sessions/store.js";
+import type { Principal } from "../src/runs/api.js";
+import { SESSION_PRUNE_INTERVAL_MS, SessionService } from "../src/sessions/service.js";
+import { DEFAULT_SESSION_MAX_IDLE_SECS, MAX_SESSIONS_PER_PRINCIPAL, SessionStore } from "../src/sessions/store.js";
 import { StateStore } from "../src/state/store.js";
 
 const dirs: string[] = [];
@@ -89,6 +90,56 @@ describe("workflow session retention", () => {
     expect(sessions.session("old")).toBeDefined();
     new SessionService(sessions, state, pino({ level: "silent" }), 24 * 3600);
     expect(sessions.session("old")).toBeUndefined();
+  });
+
+  it("a create prunes at most once per interval, and always before refusing a principal at its cap", () => {
+    const { state, sessions, advance } = open();
+    const alice: Principal = { id: "alice", scopes: new Set(["runtime:write"]), projects: new Set(["demo"]) };
+    const service = new SessionService(sessions, state, pino({ level: "silent" }), 24 * 3600);
+    const prunes = vi.spyOn(sessions, "pruneIdle");
+    const create = () => service.create(alice, { project_id: "demo", title: "t" });
+
+    sessions.insertSession({ session_id: "old", principal_id: "alice", project_id: "demo", title: "t" });
+    for (let i = 0; i < 3; i++) expect(create().ok).toBe(true);
+    expect(prunes).not.toHaveBeenCalled(); // the constructor's prune was less than an interval ago
+
+    advance(DAY - 1000);
+    expect(create().ok).toBe(true);
+    expect(prunes).toHaveBeenCalledTimes(1);
+    expect(sessions.session("old")).toBeDefined(); // not idle for a day yet
+
+    sessions.atomically(() => {
+      for (let i = sessions.countSessions("alice"); i < MAX_SESSIONS_PER_PRINCIPAL; i++) {
+        sessions.insertSession({ session_id: `fill-${i}`, principal_id: "alice", project_id: "demo", title: "t" });
+      }
+    });
+    advance(2000); // "old" is idle now; the interval has not passed
+    expect(SESSION_PRUNE_INTERVAL_MS).toBeGreaterThan(2000);
+    expect(create().ok).toBe(true);
+    expect(prunes).toHaveBeenCalledTimes(2);
+    // "old" and the three created with it went; the one created a day later stays.
+    expect(sessions.session("old")).toBeUndefined();
+    expect(sessions.countSessions("alice")).toBe(MAX_SESSIONS_PER_PRINCIPAL - 3);
+  });
+
+  it("prepares its statements once, when it is made, not on each call", () => {
+    const { state, sessions, advance } = open();
+    sessions.atomically(() => undefined); // the driver prepares BEGIN/COMMIT once per database
+    const prepare = vi.spyOn(state.db, "prepare");
+    sessions.insertSession({ session_id: "s", principal_id: "alice", project_id: "demo", title: "t" });
+    sessions.updateTexts("s", { handoff: "h", goal: "g" });
+    evidence(sessions, "s", "wc_agent_run_a");
+    sessions.linkRun("wc_agent_run_a", "s");
+    sessions.resetTerminal("wc_agent_run_a");
+    expect(sessions.recorderOf("wc_agent_run_a")?.session_id).toBe("s");
+    expect(sessions.openRecordedRuns(10)).toEqual(["wc_agent_run_a"]);
+    expect(sessions.markTerminal("wc_agent_run_a")).toBe(true);
+    expect(sessions.evidenceAfter("s", 0, 10)).toHaveLength(1);
+    expect(sessions.countSessions("alice")).toBe(1);
+    advance(DAY);
+    expect(sessions.pruneIdle(1000)).toBe(1);
+    expect(sessions.session("s")).toBeUndefined();
+    expect(prepare).not.toHaveBeenCalled();
   });
 
   it("[server] session_max_idle_secs defaults to 90 days and is bounded", () => {

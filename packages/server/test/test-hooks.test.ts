@@ -43,4 +43,30 @@ describe("test hook API", () => {
     expect(text).not.toContain("JSON");
     expect(text).not.toContain("ECHO");
   });
+
+  it("validates a start with the run core's StartInput schema before the run core sees it", async () => {
+    server = await startServer({
+      config: config("127.0.0.1"),
+      logger: captureLogger().logger,
+      env: { [TEST_API_ENV]: "1" },
+    });
+    const start = async (input: Record<string, unknown>) => {
+      const res = await fetch(`${server?.url}/__test/runs/start`, {
+        method: "POST",
+        body: JSON.stringify({ principal_id: "alice", input }),
+      });
+      return res.json();
+    };
+    const valid = { project_id: "demo", provider_id: "fake", idempotency_key: "k", prompt: "hi" };
+    expect(await start({ ...valid, timeout_secs: 0.5 })).toEqual({
+      ok: false,
+      error: { code: "invalid_input", message: "timeout_secs: must be an integer", recovery_kind: "fix_input" },
+    });
+    expect(await start({ ...valid, workflow_session_id: `wc_sess_${"a".repeat(26)}` })).toMatchObject({
+      ok: false,
+      error: { code: "invalid_input", message: "unknown field 'workflow_session_id' not allowed" },
+    });
+    // A valid input reaches the run core, which checks the scopes (alice has only project:read).
+    expect(await start(valid)).toMatchObject({ ok: false, error: { code: "forbidden" } });
+  });
 });

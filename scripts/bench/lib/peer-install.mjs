@@ -1,32 +1,19 @@
 /**
  * The peer of the `peer` suite: pinned `acpx` running on a pinned Node 22,
- * installed with npm into a cache folder on first use (like the smoke tests'
- * adapters), or given by WEBCODEX_BENCH_ACPX_SCRIPT + WEBCODEX_BENCH_ACPX_NODE.
+ * installed into a cache folder on first use by the shared pinned installer
+ * (scripts/pinned-install.mjs), or given by WEBCODEX_BENCH_ACPX_SCRIPT +
+ * WEBCODEX_BENCH_ACPX_NODE.
  * Never throws: returns { node, script, … } or { skipped: "why" }.
  */
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
+import { approveAndRebuild, installedVersion, installPinned } from "../../pinned-install.mjs";
 import { REPO } from "./paths.mjs";
 
 export const ACPX_VERSION = "0.19.1";
 export const PEER_NODE_MAJOR = 22;
 export const PEER_CACHE_DIR = join(REPO, ".bench-cache", `acpx-${ACPX_VERSION}-node${PEER_NODE_MAJOR}`);
-/** Bound of each npm step (the node@22 package alone is ~40 MB compressed). */
-const NPM_TIMEOUT_MS = 5 * 60_000;
-
-const npm = process.platform === "win32" ? "npm.cmd" : "npm";
-
-function npmIn(dir, args) {
-  const r = spawnSync(npm, args, {
-    cwd: dir,
-    stdio: ["ignore", "pipe", "pipe"],
-    timeout: NPM_TIMEOUT_MS,
-    encoding: "utf8",
-  });
-  const why = (r.stderr || r.stdout || String(r.error ?? "")).trim().split("\n").slice(-2).join(" ").slice(0, 300);
-  return { ok: r.status === 0, why };
-}
 
 /** The major version `node` reports, or null when it does not run. */
 function nodeMajor(node) {
@@ -46,14 +33,6 @@ function cachedNode(dir) {
   ].find((p) => nodeMajor(p) === PEER_NODE_MAJOR);
 }
 
-function versionOf(dir, pkg) {
-  try {
-    return JSON.parse(readFileSync(join(dir, "node_modules", pkg, "package.json"), "utf8")).version ?? null;
-  } catch {
-    return null;
-  }
-}
-
 export function ensurePeer(log = () => {}) {
   const script = process.env.WEBCODEX_BENCH_ACPX_SCRIPT;
   if (script) {
@@ -65,21 +44,10 @@ export function ensurePeer(log = () => {}) {
   }
   const dir = PEER_CACHE_DIR;
   const acpxScript = join(dir, "node_modules/acpx/dist/cli.js");
-  if (versionOf(dir, "acpx") !== ACPX_VERSION || !existsSync(acpxScript)) {
+  if (installedVersion(dir, "acpx") !== ACPX_VERSION || !existsSync(acpxScript)) {
     log(`peer: installing acpx@${ACPX_VERSION} and node@${PEER_NODE_MAJOR} into ${dir} …`);
-    mkdirSync(dir, { recursive: true });
-    const r = npmIn(dir, [
-      "install",
-      "--prefix",
-      dir,
-      "--save-exact",
-      "--no-audit",
-      "--no-fund",
-      "--loglevel=error",
-      `acpx@${ACPX_VERSION}`,
-      `node@${PEER_NODE_MAJOR}`,
-    ]);
-    if (!r.ok || versionOf(dir, "acpx") !== ACPX_VERSION) {
+    const r = installPinned(dir, [`acpx@${ACPX_VERSION}`, `node@${PEER_NODE_MAJOR}`]);
+    if (!r.ok || installedVersion(dir, "acpx") !== ACPX_VERSION) {
       return { skipped: `could not install acpx@${ACPX_VERSION} (offline?): ${r.why}` };
     }
   }
@@ -87,8 +55,7 @@ export function ensurePeer(log = () => {}) {
   if (!node) {
     // npm ≥ 11 blocks the node package's install script (it fetches the binary) until approved.
     log("peer: approving node's install script and rebuilding it …");
-    npmIn(dir, ["install-scripts", "approve", "node"]);
-    const r = npmIn(dir, ["rebuild", "node"]);
+    const r = approveAndRebuild(dir, "node");
     node = cachedNode(dir);
     if (!node) return { skipped: `node@${PEER_NODE_MAJOR} did not install a runnable binary: ${r.why}` };
   }
@@ -96,7 +63,7 @@ export function ensurePeer(log = () => {}) {
     node,
     script: acpxScript,
     node_version: spawnSync(node, ["--version"], { encoding: "utf8" }).stdout.trim(),
-    acpx_version: versionOf(dir, "acpx"),
+    acpx_version: installedVersion(dir, "acpx"),
     source: ".bench-cache",
   };
 }

@@ -11,7 +11,7 @@ const H = 560;
 const esc = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 const num = (v, d = 1) => (typeof v === "number" && Number.isFinite(v) ? v.toFixed(d) : "—");
 
-/** Heat colour of a p99 against the 100 ms limit: green → amber at the limit → red at 2× the limit. */
+/** Heat colour of a p99 against the fan-out limit (TARGETS.fanout.p99_ms): green → amber at the limit → red at 2× the limit. */
 function heat(p99, limit) {
   if (typeof p99 !== "number" || !Number.isFinite(p99)) return "#d0d0d0";
   const t = Math.max(0, Math.min(1, p99 / (2 * limit)));

@@ -19,7 +19,11 @@ function target(id, what, value, limit, cmp, unit, why) {
   return { id, what, value: value ?? null, limit, cmp, unit, result, ...(result === "N/A" ? { why } : {}) };
 }
 
-/** The issue-17 targets (2-core machine); README "Targets" lists the same rules. */
+/**
+ * The targets (2-core machine); scripts/bench/README.md "Targets" lists the same rules. Everything that
+ * judges or prints a limit reads it here. The result keys `crossings_100ms` / `holds_100ms` keep their
+ * names for the history file; they hold the crossings of `fanout.p99_ms`.
+ */
 export const TARGETS = {
   start_p50_ratio: 1.1,
   throughput_ratio: 0.75,
@@ -234,10 +238,10 @@ export function render(results) {
     }
     const errs = s.fanout.cells.filter((c) => c.errors && Object.keys(c.errors).length > 0);
     for (const c of errs) out += `  N=${c.n} M=${c.m} errors: ${JSON.stringify(c.errors).slice(0, 200)}\n`;
-    out += `  p99 first above 100 ms: ${Object.entries(s.fanout.crossings_100ms ?? {})
+    out += `  p99 first above ${TARGETS.fanout.p99_ms} ms: ${Object.entries(s.fanout.crossings_100ms ?? {})
       .map(([k, v]) => `${k} at ${v === null ? "none of the M tried" : `M=${v}`}`)
       .join("; ")}\n`;
-    out += `  largest M holding p99 ≤ 100 ms: ${Object.entries(s.fanout.holds_100ms ?? {})
+    out += `  largest M holding p99 ≤ ${TARGETS.fanout.p99_ms} ms: ${Object.entries(s.fanout.holds_100ms ?? {})
       .map(([k, v]) => `${k} ${v === null ? "none" : `M=${v}`}`)
       .join("; ")}\n\n`;
   }

@@ -173,7 +173,7 @@ export async function ownServerCell(ctx, plan, target) {
 }
 
 /** For each N: the smallest M whose p99 exceeds `limitMs` (null when none did). */
-export function crossings(cells, limitMs = 100) {
+export function crossings(cells, limitMs) {
   const out = {};
   for (const c of cells) {
     const key = `N=${c.n}`;
@@ -184,7 +184,7 @@ export function crossings(cells, limitMs = 100) {
 }
 
 /** For each N: the largest M tried whose p99 and every smaller M's p99 stayed ≤ `limitMs` (null when none). */
-export function holds(cells, limitMs = 100) {
+export function holds(cells, limitMs) {
   const out = {};
   for (const n of [...new Set(cells.map((c) => c.n))]) {
     let best = null;

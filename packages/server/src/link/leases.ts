@@ -32,6 +32,8 @@ export interface LeaseHolder {
 
 interface Lease {
   secret: string;
+  /** sha256 of `secret` (what the LeaseStore keeps), computed once when the lease is held. */
+  secretHash: Buffer;
   holder: LeaseHolder;
   /** lastHeardAt of the holder when its socket closed; null while it is open. */
   closedHeardAt: number | null;
@@ -91,8 +93,9 @@ export class LinkLeases {
     const current = this.#leases.get(runnerId);
     const kept = decision === "resume" ? (current?.secret ?? presented) : undefined;
     const secret = kept ?? randomBytes(32).toString("base64url");
-    this.#leases.set(runnerId, { secret, holder, closedHeardAt: null });
-    this.store?.save([{ runnerId, secretHash: hashSecret(secret), expiresAtMs: holder.lastHeardAt + this.timeoutMs }]);
+    const secretHash = hashSecret(secret);
+    this.#leases.set(runnerId, { secret, secretHash, holder, closedHeardAt: null });
+    this.store?.save([{ runnerId, secretHash, expiresAtMs: holder.lastHeardAt + this.timeoutMs }]);
     return secret;
   }
 
@@ -103,7 +106,7 @@ export class LinkLeases {
     for (const [runnerId, lease] of this.#leases) {
       if (this.#liveFor(lease) === 0) continue;
       const heard = lease.closedHeardAt ?? lease.holder.lastHeardAt;
-      entries.push({ runnerId, secretHash: hashSecret(lease.secret), expiresAtMs: heard + this.timeoutMs });
+      entries.push({ runnerId, secretHash: lease.secretHash, expiresAtMs: heard + this.timeoutMs });
     }
     this.store.save(entries);
   }

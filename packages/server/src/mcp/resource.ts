@@ -6,7 +6,8 @@
  */
 import type { ReadResourceResult, Resource } from "@modelcontextprotocol/sdk/types.js";
 import { canSeeProject } from "../principals/authority.js";
-import type { Principal, ProjectView, RunsApi } from "../runs/api.js";
+import type { Principal } from "../principals/principal.js";
+import type { ProjectView, RunsApi } from "../runs/api.js";
 
 export const PROJECTS_RESOURCE_URI = "webcodex://projects";
 

@@ -12,7 +12,8 @@
 import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
 import { ConfigOptionId, MAX_PROMPT_BYTES, type RecoveryKind } from "@webcodex/protocol";
 import { z } from "zod";
-import type { ApiError, ApiResult, Principal } from "../runs/api.js";
+import type { Principal } from "../principals/principal.js";
+import type { ApiError, ApiResult } from "../runs/api.js";
 import type { AuditOutcome } from "./audit.js";
 
 export interface ToolSpec<N extends string = string> {

@@ -9,7 +9,8 @@ import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprot
 import { utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
-import type { Principal, RunsApi } from "../runs/api.js";
+import type { Principal } from "../principals/principal.js";
+import type { RunsApi } from "../runs/api.js";
 import { SessionId } from "../sessions/ids.js";
 import type { AuditLog, AuditOutcome } from "./audit.js";
 import { type AuditSubjects, auditSubjects, NO_SUBJECTS } from "./audit-subjects.js";

@@ -24,8 +24,8 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { ClientAddressOf } from "../client-address.js";
 import type { OAuthSettings } from "../config.js";
+import type { Principal, Scope } from "../principals/principal.js";
 import type { IdentifiedKey } from "../principals/tokens.js";
-import type { Principal, Scope } from "../runs/api.js";
 import {
   type ClientView,
   type GrantSummary,

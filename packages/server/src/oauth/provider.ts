@@ -27,7 +27,7 @@ import type {
 } from "@modelcontextprotocol/sdk/shared/auth.js";
 import type { Response } from "express";
 import type { OAuthSettings } from "../config.js";
-import type { Principal, Scope } from "../runs/api.js";
+import type { Principal, Scope } from "../principals/principal.js";
 import type { OAuthClients } from "./clients.js";
 import type { Consent } from "./consent.js";
 import { OperatorReadClients } from "./operator-read.js";

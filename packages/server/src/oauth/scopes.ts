@@ -4,7 +4,7 @@
  * by default: it is offered only as its own unchecked line, and only to a
  * client the operator provisioned for it.
  */
-import type { Scope } from "../runs/api.js";
+import type { Scope } from "../principals/principal.js";
 
 export const CODING_AGENT_RUN = "coding_agent:run" satisfies Scope;
 /** Offered only to a client the operator provisioned for it (operator-read.ts); never asked for by default. */

@@ -26,7 +26,7 @@
  */
 import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes, randomUUID } from "node:crypto";
 import type BetterSqlite3 from "better-sqlite3";
-import type { Scope } from "../runs/api.js";
+import type { Scope } from "../principals/principal.js";
 
 export type ClientKind = "dynamic" | "cimd" | "operator";
 

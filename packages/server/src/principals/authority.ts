@@ -9,7 +9,7 @@
  * - The projects resource shows granted projects to `project:read` or
  *   `coding_agent:run` holders.
  */
-import type { ApiError, Principal, Scope } from "../runs/api.js";
+import type { Principal, Refusal, Scope } from "./principal.js";
 
 export const TOOL_SCOPE: Scope = "coding_agent:run";
 
@@ -22,7 +22,7 @@ export function hasScope(principal: Principal, scope: Scope): boolean {
  * else `forbidden` naming `what` needs, exactly the scopes the token lacks (also as
  * `missing_scopes`, so a client's advice names them too) and how to get them.
  */
-export function missingScopes(principal: Principal, needed: readonly Scope[], what: string): ApiError | null {
+export function missingScopes(principal: Principal, needed: readonly Scope[], what: string): Refusal | null {
   const missing = needed.filter((s) => !hasScope(principal, s));
   if (missing.length === 0) return null;
   const names = missing.join(" and ");
@@ -37,12 +37,12 @@ export function missingScopes(principal: Principal, needed: readonly Scope[], wh
 }
 
 /** null when the principal may call the coding-agent tools at all. */
-export function checkToolScope(principal: Principal): ApiError | null {
+export function checkToolScope(principal: Principal): Refusal | null {
   return missingScopes(principal, [TOOL_SCOPE], "Every coding-agent tool");
 }
 
 /** null when the principal may start a run on `projectId` (scope + exact grant). */
-export function checkStartGrant(principal: Principal, projectId: string): ApiError | null {
+export function checkStartGrant(principal: Principal, projectId: string): Refusal | null {
   const denied = missingScopes(principal, ["project:write"], "Starting a run");
   if (denied) return denied;
   if (!principal.projects.has(projectId)) {

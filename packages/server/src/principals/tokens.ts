@@ -11,7 +11,7 @@
  */
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import type BetterSqlite3 from "better-sqlite3";
-import { type Principal, SCOPES, type Scope } from "../runs/api.js";
+import { type Principal, SCOPES, type Scope } from "./principal.js";
 
 export const TOKEN_PREFIX = "wct_";
 const TOKEN_PATTERN = /^wct_[A-Za-z0-9_-]{43}$/;

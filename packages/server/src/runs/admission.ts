@@ -1,39 +1,27 @@
 /**
  * Admission of `start_coding_agent`, in the exact order of DESIGN §6.1:
- * validate → scopes and project grant → run_id → existing record (replay or
+ * validate (the front end, with the StartInput schema) → scopes and project grant → run_id → existing record (replay or
  * idempotency_conflict) → resolve project → runner → provider with their
  * instance ids → durable intent → `sent` → `run.start` with the fences.
  * A rejection before the Runner admits leaves a `rejected_pre_admission`
  * record that an exact same-key retry may re-admit; nothing after admission
  * is ever sent again.
  */
-import {
-  ConfigMap,
-  type FailureKind,
-  isTerminalState,
-  MAX_PROMPT_BYTES,
-  MAX_RUN_TIMEOUT_SECS,
-  MIN_RUN_TIMEOUT_SECS,
-  ProjectId,
-  ProviderId,
-  type RecoveryKind,
-  type RunnerErrorCode,
-  utf8Length,
-} from "@webcodex/protocol";
+import { type FailureKind, isTerminalState, type RecoveryKind, type RunnerErrorCode } from "@webcodex/protocol";
 import { serverFailpoint } from "../failpoints.js";
+import type { RequestOutcome } from "../link/hub.js";
+import type { LiveRunner } from "../link/registry.js";
 import { missingScopes } from "../principals/authority.js";
+import type { Principal } from "../principals/principal.js";
 import type { AdmissionRecord, RecordPatch } from "../state/store.js";
-import {
-  type AdmissionHooks,
-  type AdmissionRequest,
-  type ApiError,
-  type ApiErrorCode,
-  type ApiResult,
-  OPAQUE_KEY_RULE,
-  OpaqueKey,
-  type Principal,
-  type StartInput,
-  type StartOutput,
+import type {
+  AdmissionHooks,
+  AdmissionRequest,
+  ApiError,
+  ApiErrorCode,
+  ApiResult,
+  StartInput,
+  StartOutput,
 } from "./api.js";
 import { fail, type RunContext } from "./context.js";
 import { deriveRunId, intentFingerprint } from "./identity.js";
@@ -107,6 +95,36 @@ const RUNNER_REJECTIONS: Partial<
   },
 };
 
+/** What `#resolve` found for a start that goes on to be recorded and sent. */
+interface Target {
+  runner: LiveRunner;
+  /** The fences `run.start` carries, captured at resolve. */
+  fences: { agent_instance_id: string; provider_instance_id: string; store_id: string };
+  /** This run id's earlier record: a pre-admission rejection being re-admitted, or an unacknowledged send. */
+  existing: AdmissionRecord | undefined;
+  /** The earlier record when it was sent and never acknowledged: re-sent, never marked rejected. */
+  unacknowledged: AdmissionRecord | undefined;
+}
+
+/** A step that already has the start's answer. */
+interface Done {
+  done: ApiResult<StartOutput>;
+}
+
+function done(result: ApiResult<StartOutput>): Done {
+  return { done: result };
+}
+
+/** `run.start` left (or was attempted); what came back. */
+interface Sent {
+  outcome: RequestOutcome;
+}
+
+type RunStatus = Pick<StartOutput, "state" | "execution_state">;
+
+/** A start whose answer never came and whose record vanished meanwhile: what it reports. */
+const STARTING: RunStatus = { state: "starting", execution_state: "not_started" };
+
 /** A caller's bind() refusal, thrown to roll the admission transaction back. */
 class BindRefused extends Error {
   constructor(readonly error: ApiError) {
@@ -125,22 +143,21 @@ export interface AdmissionOptions {
 export class Admission {
   readonly #ctx: RunContext;
   readonly #observation: Observation;
-  readonly #settle: (runId: string) => void;
+  readonly #settleUnknown: (runId: string) => void;
   readonly #delayMs: number;
   readonly #startTimeoutMs: number;
 
   constructor(ctx: RunContext, observation: Observation, opts: AdmissionOptions) {
     this.#ctx = ctx;
     this.#observation = observation;
-    this.#settle = opts.settle;
+    this.#settleUnknown = opts.settle;
     this.#delayMs = opts.testDelayAfterResolveMs ?? 0;
     this.#startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
   }
 
   async start(principal: Principal, input: StartInput, hooks: AdmissionHooks = {}): Promise<ApiResult<StartOutput>> {
-    // 1. authenticate: done by the front end (principal). 2. validate input.
-    const invalid = validateStart(input);
-    if (invalid) return fail("invalid_input", invalid, "fix_input");
+    // 1. authenticate: done by the front end (principal). 2. validate input: done by the front end's
+    // parse with the StartInput schema (runs/api.ts), which `input`'s type stands for.
     // 3. scopes and exact project grant.
     const denied = missingScopes(principal, ["coding_agent:run", "project:write"], "Starting a coding agent");
     if (denied) return { ok: false, error: denied };
@@ -202,80 +219,123 @@ export class Admission {
       if (this.#ctx.starting.get(runId) === work) this.#ctx.starting.delete(runId);
       // A start whose outcome is unknown: a hello that arrived meanwhile skipped it as busy, and a
       // timeout on a live link brings no hello at all. Settle it now against the current connection.
-      if (this.#ctx.store.get(runId)?.admission === "sent") this.#settle(runId);
+      if (this.#ctx.store.get(runId)?.admission === "sent") this.#settleUnknown(runId);
     }
   }
 
-  async #startLocked(principal: Principal, input: AdmissionRequest): Promise<ApiResult<StartOutput>> {
-    const runId = input.run_id;
-    const fingerprint = input.intent_fingerprint;
-    // 5. existing record?
+  /**
+   * Steps 5-8 under the same-key lock, as four named steps: resolve (existing record, project →
+   * runner → provider and their fences) → record (the intent, with the caller's bind, in one
+   * transaction) → send (the FULL `sent` commit, then `run.start`) → settle (the Runner's answer).
+   * Every success goes through `#answer`.
+   */
+  async #startLocked(principal: Principal, req: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+    const resolved = this.#resolve(principal, req);
+    if ("done" in resolved) return resolved.done;
+    const refused = this.#record(principal, req, resolved);
+    if (refused) return { ok: false, error: refused };
+    req.afterRecorded?.();
+    if (this.#delayMs > 0) {
+      this.#ctx.log.warn(
+        { run_id: req.run_id, ms: this.#delayMs },
+        "TEST HOOK: delaying between resolve and run.start",
+      );
+      await new Promise((r) => setTimeout(r, this.#delayMs));
+    }
+    const sent = await this.#send(principal, req, resolved);
+    if ("done" in sent) return sent.done;
+    if (sent.outcome.ok) req.afterDispatched?.();
+    return this.#settle(req, resolved, sent.outcome);
+  }
+
+  /**
+   * Step 5 (existing record: replay, conflict, or re-admit) and step 6 (project → runner → provider,
+   * capturing the fences). Writes only the offline runner's rejection record.
+   */
+  #resolve(principal: Principal, req: AdmissionRequest): Target | Done {
+    const runId = req.run_id;
     const existing = this.#ctx.store.get(runId);
     if (existing) {
-      if (existing.intent_fingerprint !== fingerprint) {
-        return fail(
-          "idempotency_conflict",
-          "This idempotency key was already used for a different request; use a new key or repeat the original request.",
-          "fix_input",
+      if (existing.intent_fingerprint !== req.intent_fingerprint) {
+        return done(
+          fail(
+            "idempotency_conflict",
+            "This idempotency key was already used for a different request; use a new key or repeat the original request.",
+            "fix_input",
+          ),
         );
       }
       // A record sent but never acknowledged (and not settled since): send the same run.start again — the
       // Runner answers an id it ever admitted with that run (or its tombstone), never a second admission.
       const resend = existing.admission === "sent" && !isTerminalState(existing.state);
-      if (existing.admission !== "rejected_pre_admission" && !resend) return this.#replay(existing, principal);
+      if (existing.admission !== "rejected_pre_admission" && !resend) return done(this.#replay(existing, principal));
       // A pre-admission rejection: an exact retry may re-admit (retry_same).
     }
     const unacknowledged = existing?.admission === "sent" ? existing : undefined;
-    // 6. resolve project -> runner -> provider, capturing both instance ids.
-    const res = this.#ctx.registry.resolveProject(input.project_id);
+    const res = this.#ctx.registry.resolveProject(req.project_id);
     const runnerId =
       res.kind === "unknown_project" ? undefined : res.kind === "runner_offline" ? res.runnerId : res.runner.runnerId;
     if (res.kind === "unknown_project" || runnerId === undefined) {
-      return fail("not_found", `Project ${input.project_id} is not configured on this Server.`, "fix_input");
+      return done(fail("not_found", `Project ${req.project_id} is not configured on this Server.`, "fix_input"));
     }
     // Nothing below may mark an unacknowledged record as rejected: the earlier run.start may have been admitted.
-    if (unacknowledged && res.kind !== "ok") return this.#replay(unacknowledged, principal);
+    if (unacknowledged && res.kind !== "ok") return done(this.#replay(unacknowledged, principal));
     if (res.kind === "runner_offline") {
-      this.#recordRejection(existing, principal, input, runId, fingerprint, runnerId, "never_admitted");
-      return fail(
-        "runner_unavailable",
-        "The project's Runner is offline; nothing was started. Retry with the same key.",
-        "retry_same",
+      this.#recordRejection(existing, principal, req, runnerId, "never_admitted");
+      return done(
+        fail(
+          "runner_unavailable",
+          "The project's Runner is offline; nothing was started. Retry with the same key.",
+          "retry_same",
+        ),
       );
     }
     if (res.kind === "not_advertised") {
-      return fail("runner_unavailable", "The project's Runner does not serve this project right now.", "wait");
+      return done(fail("runner_unavailable", "The project's Runner does not serve this project right now.", "wait"));
     }
     const { runner, project } = res;
-    const provider = runner.providers.find((p) => p.provider_id === input.provider_id);
+    const provider = runner.providers.find((p) => p.provider_id === req.provider_id);
     if (!provider) {
       const offered = runner.providers.map((p) => `${p.provider_id} (${p.name})`).join(", ") || "none";
-      return fail(
-        "provider_unavailable",
-        `Unknown provider ${input.provider_id} for project ${input.project_id}. Available providers: ${offered}.`,
-        "fix_input",
+      return done(
+        fail(
+          "provider_unavailable",
+          `Unknown provider ${req.provider_id} for project ${req.project_id}. Available providers: ${offered}.`,
+          "fix_input",
+        ),
       );
     }
-    if (!project.allow_patch) return fail("forbidden", PROJECT_NOT_WRITABLE_MESSAGE, "none");
+    if (!project.allow_patch) return done(fail("forbidden", PROJECT_NOT_WRITABLE_MESSAGE, "none"));
     if (!this.#ctx.registry.servesPrincipal(runner, principal.id)) {
-      if (unacknowledged) return this.#replay(unacknowledged, principal);
-      return fail("forbidden", sharedUserRefusal(input.project_id, principal.id), "none");
+      if (unacknowledged) return done(this.#replay(unacknowledged, principal));
+      return done(fail("forbidden", sharedUserRefusal(req.project_id, principal.id), "none"));
+    }
+    // Another store cannot answer for the first send: reconciliation judges that record (lost), not a re-send.
+    if (unacknowledged && unacknowledged.store_id !== null && unacknowledged.store_id !== runner.storeId) {
+      return done(this.#replay(unacknowledged, principal));
     }
     const fences = {
       agent_instance_id: runner.agentInstanceId,
       provider_instance_id: provider.provider_instance_id,
       store_id: runner.storeId,
     };
-    // Another store cannot answer for the first send: reconciliation judges that record (lost), not a re-send.
-    if (unacknowledged && unacknowledged.store_id !== null && unacknowledged.store_id !== runner.storeId) {
-      return this.#replay(unacknowledged, principal);
-    }
-    // 7. durably record the admission intent.
+    return { runner, fences, existing, unacknowledged };
+  }
+
+  /**
+   * Step 7: the admission intent, durably enough. One transaction: a caller's binding (the managed
+   * path, the session recorder) and the intent commit together or not at all. No fsync of its own:
+   * nothing leaves before the `sent` (or rejection) commit of `#send`, a FULL one that makes this one
+   * durable too; a crash of this process keeps it (state/store.ts). Returns the caller's refusal.
+   */
+  #record(principal: Principal, req: AdmissionRequest, target: Target): ApiError | null {
+    const { runner, fences, existing, unacknowledged } = target;
+    const runId = req.run_id;
     const intent = {
-      project_id: input.project_id,
-      provider_id: input.provider_id,
+      project_id: req.project_id,
+      provider_id: req.provider_id,
       runner_id: runner.runnerId,
-      intent_fingerprint: fingerprint,
+      intent_fingerprint: req.intent_fingerprint,
       ...fences,
       admission: "intent_recorded" as const,
       state: "starting" as const,
@@ -285,29 +345,30 @@ export class Admission {
       recovery_kind: "wait" as const,
       message: null,
     };
-    // One transaction: a caller's binding (the managed path) and the admission intent commit together or not at all.
-    // No fsync of its own: nothing leaves before the `sent` (or rejection) commit below, a FULL one that
-    // makes this one durable too; a crash of this process keeps it (state/store.ts).
     try {
       this.#ctx.store.atomicallyWithoutFsync(() => {
-        const denied = input.bind?.({ run_id: runId, runner_id: runner.runnerId, ...fences }) ?? null;
+        const denied = req.bind?.({ run_id: runId, runner_id: runner.runnerId, ...fences }) ?? null;
         if (denied) throw new BindRefused(denied);
         if (unacknowledged) this.#ctx.store.update(runId, { ...intent, admission: "sent" });
         else if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
         else this.#ctx.store.insert({ run_id: runId, principal_id: principal.id, ...intent });
       });
     } catch (err) {
-      if (err instanceof BindRefused) return { ok: false, error: err.error };
+      if (err instanceof BindRefused) return err.error;
       throw err;
     }
-    input.afterRecorded?.();
-    if (this.#delayMs > 0) {
-      this.#ctx.log.warn({ run_id: runId, ms: this.#delayMs }, "TEST HOOK: delaying between resolve and run.start");
-      await new Promise((r) => setTimeout(r, this.#delayMs));
-    }
-    // 8. send run.start with the captured fences, over the runner's current connection.
+    return null;
+  }
+
+  /**
+   * Step 8: over the runner's current connection, the FULL `sent` commit (or, with the runner gone,
+   * the FULL rejection commit), then `run.start` with the fences captured by `#resolve`.
+   */
+  async #send(principal: Principal, req: AdmissionRequest, target: Target): Promise<Sent | Done> {
+    const { runner, fences, unacknowledged } = target;
+    const runId = req.run_id;
     const conn = this.#ctx.registry.live(runner.runnerId)?.conn;
-    if (!conn && unacknowledged) return this.#replay(unacknowledged, principal);
+    if (!conn && unacknowledged) return done(this.#replay(unacknowledged, principal));
     if (!conn) {
       this.#ctx.store.update(
         runId,
@@ -316,10 +377,12 @@ export class Admission {
           "The project's Runner went offline before dispatch; nothing was started.",
         ),
       );
-      return fail(
-        "runner_unavailable",
-        "The project's Runner went offline before dispatch; nothing was started. Retry with the same key.",
-        "retry_same",
+      return done(
+        fail(
+          "runner_unavailable",
+          "The project's Runner went offline before dispatch; nothing was started. Retry with the same key.",
+          "retry_same",
+        ),
       );
     }
     this.#ctx.store.update(runId, { admission: "sent" });
@@ -327,18 +390,29 @@ export class Admission {
       {
         type: "run.start",
         run_id: runId,
-        intent_fingerprint: fingerprint,
-        project_id: input.project_id,
-        provider_id: input.provider_id,
+        intent_fingerprint: req.intent_fingerprint,
+        project_id: req.project_id,
+        provider_id: req.provider_id,
         agent_instance_id: fences.agent_instance_id,
         provider_instance_id: fences.provider_instance_id,
-        prompt: input.prompt,
-        config: input.config,
-        timeout_secs: input.timeout_secs,
+        prompt: req.prompt,
+        config: req.config,
+        timeout_secs: req.timeout_secs,
       },
       this.#startTimeoutMs,
     );
-    if (outcome.ok) input.afterDispatched?.();
+    return { outcome };
+  }
+
+  /**
+   * The Runner's answer to `run.start` (or its absence), applied to the record: not sent (a rejection
+   * the same key may retry), unknown (left `sent` for reconciliation), admitted, answered from the
+   * Runner's tombstone, or rejected before admission.
+   */
+  #settle(req: AdmissionRequest, target: Target, outcome: RequestOutcome): ApiResult<StartOutput> {
+    const { runner, unacknowledged } = target;
+    const runId = req.run_id;
+    const instance = runner.agentInstanceId;
     if (!outcome.ok) {
       if ((outcome.reason === "busy" || outcome.reason === "not_sent") && !unacknowledged) {
         this.#ctx.store.update(
@@ -356,23 +430,13 @@ export class Admission {
         { run_id: runId, reason: outcome.reason },
         "run.start outcome unknown; left for reconciliation",
       );
-      const rec = this.#ctx.store.get(runId);
-      return {
-        ok: true,
-        value: {
-          run_id: runId,
-          state: rec?.state ?? "starting",
-          execution_state: rec?.execution_state ?? "not_started",
-          replayed: false,
-          observation_token: this.#ctx.tokens.issue({ run_id: runId, instance: fences.agent_instance_id, seq: 0 }),
-        },
-      };
+      return this.#answer(runId, this.#ctx.store.get(runId) ?? STARTING, false, instance);
     }
     const frame = outcome.frame;
     if (frame.type === "run.start.result") {
-      const rec = this.#ctx.store.get(runId);
-      let latest = rec;
-      if (rec && rec.admission !== "admitted") {
+      let latest = this.#ctx.store.get(runId);
+      if (latest && latest.admission !== "admitted") {
+        const rec = latest;
         // No fsync of its own (state/store.ts): losing it to an OS crash leaves the record `sent`, and a
         // `sent` record is re-sent with the same run_id, which the Runner answers with this run (§6.1).
         // The next FULL commit makes it durable; the caller's answer need not wait for a disk flush.
@@ -381,37 +445,18 @@ export class Admission {
         );
       }
       const mirror = this.#ctx.mirrors.getOrCreate(runId);
-      if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
+      if (mirror.instance !== instance) mirror.reset(instance);
       if (!mirror.synced && mirror.size === 0 && mirror.lastSeq === 0 && frame.run.last_seq === 0)
         mirror.markSynced(frame.run);
       else void this.#observation.catchUp(mirror, runner);
       this.#ctx.log.info({ run_id: runId, runner_id: runner.runnerId, created: frame.created }, "run admitted");
-      return {
-        ok: true,
-        value: {
-          run_id: runId,
-          state: latest?.state ?? frame.run.state,
-          execution_state: latest?.execution_state ?? frame.run.execution_state,
-          replayed: !frame.created,
-          observation_token: this.#ctx.tokens.issue({ run_id: runId, instance: runner.agentInstanceId, seq: 0 }),
-        },
-      };
+      return this.#answer(runId, latest ?? frame.run, !frame.created, instance);
     }
     if (frame.type === "error" && frame.tombstone) {
       // The Runner admitted this run once and pruned its row: the tombstone is the run's outcome.
       this.#ctx.applyTombstone(runId, frame.tombstone);
       this.#ctx.log.info({ run_id: runId, runner_id: runner.runnerId }, "start answered from the Runner's tombstone");
-      const rec = this.#ctx.store.get(runId);
-      return {
-        ok: true,
-        value: {
-          run_id: runId,
-          state: rec?.state ?? frame.tombstone.state,
-          execution_state: rec?.execution_state ?? frame.tombstone.execution_state,
-          replayed: true,
-          observation_token: this.#ctx.tokens.issue({ run_id: runId, instance: runner.agentInstanceId, seq: 0 }),
-        },
-      };
+      return this.#answer(runId, this.#ctx.store.get(runId) ?? frame.tombstone, true, instance);
     }
     if (frame.type === "error") {
       const rej = RUNNER_REJECTIONS[frame.code];
@@ -429,18 +474,23 @@ export class Admission {
     return fail("internal", "Unexpected Runner response.", "reconcile");
   }
 
-  #replay(rec: AdmissionRecord, principal: Principal): ApiResult<StartOutput> {
-    this.#ctx.log.info({ run_id: rec.run_id, principal_id: principal.id }, "start replayed");
+  /** The one builder of a start's success: the run's state and an observation token from seq 0. */
+  #answer(runId: string, status: RunStatus, replayed: boolean, instance: string): ApiResult<StartOutput> {
     return {
       ok: true,
       value: {
-        run_id: rec.run_id,
-        state: rec.state,
-        execution_state: rec.execution_state,
-        replayed: true,
-        observation_token: this.#freshToken(rec),
+        run_id: runId,
+        state: status.state,
+        execution_state: status.execution_state,
+        replayed,
+        observation_token: this.#ctx.tokens.issue({ run_id: runId, instance, seq: 0 }),
       },
     };
+  }
+
+  #replay(rec: AdmissionRecord, principal: Principal): ApiResult<StartOutput> {
+    this.#ctx.log.info({ run_id: rec.run_id, principal_id: principal.id }, "start replayed");
+    return this.#answer(rec.run_id, rec, true, this.#tokenInstance(rec));
   }
 
   #rejectionPatch(failure: FailureKind, message: string, recovery: RecoveryKind = "retry_same"): RecordPatch {
@@ -458,24 +508,22 @@ export class Admission {
   #recordRejection(
     existing: AdmissionRecord | undefined,
     principal: Principal,
-    input: AdmissionRequest,
-    runId: string,
-    fingerprint: string,
+    req: AdmissionRequest,
     runnerId: string,
     failure: FailureKind,
   ): void {
     const patch = this.#rejectionPatch(failure, "The project's Runner was offline; nothing was started.");
     if (existing) {
-      this.#ctx.store.update(runId, patch);
+      this.#ctx.store.update(req.run_id, patch);
       return;
     }
     this.#ctx.store.insert({
-      run_id: runId,
+      run_id: req.run_id,
       principal_id: principal.id,
-      project_id: input.project_id,
-      provider_id: input.provider_id,
+      project_id: req.project_id,
+      provider_id: req.provider_id,
       runner_id: runnerId,
-      intent_fingerprint: fingerprint,
+      intent_fingerprint: req.intent_fingerprint,
       agent_instance_id: null,
       provider_instance_id: null,
       store_id: null,
@@ -489,39 +537,14 @@ export class Admission {
     });
   }
 
-  #freshToken(rec: AdmissionRecord): string {
+  /** The agent instance a replayed run's token names: its mirror's, else its runner's live one, else its record's. */
+  #tokenInstance(rec: AdmissionRecord): string {
     const mirror = this.#ctx.mirrors.get(rec.run_id);
-    const instance =
+    return (
       mirror?.instance ??
       this.#ctx.registry.live(rec.runner_id)?.agentInstanceId ??
       rec.agent_instance_id ??
-      "no_runner_instance";
-    return this.#ctx.tokens.issue({ run_id: rec.run_id, instance, seq: 0 });
+      "no_runner_instance"
+    );
   }
-}
-
-/** Input validation of start_coding_agent (closed set of fields is the front end's job; values are checked here). */
-export function validateStart(input: StartInput): string | null {
-  if (!ProjectId.safeParse(input.project_id).success) return "project_id must match ^[a-z0-9][a-z0-9_-]{0,63}$.";
-  if (!ProviderId.safeParse(input.provider_id).success) return "provider_id must match ^[a-z0-9][a-z0-9_-]{0,63}$.";
-  if (!OpaqueKey.safeParse(input.idempotency_key).success) return `idempotency_key must be ${OPAQUE_KEY_RULE}.`;
-  if (typeof input.prompt !== "string" || input.prompt.length === 0) return "prompt must not be empty.";
-  if (utf8Length(input.prompt) > MAX_PROMPT_BYTES) return `prompt must be at most ${MAX_PROMPT_BYTES} bytes.`;
-  if (input.config !== undefined && !ConfigMap.safeParse(input.config).success) {
-    return "config must map option ids to string or boolean values (at most 32 entries).";
-  }
-  if (
-    input.timeout_secs !== undefined &&
-    (!Number.isInteger(input.timeout_secs) ||
-      input.timeout_secs < MIN_RUN_TIMEOUT_SECS ||
-      input.timeout_secs > MAX_RUN_TIMEOUT_SECS)
-  ) {
-    return `timeout_secs must be an integer between ${MIN_RUN_TIMEOUT_SECS} and ${MAX_RUN_TIMEOUT_SECS}.`;
-  }
-  // The MCP front end resolves workflow sessions (sessions/service.ts) and never passes the selector on;
-  // a caller that reaches the run core with one would have it silently ignored, so it is refused.
-  if (input.workflow_session_id !== undefined) {
-    return "workflow_session_id is resolved by the MCP tools (start_coding_agent); the run core does not take it.";
-  }
-  return null;
 }

@@ -5,40 +5,28 @@
  * into a Principal; everything else — scopes, project grants, ownership,
  * allow_patch — is enforced here, so no front end can forget a check.
  */
-import type {
+import {
   ConfigMap,
-  EffectiveConfigEntry,
-  ExecutionState,
-  FailureKind,
-  RecoveryKind,
-  RunEvent,
-  RunState,
-  StopReason,
+  type EffectiveConfigEntry,
+  type ExecutionState,
+  type FailureKind,
+  MAX_PROMPT_BYTES,
+  MAX_RUN_TIMEOUT_SECS,
+  MIN_RUN_TIMEOUT_SECS,
+  ProjectId,
+  ProviderId,
+  type RecoveryKind,
+  type RunEvent,
+  type RunState,
+  type StopReason,
+  utf8Length,
 } from "@webcodex/protocol";
 import { z } from "zod";
+import type { Principal, Scope } from "../principals/principal.js";
 
-export const SCOPES = [
-  "coding_agent:run",
-  "project:read",
-  "project:write",
-  "runtime:read",
-  "runtime:write",
-  "job:run",
-  "mcp:local",
-  /**
-   * The operator console (console/, DESIGN §15): read every Runner, run, audit row and OAuth grant, and
-   * revoke grants. No other scope implies it and it implies none; nothing on /mcp needs or accepts it.
-   */
-  "operator:read",
-] as const;
-export type Scope = (typeof SCOPES)[number];
-
-export interface Principal {
-  id: string;
-  scopes: ReadonlySet<Scope>;
-  /** Exact project ids this principal may use. */
-  projects: ReadonlySet<string>;
-}
+// The identity types live with the principals; they are re-exported here for the front ends that take
+// them with the RunsApi.
+export { type Principal, SCOPES, type Scope } from "../principals/principal.js";
 
 /** Closed set of tool-level error codes (documented in the README). */
 export const API_ERROR_CODES = [
@@ -80,7 +68,7 @@ export type ApiResult<T> = { ok: true; value: T } | { ok: false; error: ApiError
 
 /**
  * The one rule for caller-chosen opaque strings (idempotency keys, workflow session ids): 1-128 printable
- * ASCII characters without spaces. The tool schemas and the run core's own validation both use it.
+ * ASCII characters without spaces. Every tool schema that takes such a string uses it.
  */
 export const MAX_OPAQUE_KEY_LENGTH = 128;
 export const OPAQUE_KEY_RULE = `1-${MAX_OPAQUE_KEY_LENGTH} printable ASCII characters without spaces`;
@@ -90,15 +78,39 @@ export const OpaqueKey = z
   .max(MAX_OPAQUE_KEY_LENGTH)
   .regex(/^[\x21-\x7e]+$/, `must be ${OPAQUE_KEY_RULE}`);
 
-export interface StartInput {
-  project_id: string;
-  provider_id: string;
-  idempotency_key: string;
-  prompt: string;
-  config?: ConfigMap;
-  timeout_secs?: number;
-  workflow_session_id?: string;
-}
+const Prompt = z
+  .string()
+  .min(1)
+  .max(MAX_PROMPT_BYTES)
+  .refine((s) => utf8Length(s) <= MAX_PROMPT_BYTES, { message: `must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes` })
+  .describe(`The task for the coding agent, at most ${MAX_PROMPT_BYTES} UTF-8 bytes.`);
+
+/**
+ * The run core's start input and its only validator. start_coding_agent's schema (runs/tool-schemas.ts)
+ * extends it with the Workflow-Session selectors, which the MCP tools resolve and never pass on; every
+ * other caller of `RunsApi.start` (the test API) parses with it. After it, the run core trusts the types.
+ */
+export const StartInput = z
+  .object({
+    project_id: ProjectId.describe("A project id from the webcodex://projects resource."),
+    provider_id: ProviderId.describe("A provider id that project's Runner advertises (webcodex://projects)."),
+    idempotency_key: OpaqueKey.describe(
+      "Chosen by you, unique per intended run. Retrying with the same key and the same inputs returns the same run instead of starting a second one.",
+    ),
+    prompt: Prompt,
+    config: ConfigMap.optional().describe(
+      "Provider config option values (only ids the provider lists in allowed_config_options).",
+    ),
+    timeout_secs: z
+      .number({ error: (issue) => (issue.code === "invalid_type" ? "must be an integer" : undefined) })
+      .int({ error: "must be an integer" })
+      .min(MIN_RUN_TIMEOUT_SECS)
+      .max(MAX_RUN_TIMEOUT_SECS)
+      .optional()
+      .describe("Run deadline; the Runner clamps it to its own maximum."),
+  })
+  .strict();
+export type StartInput = z.infer<typeof StartInput>;
 
 export interface StartOutput {
   run_id: string;
@@ -193,15 +205,20 @@ export interface AdmissionRequest {
 /** The caller seams of one admission (see AdmissionRequest), for `start` callers too (workflow-session recorder). */
 export type AdmissionHooks = Pick<AdmissionRequest, "bind" | "afterRecorded" | "afterDispatched">;
 
+/** How a tool without Workflow Sessions answers a session selector (invalid_input). */
+export const WORKFLOW_SESSIONS_UNAVAILABLE = "Workflow sessions are not available on this Server; nothing was started.";
+
 /**
  * What start_coding_agent asks of Workflow Sessions (sessions/service.ts implements it), checked before anything
- * reaches the run core: the recorder and context selectors, and the prompt with quoted context.
+ * reaches the run core: the recorder and context selectors. The answer is the prompt with quoted context and,
+ * with a recorder, the recorder link as the admission's `bind` (run inside the admission transaction).
  */
 export interface StartHooks {
   prepare(
     principal: Principal,
     input: {
       project_id: string;
+      provider_id: string;
       prompt: string;
       workflow_session_id?: string;
       /** How the caller named the recorder (`workflow_session_id` or `_wc.record`), for refusals. */
@@ -209,12 +226,7 @@ export interface StartHooks {
       context_session_id?: string;
       context_session_version?: number;
     },
-  ): ApiResult<{ prompt: string }>;
-  /** The recorder link, run by the run core inside the admission transaction (before dispatch). */
-  recorderBind(
-    principal: Principal,
-    input: { workflow_session_id: string; project_id: string; provider_id: string; recorder_field?: string },
-  ): NonNullable<AdmissionHooks["bind"]>;
+  ): ApiResult<{ prompt: string; bind?: NonNullable<AdmissionHooks["bind"]> }>;
 }
 
 export interface RunAdmission {

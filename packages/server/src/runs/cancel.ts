@@ -8,7 +8,8 @@ import { isTerminalState, RunId } from "@webcodex/protocol";
 import type { RequestOutcome, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner } from "../link/registry.js";
 import { missingScopes } from "../principals/authority.js";
-import type { ApiResult, CancelOutput, Principal } from "./api.js";
+import type { Principal } from "../principals/principal.js";
+import type { ApiResult, CancelOutput } from "./api.js";
 import { fail, type RunContext } from "./context.js";
 
 export class Cancellation {

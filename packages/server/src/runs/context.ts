@@ -8,8 +8,9 @@
 import { isTerminalState, type RecoveryKind, type RunSummary, type RunTombstone } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { LiveRunner, Registry } from "../link/registry.js";
+import type { Principal } from "../principals/principal.js";
 import type { AdmissionRecord, RecordPatch, StateStore } from "../state/store.js";
-import type { ApiErrorCode, ApiResult, Principal } from "./api.js";
+import type { ApiErrorCode, ApiResult } from "./api.js";
 import { MirrorSet } from "./mirror.js";
 import { ObservationTokens } from "./observe-token.js";
 import { decideAfterQuery, tombstonePatch } from "./reconcile.js";

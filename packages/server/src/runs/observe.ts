@@ -15,7 +15,8 @@ import {
 } from "@webcodex/protocol";
 import type { LiveRunner } from "../link/registry.js";
 import { missingScopes } from "../principals/authority.js";
-import type { ApiResult, ObserveInput, ObserveOutput, Principal } from "./api.js";
+import type { Principal } from "../principals/principal.js";
+import type { ApiResult, ObserveInput, ObserveOutput } from "./api.js";
 import { fail, type RunContext } from "./context.js";
 import type { RunMirror } from "./mirror.js";
 import { MAX_OBSERVATION_TOKEN_LENGTH } from "./observe-token.js";

@@ -10,6 +10,7 @@ import type { HelloFrame, RunUpdateFrame } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { HubListener, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
+import type { Principal } from "../principals/principal.js";
 import type { StateStore } from "../state/store.js";
 import { Admission } from "./admission.js";
 import type {
@@ -19,7 +20,6 @@ import type {
   CancelOutput,
   ObserveInput,
   ObserveOutput,
-  Principal,
   ProjectView,
   RunAdmission,
   RunsApi,
@@ -32,8 +32,6 @@ import type { MirrorSet } from "./mirror.js";
 import { Observation } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
 import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
-
-export { validateStart } from "./admission.js";
 
 export interface RunsOptions {
   store: StateStore;

@@ -19,7 +19,14 @@ import {
   type ToolSpec,
 } from "../mcp/tool-shared.js";
 import { checkStartGrant, checkToolScope } from "../principals/authority.js";
-import type { ApiError, Principal, RunsApi, StartHooks } from "./api.js";
+import type { Principal } from "../principals/principal.js";
+import {
+  type AdmissionHooks,
+  type ApiError,
+  type RunsApi,
+  type StartHooks,
+  WORKFLOW_SESSIONS_UNAVAILABLE,
+} from "./api.js";
 import type { ObserveLimits } from "./observe-limits.js";
 import {
   CancelToolInput,
@@ -134,21 +141,18 @@ export class RunTools implements ToolModule {
     const workflow_session_id = invocation?.record ?? recorderArgument;
     const recorder_field = invocation?.record !== undefined ? RECORDER_ENVELOPE : RECORDER_ARGUMENT;
     let prompt = runInput.prompt;
+    let bind: AdmissionHooks["bind"];
     if (
       context_session_id !== undefined ||
       workflow_session_id !== undefined ||
       context_session_version !== undefined
     ) {
-      if (!this.#startHooks) {
-        return fail(
-          apiError("invalid_input", "Workflow sessions are not available on this Server; nothing was started."),
-          null,
-        );
-      }
+      if (!this.#startHooks) return fail(apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE), null);
       const prepared = this.#startHooks.prepare(
         principal,
         stripUndefined({
           project_id: runInput.project_id,
+          provider_id: runInput.provider_id,
           prompt: runInput.prompt,
           workflow_session_id,
           recorder_field,
@@ -158,16 +162,8 @@ export class RunTools implements ToolModule {
       );
       if (!prepared.ok) return fail(prepared.error, null);
       prompt = prepared.value.prompt;
+      bind = prepared.value.bind;
     }
-    const bind =
-      workflow_session_id !== undefined
-        ? this.#startHooks?.recorderBind(principal, {
-            workflow_session_id,
-            project_id: runInput.project_id,
-            provider_id: runInput.provider_id,
-            recorder_field,
-          })
-        : undefined;
     const result = await this.#runs.start(principal, stripUndefined({ ...runInput, prompt }), bind ? { bind } : {});
     if (!result.ok) {
       if (result.error.code === "provider_unavailable") {

@@ -25,12 +25,14 @@ import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, terminalSafe, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { missingScopes } from "../principals/authority.js";
-import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, Principal, Scope, StartHooks } from "../runs/api.js";
+import type { Principal, Scope } from "../principals/principal.js";
+import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, StartHooks } from "../runs/api.js";
 import type { AdmissionRecord, StateStore } from "../state/store.js";
 import {
   DEFAULT_SESSION_MAX_IDLE_SECS,
   type EvidenceKind,
   MAX_SESSIONS_PER_PRINCIPAL,
+  SESSION_PRUNE_BATCH,
   type SessionRow,
   type SessionStore,
 } from "./store.js";
@@ -40,6 +42,12 @@ export const MAX_HANDOFF_BYTES = 16 * 1024;
 export const MAX_GOAL_BYTES = 4 * 1024;
 /** Evidence entries one read returns at most (`has_more` says there are more). */
 export const MAX_EVIDENCE_PER_READ = 100;
+/**
+ * How often `create` prunes idle sessions at most (the constructor always prunes). Equal to the smallest
+ * `session_max_idle_secs`, so a session is deleted at most this late; a full batch, or a principal at
+ * MAX_SESSIONS_PER_PRINCIPAL, prunes again at once.
+ */
+export const SESSION_PRUNE_INTERVAL_MS = 60_000;
 /** Recorded runs without a terminal entry that one Server start looks at to write the missing entries. */
 export const MAX_CATCH_UP_RUNS = 10_000;
 
@@ -142,8 +150,13 @@ export class SessionService {
   readonly #log: Logger;
 
   readonly #maxIdleMs: number;
+  /** The session store's clock (ms) before which `create` does not prune again. */
+  #nextPruneAt = 0;
 
-  /** `maxIdleSecs`: `[server] session_max_idle_secs` (idle sessions are deleted at start and on each create). */
+  /**
+   * `maxIdleSecs`: `[server] session_max_idle_secs` (idle sessions are deleted at start, and on a create
+   * at most once per SESSION_PRUNE_INTERVAL_MS).
+   */
   constructor(
     sessions: SessionStore,
     records: StateStore,
@@ -165,9 +178,15 @@ export class SessionService {
     this.#prune();
   }
 
-  #prune(): void {
+  /** Delete idle sessions (one batch), unless `force` is false and the interval has not passed; true when it ran. */
+  #prune(force = false): boolean {
+    const now = this.#sessions.now().getTime();
+    if (!force && now < this.#nextPruneAt) return false;
     const pruned = this.#sessions.pruneIdle(this.#maxIdleMs);
+    // A full batch may have left more: the next create continues at once.
+    this.#nextPruneAt = pruned >= SESSION_PRUNE_BATCH ? 0 : now + SESSION_PRUNE_INTERVAL_MS;
     if (pruned > 0) this.#log.info({ pruned }, "idle workflow sessions deleted");
+    return true;
   }
 
   #need(principal: Principal, scope: Scope, projectId: string): ApiError | null {
@@ -190,8 +209,14 @@ export class SessionService {
   create(principal: Principal, input: { project_id: string; title: string }): ApiResult<SessionView> {
     const denied = this.#need(principal, "runtime:write", input.project_id);
     if (denied) return { ok: false, error: denied };
-    this.#prune();
-    if (this.#sessions.countSessions(principal.id) >= MAX_SESSIONS_PER_PRINCIPAL) {
+    const pruned = this.#prune();
+    let owned = this.#sessions.countSessions(principal.id);
+    // At the cap, one of this principal's sessions may have gone idle since the last prune: prune before refusing.
+    if (owned >= MAX_SESSIONS_PER_PRINCIPAL && !pruned) {
+      this.#prune(true);
+      owned = this.#sessions.countSessions(principal.id);
+    }
+    if (owned >= MAX_SESSIONS_PER_PRINCIPAL) {
       return {
         ok: false,
         error: err("capacity", `At most ${MAX_SESSIONS_PER_PRINCIPAL} sessions per principal.`, "none"),
@@ -268,13 +293,53 @@ export class SessionService {
 
   // ---- recorder -----------------------------------------------------------------------------
 
-  /** Before dispatch: the recorder must be the caller's own session on the run's project. */
-  checkRecorder(
+  /**
+   * The recorder gate, the one for every start that names `workflow_session_id` (start_coding_agent
+   * through StartHooks, start_agent_task_coding_run directly): checked now, before anything is
+   * recorded, and the admission `bind` (runs/api.ts) that checks it again inside the transaction that
+   * records the admission intent, before `run.start` is sent, then links the run and writes its
+   * `coding_agent_started` entry — durable before any dispatch, so a Server killed right after still has
+   * it. A re-send of an unacknowledged start finds the link and adds nothing (replays never reach
+   * `bind`); a re-admission after a pre-admission rejection is a new dispatch and is recorded as one.
+   */
+  recorder(
     principal: Principal,
     sessionId: string,
     projectId: string,
+    providerId: string,
     field = "workflow_session_id",
-  ): ApiError | null {
+  ): ApiResult<(fences: AdmissionFences) => ApiError | null> {
+    const refused = this.#checkRecorder(principal, sessionId, projectId, field);
+    if (refused) return { ok: false, error: refused };
+    return {
+      ok: true,
+      value: (fences) => {
+        const again = this.#checkRecorder(principal, sessionId, projectId, field);
+        if (again) return again;
+        const runId = fences.run_id;
+        const existing = this.#records.get(runId);
+        if (!this.#sessions.linkRun(runId, sessionId)) {
+          if (existing?.admission !== "rejected_pre_admission") return null;
+          this.#sessions.resetTerminal(runId);
+        }
+        const recorder = this.#sessions.recorderOf(runId)?.session_id ?? sessionId;
+        this.#sessions.appendEvidence({
+          session_id: recorder,
+          kind: "coding_agent_started",
+          run_id: runId,
+          provider_id: providerId,
+          state: "starting",
+          execution_state: "not_started",
+          stop_reason: null,
+          failure_kind: null,
+        });
+        return null;
+      },
+    };
+  }
+
+  /** The recorder must be the caller's own session on the run's project. */
+  #checkRecorder(principal: Principal, sessionId: string, projectId: string, field: string): ApiError | null {
     const row = this.#owned(principal, sessionId);
     if ("code" in row) return { ...row, message: `${field}: ${row.message} Nothing was started.` };
     if (row.project_id !== projectId) {
@@ -285,45 +350,6 @@ export class SessionService {
       );
     }
     return null;
-  }
-
-  /**
-   * The recorder link as an admission `bind` (runs/api.ts): inside the transaction that records the
-   * admission intent, before `run.start` is sent, the ownership and project are checked again, the run
-   * is linked and its `coding_agent_started` entry written — durable before any dispatch, so a Server
-   * killed right after still has it. A re-send of an unacknowledged start finds the link and adds
-   * nothing (replays never reach `bind`); a re-admission after a pre-admission rejection is a new
-   * dispatch and is recorded as one.
-   */
-  recorderBind(
-    principal: Principal,
-    sessionId: string,
-    projectId: string,
-    providerId: string,
-    field = "workflow_session_id",
-  ): (fences: AdmissionFences) => ApiError | null {
-    return (fences) => {
-      const refused = this.checkRecorder(principal, sessionId, projectId, field);
-      if (refused) return refused;
-      const runId = fences.run_id;
-      const existing = this.#records.get(runId);
-      if (!this.#sessions.linkRun(runId, sessionId)) {
-        if (existing?.admission !== "rejected_pre_admission") return null;
-        this.#sessions.resetTerminal(runId);
-      }
-      const recorder = this.#sessions.recorderOf(runId)?.session_id ?? sessionId;
-      this.#sessions.appendEvidence({
-        session_id: recorder,
-        kind: "coding_agent_started",
-        run_id: runId,
-        provider_id: providerId,
-        state: "starting",
-        execution_state: "not_started",
-        stop_reason: null,
-        failure_kind: null,
-      });
-      return null;
-    };
   }
 
   /**
@@ -368,15 +394,19 @@ export class SessionService {
   startHooks(): StartHooks {
     return {
       prepare: (principal, input) => {
+        let bind: ((fences: AdmissionFences) => ApiError | null) | undefined;
         if (input.workflow_session_id !== undefined) {
-          const refused = this.checkRecorder(
+          const gate = this.recorder(
             principal,
             input.workflow_session_id,
             input.project_id,
+            input.provider_id,
             input.recorder_field,
           );
-          if (refused) return { ok: false, error: refused };
+          if (!gate.ok) return gate;
+          bind = gate.value;
         }
+        const withBind = (prompt: string) => ({ ok: true as const, value: bind ? { prompt, bind } : { prompt } });
         if (input.context_session_id === undefined) {
           if (input.context_session_version !== undefined) {
             return {
@@ -388,7 +418,7 @@ export class SessionService {
               ),
             };
           }
-          return { ok: true, value: { prompt: input.prompt } };
+          return withBind(input.prompt);
         }
         const composed = this.composeWithContext(
           principal,
@@ -397,16 +427,8 @@ export class SessionService {
           input.prompt,
           input.context_session_version,
         );
-        return composed.ok ? { ok: true, value: { prompt: composed.value.prompt } } : composed;
+        return composed.ok ? withBind(composed.value.prompt) : composed;
       },
-      recorderBind: (principal, input) =>
-        this.recorderBind(
-          principal,
-          input.workflow_session_id,
-          input.project_id,
-          input.provider_id,
-          input.recorder_field,
-        ),
     };
   }
 

@@ -8,7 +8,7 @@
 import { ProjectId, RunId, utf8Length } from "@webcodex/protocol";
 import { z } from "zod";
 import { fail, ok, parseToolInput, type ToolCallOutcome, type ToolModule, type ToolSpec } from "../mcp/tool-shared.js";
-import type { Principal } from "../runs/api.js";
+import type { Principal } from "../principals/principal.js";
 import { SessionId } from "./ids.js";
 import { MAX_GOAL_BYTES, MAX_HANDOFF_BYTES, type SessionService } from "./service.js";
 import { EVIDENCE_KINDS } from "./store.js";

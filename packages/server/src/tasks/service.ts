@@ -24,15 +24,8 @@ import { isTerminalState } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { serverFailpoint } from "../failpoints.js";
 import { missingScopes } from "../principals/authority.js";
-import type {
-  AdmissionHooks,
-  ApiError,
-  ApiErrorCode,
-  ApiResult,
-  Principal,
-  RunAdmission,
-  StartOutput,
-} from "../runs/api.js";
+import type { Principal } from "../principals/principal.js";
+import type { AdmissionHooks, ApiError, ApiErrorCode, ApiResult, RunAdmission, StartOutput } from "../runs/api.js";
 import { intentFingerprint } from "../runs/identity.js";
 import type { StateStore } from "../state/store.js";
 import {
@@ -44,7 +37,7 @@ import {
   newAttemptId,
   taskRequestFingerprint,
 } from "./claim.js";
-import { blockingRun, currentAttempt, taskError as err } from "./rules.js";
+import { blockingRun, currentAttempt, taskError } from "./rules.js";
 import {
   type AttemptRow,
   MAX_ATTEMPTS_PER_TASK,
@@ -108,7 +101,7 @@ function fail<T>(code: ApiErrorCode, message: string, recovery_kind: ApiError["r
   return { ok: false, error: { code, message, recovery_kind } };
 }
 
-const NOT_FOUND_TASK = (id: string) => err("not_found", `No task ${id}.`, "none");
+const NOT_FOUND_TASK = (id: string) => taskError("not_found", `No task ${id}.`, "none");
 
 export class TaskService {
   readonly #tasks: TaskStore;
@@ -137,7 +130,7 @@ export class TaskService {
   #authorize(principal: Principal, projectId: string): ApiError | null {
     const denied = missingScopes(principal, ["coding_agent:run", "project:write"], "Using agent tasks");
     if (denied) return denied;
-    if (!principal.projects.has(projectId)) return err("forbidden", `No grant on project ${projectId}.`, "none");
+    if (!principal.projects.has(projectId)) return taskError("forbidden", `No grant on project ${projectId}.`, "none");
     return null;
   }
 
@@ -308,7 +301,7 @@ export class TaskService {
     if ("attempt_ref" in selector) {
       return (
         this.#refs.read(selector.attempt_ref) ??
-        err(
+        taskError(
           "stale_claim",
           "attempt_ref is not a valid attempt_ref (forged, truncated or from another Server).",
           "fix_input",
@@ -367,7 +360,7 @@ export class TaskService {
         if ("code" in again) return again;
         const bound = this.#tasks.binding(attempt.attempt_id);
         if (bound && bound.run_id !== runId) {
-          return err("internal", "This attempt is bound to another run.", "reconcile");
+          return taskError("internal", "This attempt is bound to another run.", "reconcile");
         }
         this.#tasks.upsertBinding({
           attempt_id: attempt.attempt_id,

@@ -34,7 +34,8 @@ import {
   type ToolSpec,
 } from "../mcp/tool-shared.js";
 import { checkStartGrant, checkToolScope } from "../principals/authority.js";
-import { OpaqueKey, type Principal } from "../runs/api.js";
+import type { Principal } from "../principals/principal.js";
+import { OpaqueKey, WORKFLOW_SESSIONS_UNAVAILABLE } from "../runs/api.js";
 import { RunStatusFields, StartToolOutput } from "../runs/tool-schemas.js";
 import { SessionId } from "../sessions/ids.js";
 import type { SessionService } from "../sessions/service.js";
@@ -314,13 +315,13 @@ export class TaskTools implements ToolModule {
         const refused = denied ?? checkStartGrant(principal, v.project_id);
         if (refused) return fail(refused, null);
         // 2026-07-28: `_wc.record` (the router refuses the argument on such requests); same checks.
-        const recorder = invocation?.record ?? v.workflow_session_id;
+        const recorderId = invocation?.record ?? v.workflow_session_id;
         const field = invocation?.record !== undefined ? RECORDER_ENVELOPE : RECORDER_ARGUMENT;
-        if (recorder !== undefined) {
-          const bad = this.#sessions
-            ? this.#sessions.checkRecorder(principal, recorder, v.project_id, field)
-            : apiError("invalid_input", "Workflow sessions are not available on this Server; nothing was started.");
-          if (bad) return fail(bad, null);
+        let recorder: ReturnType<SessionService["recorder"]> | undefined;
+        if (recorderId !== undefined) {
+          if (!this.#sessions) return fail(apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE), null);
+          recorder = this.#sessions.recorder(principal, recorderId, v.project_id, v.provider_id, field);
+          if (!recorder.ok) return fail(recorder.error, null);
         }
         const claim =
           v.attempt_ref !== undefined
@@ -338,9 +339,7 @@ export class TaskTools implements ToolModule {
           claim,
           ...(v.config !== undefined ? { config: v.config } : {}),
           ...(v.timeout_secs !== undefined ? { timeout_secs: v.timeout_secs } : {}),
-          ...(recorder !== undefined && this.#sessions
-            ? { recorder: this.#sessions.recorderBind(principal, recorder, v.project_id, v.provider_id, field) }
-            : {}),
+          ...(recorder?.ok ? { recorder: recorder.value } : {}),
         });
         if (!r.ok) return fail(r.error, null);
         return ok(StartTaskRunOutput.parse(r.value), r.value.run_id);
