@@ -474,6 +474,16 @@ describe("one /mcp, two eras", () => {
       expect(end).toMatchObject({ status: "cancelled", taskId });
     }, 60_000);
 
+    it("names the last tool step in a task's status message", async () => {
+      const created = (await startTask(unique("step"), "scenario: tools")).body.result ?? {};
+      const done = await getUntil(created.taskId as string, (r) => r.status !== "working");
+      expect(done.status).toBe("completed");
+      // scenario: tools ends with the execute step "npm test" completed.
+      expect(done.statusMessage).toBe(
+        "run completed; execution completed; stop reason end_turn; last tool step execute completed: npm test",
+      );
+    }, 60_000);
+
     it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {
       const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
       const client = await connectModern(aliceToken, capabilities);
