@@ -484,6 +484,30 @@ describe("one /mcp, two eras", () => {
       );
     }, 60_000);
 
+    it("audits tasks/get like observe: the run, the outcome, and a foreign id as not_found naming no run", async () => {
+      const created = (await startTask(unique("audit"), "scenario: hello")).body.result ?? {};
+      const taskId = created.taskId as string;
+      const runId = (created._meta as Record<string, Structured>)["dev.webcodex/run"]?.run_id;
+      await getUntil(taskId, (r) => r.status !== "working");
+      expect((await taskRequest("tasks/get", taskId, bobToken)).body.error?.code).toBe(-32602);
+      const rows = () =>
+        stack.server.store.db
+          .prepare(
+            "SELECT principal_id, run_id, outcome, output_bytes FROM mcp_audit WHERE tool = 'task:get' ORDER BY id",
+          )
+          .all() as { principal_id: string; run_id: string | null; outcome: string; output_bytes: number }[];
+      const deadline = Date.now() + 10_000;
+      while (!rows().some((r) => r.principal_id === "bob") && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const mine = rows().filter((r) => r.run_id === runId);
+      expect(mine.length).toBeGreaterThan(0);
+      expect(mine.every((r) => r.principal_id === "alice" && r.outcome === "ok" && r.output_bytes > 0)).toBe(true);
+      expect(rows().filter((r) => r.principal_id === "bob")).toEqual([
+        { principal_id: "bob", run_id: null, outcome: "not_found", output_bytes: 0 },
+      ]);
+    }, 60_000);
+
     it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {
       const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
       const client = await connectModern(aliceToken, capabilities);

@@ -516,11 +516,12 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     rawParams: Readonly<Record<string, unknown>>,
   ): Promise<void> {
     const tasks = runTasks as RunTasks;
-    const answer = (result: Record<string, unknown>) => {
-      if (res.writableEnded || res.destroyed) return;
+    const answer = (result: Record<string, unknown>): string => {
       const body = JSON.stringify({ jsonrpc: "2.0", id: message.id, result });
+      if (res.writableEnded || res.destroyed) return body;
       res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
       res.end(body);
+      return body;
     };
     const taskId = () => {
       const id = rawParams.taskId;
@@ -540,9 +541,23 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
           else answer(await tasks.created(principal, runId, result.structuredContent));
           return;
         }
-        case "tasks/get":
-          answer(await tasks.get(principal, taskId()));
+        case "tasks/get": {
+          // Audited like observe_coding_agent: the run (only when the id is this principal's), outcome, sizes.
+          const started = performance.now();
+          const id = taskId();
+          const runId = tasks.ownedRun(principal, id);
+          const inputBytes = Buffer.byteLength(JSON.stringify(rawParams));
+          let body: string;
+          try {
+            body = answer(await tasks.get(principal, id));
+          } catch (err) {
+            const outcome = err instanceof TaskRequestError ? "not_found" : "internal";
+            tools.recordTaskRequest(principal, "task:get", runId, outcome, started, "", inputBytes);
+            throw err;
+          }
+          tools.recordTaskRequest(principal, "task:get", runId, "ok", started, body, inputBytes);
           return;
+        }
         case "tasks/cancel": {
           const runId = tasks.runToCancel(principal, taskId());
           const result = await tools.call(principal, "cancel_coding_agent", { run_id: runId });

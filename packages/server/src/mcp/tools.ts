@@ -239,6 +239,23 @@ export class McpTools {
     );
   }
 
+  /**
+   * Audit a Tasks request answered outside a tool (`task:get` for tasks/get, `task:listen` for a
+   * subscriptions/listen stream, recorded when it ends): ids and sizes only, like a tool call.
+   * `started` is a reading of the same clock (`performance.now()`).
+   */
+  recordTaskRequest(
+    principal: Principal,
+    what: "task:get" | "task:listen",
+    runId: string | null,
+    outcome: AuditOutcome,
+    started: number,
+    outputText: string,
+    inputBytes = 0,
+  ): void {
+    this.#record(principal, what, runId, NO_SUBJECTS, outcome, inputBytes, outputText, started);
+  }
+
   /** The webcodex://projects resource for this principal; audited like a tool call. */
   readProjects(principal: Principal): ReadResourceResult {
     const started = this.#now();
