@@ -508,6 +508,115 @@ describe("one /mcp, two eras", () => {
       ]);
     }, 60_000);
 
+    it("streams status changes of the caller's own tasks through subscriptions/listen, ending once they are terminal", async () => {
+      const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
+      const client = await connectModern(aliceToken, capabilities);
+      const created = (await startTask(unique("listen"), "scenario: slow interval_ms=100 count=30")).body.result ?? {};
+      const taskId = created.taskId as string;
+      const foreign = (await startTask(unique("listen-bob"), "scenario: hello", bobToken)).body.result ?? {};
+      const seen: Record<string, unknown>[] = [];
+      const others: string[] = [];
+      client.fallbackNotificationHandler = async (n) => {
+        if (n.method === "notifications/tasks") seen.push(n.params as Record<string, unknown>);
+        else others.push(n.method);
+      };
+      const madeUp = `wc_task_${"a".repeat(26)}_${canary("listen")
+        .replace(/[^A-Za-z0-9]/g, "")
+        .slice(0, 22)
+        .padEnd(22, "A")}`;
+      const subscription = await client.listen({ taskIds: [taskId, foreign.taskId, madeUp] } as never);
+      const how = await Promise.race([subscription.closed, new Promise((r) => setTimeout(() => r("timeout"), 30_000))]);
+      expect(how).toBe("graceful");
+      expect(others).toEqual([]);
+      // Only Alice's task: first as it stood, last as completed, with the result tasks/get gives.
+      expect(seen.length).toBeGreaterThanOrEqual(2);
+      expect(seen.every((t) => t.taskId === taskId)).toBe(true);
+      expect(seen[0]?.status).toBe("working");
+      const last = seen.at(-1) ?? {};
+      expect(last).toMatchObject({
+        status: "completed",
+        _meta: { "io.modelcontextprotocol/subscriptionId": expect.any(String) },
+      });
+      const polled = (await taskRequest("tasks/get", taskId)).body.result ?? {};
+      expect(last.result).toEqual(polled.result);
+      expect(last.statusMessage).toBe(polled.statusMessage);
+      // Each notification is a change: no two in a row say the same.
+      for (let i = 1; i < seen.length; i++) {
+        expect(`${seen[i]?.status}|${seen[i]?.statusMessage}`).not.toBe(
+          `${seen[i - 1]?.status}|${seen[i - 1]?.statusMessage}`,
+        );
+      }
+    }, 60_000);
+
+    it("acknowledges only the caller's task ids on a raw listen, refuses a bad filter by field, and a client without the extension by capability", async () => {
+      const created = (await startTask(unique("raw-listen"), "scenario: hello")).body.result ?? {};
+      const taskId = created.taskId as string;
+      await getUntil(taskId, (r) => r.status !== "working");
+      const listen = (id: string, notifications: unknown, meta = tasksMeta(), token = aliceToken) =>
+        fetch(stack.mcpUrl, {
+          method: "POST",
+          headers: {
+            Authorization: `Bearer ${token}`,
+            Accept: "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            ...modernHeaders("subscriptions/listen"),
+          },
+          body: JSON.stringify({
+            jsonrpc: "2.0",
+            id,
+            method: "subscriptions/listen",
+            params: { notifications, _meta: meta },
+          }),
+        });
+      // Bob asks for Alice's task: acknowledged with nothing, closed at once, nothing about her task sent.
+      const bobs = await listen("b1", { taskIds: [taskId] }, tasksMeta(), bobToken);
+      expect(bobs.headers.get("content-type")).toBe("text/event-stream");
+      const bobText = await bobs.text();
+      const bobMessages = bobText
+        .split("\n")
+        .filter((l) => l.startsWith("data: "))
+        .map((l) => JSON.parse(l.slice(6)) as Record<string, unknown>);
+      expect(bobMessages).toEqual([
+        {
+          jsonrpc: "2.0",
+          method: "notifications/subscriptions/acknowledged",
+          params: { notifications: {}, _meta: { "io.modelcontextprotocol/subscriptionId": "b1" } },
+        },
+        {
+          jsonrpc: "2.0",
+          id: "b1",
+          result: {
+            resultType: "complete",
+            _meta: {
+              "io.modelcontextprotocol/subscriptionId": "b1",
+              "io.modelcontextprotocol/serverInfo": expect.any(Object),
+            },
+          },
+        },
+      ]);
+      expect(bobText).not.toContain(taskId);
+      // Alice gets her terminal task at once, then the closing result.
+      const mine = await (await listen("a1", { taskIds: [taskId] })).text();
+      expect(mine).toContain('"method":"notifications/tasks"');
+      expect(mine).toContain('"status":"completed"');
+
+      const badFilter = (await (await listen("x1", { taskIds: "all" })).json()) as RawAnswer["body"];
+      expect(badFilter).toMatchObject({ id: "x1", error: { code: -32602 } });
+      expect(badFilter.error?.message).toContain("params.notifications.taskIds: must be an array");
+      const tooMany = (await (
+        await listen("x2", { taskIds: Array.from({ length: 33 }, (_, i) => `t${i}`) })
+      ).json()) as RawAnswer["body"];
+      expect(tooMany.error?.message).toContain("at most 32 task ids");
+      const undeclared = await (await listen("x3", { taskIds: [taskId] }, modernMeta())).json();
+      expect(undeclared).toMatchObject({
+        id: "x3",
+        error: {
+          code: -32021,
+          data: { requiredCapabilities: { extensions: { "io.modelcontextprotocol/tasks": {} } } },
+        },
+      });
+    }, 60_000);
+
     it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {
       const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
       const client = await connectModern(aliceToken, capabilities);
