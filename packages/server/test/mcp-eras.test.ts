@@ -508,6 +508,71 @@ describe("one /mcp, two eras", () => {
       ]);
     }, 60_000);
 
+    it("runs start_agent_task_coding_run as a task: tasks/get to the terminal result, and tasks/cancel cancels the run", async () => {
+      const claimRun = async (instruction: string) => {
+        const task = await modernOk(modern, "create_agent_task", {
+          project_id: "demo",
+          instruction,
+          idempotency_key: unique("agent-task"),
+          title: "a task",
+        });
+        const claim = await modernOk(modern, "start_agent_task_attempt", {
+          task_id: task.task_id,
+          assignee: "host-1",
+        });
+        const answer = await rawPost(
+          {
+            id: unique("atr"),
+            method: "tools/call",
+            params: {
+              name: "start_agent_task_coding_run",
+              arguments: { project_id: "demo", provider_id: "fake", attempt_ref: claim.attempt_ref },
+              _meta: tasksMeta(),
+            },
+          },
+          modernHeaders("tools/call", "start_agent_task_coding_run"),
+        );
+        return { task, claim, created: answer.body.result ?? {} };
+      };
+
+      const { task, claim, created } = await claimRun("scenario: hello");
+      expect(created).toMatchObject({ resultType: "task", status: "working", ttlMs: null });
+      const started = (created._meta as Record<string, Structured>)["dev.webcodex/run"];
+      expect(started).toMatchObject({
+        run_id: expect.any(String),
+        task_id: task.task_id,
+        attempt_id: claim.attempt_id,
+        replayed: false,
+      });
+      const done = await getUntil(created.taskId as string, (r) => r.status !== "working");
+      expect(done).toMatchObject({
+        status: "completed",
+        taskId: created.taskId,
+        _meta: { "dev.webcodex/run": { run_id: started?.run_id } },
+      });
+      const result = done.result as { resultType: string; structuredContent: Structured; content: { text: string }[] };
+      expect(result.resultType).toBe("complete");
+      expect(result.structuredContent).toEqual({
+        run_id: started?.run_id,
+        state: "completed",
+        execution_state: "completed",
+        stop_reason: "end_turn",
+        recovery_kind: "none",
+        message: "The agent completed the turn.",
+      });
+      expect(JSON.parse(result.content[0]?.text ?? "")).toEqual(result.structuredContent);
+
+      const slow = await claimRun("scenario: slow interval_ms=100 count=600");
+      const slowTask = slow.created.taskId as string;
+      await getUntil(slowTask, (r) => typeof r.statusMessage === "string" && r.statusMessage.startsWith("run running"));
+      expect((await taskRequest("tasks/cancel", slowTask, bobToken)).body.error?.message).toContain("Unknown task");
+      expect((await taskRequest("tasks/cancel", slowTask)).body.result).toEqual({ resultType: "complete" });
+      const end = await getUntil(slowTask, (r) => r.status !== "working");
+      expect(end).toMatchObject({ status: "cancelled", taskId: slowTask });
+      const runId = (slow.created._meta as Record<string, Structured>)["dev.webcodex/run"]?.run_id;
+      expect((await modernOk(modern, "observe_coding_agent", { run_id: runId })).state).toBe("cancelled");
+    }, 60_000);
+
     it("streams status changes of the caller's own tasks through subscriptions/listen, ending once they are terminal", async () => {
       const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
       const client = await connectModern(aliceToken, capabilities);
