@@ -617,9 +617,16 @@ describe("one /mcp, two eras", () => {
       const created = (await startTask(unique("raw-listen"), "scenario: hello")).body.result ?? {};
       const taskId = created.taskId as string;
       await getUntil(taskId, (r) => r.status !== "working");
-      const listen = (id: string, notifications: unknown, meta = tasksMeta(), token = aliceToken) =>
+      const listen = (
+        id: string,
+        notifications: unknown,
+        meta = tasksMeta(),
+        token = aliceToken,
+        signal?: AbortSignal,
+      ) =>
         fetch(stack.mcpUrl, {
           method: "POST",
+          ...(signal ? { signal } : {}),
           headers: {
             Authorization: `Bearer ${token}`,
             Accept: "application/json, text/event-stream",
@@ -680,6 +687,49 @@ describe("one /mcp, two eras", () => {
           data: { requiredCapabilities: { extensions: { "io.modelcontextprotocol/tasks": {} } } },
         },
       });
+
+      // At most 4 open streams per principal: a fifth is refused by name; closing one makes room.
+      const slow =
+        (await startTask(unique("listen-cap"), "scenario: slow interval_ms=100 count=600")).body.result ?? {};
+      const slowId = slow.taskId as string;
+      const aborts = Array.from({ length: 4 }, () => new AbortController());
+      const open = await Promise.all(
+        aborts.map((a, i) => listen(`cap${i}`, { taskIds: [slowId] }, tasksMeta(), aliceToken, a.signal)),
+      );
+      expect(open.map((r) => r.headers.get("content-type"))).toEqual(Array(4).fill("text/event-stream"));
+      const fifth = (await (await listen("cap4", { taskIds: [slowId] })).json()) as RawAnswer["body"];
+      expect(fifth).toMatchObject({ id: "cap4", error: { code: -32603 } });
+      expect(fifth.error?.message).toContain("at most 4 open subscriptions/listen streams per principal");
+      // Bob is not held to Alice's count.
+      const bobAbort = new AbortController();
+      const bobOpen = await listen("bob-cap", { taskIds: [slowId] }, tasksMeta(), bobToken, bobAbort.signal);
+      expect(bobOpen.headers.get("content-type")).toBe("text/event-stream");
+      bobAbort.abort();
+      aborts[0]?.abort();
+      let retried: Response | undefined;
+      for (let i = 0; i < 50; i++) {
+        const r = await listen("cap5", { taskIds: [slowId] }, tasksMeta(), aliceToken, aborts[1]?.signal);
+        if (r.headers.get("content-type") === "text/event-stream") {
+          retried = r;
+          break;
+        }
+        await r.text();
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(retried).toBeDefined();
+      for (const a of aborts) a.abort();
+      await taskRequest("tasks/cancel", slowId);
+      // Each stream that ended has its audit row.
+      const listenRows = () =>
+        stack.server.store.db
+          .prepare("SELECT outcome, output_bytes FROM mcp_audit WHERE tool = 'task:listen' AND principal_id = 'alice'")
+          .all() as { outcome: string; output_bytes: number }[];
+      const until = Date.now() + 10_000;
+      while (!listenRows().some((r) => r.outcome === "too_many_observers") && Date.now() < until) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(listenRows().some((r) => r.outcome === "ok" && r.output_bytes > 0)).toBe(true);
+      expect(listenRows().some((r) => r.outcome === "too_many_observers")).toBe(true);
     }, 60_000);
 
     it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {

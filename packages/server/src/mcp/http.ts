@@ -567,10 +567,10 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
             body = answer(await tasks.get(principal, id));
           } catch (err) {
             const outcome = err instanceof TaskRequestError ? "not_found" : "internal";
-            tools.recordTaskRequest(principal, "task:get", runId, outcome, started, "", inputBytes);
+            tools.recordTaskRequest(principal, "task:get", runId, outcome, started, 0, inputBytes);
             throw err;
           }
-          tools.recordTaskRequest(principal, "task:get", runId, "ok", started, body, inputBytes);
+          tools.recordTaskRequest(principal, "task:get", runId, "ok", started, Buffer.byteLength(body), inputBytes);
           return;
         }
         case "tasks/cancel": {
@@ -612,11 +612,27 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   ): Promise<void> {
     const started = performance.now();
     try {
-      const honored = await (listens as TaskListens).serve(res, message.id, era, principal, rawParams);
-      tools.recordTaskRequest(principal, "task:listen", null, "ok", started, String(honored));
+      const streamed = await (listens as TaskListens).serve(res, message.id, era, principal, rawParams);
+      tools.recordTaskRequest(
+        principal,
+        "task:listen",
+        null,
+        "ok",
+        started,
+        streamed,
+        Buffer.byteLength(JSON.stringify(rawParams)),
+      );
     } catch (err) {
       if (!(err instanceof ListenRefusal)) throw err;
-      tools.recordTaskRequest(principal, "task:listen", null, err.outcome, started, err.message);
+      tools.recordTaskRequest(
+        principal,
+        "task:listen",
+        null,
+        err.outcome,
+        started,
+        0,
+        Buffer.byteLength(JSON.stringify(rawParams)),
+      );
       sendJsonRpcError(res, 200, err.code, err.message, message.id, err.data);
     }
   }

@@ -126,7 +126,7 @@ export class TaskListens {
 
   /**
    * Answer one `subscriptions/listen`: a refusal throws ListenRefusal before anything is written; otherwise
-   * the SSE stream runs until it ends, and the promise resolves with the number of task ids honored.
+   * the SSE stream runs until it ends, and the promise resolves with the bytes it carried.
    */
   async serve(
     res: ServerResponse,
@@ -159,9 +159,12 @@ export class TaskListens {
     });
     const stop = new AbortController();
     let ended = false;
+    let bytes = 0;
     const write = (message: Record<string, unknown>) => {
       if (ended || res.writableEnded || res.destroyed) return;
-      res.write(`event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", ...message })}\n\n`);
+      const frame = `event: message\ndata: ${JSON.stringify({ jsonrpc: "2.0", ...message })}\n\n`;
+      bytes += Buffer.byteLength(frame);
+      res.write(frame);
       // A client that stops reading does not make the Server hold its notifications.
       if (res.writableLength > LISTEN_MAX_BUFFERED_BYTES) sub.end(false);
     };
@@ -212,7 +215,7 @@ export class TaskListens {
     }
     // Every honored task is terminal (or there were none): nothing more will change.
     sub.end(true);
-    return honored.length;
+    return bytes;
   }
 
   /** Send the task now, then at each change of its status or message, until terminal or `signal`. */

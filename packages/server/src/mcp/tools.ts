@@ -250,10 +250,10 @@ export class McpTools {
     runId: string | null,
     outcome: AuditOutcome,
     started: number,
-    outputText: string,
+    outputBytes: number,
     inputBytes = 0,
   ): void {
-    this.#record(principal, what, runId, NO_SUBJECTS, outcome, inputBytes, outputText, started);
+    this.#record(principal, what, runId, NO_SUBJECTS, outcome, inputBytes, outputBytes, started);
   }
 
   /** The webcodex://projects resource for this principal; audited like a tool call. */
@@ -281,7 +281,7 @@ export class McpTools {
     subjects: AuditSubjects,
     outcome: AuditOutcome,
     inputBytes: number,
-    outputText: string,
+    output: string | number,
     started: number,
   ): void {
     const row = {
@@ -291,7 +291,7 @@ export class McpTools {
       ...subjects,
       outcome,
       input_bytes: inputBytes,
-      output_bytes: utf8Length(outputText),
+      output_bytes: typeof output === "number" ? output : utf8Length(output),
       duration_ms: Math.max(0, Math.round(this.#now() - started)),
     };
     try {
