@@ -11,6 +11,7 @@ import {
   type SerializedTaskReference,
 } from "@modelcontextprotocol/ext-tasks/client";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { isTerminalSafe } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { type Stack, startStack } from "./support/stack.js";
@@ -482,6 +483,13 @@ describe("one /mcp, two eras", () => {
       expect(done.statusMessage).toBe(
         "run completed; execution completed; stop reason end_turn; last tool step execute completed: npm test",
       );
+      // A title full of terminal attacks (scenario: escapes) reaches the one-line message without a control character.
+      const hostile = (await startTask(unique("step-esc"), "scenario: escapes")).body.result ?? {};
+      const end = await getUntil(hostile.taskId as string, (r) => r.status !== "working");
+      expect(end.statusMessage).toContain("last tool step");
+      const message = String(end.statusMessage);
+      expect(isTerminalSafe(message)).toBe(true);
+      expect(message).not.toMatch(/[\n\t]/);
     }, 60_000);
 
     it("audits tasks/get like observe: the run, the outcome, and a foreign id as not_found naming no run", async () => {
