@@ -11,6 +11,7 @@ import {
   type SerializedTaskReference,
 } from "@modelcontextprotocol/ext-tasks/client";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { isTerminalSafe } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { type Stack, startStack } from "./support/stack.js";
@@ -472,6 +473,271 @@ describe("one /mcp, two eras", () => {
       expect(cancelled.body.result).toEqual({ resultType: "complete" });
       const end = await getUntil(taskId, (r) => r.status !== "working");
       expect(end).toMatchObject({ status: "cancelled", taskId });
+    }, 60_000);
+
+    it("names the last tool step in a task's status message", async () => {
+      const created = (await startTask(unique("step"), "scenario: tools")).body.result ?? {};
+      const done = await getUntil(created.taskId as string, (r) => r.status !== "working");
+      expect(done.status).toBe("completed");
+      // scenario: tools ends with the execute step "npm test" completed.
+      expect(done.statusMessage).toBe(
+        "run completed; execution completed; stop reason end_turn; last tool step execute completed: npm test",
+      );
+      // A title full of terminal attacks (scenario: escapes) reaches the one-line message without a control character.
+      const hostile = (await startTask(unique("step-esc"), "scenario: escapes")).body.result ?? {};
+      const end = await getUntil(hostile.taskId as string, (r) => r.status !== "working");
+      expect(end.statusMessage).toContain("last tool step");
+      const message = String(end.statusMessage);
+      expect(isTerminalSafe(message)).toBe(true);
+      expect(message).not.toMatch(/[\n\t]/);
+    }, 60_000);
+
+    it("audits tasks/get like observe: the run, the outcome, and a foreign id as not_found naming no run", async () => {
+      const created = (await startTask(unique("audit"), "scenario: hello")).body.result ?? {};
+      const taskId = created.taskId as string;
+      const runId = (created._meta as Record<string, Structured>)["dev.webcodex/run"]?.run_id;
+      await getUntil(taskId, (r) => r.status !== "working");
+      expect((await taskRequest("tasks/get", taskId, bobToken)).body.error?.code).toBe(-32602);
+      const rows = () =>
+        stack.server.store.db
+          .prepare(
+            "SELECT principal_id, run_id, outcome, output_bytes FROM mcp_audit WHERE tool = 'task:get' ORDER BY id",
+          )
+          .all() as { principal_id: string; run_id: string | null; outcome: string; output_bytes: number }[];
+      const deadline = Date.now() + 10_000;
+      while (!rows().some((r) => r.principal_id === "bob") && Date.now() < deadline) {
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      const mine = rows().filter((r) => r.run_id === runId);
+      expect(mine.length).toBeGreaterThan(0);
+      expect(mine.every((r) => r.principal_id === "alice" && r.outcome === "ok" && r.output_bytes > 0)).toBe(true);
+      expect(rows().filter((r) => r.principal_id === "bob")).toEqual([
+        { principal_id: "bob", run_id: null, outcome: "not_found", output_bytes: 0 },
+      ]);
+    }, 60_000);
+
+    it("runs start_agent_task_coding_run as a task: tasks/get to the terminal result, and tasks/cancel cancels the run", async () => {
+      const claimRun = async (instruction: string) => {
+        const task = await modernOk(modern, "create_agent_task", {
+          project_id: "demo",
+          instruction,
+          idempotency_key: unique("agent-task"),
+          title: "a task",
+        });
+        const claim = await modernOk(modern, "start_agent_task_attempt", {
+          task_id: task.task_id,
+          assignee: "host-1",
+        });
+        const answer = await rawPost(
+          {
+            id: unique("atr"),
+            method: "tools/call",
+            params: {
+              name: "start_agent_task_coding_run",
+              arguments: { project_id: "demo", provider_id: "fake", attempt_ref: claim.attempt_ref },
+              _meta: tasksMeta(),
+            },
+          },
+          modernHeaders("tools/call", "start_agent_task_coding_run"),
+        );
+        return { task, claim, created: answer.body.result ?? {} };
+      };
+
+      const { task, claim, created } = await claimRun("scenario: hello");
+      expect(created).toMatchObject({ resultType: "task", status: "working", ttlMs: null });
+      const started = (created._meta as Record<string, Structured>)["dev.webcodex/run"];
+      expect(started).toMatchObject({
+        run_id: expect.any(String),
+        task_id: task.task_id,
+        attempt_id: claim.attempt_id,
+        replayed: false,
+      });
+      const done = await getUntil(created.taskId as string, (r) => r.status !== "working");
+      expect(done).toMatchObject({
+        status: "completed",
+        taskId: created.taskId,
+        _meta: { "dev.webcodex/run": { run_id: started?.run_id } },
+      });
+      const result = done.result as { resultType: string; structuredContent: Structured; content: { text: string }[] };
+      expect(result.resultType).toBe("complete");
+      expect(result.structuredContent).toEqual({
+        run_id: started?.run_id,
+        state: "completed",
+        execution_state: "completed",
+        stop_reason: "end_turn",
+        recovery_kind: "none",
+        message: "The agent completed the turn.",
+      });
+      expect(JSON.parse(result.content[0]?.text ?? "")).toEqual(result.structuredContent);
+
+      const slow = await claimRun("scenario: slow interval_ms=100 count=600");
+      const slowTask = slow.created.taskId as string;
+      await getUntil(slowTask, (r) => typeof r.statusMessage === "string" && r.statusMessage.startsWith("run running"));
+      expect((await taskRequest("tasks/cancel", slowTask, bobToken)).body.error?.message).toContain("Unknown task");
+      expect((await taskRequest("tasks/cancel", slowTask)).body.result).toEqual({ resultType: "complete" });
+      const end = await getUntil(slowTask, (r) => r.status !== "working");
+      expect(end).toMatchObject({ status: "cancelled", taskId: slowTask });
+      const runId = (slow.created._meta as Record<string, Structured>)["dev.webcodex/run"]?.run_id;
+      expect((await modernOk(modern, "observe_coding_agent", { run_id: runId })).state).toBe("cancelled");
+    }, 60_000);
+
+    it("streams status changes of the caller's own tasks through subscriptions/listen, ending once they are terminal", async () => {
+      const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
+      const client = await connectModern(aliceToken, capabilities);
+      const created = (await startTask(unique("listen"), "scenario: slow interval_ms=100 count=30")).body.result ?? {};
+      const taskId = created.taskId as string;
+      const foreign = (await startTask(unique("listen-bob"), "scenario: hello", bobToken)).body.result ?? {};
+      const seen: Record<string, unknown>[] = [];
+      const others: string[] = [];
+      client.fallbackNotificationHandler = async (n) => {
+        if (n.method === "notifications/tasks") seen.push(n.params as Record<string, unknown>);
+        else others.push(n.method);
+      };
+      const madeUp = `wc_task_${"a".repeat(26)}_${canary("listen")
+        .replace(/[^A-Za-z0-9]/g, "")
+        .slice(0, 22)
+        .padEnd(22, "A")}`;
+      const subscription = await client.listen({ taskIds: [taskId, foreign.taskId, madeUp] } as never);
+      const how = await Promise.race([subscription.closed, new Promise((r) => setTimeout(() => r("timeout"), 30_000))]);
+      expect(how).toBe("graceful");
+      expect(others).toEqual([]);
+      // Only Alice's task: first as it stood, last as completed, with the result tasks/get gives.
+      expect(seen.length).toBeGreaterThanOrEqual(2);
+      expect(seen.every((t) => t.taskId === taskId)).toBe(true);
+      expect(seen[0]?.status).toBe("working");
+      const last = seen.at(-1) ?? {};
+      expect(last).toMatchObject({
+        status: "completed",
+        _meta: { "io.modelcontextprotocol/subscriptionId": expect.any(String) },
+      });
+      const polled = (await taskRequest("tasks/get", taskId)).body.result ?? {};
+      expect(last.result).toEqual(polled.result);
+      expect(last.statusMessage).toBe(polled.statusMessage);
+      // Each notification is a change: no two in a row say the same.
+      for (let i = 1; i < seen.length; i++) {
+        expect(`${seen[i]?.status}|${seen[i]?.statusMessage}`).not.toBe(
+          `${seen[i - 1]?.status}|${seen[i - 1]?.statusMessage}`,
+        );
+      }
+    }, 60_000);
+
+    it("acknowledges only the caller's task ids on a raw listen, refuses a bad filter by field, and a client without the extension by capability", async () => {
+      const created = (await startTask(unique("raw-listen"), "scenario: hello")).body.result ?? {};
+      const taskId = created.taskId as string;
+      await getUntil(taskId, (r) => r.status !== "working");
+      const listen = (
+        id: string,
+        notifications: unknown,
+        meta = tasksMeta(),
+        token = aliceToken,
+        signal?: AbortSignal,
+      ) =>
+        fetch(stack.mcpUrl, {
+          method: "POST",
+          ...(signal ? { signal } : {}),
+          headers: {
+            Authorization: `Bearer ${token}`,
+            Accept: "application/json, text/event-stream",
+            "Content-Type": "application/json",
+            ...modernHeaders("subscriptions/listen"),
+          },
+          body: JSON.stringify({
+            jsonrpc: "2.0",
+            id,
+            method: "subscriptions/listen",
+            params: { notifications, _meta: meta },
+          }),
+        });
+      // Bob asks for Alice's task: acknowledged with nothing, closed at once, nothing about her task sent.
+      const bobs = await listen("b1", { taskIds: [taskId] }, tasksMeta(), bobToken);
+      expect(bobs.headers.get("content-type")).toBe("text/event-stream");
+      const bobText = await bobs.text();
+      const bobMessages = bobText
+        .split("\n")
+        .filter((l) => l.startsWith("data: "))
+        .map((l) => JSON.parse(l.slice(6)) as Record<string, unknown>);
+      expect(bobMessages).toEqual([
+        {
+          jsonrpc: "2.0",
+          method: "notifications/subscriptions/acknowledged",
+          params: { notifications: {}, _meta: { "io.modelcontextprotocol/subscriptionId": "b1" } },
+        },
+        {
+          jsonrpc: "2.0",
+          id: "b1",
+          result: {
+            resultType: "complete",
+            _meta: {
+              "io.modelcontextprotocol/subscriptionId": "b1",
+              "io.modelcontextprotocol/serverInfo": expect.any(Object),
+            },
+          },
+        },
+      ]);
+      expect(bobText).not.toContain(taskId);
+      // Alice gets her terminal task at once, then the closing result.
+      const mine = await (await listen("a1", { taskIds: [taskId] })).text();
+      expect(mine).toContain('"method":"notifications/tasks"');
+      expect(mine).toContain('"status":"completed"');
+
+      const badFilter = (await (await listen("x1", { taskIds: "all" })).json()) as RawAnswer["body"];
+      expect(badFilter).toMatchObject({ id: "x1", error: { code: -32602 } });
+      expect(badFilter.error?.message).toContain("params.notifications.taskIds: must be an array");
+      const tooMany = (await (
+        await listen("x2", { taskIds: Array.from({ length: 33 }, (_, i) => `t${i}`) })
+      ).json()) as RawAnswer["body"];
+      expect(tooMany.error?.message).toContain("at most 32 task ids");
+      const undeclared = await (await listen("x3", { taskIds: [taskId] }, modernMeta())).json();
+      expect(undeclared).toMatchObject({
+        id: "x3",
+        error: {
+          code: -32021,
+          data: { requiredCapabilities: { extensions: { "io.modelcontextprotocol/tasks": {} } } },
+        },
+      });
+
+      // At most 4 open streams per principal: a fifth is refused by name; closing one makes room.
+      const slow =
+        (await startTask(unique("listen-cap"), "scenario: slow interval_ms=100 count=600")).body.result ?? {};
+      const slowId = slow.taskId as string;
+      const aborts = Array.from({ length: 4 }, () => new AbortController());
+      const open = await Promise.all(
+        aborts.map((a, i) => listen(`cap${i}`, { taskIds: [slowId] }, tasksMeta(), aliceToken, a.signal)),
+      );
+      expect(open.map((r) => r.headers.get("content-type"))).toEqual(Array(4).fill("text/event-stream"));
+      const fifth = (await (await listen("cap4", { taskIds: [slowId] })).json()) as RawAnswer["body"];
+      expect(fifth).toMatchObject({ id: "cap4", error: { code: -32603 } });
+      expect(fifth.error?.message).toContain("at most 4 open subscriptions/listen streams per principal");
+      // Bob is not held to Alice's count.
+      const bobAbort = new AbortController();
+      const bobOpen = await listen("bob-cap", { taskIds: [slowId] }, tasksMeta(), bobToken, bobAbort.signal);
+      expect(bobOpen.headers.get("content-type")).toBe("text/event-stream");
+      bobAbort.abort();
+      aborts[0]?.abort();
+      let retried: Response | undefined;
+      for (let i = 0; i < 50; i++) {
+        const r = await listen("cap5", { taskIds: [slowId] }, tasksMeta(), aliceToken, aborts[1]?.signal);
+        if (r.headers.get("content-type") === "text/event-stream") {
+          retried = r;
+          break;
+        }
+        await r.text();
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(retried).toBeDefined();
+      for (const a of aborts) a.abort();
+      await taskRequest("tasks/cancel", slowId);
+      // Each stream that ended has its audit row.
+      const listenRows = () =>
+        stack.server.store.db
+          .prepare("SELECT outcome, output_bytes FROM mcp_audit WHERE tool = 'task:listen' AND principal_id = 'alice'")
+          .all() as { outcome: string; output_bytes: number }[];
+      const until = Date.now() + 10_000;
+      while (!listenRows().some((r) => r.outcome === "too_many_observers") && Date.now() < until) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(listenRows().some((r) => r.outcome === "ok" && r.output_bytes > 0)).toBe(true);
+      expect(listenRows().some((r) => r.outcome === "too_many_observers")).toBe(true);
     }, 60_000);
 
     it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {

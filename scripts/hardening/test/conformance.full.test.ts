@@ -50,7 +50,7 @@ describe("MCP conformance (@modelcontextprotocol/conformance, server mode)", () 
     // Baselined scenarios that also check what we offer: those checks still pass (the failures are the
     // suite's own diagnostic tools, prompts, and the suite's own task tools).
     for (const partial of [
-      "server-stateless: 21 passed, 4 failed",
+      "server-stateless: 24 passed, 4 failed",
       "caching: 7 passed, 1 failed",
       "tasks-capability-negotiation: 3 passed, 2 failed",
       "tasks-dispatch-and-envelope: 4 passed, 5 failed",

@@ -33,7 +33,8 @@ export const SERVER_INFO_META = "io.modelcontextprotocol/serverInfo";
 
 /**
  * The methods a modern request may name here; anything else (`ping`, `initialize`, the 2025 `tasks/result`
- * and `tasks/list`, prompts, completion, subscriptions) is -32601 with HTTP 404, before any header check.
+ * and `tasks/list`, prompts, completion, `resources/subscribe`) is -32601 with HTTP 404, before any header check.
+ * `subscriptions/listen` carries task status only (mcp/task-listen.ts).
  */
 export const MODERN_METHODS: ReadonlySet<string> = new Set([
   "server/discover",
@@ -45,6 +46,7 @@ export const MODERN_METHODS: ReadonlySet<string> = new Set([
   "tasks/get",
   "tasks/update",
   "tasks/cancel",
+  "subscriptions/listen",
 ]);
 /** JSON-RPC error code of a request that needs a client capability the request did not declare. */
 export const MISSING_REQUIRED_CLIENT_CAPABILITY = -32021;

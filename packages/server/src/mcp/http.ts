@@ -9,8 +9,8 @@
  * under an internal id whose context holds that request's Principal and
  * abort signal (`PostMux`), so no caller's identity is ever Server state and
  * there is no session id that could be replayed by another caller. POST answers with
- * a plain JSON body; GET/DELETE answer 405 (there is
- * no server-initiated stream to subscribe to) — the SDK's
+ * a plain JSON body, except a 2026-07-28 `subscriptions/listen`, whose answer is its own SSE stream of
+ * task status (mcp/task-listen.ts); GET/DELETE answer 405 (there is no session stream to open) — the SDK's
  * `StreamableHTTPClientTransport` handles both.
  *
  * Per request: Origin check → 403 when an Origin header is present and is
@@ -57,6 +57,7 @@ import {
 import { PostMux, readMcpPost, sendJsonRpcError } from "./post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./resource.js";
 import { declaresTasks, type RunTasks, TASKS_EXTENSION, TaskRequestError } from "./run-tasks.js";
+import { ListenRefusal, TaskListens } from "./task-listen.js";
 import { checkArgumentShape } from "./tool-arguments.js";
 import type { ToolModule } from "./tool-shared.js";
 import { McpTools } from "./tools.js";
@@ -168,6 +169,8 @@ const TASK_METHOD_TOOL: Readonly<Record<string, string>> = {
   "tasks/get": "observe_coding_agent",
   "tasks/cancel": "cancel_coding_agent",
   "tasks/update": "observe_coding_agent",
+  // The only notifications a listen carries are task status.
+  "subscriptions/listen": "observe_coding_agent",
 };
 
 /** Names of the tools a POST calls. */
@@ -287,6 +290,9 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   });
   const tools = new McpTools({ runs, audit, logger, modules: [runTools, ...(options.toolModules ?? [])] });
   const runTasks = options.runTasks;
+  const listens = runTasks
+    ? new TaskListens({ tasks: runTasks, runs, logger, serverInfoMeta: SERVER_INFO_META, serverInfo: MCP_SERVER_INFO })
+    : null;
   const inFlight = new Set<AbortController>();
   const refusals = new RefusalLog(logger);
   let closed = false;
@@ -473,6 +479,15 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       );
       return;
     }
+    if (
+      listens &&
+      post.era.kind === "modern" &&
+      "method" in post.message &&
+      post.message.method === "subscriptions/listen"
+    ) {
+      await answerListen(res, post.message as JSONRPCRequest, post.era, principal, paramsOf(post.raw));
+      return;
+    }
     if (runTasks && post.era.kind === "modern" && isTaskRequest(post.message, post.era, tools)) {
       await answerTaskRequest(res, post.message as JSONRPCRequest, post.era, principal, paramsOf(post.raw));
       return;
@@ -516,11 +531,12 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     rawParams: Readonly<Record<string, unknown>>,
   ): Promise<void> {
     const tasks = runTasks as RunTasks;
-    const answer = (result: Record<string, unknown>) => {
-      if (res.writableEnded || res.destroyed) return;
+    const answer = (result: Record<string, unknown>): string => {
       const body = JSON.stringify({ jsonrpc: "2.0", id: message.id, result });
+      if (res.writableEnded || res.destroyed) return body;
       res.writeHead(200, { "Content-Type": "application/json", "Content-Length": Buffer.byteLength(body) });
       res.end(body);
+      return body;
     };
     const taskId = () => {
       const id = rawParams.taskId;
@@ -540,9 +556,23 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
           else answer(await tasks.created(principal, runId, result.structuredContent));
           return;
         }
-        case "tasks/get":
-          answer(await tasks.get(principal, taskId()));
+        case "tasks/get": {
+          // Audited like observe_coding_agent: the run (only when the id is this principal's), outcome, sizes.
+          const started = performance.now();
+          const id = taskId();
+          const runId = tasks.ownedRun(principal, id);
+          const inputBytes = Buffer.byteLength(JSON.stringify(rawParams));
+          let body: string;
+          try {
+            body = answer(await tasks.get(principal, id));
+          } catch (err) {
+            const outcome = err instanceof TaskRequestError ? "not_found" : "internal";
+            tools.recordTaskRequest(principal, "task:get", runId, outcome, started, 0, inputBytes);
+            throw err;
+          }
+          tools.recordTaskRequest(principal, "task:get", runId, "ok", started, Buffer.byteLength(body), inputBytes);
           return;
+        }
         case "tasks/cancel": {
           const runId = tasks.runToCancel(principal, taskId());
           const result = await tools.call(principal, "cancel_coding_agent", { run_id: runId });
@@ -572,9 +602,45 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     }
   }
 
+  /** `subscriptions/listen` (mcp/task-listen.ts): task status as an SSE stream; one audit row when it ends. */
+  async function answerListen(
+    res: ServerResponse,
+    message: JSONRPCRequest,
+    era: Era,
+    principal: Principal,
+    rawParams: Readonly<Record<string, unknown>>,
+  ): Promise<void> {
+    const started = performance.now();
+    try {
+      const streamed = await (listens as TaskListens).serve(res, message.id, era, principal, rawParams);
+      tools.recordTaskRequest(
+        principal,
+        "task:listen",
+        null,
+        "ok",
+        started,
+        streamed,
+        Buffer.byteLength(JSON.stringify(rawParams)),
+      );
+    } catch (err) {
+      if (!(err instanceof ListenRefusal)) throw err;
+      tools.recordTaskRequest(
+        principal,
+        "task:listen",
+        null,
+        err.outcome,
+        started,
+        0,
+        Buffer.byteLength(JSON.stringify(rawParams)),
+      );
+      sendJsonRpcError(res, 200, err.code, err.message, message.id, err.data);
+    }
+  }
+
   return Object.assign(handler, {
     async close(): Promise<void> {
       closed = true;
+      listens?.closeAll();
       for (const abort of inFlight) abort.abort(new Error("server closing"));
       inFlight.clear();
     },

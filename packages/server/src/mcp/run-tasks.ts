@@ -13,7 +13,7 @@
  *
  * Run state → task status (DESIGN §13, docs/design.md §13):
  * - `starting`, `running`, `waiting_permission` → `working`, with a one-line
- *   status message (state, execution stage, Runner offline);
+ *   status message (state, execution stage, the last tool step, Runner offline);
  * - `completed` → `completed`; its `result` is the observe-shaped terminal
  *   result (run id, state, execution state, stop reason, failure kind,
  *   recovery kind, message) as a tool result with `resultType: "complete"`;
@@ -27,6 +27,7 @@
 import { createHmac, timingSafeEqual } from "node:crypto";
 import { RUN_ID_PATTERN } from "@webcodex/protocol";
 import type { ObserveOutput, Principal, RunsApi } from "../runs/api.js";
+import type { ToolStep } from "../runs/mirror.js";
 import type { Era } from "./era.js";
 
 export const TASKS_EXTENSION = "io.modelcontextprotocol/tasks";
@@ -136,6 +137,21 @@ export class RunTasks {
     return runId;
   }
 
+  /** The run behind a task id issued to this principal whose record exists and is theirs; else null. */
+  ownedRun(principal: Principal, taskId: string): string | null {
+    const runId = this.runIdOf(principal, taskId);
+    if (runId === null) return null;
+    return this.#records.get(runId)?.principal_id === principal.id ? runId : null;
+  }
+
+  /** The detailed task of `runId` for one observe view of it, as `tasks/get` would answer it (no lookup of the run's events). */
+  snapshot(principal: Principal, runId: string, o: ObserveOutput): Record<string, unknown> {
+    const record = this.#records.get(runId);
+    if (record === undefined || record.principal_id !== principal.id) throw NOT_FOUND();
+    const { task, terminal } = this.#build(principal, runId, record, o);
+    return { ...task, ...terminal };
+  }
+
   async #view(
     principal: Principal,
     runId: string,
@@ -145,12 +161,20 @@ export class RunTasks {
     if (record === undefined || record.principal_id !== principal.id) throw NOT_FOUND();
     const observed = await this.#runs.observe(principal, { run_id: runId });
     if (!observed.ok) throw NOT_FOUND();
-    const o = observed.value;
+    return this.#build(principal, runId, record, observed.value);
+  }
+
+  #build(
+    principal: Principal,
+    runId: string,
+    record: { created_at: string; updated_at: string },
+    o: ObserveOutput,
+  ): { task: Record<string, unknown>; terminal: Record<string, unknown> } {
     const status = taskStatus(o);
     const task: Record<string, unknown> = {
       taskId: this.taskId(principal, runId),
       status,
-      statusMessage: statusMessage(o),
+      statusMessage: statusMessage(o, this.#runs.lastToolStep(runId)),
       createdAt: record.created_at,
       lastUpdatedAt: record.updated_at,
       // Admitted run records never expire (runs/record-expiry.ts), so neither does the task.
@@ -159,6 +183,11 @@ export class RunTasks {
     };
     return { task, terminal: terminalFields(status, o) };
   }
+}
+
+/** Whether a task status is final (no further change will be reported). */
+export function isTerminalTaskStatus(status: unknown): boolean {
+  return status === "completed" || status === "failed" || status === "cancelled";
 }
 
 function taskStatus(o: ObserveOutput): TaskStatus {
@@ -177,11 +206,20 @@ function taskStatus(o: ObserveOutput): TaskStatus {
   }
 }
 
-/** One line: state, execution stage, and why the state may be stale. */
-function statusMessage(o: ObserveOutput): string {
+/** Characters of a tool step's title kept in a status message (the title is the agent's own label). */
+export const STATUS_TOOL_TITLE_MAX_CHARS = 120;
+
+/** One line: state, execution stage, the last tool step, and why the state may be stale. */
+function statusMessage(o: ObserveOutput, step: ToolStep | null): string {
   const parts = [`run ${o.state}`, `execution ${o.execution_state}`];
   if (o.stop_reason !== undefined) parts.push(`stop reason ${o.stop_reason}`);
   if (o.failure_kind !== undefined) parts.push(`failure ${o.failure_kind}`);
+  if (step !== null) {
+    const title = step.title.replace(/\s+/g, " ").trim();
+    const shown =
+      title.length > STATUS_TOOL_TITLE_MAX_CHARS ? `${title.slice(0, STATUS_TOOL_TITLE_MAX_CHARS)}…` : title;
+    parts.push(`last tool step ${step.tool_kind} ${step.status}: ${shown}`);
+  }
   if (o.runner_offline) parts.push("Runner offline: last known state");
   return parts.join("; ");
 }

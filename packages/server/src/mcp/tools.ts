@@ -240,6 +240,23 @@ export class McpTools {
     );
   }
 
+  /**
+   * Audit a Tasks request answered outside a tool (`task:get` for tasks/get, `task:listen` for a
+   * subscriptions/listen stream, recorded when it ends): ids and sizes only, like a tool call.
+   * `started` is a reading of the same clock (`performance.now()`).
+   */
+  recordTaskRequest(
+    principal: Principal,
+    what: "task:get" | "task:listen",
+    runId: string | null,
+    outcome: AuditOutcome,
+    started: number,
+    outputBytes: number,
+    inputBytes = 0,
+  ): void {
+    this.#record(principal, what, runId, NO_SUBJECTS, outcome, inputBytes, outputBytes, started);
+  }
+
   /** The webcodex://projects resource for this principal; audited like a tool call. */
   readProjects(principal: Principal): ReadResourceResult {
     const started = this.#now();
@@ -265,7 +282,7 @@ export class McpTools {
     subjects: AuditSubjects,
     outcome: AuditOutcome,
     inputBytes: number,
-    outputText: string,
+    output: string | number,
     started: number,
   ): void {
     const row = {
@@ -275,7 +292,7 @@ export class McpTools {
       ...subjects,
       outcome,
       input_bytes: inputBytes,
-      output_bytes: utf8Length(outputText),
+      output_bytes: typeof output === "number" ? output : utf8Length(output),
       duration_ms: Math.max(0, Math.round(this.#now() - started)),
     };
     try {

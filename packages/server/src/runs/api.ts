@@ -23,6 +23,7 @@ import {
 } from "@webcodex/protocol";
 import { z } from "zod";
 import type { Principal, Scope } from "../principals/principal.js";
+import type { ToolStep } from "./mirror.js";
 
 // The identity types live with the principals; they are re-exported here for the front ends that take
 // them with the RunsApi.
@@ -239,6 +240,11 @@ export interface RunsApi {
   /** Waits at most wait_secs (capped) and returns early on anything new; aborts with `signal`. */
   observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>>;
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>>;
+  /**
+   * The newest tool step this Server holds for a run (from its event mirror, which observe keeps in step
+   * with the Runner), or null when none is held. No ownership check: callers check the run's owner first.
+   */
+  lastToolStep(runId: string): ToolStep | null;
   /** Projects the principal may see (project:read or coding_agent:run on a granted project). */
   listProjects(principal: Principal): ProjectView[];
 }

@@ -13,6 +13,13 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 
+/** The newest tool step of a run: its `tool_activity` event's title, kind and status. */
+export interface ToolStep {
+  title: string;
+  tool_kind: string;
+  status: string;
+}
+
 /** At most this many mirrors are held at once (least recently used idle ones are evicted). */
 export const MIRRORS_MAX_COUNT = 256;
 /** Global budget of event bytes (UTF-8 JSON) over all mirrors; idle mirrors are evicted LRU beyond it. */
@@ -31,6 +38,8 @@ export class RunMirror {
   /** The in-flight catch-up, if any (owned by the caller that drives syncs). */
   syncing: Promise<void> | null = null;
   version = 0;
+  /** The newest `tool_activity` this mirror appended (kept when held events are dropped), or null. */
+  lastToolStep: ToolStep | null = null;
   #events: RunEvent[] = [];
   #sizes: number[] = [];
   #bytes = 0;
@@ -102,6 +111,7 @@ export class RunMirror {
     this.#events.push(e);
     this.#sizes.push(size);
     this.lastSeq = e.seq;
+    if (e.kind === "tool_activity") this.lastToolStep = { title: e.title, tool_kind: e.tool_kind, status: e.status };
     while (this.#events.length > this.maxEvents || (bytes > this.maxBytes && this.#events.length > 1)) {
       this.#events.shift();
       bytes -= this.#sizes.shift() ?? 0;

@@ -28,7 +28,7 @@ import type {
 } from "./api.js";
 import { Cancellation } from "./cancel.js";
 import { RunContext } from "./context.js";
-import type { MirrorSet } from "./mirror.js";
+import type { MirrorSet, ToolStep } from "./mirror.js";
 import { Observation } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
 import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
@@ -85,6 +85,10 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
     return this.#cancellation.cancel(principal, input);
+  }
+
+  lastToolStep(runId: string): ToolStep | null {
+    return this.#ctx.mirrors.get(runId)?.lastToolStep ?? null;
   }
 
   /** Single-record reconciliation over the runner's current connection (run.sync decides). */

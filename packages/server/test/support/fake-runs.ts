@@ -157,6 +157,10 @@ export class FakeRuns implements RunsApi {
     };
   }
 
+  lastToolStep(): null {
+    return null;
+  }
+
   listProjects(principal: Principal): ProjectView[] {
     return this.projects.filter((p) => principal.projects.has(p.project_id));
   }
