@@ -36,10 +36,9 @@ const template = await readFile(join(SRC, "index.html"), "utf8");
 // The script and style go inside <script>/<style>: a closing tag in them would end the element early.
 if (/<\/script/i.test(script)) throw new Error("run view bundle contains </script");
 if (/<\/style/i.test(style)) throw new Error("run view stylesheet contains </style");
-const html = template
-  .replace("/*__STYLE__*/", () => style)
-  .replace("/*__SCRIPT__*/", () => script);
-if (html.includes("/*__STYLE__*/") || html.includes("/*__SCRIPT__*/")) throw new Error("run view template placeholders left");
+const html = template.replace("/*__STYLE__*/", () => style).replace("/*__SCRIPT__*/", () => script);
+if (html.includes("/*__STYLE__*/") || html.includes("/*__SCRIPT__*/"))
+  throw new Error("run view template placeholders left");
 // Self-contained: no element may load anything (src/href attributes, CSS url(), @import).
 if (/<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=/i.test(html) || /url\(|@import/i.test(style))
   throw new Error("run view must not reference external resources");

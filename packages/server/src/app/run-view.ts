@@ -11,8 +11,8 @@
  * the run only through the host bridge (`tools/call` of observe/cancel with the run's observation token).
  */
 import { readFileSync } from "node:fs";
-import type { ReadResourceResult, Resource } from "@modelcontextprotocol/sdk/types.js";
 import { RESOURCE_MIME_TYPE, RESOURCE_URI_META_KEY } from "@modelcontextprotocol/ext-apps/server";
+import type { ReadResourceResult, Resource } from "@modelcontextprotocol/sdk/types.js";
 
 export const RUN_VIEW_URI = "ui://webcodex/run";
 export { RESOURCE_MIME_TYPE as RUN_VIEW_MIME_TYPE };

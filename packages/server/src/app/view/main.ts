@@ -59,8 +59,7 @@ function formatCount(n: number): string {
 
 function drawElapsed(): void {
   const start = model.startedAt;
-  byId("elapsed").textContent =
-    start === null ? "" : formatDuration((model.endedAt ?? Date.now()) - start);
+  byId("elapsed").textContent = start === null ? "" : formatDuration((model.endedAt ?? Date.now()) - start);
 }
 
 function draw(): void {
@@ -218,7 +217,8 @@ function onToolResult(app: App, result: Json): void {
   }
   const run = runOf(result);
   if (run === null) return;
-  if (run.run_id !== model.runId) Object.assign(model, emptyModel(), { project: model.project, provider: model.provider });
+  if (run.run_id !== model.runId)
+    Object.assign(model, emptyModel(), { project: model.project, provider: model.provider });
   model.runId = run.run_id as string;
   // A start result's token observes from the run's beginning. An observe result's events begin wherever its
   // caller's cursor was, and a replayed start may be long over: both follow from a bounded baseline instead.

@@ -146,7 +146,8 @@ export function applyEvent(m: RunModel, e: Json): void {
       const text = visibleControls(str(e.text) ?? "");
       if (m.open && m.messages.length > 0) {
         const joined = m.messages[m.messages.length - 1] + text;
-        m.messages[m.messages.length - 1] = joined.length > MAX_MESSAGE_CHARS ? joined.slice(-MAX_MESSAGE_CHARS) : joined;
+        m.messages[m.messages.length - 1] =
+          joined.length > MAX_MESSAGE_CHARS ? joined.slice(-MAX_MESSAGE_CHARS) : joined;
       } else {
         m.messages.push(text.slice(-MAX_MESSAGE_CHARS));
         if (m.messages.length > MAX_MESSAGE_BLOCKS) m.messages.splice(0, m.messages.length - MAX_MESSAGE_BLOCKS);
