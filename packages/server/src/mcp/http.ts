@@ -39,7 +39,7 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
 import { z } from "zod";
-import { RUN_VIEW_RESOURCE, RUN_VIEW_URI, RunViewMissingError, readRunViewResource } from "../app/run-view.js";
+import { RUN_VIEW_RESOURCE, RUN_VIEW_URI, RunViewMissingError } from "../app/run-view.js";
 import { type ClientAddressOf, clientAddressResolver } from "../client-address.js";
 import { isLoopbackHost } from "../config.js";
 import { bearerToken } from "../principals/tokens.js";
@@ -367,7 +367,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     const uri = request.params.uri;
     if (uri === RUN_VIEW_URI) {
       try {
-        return modernResult(era, readRunViewResource(), STATIC_LIST_CACHE);
+        return modernResult(era, tools.readRunView(principal), STATIC_LIST_CACHE);
       } catch (err) {
         if (err instanceof RunViewMissingError) throw new McpError(ErrorCode.InternalError, err.message);
         throw err;
