@@ -54,12 +54,22 @@ async function start(prompt: string): Promise<{ input: Record<string, unknown>; 
 async function mounted(
   prompt: string,
   width = 1024,
+  dark = false,
 ): Promise<{ hp: HostPage; frame: Frame; runId: string; token: string }> {
   const { input, result } = await start(prompt);
-  const hp = await host.open(browser, client, { width });
+  const hp = await host.open(browser, client, { width, dark });
   const frame = await hp.mount(html, input, result);
   const sc = result.structuredContent as { run_id: string; observation_token: string };
   return { hp, frame, runId: sc.run_id, token: sc.observation_token };
+}
+
+/** A phone's CSS width (an iPhone 12–15). */
+const PHONE_WIDTH = 390;
+
+/** Relative brightness 0..1 of a computed `rgb(r, g, b)` colour. */
+function luminance(rgb: string): number {
+  const [r = 0, g = 0, b = 0] = (rgb.match(/\d+/g) ?? []).map(Number);
+  return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
 }
 
 const texts = (frame: Frame, selector: string) => frame.locator(selector).allTextContents();
@@ -138,12 +148,12 @@ describe("the run view in an MCP Apps host", () => {
     await hp.close();
   });
 
-  it("shows an agent message with markup and terminal escapes as inert text", async () => {
+  it("shows an agent message with markup and terminal escapes as inert text, readable at phone width in dark mode", async () => {
     const marker = `markupcanary${randomBytes(16).toString("hex")}`;
     const hostile =
       `<img src=x onerror='window.__pwned=1'><b id=${marker}>bold</b><script>window.__pwned=2</script>` +
       "\u001b]0;retitled\u0007\u001b[2J\u001b[1A\u001b[2K\u0008\u2714 completed \u202eevil";
-    const { hp, frame } = await mounted(`scenario: hello text="${hostile}"`, 390);
+    const { hp, frame } = await mounted(`scenario: hello text="${hostile}"`, PHONE_WIDTH, true);
     await expect.poll(() => frame.locator("#state").textContent(), { timeout: SHOW_DEADLINE_MS }).toBe("Completed");
     const shown = (await texts(frame, "#messages .message")).join("");
     // The markup is there as characters, and nothing of it became an element or ran.
@@ -156,6 +166,18 @@ describe("the run view in an MCP Apps host", () => {
     // No raw terminal or bidi control reaches the page.
     // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
     expect(shown).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u202a-\u202e\u2066-\u2069]/);
+    // At phone width nothing scrolls sideways, and the host's dark theme gives a dark page with light text.
+    const layout = await frame.evaluate(() => {
+      const d = (globalThis as unknown as { document: { documentElement: { scrollWidth: number }; body: unknown } })
+        .document;
+      const style = (
+        globalThis as unknown as { getComputedStyle: (e: unknown) => { backgroundColor: string; color: string } }
+      ).getComputedStyle(d.body);
+      return { scrollWidth: d.documentElement.scrollWidth, bg: style.backgroundColor, fg: style.color };
+    });
+    expect(layout.scrollWidth).toBeLessThanOrEqual(PHONE_WIDTH);
+    expect(luminance(layout.bg)).toBeLessThan(0.2);
+    expect(luminance(layout.fg)).toBeGreaterThan(0.6);
     expectNothingFetched(hp);
     await hp.close();
   });
