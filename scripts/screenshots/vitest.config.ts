@@ -1,7 +1,7 @@
 import { defineConfig } from "vitest/config";
 
 /**
- * `npm run screenshots`: regenerates the console screenshots in docs/ (console.shots.ts) against a real
+ * `npm run screenshots`: regenerates the console and run view screenshots in docs/ (*.shots.ts) against a real
  * Server, Runner and fake agent in headless Chromium. Not part of `npm test`: it writes into the repository.
  */
 export default defineConfig({

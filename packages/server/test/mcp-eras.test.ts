@@ -145,7 +145,7 @@ describe("one /mcp, two eras", () => {
     expect(tools[0]?.inputSchema.$schema).toBe("https://json-schema.org/draft/2020-12/schema");
 
     const resources = await modern.listResources();
-    expect(resources.resources.map((r) => r.uri)).toEqual(["webcodex://projects"]);
+    expect(resources.resources.map((r) => r.uri)).toEqual(["webcodex://projects", "ui://webcodex/run"]);
     const read = await rawPost(
       { id: 3, method: "resources/read", params: { uri: "webcodex://projects", _meta: modernMeta() } },
       modernHeaders("resources/read", "webcodex://projects"),
@@ -158,6 +158,38 @@ describe("one /mcp, two eras", () => {
     expect(legacyTools.tools[0]?.inputSchema.$schema).toBe("http://json-schema.org/draft-07/schema#");
     expect(legacyTools).not.toHaveProperty("resultType");
     expect(legacyTools).not.toHaveProperty("ttlMs");
+  });
+
+  it("declares the run view (MCP App ui://webcodex/run) on the run tools and serves it, the same on both eras", async () => {
+    const viewTools = ["observe_coding_agent", "start_agent_task_coding_run", "start_coding_agent"];
+    const lists = {
+      legacy: (await legacy.listTools()).tools,
+      modern: (await modern.listTools()).tools,
+    };
+    for (const [era, tools] of Object.entries(lists)) {
+      const withView = tools.filter((t) => t._meta !== undefined).map((t) => t.name);
+      expect(withView.sort(), era).toEqual(viewTools);
+      for (const t of tools.filter((x) => viewTools.includes(x.name)))
+        expect(t._meta, `${era} ${t.name}`).toEqual({
+          ui: { resourceUri: "ui://webcodex/run" },
+          "ui/resourceUri": "ui://webcodex/run",
+        });
+    }
+    const reads = {
+      legacy: await legacy.readResource({ uri: "ui://webcodex/run" }),
+      modern: await modern.readResource({ uri: "ui://webcodex/run" }),
+    };
+    for (const [era, read] of Object.entries(reads)) {
+      const content = read.contents[0] as { uri: string; mimeType: string; text: string; _meta: unknown };
+      expect(content.uri, era).toBe("ui://webcodex/run");
+      expect(content.mimeType, era).toBe("text/html;profile=mcp-app");
+      expect(content._meta, era).toMatchObject({ ui: { csp: { connectDomains: [], resourceDomains: [] } } });
+      expect(content.text, era).toMatch(/^<!doctype html>/);
+      // Self-contained: nothing in the document loads from anywhere.
+      expect(content.text, era).not.toMatch(/<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)\s*=/i);
+    }
+    const listed = (await legacy.listResources()).resources.find((r) => r.uri === "ui://webcodex/run");
+    expect(listed).toMatchObject({ mimeType: "text/html;profile=mcp-app", _meta: { ui: { csp: {} } } });
   });
 
   it("answers an unknown resource on 2026-07-28 with invalid params naming the URI (SEP-2164)", async () => {

@@ -110,7 +110,7 @@ function postInit(headers: Record<string, string>, body?: string) {
 }
 
 describe("Streamable HTTP /mcp", () => {
-  it("negotiates the 2025-11-25 protocol and lists exactly three tools and one resource", async () => {
+  it("negotiates the 2025-11-25 protocol and lists exactly three tools and two resources", async () => {
     const client = await connect("token-alice");
     expect(client.getServerVersion()?.name).toBe("webcodex");
     const { tools } = await client.listTools();
@@ -120,7 +120,7 @@ describe("Streamable HTTP /mcp", () => {
       "start_coding_agent",
     ]);
     const { resources } = await client.listResources();
-    expect(resources.map((r) => r.uri)).toEqual(["webcodex://projects"]);
+    expect(resources.map((r) => r.uri)).toEqual(["webcodex://projects", "ui://webcodex/run"]);
     const res = await postInit({ authorization: "Bearer token-alice" });
     expect(res.status).toBe(200);
     expect(((await res.json()) as { result: { protocolVersion: string } }).result.protocolVersion).toBe("2025-11-25");

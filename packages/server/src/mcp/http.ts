@@ -39,6 +39,7 @@ import {
 } from "@modelcontextprotocol/sdk/types.js";
 import type { Logger } from "pino";
 import { z } from "zod";
+import { RUN_VIEW_RESOURCE, RUN_VIEW_URI, RunViewMissingError } from "../app/run-view.js";
 import { type ClientAddressOf, clientAddressResolver } from "../client-address.js";
 import { isLoopbackHost } from "../config.js";
 import { bearerToken } from "../principals/tokens.js";
@@ -358,7 +359,11 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     );
   });
   server.setRequestHandler(ListResourcesRequestSchema, (_request, extra) =>
-    modernResult(contextOf(extra.requestId).era, { resources: [PROJECTS_RESOURCE] }, STATIC_LIST_CACHE),
+    modernResult(
+      contextOf(extra.requestId).era,
+      { resources: [PROJECTS_RESOURCE, RUN_VIEW_RESOURCE] },
+      STATIC_LIST_CACHE,
+    ),
   );
   server.setRequestHandler(ListResourceTemplatesRequestSchema, (_request, extra) =>
     modernResult(contextOf(extra.requestId).era, { resourceTemplates: [] }, STATIC_LIST_CACHE),
@@ -366,19 +371,22 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   server.setRequestHandler(ReadResourceRequestSchema, (request, extra) => {
     const { principal, era } = contextOf(extra.requestId);
     const uri = request.params.uri;
+    if (uri === RUN_VIEW_URI) {
+      try {
+        return modernResult(era, tools.readRunView(principal), STATIC_LIST_CACHE);
+      } catch (err) {
+        if (err instanceof RunViewMissingError) throw new McpError(ErrorCode.InternalError, err.message);
+        throw err;
+      }
+    }
     if (uri !== PROJECTS_RESOURCE_URI) {
       tools.recordRefusedCall(principal, "unknown_resource");
+      const known = `${PROJECTS_RESOURCE_URI} and ${RUN_VIEW_URI}`;
       // 2026-07-28 (SEP-2164): invalid params whose data names the URI that was not found.
       if (era.kind === "modern") {
-        throw new McpError(
-          ErrorCode.InvalidParams,
-          `Resource not found. The only resource is ${PROJECTS_RESOURCE_URI}.`,
-          {
-            uri,
-          },
-        );
+        throw new McpError(ErrorCode.InvalidParams, `Resource not found. The resources are ${known}.`, { uri });
       }
-      throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The only resource is ${PROJECTS_RESOURCE_URI}.`);
+      throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The resources are ${known}.`);
     }
     return modernResult(era, tools.readProjects(principal), PROJECTS_READ_CACHE);
   });

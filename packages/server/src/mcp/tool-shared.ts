@@ -12,6 +12,7 @@
 import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
 import { ConfigOptionId, MAX_PROMPT_BYTES, type RecoveryKind } from "@webcodex/protocol";
 import { z } from "zod";
+import { runViewToolMeta } from "../app/run-view.js";
 import type { Principal } from "../principals/principal.js";
 import type { ApiError, ApiResult } from "../runs/api.js";
 import type { AuditOutcome } from "./audit.js";
@@ -29,6 +30,8 @@ export interface ToolSpec<N extends string = string> {
    * DESIGN §11), and for a client that declares the Tasks extension the call answers with a task (mcp/run-tasks.ts).
    */
   startsRun?: true;
+  /** The tool's result is rendered by the run view (an MCP App, app/run-view.ts): tools/list names it in `_meta`. */
+  runView?: true;
 }
 
 /** What a tools/call carries beside its arguments (the 2026-07-28 `_wc` envelope), as the router checked it. */
@@ -62,6 +65,7 @@ export function toolDefinition(spec: ToolSpec<string>, dialect: SchemaDialect = 
     inputSchema: jsonSchema(spec.input, "input", dialect),
     outputSchema: jsonSchema(spec.output, "output", dialect) as NonNullable<Tool["outputSchema"]>,
     annotations: spec.annotations,
+    ...(spec.runView ? { _meta: runViewToolMeta() } : {}),
   };
 }
 

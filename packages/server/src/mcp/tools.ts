@@ -9,6 +9,7 @@ import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprot
 import { utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
+import { readRunViewResource } from "../app/run-view.js";
 import type { Principal } from "../principals/principal.js";
 import type { RunsApi } from "../runs/api.js";
 import { SessionId } from "../sessions/ids.js";
@@ -265,6 +266,33 @@ export class McpTools {
     this.#record(
       principal,
       "resource:projects",
+      null,
+      NO_SUBJECTS,
+      "ok",
+      0,
+      first && "text" in first ? first.text : "",
+      started,
+    );
+    return result;
+  }
+
+  /**
+   * The run view (ui://webcodex/run, app/run-view.ts); audited like a tool call, `internal` when the bundle
+   * is missing (then RunViewMissingError propagates to the caller).
+   */
+  readRunView(principal: Principal): ReadResourceResult {
+    const started = this.#now();
+    let result: ReadResourceResult;
+    try {
+      result = readRunViewResource();
+    } catch (err) {
+      this.#record(principal, "resource:run-view", null, NO_SUBJECTS, "internal", 0, "", started);
+      throw err;
+    }
+    const first = result.contents[0];
+    this.#record(
+      principal,
+      "resource:run-view",
       null,
       NO_SUBJECTS,
       "ok",

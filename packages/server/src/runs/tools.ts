@@ -48,6 +48,7 @@ export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
   {
     name: RUN_TOOL_NAMES.start,
     startsRun: true,
+    runView: true,
     title: "Start a coding agent run",
     description:
       "Hand a coding task to an operator-configured ACP coding agent working in a registered project. " +
@@ -60,6 +61,7 @@ export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
   },
   {
     name: RUN_TOOL_NAMES.observe,
+    runView: true,
     title: "Observe a coding agent run",
     description:
       "Return the run's state and the events new since after_observation_token, then a fresh observation_token. " +

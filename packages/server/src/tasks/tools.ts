@@ -242,6 +242,7 @@ export const TASK_TOOL_SPECS: readonly ToolSpec<TaskToolName>[] = [
   {
     name: TASK_TOOL_NAMES.run,
     startsRun: true,
+    runView: true,
     title: "Start the coding run of an attempt",
     description:
       "Start the one coding-agent run of a claimed attempt; the task's instruction is the prompt. Give attempt_ref " +
