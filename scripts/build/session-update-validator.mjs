@@ -60,6 +60,8 @@ const FORMATS = {
 
 class Unsupported extends Error {}
 
+const MAX_SAFE = Number.MAX_SAFE_INTEGER;
+
 /** Normalizes one schema node into a closed, $ref-free form (see the file comment). */
 function normalizer(defs) {
   const norm = (node, path) => {
@@ -83,6 +85,11 @@ function normalizer(defs) {
       }
     }
     let result = own;
+    if (node.format === undefined && [node.type].flat().includes("integer")) {
+      // An integer without a format: zod may check a safe integer; these bounds are never more lenient.
+      result = { ...result, minimum: Math.max(result.minimum ?? -MAX_SAFE, -MAX_SAFE) };
+      result = { ...result, maximum: Math.min(result.maximum ?? MAX_SAFE, MAX_SAFE) };
+    }
     if (typeof node.format === "string") {
       const format = FORMATS[node.format];
       if (format === undefined) throw new Unsupported(`${path}: format ${node.format}`);
@@ -200,6 +207,68 @@ function simplify(node) {
   return out;
 }
 
+const isObjectBranch = (b) => typeof b === "object" && b.properties !== undefined && !isUnion(b);
+const isArrayBranch = (b) => typeof b === "object" && b.items !== undefined && !isUnion(b);
+
+/** The JSON types a normalized node can accept ("integer" counted as "number"), or null for any. */
+function typesOf(node) {
+  if (node === true || typeof node !== "object") return null;
+  if (isUnion(node)) {
+    const all = (node.oneOf ?? node.anyOf).map(typesOf);
+    return all.some((t) => t === null) ? null : [...new Set(all.flat())];
+  }
+  if (node.type !== undefined) return [node.type].flat().map((t) => (t === "integer" ? "number" : t));
+  if (node.properties !== undefined) return ["object"];
+  if (node.items !== undefined) return ["array"];
+  return null;
+}
+
+/** Whether every value `later` (closed) accepts is refused by `earlier` even with unknown keys allowed. */
+function excludes(earlier, later) {
+  const a = typesOf(earlier);
+  const b = typesOf(later);
+  if (a !== null && b !== null && !a.some((t) => b.includes(t))) return true;
+  if (isObjectBranch(earlier) && isObjectBranch(later)) {
+    const laterKeys = Object.keys(later.properties);
+    // A key `earlier` requires that `later` cannot hold, or a tag both require with different consts.
+    return (earlier.required ?? []).some((key) => {
+      if (!laterKeys.includes(key)) return true;
+      const a = earlier.properties[key]?.const;
+      const b = later.properties[key]?.const;
+      return later.required?.includes(key) && typeof a === "string" && typeof b === "string" && a !== b;
+    });
+  }
+  if (isArrayBranch(earlier) && isArrayBranch(later)) return excludes(earlier.items, later.items);
+  // Anything else is left to the object and array cases below (primitives come out of zod unchanged).
+  return false;
+}
+
+/**
+ * zod's union returns the first option that accepts a value, stripping keys that option does not know; the
+ * JSON Schema union here accepts a value by its closed branch. The two agree on the output only when a value
+ * a closed branch accepts is refused by every earlier branch (or the branches only hold primitives, which zod
+ * returns as they are). Throws Unsupported where that is not shown.
+ */
+function assertFirstMatchSafe(node, path) {
+  if (typeof node !== "object" || node === null) return;
+  const union = node.oneOf ?? node.anyOf;
+  if (Array.isArray(union)) {
+    const structured = (b) => isObjectBranch(b) || isArrayBranch(b) || isUnion(b);
+    for (let i = 1; i < union.length; i++) {
+      for (let j = 0; j < i; j++) {
+        if (!structured(union[i]) && !structured(union[j])) continue;
+        if (!excludes(union[j], union[i])) throw new Unsupported(`${path}: union branch ${i} may parse as ${j}`);
+      }
+    }
+  }
+  for (const [key, value] of Object.entries(node)) {
+    if (key === "const" || key === "enum") continue;
+    if (key === "properties") {
+      for (const [k, v] of Object.entries(value)) assertFirstMatchSafe(v, `${path}.${k}`);
+    } else if (typeof value === "object") assertFirstMatchSafe(value, `${path}/${key}`);
+  }
+}
+
 /** Adds ajv's `discriminator` to every `oneOf` whose closed branches each require a distinct const tag. */
 function discriminate(node) {
   if (typeof node !== "object" || node === null) return node;
@@ -272,9 +341,11 @@ function share(variants) {
   return { variants: out, shared: { $id: SHARED_ID, $defs: defs } };
 }
 
-export function generate() {
-  const text = readFileSync(SCHEMA_FILE, "utf8");
-  const schema = JSON.parse(text);
+/**
+ * The closed JSON Schema of a whole `session/update` params value for each variant of `schema` (an ACP
+ * schema.json), by `sessionUpdate` tag, and why each variant left out is left out.
+ */
+export function closedVariants(schema) {
   const defs = schema.$defs ?? {};
   const norm = normalizer(defs);
   const notification = defs.SessionNotification;
@@ -292,6 +363,10 @@ export function generate() {
         if (typeof tag !== "string") throw new Unsupported(`SessionUpdate/oneOf/${i}: no sessionUpdate const`);
         const whole = norm({ ...notification, properties: { ...rest, update: raw } }, "SessionNotification");
         assertClosed(whole, "SessionNotification");
+        if (Object.hasOwn(variants, name) || Object.hasOwn(unsupported, name)) {
+          throw new Unsupported(`SessionUpdate: two variants tagged ${name}`);
+        }
+        assertFirstMatchSafe(whole, "SessionNotification");
         variants[name] = discriminate(simplify(whole));
       } catch (error) {
         if (!(error instanceof Unsupported)) throw error;
@@ -299,6 +374,11 @@ export function generate() {
       }
     }
   }
+  return { variants, unsupported };
+}
+
+/** ESM source exporting one standalone validator `v_<tag>` per entry of `variants`; imports nothing. */
+export function compile(variants) {
   const ajv = new Ajv2020({
     code: { source: true, esm: true, optimize: true },
     discriminator: true,
@@ -322,11 +402,17 @@ export function generate() {
   }
   const code = Object.keys(exportsById).length > 0 ? standaloneCode(ajv, exportsById) : "";
   if (/\brequire\(|^import /m.test(code)) throw new Error("generated validator imports a runtime module");
+  return code;
+}
+
+export function generate() {
+  const text = readFileSync(SCHEMA_FILE, "utf8");
+  const { variants, unsupported } = closedVariants(JSON.parse(text));
+  const code = compile(variants);
   const sha256 = createHash("sha256").update(text).digest("hex");
   const names = Object.keys(variants);
   const out = [
     "// Generated by scripts/build/session-update-validator.mjs from @agentclientprotocol/sdk/schema/v1/schema.json; do not edit.",
-    "/* eslint-disable */",
     code,
     `export const SCHEMA_SHA256 = ${JSON.stringify(sha256)};`,
     `export const VALIDATORS = { ${names.map((n) => `${JSON.stringify(n)}: v_${n}`).join(", ")} };`,
