@@ -22,7 +22,8 @@
  *   one twice; one that validator does not accept as is (invalid, or needing
  *   the SDK's salvage or key stripping) takes the SDK's own path, so what
  *   reaches the hook is exactly what the SDK's handler would have delivered.
- *   Updates reach the hook in stream order either way. Costs per update:
+ *   Updates reach the hook in stream order either way, also relative to the
+ *   requests and responses the SDK handles. Costs per update:
  *   docs/benchmarks.md.
  */
 import {
@@ -178,8 +179,8 @@ export class AcpClientConnection {
     const rawReader = raw.readable.getReader();
     /** Undefined until the generated validators have loaded (or are known to be unavailable: null). */
     let validators: SessionUpdateValidators | null | undefined;
-    /** A session/update was left to the SDK; the next direct delivery waits until the SDK has handled it. */
-    let sdkUpdatePending = false;
+    /** A message was left to the SDK; the next direct delivery waits until the SDK has handled it. */
+    let sdkPending = false;
     const readable = new ReadableStream<AnyMessage>({
       pull: async (controller) => {
         if (validators === undefined) {
@@ -202,11 +203,11 @@ export class AcpClientConnection {
           }
           if (validators !== null && isSessionUpdate(message)) {
             if (validators.accepts(message.params) && !this.#connection.signal.aborted) {
-              if (sdkUpdatePending) {
-                // The SDK handles a notification in microtasks; one macrotask later the update left to it has
-                // reached the hook (or been rejected), so this one cannot overtake it.
+              if (sdkPending) {
+                // The SDK dispatches a message in microtasks; one macrotask later the one left to it has
+                // reached its handler (or been rejected), so this update cannot overtake it.
                 await new Promise((resolve) => setImmediate(resolve));
-                sdkUpdatePending = false;
+                sdkPending = false;
               }
               if (this.#connection.signal.aborted) {
                 controller.enqueue(message); // closed meanwhile: the SDK drops it, as it would have
@@ -219,8 +220,8 @@ export class AcpClientConnection {
               }
               continue;
             }
-            sdkUpdatePending = true;
           }
+          sdkPending = validators !== null;
           controller.enqueue(message);
           return;
         }
