@@ -94,6 +94,44 @@ describe("session/update delivery", () => {
     connection.close();
   });
 
+  it("never lets an update overtake an agent request the SDK dispatches before it", async () => {
+    const order: string[] = [];
+    const child = streamChild((request) =>
+      request.method === "initialize"
+        ? [
+            JSON.stringify({
+              jsonrpc: "2.0",
+              id: "perm-1",
+              method: "session/request_permission",
+              params: {
+                sessionId: "s1",
+                toolCall: { toolCallId: "t1", title: "Write" },
+                options: [{ optionId: "no", name: "No", kind: "reject_once" }],
+              },
+            }),
+            update("agent_message_chunk", "after the request"),
+            JSON.stringify({
+              jsonrpc: "2.0",
+              id: request.id,
+              result: { protocolVersion: 1, agentCapabilities: {}, authMethods: [] },
+            }),
+          ]
+        : [],
+    );
+    const connection = new AcpClientConnection(child, {
+      onSessionUpdate: () => order.push("update"),
+      onPermissionRequest: async () => {
+        order.push("permission");
+        return { outcome: { outcome: "cancelled" } };
+      },
+      onUnsupportedRequest: () => {},
+    });
+    expect((await connection.initialize()).kind).toBe("ok");
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(order).toEqual(["permission", "update"]);
+    connection.close();
+  });
+
   it("leaves an update with a field the schema does not know to the SDK, which strips it, in stream order", async () => {
     vi.spyOn(console, "error").mockImplementation(() => {});
     const seen: SessionNotification[] = [];
