@@ -1,10 +1,15 @@
 /**
- * CPU per `session/update` through the Runner's ACP connection (packages/runner/dist/acp/session.js): N
- * notifications of each kind written as ndjson lines into an in-memory child, timed until the last one
- * reached `onSessionUpdate`. A micro-benchmark run by hand (`npm run build && node
- * scripts/bench/session-updates.mjs`), not part of `npm run bench`; figures in docs/benchmarks.md.
+ * CPU per `session/update` through the Runner's ACP connection (packages/runner/dist/acp/session.js) and, in
+ * the same process, through a bare SDK client (`client().onNotification("session/update")` over the same
+ * ndJsonStream: the SDK's own path, which parses each update twice): N notifications of each kind written as
+ * ndjson lines into an in-memory child, timed until the last one reached the handler. Rounds alternate
+ * between the two. A micro-benchmark run by hand (`npm run build && node scripts/bench/session-updates.mjs`),
+ * not part of `npm run bench`; figures in docs/benchmarks.md. The first line says whether the Runner's
+ * generated validators (acp/session-update-validator.ts) were in use.
  */
+import { client, ndJsonStream } from "@agentclientprotocol/sdk";
 import { AcpClientConnection } from "../../packages/runner/dist/acp/session.js";
+import { isAvailable, sessionUpdateValidators } from "../../packages/runner/dist/acp/session-update-validator.js";
 
 /** Notifications per kind and round; rounds per kind (the median is reported). */
 const UPDATES = 20_000;
@@ -48,7 +53,25 @@ function fakeChild() {
   return { child, write: (bytes) => out.enqueue(bytes) };
 }
 
-async function round(kind) {
+/** The Runner's connection, or a bare SDK client on the same streams; returns its close(). */
+const PATHS = {
+  runner: (child, onUpdate) => {
+    const conn = new AcpClientConnection(child, {
+      onSessionUpdate: onUpdate,
+      onPermissionRequest: async () => ({ outcome: { outcome: "cancelled" } }),
+      onUnsupportedRequest: () => {},
+    });
+    return () => conn.close();
+  },
+  sdk: (child, onUpdate) => {
+    const connection = client({ name: "bench" })
+      .onNotification("session/update", (ctx) => onUpdate(ctx.params))
+      .connect(ndJsonStream(child.stdin, child.stdout));
+    return () => connection.close();
+  },
+};
+
+async function round(kind, path) {
   const { child, write } = fakeChild();
   const encoder = new TextEncoder();
   const make = KINDS[kind];
@@ -62,12 +85,8 @@ async function round(kind) {
   let seen = 0;
   let done;
   const all = new Promise((resolve) => (done = resolve));
-  const conn = new AcpClientConnection(child, {
-    onSessionUpdate: () => {
-      if (++seen === UPDATES) done();
-    },
-    onPermissionRequest: async () => ({ outcome: { outcome: "cancelled" } }),
-    onUnsupportedRequest: () => {},
+  const close = PATHS[path](child, () => {
+    if (++seen === UPDATES) done();
   });
   const cpu = process.cpuUsage();
   const t0 = performance.now();
@@ -75,18 +94,26 @@ async function round(kind) {
   await all;
   const wall = performance.now() - t0;
   const used = process.cpuUsage(cpu);
-  conn.close();
+  close();
   return { wallUs: (wall * 1000) / UPDATES, cpuUs: (used.user + used.system) / UPDATES };
 }
 
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-await round("tool_call"); // warm-up
+const loaded = await sessionUpdateValidators;
+console.log(
+  isAvailable(loaded)
+    ? `runner: generated validators for ${loaded.variants.length} variants`
+    : `runner: SDK path only (${loaded.reason}: ${loaded.detail})`,
+);
+for (const path of Object.keys(PATHS)) await round("tool_call", path); // warm-up
 for (const kind of Object.keys(KINDS)) {
-  const rounds = [];
-  for (let r = 0; r < ROUNDS; r++) rounds.push(await round(kind));
-  const cpu = median(rounds.map((r) => r.cpuUs)).toFixed(1);
-  const wall = median(rounds.map((r) => r.wallUs)).toFixed(1);
-  console.log(
-    `${kind.padEnd(20)} ${cpu.padStart(6)} µs CPU / update, ${wall.padStart(6)} µs wall (median of ${ROUNDS} × ${UPDATES})`,
-  );
+  const rounds = { runner: [], sdk: [] };
+  for (let r = 0; r < ROUNDS; r++) for (const path of Object.keys(PATHS)) rounds[path].push(await round(kind, path));
+  for (const path of Object.keys(PATHS)) {
+    const cpu = median(rounds[path].map((r) => r.cpuUs)).toFixed(1);
+    const wall = median(rounds[path].map((r) => r.wallUs)).toFixed(1);
+    console.log(
+      `${kind.padEnd(20)} ${path.padEnd(6)} ${cpu.padStart(6)} µs CPU / update, ${wall.padStart(6)} µs wall (median of ${ROUNDS} × ${UPDATES})`,
+    );
+  }
 }

@@ -15,11 +15,16 @@
  * - JSON-RPC responses whose id is not one of our outstanding requests are
  *   dropped and counted (`droppedResponses`) before the SDK sees them: the SDK
  *   would console.error agent-chosen text ("Got response to unknown request");
- * - `session/update` notifications (nearly every line an agent writes) reach
- *   `onSessionUpdate` through the SDK's own handler, validated by the SDK with
- *   its generated schema (its public API: the SDK exports no schema to
- *   validate with first); one the schema rejects never reaches the hook.
- *   What that costs per update: docs/benchmarks.md.
+ * - `session/update` notifications (nearly every line an agent writes) are
+ *   validated once by the validator generated from the SDK's exported JSON
+ *   Schema (acp/session-update-validator.ts) and handed to `onSessionUpdate`
+ *   directly, instead of through the SDK's handler chain, which parses each
+ *   one twice; one that validator does not accept as is (invalid, or needing
+ *   the SDK's salvage or key stripping) takes the SDK's own path, so what
+ *   reaches the hook is exactly what the SDK's handler would have delivered.
+ *   Updates reach the hook in stream order either way, also relative to the
+ *   requests and responses the SDK handles. Costs per update:
+ *   docs/benchmarks.md.
  */
 import {
   type AnyMessage,
@@ -36,6 +41,7 @@ import {
   type SessionNotification,
 } from "@agentclientprotocol/sdk";
 import type { AgentChild } from "../process/spawn.js";
+import { isAvailable, type SessionUpdateValidators, sessionUpdateValidators } from "./session-update-validator.js";
 
 /** The ACP protocol version this client implements. */
 export const ACP_PROTOCOL_VERSION = 1;
@@ -70,6 +76,13 @@ class MalformedMessageError extends Error {
 
 /** The `id: null` error the SDK sends back when a line is not JSON or not JSON-RPC. */
 const PROTOCOL_ERROR_PREFIX = new TextEncoder().encode('{"jsonrpc":"2.0","id":null,"error":');
+
+/** A JSON-RPC `session/update` notification as the SDK's connection classifies one (envelope, no id). */
+function isSessionUpdate(message: unknown): message is { method: "session/update"; params: unknown } {
+  if (typeof message !== "object" || message === null || Array.isArray(message)) return false;
+  const m = message as { jsonrpc?: unknown; method?: unknown };
+  return m.jsonrpc === "2.0" && m.method === "session/update" && !("id" in m);
+}
 
 function startsWith(chunk: Uint8Array, prefix: Uint8Array): boolean {
   if (chunk.byteLength < prefix.byteLength) return false;
@@ -164,8 +177,16 @@ export class AcpClientConnection {
     // the SDK's reader rather than pipeThrough(TransformStream): one read per message instead of a
     // pipe loop plus transform and writer promises (every session/update passes here).
     const rawReader = raw.readable.getReader();
+    /** Undefined until the generated validators have loaded (or are known to be unavailable: null). */
+    let validators: SessionUpdateValidators | null | undefined;
+    /** A message was left to the SDK; the next direct delivery waits until the SDK has handled it. */
+    let sdkPending = false;
     const readable = new ReadableStream<AnyMessage>({
       pull: async (controller) => {
+        if (validators === undefined) {
+          const loaded = await sessionUpdateValidators;
+          validators = isAvailable(loaded) ? loaded : null;
+        }
         for (;;) {
           const next = await rawReader.read();
           if (next.done) {
@@ -180,6 +201,27 @@ export class AcpClientConnection {
               continue;
             }
           }
+          if (validators !== null && isSessionUpdate(message)) {
+            if (validators.accepts(message.params) && !this.#connection.signal.aborted) {
+              if (sdkPending) {
+                // The SDK dispatches a message in microtasks; one macrotask later the one left to it has
+                // reached its handler (or been rejected), so this update cannot overtake it.
+                await new Promise((resolve) => setImmediate(resolve));
+                sdkPending = false;
+              }
+              if (this.#connection.signal.aborted) {
+                controller.enqueue(message); // closed meanwhile: the SDK drops it, as it would have
+                return;
+              }
+              try {
+                hooks.onSessionUpdate(message.params);
+              } catch {
+                // As on the SDK's path: a throwing handler loses that update, never the connection.
+              }
+              continue;
+            }
+          }
+          sdkPending = validators !== null;
           controller.enqueue(message);
           return;
         }

@@ -22,6 +22,7 @@
  * close the store, exit 0. A second signal exits at once with 130/143.
  */
 import { readFileSync } from "node:fs";
+import { isAvailable, sessionUpdateValidators } from "../acp/session-update-validator.js";
 import type { RunnerConfig } from "../config/config.js";
 import { ConfigError, loadConfig } from "../config/config.js";
 import {
@@ -249,6 +250,13 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
   if (armed) logger.warn({ failpoint: armed }, `${FAILPOINT_ENV} is set: this Runner will SIGKILL itself there`);
   const invalid = invalidFailpointValue();
   if (invalid) logger.warn({ value_length: invalid.length }, `${FAILPOINT_ENV} names no failpoint; ignored`);
+  const validators = await sessionUpdateValidators;
+  if (!isAvailable(validators)) {
+    logger.warn(
+      { reason: validators.reason },
+      "session/update validators unavailable (build with `npm run build`): every update takes the ACP SDK's slower path",
+    );
+  }
 
   // `run` needs a Server to work for; check it before touching the store.
   const server = config.server;
