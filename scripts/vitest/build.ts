@@ -8,17 +8,15 @@
  */
 import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
-import { resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { REPO_ROOT } from "../test-support/index.js";
 
-const REPO = resolve(fileURLToPath(new URL("../..", import.meta.url)));
 /** Upper bound on one build; a cold `tsc -b` of the workspace takes well under this. */
 const BUILD_TIMEOUT_MS = 300_000;
 
 export default function setup(): void {
   const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
   const result = spawnSync(process.execPath, [tsc, "-b"], {
-    cwd: REPO,
+    cwd: REPO_ROOT,
     encoding: "utf8",
     timeout: BUILD_TIMEOUT_MS,
   });

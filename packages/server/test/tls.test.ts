@@ -11,10 +11,11 @@ import { get } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_WAIT_MS, poll, RUNNER_BIN } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
 import { startServer } from "../src/server.js";
 import { captureLogger } from "./support/in-process.js";
-import { ProcStack, RUNNER_BIN, waitFor } from "./support/proc-stack.js";
+import { ProcStack } from "./support/proc-stack.js";
 import { makeTestCa, type TestCa } from "./support/test-ca.js";
 
 function runnerExit(config: string, env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
@@ -84,10 +85,10 @@ describe("TLS on the Runner link and the Server", () => {
     child.stdout?.on("data", append);
     child.stderr?.on("data", append);
     try {
-      await waitFor(
-        "two refused TLS handshakes",
-        () => (out.match(/TLS certificate is not trusted/g) ?? []).length >= 2,
-      );
+      await poll(() => (out.match(/TLS certificate is not trusted/g) ?? []).length >= 2, {
+        timeoutMs: DAEMON_WAIT_MS,
+        what: "two refused TLS handshakes",
+      });
       expect(out).toMatch(/SELF_SIGNED|UNABLE_TO_VERIFY/);
       expect((await s.projects("alice")).every((p) => !p.runner_online)).toBe(true);
       expect(s.inproc?.store.db.prepare("SELECT COUNT(*) FROM runner_link_audit").pluck().get()).toBe(0);
@@ -125,11 +126,14 @@ describe("TLS on the Runner link and the Server", () => {
     await s.startRunner("r1");
     await s.killServer("SIGTERM");
     await s.startServer(); // the Runner reconnects: a second connect, a second warning
-    await waitFor("the Runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
-    await waitFor(
-      "a warning per connect",
-      () => (s?.logs.get("r1")?.match(/INSECURE: connecting with ws:\/\//g) ?? []).length >= 2,
-    );
+    await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
+      timeoutMs: DAEMON_WAIT_MS,
+      what: "the Runner back online",
+    });
+    await poll(() => (s?.logs.get("r1")?.match(/INSECURE: connecting with ws:\/\//g) ?? []).length >= 2, {
+      timeoutMs: DAEMON_WAIT_MS,
+      what: "a warning per connect",
+    });
   });
 
   it("refuses to listen on a non-loopback host without TLS unless allow_insecure_http = true, which warns", async () => {
