@@ -1,5 +1,5 @@
 /**
- * Process-level stack for the issue-5 acceptance tests: a real Server (either
+ * Process-level stack for the Server <-> Runner acceptance tests: a real Server (either
  * in-process via startServer, or as a `webcodex-server run` child process
  * that can be SIGKILLed and restarted on the same port), one or more real
  * Runner daemons (`webcodex-runner run`) and the fake ACP agent they spawn.
