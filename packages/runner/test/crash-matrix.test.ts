@@ -28,6 +28,9 @@ import {
   type TestServer,
 } from "./crash-matrix-harness.js";
 
+/** Bound on the agent's ledger showing the prompt the killed Runner dispatched. */
+const LEDGER_WAIT_MS = 10_000;
+
 interface Case {
   failpoint: FailpointName;
   /** What the agent is asked to do (its first line picks the fake agent's scenario). */
@@ -142,7 +145,10 @@ describe("crash matrix: Runner SIGKILL at each dispatch boundary", { timeout: 90
       const died = await first.exited;
       expect(died.signal).toBe("SIGKILL");
       if (c.prompts === 1)
-        await poll(() => ledgerPrompts(sandbox.ledger).length >= 1, { timeoutMs: 10_000, what: "the agent's ledger" });
+        await poll(() => ledgerPrompts(sandbox.ledger).length >= 1, {
+          timeoutMs: LEDGER_WAIT_MS,
+          what: "the agent's ledger",
+        });
       expect(ledgerPrompts(sandbox.ledger).length).toBe(c.prompts);
 
       // Processes of the killed run: the agent (its argv names the sandbox's ledger) and any grandchild it logged.

@@ -9,6 +9,9 @@ import { FakeRunService, msg } from "../../server/test/support/fake-run-service.
 import { alice, Harness } from "../../server/test/support/in-process.js";
 import { chunkUpdate, startLink } from "../src/link/link.js";
 
+/** Bound on the link reconnecting to a restarted in-process Server, its backoff included. */
+const RECONNECT_WAIT_MS = 10_000;
+
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 
 function start(h: Harness, key: string) {
@@ -51,7 +54,7 @@ describe("runner link", () => {
     const hellos = () => h.log.lines.filter((l) => l.includes("runner hello accepted")).length;
     expect(hellos()).toBe(1);
     await h.restartServer();
-    await poll(() => hellos() >= 2 && link.connected, { timeoutMs: 10_000 });
+    await poll(() => hellos() >= 2 && link.connected, { timeoutMs: RECONNECT_WAIT_MS });
     expect(h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
   });
 

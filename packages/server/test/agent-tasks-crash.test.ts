@@ -16,6 +16,9 @@ import { SERVER_FAILPOINT_ENV } from "../src/failpoints.js";
 import { ProcStack } from "./support/proc-stack.js";
 import { callTool, observeToEnd, ok, promptsOf, type Structured } from "./support/tool-calls.js";
 
+/** Bound on the Runner coming back online after the Server child restarted. */
+const RECONNECT_WAIT_MS = 30_000;
+
 const run = promisify(execFile);
 
 let stack: ProcStack | null = null;
@@ -61,7 +64,7 @@ async function connect(s: ProcStack, token: string): Promise<Client> {
 
 async function runnerOnline(s: ProcStack): Promise<void> {
   await poll(async () => (await s.projects("alice")).some((p) => p.runner_online), {
-    timeoutMs: 30_000,
+    timeoutMs: RECONNECT_WAIT_MS,
     what: "the Runner back online",
   });
 }

@@ -7,6 +7,9 @@ import { RunnerTokenStore } from "../src/link/runner-tokens.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { Harness } from "./support/in-process.js";
 
+/** Bound on a new connection being granted the link once the old one is gone. */
+const GRANT_WAIT_MS = 10_000;
+
 const RUNNERS = [
   { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] },
   { id: "r2", token: "token-two-bbbbbbbbbbbbbbbb", projects: ["other"] },
@@ -183,7 +186,7 @@ describe("runner hub", () => {
         else refusals++;
         return granted;
       },
-      { timeoutMs: 10_000 },
+      { timeoutMs: GRANT_WAIT_MS },
     );
     // Refused while the lease was live, granted within the heartbeat timeout (2 × 1000 ms in the harness).
     expect(refusals).toBeGreaterThan(0);

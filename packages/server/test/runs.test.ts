@@ -16,6 +16,9 @@ import type { Runs } from "../src/runs/runs.js";
 import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
 import { alice, bob, Harness, principal } from "./support/in-process.js";
 
+/** Bound on the link reconnecting to a restarted in-process Server, its backoff included. */
+const RECONNECT_WAIT_MS = 10_000;
+
 /** Until an observe on `runId` is parked on its mirror (a waiter), so what the test does next wakes it. */
 function untilWaiting(h: Harness, runId: string) {
   return poll(() => (h.server.runs as Runs).mirrors.get(runId)?.idle === false, { timeoutMs: IN_PROCESS_WAIT_MS });
@@ -443,7 +446,7 @@ describe("run core", () => {
     expect(o1.events.map((e) => e.seq)).toEqual([1]);
     await h.restartServer();
     await poll(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, {
-      timeoutMs: 10_000,
+      timeoutMs: RECONNECT_WAIT_MS,
     });
     svc.emit(run.run_id, [msg("b")]);
     const o2 = ok(

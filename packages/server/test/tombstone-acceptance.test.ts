@@ -16,6 +16,9 @@ import type { StartInput } from "../src/runs/api.js";
 import { CutProxy } from "./support/cut-proxy.js";
 import { okValue, ProcStack } from "./support/proc-stack.js";
 
+/** Bound on the Runner logging both runs terminal while the Server is down. */
+const TERMINAL_LOG_WAIT_MS = 30_000;
+
 const A_PROMPT = "scenario: hello\nrun A";
 
 function input(key: string, prompt: string): StartInput {
@@ -107,7 +110,7 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     proxy.down();
     await s.killServer("SIGKILL");
     await poll(() => (s?.logs.get("r1")?.match(/"msg":"run terminal"/g)?.length ?? 0) >= 2, {
-      timeoutMs: 30_000,
+      timeoutMs: TERMINAL_LOG_WAIT_MS,
       what: "A and B terminal on the Runner",
     });
     expect(dispatches(s, A_PROMPT)).toBe(1);

@@ -25,6 +25,9 @@ import { authorizeAndRedeem, registerClient, revokeToken } from "./support/oauth
 import { rssBytes, seed, size } from "./support/profile.js";
 import { auditRows, changedTables, runSettled, stateSnapshot } from "./support/server-state.js";
 
+/** Bound on the audit writer flushing the rows a fuzz round expects. */
+const AUDIT_ROWS_WAIT_MS = 30_000;
+
 const TOOL_CALLS = size(3_000, 300);
 /** Fuzzed calls through OAuth-issued (and junk, revoked) bearers, then through the same tokens once expired. */
 const OAUTH_CALLS = size(1_500, 150);
@@ -311,7 +314,7 @@ describe("MCP and HTTP fuzz against a live Server", () => {
   /** Waits for the audit flush, then: exactly `expected` new mcp_audit rows since `before`. */
   async function expectAuditRows(before: number, expected: number): Promise<void> {
     await poll(() => auditRows(dbFile, "mcp_audit").length - before >= expected, {
-      timeoutMs: 30_000,
+      timeoutMs: AUDIT_ROWS_WAIT_MS,
       what: `${expected} new mcp_audit rows`,
     });
     expect(auditRows(dbFile, "mcp_audit").length - before, "one mcp_audit row per authenticated call").toBe(expected);

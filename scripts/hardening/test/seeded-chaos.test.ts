@@ -38,6 +38,12 @@ import { poll, processesMentioning } from "../../test-support/index.js";
 import { seed, size } from "./support/profile.js";
 import { TaskHost } from "./support/task-host.js";
 
+/** Bound on every agent process being gone once the chaos ends. */
+const AGENTS_GONE_WAIT_MS = 30_000;
+
+/** Bound on the Runner coming back online after a chaos step restarted the Server. */
+const RECONNECT_WAIT_MS = 60_000;
+
 /** WEBCODEX_CHAOS_ITERATIONS changes the count for a local try. */
 const ITERATIONS = Number(process.env.WEBCODEX_CHAOS_ITERATIONS) || size(200, 6);
 /** Keys are drawn from a pool this much smaller than the iteration count: about a third repeat. */
@@ -110,7 +116,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
     if (!stack.runnerProcs.has("r1")) await stack.startRunner("r1", [], runnerEnv);
     else
       await poll(async () => (await stack.projects("alice"))[0]?.runner_online, {
-        timeoutMs: 60_000,
+        timeoutMs: RECONNECT_WAIT_MS,
         what: "the Runner back online",
       });
   }
@@ -422,7 +428,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       for (const f of files) expect(readFileSync(f).includes(canary), `canary found in ${f}`).toBe(false);
       for (const [name, log] of stack.logs) expect(log.includes(canary), `canary in the ${name} log`).toBe(false);
       // No agent outlives its run (orphans of a killed Runner are reaped by the next one).
-      await poll(() => agentPids().length === 0, { timeoutMs: 30_000, what: "no agent process left" });
+      await poll(() => agentPids().length === 0, { timeoutMs: AGENTS_GONE_WAIT_MS, what: "no agent process left" });
       console.log(
         `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks, their runs ${JSON.stringify(Object.fromEntries(taskRuns))}), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
       );
