@@ -2,7 +2,13 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import type { RequestPermissionResponse } from "@agentclientprotocol/sdk";
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "vitest";
-import { DAEMON_WAIT_MS, type LedgerLine, poll, readLedger } from "../../scripts/test-support/index.js";
+import {
+  DAEMON_WAIT_MS,
+  IN_PROCESS_POLL_MS,
+  type LedgerLine,
+  poll,
+  readLedger,
+} from "../../scripts/test-support/index.js";
 import { type AgentUnderTest, cleanup, startAgent, tempDir } from "./harness.js";
 
 // One agent process with one ledger serves every test here; tests run in order,
@@ -69,10 +75,10 @@ describe("permission", () => {
     session.onPermission(async () => ({ outcome: { outcome: "cancelled" } }));
     const response = session.prompt("scenario: permission");
     await session.until((s) => s.permissionRequests.length === 1);
-    await poll(() => ledger().length === 2, { timeoutMs: DAEMON_WAIT_MS }); // the answer has arrived; then the client cancels
+    await poll(() => ledger().length === 2, { timeoutMs: DAEMON_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS }); // the answer has arrived; then the client cancels
     await session.cancel();
     expect(await response).toEqual({ stopReason: "cancelled" });
-    await poll(() => ledger().length === 3, { timeoutMs: DAEMON_WAIT_MS });
+    await poll(() => ledger().length === 3, { timeoutMs: DAEMON_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(ledger().slice(1)).toEqual([
       { event: "permission_outcome", outcome: "cancelled" },
       { event: "cancel", session_id: session.id, pid: shared.child.pid },
@@ -104,7 +110,7 @@ describe("permission", () => {
     // The agent waits a bounded grace (1 s) for the answer ACP requires, then gives up on it.
     expect(await response).toEqual({ stopReason: "cancelled" });
     answer({ outcome: { outcome: "selected", optionId: "allow_once" } });
-    await poll(() => ledger().length === 3, { timeoutMs: DAEMON_WAIT_MS });
+    await poll(() => ledger().length === 3, { timeoutMs: DAEMON_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(ledger().slice(1)).toEqual([
       { event: "cancel", session_id: session.id, pid: shared.child.pid },
       { event: "permission_outcome", outcome: "selected", option_id: "allow_once" },

@@ -8,5 +8,13 @@
 export { type DaemonOptions, DaemonProcess, type Exit, startRunnerProcess, startServerProcess } from "./daemons.js";
 export { type LedgerLine, ledgerPrompts, readLedger } from "./ledger.js";
 export { CLI_BIN, FAKE_AGENT_BIN, REPO_ROOT, RUNNER_BIN, SERVER_BIN } from "./paths.js";
-export { DAEMON_WAIT_MS, IN_PROCESS_WAIT_MS, POLL_INTERVAL_MS, type PollOptions, poll } from "./poll.js";
+export {
+  DAEMON_POLL_MS,
+  DAEMON_WAIT_MS,
+  IN_PROCESS_POLL_MS,
+  IN_PROCESS_WAIT_MS,
+  POLL_INTERVAL_MS,
+  type PollOptions,
+  poll,
+} from "./poll.js";
 export { alive, killProcesses, processesMentioning } from "./processes.js";

@@ -9,6 +9,10 @@
 
 /** Time between two calls of the condition unless the caller says otherwise. */
 export const POLL_INTERVAL_MS = 25;
+/** Time between two looks at in-process state (an in-process Server, link or fake peer): cheap, so often. */
+export const IN_PROCESS_POLL_MS = 10;
+/** Time between two looks at a daemon's state over HTTP, its database or its log. */
+export const DAEMON_POLL_MS = 50;
 /** Bound on a condition decided inside the test process (an in-process Server, link or fake peer). */
 export const IN_PROCESS_WAIT_MS = 5_000;
 /** Bound on a condition that needs a daemon or agent child process to act (start-up, online, a prompt). */

@@ -3,7 +3,7 @@
  * in a temp dir), driving an in-memory RunService.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { FakeRunService, msg } from "../../server/test/support/fake-run-service.js";
 import { alice, Harness } from "../../server/test/support/in-process.js";
@@ -38,6 +38,7 @@ describe("runner link", () => {
     try {
       await poll(() => h.log.lines.filter((l) => l.includes("server refused the runner link")).length >= 2, {
         timeoutMs: IN_PROCESS_WAIT_MS,
+        intervalMs: IN_PROCESS_POLL_MS,
       });
       expect(link.connected).toBe(false);
       expect(h.log.lines.join("")).not.toContain(secret);
@@ -50,11 +51,11 @@ describe("runner link", () => {
     h = await new Harness().start([R1]);
     const svc = new FakeRunService();
     const link = h.link(svc, R1.token);
-    await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     const hellos = () => h.log.lines.filter((l) => l.includes("runner hello accepted")).length;
     expect(hellos()).toBe(1);
     await h.restartServer();
-    await poll(() => hellos() >= 2 && link.connected, { timeoutMs: RECONNECT_WAIT_MS });
+    await poll(() => hellos() >= 2 && link.connected, { timeoutMs: RECONNECT_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
   });
 
@@ -69,8 +70,11 @@ describe("runner link", () => {
       sendQueueMaxFrames: 2,
     });
     try {
-      await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS });
-      await poll(() => h.server.runs.listProjects(alice)[0]?.runner_online, { timeoutMs: IN_PROCESS_WAIT_MS });
+      await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+      await poll(() => h.server.runs.listProjects(alice)[0]?.runner_online, {
+        timeoutMs: IN_PROCESS_WAIT_MS,
+        intervalMs: IN_PROCESS_POLL_MS,
+      });
       const r = await start(h, "flood");
       if (!r.ok) throw new Error(r.error.message);
       let syncs = 0;

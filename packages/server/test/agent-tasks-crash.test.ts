@@ -11,7 +11,7 @@ import { promisify } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../scripts/test-support/index.js";
 import { SERVER_FAILPOINT_ENV } from "../src/failpoints.js";
 import { ProcStack } from "./support/proc-stack.js";
 import { callTool, observeToEnd, ok, promptsOf, type Structured } from "./support/tool-calls.js";
@@ -65,6 +65,7 @@ async function connect(s: ProcStack, token: string): Promise<Client> {
 async function runnerOnline(s: ProcStack): Promise<void> {
   await poll(async () => (await s.projects("alice")).some((p) => p.runner_online), {
     timeoutMs: RECONNECT_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
     what: "the Runner back online",
   });
 }
@@ -73,6 +74,7 @@ async function restartServer(s: ProcStack): Promise<void> {
   const child = s.serverChild;
   await poll(() => child === null || child.exitCode !== null || child.signalCode !== null, {
     timeoutMs: DAEMON_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
     what: "the Server to kill itself",
   });
   expect(child?.signalCode).toBe("SIGKILL");
@@ -159,7 +161,7 @@ describe("Server kill -9 with workflow sessions", () => {
         const r = await ok(before, "read_workflow_session", { session_id: session.session_id });
         return (r.evidence as Structured[]).some((e) => e.kind === "coding_agent_terminal");
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "the terminal evidence entry" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the terminal evidence entry" },
     );
     const kept = await ok(before, "read_workflow_session", { session_id: session.session_id });
     await stack.killServer("SIGKILL");
@@ -218,7 +220,7 @@ describe("Server kill -9 between the recorded intent and run.start (start_after_
         const r = await ok(after, "read_workflow_session", { session_id: session.session_id });
         return (r.evidence as Structured[]).length === 4;
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "the second terminal entry" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the second terminal entry" },
     );
     expect(await ok(after, "start_coding_agent", startArgs)).toMatchObject({ run_id: runId, replayed: true });
     const final = await ok(after, "read_workflow_session", { session_id: session.session_id });

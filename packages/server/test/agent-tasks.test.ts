@@ -6,7 +6,7 @@
  */
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { poll } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { observeToEnd, observeUntil, ok, promptsOf, type Structured, toolError } from "./support/tool-calls.js";
@@ -90,6 +90,7 @@ const AUDIT_WAIT_MS = 10_000;
 async function waitForAudit(tool: string, runId: string): Promise<void> {
   await poll(() => auditRows(tool).some((r) => r.run_id === runId), {
     timeoutMs: AUDIT_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
     what: `an audit row of ${tool} naming ${runId}`,
   });
 }

@@ -15,7 +15,7 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { isTerminalState } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { FailpointName } from "../../runner/src/failpoints.js";
 import { ProcStack } from "./support/proc-stack.js";
 
@@ -76,7 +76,11 @@ describe("crash matrix against the real Server process", { timeout: 120_000 }, (
       // A prompt written before the crash is still in the agent's stdin pipe: let it reach the ledger
       // before the restarted Runner reaps the orphaned agent.
       if (c.prompts === 1)
-        await poll(() => s?.prompts("r1").length === 1, { timeoutMs: DAEMON_WAIT_MS, what: "the agent's ledger" });
+        await poll(() => s?.prompts("r1").length === 1, {
+          timeoutMs: DAEMON_WAIT_MS,
+          intervalMs: DAEMON_POLL_MS,
+          what: "the agent's ledger",
+        });
 
       // A restarted Runner (no failpoint) recovers its store, says hello, and the Server reconciles.
       await s.startRunner("r1");
@@ -92,7 +96,7 @@ describe("crash matrix against the real Server process", { timeout: 120_000 }, (
           token = view.observation_token as string;
           return isTerminalState(view.state as never) && view.runner_offline !== true;
         },
-        { timeoutMs: DAEMON_WAIT_MS, what: "the observer to see a settled run" },
+        { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the observer to see a settled run" },
       );
       expect(view).toMatchObject({ run_id: runId, ...c.outcome });
 

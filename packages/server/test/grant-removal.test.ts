@@ -8,7 +8,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { isTerminalState } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
 import { okValue, ProcStack } from "./support/proc-stack.js";
 
@@ -33,6 +33,7 @@ async function restartServer(s: ProcStack): Promise<void> {
   // bob keeps every grant: his view says when the Runner is linked again.
   await poll(async () => (await s.projects("bob")).every((p) => p.runner_online), {
     timeoutMs: DAEMON_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
     what: "runner back online",
   });
 }
@@ -60,7 +61,7 @@ describe("project grant removed from the config", { timeout: 90_000 }, () => {
         const b = okValue(await s!.observe("alice", { run_id: onOther.run_id }));
         return a.state === "running" && b.state === "running";
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "both runs running" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "both runs running" },
     );
 
     setAliceProjects(s, ["other"]);
@@ -102,7 +103,7 @@ describe("project grant removed from the config", { timeout: 90_000 }, () => {
         const b = okValue(await s!.observe("alice", { run_id: onOther.run_id }));
         return isTerminalState(a.state) && isTerminalState(b.state);
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "both runs terminal" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "both runs terminal" },
     );
     expect(cancelLines(s)).toBe(2);
     expect(s.prompts("r1")).toHaveLength(2);

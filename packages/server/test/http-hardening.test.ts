@@ -9,7 +9,7 @@ import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
 import { SqliteAuditLog } from "../src/mcp/audit.js";
 import { createMcpHandler } from "../src/mcp/mcp.js";
@@ -129,7 +129,7 @@ describe("the Server's HTTP hardening", () => {
       expect(error.message).toMatch(/^config\.model/);
       expect(error.message).not.toContain("call stack");
     }
-    await poll(() => auditRows(e!).length === 2, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => auditRows(e!).length === 2, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(auditRows(e)).toEqual([
       { tool: "start_coding_agent", outcome: "invalid_input", input_bytes: 0 },
       { tool: "start_coding_agent", outcome: "invalid_input", input_bytes: 0 },
@@ -149,7 +149,7 @@ describe("the Server's HTTP hardening", () => {
       expect(error.code).toBe("invalid_input");
       expect(error.message).toContain(`${where}: the key '${where.split(".").at(-1)}' is reserved`);
     }
-    await poll(() => auditRows(e!).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => auditRows(e!).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(auditRows(e).every((r) => r.outcome === "invalid_input")).toBe(true);
   });
 
@@ -188,7 +188,7 @@ describe("the Server's HTTP hardening", () => {
       id: 8,
       error: { code: -32602, message: "Invalid params: params.name: must be a string (the tool's name)" },
     });
-    await poll(() => auditRows(e!).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => auditRows(e!).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(auditRows(e).map((r) => [r.tool, r.outcome])).toEqual([
       ["unknown_tool", "invalid_input"],
       ["malformed_call", "invalid_input"],
@@ -238,7 +238,7 @@ describe("the Server's HTTP hardening", () => {
         const r = await rawExchange(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
         return r.text.startsWith("HTTP/1.1 200") ? r : undefined;
       },
-      { timeoutMs: IN_PROCESS_WAIT_MS },
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     expect(served.text).toContain('{"ok":true}');
   });
@@ -262,7 +262,7 @@ describe("the Server's HTTP hardening", () => {
         await fetch(`${e!.server.url}/mcp`, { method: "POST", headers: HEADERS, body: "{}" }).then((r) => r.text());
         return lines().find((l) => l.includes('"suppressed"'));
       },
-      { timeoutMs: IN_PROCESS_WAIT_MS },
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     expect(JSON.parse(withCount).suppressed).toBeGreaterThan(0);
     expect(JSON.parse(withCount).remote).toBe("127.0.0.1");

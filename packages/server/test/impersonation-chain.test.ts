@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { IMPOSTOR, refusedCount, startImpostor } from "./support/link-impostor.js";
 import { ProcStack } from "./support/proc-stack.js";
 
@@ -68,9 +68,14 @@ describe("an agent that steals its Runner's token cannot take the Runner's link 
 
       // The impostor: a second Runner with exactly what the agent read, its own store and agent ledger.
       await startImpostor(s, stolen, original);
-      await poll(() => refusedCount(s!) >= 1, { timeoutMs: DAEMON_WAIT_MS, what: "the impostor refused and audited" });
+      await poll(() => refusedCount(s!) >= 1, {
+        timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the impostor refused and audited",
+      });
       await poll(() => s?.logs.get(IMPOSTOR)?.includes("link_in_use"), {
         timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
         what: "the impostor to hear link_in_use",
       });
 

@@ -8,7 +8,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { isTerminalState, type RunEvent } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { CLI_BIN, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { CLI_BIN, DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
 import { okValue, ProcStack } from "./support/proc-stack.js";
@@ -80,6 +80,7 @@ describe("Server <-> Runner acceptance", () => {
     await s.startServer();
     await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "runner back online",
     });
 
@@ -132,6 +133,7 @@ describe("Server <-> Runner acceptance", () => {
     if (!store) throw new Error("in-process Server expected");
     await poll(() => store.get(deriveRunId(store.serverSecret, "alice", "fence")), {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "the start to resolve",
     });
     await s.killRunner("r1", "SIGTERM");

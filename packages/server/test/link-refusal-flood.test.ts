@@ -12,7 +12,7 @@ import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { REFUSAL_LOG_PER_SECOND } from "../src/refusal-log.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { ProcStack } from "./support/proc-stack.js";
@@ -83,7 +83,7 @@ describe("a flood of refused hellos is bounded in the log and the link audit (re
         const refused = all.filter((r) => r.event === "link_refused_in_use");
         return refused.reduce((n, r) => n + r.count, 0) === FLOOD ? all : undefined;
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "the refusals counted" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the refusals counted" },
     );
     db.close();
     expect(rows[0]).toMatchObject({ event: "link_granted", count: 1 });

@@ -8,7 +8,7 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
 import { IMPOSTOR, linkAudit, refusedCount, startImpostor } from "./support/link-impostor.js";
 import { LinkRelay } from "./support/link-relay.js";
@@ -40,7 +40,11 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     await s.startRunner("r1");
     // The impostor: a second Runner with the stolen token, its own store and its own agent ledger.
     await startImpostor(s, s.tokens.get("r1") ?? "");
-    await poll(() => refusedCount(s!) >= 2, { timeoutMs: DAEMON_WAIT_MS, what: "two refused impostor hellos" });
+    await poll(() => refusedCount(s!) >= 2, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "two refused impostor hellos",
+    });
 
     for (const key of ["a", "b", "c"]) expect((await s.runToEnd(`impostor-${key}`)).state).toBe("completed");
     expect(s.prompts("r1")).toHaveLength(3);
@@ -60,12 +64,13 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
         const o = okValue(await s!.observe("alice", { run_id: started.run_id }));
         return o.events.length > 0;
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "the run to be running" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the run to be running" },
     );
     const cut = Date.now();
     relay.cutRunnerSide();
     await poll(() => auditEvents(s!).includes("link_resumed"), {
       timeoutMs: 3 * HEARTBEAT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "the link resumed",
     });
     // Resumed before the Server could have declared the old link dead: the secret did it, not a timeout.
@@ -106,6 +111,7 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     expect(auditEvents(s)).toContain("closed_token_rotated");
     await poll(() => s?.logs.get("r1")?.includes("token_revoked"), {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "the Runner to log the rotation",
     });
 

@@ -1,7 +1,7 @@
 import { encodeFrame, type HelloFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { RunnerTokenStore } from "../src/link/runner-tokens.js";
 import { FakeRunService } from "./support/fake-run-service.js";
@@ -72,7 +72,10 @@ describe("runner hub", () => {
     const c = connect(h, RUNNERS[0]!.token);
     await opened(c);
     c.ws.send(encodeFrame(hello(new FakeRunService())));
-    await poll(() => c.frames.find((f) => f.type === "hello.ack"), { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => c.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(c.frames[0]).toMatchObject({ type: "hello.ack", runner_id: "r1" });
     c.ws.close();
   });
@@ -82,7 +85,10 @@ describe("runner hub", () => {
     const good = connect(h, RUNNERS[1]!.token);
     await opened(good);
     good.ws.send(encodeFrame(hello(new FakeRunService({ projects: [{ project_id: "other", allow_patch: true }] }))));
-    await poll(() => good.frames.find((f) => f.type === "hello.ack"), { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => good.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
 
     for (const bad of ["{not json", JSON.stringify({ type: "hello", extra: 1 }), JSON.stringify({ type: "nope" })]) {
       const c = connect(h, RUNNERS[0]!.token);
@@ -123,13 +129,17 @@ describe("runner hub", () => {
     const old = connect(h, RUNNERS[0]!.token);
     await opened(old);
     old.ws.send(encodeFrame(hello(svc)));
-    const ack = await poll(() => old.frames.find((f) => f.type === "hello.ack"), { timeoutMs: IN_PROCESS_WAIT_MS });
+    const ack = await poll(() => old.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(ack.resume_secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
     const newer = connect(h, RUNNERS[0]!.token);
     await opened(newer);
     newer.ws.send(encodeFrame({ ...hello(svc), resume_secret: String(ack.resume_secret) }));
     const resumed = await poll(() => newer.frames.find((f) => f.type === "hello.ack"), {
       timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
     });
     expect(resumed.resume_secret).toBe(ack.resume_secret);
     await old.closed;
@@ -147,7 +157,10 @@ describe("runner hub", () => {
     const live = connect(h, RUNNERS[0]!.token);
     await opened(live);
     live.ws.send(encodeFrame(hello(new FakeRunService())));
-    await poll(() => live.frames.find((f) => f.type === "hello.ack"), { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => live.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     for (const secret of [undefined, "x".repeat(43)]) {
       const impostor = connect(h, RUNNERS[0]!.token);
       await opened(impostor);
@@ -171,7 +184,10 @@ describe("runner hub", () => {
     const old = connect(h, RUNNERS[0]!.token);
     await opened(old);
     old.ws.send(encodeFrame(hello(new FakeRunService())));
-    await poll(() => old.frames.find((f) => f.type === "hello.ack"), { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => old.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     old.ws.terminate(); // a crash: no close handshake, so the lease runs for the heartbeat timeout
     const dropped = Date.now();
     let granted: Client | undefined;
@@ -181,12 +197,15 @@ describe("runner hub", () => {
         const next = connect(h, RUNNERS[0]!.token);
         await opened(next);
         next.ws.send(encodeFrame(hello(new FakeRunService())));
-        const first = await poll(() => next.frames[0], { timeoutMs: IN_PROCESS_WAIT_MS });
+        const first = await poll(() => next.frames[0], {
+          timeoutMs: IN_PROCESS_WAIT_MS,
+          intervalMs: IN_PROCESS_POLL_MS,
+        });
         if (first.type === "hello.ack") granted = next;
         else refusals++;
         return granted;
       },
-      { timeoutMs: GRANT_WAIT_MS },
+      { timeoutMs: GRANT_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     // Refused while the lease was live, granted within the heartbeat timeout (2 × 1000 ms in the harness).
     expect(refusals).toBeGreaterThan(0);
@@ -203,7 +222,10 @@ describe("runner hub", () => {
     const c = connect(h, fresh);
     await opened(c);
     c.ws.send(encodeFrame(hello(new FakeRunService())));
-    await poll(() => c.frames.find((f) => f.type === "hello.ack"), { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => c.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(await connect(h, RUNNERS[1]!.token).status).toBeNull(); // other runners keep their config tokens
     c.ws.close();
   });

@@ -4,7 +4,7 @@
  * cancels whose delivery is unknown.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
 import { FakeRunService, msg } from "./support/fake-run-service.js";
 import { alice, Harness } from "./support/in-process.js";
@@ -38,7 +38,10 @@ describe("run core against a hand-driven Runner link", () => {
   ): Promise<RawRunner> {
     const r = await RawRunner.connect(h.wsUrl(), R1.token, svc, inventory, hold);
     raws.push(r);
-    await poll(() => h.server.runs.listProjects(alice).some((p) => p.runner_online), { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     return r;
   }
 
@@ -52,6 +55,7 @@ describe("run core against a hand-driven Runner link", () => {
     first.close();
     await poll(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online), {
       timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
     });
 
     // Connection A: its inventory lacks x, so reconciliation queries x and waits on it.
@@ -59,11 +63,11 @@ describe("run core against a hand-driven Runner link", () => {
     const holdX = (f: { type: string; run_id?: string }) => f.type === "run.sync" && runIdOf(f) === x.run_id;
     const a = await RawRunner.connect(h.wsUrl(), R1.token, svc, inv, holdX);
     raws.push(a);
-    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     // Connection B replaces A while A's query is pending; B also holds its query of x.
     const b = await RawRunner.connect(h.wsUrl(), R1.token, svc, inv, holdX);
     raws.push(b);
-    await poll(() => b.held.length > 0 && !a.open, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => b.held.length > 0 && !a.open, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     await new Promise((r) => setTimeout(r, 50));
 
     const seen: number[] = [];
@@ -88,7 +92,7 @@ describe("run core against a hand-driven Runner link", () => {
     const a = await connect(svc);
     a.hold = (f) => f.type === "run.start";
     const pending = h.server.runs.start(alice, input("replaced"));
-    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     await connect(svc); // the newer hello fences A; its reconciliation sees the start as busy
     const r = ok(await pending);
     expect(r.state).toBe("starting");
@@ -97,7 +101,7 @@ describe("run core against a hand-driven Runner link", () => {
         const x = h.server.store.get(r.run_id);
         return x?.state === "failed" ? x : undefined;
       },
-      { timeoutMs: IN_PROCESS_WAIT_MS },
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     expect(rec).toMatchObject({
       execution_state: "not_started",
@@ -121,6 +125,7 @@ describe("run core against a hand-driven Runner link", () => {
     expect(lost.state).toBe("starting");
     await poll(() => h.server.store.get(lost.run_id)?.failure_kind === "never_admitted", {
       timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
     });
 
     // The Runner admits this one but its answer never arrives.
@@ -131,7 +136,10 @@ describe("run core against a hand-driven Runner link", () => {
       return true;
     };
     const slow = ok(await h.server.runs.start(alice, input("admitted")));
-    await poll(() => h.server.store.get(slow.run_id)?.admission === "admitted", { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => h.server.store.get(slow.run_id)?.admission === "admitted", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(h.server.store.get(slow.run_id)).toMatchObject({ state: "starting", failure_kind: null });
   });
 
@@ -141,7 +149,7 @@ describe("run core against a hand-driven Runner link", () => {
     const a = await connect(svc);
     a.hold = (f) => f.type === "run.start";
     const pending = h.server.runs.start(alice, input("cancel-unknown"));
-    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     // B answers no run.sync at all, so only the cancel's answer can settle the record.
     const b = await connect(svc, (f) => f.type === "run.sync");
     const r = ok(await pending);
@@ -157,14 +165,17 @@ describe("run core against a hand-driven Runner link", () => {
     const a = await connect(svc, (f) => f.type === "run.cancel");
     const run = ok(await h.server.runs.start(alice, input("cancel-lost")));
     const pending = h.server.runs.cancel(alice, { run_id: run.run_id });
-    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     a.close(); // the cancel may or may not have reached the Runner
     expect(ok(await pending)).toMatchObject({ cancel_requested: true, already_terminal: false });
     expect(h.server.store.get(run.run_id)?.cancel_forwarded).toBe(false);
     expect(svc.cancels).toEqual([]);
 
     const b = await connect(svc);
-    await poll(() => h.server.store.get(run.run_id)?.cancel_forwarded === true, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => h.server.store.get(run.run_id)?.cancel_forwarded === true, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(b.requests("run.cancel").map(runIdOf)).toEqual([run.run_id]);
     expect(svc.cancels).toEqual([run.run_id]);
     // Delivered now: a repeat is answered without another frame.
@@ -180,12 +191,13 @@ describe("run core against a hand-driven Runner link", () => {
     a.stop();
     await poll(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online), {
       timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
     });
 
     const svc = new FakeRunService(); // advertises allow_patch = true, but rejects at admission
     const b = await connect(svc, (f) => f.type === "run.start");
     const pending = h.server.runs.start(alice, input("np-runner"));
-    await poll(() => b.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS });
+    await poll(() => b.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     const held = b.held[0]!;
     b.send({ type: "error", request_id: held.request_id, code: "project_not_writable", message: "not writable" });
     const remote = await pending;

@@ -10,7 +10,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_WAIT_MS, IN_PROCESS_WAIT_MS, poll, SERVER_BIN } from "../../../scripts/test-support/index.js";
+import {
+  DAEMON_WAIT_MS,
+  IN_PROCESS_POLL_MS,
+  IN_PROCESS_WAIT_MS,
+  poll,
+  SERVER_BIN,
+} from "../../../scripts/test-support/index.js";
 import { buildServerConfig } from "../src/config.js";
 import { TokenStore } from "../src/principals/tokens.js";
 import type { StartInput } from "../src/runs/api.js";
@@ -111,7 +117,7 @@ describe("one Server per state dir", () => {
   }
 
   const listening = (p: { out: string[] }) =>
-    poll(() => p.out.join("").includes('"listening"'), { timeoutMs: DAEMON_WAIT_MS });
+    poll(() => p.out.join("").includes('"listening"'), { timeoutMs: DAEMON_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
   const exited = (c: ChildProcess) =>
     new Promise<number | null>((r) => {
       if (c.exitCode !== null) r(c.exitCode);
@@ -270,13 +276,14 @@ describe("expiry of records rejected before admission", () => {
         server()
           .runs.listProjects(alice)
           .some((p) => p.runner_online),
-      { timeoutMs: IN_PROCESS_WAIT_MS },
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     const admitted = await server().runs.start(alice, input("old-admitted"));
     if (!admitted.ok) throw new Error("expected an admitted run");
     svc.finish(admitted.value.run_id);
     await poll(() => server().store.get(admitted.value.run_id)?.state === "completed", {
       timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
     });
 
     const secret = server().store.serverSecret;

@@ -10,7 +10,7 @@ import { get } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_WAIT_MS, poll, startRunnerProcess } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, startRunnerProcess } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
 import { startServer } from "../src/server.js";
 import { captureLogger } from "./support/in-process.js";
@@ -75,6 +75,7 @@ describe("TLS on the Runner link and the Server", () => {
     try {
       await poll(() => (child.output().match(/TLS certificate is not trusted/g) ?? []).length >= 2, {
         timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
         what: "two refused TLS handshakes",
       });
       expect(child.output()).toMatch(/SELF_SIGNED|UNABLE_TO_VERIFY/);
@@ -115,10 +116,12 @@ describe("TLS on the Runner link and the Server", () => {
     await s.startServer(); // the Runner reconnects: a second connect, a second warning
     await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "the Runner back online",
     });
     await poll(() => (s?.logs.get("r1")?.match(/INSECURE: connecting with ws:\/\//g) ?? []).length >= 2, {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "a warning per connect",
     });
   });

@@ -11,7 +11,7 @@ import { createHash } from "node:crypto";
 import { cpSync, rmSync } from "node:fs";
 import { TOMBSTONE_MESSAGE } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
 import { CutProxy } from "./support/cut-proxy.js";
 import { okValue, ProcStack } from "./support/proc-stack.js";
@@ -64,6 +64,7 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     await s.startRunner("r1");
     await poll(() => s?.logs.get("r1")?.includes("pruned terminal runs"), {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "A's row pruned",
     });
 
@@ -74,6 +75,7 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     await s.startServer();
     await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "runner back online",
     });
 
@@ -111,6 +113,7 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     await s.killServer("SIGKILL");
     await poll(() => (s?.logs.get("r1")?.match(/"msg":"run terminal"/g)?.length ?? 0) >= 2, {
       timeoutMs: TERMINAL_LOG_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "A and B terminal on the Runner",
     });
     expect(dispatches(s, A_PROMPT)).toBe(1);
@@ -120,6 +123,7 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     await s.startRunner("r1", [], {}, { waitOnline: false });
     await poll(() => s?.logs.get("r1")?.includes("pruned terminal runs"), {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "A's row pruned",
     });
     // ... then the Server comes back and reconciles A against the Runner.
@@ -127,6 +131,7 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     proxy.up();
     await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
       timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: "runner back online",
     });
     const settled = await s.untilTerminal(a.run_id);

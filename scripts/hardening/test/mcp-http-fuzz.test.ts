@@ -20,7 +20,7 @@ import { scopesForTool } from "../../../packages/server/src/oauth/scopes.js";
 import { OAUTH_TEST_CLOCK_ENV } from "../../../packages/server/src/oauth/test-clock.js";
 import { issueKey, serverCli } from "../../../packages/server/test/support/oauth.js";
 import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
-import { DAEMON_WAIT_MS, poll } from "../../test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../test-support/index.js";
 import { authorizeAndRedeem, registerClient, revokeToken } from "./support/oauth-flow.js";
 import { rssBytes, seed, size } from "./support/profile.js";
 import { auditRows, changedTables, runSettled, stateSnapshot } from "./support/server-state.js";
@@ -79,7 +79,7 @@ describe("MCP and HTTP fuzz against a live Server", () => {
         const o = await stack.observe("alice", { run_id: realRunId });
         return o.ok && o.value.state === "completed";
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "the baseline run to complete" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the baseline run to complete" },
     );
     const made = async (name: string, args: Record<string, unknown>) => {
       const answer = await rpc("tools/call", { name, arguments: args });
@@ -302,7 +302,11 @@ describe("MCP and HTTP fuzz against a live Server", () => {
         if (runId && name.includes("start") && !started.has(runId)) {
           started.add(runId);
           // Its session evidence (a row outside the run's own) lands later: wait, so no later call is blamed.
-          await poll(() => runSettled(dbFile, runId), { timeoutMs: SETTLE_MS, what: `run ${runId} settled` });
+          await poll(() => runSettled(dbFile, runId), {
+            timeoutMs: SETTLE_MS,
+            intervalMs: DAEMON_POLL_MS,
+            what: `run ${runId} settled`,
+          });
         }
       }
     }
@@ -315,6 +319,7 @@ describe("MCP and HTTP fuzz against a live Server", () => {
   async function expectAuditRows(before: number, expected: number): Promise<void> {
     await poll(() => auditRows(dbFile, "mcp_audit").length - before >= expected, {
       timeoutMs: AUDIT_ROWS_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
       what: `${expected} new mcp_audit rows`,
     });
     expect(auditRows(dbFile, "mcp_audit").length - before, "one mcp_audit row per authenticated call").toBe(expected);

@@ -17,7 +17,7 @@ import { instanceId } from "../../../packages/server/test/support/fake-run-servi
 import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
 // @ts-expect-error plain .mjs scripts without type declarations
 import { DAEMON_NODE_FLAGS } from "../../local-stack.mjs";
-import { DAEMON_WAIT_MS, poll } from "../../test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../test-support/index.js";
 import { type HostileFrame, hostileFrames } from "./support/hostile-frames.js";
 import { rssBytes, seed, size } from "./support/profile.js";
 import { auditRows, changedTables, leaseHolder, stateSnapshot } from "./support/server-state.js";
@@ -62,7 +62,7 @@ describe("protocol fuzz against a live Server (fake Runner connections)", () => 
         const o = await stack.observe("alice", { run_id: realRunId });
         return o.ok && o.value.state === "completed";
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "the baseline run to complete" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the baseline run to complete" },
     );
   }, 120_000);
 
@@ -270,7 +270,7 @@ describe("protocol fuzz against a live Server (fake Runner connections)", () => 
           const o = await stack.observe("alice", { run_id: after.run_id });
           return o.ok && o.value.state === "completed";
         },
-        { timeoutMs: DAEMON_WAIT_MS, what: "a run started after the fuzz to complete" },
+        { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "a run started after the fuzz to complete" },
       );
       expect(stack.prompts("r1")).toHaveLength(2);
     },

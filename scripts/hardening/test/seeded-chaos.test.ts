@@ -34,7 +34,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_LEASE_SECS, MIN_LEASE_SECS } from "../../../packages/server/src/tasks/service.js";
 import { TASK_TOOL_NAMES } from "../../../packages/server/src/tasks/tools.js";
 import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
-import { poll, processesMentioning } from "../../test-support/index.js";
+import { DAEMON_POLL_MS, poll, processesMentioning } from "../../test-support/index.js";
 import { seed, size } from "./support/profile.js";
 import { TaskHost } from "./support/task-host.js";
 
@@ -117,6 +117,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
     else
       await poll(async () => (await stack.projects("alice"))[0]?.runner_online, {
         timeoutMs: RECONNECT_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
         what: "the Runner back online",
       });
   }
@@ -246,7 +247,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
             last = o.value;
             return TERMINAL.has(o.value.state);
           },
-          { timeoutMs: TERMINAL_DEADLINE_MS, what: `run ${runId} terminal` },
+          { timeoutMs: TERMINAL_DEADLINE_MS, intervalMs: DAEMON_POLL_MS, what: `run ${runId} terminal` },
         );
         const seen = {
           state: last!.state,
@@ -365,7 +366,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
           }
           return true;
         },
-        { timeoutMs: 10 * MIN_LEASE_SECS * 1000, what: "the holders' leases to lapse" },
+        { timeoutMs: 10 * MIN_LEASE_SECS * 1000, intervalMs: DAEMON_POLL_MS, what: "the holders' leases to lapse" },
       );
       const taskRuns = new Map<string, number>();
       for (const [key, task] of tasks) {
@@ -428,7 +429,11 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       for (const f of files) expect(readFileSync(f).includes(canary), `canary found in ${f}`).toBe(false);
       for (const [name, log] of stack.logs) expect(log.includes(canary), `canary in the ${name} log`).toBe(false);
       // No agent outlives its run (orphans of a killed Runner are reaped by the next one).
-      await poll(() => agentPids().length === 0, { timeoutMs: AGENTS_GONE_WAIT_MS, what: "no agent process left" });
+      await poll(() => agentPids().length === 0, {
+        timeoutMs: AGENTS_GONE_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "no agent process left",
+      });
       console.log(
         `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks, their runs ${JSON.stringify(Object.fromEntries(taskRuns))}), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
       );

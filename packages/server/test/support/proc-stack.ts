@@ -17,6 +17,7 @@ import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/
 import { isTerminalState } from "@webcodex/protocol";
 import { pino } from "pino";
 import {
+  DAEMON_POLL_MS,
   DAEMON_WAIT_MS,
   type DaemonProcess,
   FAKE_AGENT_BIN,
@@ -199,7 +200,7 @@ export class ProcStack {
         if (child.exitCode !== null) throw new Error(`server exited ${child.exitCode}: ${child.output()}`);
         return child.output().includes('"listening"');
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: "the Server child to listen" },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the Server child to listen" },
     );
   }
 
@@ -244,7 +245,7 @@ export class ProcStack {
         const views = await this.projects("alice");
         return projects.every((p) => views.find((v) => v.project_id === p)?.runner_online);
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: `runner ${id} online` },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id} online` },
     );
   }
 
@@ -285,7 +286,7 @@ export class ProcStack {
         const views = await this.projects("alice");
         return projects.every((p) => !views.find((v) => v.project_id === p)?.runner_online);
       },
-      { timeoutMs: DAEMON_WAIT_MS, what: `runner ${id} offline` },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id} offline` },
     );
   }
 
@@ -337,7 +338,7 @@ export class ProcStack {
         const o = okValue(await this.observe(principalId, { run_id: runId, wait_secs: 2 }));
         return isTerminalState(o.state) ? o : undefined;
       },
-      { timeoutMs, what: `run ${runId} terminal` },
+      { timeoutMs, intervalMs: DAEMON_POLL_MS, what: `run ${runId} terminal` },
     );
   }
 

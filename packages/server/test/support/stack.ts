@@ -19,6 +19,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { pino } from "pino";
 import {
+  DAEMON_POLL_MS,
   DAEMON_WAIT_MS,
   type DaemonProcess,
   FAKE_AGENT_BIN,
@@ -211,7 +212,11 @@ export async function startStack(options: StackOptions): Promise<Stack> {
           if (child.exitCode !== null) throw new Error(`runner exited with ${child.exitCode}:\n${runnerLog}`);
           return allOnline();
         },
-        { timeoutMs: DAEMON_WAIT_MS, what: () => `the Runner to come online\n${runnerLog}` },
+        {
+          timeoutMs: DAEMON_WAIT_MS,
+          intervalMs: DAEMON_POLL_MS,
+          what: () => `the Runner to come online\n${runnerLog}`,
+        },
       );
     },
 
@@ -220,7 +225,11 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       if (!child) return;
       runner = null;
       await child.stop("SIGTERM");
-      await poll(() => !allOnline(), { timeoutMs: RUNNER_OFFLINE_WAIT_MS, what: "the Runner to go offline" });
+      await poll(() => !allOnline(), {
+        timeoutMs: RUNNER_OFFLINE_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the Runner to go offline",
+      });
     },
 
     async stop() {
