@@ -2,7 +2,14 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import type { RequestPermissionResponse } from "@agentclientprotocol/sdk";
 import { afterAll, beforeAll, beforeEach, describe, expect, test } from "vitest";
-import { type AgentUnderTest, cleanup, type LedgerLine, readLedger, startAgent, tempDir } from "./harness.js";
+import {
+  DAEMON_WAIT_MS,
+  IN_PROCESS_POLL_MS,
+  type LedgerLine,
+  poll,
+  readLedger,
+} from "../../scripts/test-support/index.js";
+import { type AgentUnderTest, cleanup, startAgent, tempDir } from "./harness.js";
 
 // One agent process with one ledger serves every test here; tests run in order,
 // so each one looks only at the ledger lines appended since it started.
@@ -28,10 +35,6 @@ function ledger(): LedgerLine[] {
 }
 
 const sha256 = (text: string) => createHash("sha256").update(text).digest("hex");
-
-async function until(condition: () => boolean): Promise<void> {
-  while (!condition()) await new Promise((r) => setTimeout(r, 10));
-}
 
 describe("permission", () => {
   test("asks with allow_once / allow_always / reject_once for the pending tool call", async () => {
@@ -72,10 +75,10 @@ describe("permission", () => {
     session.onPermission(async () => ({ outcome: { outcome: "cancelled" } }));
     const response = session.prompt("scenario: permission");
     await session.until((s) => s.permissionRequests.length === 1);
-    await until(() => ledger().length === 2); // the answer has arrived; then the client cancels
+    await poll(() => ledger().length === 2, { timeoutMs: DAEMON_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS }); // the answer has arrived; then the client cancels
     await session.cancel();
     expect(await response).toEqual({ stopReason: "cancelled" });
-    await until(() => ledger().length === 3);
+    await poll(() => ledger().length === 3, { timeoutMs: DAEMON_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(ledger().slice(1)).toEqual([
       { event: "permission_outcome", outcome: "cancelled" },
       { event: "cancel", session_id: session.id, pid: shared.child.pid },
@@ -107,7 +110,7 @@ describe("permission", () => {
     // The agent waits a bounded grace (1 s) for the answer ACP requires, then gives up on it.
     expect(await response).toEqual({ stopReason: "cancelled" });
     answer({ outcome: { outcome: "selected", optionId: "allow_once" } });
-    await until(() => ledger().length === 3);
+    await poll(() => ledger().length === 3, { timeoutMs: DAEMON_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(ledger().slice(1)).toEqual([
       { event: "cancel", session_id: session.id, pid: shared.child.pid },
       { event: "permission_outcome", outcome: "selected", option_id: "allow_once" },

@@ -1,16 +1,8 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, test } from "vitest";
-import {
-  cleanup,
-  isAlive,
-  killLater,
-  readLedger,
-  settledWithin,
-  startAgent,
-  startRawAgent,
-  tempDir,
-} from "./harness.js";
+import { alive, readLedger } from "../../scripts/test-support/index.js";
+import { cleanup, killLater, settledWithin, startAgent, startRawAgent, tempDir } from "./harness.js";
 
 afterEach(cleanup);
 
@@ -118,12 +110,12 @@ test("grandchild spawns a SIGTERM-ignoring process in the agent's process group 
   expect(line).toEqual({ event: "grandchild", pid: expect.any(Number) });
   const pid = line!.pid as number;
   killLater(pid);
-  expect(isAlive(pid)).toBe(true);
+  expect(alive(pid)).toBe(true);
   const processGroup = (p: number) => readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]!.split(" ")[2];
   expect(processGroup(pid)).toBe(processGroup(agent.child.pid!));
   process.kill(pid, "SIGTERM");
   // The agent itself exits on stdin EOF; the grandchild, which ignored SIGTERM, outlives it.
   expect(await agent.stop()).toEqual({ code: 0, signal: null });
-  expect(isAlive(pid)).toBe(true);
+  expect(alive(pid)).toBe(true);
   process.kill(pid, "SIGKILL");
 });

@@ -1,9 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { join } from "node:path";
 import { Readable, Writable } from "node:stream";
-import { fileURLToPath } from "node:url";
 import {
   type ClientConnection,
   client,
@@ -14,8 +13,7 @@ import {
   type SessionNotification,
   type SessionUpdate,
 } from "@agentclientprotocol/sdk";
-
-export const AGENT_BIN = resolve(dirname(fileURLToPath(import.meta.url)), "../bin/fake-acp-agent.js");
+import { FAKE_AGENT_BIN } from "../../scripts/test-support/index.js";
 
 export interface Exit {
   code: number | null;
@@ -36,15 +34,6 @@ export function tempDir(): string {
 /** Remember a pid (e.g. a grandchild) that `cleanup()` must SIGKILL. */
 export function killLater(pid: number): void {
   extraPids.add(pid);
-}
-
-export function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch {
-    return false;
-  }
 }
 
 /** Kills every agent and extra pid this file started and removes temp dirs; call from afterEach. */
@@ -83,7 +72,7 @@ async function stop(child: ChildProcess, graceMs: number): Promise<Exit> {
 }
 
 export function spawnAgent(args: readonly string[] = [], env: NodeJS.ProcessEnv = process.env): ChildProcess {
-  const child = spawn(process.execPath, [AGENT_BIN, ...args], { stdio: ["pipe", "pipe", "pipe"], env });
+  const child = spawn(process.execPath, [FAKE_AGENT_BIN, ...args], { stdio: ["pipe", "pipe", "pipe"], env });
   live.add(child);
   return child;
 }
@@ -263,21 +252,6 @@ export class SessionView {
 
 export function startAgent(args: readonly string[] = [], env?: NodeJS.ProcessEnv): AgentUnderTest {
   return new AgentUnderTest(spawnAgent(args, env));
-}
-
-export type LedgerLine = { event: string } & Record<string, unknown>;
-
-export function readLedger(file: string): LedgerLine[] {
-  let text: string;
-  try {
-    text = readFileSync(file, "utf8");
-  } catch {
-    return [];
-  }
-  return text
-    .split("\n")
-    .filter((line) => line !== "")
-    .map((line) => JSON.parse(line) as LedgerLine);
 }
 
 /** Resolves `"pending"` if `promise` has not settled within `ms` (used only to show something is *not* answered). */

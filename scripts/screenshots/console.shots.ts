@@ -9,7 +9,8 @@ import { chromium } from "playwright-core";
 import { expect, it } from "vitest";
 import { browserLaunchOptions } from "../../packages/server/test/support/browser.js";
 import { answerConsent, issueKey, openConsent, tokenRequest } from "../../packages/server/test/support/oauth.js";
-import { okValue, ProcStack, REPO_ROOT } from "../../packages/server/test/support/proc-stack.js";
+import { okValue, ProcStack } from "../../packages/server/test/support/proc-stack.js";
+import { REPO_ROOT } from "../test-support/index.js";
 
 const DOCS = join(REPO_ROOT, "docs");
 const REDIRECT = "https://assistant.example/oauth/callback";

@@ -10,7 +10,8 @@ import { chromium } from "playwright-core";
 import { expect, it } from "vitest";
 import { readRunView, startAppHost } from "../../packages/server/test/support/app-host.js";
 import { browserLaunchOptions } from "../../packages/server/test/support/browser.js";
-import { ProcStack, REPO_ROOT } from "../../packages/server/test/support/proc-stack.js";
+import { ProcStack } from "../../packages/server/test/support/proc-stack.js";
+import { REPO_ROOT } from "../test-support/index.js";
 
 const DOCS = join(REPO_ROOT, "docs");
 /** How long the view may take to show the run before the picture is taken. */

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { ConfigError, parseConfig } from "@webcodex/runner";
 import { ServerConfigSchema } from "@webcodex/server";
 import { describe, expect, it } from "vitest";
-import { ROOT } from "./demo-stack.js";
+import { REPO_ROOT as ROOT } from "../test-support/index.js";
 
 const OPERATING = readFileSync(join(ROOT, "docs", "operating.md"), "utf8");
 

@@ -11,11 +11,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-
-export const ROOT = resolve(fileURLToPath(new URL("../..", import.meta.url)));
-export const CLI_BIN = join(ROOT, "packages", "cli", "bin", "webcodex.js");
+import { join } from "node:path";
+import { CLI_BIN, REPO_ROOT as ROOT } from "../test-support/index.js";
 
 export interface DemoStack {
   dir: string;

@@ -2,9 +2,8 @@ import { spawnSync } from "node:child_process";
 import { statSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it, onTestFinished } from "vitest";
+import { SERVER_BIN } from "../test-support/index.js";
 import { type DemoStack, removeDir, runCli, startDemo, survivors } from "./demo-stack.js";
-
-const SERVER_BIN = join(import.meta.dirname, "..", "..", "packages", "server", "bin", "webcodex-server.js");
 
 describe("npm start (scripts/demo.mjs)", () => {
   let demo: DemoStack | undefined;

@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { parseConfig } from "@webcodex/runner";
 import { parse as parseToml } from "smol-toml";
 import { describe, expect, it } from "vitest";
-import { ROOT } from "./demo-stack.js";
+import { REPO_ROOT as ROOT } from "../test-support/index.js";
 
 const EXAMPLES = join(ROOT, "examples");
 const RUN_AS_LINE = /^run_as = \[.*\].*$/m;

@@ -8,7 +8,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { type DemoStack, ROOT, removeDir, runCli, startDemo, survivors } from "./demo-stack.js";
+import { REPO_ROOT as ROOT } from "../test-support/index.js";
+import { type DemoStack, removeDir, runCli, startDemo, survivors } from "./demo-stack.js";
 
 /** Splits a shell command line into words (double/single quotes, no expansions). */
 function shellWords(line: string): string[] {

@@ -10,7 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
-import { ROOT } from "./demo-stack.js";
+import { REPO_ROOT as ROOT } from "../test-support/index.js";
 
 const SMOKE = join(ROOT, "scripts", "smoke-codex.mjs");
 

@@ -1,13 +1,11 @@
 import { execFile } from "node:child_process";
-import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { describe, expect, it } from "vitest";
+import { CLI_BIN as BIN } from "../../../scripts/test-support/index.js";
 import { parseCommand } from "../src/args.js";
 import { runCli } from "../src/cli.js";
 import { CliError } from "../src/errors.js";
 import { loadRecorded, scriptedClient, testContext } from "./support.js";
-
-const BIN = fileURLToPath(new URL("../bin/webcodex.js", import.meta.url));
 
 describe("argument errors exit 2", () => {
   it.each([

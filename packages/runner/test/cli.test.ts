@@ -9,11 +9,10 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { RunEvent } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
+import { alive, RUNNER_BIN as BIN, FAKE_AGENT_BIN, REPO_ROOT } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
-import { alive, FAKE_AGENT, REPO_ROOT } from "./support/harness.js";
 
 const run = promisify(execFile);
-const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 const EXAMPLE = join(REPO_ROOT, "runner.example.toml");
 const dir = mkdtempSync(join(tmpdir(), "wc-cli-test-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -74,7 +73,7 @@ describe("webcodex-runner", () => {
         "[acp]",
         "[[acp.agents]]",
         'id = "fake"',
-        `executable = ${JSON.stringify(FAKE_AGENT)}`,
+        `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
         `args = ["--ledger", ${JSON.stringify(ledger)}]`,
         "[acp.agents.env_from_env]",
         'PATH = "PATH"',

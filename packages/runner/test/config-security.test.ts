@@ -10,14 +10,13 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
+import { RUNNER_BIN as BIN_PATH, FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
 import { startDaemon } from "../src/commands/daemon.js";
 import { ConfigError, parseConfig } from "../src/config/config.js";
 import { OVERFLOW_UID, resolveRunAs, switchUserSupportFrom } from "../src/process/run-as.js";
 import { openDispatchStore } from "../src/store/open.js";
-import { FAKE_AGENT, REPO_ROOT } from "./support/harness.js";
 
 const execFileP = promisify(execFile);
-const BIN_PATH = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 
 const dir = mkdtempSync(join(tmpdir(), "wc-config-sec-"));
 mkdirSync(join(dir, "proj", "sub"), { recursive: true });
@@ -323,7 +322,7 @@ describe("switching users needs root or ambient CAP_SETUID/CAP_SETGID plus CAP_K
 });
 
 describe("credential file modes and same-user agents (check, daemon start)", () => {
-  const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
+  const BIN = BIN_PATH;
 
   test("check warns about an agent running as the Runner's user and about group/other-readable credential files", async () => {
     const configFile = join(dir, "modes.toml");
@@ -513,7 +512,7 @@ test("check --probe prints what the agent says about itself terminal-safe", asyn
       "agents_share_runner_user = true",
       "[[acp.agents]]",
       'id = "fake"',
-      `executable = ${JSON.stringify(FAKE_AGENT)}`,
+      `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
       `args = ${JSON.stringify(["--agent-name", name])}`,
       "[acp.agents.env_from_env]",
       'PATH = "PATH"',

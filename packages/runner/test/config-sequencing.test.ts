@@ -6,7 +6,8 @@
  */
 import { createHash } from "node:crypto";
 import { afterAll, describe, expect, test } from "vitest";
-import { makeWorkspace, newManager, readLedger, runToEnd, writeConfig } from "./support/harness.js";
+import { readLedger } from "../../../scripts/test-support/index.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
 
 const ws = makeWorkspace();
 const args = (options: string) => ["--ledger", ws.ledger, "--config-options", options];
@@ -51,11 +52,11 @@ afterAll(async () => {
 });
 
 const dispatched = (prompt: string) =>
-  readLedger(ws).filter((e) => e.event === "prompt" && e.prompt_sha256 === sha(prompt)).length;
+  readLedger(ws.ledger).filter((e) => e.event === "prompt" && e.prompt_sha256 === sha(prompt)).length;
 
 /** The set_config_option calls, in arrival order, of the agent process that received `prompt`. */
 function configCalls(prompt: string): [string, string][] {
-  const ledger = readLedger(ws);
+  const ledger = readLedger(ws.ledger);
   const pid = ledger.find((e) => e.event === "prompt" && e.prompt_sha256 === sha(prompt))?.pid;
   if (pid === undefined) throw new Error("the prompt never reached the agent");
   return ledger

@@ -3,10 +3,10 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
+import { REPO_ROOT } from "../../../scripts/test-support/index.js";
 import { FAILPOINT_ENV, FAILPOINTS } from "../src/failpoints.js";
-import { REPO } from "./crash-matrix-harness.js";
 
-const MODULE = pathToFileURL(join(REPO, "packages/runner/dist/failpoints.js")).href;
+const MODULE = pathToFileURL(join(REPO_ROOT, "packages/runner/dist/failpoints.js")).href;
 
 /** Load failpoints.js in a fresh process with `env`, then hit `before_barrier` after changing the env var. */
 function probe(value: string | undefined) {
@@ -48,7 +48,7 @@ describe("failpoints", () => {
     ]);
     const readers: string[] = [];
     for (const pkg of ["packages/runner/src", "packages/server/src", "packages/protocol/src"]) {
-      const dir = join(REPO, pkg);
+      const dir = join(REPO_ROOT, pkg);
       for (const name of readdirSync(dir, { recursive: true }) as string[]) {
         if (!name.endsWith(".ts")) continue;
         // A use in code: the name as a string literal or a property access (comments do not count).

@@ -3,19 +3,19 @@
  * Runner config (fake agent with --ledger), the real `webcodex-runner run`
  * process, and a tiny in-test Server speaking the real protocol frames.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { encodeFrame, type HelloFrame, parseRunnerFrame, type RunnerFrame, type ServerFrame } from "@webcodex/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
-import { readProcStat } from "../src/process/proc-identity.js";
+import {
+  type DaemonProcess,
+  FAKE_AGENT_BIN,
+  readLedger,
+  startRunnerProcess,
+} from "../../../scripts/test-support/index.js";
 
-export const REPO = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
-export const RUNNER_BIN = join(REPO, "packages/runner/bin/webcodex-runner.js");
-export const FAKE_AGENT_BIN = join(REPO, "fake-acp-agent/bin/fake-acp-agent.js");
 export const TOKEN_ENV = "WEBCODEX_TEST_RUNNER_TOKEN";
 export const TOKEN = "test-runner-token-0123456789";
 
@@ -68,123 +68,48 @@ export function makeSandbox(options: { serverUrl?: string; agentArgs?: string[] 
   };
 }
 
-export interface RunnerProcess {
-  child: ChildProcess;
-  stderr(): string;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  stop(): Promise<void>;
-}
+/** How long `stop()` gives a Runner after SIGTERM before SIGKILL. */
+const RUNNER_STOP_GRACE_MS = 15_000;
 
-const live = new Set<ChildProcess>();
+const live = new Set<DaemonProcess>();
 
+/**
+ * `webcodex-runner run` on the sandbox's config, with only PATH and the link
+ * token in its environment (plus `extraEnv` and the failpoint); `output()`
+ * holds its stderr (its log).
+ */
 export function startRunner(
   sandbox: Sandbox,
   options: { newStore?: boolean; failpoint?: string; extraEnv?: Record<string, string> } = {},
-): RunnerProcess {
-  const args = [RUNNER_BIN, "run", "--config", sandbox.configPath];
-  if (options.newStore) args.push("--new-store");
+): DaemonProcess {
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     [TOKEN_ENV]: TOKEN,
     ...options.extraEnv,
   };
   if (options.failpoint) env.WEBCODEX_FAILPOINT = options.failpoint;
-  const child = spawn(process.execPath, args, { env, stdio: ["ignore", "pipe", "pipe"] });
-  live.add(child);
-  let stderr = "";
-  child.stderr?.on("data", (chunk: Buffer) => {
-    stderr += chunk.toString();
+  const runner = startRunnerProcess(sandbox.configPath, {
+    args: options.newStore ? ["--new-store"] : [],
+    env,
+    capture: "stderr",
+    stopGraceMs: RUNNER_STOP_GRACE_MS,
   });
-  child.stdout?.resume();
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolveExit) => {
-    child.once("exit", (code, signal) => {
-      live.delete(child);
-      resolveExit({ code, signal });
-    });
-  });
-  return {
-    child,
-    stderr: () => stderr,
-    exited,
-    async stop() {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      child.kill("SIGTERM");
-      const timer = setTimeout(() => child.kill("SIGKILL"), 15_000);
-      await exited;
-      clearTimeout(timer);
-    },
-  };
+  live.add(runner);
+  void runner.exited.then(() => live.delete(runner));
+  return runner;
 }
 
-/** Kill every Runner this harness started that is still alive (afterEach). */
+/** SIGKILL every Runner this harness started that is still running, and wait for each to exit (afterEach). */
 export async function killAllRunners(): Promise<void> {
-  const waits: Promise<unknown>[] = [];
-  for (const child of live) {
-    waits.push(new Promise((r) => child.once("exit", r)));
-    child.kill("SIGKILL");
-  }
-  await Promise.all(waits);
-}
-
-export async function waitFor<T>(fn: () => T | null | undefined | false, ms = 20_000, what = "condition"): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = fn();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
-
-export function ledgerPrompts(ledger: string): number {
-  if (!existsSync(ledger)) return 0;
-  return readFileSync(ledger, "utf8")
-    .split("\n")
-    .filter((line) => line.includes('"event":"prompt"')).length;
+  await Promise.all([...live].map((runner) => runner.signal("SIGKILL")));
 }
 
 /** Pids of the grandchildren the fake agent logged (`scenario: grandchild`). */
 export function ledgerGrandchildren(ledger: string): number[] {
-  if (!existsSync(ledger)) return [];
-  const pids: number[] = [];
-  for (const line of readFileSync(ledger, "utf8").split("\n")) {
-    if (!line.includes('"event":"grandchild"')) continue;
-    const pid = (JSON.parse(line) as { pid?: unknown }).pid;
-    if (typeof pid === "number") pids.push(pid);
-  }
-  return pids;
-}
-
-export function isAlive(pid: number): boolean {
-  const stat = readProcStat(pid);
-  return stat !== null && stat.state !== "Z";
-}
-
-/** Live (non-zombie) processes whose command line mentions `needle` (e.g. the sandbox's unique ledger path). */
-export function processesMentioning(needle: string): number[] {
-  const out: number[] = [];
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${name}/cmdline`, "utf8");
-      if (!cmdline.includes(needle)) continue;
-      const stat = readProcStat(Number(name));
-      if (stat && stat.state !== "Z") out.push(Number(name));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  return out;
-}
-
-export function killProcesses(pids: readonly number[]): void {
-  for (const pid of pids) {
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {
-      // gone
-    }
-  }
+  return readLedger(ledger)
+    .filter((line) => line.event === "grandchild")
+    .map((line) => line.pid)
+    .filter((pid): pid is number => typeof pid === "number");
 }
 
 /** Every byte the store left on disk: the database and its WAL/SHM files. */

@@ -14,23 +14,22 @@
 import { randomBytes } from "node:crypto";
 import type { ErrorFrame, RunnerFrame, RunStartFrame, RunStartResultFrame, RunSummary } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
+import { alive, killProcesses, ledgerPrompts, poll, processesMentioning } from "../../../scripts/test-support/index.js";
 import type { FailpointName } from "../src/failpoints.js";
 import {
-  isAlive,
   killAllRunners,
-  killProcesses,
   ledgerGrandchildren,
-  ledgerPrompts,
   makeSandbox,
-  processesMentioning,
   type RunnerConnection,
   type Sandbox,
   startRunner,
   startTestServer,
   storeBytes,
   type TestServer,
-  waitFor,
 } from "./crash-matrix-harness.js";
+
+/** Bound on the agent's ledger showing the prompt the killed Runner dispatched. */
+const LEDGER_WAIT_MS = 10_000;
 
 interface Case {
   failpoint: FailpointName;
@@ -145,8 +144,12 @@ describe("crash matrix: Runner SIGKILL at each dispatch boundary", { timeout: 90
       conn1.send(runStart(conn1, runId, fingerprint, prompt));
       const died = await first.exited;
       expect(died.signal).toBe("SIGKILL");
-      if (c.prompts === 1) await waitFor(() => ledgerPrompts(sandbox.ledger) >= 1, 10_000, "the agent's ledger");
-      expect(ledgerPrompts(sandbox.ledger)).toBe(c.prompts);
+      if (c.prompts === 1)
+        await poll(() => ledgerPrompts(sandbox.ledger).length >= 1, {
+          timeoutMs: LEDGER_WAIT_MS,
+          what: "the agent's ledger",
+        });
+      expect(ledgerPrompts(sandbox.ledger).length).toBe(c.prompts);
 
       // Processes of the killed run: the agent (its argv names the sandbox's ledger) and any grandchild it logged.
       const survivors = [...processesMentioning(sandbox.ledger), ...ledgerGrandchildren(sandbox.ledger)];
@@ -156,8 +159,8 @@ describe("crash matrix: Runner SIGKILL at each dispatch boundary", { timeout: 90
       const second = startRunner(sandbox);
       const conn2 = await server.nextConnection();
       expect(processesMentioning(sandbox.ledger)).toEqual([]);
-      expect(survivors.filter(isAlive)).toEqual([]);
-      if (c.orphans) expect(second.stderr()).toContain("reaped orphaned agent process group");
+      expect(survivors.filter(alive)).toEqual([]);
+      if (c.orphans) expect(second.output()).toContain("reaped orphaned agent process group");
       expect(conn2.hello.store_id).toBe(conn1.hello.store_id);
       expect(conn2.hello.agent_instance_id).not.toBe(conn1.hello.agent_instance_id);
       const recovered = conn2.hello.inventory.find((r) => r.run_id === runId);
@@ -181,15 +184,15 @@ describe("crash matrix: Runner SIGKILL at each dispatch boundary", { timeout: 90
       //    it made is in the ledger by the time it exits. And the durable store never saw the canary.
       await second.stop();
       expect((await second.exited).code).toBe(0);
-      expect(ledgerPrompts(sandbox.ledger)).toBe(c.prompts);
+      expect(ledgerPrompts(sandbox.ledger).length).toBe(c.prompts);
       expect(processesMentioning(sandbox.ledger)).toEqual([]);
       const bytes = storeBytes(sandbox.stateDir);
       expect(bytes.length).toBeGreaterThan(0);
       expect(bytes.includes(canary)).toBe(false);
       expect(bytes.includes(fingerprint)).toBe(true); // the scan does see row contents
       // Nor did either Runner's log.
-      expect(first.stderr()).not.toContain(canary);
-      expect(second.stderr()).not.toContain(canary);
+      expect(first.output()).not.toContain(canary);
+      expect(second.output()).not.toContain(canary);
     },
   );
 });

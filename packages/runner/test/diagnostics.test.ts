@@ -12,11 +12,12 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
+import { RUNNER_BIN as BIN, FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { prepareStore } from "../src/commands/daemon.js";
 import { diagnosticsDir, diagnosticsFile, STDERR_TAIL_BYTES } from "../src/runs/diagnostics.js";
 import { openDispatchStore } from "../src/store/open.js";
-import { FAKE_AGENT, makeWorkspace, newManager, REPO_ROOT, runToEnd, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
 
 const SECRET = canary("env-value");
 const ws = makeWorkspace();
@@ -29,7 +30,7 @@ writeFileSync(
     `head -c ${STDERR_TAIL_BYTES * 2} /dev/zero | tr '\\0' 'x' >&2`,
     'echo "" >&2',
     'echo "agent starting with token $API_TOKEN" >&2',
-    `exec ${JSON.stringify(process.execPath)} ${JSON.stringify(FAKE_AGENT)} --ledger ${JSON.stringify(ws.ledger)} "$@"`,
+    `exec ${JSON.stringify(process.execPath)} ${JSON.stringify(FAKE_AGENT_BIN)} --ledger ${JSON.stringify(ws.ledger)} "$@"`,
   ].join("\n"),
 );
 chmodSync(launcher, 0o755);
@@ -47,8 +48,6 @@ afterAll(async () => {
   await manager.close();
   ws.cleanup();
 });
-
-const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 
 describe("run diagnostics", () => {
   test("a lost run leaves a 0600 diagnostics file with the redacted stderr tail, named in its failure log line; diagnose prints it; pruning a run removes it", async () => {

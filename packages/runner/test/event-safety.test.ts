@@ -8,9 +8,10 @@
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import type { RunEvent, RunEventBody } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
+import { FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
 import { EventNormalizer } from "../src/events/normalize.js";
 import { REDACTED, Redactor } from "../src/events/redactor.js";
-import { FAKE_AGENT, makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
 
 /** Any character a terminal would act on, other than newline and tab. */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
@@ -146,7 +147,7 @@ describe("Redactor.forAgent (issue 12 §3)", () => {
 describe("against the real fake agent", () => {
   const ws = makeWorkspace();
   const config = writeConfig(ws, {
-    agents: [{ id: "fake", executable: FAKE_AGENT, args: ["--ledger", ws.ledger] }],
+    agents: [{ id: "fake", executable: FAKE_AGENT_BIN, args: ["--ledger", ws.ledger] }],
   });
   const { manager } = newManager(config);
   afterAll(async () => {
@@ -177,7 +178,7 @@ describe("against the real fake agent", () => {
     const { run, events } = await runToEnd(manager, "scenario: echo_argv");
     expect(run.state).toBe("completed");
     const text = JSON.stringify(events);
-    expect(text).not.toContain(FAKE_AGENT);
+    expect(text).not.toContain(FAKE_AGENT_BIN);
     expect(text).not.toContain(ws.ledger);
     expect(text).not.toContain("--ledger");
     expect(text).toContain(`argv: ${REDACTED} ${REDACTED} ${REDACTED} (end)`);

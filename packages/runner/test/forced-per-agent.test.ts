@@ -8,8 +8,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
+import { FAKE_AGENT_BIN, readLedger } from "../../../scripts/test-support/index.js";
 import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { FAKE_AGENT, makeWorkspace, newManager, readLedger, runToEnd } from "./support/harness.js";
+import { makeWorkspace, newManager, runToEnd } from "./support/harness.js";
 
 const dir = mkdtempSync(join(tmpdir(), "wc-forced-agent-"));
 mkdirSync(join(dir, "proj"));
@@ -28,7 +29,7 @@ function errorsOf(text: string): string[] {
 
 const head = `[[projects]]\nid = "demo"\nroot = "proj"\nallow_patch = true\n`;
 const agent = (id: string, extra = "") =>
-  `[[acp.agents]]\nid = "${id}"\nexecutable = ${JSON.stringify(FAKE_AGENT)}\n${extra}`;
+  `[[acp.agents]]\nid = "${id}"\nexecutable = ${JSON.stringify(FAKE_AGENT_BIN)}\n${extra}`;
 
 describe("config", () => {
   test("an agent's own table overrides the Runner-wide one key by key; other agents keep the default", () => {
@@ -92,7 +93,7 @@ describe("runs", () => {
     'mode = "agent"',
     "[[acp.agents]]",
     'id = "claude"',
-    `executable = ${JSON.stringify(FAKE_AGENT)}`,
+    `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
     `args = ${JSON.stringify(["--ledger", ws.ledger, "--config-options", "mode", "--mode-values", "default,acceptEdits,plan,auto"])}`,
     "[acp.agents.forced_config]",
     'mode = "acceptEdits"',
@@ -100,7 +101,7 @@ describe("runs", () => {
     'PATH = "PATH"',
     "[[acp.agents]]",
     'id = "codex"',
-    `executable = ${JSON.stringify(FAKE_AGENT)}`,
+    `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
     `args = ${JSON.stringify(["--ledger", ws.ledger, "--config-options", "mode", "--mode-values", "read-only,workspace-write,agent"])}`,
     "[acp.agents.env_from_env]",
     'PATH = "PATH"',
@@ -119,7 +120,7 @@ describe("runs", () => {
     expect(claude.run).toMatchObject({ state: "completed", effective_config: [{ id: "mode", value: "acceptEdits" }] });
     const codex = await runToEnd(manager, "scenario: hello", { provider_id: "codex" });
     expect(codex.run).toMatchObject({ state: "completed", effective_config: [{ id: "mode", value: "agent" }] });
-    const sets = readLedger(ws).filter((e) => e.event === "set_config_option");
+    const sets = readLedger(ws.ledger).filter((e) => e.event === "set_config_option");
     expect(sets.map((e) => (e as { value?: unknown }).value)).toEqual(["acceptEdits", "agent"]);
   });
 

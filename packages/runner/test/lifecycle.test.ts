@@ -8,15 +8,14 @@
 import { readFileSync } from "node:fs";
 import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
+import { alive, readLedger } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { MAX_PENDING_PERMISSIONS } from "../src/runs/manager.js";
 import { SHUTDOWN_UNCONFIRMED } from "../src/runs/terminal.js";
 import {
-  alive,
   groupMembers,
   makeWorkspace,
   newManager,
-  readLedger,
   runToEnd,
   startRequest,
   waitForState,
@@ -46,12 +45,12 @@ afterAll(async () => {
   ws.cleanup();
 });
 
-const outcomes = () => readLedger(ws).filter((e) => e.event === "permission_outcome");
+const outcomes = () => readLedger(ws.ledger).filter((e) => e.event === "permission_outcome");
 
 describe("permission requests", () => {
   test("are never allowed: the deadline answers cancelled and the terminal message says why", async () => {
     const before = outcomes().length;
-    const mark = readLedger(ws).length;
+    const mark = readLedger(ws.ledger).length;
     let sawWaiting = false;
     const { run, events } = await runToEnd(manager, "scenario: permission\ncase: deadline", {}, async (runId) => {
       await waitForState(manager, runId, "waiting_permission");
@@ -65,7 +64,7 @@ describe("permission requests", () => {
     expect(outcomes().slice(before)).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
     // No cancel was requested: session/cancel is never sent.
     expect(
-      readLedger(ws)
+      readLedger(ws.ledger)
         .slice(mark)
         .map((e) => e.event),
     ).toEqual(["prompt", "permission_outcome"]);
@@ -73,7 +72,7 @@ describe("permission requests", () => {
 
   test("a cancel answers the pending request cancelled before session/cancel", async () => {
     const before = outcomes().length;
-    const mark = readLedger(ws).length;
+    const mark = readLedger(ws.ledger).length;
     const { run } = await runToEnd(manager, "scenario: permission\ncase: cancel", {}, async (runId) => {
       await waitForState(manager, runId, "waiting_permission");
       const first = await manager.cancel(runId);
@@ -85,7 +84,7 @@ describe("permission requests", () => {
     expect(run.message).toMatch(/cancel was requested/);
     const after = outcomes().slice(before);
     expect(after).toEqual([{ event: "permission_outcome", outcome: "cancelled" }]);
-    expect(readLedger(ws).some((e) => e.event === "permission_outcome" && e.outcome === "selected")).toBe(false);
+    expect(readLedger(ws.ledger).some((e) => e.event === "permission_outcome" && e.outcome === "selected")).toBe(false);
     // Two cancel calls, at most one session/cancel, read by the agent after the permission answer. (The
     // fake agent ends the turn on a cancelled answer, so the Runner may see the turn end before it
     // gets to send session/cancel, and then never sends it.)
@@ -93,7 +92,7 @@ describe("permission requests", () => {
       ["prompt", "permission_outcome"],
       ["prompt", "permission_outcome", "cancel"],
     ]).toContainEqual(
-      readLedger(ws)
+      readLedger(ws.ledger)
         .slice(mark)
         .map((e) => e.event),
     );
@@ -119,7 +118,7 @@ describe("permission flood", () => {
 
 describe("cancel", () => {
   test("after dispatch: correlated cancelled; a later cancel reports already_terminal", async () => {
-    const mark = readLedger(ws).length;
+    const mark = readLedger(ws.ledger).length;
     const request = startRequest(manager, "scenario: slow interval_ms=100 count=600\ncase: cancel");
     await manager.start(request);
     await waitForState(manager, request.run_id, "running");
@@ -131,7 +130,7 @@ describe("cancel", () => {
     expect(run).toMatchObject({ state: "cancelled", execution_state: "completed", stop_reason: "cancelled" });
     expect(await manager.cancel(request.run_id)).toMatchObject({ cancel_requested: false, already_terminal: true });
     expect(
-      readLedger(ws)
+      readLedger(ws.ledger)
         .slice(mark)
         .map((e) => e.event),
     ).toEqual(["prompt", "cancel"]);
@@ -143,7 +142,7 @@ describe("cancel", () => {
     });
     const { manager: m } = newManager(hangConfig);
     const request = startRequest(m, "scenario: hello\ncase: cancel-before", { provider_id: "hang" });
-    const mark = readLedger(ws).length;
+    const mark = readLedger(ws.ledger).length;
     await m.start(request);
     await waitForState(m, request.run_id, "starting");
     await new Promise((r) => setTimeout(r, 300));
@@ -153,19 +152,19 @@ describe("cancel", () => {
     expect(run).toMatchObject({ state: "cancelled", execution_state: "not_started", stop_reason: null });
     expect(run?.message).toMatch(/No prompt was dispatched/);
     // The agent's ledger: no prompt at all (and no session/cancel, there was no session to cancel).
-    expect(readLedger(ws).slice(mark)).toEqual([]);
+    expect(readLedger(ws.ledger).slice(mark)).toEqual([]);
     await m.close();
   });
 
   test("an agent that never confirms ends lost / outcome_unknown after the grace", async () => {
-    const mark = readLedger(ws).length;
+    const mark = readLedger(ws.ledger).length;
     const { run } = await runToEnd(manager, "scenario: hang\ncase: grace", {}, async (runId) => {
       await waitForState(manager, runId, "running");
       await manager.cancel(runId);
     });
     expect(run).toMatchObject({ state: "lost", execution_state: "outcome_unknown", recovery_kind: "reconcile" });
     expect(
-      readLedger(ws)
+      readLedger(ws.ledger)
         .slice(mark)
         .map((e) => e.event),
     ).toEqual(["prompt", "cancel"]);
@@ -174,13 +173,13 @@ describe("cancel", () => {
 
 describe("run deadline", () => {
   test("a cooperative agent is cancelled at the deadline (run_timeout)", async () => {
-    const mark = readLedger(ws).length;
+    const mark = readLedger(ws.ledger).length;
     const { run } = await runToEnd(manager, "scenario: slow interval_ms=100 count=600\ncase: deadline", {
       timeout_secs: 1,
     });
     expect(run).toMatchObject({ state: "cancelled", stop_reason: "cancelled", failure_kind: "run_timeout" });
     expect(
-      readLedger(ws)
+      readLedger(ws.ledger)
         .slice(mark)
         .map((e) => e.event),
     ).toEqual(["prompt", "cancel"]);
@@ -226,10 +225,10 @@ describe("process tree cleanup", () => {
   test("a grandchild that ignores SIGTERM does not survive the run", async () => {
     const { run } = await runToEnd(manager, "scenario: grandchild\ncase: tree");
     expect(run.state).toBe("completed");
-    const grandchild = readLedger(ws).findLast((e) => e.event === "grandchild");
+    const grandchild = readLedger(ws.ledger).findLast((e) => e.event === "grandchild");
     expect(typeof grandchild?.pid).toBe("number");
     expect(alive(grandchild?.pid as number)).toBe(false);
-    const agentPid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid as number;
+    const agentPid = readLedger(ws.ledger).findLast((e) => e.event === "prompt")?.pid as number;
     expect(groupMembers(agentPid)).toEqual([]); // the agent leads its own group: nothing in it survived
   });
 
@@ -237,7 +236,7 @@ describe("process tree cleanup", () => {
     const prompt = "scenario: hang\ncase: launcher";
     const { run } = await runToEnd(manager, prompt, { provider_id: "launcher", timeout_secs: 1 });
     expect(run.state).toBe("lost");
-    const agentPid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid as number;
+    const agentPid = readLedger(ws.ledger).findLast((e) => e.event === "prompt")?.pid as number;
     expect(agentPid).toBeGreaterThan(0);
     expect(alive(agentPid)).toBe(false);
   });
@@ -303,7 +302,7 @@ describe("close", () => {
     await waitForState(m, during.run_id, "running");
     const agentPid = await vi.waitFor(
       () => {
-        const pid = readLedger(ws).findLast((e) => e.event === "prompt")?.pid;
+        const pid = readLedger(ws.ledger).findLast((e) => e.event === "prompt")?.pid;
         if (typeof pid !== "number") throw new Error("the agent has not received the prompt yet");
         return pid;
       },

@@ -6,8 +6,9 @@
 import { MAX_FRAME_BYTES, parseRunnerFrame, type RunSummary } from "@webcodex/protocol";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import WebSocket from "ws";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { FakeRunService } from "../../server/test/support/fake-run-service.js";
-import { alice, Harness, until } from "../../server/test/support/in-process.js";
+import { alice, Harness } from "../../server/test/support/in-process.js";
 import { fitInventory } from "../src/link/link.js";
 import { makeWorkspace, newManager, startRequest, waitForState, writeConfig } from "./support/harness.js";
 
@@ -73,7 +74,7 @@ describe("hello with a large inventory", () => {
     expect(Buffer.byteLength(JSON.stringify(inventory))).toBeGreaterThan(MAX_FRAME_BYTES);
     svc.inventory = () => inventory;
     const link = h.link(svc, R1.token);
-    await until(() => link.connected);
+    await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(h.log.lines.some((l) => l.includes("runner hello accepted"))).toBe(true);
     expect(h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
     // What the link actually sent: a hello within the frame bound, both open runs, only the newest terminal runs.

@@ -11,6 +11,7 @@ import {
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { type WebSocket, WebSocketServer } from "ws";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { FakeRunService } from "../../server/test/support/fake-run-service.js";
 import { chunkUpdate, type LinkHandle, startLink } from "../src/link/link.js";
 
@@ -30,16 +31,6 @@ async function fakeServer() {
     peers.push(peer);
   });
   return { wss, peers, url: `ws://127.0.0.1:${(wss.address() as AddressInfo).port}/runner` };
-}
-
-async function until<T>(fn: () => T | undefined | null | false, ms = 5000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error("timeout");
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 /** A run on the fake service, admitted on its current instance. */
@@ -76,7 +67,10 @@ describe("runner link protocol", () => {
     close = () => new Promise((r) => s.wss.close(() => r()));
     const svc = new FakeRunService();
     link = startLink({ url: s.url, token: "tok-123", service: svc, logger: pino({ level: "silent" }) });
-    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    const peer = await poll(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(peer.auth).toBe("Bearer tok-123");
     expect(peer.frames[0]).toMatchObject({
       type: "hello",
@@ -85,7 +79,7 @@ describe("runner link protocol", () => {
       inventory: [],
     });
     peer.ws.send(JSON.stringify(ack));
-    await until(() => link?.connected);
+    await poll(() => link?.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     peer.ws.send(
       JSON.stringify({
         type: "run.sync",
@@ -95,7 +89,7 @@ describe("runner link protocol", () => {
         max_events: 10,
       }),
     );
-    await until(() => peer.frames.length >= 2);
+    await poll(() => peer.frames.length >= 2, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(peer.frames[1]).toMatchObject({ type: "error", request_id: "q2", code: "not_found" });
   });
 
@@ -115,11 +109,17 @@ describe("runner link protocol", () => {
     const raw: Buffer[] = [];
     s.wss.on("connection", (ws) => ws.on("message", (d) => raw.push(Buffer.from(d as Buffer))));
     link = startLink({ url: s.url, token: "t", service: svc, logger: pino({ level: "silent" }) });
-    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    const peer = await poll(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     peer.ws.send(JSON.stringify(ack));
-    await until(() => link?.connected);
+    await poll(() => link?.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     peer.ws.send(JSON.stringify({ type: "run.sync", request_id: "q1", run_id: runId, after_seq: 0, max_events: 1000 }));
-    const reply = await until(() => peer.frames.find((f) => f.request_id === "q1"));
+    const reply = await poll(() => peer.frames.find((f) => f.request_id === "q1"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(reply).toMatchObject({ type: "run.sync.result", has_more: true });
     const events = reply.events as Array<{ seq: number }>;
     expect(events.length).toBeGreaterThan(0);
@@ -137,23 +137,29 @@ describe("runner link protocol", () => {
     const run_id = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
     await startRun(svc, run_id);
     link = startLink({ url: s.url, token: "t", service: svc, logger: pino({ level: "silent" }) });
-    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    const peer = await poll(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     peer.ws.send(JSON.stringify(ack));
-    await until(() => link?.connected);
+    await poll(() => link?.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     const body = (i: number) => ({ kind: "agent_message" as const, text: `m${i}`, truncated: false });
     const updates = () => peer.frames.filter((f) => f.type === "run.update") as { events: { seq: number }[] }[];
     svc.emit(
       run_id,
       Array.from({ length: 10 }, (_, i) => body(i)),
     );
-    await until(() => updates().length === 1);
+    await poll(() => updates().length === 1, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(updates()[0]?.events).toHaveLength(10);
     // A service that ignores the RunUpdateListener bound still gets frames the protocol accepts.
     svc.emit(
       run_id,
       Array.from({ length: 600 }, (_, i) => body(i)),
     );
-    await until(() => updates().flatMap((u) => u.events).length === 610);
+    await poll(() => updates().flatMap((u) => u.events).length === 610, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(updates().map((u) => u.events.length)).toEqual([10, 256, 256, 88]);
     expect(updates().flatMap((u) => u.events.map((e) => e.seq))).toEqual(Array.from({ length: 610 }, (_, i) => i + 1));
     for (const f of peer.frames) expect(parseRunnerFrame(JSON.stringify(f)).ok).toBe(true);
@@ -190,16 +196,19 @@ describe("runner link protocol", () => {
       logger: pino({ level: "error" }, { write: (l: string) => lines.push(l) }),
       backoffInitialMs: 20,
     });
-    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    const peer = await poll(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     const hello = peer.frames[0] as { type: string; inventory: Array<{ run_id: string }> };
     expect(hello.type).toBe("hello");
     expect(hello.inventory.map((r) => r.run_id)).toEqual([ids[1]]);
     expect(lines.some((l) => l.includes('"type":"hello"') && l.includes('"path":"message"'))).toBe(true);
     peer.ws.send(JSON.stringify(ack));
-    await until(() => link?.connected);
+    await poll(() => link?.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     peer.ws.send(JSON.stringify({ type: "run.sync", request_id: "q1", run_id: ids[0], after_seq: 0, max_events: 10 }));
     peer.ws.send(JSON.stringify({ type: "run.sync", request_id: "q2", run_id: ids[1], after_seq: 0, max_events: 10 }));
-    await until(() => peer.frames.length >= 3);
+    await poll(() => peer.frames.length >= 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(peer.frames.find((f) => f.request_id === "q1")).toEqual({
       type: "error",
       request_id: "q1",
@@ -225,12 +234,21 @@ describe("runner link protocol", () => {
       logger: pino({ level: "silent" }),
       backoffInitialMs: 20,
     });
-    const first = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    const first = await poll(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     first.ws.send(JSON.stringify(ack));
-    await until(() => link?.connected);
+    await poll(() => link?.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     first.ws.send(JSON.stringify({ type: "run.start", request_id: "x", surprise: true }));
-    await until(() => first.frames.find((f) => f.type === "protocol_error"));
-    const second = await until(() => (s.peers[1]?.frames.length ? s.peers[1] : undefined));
+    await poll(() => first.frames.find((f) => f.type === "protocol_error"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
+    const second = await poll(() => (s.peers[1]?.frames.length ? s.peers[1] : undefined), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(second.frames[0]).toMatchObject({ type: "hello" });
   });
 
@@ -244,11 +262,17 @@ describe("runner link protocol", () => {
       logger: pino({ level: "silent" }),
       backoffInitialMs: 20,
     });
-    const peer = await until(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined));
+    const peer = await poll(() => (s.peers[0]?.frames.length ? s.peers[0] : undefined), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     peer.ws.send(
       JSON.stringify({ type: "run.cancel", request_id: "q1", run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" }),
     );
-    await until(() => peer.frames.find((f) => f.type === "protocol_error"));
+    await poll(() => peer.frames.find((f) => f.type === "protocol_error"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(peer.frames.find((f) => f.type === "protocol_error")).toMatchObject({ code: "unexpected_frame" });
   });
 });

@@ -3,10 +3,14 @@
  * in a temp dir), driving an in-memory RunService.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { FakeRunService, msg } from "../../server/test/support/fake-run-service.js";
-import { alice, Harness, until } from "../../server/test/support/in-process.js";
+import { alice, Harness } from "../../server/test/support/in-process.js";
 import { chunkUpdate, startLink } from "../src/link/link.js";
+
+/** Bound on the link reconnecting to a restarted in-process Server, its backoff included. */
+const RECONNECT_WAIT_MS = 10_000;
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 
@@ -32,7 +36,10 @@ describe("runner link", () => {
       backoffMaxMs: 50,
     });
     try {
-      await until(() => h.log.lines.filter((l) => l.includes("server refused the runner link")).length >= 2);
+      await poll(() => h.log.lines.filter((l) => l.includes("server refused the runner link")).length >= 2, {
+        timeoutMs: IN_PROCESS_WAIT_MS,
+        intervalMs: IN_PROCESS_POLL_MS,
+      });
       expect(link.connected).toBe(false);
       expect(h.log.lines.join("")).not.toContain(secret);
     } finally {
@@ -44,11 +51,11 @@ describe("runner link", () => {
     h = await new Harness().start([R1]);
     const svc = new FakeRunService();
     const link = h.link(svc, R1.token);
-    await until(() => link.connected);
+    await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     const hellos = () => h.log.lines.filter((l) => l.includes("runner hello accepted")).length;
     expect(hellos()).toBe(1);
     await h.restartServer();
-    await until(() => hellos() >= 2 && link.connected, 10_000);
+    await poll(() => hellos() >= 2 && link.connected, { timeoutMs: RECONNECT_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
   });
 
@@ -63,8 +70,11 @@ describe("runner link", () => {
       sendQueueMaxFrames: 2,
     });
     try {
-      await until(() => link.connected);
-      await until(() => h.server.runs.listProjects(alice)[0]?.runner_online);
+      await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+      await poll(() => h.server.runs.listProjects(alice)[0]?.runner_online, {
+        timeoutMs: IN_PROCESS_WAIT_MS,
+        intervalMs: IN_PROCESS_POLL_MS,
+      });
       const r = await start(h, "flood");
       if (!r.ok) throw new Error(r.error.message);
       let syncs = 0;

@@ -10,11 +10,11 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, test } from "vitest";
+import { RUNNER_BIN as BIN, FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
-import { FAKE_AGENT, makeWorkspace, REPO_ROOT } from "./support/harness.js";
+import { makeWorkspace } from "./support/harness.js";
 
 const run = promisify(execFile);
-const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 const ws = makeWorkspace();
 afterAll(() => ws.cleanup());
 const SECRET = canary("api-key");
@@ -60,7 +60,7 @@ const lines = [
   "setup_timeout_secs = 20",
 ];
 for (const e of entries) {
-  lines.push("[[acp.agents]]", `id = "${e.id}"`, `executable = ${JSON.stringify(FAKE_AGENT)}`);
+  lines.push("[[acp.agents]]", `id = "${e.id}"`, `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`);
   lines.push(`args = ${JSON.stringify(e.args)}`);
   lines.push("[acp.agents.forced_config]");
   for (const [k, v] of Object.entries(e.forced ?? {})) lines.push(`${k} = ${JSON.stringify(v)}`);

@@ -1,7 +1,8 @@
 /** `check --probe` internals: initialize + session/new only, tree cleaned up, failures name the stage. */
 import { afterAll, expect, test } from "vitest";
+import { readLedger } from "../../../scripts/test-support/index.js";
 import { probeAgent } from "../src/commands/probe.js";
-import { makeWorkspace, readLedger, writeConfig } from "./support/harness.js";
+import { makeWorkspace, writeConfig } from "./support/harness.js";
 
 const ws = makeWorkspace();
 const config = writeConfig(ws, {
@@ -21,7 +22,7 @@ test("a probe reports what the agent advertises and never sends a prompt", async
   if (!result.ok) return;
   expect(result.initialize.protocolVersion).toBe(1);
   expect(result.session.configOptions?.map((o) => o.id)).toEqual(["model"]);
-  expect(readLedger(ws).filter((e) => e.event === "prompt")).toEqual([]);
+  expect(readLedger(ws.ledger).filter((e) => e.event === "prompt")).toEqual([]);
 });
 
 test("probe failures name the stage", async () => {

@@ -1,5 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
+import { poll } from "../../../scripts/test-support/index.js";
 import {
   listGroupMembers,
   parseProcStat,
@@ -18,15 +19,8 @@ function spawnGroup(script: string): ChildProcess {
   return child;
 }
 
-async function waitFor<T>(fn: () => T | null | undefined | false, ms = 10_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = fn();
-    if (value) return value;
-    if (Date.now() > deadline) throw new Error("timed out");
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+/** Bound on a spawned group reaching the state a test waits for. */
+const GROUP_WAIT_MS = 10_000;
 
 afterEach(() => {
   for (const child of spawned.splice(0)) {
@@ -79,7 +73,7 @@ describe("orphan reaper", () => {
   it("kills a verified process group, including a member that ignores SIGTERM", async () => {
     const child = spawnGroup(`${node} -e "${IGNORE_TERM}" & ${node} -e "${IGNORE_TERM}"`);
     const pgid = child.pid!;
-    const startTime = await waitFor(() => readStartTime(pgid));
+    const startTime = await poll(() => readStartTime(pgid), { timeoutMs: GROUP_WAIT_MS });
     await readyLines(child, 2);
     const result = await reapGroup({ run_id: "r1", pgid, startTime }, { graceMs: 300 });
     expect(result.outcome).toBe("reaped");
@@ -90,9 +84,9 @@ describe("orphan reaper", () => {
   it("kills the surviving members of a group whose leader already exited", async () => {
     const child = spawnGroup(`${node} -e "${IGNORE_TERM}" & sleep 0.3; exit 0`);
     const pgid = child.pid!;
-    const startTime = await waitFor(() => readStartTime(pgid));
+    const startTime = await poll(() => readStartTime(pgid), { timeoutMs: GROUP_WAIT_MS });
     await readyLines(child, 1);
-    await waitFor(() => readStartTime(pgid) === null);
+    await poll(() => readStartTime(pgid) === null, { timeoutMs: GROUP_WAIT_MS });
     // selfStartTime null: here the "orphan" was started after this test process, unlike after a real restart.
     const result = await reapGroup({ run_id: "r2", pgid, startTime }, { graceMs: 200, selfStartTime: null });
     expect(result.outcome).toBe("reaped");
@@ -102,7 +96,7 @@ describe("orphan reaper", () => {
   it("does not signal a pid whose start time differs from the recorded one", async () => {
     const child = spawnGroup("sleep 30");
     const pgid = child.pid!;
-    const actual = await waitFor(() => readStartTime(pgid));
+    const actual = await poll(() => readStartTime(pgid), { timeoutMs: GROUP_WAIT_MS });
     const wrong = (BigInt(actual) - 1n).toString();
     const result = await reapGroup({ run_id: "r3", pgid, startTime: wrong }, { graceMs: 100 });
     expect(result.outcome).toBe("identity_mismatch");

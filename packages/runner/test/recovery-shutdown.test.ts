@@ -11,17 +11,20 @@ import { existsSync, readFileSync } from "node:fs";
 import type { RunStartFrame, RunSummary } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import {
-  killAllRunners,
+  DAEMON_WAIT_MS,
   killProcesses,
   ledgerPrompts,
-  makeSandbox,
+  poll,
   processesMentioning,
+} from "../../../scripts/test-support/index.js";
+import {
+  killAllRunners,
+  makeSandbox,
   type RunnerConnection,
   type Sandbox,
   startRunner,
   startTestServer,
   type TestServer,
-  waitFor,
 } from "./crash-matrix-harness.js";
 
 const servers: TestServer[] = [];
@@ -113,8 +116,12 @@ describe("graceful Runner stop with a run in flight", { timeout: 90_000 }, () =>
     conn1.send(frame);
     await conn1.next((f): f is Extract<typeof f, { type: "run.start.result" }> => f.type === "run.start.result");
     // Wait until the agent is up (setup case) or has the prompt (dispatch case).
-    await waitFor(() => processesMentioning(sandbox.ledger).length > 0, 20_000, "the agent process");
-    if (c.prompts > 0) await waitFor(() => ledgerPrompts(sandbox.ledger) >= 1, 20_000, "the prompt");
+    await poll(() => processesMentioning(sandbox.ledger).length > 0, {
+      timeoutMs: DAEMON_WAIT_MS,
+      what: "the agent process",
+    });
+    if (c.prompts > 0)
+      await poll(() => ledgerPrompts(sandbox.ledger).length >= 1, { timeoutMs: DAEMON_WAIT_MS, what: "the prompt" });
 
     await first.stop();
     expect((await first.exited).code).toBe(0);
@@ -125,8 +132,8 @@ describe("graceful Runner stop with a run in flight", { timeout: 90_000 }, () =>
     const row = conn2.hello.inventory.find((r) => r.run_id === id);
     expect(row).toMatchObject({ ...c.expected, phase: "terminal" });
     // Recorded by the graceful stop itself, not left for start-up recovery.
-    expect(second.stderr()).not.toContain('"recovered run"');
-    expect(ledgerPrompts(sandbox.ledger)).toBe(c.prompts);
+    expect(second.output()).not.toContain('"recovered run"');
+    expect(ledgerPrompts(sandbox.ledger).length).toBe(c.prompts);
     expect(ledgerCancels(sandbox.ledger)).toBe(c.cancels);
     await second.stop();
   });

@@ -17,16 +17,16 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { alive, RUNNER_BIN as BIN } from "../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { listGroupMembers, readStartTime, readStatusIds } from "../src/process/proc-identity.js";
 import { reapGroup } from "../src/process/reaper.js";
 import { setprivCommand, switchUserSupportFrom } from "../src/process/run-as.js";
 import { spawnAgent } from "../src/process/spawn.js";
-import { alive, groupMembers, newManager, REPO_ROOT, runToEnd } from "./support/harness.js";
+import { groupMembers, newManager, runToEnd } from "./support/harness.js";
 import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
-const BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 const TOKEN = "runner-token-9f8e7d6c5b4a39281706";
 const TOKEN_ENV = "WC_RUNAS_TEST_TOKEN";
 

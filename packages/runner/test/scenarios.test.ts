@@ -9,16 +9,8 @@ import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OUTSIDE_PROJECT_PATH } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
-import {
-  alive,
-  groupMembers,
-  kinds,
-  makeWorkspace,
-  newManager,
-  readLedger,
-  runToEnd,
-  writeConfig,
-} from "./support/harness.js";
+import { alive, readLedger } from "../../../scripts/test-support/index.js";
+import { groupMembers, kinds, makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
 
 const ws = makeWorkspace();
 const badInterpreter = join(ws.dir, "bad-interpreter.sh");
@@ -331,7 +323,7 @@ describe("scenario table", () => {
     if (c.message) expect(run.message).toMatch(c.message);
     if (c.execution === "not_started") expect(run.message).toMatch(/No prompt was dispatched\./);
     if (c.state === "lost") expect(run.recovery_kind).toBe("reconcile");
-    const ledger = readLedger(ws);
+    const ledger = readLedger(ws.ledger);
     const prompts = ledger.filter((e) => e.event === "prompt" && e.prompt_sha256 === sha(prompt));
     expect(prompts).toHaveLength(c.dispatched);
     // The agent is its process group's leader (spawned directly, own group): no member of the group survived.
@@ -365,7 +357,7 @@ describe("scenario table", () => {
   });
 
   test("unsupported agent→client requests get method-not-found and the run continues", () => {
-    const errors = readLedger(ws).filter((e) => e.event === "client_error");
+    const errors = readLedger(ws.ledger).filter((e) => e.event === "client_error");
     expect(errors.map((e) => [e.method, e.code])).toEqual(
       expect.arrayContaining([
         ["fs/read_text_file", -32601],

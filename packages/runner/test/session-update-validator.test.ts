@@ -11,10 +11,11 @@ import { createInterface } from "node:readline";
 import { type AnyMessage, client, ndJsonStream, type SessionNotification } from "@agentclientprotocol/sdk";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
 import { AcpClientConnection } from "../src/acp/session.js";
 import { isAvailable, sessionUpdateValidators } from "../src/acp/session-update-validator.js";
 import type { AgentChild } from "../src/process/spawn.js";
-import { FAKE_AGENT, makeWorkspace } from "./support/harness.js";
+import { makeWorkspace } from "./support/harness.js";
 
 const loaded = await sessionUpdateValidators;
 if (!isAvailable(loaded)) throw new Error(`the generated validators did not load: ${loaded.reason} (${loaded.detail})`);
@@ -242,7 +243,7 @@ async function check(parse: ReturnType<typeof sdkParse>, params: unknown): Promi
 /** Runs one fake agent scenario over raw ndjson and returns every session/update params it wrote. */
 async function scenarioUpdates(prompt: string): Promise<unknown[]> {
   const ws = makeWorkspace();
-  const agent = spawn(process.execPath, [FAKE_AGENT], { cwd: ws.projectRoot, stdio: ["pipe", "pipe", "ignore"] });
+  const agent = spawn(process.execPath, [FAKE_AGENT_BIN], { cwd: ws.projectRoot, stdio: ["pipe", "pipe", "ignore"] });
   const send = (message: unknown) => agent.stdin.write(`${JSON.stringify(message)}\n`);
   const updates: unknown[] = [];
   const done = new Promise<void>((resolve, reject) => {

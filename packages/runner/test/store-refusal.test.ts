@@ -1,6 +1,7 @@
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { STORE_DB_FILE, STORE_MARKER_FILE } from "../src/store/open.js";
 import {
   killAllRunners,
@@ -9,7 +10,6 @@ import {
   startRunner,
   startTestServer,
   type TestServer,
-  waitFor,
 } from "./crash-matrix-harness.js";
 
 // The Runners need a Server to connect to (`run` requires [server]); this one just answers hello.
@@ -44,7 +44,7 @@ function markerStoreId(s: Sandbox): string | null {
 /** Start the real Runner once so it creates its store, then stop it gracefully. */
 async function createStore(s: Sandbox, newStore = false): Promise<string> {
   const runner = startRunner(s, { newStore });
-  await waitFor(() => runner.stderr().includes('"runner started"'), 20_000, "runner start");
+  await poll(() => runner.output().includes('"runner started"'), { timeoutMs: DAEMON_WAIT_MS, what: "runner start" });
   await runner.stop();
   const id = markerStoreId(s);
   if (!id) throw new Error("no store marker written");
@@ -55,7 +55,7 @@ async function expectRefusal(s: Sandbox, what: RegExp): Promise<void> {
   const runner = startRunner(s);
   const { code } = await runner.exited;
   expect(code).toBe(3);
-  const stderr = runner.stderr();
+  const stderr = runner.output();
   expect(stderr).toContain(join(s.stateDir, STORE_DB_FILE));
   expect(stderr).toContain("--new-store");
   expect(stderr).toMatch(what);
@@ -86,11 +86,11 @@ describe("store refusal (real webcodex-runner run)", { timeout: 90_000 }, () => 
   it("refuses a second Runner on the same state dir while the first one runs", async () => {
     const s = sandbox();
     const first = startRunner(s);
-    await waitFor(() => first.stderr().includes('"runner started"'), 20_000, "runner start");
+    await poll(() => first.output().includes('"runner started"'), { timeoutMs: DAEMON_WAIT_MS, what: "runner start" });
     const second = startRunner(s);
     const { code } = await second.exited;
     expect(code).toBe(3);
-    expect(second.stderr()).toContain("in use by another process");
+    expect(second.output()).toContain("in use by another process");
     expect(first.child.exitCode).toBeNull();
     await first.stop();
     expect((await first.exited).code).toBe(0);

@@ -19,11 +19,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
+import { alive, type LedgerLine, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { listUidProcesses, readStatusIds } from "../src/process/proc-identity.js";
 import { findSystemTool } from "../src/process/run-as.js";
 import { sweepUser } from "../src/process/user-pool.js";
-import { alive, newManager, RUNNER_BIN, runToEnd, startRequest, waitForState } from "./support/harness.js";
+import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
 import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
@@ -45,30 +46,12 @@ interface Ctx {
 }
 let ctx: Ctx;
 
-type LedgerLine = { event: string; [k: string]: unknown };
-
-function ledgerLines(): LedgerLine[] {
-  let text = "";
-  try {
-    text = readFileSync(ctx.ledger, "utf8");
-  } catch {
-    return [];
-  }
-  return text
-    .split("\n")
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l) as LedgerLine);
-}
-
 /** The first ledger line after the first `from` lines that matches, once it appears. */
-async function ledgerLine(from: number, match: (l: LedgerLine) => boolean): Promise<LedgerLine> {
-  const deadline = Date.now() + LEDGER_WAIT_MS;
-  for (;;) {
-    const line = ledgerLines().slice(from).find(match);
-    if (line) return line;
-    if (Date.now() > deadline) throw new Error("ledger line did not appear");
-    await new Promise((r) => setTimeout(r, 25));
-  }
+function ledgerLine(from: number, match: (l: LedgerLine) => boolean): Promise<LedgerLine> {
+  return poll(() => readLedger(ctx.ledger).slice(from).find(match), {
+    timeoutMs: LEDGER_WAIT_MS,
+    what: "the ledger line",
+  });
 }
 
 /** The real uid of `pid`, or null once it is gone. */
@@ -156,11 +139,11 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
     ["double_fork", "a double-forked sleeper (parent PID 1, a session of its own)"],
     ["setsid", "a setsid'd child"],
   ])("%s: %s does not outlive the run, and the next run of that user finds nothing left", async (how) => {
-    const before = ledgerLines().length;
+    const before = readLedger(ctx.ledger).length;
     const { code, stdout, stderr } = await exec("single", `scenario: escape how=${how}`);
     expect(code, stdout + stderr).toBe(0);
     expect(stdout).toMatch(/"state":"completed"/);
-    const escaped = ledgerLines()
+    const escaped = readLedger(ctx.ledger)
       .slice(before)
       .find((l) => l.event === "escaped");
     const pid = escaped?.pid as number;
@@ -173,7 +156,7 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
 
     const next = await exec("single", "scenario: leftovers");
     expect(next.code, next.stdout + next.stderr).toBe(0);
-    const count = ledgerLines()
+    const count = readLedger(ctx.ledger)
       .slice(before)
       .find((l) => l.event === "leftovers");
     expect(count).toEqual({ event: "leftovers", uid: ctx.users[0].uid, count: 0 });
@@ -182,7 +165,7 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
   test("concurrent runs hold different users; one cannot read the other's environ or memory; a third is refused", async () => {
     const { manager } = newManager(ctx.config, { sourceEnv: { ...process.env, [CANARY_SOURCE]: CANARY } });
     try {
-      const before = ledgerLines().length;
+      const before = readLedger(ctx.ledger).length;
       const first = startRequest(manager, "scenario: slow interval_ms=100 count=600", { provider_id: "pooled" });
       expect((await manager.start(first)).ok).toBe(true);
       await waitForState(manager, first.run_id, "running");
@@ -209,7 +192,7 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
         provider_id: "pooled",
       });
       expect(run.state).toBe("completed");
-      const read = ledgerLines().find((l) => l.event === "process_read" && l.pid === victim);
+      const read = readLedger(ctx.ledger).find((l) => l.event === "process_read" && l.pid === victim);
       expect(read?.result).toEqual({ environ: "EACCES", maps: "EACCES", mem: "EACCES" });
       expect(JSON.stringify(events)).not.toContain(CANARY);
 

@@ -4,8 +4,9 @@
  * tombstone (never admitted) stays distinguishable from "pruned".
  */
 import { afterAll, describe, expect, test } from "vitest";
+import { readLedger } from "../../../scripts/test-support/index.js";
 import type { SqliteDispatchStore } from "../src/store/dispatch-store.js";
-import { makeWorkspace, newManager, readLedger, startRequest, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, startRequest, writeConfig } from "./support/harness.js";
 
 const ws = makeWorkspace();
 const { manager, store } = newManager(writeConfig(ws));
@@ -20,7 +21,7 @@ describe("tombstoned runs", () => {
     const request = startRequest(manager, "scenario: hello\ncase: tombstone");
     expect(await manager.start(request)).toMatchObject({ ok: true, created: true });
     await manager.whenSettled(request.run_id);
-    const prompts = () => readLedger(ws).filter((e) => e.event === "prompt").length;
+    const prompts = () => readLedger(ws.ledger).filter((e) => e.event === "prompt").length;
     expect(prompts()).toBe(1);
     // Evict it from memory (retention keeps 64 in memory; the store is what a restarted Runner has), then prune.
     sqlite.prune({ retainDays: 3650, retainMax: 0 });

@@ -8,10 +8,11 @@
  */
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { RunStartOutcome, RunStartRequest } from "../../runner/src/runs/service.js";
 import { STATE_DB_FILE } from "../src/state/store.js";
 import { FakeRunService } from "./support/fake-run-service.js";
-import { alice, Harness, until } from "./support/in-process.js";
+import { alice, Harness } from "./support/in-process.js";
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 
@@ -47,8 +48,11 @@ describe("admission durability before run.start", () => {
     const harness = h;
     const svc = new FakeRunService();
     const link = harness.link(svc, R1.token);
-    await until(() => link.connected);
-    await until(() => harness.server.runs.listProjects(alice).some((p) => p.runner_online));
+    await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+    await poll(() => harness.server.runs.listProjects(alice).some((p) => p.runner_online), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
 
     const writes: (Write | "run.start arrived")[] = [];
     let seenByOtherConnection: unknown;

@@ -4,15 +4,14 @@
  * Server, Runner and fake agent, each printing the ids a host must keep.
  */
 import { execFile } from "node:child_process";
-import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLI_BIN } from "../../../scripts/test-support/index.js";
 import { composeContextPrompt } from "../src/sessions/service.js";
-import { REPO_ROOT, type Stack, startStack } from "./support/stack.js";
+import { type Stack, startStack } from "./support/stack.js";
 import { promptsOf } from "./support/tool-calls.js";
 
 const SCOPES = ["coding_agent:run", "project:write", "project:read", "runtime:read", "runtime:write"] as const;
-const CLI_BIN = join(REPO_ROOT, "packages/cli/bin/webcodex.js");
 const exec = promisify(execFile);
 
 let stack: Stack;

@@ -11,9 +11,13 @@ import { promisify } from "node:util";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../scripts/test-support/index.js";
 import { SERVER_FAILPOINT_ENV } from "../src/failpoints.js";
-import { ProcStack, SERVER_BIN, waitFor } from "./support/proc-stack.js";
+import { ProcStack } from "./support/proc-stack.js";
 import { callTool, observeToEnd, ok, promptsOf, type Structured } from "./support/tool-calls.js";
+
+/** Bound on the Runner coming back online after the Server child restarted. */
+const RECONNECT_WAIT_MS = 30_000;
 
 const run = promisify(execFile);
 
@@ -59,15 +63,20 @@ async function connect(s: ProcStack, token: string): Promise<Client> {
 }
 
 async function runnerOnline(s: ProcStack): Promise<void> {
-  await waitFor("the Runner back online", async () => (await s.projects("alice")).some((p) => p.runner_online), 30_000);
+  await poll(async () => (await s.projects("alice")).some((p) => p.runner_online), {
+    timeoutMs: RECONNECT_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
+    what: "the Runner back online",
+  });
 }
 
 async function restartServer(s: ProcStack): Promise<void> {
   const child = s.serverChild;
-  await waitFor(
-    "the Server to kill itself",
-    () => child === null || child.exitCode !== null || child.signalCode !== null,
-  );
+  await poll(() => child === null || child.exitCode !== null || child.signalCode !== null, {
+    timeoutMs: DAEMON_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
+    what: "the Server to kill itself",
+  });
   expect(child?.signalCode).toBe("SIGKILL");
   await s.killServer();
   s.opts.serverEnv = {};
@@ -147,10 +156,13 @@ describe("Server kill -9 with workflow sessions", () => {
       workflow_session_id: session.session_id,
     });
     await observeToEnd(before, started.run_id as string);
-    await waitFor("the terminal evidence entry", async () => {
-      const r = await ok(before, "read_workflow_session", { session_id: session.session_id });
-      return (r.evidence as Structured[]).some((e) => e.kind === "coding_agent_terminal");
-    });
+    await poll(
+      async () => {
+        const r = await ok(before, "read_workflow_session", { session_id: session.session_id });
+        return (r.evidence as Structured[]).some((e) => e.kind === "coding_agent_terminal");
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the terminal evidence entry" },
+    );
     const kept = await ok(before, "read_workflow_session", { session_id: session.session_id });
     await stack.killServer("SIGKILL");
     await stack.startServer();
@@ -203,10 +215,13 @@ describe("Server kill -9 between the recorded intent and run.start (start_after_
     const started = await ok(after, "start_coding_agent", startArgs);
     expect(started.run_id).toBe(runId);
     expect((await observeToEnd(after, started.run_id as string)).state).toBe("completed");
-    await waitFor("the second terminal entry", async () => {
-      const r = await ok(after, "read_workflow_session", { session_id: session.session_id });
-      return (r.evidence as Structured[]).length === 4;
-    });
+    await poll(
+      async () => {
+        const r = await ok(after, "read_workflow_session", { session_id: session.session_id });
+        return (r.evidence as Structured[]).length === 4;
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the second terminal entry" },
+    );
     expect(await ok(after, "start_coding_agent", startArgs)).toMatchObject({ run_id: runId, replayed: true });
     const final = await ok(after, "read_workflow_session", { session_id: session.session_id });
     expect((final.evidence as Structured[]).map((e) => e.kind)).toEqual([

@@ -6,6 +6,7 @@
  */
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { observeToEnd, observeUntil, ok, promptsOf, type Structured, toolError } from "./support/tool-calls.js";
@@ -83,12 +84,15 @@ function auditRows(tool: string): { run_id: string | null; outcome: string }[] {
     .all(tool) as { run_id: string | null; outcome: string }[];
 }
 
+/** Bound on the audit writer flushing a call's row. */
+const AUDIT_WAIT_MS = 10_000;
+
 async function waitForAudit(tool: string, runId: string): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  while (!auditRows(tool).some((r) => r.run_id === runId)) {
-    if (Date.now() > deadline) throw new Error(`no audit row of ${tool} naming ${runId}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
+  await poll(() => auditRows(tool).some((r) => r.run_id === runId), {
+    timeoutMs: AUDIT_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
+    what: `an audit row of ${tool} naming ${runId}`,
+  });
 }
 
 describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {

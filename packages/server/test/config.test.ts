@@ -2,8 +2,8 @@ import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { REPO_ROOT, SERVER_BIN } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, ConfigError, parseServerConfig, sha256Hex } from "../src/config.js";
-import { REPO_ROOT, SERVER_BIN } from "./support/proc-stack.js";
 
 const HASH = sha256Hex("t");
 const base = (extra: Record<string, unknown> = {}) => ({

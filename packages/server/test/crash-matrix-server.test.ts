@@ -15,8 +15,9 @@
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { isTerminalState } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { FailpointName } from "../../runner/src/failpoints.js";
-import { ProcStack, waitFor } from "./support/proc-stack.js";
+import { ProcStack } from "./support/proc-stack.js";
 
 interface Case {
   failpoint: FailpointName;
@@ -74,21 +75,29 @@ describe("crash matrix against the real Server process", { timeout: 120_000 }, (
       await s.waitOffline("r1");
       // A prompt written before the crash is still in the agent's stdin pipe: let it reach the ledger
       // before the restarted Runner reaps the orphaned agent.
-      if (c.prompts === 1) await waitFor("the agent's ledger", () => s?.prompts("r1").length === 1);
+      if (c.prompts === 1)
+        await poll(() => s?.prompts("r1").length === 1, {
+          timeoutMs: DAEMON_WAIT_MS,
+          intervalMs: DAEMON_POLL_MS,
+          what: "the agent's ledger",
+        });
 
       // A restarted Runner (no failpoint) recovers its store, says hello, and the Server reconciles.
       await s.startRunner("r1");
       let view: Structured = {};
       let token = started.observation_token as string | undefined;
-      await waitFor("the observer to see a settled run", async () => {
-        view = await tool(alice, "observe_coding_agent", {
-          run_id: runId,
-          ...(token ? { after_observation_token: token } : {}),
-          wait_secs: 5,
-        });
-        token = view.observation_token as string;
-        return isTerminalState(view.state as never) && view.runner_offline !== true;
-      });
+      await poll(
+        async () => {
+          view = await tool(alice, "observe_coding_agent", {
+            run_id: runId,
+            ...(token ? { after_observation_token: token } : {}),
+            wait_secs: 5,
+          });
+          token = view.observation_token as string;
+          return isTerminalState(view.state as never) && view.runner_offline !== true;
+        },
+        { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the observer to see a settled run" },
+      );
       expect(view).toMatchObject({ run_id: runId, ...c.outcome });
 
       // Retrying the same start replays the settled run; it is never admitted or dispatched again.

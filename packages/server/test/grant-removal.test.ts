@@ -8,8 +8,9 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { isTerminalState } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
-import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
+import { okValue, ProcStack } from "./support/proc-stack.js";
 
 /** Long enough to still be running after two Server restarts; cancelled at the end. */
 const LONG = "scenario: slow interval_ms=500 count=600";
@@ -30,7 +31,11 @@ async function restartServer(s: ProcStack): Promise<void> {
   await s.killServer("SIGTERM");
   await s.startServer();
   // bob keeps every grant: his view says when the Runner is linked again.
-  await waitFor("runner back online", async () => (await s.projects("bob")).every((p) => p.runner_online));
+  await poll(async () => (await s.projects("bob")).every((p) => p.runner_online), {
+    timeoutMs: DAEMON_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
+    what: "runner back online",
+  });
 }
 
 const cancelLines = (s: ProcStack) =>
@@ -50,11 +55,14 @@ describe("project grant removed from the config", { timeout: 90_000 }, () => {
     await s.startRunner("r1");
     const onDemo = okValue(await s.start("alice", input("grant-demo", "demo")));
     const onOther = okValue(await s.start("alice", input("grant-other", "other")));
-    await waitFor("both runs running", async () => {
-      const a = okValue(await s!.observe("alice", { run_id: onDemo.run_id }));
-      const b = okValue(await s!.observe("alice", { run_id: onOther.run_id }));
-      return a.state === "running" && b.state === "running";
-    });
+    await poll(
+      async () => {
+        const a = okValue(await s!.observe("alice", { run_id: onDemo.run_id }));
+        const b = okValue(await s!.observe("alice", { run_id: onOther.run_id }));
+        return a.state === "running" && b.state === "running";
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "both runs running" },
+    );
 
     setAliceProjects(s, ["other"]);
     await restartServer(s);
@@ -89,11 +97,14 @@ describe("project grant removed from the config", { timeout: 90_000 }, () => {
         already_terminal: false,
       });
     }
-    await waitFor("both runs terminal", async () => {
-      const a = okValue(await s!.observe("alice", { run_id: onDemo.run_id }));
-      const b = okValue(await s!.observe("alice", { run_id: onOther.run_id }));
-      return isTerminalState(a.state) && isTerminalState(b.state);
-    });
+    await poll(
+      async () => {
+        const a = okValue(await s!.observe("alice", { run_id: onDemo.run_id }));
+        const b = okValue(await s!.observe("alice", { run_id: onOther.run_id }));
+        return isTerminalState(a.state) && isTerminalState(b.state);
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "both runs terminal" },
+    );
     expect(cancelLines(s)).toBe(2);
     expect(s.prompts("r1")).toHaveLength(2);
   });

@@ -9,13 +9,14 @@ import { connect, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
 import { SqliteAuditLog } from "../src/mcp/audit.js";
 import { createMcpHandler } from "../src/mcp/mcp.js";
 import { MAX_TOOL_ARGUMENT_DEPTH } from "../src/mcp/tool-arguments.js";
 import { REFUSAL_LOG_PER_SECOND } from "../src/refusal-log.js";
 import { type RunningServer, startServer } from "../src/server.js";
-import { captureLogger, type LogCapture, until } from "./support/in-process.js";
+import { captureLogger, type LogCapture } from "./support/in-process.js";
 
 const TOKEN = `wct_${"a".repeat(43)}`;
 
@@ -128,7 +129,7 @@ describe("the Server's HTTP hardening", () => {
       expect(error.message).toMatch(/^config\.model/);
       expect(error.message).not.toContain("call stack");
     }
-    await until(() => auditRows(e!).length === 2);
+    await poll(() => auditRows(e!).length === 2, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(auditRows(e)).toEqual([
       { tool: "start_coding_agent", outcome: "invalid_input", input_bytes: 0 },
       { tool: "start_coding_agent", outcome: "invalid_input", input_bytes: 0 },
@@ -148,7 +149,7 @@ describe("the Server's HTTP hardening", () => {
       expect(error.code).toBe("invalid_input");
       expect(error.message).toContain(`${where}: the key '${where.split(".").at(-1)}' is reserved`);
     }
-    await until(() => auditRows(e!).length === 3);
+    await poll(() => auditRows(e!).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(auditRows(e).every((r) => r.outcome === "invalid_input")).toBe(true);
   });
 
@@ -187,7 +188,7 @@ describe("the Server's HTTP hardening", () => {
       id: 8,
       error: { code: -32602, message: "Invalid params: params.name: must be a string (the tool's name)" },
     });
-    await until(() => auditRows(e!).length === 3);
+    await poll(() => auditRows(e!).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(auditRows(e).map((r) => [r.tool, r.outcome])).toEqual([
       ["unknown_tool", "invalid_input"],
       ["malformed_call", "invalid_input"],
@@ -232,10 +233,13 @@ describe("the Server's HTTP hardening", () => {
     // The established connections were not dropped.
     expect(sockets.every((s) => !s.destroyed)).toBe(true);
     sockets.shift()?.destroy();
-    const served = await until(async () => {
-      const r = await rawExchange(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
-      return r.text.startsWith("HTTP/1.1 200") ? r : undefined;
-    });
+    const served = await poll(
+      async () => {
+        const r = await rawExchange(port, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+        return r.text.startsWith("HTTP/1.1 200") ? r : undefined;
+      },
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
+    );
     expect(served.text).toContain('{"ok":true}');
   });
 
@@ -253,10 +257,13 @@ describe("the Server's HTTP hardening", () => {
     expect(lines().length).toBeLessThanOrEqual(REFUSAL_LOG_PER_SECOND * seconds);
     expect(lines().length).toBeLessThan(burst);
     // The next window's first line reports how many were left out.
-    const withCount = await until(async () => {
-      await fetch(`${e!.server.url}/mcp`, { method: "POST", headers: HEADERS, body: "{}" }).then((r) => r.text());
-      return lines().find((l) => l.includes('"suppressed"'));
-    }, 5000);
+    const withCount = await poll(
+      async () => {
+        await fetch(`${e!.server.url}/mcp`, { method: "POST", headers: HEADERS, body: "{}" }).then((r) => r.text());
+        return lines().find((l) => l.includes('"suppressed"'));
+      },
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
+    );
     expect(JSON.parse(withCount).suppressed).toBeGreaterThan(0);
     expect(JSON.parse(withCount).remote).toBe("127.0.0.1");
   });

@@ -9,8 +9,9 @@ import { createHash } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { IMPOSTOR, refusedCount, startImpostor } from "./support/link-impostor.js";
-import { ProcStack, waitFor } from "./support/proc-stack.js";
+import { ProcStack } from "./support/proc-stack.js";
 
 function ledgerLines(file: string): Record<string, unknown>[] {
   try {
@@ -67,8 +68,16 @@ describe("an agent that steals its Runner's token cannot take the Runner's link 
 
       // The impostor: a second Runner with exactly what the agent read, its own store and agent ledger.
       await startImpostor(s, stolen, original);
-      await waitFor("the impostor refused and audited", () => refusedCount(s!) >= 1);
-      await waitFor("the impostor to hear link_in_use", () => s?.logs.get(IMPOSTOR)?.includes("link_in_use"));
+      await poll(() => refusedCount(s!) >= 1, {
+        timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the impostor refused and audited",
+      });
+      await poll(() => s?.logs.get(IMPOSTOR)?.includes("link_in_use"), {
+        timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the impostor to hear link_in_use",
+      });
 
       for (const key of ["after-1", "after-2"]) {
         expect((await s.runToEnd(key, `scenario: hello ${key}`)).state).toBe("completed");

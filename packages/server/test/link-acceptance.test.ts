@@ -5,16 +5,15 @@
  * stdio. The fake agent's ledger proves how often a prompt was dispatched.
  */
 import { execFile } from "node:child_process";
-import { join } from "node:path";
 import { promisify } from "node:util";
 import { isTerminalState, type RunEvent } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
+import { CLI_BIN, DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
-import { okValue, ProcStack, REPO_ROOT, waitFor } from "./support/proc-stack.js";
+import { okValue, ProcStack } from "./support/proc-stack.js";
 import { ok as okTool } from "./support/tool-calls.js";
 
-const CLI_BIN = join(REPO_ROOT, "packages/cli/bin/webcodex.js");
 const execFileP = promisify(execFile);
 
 const SLOW = "scenario: slow interval_ms=100 count=600";
@@ -79,7 +78,11 @@ describe("Server <-> Runner acceptance", () => {
     const before = await observeUntil(s, started.run_id, started.observation_token, (_o, ev) => ev.length > 0);
     await s.killServer("SIGKILL");
     await s.startServer();
-    await waitFor("runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
+    await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "runner back online",
+    });
 
     const replay = okValue(await s.start("alice", input("restart-me", "scenario: slow interval_ms=100 count=30")));
     expect(replay).toMatchObject({ run_id: started.run_id, replayed: true });
@@ -128,7 +131,11 @@ describe("Server <-> Runner acceptance", () => {
     // Resolved: the record (with the fences) is written just before the hook's pause.
     const store = s.inproc?.store;
     if (!store) throw new Error("in-process Server expected");
-    await waitFor("the start to resolve", () => store.get(deriveRunId(store.serverSecret, "alice", "fence")));
+    await poll(() => store.get(deriveRunId(store.serverSecret, "alice", "fence")), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the start to resolve",
+    });
     await s.killRunner("r1", "SIGTERM");
     await s.startRunner("r1");
     const res = await pending;

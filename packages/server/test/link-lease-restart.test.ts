@@ -8,9 +8,10 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { IMPOSTOR, linkAudit, startImpostor } from "./support/link-impostor.js";
 import { LinkRelay } from "./support/link-relay.js";
-import { ProcStack, waitFor } from "./support/proc-stack.js";
+import { ProcStack } from "./support/proc-stack.js";
 
 /** Long enough that the lease (two intervals) cannot run out while the Server restarts on a slow machine. */
 const HEARTBEAT_MS = 30_000;
@@ -43,14 +44,24 @@ describe("link leases survive a Server restart (real processes)", () => {
       await s.killServer(signal);
       await s.startServer();
       await startImpostor(s, s.tokens.get("r1") ?? "", original);
-      await waitFor("the impostor refused after the restart", () =>
-        linkAudit(s!).some((r) => r.event === "link_refused_in_use"),
-      );
+      await poll(() => linkAudit(s!).some((r) => r.event === "link_refused_in_use"), {
+        timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the impostor refused after the restart",
+      });
       expect(linkAudit(s).map((r) => r.event)).toEqual(["link_granted", "link_refused_in_use"]);
-      await waitFor("the impostor to hear link_in_use", () => s?.logs.get(IMPOSTOR)?.includes("link_in_use"));
+      await poll(() => s?.logs.get(IMPOSTOR)?.includes("link_in_use"), {
+        timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the impostor to hear link_in_use",
+      });
 
       relay.release();
-      await waitFor("the real Runner to resume", () => linkAudit(s!).some((r) => r.event === "link_resumed"));
+      await poll(() => linkAudit(s!).some((r) => r.event === "link_resumed"), {
+        timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the real Runner to resume",
+      });
       for (const key of ["after-1", "after-2"]) expect((await s.runToEnd(key)).state).toBe("completed");
       expect(s.prompts("r1")).toHaveLength(3);
       expect(s.prompts(IMPOSTOR)).toHaveLength(0);

@@ -12,9 +12,10 @@ import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { REFUSAL_LOG_PER_SECOND } from "../src/refusal-log.js";
 import { FakeRunService } from "./support/fake-run-service.js";
-import { ProcStack, waitFor } from "./support/proc-stack.js";
+import { ProcStack } from "./support/proc-stack.js";
 
 /** Hellos in the flood: well past what one log second or one audit row per hello would allow. */
 const FLOOD = 120;
@@ -72,15 +73,18 @@ describe("a flood of refused hellos is bounded in the log and the link audit (re
     expect(codes).toEqual(Array(FLOOD).fill("link_in_use"));
 
     const db = new Database(join(s.serverStateDir, "server.sqlite3"), { readonly: true, fileMustExist: true });
-    const rows = await waitFor("the refusals counted", () => {
-      const all = db.prepare("SELECT event, count, last_at FROM runner_link_audit ORDER BY id").all() as {
-        event: string;
-        count: number;
-        last_at: string | null;
-      }[];
-      const refused = all.filter((r) => r.event === "link_refused_in_use");
-      return refused.reduce((n, r) => n + r.count, 0) === FLOOD ? all : undefined;
-    });
+    const rows = await poll(
+      () => {
+        const all = db.prepare("SELECT event, count, last_at FROM runner_link_audit ORDER BY id").all() as {
+          event: string;
+          count: number;
+          last_at: string | null;
+        }[];
+        const refused = all.filter((r) => r.event === "link_refused_in_use");
+        return refused.reduce((n, r) => n + r.count, 0) === FLOOD ? all : undefined;
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the refusals counted" },
+    );
     db.close();
     expect(rows[0]).toMatchObject({ event: "link_granted", count: 1 });
     // One window (60 s) unless the flood itself straddled more; never one row per hello.

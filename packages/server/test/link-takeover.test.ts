@@ -8,10 +8,11 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
 import { IMPOSTOR, linkAudit, refusedCount, startImpostor } from "./support/link-impostor.js";
 import { LinkRelay } from "./support/link-relay.js";
-import { okValue, ProcStack, SERVER_BIN, waitFor } from "./support/proc-stack.js";
+import { okValue, ProcStack } from "./support/proc-stack.js";
 
 /** ProcStack's Server heartbeat interval; the link lease runs two of them. */
 const HEARTBEAT_MS = 2000;
@@ -39,7 +40,11 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     await s.startRunner("r1");
     // The impostor: a second Runner with the stolen token, its own store and its own agent ledger.
     await startImpostor(s, s.tokens.get("r1") ?? "");
-    await waitFor("two refused impostor hellos", () => refusedCount(s!) >= 2);
+    await poll(() => refusedCount(s!) >= 2, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "two refused impostor hellos",
+    });
 
     for (const key of ["a", "b", "c"]) expect((await s.runToEnd(`impostor-${key}`)).state).toBe("completed");
     expect(s.prompts("r1")).toHaveLength(3);
@@ -54,13 +59,20 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     relay = await LinkRelay.inFrontOf(s, "r1");
     await s.startRunner("r1");
     const started = okValue(await s.start("alice", input("blip", "scenario: slow interval_ms=100 count=40")));
-    await waitFor("the run to be running", async () => {
-      const o = okValue(await s!.observe("alice", { run_id: started.run_id }));
-      return o.events.length > 0;
-    });
+    await poll(
+      async () => {
+        const o = okValue(await s!.observe("alice", { run_id: started.run_id }));
+        return o.events.length > 0;
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the run to be running" },
+    );
     const cut = Date.now();
     relay.cutRunnerSide();
-    await waitFor("the link resumed", () => auditEvents(s!).includes("link_resumed"), 3 * HEARTBEAT_MS);
+    await poll(() => auditEvents(s!).includes("link_resumed"), {
+      timeoutMs: 3 * HEARTBEAT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the link resumed",
+    });
     // Resumed before the Server could have declared the old link dead: the secret did it, not a timeout.
     expect(Date.now() - cut).toBeLessThan(2 * HEARTBEAT_MS);
     expect(auditEvents(s)).not.toContain("link_refused_in_use");
@@ -97,7 +109,11 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     expect(stderr).toContain("old token no longer authenticates");
     await s.waitOffline("r1");
     expect(auditEvents(s)).toContain("closed_token_rotated");
-    await waitFor("the Runner to log the rotation", () => s?.logs.get("r1")?.includes("token_revoked"));
+    await poll(() => s?.logs.get("r1")?.includes("token_revoked"), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the Runner to log the rotation",
+    });
 
     const status = await new Promise<number | null>((resolve) => {
       const ws = new WebSocket(`ws://127.0.0.1:${s?.port}/runner`, {

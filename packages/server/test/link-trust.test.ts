@@ -14,13 +14,14 @@ import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { RESUME_SECRET_FILE } from "../../runner/src/link/resume.js";
 import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "../../runner/test/support/test-user.js";
 import { LINK_IN_USE_MESSAGE } from "../src/link/hub.js";
 import type { StartInput } from "../src/runs/api.js";
 import { FakeRunService } from "./support/fake-run-service.js";
 import { linkAudit, refusedCount } from "./support/link-impostor.js";
-import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
+import { okValue, ProcStack } from "./support/proc-stack.js";
 
 /** The kill -9 tests' Server heartbeat interval: the lease (two of them) is far longer than a restart takes. */
 const LONG_HEARTBEAT_MS = 10_000;
@@ -177,7 +178,11 @@ describe.skipIf(!IS_ROOT)("with run_as on every agent (needs root to create a us
     await s.startRunner("r1");
     const kept = join(s.dir, "runner-state-r1", RESUME_SECRET_FILE);
     // The Runner writes the secret after it reads hello.ack; the Server may report it online a moment before.
-    await waitFor("the Runner to keep its resume secret", () => existsSync(kept));
+    await poll(() => existsSync(kept), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the Runner to keep its resume secret",
+    });
     expect(statSync(kept).mode & 0o777).toBe(0o600);
 
     await s.killRunner("r1", "SIGKILL");

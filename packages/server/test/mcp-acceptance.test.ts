@@ -13,9 +13,10 @@ import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { MAX_PROMPT_BYTES, type RunEvent } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
+import { SERVER_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { AUDIT_FLUSH_INTERVAL_MS } from "../src/mcp/audit.js";
-import { SERVER_BIN, type Stack, startStack } from "./support/stack.js";
+import { type Stack, startStack } from "./support/stack.js";
 
 const run = promisify(execFile);
 

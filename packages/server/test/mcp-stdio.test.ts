@@ -11,11 +11,11 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
+import { SERVER_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { MemoryAuditLog } from "../src/mcp/audit.js";
 import { createMcpHttpHandler } from "../src/mcp/http.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
-import { SERVER_BIN } from "./support/stack.js";
 
 const run = promisify(execFile);
 const alice = principal("alice", ["coding_agent:run", "project:write", "project:read"], ["demo"]);

@@ -5,7 +5,8 @@
  * agent; 2026-07-28 requests as raw POSTs (what any client sends).
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { ProcStack, waitFor } from "./support/proc-stack.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { ProcStack } from "./support/proc-stack.js";
 
 const MODERN = "2026-07-28";
 const TASKS_META = {
@@ -67,10 +68,13 @@ describe("a run's task across a Server kill -9", () => {
     await s.startServer();
 
     let after: Record<string, unknown> = {};
-    await waitFor("the task to end after the restart", async () => {
-      after = await getTask(s, taskId);
-      return after.status !== "working";
-    });
+    await poll(
+      async () => {
+        after = await getTask(s, taskId);
+        return after.status !== "working";
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the task to end after the restart" },
+    );
     expect(after).toMatchObject({ taskId, status: "completed", createdAt: before.createdAt });
     const result = after.result as { resultType: string; structuredContent: Record<string, unknown> };
     expect(result.resultType).toBe("complete");
@@ -86,14 +90,21 @@ describe("a run's task across a Server kill -9", () => {
     const taskId = await startTask(s, "lost-task", "scenario: hello");
     expect(await s.runnerExit("r1")).toEqual({ code: null, signal: "SIGKILL" });
     await s.waitOffline("r1");
-    await waitFor("the agent's ledger", () => s.prompts("r1").length === 1);
+    await poll(() => s.prompts("r1").length === 1, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the agent's ledger",
+    });
     await s.startRunner("r1");
 
     let task: Record<string, unknown> = {};
-    await waitFor("the lost run's task to settle", async () => {
-      task = await getTask(s, taskId);
-      return task.status !== "working";
-    });
+    await poll(
+      async () => {
+        task = await getTask(s, taskId);
+        return task.status !== "working";
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the lost run's task to settle" },
+    );
     expect(task).toMatchObject({ taskId, status: "failed", error: { code: -32011 } });
     const error = task.error as { message: string; data: Record<string, unknown> };
     expect(error.message).toContain("cannot tell whether the agent finished");

@@ -7,11 +7,12 @@ import { createHash, randomBytes } from "node:crypto";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { OAUTH_SCOPES, TOOL_SCOPES } from "../src/oauth/scopes.js";
 import { SESSION_TOOL_NAMES } from "../src/sessions/tools.js";
 import { STATE_DB_FILE } from "../src/state/store.js";
 import { answerConsent, issueKey, mcpPost, openConsent, tokenRequest } from "./support/oauth.js";
-import { ProcStack, waitFor } from "./support/proc-stack.js";
+import { ProcStack } from "./support/proc-stack.js";
 
 const REDIRECT = "https://app.example/callback";
 let stack: ProcStack;
@@ -155,7 +156,11 @@ describe("OAuth tokens and workflow sessions", () => {
       const refused = await mcpPost(origin, access, call(name, { project_id: "demo", title: "t" }));
       expect(refused.status).toBe(403);
     }
-    await waitFor("two new audit rows", () => rows().length >= before + 2);
+    await poll(() => rows().length >= before + 2, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "two new audit rows",
+    });
     expect(rows().slice(before)).toEqual([
       { principal_id: "alice", tool: "create_workflow_session", outcome: "forbidden" },
       { principal_id: "alice", tool: "start_coding_agent", outcome: "forbidden" },

@@ -9,9 +9,10 @@
  */
 import { TOMBSTONE_MESSAGE } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
 import { FakeRunService } from "./support/fake-run-service.js";
-import { alice, Harness, until } from "./support/in-process.js";
+import { alice, Harness } from "./support/in-process.js";
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 
@@ -28,8 +29,11 @@ async function setup(): Promise<{ h: Harness; svc: FakeRunService; runId: string
   const h = await new Harness().start([R1]);
   const svc = new FakeRunService();
   const link = h.link(svc, R1.token);
-  await until(() => link.connected);
-  await until(() => h.server.runs.listProjects(alice).some((p) => p.runner_online));
+  await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+  await poll(() => h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+    timeoutMs: IN_PROCESS_WAIT_MS,
+    intervalMs: IN_PROCESS_POLL_MS,
+  });
   const first = ok(await h.server.runs.start(alice, input("k")));
   // The acknowledgement is lost: the record is back to `sent`, as a crash right after sending leaves it.
   h.server.store.update(first.run_id, { admission: "sent" });

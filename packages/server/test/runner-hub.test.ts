@@ -1,10 +1,14 @@
 import { encodeFrame, type HelloFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { RunnerTokenStore } from "../src/link/runner-tokens.js";
 import { FakeRunService } from "./support/fake-run-service.js";
-import { Harness, until } from "./support/in-process.js";
+import { Harness } from "./support/in-process.js";
+
+/** Bound on a new connection being granted the link once the old one is gone. */
+const GRANT_WAIT_MS = 10_000;
 
 const RUNNERS = [
   { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] },
@@ -68,7 +72,10 @@ describe("runner hub", () => {
     const c = connect(h, RUNNERS[0]!.token);
     await opened(c);
     c.ws.send(encodeFrame(hello(new FakeRunService())));
-    await until(() => c.frames.find((f) => f.type === "hello.ack"));
+    await poll(() => c.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(c.frames[0]).toMatchObject({ type: "hello.ack", runner_id: "r1" });
     c.ws.close();
   });
@@ -78,7 +85,10 @@ describe("runner hub", () => {
     const good = connect(h, RUNNERS[1]!.token);
     await opened(good);
     good.ws.send(encodeFrame(hello(new FakeRunService({ projects: [{ project_id: "other", allow_patch: true }] }))));
-    await until(() => good.frames.find((f) => f.type === "hello.ack"));
+    await poll(() => good.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
 
     for (const bad of ["{not json", JSON.stringify({ type: "hello", extra: 1 }), JSON.stringify({ type: "nope" })]) {
       const c = connect(h, RUNNERS[0]!.token);
@@ -119,12 +129,18 @@ describe("runner hub", () => {
     const old = connect(h, RUNNERS[0]!.token);
     await opened(old);
     old.ws.send(encodeFrame(hello(svc)));
-    const ack = await until(() => old.frames.find((f) => f.type === "hello.ack"));
+    const ack = await poll(() => old.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(ack.resume_secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
     const newer = connect(h, RUNNERS[0]!.token);
     await opened(newer);
     newer.ws.send(encodeFrame({ ...hello(svc), resume_secret: String(ack.resume_secret) }));
-    const resumed = await until(() => newer.frames.find((f) => f.type === "hello.ack"));
+    const resumed = await poll(() => newer.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(resumed.resume_secret).toBe(ack.resume_secret);
     await old.closed;
     expect(old.frames.at(-1)).toMatchObject({ type: "protocol_error", code: "replaced" });
@@ -141,7 +157,10 @@ describe("runner hub", () => {
     const live = connect(h, RUNNERS[0]!.token);
     await opened(live);
     live.ws.send(encodeFrame(hello(new FakeRunService())));
-    await until(() => live.frames.find((f) => f.type === "hello.ack"));
+    await poll(() => live.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     for (const secret of [undefined, "x".repeat(43)]) {
       const impostor = connect(h, RUNNERS[0]!.token);
       await opened(impostor);
@@ -165,20 +184,29 @@ describe("runner hub", () => {
     const old = connect(h, RUNNERS[0]!.token);
     await opened(old);
     old.ws.send(encodeFrame(hello(new FakeRunService())));
-    await until(() => old.frames.find((f) => f.type === "hello.ack"));
+    await poll(() => old.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     old.ws.terminate(); // a crash: no close handshake, so the lease runs for the heartbeat timeout
     const dropped = Date.now();
     let granted: Client | undefined;
     let refusals = 0;
-    await until(async () => {
-      const next = connect(h, RUNNERS[0]!.token);
-      await opened(next);
-      next.ws.send(encodeFrame(hello(new FakeRunService())));
-      const first = await until(() => next.frames[0]);
-      if (first.type === "hello.ack") granted = next;
-      else refusals++;
-      return granted;
-    }, 10_000);
+    await poll(
+      async () => {
+        const next = connect(h, RUNNERS[0]!.token);
+        await opened(next);
+        next.ws.send(encodeFrame(hello(new FakeRunService())));
+        const first = await poll(() => next.frames[0], {
+          timeoutMs: IN_PROCESS_WAIT_MS,
+          intervalMs: IN_PROCESS_POLL_MS,
+        });
+        if (first.type === "hello.ack") granted = next;
+        else refusals++;
+        return granted;
+      },
+      { timeoutMs: GRANT_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
+    );
     // Refused while the lease was live, granted within the heartbeat timeout (2 × 1000 ms in the harness).
     expect(refusals).toBeGreaterThan(0);
     expect(Date.now() - dropped).toBeLessThan(2 * 1000 + 1500);
@@ -194,7 +222,10 @@ describe("runner hub", () => {
     const c = connect(h, fresh);
     await opened(c);
     c.ws.send(encodeFrame(hello(new FakeRunService())));
-    await until(() => c.frames.find((f) => f.type === "hello.ack"));
+    await poll(() => c.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(await connect(h, RUNNERS[1]!.token).status).toBeNull(); // other runners keep their config tokens
     c.ws.close();
   });

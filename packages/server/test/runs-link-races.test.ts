@@ -4,9 +4,10 @@
  * cancels whose delivery is unknown.
  */
 import { afterEach, describe, expect, it } from "vitest";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
 import { FakeRunService, msg } from "./support/fake-run-service.js";
-import { alice, Harness, until } from "./support/in-process.js";
+import { alice, Harness } from "./support/in-process.js";
 import { RawRunner } from "./support/raw-runner.js";
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
@@ -37,7 +38,10 @@ describe("run core against a hand-driven Runner link", () => {
   ): Promise<RawRunner> {
     const r = await RawRunner.connect(h.wsUrl(), R1.token, svc, inventory, hold);
     raws.push(r);
-    await until(() => h.server.runs.listProjects(alice).some((p) => p.runner_online));
+    await poll(() => h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     return r;
   }
 
@@ -49,18 +53,21 @@ describe("run core against a hand-driven Runner link", () => {
     const y = ok(await h.server.runs.start(alice, input("y")));
     svc.emit(y.run_id, [msg("one"), msg("two")]); // never pushed: the Server must fetch them with run.sync
     first.close();
-    await until(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online));
+    await poll(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
 
     // Connection A: its inventory lacks x, so reconciliation queries x and waits on it.
     const inv = svc.inventory().filter((s) => s.run_id === y.run_id);
     const holdX = (f: { type: string; run_id?: string }) => f.type === "run.sync" && runIdOf(f) === x.run_id;
     const a = await RawRunner.connect(h.wsUrl(), R1.token, svc, inv, holdX);
     raws.push(a);
-    await until(() => a.held.length > 0);
+    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     // Connection B replaces A while A's query is pending; B also holds its query of x.
     const b = await RawRunner.connect(h.wsUrl(), R1.token, svc, inv, holdX);
     raws.push(b);
-    await until(() => b.held.length > 0 && !a.open);
+    await poll(() => b.held.length > 0 && !a.open, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     await new Promise((r) => setTimeout(r, 50));
 
     const seen: number[] = [];
@@ -85,14 +92,17 @@ describe("run core against a hand-driven Runner link", () => {
     const a = await connect(svc);
     a.hold = (f) => f.type === "run.start";
     const pending = h.server.runs.start(alice, input("replaced"));
-    await until(() => a.held.length > 0);
+    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     await connect(svc); // the newer hello fences A; its reconciliation sees the start as busy
     const r = ok(await pending);
     expect(r.state).toBe("starting");
-    const rec = await until(() => {
-      const x = h.server.store.get(r.run_id);
-      return x?.state === "failed" ? x : undefined;
-    });
+    const rec = await poll(
+      () => {
+        const x = h.server.store.get(r.run_id);
+        return x?.state === "failed" ? x : undefined;
+      },
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
+    );
     expect(rec).toMatchObject({
       execution_state: "not_started",
       failure_kind: "never_admitted",
@@ -113,7 +123,10 @@ describe("run core against a hand-driven Runner link", () => {
     a.hold = (f) => f.type === "run.start";
     const lost = ok(await h.server.runs.start(alice, input("never")));
     expect(lost.state).toBe("starting");
-    await until(() => h.server.store.get(lost.run_id)?.failure_kind === "never_admitted");
+    await poll(() => h.server.store.get(lost.run_id)?.failure_kind === "never_admitted", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
 
     // The Runner admits this one but its answer never arrives.
     a.hold = (f) => {
@@ -123,7 +136,10 @@ describe("run core against a hand-driven Runner link", () => {
       return true;
     };
     const slow = ok(await h.server.runs.start(alice, input("admitted")));
-    await until(() => h.server.store.get(slow.run_id)?.admission === "admitted");
+    await poll(() => h.server.store.get(slow.run_id)?.admission === "admitted", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(h.server.store.get(slow.run_id)).toMatchObject({ state: "starting", failure_kind: null });
   });
 
@@ -133,7 +149,7 @@ describe("run core against a hand-driven Runner link", () => {
     const a = await connect(svc);
     a.hold = (f) => f.type === "run.start";
     const pending = h.server.runs.start(alice, input("cancel-unknown"));
-    await until(() => a.held.length > 0);
+    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     // B answers no run.sync at all, so only the cancel's answer can settle the record.
     const b = await connect(svc, (f) => f.type === "run.sync");
     const r = ok(await pending);
@@ -149,14 +165,17 @@ describe("run core against a hand-driven Runner link", () => {
     const a = await connect(svc, (f) => f.type === "run.cancel");
     const run = ok(await h.server.runs.start(alice, input("cancel-lost")));
     const pending = h.server.runs.cancel(alice, { run_id: run.run_id });
-    await until(() => a.held.length > 0);
+    await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     a.close(); // the cancel may or may not have reached the Runner
     expect(ok(await pending)).toMatchObject({ cancel_requested: true, already_terminal: false });
     expect(h.server.store.get(run.run_id)?.cancel_forwarded).toBe(false);
     expect(svc.cancels).toEqual([]);
 
     const b = await connect(svc);
-    await until(() => h.server.store.get(run.run_id)?.cancel_forwarded === true);
+    await poll(() => h.server.store.get(run.run_id)?.cancel_forwarded === true, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(b.requests("run.cancel").map(runIdOf)).toEqual([run.run_id]);
     expect(svc.cancels).toEqual([run.run_id]);
     // Delivered now: a repeat is answered without another frame.
@@ -170,12 +189,15 @@ describe("run core against a hand-driven Runner link", () => {
     const a = await connect(closed);
     const local = await h.server.runs.start(alice, input("np-local"));
     a.stop();
-    await until(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online));
+    await poll(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
 
     const svc = new FakeRunService(); // advertises allow_patch = true, but rejects at admission
     const b = await connect(svc, (f) => f.type === "run.start");
     const pending = h.server.runs.start(alice, input("np-runner"));
-    await until(() => b.held.length > 0);
+    await poll(() => b.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     const held = b.held[0]!;
     b.send({ type: "error", request_id: held.request_id, code: "project_not_writable", message: "not writable" });
     const remote = await pending;

@@ -7,17 +7,24 @@ import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { MAX_SAME_KEY_WAITS } from "../src/runs/admission.js";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
 import type { Runs } from "../src/runs/runs.js";
 import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
-import { alice, bob, Harness, principal, until } from "./support/in-process.js";
+import { alice, bob, Harness, principal } from "./support/in-process.js";
+
+/** Bound on the link reconnecting to a restarted in-process Server, its backoff included. */
+const RECONNECT_WAIT_MS = 10_000;
 
 /** Until an observe on `runId` is parked on its mirror (a waiter), so what the test does next wakes it. */
 function untilWaiting(h: Harness, runId: string) {
-  return until(() => (h.server.runs as Runs).mirrors.get(runId)?.idle === false);
+  return poll(() => (h.server.runs as Runs).mirrors.get(runId)?.idle === false, {
+    timeoutMs: IN_PROCESS_WAIT_MS,
+    intervalMs: IN_PROCESS_POLL_MS,
+  });
 }
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
@@ -29,11 +36,13 @@ function input(key: string, extra: Partial<StartInput> = {}): StartInput {
 
 async function online(h: Harness, svc: FakeRunService, token = R1.token) {
   const link = h.link(svc, token);
-  await until(() => link.connected);
-  await until(() =>
-    h.server.runs
-      .listProjects(alice)
-      .some((p) => p.runner_online && svc.projects.some((x) => x.project_id === p.project_id)),
+  await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+  await poll(
+    () =>
+      h.server.runs
+        .listProjects(alice)
+        .some((p) => p.runner_online && svc.projects.some((x) => x.project_id === p.project_id)),
+    { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
   );
   return link;
 }
@@ -206,7 +215,10 @@ describe("run core", () => {
     const link = await online(h, svc);
     const pending = h.server.runs.start(alice, input("fence"));
     // Resolved: the record is written (with the fences) just before the hook's pause, and nothing was sent yet.
-    await until(() => h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence")));
+    await poll(() => h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence")), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(svc.starts).toHaveLength(0);
     await link.close();
     svc.restart();
@@ -233,7 +245,10 @@ describe("run core", () => {
     const pending = h.server.runs.start(alice, input("provider-fence"));
     // The run's intent (with the old provider instance) is recorded before the provider restarts.
     const runId = deriveRunId(h.server.store.serverSecret, alice.id, "provider-fence");
-    await until(() => h.server.store.get(runId) !== undefined);
+    await poll(() => h.server.store.get(runId) !== undefined, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     svc.providerInstanceId = instanceId();
     const r = await pending;
     expect(r).toMatchObject({ ok: false, error: { code: "stale_provider", recovery_kind: "retry_same" } });
@@ -308,7 +323,7 @@ describe("run core", () => {
       run.run_id,
       Array.from({ length: 60 }, (_, i) => msg(`${i}`.padEnd(1900, "é"))),
     );
-    await until(() => svc.runs.get(run.run_id));
+    await poll(() => svc.runs.get(run.run_id), { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     let token: string | undefined;
     const seen: number[] = [];
     let pages = 0;
@@ -343,7 +358,10 @@ describe("run core", () => {
     expect(svc.cancels).toEqual([run.run_id]);
     svc.finish(run.run_id, "cancelled");
     const done = ok(await h.server.runs.observe(alice, { run_id: run.run_id, wait_secs: 1 }));
-    await until(() => h.server.store.get(run.run_id)?.state === "cancelled");
+    await poll(() => h.server.store.get(run.run_id)?.state === "cancelled", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(ok(await h.server.runs.cancel(alice, { run_id: run.run_id }))).toMatchObject({
       already_terminal: true,
       state: "cancelled",
@@ -357,7 +375,10 @@ describe("run core", () => {
     const link = await online(h, svc);
     const run = ok(await h.server.runs.start(alice, input("off")));
     svc.setState(run.run_id, "running", { execution_state: "started" });
-    await until(() => h.server.store.get(run.run_id)?.state === "running");
+    await poll(() => h.server.store.get(run.run_id)?.state === "running", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     const t0 = Date.now();
     const waiting = h.server.runs.observe(alice, {
       run_id: run.run_id,
@@ -369,7 +390,10 @@ describe("run core", () => {
     expect(ok(await waiting).runner_offline).toBe(true);
     // Woken by the Runner going offline, not by the end of its 20 s wait.
     expect(Date.now() - t0).toBeLessThan(20_000);
-    await until(() => !h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online);
+    await poll(() => !h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     const o = ok(
       await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: run.observation_token }),
     );
@@ -393,7 +417,10 @@ describe("run core", () => {
     await link.close();
     svc.restart();
     await online(h, svc);
-    await until(() => h.server.store.get(run.run_id)?.state === "lost");
+    await poll(() => h.server.store.get(run.run_id)?.state === "lost", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     const o2 = ok(
       await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: o1.observation_token }),
     );
@@ -412,7 +439,10 @@ describe("run core", () => {
     await link.close();
     svc.restart({ newStore: true });
     await online(h, svc);
-    await until(() => h.server.store.get(run.run_id)?.state === "lost");
+    await poll(() => h.server.store.get(run.run_id)?.state === "lost", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(h.server.store.get(run.run_id)).toMatchObject({
       failure_kind: "runner_store_changed",
       execution_state: "outcome_unknown",
@@ -435,7 +465,10 @@ describe("run core", () => {
     );
     expect(o1.events.map((e) => e.seq)).toEqual([1]);
     await h.restartServer();
-    await until(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, 10_000);
+    await poll(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, {
+      timeoutMs: RECONNECT_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     svc.emit(run.run_id, [msg("b")]);
     const o2 = ok(
       await h.server.runs.observe(alice, {
@@ -472,7 +505,10 @@ describe("run core", () => {
     stuck.send(
       encodeFrame({ type: "hello", protocol_version: PROTOCOL_VERSION, ...stuckSvc.helloBody(), inventory: [] }),
     );
-    await until(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online);
+    await poll(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     stuck.pause(); // reads nothing more, answers nothing
     const hanging = h.server.runs.start(alice, input("stuck"));
     const s2 = new FakeRunService({ projects: [{ project_id: "other", allow_patch: true }] });
@@ -492,11 +528,15 @@ describe("run core", () => {
     await online(h, svc);
     const run = ok(await h.server.runs.start(alice, input("KEY-CANARY-1f3a", { prompt: "PROMPT-CANARY-9c2e" })));
     svc.emit(run.run_id, [msg("EVENT-CANARY-77d1")]);
-    await until(() =>
-      h.server.runs.observe(alice, { run_id: run.run_id }).then((o) => o.ok && o.value.events.length > 0),
+    await poll(
+      () => h.server.runs.observe(alice, { run_id: run.run_id }).then((o) => o.ok && o.value.events.length > 0),
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     svc.finish(run.run_id);
-    await until(() => h.server.store.get(run.run_id)?.state === "completed");
+    await poll(() => h.server.store.get(run.run_id)?.state === "completed", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     h.server.store.db.pragma("wal_checkpoint(FULL)");
     const dir = join(h.dir, "state");
     const bytes = readdirSync(dir)

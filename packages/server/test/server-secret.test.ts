@@ -9,8 +9,8 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { SERVER_BIN } from "../../../scripts/test-support/index.js";
 import { sha256Hex } from "../src/config.js";
-import { SERVER_BIN } from "./support/proc-stack.js";
 
 /** Upper bound on one refused start (it exits before listening). */
 const START_TIMEOUT_MS = 20_000;

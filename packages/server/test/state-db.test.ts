@@ -10,6 +10,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
+import {
+  DAEMON_WAIT_MS,
+  IN_PROCESS_POLL_MS,
+  IN_PROCESS_WAIT_MS,
+  poll,
+  SERVER_BIN,
+} from "../../../scripts/test-support/index.js";
 import { buildServerConfig } from "../src/config.js";
 import { TokenStore } from "../src/principals/tokens.js";
 import type { StartInput } from "../src/runs/api.js";
@@ -19,8 +26,7 @@ import { type RunningServer, startServer } from "../src/server.js";
 import { MIGRATIONS, SCHEMA_VERSION, SchemaVersionError } from "../src/state/schema.js";
 import { STATE_DB_FILE, StateStore } from "../src/state/store.js";
 import { FakeRunService } from "./support/fake-run-service.js";
-import { alice, captureLogger, Harness, makeConfig, until } from "./support/in-process.js";
-import { SERVER_BIN } from "./support/proc-stack.js";
+import { alice, captureLogger, Harness, makeConfig } from "./support/in-process.js";
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 
@@ -110,7 +116,8 @@ describe("one Server per state dir", () => {
     return { child, out, err };
   }
 
-  const listening = (p: { out: string[] }) => until(() => p.out.join("").includes('"listening"'), 20_000);
+  const listening = (p: { out: string[] }) =>
+    poll(() => p.out.join("").includes('"listening"'), { timeoutMs: DAEMON_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
   const exited = (c: ChildProcess) =>
     new Promise<number | null>((r) => {
       if (c.exitCode !== null) r(c.exitCode);
@@ -264,15 +271,20 @@ describe("expiry of records rejected before admission", () => {
     // Admitted and finished: never expires here, however old.
     const svc = new FakeRunService();
     h.link(svc, R1.token);
-    await until(() =>
-      server()
-        .runs.listProjects(alice)
-        .some((p) => p.runner_online),
+    await poll(
+      () =>
+        server()
+          .runs.listProjects(alice)
+          .some((p) => p.runner_online),
+      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     const admitted = await server().runs.start(alice, input("old-admitted"));
     if (!admitted.ok) throw new Error("expected an admitted run");
     svc.finish(admitted.value.run_id);
-    await until(() => server().store.get(admitted.value.run_id)?.state === "completed");
+    await poll(() => server().store.get(admitted.value.run_id)?.state === "completed", {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
 
     const secret = server().store.serverSecret;
     const id = (key: string) => deriveRunId(secret, alice.id, key);

@@ -5,33 +5,28 @@
  * non-loopback Server without TLS are refused at start with a precise message unless the
  * operator sets the loudly named override, which then warns.
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { get } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, startRunnerProcess } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
 import { startServer } from "../src/server.js";
 import { captureLogger } from "./support/in-process.js";
-import { ProcStack, RUNNER_BIN, waitFor } from "./support/proc-stack.js";
+import { ProcStack } from "./support/proc-stack.js";
 import { makeTestCa, type TestCa } from "./support/test-ca.js";
 
-function runnerExit(config: string, env: Record<string, string> = {}): Promise<{ code: number | null; out: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [RUNNER_BIN, "run", "--config", config], {
-      env: { ...process.env, ...env },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let out = "";
-    child.stdout?.on("data", (c: Buffer) => {
-      out += c.toString("utf8");
-    });
-    child.stderr?.on("data", (c: Buffer) => {
-      out += c.toString("utf8");
-    });
-    child.on("exit", (code) => resolve({ code, out }));
-  });
+/** How long a Runner this file stops gets after its signal before SIGKILL. */
+const RUNNER_STOP_GRACE_MS = 10_000;
+
+async function runnerExit(
+  config: string,
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; out: string }> {
+  const runner = startRunnerProcess(config, { env: { ...process.env, ...env }, stopGraceMs: RUNNER_STOP_GRACE_MS });
+  const { code } = await runner.exited;
+  return { code, out: runner.output() };
 }
 
 describe("TLS on the Runner link and the Server", () => {
@@ -72,28 +67,22 @@ describe("TLS on the Runner link and the Server", () => {
     s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], tls: ca }).init();
     const cfg = join(s.dir, "runner-r1.toml");
     writeFileSync(cfg, readFileSync(cfg, "utf8").replace(/^ca_file = .*\n/m, ""));
-    const child = spawn(process.execPath, [RUNNER_BIN, "run", "--config", cfg], {
+    const child = startRunnerProcess(cfg, {
       cwd: s.dir,
       env: { ...process.env, WEBCODEX_RUNNER_TOKEN: s.tokens.get("r1") ?? "" },
-      stdio: ["ignore", "pipe", "pipe"],
+      stopGraceMs: RUNNER_STOP_GRACE_MS,
     });
-    let out = "";
-    const append = (c: Buffer) => {
-      out += c.toString("utf8");
-    };
-    child.stdout?.on("data", append);
-    child.stderr?.on("data", append);
     try {
-      await waitFor(
-        "two refused TLS handshakes",
-        () => (out.match(/TLS certificate is not trusted/g) ?? []).length >= 2,
-      );
-      expect(out).toMatch(/SELF_SIGNED|UNABLE_TO_VERIFY/);
+      await poll(() => (child.output().match(/TLS certificate is not trusted/g) ?? []).length >= 2, {
+        timeoutMs: DAEMON_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "two refused TLS handshakes",
+      });
+      expect(child.output()).toMatch(/SELF_SIGNED|UNABLE_TO_VERIFY/);
       expect((await s.projects("alice")).every((p) => !p.runner_online)).toBe(true);
       expect(s.inproc?.store.db.prepare("SELECT COUNT(*) FROM runner_link_audit").pluck().get()).toBe(0);
     } finally {
-      child.kill("SIGKILL");
-      await new Promise((r) => child.once("exit", r));
+      await child.signal("SIGKILL");
     }
   });
 
@@ -125,11 +114,16 @@ describe("TLS on the Runner link and the Server", () => {
     await s.startRunner("r1");
     await s.killServer("SIGTERM");
     await s.startServer(); // the Runner reconnects: a second connect, a second warning
-    await waitFor("the Runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
-    await waitFor(
-      "a warning per connect",
-      () => (s?.logs.get("r1")?.match(/INSECURE: connecting with ws:\/\//g) ?? []).length >= 2,
-    );
+    await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the Runner back online",
+    });
+    await poll(() => (s?.logs.get("r1")?.match(/INSECURE: connecting with ws:\/\//g) ?? []).length >= 2, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "a warning per connect",
+    });
   });
 
   it("refuses to listen on a non-loopback host without TLS unless allow_insecure_http = true, which warns", async () => {

@@ -11,9 +11,13 @@ import { createHash } from "node:crypto";
 import { cpSync, rmSync } from "node:fs";
 import { TOMBSTONE_MESSAGE } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { StartInput } from "../src/runs/api.js";
 import { CutProxy } from "./support/cut-proxy.js";
-import { okValue, ProcStack, waitFor } from "./support/proc-stack.js";
+import { okValue, ProcStack } from "./support/proc-stack.js";
+
+/** Bound on the Runner logging both runs terminal while the Server is down. */
+const TERMINAL_LOG_WAIT_MS = 30_000;
 
 const A_PROMPT = "scenario: hello\nrun A";
 
@@ -58,14 +62,22 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     // The Runner restarts: its start-up prune keeps only B's row.
     await s.killRunner("r1", "SIGTERM");
     await s.startRunner("r1");
-    await waitFor("A's row pruned", () => s?.logs.get("r1")?.includes("pruned terminal runs"));
+    await poll(() => s?.logs.get("r1")?.includes("pruned terminal runs"), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "A's row pruned",
+    });
 
     // Restore the Server's state dir from the backup.
     await s.killServer("SIGTERM");
     rmSync(s.serverStateDir, { recursive: true, force: true });
     cpSync(backup, s.serverStateDir, { recursive: true });
     await s.startServer();
-    await waitFor("runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
+    await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "runner back online",
+    });
 
     const retry = okValue(await s.start("alice", input("key-a", A_PROMPT)));
     expect(retry).toMatchObject({ run_id: a.run_id, replayed: true, state: "completed" });
@@ -99,21 +111,29 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
     // The Server goes down before it ever hears from the Runner again.
     proxy.down();
     await s.killServer("SIGKILL");
-    await waitFor(
-      "A and B terminal on the Runner",
-      () => (s?.logs.get("r1")?.match(/"msg":"run terminal"/g)?.length ?? 0) >= 2,
-      30_000,
-    );
+    await poll(() => (s?.logs.get("r1")?.match(/"msg":"run terminal"/g)?.length ?? 0) >= 2, {
+      timeoutMs: TERMINAL_LOG_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "A and B terminal on the Runner",
+    });
     expect(dispatches(s, A_PROMPT)).toBe(1);
 
     // The Runner restarts while the Server is down (start-up prune drops A's row) ...
     await s.killRunner("r1", "SIGTERM");
     await s.startRunner("r1", [], {}, { waitOnline: false });
-    await waitFor("A's row pruned", () => s?.logs.get("r1")?.includes("pruned terminal runs"));
+    await poll(() => s?.logs.get("r1")?.includes("pruned terminal runs"), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "A's row pruned",
+    });
     // ... then the Server comes back and reconciles A against the Runner.
     await s.startServer();
     proxy.up();
-    await waitFor("runner back online", async () => (await s?.projects("alice"))?.[0]?.runner_online);
+    await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "runner back online",
+    });
     const settled = await s.untilTerminal(a.run_id);
     expect(settled).toMatchObject({ state: "completed", execution_state: "completed" });
 

@@ -7,6 +7,7 @@ import { randomBytes } from "node:crypto";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { MAX_PROMPT_BYTES } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { composeContextPrompt } from "../src/sessions/service.js";
 import { type Stack, startStack } from "./support/stack.js";
@@ -69,14 +70,22 @@ async function read(client: Client, sessionId: unknown, after = 0): Promise<Stru
   return ok(client, "read_workflow_session", { session_id: sessionId, after });
 }
 
+/** Time between two reads of a session's evidence. */
+const EVIDENCE_POLL_MS = 100;
+
 async function evidenceUntil(sessionId: unknown, done: (e: Structured[]) => boolean): Promise<Structured[]> {
-  const deadline = Date.now() + 20_000;
-  for (;;) {
-    const evidence = (await read(alice, sessionId)).evidence as Structured[];
-    if (done(evidence)) return evidence;
-    if (Date.now() > deadline) throw new Error(`evidence never complete: ${JSON.stringify(evidence)}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
+  let evidence: Structured[] = [];
+  return poll(
+    async () => {
+      evidence = (await read(alice, sessionId)).evidence as Structured[];
+      return done(evidence) && evidence;
+    },
+    {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: EVIDENCE_POLL_MS,
+      what: () => `complete evidence: ${JSON.stringify(evidence)}`,
+    },
+  );
 }
 
 describe("workflow sessions over MCP (real Server, Runner and fake agent)", () => {

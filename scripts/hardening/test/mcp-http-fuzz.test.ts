@@ -19,10 +19,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { scopesForTool } from "../../../packages/server/src/oauth/scopes.js";
 import { OAUTH_TEST_CLOCK_ENV } from "../../../packages/server/src/oauth/test-clock.js";
 import { issueKey, serverCli } from "../../../packages/server/test/support/oauth.js";
-import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
+import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../test-support/index.js";
 import { authorizeAndRedeem, registerClient, revokeToken } from "./support/oauth-flow.js";
 import { rssBytes, seed, size } from "./support/profile.js";
 import { auditRows, changedTables, runSettled, stateSnapshot } from "./support/server-state.js";
+
+/** Bound on the audit writer flushing the rows a fuzz round expects. */
+const AUDIT_ROWS_WAIT_MS = 30_000;
 
 const TOOL_CALLS = size(3_000, 300);
 /** Fuzzed calls through OAuth-issued (and junk, revoked) bearers, then through the same tokens once expired. */
@@ -70,10 +74,13 @@ describe("MCP and HTTP fuzz against a live Server", () => {
         prompt: "scenario: hello",
       }),
     ).run_id;
-    await waitFor("the baseline run to complete", async () => {
-      const o = await stack.observe("alice", { run_id: realRunId });
-      return o.ok && o.value.state === "completed";
-    });
+    await poll(
+      async () => {
+        const o = await stack.observe("alice", { run_id: realRunId });
+        return o.ok && o.value.state === "completed";
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the baseline run to complete" },
+    );
     const made = async (name: string, args: Record<string, unknown>) => {
       const answer = await rpc("tools/call", { name, arguments: args });
       const result = (JSON.parse(answer.body) as { result?: { structuredContent?: Record<string, unknown> } }).result;
@@ -295,7 +302,11 @@ describe("MCP and HTTP fuzz against a live Server", () => {
         if (runId && name.includes("start") && !started.has(runId)) {
           started.add(runId);
           // Its session evidence (a row outside the run's own) lands later: wait, so no later call is blamed.
-          await waitFor(`run ${runId} settled`, () => runSettled(dbFile, runId), SETTLE_MS);
+          await poll(() => runSettled(dbFile, runId), {
+            timeoutMs: SETTLE_MS,
+            intervalMs: DAEMON_POLL_MS,
+            what: `run ${runId} settled`,
+          });
         }
       }
     }
@@ -306,11 +317,11 @@ describe("MCP and HTTP fuzz against a live Server", () => {
 
   /** Waits for the audit flush, then: exactly `expected` new mcp_audit rows since `before`. */
   async function expectAuditRows(before: number, expected: number): Promise<void> {
-    await waitFor(
-      `${expected} new mcp_audit rows`,
-      () => auditRows(dbFile, "mcp_audit").length - before >= expected,
-      30_000,
-    );
+    await poll(() => auditRows(dbFile, "mcp_audit").length - before >= expected, {
+      timeoutMs: AUDIT_ROWS_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: `${expected} new mcp_audit rows`,
+    });
     expect(auditRows(dbFile, "mcp_audit").length - before, "one mcp_audit row per authenticated call").toBe(expected);
   }
 

@@ -7,7 +7,7 @@
  */
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { waitFor } from "../../../packages/server/test/support/proc-stack.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../test-support/index.js";
 import { type RunView, startFrame, waitTerminal } from "./support/drive.js";
 import { FakeServer, type RunnerConn } from "./support/fake-server.js";
 import { fdCount, size } from "./support/profile.js";
@@ -124,7 +124,11 @@ describe("misbehaving agents against a real Runner", () => {
     // Warm up (first spawn, SQLite pages, the ledger), then take the descriptor baseline.
     await server.request(conn, startFrame(conn, "warmup", "scenario: hello"));
     await waitTerminal(server, "warmup", TERMINAL_WITHIN_MS);
-    await waitFor("no agent left after the warm-up", () => agents().length === 0, 20_000);
+    await poll(() => agents().length === 0, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "no agent left after the warm-up",
+    });
     fdBaseline = (await fdCount(runner.child!.pid!))!;
   }, 60_000);
 
@@ -215,18 +219,29 @@ describe("misbehaving agents against a real Runner", () => {
           for (const run of ended) expect(run, JSON.stringify(run)).toMatchObject(fault.expect);
         }
         // Every agent (and grandchild) of these runs is gone, and the Runner's descriptors are back to baseline.
-        await waitFor("no agent process left", () => agents().length === 0, 20_000);
+        await poll(() => agents().length === 0, {
+          timeoutMs: DAEMON_WAIT_MS,
+          intervalMs: DAEMON_POLL_MS,
+          what: "no agent process left",
+        });
         // A grandchild is reparented when its agent exits; the Runner's group kill still has to reach it.
-        await waitFor("every grandchild gone", () => grandchildPids().every((pid) => !alive(pid)), 20_000);
+        await poll(() => grandchildPids().every((pid) => !alive(pid)), {
+          timeoutMs: DAEMON_WAIT_MS,
+          intervalMs: DAEMON_POLL_MS,
+          what: "every grandchild gone",
+        });
         // Pipes and sockets of the last runs close as their cleanup finishes: wait for that, bounded.
         let fds = 0;
-        await waitFor(
-          `Runner fds back to baseline ${fdBaseline} (+${FD_SLACK})`,
+        await poll(
           async () => {
             fds = (await fdCount(runner.child!.pid!))!;
             return fds <= fdBaseline + FD_SLACK;
           },
-          FD_SETTLE_MS,
+          {
+            timeoutMs: FD_SETTLE_MS,
+            intervalMs: DAEMON_POLL_MS,
+            what: `Runner fds back to baseline ${fdBaseline} (+${FD_SLACK})`,
+          },
         );
         expect(runner.alive).toBe(true);
         console.log(

@@ -14,9 +14,10 @@ import { PROTOCOL_VERSION, parseRunnerFrame } from "@webcodex/protocol";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { instanceId } from "../../../packages/server/test/support/fake-run-service.js";
-import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
+import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
 // @ts-expect-error plain .mjs scripts without type declarations
 import { DAEMON_NODE_FLAGS } from "../../local-stack.mjs";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../test-support/index.js";
 import { type HostileFrame, hostileFrames } from "./support/hostile-frames.js";
 import { rssBytes, seed, size } from "./support/profile.js";
 import { auditRows, changedTables, leaseHolder, stateSnapshot } from "./support/server-state.js";
@@ -56,10 +57,13 @@ describe("protocol fuzz against a live Server (fake Runner connections)", () => 
       }),
     );
     realRunId = started.run_id;
-    await waitFor("the baseline run to complete", async () => {
-      const o = await stack.observe("alice", { run_id: realRunId });
-      return o.ok && o.value.state === "completed";
-    });
+    await poll(
+      async () => {
+        const o = await stack.observe("alice", { run_id: realRunId });
+        return o.ok && o.value.state === "completed";
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the baseline run to complete" },
+    );
   }, 120_000);
 
   afterAll(async () => {
@@ -261,10 +265,13 @@ describe("protocol fuzz against a live Server (fake Runner connections)", () => 
           prompt: "scenario: hello",
         }),
       );
-      await waitFor("a run started after the fuzz to complete", async () => {
-        const o = await stack.observe("alice", { run_id: after.run_id });
-        return o.ok && o.value.state === "completed";
-      });
+      await poll(
+        async () => {
+          const o = await stack.observe("alice", { run_id: after.run_id });
+          return o.ok && o.value.state === "completed";
+        },
+        { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "a run started after the fuzz to complete" },
+      );
       expect(stack.prompts("r1")).toHaveLength(2);
     },
     18 * 60_000,

@@ -33,10 +33,16 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_LEASE_SECS, MIN_LEASE_SECS } from "../../../packages/server/src/tasks/service.js";
 import { TASK_TOOL_NAMES } from "../../../packages/server/src/tasks/tools.js";
-import { okValue, ProcStack, waitFor } from "../../../packages/server/test/support/proc-stack.js";
-import { processesMentioning } from "../../../packages/server/test/support/stack.js";
+import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
+import { DAEMON_POLL_MS, poll, processesMentioning } from "../../test-support/index.js";
 import { seed, size } from "./support/profile.js";
 import { TaskHost } from "./support/task-host.js";
+
+/** Bound on every agent process being gone once the chaos ends. */
+const AGENTS_GONE_WAIT_MS = 30_000;
+
+/** Bound on the Runner coming back online after a chaos step restarted the Server. */
+const RECONNECT_WAIT_MS = 60_000;
 
 /** WEBCODEX_CHAOS_ITERATIONS changes the count for a local try. */
 const ITERATIONS = Number(process.env.WEBCODEX_CHAOS_ITERATIONS) || size(200, 6);
@@ -108,7 +114,12 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
   async function ensureUp(): Promise<void> {
     if (!stack.serverChild) await stack.startServer();
     if (!stack.runnerProcs.has("r1")) await stack.startRunner("r1", [], runnerEnv);
-    else await waitFor("the Runner back online", async () => (await stack.projects("alice"))[0]?.runner_online, 60_000);
+    else
+      await poll(async () => (await stack.projects("alice"))[0]?.runner_online, {
+        timeoutMs: RECONNECT_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the Runner back online",
+      });
   }
 
   function agentPids(): number[] {
@@ -229,15 +240,14 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         let last:
           | { state: string; execution_state: string; stop_reason?: string | null; failure_kind?: string | null }
           | undefined;
-        await waitFor(
-          `run ${runId} terminal`,
+        await poll(
           async () => {
             const o = await stack.observe("alice", { run_id: runId }).catch(() => null);
             if (!o?.ok) return false;
             last = o.value;
             return TERMINAL.has(o.value.state);
           },
-          TERMINAL_DEADLINE_MS,
+          { timeoutMs: TERMINAL_DEADLINE_MS, intervalMs: DAEMON_POLL_MS, what: `run ${runId} terminal` },
         );
         const seen = {
           state: last!.state,
@@ -348,8 +358,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         });
         task.attempt_ref = String(renewed.attempt_ref);
       }
-      await waitFor(
-        "the holders' leases to lapse",
+      await poll(
         async () => {
           for (const task of tasks.values()) {
             const rec = await host.ok(TASK_TOOL_NAMES.reconcile, { task_id: task.task_id });
@@ -357,7 +366,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
           }
           return true;
         },
-        10 * MIN_LEASE_SECS * 1000,
+        { timeoutMs: 10 * MIN_LEASE_SECS * 1000, intervalMs: DAEMON_POLL_MS, what: "the holders' leases to lapse" },
       );
       const taskRuns = new Map<string, number>();
       for (const [key, task] of tasks) {
@@ -420,7 +429,11 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       for (const f of files) expect(readFileSync(f).includes(canary), `canary found in ${f}`).toBe(false);
       for (const [name, log] of stack.logs) expect(log.includes(canary), `canary in the ${name} log`).toBe(false);
       // No agent outlives its run (orphans of a killed Runner are reaped by the next one).
-      await waitFor("no agent process left", () => agentPids().length === 0, 30_000);
+      await poll(() => agentPids().length === 0, {
+        timeoutMs: AGENTS_GONE_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "no agent process left",
+      });
       console.log(
         `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks, their runs ${JSON.stringify(Object.fromEntries(taskRuns))}), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
       );

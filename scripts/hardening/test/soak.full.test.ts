@@ -10,7 +10,8 @@ import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "n
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ObserveOutput } from "../../../packages/server/src/runs/api.js";
-import { okValue, ProcStack, REPO_ROOT } from "../../../packages/server/test/support/proc-stack.js";
+import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
+import { poll, REPO_ROOT } from "../../test-support/index.js";
 import { soakSvg, svgToPng } from "./support/chart.js";
 import { fdCount, rssBytes } from "./support/profile.js";
 
@@ -65,11 +66,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Resolves once the Runner has no live child, polling every CLEANUP_POLL_MS; throws after `timeoutMs`. */
 async function noChildren(pid: number, what: string, timeoutMs: number): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (childCount(pid) > 0) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(CLEANUP_POLL_MS);
-  }
+  await poll(() => childCount(pid) === 0, { timeoutMs, intervalMs: CLEANUP_POLL_MS, what });
 }
 
 function childCount(pid: number): number {

@@ -6,20 +6,15 @@
 import { createHash, randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { base32, type RunEvent, RunEvent as RunEventSchema, type RunSummary } from "@webcodex/protocol";
+import { FAKE_AGENT_BIN, RUNNER_BIN } from "../../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../../src/config/config.js";
 import { listGroupMembers, readProcStat } from "../../src/process/proc-identity.js";
 import { RunManager, type RunManagerOptions } from "../../src/runs/manager.js";
 import type { RunStartRequest } from "../../src/runs/service.js";
 import { openDispatchStore } from "../../src/store/open.js";
 import type { DispatchStore } from "../../src/store/types.js";
-
-const here = dirname(fileURLToPath(import.meta.url));
-export const REPO_ROOT = resolve(here, "../../../..");
-export const FAKE_AGENT = join(REPO_ROOT, "fake-acp-agent/bin/fake-acp-agent.js");
-export const RUNNER_BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
 
 /** Arguments after `node` for `webcodex-runner exec` of `prompt` in a workspace's config (project demo, provider fake). */
 export function execArgs(ws: Pick<Workspace, "dir">, prompt: string): string[] {
@@ -102,7 +97,7 @@ export function writeConfig(ws: Workspace, spec: ConfigSpec = {}): RunnerConfig 
     lines.push(
       "[[acp.agents]]",
       `id = ${toml(agent.id ?? "fake")}`,
-      `executable = ${toml(agent.executable ?? FAKE_AGENT)}`,
+      `executable = ${toml(agent.executable ?? FAKE_AGENT_BIN)}`,
       `args = ${toml(agent.args ?? ["--ledger", ws.ledger])}`,
       `allowed_config_options = ${toml(agent.allowed ?? [])}`,
       "[acp.agents.env_from_env]",
@@ -182,30 +177,6 @@ export function waitForState(manager: RunManager, runId: string, state: RunSumma
   });
 }
 
-export interface LedgerEntry {
-  event: string;
-  [key: string]: unknown;
-}
-
-export function readLedger(ws: Workspace): LedgerEntry[] {
-  let text = "";
-  try {
-    text = readFileSync(ws.ledger, "utf8");
-  } catch {
-    return [];
-  }
-  return text
-    .split("\n")
-    .filter((l) => l.trim() !== "")
-    .map((l) => JSON.parse(l) as LedgerEntry);
-}
-
-/** Whether a pid is a live, non-zombie process. */
-export function alive(pid: number): boolean {
-  const state = readProcStat(pid)?.state;
-  return state !== undefined && state !== "Z" && state !== "X";
-}
-
 /** Live, non-zombie processes whose process group is `pgid` (read from /proc/<pid>/stat). */
 export function groupMembers(pgid: number): number[] {
   return listGroupMembers(pgid)
@@ -218,7 +189,7 @@ export function writeLauncher(ws: Workspace): string {
   const file = join(ws.dir, "launcher.sh");
   writeFileSync(
     file,
-    `#!/bin/sh\n# Like an npm/npx shim: the agent is a child, signals are not forwarded.\n"${process.execPath}" "${FAKE_AGENT}" "$@"\nexit $?\n`,
+    `#!/bin/sh\n# Like an npm/npx shim: the agent is a child, signals are not forwarded.\n"${process.execPath}" "${FAKE_AGENT_BIN}" "$@"\nexit $?\n`,
   );
   chmodSync(file, 0o755);
   return file;

@@ -12,7 +12,7 @@ import { execFileSync } from "node:child_process";
 import { chmodSync, cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { REPO_ROOT } from "./harness.js";
+import { REPO_ROOT } from "../../../../scripts/test-support/index.js";
 
 export const IS_ROOT = process.getuid?.() === 0;
 

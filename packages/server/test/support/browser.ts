@@ -16,11 +16,11 @@ import { execFile } from "node:child_process";
 import { existsSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rename, rm, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import Chromium from "@sparticuz/chromium";
 import type { LaunchOptions } from "playwright-core";
+import { REPO_ROOT } from "../../../../scripts/test-support/index.js";
 
 /** Upper bound on inflating the packed browser (about 200 MB; ~1 s on a quiet machine). */
 const INFLATE_TIMEOUT_MS = 120_000;
@@ -39,7 +39,6 @@ const ENTRY = createRequire(import.meta.url).resolve("@sparticuz/chromium");
 const pkgVersion = (
   JSON.parse(readFileSync(join(dirname(ENTRY), "..", "..", "package.json"), "utf8")) as { version: string }
 ).version;
-const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 const CACHE_PARENT = join(REPO_ROOT, "node_modules", ".cache");
 const CACHE_DIR = join(CACHE_PARENT, `webcodex-chromium-${pkgVersion}`);
 /** Written by us: the system's fonts plus the package's, so text renders on a machine with no fonts installed. */

@@ -93,16 +93,3 @@ export class Harness {
     rmSync(this.dir, { recursive: true, force: true });
   }
 }
-
-export async function until<T>(
-  fn: () => T | undefined | null | false | Promise<T | undefined | null | false>,
-  timeoutMs = 5000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > deadline) throw new Error("condition not met in time");
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}

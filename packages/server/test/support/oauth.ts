@@ -15,7 +15,7 @@ import type {
   OAuthClientMetadata,
   OAuthTokens,
 } from "@modelcontextprotocol/sdk/shared/auth.js";
-import { SERVER_BIN } from "./proc-stack.js";
+import { SERVER_BIN } from "../../../../scripts/test-support/index.js";
 
 const run = promisify(execFile);
 

@@ -1,5 +1,5 @@
 /**
- * Process-level stack for the issue-5 acceptance tests: a real Server (either
+ * Process-level stack for the Server <-> Runner acceptance tests: a real Server (either
  * in-process via startServer, or as a `webcodex-server run` child process
  * that can be SIGKILLed and restarted on the same port), one or more real
  * Runner daemons (`webcodex-runner run`) and the fake ACP agent they spawn.
@@ -7,17 +7,28 @@
  * test-only HTTP hook (WEBCODEX_TEST_HOOK_API=1) for a Server child.
  * Needs a build (`tsc -b`): the daemons and the fake agent run from dist.
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { isTerminalState } from "@webcodex/protocol";
 import { pino } from "pino";
+import {
+  DAEMON_POLL_MS,
+  DAEMON_WAIT_MS,
+  type DaemonProcess,
+  FAKE_AGENT_BIN,
+  killProcesses,
+  type LedgerLine,
+  ledgerPrompts,
+  poll,
+  processesMentioning,
+  startRunnerProcess,
+  startServerProcess,
+} from "../../../../scripts/test-support/index.js";
 import { loadServerConfig, sha256Hex } from "../../src/config.js";
 import type {
   ApiResult,
@@ -31,12 +42,11 @@ import type {
 } from "../../src/runs/api.js";
 import { type RunningServer, startServer } from "../../src/server.js";
 import { principalFromConfig } from "../../src/test-api.js";
-import { processesMentioning } from "./stack.js";
 
-export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
-export const RUNNER_BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
-export const SERVER_BIN = join(REPO_ROOT, "packages/server/bin/webcodex-server.js");
-export const FAKE_AGENT_BIN = join(REPO_ROOT, "fake-acp-agent/bin/fake-acp-agent.js");
+/** The tail of each daemon's output that `logs` holds. */
+const LOG_CHARS = 64 * 1024;
+/** How long killRunner() (and stop()) give a daemon after its signal before SIGKILL. */
+const STOP_GRACE_MS = 10_000;
 
 export interface ProcRunner {
   id: string;
@@ -85,36 +95,17 @@ async function freePort(): Promise<number> {
   });
 }
 
-export async function waitFor<T>(
-  what: string,
-  check: () => T | Promise<T>,
-  timeoutMs = 20_000,
-): Promise<NonNullable<T>> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await check();
-    if (v) return v as NonNullable<T>;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((r) => child.once("exit", () => r()));
-}
-
 export class ProcStack {
   readonly dir = mkdtempSync(join(tmpdir(), "wc-proc-"));
   readonly serverConfigFile = join(this.dir, "server.toml");
   readonly tokens = new Map<string, string>();
-  readonly runnerProcs = new Map<string, ChildProcess>();
+  readonly runnerProcs = new Map<string, DaemonProcess>();
   readonly logs = new Map<string, string>();
   /** Bearer tokens of the config's principals (inline `token_sha256`), for real MCP clients. */
   readonly principalTokens = new Map<string, string>();
   readonly #clients: Client[] = [];
   inproc: RunningServer | null = null;
-  serverChild: ChildProcess | null = null;
+  serverChild: DaemonProcess | null = null;
   port = 0;
 
   constructor(readonly opts: ProcStackOptions) {}
@@ -128,14 +119,8 @@ export class ProcStack {
   }
 
   /** session/prompt lines the fake agent of this runner received. */
-  prompts(runnerId: string): Record<string, unknown>[] {
-    const f = this.ledgerFile(runnerId);
-    if (!existsSync(f)) return [];
-    return readFileSync(f, "utf8")
-      .split("\n")
-      .filter((l) => l.trim() !== "")
-      .map((l) => JSON.parse(l) as Record<string, unknown>)
-      .filter((e) => e.event === "prompt");
+  prompts(runnerId: string): LedgerLine[] {
+    return ledgerPrompts(this.ledgerFile(runnerId));
   }
 
   async init(): Promise<this> {
@@ -202,23 +187,21 @@ export class ProcStack {
       });
       return;
     }
-    const child = spawn(process.execPath, [SERVER_BIN, "run", "--config", this.serverConfigFile], {
+    const child = startServerProcess(this.serverConfigFile, {
       cwd: this.dir,
       env: { ...process.env, WEBCODEX_TEST_HOOK_API: "1", WEBCODEX_LOG_LEVEL: "warn", ...this.opts.serverEnv },
-      stdio: ["ignore", "pipe", "pipe"],
+      outputLimit: LOG_CHARS,
+      stopGraceMs: STOP_GRACE_MS,
+      onOutput: () => this.logs.set("server", child.output()),
     });
     this.serverChild = child;
-    let out = "";
-    const append = (c: Buffer) => {
-      out = (out + c.toString("utf8")).slice(-64 * 1024);
-      this.logs.set("server", out);
-    };
-    child.stdout?.on("data", append);
-    child.stderr?.on("data", append);
-    await waitFor("the Server child to listen", () => {
-      if (child.exitCode !== null) throw new Error(`server exited ${child.exitCode}: ${out}`);
-      return out.includes('"listening"');
-    });
+    await poll(
+      () => {
+        if (child.exitCode !== null) throw new Error(`server exited ${child.exitCode}: ${child.output()}`);
+        return child.output().includes('"listening"');
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the Server child to listen" },
+    );
   }
 
   /** The Server's state dir (its SQLite database and server secret). */
@@ -234,8 +217,7 @@ export class ProcStack {
     const child = this.serverChild;
     if (child) {
       this.serverChild = null;
-      child.kill(signal);
-      await exited(child);
+      await child.signal(signal);
     }
   }
 
@@ -246,30 +228,25 @@ export class ProcStack {
     opts: { waitOnline?: boolean } = {},
   ): Promise<void> {
     if (this.runnerProcs.has(id)) throw new Error(`runner ${id} already running`);
-    const child = spawn(
-      process.execPath,
-      [RUNNER_BIN, "run", "--config", join(this.dir, `runner-${id}.toml`), ...args],
-      {
-        cwd: this.dir,
-        env: { ...process.env, ...env, WEBCODEX_RUNNER_TOKEN: this.tokens.get(id) ?? "" },
-        stdio: ["ignore", "pipe", "pipe"],
-      },
-    );
+    const child = startRunnerProcess(join(this.dir, `runner-${id}.toml`), {
+      args,
+      cwd: this.dir,
+      env: { ...process.env, ...env, WEBCODEX_RUNNER_TOKEN: this.tokens.get(id) ?? "" },
+      outputLimit: LOG_CHARS,
+      stopGraceMs: STOP_GRACE_MS,
+      onOutput: () => this.logs.set(id, child.output()),
+    });
     this.runnerProcs.set(id, child);
-    let out = "";
-    const append = (c: Buffer) => {
-      out = (out + c.toString("utf8")).slice(-64 * 1024);
-      this.logs.set(id, out);
-    };
-    child.stdout?.on("data", append);
-    child.stderr?.on("data", append);
     const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
     if (opts.waitOnline === false) return;
-    await waitFor(`runner ${id} online`, async () => {
-      if (child.exitCode !== null) throw new Error(`runner ${id} exited ${child.exitCode}: ${out}`);
-      const views = await this.projects("alice");
-      return projects.every((p) => views.find((v) => v.project_id === p)?.runner_online);
-    });
+    await poll(
+      async () => {
+        if (child.exitCode !== null) throw new Error(`runner ${id} exited ${child.exitCode}: ${child.output()}`);
+        const views = await this.projects("alice");
+        return projects.every((p) => views.find((v) => v.project_id === p)?.runner_online);
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id} online` },
+    );
   }
 
   /** An MCP SDK client over Streamable HTTP for a config principal (its inline token). Closed by stop(). */
@@ -290,27 +267,27 @@ export class ProcStack {
   async runnerExit(id: string): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
     const child = this.runnerProcs.get(id);
     if (!child) throw new Error(`runner ${id} is not running`);
-    await exited(child);
+    const exit = await child.exited;
     this.runnerProcs.delete(id);
-    return { code: child.exitCode, signal: child.signalCode };
+    return exit;
   }
 
   async killRunner(id: string, signal: NodeJS.Signals = "SIGKILL"): Promise<void> {
     const child = this.runnerProcs.get(id);
     if (!child) return;
     this.runnerProcs.delete(id);
-    child.kill(signal);
-    const t = setTimeout(() => child.kill("SIGKILL"), 10_000);
-    await exited(child);
-    clearTimeout(t);
+    await child.stop(signal);
   }
 
   async waitOffline(id: string): Promise<void> {
     const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
-    await waitFor(`runner ${id} offline`, async () => {
-      const views = await this.projects("alice");
-      return projects.every((p) => !views.find((v) => v.project_id === p)?.runner_online);
-    });
+    await poll(
+      async () => {
+        const views = await this.projects("alice");
+        return projects.every((p) => !views.find((v) => v.project_id === p)?.runner_online);
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id} offline` },
+    );
   }
 
   #principal(id: string): Principal {
@@ -356,13 +333,12 @@ export class ProcStack {
 
   /** Observes the run as `principalId` (2 s long polls) until its state is terminal; returns that observation. */
   untilTerminal(runId: string, principalId = "alice", timeoutMs = 30_000): Promise<ObserveOutput> {
-    return waitFor(
-      `run ${runId} terminal`,
+    return poll(
       async () => {
         const o = okValue(await this.observe(principalId, { run_id: runId, wait_secs: 2 }));
         return isTerminalState(o.state) ? o : undefined;
       },
-      timeoutMs,
+      { timeoutMs, intervalMs: DAEMON_POLL_MS, what: `run ${runId} terminal` },
     );
   }
 
@@ -379,13 +355,7 @@ export class ProcStack {
     for (const id of [...this.runnerProcs.keys()]) await this.killRunner(id, "SIGTERM");
     await this.killServer("SIGTERM");
     const survivors = processesMentioning(this.dir);
-    for (const pid of survivors) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {
-        // gone
-      }
-    }
+    killProcesses(survivors);
     if (!process.env.WEBCODEX_KEEP_STACK) rmSync(this.dir, { recursive: true, force: true });
     if (survivors.length > 0) throw new Error(`processes outlived the stack: ${survivors.join(", ")}`);
   }

@@ -5,8 +5,8 @@
  */
 import { encodeFrame, PROTOCOL_VERSION, type RunnerFrame, type RunSummary, type ServerFrame } from "@webcodex/protocol";
 import WebSocket from "ws";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
 import type { FakeRunService } from "./fake-run-service.js";
-import { until } from "./in-process.js";
 
 type Request = Extract<ServerFrame, { request_id: string }>;
 
@@ -59,7 +59,10 @@ export class RawRunner {
       inventory,
       ...(secret ? { resume_secret: secret } : {}),
     });
-    const ack = await until(() => r.received.find((f) => f.type === "hello.ack"));
+    const ack = await poll(() => r.received.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     if (ack.type === "hello.ack") resumeSecrets.set(svc, ack.resume_secret);
     return r;
   }

@@ -11,25 +11,37 @@
  *   ...
  *   await stack.stop();   // stops Runner (and its agents) and Server; asserts nothing of ours survives
  */
-import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { pino } from "pino";
+import {
+  DAEMON_POLL_MS,
+  DAEMON_WAIT_MS,
+  type DaemonProcess,
+  FAKE_AGENT_BIN,
+  killProcesses,
+  type LedgerLine,
+  poll,
+  processesMentioning,
+  readLedger,
+  startRunnerProcess,
+} from "../../../../scripts/test-support/index.js";
 import { loadServerConfig, type ServerConfig, sha256Hex } from "../../src/config.js";
 import { createMcpHandler } from "../../src/mcp/mcp.js";
 import { principalLookup, TokenStore } from "../../src/principals/tokens.js";
 import type { Principal, Scope } from "../../src/runs/api.js";
 import { type RunningServer, startServer } from "../../src/server.js";
 
-export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
-export const RUNNER_BIN = join(REPO_ROOT, "packages/runner/bin/webcodex-runner.js");
-export const SERVER_BIN = join(REPO_ROOT, "packages/server/bin/webcodex-server.js");
-export const FAKE_AGENT_BIN = join(REPO_ROOT, "fake-acp-agent/bin/fake-acp-agent.js");
+/** The Runner output `runnerLog()` holds (its tail), across restarts. */
+const RUNNER_LOG_CHARS = 64 * 1024;
+/** How long stopRunner() gives the Runner after SIGTERM before SIGKILL. */
+const RUNNER_STOP_GRACE_MS = 10_000;
+/** Bound on the Server seeing a stopped Runner's projects offline. */
+const RUNNER_OFFLINE_WAIT_MS = 10_000;
 
 export interface StackPrincipal {
   id: string;
@@ -75,7 +87,7 @@ export interface Stack {
   issueToken(principalId: string, scopes: Scope[], projects: string[], allowCodingAgentRun?: boolean): string;
   /** An SDK Client over Streamable HTTP with this bearer token. Closed by stop(). */
   connect(token: string): Promise<Client>;
-  ledger(): Record<string, unknown>[];
+  ledger(): LedgerLine[];
   /** Start (or restart) the Runner child and wait until its projects are online. */
   startRunner(): Promise<void>;
   stopRunner(): Promise<void>;
@@ -85,36 +97,6 @@ export interface Stack {
 
 function toml(value: unknown): string {
   return JSON.stringify(value);
-}
-
-/** Pids of live processes whose command line mentions `needle` (our temp dir), excluding this process. */
-export function processesMentioning(needle: string): number[] {
-  const out: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
-    try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8");
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      // Zombies (state Z) are dead; they only wait to be reaped by their parent.
-      if (cmdline.includes(needle) && !/^\d+ \(.*\) Z /.test(stat)) out.push(Number(entry));
-    } catch {
-      // Exited while we looked.
-    }
-  }
-  return out;
-}
-
-async function waitFor(what: string, check: () => boolean, timeoutMs: number, detail?: () => string): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${detail ? `\n${detail()}` : ""}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((r) => child.once("exit", () => r()));
 }
 
 export async function startStack(options: StackOptions): Promise<Stack> {
@@ -178,7 +160,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   };
   const allOnline = () => server.runs.listProjects(everyone).every((p) => p.runner_online);
 
-  let runner: ChildProcess | null = null;
+  let runner: DaemonProcess | null = null;
   let runnerLog = "";
   const clients: Client[] = [];
   const tokens = new TokenStore(server.store.db);
@@ -210,35 +192,31 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     },
 
     ledger() {
-      if (!existsSync(ledgerFile)) return [];
-      return readFileSync(ledgerFile, "utf8")
-        .split("\n")
-        .filter((l) => l.trim() !== "")
-        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      return readLedger(ledgerFile);
     },
 
     async startRunner() {
       if (runner) throw new Error("runner already running");
-      const child = spawn(process.execPath, [RUNNER_BIN, "run", "--config", runnerConfigFile], {
+      const child = startRunnerProcess(runnerConfigFile, {
         cwd: dir,
         env: { ...process.env, ...options.runnerEnv, WEBCODEX_RUNNER_TOKEN: runnerToken },
-        stdio: ["ignore", "pipe", "pipe"],
+        stopGraceMs: RUNNER_STOP_GRACE_MS,
+        onOutput: (chunk) => {
+          runnerLog = (runnerLog + chunk).slice(-RUNNER_LOG_CHARS);
+          writeFileSync(runnerLogFile, runnerLog);
+        },
       });
       runner = child;
-      const append = (chunk: Buffer) => {
-        runnerLog = (runnerLog + chunk.toString("utf8")).slice(-64 * 1024);
-        writeFileSync(runnerLogFile, runnerLog);
-      };
-      child.stdout?.on("data", append);
-      child.stderr?.on("data", append);
-      await waitFor(
-        "the Runner to come online",
+      await poll(
         () => {
           if (child.exitCode !== null) throw new Error(`runner exited with ${child.exitCode}:\n${runnerLog}`);
           return allOnline();
         },
-        20_000,
-        () => runnerLog,
+        {
+          timeoutMs: DAEMON_WAIT_MS,
+          intervalMs: DAEMON_POLL_MS,
+          what: () => `the Runner to come online\n${runnerLog}`,
+        },
       );
     },
 
@@ -246,13 +224,12 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       const child = runner;
       if (!child) return;
       runner = null;
-      if (child.exitCode === null && child.signalCode === null) {
-        child.kill("SIGTERM");
-        const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
-        await exited(child);
-        clearTimeout(timer);
-      }
-      await waitFor("the Runner to go offline", () => !allOnline(), 10_000);
+      await child.stop("SIGTERM");
+      await poll(() => !allOnline(), {
+        timeoutMs: RUNNER_OFFLINE_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the Runner to go offline",
+      });
     },
 
     async stop() {
@@ -261,11 +238,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       await server.close();
       // Agents are the Runner's children; after a graceful Runner stop none may survive.
       const survivors = processesMentioning(dir);
-      for (const pid of survivors) {
-        try {
-          process.kill(pid, "SIGKILL");
-        } catch {}
-      }
+      killProcesses(survivors);
       if (!process.env.WEBCODEX_KEEP_STACK) rmSync(dir, { recursive: true, force: true });
       if (survivors.length > 0) throw new Error(`processes outlived the stack: ${survivors.join(", ")}`);
     },

@@ -5,6 +5,7 @@
  */
 import { createHash } from "node:crypto";
 import { base32, isTerminalState } from "@webcodex/protocol";
+import { poll } from "../../../test-support/index.js";
 import type { FakeServer, RunnerConn } from "./fake-server.js";
 
 export const runId = (label: string) =>
@@ -60,14 +61,15 @@ export const TERMINAL_POLL_MS = 20;
 
 /** Polls run.sync until the run is terminal; throws after `timeoutMs`. */
 export async function waitTerminal(server: FakeServer, label: string, timeoutMs: number): Promise<RunView> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const conn = await server.live();
-    const r = await server.request(conn, { type: "run.sync", run_id: runId(label), after_seq: 0, max_events: 0 });
-    const run = r.run as RunView | undefined;
-    if (run && isTerminalState(run.state as never)) return run;
-    if (Date.now() > deadline)
-      throw new Error(`run ${label} not terminal within ${timeoutMs} ms (${JSON.stringify(run ?? r)})`);
-    await new Promise((res) => setTimeout(res, TERMINAL_POLL_MS));
-  }
+  let last: unknown;
+  return poll(
+    async () => {
+      const conn = await server.live();
+      const r = await server.request(conn, { type: "run.sync", run_id: runId(label), after_seq: 0, max_events: 0 });
+      const run = r.run as RunView | undefined;
+      last = run ?? r;
+      return run && isTerminalState(run.state as never) ? run : undefined;
+    },
+    { timeoutMs, intervalMs: TERMINAL_POLL_MS, what: () => `run ${label} to be terminal (${JSON.stringify(last)})` },
+  );
 }

@@ -7,6 +7,12 @@ import { randomBytes } from "node:crypto";
 import type { AddressInfo } from "node:net";
 import type WebSocket from "ws";
 import { WebSocketServer } from "ws";
+import { poll } from "../../../test-support/index.js";
+
+/** Bound on the Runner (re)connecting and saying hello. */
+const LIVE_WAIT_MS = 30_000;
+/** Time between two looks for a live connection. */
+const LIVE_POLL_MS = 10;
 
 export interface RunnerConn {
   ws: WebSocket;
@@ -69,14 +75,14 @@ export class FakeServer {
   }
 
   /** The newest connection that has said hello and is still open. */
-  async live(timeoutMs = 30_000): Promise<RunnerConn> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const c = this.conns.at(-1);
-      if (c && !c.isClosed && c.hello !== undefined) return c;
-      if (Date.now() > deadline) throw new Error("the Runner did not (re)connect with a hello");
-      await new Promise((r) => setTimeout(r, 10));
-    }
+  async live(timeoutMs = LIVE_WAIT_MS): Promise<RunnerConn> {
+    return poll(
+      () => {
+        const c = this.conns.at(-1);
+        return c && !c.isClosed && c.hello !== undefined ? c : undefined;
+      },
+      { timeoutMs, intervalMs: LIVE_POLL_MS, what: "the Runner to (re)connect with a hello" },
+    );
   }
 
   requestId(): string {

@@ -1,5 +1,5 @@
 /**
- * fast-check generators of hostile protocol frames (issue 16 §1): random JSON,
+ * fast-check generators of hostile protocol frames: random JSON,
  * known and unknown frame types with wrong-typed or extra fields, mutations of
  * valid frames, huge strings, deep nesting, truncated JSON, binary and invalid
  * UTF-8. Each value says how it must be sent (text or binary).

@@ -2,12 +2,23 @@
  * A real `webcodex-runner run` child against a given Server URL, with the fake
  * agent (ledger per Runner) on one project, in its own temp dir.
  */
-import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FAKE_AGENT_BIN, RUNNER_BIN } from "../../../../packages/server/test/support/proc-stack.js";
-import { processesMentioning } from "../../../../packages/server/test/support/stack.js";
+import {
+  type DaemonProcess,
+  FAKE_AGENT_BIN,
+  killProcesses,
+  type LedgerLine,
+  ledgerPrompts,
+  processesMentioning,
+  startRunnerProcess,
+} from "../../../test-support/index.js";
+
+/** The tail of the Runner's output that `output` holds, across restarts. */
+const OUTPUT_CHARS = 256 * 1024;
+/** How long stop() gives the Runner after its signal before SIGKILL. */
+const STOP_GRACE_MS = 15_000;
 
 export interface RunnerProcOptions {
   url: string;
@@ -27,7 +38,7 @@ export class RunnerProc {
   readonly dir = mkdtempSync(join(tmpdir(), "wc-hardening-runner-"));
   readonly ledger = join(this.dir, "ledger.jsonl");
   readonly configFile = join(this.dir, "runner.toml");
-  child: ChildProcess | undefined;
+  child: DaemonProcess | undefined;
   output = "";
 
   constructor(readonly opts: RunnerProcOptions) {
@@ -59,54 +70,35 @@ export class RunnerProc {
     );
   }
 
-  start(): ChildProcess {
-    const child = spawn(process.execPath, [RUNNER_BIN, "run", "--config", this.configFile], {
+  start(): DaemonProcess {
+    this.child = startRunnerProcess(this.configFile, {
       cwd: this.dir,
       env: { ...process.env, ...this.opts.env, WEBCODEX_RUNNER_TOKEN: this.opts.token },
-      stdio: ["ignore", "pipe", "pipe"],
+      stopGraceMs: STOP_GRACE_MS,
+      onOutput: (chunk) => {
+        this.output = (this.output + chunk).slice(-OUTPUT_CHARS);
+      },
     });
-    const append = (c: Buffer) => {
-      this.output = (this.output + c.toString("utf8")).slice(-256 * 1024);
-    };
-    child.stdout?.on("data", append);
-    child.stderr?.on("data", append);
-    this.child = child;
-    return child;
+    return this.child;
   }
 
   get alive(): boolean {
-    return this.child !== undefined && this.child.exitCode === null && this.child.signalCode === null;
+    return this.child?.running === true;
   }
 
-  prompts(): Array<Record<string, unknown>> {
-    if (!existsSync(this.ledger)) return [];
-    return readFileSync(this.ledger, "utf8")
-      .split("\n")
-      .filter((l) => l.trim() !== "")
-      .map((l) => JSON.parse(l) as Record<string, unknown>)
-      .filter((e) => e.event === "prompt");
+  prompts(): LedgerLine[] {
+    return ledgerPrompts(this.ledger);
   }
 
   async stop(signal: NodeJS.Signals = "SIGTERM"): Promise<void> {
-    const child = this.child;
-    if (child && child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((r) => child.once("exit", r));
-      child.kill(signal);
-      const t = setTimeout(() => child.kill("SIGKILL"), 15_000);
-      await exited;
-      clearTimeout(t);
-    }
+    await this.child?.stop(signal);
   }
 
   /** Stops the Runner, kills anything still mentioning its dir, removes the dir; returns the survivors. */
   async dispose(): Promise<number[]> {
     await this.stop();
     const survivors = processesMentioning(this.dir);
-    for (const pid of survivors) {
-      try {
-        process.kill(pid, "SIGKILL");
-      } catch {}
-    }
+    killProcesses(survivors);
     rmSync(this.dir, { recursive: true, force: true });
     return survivors;
   }
