@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { base32, type RunEvent, RunEvent as RunEventSchema, type RunSummary } from "@webcodex/protocol";
 import { FAKE_AGENT_BIN, RUNNER_BIN } from "../../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../../src/config/config.js";
-import { listGroupMembers, readProcStat } from "../../src/process/proc-identity.js";
+import { listGroupMembers } from "../../src/process/proc-identity.js";
 import { RunManager, type RunManagerOptions } from "../../src/runs/manager.js";
 import type { RunStartRequest } from "../../src/runs/service.js";
 import { openDispatchStore } from "../../src/store/open.js";
