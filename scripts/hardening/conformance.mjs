@@ -4,7 +4,7 @@
  * (@modelcontextprotocol/conformance, pinned in conformance-install.mjs) in
  * server mode against a real `webcodex-server run` child on 127.0.0.1.
  *
- * Three passes against the same Server: the scenarios MCP 2026-07-28
+ * Server passes against the same Server: the scenarios MCP 2026-07-28
  * requires (`--requirements 2026-07-28`), those 2025-11-25 requires, and the
  * Tasks extension's `tasks-*` scenarios (which the 2026 set runs but never
  * scores). The suite cannot send a bearer token, so it talks to a loopback
@@ -12,6 +12,12 @@
  * nothing else. Scenarios for MCP features we deliberately do not offer are
  * listed, one reason each, in each pass's baseline file; a pass fails on any
  * other failure and on a baseline entry that now passes.
+ *
+ * Then the `authorization` pass: the suite's authorization mode against an
+ * OAuth-enabled Server, consent given in headless Chromium
+ * (conformance-authorization.mjs); no expected failures.
+ *
+ * `node conformance.mjs [PASS…]` runs only the named passes (default: all).
  *
  * Exit code: 0 when every pass exits 0. Results: bench-results/conformance/<pass>/
  * (checks.json per scenario).
@@ -24,6 +30,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ROOT, sha256Hex, startServer, stopInOrder, toml } from "../local-stack.mjs";
 import { startAuthProxy } from "./auth-proxy.mjs";
+import { runAuthorizationPass } from "./conformance-authorization.mjs";
 import { ensureConformanceInstalled } from "./conformance-install.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
@@ -50,10 +57,21 @@ export const PASSES = [
     baseline: join(HERE, "conformance-baseline-tasks.yml"),
   })),
 ];
-/** Bound on the whole suite run; the pinned suite takes well under a minute here. */
+/** The authorization-mode pass, run after the server passes. */
+export const AUTHORIZATION_PASS = "authorization";
+/** Bound on each pass; the pinned suite takes well under a minute here. */
 const SUITE_TIMEOUT_MS = 5 * 60_000;
 
-export async function runConformance({ log = (line) => process.stderr.write(`${line}\n`), outDir } = {}) {
+/** `only`: pass names to run (default: every pass in PASSES, then AUTHORIZATION_PASS). */
+export async function runConformance({
+  log = (line) => process.stderr.write(`${line}\n`),
+  outDir,
+  only = [...PASSES.map((p) => p.name), AUTHORIZATION_PASS],
+} = {}) {
+  const known = new Set([...PASSES.map((p) => p.name), AUTHORIZATION_PASS]);
+  const unknown = only.filter((n) => !known.has(n));
+  if (unknown.length > 0)
+    throw new Error(`unknown conformance pass ${unknown.join(", ")}; passes: ${[...known].join(", ")}`);
   const installed = ensureConformanceInstalled(log);
   const dir = mkdtempSync(join(tmpdir(), "wc-conformance-"));
   const token = `wct_${randomBytes(24).toString("base64url")}`;
@@ -84,7 +102,7 @@ export async function runConformance({ log = (line) => process.stderr.write(`${l
     mkdirSync(results, { recursive: true });
     let output = "";
     let code = 0;
-    for (const pass of PASSES) {
+    for (const pass of PASSES.filter((p) => only.includes(p.name))) {
       const passDir = join(results, pass.name);
       mkdirSync(passDir, { recursive: true });
       const args = [
@@ -115,6 +133,16 @@ export async function runConformance({ log = (line) => process.stderr.write(`${l
       output += `=== conformance pass ${pass.name}: exit ${passCode} ===\n`;
       if (passCode !== 0) code = passCode;
     }
+    if (only.includes(AUTHORIZATION_PASS)) {
+      const passDir = join(results, AUTHORIZATION_PASS);
+      mkdirSync(passDir, { recursive: true });
+      output += `\n=== conformance pass ${AUTHORIZATION_PASS} ===\n`;
+      const pass = await runAuthorizationPass({ installed, dir, outputDir: passDir, timeoutMs: SUITE_TIMEOUT_MS });
+      output += pass.output;
+      serverLines.push(...pass.serverLines);
+      output += `=== conformance pass ${AUTHORIZATION_PASS}: exit ${pass.code} ===\n`;
+      if (pass.code !== 0) code = pass.code;
+    }
     return { code, output, results, serverLines };
   } finally {
     await proxy?.close();
@@ -125,7 +153,8 @@ export async function runConformance({ log = (line) => process.stderr.write(`${l
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const started = Date.now();
-  const { code, output } = await runConformance();
+  const only = process.argv.slice(2);
+  const { code, output } = await runConformance(only.length > 0 ? { only } : {});
   process.stdout.write(output);
   process.stdout.write(`\nconformance suite: exit ${code} in ${((Date.now() - started) / 1000).toFixed(1)} s\n`);
   process.exit(code);

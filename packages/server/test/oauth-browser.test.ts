@@ -5,18 +5,37 @@
  * what Allow grants, ticks or leaves coding_agent:run, approves or denies;
  * the client's loopback redirect URI receives the result and the test
  * exchanges the code. The pages are also checked at phone width (no word
- * broken mid-word), in dark mode, and with JavaScript off.
+ * broken mid-word), in dark mode, and with JavaScript off. The SDK v2 client
+ * (`@modelcontextprotocol/client`) and its OAuth provider go through the same
+ * page twice: registering dynamically (SEP-837 `application_type`) and with a
+ * client ID metadata document served on loopback https.
  *
  * WEBCODEX_CONSENT_SCREENSHOT=FILE also saves a screenshot of the page (the
  * README's docs/oauth-consent.png is made this way).
  */
 import { createHash, randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  Client as ClientV2,
+  type FetchLike,
+  StreamableHTTPClientTransport as TransportV2,
+  UnauthorizedError as UnauthorizedErrorV2,
+} from "@modelcontextprotocol/client";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { browserLaunchOptions } from "./support/browser.js";
-import { issueKey, serverCli, tokenRequest } from "./support/oauth.js";
+import {
+  issueKey,
+  makeLoopbackCert,
+  serverCli,
+  startHttpsHost,
+  TestOAuthProviderV2,
+  tokenRequest,
+} from "./support/oauth.js";
 import { ProcStack } from "./support/proc-stack.js";
 
 let stack: ProcStack;
@@ -26,6 +45,8 @@ let callback: Server;
 let redirectUri: string;
 let runKey: string;
 let clientId: string;
+let certDir: string;
+let metadataHost: Awaited<ReturnType<typeof startHttpsHost>>;
 const arrivals: URL[] = [];
 const waiters: Array<(u: URL) => void> = [];
 
@@ -40,11 +61,31 @@ beforeAll(async () => {
   });
   await new Promise<void>((r) => callback.listen(0, "127.0.0.1", r));
   redirectUri = `http://127.0.0.1:${(callback.address() as AddressInfo).port}/callback`;
+  // The SDK v2 client's metadata document, on loopback https (the Server trusts its certificate and allows
+  // loopback metadata URLs by the dev setting).
+  certDir = mkdtempSync(join(tmpdir(), "wc-browser-cimd-"));
+  const cert = makeLoopbackCert(certDir);
+  metadataHost = await startHttpsHost(cert, {
+    "/v2-client.json": (_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" }).end(
+        JSON.stringify({
+          client_id: `${metadataHost.origin}/v2-client.json`,
+          client_name: "SDK v2 metadata-document app",
+          redirect_uris: [redirectUri],
+          grant_types: ["authorization_code", "refresh_token"],
+          response_types: ["code"],
+          token_endpoint_auth_method: "none",
+          application_type: "native",
+        }),
+      );
+    },
+  });
   stack = await new ProcStack({
     runners: [],
     server: "child",
+    serverEnv: { NODE_EXTRA_CA_CERTS: cert.certFile },
     serverSection: (port) => `public_url = "http://127.0.0.1:${port}"`,
-    extraServerToml: "[oauth]\nenabled = true\n",
+    extraServerToml: "[oauth]\nenabled = true\ndev_allow_loopback_client_metadata = true\n",
   }).init();
   origin = `http://127.0.0.1:${stack.port}`;
   runKey = await issueKey(stack.serverConfigFile, "alice", ["coding_agent:run", "project:write", "project:read"], []);
@@ -66,6 +107,8 @@ afterAll(async () => {
   await browser?.close();
   await stack?.stop();
   await new Promise<void>((r) => (callback ? callback.close(() => r()) : r()));
+  await metadataHost?.close();
+  if (certDir) rmSync(certDir, { recursive: true, force: true });
 }, 60_000);
 
 function nextArrival(): Promise<URL> {
@@ -258,4 +301,97 @@ describe("consent in a real browser", () => {
     expect(String(t.body.scope).split(" ").sort()).toEqual(["project:read", "project:write"]);
     await page.context().close();
   }, 30_000);
+});
+
+/** What a person does on the consent page for `authUrl`: type the key, Continue, Allow, back to the client. */
+async function allowInBrowser(authUrl: URL): Promise<{ arrival: URL; heading: string }> {
+  const context = await browser.newContext({ viewport: PHONE });
+  const page = await context.newPage();
+  expect((await page.goto(authUrl.href))?.status()).toBe(200);
+  const heading = (await page.locator("h1").textContent()) ?? "";
+  await page.fill("#key", runKey);
+  await page.click('button[value="review"]');
+  await page.click('button[value="approve"]');
+  const back = nextArrival();
+  await page.click("#continue");
+  const arrival = await back;
+  await context.close();
+  return { arrival, heading };
+}
+
+/** A fetch for the SDK v2 transport that notes the JSON body of every registration it sends. */
+function recordingRegistrations(): { fetch: FetchLike; registrations: Array<Record<string, unknown>> } {
+  const registrations: Array<Record<string, unknown>> = [];
+  return {
+    registrations,
+    fetch: (url, init) => {
+      if (new URL(String(url)).pathname === "/register" && typeof init?.body === "string")
+        registrations.push(JSON.parse(init.body) as Record<string, unknown>);
+      return fetch(url, init);
+    },
+  };
+}
+
+/** Connects the SDK v2 client until its provider wants a person's consent; returns the transport to finish on. */
+async function startV2Authorization(provider: TestOAuthProviderV2, fetchFn: FetchLike): Promise<TransportV2> {
+  const transport = new TransportV2(new URL(`${origin}/mcp`), { authProvider: provider, fetch: fetchFn });
+  await expect(new ClientV2({ name: "v2-oauth-test", version: "1.0.0" }).connect(transport)).rejects.toBeInstanceOf(
+    UnauthorizedErrorV2,
+  );
+  if (!provider.authUrl) throw new Error("the SDK v2 client did not start an authorization");
+  return transport;
+}
+
+/** The SDK v2 client connected with the provider's tokens: the tools it sees. */
+async function v2ToolNames(provider: TestOAuthProviderV2): Promise<string[]> {
+  const client = new ClientV2({ name: "v2-oauth-test", version: "1.0.0" });
+  await client.connect(new TransportV2(new URL(`${origin}/mcp`), { authProvider: provider }));
+  try {
+    return (await client.listTools()).tools.map((t) => t.name);
+  } finally {
+    await client.close();
+  }
+}
+
+describe("the SDK v2 client's OAuth provider, consent in the browser", () => {
+  it("registers dynamically as a native app (SEP-837 application_type, loopback redirect), is allowed, and connects", async () => {
+    const { fetch: fetchFn, registrations } = recordingRegistrations();
+    const provider = new TestOAuthProviderV2(redirectUri, { name: "SDK v2 native app" });
+    const transport = await startV2Authorization(provider, fetchFn);
+    // The SDK derived application_type from the loopback redirect URI; the Server accepted it.
+    expect(registrations).toHaveLength(1);
+    expect(registrations[0]).toMatchObject({ application_type: "native", redirect_uris: [redirectUri] });
+    const registered = provider.clientInformation()?.client_id ?? "";
+    expect(registered).not.toBe("");
+    expect(provider.authUrl?.searchParams.get("client_id")).toBe(registered);
+    expect(provider.authUrl?.searchParams.get("resource")).toBe(`${origin}/mcp`);
+
+    const { arrival, heading } = await allowInBrowser(provider.authUrl!);
+    expect(heading).toContain("SDK v2 native app");
+    expect(arrival.searchParams.get("state")).toBe(provider.stateValue);
+    // finishAuth checks iss against the issuer it discovered (RFC 9207) before it redeems the code.
+    await transport.finishAuth(arrival.searchParams);
+    expect(provider.tokens()?.access_token).toMatch(/^wcoa_/);
+    expect(provider.tokens()?.scope?.split(" ").sort()).toEqual(["project:read", "project:write"]);
+    expect(await v2ToolNames(provider)).toContain("observe_coding_agent");
+  }, 60_000);
+
+  it("uses a client ID metadata document instead of registering, is allowed, and connects", async () => {
+    const { fetch: fetchFn, registrations } = recordingRegistrations();
+    const metadataUrl = `${metadataHost.origin}/v2-client.json`;
+    const provider = new TestOAuthProviderV2(redirectUri, { clientMetadataUrl: metadataUrl, name: "unused name" });
+    const transport = await startV2Authorization(provider, fetchFn);
+    expect(registrations).toEqual([]);
+    expect(provider.authUrl?.searchParams.get("client_id")).toBe(metadataUrl);
+
+    const { arrival, heading } = await allowInBrowser(provider.authUrl!);
+    // The page names the client as its metadata document does.
+    expect(heading).toContain("SDK v2 metadata-document app");
+    expect(arrival.searchParams.get("iss")).toBe(origin);
+    await transport.finishAuth(arrival.searchParams);
+    expect(provider.tokens()?.scope?.split(" ").sort()).toEqual(["project:read", "project:write"]);
+    expect(await v2ToolNames(provider)).toContain("observe_coding_agent");
+    const { stdout } = await serverCli(["oauth", "clients", "show", metadataUrl, "--config", stack.serverConfigFile]);
+    expect(stdout).toContain("cimd");
+  }, 60_000);
 });

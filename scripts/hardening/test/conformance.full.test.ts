@@ -2,7 +2,9 @@
  * Issue 16 §6, issue 27 §6: the official MCP conformance suite, pinned, in
  * server mode against a real `webcodex-server run`
  * (scripts/hardening/conformance.mjs): the 2026-07-28 requirements, the
- * 2025-11-25 requirements and the Tasks extension's scenarios.
+ * 2025-11-25 requirements and the Tasks extension's scenarios; issue 28 §4: its
+ * authorization mode against the Server's OAuth, consent given in headless
+ * Chromium (conformance-authorization.mjs).
  * Full suite and CI only: its first run installs the suite and Node 22.
  */
 import { spawnSync } from "node:child_process";
@@ -34,7 +36,7 @@ describe("MCP conformance (@modelcontextprotocol/conformance, server mode)", () 
     if (run.status !== 0) console.error(output);
     expect(run.status).toBe(0);
     // Every pass ran and met its baseline.
-    for (const pass of ["2026-07-28", "2025-11-25", "tasks-lifecycle", "tasks-status-notifications"])
+    for (const pass of ["2026-07-28", "2025-11-25", "tasks-lifecycle", "tasks-status-notifications", "authorization"])
       expect(output).toContain(`=== conformance pass ${pass}: exit 0 ===`);
     // The scenarios we do offer ran and passed (not silently filtered away).
     for (const scenario of [
@@ -45,8 +47,13 @@ describe("MCP conformance (@modelcontextprotocol/conformance, server mode)", () 
       "dns-rebinding-protection",
       "sep-2164-resource-not-found",
       "http-header-validation",
+      // Authorization mode, no expected failures: metadata (with client ID metadata documents advertised) and
+      // the code grant through the consent page.
+      "authorization-server-metadata-endpoint",
+      "authorization-code-grant",
     ])
       expect(output).toMatch(new RegExp(`✓ ${scenario}: [1-9]\\d* passed, 0 failed`));
+    expect(output).toContain("✓ authorization-server-metadata-endpoint: 2 passed, 0 failed");
     // Baselined scenarios that also check what we offer: those checks still pass (the failures are the
     // suite's own diagnostic tools, prompts, and the suite's own task tools).
     for (const partial of [

@@ -1,14 +1,22 @@
 /**
  * OAuth test support: a self-signed loopback https host for client metadata
- * documents, an in-test `OAuthClientProvider` for the SDK client, the consent
+ * documents, in-test `OAuthClientProvider`s for the SDK clients (v1 and v2), the consent
  * form driven over plain HTTP, and the operator CLI run as a child process.
  */
 import { execFile, execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createServer as createHttpsServer, type Server as HttpsServer } from "node:https";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { promisify } from "node:util";
+import type {
+  OAuthClientMetadata as OAuthClientMetadataV2,
+  OAuthClientProvider as OAuthClientProviderV2,
+  OAuthDiscoveryState,
+  StoredOAuthClientInformation,
+  StoredOAuthTokens,
+} from "@modelcontextprotocol/client";
 import type { OAuthClientProvider } from "@modelcontextprotocol/sdk/client/auth.js";
 import type {
   OAuthClientInformationMixed,
@@ -139,6 +147,79 @@ export class TestOAuthProvider implements OAuthClientProvider {
 
   codeVerifier(): string {
     return this.#verifier;
+  }
+}
+
+/**
+ * The SDK v2 client's (`@modelcontextprotocol/client`) OAuth provider, kept in memory. Its client metadata leaves
+ * `application_type` and `grant_types` to the SDK's defaults (SEP-837: `native` for a loopback redirect URI); the
+ * discovery state is kept so `finishAuth` on the same provider can check the callback's `iss` (RFC 9207).
+ */
+export class TestOAuthProviderV2 implements OAuthClientProviderV2 {
+  authUrl: URL | null = null;
+  /** The `state` this provider sends; the callback must carry it back. */
+  readonly stateValue = randomBytes(16).toString("base64url");
+  readonly clientMetadata: OAuthClientMetadataV2;
+  readonly clientMetadataUrl?: string;
+  #client: StoredOAuthClientInformation | undefined;
+  #tokens: StoredOAuthTokens | undefined;
+  #verifier = "";
+  #discovery: OAuthDiscoveryState | undefined;
+
+  constructor(
+    readonly redirectUri: string,
+    opts: { clientMetadataUrl?: string; name?: string } = {},
+  ) {
+    if (opts.clientMetadataUrl !== undefined) this.clientMetadataUrl = opts.clientMetadataUrl;
+    this.clientMetadata = {
+      client_name: opts.name ?? "SDK v2 test client",
+      redirect_uris: [redirectUri],
+      token_endpoint_auth_method: "none",
+    };
+  }
+
+  get redirectUrl(): string {
+    return this.redirectUri;
+  }
+
+  state(): string {
+    return this.stateValue;
+  }
+
+  clientInformation(): StoredOAuthClientInformation | undefined {
+    return this.#client;
+  }
+
+  saveClientInformation(info: StoredOAuthClientInformation): void {
+    this.#client = info;
+  }
+
+  tokens(): StoredOAuthTokens | undefined {
+    return this.#tokens;
+  }
+
+  saveTokens(tokens: StoredOAuthTokens): void {
+    this.#tokens = tokens;
+  }
+
+  redirectToAuthorization(url: URL): void {
+    this.authUrl = url;
+  }
+
+  saveCodeVerifier(verifier: string): void {
+    this.#verifier = verifier;
+  }
+
+  codeVerifier(): string {
+    return this.#verifier;
+  }
+
+  saveDiscoveryState(state: OAuthDiscoveryState): void {
+    this.#discovery = state;
+  }
+
+  discoveryState(): OAuthDiscoveryState | undefined {
+    return this.#discovery;
   }
 }
 
