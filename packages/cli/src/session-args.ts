@@ -1,5 +1,5 @@
 /**
- * Parsing of `webcodex session …` (Workflow Sessions, DESIGN §11): one
+ * Parsing of `webcodex session …` (Workflow Sessions, design §11): one
  * subcommand per Server tool.
  */
 import type { ParseArgsConfig } from "node:util";

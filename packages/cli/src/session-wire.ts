@@ -1,4 +1,4 @@
-/** The shapes the CLI reads from the workflow-session tools (DESIGN §11), lenient like wire.ts. */
+/** The shapes the CLI reads from the workflow-session tools (design §11), lenient like wire.ts. */
 import { z } from "zod";
 
 export const SessionResult = z.object({

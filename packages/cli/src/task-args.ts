@@ -1,5 +1,5 @@
 /**
- * Parsing of `webcodex task …` (the managed path, DESIGN §10). Kept apart
+ * Parsing of `webcodex task …` (the managed path, design §10). Kept apart
  * from args.ts: one subcommand per Server tool, each with its own flags.
  */
 import type { ParseArgsConfig } from "node:util";

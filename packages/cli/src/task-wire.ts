@@ -1,5 +1,5 @@
 /**
- * The shapes the CLI reads from the agent-task tools (DESIGN §10), lenient
+ * The shapes the CLI reads from the agent-task tools (design §10), lenient
  * like wire.ts: extra fields are kept out, missing optional ones are fine.
  */
 import { z } from "zod";

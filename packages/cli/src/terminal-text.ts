@@ -1,5 +1,5 @@
 /**
- * Defence in depth for what the CLI prints that came from the Server (DESIGN
+ * Defence in depth for what the CLI prints that came from the Server (design
  * §4.5): the Runner already strips terminal controls from event text, but the
  * CLI does not rely on it. Every C0 control other than newline and tab, DEL,
  * every C1 control and the Unicode bidi controls become visible escapes

@@ -1,6 +1,6 @@
 /**
  * The shapes the CLI reads from the Server's MCP tools and the projects
- * resource (DESIGN §6.3). The CLI talks MCP only and does not import the
+ * resource (design §6.3). The CLI talks MCP only and does not import the
  * protocol package, so it keeps this small local copy and validates every
  * result at the boundary. Schemas are lenient about extra fields so a newer
  * Server does not break an older CLI; unknown event kinds are kept as

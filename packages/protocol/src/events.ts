@@ -1,5 +1,5 @@
 /**
- * Normalized run events (DESIGN §4.5). The Runner turns ACP `session/update`
+ * Normalized run events (design §4.5). The Runner turns ACP `session/update`
  * notifications into these bounded bodies; nothing raw is forwarded.
  */
 import { z } from "zod";

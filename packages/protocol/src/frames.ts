@@ -1,5 +1,5 @@
 /**
- * The closed Server<->Runner WebSocket protocol (DESIGN §5): one
+ * The closed Server<->Runner WebSocket protocol (design §5): one
  * discriminated union per direction, every object `.strict()`.
  * No frame carries paths, executables, argv, env, PIDs or raw ACP JSON-RPC.
  */
@@ -171,12 +171,12 @@ export const HelloFrame = z
     inventory: z.array(RunSummary).max(MAX_INVENTORY_RUNS),
     /**
      * The secret of the last hello.ack this Runner received: proves a reconnect is the same Runner, so it may
-     * take over a link the Server still thinks alive (DESIGN §5).
+     * take over a link the Server still thinks alive (design §5).
      */
     resume_secret: ResumeSecret.optional(),
     /**
      * True when any of this Runner's agents runs as the Runner's own OS user (no `run_as`): such an agent can
-     * read the Runner's token and stop it (DESIGN §4.2). Absent from Runners that predate it: not stated.
+     * read the Runner's token and stop it (design §4.2). Absent from Runners that predate it: not stated.
      */
     agents_share_runner_user: z.boolean().optional(),
   })
@@ -222,7 +222,7 @@ export const RunUpdateFrame = z
   .strict();
 
 /**
- * What a Runner keeps of a run whose full record it pruned (DESIGN §6.1): that
+ * What a Runner keeps of a run whose full record it pruned (design §6.1): that
  * it admitted the run, and how it ended. Sent with the `pruned` error code —
  * never confused with `not_found`, which means "no record and no tombstone:
  * this store never admitted that run".
@@ -285,7 +285,7 @@ export const HelloAckFrame = z
     server_instance_id: InstanceId,
     heartbeat_interval_ms: z.number().int().min(100).max(600_000),
     /**
-     * Sent in the Runner's next hello to resume this link (DESIGN §5): kept in memory, and written to the
+     * Sent in the Runner's next hello to resume this link (design §5): kept in memory, and written to the
      * Runner's state dir only when no agent runs as its user (so a restart after a crash resumes at once).
      */
     resume_secret: ResumeSecret,

@@ -1,5 +1,5 @@
 /**
- * Terminal-safe text (DESIGN §4.5). Agent text is shown in terminals; a
+ * Terminal-safe text (design §4.5). Agent text is shown in terminals; a
  * control character in it can retitle the window (OSC 0/2), plant links
  * (OSC 8), clear the screen, move the cursor up and overwrite what the CLI
  * printed (a forged "completed" line), or reorder what a reader sees (bidi

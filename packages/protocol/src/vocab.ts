@@ -1,5 +1,5 @@
 /**
- * The shared run vocabulary of DESIGN §3: states, execution certainty,
+ * The shared run vocabulary of design §3: states, execution certainty,
  * recovery advice, failure kinds with fixed summaries, and the closed
  * stop-reason mapping.
  */
@@ -30,7 +30,7 @@ export const RECOVERY_KINDS = ["none", "wait", "reobserve", "reconcile", "fix_in
 export const RecoveryKind = z.enum(RECOVERY_KINDS);
 export type RecoveryKind = z.infer<typeof RecoveryKind>;
 
-/** Durable phase of a run on the Runner (DESIGN §4.4). */
+/** Durable phase of a run on the Runner (design §4.4). */
 export const RUN_PHASES = ["admitted", "setup", "dispatch_barrier", "terminal"] as const;
 export const RunPhase = z.enum(RUN_PHASES);
 export type RunPhase = z.infer<typeof RunPhase>;
@@ -88,7 +88,7 @@ export interface StopReasonOutcome {
 }
 
 /**
- * The closed stop-reason mapping of DESIGN §3. A correlated prompt response
+ * The closed stop-reason mapping of design §3. A correlated prompt response
  * always means the prompt ran to an answer, so execution_state is `completed`.
  */
 export function mapStopReason(stopReason: string): StopReasonOutcome {

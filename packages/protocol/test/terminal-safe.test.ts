@@ -8,7 +8,7 @@ const BEL = "\u0007";
 // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point
 const RAW_CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
 
-describe("terminalSafe (DESIGN §4.5)", () => {
+describe("terminalSafe (design §4.5)", () => {
   it.each([
     ["OSC window title (BEL)", `${ESC}]0;pwned title${BEL}hello`, "hello"],
     ["OSC window title (ST)", `${ESC}]2;pwned${ESC}\\hello`, "hello"],

@@ -10,7 +10,7 @@ import {
   truncateUtf8,
 } from "../src/index.js";
 
-describe("stop-reason mapping (DESIGN §3)", () => {
+describe("stop-reason mapping (design §3)", () => {
   it.each([
     ["end_turn", "completed", "end_turn", null],
     ["cancelled", "cancelled", "cancelled", null],

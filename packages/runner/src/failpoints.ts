@@ -1,5 +1,5 @@
 /**
- * Test-only crash injection (DESIGN §8). The environment variable
+ * Test-only crash injection (design §8). The environment variable
  * WEBCODEX_FAILPOINT is read exactly once, when this module is first loaded
  * at process start; nothing else (config, the Server, a frame) can set or
  * change it. Unset — the normal case — every `failpoint()` call is a no-op.

@@ -1,5 +1,5 @@
 /**
- * What is durable when run.start is answered (DESIGN §5: the Runner admits — a durable row — before
+ * What is durable when run.start is answered (design §5: the Runner admits — a durable row — before
  * replying). The admission row commits without an fsync of its own, the agent is forked, and the child's
  * identity commits with one (it makes the admission durable too) before the answer; a run that ends before
  * any spawn gets an explicit fsync'd commit first. Real RunManager, real SQLite store, the real fake agent.

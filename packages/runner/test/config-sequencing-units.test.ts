@@ -1,5 +1,5 @@
 /**
- * sequenceConfig (DESIGN §4.3 step 3) against a simulated agent: an injected
+ * sequenceConfig (design §4.3 step 3) against a simulated agent: an injected
  * `set` that applies each call to a live option list and records the calls,
  * so every rule is checked without a process — call order, boolean and
  * grouped select options, each failure's kind and the option it names, and

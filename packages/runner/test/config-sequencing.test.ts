@@ -1,5 +1,5 @@
 /**
- * DESIGN §4.3 step 3 against the fake agent's live config options (mode,
+ * design §4.3 step 3 against the fake agent's live config options (mode,
  * model, reasoning_effort; model=fake-large flips mode to code; -32602 on an
  * unknown id or value). Every violation is failed / not_started / fix_input
  * and no prompt reaches the agent.

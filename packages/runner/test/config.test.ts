@@ -1,4 +1,4 @@
-/** Runner TOML validation (DESIGN §4.1): every rule, all errors at once, file + key path + rule. */
+/** Runner TOML validation (design §4.1): every rule, all errors at once, file + key path + rule. */
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -1,5 +1,5 @@
 /**
- * Tombstones (DESIGN §6.1): retention replaces a pruned terminal row by a
+ * Tombstones (design §6.1): retention replaces a pruned terminal row by a
  * compact tombstone in the same transaction; tombstones are never pruned, an
  * id with a tombstone is never admitted again, and a tombstone costs at most
  * TOMBSTONE_BYTES_PER_RUN bytes of database file.

@@ -1,6 +1,6 @@
 /**
  * Inherited file descriptors beyond the three pipes never reach the agent
- * (issue 19 §4, DESIGN §4.2). A process started with an open descriptor that
+ * (issue 19 §4, design §4.2). A process started with an open descriptor that
  * is not close-on-exec (a shell's `5<secret`) passes it on to every child
  * libuv spawns. The Runner's command line closes such descriptors at start;
  * a RunManager embedded elsewhere covers them with /dev/null in each agent.

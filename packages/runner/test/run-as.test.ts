@@ -1,5 +1,5 @@
 /**
- * `[[acp.agents]] run_as` (issue 19 §1, DESIGN §4.2) with real processes and
+ * `[[acp.agents]] run_as` (issue 19 §1, design §4.2) with real processes and
  * a real OS user created for the test. The attack of the issue as a scenario:
  * the fake agent (`read_credentials`) reads its parent's `/proc/<pid>/environ`,
  * follows `/proc/<pid>/cmdline` → `--config` → `token_file`, the way a

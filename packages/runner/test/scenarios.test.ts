@@ -1,7 +1,7 @@
 /**
  * Every fake-agent scenario, run once against the real fake agent child:
  * the state, execution_state, stop_reason / failure_kind and event kinds the
- * contract defines (DESIGN §3, §4.3, §4.5), plus the ledger's count of
+ * contract defines (design §3, §4.3, §4.5), plus the ledger's count of
  * dispatched prompts and proof that no process of the run survived.
  */
 import { createHash } from "node:crypto";

@@ -1,5 +1,5 @@
 /**
- * Runs are kept apart (issue 25 §1, DESIGN §4.2) with real processes, the
+ * Runs are kept apart (issue 25 §1, design §4.2) with real processes, the
  * real Runner and OS users created for the test. The attacks of the issue as
  * scenarios of the fake agent: a tool that double-forks a sleeper or
  * `setsid`s a child (both outside the agent's process group, so the group

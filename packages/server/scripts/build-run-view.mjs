@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * Bundles the run view (src/app/view/: the MCP App, DESIGN §15) into one self-contained HTML document,
+ * Bundles the run view (src/app/view/: the MCP App, design §15) into one self-contained HTML document,
  * dist/app/run-view.html, which the Server serves as the resource ui://webcodex/run. The page script
  * (main.ts with the ext-apps App client and everything it imports) and the stylesheet are inlined; the
  * result references no other file, font or image, so nothing is fetched when a host renders it.

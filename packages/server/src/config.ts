@@ -127,7 +127,7 @@ export const OAuthClientConfigSchema = z
   })
   .strict();
 
-/** `[oauth]`: OAuth 2.1 for remote MCP hosts (DESIGN §9). Off unless `enabled = true`. */
+/** `[oauth]`: OAuth 2.1 for remote MCP hosts (design §9). Off unless `enabled = true`. */
 export const OAuthConfigSchema = z
   .object({
     enabled: z.boolean().default(false),
@@ -182,7 +182,7 @@ export const RunnerConfigSchema = z
     projects: z.array(LocalId).max(256).default([]),
     /**
      * When this runner says in `hello` that its agents run as its own OS user (or does not say), only these
-     * principals' runs are routed to it; absent: every principal's (DESIGN §4.2).
+     * principals' runs are routed to it; absent: every principal's (design §4.2).
      */
     shared_user_principals: z.array(PrincipalId).max(MAX_SHARED_USER_PRINCIPALS).optional(),
   })
@@ -203,7 +203,7 @@ export const PrincipalConfigSchema = z
     token_sha256: z.array(Hex256).max(64).default([]),
     /** The fixed scopes of the inline `token_sha256` tokens; required when any are declared. */
     token_scopes: z.array(z.enum(SCOPES)).max(SCOPES.length).optional(),
-    /** The operator's explicit opt-in for `coding_agent:run` in `token_scopes` (DESIGN §6.2). */
+    /** The operator's explicit opt-in for `coding_agent:run` in `token_scopes` (design §6.2). */
     allow_coding_agent_run: z.boolean().default(false),
   })
   .strict()

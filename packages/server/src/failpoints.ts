@@ -1,5 +1,5 @@
 /**
- * Test-only crash injection for the Server (DESIGN §8), like the Runner's
+ * Test-only crash injection for the Server (design §8), like the Runner's
  * failpoints.ts. WEBCODEX_SERVER_FAILPOINT is read exactly once, when this
  * module is first loaded; nothing else can set or change it. Unset — the
  * normal case — every `serverFailpoint()` call is a no-op. Set to one of

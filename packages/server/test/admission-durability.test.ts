@@ -1,5 +1,5 @@
 /**
- * What is durable before `run.start` leaves (DESIGN §6.1: durably record the admission intent → send).
+ * What is durable before `run.start` leaves (design §6.1: durably record the admission intent → send).
  * The intent commits without an fsync of its own; the `sent` commit that follows it is FULL (it fsyncs
  * the WAL, the intent included) and happens before the frame is written. The Runner's answer
  * (`admitted`) commits without one too: a `sent` record is re-sent with the same run_id. In-process Server (real

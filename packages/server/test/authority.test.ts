@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { canSeeProject, checkStartGrant, checkToolScope, missingScopes } from "../src/principals/authority.js";
 import { principal } from "./support/fake-runs.js";
 
-/** DESIGN §6.2: no scope but coding_agent:run opens the tools; start also needs project:write + grant. */
+/** design §6.2: no scope but coding_agent:run opens the tools; start also needs project:write + grant. */
 const MATRIX: { scopes: string[]; tools: boolean; start: boolean; see: boolean }[] = [
   { scopes: [], tools: false, start: false, see: false },
   { scopes: ["project:read"], tools: false, start: false, see: true },

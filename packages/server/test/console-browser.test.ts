@@ -1,5 +1,5 @@
 /**
- * The operator console (DESIGN §15) in a real headless browser (support/browser.ts: the Chromium that
+ * The operator console (design §15) in a real headless browser (support/browser.ts: the Chromium that
  * @sparticuz/chromium ships, driven by playwright-core) against a real Server child process, a real Runner
  * and the fake ACP agent: sign in with an operator:read key, watch a Runner go offline and come back, a run
  * appear and finish, revoke an OAuth grant and see its token stop working. A key without operator:read, a

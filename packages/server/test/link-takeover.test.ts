@@ -1,5 +1,5 @@
 /**
- * Issue 19 §2 with real processes: a live Runner link is never silently replaced (DESIGN §5). A second
+ * Issue 19 §2 with real processes: a live Runner link is never silently replaced (design §5). A second
  * `webcodex-runner` holding the real Runner's token is refused and audited while the real one keeps
  * receiving runs; a dropped socket resumes at once with the resume secret; a kill -9'd Runner's
  * replacement gets in within the heartbeat timeout; `runner-token rotate` locks the old token out.

@@ -46,7 +46,7 @@ function hello(storeId: string, inventory: RunSummary[] = []): HelloFrame {
 
 const summary = { run_id: RUN, state: "running" } as RunSummary;
 
-describe("reconciliation rules (DESIGN §6.1)", () => {
+describe("reconciliation rules (design §6.1)", () => {
   it.each([
     [
       "an intent never sent closes as retryable failed/not_started",

@@ -1,5 +1,5 @@
 /**
- * The run view (MCP App, DESIGN §15) in a real headless browser (support/browser.ts) inside a test host page
+ * The run view (MCP App, design §15) in a real headless browser (support/browser.ts) inside a test host page
  * that implements the host side of ext-apps with its AppBridge (support/app-host.ts), against a real Server
  * child process, a real Runner and the fake ACP agent. The view's HTML is read from the Server as a host
  * reads it; the test starts each run as the model would and hands the host the tool's input and result.

@@ -1,7 +1,7 @@
 /**
  * Issue 16 §3: every fake-agent fault, `max_concurrent_runs` runs at once,
  * 20× each in the full suite (one batch in `npm test`), against a real Runner
- * driven by the fake Server. Each run must end in the state DESIGN.md §3/§4.3
+ * driven by the fake Server. Each run must end in the state design §3/§4.3
  * gives it within its deadline; afterwards no agent process (or grandchild)
  * survives and the Runner holds no more file descriptors than before.
  */
@@ -39,7 +39,7 @@ interface Fault {
   expect: Partial<RunView>;
 }
 
-/** DESIGN.md: faults before the barrier → failed/not_started; after it → lost/outcome_unknown (never redispatched). */
+/** design §3: faults before the barrier → failed/not_started; after it → lost/outcome_unknown (never redispatched). */
 const FAULTS: Fault[] = [
   {
     name: "garbage stdout line",

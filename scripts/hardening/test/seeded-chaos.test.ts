@@ -13,7 +13,7 @@
  * the state dirs or in the logs. Prints the seed; WEBCODEX_HARDENING_SEED
  * reproduces the plan.
  *
- * About a third of the starts are managed-task starts (DESIGN §10) through a
+ * About a third of the starts are managed-task starts (design §10) through a
  * real MCP client: create the task (idempotent by its key), claim it, and
  * `start_agent_task_coding_run` with the claim — killed around, replayed and
  * cancelled like the plain starts. A repeated task key re-creates (replayed),
@@ -313,7 +313,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         if (known) expect(replay.run_id).toBe(known);
         runOf.set(key, replay.run_id);
         if (step.action === "cancel") {
-          // A task's run is cancelled like any run, with the run tool (DESIGN §10).
+          // A task's run is cancelled like any run, with the run tool (design §10).
           if (task) await host.ok("cancel_coding_agent", { run_id: replay.run_id });
           else okValue(await stack.cancel("alice", { run_id: replay.run_id }));
         }
@@ -348,7 +348,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       // Every task still agrees with its run after all the restarts.
       for (const key of tasks.keys()) await checkTask(key);
       // A lapsed lease is not proof the work stopped: once the holders' leases lapse, a task whose run ended takes a
-      // new claim, but a lost run blocks it until the host supersedes that run (DESIGN §10).
+      // new claim, but a lost run blocks it until the host supersedes that run (design §10).
       for (const task of tasks.values()) {
         const renewed = await host.ok(TASK_TOOL_NAMES.attempt, {
           task_id: task.task_id,

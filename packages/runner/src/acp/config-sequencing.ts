@@ -1,5 +1,5 @@
 /**
- * Session config sequencing (DESIGN §4.3 step 3), as one function over an
+ * Session config sequencing (design §4.3 step 3), as one function over an
  * injected `set` so it is testable without a process:
  *
  *   1. reject caller keys that conflict with a forced key or are not allowed;

@@ -1,5 +1,5 @@
 /**
- * The one validation of a `session/update` notification on its way to the turn (DESIGN §4.3): a validator per
+ * The one validation of a `session/update` notification on its way to the turn (design §4.3): a validator per
  * update variant, generated at build time (scripts/build/session-update-validator.mjs, into the gitignored
  * packages/runner/generated/) from the JSON Schema the ACP SDK exports
  * (`@agentclientprotocol/sdk/schema/v1/schema.json`).

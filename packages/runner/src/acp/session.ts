@@ -1,5 +1,5 @@
 /**
- * The client side of one ACP v1 connection to an agent child (DESIGN §4.3),
+ * The client side of one ACP v1 connection to an agent child (design §4.3),
  * over the SDK's ndJsonStream with a bounded line size.
  *
  * What this file adds to the SDK:

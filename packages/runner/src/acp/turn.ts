@@ -1,5 +1,5 @@
 /**
- * One ACP prompt turn (DESIGN §4.3) for an admitted run:
+ * One ACP prompt turn (design §4.3) for an admitted run:
  *
  *   env/spawn ─▶ initialize ─▶ session/new ─▶ config sequencing
  *     ─▶ BARRIER (store.markDispatchBarrier, durable) ─▶ session/prompt

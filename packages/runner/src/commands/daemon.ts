@@ -1,5 +1,5 @@
 /**
- * The Runner daemon's start-up order (DESIGN §4.4), one step after another,
+ * The Runner daemon's start-up order (design §4.4), one step after another,
  * nothing accepting work until the last one:
  *
  *   1. load and validate the config                       (exit 2 on error; also when agents would run as

@@ -2,7 +2,7 @@
  * Operator probe of one configured agent (`webcodex-runner check --probe`):
  * spawn it exactly as a run would (cleared env, own group, cwd = a project
  * root), run `initialize` + `session/new`, apply the agent's forced config
- * exactly as a run's config sequencing would (DESIGN §4.3 step 3, no caller
+ * exactly as a run's config sequencing would (design §4.3 step 3, no caller
  * keys), report what it advertises and how the forced config fared, and
  * clean the process tree up. Never sends a prompt.
  */

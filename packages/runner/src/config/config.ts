@@ -1,5 +1,5 @@
 /**
- * The Runner's TOML configuration (DESIGN §4.1): parsed with smol-toml,
+ * The Runner's TOML configuration (design §4.1): parsed with smol-toml,
  * validated with zod, then checked against the filesystem (project roots
  * exist, executables exist and are executable). Startup-owned: restart to
  * change. Every problem is reported at once, each naming the file, the TOML
@@ -169,7 +169,7 @@ interface PlacedRoot {
 }
 
 /**
- * Where project roots may not be (DESIGN §4.1), on real paths: in a system tree (`SYSTEM_TREES`);
+ * Where project roots may not be (design §4.1), on real paths: in a system tree (`SYSTEM_TREES`);
  * holding the Runner's own config file (its directory), token file or CA file; being, lying in or
  * holding the state directory; or being, lying in or holding another project's root. An agent works
  * in its project's root, and its own tooling treats that tree as the project: none of these may be in it.

@@ -1,6 +1,6 @@
 /**
  * What of the Runner's own secrets other local users — and agents — could
- * reach (DESIGN §4.2). The Runner creates its state dir 0700; the operator
+ * reach (design §4.2). The Runner creates its state dir 0700; the operator
  * keeps the config and the token file 0600. `credentialModeWarnings` names
  * each of them that is group- or other-accessible (the daemon logs them at
  * start, `check` prints them); `sameUserAgents` names the agents that run as

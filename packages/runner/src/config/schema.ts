@@ -1,5 +1,5 @@
 /**
- * The shape of the Runner's TOML configuration (DESIGN §4.1): the zod schema
+ * The shape of the Runner's TOML configuration (design §4.1): the zod schema
  * with its bounds and defaults, and how a schema issue reads — file, TOML key
  * path and rule, never the offending value (ids excepted). config/config.ts runs the
  * schema, then the filesystem and cross-field checks.

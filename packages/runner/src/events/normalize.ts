@@ -1,6 +1,6 @@
 /**
  * Normalization of ACP `session/update` notifications into the protocol's
- * bounded RunEvent bodies (DESIGN §4.5). Nothing raw is forwarded: every
+ * bounded RunEvent bodies (design §4.5). Nothing raw is forwarded: every
  * agent string passes through the run's Redactor (`label` / `redact`), which
  * makes it terminal-safe before redacting it; tool
  * activity is id/title/kind/status only, diffs become file_change events with

@@ -1,5 +1,5 @@
 /**
- * Per-run event ring (DESIGN §4.5): bounded by count and serialized bytes,
+ * Per-run event ring (design §4.5): bounded by count and serialized bytes,
  * `seq` monotonic from 1, oldest events dropped first. Readers page with
  * `read(afterSeq, max)`, and `waitFor` resolves as soon as something newer
  * exists — no polling.

@@ -1,5 +1,5 @@
 /**
- * When streamed message/reasoning text becomes an event (DESIGN §4.5
+ * When streamed message/reasoning text becomes an event (design §4.5
  * coalescing). Adaptive: a chunk arriving while the stream is quiet is
  * flushed at the next setImmediate — after everything read from the same
  * stdout chunk has been handled, so one read still becomes one event — and

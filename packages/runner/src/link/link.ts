@@ -1,5 +1,5 @@
 /**
- * The Runner's side of the Server link (DESIGN §5).
+ * The Runner's side of the Server link (design §5).
  *
  * Entry point, used by commands/daemon.ts after recovery:
  *
@@ -24,7 +24,7 @@
  * an invalid reply becomes an `error` frame — never a frame that makes the
  * Server close the link and the Runner reconnect with the same bad frame.
  *
- * Link resumption (DESIGN §5): `hello.ack` carries a resume secret, kept in
+ * Link resumption (design §5): `hello.ack` carries a resume secret, kept in
  * memory and sent in every later hello of this process, so a reconnect
  * after a network blip takes over the link the Server may still think alive.
  * With a `resumeStore` (link/resume.ts: no agent runs as the Runner's user)

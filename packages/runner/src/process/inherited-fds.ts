@@ -1,5 +1,5 @@
 /**
- * File descriptors beyond the three pipes never reach an agent (DESIGN §4.2).
+ * File descriptors beyond the three pipes never reach an agent (design §4.2).
  *
  * Node and libuv open every descriptor close-on-exec, but a descriptor this
  * process *inherited* without FD_CLOEXEC (a shell's `3<secret`, a supervisor's

@@ -1,5 +1,5 @@
 /**
- * Orphan reaping (DESIGN §4.4, Linux only). A Runner killed by SIGKILL leaves
+ * Orphan reaping (design §4.4, Linux only). A Runner killed by SIGKILL leaves
  * its ACP children running, and an unobserved agent may keep editing the
  * project. At start-up, before anything else runs, every stored child
  * process group is terminated — but only after proving it is ours:

@@ -1,5 +1,5 @@
 /**
- * Running an agent as other OS users (DESIGN §4.2, `[[acp.agents]] run_as`).
+ * Running an agent as other OS users (design §4.2, `[[acp.agents]] run_as`).
  *
  * An agent runs arbitrary commands; as the Runner's own user it could read
  * the Runner's token (`/proc/<runner>/environ`, the config, the token file)

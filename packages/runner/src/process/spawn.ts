@@ -1,6 +1,6 @@
 /**
  * Spawning an ACP agent child (with execa) and owning its whole process tree
- * (DESIGN §4.2).
+ * (design §4.2).
  *
  * The child gets exactly the variables of its `env_from_env` mapping
  * (`extendEnv: false`), resolved from the Runner's own environment right

@@ -1,5 +1,5 @@
 /**
- * Runs are kept apart (DESIGN §4.2, tenancy): the `run_as` pools of all
+ * Runs are kept apart (design §4.2, tenancy): the `run_as` pools of all
  * agents, and the sweep that leaves no process of a pool user behind.
  *
  * - Each concurrent run holds a pool user of its own, leased at admission

@@ -1,5 +1,5 @@
 /**
- * The run lifecycle (DESIGN §4.2–4.5) behind the RunService seam: admission
+ * The run lifecycle (design §4.2–4.5) behind the RunService seam: admission
  * (fences, capacity — never a queue), then per run:
  *
  *   admit (+ a run_as pool user, process/user-pool.ts) ─▶ the ACP turn (acp/turn.ts)

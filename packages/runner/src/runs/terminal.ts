@@ -1,5 +1,5 @@
 /**
- * Terminal outcomes of a run as fixed, secret-free texts (DESIGN §3):
+ * Terminal outcomes of a run as fixed, secret-free texts (design §3):
  * FAILURE_SUMMARIES, the stage, and at most an option id, a source variable
  * name or a stop reason. Never provider text, and never a JSON-RPC code: those
  * stay in the Runner's local log (the `rpc_code` field).

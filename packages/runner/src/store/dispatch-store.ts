@@ -1,5 +1,5 @@
 /**
- * The durable dispatch record (DESIGN §4.4): one SQLite row per admitted run
+ * The durable dispatch record (design §4.4): one SQLite row per admitted run
  * holding only the DispatchRow fields — never the prompt, config bodies,
  * transcript, idempotency key, credentials, ACP session id or messages.
  *

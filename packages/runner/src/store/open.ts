@@ -1,5 +1,5 @@
 /**
- * Opening the dispatch store (DESIGN §4.4) with its marker file: the store's
+ * Opening the dispatch store (design §4.4) with its marker file: the store's
  * identity outside the database. A restarted Runner tells "first start" (no
  * marker, no database: create both) from "the store that existed is gone" (a
  * marker without its database, or a database that is not it: refuse with exit
@@ -127,7 +127,7 @@ function sqliteFiles(dbPath: string): string[] {
  */
 export function openDispatchStore(options: OpenStoreOptions): OpenedStore {
   const { stateDir } = options;
-  // Readable by the Runner's user only (DESIGN §4.2); an existing dir keeps its mode (the daemon warns).
+  // Readable by the Runner's user only (design §4.2); an existing dir keeps its mode (the daemon warns).
   mkdirSync(stateDir, { recursive: true, mode: 0o700 });
   const dbPath = join(stateDir, STORE_DB_FILE);
   const markerPath = join(stateDir, STORE_MARKER_FILE);

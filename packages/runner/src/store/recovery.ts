@@ -1,5 +1,5 @@
 /**
- * Startup recovery (DESIGN §4.4). Runs once, before the Runner connects
+ * Startup recovery (design §4.4). Runs once, before the Runner connects
  * anywhere or accepts work, in one transaction over the rows a previous
  * process left behind:
  *

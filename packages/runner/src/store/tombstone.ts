@@ -1,5 +1,5 @@
 /**
- * Run tombstones (DESIGN §6.1, "absence is never proof"): what the store keeps
+ * Run tombstones (design §6.1, "absence is never proof"): what the store keeps
  * of a run after retention pruned its full row — that this store admitted
  * it, a prefix of its intent fingerprint, how it ended and when. Written in
  * the transaction that deletes the row, never pruned, so `run.start` for that

@@ -1,5 +1,5 @@
 /**
- * The durable dispatch record contract (DESIGN §4.4). Implemented by
+ * The durable dispatch record contract (design §4.4). Implemented by
  * store/dispatch-store.ts (better-sqlite3, WAL, synchronous=FULL); used by the run
  * lifecycle. Only these fields are ever stored: never the prompt, config
  * bodies, transcript, idempotency key, credentials, ACP session id or messages.

@@ -1,5 +1,5 @@
 /**
- * The run view (DESIGN §15): an MCP App (`@modelcontextprotocol/ext-apps`) that hosts with app support render
+ * The run view (design §15): an MCP App (`@modelcontextprotocol/ext-apps`) that hosts with app support render
  * beside the result of the run-starting tools and `observe_coding_agent`. Those tools name the UI resource
  * `ui://webcodex/run` in their tools/list `_meta` (the extension's `_meta.ui.resourceUri`, plus the older flat
  * `ui/resourceUri` key, as the extension's own `registerAppTool` writes both); hosts without app support ignore

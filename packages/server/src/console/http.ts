@@ -1,5 +1,5 @@
 /**
- * The operator console at `/console` (DESIGN §15): one page for principals holding `operator:read`.
+ * The operator console at `/console` (design §15): one page for principals holding `operator:read`.
  *
  *   GET  /console/login          the login form (sets a login CSRF cookie)
  *   POST /console/login          key (an operator:read token) → session cookie, 303 to /console

@@ -1,5 +1,5 @@
 /**
- * The durable half of the link leases (link/leases.ts, DESIGN §5): table `runner_link_leases` in the
+ * The durable half of the link leases (link/leases.ts, design §5): table `runner_link_leases` in the
  * Server's state DB (schema step 7) holds, per runner id, the sha256 of the resume secret its holder was
  * given and when the lease runs out (epoch ms). A restarted Server reads it, so a hello without that
  * secret is refused until the lease would have expired, while the real Runner — which keeps the secret in

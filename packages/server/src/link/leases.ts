@@ -1,5 +1,5 @@
 /**
- * "A live link is never silently replaced" (DESIGN §5). The Server holds one lease per runner id: the
+ * "A live link is never silently replaced" (design §5). The Server holds one lease per runner id: the
  * resume secret it gave the current holder in `hello.ack`, and when it last heard from that holder.
  *
  * | a new hello for runner R                      | outcome                                       |

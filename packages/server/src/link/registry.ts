@@ -82,7 +82,7 @@ export class Registry {
   /**
    * Whether runs of `principalId` may go to `runner`: always, unless its Server config lists
    * `shared_user_principals` and its agents share its OS user (its hello says so, or says nothing) — then
-   * only the listed principals' may (DESIGN §4.2: such an agent can read the Runner's token).
+   * only the listed principals' may (design §4.2: such an agent can read the Runner's token).
    */
   servesPrincipal(runner: LiveRunner, principalId: string): boolean {
     const listed = this.config.runners.find((r) => r.id === runner.runnerId)?.sharedUserPrincipals ?? null;

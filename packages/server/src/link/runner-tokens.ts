@@ -1,5 +1,5 @@
 /**
- * Runner tokens replaced with `webcodex-server runner-token rotate` (DESIGN §5), and the audit trail of
+ * Runner tokens replaced with `webcodex-server runner-token rotate` (design §5), and the audit trail of
  * the Runner link. Both live in the Server's SQLite state database:
  *
  * - `runner_tokens`: one row per rotated runner id with the sha256 of its current token. A row overrides

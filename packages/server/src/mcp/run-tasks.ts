@@ -11,7 +11,7 @@
  * same durable run record. Nothing is held in memory between requests, so
  * any Server process answers any task request.
  *
- * Run state → task status (DESIGN §13, docs/design.md §13):
+ * Run state → task status (design §13, docs/design.md §13):
  * - `starting`, `running`, `waiting_permission` → `working`, with a one-line
  *   status message (state, execution stage, the last tool step, Runner offline);
  * - `completed` → `completed`; its `result` is the observe-shaped terminal

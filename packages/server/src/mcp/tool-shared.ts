@@ -27,7 +27,7 @@ export interface ToolSpec<N extends string = string> {
   /**
    * The tool starts a run (its output has `run_id`): a Workflow Session may record it (`workflow_session_id`
    * in its arguments on 2025-era requests, `_wc.record` in the tools/call envelope on 2026-07-28 ones,
-   * DESIGN §11), and for a client that declares the Tasks extension the call answers with a task (mcp/run-tasks.ts).
+   * design §11), and for a client that declares the Tasks extension the call answers with a task (mcp/run-tasks.ts).
    */
   startsRun?: true;
   /** The tool's result is rendered by the run view (an MCP App, app/run-view.ts): tools/list names it in `_meta`. */

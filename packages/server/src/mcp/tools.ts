@@ -39,7 +39,7 @@ export interface CallEnvelope {
 const RECORDER_TOOLS_HINT = "only the run-starting tools (start_coding_agent, start_agent_task_coding_run) take one";
 
 /**
- * The recorder of a tools/call (DESIGN §11): on 2026-07-28 `_wc.record` in the envelope, beside name and
+ * The recorder of a tools/call (design §11): on 2026-07-28 `_wc.record` in the envelope, beside name and
  * arguments; on 2025-era requests `workflow_session_id` in the arguments (checked by the tool). Every other
  * place a caller might put it is refused by name. Returns the invocation, or why the call is refused.
  */

@@ -1,5 +1,5 @@
 /**
- * Login and consent, the shared-key bridge (DESIGN §9):
+ * Login and consent, the shared-key bridge (design §9):
  *
  * 1. `/authorize` (the SDK's handler validated client, redirect URI, PKCE S256 and the rest)
  *    calls `begin`: the request is parked server-side under an unguessable id with a CSRF

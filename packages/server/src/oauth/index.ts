@@ -1,5 +1,5 @@
 /**
- * OAuth 2.1 for remote MCP hosts (DESIGN §9), assembled for `src/mcp.ts`: the store on the
+ * OAuth 2.1 for remote MCP hosts (design §9), assembled for `src/mcp.ts`: the store on the
  * Server's state DB, the clients, the consent bridge, the SDK-handler HTTP surface, the
  * access-token check for `/mcp`, and the `WWW-Authenticate` challenges `/mcp` sends.
  */

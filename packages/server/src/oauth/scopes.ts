@@ -44,7 +44,7 @@ export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {
   start_agent_task_coding_run: ["coding_agent:run", "project:write"],
   reconcile_agent_task_coding_run: ["coding_agent:run", "project:write"],
   close_agent_task: ["coding_agent:run", "project:write"],
-  // Workflow sessions (DESIGN §11): runtime:* only — never coding_agent:run, which stays its own consent line.
+  // Workflow sessions (design §11): runtime:* only — never coding_agent:run, which stays its own consent line.
   create_workflow_session: ["runtime:write"],
   update_workflow_session: ["runtime:write"],
   read_workflow_session: ["runtime:read"],

@@ -1,5 +1,5 @@
 /**
- * Scope and grant checks of DESIGN §6.2 for the MCP front end. The run core
+ * Scope and grant checks of design §6.2 for the MCP front end. The run core
  * (runs/runs.ts) enforces the same rules plus run ownership; checking here as well
  * means a request without authority never reaches it.
  *

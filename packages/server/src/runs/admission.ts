@@ -1,5 +1,5 @@
 /**
- * Admission of `start_coding_agent`, in the exact order of DESIGN §6.1:
+ * Admission of `start_coding_agent`, in the exact order of design §6.1:
  * validate (the front end, with the StartInput schema) → scopes and project grant → run_id → existing record (replay or
  * idempotency_conflict) → resolve project → runner → provider with their
  * instance ids → durable intent → `sent` → `run.start` with the fences.
@@ -193,7 +193,7 @@ export class Admission {
 
   /**
    * Steps 5-8 for a validated, authorized request whose run id and fingerprint are derived: the one
-   * admission path of start_coding_agent and of the managed path (DESIGN §10), whose `bind` runs in
+   * admission path of start_coding_agent and of the managed path (design §10), whose `bind` runs in
    * the transaction that records the admission intent.
    */
   async admit(principal: Principal, req: AdmissionRequest): Promise<ApiResult<StartOutput>> {

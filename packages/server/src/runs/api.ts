@@ -44,7 +44,7 @@ export const API_ERROR_CODES = [
   "start_in_progress",
   "invalid_observation_token",
   "too_many_observers",
-  /** Managed path (DESIGN §10): the presented claim is not the task's current live claim. */
+  /** Managed path (design §10): the presented claim is not the task's current live claim. */
   "stale_claim",
   /** Managed path: a live attempt, or an active/uncertain Run, blocks what was asked. */
   "claim_conflict",
@@ -180,7 +180,7 @@ export interface AdmissionFences {
 }
 
 /**
- * One admission through the run core's single path (DESIGN §6.1), for callers
+ * One admission through the run core's single path (design §6.1), for callers
  * that derive the run id and fingerprint themselves (the managed path, §10).
  * Inputs are already validated and authorized by the caller.
  */

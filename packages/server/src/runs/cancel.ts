@@ -1,5 +1,5 @@
 /**
- * Cancellation (DESIGN §6.3 cancel_coding_agent): idempotent. The first
+ * Cancellation (design §6.3 cancel_coding_agent): idempotent. The first
  * cancel of a live run sends `run.cancel` once and records
  * `cancel_forwarded` on the Runner's answer; a cancel whose delivery is
  * unknown stays pending and is sent again after the runner's next hello.

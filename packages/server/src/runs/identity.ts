@@ -1,5 +1,5 @@
 /**
- * Run identity (DESIGN §6.1): deterministic run ids from the persisted
+ * Run identity (design §6.1): deterministic run ids from the persisted
  * server secret, and canonical intent fingerprints. Pure functions.
  */
 import { createHash, createHmac } from "node:crypto";

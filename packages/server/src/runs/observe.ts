@@ -1,5 +1,5 @@
 /**
- * Observation (DESIGN §6.3 observe_coding_agent): catch the run's mirror up
+ * Observation (design §6.3 observe_coding_agent): catch the run's mirror up
  * with the Runner's ring (run.sync), then answer the events after the
  * caller's observation token within the output budget, waiting at most
  * `wait_secs` for anything new.

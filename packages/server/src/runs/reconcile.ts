@@ -1,5 +1,5 @@
 /**
- * Reconciliation of Server admission records against a Runner (DESIGN §6.1).
+ * Reconciliation of Server admission records against a Runner (design §6.1).
  * Runs on every Runner `hello` and, for records that were never sent, at
  * Server start. It fails closed: a run that may have been admitted but
  * cannot be found becomes `lost`, never re-sent.
@@ -115,7 +115,7 @@ export function decideAfterQuery(record: AdmissionRecord, found: QueryAnswer): D
   if (found?.kind === "pruned") return { kind: "close", patch: tombstonePatch(found.tombstone) };
   // Same store, no row and no tombstone (the Runner keeps one for every run it ever admitted, and admits
   // durably before replying): the run was never admitted. Nothing reached the agent, so an exact same-key
-  // retry may re-admit it (DESIGN §6.1: retry_same).
+  // retry may re-admit it (design §6.1: retry_same).
   if (record.admission === "sent") return { kind: "close", patch: neverAdmittedPatch(true) };
   return { kind: "close", patch: lostPatch("missing_on_runner") };
 }

@@ -1,5 +1,5 @@
 /**
- * Input and output schemas of the three run tools (DESIGN §6.3): closed zod objects (`.strict()`)
+ * Input and output schemas of the three run tools (design §6.3): closed zod objects (`.strict()`)
  * whose JSON Schema is what tools/list shows, and the exact shapes of their results. The tools
  * themselves: runs/tools.ts.
  */

@@ -1,5 +1,5 @@
 /**
- * Workflow Sessions (DESIGN §11): a bounded evidence and collaboration
+ * Workflow Sessions (design §11): a bounded evidence and collaboration
  * ledger for one project, owned by one principal. It grants no authority.
  *
  * - Writing (create, update) needs `runtime:write`, reading `runtime:read`,

@@ -1,5 +1,5 @@
 /**
- * Durable state of Workflow Sessions (DESIGN §11) in the Server's state DB
+ * Durable state of Workflow Sessions (design §11) in the Server's state DB
  * (tables from schema migration 5): sessions, their bounded lifecycle
  * evidence, and which session records which run. Plain rows; the rules live
  * in sessions/service.ts. Evidence rows have no column that could hold a

@@ -1,5 +1,5 @@
 /**
- * The Workflow Session MCP tools (DESIGN §11), registered as a ToolModule
+ * The Workflow Session MCP tools (design §11), registered as a ToolModule
  * next to the run tools: `create_workflow_session`, `update_workflow_session`
  * (optimistic concurrency with expected_version), `read_workflow_session`.
  * Scopes are the service's to check: `runtime:write` / `runtime:read`, never

@@ -1,5 +1,5 @@
 /**
- * Identity of the managed path (DESIGN §10). Pure functions over the
+ * Identity of the managed path (design §10). Pure functions over the
  * persisted server secret:
  *
  * - `task_id`  = `wc_task_` + base32(HMAC(secret, "webcodex.agent_task.v1" ‖ principal ‖ key))[:26]

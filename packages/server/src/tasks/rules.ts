@@ -1,5 +1,5 @@
 /**
- * The managed path's decisions (DESIGN §10), read-only: whether a claim is current, and whether some run of
+ * The managed path's decisions (design §10), read-only: whether a claim is current, and whether some run of
  * a task blocks a new attempt. tasks/service.ts asks them inside its transactions and does the writing; the
  * README's "Managed tasks" section is the long form.
  *

@@ -1,5 +1,5 @@
 /**
- * The managed path (DESIGN §10): AgentTask attempts with leases and fences,
+ * The managed path (design §10): AgentTask attempts with leases and fences,
  * layered over the one CodingAgentRun admission path (runs/runs.ts `admit`).
  * It adds ownership, never a second provider lifecycle.
  *

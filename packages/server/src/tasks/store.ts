@@ -1,5 +1,5 @@
 /**
- * Durable state of the managed path (DESIGN §10) in the Server's state DB:
+ * Durable state of the managed path (design §10) in the Server's state DB:
  * tasks, attempts and the unique Attempt→Run binding. Plain rows and
  * statements; the rules (claims, leases, blocking runs) live in
  * tasks/service.ts. The task instruction is task data: stored here, bounded,

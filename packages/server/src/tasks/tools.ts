@@ -1,9 +1,9 @@
 /**
- * The managed-path MCP tools (DESIGN §10), registered next to the run tools
+ * The managed-path MCP tools (design §10), registered next to the run tools
  * as a ToolModule: closed zod input schemas, exact output schemas, the same
  * error envelope and one audit row per call (McpTools.call does both).
  *
- * Five tools: the four of DESIGN §10 plus `close_agent_task`. Closing is its
+ * Five tools: the four of design §10 plus `close_agent_task`. Closing is its
  * own small tool rather than a field of reconcile because (1) a task that
  * never got an attempt must be closable too, (2) reconcile stays a safe,
  * repeatable read-and-apply call a model may make at any time, and (3) the

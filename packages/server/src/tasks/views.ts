@@ -1,5 +1,5 @@
 /**
- * What the managed path shows its callers (DESIGN §10): the task, attempt and run-outcome views and the
+ * What the managed path shows its callers (design §10): the task, attempt and run-outcome views and the
  * mapping from stored rows to them. Nothing here reads or writes the stores; optional fields are left out
  * rather than sent as null, and times are ISO 8601.
  */

@@ -1,5 +1,5 @@
 /**
- * A test MCP Apps host for the run view (DESIGN §15): a loopback page whose script (app-host-page.js, bundled
+ * A test MCP Apps host for the run view (design §15): a loopback page whose script (app-host-page.js, bundled
  * here with esbuild) implements the host side of ext-apps with its `AppBridge`, and a Playwright page on it
  * whose `hostCallTool` calls the real Server through an MCP client the test owns. The page's CSP, which the
  * view's srcdoc iframe inherits, allows inline script and style and nothing else: a view that tried to load a

@@ -1,5 +1,5 @@
 /**
- * The impostor of the link-security tests (DESIGN §5): a second real `webcodex-runner` that presents the
+ * The impostor of the link-security tests (design §5): a second real `webcodex-runner` that presents the
  * real Runner's token, with its own store and its own fake-agent ledger, and the `runner_link_audit` rows
  * the Server writes about it. The impostor is a runner of the ProcStack named "impostor", so its log is
  * `s.logs.get("impostor")`, the prompts its agent received are `s.prompts("impostor")`, and `s.stop()`

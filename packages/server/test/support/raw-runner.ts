@@ -12,7 +12,7 @@ type Request = Extract<ServerFrame, { request_id: string }>;
 
 /**
  * The resume secret of each FakeRunService's last hello.ack: a FakeRunService stands for one Runner
- * process, so its reconnects resume its link like the real Runner's do (DESIGN §5).
+ * process, so its reconnects resume its link like the real Runner's do (design §5).
  */
 const resumeSecrets = new WeakMap<FakeRunService, string>();
 

@@ -1,5 +1,5 @@
 /**
- * A host driving the managed path (DESIGN §10) through a real SDK MCP client,
+ * A host driving the managed path (design §10) through a real SDK MCP client,
  * for tests that kill and restart the Server under it: the client is built on
  * first use and dropped after any transport failure (a killed Server), so the
  * next call reconnects to the restarted one on the same port. Tool errors are

@@ -1,5 +1,5 @@
 /**
- * The run view's page script (DESIGN §15): an MCP App that follows one run through its host.
+ * The run view's page script (design §15): an MCP App that follows one run through its host.
  *
  * The host hands the view the tool's input (project, provider) and result (run id, observation token);
  * the view then calls `observe_coding_agent` through the host bridge (`app.callServerTool`) in long polls

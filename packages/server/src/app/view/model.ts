@@ -1,7 +1,7 @@
 /**
  * What the run view knows about its run, folded from observe results (no DOM here; view.ts draws it).
  *
- * Agent text is hostile input (DESIGN §4.5): it is only ever kept as strings and drawn with `textContent`.
+ * Agent text is hostile input (design §4.5): it is only ever kept as strings and drawn with `textContent`.
  * As in the CLI, terminal controls and bidi controls in it become visible escapes (`\x1b`), and a file path
  * that is not relative to the project is shown as "<outside project>", never as the path.
  */
