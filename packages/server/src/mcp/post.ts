@@ -39,7 +39,7 @@ import {
   type RequestId,
   SUPPORTED_PROTOCOL_VERSIONS,
 } from "@modelcontextprotocol/sdk/types.js";
-import { classifyPost, type Era, eraHeaders } from "./era.js";
+import { claimsModernEra, classifyPost, type Era, eraHeaders, loadModernClassifier } from "./era.js";
 
 /** A JSON-RPC error as an HTTP response body (`id: null` answers the POST itself; an id answers that request). */
 export function sendJsonRpcError(
@@ -191,7 +191,9 @@ export async function readMcpPost(
   }
   const message = parsed.data;
   const requestId = "method" in message && "id" in message ? (message.id as RequestId) : null;
-  const classified = classifyPost(raw, eraHeaders(req.headers));
+  const headers = eraHeaders(req.headers);
+  if (claimsModernEra(raw, headers)) await loadModernClassifier();
+  const classified = classifyPost(raw, headers);
   if ("refusal" in classified) {
     const { status, code, message: text, data } = classified.refusal;
     sendJsonRpcError(res, status, code, text, requestId, data);
