@@ -78,7 +78,12 @@ describe("a run's task across a Server kill -9", () => {
     expect(after).toMatchObject({ taskId, status: "completed", createdAt: before.createdAt });
     const result = after.result as { resultType: string; structuredContent: Record<string, unknown> };
     expect(result.resultType).toBe("complete");
-    expect(result.structuredContent).toMatchObject({ state: "completed", execution_state: "completed" });
+    // The Runner kept every event of the run through the Server's restart: nothing is lost.
+    expect(result.structuredContent).toMatchObject({
+      state: "completed",
+      execution_state: "completed",
+      history_lost: false,
+    });
     // The same key after the restart is the same task.
     expect(await startTask(s, "restart-task", "scenario: slow interval_ms=100 count=30")).toBe(taskId);
   }, 120_000);

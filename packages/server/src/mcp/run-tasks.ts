@@ -224,7 +224,11 @@ function statusMessage(o: ObserveOutput, step: ToolStep | null): string {
   return parts.join("; ");
 }
 
-/** The observe-shaped terminal result: the run's final status fields, without events. */
+/**
+ * The observe-shaped terminal result: the run's final status fields, without events, and `history_lost` — true
+ * when some of the run's events are gone (a Runner restart, a pruned run, a bounded ring), so a host that
+ * follows a task knows the run's event history can no longer be read whole.
+ */
 function terminalResult(o: ObserveOutput): Record<string, unknown> {
   return {
     run_id: o.run_id,
@@ -234,6 +238,7 @@ function terminalResult(o: ObserveOutput): Record<string, unknown> {
     ...(o.failure_kind !== undefined ? { failure_kind: o.failure_kind } : {}),
     recovery_kind: o.recovery_kind,
     ...(o.message !== undefined ? { message: o.message } : {}),
+    history_lost: o.history_lost,
   };
 }
 
