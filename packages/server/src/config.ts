@@ -100,6 +100,12 @@ const RedirectUri = z
     }
   }, "must be an absolute URL without a fragment");
 
+/**
+ * Default `[oauth] app_redirect_schemes`: native MCP hosts whose OAuth redirect uses a scheme of one label
+ * (Cursor's `cursor://anysphere.cursor-mcp/oauth/callback`, VS Code's `vscode://`).
+ */
+export const DEFAULT_APP_REDIRECT_SCHEMES = ["cursor", "vscode", "vscode-insiders"] as const;
+
 /** Default and largest `[oauth] refresh_reuse_grace_secs`. */
 export const DEFAULT_REFRESH_REUSE_GRACE_SECS = 30;
 export const MAX_REFRESH_REUSE_GRACE_SECS = 300;
@@ -162,6 +168,21 @@ export const OAuthConfigSchema = z
       .default(DEFAULT_REFRESH_REUSE_GRACE_SECS),
     /** RFC 7591 dynamic registration at /register (client ID metadata documents are the preferred way). */
     dynamic_registration: z.boolean().default(true),
+    /**
+     * Single-label private-use redirect schemes of native apps that do not use a reverse-domain scheme
+     * (RFC 8252 §7.1), accepted besides https, loopback http and reverse-domain schemes.
+     */
+    app_redirect_schemes: z
+      .array(
+        z
+          .string()
+          .regex(
+            /^[a-z][a-z0-9+-]{0,31}$/,
+            "must be a URI scheme name (lowercase letters, digits, + and -), without ':'",
+          ),
+      )
+      .max(32)
+      .default([...DEFAULT_APP_REDIRECT_SCHEMES]),
     clients: z.array(OAuthClientConfigSchema).max(256).default([]),
   })
   .strict();
@@ -297,6 +318,8 @@ export interface OAuthSettings {
   refreshReuseGraceSecs: number;
   /** `[oauth] dynamic_registration`: /register is served and advertised. */
   dynamicRegistration: boolean;
+  /** `[oauth] app_redirect_schemes`: single-label private-use redirect schemes accepted (without ':'). */
+  appRedirectSchemes: readonly string[];
   clients: OAuthClientConfig[];
 }
 
@@ -444,6 +467,7 @@ export function buildServerConfig(
       devAllowLoopbackClientMetadata: cfg.oauth.dev_allow_loopback_client_metadata,
       refreshReuseGraceSecs: cfg.oauth.refresh_reuse_grace_secs,
       dynamicRegistration: cfg.oauth.dynamic_registration,
+      appRedirectSchemes: cfg.oauth.app_redirect_schemes,
       clients: cfg.oauth.clients,
     };
   }

@@ -464,6 +464,35 @@ describe("SEP-837 application_type at dynamic registration", () => {
     expect(odd.status).toBe(400);
     expect(odd.body.error).toBe("invalid_client_metadata");
   });
+
+  it("redirect schemes: https, loopback http, reverse-domain private-use schemes and the allowed app schemes; nothing else", async () => {
+    const s = await start();
+    for (const uri of [
+      "ftp://files.example/cb",
+      "ws://127.0.0.1/cb",
+      "ms-msdt:/id",
+      "view-source:https://x.example/",
+    ]) {
+      const refused = await register(s.origin, { application_type: "native", redirect_uris: [uri] });
+      expect(refused.status, uri).toBe(400);
+      expect(refused.body.error, uri).toBe("invalid_redirect_uri");
+      expect(String(refused.body.error_description), uri).toContain("is not allowed");
+    }
+    // Cursor registers its own single-label scheme beside the loopback one; it is in the default allow list.
+    const cursor = await register(s.origin, {
+      application_type: "native",
+      redirect_uris: ["cursor://anysphere.cursor-mcp/oauth/callback", "com.example.app:/cb"],
+    });
+    expect(cursor.status).toBe(201);
+
+    const strict = await start({ oauth: { app_redirect_schemes: [] } });
+    const noCursor = await register(strict.origin, {
+      application_type: "native",
+      redirect_uris: ["cursor://anysphere.cursor-mcp/oauth/callback"],
+    });
+    expect(noCursor.status).toBe(400);
+    expect(String(noCursor.body.error_description)).toContain("app_redirect_schemes");
+  });
 });
 
 describe("client registration: metadata documents preferred, DCR switchable, credentials bound to the issuer", () => {

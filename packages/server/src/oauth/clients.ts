@@ -42,13 +42,22 @@ export type ResolvedClient =
 /** RFC 8252 §7.3 loopback redirect hosts (the SDK's redirectUriMatches relaxes only their port). */
 const LOOPBACK_REDIRECT_HOSTS = new Set(["127.0.0.1", "localhost", "[::1]"]);
 
+/** A private-use scheme named by a reverse domain (RFC 8252 §7.1): two or more dot-separated labels. */
+const REVERSE_DOMAIN_SCHEME = /^[a-z][a-z0-9-]*(\.[a-z0-9-]+)+$/;
+
 /** Whether an http(s) redirect URI names a loopback host (127.0.0.1, localhost, [::1]). */
 export function isLoopbackRedirect(u: URL): boolean {
   return LOOPBACK_REDIRECT_HOSTS.has(u.hostname);
 }
 
-/** Whether a redirect URI is acceptable for a registered client (OAuth 2.1 §2.3.1 / RFC 8252). */
-export function redirectUriProblem(uri: string): string | null {
+/**
+ * Whether a redirect URI is acceptable for a registered client (OAuth 2.1 §2.3.1 / RFC 8252): https, http on a
+ * loopback host, or a native app's private-use scheme — a reverse-domain one (`com.example.app:/callback`,
+ * RFC 8252 §7.1) or one of the single-label schemes the operator allows (`[oauth] app_redirect_schemes`).
+ * Every other scheme (`ftp:`, `ws:`, `ms-msdt:`, `view-source:`, …) is refused: a redirect to it would hand the
+ * code to whatever the person's system opens for that scheme.
+ */
+export function redirectUriProblem(uri: string, appSchemes: readonly string[]): string | null {
   if (uri.length > MAX_REDIRECT_URI_CHARS) return `longer than ${MAX_REDIRECT_URI_CHARS} characters`;
   let u: URL;
   try {
@@ -59,9 +68,13 @@ export function redirectUriProblem(uri: string): string | null {
   if (u.hash !== "") return "has a fragment";
   if (u.protocol === "https:") return null;
   if (u.protocol === "http:") return isLoopbackHost(u.hostname) ? null : "http is allowed only for loopback hosts";
-  if (["javascript:", "data:", "file:", "blob:", "about:", "vbscript:"].includes(u.protocol)) return "unsafe scheme";
-  // A private-use scheme of a native app (RFC 8252 §7.1), e.g. com.example.app:/callback.
-  return null;
+  const scheme = u.protocol.slice(0, -1);
+  if (REVERSE_DOMAIN_SCHEME.test(scheme) || appSchemes.includes(scheme)) return null;
+  return (
+    `the scheme "${scheme.slice(0, 32)}:" is not allowed: use https, http on a loopback host, or a private-use ` +
+    "reverse-domain scheme such as com.example.app:/callback (an operator can allow a native app's own scheme " +
+    "with [oauth] app_redirect_schemes)"
+  );
 }
 
 function infoOf(row: ClientRow): OAuthClientInformationFull {
@@ -144,7 +157,7 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
         ca: this.#ca,
       });
       for (const uri of doc.redirect_uris) {
-        const problem = redirectUriProblem(uri);
+        const problem = redirectUriProblem(uri, this.#settings.appRedirectSchemes);
         if (problem) throw new ClientMetadataError(`client metadata document: redirect_uri ${problem}`);
       }
       if (!this.#store.client(clientId)) this.#makeRoom();
@@ -188,7 +201,7 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
       throw new InvalidClientMetadataError(`redirect_uris must list 1-${MAX_REDIRECT_URIS} URIs`);
     }
     for (const uri of uris) {
-      const problem = redirectUriProblem(uri);
+      const problem = redirectUriProblem(uri, this.#settings.appRedirectSchemes);
       if (problem) throw new InvalidClientMetadataError(`redirect_uris: a URI is not acceptable (${problem})`);
     }
     for (const g of full.grant_types ?? []) {

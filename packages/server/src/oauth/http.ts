@@ -25,7 +25,7 @@ import type { Logger } from "pino";
 import type { ClientAddressOf } from "../client-address.js";
 import type { OAuthSettings } from "../config.js";
 import type { OAuthClients } from "./clients.js";
-import { isLoopbackRedirect } from "./clients.js";
+import { isLoopbackRedirect, redirectUriProblem } from "./clients.js";
 import type { Consent, ConsentForm } from "./consent.js";
 import { renderErrorPage } from "./consent-page.js";
 import { isOwnErrorDescription, type WebcodexOAuthProvider } from "./provider.js";
@@ -164,17 +164,35 @@ export function applicationTypeProblem(applicationType: unknown, redirectUris: u
   return null;
 }
 
-function registrationPrecheck(req: Request, res: Response, next: NextFunction): void {
-  const body = (req.body ?? {}) as Record<string, unknown>;
-  const problem = applicationTypeProblem(body.application_type, body.redirect_uris);
-  if (problem === null) {
-    next();
-    return;
+/**
+ * Refuses a registration whose `application_type` or redirect URIs are not acceptable before the SDK's handler
+ * runs, with RFC 7591's own codes: `invalid_client_metadata`, or `invalid_redirect_uri` naming the rule.
+ */
+function registrationPrecheck(appSchemes: readonly string[]) {
+  return (req: Request, res: Response, next: NextFunction): void => {
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    const problem =
+      applicationTypeProblem(body.application_type, body.redirect_uris) ?? schemeProblem(body.redirect_uris);
+    if (problem === null) {
+      next();
+      return;
+    }
+    res.status(400).json({
+      error: problem.startsWith("application_type") ? "invalid_client_metadata" : "invalid_redirect_uri",
+      error_description: problem,
+    });
+  };
+
+  /** The first redirect URI whose scheme is refused (clients.ts redirectUriProblem), as the rule it breaks. */
+  function schemeProblem(redirectUris: unknown): string | null {
+    if (!Array.isArray(redirectUris)) return null;
+    for (const raw of redirectUris) {
+      if (typeof raw !== "string") continue;
+      const problem = redirectUriProblem(raw, appSchemes);
+      if (problem?.startsWith("the scheme")) return `redirect_uris: ${problem}`;
+    }
+    return null;
   }
-  res.status(400).json({
-    error: problem.startsWith("application_type") ? "invalid_client_metadata" : "invalid_redirect_uri",
-    error_description: problem,
-  });
 }
 
 /** Whether a request path belongs to the OAuth surface. */
@@ -306,7 +324,7 @@ export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res
     app.use(
       "/register",
       express.json({ limit: OAUTH_MAX_BODY }),
-      registrationPrecheck,
+      registrationPrecheck(settings.appRedirectSchemes),
       clientRegistrationHandler({
         clientsStore: clients,
         clientSecretExpirySeconds: 0,
