@@ -40,6 +40,7 @@ export type LedgerEvent =
       result: Record<string, { outcome: string; sha256?: string } | boolean>;
     }
   | { event: "fds"; pid: number; fds: { fd: number; target: string }[]; table_slots: number | null }
+  | { event: "escaped"; how: "hopper"; pid: null; agent_pid: number }
   | {
       event: "escaped";
       how: "double_fork" | "setsid";

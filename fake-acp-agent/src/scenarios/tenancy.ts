@@ -22,6 +22,9 @@ const child = spawn(process.execPath, ["-e", ${JSON.stringify(SLEEPER_SOURCE)}],
 child.stdout.once("data", () => { process.stdout.write(String(child.pid) + "\\n", () => process.exit(0)); });
 `;
 
+/** A shell that forks a copy of itself and exits, forever: each generation lives about as long as one fork. */
+const HOPPER_SCRIPT = "hop() { ( hop ) & }; hop";
+
 /** Longest an escape scenario waits for its sleeper to be ready. */
 const READY_TIMEOUT_MS = 10_000;
 
@@ -66,12 +69,21 @@ function groupAndSession(pid: number): { pgid: number | null; sid: number | null
  * Leaves a sleeper that ignores SIGTERM and SIGHUP outside the agent's process group, as a tool that
  * daemonizes would: `how=double_fork` (a setsid'd intermediate starts it and exits, so its parent is
  * PID 1) or `how=setsid` (a child in a session of its own). Ledger `escaped` with its pid, group and
- * session once it is ready; then `end_turn`.
+ * session once it is ready; then `end_turn`. `how=hopper` leaves a process that forks and exits over and
+ * over in a session of its own (a new pid every hop, so no scan of /proc lists it twice); its ledger line has
+ * no pid.
  */
 export const escapeGroup: Scenario = scenario(
-  "escape how=double_fork|setsid",
-  z.object({ how: z.enum(["double_fork", "setsid"]) }).strict(),
+  "escape how=double_fork|setsid|hopper",
+  z.object({ how: z.enum(["double_fork", "setsid", "hopper"]) }).strict(),
   async (turn, { how }) => {
+    if (how === "hopper") {
+      const hopper = spawn("/bin/sh", ["-c", HOPPER_SCRIPT], { detached: true, stdio: "ignore" });
+      hopper.unref();
+      turn.ledger.append({ event: "escaped", how, pid: null, agent_pid: process.pid });
+      await say(turn, "Left a hopper outside the process group.");
+      return END_TURN;
+    }
     let pid: number;
     if (how === "setsid") {
       const child = spawn(process.execPath, ["-e", SLEEPER_SOURCE], {

@@ -58,6 +58,10 @@ describe("proc identity", () => {
     expect(parseStatusIds(status("S (sleeping)"))).toEqual({ zombie: false, uids: [1001, 1002, 1003] });
     expect(parseStatusIds(status("Z (zombie)"))?.zombie).toBe(true);
     expect(parseStatusIds(status("X (dead)"))?.zombie).toBe(true);
+    // The state is the main thread's: a Z process whose other threads still run is alive, and must be killed.
+    const threads = (state: string, n: number) => `${status(state)}Threads:\t${n}\n`;
+    expect(parseStatusIds(threads("Z (zombie)", 3))?.zombie).toBe(false);
+    expect(parseStatusIds(threads("Z (zombie)", 1))?.zombie).toBe(true);
     expect(parseStatusIds("Name:\tnode\nState:\tS (sleeping)\n")).toBeNull();
     expect(readStatusIds(process.pid)?.uids[0]).toBe(process.getuid?.());
     expect(readStatusIds(2 ** 22 + 7)).toBeNull();

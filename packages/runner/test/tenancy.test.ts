@@ -12,6 +12,7 @@
  * root): as any other user this file's tests are skipped, as run-as.test.ts's
  * are, and the describe title says why.
  */
+
 import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -24,6 +25,7 @@ import { parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { listUidProcesses, readStatusIds } from "../src/process/proc-identity.js";
 import { findSystemTool } from "../src/process/run-as.js";
 import { sweepUser } from "../src/process/user-pool.js";
+import { openDispatchStore } from "../src/store/open.js";
 import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
 import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
 
@@ -73,6 +75,10 @@ async function exec(provider: string, prompt: string) {
     return { code: e.code, stdout: e.stdout, stderr: e.stderr };
   }
 }
+
+/** Scans after a hopper's run that must each find no process of its user, HOPPER_SCAN_GAP_MS apart. */
+const HOPPER_SCANS = 5;
+const HOPPER_SCAN_GAP_MS = 20;
 
 describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create users and switch to them)", () => {
   beforeAll(() => {
@@ -160,6 +166,36 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
       .slice(before)
       .find((l) => l.event === "leftovers");
     expect(count).toEqual({ event: "leftovers", uid: ctx.users[0].uid, count: 0 });
+  });
+
+  test("exec refuses pool agents while a daemon holds this config's store, and kills none of its users' processes", async () => {
+    // The test process stands in for the daemon: it holds the store of the config's state_dir open.
+    const { store } = openDispatchStore({ stateDir: ctx.config.runner.stateDir });
+    try {
+      const { code, stderr } = await exec("single", "scenario: hello");
+      expect(code).toBe(2);
+      expect(stderr).toContain("run_as pool users that the Runner daemon");
+      expect(stderr).toContain("nothing was started");
+    } finally {
+      store.close();
+    }
+  });
+
+  test("a process that forks and exits over and over (a new pid every hop) does not outlive the run", async () => {
+    const before = readLedger(ctx.ledger).length;
+    const { code, stdout, stderr } = await exec("single", "scenario: escape how=hopper");
+    expect(code, stdout + stderr).toBe(0);
+    expect(
+      readLedger(ctx.ledger)
+        .slice(before)
+        .some((l) => l.event === "escaped" && l.how === "hopper"),
+    ).toBe(true);
+    // exec returns once the run is settled, i.e. after the sweep: nothing of the user may run now, or later.
+    const user = new Set([ctx.users[0].uid]);
+    for (let scan = 0; scan < HOPPER_SCANS; scan++) {
+      expect(listUidProcesses(user)).toEqual([]);
+      await new Promise((r) => setTimeout(r, HOPPER_SCAN_GAP_MS));
+    }
   });
 
   test("concurrent runs hold different users; one cannot read the other's environ or memory; a third is refused", async () => {

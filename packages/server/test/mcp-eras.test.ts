@@ -599,6 +599,7 @@ describe("one /mcp, two eras", () => {
         stop_reason: "end_turn",
         recovery_kind: "none",
         message: "The agent completed the turn.",
+        history_lost: false,
       });
       expect(JSON.parse(result.content[0]?.text ?? "")).toEqual(result.structuredContent);
 

@@ -83,10 +83,21 @@ export async function exec(parsed: Parsed): Promise<number> {
   }
   const json = parsed.flags.has("--json");
 
-  const [{ openDispatchStore }, { RunManager }] = await Promise.all([
+  const [{ openDispatchStore, storeInUse }, { RunManager }] = await Promise.all([
     import("../store/open.js"),
     import("../runs/manager.js"),
   ]);
+  // The run_as pool users belong to one Runner process (process/user-pool.ts): exec's own pool would sweep them
+  // at start and kill the daemon's runs, and could lease a user the daemon has leased.
+  const pooled = cfg.acp.agents.filter((a) => a.runAs !== null).map((a) => a.id);
+  if (pooled.length > 0 && storeInUse(cfg.runner.stateDir)) {
+    process.stderr.write(
+      `webcodex-runner: exec: agent${pooled.length === 1 ? "" : "s"} ${pooled.join(", ")} run${pooled.length === 1 ? "s" : ""} ` +
+        `under run_as pool users that the Runner daemon on ${cfg.runner.stateDir} is serving; exec would kill that ` +
+        "daemon's runs. Stop the daemon first, or start the run through the Server; nothing was started.\n",
+    );
+    return 2;
+  }
   // A throwaway store: exec never touches the daemon's state dir.
   const stateDir = mkdtempSync(join(tmpdir(), "webcodex-exec-"));
   // exec is interactive: the run log is quiet unless asked for (--log-level info|debug|…).

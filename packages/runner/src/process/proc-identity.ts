@@ -72,12 +72,17 @@ function listPids(): number[] {
   return entries.filter((name) => /^\d+$/.test(name)).map(Number);
 }
 
-/** Every non-zombie process whose process group is `pgid`, by scanning /proc. */
+/**
+ * Every live process whose process group is `pgid`, by scanning /proc. A Z state whose process still has
+ * threads running (its main thread exited) counts as live.
+ */
 export function listGroupMembers(pgid: number): ProcStat[] {
   const out: ProcStat[] = [];
   for (const pid of listPids()) {
     const stat = readProcStat(pid);
-    if (stat && stat.pgrp === pgid && stat.state !== "Z") out.push(stat);
+    if (!stat || stat.pgrp !== pgid) continue;
+    if (stat.state === "Z" && readStatusIds(pid)?.zombie !== false) continue;
+    out.push(stat);
   }
   return out;
 }
@@ -107,7 +112,11 @@ export interface StatusIds {
 export function parseStatusIds(text: string): StatusIds | null {
   const ids = /^Uid:\s+(\d+)\s+(\d+)\s+(\d+)/m.exec(text);
   if (!ids) return null;
-  return { zombie: /^State:\s+[ZX]/m.test(text), uids: [Number(ids[1]), Number(ids[2]), Number(ids[3])] };
+  // /proc/PID/status shows the state of the main thread: a process whose main thread exited while others run
+  // reads Z but is alive, so it counts as a zombie only with one thread left.
+  const threads = /^Threads:\s+(\d+)/m.exec(text);
+  const zombie = /^State:\s+[ZX]/m.test(text) && (threads === null || Number(threads[1]) <= 1);
+  return { zombie, uids: [Number(ids[1]), Number(ids[2]), Number(ids[3])] };
 }
 
 /** State and uids of `pid` from /proc/PID/status, or null if it does not exist or /proc is unavailable. */

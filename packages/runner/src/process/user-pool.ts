@@ -6,10 +6,14 @@
  *   and never shared with another live run, whichever agent it belongs to
  *   (leases are keyed by uid, so agents may share a pool). No free user:
  *   the start is refused as at capacity — no queue.
- * - When the run's tree cleanup is done, every process whose real,
- *   effective or saved uid is the user's is SIGKILLed, and /proc is
- *   re-scanned until none is left (bounded by SWEEP_TIMEOUT_MS). Only then is
- *   the user free again. This catches what escaped the process group:
+ * - When the run's tree cleanup is done, the user's processes are killed in
+ *   rounds until two scans in a row find none (bounded by SWEEP_TIMEOUT_MS).
+ *   Each round first sends SIGKILL as the user itself (`kill -9 -1` through
+ *   setpriv: the kernel signals every process of the uid under one lock, so
+ *   a process that keeps forking cannot hop past it), then SIGKILLs every
+ *   process whose real, effective or saved uid is the user's found in /proc
+ *   (a process whose main thread exited counts while it has threads). Only
+ *   then is the user free again. This catches what escaped the process group:
  *   double-forked daemons, `setsid` children, `nohup … &`. Agents start with
  *   no_new_privs and no capabilities (process/run-as.ts), so none of their processes
  *   can leave the user.
@@ -23,16 +27,42 @@
  * does not need to: runs that are live together never share a user, and a
  * user serves the next run only once nothing of the previous one runs.
  */
+import { execFileSync } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AgentConfig } from "../config/config.js";
 import { type Logger, silentLogger } from "../logger.js";
 import { listUidProcesses } from "./proc-identity.js";
-import type { RunAs } from "./run-as.js";
+import { findSystemTool, type RunAs } from "./run-as.js";
 
 /** Longest a sweep keeps SIGKILLing and re-scanning for processes of a pool user before it quarantines the user. */
 export const SWEEP_TIMEOUT_MS = 5000;
 /** Pause between a sweep's SIGKILL round and its next /proc scan. */
 export const SWEEP_POLL_MS = 20;
+/** Scans in a row that must find no process of the user before it counts as clean. */
+export const SWEEP_CLEAN_SCANS = 2;
+/** Longest one `kill -9 -1` as the user may take. */
+export const KILL_AS_USER_TIMEOUT_MS = 2000;
+
+let shell: string | null | undefined;
+
+/**
+ * SIGKILL every process of `user` with the kernel's own walk: `kill -9 -1` run as that user (through setpriv,
+ * with no supplementary groups) signals every process the uid may signal — its own — except itself, under the
+ * task-list lock, so none can fork past it. Errors are ignored: the /proc rounds that follow decide.
+ */
+export function killAllAsUser(user: Pick<RunAs, "uid" | "gid" | "setpriv">): void {
+  shell ??= findSystemTool("sh");
+  if (shell === null) return;
+  try {
+    execFileSync(
+      user.setpriv,
+      [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups", "--", shell, "-c", "kill -9 -1"],
+      { stdio: "ignore", timeout: KILL_AS_USER_TIMEOUT_MS, env: {} },
+    );
+  } catch {
+    // nothing of the user was left to signal (kill's own error), or setpriv could not run: the scan decides
+  }
+}
 
 export interface SweepResult {
   /** Processes found (and SIGKILLed) over all rounds. */
@@ -56,24 +86,32 @@ function killRound(uids: ReadonlySet<number>): Map<number, number> {
 }
 
 /**
- * SIGKILL every process of `uid` and re-scan until none is left or `timeoutMs` has passed.
- * `firstRound` is a round already done by the caller (its count), so the first scan is not repeated.
+ * Kill every process of `uid` in rounds until SWEEP_CLEAN_SCANS scans in a row find none, or `timeoutMs` has
+ * passed. `firstRound` is a round already done by the caller (its count), so the first scan is not repeated;
+ * `killAsUser`, when given, runs before each /proc round (killAllAsUser).
  */
 export async function sweepUser(
   uid: number,
   timeoutMs = SWEEP_TIMEOUT_MS,
   firstRound: number | null = null,
+  killAsUser: (() => void) | null = null,
 ): Promise<SweepResult> {
   const uids = new Set([uid]);
   const deadline = Date.now() + timeoutMs;
+  const round = (): number => {
+    killAsUser?.();
+    return killRound(uids).get(uid) ?? 0;
+  };
   let killed = 0;
-  let round = firstRound ?? killRound(uids).get(uid) ?? 0;
+  let clean = 0;
+  let found = firstRound ?? round();
   for (;;) {
-    killed += round;
-    if (round === 0) return { killed, survivors: 0 };
+    killed += found;
+    clean = found === 0 ? clean + 1 : 0;
+    if (clean >= SWEEP_CLEAN_SCANS) return { killed, survivors: 0 };
     if (Date.now() >= deadline) return { killed, survivors: listUidProcesses(uids).length };
     await sleep(SWEEP_POLL_MS);
-    round = killRound(uids).get(uid) ?? 0;
+    found = round();
   }
 }
 
@@ -106,6 +144,7 @@ export class UserPool {
     const users = new Map<number, RunAs>();
     for (const agent of agents) for (const user of agent.runAs?.users ?? []) users.set(user.uid, user);
     // One scan for all users now, synchronously: a user with nothing left is free at once.
+    for (const user of users.values()) killAllAsUser(user);
     const found = users.size === 0 ? new Map<number, number>() : killRound(new Set(users.keys()));
     const pending: Promise<void>[] = [];
     for (const [uid, user] of users) {
@@ -119,7 +158,13 @@ export class UserPool {
         { user: user.user, uid, processes: count },
         "processes of a run_as pool user were left from before this start; killing them",
       );
-      pending.push(this.#settle(user, sweepUser(uid, this.#timeoutMs, count), null));
+      pending.push(
+        this.#settle(
+          user,
+          sweepUser(uid, this.#timeoutMs, count, () => killAllAsUser(user)),
+          null,
+        ),
+      );
     }
     this.ready = Promise.all(pending).then(() => {});
   }
@@ -140,7 +185,11 @@ export class UserPool {
     if (this.#state.get(user.uid) !== "leased") return;
     this.#state.set(user.uid, "sweeping");
     try {
-      await this.#settle(user, this.#sweep(user.uid, this.#timeoutMs), runId);
+      await this.#settle(
+        user,
+        this.#sweep(user.uid, this.#timeoutMs, null, () => killAllAsUser(user)),
+        runId,
+      );
     } catch (error) {
       // Never leave a run unsettled over a sweep fault; a user not proven clean serves no run.
       this.#state.set(user.uid, "quarantined");

@@ -215,6 +215,20 @@ function lockedRefusal(dbPath: string, cause: unknown): StoreRefusedError {
   );
 }
 
+/**
+ * Whether another process — a Runner daemon — holds the dispatch store of `stateDir` open (it keeps SQLite's
+ * exclusive lock while it runs). Creates nothing: no store there means nobody holds it.
+ */
+export function storeInUse(stateDir: string): boolean {
+  try {
+    assertNotInUse(join(stateDir, STORE_DB_FILE));
+    return false;
+  } catch (error) {
+    if (error instanceof StoreRefusedError) return true;
+    throw error;
+  }
+}
+
 /** Refuse to move a store aside while another process holds it open. */
 function assertNotInUse(dbPath: string): void {
   if (!existsSync(dbPath)) return;
