@@ -19,12 +19,12 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { alive, RUNNER_BIN as BIN } from "../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { listGroupMembers, readStartTime, readStatusIds } from "../src/process/proc-identity.js";
+import { listGroupMembers, readStartTime } from "../src/process/proc-identity.js";
 import { reapGroup } from "../src/process/reaper.js";
 import { setprivCommand, switchUserSupportFrom } from "../src/process/run-as.js";
 import { spawnAgent } from "../src/process/spawn.js";
 import { groupMembers, newManager, runToEnd } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
+import { agentCopy, createTestUser, IS_ROOT, runnerExec, type TestUser, uidOf } from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
 const TOKEN = "runner-token-9f8e7d6c5b4a39281706";
@@ -71,23 +71,9 @@ function ledgerLines(agent: "same" | "isolated" = "isolated"): { event: string; 
     .map((l) => JSON.parse(l));
 }
 
-/** The real uid of `pid`, or null once it is gone. */
-function uidOf(pid: number): number | null {
-  return readStatusIds(pid)?.uids[0] ?? null;
-}
-
-async function exec(provider: string, prompt: string) {
-  try {
-    const { stdout, stderr } = await execFileP(
-      process.execPath,
-      [BIN, "exec", "--config", ctx.configFile, "--project", "demo", "--provider", provider, "--json", prompt],
-      { env: { ...process.env, [TOKEN_ENV]: TOKEN }, timeout: 60_000 },
-    );
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
+/** `webcodex-runner exec` of one prompt with this file's config and env. */
+function exec(provider: string, prompt: string) {
+  return runnerExec(ctx.configFile, provider, prompt, { ...process.env, [TOKEN_ENV]: TOKEN });
 }
 
 describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it; CI runs as root)", () => {

@@ -22,12 +22,12 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { alive, type LedgerLine, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { listUidProcesses, readStatusIds } from "../src/process/proc-identity.js";
+import { listUidProcesses } from "../src/process/proc-identity.js";
 import { findSystemTool } from "../src/process/run-as.js";
 import { sweepUser } from "../src/process/user-pool.js";
 import { openDispatchStore } from "../src/store/open.js";
 import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
+import { agentCopy, createTestUser, IS_ROOT, runnerExec, type TestUser, uidOf } from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
 /** The env var the pooled agent gets (mapped from CANARY_SOURCE); its value is a fresh random canary. */
@@ -56,24 +56,9 @@ function ledgerLine(from: number, match: (l: LedgerLine) => boolean): Promise<Le
   });
 }
 
-/** The real uid of `pid`, or null once it is gone. */
-function uidOf(pid: number): number | null {
-  return readStatusIds(pid)?.uids[0] ?? null;
-}
-
-/** `webcodex-runner exec` of one prompt; the env carries the canary source. */
-async function exec(provider: string, prompt: string) {
-  try {
-    const { stdout, stderr } = await execFileP(
-      process.execPath,
-      [RUNNER_BIN, "exec", "--config", ctx.configFile, "--project", "demo", "--provider", provider, "--json", prompt],
-      { env: { ...process.env, [CANARY_SOURCE]: CANARY }, timeout: 60_000 },
-    );
-    return { code: 0, stdout, stderr };
-  } catch (error) {
-    const e = error as { code: number; stdout: string; stderr: string };
-    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-  }
+/** `webcodex-runner exec` of one prompt with this file's config and env. */
+function exec(provider: string, prompt: string) {
+  return runnerExec(ctx.configFile, provider, prompt, { ...process.env, [CANARY_SOURCE]: CANARY });
 }
 
 /** Scans after a hopper's run that must each find no process of its user, HOPPER_SCAN_GAP_MS apart. */

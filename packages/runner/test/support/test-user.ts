@@ -8,11 +8,13 @@
  * imports) into a world-readable temp dir, because the checkout may sit under
  * a directory the test user cannot enter (e.g. /root).
  */
-import { execFileSync } from "node:child_process";
+import { execFile, execFileSync } from "node:child_process";
 import { chmodSync, cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { REPO_ROOT } from "../../../../scripts/test-support/index.js";
+import { promisify } from "node:util";
+import { REPO_ROOT, RUNNER_BIN } from "../../../../scripts/test-support/index.js";
+import { readStatusIds } from "../../src/process/proc-identity.js";
 
 export const IS_ROOT = process.getuid?.() === 0;
 
@@ -84,4 +86,40 @@ export function agentCopy(): { bin: string; remove(): void } {
   // mkdtemp and cpSync keep the source modes; make every directory enterable and every file readable.
   run("chmod", ["-R", "a+rX", dir]);
   return { bin: join(dir, "bin", "fake-acp-agent.js"), remove: () => rmSync(dir, { recursive: true, force: true }) };
+}
+
+/** Longest one `webcodex-runner exec` of a test may take. */
+export const EXEC_TIMEOUT_MS = 60_000;
+
+/** `webcodex-runner exec --json` of one prompt on project "demo" with `env`; never throws on a non-zero exit. */
+export async function runnerExec(
+  configFile: string,
+  provider: string,
+  prompt: string,
+  env: NodeJS.ProcessEnv,
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  const args = [
+    RUNNER_BIN,
+    "exec",
+    "--config",
+    configFile,
+    "--project",
+    "demo",
+    "--provider",
+    provider,
+    "--json",
+    prompt,
+  ];
+  try {
+    const { stdout, stderr } = await promisify(execFile)(process.execPath, args, { env, timeout: EXEC_TIMEOUT_MS });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code: number; stdout: string; stderr: string };
+    return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+  }
+}
+
+/** The real uid of `pid`, or null once it is gone. */
+export function uidOf(pid: number): number | null {
+  return readStatusIds(pid)?.uids[0] ?? null;
 }
