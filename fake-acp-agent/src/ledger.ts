@@ -50,7 +50,9 @@ export type LedgerEvent =
       agent_pid: number;
     }
   | { event: "leftovers"; uid: number; count: number }
-  | { event: "process_read"; pid: number; result: Record<string, string | boolean> };
+  | { event: "process_read"; pid: number; result: Record<string, string | boolean> }
+  | { event: "note_written"; name: string; uid: number }
+  | { event: "note_read"; name: string; uid: number; result: string };
 
 /**
  * Append-only, synchronous event log so tests can prove how often a prompt

@@ -16,7 +16,7 @@ import {
 } from "./scenarios/faults.js";
 import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
 import { burst, slow } from "./scenarios/streams.js";
-import { escapeGroup, leftovers, readProcess } from "./scenarios/tenancy.js";
+import { escapeGroup, leftovers, note, readProcess } from "./scenarios/tenancy.js";
 import { END_TURN, type Scenario, say, type Turn } from "./turn.js";
 
 /** Every scenario, by the NAME used in `scenario: NAME`. */
@@ -48,6 +48,7 @@ export const SCENARIOS = {
   escape: escapeGroup,
   leftovers,
   read_process: readProcess,
+  note,
   agent_state: agentState,
   replay,
 } as const satisfies Record<string, Scenario>;

@@ -3,11 +3,12 @@
  * process behind outside its process group (double fork, `setsid`), one that
  * counts what earlier runs of its OS user left running, and one that tries to
  * read another process's environment and memory, as a run of another
- * principal would.
+ * principal would; and one that leaves a private note in /tmp or reads one,
+ * as files a run leaves behind would reach the next run of its OS user.
  */
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { closeSync, openSync, readdirSync, readFileSync, readSync } from "node:fs";
+import { closeSync, openSync, readdirSync, readFileSync, readSync, writeFileSync } from "node:fs";
 import { z } from "zod";
 import { END_TURN, noParams, type Scenario, say, scenario } from "../turn.js";
 
@@ -197,6 +198,44 @@ export const readProcess: Scenario = scenario(
         .map(([k, v]) => `${k}=${v}`)
         .join(" ")}`,
     );
+    return END_TURN;
+  },
+);
+
+/** Largest note `note` writes or says. */
+const MAX_NOTE_BYTES = 256;
+
+/**
+ * `op=write`: leaves `text` in /tmp/NAME, readable by its own OS user only (0600), ledger `note_written`.
+ * `op=read`: reads /tmp/NAME and says what it found; ledger `note_read` with `read` or the errno code (never
+ * the text).
+ */
+export const note: Scenario = scenario(
+  "note op=write name=NAME text=TEXT",
+  z
+    .object({
+      op: z.enum(["write", "read"]),
+      name: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, "must be 1-64 characters of [A-Za-z0-9_.-]"),
+      text: z.string().max(MAX_NOTE_BYTES).optional(),
+    })
+    .strict(),
+  async (turn, { op, name, text }) => {
+    const path = `/tmp/${name}`;
+    const uid = process.getuid?.() ?? -1;
+    if (op === "write") {
+      writeFileSync(path, text ?? "", { mode: 0o600 });
+      turn.ledger.append({ event: "note_written", name, uid });
+      await say(turn, `left a note in ${path}`);
+      return END_TURN;
+    }
+    try {
+      const found = readFileSync(path, "utf8").slice(0, MAX_NOTE_BYTES);
+      turn.ledger.append({ event: "note_read", name, uid, result: "read" });
+      await say(turn, `note: ${found}`);
+    } catch (error) {
+      turn.ledger.append({ event: "note_read", name, uid, result: errno(error) });
+      await say(turn, `no note (${errno(error)})`);
+    }
     return END_TURN;
   },
 );

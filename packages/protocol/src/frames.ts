@@ -32,6 +32,7 @@ import {
   ResumeSecret,
   RunId,
   RunnerId,
+  TenantTag,
 } from "./ids.js";
 import {
   ExecutionState,
@@ -305,6 +306,11 @@ export const RunStartFrame = z
     prompt: boundedText(MAX_PROMPT_BYTES).refine((s) => s.length > 0, { message: "must not be empty" }),
     config: ConfigMap,
     timeout_secs: z.number().int().min(MIN_RUN_TIMEOUT_SECS).max(MAX_RUN_TIMEOUT_SECS).nullable(),
+    /**
+     * Whose run this is, as an opaque tag (design §4.2): the Runner never lets two tenants' runs share a
+     * run_as user. Absent from a Server that predates tenant tags: all its runs count as one tenant.
+     */
+    tenant: TenantTag.optional(),
   })
   .strict();
 

@@ -13,6 +13,11 @@ export const CONFIG_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$/;
 export const FINGERPRINT_PATTERN = /^[0-9a-f]{64}$/;
 /** The link resumption secret of hello.ack / hello (32 random bytes, base64url). */
 export const RESUME_SECRET_PATTERN = /^[A-Za-z0-9_-]{43}$/;
+/**
+ * Tenant tags (design §4.2): the Server's opaque name for the caller a run belongs to, `tn_` + 26 base32
+ * characters of an HMAC of the principal under the server secret. The Runner only compares them.
+ */
+export const TENANT_TAG_PATTERN = /^tn_[a-z2-7]{26}$/;
 /** Correlation ids of protocol requests. */
 export const REQUEST_ID_PATTERN = /^[A-Za-z0-9_-]{1,64}$/;
 
@@ -25,6 +30,7 @@ export const InstanceId = z.string().regex(INSTANCE_ID_PATTERN, "must be 16-64 c
 export const ConfigOptionId = z.string().regex(CONFIG_ID_PATTERN, "must be 1-128 characters of [A-Za-z0-9_.:/-]");
 export const Fingerprint = z.string().regex(FINGERPRINT_PATTERN, "must be a lowercase hex sha256");
 export const ResumeSecret = z.string().regex(RESUME_SECRET_PATTERN, "must be 43 characters of base64url");
+export const TenantTag = z.string().regex(TENANT_TAG_PATTERN, "must be tn_ followed by 26 base32 characters");
 export const RequestId = z.string().regex(REQUEST_ID_PATTERN, "must be 1-64 characters of [A-Za-z0-9_-]");
 
 const BASE32_ALPHABET = "abcdefghijklmnopqrstuvwxyz234567";

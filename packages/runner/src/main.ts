@@ -6,6 +6,7 @@
  *   webcodex-runner exec  --config FILE --project ID --provider ID [--json]
  *                         [--config KEY=VALUE]... [--timeout SECS] "prompt"
  *   webcodex-runner diagnose --config FILE RUN_ID
+ *   webcodex-runner pool --config FILE [release USER]
  *
  * Exit codes: 0 success, 1 failure, 2 invalid config or usage, 3 store
  * refused (run). `exec` exits like the CLI (commands/exec.ts `execExitCode`):
@@ -16,15 +17,19 @@ import { type Parsed, parseArgv, UsageError } from "./commands/argv.js";
 import { check } from "./commands/check.js";
 import { diagnose } from "./commands/diagnose.js";
 import { exec } from "./commands/exec.js";
+import { pool } from "./commands/pool.js";
 import { ConfigError } from "./config/config.js";
 import { reserveAgentFdTable } from "./process/fd-table.js";
 import { closeInheritedFds } from "./process/inherited-fds.js";
+import { BindingsFileError } from "./process/user-bindings.js";
+import { STORE_REFUSAL_EXIT_CODE } from "./store/open.js";
 
 const USAGE = `usage:
   webcodex-runner run   --config FILE [--new-store]
   webcodex-runner check --config FILE [--probe PROVIDER] [--project ID]
   webcodex-runner exec  --config FILE --project ID --provider ID [--json] [--config KEY=VALUE]... [--timeout SECS] [--log-level LEVEL] "prompt"
-  webcodex-runner diagnose --config FILE RUN_ID`;
+  webcodex-runner diagnose --config FILE RUN_ID
+  webcodex-runner pool --config FILE [release USER]`;
 
 /** `run` hands over to the daemon (commands/daemon.ts), loaded only for this command. */
 async function run(parsed: Parsed): Promise<number> {
@@ -52,6 +57,8 @@ async function main(argv: readonly string[]): Promise<number> {
         return await exec(parsed);
       case "diagnose":
         return await diagnose(parsed);
+      case "pool":
+        return await pool(parsed);
       default:
         throw new UsageError(`unknown command ${JSON.stringify(parsed.command)}`);
     }
@@ -59,6 +66,10 @@ async function main(argv: readonly string[]): Promise<number> {
     if (error instanceof ConfigError) {
       process.stderr.write(`webcodex-runner: ${error.message}\n`);
       return error.exitCode;
+    }
+    if (error instanceof BindingsFileError) {
+      process.stderr.write(`webcodex-runner: ${error.message}\n`);
+      return STORE_REFUSAL_EXIT_CODE;
     }
     if (error instanceof UsageError) {
       process.stderr.write(`webcodex-runner: ${error.message}\n${USAGE}\n`);

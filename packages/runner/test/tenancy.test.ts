@@ -15,7 +15,7 @@
 
 import { execFile, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -24,6 +24,7 @@ import { alive, type LedgerLine, poll, RUNNER_BIN, readLedger } from "../../../s
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { listUidProcesses } from "../src/process/proc-identity.js";
 import { findSystemTool } from "../src/process/run-as.js";
+import { BINDINGS_FILE, FilePoolBindings } from "../src/process/user-bindings.js";
 import { sweepUser } from "../src/process/user-pool.js";
 import { openDispatchStore } from "../src/store/open.js";
 import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
@@ -235,6 +236,155 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
       expect(after.state).toBe("completed");
     } finally {
       await manager.close();
+    }
+  });
+
+  test("a user that served one caller never serves another: a file a run leaves is not the next caller's to read", async () => {
+    const T1 = "tn_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const T2 = "tn_bbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const T3 = "tn_cccccccccccccccccccccccccc";
+    const stateDir = mkdtempSync(join(tmpdir(), "wc-bindings-"));
+    const name = `wc-note-${randomBytes(8).toString("hex")}`;
+    // Not an env value (the Runner would redact that from events): a note only the writing run knows.
+    const note = `note-canary-${randomBytes(24).toString("hex")}`;
+    const { manager } = newManager(ctx.config, {
+      poolBindings: new FilePoolBindings(stateDir),
+      sourceEnv: { ...process.env, [CANARY_SOURCE]: CANARY },
+    });
+    try {
+      await manager.usersReady;
+      const run = async (tenant: string, prompt: string) => {
+        const before = readLedger(ctx.ledger).length;
+        const done = await runToEnd(manager, prompt, { provider_id: "pooled", tenant });
+        return { ...done, lines: readLedger(ctx.ledger).slice(before) };
+      };
+      // The first caller's run leaves a private note (0600, its user's) behind.
+      const wrote = await run(T1, `scenario: note op=write name=${name} text=${note}`);
+      expect(wrote.run.state).toBe("completed");
+      const writer = wrote.lines.find((l) => l.event === "note_written")?.uid;
+      expect(writer).toBe(ctx.users[0].uid);
+
+      // The second caller's run, one after the other, gets the other user even though the first is free.
+      const other = await run(T2, `scenario: note op=read name=${name}`);
+      expect(other.run.state).toBe("completed");
+      expect(other.lines.find((l) => l.event === "note_read")).toMatchObject({
+        uid: ctx.users[1].uid,
+        result: "EACCES",
+      });
+      expect(JSON.stringify(other.events)).not.toContain(note);
+
+      // Control: the first caller's next run (its own user again) does read it, so the check above could fail.
+      const own = await run(T1, `scenario: note op=read name=${name}`);
+      expect(own.lines.find((l) => l.event === "note_read")).toMatchObject({ uid: ctx.users[0].uid, result: "read" });
+      expect(JSON.stringify(own.events)).toContain(note);
+
+      // A third caller: both users are free but bound to others; refused, nothing started.
+      const before = readLedger(ctx.ledger).length;
+      const refused = await manager.start(
+        startRequest(manager, "scenario: hello", { provider_id: "pooled", tenant: T3 }),
+      );
+      expect(refused).toMatchObject({
+        ok: false,
+        code: "capacity",
+        message: expect.stringContaining("another caller"),
+      });
+      expect(readLedger(ctx.ledger).slice(before)).toEqual([]);
+    } finally {
+      await manager.close();
+      rmSync(`/tmp/${name}`, { force: true });
+      rmSync(stateDir, { recursive: true, force: true });
+    }
+  });
+
+  test("`pool` lists which caller each user serves; `pool release` frees one, only while no daemon runs", async () => {
+    const [u1, u2] = ctx.users;
+    const stateDir = ctx.config.runner.stateDir;
+    mkdirSync(stateDir, { recursive: true, mode: 0o700 });
+    const pool = async (...args: string[]) => {
+      try {
+        const { stdout, stderr } = await execFileP(process.execPath, [
+          RUNNER_BIN,
+          "pool",
+          "--config",
+          ctx.configFile,
+          ...args,
+        ]);
+        return { code: 0, stdout, stderr };
+      } catch (error) {
+        const e = error as { code: number; stdout: string; stderr: string };
+        return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+      }
+    };
+    const tag = "tn_dddddddddddddddddddddddddd";
+    new FilePoolBindings(stateDir).bind({
+      uid: u1.uid,
+      user: u1.name,
+      tenant: tag,
+      bound_at: new Date().toISOString(),
+    });
+    try {
+      const listed = await pool();
+      expect(listed.code).toBe(0);
+      expect(listed.stdout).toContain(`${u1.name} (uid ${u1.uid}; pooled, single): caller ${tag}`);
+      expect(listed.stdout).toContain(`${u2.name} (uid ${u2.uid}; pooled): no caller yet`);
+
+      const { store } = openDispatchStore({ stateDir });
+      try {
+        const busy = await pool("release", u1.name);
+        expect(busy.code).toBe(1);
+        expect(busy.stderr).toContain("stop it first");
+        expect(new FilePoolBindings(stateDir).load().get(u1.uid)?.tenant).toBe(tag);
+      } finally {
+        store.close();
+      }
+
+      const released = await pool("release", u1.name);
+      expect(released.code, released.stderr).toBe(0);
+      expect(new FilePoolBindings(stateDir).load().has(u1.uid)).toBe(false);
+      expect((await pool()).stdout).toContain(`${u1.name} (uid ${u1.uid}; pooled, single): no caller yet`);
+      expect((await pool("release", u1.name)).code).toBe(1);
+      expect((await pool("free", u1.name)).code).toBe(2);
+    } finally {
+      rmSync(join(stateDir, BINDINGS_FILE), { force: true });
+    }
+  });
+
+  test("a bindings file that cannot be read stops `run` and `pool` (exit 3, naming the file and field); nothing is guessed", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "wc-bindings-daemon-"));
+    try {
+      const stateDir = join(dir, "state");
+      mkdirSync(stateDir, { mode: 0o700 });
+      const file = join(stateDir, BINDINGS_FILE);
+      writeFileSync(file, JSON.stringify({ version: 1, bindings: [{ uid: ctx.users[0].uid, user: "x", tenant: 7 }] }));
+      // The same agents, a state dir of its own and a [server] nobody answers: `run` stops before it connects.
+      const text = readFileSync(ctx.configFile, "utf8")
+        .replace(/^state_dir = .*$/m, `state_dir = ${JSON.stringify(stateDir)}`)
+        .replace(
+          "[[projects]]",
+          '[server]\nurl = "ws://127.0.0.1:9/runner"\ntoken_env = "WC_TEST_RUNNER_TOKEN"\n[[projects]]',
+        );
+      const configFile = join(dir, "runner.toml");
+      writeFileSync(configFile, text, { mode: 0o600 });
+      const run = async (...args: string[]) => {
+        try {
+          await execFileP(process.execPath, [RUNNER_BIN, ...args, "--config", configFile], {
+            env: { ...process.env, WC_TEST_RUNNER_TOKEN: "runner-token-aaaaaaaaaaaaaaaa" },
+            timeout: LEDGER_WAIT_MS,
+          });
+          return { code: 0, stderr: "" };
+        } catch (error) {
+          const e = error as { code: number; stderr: string };
+          return { code: e.code, stderr: e.stderr };
+        }
+      };
+      for (const command of ["run", "pool"]) {
+        const { code, stderr } = await run(command);
+        expect(code, stderr).toBe(3);
+        expect(stderr).toContain(`${file}: bindings.0.`);
+      }
+      expect((await run("run")).stderr).toContain("the Runner does not guess");
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -4,7 +4,7 @@
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
+import { encodeFrame, PROTOCOL_VERSION, TENANT_TAG_PATTERN } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
@@ -140,6 +140,25 @@ describe("run core", () => {
     const r = await h.server.runs.start(alice, input("k", { prompt: "something else" }));
     expect(r).toMatchObject({ ok: false, error: { code: "idempotency_conflict" } });
     expect(svc.starts).toHaveLength(1);
+  });
+
+  it("tags each start with its caller's tenant: the same for one principal, different for two, never the principal id", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    // Principal ids that are long random canaries, so "never the principal id" can fail.
+    const first = principal(canary("principal"), ["coding_agent:run", "project:write"], ["demo"]);
+    const second = principal(canary("principal"), ["coding_agent:run", "project:write"], ["demo"]);
+    const a1 = ok(await h.server.runs.start(first, input(canary("key"))));
+    const a2 = ok(await h.server.runs.start(first, input(canary("key"))));
+    const b1 = ok(await h.server.runs.start(second, input(canary("key"))));
+    const tenantOf = (runId: string) => svc.starts.find((s) => s.run_id === runId)?.tenant;
+    expect(tenantOf(a1.run_id)).toMatch(TENANT_TAG_PATTERN);
+    expect(tenantOf(a2.run_id)).toBe(tenantOf(a1.run_id));
+    expect(tenantOf(b1.run_id)).toMatch(TENANT_TAG_PATTERN);
+    expect(tenantOf(b1.run_id)).not.toBe(tenantOf(a1.run_id));
+    expect(JSON.stringify(svc.starts)).not.toContain(first.id);
+    expect(JSON.stringify(svc.starts)).not.toContain(second.id);
   });
 
   it("checks scopes and grants, and hides other principals' runs as not_found", async () => {

@@ -37,11 +37,12 @@ import { removeResumeSecret, resumeSecretStore } from "../link/resume.js";
 import { createLogger, type Logger } from "../logger.js";
 import { procIdentitySupported } from "../process/proc-identity.js";
 import { type ReapResult, reapAll } from "../process/reaper.js";
+import { BindingsFileError, FilePoolBindings } from "../process/user-bindings.js";
 import { diagnosticsDir, removeDiagnostics } from "../runs/diagnostics.js";
 import { RunManager } from "../runs/manager.js";
 import type { RunService } from "../runs/service.js";
 import type { SqliteDispatchStore } from "../store/dispatch-store.js";
-import { openDispatchStore, StoreRefusedError } from "../store/open.js";
+import { openDispatchStore, STORE_REFUSAL_EXIT_CODE, StoreRefusedError } from "../store/open.js";
 import { type RecoveredRun, recoverStore } from "../store/recovery.js";
 
 export interface StartDaemonOptions {
@@ -204,6 +205,14 @@ function toStartError(error: unknown): DaemonStartError {
   if (error instanceof DaemonStartError) return error;
   if (error instanceof StoreRefusedError) return new DaemonStartError(error.exitCode, error.message, { cause: error });
   if (error instanceof ConfigError) return new DaemonStartError(error.exitCode, error.message, { cause: error });
+  if (error instanceof BindingsFileError) {
+    return new DaemonStartError(
+      STORE_REFUSAL_EXIT_CODE,
+      `${error.message}. It says which caller each run_as user serves; the Runner does not guess. Clean every ` +
+        "pool user's home and temp files, then remove the file, or restore it from a backup",
+      { cause: error },
+    );
+  }
   const message = error instanceof Error ? error.message : String(error);
   return new DaemonStartError(1, `the Runner failed to start: ${message}`, { cause: error });
 }
@@ -286,7 +295,13 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
 
   let service: RunService;
   try {
-    const manager = new RunManager({ config, store, logger, diagnosticsDir: diagnosticsDir(config.runner.stateDir) });
+    const manager = new RunManager({
+      config,
+      store,
+      logger,
+      diagnosticsDir: diagnosticsDir(config.runner.stateDir),
+      poolBindings: new FilePoolBindings(config.runner.stateDir),
+    });
     await manager.usersReady;
     service = manager;
   } catch (error) {

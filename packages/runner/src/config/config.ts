@@ -53,6 +53,8 @@ export interface AcpConfig {
   readonly forcedConfig: Readonly<Record<string, string | boolean>>;
   /** `[acp] agents_share_runner_user`: the operator accepts agents running as the Runner's own user. */
   readonly agentsShareRunnerUser: boolean;
+  /** `[acp] single_tenant`: run_as pool users serve any caller, not only the one they first served. */
+  readonly singleTenant: boolean;
   readonly agents: readonly AgentConfig[];
 }
 
@@ -408,6 +410,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       maxRunTimeoutSecs: acp.max_run_timeout_secs,
       forcedConfig: Object.freeze({ ...acp.forced_config }),
       agentsShareRunnerUser: acp.agents_share_runner_user,
+      singleTenant: acp.single_tenant,
       agents: Object.freeze(agents),
     }),
   });

@@ -173,6 +173,12 @@ export const ConfigSchema = z
          * read its token and stop it): without it such a Runner refuses to start (config/exposure.ts).
          */
         agents_share_runner_user: z.boolean({ error: "must be a boolean" }).default(false),
+        /**
+         * The operator's statement that every caller of this Runner may see every other caller's runs: run_as pool
+         * users then serve any caller. Without it a pool user serves the caller of its first run only
+         * (process/user-bindings.ts).
+         */
+        single_tenant: z.boolean({ error: "must be a boolean" }).default(false),
         agents: z
           .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
           .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")

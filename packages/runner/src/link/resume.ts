@@ -11,9 +11,10 @@
  * Written atomically (temp file, fsync, rename); a file that is not 0600, or does not hold a well-formed
  * secret, is ignored and removed. The secret itself is never logged.
  */
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, rmSync, statSync, writeSync } from "node:fs";
+import { readFileSync, rmSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { ResumeSecret } from "@webcodex/protocol";
+import { writeFileDurably } from "../durable-file.js";
 import type { Logger } from "../logger.js";
 
 /** Its name in the state dir. */
@@ -49,17 +50,8 @@ export function resumeSecretStore(stateDir: string, logger: Logger): ResumeSecre
       return undefined;
     },
     save(secret) {
-      const tmp = `${file}.tmp`;
       try {
-        rmSync(tmp, { force: true });
-        const fd = openSync(tmp, "wx", 0o600);
-        try {
-          writeSync(fd, `${secret}\n`);
-          fsyncSync(fd);
-        } finally {
-          closeSync(fd);
-        }
-        renameSync(tmp, file);
+        writeFileDurably(file, `${secret}\n`);
       } catch (error) {
         logger.warn(
           { err_code: (error as NodeJS.ErrnoException).code ?? "unknown" },

@@ -23,9 +23,12 @@
  *   swept the same way, so a leftover of an earlier Runner's run dies before
  *   the user serves a run here.
  *
- * The Runner does not know a run's principal (run.start carries none) and
- * does not need to: runs that are live together never share a user, and a
- * user serves the next run only once nothing of the previous one runs.
+ * - A user serves one tenant (the caller's opaque tag from run.start) for
+ *   good: the sweep kills processes but files a run left in the user's home
+ *   and temp dirs stay, so the first run binds the user to its tenant
+ *   (process/user-bindings.ts, durable before the agent starts) and a start
+ *   of another tenant takes an unbound user or is refused. `[acp]
+ *   single_tenant` switches binding off.
  */
 import { execFileSync } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -33,6 +36,7 @@ import type { AgentConfig } from "../config/config.js";
 import { type Logger, silentLogger } from "../logger.js";
 import { listUidProcesses } from "./proc-identity.js";
 import { findSystemTool, type RunAs } from "./run-as.js";
+import { NO_TENANT, type PoolBindings, type UserBinding } from "./user-bindings.js";
 
 /** Longest a sweep keeps SIGKILLing and re-scanning for processes of a pool user before it quarantines the user. */
 export const SWEEP_TIMEOUT_MS = 5000;
@@ -117,8 +121,12 @@ export async function sweepUser(
 
 type SlotState = "free" | "leased" | "sweeping" | "quarantined";
 
-/** A start's user: null when the agent runs as the Runner's own user (no run_as). */
-export type Lease = { ok: true; user: RunAs | null } | { ok: false };
+/**
+ * A start's user: null when the agent runs as the Runner's own user (no run_as). Refused: `busy` (every user
+ * that could serve the tenant serves a live run or is being swept), `bound` (a user is free, but each free one
+ * is bound to another tenant), `unrecorded` (the binding could not be written; nothing started).
+ */
+export type Lease = { ok: true; user: RunAs | null } | { ok: false; reason: "busy" | "bound" | "unrecorded" };
 
 export class UserPool {
   /** Pool users by uid, over every agent's pool. */
@@ -126,6 +134,10 @@ export class UserPool {
   readonly #log: Logger;
   readonly #timeoutMs: number;
   readonly #sweep: typeof sweepUser;
+  readonly #bindings: PoolBindings | null;
+  /** Each bound user's binding, by uid (empty without bindings). */
+  readonly #tenants: Map<number, UserBinding>;
+  readonly #now: () => Date;
   /** Resolves once the start-up sweep of every pool user is done. */
   readonly ready: Promise<void>;
 
@@ -136,13 +148,20 @@ export class UserPool {
       sweepTimeoutMs?: number;
       /** The sweep at release (default sweepUser; tests hand in one whose processes survive). */
       sweep?: typeof sweepUser;
+      /** Where each user's tenant is kept; null: users serve any tenant (`[acp] single_tenant`, `exec`). */
+      bindings?: PoolBindings | null;
+      now?: () => Date;
     } = {},
   ) {
+    this.#now = options.now ?? (() => new Date());
     this.#log = options.logger ?? silentLogger();
     this.#timeoutMs = options.sweepTimeoutMs ?? SWEEP_TIMEOUT_MS;
     this.#sweep = options.sweep ?? sweepUser;
     const users = new Map<number, RunAs>();
     for (const agent of agents) for (const user of agent.runAs?.users ?? []) users.set(user.uid, user);
+    // Without pool users there is nothing to bind (and a bindings file does not matter).
+    this.#bindings = users.size === 0 ? null : (options.bindings ?? null);
+    this.#tenants = this.#bindings?.load() ?? new Map();
     // One scan for all users now, synchronously: a user with nothing left is free at once.
     for (const user of users.values()) killAllAsUser(user);
     const found = users.size === 0 ? new Map<number, number>() : killRound(new Set(users.keys()));
@@ -169,15 +188,47 @@ export class UserPool {
     this.ready = Promise.all(pending).then(() => {});
   }
 
-  /** Lease a free user of `agent`'s pool (in configured order), or refuse when every one is busy. */
-  acquire(agent: Pick<AgentConfig, "runAs">): Lease {
+  /**
+   * Lease a free user of `agent`'s pool for a run of `tenant` (a tag, or undefined for a start that names
+   * none): first a free user already bound to the tenant, then a free unbound one (in configured order),
+   * which is bound to it durably before it is handed out. Without bindings any free user serves.
+   */
+  acquire(agent: Pick<AgentConfig, "runAs">, tenant: string | undefined): Lease {
     if (agent.runAs === null) return { ok: true, user: null };
-    for (const user of agent.runAs.users) {
-      if (this.#state.get(user.uid) !== "free") continue;
+    const free = agent.runAs.users.filter((u) => this.#state.get(u.uid) === "free");
+    if (this.#bindings === null) {
+      const user = free[0];
+      if (!user) return { ok: false, reason: "busy" };
       this.#state.set(user.uid, "leased");
       return { ok: true, user };
     }
-    return { ok: false };
+    const tag = tenant ?? NO_TENANT;
+    const own = free.find((u) => this.#tenants.get(u.uid)?.tenant === tag);
+    if (own) {
+      this.#state.set(own.uid, "leased");
+      return { ok: true, user: own };
+    }
+    const unbound = free.find((u) => !this.#tenants.has(u.uid));
+    if (!unbound) return { ok: false, reason: free.length > 0 ? "bound" : "busy" };
+    const binding: UserBinding = {
+      uid: unbound.uid,
+      user: unbound.user,
+      tenant: tag,
+      bound_at: this.#now().toISOString(),
+    };
+    try {
+      this.#bindings.bind(binding);
+    } catch (error) {
+      this.#log.error(
+        { user: unbound.user, uid: unbound.uid, err_name: (error as Error)?.name },
+        "could not record which caller a run_as pool user serves; the run is not started",
+      );
+      return { ok: false, reason: "unrecorded" };
+    }
+    this.#tenants.set(unbound.uid, binding);
+    this.#state.set(unbound.uid, "leased");
+    this.#log.info({ user: unbound.user, uid: unbound.uid }, "a run_as pool user now serves one caller's runs only");
+    return { ok: true, user: unbound };
   }
 
   /** The run that held `user` is over (its tree cleaned up): sweep the user, then free or quarantine it. */

@@ -31,6 +31,7 @@ import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
 import { type Logger, silentLogger } from "../logger.js";
 import type { AgentChild } from "../process/spawn.js";
+import type { PoolBindings } from "../process/user-bindings.js";
 import { UserPool } from "../process/user-pool.js";
 import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
 import type { DispatchStore } from "../store/types.js";
@@ -70,6 +71,8 @@ export interface RunManagerOptions {
   diagnosticsDir?: string;
   /** Longest a run_as pool user's sweep may take before the user is quarantined (default SWEEP_TIMEOUT_MS). */
   sweepTimeoutMs?: number;
+  /** Which caller each run_as pool user serves (process/user-bindings.ts); null or absent: users serve any caller. */
+  poolBindings?: PoolBindings | null;
   /** Crash injection (default: failpoints.ts, armed only by WEBCODEX_FAILPOINT). */
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
@@ -82,6 +85,15 @@ export { RETAINED_RINGS_MAX_BYTES } from "./retention.js";
 export type { RunTimings } from "./timings.js";
 
 /** Faults that close() itself causes by closing connections and killing trees. */
+/** What a start refused for want of a run_as user is told (process/user-pool.ts `Lease`). */
+const LEASE_REFUSALS = {
+  busy: FAILURE_SUMMARIES.capacity,
+  bound:
+    "Every free run_as user of this agent has served another caller, and a user never serves two callers " +
+    "(design §4.2); nothing was started. Retry later, or ask the operator to add users to run_as.",
+  unrecorded: "The Runner could not record which caller its run_as user serves; nothing was started.",
+} as const;
+
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
 function newInstanceId(prefix: string): string {
@@ -147,6 +159,8 @@ export class RunManager implements RunService {
     this.#users = new UserPool(this.#config.acp.agents, {
       logger: this.#log,
       ...(options.sweepTimeoutMs === undefined ? {} : { sweepTimeoutMs: options.sweepTimeoutMs }),
+      bindings: this.#config.acp.singleTenant ? null : (options.poolBindings ?? null),
+      now: this.#now,
     });
   }
 
@@ -233,8 +247,13 @@ export class RunManager implements RunService {
       return { ok: false, code: "capacity", message: FAILURE_SUMMARIES.capacity };
     }
     // Every user of the agent's run_as pool serves a live run (or is being swept): at capacity for this agent.
-    const lease = this.#users.acquire(agent);
-    if (!lease.ok) return { ok: false, code: "capacity", message: FAILURE_SUMMARIES.capacity };
+    const lease = this.#users.acquire(agent, req.tenant);
+    if (!lease.ok)
+      return {
+        ok: false,
+        code: lease.reason === "unrecorded" ? "internal" : "capacity",
+        message: LEASE_REFUSALS[lease.reason],
+      };
 
     const acp = this.#config.acp;
     const timeoutSecs = Math.min(req.timeout_secs ?? acp.defaultRunTimeoutSecs, acp.maxRunTimeoutSecs);

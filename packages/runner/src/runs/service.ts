@@ -19,6 +19,8 @@ export interface RunStartRequest {
   config: ConfigMap;
   /** null = the Runner's default_run_timeout_secs; clamped to max_run_timeout_secs. */
   timeout_secs: number | null;
+  /** The caller's opaque tenant tag (design §4.2); absent from older Servers and from `exec`. */
+  tenant?: string | undefined;
 }
 
 export type RunStartOutcome =

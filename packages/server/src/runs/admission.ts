@@ -24,7 +24,7 @@ import type {
   StartOutput,
 } from "./api.js";
 import { fail, type RunContext } from "./context.js";
-import { deriveRunId, intentFingerprint } from "./identity.js";
+import { deriveRunId, deriveTenantTag, intentFingerprint } from "./identity.js";
 import type { Observation } from "./observe.js";
 
 /** How many in-flight starts of the same key one start waits behind before answering start_in_progress. */
@@ -398,6 +398,7 @@ export class Admission {
         prompt: req.prompt,
         config: req.config,
         timeout_secs: req.timeout_secs,
+        tenant: deriveTenantTag(this.#ctx.store.serverSecret, principal.id),
       },
       this.#startTimeoutMs,
     );

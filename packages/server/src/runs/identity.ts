@@ -6,6 +6,7 @@ import { createHash, createHmac } from "node:crypto";
 import { base32, type ConfigMap, RUN_ID_PREFIX } from "@webcodex/protocol";
 
 export const RUN_ID_DOMAIN = "webcodex.coding_agent_run.v1";
+export const TENANT_TAG_DOMAIN = "webcodex.tenant.v1";
 
 /** Unambiguous concatenation: each part as a 4-byte big-endian UTF-8 length followed by its bytes. */
 export function lengthPrefixed(parts: readonly string[]): Buffer {
@@ -24,6 +25,17 @@ export function deriveRunId(serverSecret: Buffer, principalId: string, idempoten
     .update(lengthPrefixed([RUN_ID_DOMAIN, principalId, idempotencyKey]))
     .digest();
   return RUN_ID_PREFIX + base32(mac).slice(0, 26);
+}
+
+/**
+ * The tenant tag `run.start` carries (design §4.2): stable per principal under one server secret, so the
+ * Runner can keep each caller's runs on run_as users of their own without learning who the caller is.
+ */
+export function deriveTenantTag(serverSecret: Buffer, principalId: string): string {
+  const mac = createHmac("sha256", serverSecret)
+    .update(lengthPrefixed([TENANT_TAG_DOMAIN, principalId]))
+    .digest();
+  return `tn_${base32(mac).slice(0, 26)}`;
 }
 
 /** JSON with object keys sorted at every level; undefined members dropped. */
