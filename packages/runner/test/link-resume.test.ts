@@ -1,8 +1,18 @@
 /**
  * The link resume secret kept in the state dir (link/resume.ts): written 0600 and atomically, read back,
- * and never used when it is readable by others or malformed (then removed).
+ * and never used when it is readable by others, another user's, a symlink or malformed (then removed).
  */
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
@@ -35,7 +45,29 @@ describe("the kept link resume secret", () => {
     const lines: Record<string, unknown>[] = [];
     expect(store(lines).load()).toBeUndefined();
     expect(existsSync(join(dir, RESUME_SECRET_FILE))).toBe(false);
-    expect(lines.map((l) => l.msg)).toEqual(["the kept link resume secret is readable by others; not used"]);
+    expect(lines.map((l) => l.msg)).toEqual([
+      "the kept link resume secret is not a 0600 file of this Runner's user; not used",
+    ]);
+  });
+
+  test("is not read through a symlink, nor from a file of another user", () => {
+    const elsewhere = mkdtempSync(join(tmpdir(), "wc-link-resume-elsewhere-"));
+    try {
+      const planted = join(elsewhere, "planted");
+      writeFileSync(planted, `${SECRET}\n`, { mode: 0o600 });
+      symlinkSync(planted, join(dir, RESUME_SECRET_FILE));
+      expect(store().load()).toBeUndefined();
+      rmSync(join(dir, RESUME_SECRET_FILE));
+      if (process.getuid?.() === 0) {
+        // As root: a 0600 file that belongs to someone else is not this Runner's.
+        store().save(SECRET);
+        chownSync(join(dir, RESUME_SECRET_FILE), 65534, 65534);
+        expect(store().load()).toBeUndefined();
+        expect(existsSync(join(dir, RESUME_SECRET_FILE))).toBe(false);
+      }
+    } finally {
+      rmSync(elsewhere, { recursive: true, force: true });
+    }
   });
 
   test("is not used, and is removed, when malformed; removeResumeSecret clears it", () => {

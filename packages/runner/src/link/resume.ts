@@ -11,7 +11,7 @@
  * Written atomically (temp file, fsync, rename); a file that is not 0600, or does not hold a well-formed
  * secret, is ignored and removed. The secret itself is never logged.
  */
-import { readFileSync, rmSync, statSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { ResumeSecret } from "@webcodex/protocol";
 import { writeFileDurably } from "../durable-file.js";
@@ -19,6 +19,8 @@ import type { Logger } from "../logger.js";
 
 /** Its name in the state dir. */
 export const RESUME_SECRET_FILE = "link-resume-secret";
+/** Most bytes of the file read (a secret is 43, plus a newline; anything longer is malformed anyway). */
+const MAX_RESUME_FILE_BYTES = 128;
 
 export interface ResumeSecretStore {
   /** The secret the last run of this Runner got in `hello.ack`, or undefined. */
@@ -33,15 +35,31 @@ export function resumeSecretStore(stateDir: string, logger: Logger): ResumeSecre
   return {
     load() {
       let text: string;
+      let fd: number;
       try {
-        if ((statSync(file).mode & 0o077) !== 0) {
-          logger.warn({ file: RESUME_SECRET_FILE }, "the kept link resume secret is readable by others; not used");
+        // Not through a symlink, and the checks on the very file read (fstat), not on whatever the name
+        // points to by then.
+        fd = openSync(file, constants.O_RDONLY | constants.O_NOFOLLOW);
+      } catch {
+        return undefined; // none kept (first start, or a clean stop of a shared-user Runner), or a symlink
+      }
+      try {
+        const st = fstatSync(fd);
+        const uid = process.getuid?.();
+        if (!st.isFile() || (st.mode & 0o077) !== 0 || (uid !== undefined && st.uid !== uid)) {
+          logger.warn(
+            { file: RESUME_SECRET_FILE },
+            "the kept link resume secret is not a 0600 file of this Runner's user; not used",
+          );
           removeResumeSecret(stateDir);
           return undefined;
         }
-        text = readFileSync(file, "utf8");
+        const buf = Buffer.alloc(MAX_RESUME_FILE_BYTES);
+        text = buf.toString("utf8", 0, readSync(fd, buf, 0, buf.byteLength, 0));
       } catch {
-        return undefined; // none kept (first start, or a clean stop of a shared-user Runner)
+        return undefined;
+      } finally {
+        closeSync(fd);
       }
       const parsed = ResumeSecret.safeParse(text.trim());
       if (parsed.success) return parsed.data;
