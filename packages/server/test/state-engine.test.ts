@@ -25,7 +25,7 @@ import {
   type StateQueries,
   StateUsageError,
 } from "../src/state/engine.js";
-import { openPostgresEngine } from "../src/state/engine-postgres.js";
+import { openPostgresEngine, POSTGRES_MAX_WAITING } from "../src/state/engine-postgres.js";
 import { openSqliteEngine, SQLITE_MAX_WAITING } from "../src/state/engine-sqlite.js";
 import {
   MIGRATIONS,
@@ -355,6 +355,33 @@ describe("PostgreSQL engine only", () => {
       expect(await stateSchemaVersion(a)).toBe(SCHEMA_VERSION);
       expect(await a.get("SELECT COUNT(*) AS n FROM webcodex_schema")).toEqual({ n: 1 });
     }
+  });
+
+  it(`queues at most ${POSTGRES_MAX_WAITING} operations for a pooled connection and refuses the next one`, async () => {
+    if (cluster === undefined) throw new Error("the PostgreSQL cluster did not start");
+    const engine = await openPostgresEngine({ url: await cluster.createDatabase(), poolSize: 1 });
+    opened.push(engine);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding!: () => void;
+    const holds = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const holder = engine.transaction(async () => {
+      holding();
+      await held;
+    });
+    await holds;
+    const queued = Array.from({ length: POSTGRES_MAX_WAITING }, () => engine.get<{ one: number }>("SELECT 1 AS one"));
+    const refused = await engine.get("SELECT 1 AS one").catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(StateBusyError);
+    expect((refused as StateBusyError).code).toBe("state_busy");
+    expect((refused as Error).message).toContain(`POSTGRES_MAX_WAITING = ${POSTGRES_MAX_WAITING}`);
+    release();
+    await holder;
+    expect((await Promise.all(queued)).every((row) => row?.one === 1)).toBe(true);
   });
 
   it("ends a transaction whose failed statement the caller caught, instead of committing the rest", async () => {
