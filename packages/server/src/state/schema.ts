@@ -1,25 +1,36 @@
 /**
- * The schema of the Server's state DB (`server.sqlite3`), versioned with
- * `PRAGMA user_version`. Migrations only go forward: each step runs once, in
- * its own transaction together with the version bump, so a crash leaves the
+ * The schema of the Server's state database, as forward-only steps that run
+ * on both engines (state/engine.ts). Each step runs once, in its own
+ * transaction together with the version bump, so a crash leaves the
  * database at the old version or the new one, never between. A database
  * from a newer build (a version this build does not know) is refused rather
  * than guessed at.
  *
+ * SQLite (`server.sqlite3`) keeps the version in `PRAGMA user_version`.
  * Version 0 is a database made before versioning (or a new, empty one): its
  * tables, if any, are exactly version 1's, which is why step 1 creates them
  * only when they do not exist. A change to an existing table's shape is a new
- * step here, never an edit of an old one. The token and audit tables
- * (`principals/tokens.ts`, `mcp/audit.ts`) are additive and create themselves.
+ * step here, never an edit of an old one.
+ *
+ * PostgreSQL keeps the version in the one-row table `webcodex_schema`, and
+ * every step (and the first read) runs under the advisory lock SCHEMA_LOCK,
+ * so several Server instances starting at once step through each version
+ * exactly once between them. A step's SQL is written for SQLite and
+ * translated by `postgresSql` (see there); a step whose SQL that translation
+ * cannot carry states its PostgreSQL text in `postgres`.
  */
 import type Database from "better-sqlite3";
+import type { StateEngine, StateQueries } from "./engine.js";
 
 interface Migration {
   /** The version the database has after this step. */
   version: number;
   /** What it changes and why, for the log. */
   summary: string;
+  /** The step in SQLite's dialect (translated for PostgreSQL by `postgresSql` unless `postgres` is given). */
   sql: string;
+  /** The step for PostgreSQL, only where the translation does not fit. */
+  postgres?: string;
 }
 
 export const MIGRATIONS: readonly Migration[] = [
@@ -277,6 +288,53 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE oauth_tokens ADD COLUMN successor BLOB;
     `,
   },
+  {
+    version: 10,
+    summary:
+      "the tables that created themselves (principal tokens, Runner tokens, Runner presence, operator-read OAuth " +
+      "clients, console sessions) become a schema step, so a PostgreSQL database gets them too; on SQLite the " +
+      "definitions are the ones those modules create, so an existing table is left as it is",
+    sql: `
+      CREATE TABLE IF NOT EXISTS principal_tokens (
+        token_hash TEXT PRIMARY KEY,
+        token_id TEXT NOT NULL UNIQUE,
+        principal_id TEXT NOT NULL,
+        scopes TEXT NOT NULL,
+        projects TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        revoked_at TEXT
+      );
+      CREATE TABLE IF NOT EXISTS runner_tokens (
+        runner_id TEXT PRIMARY KEY,
+        token_hash TEXT NOT NULL,
+        rotated_at TEXT NOT NULL
+      );
+      CREATE TABLE IF NOT EXISTS runner_presence (
+        runner_id TEXT PRIMARY KEY,
+        online INTEGER NOT NULL,
+        since TEXT NOT NULL,
+        protocol_version INTEGER,
+        agent_instance_id TEXT,
+        projects TEXT NOT NULL DEFAULT '[]',
+        providers TEXT NOT NULL DEFAULT '[]',
+        max_concurrent_runs INTEGER,
+        agents_share_runner_user INTEGER,
+        seen_ms INTEGER NOT NULL DEFAULT 0
+      );
+      CREATE TABLE IF NOT EXISTS oauth_operator_clients (
+        client_id TEXT PRIMARY KEY,
+        provisioned_at TEXT NOT NULL
+      );
+      CREATE TABLE IF NOT EXISTS console_sessions (
+        session_hash TEXT PRIMARY KEY,
+        principal_id TEXT NOT NULL,
+        key_id TEXT NOT NULL,
+        created_ms INTEGER NOT NULL,
+        expires_ms INTEGER NOT NULL
+      );
+      CREATE INDEX IF NOT EXISTS console_sessions_principal ON console_sessions (principal_id, created_ms);
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;
@@ -286,7 +344,9 @@ export class SchemaVersionError extends Error {
 }
 
 /**
- * Bring `db` to SCHEMA_VERSION. Returns the versions it stepped through (empty when it was current).
+ * Bring the SQLite `db` to SCHEMA_VERSION, synchronously: the path of the stores that still use
+ * better-sqlite3 directly (`migrateState` below is the same loop on either engine, for the ported
+ * ones). Returns the versions it stepped through (empty when it was current).
  * Throws SchemaVersionError for a database newer than this build.
  */
 export function migrate(db: Database.Database, file: string): number[] {
@@ -309,6 +369,115 @@ export function migrate(db: Database.Database, file: string): number[] {
         return true;
       })
       .immediate();
+    if (stepped) applied.push(m.version);
+  }
+  return applied;
+}
+
+/**
+ * A step's SQL for PostgreSQL: `m.postgres` when the step gives one, else its SQLite text translated
+ * word by word, which is all the steps need:
+ * - `INTEGER PRIMARY KEY AUTOINCREMENT` → `BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY`;
+ * - `INTEGER` → `BIGINT` (SQLite's INTEGER is 64-bit: ms timestamps, counters); booleans stay 0/1
+ *   integers on both engines, so the stores write the same values;
+ * - `BLOB` → `BYTEA`;
+ * - the `STRICT` table option is dropped (PostgreSQL columns are always strictly typed).
+ * Anything SQLite-only that this does not translate (PRAGMA, WITHOUT ROWID, INSERT OR …, SQLite date
+ * functions, AUTOINCREMENT elsewhere) is refused, so a new step gets a `postgres` text instead of a
+ * silent mistranslation.
+ */
+export function postgresSql(m: Migration): string {
+  return m.postgres ?? translateToPostgres(m.sql, `schema step ${m.version}`);
+}
+
+/** The translation `postgresSql` describes, of any SQLite DDL script; `where` names it in the refusal. */
+export function translateToPostgres(sql: string, where: string): string {
+  const translated = sql
+    .replace(/\bINTEGER\s+PRIMARY\s+KEY\s+AUTOINCREMENT\b/gi, "BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY")
+    .replace(/\bINTEGER\b/gi, "BIGINT")
+    .replace(/\bBLOB\b/gi, "BYTEA")
+    .replace(/\)\s*STRICT\s*;/gi, ");");
+  const untranslatable =
+    /\b(AUTOINCREMENT|PRAGMA|WITHOUT\s+ROWID|STRICT|INSERT\s+OR|datetime|strftime|julianday)\b/i.exec(translated);
+  if (untranslatable) {
+    throw new Error(
+      `${where}: \`${untranslatable[0]}\` has no PostgreSQL translation; give the step a \`postgres\` text`,
+    );
+  }
+  return translated;
+}
+
+/** The advisory lock every PostgreSQL schema step (and the first version read) runs under. */
+export const SCHEMA_LOCK = "webcodex.state.schema";
+
+/** Where each engine keeps the schema version. */
+const VERSION_STORES = {
+  sqlite: {
+    async read(tx: StateQueries): Promise<number> {
+      return (await tx.get<{ user_version: number }>("PRAGMA user_version"))?.user_version ?? 0;
+    },
+    async write(tx: StateQueries, version: number): Promise<void> {
+      await tx.exec(`PRAGMA user_version = ${Math.trunc(version)}`);
+    },
+  },
+  postgres: {
+    async read(tx: StateQueries): Promise<number> {
+      const exists = await tx.get<{ t: string | null }>("SELECT to_regclass('webcodex_schema')::text AS t");
+      if (exists?.t == null) {
+        await tx.exec(
+          "CREATE TABLE webcodex_schema (id INTEGER PRIMARY KEY CHECK (id = 1), version INTEGER NOT NULL);" +
+            "INSERT INTO webcodex_schema (id, version) VALUES (1, 0);",
+        );
+      }
+      return (await tx.get<{ version: number }>("SELECT version FROM webcodex_schema WHERE id = 1"))?.version ?? 0;
+    },
+    async write(tx: StateQueries, version: number): Promise<void> {
+      await tx.run("UPDATE webcodex_schema SET version = ? WHERE id = 1", [version]);
+    },
+  },
+} as const;
+
+function refuseNewer(current: number, where: string): void {
+  if (current > SCHEMA_VERSION) {
+    throw new SchemaVersionError(
+      `${where}: schema version ${current} is newer than this webcodex-server supports (${SCHEMA_VERSION}); ` +
+        "run the newer webcodex-server, or restore a backup made by this version",
+    );
+  }
+}
+
+/** The schema version of the engine's database (0 for a new one); on PostgreSQL, creates the version table. */
+export async function stateSchemaVersion(engine: StateEngine): Promise<number> {
+  const versions = VERSION_STORES[engine.dialect];
+  return await engine.transaction((tx) => versions.read(tx), { lock: SCHEMA_LOCK });
+}
+
+/**
+ * `migrate` for either engine: bring its database to SCHEMA_VERSION and return the versions this call
+ * stepped through (empty when it was current, or when another instance stepped at the same time).
+ * Throws SchemaVersionError for a database newer than this build; `where` names the database in that
+ * error (a file, or "the PostgreSQL state database" — never a URL).
+ */
+export async function migrateState(engine: StateEngine, where: string): Promise<number[]> {
+  const versions = VERSION_STORES[engine.dialect];
+  const initial = await stateSchemaVersion(engine);
+  refuseNewer(initial, where);
+  const applied: number[] = [];
+  for (const m of MIGRATIONS) {
+    if (m.version <= initial) continue;
+    const sql = engine.dialect === "postgres" ? postgresSql(m) : m.sql;
+    // Re-read under the lock: another process or instance may have just stepped (or be newer).
+    const stepped = await engine.transaction(
+      async (tx) => {
+        const current = await versions.read(tx);
+        refuseNewer(current, where);
+        if (current >= m.version) return false;
+        await tx.exec(sql);
+        await versions.write(tx, m.version);
+        return true;
+      },
+      { lock: SCHEMA_LOCK },
+    );
     if (stepped) applied.push(m.version);
   }
   return applied;
