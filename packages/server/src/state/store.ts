@@ -16,6 +16,7 @@ import type {
   StopReason,
 } from "@webcodex/protocol";
 import Database from "better-sqlite3";
+import { SqliteEngine } from "./engine-sqlite.js";
 import { migrate } from "./schema.js";
 
 export type AdmissionStatus = "intent_recorded" | "sent" | "admitted" | "rejected_pre_admission";
@@ -130,6 +131,11 @@ export function loadOrCreateServerSecret(stateDir: string): Buffer {
 export class StateStore {
   /** Exposed for additive tables owned by other Server modules (audit, tokens). */
   readonly db: Database.Database;
+  /**
+   * The same connection behind the async engine interface (state/engine.ts): stores move onto it one by one,
+   * after which `db` goes away and a PostgreSQL engine can stand in its place.
+   */
+  readonly engine: SqliteEngine;
   readonly serverSecret: Buffer;
   /** Schema versions this open stepped through (empty when the file was current); see state/schema.ts. */
   readonly migrated: readonly number[];
@@ -149,6 +155,7 @@ export class StateStore {
     this.db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
     this.db.pragma("busy_timeout = 5000");
     this.migrated = migrate(this.db, file);
+    this.engine = new SqliteEngine(this.db);
     this.#get = this.db.prepare<[string], Row>("SELECT * FROM admission_records WHERE run_id = ?");
     this.#deleteRejected = this.db.prepare<[string, number], { run_id: string }>(
       `DELETE FROM admission_records WHERE run_id IN (
