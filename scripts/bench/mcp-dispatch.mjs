@@ -1,10 +1,12 @@
 #!/usr/bin/env node
 /**
  * One-off measurement (not a test, not part of `npm run bench`): what one long-polling
- * `tools/call observe_coding_agent` costs the Server's CPU in the MCP dispatch layer, today's path
- * (`PostMux` + the v1 SDK's one low-level `Server`, packages/server/src/mcp/post.ts) against the v2
- * SDK's own path (`createMcpHandler` of `@modelcontextprotocol/server` 2.4 over `@hono/node-server`,
- * one v2 `Server` per request from the factory, as the SDK serves a stateless endpoint).
+ * `tools/call observe_coding_agent` costs the Server's CPU and memory in the MCP dispatch layer with many
+ * requests parked at once, for three paths: `PostMux` + the v1 SDK's one low-level `Server` (before the
+ * move), `PostMux` + one long-lived v2 `Server` per era (what packages/server/src/mcp/http.ts does now),
+ * and the v2 SDK's own path (`createMcpHandler` of `@modelcontextprotocol/server` over
+ * `@hono/node-server`, one v2 `Server` per request from the factory). CPU per request with nothing
+ * parked, every path in one process: suites/dispatch.mjs (`npm run bench -- --only dispatch`).
  *
  * Both servers run the same trivial handler: it parks until woken, then answers a small
  * observe-shaped result — so what differs is only the dispatch path (request intake, JSON-RPC
@@ -47,6 +49,31 @@ async function serve(mode) {
       if (post === null) return;
       if (post.request === null) return void res.writeHead(202).end();
       mux.deliver(res, post.message, {});
+    };
+  } else if (mode === "v2-postmux") {
+    const { Server, SUPPORTED_PROTOCOL_VERSIONS } = await import("@modelcontextprotocol/server");
+    const { PostMux, readMcpPost } = await import("../../packages/server/dist/mcp/post.js");
+    const muxes = { legacy: new PostMux(), modern: new PostMux({ era: "modern", revision: "2026-07-28" }) };
+    for (const kind of ["legacy", "modern"]) {
+      const server = new Server(
+        { name: "bench", version: "0" },
+        {
+          capabilities: { tools: {} },
+          ...(kind === "modern" ? { supportedProtocolVersions: [...SUPPORTED_PROTOCOL_VERSIONS, "2026-07-28"] } : {}),
+        },
+      );
+      server.setRequestHandler("tools/call", async (_request, ctx) => {
+        muxes[kind].context(ctx.mcpReq.id);
+        await park();
+        return RESULT;
+      });
+      await server.connect(muxes[kind]);
+    }
+    listener = async (req, res) => {
+      const post = await readMcpPost(req, res, 1024 * 1024);
+      if (post === null) return;
+      if (post.request === null) return void res.writeHead(202).end();
+      muxes[post.era.kind].deliver(res, post.message, {});
     };
   } else {
     const { createMcpHandler, Server } = await import("@modelcontextprotocol/server");
@@ -188,7 +215,7 @@ else {
   const rounds = Number(values.rounds);
   const rows = [];
   for (const era of ["2025-11-25", "2026-07-28"]) {
-    for (const mode of ["v1-postmux", "v2-createMcpHandler"]) {
+    for (const mode of ["v1-postmux", "v2-postmux", "v2-createMcpHandler"]) {
       const r = await measure(mode, era, concurrent, rounds);
       rows.push(r);
       console.log(

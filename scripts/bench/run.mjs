@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm run bench [-- --quick] [-- --only start,throughput,wakeup,fanout,barrier,peer] [-- --profile] [-- --keep]`
+ * `npm run bench [-- --quick] [-- --only start,throughput,wakeup,fanout,barrier,dispatch,peer] [-- --profile] [-- --keep]`
  *   `[-- --grid NS:MS] [-- --sdk-observers]`
  *
  * Measures our stack (Server + Runner + fake agent as real processes, driven
@@ -20,13 +20,14 @@ import { evaluateTargets, render, TARGETS } from "./lib/report.mjs";
 import { ratio, round } from "./lib/stats.mjs";
 import { removeTempDirs } from "./lib/tmp.mjs";
 import { launchStack } from "./stack.mjs";
+import * as dispatch from "./suites/dispatch.mjs";
 import * as fanout from "./suites/fanout.mjs";
 import * as peer from "./suites/peer.mjs";
 import * as startDispatch from "./suites/start-dispatch.mjs";
 import * as throughput from "./suites/throughput.mjs";
 import * as wakeup from "./suites/wakeup.mjs";
 
-const SECTIONS = ["start", "throughput", "wakeup", "fanout", "barrier", "peer"];
+const SECTIONS = ["start", "throughput", "wakeup", "fanout", "barrier", "dispatch", "peer"];
 /** `peer` installs acpx + Node 22 (~50 MB) on first use: part of a full run, in --quick only when named in --only. */
 const QUICK_DEFAULT_SECTIONS = SECTIONS.filter((s) => s !== "peer");
 
@@ -317,6 +318,11 @@ try {
     }
     return await mod.run({ quick });
   });
+
+  // No stack: one server child serves the three dispatch paths (suites/dispatch.mjs).
+  await section("dispatch", () =>
+    dispatch.run({ quick, ...(opts.profile ? { profileDir: join(REPO, "bench-results/profiles/dispatch") } : {}) }),
+  );
 
   await section("peer", async () => {
     let stack = null;

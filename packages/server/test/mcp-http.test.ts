@@ -359,6 +359,49 @@ describe("Streamable HTTP /mcp", () => {
     expect(aliceBody.result.structuredContent.events.map((e) => e.seq)).toContain(99);
   });
 
+  it("answers 2025-era requests as it always has where the v2 SDK's 2025 codec answers otherwise", async () => {
+    const post = async (message: Record<string, unknown>) => {
+      const res = await fetch(url, {
+        method: "POST",
+        headers: {
+          authorization: "Bearer token-alice",
+          "content-type": "application/json",
+          accept: "application/json, text/event-stream",
+          "mcp-protocol-version": LATEST_PROTOCOL_VERSION,
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", ...message }),
+      });
+      expect(res.status).toBe(200);
+      return (await res.json()) as { id: number; error?: { code: number; message: string }; result?: unknown };
+    };
+    const key = `task-augmented-${crypto.randomUUID()}`;
+    const startsBefore = runs.startCalls.length;
+    // 2025 task creation: this Server offers no 2025 Tasks, so it is refused and nothing starts.
+    const augmented = await post({
+      id: 31,
+      method: "tools/call",
+      params: {
+        name: "start_coding_agent",
+        arguments: { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt: "hi" },
+        task: { ttl: 60_000 },
+      },
+    });
+    expect(augmented).toMatchObject({
+      id: 31,
+      error: { code: -32603, message: "Server does not support task creation (required for tools/call)" },
+    });
+    expect(augmented.result).toBeUndefined();
+    expect(runs.startCalls.length).toBe(startsBefore);
+    expect(runs.startCalls.some((s) => s.idempotency_key === key)).toBe(false);
+    // A bare server/discover is told what a 2026-07-28 request needs, not just "Method not found".
+    const discover = await post({ id: 32, method: "server/discover", params: {} });
+    expect(discover.error?.code).toBe(-32601);
+    expect(discover.error?.message).toContain("server/discover is a 2026-07-28 request");
+    // A handler's JSON-RPC error keeps its wording ("MCP error <code>: …").
+    const unknown = await post({ id: 33, method: "tools/call", params: { name: "no_such_tool", arguments: {} } });
+    expect(unknown.error).toEqual({ code: -32602, message: "MCP error -32602: Unknown tool; see tools/list." });
+  });
+
   describe("POST checks (the SDK transport's, on the Node request)", () => {
     const alice = { authorization: "Bearer token-alice" };
     const versioned = { ...alice, "mcp-protocol-version": LATEST_PROTOCOL_VERSION };

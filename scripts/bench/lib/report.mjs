@@ -262,6 +262,15 @@ export function render(results) {
     out += "\n";
   }
 
+  if (s.dispatch?.rows) {
+    out +=
+      "MCP dispatch (suites/dispatch.mjs): Server CPU per tools/call, ratio to the v1 SDK path in the same process\n";
+    for (const r of s.dispatch.rows) {
+      out += `  ${pad(r.era, 12)}${pad(r.path, 10)}${lpad(r.cpu_us_per_request, 7)} µs${lpad(`${f(r.ratio_to_v1, 2)}×`, 9)}\n`;
+    }
+    out += "\n";
+  }
+
   if (s.peer) out += renderPeer(s.peer);
 
   const errors = Object.entries(results.errors);

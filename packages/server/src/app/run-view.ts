@@ -12,7 +12,7 @@
  */
 import { readFileSync } from "node:fs";
 import { RESOURCE_MIME_TYPE, RESOURCE_URI_META_KEY } from "@modelcontextprotocol/ext-apps/server";
-import type { ReadResourceResult, Resource } from "@modelcontextprotocol/sdk/types.js";
+import type { ReadResourceResult, Resource } from "@modelcontextprotocol/server";
 
 export const RUN_VIEW_URI = "ui://webcodex/run";
 export { RESOURCE_MIME_TYPE as RUN_VIEW_MIME_TYPE };

@@ -4,7 +4,7 @@
  * patterns are taken — from the call's arguments and from a successful result — so a row never holds
  * free text: never an instruction, a handoff, a goal or a prompt.
  */
-import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
+import type { CallToolResult } from "@modelcontextprotocol/server";
 import { SESSION_ID_PATTERN } from "../sessions/ids.js";
 import { ATTEMPT_ID_PATTERN, TASK_ID_PATTERN } from "../tasks/claim.js";
 

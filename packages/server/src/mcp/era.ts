@@ -17,7 +17,7 @@
  * `missingOrMismatchedHeader` here, with the SDK's error code (-32020) and
  * its table of which body field `Mcp-Name` mirrors.
  */
-import type { classifyInboundRequest } from "@modelcontextprotocol/server";
+import { classifyInboundRequest } from "@modelcontextprotocol/server";
 
 /** The modern protocol revisions this Server speaks (answered by `server/discover`). */
 export const MODERN_PROTOCOL_VERSIONS = ["2026-07-28"] as const;
@@ -152,9 +152,6 @@ function missingOrMismatchedHeader(headers: EraHeaders, method: string, params: 
   return null;
 }
 
-type Classifier = typeof classifyInboundRequest;
-let classifier: Classifier | null = null;
-
 /**
  * Whether classifying this POST needs the v2 SDK's classifier: the body claims the 2026 envelope or the
  * version header names a 2026 version. Anything else is 2025-era traffic (the SDK's own rule).
@@ -164,16 +161,7 @@ export function claimsModernEra(body: unknown, headers: EraHeaders): boolean {
 }
 
 /**
- * Loads the v2 server SDK's classifier, once. It is imported on the first POST that claims 2026, not at
- * start: the package adds ~25 MB of resident memory that a Server serving only 2025-era clients never needs.
- */
-export async function loadModernClassifier(): Promise<void> {
-  classifier ??= (await import("@modelcontextprotocol/server")).classifyInboundRequest;
-}
-
-/**
- * The era of one parsed POST body, or why it is refused. A body that claims 2026 needs
- * `loadModernClassifier()` to have completed first. Legacy traffic is
+ * The era of one parsed POST body, or why it is refused. Legacy traffic is
  * returned untouched (its own checks stay in mcp/post.ts, as before).
  */
 export function classifyPost(body: unknown, headers: EraHeaders): { era: Era } | { refusal: EraRefusal } {
@@ -181,8 +169,7 @@ export function classifyPost(body: unknown, headers: EraHeaders): { era: Era } |
   // 2025-era traffic. Skipping the SDK classifier here keeps it off every 2025 request (it costs ~20 µs a
   // call, most of a long-poll observe's own overhead); mcp/post.ts has already checked the message shape.
   if (!claimsModernEra(body, headers)) return { era: { kind: "legacy" } };
-  if (classifier === null) throw new Error("classifyPost: loadModernClassifier() has not completed");
-  const route = classifier({
+  const route = classifyInboundRequest({
     httpMethod: "POST",
     body,
     ...(headers.protocolVersion !== undefined ? { protocolVersionHeader: headers.protocolVersion } : {}),

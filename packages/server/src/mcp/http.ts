@@ -1,11 +1,12 @@
 /**
- * MCP over Streamable HTTP at `/mcp` (MCP 2025-11-25 baseline), built on
- * the official SDK's low-level `Server`, connected once to `PostMux`
+ * MCP over Streamable HTTP at `/mcp`, both protocol eras (2025-11-25 and
+ * older, 2026-07-28), on the v2 SDK's low-level `Server` (`@modelcontextprotocol/server`):
+ * one long-lived `Server` per era, each connected once to its own `PostMux`
  * (mcp/post.ts: the SDK transport's stateless JSON-response checks on the
  * Node request, without the Web Request/Response conversion).
  *
  * Mode: **stateless**. Every HTTP request carries its bearer token and is
- * authenticated on its own; its JSON-RPC request enters the one SDK Server
+ * authenticated on its own; its JSON-RPC request enters its era's SDK Server
  * under an internal id whose context holds that request's Principal and
  * abort signal (`PostMux`), so no caller's identity is ever Server state and
  * there is no session id that could be replayed by another caller. POST answers with
@@ -24,21 +25,17 @@
  */
 
 import type { IncomingMessage, ServerResponse } from "node:http";
-import { Server } from "@modelcontextprotocol/sdk/server/index.js";
 import {
-  CallToolRequestSchema,
-  ErrorCode,
+  ProtocolErrorCode as ErrorCode,
+  isTaskAugmentedRequestParams,
   type JSONRPCMessage,
   type JSONRPCRequest,
-  ListResourcesRequestSchema,
-  ListResourceTemplatesRequestSchema,
-  ListToolsRequestSchema,
-  McpError,
-  ReadResourceRequestSchema,
+  ProtocolError,
   type RequestId,
-} from "@modelcontextprotocol/sdk/types.js";
+  Server,
+  SUPPORTED_PROTOCOL_VERSIONS,
+} from "@modelcontextprotocol/server";
 import type { Logger } from "pino";
-import { z } from "zod";
 import { RUN_VIEW_RESOURCE, RUN_VIEW_URI, RunViewMissingError } from "../app/run-view.js";
 import { type ClientAddressOf, clientAddressResolver } from "../client-address.js";
 import { isLoopbackHost } from "../config.js";
@@ -133,19 +130,26 @@ export const PROJECTS_READ_CACHE = { ttlMs: 5_000, cacheScope: "private" } as co
 /** What `server/discover` advertises. */
 const MODERN_CAPABILITIES = { tools: {}, resources: {} } as const;
 
-/** `server/discover`: a 2026-07-28 request with no body parameters beyond `_meta`. */
-const DiscoverRequestSchema = z.object({
-  method: z.literal("server/discover"),
-  params: z.optional(z.looseObject({})),
-});
+/**
+ * A result answered outside the SDK `Server` (the Tasks paths) as its era expects it: unchanged for a
+ * 2025-era request; for a 2026-07-28 one with `resultType: "complete"`.
+ */
+function modernResult<T extends object>(era: Era, result: T): T {
+  if (era.kind !== "modern") return result;
+  return { ...result, resultType: "complete" };
+}
+
+/** A result's own cache hints on the 2026-07-28 era (the SDK adds `resultType` and keeps these). */
+function withCache<T extends object>(modern: boolean, result: T, cache: { ttlMs: number; cacheScope: string }): T {
+  return modern ? { ...result, ...cache } : result;
+}
 
 /**
- * A result as its era expects it: unchanged for a 2025-era request; for a 2026-07-28 one with
- * `resultType: "complete"` and, for cacheable answers, the cache hints.
+ * A JSON-RPC error a handler throws, worded as this Server has always worded it on the wire: the message
+ * carries the `MCP error <code>: ` prefix (the v1 SDK's `McpError` put it there, and clients may match it).
  */
-function modernResult<T extends object>(era: Era, result: T, cache?: { ttlMs: number; cacheScope: string }): T {
-  if (era.kind !== "modern") return result;
-  return { ...result, resultType: "complete", ...(cache ?? {}) };
+function mcpError(code: number, message: string, data?: unknown): ProtocolError {
+  return new ProtocolError(code, `MCP error ${code}: ${message}`, data);
 }
 
 /** Whether a 2026-07-28 request is a Tasks request or a task-backed start (answered by answerTaskRequest). */
@@ -270,6 +274,42 @@ function malformedToolCall(m: JSONRPCMessage): string | null {
   return null;
 }
 
+/** The 2025-era methods the Server answers (the v2 SDK's codec answers any other "Method not found"). */
+const LEGACY_METHODS: ReadonlySet<string> = new Set([
+  "initialize",
+  "ping",
+  "tools/list",
+  "tools/call",
+  "resources/list",
+  "resources/templates/list",
+  "resources/read",
+  "server/discover",
+]);
+
+/**
+ * What this Server has always answered to two 2025-era requests the v2 SDK's 2025 codec answers otherwise,
+ * or null for every other request:
+ * - a request asking for 2025 task creation (`params.task`): this Server offers no 2025 Tasks capability, so
+ *   it is refused (-32603) as the v1 SDK refused it; the v2 SDK no longer knows 2025 Tasks and would run it;
+ * - `server/discover` without the 2026 `_meta` claim: -32601 saying what to send, not a bare "Method not found".
+ */
+function legacyRefusal(m: JSONRPCMessage): { code: number; message: string } | null {
+  if (!("method" in m) || !("id" in m) || !LEGACY_METHODS.has(m.method)) return null;
+  if (isTaskAugmentedRequestParams(m.params) && m.params.task) {
+    return {
+      code: ErrorCode.InternalError,
+      message: `Server does not support task creation (required for ${m.method})`,
+    };
+  }
+  if (m.method === "server/discover") {
+    return {
+      code: ErrorCode.MethodNotFound,
+      message: `MCP error ${ErrorCode.MethodNotFound}: server/discover is a 2026-07-28 request: send _meta["${PROTOCOL_VERSION_META}"] and the MCP-Protocol-Version header (2025-era clients: initialize).`,
+    };
+  }
+  return null;
+}
+
 /** A Node request handler for `/mcp`; hand it every request whose path is /mcp. */
 export interface McpHttpHandler {
   (req: IncomingMessage, res: ServerResponse): Promise<void>;
@@ -298,99 +338,88 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const refusals = new RefusalLog(logger);
   let closed = false;
 
-  /** What a request's handler needs of its POST, found by the id the request has inside the Server. */
+  /** What a request's handler needs of its POST, found by the id the request has inside its Server. */
   interface RequestContext {
     principal: Principal;
     signal: AbortSignal;
     /** Why the call's arguments were refused before the SDK copied them (argumentShapeRefusal), or null. */
     shapeRefusal: string | null;
-    /** The MCP era the request speaks (mcp/era.ts); the answer's shape follows it. */
+    /** The MCP era the request speaks (mcp/era.ts). */
     era: Era;
     /** The request's params as JSON.parse built them: the SDK's schemas drop `_wc` (the recorder envelope). */
     rawParams: Readonly<Record<string, unknown>>;
   }
-  const mux = new PostMux<RequestContext>();
-  const contextOf = (requestId: RequestId): RequestContext => {
-    const context = mux.context(requestId);
-    // Delivered requests keep their context until answered or abandoned; an abandoned one is not answered.
-    if (!context) throw new McpError(ErrorCode.InternalError, "The request is no longer waiting for an answer.");
-    return context;
+  // One long-lived v2 SDK Server per era, each connected once to its own mux; each request's principal and
+  // signal come from its own context, never from the Server. Era is Server state in the v2 SDK (its wire
+  // codec: the 2026-07-28 one adds `resultType`, the cache hints, `_meta` serverInfo, checks the `_meta`
+  // envelope and knows `server/discover`), so the two eras cannot share one Server.
+  const muxes = {
+    legacy: new PostMux<RequestContext>(),
+    modern: new PostMux<RequestContext>({ era: "modern", revision: MODERN_PROTOCOL_VERSIONS[0] }),
   };
-  // One SDK Server for every request, connected once to the mux; each request's principal and signal come
-  // from its own context, never from the Server.
-  const server = new Server(MCP_SERVER_INFO, {
-    capabilities: { tools: {}, resources: {} },
-    instructions: MCP_INSTRUCTIONS,
-  });
-  server.setRequestHandler(DiscoverRequestSchema, (_request, extra) => {
-    const { era } = contextOf(extra.requestId);
-    if (era.kind !== "modern") {
-      throw new McpError(
-        ErrorCode.MethodNotFound,
-        `server/discover is a 2026-07-28 request: send _meta["${PROTOCOL_VERSION_META}"] and the MCP-Protocol-Version header (2025-era clients: initialize).`,
-      );
-    }
-    return {
-      resultType: "complete",
-      supportedVersions: [...MODERN_PROTOCOL_VERSIONS],
+  const servers = {
+    // The 2025 era: capabilities as `initialize` has always answered them.
+    legacy: new Server(MCP_SERVER_INFO, { capabilities: { tools: {}, resources: {} }, instructions: MCP_INSTRUCTIONS }),
+    // The 2026-07-28 era: `server/discover` (the SDK's) advertises the Tasks extension when runs are tasks.
+    modern: new Server(MCP_SERVER_INFO, {
       capabilities: runTasks ? { ...MODERN_CAPABILITIES, extensions: { [TASKS_EXTENSION]: {} } } : MODERN_CAPABILITIES,
       instructions: MCP_INSTRUCTIONS,
-      ...STATIC_LIST_CACHE,
-      _meta: { [SERVER_INFO_META]: MCP_SERVER_INFO },
+      supportedProtocolVersions: [...SUPPORTED_PROTOCOL_VERSIONS, ...MODERN_PROTOCOL_VERSIONS],
+      cacheHints: {
+        "server/discover": STATIC_LIST_CACHE,
+        "tools/list": STATIC_LIST_CACHE,
+        "resources/list": STATIC_LIST_CACHE,
+        "resources/templates/list": STATIC_LIST_CACHE,
+      },
+    }),
+  };
+  for (const kind of ["legacy", "modern"] as const) {
+    const mux = muxes[kind];
+    const modern = kind === "modern";
+    const contextOf = (requestId: RequestId): RequestContext => {
+      const context = mux.context(requestId);
+      // Delivered requests keep their context until answered or abandoned; an abandoned one is not answered.
+      if (!context) throw mcpError(ErrorCode.InternalError, "The request is no longer waiting for an answer.");
+      return context;
     };
-  });
-  server.setRequestHandler(ListToolsRequestSchema, (_request, extra) => {
-    const { era } = contextOf(extra.requestId);
-    return modernResult(era, { tools: tools.definitions(era.kind === "modern") }, STATIC_LIST_CACHE);
-  });
-  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const { principal, signal, shapeRefusal, era, rawParams } = contextOf(extra.requestId);
-    const name = request.params.name;
-    if (!tools.has(name)) {
-      tools.recordRefusedCall(principal, "unknown_tool");
-      throw new McpError(ErrorCode.InvalidParams, "Unknown tool; see tools/list.");
-    }
-    // Stateless: a notifications/cancelled could only arrive in another POST (and is never delivered),
-    // so the request's own signal (client disconnect, shutdown) is the only one that can fire.
-    const envelope = { modern: era.kind === "modern", params: rawParams };
-    return modernResult(
-      era,
-      await tools.call(principal, name, request.params.arguments, signal, shapeRefusal, envelope),
-    );
-  });
-  server.setRequestHandler(ListResourcesRequestSchema, (_request, extra) =>
-    modernResult(
-      contextOf(extra.requestId).era,
-      { resources: [PROJECTS_RESOURCE, RUN_VIEW_RESOURCE] },
-      STATIC_LIST_CACHE,
-    ),
-  );
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, (_request, extra) =>
-    modernResult(contextOf(extra.requestId).era, { resourceTemplates: [] }, STATIC_LIST_CACHE),
-  );
-  server.setRequestHandler(ReadResourceRequestSchema, (request, extra) => {
-    const { principal, era } = contextOf(extra.requestId);
-    const uri = request.params.uri;
-    if (uri === RUN_VIEW_URI) {
-      try {
-        return modernResult(era, tools.readRunView(principal), STATIC_LIST_CACHE);
-      } catch (err) {
-        if (err instanceof RunViewMissingError) throw new McpError(ErrorCode.InternalError, err.message);
-        throw err;
+    const server = servers[kind];
+    server.setRequestHandler("tools/list", () => ({ tools: tools.definitions(modern) }));
+    server.setRequestHandler("tools/call", async (request, ctx) => {
+      const { principal, signal, shapeRefusal, rawParams } = contextOf(ctx.mcpReq.id);
+      const name = request.params.name;
+      if (!tools.has(name)) {
+        tools.recordRefusedCall(principal, "unknown_tool");
+        throw mcpError(ErrorCode.InvalidParams, "Unknown tool; see tools/list.");
       }
-    }
-    if (uri !== PROJECTS_RESOURCE_URI) {
-      tools.recordRefusedCall(principal, "unknown_resource");
-      const known = `${PROJECTS_RESOURCE_URI} and ${RUN_VIEW_URI}`;
-      // 2026-07-28 (SEP-2164): invalid params whose data names the URI that was not found.
-      if (era.kind === "modern") {
-        throw new McpError(ErrorCode.InvalidParams, `Resource not found. The resources are ${known}.`, { uri });
+      // Stateless: a notifications/cancelled could only arrive in another POST (and is never delivered),
+      // so the request's own signal (client disconnect, shutdown) is the only one that can fire.
+      const envelope = { modern, params: rawParams };
+      return tools.call(principal, name, request.params.arguments, signal, shapeRefusal, envelope);
+    });
+    server.setRequestHandler("resources/list", () => ({ resources: [PROJECTS_RESOURCE, RUN_VIEW_RESOURCE] }));
+    server.setRequestHandler("resources/templates/list", () => ({ resourceTemplates: [] }));
+    server.setRequestHandler("resources/read", (request, ctx) => {
+      const { principal } = contextOf(ctx.mcpReq.id);
+      const uri = request.params.uri;
+      if (uri === RUN_VIEW_URI) {
+        try {
+          return withCache(modern, tools.readRunView(principal), STATIC_LIST_CACHE);
+        } catch (err) {
+          if (err instanceof RunViewMissingError) throw mcpError(ErrorCode.InternalError, err.message);
+          throw err;
+        }
       }
-      throw new McpError(ErrorCode.InvalidParams, `Unknown resource. The resources are ${known}.`);
-    }
-    return modernResult(era, tools.readProjects(principal), PROJECTS_READ_CACHE);
-  });
-  const connected = server.connect(mux);
+      if (uri !== PROJECTS_RESOURCE_URI) {
+        tools.recordRefusedCall(principal, "unknown_resource");
+        const known = `${PROJECTS_RESOURCE_URI} and ${RUN_VIEW_URI}`;
+        // 2026-07-28 (SEP-2164): invalid params whose data names the URI that was not found.
+        if (modern) throw mcpError(ErrorCode.InvalidParams, `Resource not found. The resources are ${known}.`, { uri });
+        throw mcpError(ErrorCode.InvalidParams, `Unknown resource. The resources are ${known}.`);
+      }
+      return withCache(modern, tools.readProjects(principal), PROJECTS_READ_CACHE);
+    });
+  }
+  const connected = Promise.all([servers.legacy.connect(muxes.legacy), servers.modern.connect(muxes.modern)]);
 
   const handler = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     if (closed) {
@@ -500,6 +529,12 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       await answerTaskRequest(res, post.message as JSONRPCRequest, post.era, principal, paramsOf(post.raw));
       return;
     }
+    const legacyRefused = post.era.kind === "legacy" ? legacyRefusal(post.message) : null;
+    if (legacyRefused !== null) {
+      sendJsonRpcError(res, 200, legacyRefused.code, legacyRefused.message, post.request);
+      return;
+    }
+    const mux = muxes[post.era.kind];
     inFlight.add(abort);
     let internal: number | null = null;
     res.once("close", () => {
@@ -526,9 +561,9 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
 
   /**
    * Task requests (`tasks/get`, `tasks/cancel`, `tasks/update`) and the task-backed start of a run are
-   * answered here rather than by the SDK `Server`: the v1 `Server` refuses a handler for `tasks/*` unless it
-   * also advertises its own 2025-era tasks capability to every `initialize` (which we do not offer), and it
-   * coerces every tools/call answer into a `CallToolResult`. The task-backed start is the same audited
+   * answered here rather than by the SDK `Server`: the v2 server SDK has no side of the Tasks extension
+   * (`@modelcontextprotocol/ext-tasks` ships the client side only), and its `tools/call` wrapper validates
+   * every answer as a `CallToolResult`, which a task answer is not. The task-backed start is the same audited
    * `tools.call` as any start; only its answer is the task.
    */
   async function answerTaskRequest(

@@ -1,45 +1,48 @@
 /**
  * One MCP Streamable HTTP POST, answered with a JSON body, on the Node
- * request directly: the stateless, JSON-response subset of the SDK's
- * `StreamableHTTPServerTransport`, as the one SDK `Transport` (`PostMux`) the
- * Server's one SDK `Server` is connected to.
+ * request directly, and `PostMux`: the one v2 SDK `Transport` each of the
+ * Server's two long-lived v2 SDK `Server`s (one per protocol era,
+ * mcp/http.ts) is connected to.
  *
- * Why not the SDK's transport: in Node it converts every request into a Web
- * `Request` (@hono/node-server + undici), reads the body through web streams
- * and answers through a Web `Response`. With a long-polling observer per
- * caller that conversion was about half of the Server's CPU per observe call
- * (scripts/bench fan-out profile). This keeps the SDK's checks, in the same
- * order, with the same status codes and JSON-RPC error codes, and still
- * validates every message with the SDK's `JSONRPCMessageSchema`; JSON-RPC
- * itself (dispatch, handler schemas, errors) stays in the SDK `Server`.
+ * Why not the SDK's HTTP entry (`createMcpHandler`) or its transports: in
+ * Node they convert every request into a Web `Request` (@hono/node-server +
+ * undici), read the body through web streams, answer through a Web
+ * `Response`, and build a `Server` and a transport per request. Profiled
+ * (scripts/bench/mcp-dispatch-cpu.mjs --profile), that conversion and the
+ * request clone of the SDK's classification step are most of the 3–7× CPU
+ * per request the SDK's entry costs against this path; constructing the
+ * per-request `Server` itself is ~1–2%. So the POST checks stay here, in
+ * the SDK transport's order, with its status codes and JSON-RPC error
+ * codes, the message is still checked with the SDK's `JSONRPCMessageSchema`
+ * (`parseJSONRPCMessage`), and JSON-RPC itself (dispatch, era codecs,
+ * handler schemas, result encoding, errors) is the v2 SDK `Server`'s.
  *
  * Covered: Accept (406), Content-Type (415), body bound (413), JSON (400,
  * -32700), message shape (400, -32700), the era of the request and, for a
  * 2026-07-28 request, its `_meta` envelope and required headers (400 with the
  * request's id; mcp/era.ts), MCP-Protocol-Version of a 2025-era one (400), a
  * notification or response (202), a request (200, its JSON-RPC response).
- * Not covered, because this Server never needs them: sessions, SSE streams,
- * resumability, GET.
+ * Not covered, because this Server never needs them: sessions, SSE streams
+ * (except `subscriptions/listen`, mcp/task-listen.ts), resumability, GET.
  *
  * One message per POST: JSON-RPC batches are not part of MCP since
  * 2025-06-18 (the SDK's own `JSONRPCMessageSchema` has no array form). An
  * array body is refused like any body that is not one JSON-RPC message:
  * `400`, `-32700`, "Parse error: Invalid JSON-RPC message" — the SDK
- * transport's answer to a message that fails that schema. (SDK 1.32's
- * transport still accepts arrays of up to 100 for older clients; this Server
- * speaks 2025-11-25 and does not.)
+ * transport's answer to a message that fails that schema.
  */
 
 import type { IncomingMessage, ServerResponse } from "node:http";
-import type { Transport } from "@modelcontextprotocol/sdk/shared/transport.js";
 import {
   isInitializeRequest,
   type JSONRPCMessage,
-  JSONRPCMessageSchema,
+  type MessageClassification,
+  PerRequestHTTPServerTransport,
+  parseJSONRPCMessage,
   type RequestId,
   SUPPORTED_PROTOCOL_VERSIONS,
-} from "@modelcontextprotocol/sdk/types.js";
-import { claimsModernEra, classifyPost, type Era, eraHeaders, loadModernClassifier } from "./era.js";
+} from "@modelcontextprotocol/server";
+import { classifyPost, type Era, eraHeaders } from "./era.js";
 
 /** A JSON-RPC error as an HTTP response body (`id: null` answers the POST itself; an id answers that request). */
 export function sendJsonRpcError(
@@ -58,11 +61,19 @@ export function sendJsonRpcError(
 }
 
 /**
- * The one SDK `Transport` every POST's request goes through, so that one SDK
- * `Server` serves them all (mcp/http.ts) instead of one Server built per
- * request and held for as long as a long-polling observe waits (~23 KB of
- * handlers and maps each, most of the Server's live heap with 1,000 waiting
- * observers, and the garbage that kept its old generation growing).
+ * The one SDK `Transport` every POST's request of one era goes through, so
+ * that one long-lived SDK `Server` per era serves them all (mcp/http.ts)
+ * instead of one Server built per request and held for as long as a
+ * long-polling observe waits (~23 KB of handlers and maps each, most of the
+ * Server's live heap with 1,000 waiting observers, and the garbage that kept
+ * its old generation growing).
+ *
+ * It is a `PerRequestHTTPServerTransport` only so that connecting a v2
+ * `Server` to it binds that Server to the classification it names (the SDK
+ * binds a Server to the 2026-07-28 era only through that transport class);
+ * every method the protocol layer calls is its own. The modern mux hands each
+ * request to the Server with that classification, which the SDK checks
+ * against the Server's era before dispatch.
  *
  * Each request enters the Server under an id of its own (`deliver`), never
  * the client's: ids of different clients collide, and the Server keys its
@@ -76,15 +87,19 @@ export function sendJsonRpcError(
  * Server sends (progress, logging, requests to the client) has no stream to
  * go to in JSON-response mode and is dropped, as the SDK transport does.
  */
-export class PostMux<C> implements Transport {
-  onclose?: Transport["onclose"];
-  onerror?: Transport["onerror"];
-  onmessage?: Transport["onmessage"];
+export class PostMux<C> extends PerRequestHTTPServerTransport {
+  readonly #classification: MessageClassification | undefined;
+
+  /** `classification`: the era the connected Server is bound to (absent: 2025-era, bound by nothing). */
+  constructor(classification?: MessageClassification) {
+    super({ classification: classification ?? { era: "legacy" }, responseMode: "json" });
+    this.#classification = classification;
+  }
 
   readonly #pending = new Map<number, { res: ServerResponse; id: RequestId; context: C }>();
   #next = 0;
 
-  async start(): Promise<void> {}
+  override async start(): Promise<void> {}
 
   /**
    * Hand one POST's JSON-RPC request to the Server; its response is written to `res` with the client's
@@ -94,7 +109,8 @@ export class PostMux<C> implements Transport {
     this.#next += 1;
     const internal = this.#next;
     this.#pending.set(internal, { res, id: message.id, context });
-    this.onmessage?.({ ...message, id: internal });
+    const classification = this.#classification;
+    this.onmessage?.({ ...message, id: internal }, classification ? { classification } : undefined);
     return internal;
   }
 
@@ -113,7 +129,7 @@ export class PostMux<C> implements Transport {
     this.#pending.delete(internal);
   }
 
-  async send(message: JSONRPCMessage): Promise<void> {
+  override async send(message: JSONRPCMessage): Promise<void> {
     // The Server's own messages: a response is exactly one with a result or an error.
     if (!("result" in message) && !("error" in message)) return;
     const internal = message.id;
@@ -128,7 +144,7 @@ export class PostMux<C> implements Transport {
     res.end(body);
   }
 
-  async close(): Promise<void> {
+  override async close(): Promise<void> {
     this.#pending.clear();
     this.onclose?.();
   }
@@ -184,15 +200,15 @@ export async function readMcpPost(
     return null;
   }
   // An array (a JSON-RPC batch) fails the schema like any other non-message.
-  const parsed = JSONRPCMessageSchema.safeParse(raw);
-  if (!parsed.success) {
+  let message: JSONRPCMessage;
+  try {
+    message = parseJSONRPCMessage(raw);
+  } catch {
     sendJsonRpcError(res, 400, -32700, "Parse error: Invalid JSON-RPC message");
     return null;
   }
-  const message = parsed.data;
   const requestId = "method" in message && "id" in message ? (message.id as RequestId) : null;
   const headers = eraHeaders(req.headers);
-  if (claimsModernEra(raw, headers)) await loadModernClassifier();
   const classified = classifyPost(raw, headers);
   if ("refusal" in classified) {
     const { status, code, message: text, data } = classified.refusal;

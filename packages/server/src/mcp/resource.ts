@@ -4,7 +4,7 @@
  * project's Runner is online, and the sanitized providers it advertises
  * (id, name, allowed config option ids). No paths, executables or env.
  */
-import type { ReadResourceResult, Resource } from "@modelcontextprotocol/sdk/types.js";
+import type { ReadResourceResult, Resource } from "@modelcontextprotocol/server";
 import { canSeeProject } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import type { ProjectView, RunsApi } from "../runs/api.js";

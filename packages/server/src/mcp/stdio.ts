@@ -2,7 +2,12 @@
  * `webcodex-server mcp-stdio`: an MCP stdio server for clients that only
  * launch stdio servers. It proxies tools/list, tools/call, resources/list and
  * resources/read to a running Server's `/mcp` over Streamable HTTP with the
- * SDK client, authenticating with a bearer token taken from the environment.
+ * v2 SDK client (a 2025-11-25 `initialize` connection, so what it forwards is
+ * exactly what the Server answers a 2025-era client), authenticating with a
+ * bearer token taken from the environment. The stdio side is a v2 SDK `Server`
+ * on the SDK's stdio transport; a client that probes with the 2026-07-28
+ * `server/discover` is answered "Method not found" and falls back to
+ * `initialize`, as it did before.
  * It holds no authority of its own: every call is checked by the Server.
  * Tool results (including isError results) pass through unchanged.
  *
@@ -11,20 +16,15 @@
  * Server refuses (401) is fatal at start-up — it will not fix itself.
  */
 import type { Readable, Writable } from "node:stream";
-import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
-import { Server } from "@modelcontextprotocol/sdk/server/index.js";
-import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import {
-  CallToolRequestSchema,
-  CallToolResultSchema,
-  ErrorCode,
-  ListResourcesRequestSchema,
-  ListResourceTemplatesRequestSchema,
-  ListToolsRequestSchema,
-  McpError,
-  ReadResourceRequestSchema,
-} from "@modelcontextprotocol/sdk/types.js";
+  Client,
+  SdkError,
+  SdkHttpError,
+  StreamableHTTPClientTransport,
+  ProtocolError as UpstreamProtocolError,
+} from "@modelcontextprotocol/client";
+import { ProtocolError, ProtocolErrorCode, Server } from "@modelcontextprotocol/server";
+import { StdioServerTransport } from "@modelcontextprotocol/server/stdio";
 import type { Logger } from "pino";
 import { MCP_INSTRUCTIONS, MCP_SERVER_INFO } from "./http.js";
 
@@ -50,15 +50,35 @@ export class McpStdioStartError extends Error {
   override readonly name = "McpStdioStartError";
 }
 
+/** The HTTP status an upstream SDK error carries, if any. */
+function httpStatus(err: unknown): number | undefined {
+  if (err instanceof SdkHttpError) return err.status;
+  const status = err instanceof SdkError ? (err.data as { status?: unknown } | undefined)?.status : undefined;
+  return typeof status === "number" ? status : undefined;
+}
+
 function isUnauthorized(err: unknown): boolean {
-  return err instanceof StreamableHTTPError && err.code === 401;
+  return httpStatus(err) === 401;
+}
+
+/**
+ * A JSON-RPC error for the stdio client, worded as the bridge has always worded it ("MCP error <code>: "
+ * once, then the Server's own message) and never carrying the token.
+ */
+function stdioError(code: number, message: string): ProtocolError {
+  return new ProtocolError(code, `MCP error ${code}: ${message}`);
 }
 
 /** Map an upstream failure onto a JSON-RPC error for the stdio client, without leaking the token. */
-function upstreamError(err: unknown, where: string): McpError {
-  if (err instanceof McpError) return new McpError(err.code, err.message.replace(/^(MCP error -?\d+: )+/, ""));
-  if (isUnauthorized(err)) return new McpError(ErrorCode.InvalidRequest, "The webcodex Server refused the token (401)");
-  return new McpError(ErrorCode.InternalError, `The webcodex Server at ${where} could not be reached; is it running?`);
+function upstreamError(err: unknown, where: string): ProtocolError {
+  if (err instanceof UpstreamProtocolError)
+    return stdioError(err.code, err.message.replace(/^(MCP error -?\d+: )+/, ""));
+  if (isUnauthorized(err))
+    return stdioError(ProtocolErrorCode.InvalidRequest, "The webcodex Server refused the token (401)");
+  return stdioError(
+    ProtocolErrorCode.InternalError,
+    `The webcodex Server at ${where} could not be reached; is it running?`,
+  );
 }
 
 export async function startMcpStdioBridge(options: McpStdioBridgeOptions): Promise<McpStdioBridge> {
@@ -104,23 +124,22 @@ export async function startMcpStdioBridge(options: McpStdioBridgeOptions): Promi
     instructions: MCP_INSTRUCTIONS,
   });
   const opts = (signal: AbortSignal) => ({ timeout: UPSTREAM_TIMEOUT_MS, signal });
-  server.setRequestHandler(ListToolsRequestSchema, (request, extra) =>
-    forward((c) => c.listTools(request.params, opts(extra.signal))),
+  server.setRequestHandler("tools/list", (request, ctx) =>
+    forward((c) => c.listTools(request.params, opts(ctx.mcpReq.signal))),
   );
-  // client.request, not client.callTool: results pass through unvalidated; the Server is the authority.
-  server.setRequestHandler(CallToolRequestSchema, (request, extra) =>
-    forward((c) =>
-      c.request({ method: "tools/call", params: request.params }, CallToolResultSchema, opts(extra.signal)),
-    ),
+  // client.request, not client.callTool: callTool would also check structuredContent against the tool's
+  // outputSchema; the Server is the authority, so its results pass through as it answered them.
+  server.setRequestHandler("tools/call", (request, ctx) =>
+    forward((c) => c.request({ method: "tools/call", params: request.params }, opts(ctx.mcpReq.signal))),
   );
-  server.setRequestHandler(ListResourcesRequestSchema, (request, extra) =>
-    forward((c) => c.listResources(request.params, opts(extra.signal))),
+  server.setRequestHandler("resources/list", (request, ctx) =>
+    forward((c) => c.listResources(request.params, opts(ctx.mcpReq.signal))),
   );
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, (request, extra) =>
-    forward((c) => c.listResourceTemplates(request.params, opts(extra.signal))),
+  server.setRequestHandler("resources/templates/list", (request, ctx) =>
+    forward((c) => c.listResourceTemplates(request.params, opts(ctx.mcpReq.signal))),
   );
-  server.setRequestHandler(ReadResourceRequestSchema, (request, extra) =>
-    forward((c) => c.readResource(request.params, opts(extra.signal))),
+  server.setRequestHandler("resources/read", (request, ctx) =>
+    forward((c) => c.readResource(request.params, opts(ctx.mcpReq.signal))),
   );
 
   let resolveClosed!: () => void;

@@ -9,7 +9,7 @@
  * structuredContent against it).
  */
 
-import type { CallToolResult, Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { CallToolResult, Tool } from "@modelcontextprotocol/server";
 import { ConfigOptionId, MAX_PROMPT_BYTES, type RecoveryKind } from "@webcodex/protocol";
 import { z } from "zod";
 import { runViewToolMeta } from "../app/run-view.js";

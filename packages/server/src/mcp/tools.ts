@@ -5,7 +5,7 @@
  * Principal. The result and error envelopes every module shares are in mcp/tool-shared.ts.
  */
 
-import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprotocol/sdk/types.js";
+import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprotocol/server";
 import { utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
