@@ -262,12 +262,12 @@ function mountConsole(
   tls: boolean,
 ): ConsoleMount {
   const tokens = new TokenStore(store.db);
-  const oauth = new OAuthStore(store.db);
+  const oauth = new OAuthStore(store.engine);
   const operatorClients = new OperatorReadClients(oauth);
   return createConsole({
     config,
     logger: logger.child({ c: "console" }),
-    sessions: new ConsoleSessions(store.db),
+    sessions: new ConsoleSessions(store.engine),
     reader: new ConsoleReader({
       state: store,
       oauth,

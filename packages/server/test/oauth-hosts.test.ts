@@ -20,7 +20,7 @@ import { MAX_PENDING_PER_ADDRESS, MAX_PENDING_PER_CLIENT } from "../src/oauth/co
 import { OAuthStore, sha256 } from "../src/oauth/store.js";
 import { TokenStore } from "../src/principals/tokens.js";
 import { type RunningServer, startServer } from "../src/server.js";
-import { answerConsent, mcpPost, openConsent, tokenRequest } from "./support/oauth.js";
+import { answerConsent, created, mcpPost, openConsent, tokenRequest } from "./support/oauth.js";
 
 const silent = pino({ level: "silent" });
 const REDIRECT = "https://app.example/callback";
@@ -353,7 +353,7 @@ describe("refresh token reuse grace window", () => {
       expect(rows).not.toContain(String(t));
       expect(rows.toLowerCase()).not.toContain(Buffer.from(String(t)).toString("hex"));
     }
-    const events = new OAuthStore(s.server.store.db).auditRows().map((r) => r.event);
+    const events = (await new OAuthStore(s.server.store.engine).auditRows()).map((r) => r.event);
     expect(events).toContain("refresh_replayed");
     expect(events).not.toContain("refresh_reused");
 
@@ -368,54 +368,70 @@ describe("refresh token reuse grace window", () => {
   it("outside the window, reuse revokes the family and is audited (store clock)", async () => {
     const s = await start();
     let now = Date.now();
-    const store = new OAuthStore(s.server.store.db, () => now);
-    store.upsertClient({ client_id: "c1", kind: "dynamic", client_name: null, redirect_uris: [REDIRECT] });
-    const { code } = store.createGrantWithCode(
-      {
-        client_id: "c1",
-        principal_id: "alice",
-        key_id: null,
-        scopes: ["project:read"],
-        projects: [],
-        resource: "r",
-      },
-      { redirect_uri: REDIRECT, code_challenge: "x" },
+    const store = new OAuthStore(s.server.store.engine, () => now);
+    await store.upsertClient({ client_id: "c1", kind: "dynamic", client_name: null, redirect_uris: [REDIRECT] });
+    const { code } = await created(
+      store.createGrantWithCode(
+        {
+          client_id: "c1",
+          principal_id: "alice",
+          key_id: null,
+          scopes: ["project:read"],
+          projects: [],
+          resource: "r",
+        },
+        { redirect_uri: REDIRECT, code_challenge: "x" },
+      ),
     );
     const ttl = { accessMs: 3_600_000, refreshMs: 86_400_000, reuseGraceMs: 30_000 };
-    const r0 = store.redeemCode(code, "c1", REDIRECT, ttl);
+    const r0 = await store.redeemCode(code, "c1", REDIRECT, ttl);
     if (!r0.ok) throw new Error(r0.reason);
-    const r1 = store.rotateRefresh(r0.pair.refresh_token, "c1", undefined, ttl);
+    const r1 = await store.rotateRefresh(r0.pair.refresh_token, "c1", undefined, ttl);
     if (!r1.ok) throw new Error(r1.reason);
     now += 29_000;
-    const within = store.rotateRefresh(r0.pair.refresh_token, "c1", undefined, ttl);
+    const within = await store.rotateRefresh(r0.pair.refresh_token, "c1", undefined, ttl);
     expect(within).toMatchObject({ ok: true, replayed: true, pair: { refresh_token: r1.pair.refresh_token } });
     now += 2_000;
-    const after = store.rotateRefresh(r0.pair.refresh_token, "c1", undefined, ttl);
+    const after = await store.rotateRefresh(r0.pair.refresh_token, "c1", undefined, ttl);
     expect(after).toEqual({ ok: false, reason: "reused" });
-    expect(store.grant(r1.grant.grant_id)?.revoked_reason).toBe("refresh_reused");
-    expect(store.auditRows().map((r) => r.event)).toContain("refresh_reused");
+    expect((await store.grant(r1.grant.grant_id))?.revoked_reason).toBe("refresh_reused");
+    expect((await store.auditRows()).map((r) => r.event)).toContain("refresh_reused");
     // With the grace off, the first reuse already revokes.
-    const g2 = store.createGrantWithCode(
-      { client_id: "c1", principal_id: "alice", key_id: null, scopes: ["project:read"], projects: [], resource: "r" },
-      { redirect_uri: REDIRECT, code_challenge: "x" },
-    );
-    const off = { ...ttl, reuseGraceMs: 0 };
-    const p0 = store.redeemCode(g2.code, "c1", REDIRECT, off);
-    if (!p0.ok) throw new Error(p0.reason);
-    expect(store.rotateRefresh(p0.pair.refresh_token, "c1", undefined, off).ok).toBe(true);
-    expect(store.rotateRefresh(p0.pair.refresh_token, "c1", undefined, off)).toEqual({ ok: false, reason: "reused" });
-    // Erased once the window has passed: the next rotation anywhere clears the spent row's successor.
-    const fresh = () => {
-      const g = store.createGrantWithCode(
+    const g2 = await created(
+      store.createGrantWithCode(
         { client_id: "c1", principal_id: "alice", key_id: null, scopes: ["project:read"], projects: [], resource: "r" },
         { redirect_uri: REDIRECT, code_challenge: "x" },
+      ),
+    );
+    const off = { ...ttl, reuseGraceMs: 0 };
+    const p0 = await store.redeemCode(g2.code, "c1", REDIRECT, off);
+    if (!p0.ok) throw new Error(p0.reason);
+    expect((await store.rotateRefresh(p0.pair.refresh_token, "c1", undefined, off)).ok).toBe(true);
+    expect(await store.rotateRefresh(p0.pair.refresh_token, "c1", undefined, off)).toEqual({
+      ok: false,
+      reason: "reused",
+    });
+    // Erased once the window has passed: the next rotation anywhere clears the spent row's successor.
+    const fresh = async () => {
+      const g = await created(
+        store.createGrantWithCode(
+          {
+            client_id: "c1",
+            principal_id: "alice",
+            key_id: null,
+            scopes: ["project:read"],
+            projects: [],
+            resource: "r",
+          },
+          { redirect_uri: REDIRECT, code_challenge: "x" },
+        ),
       );
-      const r = store.redeemCode(g.code, "c1", REDIRECT, ttl);
+      const r = await store.redeemCode(g.code, "c1", REDIRECT, ttl);
       if (!r.ok) throw new Error(r.reason);
       return r.pair.refresh_token;
     };
-    const spent = fresh();
-    expect(store.rotateRefresh(spent, "c1", undefined, ttl).ok).toBe(true);
+    const spent = await fresh();
+    expect((await store.rotateRefresh(spent, "c1", undefined, ttl)).ok).toBe(true);
     const successor = () =>
       (
         s.server.store.db.prepare("SELECT successor FROM oauth_tokens WHERE token_hash = ?").get(sha256(spent)) as {
@@ -424,7 +440,7 @@ describe("refresh token reuse grace window", () => {
       ).successor;
     expect(successor()).not.toBeNull();
     now += 31_000;
-    expect(store.rotateRefresh(fresh(), "c1", undefined, ttl).ok).toBe(true);
+    expect((await store.rotateRefresh(await fresh(), "c1", undefined, ttl)).ok).toBe(true);
     expect(successor()).toBeNull();
   });
 });

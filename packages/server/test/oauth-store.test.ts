@@ -18,7 +18,7 @@ import { hashToken, TokenStore } from "../src/principals/tokens.js";
 import { startServer } from "../src/server.js";
 import { MIGRATIONS } from "../src/state/schema.js";
 import { StateStore } from "../src/state/store.js";
-import { mcpPost } from "./support/oauth.js";
+import { created, mcpPost } from "./support/oauth.js";
 
 const silent = pino({ level: "silent" });
 const dirs: string[] = [];
@@ -72,7 +72,7 @@ describe("OAuth config", () => {
 });
 
 describe("OAuth store", () => {
-  it("a token issued for one resource is refused by a Server whose resource is another (audience binding)", () => {
+  it("a token issued for one resource is refused by a Server whose resource is another (audience binding)", async () => {
     const dir = tempDir();
     const cfgA = config(dir, "https://a.example");
     const cfgB = config(dir, "https://b.example");
@@ -84,46 +84,48 @@ describe("OAuth store", () => {
         { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
         lookup,
       );
-      const a = createOAuth({
+      const a = await createOAuth({
         settings: cfgA.oauth!,
-        db: state.db,
+        engine: state.engine,
         tokens,
         principals: cfgA.principals,
         logger: silent,
       });
-      a.store.upsertClient({
+      await a.store.upsertClient({
         client_id: "c1",
         kind: "dynamic",
         client_name: "c",
         redirect_uris: ["https://app.example/cb"],
       });
-      const { code } = a.store.createGrantWithCode(
-        {
-          client_id: "c1",
-          principal_id: "alice",
-          key_id: key.token_id,
-          scopes: ["project:read"],
-          projects: ["demo"],
-          resource: cfgA.oauth!.resource,
-        },
-        { redirect_uri: "https://app.example/cb", code_challenge: "x" },
+      const { code } = await created(
+        a.store.createGrantWithCode(
+          {
+            client_id: "c1",
+            principal_id: "alice",
+            key_id: key.token_id,
+            scopes: ["project:read"],
+            projects: ["demo"],
+            resource: cfgA.oauth!.resource,
+          },
+          { redirect_uri: "https://app.example/cb", code_challenge: "x" },
+        ),
       );
-      const r = a.store.redeemCode(code, "c1", "https://app.example/cb", TTL);
+      const r = await a.store.redeemCode(code, "c1", "https://app.example/cb", TTL);
       if (!r.ok) throw new Error(r.reason);
-      expect(a.authenticate(r.pair.access_token)?.id).toBe("alice");
-      const b = createOAuth({
+      expect((await a.authenticate(r.pair.access_token))?.id).toBe("alice");
+      const b = await createOAuth({
         settings: cfgB.oauth!,
-        db: state.db,
+        engine: state.engine,
         tokens,
         principals: cfgB.principals,
         logger: silent,
       });
-      expect(b.authenticate(r.pair.access_token)).toBeNull();
+      expect(await b.authenticate(r.pair.access_token)).toBeNull();
       // Revoking the access key the person typed ends the grant's tokens too.
       tokens.revoke(key.token_id);
-      expect(a.authenticate(r.pair.access_token)).toBeNull();
+      expect(await a.authenticate(r.pair.access_token)).toBeNull();
       // The audit rows hold ids and scopes, never the code or a token.
-      const audit = JSON.stringify(a.store.auditRows());
+      const audit = JSON.stringify(await a.store.auditRows());
       expect(audit).toContain('"event":"grant"');
       expect(audit).not.toContain(code);
       expect(audit).not.toContain(r.pair.access_token);
@@ -133,34 +135,29 @@ describe("OAuth store", () => {
     }
   });
 
-  it("keeps dynamic clients within max_dynamic_clients: the oldest unused one makes room, clients with live grants stay", () => {
+  it("keeps dynamic clients within max_dynamic_clients: the oldest unused one makes room, clients with live grants stay", async () => {
     const dir = tempDir();
     const cfg = config(dir, "https://a.example", { max_dynamic_clients: 2 });
     const state = new StateStore(cfg.stateDir);
     try {
-      const store = new OAuthStore(state.db);
+      const store = new OAuthStore(state.engine);
       const clients = new OAuthClients({ store, settings: cfg.oauth!, logger: silent });
-      const reg = (id: string) =>
-        clients.registerClient({ client_id: id, redirect_uris: ["https://app.example/cb"] } as never).client_id;
-      reg("one");
-      reg("two");
-      reg("three");
-      expect(
-        store
-          .clients()
-          .map((c) => c.client_id)
-          .sort(),
-      ).toEqual(["three", "two"]);
+      const reg = async (id: string) =>
+        (await clients.registerClient({ client_id: id, redirect_uris: ["https://app.example/cb"] } as never)).client_id;
+      await reg("one");
+      await reg("two");
+      await reg("three");
+      expect((await store.clients()).map((c) => c.client_id).sort()).toEqual(["three", "two"]);
       for (const id of ["two", "three"]) {
-        store.createGrantWithCode(
+        await store.createGrantWithCode(
           { client_id: id, principal_id: "alice", key_id: null, scopes: ["project:read"], projects: [], resource: "r" },
           { redirect_uri: "https://app.example/cb", code_challenge: "x" },
         );
       }
-      expect(() => reg("four")).toThrow(/as many registered clients/);
-      expect(() =>
+      await expect(reg("four")).rejects.toThrow(/as many registered clients/);
+      await expect(
         clients.registerClient({ client_id: "five", redirect_uris: ["http://evil.example/cb"] } as never),
-      ).toThrow(/loopback/);
+      ).rejects.toThrow(/loopback/);
     } finally {
       state.close();
     }

@@ -198,16 +198,16 @@ describe("console sessions and bounds", () => {
     expect((await fetch(`${origin}/console/api/snapshot`, { headers })).status).toBe(401);
   });
 
-  it("a session outlives neither its lifetime nor a malformed cookie", () => {
+  it("a session outlives neither its lifetime nor a malformed cookie", async () => {
     let now = 1_000_000;
     const state = new StateStore(`${stack.dir}/sessions-unit`);
     try {
-      const sessions = new ConsoleSessions(state.db, () => now);
-      const id = sessions.open("alice", "tok_x");
-      expect(sessions.get(id)?.principal_id).toBe("alice");
-      expect(sessions.get(`${id}x`)).toBeNull();
+      const sessions = new ConsoleSessions(state.engine, () => now);
+      const id = await sessions.open("alice", "tok_x");
+      expect((await sessions.get(id))?.principal_id).toBe("alice");
+      expect(await sessions.get(`${id}x`)).toBeNull();
       now += CONSOLE_SESSION_TTL_MS;
-      expect(sessions.get(id)).toBeNull();
+      expect(await sessions.get(id)).toBeNull();
     } finally {
       state.close();
     }

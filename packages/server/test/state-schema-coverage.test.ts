@@ -1,27 +1,18 @@
 /**
- * Schema step 10 (state/schema.ts) takes over the tables that five modules
- * still create for themselves on SQLite, so that a PostgreSQL database gets
+ * Schema step 10 (state/schema.ts) takes over the tables that some modules
+ * still create for themselves on SQLite (the ported ones no longer do), so that a PostgreSQL database gets
  * them too. Until those modules are ported to the engine, both definitions
  * exist: this proves they describe the same tables (columns with their types,
  * nullability, defaults and keys, and the indexes), whichever ran first.
  */
 import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
-import { ConsoleSessions } from "../src/console/sessions.js";
 import { PresenceStore } from "../src/link/presence.js";
 import { RunnerTokenStore } from "../src/link/runner-tokens.js";
-import { OperatorReadClients } from "../src/oauth/operator-read.js";
-import { OAuthStore } from "../src/oauth/store.js";
 import { TokenStore } from "../src/principals/tokens.js";
 import { MIGRATIONS, migrate } from "../src/state/schema.js";
 
-const SELF_CREATED = [
-  "principal_tokens",
-  "runner_tokens",
-  "runner_presence",
-  "oauth_operator_clients",
-  "console_sessions",
-] as const;
+const SELF_CREATED = ["principal_tokens", "runner_tokens", "runner_presence"] as const;
 
 /** The shape of each table: its columns and its indexes with their columns. */
 function shapes(db: Database.Database): Record<string, unknown> {
@@ -56,8 +47,6 @@ describe("schema step 10 and the tables that create themselves", () => {
     new TokenStore(selfCreated);
     new RunnerTokenStore(selfCreated);
     new PresenceStore(selfCreated);
-    new OperatorReadClients(new OAuthStore(selfCreated));
-    new ConsoleSessions(selfCreated);
 
     const migrated = new Database(":memory:");
     migrate(migrated, ":memory:");

@@ -33,15 +33,15 @@ const USAGE = `usage:
   webcodex-server oauth grants revoke --config FILE (--id GRANT_ID | --principal ID | --client CLIENT_ID)
   webcodex-server oauth audit list --config FILE [--limit N] [--json]   (N: 1 … ${AUDIT_LIST_MAX}, default ${AUDIT_LIST_DEFAULT})`;
 
-function clientView(c: ClientRow, store: OAuthStore) {
-  const grants = store.grants({ client_id: c.client_id });
+async function clientView(c: ClientRow, store: OAuthStore) {
+  const grants = await store.grants({ client_id: c.client_id });
   return {
     client_id: c.client_id,
     kind: c.kind,
     client_name: c.client_name,
     redirect_uris: parseJsonList(c.redirect_uris),
     allow_coding_agent_run: c.allow_coding_agent_run === 1,
-    allow_operator_read: new OperatorReadClients(store).has(c.client_id),
+    allow_operator_read: await new OperatorReadClients(store).has(c.client_id),
     created_at: c.created_at,
     revoked_at: c.revoked_at,
     live_grants: grants.filter((g) => g.revoked_at === null).length,
@@ -99,23 +99,24 @@ export async function runOAuthCommand(argv: readonly string[]): Promise<number> 
   const config = loadServerConfig(values.config, env);
   const state = new StateStore(config.stateDir);
   try {
-    const store = new OAuthStore(state.db);
-    if (noun === "clients") return clientsCommand(store, verb, positionals[0], values.json === true);
-    if (noun === "audit") return auditCommand(store, verb, values.limit, values.json === true);
-    return grantsCommand(store, verb, values);
+    const store = new OAuthStore(state.engine);
+    if (noun === "clients") return await clientsCommand(store, verb, positionals[0], values.json === true);
+    if (noun === "audit") return await auditCommand(store, verb, values.limit, values.json === true);
+    return await grantsCommand(store, verb, values);
   } finally {
     state.close();
   }
 }
 
-function clientsCommand(
+async function clientsCommand(
   store: OAuthStore,
   verb: string | undefined,
   clientId: string | undefined,
   json: boolean,
-): number {
+): Promise<number> {
   if (verb === "list") {
-    const rows = store.clients().map((c) => clientView(c, store));
+    const rows = [];
+    for (const c of await store.clients()) rows.push(await clientView(c, store));
     if (json) console.log(JSON.stringify(rows));
     else
       for (const c of rows) {
@@ -144,12 +145,12 @@ function clientsCommand(
     console.error(`CLIENT_ID is required\n${USAGE}`);
     return 2;
   }
-  let row = store.client(clientId);
+  let row = await store.client(clientId);
   if (!row && (verb === "allow-coding-agent-run" || verb === "allow-operator-read") && isMetadataUrl(clientId)) {
     // A metadata-document client that has not connected yet: record it so the flag waits for it.
-    store.upsertClient({ client_id: clientId, kind: "cimd", client_name: null, redirect_uris: [] });
-    store.db.prepare("UPDATE oauth_clients SET fetched_at = NULL WHERE client_id = ?").run(clientId);
-    row = store.client(clientId);
+    await store.upsertClient({ client_id: clientId, kind: "cimd", client_name: null, redirect_uris: [] });
+    await store.markStale(clientId);
+    row = await store.client(clientId);
   }
   if (!row) {
     console.error(`no OAuth client ${clientId} (see: webcodex-server oauth clients list)`);
@@ -159,14 +160,14 @@ function clientsCommand(
     case "show":
       console.log(
         JSON.stringify(
-          { ...clientView(row, store), grants: store.grants({ client_id: clientId }).map(grantView) },
+          { ...(await clientView(row, store)), grants: (await store.grants({ client_id: clientId })).map(grantView) },
           null,
           2,
         ),
       );
       return 0;
     case "revoke":
-      if (!store.revokeClient(clientId)) {
+      if (!(await store.revokeClient(clientId))) {
         console.error(`client ${clientId} is already revoked`);
         return 1;
       }
@@ -177,14 +178,14 @@ function clientsCommand(
         console.error(`client ${clientId} is revoked`);
         return 1;
       }
-      store.setCodingAgentRun(clientId, true);
+      await store.setCodingAgentRun(clientId, true);
       console.error(
         `client ${clientId} may now be offered coding_agent:run on the consent page (its own, unchecked line). ` +
           "Existing grants are unchanged: the person must connect again and tick it.",
       );
       return 0;
     case "disallow-coding-agent-run":
-      store.setCodingAgentRun(clientId, false);
+      await store.setCodingAgentRun(clientId, false);
       console.error(`client ${clientId} no longer gets coding_agent:run; its tokens lose it from the next request`);
       return 0;
     case "allow-operator-read":
@@ -192,21 +193,21 @@ function clientsCommand(
         console.error(`client ${clientId} is revoked`);
         return 1;
       }
-      new OperatorReadClients(store).set(clientId, true);
+      await new OperatorReadClients(store).set(clientId, true);
       console.error(
         `client ${clientId} may now be offered operator:read on the consent page (only to a key that holds it). ` +
           "Existing grants are unchanged: the person must connect again.",
       );
       return 0;
     case "disallow-operator-read":
-      new OperatorReadClients(store).set(clientId, false);
+      await new OperatorReadClients(store).set(clientId, false);
       console.error(`client ${clientId} no longer gets operator:read; its tokens lose it from the next request`);
       return 0;
   }
   return 2;
 }
 
-function grantsCommand(
+async function grantsCommand(
   store: OAuthStore,
   verb: string | undefined,
   values: {
@@ -215,13 +216,13 @@ function grantsCommand(
     id?: string | undefined;
     json?: boolean | undefined;
   },
-): number {
+): Promise<number> {
   const filter = {
     ...(values.principal !== undefined ? { principal_id: values.principal } : {}),
     ...(values.client !== undefined ? { client_id: values.client } : {}),
   };
   if (verb === "list") {
-    const rows = store.grants(filter).map(grantView);
+    const rows = (await store.grants(filter)).map(grantView);
     if (values.json) console.log(JSON.stringify(rows));
     else
       for (const g of rows) {
@@ -238,26 +239,26 @@ function grantsCommand(
   }
   let targets: GrantRow[];
   if (values.id !== undefined) {
-    const g = store.grant(values.id);
+    const g = await store.grant(values.id);
     targets = g ? [g] : [];
   } else if (values.principal !== undefined || values.client !== undefined) {
-    targets = store.grants(filter);
+    targets = await store.grants(filter);
   } else {
     console.error(`one of --id, --principal or --client is required\n${USAGE}`);
     return 2;
   }
   let n = 0;
-  for (const g of targets) if (store.revokeGrant(g.grant_id, "operator")) n += 1;
+  for (const g of targets) if (await store.revokeGrant(g.grant_id, "operator")) n += 1;
   console.error(`revoked ${n} grant(s)`);
   return n > 0 || targets.length > 0 ? 0 : 1;
 }
 
-function auditCommand(
+async function auditCommand(
   store: OAuthStore,
   verb: string | undefined,
   limitArg: string | undefined,
   json: boolean,
-): number {
+): Promise<number> {
   if (verb !== "list") {
     console.error(USAGE);
     return 2;
@@ -270,7 +271,7 @@ function auditCommand(
     );
     return 2;
   }
-  const rows = store.auditRows(limit);
+  const rows = await store.auditRows(limit);
   if (json) console.log(JSON.stringify(rows));
   else
     for (const r of rows) {

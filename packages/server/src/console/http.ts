@@ -71,7 +71,7 @@ export interface ConsoleDeps {
   /** The current principal behind a key id, or null once that key is gone. */
   keyPrincipal(keyId: string): Principal | null;
   /** Revoke a grant; false when there is no live grant with that id. */
-  revokeGrant(grantId: string, reason: string): boolean;
+  revokeGrant(grantId: string, reason: string): Promise<boolean>;
   secure: boolean;
 }
 
@@ -173,9 +173,9 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
   const secureAttr = deps.secure ? "; Secure" : "";
 
   /** The live session's principal (still holding operator:read through the key that opened it) and its id. */
-  function session(req: IncomingMessage): { principal: Principal; id: string } | null {
+  async function session(req: IncomingMessage): Promise<{ principal: Principal; id: string } | null> {
     const id = cookie(req, SESSION_COOKIE);
-    const s = sessions.get(id);
+    const s = await sessions.get(id);
     if (!s || id === undefined) return null;
     const p = deps.keyPrincipal(s.key_id);
     if (!p || p.id !== s.principal_id || !p.scopes.has(OPERATOR_SCOPE)) return null;
@@ -230,7 +230,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       );
       return;
     }
-    const sid = sessions.open(found.principal.id, found.key_id);
+    const sid = await sessions.open(found.principal.id, found.key_id);
     logger.info({ principal_id: found.principal.id, key_id: found.key_id }, "console: operator signed in");
     redirect(res, "/console", [
       `${SESSION_COOKIE}=${sid}; Path=/console; Max-Age=${CONSOLE_SESSION_TTL_MS / 1000}; HttpOnly; SameSite=Strict${secureAttr}`,
@@ -272,23 +272,30 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     let last = "";
     let lastWrite = Date.now();
     const started = Date.now();
-    const tick = (): void => {
-      if (!session(req)) {
-        res.write("event: signed_out\ndata: {}\n\n");
-        end();
-        return;
-      }
-      if (Date.now() - started >= CONSOLE_STREAM_MAX_MS) {
-        end();
-        return;
-      }
+    /** One tick reads the session and the snapshot; a tick still reading when the next is due skips that one. */
+    let reading = false;
+    const tick = async (): Promise<void> => {
+      if (reading || ended) return;
+      reading = true;
       let body: string;
       try {
-        body = JSON.stringify(reader.snapshot(f));
+        if (!(await session(req))) {
+          if (!ended) res.write("event: signed_out\ndata: {}\n\n");
+          end();
+          return;
+        }
+        if (Date.now() - started >= CONSOLE_STREAM_MAX_MS) {
+          end();
+          return;
+        }
+        body = JSON.stringify(await reader.snapshot(f));
       } catch (err) {
         logger.error({ err: (err as Error).message }, "console: snapshot not read");
         return;
+      } finally {
+        reading = false;
       }
+      if (ended) return;
       if (res.writableLength > CONSOLE_STREAM_MAX_BUFFERED_BYTES) {
         logger.warn({ principal_id: s.principal.id }, "console: event stream reader too slow; stream ended");
         end();
@@ -303,7 +310,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         res.write(": keepalive\n\n");
       }
     };
-    const timer = setInterval(tick, CONSOLE_STREAM_INTERVAL_MS);
+    const timer = setInterval(() => void tick(), CONSOLE_STREAM_INTERVAL_MS);
     let ended = false;
     const end = (): void => {
       if (ended) return;
@@ -318,7 +325,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     };
     closers.add(end);
     req.on("close", end);
-    tick();
+    void tick();
   }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -333,7 +340,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     }
     if (path === "/console/login") {
       if (method === "GET") {
-        if (session(req)) redirect(res, "/console");
+        if (await session(req)) redirect(res, "/console");
         else loginPage(res, 200);
         return;
       }
@@ -341,7 +348,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       res.writeHead(405, { allow: "GET, POST" }).end();
       return;
     }
-    const s = session(req);
+    const s = await session(req);
     if (path === "/console" || path === "/console/") {
       if (method !== "GET") {
         res.writeHead(405, { allow: "GET" }).end();
@@ -371,7 +378,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         return;
       }
       if (path === "/console/events") stream(req, res, s, parsed.filters);
-      else json(res, 200, reader.snapshot(parsed.filters));
+      else json(res, 200, await reader.snapshot(parsed.filters));
       return;
     }
     if (path === "/console/logout" || path === "/console/grants/revoke") {
@@ -391,7 +398,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         return;
       }
       if (path === "/console/logout") {
-        sessions.close(s.id);
+        await sessions.close(s.id);
         redirect(res, "/console/login", [
           `${SESSION_COOKIE}=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict${secureAttr}`,
         ]);
@@ -402,7 +409,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         json(res, 400, { error: "grant_id: must be a grant id such as grt_… (from the grants list)" });
         return;
       }
-      if (!deps.revokeGrant(grantId, `operator_console:${s.principal.id}`)) {
+      if (!(await deps.revokeGrant(grantId, `operator_console:${s.principal.id}`))) {
         json(res, 404, { error: `no live grant ${grantId} (already revoked, or never existed)` });
         return;
       }

@@ -1,5 +1,6 @@
 /**
- * Operator console sessions (table `console_sessions` in the state DB, additive: it creates itself).
+ * Operator console sessions (table `console_sessions` on the state engine, schema step 10; read on every
+ * request, never cached, since another Server instance may open or end one).
  *
  * A browser cannot send a bearer header when it navigates, so the console trades an `operator:read` key for
  * a session once (console/http.ts `POST /console/login`): a random 32-byte session id goes to the browser as
@@ -12,7 +13,7 @@
  * never stored and cannot be computed without the HttpOnly cookie.
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import type BetterSqlite3 from "better-sqlite3";
+import type { StateEngine } from "../state/engine.js";
 
 /** How long a console session lasts from login, whatever happens in between. */
 export const CONSOLE_SESSION_TTL_MS = 8 * 60 * 60 * 1000;
@@ -20,17 +21,6 @@ export const CONSOLE_SESSION_TTL_MS = 8 * 60 * 60 * 1000;
 export const CONSOLE_MAX_SESSIONS_PER_PRINCIPAL = 16;
 
 const SESSION_PATTERN = /^[A-Za-z0-9_-]{43}$/;
-
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS console_sessions (
-  session_hash TEXT PRIMARY KEY,
-  principal_id TEXT NOT NULL,
-  key_id TEXT NOT NULL,
-  created_ms INTEGER NOT NULL,
-  expires_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS console_sessions_principal ON console_sessions (principal_id, created_ms);
-`;
 
 export interface ConsoleSession {
   principal_id: string;
@@ -54,50 +44,52 @@ export function sameSecret(a: string, b: string): boolean {
 }
 
 export class ConsoleSessions {
-  readonly #db: BetterSqlite3.Database;
+  readonly #engine: StateEngine;
   readonly #clock: () => number;
 
-  constructor(db: BetterSqlite3.Database, clock: () => number = Date.now) {
-    db.exec(SCHEMA);
-    this.#db = db;
+  constructor(engine: StateEngine, clock: () => number = Date.now) {
+    this.#engine = engine;
     this.#clock = clock;
   }
 
-  /** A new session for a principal whose key the caller verified; returns the id (the cookie value, shown once). */
-  open(principalId: string, keyId: string): string {
+  /**
+   * A new session for a principal whose key the caller verified; returns the id (the cookie value, shown once).
+   * One transaction under a per-principal lock, so logins on several instances at once keep the bound.
+   */
+  async open(principalId: string, keyId: string): Promise<string> {
     const id = randomBytes(32).toString("base64url");
     const now = this.#clock();
-    this.#db.transaction(() => {
-      this.#db.prepare("DELETE FROM console_sessions WHERE expires_ms <= ?").run(now);
-      this.#db
-        .prepare(
-          `DELETE FROM console_sessions WHERE session_hash IN (
-             SELECT session_hash FROM console_sessions WHERE principal_id = ? ORDER BY created_ms DESC LIMIT -1 OFFSET ?)`,
-        )
-        .run(principalId, CONSOLE_MAX_SESSIONS_PER_PRINCIPAL - 1);
-      this.#db
-        .prepare(
+    await this.#engine.transaction(
+      async (tx) => {
+        await tx.run("DELETE FROM console_sessions WHERE expires_ms <= ?", [now]);
+        await tx.run(
+          `DELETE FROM console_sessions WHERE principal_id = ? AND session_hash NOT IN (
+             SELECT session_hash FROM console_sessions WHERE principal_id = ? ORDER BY created_ms DESC, session_hash LIMIT ?)`,
+          [principalId, principalId, CONSOLE_MAX_SESSIONS_PER_PRINCIPAL - 1],
+        );
+        await tx.run(
           "INSERT INTO console_sessions (session_hash, principal_id, key_id, created_ms, expires_ms) VALUES (?, ?, ?, ?, ?)",
-        )
-        .run(sha256(id), principalId, keyId, now, now + CONSOLE_SESSION_TTL_MS);
-    })();
+          [sha256(id), principalId, keyId, now, now + CONSOLE_SESSION_TTL_MS],
+        );
+      },
+      { lock: `console_sessions:${principalId}` },
+    );
     return id;
   }
 
   /** The live session of a cookie value, or null (malformed, unknown, ended or expired). */
-  get(sessionId: string | undefined): ConsoleSession | null {
+  async get(sessionId: string | undefined): Promise<ConsoleSession | null> {
     if (sessionId === undefined || !SESSION_PATTERN.test(sessionId)) return null;
-    const row = this.#db
-      .prepare<[string], ConsoleSession>(
-        "SELECT principal_id, key_id, expires_ms FROM console_sessions WHERE session_hash = ?",
-      )
-      .get(sha256(sessionId));
+    const row = await this.#engine.get<ConsoleSession>(
+      "SELECT principal_id, key_id, expires_ms FROM console_sessions WHERE session_hash = ?",
+      [sha256(sessionId)],
+    );
     if (!row || row.expires_ms <= this.#clock()) return null;
     return row;
   }
 
-  close(sessionId: string): void {
+  async close(sessionId: string): Promise<void> {
     if (!SESSION_PATTERN.test(sessionId)) return;
-    this.#db.prepare("DELETE FROM console_sessions WHERE session_hash = ?").run(sha256(sessionId));
+    await this.#engine.run("DELETE FROM console_sessions WHERE session_hash = ?", [sha256(sessionId)]);
   }
 }

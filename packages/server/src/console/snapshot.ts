@@ -180,7 +180,7 @@ export class ConsoleReader {
   readonly #oauth: OAuthStore;
   readonly #config: ServerConfig;
   readonly #mirrors: MirrorSet | null;
-  readonly #operatorClients: () => ReadonlySet<string>;
+  readonly #operatorClients: () => Promise<ReadonlySet<string>>;
   readonly #presence: () => PresenceRow[];
 
   constructor(deps: {
@@ -189,7 +189,7 @@ export class ConsoleReader {
     config: ServerConfig;
     mirrors: MirrorSet | null;
     presence: () => PresenceRow[];
-    operatorClients: () => ReadonlySet<string>;
+    operatorClients: () => Promise<ReadonlySet<string>>;
   }) {
     this.#state = deps.state;
     this.#oauth = deps.oauth;
@@ -199,15 +199,15 @@ export class ConsoleReader {
     this.#operatorClients = deps.operatorClients;
   }
 
-  snapshot(filters: ConsoleFilters): ConsoleSnapshot {
+  async snapshot(filters: ConsoleFilters): Promise<ConsoleSnapshot> {
     return {
       runners: this.#runners(),
       runs: this.#runs(filters),
       filters,
       run_events: filters.run === null ? null : this.#events(filters.run),
-      refusals: this.#refusals(),
-      audit: this.#audit(),
-      oauth: this.#oauthView(),
+      refusals: await this.#refusals(),
+      audit: await this.#audit(),
+      oauth: await this.#oauthView(),
     };
   }
 
@@ -286,7 +286,7 @@ export class ConsoleReader {
     };
   }
 
-  #refusals(): ConsoleSnapshot["refusals"] {
+  async #refusals(): Promise<ConsoleSnapshot["refusals"]> {
     const db = this.#state.db;
     const n = CONSOLE_AUDIT_ROWS;
     const mcp = db
@@ -308,23 +308,17 @@ export class ConsoleReader {
         what: r.count > 1 ? `${r.count} hellos` : "hello",
         outcome: r.event,
       }));
-    const oauth = db
-      .prepare<[number], { at: string; event: string; client_id: string | null; principal_id: string | null }>(
-        `SELECT at, event, client_id, principal_id FROM oauth_audit
-         WHERE event IN ('consent_denied', 'code_reused', 'refresh_reused') ORDER BY id DESC LIMIT ?`,
-      )
-      .all(n)
-      .map((r) => ({
-        at: r.at,
-        source: "oauth",
-        who: r.principal_id ?? "-",
-        what: r.client_id ?? "-",
-        outcome: r.event,
-      }));
+    const oauth = (await this.#oauth.auditRowsOf(["consent_denied", "code_reused", "refresh_reused"], n)).map((r) => ({
+      at: r.at,
+      source: "oauth",
+      who: r.principal_id ?? "-",
+      what: r.client_id ?? "-",
+      outcome: r.event,
+    }));
     return [...mcp, ...link, ...oauth].sort((a, b) => (a.at < b.at ? 1 : a.at > b.at ? -1 : 0)).slice(0, n);
   }
 
-  #audit(): ConsoleSnapshot["audit"] {
+  async #audit(): Promise<ConsoleSnapshot["audit"]> {
     const db = this.#state.db;
     const n = CONSOLE_AUDIT_ROWS;
     return {
@@ -339,24 +333,20 @@ export class ConsoleReader {
           "SELECT COALESCE(last_at, at) AS at, runner_id, event, count, remote FROM runner_link_audit ORDER BY id DESC LIMIT ?",
         )
         .all(n),
-      oauth: this.#oauth
-        .auditRows(n)
-        .reverse()
-        .map((r) => ({
-          at: r.at,
-          event: r.event,
-          client_id: r.client_id,
-          principal_id: r.principal_id,
-          grant_id: r.grant_id,
-          detail: r.detail,
-        })),
+      oauth: (await this.#oauth.auditRows(n)).reverse().map((r) => ({
+        at: r.at,
+        event: r.event,
+        client_id: r.client_id,
+        principal_id: r.principal_id,
+        grant_id: r.grant_id,
+        detail: r.detail,
+      })),
     };
   }
 
-  #oauthView(): ConsoleSnapshot["oauth"] {
-    const operator = this.#operatorClients();
-    const clients = this.#oauth
-      .clients()
+  async #oauthView(): Promise<ConsoleSnapshot["oauth"]> {
+    const operator = await this.#operatorClients();
+    const clients = (await this.#oauth.clients())
       .reverse()
       .slice(0, CONSOLE_OAUTH_ROWS)
       .map((c) => ({
@@ -368,8 +358,7 @@ export class ConsoleReader {
         created_at: c.created_at,
         revoked_at: c.revoked_at,
       }));
-    const grants = this.#oauth
-      .grants()
+    const grants = (await this.#oauth.grants())
       .reverse()
       .slice(0, CONSOLE_OAUTH_ROWS)
       .map((g) => ({

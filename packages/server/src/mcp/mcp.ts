@@ -37,7 +37,13 @@ function checkedOAuthClock(host: string, log: Logger): () => number {
   return oauthClock();
 }
 
-export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, logger, store }): McpMount => {
+export const createMcpHandler: McpHandlerFactory = async ({
+  runs,
+  admission,
+  config,
+  logger,
+  store,
+}): Promise<McpMount> => {
   const log = logger.child({ c: "mcp" });
   const audit = new SqliteAuditLog(store.db, {
     onError: (err) => log.error({ err: err instanceof Error ? err.name : typeof err }, "audit row not written"),
@@ -46,9 +52,9 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
   const staticAuth = createAuthenticator(tokens, config.principals);
   const clientAddress = clientAddressResolver(config.trustedProxies);
   const oauth = config.oauth
-    ? createOAuth({
+    ? await createOAuth({
         settings: config.oauth,
-        db: store.db,
+        engine: store.engine,
         tokens,
         principals: config.principals,
         logger: logger.child({ c: "oauth" }),
@@ -77,7 +83,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
     audit,
     logger: log,
     // Static tokens are checked exactly as without OAuth; OAuth access tokens have their own prefix.
-    authenticate: oauth ? (token) => oauth.authenticate(token) ?? staticAuth(token) : staticAuth,
+    authenticate: oauth ? async (token) => (await oauth.authenticate(token)) ?? staticAuth(token) : staticAuth,
     observeLimits: new ObserveLimits(),
     toolModules,
     startHooks: sessions.startHooks(),

@@ -101,18 +101,20 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
     this.#settings = opts.settings;
     this.#logger = opts.logger;
     this.#ca = opts.ca;
-    this.#syncOperatorClients();
   }
 
-  /** `[[oauth.clients]]` → store rows (name and redirect URIs follow the config; provisioning stays as it was). */
-  #syncOperatorClients(): void {
+  /**
+   * `[[oauth.clients]]` → store rows (name and redirect URIs follow the config; provisioning stays as it was).
+   * Called once before the OAuth endpoints are served (createOAuth).
+   */
+  async syncOperatorClients(): Promise<void> {
     for (const c of this.#settings.clients) {
-      const existing = this.#store.client(c.client_id);
+      const existing = await this.#store.client(c.client_id);
       if (existing && existing.kind !== "operator") {
         this.#logger.warn({ client_id: c.client_id }, "oauth: configured client id is already used by another client");
         continue;
       }
-      this.#store.upsertClient({
+      await this.#store.upsertClient({
         client_id: c.client_id,
         kind: "operator",
         client_name: c.name,
@@ -130,7 +132,7 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
   async resolve(clientId: string): Promise<ResolvedClient> {
     if (clientId.length === 0 || clientId.length > MAX_REDIRECT_URI_CHARS)
       return { ok: false, reason: "unknown client_id" };
-    const row = this.#store.client(clientId);
+    const row = await this.#store.client(clientId);
     if (row?.revoked_at) return { ok: false, reason: "this client was revoked by the operator" };
     if (row?.kind === "dynamic" && row.issuer !== null && row.issuer !== this.#settings.issuer) {
       return { ok: false, reason: "this client was registered with another issuer; register it again" };
@@ -160,14 +162,12 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
         const problem = redirectUriProblem(uri, this.#settings.appRedirectSchemes);
         if (problem) throw new ClientMetadataError(`client metadata document: redirect_uri ${problem}`);
       }
-      if (!this.#store.client(clientId)) this.#makeRoom();
-      this.#store.upsertClient({
-        client_id: clientId,
-        kind: "cimd",
-        client_name: doc.client_name,
-        redirect_uris: doc.redirect_uris,
-      });
-      const row = this.#store.client(clientId);
+      const admitted = await this.#store.upsertRegistered(
+        { client_id: clientId, kind: "cimd", client_name: doc.client_name, redirect_uris: doc.redirect_uris },
+        this.#settings.maxDynamicClients,
+      );
+      if (!admitted) throw this.#full();
+      const row = await this.#store.client(clientId);
       if (!row || row.revoked_at) return { ok: false, reason: "this client was revoked by the operator" };
       return { ok: true, client: infoOf(row), row };
     } catch (err) {
@@ -183,18 +183,14 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
     }
   }
 
-  /** Keep dynamic + metadata clients within max_dynamic_clients by evicting the oldest unused one. */
-  #makeRoom(): void {
-    while (this.#store.countRegistered() >= this.#settings.maxDynamicClients) {
-      if (!this.#store.evictOldestUnused()) {
-        throw new TooManyRequestsError("this server holds as many registered clients as it allows; try again later");
-      }
-    }
+  /** max_dynamic_clients is reached and no held client can make room (store.upsertRegistered). */
+  #full(): TooManyRequestsError {
+    return new TooManyRequestsError("this server holds as many registered clients as it allows; try again later");
   }
 
-  registerClient(
+  async registerClient(
     client: Omit<OAuthClientInformationFull, "client_id" | "client_id_issued_at">,
-  ): OAuthClientInformationFull {
+  ): Promise<OAuthClientInformationFull> {
     const full = client as OAuthClientInformationFull;
     const uris = full.redirect_uris.map(String);
     if (uris.length === 0 || uris.length > MAX_REDIRECT_URIS) {
@@ -210,17 +206,13 @@ export class OAuthClients implements OAuthRegisteredClientsStore {
       }
     }
     const name = typeof full.client_name === "string" ? full.client_name.slice(0, MAX_CLIENT_NAME_CHARS) : null;
-    this.#makeRoom();
     const clientId = full.client_id ?? `dyn_${crypto.randomUUID()}`;
-    this.#store.upsertClient({
-      client_id: clientId,
-      kind: "dynamic",
-      client_name: name,
-      redirect_uris: uris,
-      issuer: this.#settings.issuer,
-    });
-    this.#store.audit("client_registered", { client_id: clientId, detail: "dynamic" });
-    const row = this.#store.client(clientId);
+    const admitted = await this.#store.upsertRegistered(
+      { client_id: clientId, kind: "dynamic", client_name: name, redirect_uris: uris, issuer: this.#settings.issuer },
+      this.#settings.maxDynamicClients,
+    );
+    if (!admitted) throw this.#full();
+    const row = await this.#store.client(clientId);
     if (!row) throw new InvalidClientMetadataError("registration failed");
     return { ...infoOf(row), client_id_issued_at: Math.floor(Date.now() / 1000) };
   }

@@ -184,11 +184,11 @@ export class Consent {
   }
 
   /** Park a validated authorization request and show its consent page (or refuse it past a bound). */
-  begin(
+  async begin(
     req: IncomingMessage,
     res: ServerResponse,
     request: Omit<PendingConsent, "id" | "csrf" | "createdAt" | "address">,
-  ): void {
+  ): Promise<void> {
     const now = Date.now();
     // Insertion order is age order: expired entries are at the front.
     for (const [id, p] of this.#pending) {
@@ -220,11 +220,11 @@ export class Consent {
       `${CSRF_COOKIE_PREFIX}${pending.id}=${pending.csrf}; Path=/oauth/consent; Max-Age=${CONSENT_TTL_MS / 1000}; ` +
         `HttpOnly; SameSite=Strict${this.#secureCookie ? "; Secure" : ""}`,
     );
-    this.#show(res, pending, undefined, 200);
+    await this.#show(res, pending, undefined, 200);
   }
 
-  #clientView(p: PendingConsent): ClientView & { provisioned: boolean } {
-    const row = this.#deps.store.client(p.clientId);
+  async #clientView(p: PendingConsent): Promise<ClientView & { provisioned: boolean }> {
+    const row = await this.#deps.store.client(p.clientId);
     return {
       clientId: p.clientId,
       clientName: row?.client_name ?? null,
@@ -234,8 +234,9 @@ export class Consent {
     };
   }
 
-  #show(res: ServerResponse, p: PendingConsent, error: string | undefined, status: number): void {
-    const view = this.#clientView(p);
+  async #show(res: ServerResponse, p: PendingConsent, error: string | undefined, status: number): Promise<void> {
+    const view = await this.#clientView(p);
+    const operatorReadOffered = await new OperatorReadClients(this.#deps.store).has(p.clientId);
     renderConsent(
       res,
       {
@@ -244,7 +245,7 @@ export class Consent {
         csrf: p.csrf,
         requested: p.requested,
         codingAgentRunOffered: view.provisioned,
-        operatorReadOffered: new OperatorReadClients(this.#deps.store).has(p.clientId),
+        operatorReadOffered,
         error,
       },
       status,
@@ -252,8 +253,12 @@ export class Consent {
   }
 
   /** What the key can be granted of this request: the ordinary scopes, and where coding_agent:run stands. */
-  #grantable(p: PendingConsent, principal: Principal, provisioned: boolean): { scopes: Scope[]; run: RunLine } {
-    const operatorRead = new OperatorReadClients(this.#deps.store).has(p.clientId);
+  async #grantable(
+    p: PendingConsent,
+    principal: Principal,
+    provisioned: boolean,
+  ): Promise<{ scopes: Scope[]; run: RunLine }> {
+    const operatorRead = await new OperatorReadClients(this.#deps.store).has(p.clientId);
     const scopes = p.requested.filter(
       (s) => s !== CODING_AGENT_RUN && principal.scopes.has(s) && (s !== OPERATOR_READ_SCOPE || operatorRead),
     );
@@ -278,39 +283,39 @@ export class Consent {
    * The key behind this answer: the one typed into the form (checked against the attempt bound),
    * else — for Allow after a review — the reviewed key as it is now. null: a page was sent.
    */
-  #principal(
+  async #principal(
     req: IncomingMessage,
     res: ServerResponse,
     p: PendingConsent,
     form: ConsentForm,
-  ): { principal: Principal; keyId: string } | null {
+  ): Promise<{ principal: Principal; keyId: string } | null> {
     const { logger } = this.#deps;
     const key = typeof form.key === "string" ? form.key.trim() : "";
     if (key === "" && form.action === "approve" && p.reviewed) {
       const principal = this.#deps.keyPrincipal(p.reviewed.keyId);
       if (principal && principal.id === p.reviewed.principalId) return { principal, keyId: p.reviewed.keyId };
       delete p.reviewed;
-      this.#show(res, p, "That access key no longer works. Type a current key.", 401);
+      await this.#show(res, p, "That access key no longer works. Type a current key.", 401);
       return null;
     }
     const bucket = `${p.clientId}\u0000${this.#deps.clientAddress(req)}`;
     if (this.#attempts.blocked(bucket)) {
       const minutes = Math.ceil(this.#deps.settings.keyAttemptWindowSecs / 60);
-      this.#show(res, p, `Too many wrong keys from here. Wait up to ${minutes} minutes, then try again.`, 429);
+      await this.#show(res, p, `Too many wrong keys from here. Wait up to ${minutes} minutes, then try again.`, 429);
       return null;
     }
     const identified = key.length > 0 && key.length <= MAX_KEY_CHARS ? this.#deps.identifyKey(key) : null;
     if (!identified) {
       this.#attempts.fail(bucket);
       logger.warn({ client_id: p.clientId.slice(0, 256) }, "oauth: consent: wrong access key");
-      this.#show(res, p, "That access key is not valid. Check it and try again.", 401);
+      await this.#show(res, p, "That access key is not valid. Check it and try again.", 401);
       return null;
     }
     return { principal: identified.principal, keyId: identified.key_id };
   }
 
   /** POST /oauth/consent. */
-  submit(req: IncomingMessage, res: ServerResponse, form: ConsentForm): void {
+  async submit(req: IncomingMessage, res: ServerResponse, form: ConsentForm): Promise<void> {
     const { store, logger } = this.#deps;
     const id = typeof form.request_id === "string" ? form.request_id : "";
     const p = this.#pending.get(id);
@@ -338,7 +343,7 @@ export class Consent {
     }
     if (form.action === "deny") {
       this.#pending.delete(id);
-      store.audit("consent_denied", { client_id: p.clientId });
+      await store.audit("consent_denied", { client_id: p.clientId });
       errorRedirect(res, p.redirectUri, "access_denied", "The person denied the request", p.state, this.#issuer);
       return;
     }
@@ -346,7 +351,7 @@ export class Consent {
       renderErrorPage(res, 400, "Unknown answer", "The form must be answered with Continue, Allow or Deny.");
       return;
     }
-    const client = store.client(p.clientId);
+    const client = await store.client(p.clientId);
     if (!client || client.revoked_at !== null) {
       this.#pending.delete(id);
       errorRedirect(
@@ -359,10 +364,10 @@ export class Consent {
       );
       return;
     }
-    const who = this.#principal(req, res, p, form);
+    const who = await this.#principal(req, res, p, form);
     if (!who) return;
-    const view = this.#clientView(p);
-    const { scopes, run } = this.#grantable(p, who.principal, client.allow_coding_agent_run === 1);
+    const view = await this.#clientView(p);
+    const { scopes, run } = await this.#grantable(p, who.principal, client.allow_coding_agent_run === 1);
     if (form.action === "review") {
       p.reviewed = { keyId: who.keyId, principalId: who.principal.id };
       renderReview(res, { ...view, ...this.#summary(scopes, who.principal), requestId: p.id, csrf: p.csrf, run });
@@ -382,7 +387,7 @@ export class Consent {
       );
       return;
     }
-    const { code } = store.createGrantWithCode(
+    const created = await store.createGrantWithCode(
       {
         client_id: p.clientId,
         principal_id: who.principal.id,
@@ -393,8 +398,19 @@ export class Consent {
       },
       { redirect_uri: p.redirectUri, code_challenge: p.codeChallenge },
     );
+    if (created === null) {
+      errorRedirect(
+        res,
+        p.redirectUri,
+        "unauthorized_client",
+        "This client is no longer allowed",
+        p.state,
+        this.#issuer,
+      );
+      return;
+    }
     const u = new URL(p.redirectUri);
-    u.searchParams.set("code", code);
+    u.searchParams.set("code", created.code);
     if (p.state !== undefined) u.searchParams.set("state", p.state);
     u.searchParams.set("iss", this.#deps.settings.issuer);
     renderResult(res, {

@@ -99,10 +99,12 @@ export const AS_METADATA_PATH = "/.well-known/oauth-authorization-server";
  * as a page instead: a freshly registered client could otherwise use this host as an open
  * redirect to any address it registered.
  */
-function authorizeErrorRedirects(issuer: string, confirmed: (clientId: string) => boolean) {
-  return (req: Request, res: Response, next: NextFunction): void => {
+function authorizeErrorRedirects(issuer: string, confirmed: (clientId: string) => Promise<boolean>) {
+  return async (req: Request, res: Response, next: NextFunction): Promise<void> => {
     const src = (req.method === "POST" ? req.body : req.query) as Record<string, unknown> | undefined;
     const clientId = typeof src?.client_id === "string" ? src.client_id : "";
+    // Read before the SDK handler runs: its error redirects are synchronous.
+    const redirectConfirmed = clientId !== "" && (await confirmed(clientId));
     const redirect = res.redirect.bind(res) as (status: number, url: string) => void;
     res.redirect = ((a: number | string, b?: number | string) => {
       const status = typeof a === "number" ? a : typeof b === "number" ? b : 302;
@@ -120,7 +122,7 @@ function authorizeErrorRedirects(issuer: string, confirmed: (clientId: string) =
           described !== null && isOwnErrorDescription(described)
             ? described
             : (FIXED_ERROR_DESCRIPTIONS[code] ?? UNKNOWN_ERROR_DESCRIPTION);
-        if (!confirmed(clientId)) {
+        if (!redirectConfirmed) {
           renderErrorPage(res, 400, "This app's sign-in request was refused", `${description} (${code}).`);
           return;
         }
@@ -253,7 +255,7 @@ export interface OAuthHttpDeps {
   /** The request's client address (`[server] trusted_proxies`); rate limits key on it. */
   clientAddress: ClientAddressOf;
   /** Whether a person has confirmed this client's redirect (an operator client, or one with a grant). */
-  redirectConfirmed: (clientId: string) => boolean;
+  redirectConfirmed: (clientId: string) => Promise<boolean>;
 }
 
 /**
@@ -341,8 +343,8 @@ export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res
     });
   }
   app.use("/revoke", fixedErrorDescriptions, revocationHandler({ provider, rateLimit: QUIET }));
-  app.post("/oauth/consent", express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }), (req, res) => {
-    consent.submit(req, res, (req.body ?? {}) as ConsentForm);
+  app.post("/oauth/consent", express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }), async (req, res) => {
+    await consent.submit(req, res, (req.body ?? {}) as ConsentForm);
   });
   app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
     logger.warn({ err: err instanceof Error ? err.name : typeof err }, "oauth: request failed");

@@ -1,14 +1,14 @@
 /**
  * OAuth 2.1 for remote MCP hosts (design §9), assembled for `src/mcp.ts`: the store on the
- * Server's state DB, the clients, the consent bridge, the SDK-handler HTTP surface, the
+ * Server's state engine, the clients, the consent bridge, the SDK-handler HTTP surface, the
  * access-token check for `/mcp`, and the `WWW-Authenticate` challenges `/mcp` sends.
  */
-import type BetterSqlite3 from "better-sqlite3";
 import type { Logger } from "pino";
 import { type ClientAddressOf, clientAddressResolver } from "../client-address.js";
 import type { OAuthSettings, PrincipalConfig } from "../config.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import { createKeyIdentifier, keyPrincipal, type TokenStore } from "../principals/tokens.js";
+import type { StateEngine } from "../state/engine.js";
 import { OAuthClients } from "./clients.js";
 import { Consent } from "./consent.js";
 import { createOAuthHttp, isOAuthPath, resourceMetadataUrl } from "./http.js";
@@ -22,7 +22,7 @@ export interface OAuthMount {
   handle: ReturnType<typeof createOAuthHttp>;
   owns: (path: string) => boolean;
   /** `/mcp` bearer check for OAuth access tokens; null for anything else. */
-  authenticate: (token: string) => Principal | null;
+  authenticate: (token: string) => Promise<Principal | null>;
   /** The `WWW-Authenticate` value of a 401 from /mcp. */
   unauthorizedChallenge: (invalidToken: boolean) => string;
   /**
@@ -34,9 +34,10 @@ export interface OAuthMount {
   store: OAuthStore;
 }
 
-export function createOAuth(opts: {
+/** Assemble OAuth over `engine`; the configured `[[oauth.clients]]` are written to the store before it returns. */
+export async function createOAuth(opts: {
   settings: OAuthSettings;
-  db: BetterSqlite3.Database;
+  engine: StateEngine;
   tokens: TokenStore;
   principals: readonly PrincipalConfig[];
   logger: Logger;
@@ -46,11 +47,12 @@ export function createOAuth(opts: {
   clock?: () => number;
   /** A request's client address (`[server] trusted_proxies`); default the socket peer. */
   clientAddress?: ClientAddressOf;
-}): OAuthMount {
+}): Promise<OAuthMount> {
   const { settings, logger } = opts;
   const clientAddress = opts.clientAddress ?? clientAddressResolver([]);
-  const store = new OAuthStore(opts.db, opts.clock);
+  const store = new OAuthStore(opts.engine, opts.clock);
   const clients = new OAuthClients({ store, settings, logger, ca: opts.ca });
+  await clients.syncOperatorClients();
   const principalOfKey = keyPrincipal(opts.tokens, opts.principals);
   const consent = new Consent({
     store,
@@ -77,10 +79,11 @@ export function createOAuth(opts: {
       consent,
       logger,
       clientAddress,
-      redirectConfirmed: (clientId) => store.client(clientId)?.kind === "operator" || store.hasGrant(clientId),
+      redirectConfirmed: async (clientId) =>
+        (await store.client(clientId))?.kind === "operator" || (await store.hasGrant(clientId)),
     }),
     owns: isOAuthPath,
-    authenticate: (token) => provider.authenticate(token),
+    authenticate: async (token) => await provider.authenticate(token),
     unauthorizedChallenge: (invalid) =>
       `Bearer realm="webcodex", resource_metadata="${metadataUrl}", scope="${defaultScope}"` +
       (invalid ? ', error="invalid_token", error_description="The access token is invalid, expired or revoked"' : ""),

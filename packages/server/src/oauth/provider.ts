@@ -103,7 +103,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
 
   async authorize(client: OAuthClientInformationFull, params: AuthorizationParams, res: Response): Promise<void> {
     this.#checkResource(params.resource);
-    this.#d.consent.begin(res.req, res, {
+    await this.#d.consent.begin(res.req, res, {
       clientId: client.client_id,
       redirectUri: params.redirectUri,
       state: params.state,
@@ -114,7 +114,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
   }
 
   async challengeForAuthorizationCode(client: OAuthClientInformationFull, code: string): Promise<string> {
-    const challenge = this.#d.store.codeChallenge(code, client.client_id);
+    const challenge = await this.#d.store.codeChallenge(code, client.client_id);
     if (challenge === undefined)
       throw new InvalidGrantError(own("unknown, expired or already used authorization code"));
     return challenge;
@@ -138,7 +138,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     resource?: URL,
   ): Promise<OAuthTokens> {
     this.#checkResource(resource);
-    const r = this.#d.store.redeemCode(code, client.client_id, redirectUri, this.#ttl);
+    const r = await this.#d.store.redeemCode(code, client.client_id, redirectUri, this.#ttl);
     if (!r.ok) {
       const why = {
         unknown: "unknown authorization code",
@@ -160,7 +160,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     resource?: URL,
   ): Promise<OAuthTokens> {
     this.#checkResource(resource);
-    const r = this.#d.store.rotateRefresh(refreshToken, client.client_id, scopes, this.#ttl);
+    const r = await this.#d.store.rotateRefresh(refreshToken, client.client_id, scopes, this.#ttl);
     if (!r.ok) {
       if (r.reason === "scope_widened")
         throw new InvalidScopeError(own("a refresh can narrow the scopes, never widen them"));
@@ -177,7 +177,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
   }
 
   async verifyAccessToken(token: string): Promise<AuthInfo> {
-    const found = this.#resolve(token);
+    const found = await this.#resolve(token);
     if (!found) throw new InvalidTokenError("invalid, expired or revoked access token");
     return {
       token,
@@ -189,24 +189,27 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
   }
 
   async revokeToken(client: OAuthClientInformationFull, request: OAuthTokenRevocationRequest): Promise<void> {
-    this.#d.store.revokeToken(request.token, client.client_id);
+    await this.#d.store.revokeToken(request.token, client.client_id);
   }
 
-  #resolve(token: string): { principal: Principal; clientId: string; expiresAt: number } | null {
+  async #resolve(token: string): Promise<{ principal: Principal; clientId: string; expiresAt: number } | null> {
     const { store, settings } = this.#d;
-    const row = store.accessToken(token);
+    const row = await store.accessToken(token);
     if (!row || row.resource !== settings.resource) return null;
-    const grant = store.grant(row.grant_id);
+    const grant = await store.grant(row.grant_id);
     if (!grant || grant.revoked_at !== null) return null;
-    const client = store.client(row.client_id);
+    const client = await store.client(row.client_id);
     if (!client || client.revoked_at !== null) return null;
     const key = grant.key_id === null ? null : this.#d.keyPrincipal(grant.key_id);
     if (!key || key.id !== grant.principal_id) return null;
+    const tokenScopes = parseJsonList(row.scopes);
+    const operatorRead =
+      tokenScopes.includes(OPERATOR_READ_SCOPE) && (await new OperatorReadClients(store).has(client.client_id));
     const scopes = new Set<Scope>();
-    for (const s of parseJsonList(row.scopes)) {
+    for (const s of tokenScopes) {
       if (!isOAuthScope(s) || !key.scopes.has(s)) continue;
       if (s === CODING_AGENT_RUN && client.allow_coding_agent_run !== 1) continue;
-      if (s === OPERATOR_READ_SCOPE && !new OperatorReadClients(store).has(client.client_id)) continue;
+      if (s === OPERATOR_READ_SCOPE && !operatorRead) continue;
       scopes.add(s);
     }
     const projects = new Set(parseJsonList(grant.projects).filter((p) => key.projects.has(p)));
@@ -218,9 +221,9 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
   }
 
   /** /mcp bearer check for OAuth access tokens (anything else → null, for the static check). */
-  authenticate(token: string): Principal | null {
+  async authenticate(token: string): Promise<Principal | null> {
     if (!token.startsWith(ACCESS_TOKEN_PREFIX)) return null;
-    const found = this.#resolve(token);
+    const found = await this.#resolve(token);
     if (!found) return null;
     this.#oauthPrincipals.add(found.principal);
     return found.principal;

@@ -1,7 +1,8 @@
 /**
- * The OAuth state in the Server's SQLite database: clients, grants, codes,
+ * The OAuth state on the Server's state engine (state/engine.ts: SQLite, or
+ * PostgreSQL shared by several Server instances): clients, grants, codes,
  * access and refresh tokens, and the OAuth audit rows (tables made by
- * migration step 4 in state/schema.ts).
+ * migration steps 4 and 9 in state/schema.ts).
  *
  * Invariants:
  * - Codes and tokens are stored only as sha256 hashes; the values exist only
@@ -23,10 +24,21 @@
  * - A code is single-use; presenting a used one revokes the grant it produced.
  * - A dynamic client remembers the issuer that registered it (SEP-2352):
  *   under another `public_url` it is not accepted (clients.ts).
+ *
+ * Concurrency. Every decision is one `engine.transaction` that reads its
+ * deciding row `FOR UPDATE` (redeemCode, rotateRefresh, revokeToken,
+ * revokeClient, createGrantWithCode) or holds an advisory lock
+ * (upsertRegistered), so two Server instances deciding at once serialise:
+ * a code is redeemed, and a refresh token rotated, at most once. Lock order,
+ * so no two transactions wait for each other: a client row, then grant rows
+ * (several only in grant_id order), then that grant's code and token rows —
+ * a transaction about a code or token locks its grant first (#lockGrantOf),
+ * and the clean-up across grants (#sweep) locks every grant it touches first.
+ * Nothing here is cached in memory: another instance may change any row.
  */
 import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes, randomUUID } from "node:crypto";
-import type BetterSqlite3 from "better-sqlite3";
 import type { Scope } from "../principals/principal.js";
+import type { StateEngine, StateQueries } from "../state/engine.js";
 
 export type ClientKind = "dynamic" | "cimd" | "operator";
 
@@ -156,147 +168,198 @@ export type CodeOutcome =
   | { ok: true; grant: GrantRow; pair: IssuedPair }
   | { ok: false; reason: "unknown" | "expired" | "reused" | "other_client" | "redirect_mismatch" | "revoked" };
 
+/** Serialises admitting a dynamic or metadata-document client against `max_dynamic_clients` (a PostgreSQL advisory lock). */
+const REGISTRATION_LOCK = "oauth_clients:registration";
+/** `used_at` of no spent token is below this: a sweep with it erases no successor. */
+const NO_SUCCESSOR_CUTOFF = -1;
+
 export class OAuthStore {
-  readonly db: BetterSqlite3.Database;
+  readonly engine: StateEngine;
   readonly #clock: () => number;
 
-  /** `db` is the Server's state DB, migrated by state/schema.ts (step 4 made these tables). */
-  constructor(db: BetterSqlite3.Database, clock: () => number = Date.now) {
-    this.db = db;
+  /** `engine` is the Server's state, migrated by state/schema.ts (steps 4, 9 and 10 made these tables). */
+  constructor(engine: StateEngine, clock: () => number = Date.now) {
+    this.engine = engine;
     this.#clock = clock;
+  }
+
+  #iso(): string {
+    return new Date(this.#clock()).toISOString();
   }
 
   // ---- clients -------------------------------------------------------------------
 
-  client(clientId: string): ClientRow | undefined {
-    return this.db.prepare<[string], ClientRow>("SELECT * FROM oauth_clients WHERE client_id = ?").get(clientId);
+  async client(clientId: string): Promise<ClientRow | undefined> {
+    return await this.engine.get<ClientRow>("SELECT * FROM oauth_clients WHERE client_id = ?", [clientId]);
   }
 
-  clients(): ClientRow[] {
-    return this.db.prepare<[], ClientRow>("SELECT * FROM oauth_clients ORDER BY created_at").all();
+  async clients(): Promise<ClientRow[]> {
+    return await this.engine.all<ClientRow>("SELECT * FROM oauth_clients ORDER BY created_at, client_id");
   }
 
   /**
    * Insert or refresh a client's registration data. Never touches `allow_coding_agent_run` or
    * `revoked_at` of an existing row: registration data cannot widen or revive a client.
    */
-  upsertClient(row: {
-    client_id: string;
-    kind: ClientKind;
-    client_name: string | null;
-    redirect_uris: string[];
-    /** The issuer a dynamic client is registered under; kept as first written. */
-    issuer?: string | null;
-  }): void {
-    const now = new Date(this.#clock()).toISOString();
-    this.db
-      .prepare(
-        `INSERT INTO oauth_clients (client_id, kind, client_name, redirect_uris, allow_coding_agent_run, created_at, fetched_at, issuer)
-         VALUES (@client_id, @kind, @client_name, @redirect_uris, 0, @now, CASE WHEN @kind = 'cimd' THEN @now END, @issuer)
-         ON CONFLICT (client_id) DO UPDATE SET client_name = excluded.client_name, redirect_uris = excluded.redirect_uris,
-           fetched_at = excluded.fetched_at`,
-      )
-      .run({ ...row, issuer: row.issuer ?? null, redirect_uris: JSON.stringify(row.redirect_uris), now });
+  async upsertClient(row: NewClient): Promise<void> {
+    await this.#upsertClient(this.engine, row);
   }
 
-  /** Dynamic and metadata-document clients held (what max_dynamic_clients bounds). */
-  countRegistered(): number {
-    return (
-      this.db
-        .prepare<[], { n: number }>("SELECT COUNT(*) AS n FROM oauth_clients WHERE kind IN ('dynamic', 'cimd')")
-        .get()?.n ?? 0
+  async #upsertClient(q: StateQueries, row: NewClient): Promise<void> {
+    const now = this.#iso();
+    await q.run(
+      `INSERT INTO oauth_clients (client_id, kind, client_name, redirect_uris, allow_coding_agent_run, created_at, fetched_at, issuer)
+       VALUES (?, ?, ?, ?, 0, ?, ?, ?)
+       ON CONFLICT (client_id) DO UPDATE SET client_name = excluded.client_name, redirect_uris = excluded.redirect_uris,
+         fetched_at = excluded.fetched_at`,
+      [
+        row.client_id,
+        row.kind,
+        row.client_name,
+        JSON.stringify(row.redirect_uris),
+        now,
+        row.kind === "cimd" ? now : null,
+        row.issuer ?? null,
+      ],
     );
   }
 
-  /** Delete the oldest unprovisioned dynamic/metadata client with no live grant; false when none qualifies. */
-  evictOldestUnused(): boolean {
-    const row = this.db
-      .prepare<[], { client_id: string }>(
-        `SELECT client_id FROM oauth_clients c WHERE kind IN ('dynamic', 'cimd') AND allow_coding_agent_run = 0
-           AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.client_id AND g.revoked_at IS NULL)
-         ORDER BY created_at LIMIT 1`,
-      )
-      .get();
-    if (!row) return false;
-    this.db.prepare("DELETE FROM oauth_clients WHERE client_id = ?").run(row.client_id);
-    return true;
+  /**
+   * Insert or refresh a dynamic or metadata-document client while holding at most `max` of them: a
+   * new one first evicts the oldest unprovisioned one without a live grant. Returns false, writing
+   * nothing, when none can make room. A dynamic client's registration is audited with it. Atomic in
+   * one transaction under REGISTRATION_LOCK, so registrations arriving at several Server instances
+   * at once cannot pass the bound.
+   */
+  async upsertRegistered(row: NewClient & { kind: "dynamic" | "cimd" }, max: number): Promise<boolean> {
+    return await this.engine.transaction(
+      async (tx) => {
+        const known = await tx.get<{ one: number }>("SELECT 1 AS one FROM oauth_clients WHERE client_id = ?", [
+          row.client_id,
+        ]);
+        if (known === undefined) {
+          for (;;) {
+            const held = await tx.get<{ n: number }>(
+              "SELECT COUNT(*) AS n FROM oauth_clients WHERE kind IN ('dynamic', 'cimd')",
+            );
+            if ((held?.n ?? 0) < max) break;
+            const evicted = await tx.run(
+              `DELETE FROM oauth_clients WHERE client_id = (
+                 SELECT client_id FROM oauth_clients c WHERE kind IN ('dynamic', 'cimd') AND allow_coding_agent_run = 0
+                   AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.client_id AND g.revoked_at IS NULL)
+                 ORDER BY created_at, client_id LIMIT 1)`,
+            );
+            if (evicted.changes === 0) return false;
+          }
+        }
+        await this.#upsertClient(tx, row);
+        if (row.kind === "dynamic") {
+          await this.audit("client_registered", { client_id: row.client_id, detail: "dynamic" }, tx);
+        }
+        return true;
+      },
+      { lock: REGISTRATION_LOCK },
+    );
+  }
+
+  /** Mark a metadata-document client's cached document stale, so the next use fetches it again. */
+  async markStale(clientId: string): Promise<void> {
+    await this.engine.run("UPDATE oauth_clients SET fetched_at = NULL WHERE client_id = ?", [clientId]);
   }
 
   /** Provision (or unprovision) a client for `coding_agent:run`. Returns whether the flag changed. */
-  setCodingAgentRun(clientId: string, allow: boolean): boolean {
-    const changed = this.db
-      .prepare(
+  async setCodingAgentRun(clientId: string, allow: boolean): Promise<boolean> {
+    return await this.engine.transaction(async (tx) => {
+      const { changes } = await tx.run(
         "UPDATE oauth_clients SET allow_coding_agent_run = ? WHERE client_id = ? AND allow_coding_agent_run != ?",
-      )
-      .run(allow ? 1 : 0, clientId, allow ? 1 : 0).changes;
-    if (changed > 0) {
-      this.audit(allow ? "client_provisioned" : "client_unprovisioned", {
-        client_id: clientId,
-        scopes: ["coding_agent:run"],
-      });
-    }
-    return changed > 0;
+        [allow ? 1 : 0, clientId, allow ? 1 : 0],
+      );
+      if (changes > 0) {
+        await this.audit(
+          allow ? "client_provisioned" : "client_unprovisioned",
+          { client_id: clientId, scopes: ["coding_agent:run"] },
+          tx,
+        );
+      }
+      return changes > 0;
+    });
   }
 
-  /** Revoke a client and every grant it holds. */
-  revokeClient(clientId: string): boolean {
-    return this.db.transaction(() => {
-      const changed = this.db
-        .prepare("UPDATE oauth_clients SET revoked_at = ? WHERE client_id = ? AND revoked_at IS NULL")
-        .run(new Date(this.#clock()).toISOString(), clientId).changes;
-      if (changed === 0) return false;
-      this.audit("client_revoked", { client_id: clientId });
-      for (const g of this.grants({ client_id: clientId })) {
-        if (g.revoked_at === null) this.revokeGrant(g.grant_id, "client_revoked");
-      }
+  /**
+   * Revoke a client and every grant it holds, in one transaction: the client row is locked first, so
+   * a grant being created for it (createGrantWithCode locks the same row) either committed before
+   * and is revoked here, or waits and then sees the client revoked.
+   */
+  async revokeClient(clientId: string): Promise<boolean> {
+    return await this.engine.transaction(async (tx) => {
+      const { changes } = await tx.run(
+        "UPDATE oauth_clients SET revoked_at = ? WHERE client_id = ? AND revoked_at IS NULL",
+        [this.#iso(), clientId],
+      );
+      if (changes === 0) return false;
+      await this.audit("client_revoked", { client_id: clientId }, tx);
+      const live = await tx.all<{ grant_id: string }>(
+        "SELECT grant_id FROM oauth_grants WHERE client_id = ? AND revoked_at IS NULL ORDER BY grant_id FOR UPDATE",
+        [clientId],
+      );
+      for (const g of live) await this.#revokeGrant(tx, g.grant_id, "client_revoked");
       return true;
-    })();
+    });
   }
 
   // ---- grants --------------------------------------------------------------------
 
-  grant(grantId: string): GrantRow | undefined {
-    return this.db.prepare<[string], GrantRow>("SELECT * FROM oauth_grants WHERE grant_id = ?").get(grantId);
+  async grant(grantId: string): Promise<GrantRow | undefined> {
+    return await this.engine.get<GrantRow>("SELECT * FROM oauth_grants WHERE grant_id = ?", [grantId]);
   }
 
-  grants(filter: { principal_id?: string; client_id?: string } = {}): GrantRow[] {
+  async grants(filter: { principal_id?: string; client_id?: string } = {}): Promise<GrantRow[]> {
     const where: string[] = [];
-    if (filter.principal_id !== undefined) where.push("principal_id = @principal_id");
-    if (filter.client_id !== undefined) where.push("client_id = @client_id");
-    const sql = `SELECT * FROM oauth_grants ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at`;
-    return this.db.prepare<Record<string, string>, GrantRow>(sql).all(filter as Record<string, string>);
+    const params: string[] = [];
+    if (filter.principal_id !== undefined) {
+      where.push("principal_id = ?");
+      params.push(filter.principal_id);
+    }
+    if (filter.client_id !== undefined) {
+      where.push("client_id = ?");
+      params.push(filter.client_id);
+    }
+    const sql = `SELECT * FROM oauth_grants ${where.length ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at, grant_id`;
+    return await this.engine.all<GrantRow>(sql, params);
   }
 
   /** Whether a person ever allowed this client (any grant, live or revoked): its redirect URI was confirmed. */
-  hasGrant(clientId: string): boolean {
-    return (
-      this.db
-        .prepare<[string], { one: number }>("SELECT 1 AS one FROM oauth_grants WHERE client_id = ? LIMIT 1")
-        .get(clientId)?.one === 1
+  async hasGrant(clientId: string): Promise<boolean> {
+    const row = await this.engine.get<{ one: number }>(
+      "SELECT 1 AS one FROM oauth_grants WHERE client_id = ? LIMIT 1",
+      [clientId],
     );
+    return row?.one === 1;
   }
 
-  /** Record a consented grant and its single-use code. Returns the code (shown once). */
-  createGrantWithCode(
+  /**
+   * Record a consented grant and its single-use code. Returns the code (shown once), or null when
+   * the client was revoked meanwhile (its row is read FOR UPDATE: see revokeClient).
+   */
+  async createGrantWithCode(
     grant: NewGrant,
     code: { redirect_uri: string; code_challenge: string },
-  ): {
-    grant_id: string;
-    code: string;
-  } {
+  ): Promise<{ grant_id: string; code: string } | null> {
     const grantId = `grt_${randomUUID().replaceAll("-", "").slice(0, 20)}`;
     const value = secret(CODE_PREFIX);
-    const now = this.#clock();
-    this.db.transaction(() => {
-      // Keep the tables bounded: spent codes past their life and expired tokens go as new grants arrive.
-      this.db.prepare("DELETE FROM oauth_codes WHERE expires_at < ?").run(now - CODE_TTL_MS);
-      this.db.prepare("DELETE FROM oauth_tokens WHERE expires_at <= ?").run(now);
-      this.db
-        .prepare(
-          `INSERT INTO oauth_grants (grant_id, client_id, principal_id, key_id, scopes, projects, resource, created_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-        )
-        .run(
+    // Keep the tables bounded: spent codes past their life and expired tokens go as new grants arrive.
+    await this.#sweep(this.#clock(), NO_SUCCESSOR_CUTOFF);
+    return await this.engine.transaction(async (tx) => {
+      const client = await tx.get<{ revoked_at: string | null }>(
+        "SELECT revoked_at FROM oauth_clients WHERE client_id = ? FOR UPDATE",
+        [grant.client_id],
+      );
+      if (client !== undefined && client.revoked_at !== null) return null;
+      const now = this.#clock();
+      await tx.run(
+        `INSERT INTO oauth_grants (grant_id, client_id, principal_id, key_id, scopes, projects, resource, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+        [
           grantId,
           grant.client_id,
           grant.principal_id,
@@ -305,81 +368,135 @@ export class OAuthStore {
           JSON.stringify(grant.projects),
           grant.resource,
           new Date(now).toISOString(),
-        );
-      this.db
-        .prepare(
-          `INSERT INTO oauth_codes (code_hash, grant_id, client_id, redirect_uri, code_challenge, expires_at)
-           VALUES (?, ?, ?, ?, ?, ?)`,
-        )
-        .run(sha256(value), grantId, grant.client_id, code.redirect_uri, code.code_challenge, now + CODE_TTL_MS);
-      this.audit("grant", {
-        client_id: grant.client_id,
-        principal_id: grant.principal_id,
-        grant_id: grantId,
-        scopes: grant.scopes,
-      });
-    })();
-    return { grant_id: grantId, code: value };
+        ],
+      );
+      await tx.run(
+        `INSERT INTO oauth_codes (code_hash, grant_id, client_id, redirect_uri, code_challenge, expires_at)
+         VALUES (?, ?, ?, ?, ?, ?)`,
+        [sha256(value), grantId, grant.client_id, code.redirect_uri, code.code_challenge, now + CODE_TTL_MS],
+      );
+      await this.audit(
+        "grant",
+        { client_id: grant.client_id, principal_id: grant.principal_id, grant_id: grantId, scopes: grant.scopes },
+        tx,
+      );
+      return { grant_id: grantId, code: value };
+    });
   }
 
   /** Revoke a grant (a token family): every access and refresh token under it stops working. */
-  revokeGrant(grantId: string, reason: string): boolean {
-    const changed = this.db
-      .prepare("UPDATE oauth_grants SET revoked_at = ?, revoked_reason = ? WHERE grant_id = ? AND revoked_at IS NULL")
-      .run(new Date(this.#clock()).toISOString(), reason, grantId).changes;
-    if (changed === 0) return false;
-    this.db.prepare("DELETE FROM oauth_tokens WHERE grant_id = ?").run(grantId);
-    const g = this.grant(grantId);
-    this.audit("grant_revoked", {
-      grant_id: grantId,
-      client_id: g?.client_id ?? null,
-      principal_id: g?.principal_id ?? null,
-      detail: reason,
-    });
+  async revokeGrant(grantId: string, reason: string): Promise<boolean> {
+    return await this.engine.transaction(async (tx) => await this.#revokeGrant(tx, grantId, reason));
+  }
+
+  async #revokeGrant(tx: StateQueries, grantId: string, reason: string): Promise<boolean> {
+    const { changes } = await tx.run(
+      "UPDATE oauth_grants SET revoked_at = ?, revoked_reason = ? WHERE grant_id = ? AND revoked_at IS NULL",
+      [this.#iso(), reason, grantId],
+    );
+    if (changes === 0) return false;
+    await tx.run("DELETE FROM oauth_tokens WHERE grant_id = ?", [grantId]);
+    const g = await tx.get<GrantRow>("SELECT * FROM oauth_grants WHERE grant_id = ?", [grantId]);
+    await this.audit(
+      "grant_revoked",
+      { grant_id: grantId, client_id: g?.client_id ?? null, principal_id: g?.principal_id ?? null, detail: reason },
+      tx,
+    );
     return true;
+  }
+
+  /**
+   * Lock the grant a code or token belongs to, first (the lock order in the header), and return it.
+   * undefined when no such code or token exists.
+   */
+  async #lockGrantOf(
+    tx: StateQueries,
+    table: "oauth_codes" | "oauth_tokens",
+    hash: string,
+  ): Promise<GrantRow | undefined> {
+    const column = table === "oauth_codes" ? "code_hash" : "token_hash";
+    return await tx.get<GrantRow>(
+      `SELECT * FROM oauth_grants WHERE grant_id = (SELECT grant_id FROM ${table} WHERE ${column} = ?) FOR UPDATE`,
+      [hash],
+    );
+  }
+
+  /**
+   * Delete codes past their life and expired tokens, and erase successors of tokens spent before
+   * `successorsSpentBefore`, across all grants. Its own transaction, before the caller's decision:
+   * it locks every grant it touches first, in grant_id order (the lock order in the header), so it
+   * never waits for a family that waits for it.
+   */
+  async #sweep(now: number, successorsSpentBefore: number): Promise<void> {
+    const codesBefore = now - CODE_TTL_MS;
+    await this.engine.transaction(async (tx) => {
+      const locked = await tx.all<{ grant_id: string }>(
+        `SELECT grant_id FROM oauth_grants WHERE grant_id IN (
+           SELECT grant_id FROM oauth_codes WHERE expires_at < ?
+           UNION SELECT grant_id FROM oauth_tokens
+             WHERE expires_at <= ? OR (successor IS NOT NULL AND used_at < ?))
+         ORDER BY grant_id FOR UPDATE`,
+        [codesBefore, now, successorsSpentBefore],
+      );
+      if (locked.length === 0) return;
+      await tx.run("DELETE FROM oauth_codes WHERE expires_at < ?", [codesBefore]);
+      await tx.run("DELETE FROM oauth_tokens WHERE expires_at <= ?", [now]);
+      await tx.run("UPDATE oauth_tokens SET successor = NULL WHERE successor IS NOT NULL AND used_at < ?", [
+        successorsSpentBefore,
+      ]);
+    });
   }
 
   // ---- codes ---------------------------------------------------------------------
 
   /** The PKCE challenge a code was issued with (the SDK's token handler verifies the verifier). */
-  codeChallenge(code: string, clientId: string): string | undefined {
-    const row = this.db.prepare<[string], CodeRow>("SELECT * FROM oauth_codes WHERE code_hash = ?").get(sha256(code));
+  async codeChallenge(code: string, clientId: string): Promise<string | undefined> {
+    const row = await this.engine.get<CodeRow>("SELECT * FROM oauth_codes WHERE code_hash = ?", [sha256(code)]);
     return row && row.client_id === clientId ? row.code_challenge : undefined;
   }
 
-  /** Redeem a code once; a second redemption revokes the grant it produced (RFC 6749 §4.1.2). */
-  redeemCode(code: string, clientId: string, redirectUri: string | undefined, ttl: TokenTtls): CodeOutcome {
-    return this.db.transaction((): CodeOutcome => {
-      const row = this.db.prepare<[string], CodeRow>("SELECT * FROM oauth_codes WHERE code_hash = ?").get(sha256(code));
+  /**
+   * Redeem a code once; a second redemption revokes the grant it produced (RFC 6749 §4.1.2). At
+   * most once because this one transaction reads the code's row FOR UPDATE (after its grant's): a
+   * concurrent redemption waits, then finds it used.
+   */
+  async redeemCode(
+    code: string,
+    clientId: string,
+    redirectUri: string | undefined,
+    ttl: TokenTtls,
+  ): Promise<CodeOutcome> {
+    const hash = sha256(code);
+    return await this.engine.transaction(async (tx): Promise<CodeOutcome> => {
+      const grant = await this.#lockGrantOf(tx, "oauth_codes", hash);
+      const row = await tx.get<CodeRow>("SELECT * FROM oauth_codes WHERE code_hash = ? FOR UPDATE", [hash]);
       if (!row) return { ok: false, reason: "unknown" };
       if (row.client_id !== clientId) return { ok: false, reason: "other_client" };
       const now = this.#clock();
       if (row.used_at !== null) {
-        this.audit("code_reused", { client_id: clientId, grant_id: row.grant_id });
-        this.revokeGrant(row.grant_id, "code_reused");
+        await this.audit("code_reused", { client_id: clientId, grant_id: row.grant_id }, tx);
+        await this.#revokeGrant(tx, row.grant_id, "code_reused");
         return { ok: false, reason: "reused" };
       }
-      this.db.prepare("UPDATE oauth_codes SET used_at = ? WHERE code_hash = ?").run(now, row.code_hash);
+      await tx.run("UPDATE oauth_codes SET used_at = ? WHERE code_hash = ?", [now, row.code_hash]);
       if (row.expires_at <= now) return { ok: false, reason: "expired" };
       if (redirectUri !== undefined && redirectUri !== row.redirect_uri)
         return { ok: false, reason: "redirect_mismatch" };
-      const grant = this.grant(row.grant_id);
       if (!grant || grant.revoked_at !== null) return { ok: false, reason: "revoked" };
-      return { ok: true, grant, pair: this.#issuePair(grant, parseJsonList(grant.scopes), ttl) };
-    })();
+      return { ok: true, grant, pair: await this.#issuePair(tx, grant, parseJsonList(grant.scopes), ttl) };
+    });
   }
 
   // ---- tokens --------------------------------------------------------------------
 
-  #issuePair(grant: GrantRow, accessScopes: string[], ttl: TokenTtls): IssuedPair {
+  /** A new access + refresh pair of `grant` (inside the caller's transaction, which holds the grant's lock). */
+  async #issuePair(tx: StateQueries, grant: GrantRow, accessScopes: string[], ttl: TokenTtls): Promise<IssuedPair> {
     const now = this.#clock();
     const access = secret(ACCESS_TOKEN_PREFIX);
     const refresh = secret(REFRESH_TOKEN_PREFIX);
-    const insert = this.db.prepare(
-      `INSERT INTO oauth_tokens (token_hash, kind, grant_id, client_id, scopes, resource, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-    );
+    const insert = `INSERT INTO oauth_tokens (token_hash, kind, grant_id, client_id, scopes, resource, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?)`;
     const accessExpires = now + ttl.accessMs;
-    insert.run(
+    await tx.run(insert, [
       sha256(access),
       "access",
       grant.grant_id,
@@ -387,8 +504,8 @@ export class OAuthStore {
       JSON.stringify(accessScopes),
       grant.resource,
       accessExpires,
-    );
-    insert.run(
+    ]);
+    await tx.run(insert, [
       sha256(refresh),
       "refresh",
       grant.grant_id,
@@ -396,9 +513,9 @@ export class OAuthStore {
       grant.scopes,
       grant.resource,
       now + ttl.refreshMs,
-    );
+    ]);
     // Expired rows of this grant are dead weight: drop them as the family moves on.
-    this.db.prepare("DELETE FROM oauth_tokens WHERE grant_id = ? AND expires_at <= ?").run(grant.grant_id, now);
+    await tx.run("DELETE FROM oauth_tokens WHERE grant_id = ? AND expires_at <= ?", [grant.grant_id, now]);
     return { access_token: access, refresh_token: refresh, access_expires_at: accessExpires };
   }
 
@@ -406,87 +523,108 @@ export class OAuthStore {
    * Rotate a refresh token: the presented one is spent and a new pair is issued. A spent one
    * presented again within `ttl.reuseGraceMs` of its rotation gets the same pair again (while that
    * pair's refresh token is unspent and the grant live); otherwise it revokes the family.
-   * `scopes` may narrow the new access token, never widen it.
+   * `scopes` may narrow the new access token, never widen it. At most once because this one
+   * transaction reads the token's row FOR UPDATE (after its grant's): a concurrent rotation waits,
+   * then finds it spent.
    */
-  rotateRefresh(refresh: string, clientId: string, scopes: string[] | undefined, ttl: TokenTtls): RefreshOutcome {
-    return this.db.transaction((): RefreshOutcome => {
-      const row = this.db
-        .prepare<[string], TokenRow>("SELECT * FROM oauth_tokens WHERE token_hash = ? AND kind = 'refresh'")
-        .get(sha256(refresh));
+  async rotateRefresh(
+    refresh: string,
+    clientId: string,
+    scopes: string[] | undefined,
+    ttl: TokenTtls,
+  ): Promise<RefreshOutcome> {
+    const hash = sha256(refresh);
+    // Successors past their window are erased as rotations go by.
+    const started = this.#clock();
+    await this.#sweep(started, started - ttl.reuseGraceMs);
+    return await this.engine.transaction(async (tx): Promise<RefreshOutcome> => {
+      const grant = await this.#lockGrantOf(tx, "oauth_tokens", hash);
+      const row = await tx.get<TokenRow>(
+        "SELECT * FROM oauth_tokens WHERE token_hash = ? AND kind = 'refresh' FOR UPDATE",
+        [hash],
+      );
       if (!row) return { ok: false, reason: "unknown" };
       if (row.client_id !== clientId) return { ok: false, reason: "other_client" };
       const now = this.#clock();
       if (row.used_at !== null) {
-        const replay = now - row.used_at <= ttl.reuseGraceMs ? this.#replay(row, refresh) : null;
+        const replay = now - row.used_at <= ttl.reuseGraceMs ? await this.#replay(tx, row, grant, refresh) : null;
         if (replay) {
-          this.audit("refresh_replayed", { client_id: clientId, grant_id: row.grant_id, detail: "within grace" });
+          await this.audit(
+            "refresh_replayed",
+            { client_id: clientId, grant_id: row.grant_id, detail: "within grace" },
+            tx,
+          );
           return replay;
         }
-        this.audit("refresh_reused", { client_id: clientId, grant_id: row.grant_id });
-        this.revokeGrant(row.grant_id, "refresh_reused");
+        await this.audit("refresh_reused", { client_id: clientId, grant_id: row.grant_id }, tx);
+        await this.#revokeGrant(tx, row.grant_id, "refresh_reused");
         return { ok: false, reason: "reused" };
       }
       if (row.expires_at <= now) return { ok: false, reason: "expired" };
-      const grant = this.grant(row.grant_id);
       if (!grant || grant.revoked_at !== null) return { ok: false, reason: "revoked" };
       const allowed = parseJsonList(row.scopes);
       const wanted = scopes ?? allowed;
       if (wanted.some((s) => !allowed.includes(s))) return { ok: false, reason: "scope_widened" };
-      const pair = this.#issuePair(grant, wanted, ttl);
+      const pair = await this.#issuePair(tx, grant, wanted, ttl);
       const successor =
         ttl.reuseGraceMs > 0 ? sealSuccessor(refresh, row.token_hash, { ...pair, scopes: wanted }) : null;
-      this.db
-        .prepare("UPDATE oauth_tokens SET used_at = ?, successor = ? WHERE token_hash = ?")
-        .run(now, successor, row.token_hash);
-      // Successors past their window are erased as rotations go by.
-      this.db
-        .prepare("UPDATE oauth_tokens SET successor = NULL WHERE successor IS NOT NULL AND used_at < ?")
-        .run(now - ttl.reuseGraceMs);
+      await tx.run("UPDATE oauth_tokens SET used_at = ?, successor = ? WHERE token_hash = ?", [
+        now,
+        successor,
+        row.token_hash,
+      ]);
       return { ok: true, grant, pair, scopes: wanted, replayed: false };
-    })();
+    });
   }
 
   /** The pair a spent refresh token's rotation issued, if it still stands (inside rotateRefresh's transaction). */
-  #replay(row: TokenRow, refresh: string): RefreshOutcome | null {
+  async #replay(
+    tx: StateQueries,
+    row: TokenRow,
+    grant: GrantRow | undefined,
+    refresh: string,
+  ): Promise<RefreshOutcome | null> {
     if (row.successor === null) return null;
     const sealed = openSuccessor(refresh, row.token_hash, row.successor);
     if (!sealed) return null;
-    const next = this.db
-      .prepare<[string], TokenRow>("SELECT * FROM oauth_tokens WHERE token_hash = ? AND kind = 'refresh'")
-      .get(sha256(sealed.refresh_token));
+    const next = await tx.get<TokenRow>("SELECT * FROM oauth_tokens WHERE token_hash = ? AND kind = 'refresh'", [
+      sha256(sealed.refresh_token),
+    ]);
     if (!next || next.used_at !== null || next.grant_id !== row.grant_id) return null;
-    const grant = this.grant(row.grant_id);
     if (!grant || grant.revoked_at !== null) return null;
     const { scopes, ...pair } = sealed;
     return { ok: true, grant, pair, scopes, replayed: true };
   }
 
   /** A live, unexpired access token's row, or undefined. */
-  accessToken(token: string): TokenRow | undefined {
-    const row = this.db
-      .prepare<[string], TokenRow>("SELECT * FROM oauth_tokens WHERE token_hash = ? AND kind = 'access'")
-      .get(sha256(token));
+  async accessToken(token: string): Promise<TokenRow | undefined> {
+    const row = await this.engine.get<TokenRow>("SELECT * FROM oauth_tokens WHERE token_hash = ? AND kind = 'access'", [
+      sha256(token),
+    ]);
     if (!row || row.expires_at <= this.#clock()) return undefined;
     return row;
   }
 
   /** RFC 7009: revoke one token of this client. A refresh token takes its whole family with it. */
-  revokeToken(token: string, clientId: string): void {
-    const row = this.db
-      .prepare<[string], TokenRow>("SELECT * FROM oauth_tokens WHERE token_hash = ?")
-      .get(sha256(token));
-    if (!row || row.client_id !== clientId) return;
-    if (row.kind === "refresh") {
-      this.revokeGrant(row.grant_id, "refresh_token_revoked");
-      return;
-    }
-    this.db.prepare("DELETE FROM oauth_tokens WHERE token_hash = ?").run(row.token_hash);
-    this.audit("token_revoked", { client_id: clientId, grant_id: row.grant_id, detail: "access" });
+  async revokeToken(token: string, clientId: string): Promise<void> {
+    const hash = sha256(token);
+    await this.engine.transaction(async (tx) => {
+      await this.#lockGrantOf(tx, "oauth_tokens", hash);
+      const row = await tx.get<TokenRow>("SELECT * FROM oauth_tokens WHERE token_hash = ? FOR UPDATE", [hash]);
+      if (!row || row.client_id !== clientId) return;
+      if (row.kind === "refresh") {
+        await this.#revokeGrant(tx, row.grant_id, "refresh_token_revoked");
+        return;
+      }
+      await tx.run("DELETE FROM oauth_tokens WHERE token_hash = ?", [row.token_hash]);
+      await this.audit("token_revoked", { client_id: clientId, grant_id: row.grant_id, detail: "access" }, tx);
+    });
   }
 
   // ---- audit ---------------------------------------------------------------------
 
-  audit(
+  /** Append an audit row (in `tx` when given, so it commits or rolls back with the change it records). */
+  async audit(
     event: OAuthAuditEvent,
     fields: {
       client_id?: string | null;
@@ -495,32 +633,52 @@ export class OAuthStore {
       scopes?: readonly string[];
       detail?: string;
     },
-  ): void {
-    this.db
-      .prepare(
-        "INSERT INTO oauth_audit (at, event, client_id, principal_id, grant_id, scopes, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-      )
-      .run(
-        new Date(this.#clock()).toISOString(),
+    tx?: StateQueries,
+  ): Promise<void> {
+    if (tx === undefined) {
+      await this.engine.transaction(async (own) => await this.audit(event, fields, own));
+      return;
+    }
+    await tx.run(
+      "INSERT INTO oauth_audit (at, event, client_id, principal_id, grant_id, scopes, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
+      [
+        this.#iso(),
         event,
         fields.client_id ?? null,
         fields.principal_id ?? null,
         fields.grant_id ?? null,
         fields.scopes ? fields.scopes.join(" ") : null,
         fields.detail ?? null,
-      );
-    this.db
-      .prepare("DELETE FROM oauth_audit WHERE id <= (SELECT MAX(id) FROM oauth_audit) - ?")
-      .run(OAUTH_AUDIT_MAX_ROWS);
+      ],
+    );
+    await tx.run("DELETE FROM oauth_audit WHERE id <= (SELECT MAX(id) FROM oauth_audit) - ?", [OAUTH_AUDIT_MAX_ROWS]);
   }
 
-  auditRows(limit = 1000): OAuthAuditRow[] {
-    return this.db
-      .prepare<[number], OAuthAuditRow>(
-        "SELECT * FROM (SELECT * FROM oauth_audit ORDER BY id DESC LIMIT ?) ORDER BY id",
-      )
-      .all(limit);
+  /** The newest `limit` audit rows, oldest first. */
+  async auditRows(limit = 1000): Promise<OAuthAuditRow[]> {
+    return await this.engine.all<OAuthAuditRow>(
+      "SELECT * FROM (SELECT * FROM oauth_audit ORDER BY id DESC LIMIT ?) AS recent ORDER BY id",
+      [limit],
+    );
   }
+
+  /** The newest `limit` rows of the given events, newest first (the console's refusals list). */
+  async auditRowsOf(events: readonly OAuthAuditEvent[], limit: number): Promise<OAuthAuditRow[]> {
+    if (events.length === 0) return [];
+    return await this.engine.all<OAuthAuditRow>(
+      `SELECT * FROM oauth_audit WHERE event IN (${events.map(() => "?").join(", ")}) ORDER BY id DESC LIMIT ?`,
+      [...events, limit],
+    );
+  }
+}
+
+export interface NewClient {
+  client_id: string;
+  kind: ClientKind;
+  client_name: string | null;
+  redirect_uris: string[];
+  /** The issuer a dynamic client is registered under; kept as first written. */
+  issuer?: string | null;
 }
 
 export interface TokenTtls {

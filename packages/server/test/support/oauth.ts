@@ -342,3 +342,10 @@ export async function mcpPost(
   });
   return { status: res.status, wwwAuthenticate: res.headers.get("www-authenticate"), body: await res.text() };
 }
+
+/** The result of `OAuthStore.createGrantWithCode`, which is null only when the client was revoked. */
+export async function created<T>(grant: Promise<T | null>): Promise<T> {
+  const value = await grant;
+  if (value === null) throw new Error("createGrantWithCode refused: the client is revoked");
+  return value;
+}
