@@ -57,18 +57,25 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
       })
     : null;
   const sessions = new SessionService(
-    new SessionStore(store.db),
+    new SessionStore(store.engine),
     store,
     logger.child({ c: "sessions" }),
     config.sessionMaxIdleSecs,
   );
+  // Catch-up and prune run in the background; each is idempotent and a later request does not depend on it.
+  void sessions.start().catch((err: unknown) => {
+    log.error({ err: err instanceof Error ? err.name : typeof err }, "workflow session start-up catch-up failed");
+  });
   const toolModules: ToolModule[] = [new SessionTools(sessions)];
   if (admission) {
     const tasks = new TaskService({
-      tasks: new TaskStore(store.db),
+      tasks: new TaskStore(store.engine),
       records: store,
       admission,
       logger: logger.child({ c: "tasks" }),
+    });
+    void tasks.start().catch((err: unknown) => {
+      log.error({ err: err instanceof Error ? err.name : typeof err }, "closed-task prune at start failed");
     });
     toolModules.push(new TaskTools(tasks, sessions));
   }
