@@ -146,7 +146,7 @@ function admissionOn(engine: StateEngine): RunAdmission {
 
 async function instances(open: (count: number) => Promise<StateEngine[]>) {
   const engines = await open(INSTANCES);
-  await migrateState(engines[0] as StateEngine);
+  await migrateState(engines[0] as StateEngine, "the test database");
   return engines;
 }
 
