@@ -62,10 +62,14 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
     logger.child({ c: "sessions" }),
     config.sessionMaxIdleSecs,
   );
-  // Catch-up and prune run in the background; each is idempotent and a later request does not depend on it.
-  void sessions.start().catch((err: unknown) => {
-    log.error({ err: err instanceof Error ? err.name : typeof err }, "workflow session start-up catch-up failed");
-  });
+  // Start-up catch-up and prunes run in the background (each idempotent; no request depends on them) and
+  // are awaited on close, with the evidence writes still queued, before the state DB closes.
+  const background: Promise<void>[] = [];
+  const inBackground = (work: Promise<void>, what: string) =>
+    background.push(
+      work.catch((err: unknown) => log.error({ err: err instanceof Error ? err.name : typeof err }, what)),
+    );
+  inBackground(sessions.start(), "workflow session start-up catch-up failed");
   const toolModules: ToolModule[] = [new SessionTools(sessions)];
   if (admission) {
     const tasks = new TaskService({
@@ -74,9 +78,7 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
       admission,
       logger: logger.child({ c: "tasks" }),
     });
-    void tasks.start().catch((err: unknown) => {
-      log.error({ err: err instanceof Error ? err.name : typeof err }, "closed-task prune at start failed");
-    });
+    inBackground(tasks.start(), "closed-task prune at start failed");
     toolModules.push(new TaskTools(tasks, sessions));
   }
   const handler = createMcpHttpHandler({
@@ -115,6 +117,8 @@ export const createMcpHandler: McpHandlerFactory = ({ runs, admission, config, l
     ...(oauth ? { owns: oauth.owns } : {}),
     close: async () => {
       await handler.close();
+      await Promise.all(background);
+      await sessions.settled();
       audit.close();
     },
   };
