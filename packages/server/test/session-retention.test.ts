@@ -29,7 +29,7 @@ function open() {
   const state = new StateStore(dir);
   stores.push(state);
   let now = Date.parse("2026-01-01T00:00:00Z");
-  const sessions = new SessionStore(state.db, () => new Date(now));
+  const sessions = new SessionStore(state.engine, () => new Date(now));
   return { state, sessions, advance: (ms: number) => (now += ms) };
 }
 
@@ -38,8 +38,8 @@ function count(state: StateStore, table: string, sessionId: string): number {
     .n;
 }
 
-function evidence(sessions: SessionStore, sessionId: string, runId: string) {
-  sessions.appendEvidence({
+async function evidence(sessions: SessionStore, sessionId: string, runId: string) {
+  await sessions.appendEvidence({
     session_id: sessionId,
     kind: "coding_agent_started",
     run_id: runId,
@@ -52,93 +52,100 @@ function evidence(sessions: SessionStore, sessionId: string, runId: string) {
 }
 
 describe("workflow session retention", () => {
-  it("deletes idle sessions with their evidence and links; keeps updated, recently recorded and in-flight ones", () => {
+  it("deletes idle sessions with their evidence and links; keeps updated, recently recorded and in-flight ones", async () => {
     const { state, sessions, advance } = open();
     const mk = (id: string) =>
       sessions.insertSession({ session_id: id, principal_id: "alice", project_id: "demo", title: id });
-    mk("idle");
-    mk("updated");
-    mk("recorded");
-    mk("inflight");
-    evidence(sessions, "idle", "wc_agent_run_idle");
-    sessions.linkRun("wc_agent_run_idle", "idle");
-    sessions.markTerminal("wc_agent_run_idle");
-    sessions.linkRun("wc_agent_run_busy", "inflight"); // no terminal entry yet: a run in flight
+    await mk("idle");
+    await mk("updated");
+    await mk("recorded");
+    await mk("inflight");
+    await evidence(sessions, "idle", "wc_agent_run_idle");
+    await sessions.linkRun("wc_agent_run_idle", "idle");
+    await sessions.markTerminal("wc_agent_run_idle");
+    await sessions.linkRun("wc_agent_run_busy", "inflight"); // no terminal entry yet: a run in flight
     advance(10 * DAY);
-    sessions.updateTexts("updated", { goal: "still used" });
-    evidence(sessions, "recorded", "wc_agent_run_recent");
+    await sessions.updateTexts("updated", { goal: "still used" });
+    await evidence(sessions, "recorded", "wc_agent_run_recent");
     advance(1 * DAY);
 
-    expect(sessions.pruneIdle(5 * DAY)).toBe(1);
-    expect(sessions.session("idle")).toBeUndefined();
+    expect(await sessions.pruneIdle(5 * DAY)).toBe(1);
+    expect(await sessions.session("idle")).toBeUndefined();
     expect(count(state, "workflow_session_evidence", "idle")).toBe(0);
     expect(count(state, "workflow_session_runs", "idle")).toBe(0);
-    for (const kept of ["updated", "recorded", "inflight"]) expect(sessions.session(kept)).toBeDefined();
-    expect(sessions.pruneIdle(5 * DAY)).toBe(0);
+    for (const kept of ["updated", "recorded", "inflight"]) expect(await sessions.session(kept)).toBeDefined();
+    expect(await sessions.pruneIdle(5 * DAY)).toBe(0);
 
     // Once the in-flight run has its terminal entry, that session is idle too.
-    sessions.markTerminal("wc_agent_run_busy");
-    expect(sessions.pruneIdle(5 * DAY)).toBe(1);
-    expect(sessions.session("inflight")).toBeUndefined();
+    await sessions.markTerminal("wc_agent_run_busy");
+    expect(await sessions.pruneIdle(5 * DAY)).toBe(1);
+    expect(await sessions.session("inflight")).toBeUndefined();
   });
 
-  it("the Server's session service prunes at start with the configured age", () => {
+  it("the Server's session service prunes at start with the configured age", async () => {
     const { state, sessions, advance } = open();
-    sessions.insertSession({ session_id: "old", principal_id: "alice", project_id: "demo", title: "t" });
+    await sessions.insertSession({ session_id: "old", principal_id: "alice", project_id: "demo", title: "t" });
     advance(2 * DAY);
-    new SessionService(sessions, state, pino({ level: "silent" }), 3 * 24 * 3600);
-    expect(sessions.session("old")).toBeDefined();
-    new SessionService(sessions, state, pino({ level: "silent" }), 24 * 3600);
-    expect(sessions.session("old")).toBeUndefined();
+    await new SessionService(sessions, state, pino({ level: "silent" }), 3 * 24 * 3600).start();
+    expect(await sessions.session("old")).toBeDefined();
+    await new SessionService(sessions, state, pino({ level: "silent" }), 24 * 3600).start();
+    expect(await sessions.session("old")).toBeUndefined();
   });
 
-  it("a create prunes at most once per interval, and always before refusing a principal at its cap", () => {
+  it("a create prunes at most once per interval, and always before refusing a principal at its cap", async () => {
     const { state, sessions, advance } = open();
     const alice: Principal = { id: "alice", scopes: new Set(["runtime:write"]), projects: new Set(["demo"]) };
     const service = new SessionService(sessions, state, pino({ level: "silent" }), 24 * 3600);
+    await service.start();
     const prunes = vi.spyOn(sessions, "pruneIdle");
-    const create = () => service.create(alice, { project_id: "demo", title: "t" });
+    const create = async () => (await service.create(alice, { project_id: "demo", title: "t" })).ok;
 
-    sessions.insertSession({ session_id: "old", principal_id: "alice", project_id: "demo", title: "t" });
-    for (let i = 0; i < 3; i++) expect(create().ok).toBe(true);
-    expect(prunes).not.toHaveBeenCalled(); // the constructor's prune was less than an interval ago
+    await sessions.insertSession({ session_id: "old", principal_id: "alice", project_id: "demo", title: "t" });
+    for (let i = 0; i < 3; i++) expect(await create()).toBe(true);
+    expect(prunes).not.toHaveBeenCalled(); // the start's prune was less than an interval ago
 
     advance(DAY - 1000);
-    expect(create().ok).toBe(true);
+    expect(await create()).toBe(true);
     expect(prunes).toHaveBeenCalledTimes(1);
-    expect(sessions.session("old")).toBeDefined(); // not idle for a day yet
+    expect(await sessions.session("old")).toBeDefined(); // not idle for a day yet
 
-    sessions.atomically(() => {
-      for (let i = sessions.countSessions("alice"); i < MAX_SESSIONS_PER_PRINCIPAL; i++) {
-        sessions.insertSession({ session_id: `fill-${i}`, principal_id: "alice", project_id: "demo", title: "t" });
+    await sessions.transaction(async (tx) => {
+      for (let i = await sessions.countSessions("alice", tx); i < MAX_SESSIONS_PER_PRINCIPAL; i++) {
+        await sessions.insertSession(
+          { session_id: `fill-${i}`, principal_id: "alice", project_id: "demo", title: "t" },
+          tx,
+        );
       }
     });
     advance(2000); // "old" is idle now; the interval has not passed
     expect(SESSION_PRUNE_INTERVAL_MS).toBeGreaterThan(2000);
-    expect(create().ok).toBe(true);
+    expect(await create()).toBe(true);
     expect(prunes).toHaveBeenCalledTimes(2);
     // "old" and the three created with it went; the one created a day later stays.
-    expect(sessions.session("old")).toBeUndefined();
-    expect(sessions.countSessions("alice")).toBe(MAX_SESSIONS_PER_PRINCIPAL - 3);
+    expect(await sessions.session("old")).toBeUndefined();
+    expect(await sessions.countSessions("alice")).toBe(MAX_SESSIONS_PER_PRINCIPAL - 3);
   });
 
-  it("prepares its statements once, when it is made, not on each call", () => {
+  it("prepares each statement once per connection, not on each call", async () => {
     const { state, sessions, advance } = open();
-    sessions.atomically(() => undefined); // the driver prepares BEGIN/COMMIT once per database
+    const everything = async (id: string, run: string) => {
+      await sessions.insertSession({ session_id: id, principal_id: "alice", project_id: "demo", title: "t" });
+      await sessions.updateTexts(id, { handoff: "h", goal: "g" });
+      await evidence(sessions, id, run);
+      await sessions.linkRun(run, id);
+      await sessions.resetTerminal(run);
+      expect((await sessions.recorderOf(run))?.session_id).toBe(id);
+      expect(await sessions.openRecordedRuns(10)).toEqual([run]);
+      expect(await sessions.markTerminal(run)).toBe(true);
+      expect(await sessions.evidenceAfter(id, 0, 10)).toHaveLength(1);
+      expect(await sessions.countSessions("alice")).toBe(1);
+      advance(DAY);
+      expect(await sessions.pruneIdle(1000)).toBe(1);
+      expect(await sessions.session(id)).toBeUndefined();
+    };
+    await everything("s1", "wc_agent_run_a");
     const prepare = vi.spyOn(state.db, "prepare");
-    sessions.insertSession({ session_id: "s", principal_id: "alice", project_id: "demo", title: "t" });
-    sessions.updateTexts("s", { handoff: "h", goal: "g" });
-    evidence(sessions, "s", "wc_agent_run_a");
-    sessions.linkRun("wc_agent_run_a", "s");
-    sessions.resetTerminal("wc_agent_run_a");
-    expect(sessions.recorderOf("wc_agent_run_a")?.session_id).toBe("s");
-    expect(sessions.openRecordedRuns(10)).toEqual(["wc_agent_run_a"]);
-    expect(sessions.markTerminal("wc_agent_run_a")).toBe(true);
-    expect(sessions.evidenceAfter("s", 0, 10)).toHaveLength(1);
-    expect(sessions.countSessions("alice")).toBe(1);
-    advance(DAY);
-    expect(sessions.pruneIdle(1000)).toBe(1);
-    expect(sessions.session("s")).toBeUndefined();
+    await everything("s2", "wc_agent_run_b");
     expect(prepare).not.toHaveBeenCalled();
   });
 

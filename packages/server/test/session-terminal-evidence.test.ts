@@ -25,13 +25,13 @@ afterEach(() => {
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const quiet = pino({ level: "silent" });
 
-function open() {
+async function open() {
   const dir = mkdtempSync(join(tmpdir(), "wc-sess-term-"));
   dirs.push(dir);
   const state = new StateStore(dir);
   stores.push(state);
-  const sessions = new SessionStore(state.db);
-  sessions.insertSession({ session_id: "s1", principal_id: "alice", project_id: "demo", title: "s1" });
+  const sessions = new SessionStore(state.engine);
+  await sessions.insertSession({ session_id: "s1", principal_id: "alice", project_id: "demo", title: "s1" });
   state.insert({
     run_id: RUN,
     principal_id: "alice",
@@ -50,39 +50,46 @@ function open() {
     recovery_kind: "wait",
     message: null,
   });
-  sessions.linkRun(RUN, "s1");
+  await sessions.linkRun(RUN, "s1");
   return { state, sessions };
 }
 
-const terminalEntries = (sessions: SessionStore) =>
-  sessions.evidenceAfter("s1", 0, 100).filter((e) => e.kind === "coding_agent_terminal" && e.run_id === RUN);
+const terminalEntries = async (sessions: SessionStore) =>
+  (await sessions.evidenceAfter("s1", 0, 100)).filter((e) => e.kind === "coding_agent_terminal" && e.run_id === RUN);
+
+/** A Server's session service, started as the Server starts it. */
+async function started(sessions: SessionStore, state: StateStore): Promise<SessionService> {
+  const service = new SessionService(sessions, state, quiet);
+  await service.start();
+  return service;
+}
 
 describe("a recorded run's terminal evidence", () => {
-  it("is written with its mark: a failed append leaves the run unmarked, and the catch-up writes it once", () => {
-    const { state, sessions } = open();
-    new SessionService(sessions, state, quiet);
-    vi.spyOn(sessions, "appendEvidence").mockImplementationOnce(() => {
-      throw new Error("disk I/O error");
-    });
+  it("is written with its mark: a failed append leaves the run unmarked, and the catch-up writes it once", async () => {
+    const { state, sessions } = await open();
+    const first = await started(sessions, state);
+    vi.spyOn(sessions, "appendEvidence").mockImplementationOnce(() => Promise.reject(new Error("disk I/O error")));
 
     state.update(RUN, { state: "completed", execution_state: "completed", stop_reason: "end_turn" });
-    expect(terminalEntries(sessions)).toHaveLength(0);
-    expect(sessions.recorderOf(RUN)?.terminal_recorded).toBe(0);
+    await first.settled();
+    expect(await terminalEntries(sessions)).toHaveLength(0);
+    expect((await sessions.recorderOf(RUN))?.terminal_recorded).toBe(0);
 
     // A restarted Server: its catch-up finds the unmarked terminal run and writes the entry.
-    new SessionService(sessions, state, quiet);
-    expect(terminalEntries(sessions)).toHaveLength(1);
-    expect(sessions.recorderOf(RUN)?.terminal_recorded).toBe(1);
-    new SessionService(sessions, state, quiet);
-    expect(terminalEntries(sessions)).toHaveLength(1);
+    await started(sessions, state);
+    expect(await terminalEntries(sessions)).toHaveLength(1);
+    expect((await sessions.recorderOf(RUN))?.terminal_recorded).toBe(1);
+    await started(sessions, state);
+    expect(await terminalEntries(sessions)).toHaveLength(1);
   });
 
-  it("is written once when the run ends normally", () => {
-    const { state, sessions } = open();
-    new SessionService(sessions, state, quiet);
+  it("is written once when the run ends normally", async () => {
+    const { state, sessions } = await open();
+    const service = await started(sessions, state);
     state.update(RUN, { state: "failed", execution_state: "outcome_unknown", failure_kind: "provider_exited" });
     state.update(RUN, { state: "lost" });
-    expect(terminalEntries(sessions)).toHaveLength(1);
-    expect(sessions.recorderOf(RUN)?.terminal_recorded).toBe(1);
+    await service.settled();
+    expect(await terminalEntries(sessions)).toHaveLength(1);
+    expect((await sessions.recorderOf(RUN))?.terminal_recorded).toBe(1);
   });
 });

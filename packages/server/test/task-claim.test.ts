@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { deriveRunId } from "../src/runs/identity.js";
+import { SqliteEngine } from "../src/state/engine-sqlite.js";
 import { migrate } from "../src/state/schema.js";
 import { AttemptRefs, deriveTaskId, deriveTaskRunId } from "../src/tasks/claim.js";
 import { TaskStore } from "../src/tasks/store.js";
@@ -47,14 +48,14 @@ describe("managed-path identity", () => {
   });
 });
 
-function migrated(): Database.Database {
+function migrated(): SqliteEngine {
   const db = new Database(":memory:");
   migrate(db, ":memory:");
-  return db;
+  return new SqliteEngine(db);
 }
 
 describe("task retention", () => {
-  it("deletes closed tasks past retention with their attempts and bindings, and keeps open ones", () => {
+  it("deletes closed tasks past retention with their attempts and bindings, and keeps open ones", async () => {
     let now = Date.parse("2026-01-01T00:00:00Z");
     const store = new TaskStore(migrated(), () => new Date(now));
     const mk = (id: string) =>
@@ -67,9 +68,9 @@ describe("task retention", () => {
         instruction_bytes: 1,
         request_fingerprint: "f",
       });
-    mk("t-open");
-    mk("t-closed");
-    store.insertAttempt({
+    await mk("t-open");
+    await mk("t-closed");
+    await store.insertAttempt({
       attempt_id: "a1",
       task_id: "t-closed",
       assignee: "h",
@@ -77,20 +78,20 @@ describe("task retention", () => {
       lease_expires_ms: now,
       superseded_run_id: null,
     });
-    store.closeTask("t-closed", "succeeded");
-    expect(store.prune(1000)).toBe(0);
+    await store.closeTask("t-closed", "succeeded");
+    expect(await store.prune(1000)).toBe(0);
     now += 2000;
-    expect(store.prune(1000)).toBe(1);
-    expect(store.task("t-closed")).toBeUndefined();
-    expect(store.attempt("a1")).toBeUndefined();
-    expect(store.task("t-open")?.state).toBe("open");
+    expect(await store.prune(1000)).toBe(1);
+    expect(await store.task("t-closed")).toBeUndefined();
+    expect(await store.attempt("a1")).toBeUndefined();
+    expect((await store.task("t-open"))?.state).toBe("open");
   });
 
-  it("keeps at most maxClosed closed tasks, dropping the oldest closed first", () => {
+  it("keeps at most maxClosed closed tasks, dropping the oldest closed first", async () => {
     let now = Date.parse("2026-01-01T00:00:00Z");
     const store = new TaskStore(migrated(), () => new Date(now));
     for (const id of ["t1", "t2", "t3"]) {
-      store.insertTask({
+      await store.insertTask({
         task_id: id,
         principal_id: "alice",
         project_id: "demo",
@@ -99,12 +100,12 @@ describe("task retention", () => {
         instruction_bytes: 1,
         request_fingerprint: "f",
       });
-      store.closeTask(id, "abandoned");
+      await store.closeTask(id, "abandoned");
       now += 1000;
     }
-    expect(store.prune(3_600_000, 2)).toBe(1);
-    expect(store.task("t1")).toBeUndefined();
-    expect(store.task("t2")).toBeDefined();
-    expect(store.task("t3")).toBeDefined();
+    expect(await store.prune(3_600_000, 2)).toBe(1);
+    expect(await store.task("t1")).toBeUndefined();
+    expect(await store.task("t2")).toBeDefined();
+    expect(await store.task("t3")).toBeDefined();
   });
 });

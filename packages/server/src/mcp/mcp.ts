@@ -63,19 +63,28 @@ export const createMcpHandler: McpHandlerFactory = async ({
       })
     : null;
   const sessions = new SessionService(
-    new SessionStore(store.db),
+    new SessionStore(store.engine),
     store,
     logger.child({ c: "sessions" }),
     config.sessionMaxIdleSecs,
   );
+  // Start-up catch-up and prunes run in the background (each idempotent; no request depends on them) and
+  // are awaited on close, with the evidence writes still queued, before the state DB closes.
+  const background: Promise<void>[] = [];
+  const inBackground = (work: Promise<void>, what: string) =>
+    background.push(
+      work.catch((err: unknown) => log.error({ err: err instanceof Error ? err.name : typeof err }, what)),
+    );
+  inBackground(sessions.start(), "workflow session start-up catch-up failed");
   const toolModules: ToolModule[] = [new SessionTools(sessions)];
   if (admission) {
     const tasks = new TaskService({
-      tasks: new TaskStore(store.db),
+      tasks: new TaskStore(store.engine),
       records: store,
       admission,
       logger: logger.child({ c: "tasks" }),
     });
+    inBackground(tasks.start(), "closed-task prune at start failed");
     toolModules.push(new TaskTools(tasks, sessions));
   }
   const handler = createMcpHttpHandler({
@@ -114,6 +123,8 @@ export const createMcpHandler: McpHandlerFactory = async ({
     ...(oauth ? { owns: oauth.owns } : {}),
     close: async () => {
       await handler.close();
+      await Promise.all(background);
+      await sessions.settled();
       audit.close();
     },
   };

@@ -232,7 +232,7 @@ export class Admission {
   async #startLocked(principal: Principal, req: AdmissionRequest): Promise<ApiResult<StartOutput>> {
     const resolved = this.#resolve(principal, req);
     if ("done" in resolved) return resolved.done;
-    const refused = this.#record(principal, req, resolved);
+    const refused = await this.#record(principal, req, resolved);
     if (refused) return { ok: false, error: refused };
     req.afterRecorded?.();
     if (this.#delayMs > 0) {
@@ -324,11 +324,14 @@ export class Admission {
 
   /**
    * Step 7: the admission intent, durably enough. One transaction: a caller's binding (the managed
-   * path, the session recorder) and the intent commit together or not at all. No fsync of its own:
-   * nothing leaves before the `sent` (or rejection) commit of `#send`, a FULL one that makes this one
-   * durable too; a crash of this process keeps it (state/store.ts). Returns the caller's refusal.
+   * path, the session recorder) and the intent commit together or not at all. Returns the caller's
+   * refusal. Without a `bind`: no fsync of its own — nothing leaves before the `sent` (or rejection)
+   * commit of `#send`, a FULL one that makes this one durable too; a crash of this process keeps it
+   * (state/store.ts). With a `bind`, it is the state engine's transaction (state/engine.ts), because
+   * `bind` runs its stores' statements through `tx`; on SQLite that is the store's one connection, so the
+   * record's own statements below join it, and it commits under the connection's `synchronous = FULL`.
    */
-  #record(principal: Principal, req: AdmissionRequest, target: Target): ApiError | null {
+  async #record(principal: Principal, req: AdmissionRequest, target: Target): Promise<ApiError | null> {
     const { runner, fences, existing, unacknowledged } = target;
     const runId = req.run_id;
     const intent = {
@@ -345,13 +348,21 @@ export class Admission {
       recovery_kind: "wait" as const,
       message: null,
     };
+    const write = () => {
+      if (unacknowledged) this.#ctx.store.update(runId, { ...intent, admission: "sent" });
+      else if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
+      else this.#ctx.store.insert({ run_id: runId, principal_id: principal.id, ...intent });
+    };
+    const bind = req.bind;
+    if (bind === undefined) {
+      this.#ctx.store.atomicallyWithoutFsync(write);
+      return null;
+    }
     try {
-      this.#ctx.store.atomicallyWithoutFsync(() => {
-        const denied = req.bind?.({ run_id: runId, runner_id: runner.runnerId, ...fences }) ?? null;
+      await this.#ctx.store.engine.transaction(async (tx) => {
+        const denied = await bind({ run_id: runId, runner_id: runner.runnerId, ...fences }, tx);
         if (denied) throw new BindRefused(denied);
-        if (unacknowledged) this.#ctx.store.update(runId, { ...intent, admission: "sent" });
-        else if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
-        else this.#ctx.store.insert({ run_id: runId, principal_id: principal.id, ...intent });
+        write();
       });
     } catch (err) {
       if (err instanceof BindRefused) return err.error;

@@ -150,7 +150,7 @@ export class RunTools implements ToolModule {
       context_session_version !== undefined
     ) {
       if (!this.#startHooks) return fail(apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE), null);
-      const prepared = this.#startHooks.prepare(
+      const prepared = await this.#startHooks.prepare(
         principal,
         stripUndefined({
           project_id: runInput.project_id,

@@ -20,13 +20,22 @@
  *   start (`context_version_conflict`) before anything is recorded. The pin is named in the preamble's
  *   header, so it is part of the composed prompt and hence of the intent fingerprint. The quoted texts
  *   are made inert first (`inertQuote`).
+ *
+ * Atomicity (state/engine.ts): an update reads the session with `lockSession` (SELECT … FOR UPDATE) in the
+ * transaction that writes it, so `expected_version` is checked against the row it replaces; the recorder's
+ * ownership check, link and `coding_agent_started` entry run in the admission transaction, the session
+ * locked; a terminal entry is written by the one transaction whose `markTerminal` changed the link row; a
+ * create counts and inserts under its principal's advisory lock (`createLock`). The pinned version and the
+ * quoted texts come from one read of the row (one statement: one snapshot on both engines).
  */
+import { AsyncResource } from "node:async_hooks";
 import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, terminalSafe, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { missingScopes } from "../principals/authority.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, StartHooks } from "../runs/api.js";
+import type { StateQueries } from "../state/engine.js";
 import type { AdmissionRecord, StateStore } from "../state/store.js";
 import {
   DEFAULT_SESSION_MAX_IDLE_SECS,
@@ -104,6 +113,11 @@ export function inertQuote(text: string): string {
     .join("\n");
 }
 
+/** The advisory lock (state/engine.ts `{lock}`) a principal's session creations take turns on. */
+export function createLock(principalId: string): string {
+  return `workflow_sessions.create:${principalId}`;
+}
+
 function err(code: ApiErrorCode, message: string, recovery_kind: ApiError["recovery_kind"]): ApiError {
   return { code, message, recovery_kind };
 }
@@ -150,12 +164,20 @@ export class SessionService {
   readonly #log: Logger;
 
   readonly #maxIdleMs: number;
-  /** The session store's clock (ms) before which `create` does not prune again. */
+  /** The session store's clock (ms) before which `create` does not prune again (this instance's pace only). */
   #nextPruneAt = 0;
+  /**
+   * Evidence writes per run still in progress, chained so one run's entries are written in the order its
+   * states changed. An entry leaves when its chain is done, so this holds at most the runs changing state
+   * right now.
+   */
+  readonly #evidenceChains = new Map<string, Promise<void>>();
+  /** The async context of construction: evidence writes start there, outside any transaction's scope. */
+  readonly #outside = new AsyncResource("webcodex.session-evidence");
 
   /**
-   * `maxIdleSecs`: `[server] session_max_idle_secs` (idle sessions are deleted at start, and on a create
-   * at most once per SESSION_PRUNE_INTERVAL_MS).
+   * `maxIdleSecs`: `[server] session_max_idle_secs` (idle sessions are deleted at `start`, and on a create
+   * at most once per SESSION_PRUNE_INTERVAL_MS). Call `start` once.
    */
   constructor(
     sessions: SessionStore,
@@ -168,21 +190,44 @@ export class SessionService {
     this.#records = records;
     this.#log = logger;
     records.onStateChange((rec) => {
-      try {
-        this.#onRunState(rec);
-      } catch (e) {
-        this.#log.error({ run_id: rec.run_id, err: e instanceof Error ? e.name : typeof e }, "evidence not recorded");
-      }
+      // Only these states write evidence; the listener may be called inside a writer's transaction.
+      if (rec.state === "waiting_permission" || isTerminalState(rec.state)) this.#queueRunState(rec);
     });
-    this.#catchUp();
-    this.#prune();
+  }
+
+  /** At Server start: terminal entries a previous process could not write, then one prune. */
+  async start(): Promise<void> {
+    await this.#catchUp();
+    await this.#prune();
+  }
+
+  /** Resolves when every evidence write queued so far is done (tests, shutdown). */
+  async settled(): Promise<void> {
+    while (this.#evidenceChains.size > 0) await Promise.all(this.#evidenceChains.values());
+  }
+
+  #queueRunState(rec: AdmissionRecord): void {
+    const previous = this.#evidenceChains.get(rec.run_id) ?? Promise.resolve();
+    // Started in the construction context, never in the caller's: the state change may come from inside
+    // another transaction, whose handle alone may be used there (state/engine.ts).
+    const next = this.#outside.runInAsyncScope(() =>
+      previous.then(() =>
+        this.#onRunState(rec).catch((e: unknown) => {
+          this.#log.error({ run_id: rec.run_id, err: e instanceof Error ? e.name : typeof e }, "evidence not recorded");
+        }),
+      ),
+    );
+    this.#evidenceChains.set(rec.run_id, next);
+    void next.then(() => {
+      if (this.#evidenceChains.get(rec.run_id) === next) this.#evidenceChains.delete(rec.run_id);
+    });
   }
 
   /** Delete idle sessions (one batch), unless `force` is false and the interval has not passed; true when it ran. */
-  #prune(force = false): boolean {
+  async #prune(force = false): Promise<boolean> {
     const now = this.#sessions.now().getTime();
     if (!force && now < this.#nextPruneAt) return false;
-    const pruned = this.#sessions.pruneIdle(this.#maxIdleMs);
+    const pruned = await this.#sessions.pruneIdle(this.#maxIdleMs);
     // A full batch may have left more: the next create continues at once.
     this.#nextPruneAt = pruned >= SESSION_PRUNE_BATCH ? 0 : now + SESSION_PRUNE_INTERVAL_MS;
     if (pruned > 0) this.#log.info({ pruned }, "idle workflow sessions deleted");
@@ -197,47 +242,59 @@ export class SessionService {
     return null;
   }
 
-  /** The caller's own session on a project it may still use; anything else is not found. */
-  #owned(principal: Principal, sessionId: string): SessionRow | ApiError {
-    const row = this.#sessions.session(sessionId);
+  /**
+   * The caller's own session on a project it may still use; anything else is not found. Given a
+   * transaction, the row is locked until it ends (the caller decides on it there).
+   */
+  async #owned(principal: Principal, sessionId: string, tx?: StateQueries): Promise<SessionRow | ApiError> {
+    const row = tx ? await this.#sessions.lockSession(sessionId, tx) : await this.#sessions.session(sessionId);
     if (!row || row.principal_id !== principal.id || !principal.projects.has(row.project_id)) {
       return err("not_found", `No workflow session ${sessionId}.`, "none");
     }
     return row;
   }
 
-  create(principal: Principal, input: { project_id: string; title: string }): ApiResult<SessionView> {
+  async create(principal: Principal, input: { project_id: string; title: string }): Promise<ApiResult<SessionView>> {
     const denied = this.#need(principal, "runtime:write", input.project_id);
     if (denied) return { ok: false, error: denied };
-    const pruned = this.#prune();
-    let owned = this.#sessions.countSessions(principal.id);
+    const pruned = await this.#prune();
     // At the cap, one of this principal's sessions may have gone idle since the last prune: prune before refusing.
-    if (owned >= MAX_SESSIONS_PER_PRINCIPAL && !pruned) {
-      this.#prune(true);
-      owned = this.#sessions.countSessions(principal.id);
+    if (!pruned && (await this.#sessions.countSessions(principal.id)) >= MAX_SESSIONS_PER_PRINCIPAL) {
+      await this.#prune(true);
     }
-    if (owned >= MAX_SESSIONS_PER_PRINCIPAL) {
+    // The count and the insert under the principal's advisory lock: concurrent creates cannot pass the cap.
+    const row = await this.#sessions.transaction(
+      async (tx) => {
+        if ((await this.#sessions.countSessions(principal.id, tx)) >= MAX_SESSIONS_PER_PRINCIPAL) return null;
+        return await this.#sessions.insertSession(
+          {
+            session_id: SESSION_ID_PREFIX + base32(randomBytes(20)).slice(0, 26),
+            principal_id: principal.id,
+            project_id: input.project_id,
+            title: input.title,
+          },
+          tx,
+        );
+      },
+      { lock: createLock(principal.id) },
+    );
+    if (row === null) {
       return {
         ok: false,
         error: err("capacity", `At most ${MAX_SESSIONS_PER_PRINCIPAL} sessions per principal.`, "none"),
       };
     }
-    const row = this.#sessions.insertSession({
-      session_id: SESSION_ID_PREFIX + base32(randomBytes(20)).slice(0, 26),
-      principal_id: principal.id,
-      project_id: input.project_id,
-      title: input.title,
-    });
     this.#log.info({ session_id: row.session_id, project_id: row.project_id }, "workflow session created");
     return { ok: true, value: view(row) };
   }
 
-  update(
+  async update(
     principal: Principal,
     input: { session_id: string; handoff?: string; goal?: string; expected_version?: number },
-  ): ApiResult<SessionView> {
-    return this.#sessions.atomically((): ApiResult<SessionView> => {
-      const row = this.#owned(principal, input.session_id);
+  ): Promise<ApiResult<SessionView>> {
+    // Atomic by the session's row lock: `expected_version` is compared with the version this update replaces.
+    return await this.#sessions.transaction(async (tx): Promise<ApiResult<SessionView>> => {
+      const row = await this.#owned(principal, input.session_id, tx);
       if ("code" in row) return { ok: false, error: row };
       const denied = this.#need(principal, "runtime:write", row.project_id);
       if (denied) return { ok: false, error: denied };
@@ -251,24 +308,28 @@ export class SessionService {
           ),
         };
       }
-      this.#sessions.updateTexts(row.session_id, {
-        ...(input.handoff !== undefined ? { handoff: input.handoff } : {}),
-        ...(input.goal !== undefined ? { goal: input.goal } : {}),
-      });
-      const updated = this.#sessions.session(row.session_id) ?? row;
+      await this.#sessions.updateTexts(
+        row.session_id,
+        {
+          ...(input.handoff !== undefined ? { handoff: input.handoff } : {}),
+          ...(input.goal !== undefined ? { goal: input.goal } : {}),
+        },
+        tx,
+      );
+      const updated = (await this.#sessions.session(row.session_id, tx)) ?? row;
       return { ok: true, value: view(updated) };
     });
   }
 
-  read(
+  async read(
     principal: Principal,
     input: { session_id: string; after?: number },
-  ): ApiResult<SessionView & { evidence: EvidenceView[]; evidence_dropped: number; has_more: boolean }> {
-    const row = this.#owned(principal, input.session_id);
+  ): Promise<ApiResult<SessionView & { evidence: EvidenceView[]; evidence_dropped: number; has_more: boolean }>> {
+    const row = await this.#owned(principal, input.session_id);
     if ("code" in row) return { ok: false, error: row };
     const denied = this.#need(principal, "runtime:read", row.project_id);
     if (denied) return { ok: false, error: denied };
-    const rows = this.#sessions.evidenceAfter(row.session_id, input.after ?? 0, MAX_EVIDENCE_PER_READ + 1);
+    const rows = await this.#sessions.evidenceAfter(row.session_id, input.after ?? 0, MAX_EVIDENCE_PER_READ + 1);
     const evidence = rows.slice(0, MAX_EVIDENCE_PER_READ).map((e) => ({
       seq: e.seq,
       at: e.at,
@@ -302,45 +363,56 @@ export class SessionService {
    * it. A re-send of an unacknowledged start finds the link and adds nothing (replays never reach
    * `bind`); a re-admission after a pre-admission rejection is a new dispatch and is recorded as one.
    */
-  recorder(
+  async recorder(
     principal: Principal,
     sessionId: string,
     projectId: string,
     providerId: string,
     field = "workflow_session_id",
-  ): ApiResult<(fences: AdmissionFences) => ApiError | null> {
-    const refused = this.#checkRecorder(principal, sessionId, projectId, field);
+  ): Promise<ApiResult<(fences: AdmissionFences, tx: StateQueries) => Promise<ApiError | null>>> {
+    const refused = await this.#checkRecorder(principal, sessionId, projectId, field);
     if (refused) return { ok: false, error: refused };
     return {
       ok: true,
-      value: (fences) => {
-        const again = this.#checkRecorder(principal, sessionId, projectId, field);
+      // In the admission transaction `tx`: ownership again with the session locked (no prune, no other
+      // recorder write in between), then the link and the started entry, committed with the intent.
+      value: async (fences, tx) => {
+        const again = await this.#checkRecorder(principal, sessionId, projectId, field, tx);
         if (again) return again;
         const runId = fences.run_id;
         const existing = this.#records.get(runId);
-        if (!this.#sessions.linkRun(runId, sessionId)) {
+        if (!(await this.#sessions.linkRun(runId, sessionId, tx))) {
           if (existing?.admission !== "rejected_pre_admission") return null;
-          this.#sessions.resetTerminal(runId);
+          await this.#sessions.resetTerminal(runId, tx);
         }
-        const recorder = this.#sessions.recorderOf(runId)?.session_id ?? sessionId;
-        this.#sessions.appendEvidence({
-          session_id: recorder,
-          kind: "coding_agent_started",
-          run_id: runId,
-          provider_id: providerId,
-          state: "starting",
-          execution_state: "not_started",
-          stop_reason: null,
-          failure_kind: null,
-        });
+        const recorder = (await this.#sessions.recorderOf(runId, tx))?.session_id ?? sessionId;
+        await this.#sessions.appendEvidence(
+          {
+            session_id: recorder,
+            kind: "coding_agent_started",
+            run_id: runId,
+            provider_id: providerId,
+            state: "starting",
+            execution_state: "not_started",
+            stop_reason: null,
+            failure_kind: null,
+          },
+          tx,
+        );
         return null;
       },
     };
   }
 
-  /** The recorder must be the caller's own session on the run's project. */
-  #checkRecorder(principal: Principal, sessionId: string, projectId: string, field: string): ApiError | null {
-    const row = this.#owned(principal, sessionId);
+  /** The recorder must be the caller's own session on the run's project (locked in `tx` when given). */
+  async #checkRecorder(
+    principal: Principal,
+    sessionId: string,
+    projectId: string,
+    field: string,
+    tx?: StateQueries,
+  ): Promise<ApiError | null> {
+    const row = await this.#owned(principal, sessionId, tx);
     if ("code" in row) return { ...row, message: `${field}: ${row.message} Nothing was started.` };
     if (row.project_id !== projectId) {
       return err(
@@ -356,47 +428,56 @@ export class SessionService {
    * At start: terminal entries the previous process could not write (a run closed by reconciliation
    * before this service listened, e.g. an intent never sent before a crash).
    */
-  #catchUp(): void {
-    for (const runId of this.#sessions.openRecordedRuns(MAX_CATCH_UP_RUNS)) {
+  async #catchUp(): Promise<void> {
+    for (const runId of await this.#sessions.openRecordedRuns(MAX_CATCH_UP_RUNS)) {
       const rec = this.#records.get(runId);
-      if (rec && isTerminalState(rec.state)) this.#onRunState(rec);
+      if (rec && isTerminalState(rec.state)) await this.#onRunState(rec);
     }
   }
 
-  #onRunState(rec: AdmissionRecord): void {
-    const link = this.#sessions.recorderOf(rec.run_id);
-    if (!link) return;
-    if (rec.state === "waiting_permission") this.#append(link.session_id, "coding_agent_waiting_permission", rec);
-    else if (isTerminalState(rec.state)) {
+  async #onRunState(rec: AdmissionRecord): Promise<void> {
+    if (rec.state === "waiting_permission") {
+      await this.#sessions.transaction(async (tx) => {
+        const link = await this.#sessions.recorderOf(rec.run_id, tx);
+        if (link) await this.#append(link.session_id, "coding_agent_waiting_permission", rec, tx);
+      });
+    } else if (isTerminalState(rec.state)) {
       // The mark and the entry commit together: a failure or a crash between them would leave the run
       // marked and its terminal entry never written (#catchUp only redoes unmarked runs), and a reader
-      // could see the mark before the entry.
-      this.#sessions.atomically(() => {
-        if (this.#sessions.markTerminal(rec.run_id)) this.#append(link.session_id, "coding_agent_terminal", rec);
+      // could see the mark before the entry. The mark decides: of several writers (this listener, a
+      // catch-up, another instance) only the one whose UPDATE changed the row writes the entry.
+      await this.#sessions.transaction(async (tx) => {
+        const link = await this.#sessions.recorderOf(rec.run_id, tx);
+        if (link && (await this.#sessions.markTerminal(rec.run_id, tx))) {
+          await this.#append(link.session_id, "coding_agent_terminal", rec, tx);
+        }
       });
     }
   }
 
-  #append(sessionId: string, kind: EvidenceKind, rec: AdmissionRecord): void {
-    this.#sessions.appendEvidence({
-      session_id: sessionId,
-      kind,
-      run_id: rec.run_id,
-      provider_id: rec.provider_id,
-      state: rec.state,
-      execution_state: rec.execution_state,
-      stop_reason: rec.stop_reason,
-      failure_kind: rec.failure_kind,
-    });
+  async #append(sessionId: string, kind: EvidenceKind, rec: AdmissionRecord, tx: StateQueries): Promise<void> {
+    await this.#sessions.appendEvidence(
+      {
+        session_id: sessionId,
+        kind,
+        run_id: rec.run_id,
+        provider_id: rec.provider_id,
+        state: rec.state,
+        execution_state: rec.execution_state,
+        stop_reason: rec.stop_reason,
+        failure_kind: rec.failure_kind,
+      },
+      tx,
+    );
   }
 
   /** The selectors of start_coding_agent, for the run tools (StartHooks in runs/api.ts). */
   startHooks(): StartHooks {
     return {
-      prepare: (principal, input) => {
-        let bind: ((fences: AdmissionFences) => ApiError | null) | undefined;
+      prepare: async (principal, input) => {
+        let bind: ((fences: AdmissionFences, tx: StateQueries) => Promise<ApiError | null>) | undefined;
         if (input.workflow_session_id !== undefined) {
-          const gate = this.recorder(
+          const gate = await this.recorder(
             principal,
             input.workflow_session_id,
             input.project_id,
@@ -420,7 +501,7 @@ export class SessionService {
           }
           return withBind(input.prompt);
         }
-        const composed = this.composeWithContext(
+        const composed = await this.composeWithContext(
           principal,
           input.context_session_id,
           input.project_id,
@@ -439,14 +520,16 @@ export class SessionService {
    * `pinnedVersion`: the session `version` the caller reviewed; any other current version is a
    * `context_version_conflict`.
    */
-  composeWithContext(
+  async composeWithContext(
     principal: Principal,
     sessionId: string,
     projectId: string,
     prompt: string,
     pinnedVersion?: number,
-  ): ApiResult<{ prompt: string; snapshot: ContextSnapshot }> {
-    const row = this.#owned(principal, sessionId);
+  ): Promise<ApiResult<{ prompt: string; snapshot: ContextSnapshot }>> {
+    // One read of the row: ownership, project, the pinned version and the quoted texts all come from it,
+    // so the texts quoted are exactly those of the version checked.
+    const row = await this.#owned(principal, sessionId);
     if ("code" in row) {
       return { ok: false, error: { ...row, message: `context_session_id: ${row.message} Nothing was started.` } };
     }

@@ -143,14 +143,14 @@ export class SessionTools implements ToolModule {
       case SESSION_TOOL_NAMES.create: {
         const input = parseToolInput(CreateSessionInput, args);
         if (!input.ok) return fail(input.error, null);
-        const r = this.#sessions.create(principal, input.value);
+        const r = await this.#sessions.create(principal, input.value);
         return r.ok ? ok(SessionView.parse(r.value), null) : fail(r.error, null);
       }
       case SESSION_TOOL_NAMES.update: {
         const input = parseToolInput(UpdateSessionInput, args);
         if (!input.ok) return fail(input.error, null);
         const v = input.value;
-        const r = this.#sessions.update(principal, {
+        const r = await this.#sessions.update(principal, {
           session_id: v.session_id,
           ...(v.handoff !== undefined ? { handoff: v.handoff } : {}),
           ...(v.goal !== undefined ? { goal: v.goal } : {}),
@@ -161,7 +161,7 @@ export class SessionTools implements ToolModule {
       case SESSION_TOOL_NAMES.read: {
         const input = parseToolInput(ReadSessionInput, args);
         if (!input.ok) return fail(input.error, null);
-        const r = this.#sessions.read(principal, {
+        const r = await this.#sessions.read(principal, {
           session_id: input.value.session_id,
           ...(input.value.after !== undefined ? { after: input.value.after } : {}),
         });

@@ -11,6 +11,7 @@
  */
 import type { RunState } from "@webcodex/protocol";
 import type { ApiError, ApiErrorCode } from "../runs/api.js";
+import type { StateQueries } from "../state/engine.js";
 import type { AdmissionRecord, StateStore } from "../state/store.js";
 import type { Claim } from "./claim.js";
 import type { AttemptRow, TaskRow, TaskStore } from "./store.js";
@@ -66,22 +67,20 @@ export function currentAttempt(
 
 /**
  * Whether any run of the task blocks a new attempt: active (the work may be going on whatever the
- * lease says) or lost and not superseded. `supersede` may name exactly one such lost run.
+ * lease says) or lost and not superseded. `supersede` may name exactly one such lost run. `q`: the
+ * transaction that locked the task and will write the attempt.
  */
-export function blockingRun(
+export async function blockingRun(
   tasks: TaskStore,
   records: StateStore,
   task: TaskRow,
   supersede: string | undefined,
-): ApiError | null {
+  q: StateQueries,
+): Promise<ApiError | null> {
   const superseded = new Set(
-    tasks
-      .attemptsOf(task.task_id)
-      .map((a) => a.superseded_run_id)
-      .filter((r): r is string => r !== null),
+    (await tasks.attemptsOf(task.task_id, q)).map((a) => a.superseded_run_id).filter((r): r is string => r !== null),
   );
-  const bound = tasks
-    .bindingsOf(task.task_id)
+  const bound = (await tasks.bindingsOf(task.task_id, q))
     .map((b) => ({ binding: b, rec: records.get(b.run_id) }))
     .filter((x): x is { binding: (typeof x)["binding"]; rec: AdmissionRecord } => x.rec !== undefined);
   const lost = bound.filter((x) => x.rec.state === "lost" && !superseded.has(x.rec.run_id));

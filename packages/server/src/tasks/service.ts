@@ -19,6 +19,12 @@
  *   the bound run (`replayed: true`).
  * - Run completion is the attempt's run outcome, never the task's: only
  *   `close_agent_task` closes a task.
+ *
+ * Atomicity (state/engine.ts): every decision is read and written in one engine transaction. Decisions
+ * about an existing task (a new attempt, a renewal, the claim inside admission, a close) read the task
+ * with `lockTask` (SELECT … FOR UPDATE), so concurrent claimants on any Server instance take turns on
+ * that row and each sees the previous one's commit. A create, whose task may not exist yet, runs under
+ * the advisory lock of its principal (`createLock`), which also keeps the open-task cap exact.
  */
 import { isTerminalState } from "@webcodex/protocol";
 import type { Logger } from "pino";
@@ -27,6 +33,7 @@ import { missingScopes } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import type { AdmissionHooks, ApiError, ApiErrorCode, ApiResult, RunAdmission, StartOutput } from "../runs/api.js";
 import { intentFingerprint } from "../runs/identity.js";
+import type { StateQueries } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
 import {
   AttemptRefs,
@@ -103,6 +110,11 @@ function fail<T>(code: ApiErrorCode, message: string, recovery_kind: ApiError["r
 
 const NOT_FOUND_TASK = (id: string) => taskError("not_found", `No task ${id}.`, "none");
 
+/** The advisory lock (state/engine.ts `{lock}`) a principal's task creations take turns on. */
+export function createLock(principalId: string): string {
+  return `agent_tasks.create:${principalId}`;
+}
+
 export class TaskService {
   readonly #tasks: TaskStore;
   readonly #records: StateStore;
@@ -120,7 +132,11 @@ export class TaskService {
     this.#now = opts.now ?? Date.now;
     this.#secret = opts.records.serverSecret;
     this.#refs = new AttemptRefs(this.#secret);
-    const pruned = this.#tasks.prune();
+  }
+
+  /** At Server start: delete closed tasks past retention. */
+  async start(): Promise<void> {
+    const pruned = await this.#tasks.prune();
     if (pruned > 0) this.#log.info({ pruned }, "closed tasks past retention deleted");
   }
 
@@ -134,9 +150,12 @@ export class TaskService {
     return null;
   }
 
-  /** The task when this principal owns it and may still work on its project; else not found. */
-  #owned(principal: Principal, taskId: string): TaskRow | ApiError {
-    const task = this.#tasks.task(taskId);
+  /**
+   * The task when this principal owns it and may still work on its project; else not found. Read with
+   * `lockTask` in `tx`: the caller decides on it in that transaction.
+   */
+  async #owned(principal: Principal, taskId: string, tx: StateQueries): Promise<TaskRow | ApiError> {
+    const task = await this.#tasks.lockTask(taskId, tx);
     if (!task || task.principal_id !== principal.id) return NOT_FOUND_TASK(taskId);
     if (this.#authorize(principal, task.project_id) !== null) return NOT_FOUND_TASK(taskId);
     return task;
@@ -144,62 +163,71 @@ export class TaskService {
 
   // ---- create -------------------------------------------------------------------------------
 
-  createTask(principal: Principal, input: CreateTaskInput): ApiResult<TaskView & { replayed: boolean }> {
+  async createTask(principal: Principal, input: CreateTaskInput): Promise<ApiResult<TaskView & { replayed: boolean }>> {
     const denied = this.#authorize(principal, input.project_id);
     if (denied) return { ok: false, error: denied };
     const taskId = deriveTaskId(this.#secret, principal.id, input.idempotency_key);
     const title = input.title ?? "";
     const fingerprint = taskRequestFingerprint({ project_id: input.project_id, instruction: input.instruction, title });
-    return this.#tasks.atomically(() => {
-      const existing = this.#tasks.task(taskId);
-      if (existing) {
-        if (existing.request_fingerprint !== fingerprint) {
+    // Atomic by the principal's advisory lock: the same key twice creates one task, and the cap holds.
+    return await this.#tasks.transaction(
+      async (tx) => {
+        const existing = await this.#tasks.task(taskId, tx);
+        if (existing) {
+          if (existing.request_fingerprint !== fingerprint) {
+            return fail(
+              "idempotency_conflict",
+              "This idempotency_key already created a task with a different project, instruction or title; use a new key or repeat the original request.",
+              "fix_input",
+            );
+          }
+          return { ok: true, value: { ...taskView(existing), replayed: true } };
+        }
+        if ((await this.#tasks.countOpenTasks(principal.id, tx)) >= MAX_OPEN_TASKS_PER_PRINCIPAL) {
           return fail(
-            "idempotency_conflict",
-            "This idempotency_key already created a task with a different project, instruction or title; use a new key or repeat the original request.",
+            "capacity",
+            `This principal already has ${MAX_OPEN_TASKS_PER_PRINCIPAL} open tasks; close some with close_agent_task first.`,
             "fix_input",
           );
         }
-        return { ok: true, value: { ...taskView(existing), replayed: true } };
-      }
-      if (this.#tasks.countOpenTasks(principal.id) >= MAX_OPEN_TASKS_PER_PRINCIPAL) {
-        return fail(
-          "capacity",
-          `This principal already has ${MAX_OPEN_TASKS_PER_PRINCIPAL} open tasks; close some with close_agent_task first.`,
-          "fix_input",
+        const row = await this.#tasks.insertTask(
+          {
+            task_id: taskId,
+            principal_id: principal.id,
+            project_id: input.project_id,
+            title,
+            instruction: input.instruction,
+            instruction_bytes: Buffer.byteLength(input.instruction, "utf8"),
+            request_fingerprint: fingerprint,
+          },
+          tx,
         );
-      }
-      const row = this.#tasks.insertTask({
-        task_id: taskId,
-        principal_id: principal.id,
-        project_id: input.project_id,
-        title,
-        instruction: input.instruction,
-        instruction_bytes: Buffer.byteLength(input.instruction, "utf8"),
-        request_fingerprint: fingerprint,
-      });
-      this.#log.info({ task_id: taskId, principal_id: principal.id, project_id: input.project_id }, "task created");
-      return { ok: true, value: { ...taskView(row), replayed: false } };
-    });
+        this.#log.info({ task_id: taskId, principal_id: principal.id, project_id: input.project_id }, "task created");
+        return { ok: true, value: { ...taskView(row), replayed: false } };
+      },
+      { lock: createLock(principal.id) },
+    );
   }
 
   // ---- attempts -----------------------------------------------------------------------------
 
-  startAttempt(
+  async startAttempt(
     principal: Principal,
     input: StartAttemptInput,
-  ): ApiResult<AttemptClaimView & { renewed: boolean; superseded_run_id?: string }> {
-    return this.#tasks.atomically(() => {
-      const task = this.#owned(principal, input.task_id);
+  ): Promise<ApiResult<AttemptClaimView & { renewed: boolean; superseded_run_id?: string }>> {
+    // Atomic by the task's row lock (#owned → lockTask): of two concurrent claimants one inserts the
+    // attempt and commits; the other then reads its live lease and is refused.
+    return await this.#tasks.transaction(async (tx) => {
+      const task = await this.#owned(principal, input.task_id, tx);
       if ("code" in task) return { ok: false, error: task };
       if (task.state === "closed") {
         return fail("claim_conflict", `Task ${task.task_id} is closed; it takes no new attempts.`, "none");
       }
       const now = this.#now();
       const leaseMs = (input.lease_secs ?? DEFAULT_LEASE_SECS) * 1000;
-      if (input.renew_attempt_ref !== undefined) return this.#renew(task, input, now + leaseMs);
+      if (input.renew_attempt_ref !== undefined) return await this.#renew(task, input, now + leaseMs, tx);
 
-      const current = task.current_attempt_id ? this.#tasks.attempt(task.current_attempt_id) : undefined;
+      const current = task.current_attempt_id ? await this.#tasks.attempt(task.current_attempt_id, tx) : undefined;
       if (current?.state === "active" && current.lease_expires_ms > now) {
         return fail(
           "claim_conflict",
@@ -207,23 +235,26 @@ export class TaskService {
           "wait",
         );
       }
-      const blocked = blockingRun(this.#tasks, this.#records, task, input.supersede_uncertain_run);
+      const blocked = await blockingRun(this.#tasks, this.#records, task, input.supersede_uncertain_run, tx);
       if (blocked) return { ok: false, error: blocked };
-      if (this.#tasks.attemptsOf(task.task_id).length >= MAX_ATTEMPTS_PER_TASK) {
+      if ((await this.#tasks.countAttempts(task.task_id, tx)) >= MAX_ATTEMPTS_PER_TASK) {
         return fail(
           "claim_conflict",
           `Task ${task.task_id} already had ${MAX_ATTEMPTS_PER_TASK} attempts; close it and create a new task.`,
           "none",
         );
       }
-      const row = this.#tasks.insertAttempt({
-        attempt_id: newAttemptId(),
-        task_id: task.task_id,
-        assignee: input.assignee,
-        fence: task.last_fence + 1,
-        lease_expires_ms: now + leaseMs,
-        superseded_run_id: input.supersede_uncertain_run ?? null,
-      });
+      const row = await this.#tasks.insertAttempt(
+        {
+          attempt_id: newAttemptId(),
+          task_id: task.task_id,
+          assignee: input.assignee,
+          fence: task.last_fence + 1,
+          lease_expires_ms: now + leaseMs,
+          superseded_run_id: input.supersede_uncertain_run ?? null,
+        },
+        tx,
+      );
       if (input.supersede_uncertain_run !== undefined) {
         this.#log.warn(
           { task_id: task.task_id, attempt_id: row.attempt_id, run_id: input.supersede_uncertain_run },
@@ -243,11 +274,12 @@ export class TaskService {
     });
   }
 
-  #renew(
+  async #renew(
     task: TaskRow,
     input: StartAttemptInput,
     leaseExpiresMs: number,
-  ): ApiResult<AttemptClaimView & { renewed: boolean }> {
+    tx: StateQueries,
+  ): Promise<ApiResult<AttemptClaimView & { renewed: boolean }>> {
     if (input.supersede_uncertain_run !== undefined) {
       return fail(
         "invalid_input",
@@ -260,7 +292,7 @@ export class TaskService {
     if (claim.task_id !== task.task_id || claim.assignee !== input.assignee) {
       return fail("stale_claim", "renew_attempt_ref names another task or assignee.", "fix_input");
     }
-    const attempt = this.#tasks.attempt(claim.attempt_id);
+    const attempt = await this.#tasks.attempt(claim.attempt_id, tx);
     if (
       !attempt ||
       attempt.attempt_id !== task.current_attempt_id ||
@@ -275,8 +307,8 @@ export class TaskService {
       );
     }
     const expired = attempt.lease_expires_ms <= this.#now();
-    this.#tasks.renewAttempt(attempt.attempt_id, leaseExpiresMs, expired);
-    const row = this.#tasks.attempt(attempt.attempt_id) ?? attempt;
+    await this.#tasks.renewAttempt(attempt.attempt_id, leaseExpiresMs, expired, tx);
+    const row = (await this.#tasks.attempt(attempt.attempt_id, tx)) ?? attempt;
     this.#log.info(
       { task_id: task.task_id, attempt_id: row.attempt_id, generation: row.controller_generation, reclaimed: expired },
       "attempt lease renewed",
@@ -288,11 +320,18 @@ export class TaskService {
     return claimView(row, this.#refs);
   }
 
-  /** The claim's task and attempt when the claim is current (tasks/rules.ts `currentAttempt`). */
-  #checkClaim(principal: Principal, claim: Claim): { task: TaskRow; attempt: AttemptRow } | ApiError {
-    const task = this.#owned(principal, claim.task_id);
+  /**
+   * The claim's task and attempt when the claim is current (tasks/rules.ts `currentAttempt`), the task
+   * locked in `tx` so no other claim can be taken before `tx` ends.
+   */
+  async #checkClaim(
+    principal: Principal,
+    claim: Claim,
+    tx: StateQueries,
+  ): Promise<{ task: TaskRow; attempt: AttemptRow } | ApiError> {
+    const task = await this.#owned(principal, claim.task_id, tx);
     if ("code" in task) return task;
-    const attempt = currentAttempt(task, this.#tasks.attempt(claim.attempt_id), claim, this.#now());
+    const attempt = currentAttempt(task, await this.#tasks.attempt(claim.attempt_id, tx), claim, this.#now());
     if ("code" in attempt) return attempt;
     return { task, attempt };
   }
@@ -319,7 +358,8 @@ export class TaskService {
   ): Promise<ApiResult<StartOutput & { task_id: string; attempt_id: string }>> {
     const claim = this.#resolveClaim(input.claim);
     if ("code" in claim) return { ok: false, error: claim };
-    const checked = this.#checkClaim(principal, claim);
+    // A first look, to refuse early; the decision is the check inside the admission transaction (bind).
+    const checked = await this.#tasks.transaction((tx) => this.#checkClaim(principal, claim, tx));
     if ("code" in checked) return { ok: false, error: checked };
     const { task, attempt } = checked;
     if (task.project_id !== input.project_id) {
@@ -354,32 +394,36 @@ export class TaskService {
       prompt: task.instruction,
       config,
       timeout_secs: timeout,
-      // Inside the admission transaction: the claim again, then the binding next to the record.
-      bind: (fences) => {
-        const again = this.#checkClaim(principal, claim);
+      // Inside the admission transaction `tx`: the claim again (the task row locked until it commits, so
+      // no new attempt or generation can slip in), then the binding next to the record.
+      bind: async (fences, tx) => {
+        const again = await this.#checkClaim(principal, claim, tx);
         if ("code" in again) return again;
-        const bound = this.#tasks.binding(attempt.attempt_id);
+        const bound = await this.#tasks.binding(attempt.attempt_id, tx);
         if (bound && bound.run_id !== runId) {
           return taskError("internal", "This attempt is bound to another run.", "reconcile");
         }
-        this.#tasks.upsertBinding({
-          attempt_id: attempt.attempt_id,
-          task_id: task.task_id,
-          run_id: runId,
-          provider_id: input.provider_id,
-          runner_id: fences.runner_id,
-          provider_instance_id: fences.provider_instance_id,
-          agent_instance_id: fences.agent_instance_id,
-          authority_fingerprint: authority,
-          intent_fingerprint: fingerprint,
-        });
-        return input.recorder?.(fences) ?? null;
+        await this.#tasks.upsertBinding(
+          {
+            attempt_id: attempt.attempt_id,
+            task_id: task.task_id,
+            run_id: runId,
+            provider_id: input.provider_id,
+            runner_id: fences.runner_id,
+            provider_instance_id: fences.provider_instance_id,
+            agent_instance_id: fences.agent_instance_id,
+            authority_fingerprint: authority,
+            intent_fingerprint: fingerprint,
+          },
+          tx,
+        );
+        return (await input.recorder?.(fences, tx)) ?? null;
       },
       afterRecorded: () => serverFailpoint("task_after_binding"),
       afterDispatched: () => serverFailpoint("task_after_run_start"),
     });
     if (!result.ok) return result;
-    this.#recordOutcome(attempt.attempt_id, runId);
+    await this.#recordOutcome(attempt.attempt_id, runId, this.#tasks.engine);
     this.#log.info(
       { task_id: task.task_id, attempt_id: attempt.attempt_id, run_id: runId, replayed: result.value.replayed },
       "task run started",
@@ -388,38 +432,42 @@ export class TaskService {
   }
 
   /** Copy the run's authoritative state (the admission record) onto the attempt. */
-  #recordOutcome(attemptId: string, runId: string): RunOutcomeView | null {
+  async #recordOutcome(attemptId: string, runId: string, q: StateQueries): Promise<RunOutcomeView | null> {
     const rec = this.#records.get(runId);
     if (!rec) return null;
     const at = new Date(this.#now()).toISOString();
-    this.#tasks.recordRunOutcome(attemptId, {
-      run_state: rec.state,
-      run_execution_state: rec.execution_state,
-      run_stop_reason: rec.stop_reason,
-      run_failure_kind: rec.failure_kind,
-      run_reconciled_at: at,
-    });
+    await this.#tasks.recordRunOutcome(
+      attemptId,
+      {
+        run_state: rec.state,
+        run_execution_state: rec.execution_state,
+        run_stop_reason: rec.stop_reason,
+        run_failure_kind: rec.failure_kind,
+        run_reconciled_at: at,
+      },
+      q,
+    );
     return runOutcomeView(rec, at);
   }
 
   // ---- reconcile / close ------------------------------------------------------------------
 
-  reconcile(
+  async reconcile(
     principal: Principal,
     input: { task_id: string; attempt_id?: string },
-  ): ApiResult<{ task: TaskView; attempt: AttemptView | null; attempts: number }> {
-    return this.#tasks.atomically(() => {
-      const task = this.#owned(principal, input.task_id);
+  ): Promise<ApiResult<{ task: TaskView; attempt: AttemptView | null; attempts: number }>> {
+    return await this.#tasks.transaction(async (tx) => {
+      const task = await this.#owned(principal, input.task_id, tx);
       if ("code" in task) return { ok: false, error: task };
       const attemptId = input.attempt_id ?? task.current_attempt_id;
       let attempt: AttemptView | null = null;
       if (attemptId !== null && attemptId !== undefined) {
-        const row = this.#tasks.attempt(attemptId);
+        const row = await this.#tasks.attempt(attemptId, tx);
         if (!row || row.task_id !== task.task_id) {
           return fail("not_found", `No attempt ${attemptId} on task ${task.task_id}.`, "none");
         }
-        const binding = this.#tasks.binding(row.attempt_id);
-        const run = binding ? this.#recordOutcome(row.attempt_id, binding.run_id) : null;
+        const binding = await this.#tasks.binding(row.attempt_id, tx);
+        const run = binding ? await this.#recordOutcome(row.attempt_id, binding.run_id, tx) : null;
         const now = this.#now();
         attempt = {
           ...this.#claimView(row),
@@ -429,46 +477,49 @@ export class TaskService {
           run,
         };
       }
-      const attempts = this.#tasks.attemptsOf(task.task_id).length;
+      const attempts = await this.#tasks.countAttempts(task.task_id, tx);
       return { ok: true, value: { task: taskView(task), attempt, attempts } };
     });
   }
 
-  close(
+  async close(
     principal: Principal,
     input: { task_id: string; outcome: TaskOutcome },
-  ): ApiResult<{ task: TaskView; already_closed: boolean }> {
-    const result = this.#tasks.atomically((): ApiResult<{ task: TaskView; already_closed: boolean }> => {
-      const task = this.#owned(principal, input.task_id);
-      if ("code" in task) return { ok: false, error: task };
-      if (task.state === "closed") {
-        if (task.outcome !== input.outcome) {
-          return fail("claim_conflict", `Task ${task.task_id} is already closed as ${task.outcome}.`, "none");
+  ): Promise<ApiResult<{ task: TaskView; already_closed: boolean }>> {
+    // Atomic by the task's row lock: no attempt or binding can be added between the check and the close.
+    const result = await this.#tasks.transaction(
+      async (tx): Promise<ApiResult<{ task: TaskView; already_closed: boolean }>> => {
+        const task = await this.#owned(principal, input.task_id, tx);
+        if ("code" in task) return { ok: false, error: task };
+        if (task.state === "closed") {
+          if (task.outcome !== input.outcome) {
+            return fail("claim_conflict", `Task ${task.task_id} is already closed as ${task.outcome}.`, "none");
+          }
+          return { ok: true, value: { task: taskView(task), already_closed: true } };
         }
-        return { ok: true, value: { task: taskView(task), already_closed: true } };
-      }
-      for (const b of this.#tasks.bindingsOf(task.task_id)) {
-        const rec = this.#records.get(b.run_id);
-        if (rec && !isTerminalState(rec.state)) {
-          return fail(
-            "claim_conflict",
-            `Run ${rec.run_id} of this task is ${rec.state}; cancel it or wait for it to end before closing the task.`,
-            "wait",
-          );
+        for (const b of await this.#tasks.bindingsOf(task.task_id, tx)) {
+          const rec = this.#records.get(b.run_id);
+          if (rec && !isTerminalState(rec.state)) {
+            return fail(
+              "claim_conflict",
+              `Run ${rec.run_id} of this task is ${rec.state}; cancel it or wait for it to end before closing the task.`,
+              "wait",
+            );
+          }
         }
-      }
-      this.#tasks.closeTask(task.task_id, input.outcome);
-      this.#log.info({ task_id: task.task_id, outcome: input.outcome }, "task closed");
-      const closed = this.#tasks.task(task.task_id) ?? task;
-      return { ok: true, value: { task: taskView(closed), already_closed: false } };
-    });
-    if (result.ok && !result.value.already_closed) this.#tasks.prune();
+        await this.#tasks.closeTask(task.task_id, input.outcome, tx);
+        this.#log.info({ task_id: task.task_id, outcome: input.outcome }, "task closed");
+        const closed = (await this.#tasks.task(task.task_id, tx)) ?? task;
+        return { ok: true, value: { task: taskView(closed), already_closed: false } };
+      },
+    );
+    if (result.ok && !result.value.already_closed) await this.#tasks.prune();
     return result;
   }
 
   /** The run id bound to an attempt (for audit rows), or null. */
-  boundRunId(attemptId: string | undefined): string | null {
+  async boundRunId(attemptId: string | undefined): Promise<string | null> {
     if (attemptId === undefined) return null;
-    return this.#tasks.binding(attemptId)?.run_id ?? null;
+    return (await this.#tasks.binding(attemptId))?.run_id ?? null;
   }
 }

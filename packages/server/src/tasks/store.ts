@@ -12,8 +12,13 @@
  * their runs stay (they belong to the run core).
  *
  * The tables are created by the state DB's migrations (state/schema.ts, version 3).
+ *
+ * Every method runs on the engine, or — given `q`, a transaction's handle — inside that transaction
+ * (state/engine.ts). The store decides nothing itself: tasks/service.ts reads the deciding row with
+ * `lockTask` (SELECT … FOR UPDATE) in the transaction that writes, so two claimants of one task on any
+ * number of Server instances are serialised on that row.
  */
-import type BetterSqlite3 from "better-sqlite3";
+import type { StateEngine, StateQueries } from "../state/engine.js";
 
 export const MAX_OPEN_TASKS_PER_PRINCIPAL = 1000;
 export const MAX_ATTEMPTS_PER_TASK = 256;
@@ -84,38 +89,47 @@ export type AttemptRunPatch = Pick<
 >;
 
 export class TaskStore {
-  readonly db: BetterSqlite3.Database;
+  readonly engine: StateEngine;
   readonly #now: () => Date;
 
-  constructor(db: BetterSqlite3.Database, now: () => Date = () => new Date()) {
-    this.db = db;
+  constructor(engine: StateEngine, now: () => Date = () => new Date()) {
+    this.engine = engine;
     this.#now = now;
   }
 
-  /** Run `fn` in one transaction (nested calls join the outer one). */
-  atomically<T>(fn: () => T): T {
-    return this.db.transaction(fn)();
+  /** Run `fn` in one engine transaction (state/engine.ts: commit when it resolves, roll back when it throws). */
+  transaction<T>(fn: (tx: StateQueries) => Promise<T>, options?: { lock?: string }): Promise<T> {
+    return this.engine.transaction(fn, options);
   }
 
-  task(taskId: string): TaskRow | undefined {
-    return this.db.prepare<[string], TaskRow>("SELECT * FROM agent_tasks WHERE task_id = ?").get(taskId);
+  async task(taskId: string, q: StateQueries = this.engine): Promise<TaskRow | undefined> {
+    return await q.get<TaskRow>("SELECT * FROM agent_tasks WHERE task_id = ?", [taskId]);
   }
 
-  countOpenTasks(principalId: string): number {
-    const row = this.db
-      .prepare<[string], { n: number }>(
-        "SELECT COUNT(*) AS n FROM agent_tasks WHERE principal_id = ? AND state = 'open'",
-      )
-      .get(principalId);
-    return row?.n ?? 0;
+  /**
+   * The task row, locked until `tx` ends (PostgreSQL row lock; SQLite runs one transaction at a time):
+   * every decision about a task's attempts and claims is read through this, inside the transaction
+   * that acts on it.
+   */
+  async lockTask(taskId: string, tx: StateQueries): Promise<TaskRow | undefined> {
+    return await tx.get<TaskRow>("SELECT * FROM agent_tasks WHERE task_id = ? FOR UPDATE", [taskId]);
   }
 
-  insertTask(
+  async countOpenTasks(principalId: string, q: StateQueries = this.engine): Promise<number> {
+    const row = await q.get<{ n: number }>(
+      "SELECT COUNT(*) AS n FROM agent_tasks WHERE principal_id = ? AND state = 'open'",
+      [principalId],
+    );
+    return Number(row?.n ?? 0);
+  }
+
+  async insertTask(
     row: Omit<
       TaskRow,
       "created_at" | "updated_at" | "closed_at" | "outcome" | "current_attempt_id" | "last_fence" | "state"
     >,
-  ): TaskRow {
+    q: StateQueries = this.engine,
+  ): Promise<TaskRow> {
     const now = this.#now().toISOString();
     const full: TaskRow = {
       ...row,
@@ -127,43 +141,65 @@ export class TaskStore {
       updated_at: now,
       closed_at: null,
     };
-    this.db
-      .prepare(
-        `INSERT INTO agent_tasks (task_id, principal_id, project_id, title, instruction, instruction_bytes,
-           request_fingerprint, state, outcome, current_attempt_id, last_fence, created_at, updated_at, closed_at)
-         VALUES (@task_id, @principal_id, @project_id, @title, @instruction, @instruction_bytes,
-           @request_fingerprint, @state, @outcome, @current_attempt_id, @last_fence, @created_at, @updated_at, @closed_at)`,
-      )
-      .run(full);
+    await q.run(
+      `INSERT INTO agent_tasks (task_id, principal_id, project_id, title, instruction, instruction_bytes,
+         request_fingerprint, state, outcome, current_attempt_id, last_fence, created_at, updated_at, closed_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      [
+        full.task_id,
+        full.principal_id,
+        full.project_id,
+        full.title,
+        full.instruction,
+        full.instruction_bytes,
+        full.request_fingerprint,
+        full.state,
+        full.outcome,
+        full.current_attempt_id,
+        full.last_fence,
+        full.created_at,
+        full.updated_at,
+        full.closed_at,
+      ],
+    );
     return full;
   }
 
-  closeTask(taskId: string, outcome: TaskOutcome): void {
+  /** Close the task and its active attempt; call it in one transaction (both statements or neither). */
+  async closeTask(taskId: string, outcome: TaskOutcome, q: StateQueries = this.engine): Promise<void> {
     const now = this.#now().toISOString();
-    this.db
-      .prepare("UPDATE agent_tasks SET state = 'closed', outcome = ?, closed_at = ?, updated_at = ? WHERE task_id = ?")
-      .run(outcome, now, now, taskId);
-    this.db
-      .prepare("UPDATE agent_task_attempts SET state = 'closed', updated_at = ? WHERE task_id = ? AND state = 'active'")
-      .run(now, taskId);
+    await q.run(
+      "UPDATE agent_tasks SET state = 'closed', outcome = ?, closed_at = ?, updated_at = ? WHERE task_id = ?",
+      [outcome, now, now, taskId],
+    );
+    await q.run(
+      "UPDATE agent_task_attempts SET state = 'closed', updated_at = ? WHERE task_id = ? AND state = 'active'",
+      [now, taskId],
+    );
   }
 
-  attempt(attemptId: string): AttemptRow | undefined {
-    return this.db
-      .prepare<[string], AttemptRow>("SELECT * FROM agent_task_attempts WHERE attempt_id = ?")
-      .get(attemptId);
+  async attempt(attemptId: string, q: StateQueries = this.engine): Promise<AttemptRow | undefined> {
+    return await q.get<AttemptRow>("SELECT * FROM agent_task_attempts WHERE attempt_id = ?", [attemptId]);
   }
 
-  attemptsOf(taskId: string): AttemptRow[] {
-    return this.db
-      .prepare<[string], AttemptRow>("SELECT * FROM agent_task_attempts WHERE task_id = ? ORDER BY fence")
-      .all(taskId);
+  async attemptsOf(taskId: string, q: StateQueries = this.engine): Promise<AttemptRow[]> {
+    return await q.all<AttemptRow>("SELECT * FROM agent_task_attempts WHERE task_id = ? ORDER BY fence", [taskId]);
   }
 
-  /** A new attempt becomes the task's current claim; any earlier active attempt is superseded. */
-  insertAttempt(
+  async countAttempts(taskId: string, q: StateQueries = this.engine): Promise<number> {
+    const row = await q.get<{ n: number }>("SELECT COUNT(*) AS n FROM agent_task_attempts WHERE task_id = ?", [taskId]);
+    return Number(row?.n ?? 0);
+  }
+
+  /**
+   * A new attempt becomes the task's current claim; any earlier active attempt is superseded. Call it in
+   * the transaction that locked the task (`lockTask`) and read `fence` from it: UNIQUE (task_id, fence)
+   * refuses a second attempt with the same fence should that ever be skipped.
+   */
+  async insertAttempt(
     row: Pick<AttemptRow, "attempt_id" | "task_id" | "assignee" | "fence" | "lease_expires_ms" | "superseded_run_id">,
-  ): AttemptRow {
+    q: StateQueries = this.engine,
+  ): Promise<AttemptRow> {
     const now = this.#now().toISOString();
     const full: AttemptRow = {
       ...row,
@@ -177,93 +213,132 @@ export class TaskStore {
       created_at: now,
       updated_at: now,
     };
-    this.db
-      .prepare(
-        "UPDATE agent_task_attempts SET state = 'superseded', updated_at = ? WHERE task_id = ? AND state = 'active'",
-      )
-      .run(now, row.task_id);
-    this.db
-      .prepare(
-        `INSERT INTO agent_task_attempts (attempt_id, task_id, assignee, fence, controller_generation, lease_expires_ms,
-           state, superseded_run_id, run_state, run_execution_state, run_stop_reason, run_failure_kind,
-           run_reconciled_at, created_at, updated_at)
-         VALUES (@attempt_id, @task_id, @assignee, @fence, @controller_generation, @lease_expires_ms, @state,
-           @superseded_run_id, @run_state, @run_execution_state, @run_stop_reason, @run_failure_kind,
-           @run_reconciled_at, @created_at, @updated_at)`,
-      )
-      .run(full);
-    this.db
-      .prepare("UPDATE agent_tasks SET current_attempt_id = ?, last_fence = ?, updated_at = ? WHERE task_id = ?")
-      .run(row.attempt_id, row.fence, now, row.task_id);
+    await q.run(
+      "UPDATE agent_task_attempts SET state = 'superseded', updated_at = ? WHERE task_id = ? AND state = 'active'",
+      [now, row.task_id],
+    );
+    await q.run(
+      `INSERT INTO agent_task_attempts (attempt_id, task_id, assignee, fence, controller_generation, lease_expires_ms,
+         state, superseded_run_id, run_state, run_execution_state, run_stop_reason, run_failure_kind,
+         run_reconciled_at, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      [
+        full.attempt_id,
+        full.task_id,
+        full.assignee,
+        full.fence,
+        full.controller_generation,
+        full.lease_expires_ms,
+        full.state,
+        full.superseded_run_id,
+        full.run_state,
+        full.run_execution_state,
+        full.run_stop_reason,
+        full.run_failure_kind,
+        full.run_reconciled_at,
+        full.created_at,
+        full.updated_at,
+      ],
+    );
+    await q.run("UPDATE agent_tasks SET current_attempt_id = ?, last_fence = ?, updated_at = ? WHERE task_id = ?", [
+      row.attempt_id,
+      row.fence,
+      now,
+      row.task_id,
+    ]);
     return full;
   }
 
   /** Extend a lease; `bumpGeneration` when an expired claim is re-taken (older holders become stale). */
-  renewAttempt(attemptId: string, leaseExpiresMs: number, bumpGeneration: boolean): void {
-    this.db
-      .prepare(
-        `UPDATE agent_task_attempts SET lease_expires_ms = ?, controller_generation = controller_generation + ?,
-           updated_at = ? WHERE attempt_id = ?`,
-      )
-      .run(leaseExpiresMs, bumpGeneration ? 1 : 0, this.#now().toISOString(), attemptId);
+  async renewAttempt(
+    attemptId: string,
+    leaseExpiresMs: number,
+    bumpGeneration: boolean,
+    q: StateQueries = this.engine,
+  ): Promise<void> {
+    await q.run(
+      `UPDATE agent_task_attempts SET lease_expires_ms = ?, controller_generation = controller_generation + ?,
+         updated_at = ? WHERE attempt_id = ?`,
+      [leaseExpiresMs, bumpGeneration ? 1 : 0, this.#now().toISOString(), attemptId],
+    );
   }
 
-  recordRunOutcome(attemptId: string, patch: AttemptRunPatch): void {
-    this.db
-      .prepare(
-        `UPDATE agent_task_attempts SET run_state = @run_state, run_execution_state = @run_execution_state,
-           run_stop_reason = @run_stop_reason, run_failure_kind = @run_failure_kind,
-           run_reconciled_at = @run_reconciled_at, updated_at = @run_reconciled_at WHERE attempt_id = @attempt_id`,
-      )
-      .run({ ...patch, attempt_id: attemptId });
+  async recordRunOutcome(attemptId: string, patch: AttemptRunPatch, q: StateQueries = this.engine): Promise<void> {
+    await q.run(
+      `UPDATE agent_task_attempts SET run_state = ?, run_execution_state = ?, run_stop_reason = ?,
+         run_failure_kind = ?, run_reconciled_at = ?, updated_at = ? WHERE attempt_id = ?`,
+      [
+        patch.run_state,
+        patch.run_execution_state,
+        patch.run_stop_reason,
+        patch.run_failure_kind,
+        patch.run_reconciled_at,
+        patch.run_reconciled_at,
+        attemptId,
+      ],
+    );
   }
 
-  binding(attemptId: string): BindingRow | undefined {
-    return this.db
-      .prepare<[string], BindingRow>("SELECT * FROM agent_task_run_bindings WHERE attempt_id = ?")
-      .get(attemptId);
+  async binding(attemptId: string, q: StateQueries = this.engine): Promise<BindingRow | undefined> {
+    return await q.get<BindingRow>("SELECT * FROM agent_task_run_bindings WHERE attempt_id = ?", [attemptId]);
   }
 
-  bindingsOf(taskId: string): BindingRow[] {
-    return this.db
-      .prepare<[string], BindingRow>("SELECT * FROM agent_task_run_bindings WHERE task_id = ? ORDER BY created_at")
-      .all(taskId);
+  async bindingsOf(taskId: string, q: StateQueries = this.engine): Promise<BindingRow[]> {
+    return await q.all<BindingRow>("SELECT * FROM agent_task_run_bindings WHERE task_id = ? ORDER BY created_at", [
+      taskId,
+    ]);
   }
 
   /**
    * Insert the binding, or — for a run the Runner provably never admitted and that is being
    * re-admitted — refresh its captured fences. The run id of a binding never changes.
    */
-  upsertBinding(row: Omit<BindingRow, "created_at" | "updated_at">): void {
+  async upsertBinding(
+    row: Omit<BindingRow, "created_at" | "updated_at">,
+    q: StateQueries = this.engine,
+  ): Promise<void> {
     const now = this.#now().toISOString();
-    this.db
-      .prepare(
-        `INSERT INTO agent_task_run_bindings (attempt_id, task_id, run_id, provider_id, runner_id, provider_instance_id,
-           agent_instance_id, authority_fingerprint, intent_fingerprint, created_at, updated_at)
-         VALUES (@attempt_id, @task_id, @run_id, @provider_id, @runner_id, @provider_instance_id, @agent_instance_id,
-           @authority_fingerprint, @intent_fingerprint, @now, @now)
-         ON CONFLICT (attempt_id) DO UPDATE SET runner_id = excluded.runner_id,
-           provider_instance_id = excluded.provider_instance_id, agent_instance_id = excluded.agent_instance_id,
-           updated_at = excluded.updated_at
-         WHERE agent_task_run_bindings.run_id = excluded.run_id`,
-      )
-      .run({ ...row, now });
+    await q.run(
+      `INSERT INTO agent_task_run_bindings (attempt_id, task_id, run_id, provider_id, runner_id, provider_instance_id,
+         agent_instance_id, authority_fingerprint, intent_fingerprint, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (attempt_id) DO UPDATE SET runner_id = excluded.runner_id,
+         provider_instance_id = excluded.provider_instance_id, agent_instance_id = excluded.agent_instance_id,
+         updated_at = excluded.updated_at
+       WHERE agent_task_run_bindings.run_id = excluded.run_id`,
+      [
+        row.attempt_id,
+        row.task_id,
+        row.run_id,
+        row.provider_id,
+        row.runner_id,
+        row.provider_instance_id,
+        row.agent_instance_id,
+        row.authority_fingerprint,
+        row.intent_fingerprint,
+        now,
+        now,
+      ],
+    );
   }
 
   /** Delete closed tasks past retention (and beyond MAX_CLOSED_TASKS, oldest first); returns how many. */
-  prune(retentionMs = CLOSED_TASK_RETENTION_MS, maxClosed = MAX_CLOSED_TASKS): number {
-    return this.atomically(() => {
-      const cutoff = new Date(this.#now().getTime() - retentionMs).toISOString();
-      const old = this.db
-        .prepare<[string, number], { task_id: string }>(
-          `SELECT task_id FROM agent_tasks WHERE state = 'closed' AND (closed_at < ? OR task_id IN (
-             SELECT task_id FROM agent_tasks WHERE state = 'closed' ORDER BY closed_at DESC LIMIT -1 OFFSET ?))`,
-        )
-        .all(cutoff, maxClosed);
+  async prune(retentionMs = CLOSED_TASK_RETENTION_MS, maxClosed = MAX_CLOSED_TASKS): Promise<number> {
+    const cutoff = new Date(this.#now().getTime() - retentionMs).toISOString();
+    // One transaction: a task is deleted with its attempts and bindings or not at all. Only closed tasks
+    // are touched, and nothing reopens a closed task, so no lock is needed against other writers.
+    return await this.transaction(async (tx) => {
+      const old = await tx.all<{ task_id: string }>(
+        `SELECT task_id FROM (
+           SELECT task_id, closed_at, ROW_NUMBER() OVER (ORDER BY closed_at DESC, task_id) AS newest
+           FROM agent_tasks WHERE state = 'closed') ranked
+         WHERE closed_at < ? OR newest > ?`,
+        [cutoff, maxClosed],
+      );
       for (const { task_id } of old) {
-        this.db.prepare("DELETE FROM agent_task_run_bindings WHERE task_id = ?").run(task_id);
-        this.db.prepare("DELETE FROM agent_task_attempts WHERE task_id = ?").run(task_id);
-        this.db.prepare("DELETE FROM agent_tasks WHERE task_id = ?").run(task_id);
+        await tx.run("DELETE FROM agent_task_run_bindings WHERE task_id = ?", [task_id]);
+        await tx.run("DELETE FROM agent_task_attempts WHERE task_id = ?", [task_id]);
+        await tx.run("DELETE FROM agent_tasks WHERE task_id = ?", [task_id]);
       }
       return old.length;
     });

@@ -298,7 +298,7 @@ export class TaskTools implements ToolModule {
         if (!input.ok) return fail(input.error, null);
         const refused = denied ?? checkStartGrant(principal, input.value.project_id);
         if (refused) return fail(refused, null);
-        const r = this.#tasks.createTask(principal, stripUndefined(input.value));
+        const r = await this.#tasks.createTask(principal, stripUndefined(input.value));
         return r.ok ? ok(CreateTaskOutput.parse(r.value), null) : fail(r.error, null);
       }
       case TASK_TOOL_NAMES.attempt: {
@@ -306,7 +306,7 @@ export class TaskTools implements ToolModule {
         if (!input.ok) return fail(input.error, null);
         const supersede = input.value.supersede_uncertain_run ?? null;
         if (denied) return fail(denied, supersede);
-        const r = this.#tasks.startAttempt(principal, stripUndefined(input.value));
+        const r = await this.#tasks.startAttempt(principal, stripUndefined(input.value));
         return r.ok ? ok(StartAttemptOutput.parse(r.value), supersede) : fail(r.error, supersede);
       }
       case TASK_TOOL_NAMES.run: {
@@ -318,10 +318,10 @@ export class TaskTools implements ToolModule {
         // 2026-07-28: `_wc.record` (the router refuses the argument on such requests); same checks.
         const recorderId = invocation?.record ?? v.workflow_session_id;
         const field = invocation?.record !== undefined ? RECORDER_ENVELOPE : RECORDER_ARGUMENT;
-        let recorder: ReturnType<SessionService["recorder"]> | undefined;
+        let recorder: Awaited<ReturnType<SessionService["recorder"]>> | undefined;
         if (recorderId !== undefined) {
           if (!this.#sessions) return fail(apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE), null);
-          recorder = this.#sessions.recorder(principal, recorderId, v.project_id, v.provider_id, field);
+          recorder = await this.#sessions.recorder(principal, recorderId, v.project_id, v.provider_id, field);
           if (!recorder.ok) return fail(recorder.error, null);
         }
         const claim =
@@ -349,7 +349,7 @@ export class TaskTools implements ToolModule {
         const input = parseToolInput(ReconcileInput, args);
         if (!input.ok) return fail(input.error, null);
         if (denied) return fail(denied, null);
-        const r = this.#tasks.reconcile(principal, stripUndefined(input.value));
+        const r = await this.#tasks.reconcile(principal, stripUndefined(input.value));
         if (!r.ok) return fail(r.error, null);
         return ok(ReconcileOutput.parse(r.value), r.value.attempt?.run?.run_id ?? null);
       }
@@ -357,7 +357,7 @@ export class TaskTools implements ToolModule {
         const input = parseToolInput(CloseTaskInput, args);
         if (!input.ok) return fail(input.error, null);
         if (denied) return fail(denied, null);
-        const r = this.#tasks.close(principal, input.value);
+        const r = await this.#tasks.close(principal, input.value);
         return r.ok ? ok(CloseTaskOutput.parse(r.value), null) : fail(r.error, null);
       }
       default:
