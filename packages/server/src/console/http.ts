@@ -67,9 +67,9 @@ export interface ConsoleDeps {
   sessions: ConsoleSessions;
   reader: ConsoleReader;
   /** Bearer key → principal and key id (principals/tokens.ts createKeyIdentifier). */
-  identifyKey(key: string): IdentifiedKey | null;
+  identifyKey(key: string): Promise<IdentifiedKey | null>;
   /** The current principal behind a key id, or null once that key is gone. */
-  keyPrincipal(keyId: string): Principal | null;
+  keyPrincipal(keyId: string): Promise<Principal | null>;
   /** Revoke a grant; false when there is no live grant with that id. */
   revokeGrant(grantId: string, reason: string): boolean;
   secure: boolean;
@@ -173,11 +173,11 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
   const secureAttr = deps.secure ? "; Secure" : "";
 
   /** The live session's principal (still holding operator:read through the key that opened it) and its id. */
-  function session(req: IncomingMessage): { principal: Principal; id: string } | null {
+  async function session(req: IncomingMessage): Promise<{ principal: Principal; id: string } | null> {
     const id = cookie(req, SESSION_COOKIE);
     const s = sessions.get(id);
     if (!s || id === undefined) return null;
-    const p = deps.keyPrincipal(s.key_id);
+    const p = await deps.keyPrincipal(s.key_id);
     if (!p || p.id !== s.principal_id || !p.scopes.has(OPERATOR_SCOPE)) return null;
     return { principal: p, id };
   }
@@ -214,7 +214,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       return;
     }
     const key = (form.get("key") ?? "").trim();
-    const found = key.length > 0 && key.length <= 512 ? deps.identifyKey(key) : null;
+    const found = key.length > 0 && key.length <= 512 ? await deps.identifyKey(key) : null;
     if (!found) {
       failures.fail(address);
       logger.warn({ remote: address }, "console: login refused: unknown key");
@@ -272,8 +272,23 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     let last = "";
     let lastWrite = Date.now();
     const started = Date.now();
-    const tick = (): void => {
-      if (!session(req)) {
+    /** One tick at a time: a tick that is still reading (a slow database) makes the next one a no-op. */
+    let ticking = false;
+    const tick = async (): Promise<void> => {
+      if (ticking || ended) return;
+      ticking = true;
+      try {
+        await tickOnce();
+      } catch (err) {
+        logger.error({ err: (err as Error).message }, "console: snapshot not read");
+      } finally {
+        ticking = false;
+      }
+    };
+    const tickOnce = async (): Promise<void> => {
+      const signedIn = (await session(req)) !== null;
+      if (ended) return;
+      if (!signedIn) {
         res.write("event: signed_out\ndata: {}\n\n");
         end();
         return;
@@ -282,13 +297,8 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         end();
         return;
       }
-      let body: string;
-      try {
-        body = JSON.stringify(reader.snapshot(f));
-      } catch (err) {
-        logger.error({ err: (err as Error).message }, "console: snapshot not read");
-        return;
-      }
+      const body = JSON.stringify(await reader.snapshot(f));
+      if (ended) return;
       if (res.writableLength > CONSOLE_STREAM_MAX_BUFFERED_BYTES) {
         logger.warn({ principal_id: s.principal.id }, "console: event stream reader too slow; stream ended");
         end();
@@ -303,7 +313,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         res.write(": keepalive\n\n");
       }
     };
-    const timer = setInterval(tick, CONSOLE_STREAM_INTERVAL_MS);
+    const timer = setInterval(() => void tick(), CONSOLE_STREAM_INTERVAL_MS);
     let ended = false;
     const end = (): void => {
       if (ended) return;
@@ -318,7 +328,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     };
     closers.add(end);
     req.on("close", end);
-    tick();
+    void tick();
   }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -333,7 +343,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     }
     if (path === "/console/login") {
       if (method === "GET") {
-        if (session(req)) redirect(res, "/console");
+        if (await session(req)) redirect(res, "/console");
         else loginPage(res, 200);
         return;
       }
@@ -341,7 +351,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       res.writeHead(405, { allow: "GET, POST" }).end();
       return;
     }
-    const s = session(req);
+    const s = await session(req);
     if (path === "/console" || path === "/console/") {
       if (method !== "GET") {
         res.writeHead(405, { allow: "GET" }).end();
@@ -371,7 +381,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         return;
       }
       if (path === "/console/events") stream(req, res, s, parsed.filters);
-      else json(res, 200, reader.snapshot(parsed.filters));
+      else json(res, 200, await reader.snapshot(parsed.filters));
       return;
     }
     if (path === "/console/logout" || path === "/console/grants/revoke") {

@@ -51,7 +51,8 @@ export class Registry {
       agentsShareRunnerUser: hello.agents_share_runner_user ?? null,
     };
     this.#live.set(conn.runnerId, live);
-    this.presence?.online({
+    // Queued in order with the link's end, failures reported by the store: never awaited on the hello path.
+    void this.presence?.online({
       runner_id: conn.runnerId,
       protocol_version: hello.protocol_version,
       agent_instance_id: hello.agent_instance_id,
@@ -66,7 +67,7 @@ export class Registry {
   disconnected(conn: RunnerConnection): void {
     if (this.#live.get(conn.runnerId)?.conn !== conn) return;
     this.#live.delete(conn.runnerId);
-    this.presence?.offline(conn.runnerId);
+    void this.presence?.offline(conn.runnerId);
   }
 
   /** Ids of the runners with a live link here. */

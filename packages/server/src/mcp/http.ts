@@ -91,7 +91,7 @@ export const MCP_INSTRUCTIONS =
 export interface McpHttpOptions {
   runs: RunsApi;
   /** Bearer token → Principal, or null when unknown/revoked/malformed. */
-  authenticate: (token: string) => Principal | null;
+  authenticate: (token: string) => Promise<Principal | null>;
   audit: AuditLog;
   logger: Logger;
   observeLimits?: ObserveLimits;
@@ -420,7 +420,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       return;
     }
     const token = bearerToken(req.headers.authorization);
-    const principal = token === null ? null : authenticate(token);
+    const principal = token === null ? null : await authenticate(token);
     if (!principal) {
       // Never log the presented token, not even a prefix.
       refusals.refused(

@@ -22,7 +22,7 @@ export interface OAuthMount {
   handle: ReturnType<typeof createOAuthHttp>;
   owns: (path: string) => boolean;
   /** `/mcp` bearer check for OAuth access tokens; null for anything else. */
-  authenticate: (token: string) => Principal | null;
+  authenticate: (token: string) => Promise<Principal | null>;
   /** The `WWW-Authenticate` value of a 401 from /mcp. */
   unauthorizedChallenge: (invalidToken: boolean) => string;
   /**

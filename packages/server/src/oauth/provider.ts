@@ -71,7 +71,7 @@ export interface ProviderDeps {
   consent: Consent;
   settings: OAuthSettings;
   /** The current Principal behind an access key id, or null when the key is gone. */
-  keyPrincipal: (keyId: string) => Principal | null;
+  keyPrincipal: (keyId: string) => Promise<Principal | null>;
 }
 
 export class WebcodexOAuthProvider implements OAuthServerProvider {
@@ -177,7 +177,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
   }
 
   async verifyAccessToken(token: string): Promise<AuthInfo> {
-    const found = this.#resolve(token);
+    const found = await this.#resolve(token);
     if (!found) throw new InvalidTokenError("invalid, expired or revoked access token");
     return {
       token,
@@ -192,7 +192,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     this.#d.store.revokeToken(request.token, client.client_id);
   }
 
-  #resolve(token: string): { principal: Principal; clientId: string; expiresAt: number } | null {
+  async #resolve(token: string): Promise<{ principal: Principal; clientId: string; expiresAt: number } | null> {
     const { store, settings } = this.#d;
     const row = store.accessToken(token);
     if (!row || row.resource !== settings.resource) return null;
@@ -200,7 +200,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     if (!grant || grant.revoked_at !== null) return null;
     const client = store.client(row.client_id);
     if (!client || client.revoked_at !== null) return null;
-    const key = grant.key_id === null ? null : this.#d.keyPrincipal(grant.key_id);
+    const key = grant.key_id === null ? null : await this.#d.keyPrincipal(grant.key_id);
     if (!key || key.id !== grant.principal_id) return null;
     const scopes = new Set<Scope>();
     for (const s of parseJsonList(row.scopes)) {
@@ -218,9 +218,9 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
   }
 
   /** /mcp bearer check for OAuth access tokens (anything else → null, for the static check). */
-  authenticate(token: string): Principal | null {
+  async authenticate(token: string): Promise<Principal | null> {
     if (!token.startsWith(ACCESS_TOKEN_PREFIX)) return null;
-    const found = this.#resolve(token);
+    const found = await this.#resolve(token);
     if (!found) return null;
     this.#oauthPrincipals.add(found.principal);
     return found.principal;
