@@ -112,12 +112,18 @@ export class StateAuditLog implements AuditLog {
     const trim = written >= Math.min(AUDIT_TRIM_EVERY_ROWS, this.#maxRows);
     await this.#db.transaction(
       async (tx) => {
-        for (const row of rows) {
+        // A few multi-row statements, keeping the transaction short: chunks of power-of-two sizes up to
+        // AUDIT_FLUSH_MAX_ROWS, so the engines see at most log2(AUDIT_FLUSH_MAX_ROWS) + 1 distinct statement texts.
+        for (let i = 0; i < rows.length; ) {
+          let size = 1;
+          while (size * 2 <= Math.min(rows.length - i, AUDIT_FLUSH_MAX_ROWS)) size *= 2;
+          const chunk = rows.slice(i, i + size);
+          i += size;
           await tx.run(
             `INSERT INTO mcp_audit (at, principal_id, tool, run_id, task_id, attempt_id, session_id, outcome, input_bytes,
                output_bytes, duration_ms)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-            [
+             VALUES ${chunk.map(() => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}`,
+            chunk.flatMap((row) => [
               row.at,
               row.principal_id,
               row.tool,
@@ -129,7 +135,7 @@ export class StateAuditLog implements AuditLog {
               row.input_bytes,
               row.output_bytes,
               row.duration_ms,
-            ],
+            ]),
           );
         }
         if (trim) {
