@@ -72,15 +72,15 @@ describe("OAuth config", () => {
 });
 
 describe("OAuth store", () => {
-  it("a token issued for one resource is refused by a Server whose resource is another (audience binding)", () => {
+  it("a token issued for one resource is refused by a Server whose resource is another (audience binding)", async () => {
     const dir = tempDir();
     const cfgA = config(dir, "https://a.example");
     const cfgB = config(dir, "https://b.example");
     const state = new StateStore(cfgA.stateDir);
     try {
-      const tokens = new TokenStore(state.db);
+      const tokens = new TokenStore(state.engine);
       const lookup = (id: string) => cfgA.principals.find((p) => p.id === id);
-      const key = tokens.issue(
+      const key = await tokens.issue(
         { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
         lookup,
       );
@@ -110,7 +110,7 @@ describe("OAuth store", () => {
       );
       const r = a.store.redeemCode(code, "c1", "https://app.example/cb", TTL);
       if (!r.ok) throw new Error(r.reason);
-      expect(a.authenticate(r.pair.access_token)?.id).toBe("alice");
+      expect((await a.authenticate(r.pair.access_token))?.id).toBe("alice");
       const b = createOAuth({
         settings: cfgB.oauth!,
         db: state.db,
@@ -118,10 +118,10 @@ describe("OAuth store", () => {
         principals: cfgB.principals,
         logger: silent,
       });
-      expect(b.authenticate(r.pair.access_token)).toBeNull();
+      expect(await b.authenticate(r.pair.access_token)).toBeNull();
       // Revoking the access key the person typed ends the grant's tokens too.
-      tokens.revoke(key.token_id);
-      expect(a.authenticate(r.pair.access_token)).toBeNull();
+      await tokens.revoke(key.token_id);
+      expect(await a.authenticate(r.pair.access_token)).toBeNull();
       // The audit rows hold ids and scopes, never the code or a token.
       const audit = JSON.stringify(a.store.auditRows());
       expect(audit).toContain('"event":"grant"');

@@ -1,24 +1,20 @@
 /**
  * Schema step 10 (state/schema.ts) takes over the tables that five modules
- * still create for themselves on SQLite, so that a PostgreSQL database gets
- * them too. Until those modules are ported to the engine, both definitions
- * exist: this proves they describe the same tables (columns with their types,
+ * created for themselves on SQLite, so that a PostgreSQL database gets them
+ * too. For the modules not yet ported to the engine, both definitions exist:
+ * this proves they describe the same tables (columns with their types,
  * nullability, defaults and keys, and the indexes), whichever ran first.
+ * (principal_tokens, runner_tokens and runner_presence are ported: step 10
+ * alone creates them.)
  */
 import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { ConsoleSessions } from "../src/console/sessions.js";
-import { PresenceStore } from "../src/link/presence.js";
-import { RunnerTokenStore } from "../src/link/runner-tokens.js";
 import { OperatorReadClients } from "../src/oauth/operator-read.js";
 import { OAuthStore } from "../src/oauth/store.js";
-import { TokenStore } from "../src/principals/tokens.js";
 import { MIGRATIONS, migrate } from "../src/state/schema.js";
 
 const SELF_CREATED = [
-  "principal_tokens",
-  "runner_tokens",
-  "runner_presence",
   "oauth_operator_clients",
   "console_sessions",
 ] as const;
@@ -53,9 +49,6 @@ describe("schema step 10 and the tables that create themselves", () => {
   it("describes exactly the tables those modules create for themselves", () => {
     const selfCreated = new Database(":memory:");
     for (const m of MIGRATIONS.filter((step) => step.version < 10)) selfCreated.exec(m.sql);
-    new TokenStore(selfCreated);
-    new RunnerTokenStore(selfCreated);
-    new PresenceStore(selfCreated);
     new OperatorReadClients(new OAuthStore(selfCreated));
     new ConsoleSessions(selfCreated);
 
