@@ -129,7 +129,10 @@ describe("the Server's HTTP hardening", () => {
       expect(error.message).toMatch(/^config\.model/);
       expect(error.message).not.toContain("call stack");
     }
-    await poll(async () => (await auditRows(e!)).length === 2, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+    await poll(async () => (await auditRows(e!)).length === 2, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect(await auditRows(e)).toEqual([
       { tool: "start_coding_agent", outcome: "invalid_input", input_bytes: 0 },
       { tool: "start_coding_agent", outcome: "invalid_input", input_bytes: 0 },
@@ -149,7 +152,10 @@ describe("the Server's HTTP hardening", () => {
       expect(error.code).toBe("invalid_input");
       expect(error.message).toContain(`${where}: the key '${where.split(".").at(-1)}' is reserved`);
     }
-    await poll(async () => (await auditRows(e!)).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+    await poll(async () => (await auditRows(e!)).length === 3, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect((await auditRows(e)).every((r) => r.outcome === "invalid_input")).toBe(true);
   });
 
@@ -188,7 +194,10 @@ describe("the Server's HTTP hardening", () => {
       id: 8,
       error: { code: -32602, message: "Invalid params: params.name: must be a string (the tool's name)" },
     });
-    await poll(async () => (await auditRows(e!)).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+    await poll(async () => (await auditRows(e!)).length === 3, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     expect((await auditRows(e)).map((r) => [r.tool, r.outcome])).toEqual([
       ["unknown_tool", "invalid_input"],
       ["malformed_call", "invalid_input"],

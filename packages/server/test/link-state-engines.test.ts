@@ -123,7 +123,10 @@ describe.each(ENGINES)("link and principal state on $name", ({ instances }) => {
         ),
       );
       const winners = held(outcomes);
-      expect(winners.map((w) => w.kind), `round ${round}`).toEqual(["grant"]);
+      expect(
+        winners.map((w) => w.kind),
+        `round ${round}`,
+      ).toEqual(["grant"]);
       expect(outcomes.filter((o) => o.kind === "refuse")).toHaveLength(HELLOS - 1);
       // The row names the winner's secret: only it resumes.
       const row = await leaseRow(b, runnerId);

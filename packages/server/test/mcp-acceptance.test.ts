@@ -285,7 +285,9 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
       acp: { permission_timeout_secs: 2 },
     });
     try {
-      const client = await short.connect(await short.issueToken("alice", ["coding_agent:run", "project:write"], ["demo"]));
+      const client = await short.connect(
+        await short.issueToken("alice", ["coding_agent:run", "project:write"], ["demo"]),
+      );
       const prompt = `scenario: permission\n${key("perm-deadline")}`;
       const started = await start(client, prompt);
       const done = await observeUntil(client, started.run_id as string, started.observation_token as string, (o) =>

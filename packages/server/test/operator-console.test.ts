@@ -244,7 +244,10 @@ describe("console sessions and bounds", () => {
         since: new Date(t0 + 10_000).toISOString(),
       });
       await presence.offline("r9", new Date(t0 + 20_000));
-      expect(presenceAt(await row(), t0 + 20_001)).toEqual({ online: false, since: new Date(t0 + 20_000).toISOString() });
+      expect(presenceAt(await row(), t0 + 20_001)).toEqual({
+        online: false,
+        since: new Date(t0 + 20_000).toISOString(),
+      });
     } finally {
       state.close();
     }

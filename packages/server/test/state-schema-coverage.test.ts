@@ -14,10 +14,7 @@ import { OperatorReadClients } from "../src/oauth/operator-read.js";
 import { OAuthStore } from "../src/oauth/store.js";
 import { MIGRATIONS, migrate } from "../src/state/schema.js";
 
-const SELF_CREATED = [
-  "oauth_operator_clients",
-  "console_sessions",
-] as const;
+const SELF_CREATED = ["oauth_operator_clients", "console_sessions"] as const;
 
 /** The shape of each table: its columns and its indexes with their columns. */
 function shapes(db: Database.Database): Record<string, unknown> {

@@ -355,7 +355,11 @@ export class RunnerHub {
           { runner_id: runnerId, conn: conn.id },
           "this runner's link lease was taken on another Server instance; closing the link held here",
         );
-        conn.send({ type: "protocol_error", code: "replaced", message: "a newer connection of this runner replaced this one" });
+        conn.send({
+          type: "protocol_error",
+          code: "replaced",
+          message: "a newer connection of this runner replaced this one",
+        });
         conn.close(1008, "replaced");
       }
     } catch (err) {
@@ -533,7 +537,10 @@ export class RunnerHub {
         }
         conn.helloReceived = true;
         this.#onHello(conn, frame).catch((err: unknown) => {
-          this.#log.error({ runner_id: conn.runnerId, conn: conn.id, err: (err as Error).message }, "runner hello not decided");
+          this.#log.error(
+            { runner_id: conn.runnerId, conn: conn.id, err: (err as Error).message },
+            "runner hello not decided",
+          );
           conn.close(1011, "hello failed");
         });
         return;

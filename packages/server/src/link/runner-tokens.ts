@@ -136,10 +136,10 @@ export class RunnerTokenStore {
     if (entry.event === "link_refused_in_use") {
       const window = this.#refusalWindows.get(entry.runner_id);
       if (window && now.getTime() - window.startMs < LINK_REFUSAL_AUDIT_WINDOW_MS) {
-        const counted = await this.#db.run(
-          "UPDATE runner_link_audit SET count = count + 1, last_at = ? WHERE id = ?",
-          [now.toISOString(), window.rowId],
-        );
+        const counted = await this.#db.run("UPDATE runner_link_audit SET count = count + 1, last_at = ? WHERE id = ?", [
+          now.toISOString(),
+          window.rowId,
+        ]);
         if (counted.changes === 1) return;
       }
     }

@@ -140,10 +140,7 @@ export class TokenStore {
   }
 
   /** Like `verify`, with the token's id (the OAuth consent records which key granted it). */
-  async identify(
-    token: string,
-    lookup: PrincipalLookup,
-  ): Promise<{ principal: Principal; token_id: string } | null> {
+  async identify(token: string, lookup: PrincipalLookup): Promise<{ principal: Principal; token_id: string } | null> {
     if (!TOKEN_PATTERN.test(token)) return null;
     const row = await this.#db.get<TokenRow>(
       "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
