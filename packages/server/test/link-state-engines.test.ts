@@ -234,7 +234,7 @@ describe.each(ENGINES)("link and principal state on $name", ({ instances }) => {
     ]);
   });
 
-  it("writes presence in order and reads it from the other instance; MCP audit rows are flushed in one transaction", async () => {
+  it("writes presence in order, reads it from the other instance, and an old link's end does not take a moved link offline; MCP audit rows round-trip", async () => {
     const [a, b] = await instances();
     const failures: unknown[] = [];
     const presence = new PresenceStore(a, (err) => failures.push(err));
@@ -256,9 +256,28 @@ describe.each(ENGINES)("link and principal state on $name", ({ instances }) => {
     const offline = presence.offline("r1", new Date(t0 + 2_000));
     await Promise.all([online, seen, offline]);
     expect(failures).toEqual([]);
-    const [row] = await new PresenceStore(b).rows();
+    const row = (await new PresenceStore(b).rows()).find((r) => r.runner_id === "r1");
     expect(row).toMatchObject({ runner_id: "r1", online: 0, seen_ms: t0 + 1_000, agents_share_runner_user: null });
     expect(presenceAt(row!, t0 + 3_000)).toEqual({ online: false, since: new Date(t0 + 2_000).toISOString() });
+
+    // The Runner's link moves to instance B; A's late end of its own link leaves B's online row alone.
+    const onB = new PresenceStore(b, (err) => failures.push(err));
+    const advert = {
+      runner_id: "r2",
+      protocol_version: 2,
+      agent_instance_id: "ai2",
+      projects: [],
+      providers: [],
+      max_concurrent_runs: 1,
+      agents_share_runner_user: false,
+    };
+    await presence.online(advert, new Date(t0));
+    await onB.online(advert, new Date(t0 + 500));
+    await presence.offline("r2", new Date(t0 + 600), new Date(t0));
+    const moved = (await onB.rows()).find((r) => r.runner_id === "r2");
+    expect(moved).toMatchObject({ online: 1, since: new Date(t0 + 500).toISOString() });
+    await onB.offline("r2", new Date(t0 + 700), new Date(t0 + 500));
+    expect((await presence.rows()).find((r) => r.runner_id === "r2")).toMatchObject({ online: 0 });
 
     const audit = new StateAuditLog(a, { onError: (err) => failures.push(err) });
     for (let i = 0; i < 5; i++) {

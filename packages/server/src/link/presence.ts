@@ -120,12 +120,22 @@ export class PresenceStore {
     );
   }
 
-  offline(runnerId: string, at = new Date()): Promise<void> {
+  /**
+   * The live link that went online at `onlineSince` (its `online` write's time) ended. Only that one: when
+   * the Runner's link is already live again elsewhere (another instance took it over and wrote its own
+   * `since`), the row stays online. Without `onlineSince`, whichever link the row describes ends.
+   */
+  offline(runnerId: string, at = new Date(), onlineSince?: Date): Promise<void> {
     return this.#write(() =>
-      this.#db.run("UPDATE runner_presence SET online = 0, since = ? WHERE runner_id = ? AND online = 1", [
-        at.toISOString(),
-        runnerId,
-      ]),
+      onlineSince === undefined
+        ? this.#db.run("UPDATE runner_presence SET online = 0, since = ? WHERE runner_id = ? AND online = 1", [
+            at.toISOString(),
+            runnerId,
+          ])
+        : this.#db.run(
+            "UPDATE runner_presence SET online = 0, since = ? WHERE runner_id = ? AND online = 1 AND since = ?",
+            [at.toISOString(), runnerId, onlineSince.toISOString()],
+          ),
     );
   }
 
