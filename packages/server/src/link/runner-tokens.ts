@@ -159,11 +159,6 @@ export class RunnerTokenStore {
     }
   }
 
-  /** Every audit row recorded so far is written (or failed). */
-  async settled(): Promise<void> {
-    await this.#auditQueue;
-  }
-
   /** Newest last. */
   async auditRows(limit = 1000): Promise<LinkAuditRow[]> {
     return await this.#db.all<LinkAuditRow>(
