@@ -48,7 +48,7 @@ async function cmdRun(argv: string[]): Promise<number> {
   return 0;
 }
 
-function cmdRunnerToken(argv: string[]): number {
+async function cmdRunnerToken(argv: string[]): Promise<number> {
   const [action, ...rest] = argv;
   const { values } = parseArgs({
     args: rest,
@@ -60,7 +60,7 @@ function cmdRunnerToken(argv: string[]): number {
       console.error(`runner-token rotate needs --config (the Server's state DB holds the new token's hash)\n${USAGE}`);
       return 2;
     }
-    return rotateRunnerToken(values.config, values.runner);
+    return await rotateRunnerToken(values.config, values.runner);
   }
   if (action !== "issue" || !values.runner) {
     console.error(USAGE);
@@ -90,7 +90,7 @@ async function main(argv: string[]): Promise<number> {
     case "run":
       return cmdRun(rest);
     case "runner-token":
-      return cmdRunnerToken(rest);
+      return await cmdRunnerToken(rest);
     case "token":
       return (await import("./cli/token.js")).runTokenCommand(rest);
     case "oauth":

@@ -15,7 +15,7 @@ import { ConsoleSessions } from "./console/sessions.js";
 import { ConsoleReader } from "./console/snapshot.js";
 import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
 import { RunnerHub } from "./link/hub.js";
-import { SqliteLeaseStore } from "./link/lease-store.js";
+import { StateLeaseStore } from "./link/lease-store.js";
 import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
 import { Registry } from "./link/registry.js";
 import { RunnerTokenStore } from "./link/runner-tokens.js";
@@ -109,11 +109,11 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   const armed = activeServerFailpoint();
   if (armed) logger.warn({ failpoint: armed }, `${SERVER_FAILPOINT_ENV} is set: this Server will SIGKILL itself there`);
   if (invalidServerFailpointValue()) logger.warn(`${SERVER_FAILPOINT_ENV} names no failpoint; ignored`);
-  const presence = new PresenceStore(store.db, (err) =>
+  const presence = new PresenceStore(store.engine, (err) =>
     logger.error({ err: (err as Error).message }, "runner presence not written (state DB)"),
   );
   const registry = new Registry(config, presence);
-  const presenceTimer = setInterval(() => presence.seen(registry.liveIds()), PRESENCE_REFRESH_MS);
+  const presenceTimer = setInterval(() => void presence.seen(registry.liveIds()), PRESENCE_REFRESH_MS);
   presenceTimer.unref();
   const delay = Number(env[TEST_DELAY_ENV] ?? 0);
   const runs = new Runs({
@@ -131,10 +131,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     listener: runs,
     heartbeatIntervalMs: config.heartbeatIntervalMs,
     serverInstanceId: randomBytes(12).toString("base64url"),
-    tokens: new RunnerTokenStore(store.db),
-    leaseStore: new SqliteLeaseStore(store.db, (err) =>
-      logger.error({ err: (err as Error).message }, "runner link lease not read or written (state DB)"),
-    ),
+    tokens: new RunnerTokenStore(store.engine),
+    leaseStore: new StateLeaseStore(store.engine),
   });
 
   let mcp: McpMount | null = null;
@@ -261,7 +259,7 @@ function mountConsole(
   presence: PresenceStore,
   tls: boolean,
 ): ConsoleMount {
-  const tokens = new TokenStore(store.db);
+  const tokens = new TokenStore(store.engine);
   const oauth = new OAuthStore(store.engine);
   const operatorClients = new OperatorReadClients(oauth);
   return createConsole({

@@ -24,7 +24,7 @@ beforeAll(async () => {
   env = {
     ...process.env,
     WEBCODEX_URL: stack.mcpUrl.href,
-    WEBCODEX_TOKEN: stack.issueToken("alice", [...SCOPES], ["demo"]),
+    WEBCODEX_TOKEN: await stack.issueToken("alice", [...SCOPES], ["demo"]),
     NO_COLOR: "1",
   };
 }, 60_000);

@@ -31,10 +31,10 @@ beforeAll(async () => {
     ],
     acp: { max_concurrent_runs: 8 },
   });
-  const aliceToken = stack.issueToken("alice", [...SCOPES], ["demo", "other"]);
+  const aliceToken = await stack.issueToken("alice", [...SCOPES], ["demo", "other"]);
   alice = await stack.connect(aliceToken);
   alice2 = await stack.connect(aliceToken);
-  bob = await stack.connect(stack.issueToken("bob", [...SCOPES], ["demo", "other"]));
+  bob = await stack.connect(await stack.issueToken("bob", [...SCOPES], ["demo", "other"]));
 }, 60_000);
 
 afterAll(async () => {

@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
-import { SqliteAuditLog } from "../src/mcp/audit.js";
+import { StateAuditLog } from "../src/mcp/audit.js";
+import { SqliteEngine } from "../src/state/engine-sqlite.js";
 import { migrate } from "../src/state/schema.js";
 
 const dirs: string[] = [];
@@ -34,9 +35,9 @@ const row = (i: number) => ({
 });
 
 describe("audit flush durability level", () => {
-  it("writes a flush under synchronous=NORMAL and gives the connection back at FULL, rows committed", () => {
+  it("writes a flush under synchronous=NORMAL and gives the connection back at FULL, rows committed", async () => {
     const { file, db } = openWalDb("FULL");
-    const audit = new SqliteAuditLog(db);
+    const audit = new StateAuditLog(new SqliteEngine(db));
     const levels: number[] = [];
     // Record every synchronous level the audit sets on the connection.
     const pragma = db.pragma.bind(db);
@@ -46,7 +47,7 @@ describe("audit flush durability level", () => {
       return out;
     }) as typeof db.pragma;
     for (let i = 0; i < 3; i++) audit.record(row(i));
-    audit.flush();
+    await audit.flush();
     expect(levels).toEqual([1, 2]);
     expect(pragma("synchronous", { simple: true })).toBe(2);
     // Committed: another connection sees every row.
@@ -56,13 +57,13 @@ describe("audit flush durability level", () => {
     db.close();
   });
 
-  it("leaves a connection already at NORMAL as it is", () => {
+  it("leaves a connection already at NORMAL as it is", async () => {
     const { db } = openWalDb("NORMAL");
-    const audit = new SqliteAuditLog(db);
+    const audit = new StateAuditLog(new SqliteEngine(db));
     audit.record(row(1));
-    audit.flush();
+    await audit.flush();
     expect(db.pragma("synchronous", { simple: true })).toBe(1);
-    expect(audit.list()).toHaveLength(1);
+    expect(await audit.list()).toHaveLength(1);
     db.close();
   });
 });

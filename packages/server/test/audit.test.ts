@@ -5,10 +5,11 @@ import Database from "better-sqlite3";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { canary } from "../../../scripts/vitest/canary.js";
-import { AUDIT_FLUSH_MAX_ROWS, SqliteAuditLog } from "../src/mcp/audit.js";
+import { AUDIT_FLUSH_MAX_ROWS, StateAuditLog } from "../src/mcp/audit.js";
 import { McpTools } from "../src/mcp/tools.js";
 import { ObserveLimits } from "../src/runs/observe-limits.js";
 import { RunTools, RUN_TOOL_NAMES as TOOL_NAMES } from "../src/runs/tools.js";
+import { SqliteEngine } from "../src/state/engine-sqlite.js";
 import { migrate } from "../src/state/schema.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
 
@@ -31,7 +32,7 @@ function openStateDb() {
 describe("SQLite audit log", () => {
   it("keeps one durable row per tool call with lifecycle and sizes only", async () => {
     const { dir, db } = openStateDb();
-    const audit = new SqliteAuditLog(db);
+    const audit = new StateAuditLog(new SqliteEngine(db));
     const prompt = canary("prompt");
     const key = canary("idempotency-key");
     const message = canary("agent-message");
@@ -53,7 +54,7 @@ describe("SQLite audit log", () => {
     await tools.call(alice, TOOL_NAMES.observe, { run_id, after_observation_token: observation_token });
     await tools.call(principal("bob", ["coding_agent:run"]), TOOL_NAMES.cancel, { run_id });
 
-    const rows = audit.list();
+    const rows = await audit.list();
     expect(rows.map((r) => [r.principal_id, r.tool, r.run_id, r.outcome])).toEqual([
       ["alice", "start_coding_agent", run_id, "ok"],
       ["alice", "observe_coding_agent", run_id, "ok"],
@@ -86,7 +87,7 @@ describe("SQLite audit log", () => {
   it("batches rows off the per-call path and writes all N of N calls by close", async () => {
     const { file, db } = openStateDb();
     db.pragma("synchronous = FULL");
-    const audit = new SqliteAuditLog(db);
+    const audit = new StateAuditLog(new SqliteEngine(db));
     const runs = new FakeRuns();
     const tools = new McpTools({
       runs,
@@ -103,14 +104,14 @@ describe("SQLite audit log", () => {
       await tools.call(alice, TOOL_NAMES.observe, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" });
     }
     expect(count()).toBeGreaterThanOrEqual(AUDIT_FLUSH_MAX_ROWS); // a full batch is written at once
-    audit.close();
+    await audit.close();
     db.close();
     const again = new Database(file, { readonly: true });
     expect((again.prepare("SELECT count(*) AS n FROM mcp_audit").get() as { n: number }).n).toBe(n);
     again.close();
   });
 
-  it("keeps the table bounded: the newest maxRows rows survive, older ones are trimmed", () => {
+  it("keeps the table bounded: the newest maxRows rows survive, older ones are trimmed", async () => {
     const { db } = openStateDb();
     const row = (i: number) => ({
       principal_id: "alice",
@@ -121,17 +122,17 @@ describe("SQLite audit log", () => {
       output_bytes: 0,
       duration_ms: 0,
     });
-    const audit = new SqliteAuditLog(db, { maxRows: 50 });
+    const audit = new StateAuditLog(new SqliteEngine(db), { maxRows: 50 });
     for (let i = 0; i < 1000; i++) audit.record(row(i));
-    audit.close();
+    await audit.close();
     const kept = db.prepare("SELECT input_bytes FROM mcp_audit ORDER BY id").pluck().all() as number[];
     expect(kept.length).toBeLessThanOrEqual(50 + AUDIT_FLUSH_MAX_ROWS);
     expect(kept.at(-1)).toBe(999);
     expect(kept).toEqual(Array.from({ length: kept.length }, (_, k) => 1000 - kept.length + k));
     // A restart with a smaller bound trims at its first write.
-    const reopened = new SqliteAuditLog(db, { maxRows: 10 });
+    const reopened = new StateAuditLog(new SqliteEngine(db), { maxRows: 10 });
     reopened.record(row(1000));
-    reopened.close();
+    await reopened.close();
     expect(db.prepare("SELECT count(*) FROM mcp_audit").pluck().get()).toBe(10);
     db.close();
   });

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
-import { SqliteAuditLog } from "../src/mcp/audit.js";
+import { StateAuditLog } from "../src/mcp/audit.js";
 import { createMcpHandler } from "../src/mcp/mcp.js";
 import { MAX_TOOL_ARGUMENT_DEPTH } from "../src/mcp/tool-arguments.js";
 import { REFUSAL_LOG_PER_SECOND } from "../src/refusal-log.js";
@@ -74,8 +74,8 @@ async function callRaw(e: Env, name: string, argumentsJson: string): Promise<{ c
   return (JSON.parse(text) as { error?: { code: string; message: string } }).error ?? {};
 }
 
-function auditRows(e: Env): { tool: string; outcome: string; input_bytes: number }[] {
-  return new SqliteAuditLog(e.server.store.db).list().map((r) => ({
+async function auditRows(e: Env): Promise<{ tool: string; outcome: string; input_bytes: number }[]> {
+  return (await new StateAuditLog(e.server.store.engine).list()).map((r) => ({
     tool: r.tool,
     outcome: r.outcome,
     input_bytes: r.input_bytes,
@@ -129,8 +129,11 @@ describe("the Server's HTTP hardening", () => {
       expect(error.message).toMatch(/^config\.model/);
       expect(error.message).not.toContain("call stack");
     }
-    await poll(() => auditRows(e!).length === 2, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
-    expect(auditRows(e)).toEqual([
+    await poll(async () => (await auditRows(e!)).length === 2, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
+    expect(await auditRows(e)).toEqual([
       { tool: "start_coding_agent", outcome: "invalid_input", input_bytes: 0 },
       { tool: "start_coding_agent", outcome: "invalid_input", input_bytes: 0 },
     ]);
@@ -149,8 +152,11 @@ describe("the Server's HTTP hardening", () => {
       expect(error.code).toBe("invalid_input");
       expect(error.message).toContain(`${where}: the key '${where.split(".").at(-1)}' is reserved`);
     }
-    await poll(() => auditRows(e!).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
-    expect(auditRows(e).every((r) => r.outcome === "invalid_input")).toBe(true);
+    await poll(async () => (await auditRows(e!)).length === 3, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
+    expect((await auditRows(e)).every((r) => r.outcome === "invalid_input")).toBe(true);
   });
 
   it("says timeout_secs must be an integer for a wrong type, and required only for a missing field", async () => {
@@ -188,8 +194,11 @@ describe("the Server's HTTP hardening", () => {
       id: 8,
       error: { code: -32602, message: "Invalid params: params.name: must be a string (the tool's name)" },
     });
-    await poll(() => auditRows(e!).length === 3, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
-    expect(auditRows(e).map((r) => [r.tool, r.outcome])).toEqual([
+    await poll(async () => (await auditRows(e!)).length === 3, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
+    expect((await auditRows(e)).map((r) => [r.tool, r.outcome])).toEqual([
       ["unknown_tool", "invalid_input"],
       ["malformed_call", "invalid_input"],
       ["malformed_call", "invalid_input"],

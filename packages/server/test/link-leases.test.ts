@@ -1,7 +1,8 @@
-/** The lease table of link/leases.ts and the refusal log's rate bound, on an injected clock. */
+/** The lease decisions of link/leases.ts and the refusal log's rate bound, on an injected clock. */
 import { createHash } from "node:crypto";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
+import { hashSecret, MemoryLeaseStore } from "../src/link/lease-store.js";
 import { LinkLeases } from "../src/link/leases.js";
 import { RefusalLog } from "../src/refusal-log.js";
 
@@ -10,52 +11,56 @@ class Holder {
   constructor(public lastHeardAt: number) {}
 }
 
+/** The secret of a grant or resume (fails the test on a refusal). */
+function secretOf(outcome: Awaited<ReturnType<LinkLeases["acquire"]>>): string {
+  if (outcome.kind === "refuse") throw new Error(`refused (${outcome.liveForMs} ms left)`);
+  return outcome.secret;
+}
+
 describe("link leases", () => {
-  it("grants a free runner id, resumes only with the holder's secret, refuses anyone else while the lease is live", () => {
+  it("grants a free runner id, resumes only with the holder's secret, refuses anyone else while the lease is live", async () => {
     let now = 1000;
     const leases = new LinkLeases(2000, () => now);
-    expect(leases.decide("r1", undefined)).toEqual({ kind: "grant" });
-    const a = new Holder(now);
-    const secret = leases.hold("r1", a, "grant");
+    const granted = await leases.acquire("r1", new Holder(now), undefined);
+    expect(granted.kind).toBe("grant");
+    const secret = secretOf(granted);
     expect(secret).toMatch(/^[A-Za-z0-9_-]{43}$/);
     now += 1500;
-    expect(leases.decide("r1", undefined)).toEqual({ kind: "refuse", liveForMs: 500 });
-    expect(leases.decide("r1", `${secret.slice(0, -1)}x`)).toMatchObject({ kind: "refuse" });
-    expect(leases.decide("r1", secret)).toEqual({ kind: "resume" });
-    const b = new Holder(now);
-    expect(leases.hold("r1", b, "resume")).toBe(secret);
-    expect(leases.decide("r2", undefined)).toEqual({ kind: "grant" });
+    expect(await leases.acquire("r1", new Holder(now), undefined)).toEqual({ kind: "refuse", liveForMs: 500 });
+    expect(await leases.acquire("r1", new Holder(now), `${secret.slice(0, -1)}x`)).toMatchObject({ kind: "refuse" });
+    expect(await leases.acquire("r1", new Holder(now), secret)).toEqual({ kind: "resume", secret });
+    expect((await leases.acquire("r2", new Holder(now), undefined)).kind).toBe("grant");
   });
 
-  it("keeps a lease for the heartbeat timeout after an abnormal close, counted from the holder's last word", () => {
+  it("keeps a lease for the heartbeat timeout after an abnormal close, counted from the holder's last word", async () => {
     let now = 0;
     const leases = new LinkLeases(2000, () => now);
     const a = new Holder(now);
-    leases.hold("r1", a, "grant");
+    await leases.acquire("r1", a, undefined);
     now = 500;
     a.closed = true;
-    leases.closed("r1", a, false);
+    await leases.closed("r1", a, false);
     a.lastHeardAt = 10_000; // what a closed holder says later does not extend its lease
     now = 1999;
-    expect(leases.decide("r1", undefined)).toEqual({ kind: "refuse", liveForMs: 1 });
+    expect(await leases.acquire("r1", new Holder(now), undefined)).toEqual({ kind: "refuse", liveForMs: 1 });
     now = 2000;
-    expect(leases.decide("r1", undefined)).toEqual({ kind: "grant" });
+    expect((await leases.acquire("r1", new Holder(now), undefined)).kind).toBe("grant");
   });
 
-  it("ends a lease at once on the holder's clean close or a release, and ignores closes of non-holders", () => {
+  it("ends a lease at once on the holder's clean close or a release, and ignores closes of non-holders", async () => {
     const now = 0;
     const leases = new LinkLeases(2000, () => now);
     const a = new Holder(now);
-    leases.hold("r1", a, "grant");
-    leases.closed("r1", new Holder(now), true); // not the holder: nothing changes
-    expect(leases.decide("r1", undefined)).toMatchObject({ kind: "refuse" });
-    leases.closed("r1", a, true);
-    expect(leases.decide("r1", undefined)).toEqual({ kind: "grant" });
+    await leases.acquire("r1", a, undefined);
+    await leases.closed("r1", new Holder(now), true); // not the holder: nothing changes
+    expect(await leases.acquire("r1", new Holder(now), undefined)).toMatchObject({ kind: "refuse" });
+    await leases.closed("r1", a, true);
     const b = new Holder(now);
-    const first = leases.hold("r1", b, "grant");
-    leases.release("r1");
-    expect(leases.decide("r1", first)).toEqual({ kind: "grant" });
-    expect(leases.hold("r1", new Holder(now), "grant")).not.toBe(first);
+    const first = secretOf(await leases.acquire("r1", b, undefined));
+    await leases.release("r1");
+    const again = await leases.acquire("r1", new Holder(now), first);
+    expect(again.kind).toBe("grant");
+    expect(secretOf(again)).not.toBe(first);
   });
 });
 
@@ -81,69 +86,77 @@ describe("refusal log", () => {
   });
 });
 
-describe("link leases written down (a restarted Server)", () => {
-  class MemStore {
-    readonly rows = new Map<string, { secretHash: Buffer; expiresAtMs: number }>();
-    get(id: string) {
-      return this.rows.get(id);
-    }
-    save(entries: readonly { runnerId: string; secretHash: Buffer; expiresAtMs: number }[]) {
-      for (const e of entries) this.rows.set(e.runnerId, { secretHash: e.secretHash, expiresAtMs: e.expiresAtMs });
-    }
-    delete(id: string) {
-      this.rows.delete(id);
-    }
-  }
-
-  it("refuses a hello without the secret until the written-down lease expires; the holder's secret resumes", () => {
+describe("link leases written down (a restarted Server, another instance)", () => {
+  it("refuses a hello without the secret until the written-down lease expires; the holder's secret resumes", async () => {
     let now = 0;
-    const store = new MemStore();
-    const before = new LinkLeases(2000, () => now, store);
+    const store = new MemoryLeaseStore();
+    const before = new LinkLeases(2000, () => now, store, "before");
     const a = new Holder(now);
-    const secret = before.hold("r1", a, "grant");
+    const secret = secretOf(await before.acquire("r1", a, undefined));
     now = 1500;
     a.lastHeardAt = 1500;
-    before.persist();
-    expect(store.get("r1")?.expiresAtMs).toBe(3500);
-    // The Server restarts: a new table in memory, the same store.
-    const after = new LinkLeases(2000, () => now, store);
+    expect(await before.persist()).toEqual([]);
+    expect(store.rows.get("r1")?.expiresAtMs).toBe(3500);
+    // The Server restarts: a new instance, the same store.
+    const after = new LinkLeases(2000, () => now, store, "after");
     now = 2000;
-    expect(after.decide("r1", undefined)).toEqual({ kind: "refuse", liveForMs: 1500 });
-    expect(after.decide("r1", `${secret.slice(0, -1)}x`)).toMatchObject({ kind: "refuse" });
-    expect(after.decide("r1", secret)).toEqual({ kind: "resume" });
-    expect(after.hold("r1", new Holder(now), "resume", secret)).toBe(secret);
-    const later = new LinkLeases(2000, () => now, store);
+    expect(await after.acquire("r1", new Holder(now), undefined)).toEqual({ kind: "refuse", liveForMs: 1500 });
+    expect(await after.acquire("r1", new Holder(now), `${secret.slice(0, -1)}x`)).toMatchObject({ kind: "refuse" });
+    expect(await after.acquire("r1", new Holder(now), secret)).toEqual({ kind: "resume", secret });
+    const later = new LinkLeases(2000, () => now, store, "later");
     now = 3999;
-    expect(later.decide("r1", undefined)).toMatchObject({ kind: "refuse" });
+    expect(await later.acquire("r1", new Holder(now), undefined)).toMatchObject({ kind: "refuse" });
     now = 4000;
-    expect(later.decide("r1", undefined)).toEqual({ kind: "grant" });
+    expect((await later.acquire("r1", new Holder(now), undefined)).kind).toBe("grant");
   });
 
-  it("writes the digest computed when the lease was held on every heartbeat, never hashing the secret again", () => {
+  it("writes the digest computed when the lease was held on every heartbeat, with one interval of slack", async () => {
     let now = 0;
-    const store = new MemStore();
-    const leases = new LinkLeases(2000, () => now, store);
+    const store = new MemoryLeaseStore();
+    const leases = new LinkLeases(2000, () => now, store, "i1", 1000);
     const a = new Holder(now);
-    const secret = leases.hold("r1", a, "grant");
-    const held = store.get("r1")?.secretHash;
+    const secret = secretOf(await leases.acquire("r1", a, undefined));
+    const held = store.rows.get("r1")?.secretHash;
     expect(held).toEqual(createHash("sha256").update(secret, "utf8").digest());
+    expect(store.rows.get("r1")?.expiresAtMs).toBe(3000);
     for (let beat = 1; beat <= 3; beat++) {
       now = beat * 500;
       a.lastHeardAt = now;
-      leases.persist();
-      expect(store.get("r1")?.secretHash).toBe(held);
+      await leases.persist();
+      expect(store.rows.get("r1")?.secretHash).toEqual(held);
+      expect(store.rows.get("r1")?.expiresAtMs).toBe(now + 3000);
     }
   });
 
-  it("a clean close or a rotation erases the written-down lease", () => {
-    const store = new MemStore();
+  it("a clean close or a rotation erases the written-down lease", async () => {
+    const store = new MemoryLeaseStore();
     const leases = new LinkLeases(2000, () => 0, store);
     const a = new Holder(0);
-    leases.hold("r1", a, "grant");
-    leases.closed("r1", a, true);
-    expect(store.get("r1")).toBeUndefined();
-    leases.hold("r2", new Holder(0), "grant");
-    leases.release("r2");
-    expect(store.get("r2")).toBeUndefined();
+    await leases.acquire("r1", a, undefined);
+    await leases.closed("r1", a, true);
+    expect(store.rows.get("r1")).toBeUndefined();
+    await leases.acquire("r2", new Holder(0), undefined);
+    await leases.release("r2");
+    expect(store.rows.get("r2")).toBeUndefined();
+  });
+
+  it("an instance whose lease another instance took stops extending it and reports it lost", async () => {
+    let now = 0;
+    const store = new MemoryLeaseStore();
+    const a = new LinkLeases(2000, () => now, store, "A");
+    const b = new LinkLeases(2000, () => now, store, "B");
+    const holder = new Holder(0);
+    const secret = secretOf(await a.acquire("r1", holder, undefined));
+    // The Runner resumes on instance B while its old socket on A is still open.
+    now = 100;
+    expect(await b.acquire("r1", new Holder(now), secret)).toEqual({ kind: "resume", secret });
+    expect(store.rows.get("r1")?.holder).toMatch(/^B\//);
+    holder.lastHeardAt = 200;
+    now = 200;
+    expect(await a.persist()).toEqual(["r1"]);
+    // A's later clean close of that socket does not end B's lease.
+    await a.closed("r1", holder, true);
+    expect(store.rows.get("r1")?.holder).toMatch(/^B\//);
+    expect(store.rows.get("r1")?.secretHash).toEqual(hashSecret(secret));
   });
 });

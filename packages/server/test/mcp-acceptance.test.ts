@@ -44,9 +44,9 @@ beforeAll(async () => {
     ],
     acp: { max_concurrent_runs: 8 },
   });
-  aliceToken = stack.issueToken("alice", ["coding_agent:run", "project:write", "project:read"], ["demo"]);
+  aliceToken = await stack.issueToken("alice", ["coding_agent:run", "project:write", "project:read"], ["demo"]);
   alice = await stack.connect(aliceToken);
-  bob = await stack.connect(stack.issueToken("bob", ["coding_agent:run", "project:write"], ["demo"]));
+  bob = await stack.connect(await stack.issueToken("bob", ["coding_agent:run", "project:write"], ["demo"]));
 }, 60_000);
 
 afterAll(async () => {
@@ -189,7 +189,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     });
     expect(text).not.toContain(stack.dir);
     expect(text).not.toContain("fake-acp-agent");
-    const carol = await stack.connect(stack.issueToken("carol", ["project:read"], ["secret"]));
+    const carol = await stack.connect(await stack.issueToken("carol", ["project:read"], ["secret"]));
     expect(JSON.parse(await read(carol)).projects.map((p: { project_id: string }) => p.project_id)).toEqual(["secret"]);
   });
 
@@ -285,7 +285,9 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
       acp: { permission_timeout_secs: 2 },
     });
     try {
-      const client = await short.connect(short.issueToken("alice", ["coding_agent:run", "project:write"], ["demo"]));
+      const client = await short.connect(
+        await short.issueToken("alice", ["coding_agent:run", "project:write"], ["demo"]),
+      );
       const prompt = `scenario: permission\n${key("perm-deadline")}`;
       const started = await start(client, prompt);
       const done = await observeUntil(client, started.run_id as string, started.observation_token as string, (o) =>
@@ -309,7 +311,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     "a token with only %s cannot start, observe or cancel",
     async (...scopes) => {
       const flat = scopes.flat() as (typeof ALL_BUT_RUN)[number][];
-      const client = await stack.connect(stack.issueToken("ops", flat, ["demo"], false));
+      const client = await stack.connect(await stack.issueToken("ops", flat, ["demo"], false));
       const target = await start(alice, "scenario: hello");
       const e1 = await err(client, "start_coding_agent", {
         project_id: "demo",

@@ -48,8 +48,8 @@ beforeAll(async () => {
     projects: [{ id: "demo", allow_patch: true }],
     acp: { max_concurrent_runs: 8 },
   });
-  aliceToken = stack.issueToken("alice", [...ALL], ["demo"]);
-  bobToken = stack.issueToken("bob", [...ALL], ["demo"]);
+  aliceToken = await stack.issueToken("alice", [...ALL], ["demo"]);
+  bobToken = await stack.issueToken("bob", [...ALL], ["demo"]);
   legacy = await stack.connect(aliceToken);
   modern = await connectModern(aliceToken);
 }, 60_000);

@@ -34,7 +34,7 @@ beforeAll(async () => {
     runs,
     audit,
     logger: pino({ level: "silent" }),
-    authenticate: (token) => TOKENS[token] ?? null,
+    authenticate: async (token) => TOKENS[token] ?? null,
     observeLimits: limits,
     maxBodyBytes: 256 * 1024,
   });

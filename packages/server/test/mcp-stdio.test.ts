@@ -30,7 +30,7 @@ async function serveMcp(port = 0): Promise<{ http: HttpServer; port: number }> {
     runs: new FakeRuns(),
     audit: new MemoryAuditLog(),
     logger: pino({ level: "silent" }),
-    authenticate: (token) => (token === "token-alice" ? alice : null),
+    authenticate: async (token) => (token === "token-alice" ? alice : null),
   });
   const http = createServer((req, res) => void handler(req, res));
   await new Promise<void>((resolve) => http.listen(port, "127.0.0.1", resolve));

@@ -32,7 +32,7 @@ interface Running {
   origin: string;
   /** `public_url`: the issuer, and `${issuer}/mcp` the resource. */
   issuer: string;
-  key(scopes: string[]): string;
+  key(scopes: string[]): Promise<string>;
   stateDir: string;
 }
 
@@ -67,21 +67,23 @@ async function start(
   );
   const server = await startServer({ config, logger: silent, mcpHandler: createMcpHandler, env: {} });
   running.push(server);
-  const tokens = new TokenStore(server.store.db);
+  const tokens = new TokenStore(server.store.engine);
   return {
     server,
     origin: server.url,
     issuer,
     stateDir: config.stateDir,
-    key: (scopes) =>
-      tokens.issue(
-        {
-          principal_id: "alice",
-          scopes: scopes as never,
-          projects: ["demo"],
-          allowCodingAgentRun: scopes.includes("coding_agent:run"),
-        },
-        (id) => config.principals.find((p) => p.id === id),
+    key: async (scopes) =>
+      (
+        await tokens.issue(
+          {
+            principal_id: "alice",
+            scopes: scopes as never,
+            projects: ["demo"],
+            allowCodingAgentRun: scopes.includes("coding_agent:run"),
+          },
+          (id) => config.principals.find((p) => p.id === id),
+        )
       ).token,
   };
 }
@@ -157,7 +159,7 @@ describe("RFC 9207: iss on every authorization response", () => {
   it("error redirects (access_denied, invalid_scope, invalid_target, invalid_request) carry iss, like the code", async () => {
     const s = await start();
     const clientId = await clientOf(s.origin);
-    const runOnlyless = s.key(["project:read"]);
+    const runOnlyless = await s.key(["project:read"]);
     // A person allowed this client once: its redirect is confirmed, so /authorize errors go back to it.
     const ok = await openConsent(authorizeUrl(s, clientId, pkce().challenge));
     const approved = await answerConsent(s.origin, ok, { action: "approve", key: runOnlyless });
@@ -212,7 +214,7 @@ describe("RFC 9207: iss on every authorization response", () => {
 describe("resource (RFC 8707) normalization", () => {
   it("omitted means this Server's /mcp; case of scheme/host, a default port and a trailing slash do not matter", async () => {
     const s = await start({ issuer: "https://mcp.example.com" });
-    const key = s.key(["project:read"]);
+    const key = await s.key(["project:read"]);
     const omitted = await tokensFor(s, key, { resource: null });
     expect((await mcpPost(s.origin, String(omitted.body.access_token), { method: "tools/list" })).status).toBe(200);
     for (const resource of ["HTTPS://MCP.Example.COM/mcp/", "https://mcp.example.com:443/mcp"]) {
@@ -229,7 +231,7 @@ describe("resource (RFC 8707) normalization", () => {
   it("a genuinely different resource is invalid_target, at /authorize and at /token", async () => {
     const s = await start({ issuer: "https://mcp.example.com" });
     const clientId = await clientOf(s.origin);
-    const key = s.key(["project:read"]);
+    const key = await s.key(["project:read"]);
     const { verifier, challenge } = pkce();
     const page = await openConsent(authorizeUrl(s, clientId, challenge));
     const code = (await answerConsent(s.origin, page, { action: "approve", key })).location?.searchParams.get("code");
@@ -260,7 +262,7 @@ describe("resource (RFC 8707) normalization", () => {
 describe("scopes hosts send", () => {
   it("unknown scope names are ignored: none known asks for the default set, some known asks for those", async () => {
     const s = await start();
-    const key = s.key(["project:read", "project:write"]);
+    const key = await s.key(["project:read", "project:write"]);
     const clientId = await clientOf(s.origin);
     const onlyHost = await openConsent(authorizeUrl(s, clientId, pkce().challenge, { scope: "claudeai" }));
     expect(onlyHost.status).toBe(200);
@@ -279,7 +281,7 @@ describe("the consent page says exactly what is granted (issue 28 §2)", () => {
   it("the review before Allow and the result after it list only what the key grants, its projects and how long", async () => {
     const s = await start({ oauth: { refresh_token_ttl_secs: 14 * 86_400, access_token_ttl_secs: 1800 } });
     const clientId = await clientOf(s.origin);
-    const key = s.key(["project:read", "runtime:read"]);
+    const key = await s.key(["project:read", "runtime:read"]);
     const page = await openConsent(
       authorizeUrl(s, clientId, pkce().challenge, {
         scope: "project:read project:write runtime:read coding_agent:run",
@@ -307,7 +309,7 @@ describe("the consent page says exactly what is granted (issue 28 §2)", () => {
   it("a key revoked between the review and Allow grants nothing: the page asks for a key again", async () => {
     const s = await start();
     const clientId = await clientOf(s.origin);
-    const key = s.key(["project:read"]);
+    const key = await s.key(["project:read"]);
     const page = await openConsent(authorizeUrl(s, clientId, pkce().challenge));
     const post = (fields: Record<string, string>) =>
       fetch(`${s.origin}/oauth/consent`, {
@@ -317,11 +319,11 @@ describe("the consent page says exactly what is granted (issue 28 §2)", () => {
         body: new URLSearchParams({ request_id: page.requestId, csrf: page.csrf, ...fields }),
       });
     expect((await post({ action: "review", key })).status).toBe(200);
-    const tokens = new TokenStore(s.server.store.db);
+    const tokens = new TokenStore(s.server.store.engine);
     for (const row of s.server.store.db.prepare("SELECT token_id FROM principal_tokens").all() as Array<{
       token_id: string;
     }>)
-      tokens.revoke(row.token_id);
+      await tokens.revoke(row.token_id);
     const allow = await post({ action: "approve" });
     expect(allow.status).toBe(401);
     expect(allow.headers.get("location")).toBeNull();
@@ -335,7 +337,7 @@ describe("the consent page says exactly what is granted (issue 28 §2)", () => {
 describe("refresh token reuse grace window", () => {
   it("a refresh token presented again within the window gets the same new pair; the family lives on", async () => {
     const s = await start();
-    const { clientId, body } = await tokensFor(s, s.key(["project:read"]));
+    const { clientId, body } = await tokensFor(s, await s.key(["project:read"]));
     const refresh = (token: string) =>
       tokenRequest(s.origin, { grant_type: "refresh_token", refresh_token: token, client_id: clientId });
     const first = await refresh(String(body.refresh_token));
@@ -640,7 +642,7 @@ describe("open consent pages are bounded per client and per address", () => {
     const other = await clientOf(s.origin);
     expect(await flood(other, "203.0.113.200")).toBe(200);
     // The person's page still answers.
-    const answered = await answerConsent(s.origin, person, { action: "approve", key: s.key(["project:read"]) });
+    const answered = await answerConsent(s.origin, person, { action: "approve", key: await s.key(["project:read"]) });
     expect(answered.location?.searchParams.get("code")).toBeTruthy();
   }, 60_000);
 });

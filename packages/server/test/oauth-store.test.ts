@@ -78,9 +78,9 @@ describe("OAuth store", () => {
     const cfgB = config(dir, "https://b.example");
     const state = new StateStore(cfgA.stateDir);
     try {
-      const tokens = new TokenStore(state.db);
+      const tokens = new TokenStore(state.engine);
       const lookup = (id: string) => cfgA.principals.find((p) => p.id === id);
-      const key = tokens.issue(
+      const key = await tokens.issue(
         { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
         lookup,
       );
@@ -122,7 +122,7 @@ describe("OAuth store", () => {
       });
       expect(await b.authenticate(r.pair.access_token)).toBeNull();
       // Revoking the access key the person typed ends the grant's tokens too.
-      tokens.revoke(key.token_id);
+      await tokens.revoke(key.token_id);
       expect(await a.authenticate(r.pair.access_token)).toBeNull();
       // The audit rows hold ids and scopes, never the code or a token.
       const audit = JSON.stringify(await a.store.auditRows());

@@ -213,12 +213,14 @@ describe("console sessions and bounds", () => {
     }
   });
 
-  it("reads a Runner as offline once its Server stopped refreshing its presence, since it was last seen", () => {
+  it("reads a Runner as offline once its Server stopped refreshing its presence, since it was last seen", async () => {
     const state = new StateStore(`${stack.dir}/presence-unit`);
     try {
-      const presence = new PresenceStore(state.db);
+      const presence = new PresenceStore(state.engine, (err) => {
+        throw err;
+      });
       const t0 = 2_000_000_000_000;
-      presence.online(
+      await presence.online(
         {
           runner_id: "r9",
           protocol_version: 2,
@@ -230,19 +232,22 @@ describe("console sessions and bounds", () => {
         },
         new Date(t0),
       );
-      const row = () => presence.rows().find((r) => r.runner_id === "r9")!;
-      expect(presenceAt(row(), t0 + PRESENCE_STALE_MS - 1)).toEqual({
+      const row = async () => (await presence.rows()).find((r) => r.runner_id === "r9")!;
+      expect(presenceAt(await row(), t0 + PRESENCE_STALE_MS - 1)).toEqual({
         online: true,
         since: new Date(t0).toISOString(),
       });
-      presence.seen(["r9"], t0 + 10_000);
-      expect(presenceAt(row(), t0 + 10_000 + PRESENCE_STALE_MS - 1).online).toBe(true);
-      expect(presenceAt(row(), t0 + 10_000 + PRESENCE_STALE_MS)).toEqual({
+      await presence.seen(["r9"], t0 + 10_000);
+      expect(presenceAt(await row(), t0 + 10_000 + PRESENCE_STALE_MS - 1).online).toBe(true);
+      expect(presenceAt(await row(), t0 + 10_000 + PRESENCE_STALE_MS)).toEqual({
         online: false,
         since: new Date(t0 + 10_000).toISOString(),
       });
-      presence.offline("r9", new Date(t0 + 20_000));
-      expect(presenceAt(row(), t0 + 20_001)).toEqual({ online: false, since: new Date(t0 + 20_000).toISOString() });
+      await presence.offline("r9", new Date(t0 + 20_000));
+      expect(presenceAt(await row(), t0 + 20_001)).toEqual({
+        online: false,
+        since: new Date(t0 + 20_000).toISOString(),
+      });
     } finally {
       state.close();
     }

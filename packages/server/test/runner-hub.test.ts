@@ -215,7 +215,7 @@ describe("runner hub", () => {
 
   it("keeps a rotated runner token across a Server restart: the config token stays refused, the new one works", async () => {
     h = await new Harness().start(RUNNERS);
-    const fresh = new RunnerTokenStore(h.server.store.db).rotate("r1");
+    const fresh = await new RunnerTokenStore(h.server.store.engine).rotate("r1");
     await h.restartServer();
     expect(h.log.lines.join("")).toContain("these runners' tokens were rotated");
     expect(await connect(h, RUNNERS[0]!.token).status).toBe(401);

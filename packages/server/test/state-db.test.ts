@@ -18,7 +18,7 @@ import {
   SERVER_BIN,
 } from "../../../scripts/test-support/index.js";
 import { buildServerConfig } from "../src/config.js";
-import { TokenStore } from "../src/principals/tokens.js";
+import { hashToken, TokenStore } from "../src/principals/tokens.js";
 import type { StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
 import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "../src/runs/record-expiry.js";
@@ -161,7 +161,7 @@ describe("one Server per state dir", () => {
 });
 
 describe("state DB schema versions", () => {
-  it("opens a database made by the schema before versioning (810c5de): records and tokens survive, user_version is current", () => {
+  it("opens a database made by the schema before versioning (810c5de): records and tokens survive, user_version is current", async () => {
     const dir = tempDir();
     const stateDir = join(dir, "state");
     // The previous schema, with a record and an issued token in it, as a pre-versioning Server left it.
@@ -182,10 +182,13 @@ describe("state DB schema versions", () => {
            'end_turn', NULL, 'none', NULL, 0, '2026-01-01T00:00:00.000Z', '2026-01-01T00:01:00.000Z')`,
       )
       .run(runId);
-    const issued = new TokenStore(old).issue(
-      { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
-      () => ({ id: "alice", scopes: ["project:read"], projects: ["demo"] }),
-    );
+    // A token row as the pre-versioning TokenStore wrote it.
+    const token = `wct_${"t".repeat(43)}`;
+    old
+      .prepare(
+        "INSERT INTO principal_tokens (token_hash, token_id, principal_id, scopes, projects, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+      )
+      .run(hashToken(token), "tok_old", "alice", '["project:read"]', '["demo"]', "2026-01-01T00:00:00.000Z");
     expect(old.pragma("user_version", { simple: true })).toBe(0);
     old.close();
 
@@ -204,7 +207,7 @@ describe("state DB schema versions", () => {
         .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'admission_records'")
         .all() as { name: string }[];
       expect(indexes.map((i) => i.name)).toContain("admission_records_admission_age");
-      const principal = new TokenStore(store.db).verify(issued.token, () => ({
+      const principal = await new TokenStore(store.engine).verify(token, () => ({
         id: "alice",
         scopes: ["project:read"],
         projects: ["demo"],

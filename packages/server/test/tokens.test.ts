@@ -13,23 +13,26 @@ import {
   TokenIssueError,
   TokenStore,
 } from "../src/principals/tokens.js";
+import { openSqliteEngine, type SqliteEngine } from "../src/state/engine-sqlite.js";
+import { migrateState } from "../src/state/schema.js";
 
 let dir: string;
-let db: Database.Database;
+let db: SqliteEngine;
 let store: TokenStore;
 const principals: ConfiguredPrincipal[] = [
   { id: "alice", scopes: ["coding_agent:run", "project:write", "project:read"], projects: ["demo", "docs"] },
   { id: "ops", scopes: ["project:write", "job:run", "mcp:local", "runtime:read"], projects: ["demo"] },
 ];
 
-beforeEach(() => {
+beforeEach(async () => {
   dir = mkdtempSync(join(tmpdir(), "wc-tokens-"));
-  db = new Database(join(dir, "server.sqlite3"));
-  db.pragma("journal_mode = WAL");
+  const file = join(dir, "server.sqlite3");
+  db = openSqliteEngine(file);
+  await migrateState(db, file);
   store = new TokenStore(db);
 });
-afterEach(() => {
-  if (db.open) db.close();
+afterEach(async () => {
+  await db.close();
   rmSync(dir, { recursive: true, force: true });
 });
 
@@ -46,18 +49,18 @@ const issueAlice = (over: Partial<Parameters<TokenStore["issue"]>[0]> = {}) =>
   );
 
 describe("token issue and verify", () => {
-  it("verifies an issued token to its principal with exactly the issued scopes and projects", () => {
-    const issued = issueAlice();
+  it("verifies an issued token to its principal with exactly the issued scopes and projects", async () => {
+    const issued = await issueAlice();
     expect(issued.token).toMatch(/^wct_[A-Za-z0-9_-]{43}$/);
-    const p = store.verify(issued.token, principalLookup(principals));
+    const p = await store.verify(issued.token, principalLookup(principals));
     expect(p?.id).toBe("alice");
     expect([...(p?.scopes ?? [])].sort()).toEqual(["coding_agent:run", "project:write"]);
     expect([...(p?.projects ?? [])]).toEqual(["demo"]);
   });
 
-  it("stores only the sha256 of the token, never the token", () => {
-    const issued = issueAlice();
-    db.close();
+  it("stores only the sha256 of the token, never the token", async () => {
+    const issued = await issueAlice();
+    await db.close();
     const bytes = readdirSync(dir)
       .map((f) => readFileSync(join(dir, f)).toString("latin1"))
       .join("");
@@ -70,21 +73,21 @@ describe("token issue and verify", () => {
     reopened.close();
   });
 
-  it("refuses coding_agent:run without the explicit opt-in", () => {
-    expect(() => issueAlice({ allowCodingAgentRun: false })).toThrow(/--allow-coding-agent-run/);
-    expect(() => issueAlice({ allowCodingAgentRun: false, scopes: ["project:write"] })).not.toThrow();
+  it("refuses coding_agent:run without the explicit opt-in", async () => {
+    await expect(issueAlice({ allowCodingAgentRun: false })).rejects.toThrow(/--allow-coding-agent-run/);
+    await expect(issueAlice({ allowCodingAgentRun: false, scopes: ["project:write"] })).resolves.toBeDefined();
   });
 
-  it("refuses scopes and projects the config does not grant, and unknown scopes", () => {
-    expect(() => issueAlice({ scopes: ["job:run"] })).toThrow(TokenIssueError);
-    expect(() => issueAlice({ projects: ["secret"] })).toThrow(/not granted/);
-    expect(() => issueAlice({ scopes: ["root"] })).toThrow(/unknown scope/);
-    expect(() => issueAlice({ principal_id: "mallory" })).toThrow(/not declared/);
-    expect(() => issueAlice({ scopes: [] })).toThrow(/at least one/);
+  it("refuses scopes and projects the config does not grant, and unknown scopes", async () => {
+    await expect(issueAlice({ scopes: ["job:run"] })).rejects.toThrow(TokenIssueError);
+    await expect(issueAlice({ projects: ["secret"] })).rejects.toThrow(/not granted/);
+    await expect(issueAlice({ scopes: ["root"] })).rejects.toThrow(/unknown scope/);
+    await expect(issueAlice({ principal_id: "mallory" })).rejects.toThrow(/not declared/);
+    await expect(issueAlice({ scopes: [] })).rejects.toThrow(/at least one/);
   });
 
-  it("never widens a token when the config later grants its principal more", () => {
-    const issued = issueAlice({ scopes: ["project:write"], allowCodingAgentRun: false });
+  it("never widens a token when the config later grants its principal more", async () => {
+    const issued = await issueAlice({ scopes: ["project:write"], allowCodingAgentRun: false });
     const widened: ConfiguredPrincipal[] = [
       {
         id: "alice",
@@ -92,49 +95,49 @@ describe("token issue and verify", () => {
         projects: ["demo", "x"],
       },
     ];
-    const p = store.verify(issued.token, principalLookup(widened));
+    const p = await store.verify(issued.token, principalLookup(widened));
     expect([...(p?.scopes ?? [])]).toEqual(["project:write"]);
     expect([...(p?.projects ?? [])]).toEqual(["demo"]);
   });
 
-  it("narrows a token at once when the config takes a scope or project away, and drops removed principals", () => {
-    const issued = issueAlice();
+  it("narrows a token at once when the config takes a scope or project away, and drops removed principals", async () => {
+    const issued = await issueAlice();
     const narrowed: ConfiguredPrincipal[] = [{ id: "alice", scopes: ["project:write"], projects: [] }];
-    const p = store.verify(issued.token, principalLookup(narrowed));
+    const p = await store.verify(issued.token, principalLookup(narrowed));
     expect([...(p?.scopes ?? [])]).toEqual(["project:write"]);
     expect(p?.projects.size).toBe(0);
-    expect(store.verify(issued.token, principalLookup([]))).toBeNull();
+    expect(await store.verify(issued.token, principalLookup([]))).toBeNull();
   });
 
-  it("rejects unknown, tampered, malformed and revoked tokens", () => {
-    const issued = issueAlice();
+  it("rejects unknown, tampered, malformed and revoked tokens", async () => {
+    const issued = await issueAlice();
     const lookup = principalLookup(principals);
     const last = issued.token.at(-1) === "A" ? "B" : "A";
-    expect(store.verify(`${issued.token.slice(0, -1)}${last}`, lookup)).toBeNull();
-    expect(store.verify(`wct_${"A".repeat(43)}`, lookup)).toBeNull();
-    expect(store.verify("", lookup)).toBeNull();
-    expect(store.verify(hashToken(issued.token), lookup)).toBeNull();
-    expect(store.verify(issued.token, lookup)?.id).toBe("alice");
-    expect(store.revoke(issued.token_id)).toBe(true);
-    expect(store.verify(issued.token, lookup)).toBeNull();
-    expect(store.revoke(issued.token_id)).toBe(false);
-    expect(store.list("alice")[0]?.revoked_at).not.toBeNull();
+    expect(await store.verify(`${issued.token.slice(0, -1)}${last}`, lookup)).toBeNull();
+    expect(await store.verify(`wct_${"A".repeat(43)}`, lookup)).toBeNull();
+    expect(await store.verify("", lookup)).toBeNull();
+    expect(await store.verify(hashToken(issued.token), lookup)).toBeNull();
+    expect((await store.verify(issued.token, lookup))?.id).toBe("alice");
+    expect(await store.revoke(issued.token_id)).toBe(true);
+    expect(await store.verify(issued.token, lookup)).toBeNull();
+    expect(await store.revoke(issued.token_id)).toBe(false);
+    expect((await store.list("alice"))[0]?.revoked_at).not.toBeNull();
   });
 
-  it("applies a revocation made by another process (the token CLI) from the next verify on", () => {
-    const issued = issueAlice();
+  it("applies a revocation made by another process (the token CLI) from the next verify on", async () => {
+    const issued = await issueAlice();
     const lookup = principalLookup(principals);
-    for (let i = 0; i < 3; i++) expect(store.verify(issued.token, lookup)?.id).toBe("alice");
-    const cli = new Database(join(dir, "server.sqlite3"));
+    for (let i = 0; i < 3; i++) expect((await store.verify(issued.token, lookup))?.id).toBe("alice");
+    const cli = openSqliteEngine(join(dir, "server.sqlite3"));
     try {
-      expect(new TokenStore(cli).revoke(issued.token_id)).toBe(true);
+      expect(await new TokenStore(cli).revoke(issued.token_id)).toBe(true);
     } finally {
-      cli.close();
+      await cli.close();
     }
-    expect(store.verify(issued.token, lookup)).toBeNull();
+    expect(await store.verify(issued.token, lookup)).toBeNull();
   });
 
-  it("authenticates config-declared hashes with their fixed token_scopes", () => {
+  it("authenticates config-declared hashes with their fixed token_scopes", async () => {
     const token = "static-token-for-tests-0123456789";
     const auth = createAuthenticator(store, [
       {
@@ -145,12 +148,12 @@ describe("token issue and verify", () => {
         token_scopes: ["project:read"],
       },
     ]);
-    expect(auth(token)?.id).toBe("bot");
-    expect([...(auth(token)?.scopes ?? [])]).toEqual(["project:read"]);
-    expect(auth("other")).toBeNull();
+    expect((await auth(token))?.id).toBe("bot");
+    expect([...((await auth(token))?.scopes ?? [])]).toEqual(["project:read"]);
+    expect(await auth("other")).toBeNull();
   });
 
-  it("does not widen config-declared hashes when the principal's config scopes widen", () => {
+  it("does not widen config-declared hashes when the principal's config scopes widen", async () => {
     const token = "static-token-for-tests-0123456789";
     const doc = (scopes: string[], extra: Record<string, unknown> = {}) => ({
       principals: [
@@ -165,12 +168,12 @@ describe("token issue and verify", () => {
       ],
     });
     const before = buildServerConfig(doc(["project:read"]), { file: null, baseDir: dir });
-    expect([...(createAuthenticator(store, before.principals)(token)?.scopes ?? [])]).toEqual(["project:read"]);
+    expect([...((await createAuthenticator(store, before.principals)(token))?.scopes ?? [])]).toEqual(["project:read"]);
     const widened = buildServerConfig(doc(["project:read", "project:write", "coding_agent:run"]), {
       file: null,
       baseDir: dir,
     });
-    const p = createAuthenticator(store, widened.principals)(token);
+    const p = await createAuthenticator(store, widened.principals)(token);
     expect(p?.scopes.has("coding_agent:run")).toBe(false);
     expect(p?.scopes.has("project:write")).toBe(false);
     // coding_agent:run on inline tokens needs the explicit per-principal opt-in.
@@ -184,7 +187,7 @@ describe("token issue and verify", () => {
       doc(["coding_agent:run"], { token_scopes: ["coding_agent:run"], allow_coding_agent_run: true }),
       { file: null, baseDir: dir },
     );
-    expect(createAuthenticator(store, optedIn.principals)(token)?.scopes.has("coding_agent:run")).toBe(true);
+    expect((await createAuthenticator(store, optedIn.principals)(token))?.scopes.has("coding_agent:run")).toBe(true);
     // An inline hash without an explicit scope list is a config error, not "whatever the principal has".
     expect(() =>
       buildServerConfig(
@@ -197,7 +200,7 @@ describe("token issue and verify", () => {
     ).toThrow(/token_scopes/);
   });
 
-  it("parses bearer headers strictly", () => {
+  it("parses bearer headers strictly", async () => {
     expect(bearerToken("Bearer abc")).toBe("abc");
     expect(bearerToken("bearer abc")).toBe("abc");
     expect(bearerToken("Basic abc")).toBeNull();

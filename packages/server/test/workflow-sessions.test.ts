@@ -37,12 +37,12 @@ beforeAll(async () => {
     ],
     acp: { max_concurrent_runs: 8, permission_timeout_secs: 2 },
   });
-  alice = await stack.connect(stack.issueToken("alice", [...ALL], ["demo", "other"]));
-  bob = await stack.connect(stack.issueToken("bob", [...ALL], ["demo", "other"]));
+  alice = await stack.connect(await stack.issueToken("alice", [...ALL], ["demo", "other"]));
+  bob = await stack.connect(await stack.issueToken("bob", [...ALL], ["demo", "other"]));
   runtimeOnly = await stack.connect(
-    stack.issueToken("rt", ["runtime:read", "runtime:write", "project:write", "project:read"], ["demo"], false),
+    await stack.issueToken("rt", ["runtime:read", "runtime:write", "project:write", "project:read"], ["demo"], false),
   );
-  runOnly = await stack.connect(stack.issueToken("runner", ["coding_agent:run", "project:write"], ["demo"]));
+  runOnly = await stack.connect(await stack.issueToken("runner", ["coding_agent:run", "project:write"], ["demo"]));
 }, 60_000);
 
 afterAll(async () => {
@@ -315,7 +315,7 @@ describe("workflow sessions over MCP (real Server, Runner and fake agent)", () =
     await ok(alice, "update_workflow_session", { session_id: s.session_id, handoff: "reviewed: parser done" });
     const reviewed = await read(alice, s.session_id);
     // The same principal's runtime:write-only token (no coding_agent:run) rewrites the handoff after review.
-    const writer = await stack.connect(stack.issueToken("alice", ["runtime:write"], ["demo"], false));
+    const writer = await stack.connect(await stack.issueToken("alice", ["runtime:write"], ["demo"], false));
     const canary = `CANARY-rewritten-handoff-${randomBytes(16).toString("hex")}`;
     const rewritten = await ok(writer, "update_workflow_session", {
       session_id: s.session_id,

@@ -10,7 +10,7 @@ import { RunnerTokenStore } from "../link/runner-tokens.js";
 import { StateStore } from "../state/store.js";
 
 /** Returns the process exit code. */
-export function rotateRunnerToken(configFile: string, runnerId: string): number {
+export async function rotateRunnerToken(configFile: string, runnerId: string): Promise<number> {
   // Other runners' token_env values play no part in a rotation: they need not be set here.
   const env = new Proxy(process.env, {
     get: (target, key) => (typeof key === "string" ? (target[key] ?? "unused-by-runner-token-rotate") : undefined),
@@ -22,7 +22,7 @@ export function rotateRunnerToken(configFile: string, runnerId: string): number 
   }
   const state = new StateStore(config.stateDir);
   try {
-    const token = new RunnerTokenStore(state.db).rotate(runnerId);
+    const token = await new RunnerTokenStore(state.engine).rotate(runnerId);
     console.error(
       `rotated the token of runner ${runnerId}: the old token no longer authenticates, and a running Server ` +
         "closes the link that used it. Its [[runners]] token_sha256/token_env is no longer used.",

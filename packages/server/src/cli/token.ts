@@ -59,14 +59,14 @@ export async function runTokenCommand(argv: readonly string[]): Promise<number> 
   const config = loadServerConfig(values.config, env);
   const state = new StateStore(config.stateDir);
   try {
-    const tokens = new TokenStore(state.db);
+    const tokens = new TokenStore(state.engine);
     switch (sub) {
       case "issue": {
         if (!values.principal) {
           console.error(`--principal is required\n${USAGE}`);
           return 2;
         }
-        const issued = tokens.issue(
+        const issued = await tokens.issue(
           {
             principal_id: values.principal,
             scopes: values.scope ?? [],
@@ -87,7 +87,7 @@ export async function runTokenCommand(argv: readonly string[]): Promise<number> 
         return 0;
       }
       case "list": {
-        for (const t of tokens.list(values.principal)) {
+        for (const t of await tokens.list(values.principal)) {
           const status = t.revoked_at ? `revoked ${t.revoked_at}` : "active";
           console.log(
             `${t.token_id}\t${t.principal_id}\t${t.scopes.join(",")}\t${t.projects.join(",")}\t${t.created_at}\t${status}`,
@@ -100,7 +100,7 @@ export async function runTokenCommand(argv: readonly string[]): Promise<number> 
           console.error(`--id is required\n${USAGE}`);
           return 2;
         }
-        if (!tokens.revoke(values.id)) {
+        if (!(await tokens.revoke(values.id))) {
           console.error(`no active token with id ${values.id}`);
           return 1;
         }

@@ -67,9 +67,9 @@ export interface ConsoleDeps {
   sessions: ConsoleSessions;
   reader: ConsoleReader;
   /** Bearer key → principal and key id (principals/tokens.ts createKeyIdentifier). */
-  identifyKey(key: string): IdentifiedKey | null;
+  identifyKey(key: string): Promise<IdentifiedKey | null>;
   /** The current principal behind a key id, or null once that key is gone. */
-  keyPrincipal(keyId: string): Principal | null;
+  keyPrincipal(keyId: string): Promise<Principal | null>;
   /** Revoke a grant; false when there is no live grant with that id. */
   revokeGrant(grantId: string, reason: string): Promise<boolean>;
   secure: boolean;
@@ -177,7 +177,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     const id = cookie(req, SESSION_COOKIE);
     const s = await sessions.get(id);
     if (!s || id === undefined) return null;
-    const p = deps.keyPrincipal(s.key_id);
+    const p = await deps.keyPrincipal(s.key_id);
     if (!p || p.id !== s.principal_id || !p.scopes.has(OPERATOR_SCOPE)) return null;
     return { principal: p, id };
   }
@@ -214,7 +214,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       return;
     }
     const key = (form.get("key") ?? "").trim();
-    const found = key.length > 0 && key.length <= 512 ? deps.identifyKey(key) : null;
+    const found = key.length > 0 && key.length <= 512 ? await deps.identifyKey(key) : null;
     if (!found) {
       failures.fail(address);
       logger.warn({ remote: address }, "console: login refused: unknown key");
@@ -272,29 +272,32 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     let last = "";
     let lastWrite = Date.now();
     const started = Date.now();
-    /** One tick reads the session and the snapshot; a tick still reading when the next is due skips that one. */
-    let reading = false;
+    /** One tick at a time: a tick that is still reading (a slow database) makes the next one a no-op. */
+    let ticking = false;
     const tick = async (): Promise<void> => {
-      if (reading || ended) return;
-      reading = true;
-      let body: string;
+      if (ticking || ended) return;
+      ticking = true;
       try {
-        if (!(await session(req))) {
-          if (!ended) res.write("event: signed_out\ndata: {}\n\n");
-          end();
-          return;
-        }
-        if (Date.now() - started >= CONSOLE_STREAM_MAX_MS) {
-          end();
-          return;
-        }
-        body = JSON.stringify(await reader.snapshot(f));
+        await tickOnce();
       } catch (err) {
         logger.error({ err: (err as Error).message }, "console: snapshot not read");
-        return;
       } finally {
-        reading = false;
+        ticking = false;
       }
+    };
+    const tickOnce = async (): Promise<void> => {
+      const signedIn = (await session(req)) !== null;
+      if (ended) return;
+      if (!signedIn) {
+        res.write("event: signed_out\ndata: {}\n\n");
+        end();
+        return;
+      }
+      if (Date.now() - started >= CONSOLE_STREAM_MAX_MS) {
+        end();
+        return;
+      }
+      const body = JSON.stringify(await reader.snapshot(f));
       if (ended) return;
       if (res.writableLength > CONSOLE_STREAM_MAX_BUFFERED_BYTES) {
         logger.warn({ principal_id: s.principal.id }, "console: event stream reader too slow; stream ended");

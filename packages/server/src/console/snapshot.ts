@@ -181,14 +181,14 @@ export class ConsoleReader {
   readonly #config: ServerConfig;
   readonly #mirrors: MirrorSet | null;
   readonly #operatorClients: () => Promise<ReadonlySet<string>>;
-  readonly #presence: () => PresenceRow[];
+  readonly #presence: () => Promise<PresenceRow[]>;
 
   constructor(deps: {
     state: StateStore;
     oauth: OAuthStore;
     config: ServerConfig;
     mirrors: MirrorSet | null;
-    presence: () => PresenceRow[];
+    presence: () => Promise<PresenceRow[]>;
     operatorClients: () => Promise<ReadonlySet<string>>;
   }) {
     this.#state = deps.state;
@@ -200,8 +200,9 @@ export class ConsoleReader {
   }
 
   async snapshot(filters: ConsoleFilters): Promise<ConsoleSnapshot> {
+    const presence = await this.#presence();
     return {
-      runners: this.#runners(),
+      runners: this.#runners(presence),
       runs: this.#runs(filters),
       filters,
       run_events: filters.run === null ? null : this.#events(filters.run),
@@ -211,7 +212,7 @@ export class ConsoleReader {
     };
   }
 
-  #runners(): RunnerView[] {
+  #runners(presence: readonly PresenceRow[]): RunnerView[] {
     const db = this.#state.db;
     const nowMs = Date.now();
     const inUse = new Map(
@@ -227,7 +228,7 @@ export class ConsoleReader {
       `SELECT at, last_at, event, count FROM runner_link_audit
        WHERE runner_id = ? AND event IN ('link_refused_in_use', 'closed_token_rotated') ORDER BY id DESC LIMIT 1`,
     );
-    const rows = new Map(this.#presence().map((r) => [r.runner_id, r]));
+    const rows = new Map(presence.map((r) => [r.runner_id, r]));
     const ids = [...new Set([...this.#config.runners.map((r) => r.id), ...rows.keys()])].sort();
     return ids.map((id) => {
       const p = rows.get(id);

@@ -9,8 +9,12 @@
  * A live link is never silently replaced (link/leases.ts): a newer `hello` for
  * a runner id takes over only with the resume secret its holder got in
  * `hello.ack`, or once the holder is declared dead; otherwise it is refused
- * with `link_in_use`, logged and audited as a possible impersonation. A
- * rotated runner token (link/runner-tokens.ts) closes the links that used the old one.
+ * with `link_in_use`, logged and audited as a possible impersonation. The
+ * decision is one transaction on the runner's lease row in the state database
+ * (link/lease-store.ts), so it holds across Server instances sharing it; a
+ * connection whose lease another instance took is closed (`replaced`) at the
+ * next heartbeat. A rotated runner token (link/runner-tokens.ts) closes the
+ * links that used the old one.
  *
  * A misbehaving Runner only ever loses its own connection.
  */
@@ -37,7 +41,7 @@ import { type WebSocket, WebSocketServer } from "ws";
 import type { RunnerBinding } from "../config.js";
 import { RefusalLog } from "../refusal-log.js";
 import type { LeaseStore } from "./lease-store.js";
-import { LinkLeases } from "./leases.js";
+import { type LeaseAcquired, LinkLeases } from "./leases.js";
 import { type LinkAuditRecord, RUNNER_TOKEN_POLL_MS, type RunnerTokenStore } from "./runner-tokens.js";
 
 export type RunnerRequest =
@@ -80,7 +84,10 @@ export interface HubOptions {
   maxBufferedBytes?: number;
   /** Rotated runner tokens and the link audit (state DB); without it, config tokens only and no audit. */
   tokens?: RunnerTokenStore;
-  /** Where link leases are written down so they outlive a Server restart (state DB); memory only without. */
+  /**
+   * Where link leases are decided (the state DB: shared by every Server instance, outliving a restart);
+   * this process's memory only without.
+   */
   leaseStore?: LeaseStore;
 }
 
@@ -107,6 +114,8 @@ let connCounter = 0;
 export class RunnerConnection {
   readonly id = ++connCounter;
   hello: HelloFrame | null = null;
+  /** A hello arrived on this connection (it is being decided, or was). */
+  helloReceived = false;
   /** Date.now() of the last frame or pong from the Runner. */
   lastHeardAt = Date.now();
   #closed = false;
@@ -267,6 +276,9 @@ export class RunnerHub {
   readonly #linkRefusals: RefusalLog;
   readonly #log: Logger;
   #closing = false;
+  /** A rotation check or a lease write-down still running: the next timer tick skips it. */
+  #checkingRotations = false;
+  #persisting = false;
 
   constructor(opts: HubOptions) {
     this.#opts = opts;
@@ -285,40 +297,95 @@ export class RunnerHub {
         }
         if (conn.hello) conn.send({ type: "heartbeat", sent_at: new Date().toISOString() });
       }
-      this.#leases.persist();
+      void this.#persistLeases();
     }, opts.heartbeatIntervalMs);
     this.#heartbeat.unref();
     this.#refusals = new RefusalLog(opts.logger);
     this.#linkRefusals = new RefusalLog(opts.logger, 1, Date.now, LINK_REFUSAL_LOG_WINDOW_MS);
-    this.#leases = new LinkLeases(HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs, Date.now, opts.leaseStore);
-    this.#tokenPoll = opts.tokens ? setInterval(() => this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
+    // The written-down expiry is rewritten once per heartbeat interval: that interval is its slack.
+    this.#leases = new LinkLeases(
+      HEARTBEAT_TIMEOUT_INTERVALS * opts.heartbeatIntervalMs,
+      Date.now,
+      opts.leaseStore,
+      opts.serverInstanceId,
+      opts.heartbeatIntervalMs,
+    );
+    this.#tokenPoll = opts.tokens ? setInterval(() => void this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
     this.#tokenPoll?.unref();
-    const rotated = opts.bindings.filter((b) => opts.tokens?.override(b.id) !== undefined).map((b) => b.id);
-    if (rotated.length > 0) {
+    void this.#warnRotated();
+  }
+
+  async #warnRotated(): Promise<void> {
+    const tokens = this.#opts.tokens;
+    if (!tokens) return;
+    try {
+      const overrides = await tokens.overrides();
+      const rotated = this.#opts.bindings.filter((b) => overrides.has(b.id)).map((b) => b.id);
+      if (rotated.length === 0) return;
       this.#log.warn(
         { runners: rotated.slice(0, 16) },
         "these runners' tokens were rotated (webcodex-server runner-token rotate): their [[runners]] " +
           "token_sha256/token_env are not used",
       );
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
     }
   }
 
   /** The token hash a runner authenticates with now: a rotated one (state DB) wins over the config's. */
-  #tokenHashOf(binding: RunnerBinding): Buffer {
-    return this.#opts.tokens?.override(binding.id) ?? binding.tokenHash;
+  #tokenHashOf(binding: RunnerBinding, overrides: ReadonlyMap<string, Buffer>): Buffer {
+    return overrides.get(binding.id) ?? binding.tokenHash;
+  }
+
+  /** Rotated token hashes, read now (one query); none without a token store. */
+  async #overrides(): Promise<ReadonlyMap<string, Buffer>> {
+    return (await this.#opts.tokens?.overrides()) ?? new Map();
+  }
+
+  /** Each heartbeat: write the leases' expiries down, and close the links whose lease another instance took. */
+  async #persistLeases(): Promise<void> {
+    if (this.#persisting) return;
+    this.#persisting = true;
+    try {
+      const lost = await this.#leases.persist();
+      for (const runnerId of lost) {
+        const conn = this.#live.get(runnerId);
+        if (!conn || conn.closed) continue;
+        this.#log.warn(
+          { runner_id: runnerId, conn: conn.id },
+          "this runner's link lease was taken on another Server instance; closing the link held here",
+        );
+        conn.send({
+          type: "protocol_error",
+          code: "replaced",
+          message: "a newer connection of this runner replaced this one",
+        });
+        conn.close(1008, "replaced");
+      }
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "runner link leases not written (state DB)");
+    } finally {
+      this.#persisting = false;
+    }
   }
 
   /** After a rotation: close every connection that authenticated with a token that is no longer its runner's. */
-  #checkRotations(): void {
+  async #checkRotations(): Promise<void> {
+    if (this.#checkingRotations || this.#all.size === 0) return;
+    this.#checkingRotations = true;
+    let overrides: ReadonlyMap<string, Buffer>;
     try {
-      if (!this.#opts.tokens?.refresh()) return;
+      overrides = await this.#overrides();
     } catch (err) {
       this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
       return;
+    } finally {
+      this.#checkingRotations = false;
     }
     for (const conn of this.#all) {
+      if (conn.closed) continue;
       const binding = this.#opts.bindings.find((b) => b.id === conn.runnerId);
-      if (binding && this.#tokenHashOf(binding).equals(conn.tokenHash)) continue;
+      if (binding && this.#tokenHashOf(binding, overrides).equals(conn.tokenHash)) continue;
       this.#log.warn(
         { runner_id: conn.runnerId, conn: conn.id, remote: conn.remote },
         "runner token rotated; closing the link that used the old token",
@@ -330,17 +397,19 @@ export class RunnerHub {
         conn: conn.id,
         agent_instance_id: conn.hello?.agent_instance_id ?? null,
       });
-      this.#leases.release(conn.runnerId);
+      this.#leases.release(conn.runnerId).catch((err: unknown) => this.#leaseError(err));
       conn.protocolError("token_revoked", "this runner's token was rotated; restart the Runner with its new token");
     }
   }
 
   #audit(entry: LinkAuditRecord): void {
-    try {
-      this.#opts.tokens?.audit(entry);
-    } catch (err) {
+    this.#opts.tokens?.audit(entry).catch((err: unknown) => {
       this.#log.error({ err: (err as Error).message, event: entry.event }, "runner link audit row not written");
-    }
+    });
+  }
+
+  #leaseError(err: unknown): void {
+    this.#log.error({ err: (err as Error).message }, "runner link lease not read or written (state DB)");
   }
 
   /** The live (hello-completed) connection of a runner id. */
@@ -353,27 +422,39 @@ export class RunnerHub {
    * Map a bearer token to its runner id, comparing sha256 digests in constant time against every binding's
    * current token (rotated or configured).
    */
-  authenticate(authorization: string | undefined): { runnerId: string; tokenHash: Buffer } | null {
+  async authenticate(authorization: string | undefined): Promise<{ runnerId: string; tokenHash: Buffer } | null> {
     const m = /^Bearer ([\x21-\x7e]{1,4096})$/.exec(authorization ?? "");
     const digest = createHash("sha256")
       .update(m?.[1] ?? randomBytes(16).toString("hex"), "utf8")
       .digest();
-    try {
-      this.#opts.tokens?.refresh();
-    } catch (err) {
-      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
-    }
+    // Read at every upgrade (one query): a rotation by the CLI or another instance applies at once.
+    const overrides = await this.#overrides();
     let found: string | null = null;
     for (const b of this.#opts.bindings) {
-      const hash = this.#tokenHashOf(b);
+      const hash = this.#tokenHashOf(b, overrides);
       if (hash.byteLength === digest.byteLength && timingSafeEqual(hash, digest) && m) found = b.id;
     }
     return found === null ? null : { runnerId: found, tokenHash: digest };
   }
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    void this.#upgrade(req, socket, head);
+  }
+
+  async #upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
     const remote = req.socket.remoteAddress ?? "?";
-    const auth = this.authenticate(req.headers.authorization);
+    let auth: { runnerId: string; tokenHash: Buffer } | null;
+    try {
+      auth = await this.authenticate(req.headers.authorization);
+    } catch (err) {
+      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed; upgrade refused");
+      rejectUpgrade(socket, 503, "Service Unavailable", "Retry-After: 1\r\n");
+      return;
+    }
+    if (this.#closing || socket.destroyed) {
+      socket.destroy();
+      return;
+    }
     if (auth === null) {
       this.#refusals.refused(
         remote,
@@ -383,7 +464,8 @@ export class RunnerHub {
       rejectUpgrade(socket, 401, "Unauthorized", "WWW-Authenticate: Bearer\r\n");
       return;
     }
-    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#accept(auth.runnerId, auth.tokenHash, ws, remote));
+    const { runnerId, tokenHash } = auth;
+    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#accept(runnerId, tokenHash, ws, remote));
   }
 
   #accept(runnerId: string, tokenHash: Buffer, ws: WebSocket, remote: string): void {
@@ -402,7 +484,7 @@ export class RunnerHub {
       clearTimeout(helloTimer);
       // The Runner closing its own link cleanly (stopping) ends its lease; anything else lets it run out.
       const clean = !conn.closed && (code === 1000 || code === 1001);
-      this.#leases.closed(runnerId, conn, clean);
+      this.#leases.closed(runnerId, conn, clean).catch((err: unknown) => this.#leaseError(err));
       conn.onSocketClosed();
       this.#all.delete(conn);
       if (conn.hello) log.info({ conn: conn.id, code }, "runner connection closed");
@@ -438,13 +520,29 @@ export class RunnerHub {
 
   #dispatch(conn: RunnerConnection, frame: RunnerFrame, helloTimer: NodeJS.Timeout): void {
     if (conn.hello === null && frame.type !== "hello") {
-      conn.protocolError("unexpected_frame", `first frame must be hello, got ${frame.type}`);
+      conn.protocolError(
+        "unexpected_frame",
+        conn.helloReceived
+          ? `${frame.type} sent before hello.ack; wait for it`
+          : `first frame must be hello, got ${frame.type}`,
+      );
       return;
     }
     switch (frame.type) {
       case "hello":
         clearTimeout(helloTimer);
-        this.#onHello(conn, frame);
+        if (conn.helloReceived) {
+          conn.protocolError("unexpected_frame", "hello may only be sent once per connection");
+          return;
+        }
+        conn.helloReceived = true;
+        this.#onHello(conn, frame).catch((err: unknown) => {
+          this.#log.error(
+            { runner_id: conn.runnerId, conn: conn.id, err: (err as Error).message },
+            "runner hello not decided",
+          );
+          conn.close(1011, "hello failed");
+        });
         return;
       case "run.start.result":
       case "run.sync.result":
@@ -468,11 +566,7 @@ export class RunnerHub {
     }
   }
 
-  #onHello(conn: RunnerConnection, hello: HelloFrame): void {
-    if (conn.hello !== null) {
-      conn.protocolError("unexpected_frame", "hello may only be sent once per connection");
-      return;
-    }
+  async #onHello(conn: RunnerConnection, hello: HelloFrame): Promise<void> {
     const binding = this.#opts.bindings.find((b) => b.id === conn.runnerId);
     const allowed = new Set(binding?.projects ?? []);
     const foreign = hello.projects.map((p) => p.project_id).filter((p) => !allowed.has(p));
@@ -483,7 +577,22 @@ export class RunnerHub {
       );
       return;
     }
-    const decision = this.#leases.decide(conn.runnerId, hello.resume_secret);
+    let decision: LeaseAcquired;
+    try {
+      decision = await this.#leases.acquire(conn.runnerId, conn, hello.resume_secret);
+    } catch (err) {
+      // Nothing was decided: the Runner reconnects (with backoff) and asks again.
+      this.#leaseError(err);
+      conn.close(1011, "link lease not decided; retry");
+      return;
+    }
+    if (conn.closed || this.#closing) {
+      // Gone while its hello was decided: a held lease runs out from its last word.
+      if (decision.kind !== "refuse") {
+        await this.#leases.closed(conn.runnerId, conn, false);
+      }
+      return;
+    }
     const audit = {
       runner_id: conn.runnerId,
       remote: conn.remote,
@@ -524,7 +633,7 @@ export class RunnerHub {
       });
       previous.close(1008, "replaced");
     }
-    const secret = this.#leases.hold(conn.runnerId, conn, decision.kind, hello.resume_secret);
+    const secret = decision.secret;
     this.#audit({ ...audit, event: decision.kind === "resume" ? "link_resumed" : "link_granted" });
     this.#live.set(conn.runnerId, conn);
     conn.send({
@@ -558,7 +667,7 @@ export class RunnerHub {
     clearInterval(this.#heartbeat);
     if (this.#tokenPoll) clearInterval(this.#tokenPoll);
     // Leases outlive this process: a restarted Server lets only their holders back in until they expire.
-    this.#leases.persist();
+    await this.#leases.persist().catch((err: unknown) => this.#leaseError(err));
     const all = [...this.#all];
     for (const c of all) c.close(1001, "server shutting down");
     await Promise.race([Promise.all(all.map((c) => c.whenClosed)), new Promise((r) => setTimeout(r, 1000))]);

@@ -11,29 +11,18 @@
  * PRESENCE_STALE_MS as offline since it was last seen — so a Server that died without a word, or an instance
  * that shares the database, does not leave its Runners shown online.
  *
- * Additive: the table creates itself (like principal_tokens), so it needs no schema step.
+ * Writes are queued in order (an end of a link never overtakes its start) and never fail the caller: a
+ * failed one is reported to `onError`. The table is schema step 10.
  */
-import type BetterSqlite3 from "better-sqlite3";
+import type { StateEngine } from "../state/engine.js";
 
 /** How often the Server holding the links marks its live runners as still there. */
 export const PRESENCE_REFRESH_MS = 5_000;
 /** A row not refreshed for this long reads as offline (three missed refreshes). */
 export const PRESENCE_STALE_MS = 3 * PRESENCE_REFRESH_MS;
 
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS runner_presence (
-  runner_id TEXT PRIMARY KEY,
-  online INTEGER NOT NULL,
-  since TEXT NOT NULL,
-  protocol_version INTEGER,
-  agent_instance_id TEXT,
-  projects TEXT NOT NULL DEFAULT '[]',
-  providers TEXT NOT NULL DEFAULT '[]',
-  max_concurrent_runs INTEGER,
-  agents_share_runner_user INTEGER,
-  seen_ms INTEGER NOT NULL DEFAULT 0
-);
-`;
+/** Presence writes waiting for the database (a slow one); beyond this a write is dropped and reported. */
+export const PRESENCE_MAX_PENDING = 1024;
 
 export interface PresenceOnline {
   runner_id: string;
@@ -69,77 +58,101 @@ export function presenceAt(row: PresenceRow, nowMs: number): { online: boolean; 
 }
 
 export class PresenceStore {
-  readonly #online: BetterSqlite3.Statement;
-  readonly #offline: BetterSqlite3.Statement<[string, string]>;
-  readonly #all: BetterSqlite3.Statement<[], PresenceRow>;
-  readonly #seen: BetterSqlite3.Statement<[number, string]>;
-  readonly #db: BetterSqlite3.Database;
+  readonly #db: StateEngine;
+  /** Writes in the order they were made (an offline after its online), one at a time. */
+  #queue: Promise<void> = Promise.resolve();
+  #pending = 0;
 
-  /** A failed write is reported to `onError`: presence is a view, never a reason to refuse a Runner. */
+  /**
+   * A failed write is reported to `onError`: presence is a view, never a reason to refuse a Runner.
+   * `db` must be migrated (state/schema.ts step 10).
+   */
   constructor(
-    db: BetterSqlite3.Database,
+    db: StateEngine,
     private readonly onError: (err: unknown) => void = () => {},
   ) {
-    db.exec(SCHEMA);
     this.#db = db;
-    this.#online = db.prepare(
-      `INSERT INTO runner_presence (runner_id, online, since, protocol_version, agent_instance_id, projects, providers,
-         max_concurrent_runs, agents_share_runner_user, seen_ms)
-       VALUES (@runner_id, 1, @since, @protocol_version, @agent_instance_id, @projects, @providers, @max_concurrent_runs,
-         @agents_share_runner_user, @seen_ms)
-       ON CONFLICT (runner_id) DO UPDATE SET online = 1, since = excluded.since,
-         protocol_version = excluded.protocol_version, agent_instance_id = excluded.agent_instance_id,
-         projects = excluded.projects, providers = excluded.providers, max_concurrent_runs = excluded.max_concurrent_runs,
-         agents_share_runner_user = excluded.agents_share_runner_user, seen_ms = excluded.seen_ms`,
-    );
-    this.#seen = db.prepare<[number, string]>(
-      "UPDATE runner_presence SET seen_ms = ? WHERE runner_id = ? AND online = 1",
-    );
-    this.#offline = db.prepare<[string, string]>(
-      "UPDATE runner_presence SET online = 0, since = ? WHERE runner_id = ? AND online = 1",
-    );
-    this.#all = db.prepare<[], PresenceRow>("SELECT * FROM runner_presence ORDER BY runner_id");
   }
 
-  online(p: PresenceOnline, at = new Date()): void {
-    try {
-      this.#online.run({
-        runner_id: p.runner_id,
-        since: at.toISOString(),
-        protocol_version: p.protocol_version,
-        agent_instance_id: p.agent_instance_id,
-        projects: JSON.stringify(p.projects.map((x) => ({ project_id: x.project_id, allow_patch: x.allow_patch }))),
-        providers: JSON.stringify(p.providers.map((x) => ({ provider_id: x.provider_id, name: x.name }))),
-        max_concurrent_runs: p.max_concurrent_runs,
-        agents_share_runner_user: p.agents_share_runner_user === null ? null : p.agents_share_runner_user ? 1 : 0,
-        seen_ms: at.getTime(),
+  /** Queue one write after the earlier ones; resolves when it is done (or failed and was reported). */
+  #write(work: () => Promise<unknown>): Promise<void> {
+    if (this.#pending >= PRESENCE_MAX_PENDING) {
+      this.onError(new Error(`${this.#pending} presence writes already wait (PRESENCE_MAX_PENDING); one is dropped`));
+      return Promise.resolve();
+    }
+    this.#pending += 1;
+    const done = this.#queue
+      .then(work)
+      .then(
+        () => undefined,
+        (err: unknown) => this.onError(err),
+      )
+      .finally(() => {
+        this.#pending -= 1;
       });
-    } catch (err) {
-      this.onError(err);
-    }
+    this.#queue = done;
+    return done;
   }
 
-  offline(runnerId: string, at = new Date()): void {
-    try {
-      this.#offline.run(at.toISOString(), runnerId);
-    } catch (err) {
-      this.onError(err);
-    }
+  online(p: PresenceOnline, at = new Date()): Promise<void> {
+    const params = [
+      p.runner_id,
+      at.toISOString(),
+      p.protocol_version,
+      p.agent_instance_id,
+      JSON.stringify(p.projects.map((x) => ({ project_id: x.project_id, allow_patch: x.allow_patch }))),
+      JSON.stringify(p.providers.map((x) => ({ provider_id: x.provider_id, name: x.name }))),
+      p.max_concurrent_runs,
+      p.agents_share_runner_user === null ? null : p.agents_share_runner_user ? 1 : 0,
+      at.getTime(),
+    ];
+    return this.#write(() =>
+      this.#db.run(
+        `INSERT INTO runner_presence (runner_id, online, since, protocol_version, agent_instance_id, projects, providers,
+           max_concurrent_runs, agents_share_runner_user, seen_ms)
+         VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
+         ON CONFLICT (runner_id) DO UPDATE SET online = 1, since = excluded.since,
+           protocol_version = excluded.protocol_version, agent_instance_id = excluded.agent_instance_id,
+           projects = excluded.projects, providers = excluded.providers, max_concurrent_runs = excluded.max_concurrent_runs,
+           agents_share_runner_user = excluded.agents_share_runner_user, seen_ms = excluded.seen_ms`,
+        params,
+      ),
+    );
+  }
+
+  /**
+   * The live link that went online at `onlineSince` (its `online` write's time) ended. Only that one: when
+   * the Runner's link is already live again elsewhere (another instance took it over and wrote its own
+   * `since`), the row stays online. Without `onlineSince`, whichever link the row describes ends.
+   */
+  offline(runnerId: string, at = new Date(), onlineSince?: Date): Promise<void> {
+    return this.#write(() =>
+      onlineSince === undefined
+        ? this.#db.run("UPDATE runner_presence SET online = 0, since = ? WHERE runner_id = ? AND online = 1", [
+            at.toISOString(),
+            runnerId,
+          ])
+        : this.#db.run(
+            "UPDATE runner_presence SET online = 0, since = ? WHERE runner_id = ? AND online = 1 AND since = ?",
+            [at.toISOString(), runnerId, onlineSince.toISOString()],
+          ),
+    );
   }
 
   /** The runners whose links this Server holds are still there (one transaction). */
-  seen(runnerIds: readonly string[], nowMs = Date.now()): void {
-    if (runnerIds.length === 0) return;
-    try {
-      this.#db.transaction(() => {
-        for (const id of runnerIds) this.#seen.run(nowMs, id);
-      })();
-    } catch (err) {
-      this.onError(err);
-    }
+  seen(runnerIds: readonly string[], nowMs = Date.now()): Promise<void> {
+    if (runnerIds.length === 0) return Promise.resolve();
+    const ids = [...runnerIds];
+    return this.#write(() =>
+      this.#db.transaction(async (tx) => {
+        for (const id of ids) {
+          await tx.run("UPDATE runner_presence SET seen_ms = ? WHERE runner_id = ? AND online = 1", [nowMs, id]);
+        }
+      }),
+    );
   }
 
-  rows(): PresenceRow[] {
-    return this.#all.all();
+  async rows(): Promise<PresenceRow[]> {
+    return await this.#db.all<PresenceRow>("SELECT * FROM runner_presence ORDER BY runner_id");
   }
 }

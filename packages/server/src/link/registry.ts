@@ -39,6 +39,7 @@ export class Registry {
 
   /** Record a hello (the hub already checked that the projects are bound to this runner). */
   connected(conn: RunnerConnection, hello: HelloFrame): LiveRunner {
+    const connectedAt = new Date();
     const live: LiveRunner = {
       runnerId: conn.runnerId,
       conn,
@@ -47,26 +48,32 @@ export class Registry {
       providers: hello.providers,
       projects: hello.projects,
       maxConcurrentRuns: hello.capabilities.coding_agent_run.max_concurrent_runs,
-      connectedAt: new Date().toISOString(),
+      connectedAt: connectedAt.toISOString(),
       agentsShareRunnerUser: hello.agents_share_runner_user ?? null,
     };
     this.#live.set(conn.runnerId, live);
-    this.presence?.online({
-      runner_id: conn.runnerId,
-      protocol_version: hello.protocol_version,
-      agent_instance_id: hello.agent_instance_id,
-      projects: hello.projects,
-      providers: hello.providers,
-      max_concurrent_runs: live.maxConcurrentRuns,
-      agents_share_runner_user: live.agentsShareRunnerUser,
-    });
+    // Queued in order with the link's end, failures reported by the store: never awaited on the hello path.
+    void this.presence?.online(
+      {
+        runner_id: conn.runnerId,
+        protocol_version: hello.protocol_version,
+        agent_instance_id: hello.agent_instance_id,
+        projects: hello.projects,
+        providers: hello.providers,
+        max_concurrent_runs: live.maxConcurrentRuns,
+        agents_share_runner_user: live.agentsShareRunnerUser,
+      },
+      connectedAt,
+    );
     return live;
   }
 
   disconnected(conn: RunnerConnection): void {
-    if (this.#live.get(conn.runnerId)?.conn !== conn) return;
+    const live = this.#live.get(conn.runnerId);
+    if (live?.conn !== conn) return;
     this.#live.delete(conn.runnerId);
-    this.presence?.offline(conn.runnerId);
+    // Only the link this instance wrote online: another instance may hold the Runner's link by now.
+    void this.presence?.offline(conn.runnerId, new Date(), new Date(live.connectedAt));
   }
 
   /** Ids of the runners with a live link here. */

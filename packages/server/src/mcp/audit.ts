@@ -4,8 +4,8 @@
  * prompt, events, idempotency key, observation token or bearer token —
  * the row shape has no column that could hold them.
  */
-import type BetterSqlite3 from "better-sqlite3";
 import type { ApiErrorCode } from "../runs/api.js";
+import type { StateEngine } from "../state/engine.js";
 
 export type AuditOutcome = "ok" | ApiErrorCode;
 
@@ -33,8 +33,6 @@ export interface AuditLog {
   record(entry: AuditRecord): void;
 }
 
-/** SQLite's `synchronous = NORMAL` (1): what an audit transaction commits with. */
-const AUDIT_SYNCHRONOUS_NORMAL = 1;
 /** Buffered audit rows are written in one transaction at least this often... */
 export const AUDIT_FLUSH_INTERVAL_MS = 100;
 /** ...or as soon as this many are buffered (bounds both memory and the size of one transaction). */
@@ -48,7 +46,7 @@ export const AUDIT_MAX_ROWS = 250_000;
 /** Trimming to AUDIT_MAX_ROWS runs once per this many written rows, not per flush. */
 const AUDIT_TRIM_EVERY_ROWS = 4096;
 
-export interface SqliteAuditLogOptions {
+export interface StateAuditLogOptions {
   /** Called when a row cannot be written; the tool call itself has already happened. */
   onError?: (err: unknown) => void;
   clock?: () => Date;
@@ -56,110 +54,112 @@ export interface SqliteAuditLogOptions {
   maxRows?: number;
 }
 
+type BufferedRow = AuditRecord & { at: string };
+
 /**
- * Audit rows in the Server's SQLite state database (table `mcp_audit`, created by the schema migrations in
- * state/schema.ts: `db` must be migrated). The database runs with
- * synchronous=FULL for admission records, so a row per call would cost one fsync per tool call on
- * the event loop; rows are buffered and written in one transaction every AUDIT_FLUSH_INTERVAL_MS or
- * AUDIT_FLUSH_MAX_ROWS, and on flush()/close(), committed without an fsync of their own (see
- * #writeWithoutFsync). A crash can lose the last interval's rows.
+ * Audit rows in the Server's state database (table `mcp_audit`, created by the schema migrations in
+ * state/schema.ts: the database must be migrated), on either engine. Rows are buffered and written in
+ * one transaction every AUDIT_FLUSH_INTERVAL_MS or AUDIT_FLUSH_MAX_ROWS, and on flush()/close(), one
+ * flush after the other (so ids follow the order of the calls). The transaction is `relaxed`
+ * (state/engine.ts): on SQLite it commits without an fsync of its own — a row per call would otherwise
+ * cost an fsync per tool call on the event loop — so a power loss can take the last interval's rows, as
+ * can a crash of the process before a flush; PostgreSQL commits it durably like everything else.
  */
-export class SqliteAuditLog implements AuditLog {
-  readonly #insert: BetterSqlite3.Statement;
-  readonly #insertMany: (rows: readonly (AuditRecord & { at: string })[]) => void;
-  readonly #db: BetterSqlite3.Database;
+export class StateAuditLog implements AuditLog {
+  readonly #db: StateEngine;
   readonly #onError: (err: unknown) => void;
   readonly #clock: () => Date;
   readonly #maxRows: number;
-  readonly #trim: BetterSqlite3.Statement<[number]>;
   #sinceTrim = Number.POSITIVE_INFINITY;
-  #buffer: (AuditRecord & { at: string })[] = [];
+  #buffer: BufferedRow[] = [];
   #timer: NodeJS.Timeout | null = null;
   #closed = false;
+  /** The flushes started so far, in order; each waits for the one before. */
+  #flushed: Promise<void> = Promise.resolve();
 
-  constructor(db: BetterSqlite3.Database, options: SqliteAuditLogOptions = {}) {
+  constructor(db: StateEngine, options: StateAuditLogOptions = {}) {
     this.#db = db;
-    this.#insert = db.prepare(
-      `INSERT INTO mcp_audit (at, principal_id, tool, run_id, task_id, attempt_id, session_id, outcome, input_bytes,
-         output_bytes, duration_ms)
-       VALUES (@at, @principal_id, @tool, @run_id, @task_id, @attempt_id, @session_id, @outcome, @input_bytes,
-         @output_bytes, @duration_ms)`,
-    );
     this.#maxRows = options.maxRows ?? AUDIT_MAX_ROWS;
     if (!Number.isInteger(this.#maxRows) || this.#maxRows < 1) throw new RangeError("audit maxRows must be >= 1");
-    this.#trim = db.prepare<[number]>("DELETE FROM mcp_audit WHERE id <= (SELECT MAX(id) FROM mcp_audit) - ?");
-    this.#insertMany = db.transaction((rows: readonly (AuditRecord & { at: string })[]) => {
-      for (const row of rows) {
-        this.#insert.run({ task_id: null, attempt_id: null, session_id: null, ...row });
-      }
-      // The first flush after start trims too: the table may have grown under an older bound.
-      this.#sinceTrim += rows.length;
-      if (this.#sinceTrim >= Math.min(AUDIT_TRIM_EVERY_ROWS, this.#maxRows)) {
-        this.#trim.run(this.#maxRows);
-        this.#sinceTrim = 0;
-      }
-    });
     this.#onError = options.onError ?? (() => {});
     this.#clock = options.clock ?? (() => new Date());
   }
 
   record(entry: AuditRecord): void {
     this.#buffer.push({ ...entry, at: this.#clock().toISOString() });
-    if (this.#closed || this.#buffer.length >= AUDIT_FLUSH_MAX_ROWS) this.flush();
+    if (this.#closed || this.#buffer.length >= AUDIT_FLUSH_MAX_ROWS) void this.flush();
     else if (this.#timer === null) {
-      this.#timer = setTimeout(() => this.flush(), AUDIT_FLUSH_INTERVAL_MS);
+      this.#timer = setTimeout(() => void this.flush(), AUDIT_FLUSH_INTERVAL_MS);
       this.#timer.unref();
     }
   }
 
-  /** Write every buffered row now, in one transaction. */
-  flush(): void {
+  /** Write every buffered row now, in one transaction, after the flushes before it; never rejects (see onError). */
+  flush(): Promise<void> {
     if (this.#timer !== null) clearTimeout(this.#timer);
     this.#timer = null;
     const rows = this.#buffer;
-    if (rows.length === 0) return;
-    this.#buffer = [];
-    try {
-      if (this.#db.open) this.#writeWithoutFsync(rows);
-      else this.#onError(new Error(`database closed; ${rows.length} audit rows not written`));
-    } catch (err) {
-      this.#onError(err);
+    if (rows.length > 0) {
+      this.#buffer = [];
+      this.#flushed = this.#flushed.then(() => this.#write(rows)).catch((err: unknown) => this.#onError(err));
     }
+    return this.#flushed;
   }
 
-  /**
-   * One transaction under `synchronous = NORMAL`, then the connection's own level again. In WAL mode
-   * a NORMAL commit survives a crash of the process and reaches the disk with the next FULL commit
-   * (an admission record) or checkpoint; only a power loss can take it, which the class contract
-   * already allows for the last interval's rows. Without this every flush was an fsync on the event
-   * loop, in front of run updates and observe answers.
-   */
-  #writeWithoutFsync(rows: readonly (AuditRecord & { at: string })[]): void {
-    const level = this.#db.pragma("synchronous", { simple: true }) as number;
-    if (level <= AUDIT_SYNCHRONOUS_NORMAL) {
-      this.#insertMany(rows);
-      return;
-    }
-    this.#db.pragma(`synchronous = ${AUDIT_SYNCHRONOUS_NORMAL}`);
-    try {
-      this.#insertMany(rows);
-    } finally {
-      this.#db.pragma(`synchronous = ${level}`);
-    }
+  async #write(rows: readonly BufferedRow[]): Promise<void> {
+    const written = this.#sinceTrim + rows.length;
+    // The first flush after start trims too: the table may have grown under an older bound.
+    const trim = written >= Math.min(AUDIT_TRIM_EVERY_ROWS, this.#maxRows);
+    await this.#db.transaction(
+      async (tx) => {
+        // A few multi-row statements, keeping the transaction short: chunks of power-of-two sizes up to
+        // AUDIT_FLUSH_MAX_ROWS, so the engines see at most log2(AUDIT_FLUSH_MAX_ROWS) + 1 distinct statement texts.
+        for (let i = 0; i < rows.length; ) {
+          let size = 1;
+          while (size * 2 <= Math.min(rows.length - i, AUDIT_FLUSH_MAX_ROWS)) size *= 2;
+          const chunk = rows.slice(i, i + size);
+          i += size;
+          await tx.run(
+            `INSERT INTO mcp_audit (at, principal_id, tool, run_id, task_id, attempt_id, session_id, outcome, input_bytes,
+               output_bytes, duration_ms)
+             VALUES ${chunk.map(() => "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)").join(", ")}`,
+            chunk.flatMap((row) => [
+              row.at,
+              row.principal_id,
+              row.tool,
+              row.run_id,
+              row.task_id ?? null,
+              row.attempt_id ?? null,
+              row.session_id ?? null,
+              row.outcome,
+              row.input_bytes,
+              row.output_bytes,
+              row.duration_ms,
+            ]),
+          );
+        }
+        if (trim) {
+          await tx.run("DELETE FROM mcp_audit WHERE id <= (SELECT MAX(id) FROM mcp_audit) - ?", [this.#maxRows]);
+        }
+      },
+      { durability: "relaxed" },
+    );
+    this.#sinceTrim = trim ? 0 : written;
   }
 
   /** Flush and write later rows immediately (call before closing the database). */
-  close(): void {
+  async close(): Promise<void> {
     this.#closed = true;
-    this.flush();
+    await this.flush();
   }
 
   /** Newest last (buffered rows are flushed first); for tests and operator inspection. */
-  list(limit = 1000): AuditRow[] {
-    this.flush();
-    return this.#db
-      .prepare(`SELECT * FROM (SELECT * FROM mcp_audit ORDER BY id DESC LIMIT ?) ORDER BY id ASC`)
-      .all(limit) as AuditRow[];
+  async list(limit = 1000): Promise<AuditRow[]> {
+    await this.flush();
+    return await this.#db.all<AuditRow>(
+      "SELECT * FROM (SELECT * FROM mcp_audit ORDER BY id DESC LIMIT ?) AS newest ORDER BY id ASC",
+      [limit],
+    );
   }
 }
 

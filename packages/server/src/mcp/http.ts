@@ -88,7 +88,7 @@ export const MCP_INSTRUCTIONS =
 export interface McpHttpOptions {
   runs: RunsApi;
   /** Bearer token → Principal, or null when unknown/revoked/malformed. */
-  authenticate: (token: string) => Principal | null | Promise<Principal | null>;
+  authenticate: (token: string) => Promise<Principal | null>;
   audit: AuditLog;
   logger: Logger;
   observeLimits?: ObserveLimits;

@@ -3,7 +3,7 @@
  * calls `createMcpHandler` with the run core and the state store, and routes
  * every `/mcp` request to the returned handler. Token hashes
  * (`principal_tokens`) and audit rows (`mcp_audit`) live in the Server's
- * SQLite state database next to the admission records.
+ * state database (its engine, state/engine.ts) next to the admission records.
  */
 import { isLoopbackHost } from "@webcodex/protocol";
 import type { Logger } from "pino";
@@ -20,7 +20,7 @@ import { SessionTools } from "../sessions/tools.js";
 import { TaskService } from "../tasks/service.js";
 import { TaskStore } from "../tasks/store.js";
 import { TaskTools } from "../tasks/tools.js";
-import { SqliteAuditLog } from "./audit.js";
+import { StateAuditLog } from "./audit.js";
 import { createMcpHttpHandler } from "./http.js";
 import { RunTasks } from "./run-tasks.js";
 import type { ToolModule } from "./tool-shared.js";
@@ -45,10 +45,10 @@ export const createMcpHandler: McpHandlerFactory = async ({
   store,
 }): Promise<McpMount> => {
   const log = logger.child({ c: "mcp" });
-  const audit = new SqliteAuditLog(store.db, {
+  const audit = new StateAuditLog(store.engine, {
     onError: (err) => log.error({ err: err instanceof Error ? err.name : typeof err }, "audit row not written"),
   });
-  const tokens = new TokenStore(store.db);
+  const tokens = new TokenStore(store.engine);
   const staticAuth = createAuthenticator(tokens, config.principals);
   const clientAddress = clientAddressResolver(config.trustedProxies);
   const oauth = config.oauth
@@ -92,7 +92,7 @@ export const createMcpHandler: McpHandlerFactory = async ({
     audit,
     logger: log,
     // Static tokens are checked exactly as without OAuth; OAuth access tokens have their own prefix.
-    authenticate: oauth ? async (token) => (await oauth.authenticate(token)) ?? staticAuth(token) : staticAuth,
+    authenticate: oauth ? async (token) => (await oauth.authenticate(token)) ?? (await staticAuth(token)) : staticAuth,
     observeLimits: new ObserveLimits(),
     toolModules,
     startHooks: sessions.startHooks(),
@@ -125,7 +125,7 @@ export const createMcpHandler: McpHandlerFactory = async ({
       await handler.close();
       await Promise.all(background);
       await sessions.settled();
-      audit.close();
+      await audit.close();
     },
   };
 };

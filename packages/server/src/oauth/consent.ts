@@ -140,9 +140,9 @@ export interface ConsentDeps {
   settings: OAuthSettings;
   logger: Logger;
   /** Access key → its principal and key id, or null (the static bearer-token check). */
-  identifyKey: (key: string) => IdentifiedKey | null;
+  identifyKey: (key: string) => Promise<IdentifiedKey | null>;
   /** Key id → the Principal it carries now, or null when the key is gone (re-checked at Allow). */
-  keyPrincipal: (keyId: string) => Principal | null;
+  keyPrincipal: (keyId: string) => Promise<Principal | null>;
   /** The request's client address (`[server] trusted_proxies`): the key-attempt bound is per client + address. */
   clientAddress: ClientAddressOf;
 }
@@ -292,7 +292,7 @@ export class Consent {
     const { logger } = this.#deps;
     const key = typeof form.key === "string" ? form.key.trim() : "";
     if (key === "" && form.action === "approve" && p.reviewed) {
-      const principal = this.#deps.keyPrincipal(p.reviewed.keyId);
+      const principal = await this.#deps.keyPrincipal(p.reviewed.keyId);
       if (principal && principal.id === p.reviewed.principalId) return { principal, keyId: p.reviewed.keyId };
       delete p.reviewed;
       await this.#show(res, p, "That access key no longer works. Type a current key.", 401);
@@ -304,7 +304,7 @@ export class Consent {
       await this.#show(res, p, `Too many wrong keys from here. Wait up to ${minutes} minutes, then try again.`, 429);
       return null;
     }
-    const identified = key.length > 0 && key.length <= MAX_KEY_CHARS ? this.#deps.identifyKey(key) : null;
+    const identified = key.length > 0 && key.length <= MAX_KEY_CHARS ? await this.#deps.identifyKey(key) : null;
     if (!identified) {
       this.#attempts.fail(bucket);
       logger.warn({ client_id: p.clientId.slice(0, 256) }, "oauth: consent: wrong access key");
@@ -366,6 +366,11 @@ export class Consent {
     }
     const who = await this.#principal(req, res, p, form);
     if (!who) return;
+    // Answered (or expired) by another submission while the key was read: this one is late.
+    if (this.#pending.get(id) !== p) {
+      renderErrorPage(res, 400, "This sign-in request has expired", "It was already answered.");
+      return;
+    }
     const view = await this.#clientView(p);
     const { scopes, run } = await this.#grantable(p, who.principal, client.allow_coding_agent_run === 1);
     if (form.action === "review") {

@@ -343,8 +343,8 @@ export function createOAuthHttp(deps: OAuthHttpDeps): (req: IncomingMessage, res
     });
   }
   app.use("/revoke", fixedErrorDescriptions, revocationHandler({ provider, rateLimit: QUIET }));
-  app.post("/oauth/consent", express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }), async (req, res) => {
-    await consent.submit(req, res, (req.body ?? {}) as ConsentForm);
+  app.post("/oauth/consent", express.urlencoded({ extended: false, limit: OAUTH_MAX_BODY }), (req, res, next) => {
+    consent.submit(req, res, (req.body ?? {}) as ConsentForm).catch(next);
   });
   app.use((err: unknown, _req: Request, res: Response, _next: NextFunction) => {
     logger.warn({ err: err instanceof Error ? err.name : typeof err }, "oauth: request failed");

@@ -71,7 +71,7 @@ export interface ProviderDeps {
   consent: Consent;
   settings: OAuthSettings;
   /** The current Principal behind an access key id, or null when the key is gone. */
-  keyPrincipal: (keyId: string) => Principal | null;
+  keyPrincipal: (keyId: string) => Promise<Principal | null>;
 }
 
 export class WebcodexOAuthProvider implements OAuthServerProvider {
@@ -200,7 +200,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     if (!grant || grant.revoked_at !== null) return null;
     const client = await store.client(row.client_id);
     if (!client || client.revoked_at !== null) return null;
-    const key = grant.key_id === null ? null : this.#d.keyPrincipal(grant.key_id);
+    const key = grant.key_id === null ? null : await this.#d.keyPrincipal(grant.key_id);
     if (!key || key.id !== grant.principal_id) return null;
     const tokenScopes = parseJsonList(row.scopes);
     const operatorRead =

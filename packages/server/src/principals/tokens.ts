@@ -10,7 +10,7 @@
  * Issuing `coding_agent:run` needs an explicit opt-in (`allowCodingAgentRun`).
  */
 import { createHash, randomBytes, randomUUID } from "node:crypto";
-import type BetterSqlite3 from "better-sqlite3";
+import type { StateEngine } from "../state/engine.js";
 import { type Principal, SCOPES, type Scope } from "./principal.js";
 
 export const TOKEN_PREFIX = "wct_";
@@ -67,18 +67,6 @@ function toSet<T>(values: ReadonlySet<T> | readonly T[]): ReadonlySet<T> {
   return values instanceof Set ? values : new Set(values as readonly T[]);
 }
 
-const SCHEMA = `
-CREATE TABLE IF NOT EXISTS principal_tokens (
-  token_hash TEXT PRIMARY KEY,
-  token_id TEXT NOT NULL UNIQUE,
-  principal_id TEXT NOT NULL,
-  scopes TEXT NOT NULL,
-  projects TEXT NOT NULL,
-  created_at TEXT NOT NULL,
-  revoked_at TEXT
-);
-`;
-
 interface TokenRow {
   token_hash: string;
   token_id: string;
@@ -90,52 +78,24 @@ interface TokenRow {
 }
 
 /**
- * Live token rows kept in memory after a lookup. Every MCP request verifies
- * its bearer token; the cache is dropped whenever the database changed under
- * another connection (SQLite `PRAGMA data_version`: `token issue|revoke` run
- * as a separate process) or through this store, so a revocation still
- * applies from the next request on.
+ * Token hashes in the Server's state database (table `principal_tokens`, schema step 10). Nothing is
+ * kept in memory: every verification reads the token's row (one indexed query), so a revocation made by
+ * `webcodex-server token revoke` or by another Server instance on the same database applies from the
+ * next request on.
  */
-export const TOKEN_CACHE_ENTRIES = 1024;
-
-/** Token hashes in the Server's SQLite state database (table `principal_tokens`). */
 export class TokenStore {
-  readonly #db: BetterSqlite3.Database;
-  readonly #byHash: BetterSqlite3.Statement<[string], TokenRow>;
-  readonly #dataVersion: BetterSqlite3.Statement<[], number>;
-  readonly #rows = new Map<string, TokenRow>();
-  #seenVersion = -1;
+  readonly #db: StateEngine;
 
-  constructor(db: BetterSqlite3.Database) {
-    db.exec(SCHEMA);
+  /** `db` must be migrated (state/schema.ts). */
+  constructor(db: StateEngine) {
     this.#db = db;
-    this.#byHash = db.prepare<[string], TokenRow>(
-      "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
-    );
-    this.#dataVersion = db.prepare<[], number>("PRAGMA data_version").pluck();
-  }
-
-  /** The live row of a token hash, from the cache while no other connection wrote the database. */
-  #liveRow(hash: string): TokenRow | undefined {
-    const version = this.#dataVersion.get() ?? -1;
-    if (version !== this.#seenVersion) {
-      this.#rows.clear();
-      this.#seenVersion = version;
-    }
-    const cached = this.#rows.get(hash);
-    if (cached !== undefined) return cached;
-    const row = this.#byHash.get(hash);
-    if (row === undefined) return undefined;
-    if (this.#rows.size >= TOKEN_CACHE_ENTRIES) this.#rows.clear();
-    this.#rows.set(hash, row);
-    return row;
   }
 
   /**
    * Issue a token for a configured principal. Every requested scope and project
    * must already be granted to that principal by the config.
    */
-  issue(request: IssueRequest, lookup: PrincipalLookup): IssuedToken {
+  async issue(request: IssueRequest, lookup: PrincipalLookup): Promise<IssuedToken> {
     const grant = lookup(request.principal_id);
     if (!grant) throw new TokenIssueError(`principal '${request.principal_id}' is not declared in the Server config`);
     const grantScopes = toSet(grant.scopes);
@@ -163,18 +123,10 @@ export class TokenStore {
     }
     const token = TOKEN_PREFIX + randomBytes(32).toString("base64url");
     const tokenId = `tok_${randomUUID().replaceAll("-", "").slice(0, 16)}`;
-    this.#db
-      .prepare(
-        "INSERT INTO principal_tokens (token_hash, token_id, principal_id, scopes, projects, created_at) VALUES (?, ?, ?, ?, ?, ?)",
-      )
-      .run(
-        hashToken(token),
-        tokenId,
-        grant.id,
-        JSON.stringify(scopes),
-        JSON.stringify(projects),
-        new Date().toISOString(),
-      );
+    await this.#db.run(
+      "INSERT INTO principal_tokens (token_hash, token_id, principal_id, scopes, projects, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+      [hashToken(token), tokenId, grant.id, JSON.stringify(scopes), JSON.stringify(projects), new Date().toISOString()],
+    );
     return { token, token_id: tokenId, principal_id: grant.id, scopes, projects };
   }
 
@@ -183,24 +135,28 @@ export class TokenStore {
    * malformed, or its principal is no longer configured). Lookup is by
    * sha256 of the presented token; the token itself is never stored or logged.
    */
-  verify(token: string, lookup: PrincipalLookup): Principal | null {
-    return this.identify(token, lookup)?.principal ?? null;
+  async verify(token: string, lookup: PrincipalLookup): Promise<Principal | null> {
+    return (await this.identify(token, lookup))?.principal ?? null;
   }
 
   /** Like `verify`, with the token's id (the OAuth consent records which key granted it). */
-  identify(token: string, lookup: PrincipalLookup): { principal: Principal; token_id: string } | null {
+  async identify(token: string, lookup: PrincipalLookup): Promise<{ principal: Principal; token_id: string } | null> {
     if (!TOKEN_PATTERN.test(token)) return null;
-    const row = this.#liveRow(hashToken(token));
+    const row = await this.#db.get<TokenRow>(
+      "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
+      [hashToken(token)],
+    );
     if (!row) return null;
     const principal = this.#principalOf(row, lookup);
     return principal ? { principal, token_id: row.token_id } : null;
   }
 
   /** The current Principal of a live token id (null when revoked, unknown or its principal is gone). */
-  principalOfId(tokenId: string, lookup: PrincipalLookup): Principal | null {
-    const row = this.#db
-      .prepare<[string], TokenRow>("SELECT * FROM principal_tokens WHERE token_id = ? AND revoked_at IS NULL")
-      .get(tokenId);
+  async principalOfId(tokenId: string, lookup: PrincipalLookup): Promise<Principal | null> {
+    const row = await this.#db.get<TokenRow>(
+      "SELECT * FROM principal_tokens WHERE token_id = ? AND revoked_at IS NULL",
+      [tokenId],
+    );
     return row ? this.#principalOf(row, lookup) : null;
   }
 
@@ -216,14 +172,14 @@ export class TokenStore {
     return { id: row.principal_id, scopes, projects };
   }
 
-  list(principalId?: string): TokenInfo[] {
-    const rows = (
+  async list(principalId?: string): Promise<TokenInfo[]> {
+    const rows =
       principalId === undefined
-        ? this.#db.prepare<[], TokenRow>("SELECT * FROM principal_tokens ORDER BY created_at").all()
-        : this.#db
-            .prepare<[string], TokenRow>("SELECT * FROM principal_tokens WHERE principal_id = ? ORDER BY created_at")
-            .all(principalId)
-    ) as TokenRow[];
+        ? await this.#db.all<TokenRow>("SELECT * FROM principal_tokens ORDER BY created_at, token_id")
+        : await this.#db.all<TokenRow>(
+            "SELECT * FROM principal_tokens WHERE principal_id = ? ORDER BY created_at, token_id",
+            [principalId],
+          );
     return rows.map((row) => ({
       token_id: row.token_id,
       principal_id: row.principal_id,
@@ -235,12 +191,11 @@ export class TokenStore {
   }
 
   /** true when a live token with this id was revoked. */
-  revoke(tokenId: string): boolean {
-    const result = this.#db
-      .prepare("UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL")
-      .run(new Date().toISOString(), tokenId);
-    // This connection's own writes do not move its data_version.
-    this.#rows.clear();
+  async revoke(tokenId: string): Promise<boolean> {
+    const result = await this.#db.run(
+      "UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL",
+      [new Date().toISOString(), tokenId],
+    );
     return result.changes > 0;
   }
 }
@@ -293,9 +248,9 @@ export function principalLookup(principals: readonly ConfiguredPrincipal[]): Pri
 export function createAuthenticator(
   store: TokenStore,
   principals: readonly ConfiguredPrincipal[],
-): (token: string) => Principal | null {
+): (token: string) => Promise<Principal | null> {
   const identify = createKeyIdentifier(store, principals);
-  return (token) => identify(token)?.principal ?? null;
+  return async (token) => (await identify(token))?.principal ?? null;
 }
 
 /** An access key with its id: `tok_…` for issued keys, `cfg_` + 16 hex of its hash for a config-declared one. */
@@ -315,12 +270,12 @@ export const INLINE_KEY_ID_PREFIX = "cfg_";
 export function createKeyIdentifier(
   store: TokenStore,
   principals: readonly ConfiguredPrincipal[],
-): (token: string) => IdentifiedKey | null {
+): (token: string) => Promise<IdentifiedKey | null> {
   const lookup = principalLookup(principals);
   const inline = new Map<string, ConfiguredPrincipal>();
   for (const p of principals) for (const h of p.token_sha256 ?? []) inline.set(h, p);
-  return (token) => {
-    const issued = store.identify(token, lookup);
+  return async (token) => {
+    const issued = await store.identify(token, lookup);
     if (issued) return { principal: issued.principal, key_id: issued.token_id };
     if (inline.size === 0) return null;
     const hash = hashToken(token);
@@ -337,10 +292,10 @@ export function createKeyIdentifier(
 export function keyPrincipal(
   store: TokenStore,
   principals: readonly ConfiguredPrincipal[],
-): (keyId: string) => Principal | null {
+): (keyId: string) => Promise<Principal | null> {
   const lookup = principalLookup(principals);
-  return (keyId) => {
-    if (!keyId.startsWith(INLINE_KEY_ID_PREFIX)) return store.principalOfId(keyId, lookup);
+  return async (keyId) => {
+    if (!keyId.startsWith(INLINE_KEY_ID_PREFIX)) return await store.principalOfId(keyId, lookup);
     const prefix = keyId.slice(INLINE_KEY_ID_PREFIX.length);
     for (const p of principals) {
       if ((p.token_sha256 ?? []).some((h) => h.startsWith(prefix))) {

@@ -35,6 +35,8 @@ export const SQLITE_BUSY_TIMEOUT_MS = 5_000;
 /** Prepared statements kept per connection (a store's SQL is a fixed set of strings). */
 export const SQLITE_STATEMENT_CACHE_ENTRIES = 256;
 
+/** SQLite `synchronous = NORMAL`: a `relaxed` transaction's commit level (TransactionOptions.durability). */
+const SYNCHRONOUS_NORMAL = 1;
 /** SQLite `synchronous = FULL`: every commit is fsynced before it returns (design §6.1). */
 const SYNCHRONOUS_FULL = 2;
 
@@ -90,7 +92,7 @@ export class SqliteEngine implements StateEngine {
     await this.#outside("exec", () => this.#exec(sql));
   }
 
-  async transaction<T>(fn: (tx: StateQueries) => Promise<T>, _options: TransactionOptions = {}): Promise<T> {
+  async transaction<T>(fn: (tx: StateQueries) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     this.#refuseInside("transaction");
     await this.#acquire();
     const scope: TransactionScope = { open: true };
@@ -108,7 +110,11 @@ export class SqliteEngine implements StateEngine {
       run: (sql, params = []) => use(() => this.#run(sql, params)),
       exec: (sql) => use(() => this.#exec(sql)),
     };
+    // SQLite refuses to change the level inside a transaction: set it around BEGIN…COMMIT, while this
+    // transaction holds the connection, so no other operation of this engine commits under it.
+    let level: number | null = null;
     try {
+      if (options.durability === "relaxed") level = this.#relax();
       this.#db.exec("BEGIN IMMEDIATE");
       let result: T;
       try {
@@ -123,8 +129,20 @@ export class SqliteEngine implements StateEngine {
       return result;
     } finally {
       scope.open = false;
-      this.#release();
+      try {
+        if (level !== null) this.#db.pragma(`synchronous = ${level}`);
+      } finally {
+        this.#release();
+      }
     }
+  }
+
+  /** Lower the connection to synchronous = NORMAL; returns the level to restore, or null when it was not higher. */
+  #relax(): number | null {
+    const level = this.#db.pragma("synchronous", { simple: true }) as number;
+    if (level <= SYNCHRONOUS_NORMAL) return null;
+    this.#db.pragma(`synchronous = ${SYNCHRONOUS_NORMAL}`);
+    return level;
   }
 
   async close(): Promise<void> {

@@ -64,6 +64,14 @@ export interface TransactionOptions {
    * transaction anyway.
    */
   lock?: string;
+  /**
+   * `relaxed`: this commit need not reach the disk before it returns (rows whose loss in a power cut is
+   * acceptable, such as MCP audit rows). SQLite commits it under `synchronous = NORMAL` (in WAL mode it
+   * survives a crash of the process and reaches the disk with the next FULL commit or checkpoint) and
+   * gives the connection back at its own level; PostgreSQL commits it like any other (durable). Default
+   * `full`.
+   */
+  durability?: "full" | "relaxed";
 }
 
 export interface StateEngine extends StateQueries {

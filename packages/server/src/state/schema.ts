@@ -335,6 +335,15 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX IF NOT EXISTS console_sessions_principal ON console_sessions (principal_id, created_ms);
     `,
   },
+  {
+    version: 11,
+    summary:
+      "a runner link lease names the connection that holds it (instance and connection), so several Server " +
+      "instances decide hellos on the one row and only the holder extends or ends it (link/lease-store.ts)",
+    sql: `
+      ALTER TABLE runner_link_leases ADD COLUMN holder TEXT NOT NULL DEFAULT '';
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

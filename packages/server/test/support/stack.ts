@@ -6,7 +6,7 @@
  * (`npm run build` / `tsc -b`): the Runner and the fake agent run from dist.
  *
  *   const stack = await startStack({ principals: [{ id: "alice", scopes: [...], projects: ["demo"] }] });
- *   const token = stack.issueToken("alice", ["coding_agent:run", "project:write"], ["demo"]);
+ *   const token = await stack.issueToken("alice", ["coding_agent:run", "project:write"], ["demo"]);
  *   const client = await stack.connect(token);
  *   ...
  *   await stack.stop();   // stops Runner (and its agents) and Server; asserts nothing of ours survives
@@ -84,7 +84,7 @@ export interface Stack {
   /** The in-process Server's pino log (JSON lines). */
   readonly serverLog: () => string;
   /** Issue a principal bearer token directly in the Server's state DB (like `token issue`). */
-  issueToken(principalId: string, scopes: Scope[], projects: string[], allowCodingAgentRun?: boolean): string;
+  issueToken(principalId: string, scopes: Scope[], projects: string[], allowCodingAgentRun?: boolean): Promise<string>;
   /** An SDK Client over Streamable HTTP with this bearer token. Closed by stop(). */
   connect(token: string): Promise<Client>;
   ledger(): LedgerLine[];
@@ -163,7 +163,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   let runner: DaemonProcess | null = null;
   let runnerLog = "";
   const clients: Client[] = [];
-  const tokens = new TokenStore(server.store.db);
+  const tokens = new TokenStore(server.store.engine);
 
   const stack: Stack = {
     dir,
@@ -175,11 +175,12 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     runnerLog: () => runnerLog,
     serverLog: () => (existsSync(serverLogFile) ? readFileSync(serverLogFile, "utf8") : ""),
 
-    issueToken(principalId, scopes, projectIds, allowCodingAgentRun = true) {
-      return tokens.issue(
+    async issueToken(principalId, scopes, projectIds, allowCodingAgentRun = true) {
+      const issued = await tokens.issue(
         { principal_id: principalId, scopes, projects: projectIds, allowCodingAgentRun },
         principalLookup(config.principals),
-      ).token;
+      );
+      return issued.token;
     },
 
     async connect(token) {
