@@ -234,7 +234,7 @@ describe("run core", () => {
     const link = await online(h, svc);
     const pending = h.server.runs.start(alice, input("fence"));
     // Resolved: the record is written (with the fences) just before the hook's pause, and nothing was sent yet.
-    await poll(() => h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence")), {
+    await poll(async () => (await h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence"))), {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -246,7 +246,7 @@ describe("run core", () => {
     expect(r).toMatchObject({ ok: false, error: { code: "stale_runner", recovery_kind: "retry_same" } });
     expect(svc.runs.size).toBe(0);
     const runId = deriveRunId(h.server.store.serverSecret, alice.id, "fence");
-    expect(h.server.store.get(runId)).toMatchObject({
+    expect(await h.server.store.get(runId)).toMatchObject({
       admission: "rejected_pre_admission",
       state: "failed",
       execution_state: "not_started",
@@ -264,14 +264,14 @@ describe("run core", () => {
     const pending = h.server.runs.start(alice, input("provider-fence"));
     // The run's intent (with the old provider instance) is recorded before the provider restarts.
     const runId = deriveRunId(h.server.store.serverSecret, alice.id, "provider-fence");
-    await poll(() => h.server.store.get(runId) !== undefined, {
+    await poll(async () => (await h.server.store.get(runId)) !== undefined, {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
     svc.providerInstanceId = instanceId();
     const r = await pending;
     expect(r).toMatchObject({ ok: false, error: { code: "stale_provider", recovery_kind: "retry_same" } });
-    expect(h.server.store.get(runId)).toMatchObject({ state: "failed", failure_kind: "stale_provider" });
+    expect(await h.server.store.get(runId)).toMatchObject({ state: "failed", failure_kind: "stale_provider" });
     expect(svc.runs.size).toBe(0);
   });
 
@@ -377,7 +377,7 @@ describe("run core", () => {
     expect(svc.cancels).toEqual([run.run_id]);
     svc.finish(run.run_id, "cancelled");
     const done = ok(await h.server.runs.observe(alice, { run_id: run.run_id, wait_secs: 1 }));
-    await poll(() => h.server.store.get(run.run_id)?.state === "cancelled", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "cancelled", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -394,7 +394,7 @@ describe("run core", () => {
     const link = await online(h, svc);
     const run = ok(await h.server.runs.start(alice, input("off")));
     svc.setState(run.run_id, "running", { execution_state: "started" });
-    await poll(() => h.server.store.get(run.run_id)?.state === "running", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "running", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -436,7 +436,7 @@ describe("run core", () => {
     await link.close();
     svc.restart();
     await online(h, svc);
-    await poll(() => h.server.store.get(run.run_id)?.state === "lost", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "lost", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -458,11 +458,11 @@ describe("run core", () => {
     await link.close();
     svc.restart({ newStore: true });
     await online(h, svc);
-    await poll(() => h.server.store.get(run.run_id)?.state === "lost", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "lost", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
-    expect(h.server.store.get(run.run_id)).toMatchObject({
+    expect(await h.server.store.get(run.run_id)).toMatchObject({
       failure_kind: "runner_store_changed",
       execution_state: "outcome_unknown",
     });
@@ -552,7 +552,7 @@ describe("run core", () => {
       { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     svc.finish(run.run_id);
-    await poll(() => h.server.store.get(run.run_id)?.state === "completed", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "completed", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });

@@ -25,14 +25,14 @@ afterEach(() => {
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const quiet = pino({ level: "silent" });
 
-function open() {
+async function open() {
   const dir = mkdtempSync(join(tmpdir(), "wc-sess-term-"));
   dirs.push(dir);
   const state = new StateStore(dir);
   stores.push(state);
   const sessions = new SessionStore(state.db);
   sessions.insertSession({ session_id: "s1", principal_id: "alice", project_id: "demo", title: "s1" });
-  state.insert({
+  await state.insert({
     run_id: RUN,
     principal_id: "alice",
     project_id: "demo",
@@ -58,14 +58,14 @@ const terminalEntries = (sessions: SessionStore) =>
   sessions.evidenceAfter("s1", 0, 100).filter((e) => e.kind === "coding_agent_terminal" && e.run_id === RUN);
 
 describe("a recorded run's terminal evidence", () => {
-  it("is written with its mark: a failed append leaves the run unmarked, and the catch-up writes it once", () => {
-    const { state, sessions } = open();
+  it("is written with its mark: a failed append leaves the run unmarked, and the catch-up writes it once", async () => {
+    const { state, sessions } = await open();
     new SessionService(sessions, state, quiet);
     vi.spyOn(sessions, "appendEvidence").mockImplementationOnce(() => {
       throw new Error("disk I/O error");
     });
 
-    state.update(RUN, { state: "completed", execution_state: "completed", stop_reason: "end_turn" });
+    await state.update(RUN, { state: "completed", execution_state: "completed", stop_reason: "end_turn" });
     expect(terminalEntries(sessions)).toHaveLength(0);
     expect(sessions.recorderOf(RUN)?.terminal_recorded).toBe(0);
 
@@ -77,11 +77,11 @@ describe("a recorded run's terminal evidence", () => {
     expect(terminalEntries(sessions)).toHaveLength(1);
   });
 
-  it("is written once when the run ends normally", () => {
-    const { state, sessions } = open();
+  it("is written once when the run ends normally", async () => {
+    const { state, sessions } = await open();
     new SessionService(sessions, state, quiet);
-    state.update(RUN, { state: "failed", execution_state: "outcome_unknown", failure_kind: "provider_exited" });
-    state.update(RUN, { state: "lost" });
+    await state.update(RUN, { state: "failed", execution_state: "outcome_unknown", failure_kind: "provider_exited" });
+    await state.update(RUN, { state: "lost" });
     expect(terminalEntries(sessions)).toHaveLength(1);
     expect(sessions.recorderOf(RUN)?.terminal_recorded).toBe(1);
   });

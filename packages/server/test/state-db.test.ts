@@ -161,7 +161,7 @@ describe("one Server per state dir", () => {
 });
 
 describe("state DB schema versions", () => {
-  it("opens a database made by the schema before versioning (810c5de): records and tokens survive, user_version is current", () => {
+  it("opens a database made by the schema before versioning (810c5de): records and tokens survive, user_version is current", async () => {
     const dir = tempDir();
     const stateDir = join(dir, "state");
     // The previous schema, with a record and an issued token in it, as a pre-versioning Server left it.
@@ -193,7 +193,7 @@ describe("state DB schema versions", () => {
     try {
       expect(store.migrated).toEqual(MIGRATIONS.map((m) => m.version));
       expect(store.db.pragma("user_version", { simple: true })).toBe(SCHEMA_VERSION);
-      expect(store.get(runId)).toMatchObject({
+      expect(await store.get(runId)).toMatchObject({
         principal_id: "alice",
         admission: "admitted",
         state: "completed",
@@ -216,7 +216,7 @@ describe("state DB schema versions", () => {
     // Opening again changes nothing.
     const again = new StateStore(stateDir);
     expect(again.migrated).toEqual([]);
-    expect(again.get(runId)?.state).toBe("completed");
+    expect((await again.get(runId))?.state).toBe("completed");
     again.close();
   });
 
@@ -281,7 +281,7 @@ describe("expiry of records rejected before admission", () => {
     const admitted = await server().runs.start(alice, input("old-admitted"));
     if (!admitted.ok) throw new Error("expected an admitted run");
     svc.finish(admitted.value.run_id);
-    await poll(() => server().store.get(admitted.value.run_id)?.state === "completed", {
+    await poll(async () => (await server().store.get(admitted.value.run_id))?.state === "completed", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -303,9 +303,9 @@ describe("expiry of records rejected before admission", () => {
 
     h.config = { ...h.config, port, rejectedRecordMaxAgeSecs: maxAge };
     h.server = await startServer({ config: h.config, logger: h.log.logger });
-    expect(server().store.get(id("old-rejected"))).toBeUndefined();
-    expect(server().store.get(id("new-rejected"))).toMatchObject({ admission: "rejected_pre_admission" });
-    expect(server().store.get(id("old-admitted"))).toMatchObject({ state: "completed" });
+    expect(await server().store.get(id("old-rejected"))).toBeUndefined();
+    expect(await server().store.get(id("new-rejected"))).toMatchObject({ admission: "rejected_pre_admission" });
+    expect(await server().store.get(id("old-admitted"))).toMatchObject({ state: "completed" });
     expect(h.log.lines.some((l) => l.includes("expired records rejected before admission"))).toBe(true);
 
     // The expired key is free for another request; the kept ones still conflict.

@@ -272,7 +272,10 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     let last = "";
     let lastWrite = Date.now();
     const started = Date.now();
-    const tick = (): void => {
+    // One snapshot read at a time: a tick that comes while the last one still reads is skipped.
+    let reading = false;
+    const tick = async (): Promise<void> => {
+      if (reading || ended) return;
       if (!session(req)) {
         res.write("event: signed_out\ndata: {}\n\n");
         end();
@@ -283,12 +286,16 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         return;
       }
       let body: string;
+      reading = true;
       try {
-        body = JSON.stringify(reader.snapshot(f));
+        body = JSON.stringify(await reader.snapshot(f));
       } catch (err) {
         logger.error({ err: (err as Error).message }, "console: snapshot not read");
         return;
+      } finally {
+        reading = false;
       }
+      if (ended) return;
       if (res.writableLength > CONSOLE_STREAM_MAX_BUFFERED_BYTES) {
         logger.warn({ principal_id: s.principal.id }, "console: event stream reader too slow; stream ended");
         end();
@@ -303,7 +310,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         res.write(": keepalive\n\n");
       }
     };
-    const timer = setInterval(tick, CONSOLE_STREAM_INTERVAL_MS);
+    const timer = setInterval(() => void tick(), CONSOLE_STREAM_INTERVAL_MS);
     let ended = false;
     const end = (): void => {
       if (ended) return;
@@ -318,7 +325,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     };
     closers.add(end);
     req.on("close", end);
-    tick();
+    void tick();
   }
 
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -371,7 +378,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         return;
       }
       if (path === "/console/events") stream(req, res, s, parsed.filters);
-      else json(res, 200, reader.snapshot(parsed.filters));
+      else json(res, 200, await reader.snapshot(parsed.filters));
       return;
     }
     if (path === "/console/logout" || path === "/console/grants/revoke") {

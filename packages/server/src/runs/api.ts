@@ -23,6 +23,7 @@ import {
 } from "@webcodex/protocol";
 import { z } from "zod";
 import type { Principal, Scope } from "../principals/principal.js";
+import type { StateQueries } from "../state/engine.js";
 import type { ToolStep } from "./mirror.js";
 
 // The identity types live with the principals; they are re-exported here for the front ends that take
@@ -193,10 +194,12 @@ export interface AdmissionRequest {
   config: ConfigMap;
   timeout_secs: number | null;
   /**
-   * Runs inside the SQLite transaction that records the admission intent, before it is written.
-   * An ApiError aborts the transaction: nothing is recorded and nothing is sent.
+   * Runs inside the state transaction that records the admission intent (`tx`), before it is written:
+   * a store on the state engine writes through `tx`; one still on the SQLite connection writes there
+   * (the same transaction on SQLite). An ApiError aborts the transaction: nothing is recorded and
+   * nothing is sent.
    */
-  bind?(fences: AdmissionFences): ApiError | null;
+  bind?(fences: AdmissionFences, tx: StateQueries): ApiError | null | Promise<ApiError | null>;
   /** Called after that transaction committed, before `run.start` is sent (test failpoints). */
   afterRecorded?(): void;
   /** Called when the Runner answered `run.start`, before the answer is recorded (test failpoints). */

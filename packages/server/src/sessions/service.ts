@@ -317,7 +317,7 @@ export class SessionService {
         const again = this.#checkRecorder(principal, sessionId, projectId, field);
         if (again) return again;
         const runId = fences.run_id;
-        const existing = this.#records.get(runId);
+        const existing = this.#records.getOnConnection(runId);
         if (!this.#sessions.linkRun(runId, sessionId)) {
           if (existing?.admission !== "rejected_pre_admission") return null;
           this.#sessions.resetTerminal(runId);
@@ -358,7 +358,7 @@ export class SessionService {
    */
   #catchUp(): void {
     for (const runId of this.#sessions.openRecordedRuns(MAX_CATCH_UP_RUNS)) {
-      const rec = this.#records.get(runId);
+      const rec = this.#records.getOnConnection(runId);
       if (rec && isTerminalState(rec.state)) this.#onRunState(rec);
     }
   }

@@ -37,6 +37,8 @@ export const SQLITE_STATEMENT_CACHE_ENTRIES = 256;
 
 /** SQLite `synchronous = FULL`: every commit is fsynced before it returns (design §6.1). */
 const SYNCHRONOUS_FULL = 2;
+/** SQLite `synchronous = NORMAL`: a WAL commit without an fsync of its own (`withoutFsync` transactions). */
+const SYNCHRONOUS_NORMAL = 1;
 
 const TRAILING_FOR_UPDATE = /\s+FOR\s+UPDATE\s*;?\s*$/i;
 
@@ -90,7 +92,7 @@ export class SqliteEngine implements StateEngine {
     await this.#outside("exec", () => this.#exec(sql));
   }
 
-  async transaction<T>(fn: (tx: StateQueries) => Promise<T>, _options: TransactionOptions = {}): Promise<T> {
+  async transaction<T>(fn: (tx: StateQueries) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     this.#refuseInside("transaction");
     await this.#acquire();
     const scope: TransactionScope = { open: true };
@@ -108,7 +110,11 @@ export class SqliteEngine implements StateEngine {
       run: (sql, params = []) => use(() => this.#run(sql, params)),
       exec: (sql) => use(() => this.#exec(sql)),
     };
+    // The level is set while this transaction holds the connection and restored before it is handed on,
+    // so no other commit ever runs under it (SQLite refuses to change it inside a transaction).
+    const level = options.withoutFsync === true ? (this.#db.pragma("synchronous", { simple: true }) as number) : null;
     try {
+      if (level !== null) this.#db.pragma(`synchronous = ${Math.min(level, SYNCHRONOUS_NORMAL)}`);
       this.#db.exec("BEGIN IMMEDIATE");
       let result: T;
       try {
@@ -123,6 +129,7 @@ export class SqliteEngine implements StateEngine {
       return result;
     } finally {
       scope.open = false;
+      if (level !== null && this.#db.open) this.#db.pragma(`synchronous = ${level}`);
       this.#release();
     }
   }

@@ -64,6 +64,13 @@ export interface TransactionOptions {
    * transaction anyway.
    */
   lock?: string;
+  /**
+   * SQLite: commit under `synchronous = NORMAL` — no fsync of its own; in WAL mode the commit survives a
+   * crash of this process and reaches the disk with the next FULL commit. Only for writes that nothing
+   * outside this process acts on before a FULL commit follows them (design §6.1, the admission intent).
+   * PostgreSQL: ignored — every commit is durable there, because other instances read it at once.
+   */
+  withoutFsync?: boolean;
 }
 
 export interface StateEngine extends StateQueries {

@@ -82,7 +82,7 @@ export function blockingRun(
   );
   const bound = tasks
     .bindingsOf(task.task_id)
-    .map((b) => ({ binding: b, rec: records.get(b.run_id) }))
+    .map((b) => ({ binding: b, rec: records.getOnConnection(b.run_id) }))
     .filter((x): x is { binding: (typeof x)["binding"]; rec: AdmissionRecord } => x.rec !== undefined);
   const lost = bound.filter((x) => x.rec.state === "lost" && !superseded.has(x.rec.run_id));
   if (supersede !== undefined && !lost.some((x) => x.rec.run_id === supersede)) {

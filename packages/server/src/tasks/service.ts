@@ -355,7 +355,7 @@ export class TaskService {
       config,
       timeout_secs: timeout,
       // Inside the admission transaction: the claim again, then the binding next to the record.
-      bind: (fences) => {
+      bind: (fences, tx) => {
         const again = this.#checkClaim(principal, claim);
         if ("code" in again) return again;
         const bound = this.#tasks.binding(attempt.attempt_id);
@@ -373,7 +373,7 @@ export class TaskService {
           authority_fingerprint: authority,
           intent_fingerprint: fingerprint,
         });
-        return input.recorder?.(fences) ?? null;
+        return input.recorder?.(fences, tx) ?? null;
       },
       afterRecorded: () => serverFailpoint("task_after_binding"),
       afterDispatched: () => serverFailpoint("task_after_run_start"),
@@ -389,7 +389,7 @@ export class TaskService {
 
   /** Copy the run's authoritative state (the admission record) onto the attempt. */
   #recordOutcome(attemptId: string, runId: string): RunOutcomeView | null {
-    const rec = this.#records.get(runId);
+    const rec = this.#records.getOnConnection(runId);
     if (!rec) return null;
     const at = new Date(this.#now()).toISOString();
     this.#tasks.recordRunOutcome(attemptId, {
@@ -448,7 +448,7 @@ export class TaskService {
         return { ok: true, value: { task: taskView(task), already_closed: true } };
       }
       for (const b of this.#tasks.bindingsOf(task.task_id)) {
-        const rec = this.#records.get(b.run_id);
+        const rec = this.#records.getOnConnection(b.run_id);
         if (rec && !isTerminalState(rec.state)) {
           return fail(
             "claim_conflict",
