@@ -234,7 +234,7 @@ describe("run core", () => {
     const link = await online(h, svc);
     const pending = h.server.runs.start(alice, input("fence"));
     // Resolved: the record is written (with the fences) just before the hook's pause, and nothing was sent yet.
-    await poll(async () => (await h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence"))), {
+    await poll(async () => await h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence")), {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
