@@ -14,7 +14,7 @@ import type { LiveRunner } from "../link/registry.js";
 import { missingScopes } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import type { StateQueries } from "../state/engine.js";
-import { type AdmissionRecord, admissionLock, type RecordPatch } from "../state/store.js";
+import { type AdmissionRecord, RECORD_CHANGED, type RecordPatch } from "../state/store.js";
 import type {
   AdmissionHooks,
   AdmissionRequest,
@@ -133,19 +133,7 @@ type RunStatus = Pick<StartOutput, "state" | "execution_state">;
 const STARTING: RunStatus = { state: "starting", execution_state: "not_started" };
 
 /** The record changed since `#resolve` read it: nothing was written; resolve again. */
-const CHANGED = Symbol("record changed");
-type Changed = typeof CHANGED;
-
-/** Whether `current` is still the record a decision was made on (both absent, or the same write). */
-function sameRecord(current: AdmissionRecord | undefined, seen: AdmissionRecord | undefined): boolean {
-  if (current === undefined || seen === undefined) return current === seen;
-  return (
-    current.admission === seen.admission &&
-    current.state === seen.state &&
-    current.updated_at === seen.updated_at &&
-    current.intent_fingerprint === seen.intent_fingerprint
-  );
-}
+type Changed = typeof RECORD_CHANGED;
 
 const START_IN_PROGRESS_MESSAGE =
   "A start with this idempotency key is still in progress; nothing new was started. Retry the same call shortly: it returns that run.";
@@ -259,10 +247,10 @@ export class Admission {
     let recorded: AdmissionRecord | undefined;
     for (let round = 0; round < MAX_ADMISSION_ROUNDS && recorded === undefined; round++) {
       const target = await this.#resolve(principal, req);
-      if (target === CHANGED) continue;
+      if (target === RECORD_CHANGED) continue;
       if ("done" in target) return target.done;
       const outcome = await this.#record(principal, req, target);
-      if (outcome === CHANGED) continue;
+      if (outcome === RECORD_CHANGED) continue;
       if ("code" in outcome) return { ok: false, error: outcome };
       resolved = target;
       recorded = outcome;
@@ -285,32 +273,9 @@ export class Admission {
   }
 
   /**
-   * Run `write` in the one transaction that makes this admission's decision atomic (design §6.1): under
-   * the run id's lock (the row may not exist yet), the record is read FOR UPDATE and must still be the
-   * one `#resolve` decided on (`seen`). When another start of the same key or a reconciliation, on any
-   * Server instance, changed it meanwhile, nothing is written and the answer is CHANGED: the start
-   * resolves again against what is there now.
-   */
-  async #decided<T>(
-    runId: string,
-    seen: AdmissionRecord | undefined,
-    write: (tx: StateQueries) => Promise<T>,
-    withoutFsync = false,
-  ): Promise<T | Changed> {
-    return await this.#ctx.store.transaction(
-      async (tx) => {
-        const current = await this.#ctx.store.lock(tx, runId);
-        if (!sameRecord(current, seen)) return CHANGED;
-        return await write(tx);
-      },
-      { lock: admissionLock(runId), withoutFsync },
-    );
-  }
-
-  /**
    * Step 5 (existing record: replay, conflict, or re-admit) and step 6 (project → runner → provider,
    * capturing the fences). Reads outside a transaction; what it decides is written by `#record` (or, for
-   * an offline runner, `#recordRejection`) only if the record is still the one read here (`#decided`).
+   * an offline runner, `#recordRejection`) only if the record is still the one read here (`StateStore.decide`).
    */
   async #resolve(principal: Principal, req: AdmissionRequest): Promise<Target | Done | Changed> {
     const runId = req.run_id;
@@ -341,8 +306,8 @@ export class Admission {
     // Nothing below may mark an unacknowledged record as rejected: the earlier run.start may have been admitted.
     if (unacknowledged && res.kind !== "ok") return done(this.#replay(unacknowledged, principal));
     if (res.kind === "runner_offline") {
-      if ((await this.#recordRejection(existing, principal, req, runnerId, "never_admitted")) === CHANGED) {
-        return CHANGED;
+      if ((await this.#recordRejection(existing, principal, req, runnerId, "never_admitted")) === RECORD_CHANGED) {
+        return RECORD_CHANGED;
       }
       return done(
         fail(
@@ -385,7 +350,7 @@ export class Admission {
   }
 
   /**
-   * Step 7: the admission intent, durably enough. One transaction (`#decided`: the same-key decision of
+   * Step 7: the admission intent, durably enough. One transaction (`StateStore.decide`: the same-key decision of
    * `#resolve` — insert, re-admit or re-send — holds only if the record is still the one it read): a
    * caller's binding (the managed path, the session recorder) and the intent commit together or not at
    * all. No fsync of its own on SQLite: nothing leaves before the `sent` (or rejection) commit of `#send`,
@@ -415,7 +380,7 @@ export class Admission {
     };
     const store = this.#ctx.store;
     try {
-      return await this.#decided(
+      return await this.#ctx.store.decide(
         runId,
         existing,
         async (tx) => {
@@ -426,11 +391,11 @@ export class Admission {
             : existing
               ? await store.update(runId, { ...intent, cancel_forwarded: false }, { tx })
               : await store.insert({ run_id: runId, principal_id: principal.id, ...intent }, tx);
-          // Cannot happen under the lock and the FOR UPDATE read of `#decided`; rolls back if it does.
+          // Cannot happen under the lock and the FOR UPDATE read of `StateStore.decide`; rolls back if it does.
           if (written === undefined) throw new Error(`admission record ${runId} changed inside its transaction`);
           return written;
         },
-        true,
+        { withoutFsync: true },
       );
     } catch (err) {
       if (err instanceof BindRefused) return err.error;
@@ -604,7 +569,7 @@ export class Admission {
     };
   }
 
-  /** The offline runner's rejection, written only if the record is still `existing` (`#decided`). */
+  /** The offline runner's rejection, written only if the record is still `existing` (`StateStore.decide`). */
   async #recordRejection(
     existing: AdmissionRecord | undefined,
     principal: Principal,
@@ -614,7 +579,7 @@ export class Admission {
   ): Promise<undefined | Changed> {
     const patch = this.#rejectionPatch(failure, "The project's Runner was offline; nothing was started.");
     const store = this.#ctx.store;
-    return await this.#decided(req.run_id, existing, async (tx) => {
+    return await this.#ctx.store.decide(req.run_id, existing, async (tx) => {
       if (existing) await store.update(req.run_id, patch, { tx });
       else await this.#insertRejection(tx, principal, req, runnerId, failure, patch);
       return undefined;

@@ -190,6 +190,20 @@ const SELECT_RECORD = "SELECT * FROM admission_records WHERE run_id = ?";
 const INSERT_RECORD = `INSERT INTO admission_records (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})
   ON CONFLICT (run_id) DO NOTHING`;
 
+/** What `StateStore.decide` answers when the record is no longer the one the decision was made on. */
+export const RECORD_CHANGED: unique symbol = Symbol("admission record changed");
+
+/** Whether `current` is still the record a decision was made on (both absent, or the same write). */
+export function sameRecord(current: AdmissionRecord | undefined, seen: AdmissionRecord | undefined): boolean {
+  if (current === undefined || seen === undefined) return current === seen;
+  return (
+    current.admission === seen.admission &&
+    current.state === seen.state &&
+    current.updated_at === seen.updated_at &&
+    current.intent_fingerprint === seen.intent_fingerprint
+  );
+}
+
 export class StateStore {
   /** The SQLite connection, for the Server modules whose tables are not on the engine yet (audit, tokens…). */
   readonly db: Database.Database;
@@ -245,6 +259,28 @@ export class StateStore {
   async lock(tx: StateQueries, runId: string): Promise<AdmissionRecord | undefined> {
     const row = await tx.get<Row>(`${SELECT_RECORD} FOR UPDATE`, [runId]);
     return row ? fromRow(row) : undefined;
+  }
+
+  /**
+   * Run `write` in the one transaction that makes a decision about `runId`'s record atomic (design §6.1,
+   * the same-key decision of admission): under the run id's lock (`{lock: admissionLock(runId)}`, for a
+   * row that may not exist yet) the record is read FOR UPDATE and must still be `seen`, the record the
+   * decision was made on (`sameRecord`). When another writer, on any Server instance, changed it in
+   * between, nothing is written and the answer is RECORD_CHANGED: decide again on what is there now.
+   */
+  async decide<T>(
+    runId: string,
+    seen: AdmissionRecord | undefined,
+    write: (tx: StateQueries) => Promise<T>,
+    options: { withoutFsync?: boolean } = {},
+  ): Promise<T | typeof RECORD_CHANGED> {
+    return await this.engine.transaction(
+      async (tx) => {
+        if (!sameRecord(await this.lock(tx, runId), seen)) return RECORD_CHANGED;
+        return await write(tx);
+      },
+      { lock: admissionLock(runId), withoutFsync: options.withoutFsync === true },
+    );
   }
 
   /**
