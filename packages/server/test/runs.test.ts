@@ -5,7 +5,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION, TENANT_TAG_PATTERN } from "@webcodex/protocol";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import WebSocket from "ws";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
@@ -13,6 +13,7 @@ import { MAX_SAME_KEY_WAITS } from "../src/runs/admission.js";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
 import type { Runs } from "../src/runs/runs.js";
+import { StateBusyError, StateUnavailableError } from "../src/state/engine.js";
 import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
 import { alice, bob, Harness, principal } from "./support/in-process.js";
 
@@ -55,6 +56,7 @@ function ok<T>(r: { ok: true; value: T } | { ok: false; error: unknown }): T {
 describe("run core", () => {
   let h: Harness;
   afterEach(async () => {
+    vi.restoreAllMocks();
     await h.close();
   });
 
@@ -566,5 +568,33 @@ describe("run core", () => {
       expect(bytes).not.toContain(canary);
       expect(logs).not.toContain(canary);
     }
+  });
+
+  it("answers a start, an observe and a cancel the state database cannot serve with its code, naming nothing of the database", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("before-outage")));
+    const secret = canary("database-url");
+    const store = h.server.store;
+    const down = () => Promise.reject(new StateUnavailableError(`connect ECONNREFUSED ${secret}`));
+    const get = vi.spyOn(store, "get").mockImplementation(down);
+    const started = await h.server.runs.start(alice, input("during-outage"));
+    const observed = await h.server.runs.observe(alice, { run_id: run.run_id });
+    const cancelled = await h.server.runs.cancel(alice, { run_id: run.run_id });
+    get.mockRestore();
+    vi.spyOn(store, "decide").mockRejectedValueOnce(new StateBusyError(secret));
+    const busy = await h.server.runs.start(alice, input("busy"));
+    for (const [result, code, recovery] of [
+      [started, "state_unavailable", "retry_same"],
+      [observed, "state_unavailable", "reobserve"],
+      [cancelled, "state_unavailable", "retry_same"],
+      [busy, "state_busy", "retry_same"],
+    ] as const) {
+      expect(result).toMatchObject({ ok: false, error: { code, recovery_kind: recovery } });
+      expect(JSON.stringify(result)).not.toContain(secret);
+    }
+    // Back: the start refused while the database was away is made with the same key.
+    expect(ok(await h.server.runs.start(alice, input("busy"))).replayed).toBe(false);
   });
 });

@@ -53,6 +53,10 @@ export const API_ERROR_CODES = [
   "version_conflict",
   /** Workflow sessions: context_session_version is not the context session's current version. */
   "context_version_conflict",
+  /** The Server's state database cannot be reached (state/engine.ts StateUnavailableError); nothing half-written. */
+  "state_unavailable",
+  /** Too many operations already wait for the state database (StateBusyError). */
+  "state_busy",
   "internal",
 ] as const;
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];

@@ -6,11 +6,12 @@
  * reconciliation + re-forwarded cancels, run.update → records + mirrors,
  * disconnect → registry).
  */
-import type { HelloFrame, RunUpdateFrame } from "@webcodex/protocol";
+import type { HelloFrame, RecoveryKind, RunUpdateFrame } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { HubListener, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
 import type { Principal } from "../principals/principal.js";
+import { StateBusyError, StateUnavailableError } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
 import { Admission } from "./admission.js";
 import type {
@@ -27,7 +28,7 @@ import type {
   StartOutput,
 } from "./api.js";
 import { Cancellation } from "./cancel.js";
-import { RunContext } from "./context.js";
+import { fail, RunContext } from "./context.js";
 import type { MirrorSet, ToolStep } from "./mirror.js";
 import { Observation } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
@@ -39,6 +40,29 @@ import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcil
  * reconnects, and its hello's reconciliation and the observers' catch-ups take up what was dropped.
  */
 export const MAX_PENDING_RUNNER_FRAMES = 1_000;
+
+/**
+ * A call the state database refused (state/engine.ts): answered with its code, never as `internal`.
+ * A transaction cut off keeps nothing, except that a COMMIT lost in flight may have kept its write — a
+ * same-key retry of a start then meets that record (absence is never proof, design §6.1). The engine's
+ * own message is not passed on: it may name the database.
+ */
+function stateRefusal<T>(err: unknown, recovery: RecoveryKind): ApiResult<T> {
+  if (err instanceof StateBusyError) {
+    return fail("state_busy", "The Server's state database is busy; nothing was changed. Retry shortly.", recovery);
+  }
+  if (err instanceof StateUnavailableError) {
+    const written = err.commitOutcomeUnknown
+      ? "the last write may or may not have been kept (a retry of the same call finds out)"
+      : "nothing was changed";
+    return fail(
+      "state_unavailable",
+      `The Server's state database cannot be reached right now; ${written}. Retry the same call shortly.`,
+      recovery,
+    );
+  }
+  throw err;
+}
 
 export interface RunsOptions {
   store: StateStore;
@@ -81,19 +105,19 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   }
 
   start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>> {
-    return this.#admission.start(principal, input, hooks);
+    return this.#admission.start(principal, input, hooks).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>> {
-    return this.#admission.admit(principal, request);
+    return this.#admission.admit(principal, request).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>> {
-    return this.#observation.observe(principal, input, signal);
+    return this.#observation.observe(principal, input, signal).catch((err: unknown) => stateRefusal(err, "reobserve"));
   }
 
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
-    return this.#cancellation.cancel(principal, input);
+    return this.#cancellation.cancel(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   lastToolStep(runId: string): ToolStep | null {
