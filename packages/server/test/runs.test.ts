@@ -4,15 +4,16 @@
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { encodeFrame, PROTOCOL_VERSION, TENANT_TAG_PATTERN } from "@webcodex/protocol";
+import { encodeFrame, PROTOCOL_VERSION, type RunUpdateFrame, TENANT_TAG_PATTERN } from "@webcodex/protocol";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import WebSocket from "ws";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
+import type { RunnerConnection } from "../src/link/hub.js";
 import { MAX_SAME_KEY_WAITS } from "../src/runs/admission.js";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
-import type { Runs } from "../src/runs/runs.js";
+import { MAX_PENDING_RUNNER_FRAMES, type Runs } from "../src/runs/runs.js";
 import { StateBusyError, StateUnavailableError } from "../src/state/engine.js";
 import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
 import { alice, bob, Harness, principal } from "./support/in-process.js";
@@ -596,5 +597,22 @@ describe("run core", () => {
     }
     // Back: the start refused while the database was away is made with the same key.
     expect(ok(await h.server.runs.start(alice, input("busy"))).replayed).toBe(false);
+  });
+
+  it(`closes a Runner's link when ${MAX_PENDING_RUNNER_FRAMES} of its run.update frames already wait for the state database`, async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("backlog")));
+    // The state database stops answering: the first frame's read never ends, the rest wait behind it.
+    vi.spyOn(h.server.store, "get").mockImplementation(() => new Promise(() => undefined));
+    const closes: unknown[][] = [];
+    const conn = { runnerId: R1.id, close: (...args: unknown[]) => closes.push(args) } as unknown as RunnerConnection;
+    const frame = { type: "run.update", run: { run_id: run.run_id }, events: [] } as unknown as RunUpdateFrame;
+    const runs = h.server.runs as Runs;
+    for (let i = 0; i < MAX_PENDING_RUNNER_FRAMES; i++) runs.onUpdate(conn, frame);
+    expect(closes).toEqual([]);
+    runs.onUpdate(conn, frame);
+    expect(closes).toEqual([[1013, "server state busy"]]);
   });
 });
