@@ -2,22 +2,22 @@
  * The Server's durable state and its persisted secret: opens the state dir
  * (the secret, the SQLite file in WAL with synchronous=FULL, its schema) and
  * keeps the admission records on a StateEngine (state/engine.ts) — the
- * SQLite file by default, or an engine handed in (PostgreSQL). Admission records hold identity, routing, fences and
- * lifecycle only — NEVER the prompt, config bodies, events or the
- * idempotency key.
+ * SQLite file by default, or an engine handed in (PostgreSQL). Admission
+ * records hold identity, routing, fences and lifecycle only — NEVER the
+ * prompt, config bodies, events or the idempotency key.
  */
 import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type {
-  EffectiveConfigEntry,
-  ExecutionState,
-  FailureKind,
-  RecoveryKind,
-  RunState,
-  StopReason,
+import {
+  type EffectiveConfigEntry,
+  type ExecutionState,
+  type FailureKind,
+  type RecoveryKind,
+  type RunState,
+  type StopReason,
+  TERMINAL_STATES,
 } from "@webcodex/protocol";
-import { TERMINAL_STATES } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import {
   type SqlParam,
