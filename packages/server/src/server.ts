@@ -123,7 +123,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     ...(Number.isFinite(delay) && delay > 0 ? { testDelayAfterResolveMs: delay } : {}),
     ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
   });
-  reconcileAtStart(store, logger);
+  await reconcileAtStart(store, logger);
   const stopExpiry = startRejectedRecordExpiry(store, config.rejectedRecordMaxAgeSecs, logger);
   const hub = new RunnerHub({
     bindings: config.runners,

@@ -24,15 +24,19 @@ interface Write {
 
 function recordAdmissionWrites(writes: (Write | "run.start arrived")[]): void {
   const probe = new Database(":memory:");
-  const proto = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { run: (...a: unknown[]) => unknown };
+  type Method = (...a: unknown[]) => unknown;
+  const proto = Object.getPrototypeOf(probe.prepare("SELECT 1")) as { run: Method; get: Method };
   probe.close();
-  const run = proto.run;
-  vi.spyOn(proto, "run").mockImplementation(function (this: Database.Statement, ...args: unknown[]): unknown {
-    if (/^\s*(INSERT INTO|UPDATE) admission_records/.test(this.source)) {
-      writes.push({ sql: this.source.trim(), level: this.database.pragma("synchronous", { simple: true }) });
-    }
-    return run.apply(this, args);
-  });
+  // A write runs as `run`, or as `get` when it returns the row it wrote (`UPDATE … RETURNING *`).
+  for (const method of ["run", "get"] as const) {
+    const original = proto[method];
+    vi.spyOn(proto, method).mockImplementation(function (this: Database.Statement, ...args: unknown[]): unknown {
+      if (/^\s*(INSERT INTO|UPDATE) admission_records/.test(this.source)) {
+        writes.push({ sql: this.source.trim(), level: this.database.pragma("synchronous", { simple: true }) });
+      }
+      return original.apply(this, args);
+    });
+  }
 }
 
 describe("admission durability before run.start", () => {
@@ -81,7 +85,7 @@ describe("admission durability before run.start", () => {
       ["INSERT", 1], // the intent: NORMAL
       ["UPDATE", 2], // `sent`: FULL, before the frame
     ]);
-    expect(before[1]?.sql).toMatch(/SET admission = @admission, updated_at = @updated_at WHERE/);
+    expect(before[1]?.sql).toMatch(/SET admission = \?, updated_at = \? WHERE/);
     expect(seenByOtherConnection).toEqual({ admission: "sent" });
     // The Runner's answer (`admitted`) commits without an fsync of its own: lost to an OS crash, the
     // record is `sent` again, which a replay re-sends and the Runner answers with the same run.
@@ -90,6 +94,6 @@ describe("admission durability before run.start", () => {
     expect(after[0]?.level).toBe(1);
     // The connection is back at FULL for everything after (state changes).
     expect(harness.server.store.db.pragma("synchronous", { simple: true })).toBe(2);
-    expect(harness.server.store.get(started.ok ? started.value.run_id : "")?.admission).toBe("admitted");
+    expect((await harness.server.store.get(started.ok ? started.value.run_id : ""))?.admission).toBe("admitted");
   });
 });

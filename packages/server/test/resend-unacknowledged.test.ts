@@ -36,7 +36,7 @@ async function setup(): Promise<{ h: Harness; svc: FakeRunService; runId: string
   });
   const first = ok(await h.server.runs.start(alice, input("k")));
   // The acknowledgement is lost: the record is back to `sent`, as a crash right after sending leaves it.
-  h.server.store.update(first.run_id, { admission: "sent" });
+  await h.server.store.update(first.run_id, { admission: "sent" });
   return { h, svc, runId: first.run_id };
 }
 
@@ -53,7 +53,7 @@ describe("same-key retry of a sent, unacknowledged record", () => {
     const retry = ok(await s.h.server.runs.start(alice, input("k")));
     expect(retry).toMatchObject({ run_id: s.runId, replayed: true });
     expect(s.svc.starts.map((r) => r.run_id)).toEqual([s.runId, s.runId]);
-    expect(s.h.server.store.get(s.runId)?.admission).toBe("admitted");
+    expect((await s.h.server.store.get(s.runId))?.admission).toBe("admitted");
   });
 
   it("re-sends run.start; a Runner that never got the first one admits it now (one admission in all)", async () => {
@@ -64,7 +64,7 @@ describe("same-key retry of a sent, unacknowledged record", () => {
     expect(retry).toMatchObject({ run_id: s.runId, replayed: false, state: "starting" });
     expect(s.svc.starts.map((r) => r.run_id)).toEqual([s.runId, s.runId]);
     expect(s.svc.runs.has(s.runId)).toBe(true);
-    expect(s.h.server.store.get(s.runId)?.admission).toBe("admitted");
+    expect((await s.h.server.store.get(s.runId))?.admission).toBe("admitted");
   });
 
   it("re-sends run.start; a Runner that pruned the run answers its tombstone, recorded as the run's outcome", async () => {
@@ -79,7 +79,7 @@ describe("same-key retry of a sent, unacknowledged record", () => {
     });
     const retry = ok(await s.h.server.runs.start(alice, input("k")));
     expect(retry).toMatchObject({ run_id: s.runId, replayed: true, state: "completed" });
-    expect(s.h.server.store.get(s.runId)).toMatchObject({
+    expect(await s.h.server.store.get(s.runId)).toMatchObject({
       admission: "admitted",
       state: "completed",
       execution_state: "completed",

@@ -97,8 +97,8 @@ describe("run core against a hand-driven Runner link", () => {
     const r = ok(await pending);
     expect(r.state).toBe("starting");
     const rec = await poll(
-      () => {
-        const x = h.server.store.get(r.run_id);
+      async () => {
+        const x = await h.server.store.get(r.run_id);
         return x?.state === "failed" ? x : undefined;
       },
       { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
@@ -113,7 +113,7 @@ describe("run core against a hand-driven Runner link", () => {
     const retried = ok(await h.server.runs.start(alice, input("replaced")));
     expect(retried).toMatchObject({ run_id: r.run_id, replayed: false, state: "starting" });
     expect(svc.runs.has(r.run_id)).toBe(true);
-    expect(h.server.store.get(r.run_id)?.admission).toBe("admitted");
+    expect((await h.server.store.get(r.run_id))?.admission).toBe("admitted");
   });
 
   it("settles a start that timed out on a live connection: not admitted closes, admitted is adopted", async () => {
@@ -123,7 +123,7 @@ describe("run core against a hand-driven Runner link", () => {
     a.hold = (f) => f.type === "run.start";
     const lost = ok(await h.server.runs.start(alice, input("never")));
     expect(lost.state).toBe("starting");
-    await poll(() => h.server.store.get(lost.run_id)?.failure_kind === "never_admitted", {
+    await poll(async () => (await h.server.store.get(lost.run_id))?.failure_kind === "never_admitted", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -136,11 +136,11 @@ describe("run core against a hand-driven Runner link", () => {
       return true;
     };
     const slow = ok(await h.server.runs.start(alice, input("admitted")));
-    await poll(() => h.server.store.get(slow.run_id)?.admission === "admitted", {
+    await poll(async () => (await h.server.store.get(slow.run_id))?.admission === "admitted", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
-    expect(h.server.store.get(slow.run_id)).toMatchObject({ state: "starting", failure_kind: null });
+    expect(await h.server.store.get(slow.run_id)).toMatchObject({ state: "starting", failure_kind: null });
   });
 
   it("closes a sent-but-unknown start as never admitted when run.cancel answers not_found", async () => {
@@ -155,7 +155,7 @@ describe("run core against a hand-driven Runner link", () => {
     const r = ok(await pending);
     const c = ok(await h.server.runs.cancel(alice, { run_id: r.run_id }));
     expect(c).toMatchObject({ run_id: r.run_id, state: "failed", cancel_requested: false, already_terminal: true });
-    expect(h.server.store.get(r.run_id)).toMatchObject({ state: "failed", failure_kind: "never_admitted" });
+    expect(await h.server.store.get(r.run_id)).toMatchObject({ state: "failed", failure_kind: "never_admitted" });
     expect(b.requests("run.cancel")).toHaveLength(1);
   });
 
@@ -168,11 +168,11 @@ describe("run core against a hand-driven Runner link", () => {
     await poll(() => a.held.length > 0, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     a.close(); // the cancel may or may not have reached the Runner
     expect(ok(await pending)).toMatchObject({ cancel_requested: true, already_terminal: false });
-    expect(h.server.store.get(run.run_id)?.cancel_forwarded).toBe(false);
+    expect((await h.server.store.get(run.run_id))?.cancel_forwarded).toBe(false);
     expect(svc.cancels).toEqual([]);
 
     const b = await connect(svc);
-    await poll(() => h.server.store.get(run.run_id)?.cancel_forwarded === true, {
+    await poll(async () => (await h.server.store.get(run.run_id))?.cancel_forwarded === true, {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });

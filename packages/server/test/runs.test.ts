@@ -4,15 +4,17 @@
  */
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
-import { encodeFrame, PROTOCOL_VERSION, TENANT_TAG_PATTERN } from "@webcodex/protocol";
-import { afterEach, describe, expect, it } from "vitest";
+import { encodeFrame, PROTOCOL_VERSION, type RunUpdateFrame, TENANT_TAG_PATTERN } from "@webcodex/protocol";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import WebSocket from "ws";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
+import type { RunnerConnection } from "../src/link/hub.js";
 import { MAX_SAME_KEY_WAITS } from "../src/runs/admission.js";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
-import type { Runs } from "../src/runs/runs.js";
+import { MAX_PENDING_RUNNER_FRAMES, type Runs } from "../src/runs/runs.js";
+import { StateBusyError, StateUnavailableError } from "../src/state/engine.js";
 import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
 import { alice, bob, Harness, principal } from "./support/in-process.js";
 
@@ -55,6 +57,7 @@ function ok<T>(r: { ok: true; value: T } | { ok: false; error: unknown }): T {
 describe("run core", () => {
   let h: Harness;
   afterEach(async () => {
+    vi.restoreAllMocks();
     await h.close();
   });
 
@@ -234,7 +237,7 @@ describe("run core", () => {
     const link = await online(h, svc);
     const pending = h.server.runs.start(alice, input("fence"));
     // Resolved: the record is written (with the fences) just before the hook's pause, and nothing was sent yet.
-    await poll(() => h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence")), {
+    await poll(async () => await h.server.store.get(deriveRunId(h.server.store.serverSecret, alice.id, "fence")), {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -246,7 +249,7 @@ describe("run core", () => {
     expect(r).toMatchObject({ ok: false, error: { code: "stale_runner", recovery_kind: "retry_same" } });
     expect(svc.runs.size).toBe(0);
     const runId = deriveRunId(h.server.store.serverSecret, alice.id, "fence");
-    expect(h.server.store.get(runId)).toMatchObject({
+    expect(await h.server.store.get(runId)).toMatchObject({
       admission: "rejected_pre_admission",
       state: "failed",
       execution_state: "not_started",
@@ -264,14 +267,14 @@ describe("run core", () => {
     const pending = h.server.runs.start(alice, input("provider-fence"));
     // The run's intent (with the old provider instance) is recorded before the provider restarts.
     const runId = deriveRunId(h.server.store.serverSecret, alice.id, "provider-fence");
-    await poll(() => h.server.store.get(runId) !== undefined, {
+    await poll(async () => (await h.server.store.get(runId)) !== undefined, {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
     svc.providerInstanceId = instanceId();
     const r = await pending;
     expect(r).toMatchObject({ ok: false, error: { code: "stale_provider", recovery_kind: "retry_same" } });
-    expect(h.server.store.get(runId)).toMatchObject({ state: "failed", failure_kind: "stale_provider" });
+    expect(await h.server.store.get(runId)).toMatchObject({ state: "failed", failure_kind: "stale_provider" });
     expect(svc.runs.size).toBe(0);
   });
 
@@ -377,7 +380,7 @@ describe("run core", () => {
     expect(svc.cancels).toEqual([run.run_id]);
     svc.finish(run.run_id, "cancelled");
     const done = ok(await h.server.runs.observe(alice, { run_id: run.run_id, wait_secs: 1 }));
-    await poll(() => h.server.store.get(run.run_id)?.state === "cancelled", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "cancelled", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -394,7 +397,7 @@ describe("run core", () => {
     const link = await online(h, svc);
     const run = ok(await h.server.runs.start(alice, input("off")));
     svc.setState(run.run_id, "running", { execution_state: "started" });
-    await poll(() => h.server.store.get(run.run_id)?.state === "running", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "running", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -436,7 +439,7 @@ describe("run core", () => {
     await link.close();
     svc.restart();
     await online(h, svc);
-    await poll(() => h.server.store.get(run.run_id)?.state === "lost", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "lost", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -458,11 +461,11 @@ describe("run core", () => {
     await link.close();
     svc.restart({ newStore: true });
     await online(h, svc);
-    await poll(() => h.server.store.get(run.run_id)?.state === "lost", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "lost", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
-    expect(h.server.store.get(run.run_id)).toMatchObject({
+    expect(await h.server.store.get(run.run_id)).toMatchObject({
       failure_kind: "runner_store_changed",
       execution_state: "outcome_unknown",
     });
@@ -552,7 +555,7 @@ describe("run core", () => {
       { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
     svc.finish(run.run_id);
-    await poll(() => h.server.store.get(run.run_id)?.state === "completed", {
+    await poll(async () => (await h.server.store.get(run.run_id))?.state === "completed", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -566,5 +569,50 @@ describe("run core", () => {
       expect(bytes).not.toContain(canary);
       expect(logs).not.toContain(canary);
     }
+  });
+
+  it("answers a start, an observe and a cancel the state database cannot serve with its code, naming nothing of the database", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("before-outage")));
+    const secret = canary("database-url");
+    const store = h.server.store;
+    const down = () => Promise.reject(new StateUnavailableError(`connect ECONNREFUSED ${secret}`));
+    const get = vi.spyOn(store, "get").mockImplementation(down);
+    const started = await h.server.runs.start(alice, input("during-outage"));
+    const observed = await h.server.runs.observe(alice, { run_id: run.run_id });
+    const cancelled = await h.server.runs.cancel(alice, { run_id: run.run_id });
+    get.mockRestore();
+    vi.spyOn(store, "decide").mockRejectedValueOnce(new StateBusyError(secret));
+    const busy = await h.server.runs.start(alice, input("busy"));
+    for (const [result, code, recovery] of [
+      [started, "state_unavailable", "retry_same"],
+      [observed, "state_unavailable", "reobserve"],
+      [cancelled, "state_unavailable", "retry_same"],
+      [busy, "state_busy", "retry_same"],
+    ] as const) {
+      expect(result).toMatchObject({ ok: false, error: { code, recovery_kind: recovery } });
+      expect(JSON.stringify(result)).not.toContain(secret);
+    }
+    // Back: the start refused while the database was away is made with the same key.
+    expect(ok(await h.server.runs.start(alice, input("busy"))).replayed).toBe(false);
+  });
+
+  it(`closes a Runner's link when ${MAX_PENDING_RUNNER_FRAMES} of its run.update frames already wait for the state database`, async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("backlog")));
+    // The state database stops answering: the first frame's read never ends, the rest wait behind it.
+    vi.spyOn(h.server.store, "get").mockImplementation(() => new Promise(() => undefined));
+    const closes: unknown[][] = [];
+    const conn = { runnerId: R1.id, close: (...args: unknown[]) => closes.push(args) } as unknown as RunnerConnection;
+    const frame = { type: "run.update", run: { run_id: run.run_id }, events: [] } as unknown as RunUpdateFrame;
+    const runs = h.server.runs as Runs;
+    for (let i = 0; i < MAX_PENDING_RUNNER_FRAMES; i++) runs.onUpdate(conn, frame);
+    expect(closes).toEqual([]);
+    runs.onUpdate(conn, frame);
+    expect(closes).toEqual([[1013, "server state busy"]]);
   });
 });

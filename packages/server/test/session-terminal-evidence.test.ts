@@ -32,7 +32,7 @@ async function open() {
   stores.push(state);
   const sessions = new SessionStore(state.engine);
   await sessions.insertSession({ session_id: "s1", principal_id: "alice", project_id: "demo", title: "s1" });
-  state.insert({
+  await state.insert({
     run_id: RUN,
     principal_id: "alice",
     project_id: "demo",
@@ -70,7 +70,7 @@ describe("a recorded run's terminal evidence", () => {
     const first = await started(sessions, state);
     vi.spyOn(sessions, "appendEvidence").mockImplementationOnce(() => Promise.reject(new Error("disk I/O error")));
 
-    state.update(RUN, { state: "completed", execution_state: "completed", stop_reason: "end_turn" });
+    await state.update(RUN, { state: "completed", execution_state: "completed", stop_reason: "end_turn" });
     await first.settled();
     expect(await terminalEntries(sessions)).toHaveLength(0);
     expect((await sessions.recorderOf(RUN))?.terminal_recorded).toBe(0);
@@ -86,8 +86,8 @@ describe("a recorded run's terminal evidence", () => {
   it("is written once when the run ends normally", async () => {
     const { state, sessions } = await open();
     const service = await started(sessions, state);
-    state.update(RUN, { state: "failed", execution_state: "outcome_unknown", failure_kind: "provider_exited" });
-    state.update(RUN, { state: "lost" });
+    await state.update(RUN, { state: "failed", execution_state: "outcome_unknown", failure_kind: "provider_exited" });
+    await state.update(RUN, { state: "lost" });
     await service.settled();
     expect(await terminalEntries(sessions)).toHaveLength(1);
     expect((await sessions.recorderOf(RUN))?.terminal_recorded).toBe(1);

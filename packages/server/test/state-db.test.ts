@@ -196,7 +196,7 @@ describe("state DB schema versions", () => {
     try {
       expect(store.migrated).toEqual(MIGRATIONS.map((m) => m.version));
       expect(store.db.pragma("user_version", { simple: true })).toBe(SCHEMA_VERSION);
-      expect(store.get(runId)).toMatchObject({
+      expect(await store.get(runId)).toMatchObject({
         principal_id: "alice",
         admission: "admitted",
         state: "completed",
@@ -219,7 +219,7 @@ describe("state DB schema versions", () => {
     // Opening again changes nothing.
     const again = new StateStore(stateDir);
     expect(again.migrated).toEqual([]);
-    expect(again.get(runId)?.state).toBe("completed");
+    expect((await again.get(runId))?.state).toBe("completed");
     again.close();
   });
 
@@ -284,7 +284,7 @@ describe("expiry of records rejected before admission", () => {
     const admitted = await server().runs.start(alice, input("old-admitted"));
     if (!admitted.ok) throw new Error("expected an admitted run");
     svc.finish(admitted.value.run_id);
-    await poll(() => server().store.get(admitted.value.run_id)?.state === "completed", {
+    await poll(async () => (await server().store.get(admitted.value.run_id))?.state === "completed", {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -306,9 +306,9 @@ describe("expiry of records rejected before admission", () => {
 
     h.config = { ...h.config, port, rejectedRecordMaxAgeSecs: maxAge };
     h.server = await startServer({ config: h.config, logger: h.log.logger });
-    expect(server().store.get(id("old-rejected"))).toBeUndefined();
-    expect(server().store.get(id("new-rejected"))).toMatchObject({ admission: "rejected_pre_admission" });
-    expect(server().store.get(id("old-admitted"))).toMatchObject({ state: "completed" });
+    expect(await server().store.get(id("old-rejected"))).toBeUndefined();
+    expect(await server().store.get(id("new-rejected"))).toMatchObject({ admission: "rejected_pre_admission" });
+    expect(await server().store.get(id("old-admitted"))).toMatchObject({ state: "completed" });
     expect(h.log.lines.some((l) => l.includes("expired records rejected before admission"))).toBe(true);
 
     // The expired key is free for another request; the kept ones still conflict.

@@ -8,12 +8,12 @@
  * env value, no run `message` (a Runner's error text may name a host path), and any absolute path in a label
  * an agent wrote (tool titles) is masked by `maskPaths`. Every list is bounded by a named constant.
  */
-import { RUN_STATES, type RunEvent, TERMINAL_STATES } from "@webcodex/protocol";
+import { RUN_STATES, type RunEvent } from "@webcodex/protocol";
 import type { ServerConfig } from "../config.js";
 import { type PresenceRow, presenceAt } from "../link/presence.js";
 import { type OAuthStore, parseJsonList } from "../oauth/store.js";
 import type { MirrorSet } from "../runs/mirror.js";
-import type { StateStore } from "../state/store.js";
+import type { RecordFilter, StateStore } from "../state/store.js";
 
 /** Runs one snapshot lists (newest first); the filters narrow which. */
 export const CONSOLE_RUNS_PAGE = 50;
@@ -147,8 +147,6 @@ export interface ConsoleSnapshot {
   };
 }
 
-const TERMINAL_LIST = [...TERMINAL_STATES].map((s) => `'${s}'`).join(", ");
-
 function eventSummary(e: RunEvent): string {
   switch (e.kind) {
     case "agent_message":
@@ -172,8 +170,6 @@ function eventSummary(e: RunEvent): string {
       return [e.state, e.stop_reason, e.failure_kind].filter((x) => x !== null).join(" ");
   }
 }
-
-interface RunRow extends RunView {}
 
 export class ConsoleReader {
   readonly #state: StateStore;
@@ -202,8 +198,8 @@ export class ConsoleReader {
   async snapshot(filters: ConsoleFilters): Promise<ConsoleSnapshot> {
     const presence = await this.#presence();
     return {
-      runners: this.#runners(presence),
-      runs: this.#runs(filters),
+      runners: await this.#runners(presence),
+      runs: await this.#runs(filters),
       filters,
       run_events: filters.run === null ? null : this.#events(filters.run),
       refusals: await this.#refusals(),
@@ -212,18 +208,10 @@ export class ConsoleReader {
     };
   }
 
-  #runners(presence: readonly PresenceRow[]): RunnerView[] {
+  async #runners(presence: readonly PresenceRow[]): Promise<RunnerView[]> {
     const db = this.#state.db;
+    const inUse = await this.#state.countInUseByRunner();
     const nowMs = Date.now();
-    const inUse = new Map(
-      db
-        .prepare<[], { runner_id: string; n: number }>(
-          `SELECT runner_id, COUNT(*) AS n FROM admission_records
-           WHERE state NOT IN (${TERMINAL_LIST}) AND admission != 'rejected_pre_admission' GROUP BY runner_id`,
-        )
-        .all()
-        .map((r) => [r.runner_id, r.n]),
-    );
     const refusalOf = db.prepare<[string], { at: string; last_at: string | null; event: string; count: number }>(
       `SELECT at, last_at, event, count FROM runner_link_audit
        WHERE runner_id = ? AND event IN ('link_refused_in_use', 'closed_token_rotated') ORDER BY id DESC LIMIT 1`,
@@ -252,26 +240,13 @@ export class ConsoleReader {
     });
   }
 
-  #runs(f: ConsoleFilters): RunView[] {
-    const where: string[] = [];
-    const params: Record<string, string | number> = { limit: CONSOLE_RUNS_PAGE };
-    if (f.state === "active") where.push(`state NOT IN (${TERMINAL_LIST})`);
-    else if (f.state !== null) {
-      where.push("state = @state");
-      params.state = f.state;
-    }
-    if (f.project !== null) {
-      where.push("project_id = @project");
-      params.project = f.project;
-    }
-    if (f.principal !== null) {
-      where.push("principal_id = @principal");
-      params.principal = f.principal;
-    }
-    const sql = `SELECT run_id, principal_id, project_id, provider_id, runner_id, state, execution_state, stop_reason,
-         failure_kind, recovery_kind, admission, created_at, updated_at FROM admission_records
-       ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, run_id LIMIT @limit`;
-    return this.#state.db.prepare<Record<string, string | number>, RunRow>(sql).all(params);
+  async #runs(f: ConsoleFilters): Promise<RunView[]> {
+    // parseFilters admits only "active" or a RunState as `state`.
+    const filter: RecordFilter = {};
+    if (f.state !== null) filter.state = f.state as RecordFilter["state"] & string;
+    if (f.project !== null) filter.project_id = f.project;
+    if (f.principal !== null) filter.principal_id = f.principal;
+    return await this.#state.listRecent(filter, CONSOLE_RUNS_PAGE);
   }
 
   #events(runId: string): ConsoleSnapshot["run_events"] {

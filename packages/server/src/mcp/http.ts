@@ -603,7 +603,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
           // Audited like observe_coding_agent: the run (only when the id is this principal's), outcome, sizes.
           const started = performance.now();
           const id = taskId();
-          const runId = tasks.ownedRun(principal, id);
+          const runId = await tasks.ownedRun(principal, id);
           const inputBytes = Buffer.byteLength(JSON.stringify(rawParams));
           let body: string;
           try {

@@ -56,7 +56,7 @@ type TaskStatus = "working" | "input_required" | "completed" | "failed" | "cance
 
 /** What a task needs of the run's durable record: whose it is and when it changed. */
 export interface RunRecordTimes {
-  get(runId: string): { principal_id: string; created_at: string; updated_at: string } | undefined;
+  get(runId: string): Promise<{ principal_id: string; created_at: string; updated_at: string } | undefined>;
 }
 
 /** Whether this request's client declared the Tasks extension (`_meta` client capabilities `extensions`). */
@@ -138,15 +138,15 @@ export class RunTasks {
   }
 
   /** The run behind a task id issued to this principal whose record exists and is theirs; else null. */
-  ownedRun(principal: Principal, taskId: string): string | null {
+  async ownedRun(principal: Principal, taskId: string): Promise<string | null> {
     const runId = this.runIdOf(principal, taskId);
     if (runId === null) return null;
-    return this.#records.get(runId)?.principal_id === principal.id ? runId : null;
+    return (await this.#records.get(runId))?.principal_id === principal.id ? runId : null;
   }
 
   /** The detailed task of `runId` for one observe view of it, as `tasks/get` would answer it (no lookup of the run's events). */
-  snapshot(principal: Principal, runId: string, o: ObserveOutput): Record<string, unknown> {
-    const record = this.#records.get(runId);
+  async snapshot(principal: Principal, runId: string, o: ObserveOutput): Promise<Record<string, unknown>> {
+    const record = await this.#records.get(runId);
     if (record === undefined || record.principal_id !== principal.id) throw NOT_FOUND();
     const { task, terminal } = this.#build(principal, runId, record, o);
     return { ...task, ...terminal };
@@ -156,7 +156,7 @@ export class RunTasks {
     principal: Principal,
     runId: string,
   ): Promise<{ task: Record<string, unknown>; terminal: Record<string, unknown> }> {
-    const record = this.#records.get(runId);
+    const record = await this.#records.get(runId);
     // The run's own ownership rule, as observe applies it; the MAC already bound the id to this principal.
     if (record === undefined || record.principal_id !== principal.id) throw NOT_FOUND();
     const observed = await this.#runs.observe(principal, { run_id: runId });

@@ -148,7 +148,7 @@ export class TaskListens {
     }
     const honored: { taskId: string; runId: string }[] = [];
     for (const taskId of requested) {
-      const runId = this.#tasks.ownedRun(principal, taskId);
+      const runId = await this.#tasks.ownedRun(principal, taskId);
       if (runId !== null) honored.push({ taskId, runId });
     }
 
@@ -237,7 +237,7 @@ export class TaskListens {
       );
       if (signal.aborted || !observed.ok) return;
       token = observed.value.observation_token;
-      const task = this.#tasks.snapshot(principal, runId, observed.value);
+      const task = await this.#tasks.snapshot(principal, runId, observed.value);
       const shape = `${task.status}\n${task.statusMessage}`;
       if (shape !== last) {
         last = shape;

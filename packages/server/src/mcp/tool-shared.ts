@@ -111,6 +111,8 @@ const RECOVERY_FOR: Record<ApiError["code"], z.infer<typeof RecoveryKind>> = {
   claim_conflict: "wait",
   version_conflict: "reobserve",
   context_version_conflict: "reobserve",
+  state_unavailable: "retry_same",
+  state_busy: "retry_same",
   internal: "none",
 };
 

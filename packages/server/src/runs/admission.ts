@@ -13,7 +13,8 @@ import type { RequestOutcome } from "../link/hub.js";
 import type { LiveRunner } from "../link/registry.js";
 import { missingScopes } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
-import type { AdmissionRecord, RecordPatch } from "../state/store.js";
+import type { StateQueries } from "../state/engine.js";
+import { type AdmissionRecord, RECORD_CHANGED, type RecordPatch } from "../state/store.js";
 import type {
   AdmissionHooks,
   AdmissionRequest,
@@ -29,6 +30,12 @@ import type { Observation } from "./observe.js";
 
 /** How many in-flight starts of the same key one start waits behind before answering start_in_progress. */
 export const MAX_SAME_KEY_WAITS = 10;
+/**
+ * How many times one start resolves again because its record changed between the read and the
+ * transaction that decides (another start of the same key or a reconciliation, on any instance)
+ * before it answers start_in_progress.
+ */
+export const MAX_ADMISSION_ROUNDS = 3;
 /** How long a run.start waits for the Runner's answer before its outcome counts as unknown. */
 export const DEFAULT_START_TIMEOUT_MS = 30_000;
 
@@ -125,6 +132,12 @@ type RunStatus = Pick<StartOutput, "state" | "execution_state">;
 /** A start whose answer never came and whose record vanished meanwhile: what it reports. */
 const STARTING: RunStatus = { state: "starting", execution_state: "not_started" };
 
+/** The record changed since `#resolve` read it: nothing was written; resolve again. */
+type Changed = typeof RECORD_CHANGED;
+
+const START_IN_PROGRESS_MESSAGE =
+  "A start with this idempotency key is still in progress; nothing new was started. Retry the same call shortly: it returns that run.";
+
 /** A caller's bind() refusal, thrown to roll the admission transaction back. */
 class BindRefused extends Error {
   constructor(readonly error: ApiError) {
@@ -204,13 +217,7 @@ export class Admission {
       if (!inflight) break;
       await inflight.catch(() => undefined);
     }
-    if (this.#ctx.starting.has(runId)) {
-      return fail(
-        "start_in_progress",
-        "A start with this idempotency key is still in progress; nothing new was started. Retry the same call shortly: it returns that run.",
-        "retry_same",
-      );
-    }
+    if (this.#ctx.starting.has(runId)) return fail("start_in_progress", START_IN_PROGRESS_MESSAGE, "retry_same");
     const work = this.#startLocked(principal, req);
     this.#ctx.starting.set(runId, work);
     try {
@@ -219,7 +226,13 @@ export class Admission {
       if (this.#ctx.starting.get(runId) === work) this.#ctx.starting.delete(runId);
       // A start whose outcome is unknown: a hello that arrived meanwhile skipped it as busy, and a
       // timeout on a live link brings no hello at all. Settle it now against the current connection.
-      if (this.#ctx.store.get(runId)?.admission === "sent") this.#settleUnknown(runId);
+      void this.#ctx.store.get(runId).then(
+        (rec) => {
+          if (rec?.admission === "sent") this.#settleUnknown(runId);
+        },
+        (err: unknown) =>
+          this.#ctx.log.error({ run_id: runId, err: (err as Error).message }, "settling an unknown start failed"),
+      );
     }
   }
 
@@ -230,10 +243,21 @@ export class Admission {
    * Every success goes through `#answer`.
    */
   async #startLocked(principal: Principal, req: AdmissionRequest): Promise<ApiResult<StartOutput>> {
-    const resolved = this.#resolve(principal, req);
-    if ("done" in resolved) return resolved.done;
-    const refused = await this.#record(principal, req, resolved);
-    if (refused) return { ok: false, error: refused };
+    let resolved: Target | undefined;
+    let recorded: AdmissionRecord | undefined;
+    for (let round = 0; round < MAX_ADMISSION_ROUNDS && recorded === undefined; round++) {
+      const target = await this.#resolve(principal, req);
+      if (target === RECORD_CHANGED) continue;
+      if ("done" in target) return target.done;
+      const outcome = await this.#record(principal, req, target);
+      if (outcome === RECORD_CHANGED) continue;
+      if ("code" in outcome) return { ok: false, error: outcome };
+      resolved = target;
+      recorded = outcome;
+    }
+    if (resolved === undefined || recorded === undefined) {
+      return fail("start_in_progress", START_IN_PROGRESS_MESSAGE, "retry_same");
+    }
     req.afterRecorded?.();
     if (this.#delayMs > 0) {
       this.#ctx.log.warn(
@@ -242,19 +266,20 @@ export class Admission {
       );
       await new Promise((r) => setTimeout(r, this.#delayMs));
     }
-    const sent = await this.#send(principal, req, resolved);
+    const sent = await this.#send(principal, req, resolved, recorded);
     if ("done" in sent) return sent.done;
     if (sent.outcome.ok) req.afterDispatched?.();
-    return this.#settle(req, resolved, sent.outcome);
+    return await this.#settle(req, resolved, sent.outcome);
   }
 
   /**
    * Step 5 (existing record: replay, conflict, or re-admit) and step 6 (project → runner → provider,
-   * capturing the fences). Writes only the offline runner's rejection record.
+   * capturing the fences). Reads outside a transaction; what it decides is written by `#record` (or, for
+   * an offline runner, `#recordRejection`) only if the record is still the one read here (`StateStore.decide`).
    */
-  #resolve(principal: Principal, req: AdmissionRequest): Target | Done {
+  async #resolve(principal: Principal, req: AdmissionRequest): Promise<Target | Done | Changed> {
     const runId = req.run_id;
-    const existing = this.#ctx.store.get(runId);
+    const existing = await this.#ctx.store.get(runId);
     if (existing) {
       if (existing.intent_fingerprint !== req.intent_fingerprint) {
         return done(
@@ -281,7 +306,9 @@ export class Admission {
     // Nothing below may mark an unacknowledged record as rejected: the earlier run.start may have been admitted.
     if (unacknowledged && res.kind !== "ok") return done(this.#replay(unacknowledged, principal));
     if (res.kind === "runner_offline") {
-      this.#recordRejection(existing, principal, req, runnerId, "never_admitted");
+      if ((await this.#recordRejection(existing, principal, req, runnerId, "never_admitted")) === RECORD_CHANGED) {
+        return RECORD_CHANGED;
+      }
       return done(
         fail(
           "runner_unavailable",
@@ -323,15 +350,18 @@ export class Admission {
   }
 
   /**
-   * Step 7: the admission intent, durably enough. One transaction: a caller's binding (the managed
-   * path, the session recorder) and the intent commit together or not at all. Returns the caller's
-   * refusal. Without a `bind`: no fsync of its own — nothing leaves before the `sent` (or rejection)
-   * commit of `#send`, a FULL one that makes this one durable too; a crash of this process keeps it
-   * (state/store.ts). With a `bind`, it is the state engine's transaction (state/engine.ts), because
-   * `bind` runs its stores' statements through `tx`; on SQLite that is the store's one connection, so the
-   * record's own statements below join it, and it commits under the connection's `synchronous = FULL`.
+   * Step 7: the admission intent, durably enough. One transaction (`StateStore.decide`: the same-key decision of
+   * `#resolve` — insert, re-admit or re-send — holds only if the record is still the one it read): a
+   * caller's binding (the managed path, the session recorder) and the intent commit together or not at
+   * all. No fsync of its own on SQLite: nothing leaves before the `sent` (or rejection) commit of `#send`,
+   * a FULL one that makes this one durable too; a crash of this process keeps it (state/store.ts
+   * `transaction`). Returns the intent as written, or the caller's refusal.
    */
-  async #record(principal: Principal, req: AdmissionRequest, target: Target): Promise<ApiError | null> {
+  async #record(
+    principal: Principal,
+    req: AdmissionRequest,
+    target: Target,
+  ): Promise<AdmissionRecord | ApiError | Changed> {
     const { runner, fences, existing, unacknowledged } = target;
     const runId = req.run_id;
     const intent = {
@@ -348,46 +378,57 @@ export class Admission {
       recovery_kind: "wait" as const,
       message: null,
     };
-    const write = () => {
-      if (unacknowledged) this.#ctx.store.update(runId, { ...intent, admission: "sent" });
-      else if (existing) this.#ctx.store.update(runId, { ...intent, cancel_forwarded: false });
-      else this.#ctx.store.insert({ run_id: runId, principal_id: principal.id, ...intent });
-    };
-    const bind = req.bind;
-    if (bind === undefined) {
-      this.#ctx.store.atomicallyWithoutFsync(write);
-      return null;
-    }
+    const store = this.#ctx.store;
     try {
-      await this.#ctx.store.engine.transaction(async (tx) => {
-        const denied = await bind({ run_id: runId, runner_id: runner.runnerId, ...fences }, tx);
-        if (denied) throw new BindRefused(denied);
-        write();
-      });
+      return await this.#ctx.store.decide(
+        runId,
+        existing,
+        async (tx) => {
+          const denied = (await req.bind?.({ run_id: runId, runner_id: runner.runnerId, ...fences }, tx)) ?? null;
+          if (denied) throw new BindRefused(denied);
+          const written = unacknowledged
+            ? await store.update(runId, { ...intent, admission: "sent" }, { tx })
+            : existing
+              ? await store.update(runId, { ...intent, cancel_forwarded: false }, { tx })
+              : await store.insert({ run_id: runId, principal_id: principal.id, ...intent }, tx);
+          // Cannot happen under the lock and the FOR UPDATE read of `StateStore.decide`; rolls back if it does.
+          if (written === undefined) throw new Error(`admission record ${runId} changed inside its transaction`);
+          return written;
+        },
+        { withoutFsync: true },
+      );
     } catch (err) {
       if (err instanceof BindRefused) return err.error;
       throw err;
     }
-    return null;
   }
 
   /**
    * Step 8: over the runner's current connection, the FULL `sent` commit (or, with the runner gone,
    * the FULL rejection commit), then `run.start` with the fences captured by `#resolve`.
    */
-  async #send(principal: Principal, req: AdmissionRequest, target: Target): Promise<Sent | Done> {
+  async #send(
+    principal: Principal,
+    req: AdmissionRequest,
+    target: Target,
+    intent: AdmissionRecord,
+  ): Promise<Sent | Done> {
     const { runner, fences, unacknowledged } = target;
     const runId = req.run_id;
     const conn = this.#ctx.registry.live(runner.runnerId)?.conn;
     if (!conn && unacknowledged) return done(this.#replay(unacknowledged, principal));
+    // Both commits below are FULL and conditional on the intent being unchanged (compare-and-set in one
+    // UPDATE): a record another instance settled meanwhile is answered as it is, and nothing is sent.
     if (!conn) {
-      this.#ctx.store.update(
+      const rejected = await this.#ctx.store.update(
         runId,
         this.#rejectionPatch(
           "never_admitted",
           "The project's Runner went offline before dispatch; nothing was started.",
         ),
+        { expect: intent },
       );
+      if (!rejected) return done(await this.#replayCurrent(runId, principal));
       return done(
         fail(
           "runner_unavailable",
@@ -396,7 +437,8 @@ export class Admission {
         ),
       );
     }
-    this.#ctx.store.update(runId, { admission: "sent" });
+    const marked = await this.#ctx.store.update(runId, { admission: "sent" }, { expect: intent });
+    if (!marked) return done(await this.#replayCurrent(runId, principal));
     const outcome = await conn.request(
       {
         type: "run.start",
@@ -421,13 +463,13 @@ export class Admission {
    * the same key may retry), unknown (left `sent` for reconciliation), admitted, answered from the
    * Runner's tombstone, or rejected before admission.
    */
-  #settle(req: AdmissionRequest, target: Target, outcome: RequestOutcome): ApiResult<StartOutput> {
+  async #settle(req: AdmissionRequest, target: Target, outcome: RequestOutcome): Promise<ApiResult<StartOutput>> {
     const { runner, unacknowledged } = target;
     const runId = req.run_id;
     const instance = runner.agentInstanceId;
     if (!outcome.ok) {
       if ((outcome.reason === "busy" || outcome.reason === "not_sent") && !unacknowledged) {
-        this.#ctx.store.update(
+        await this.#ctx.store.update(
           runId,
           this.#rejectionPatch("never_admitted", "The Runner link was busy; nothing was started."),
         );
@@ -442,20 +484,23 @@ export class Admission {
         { run_id: runId, reason: outcome.reason },
         "run.start outcome unknown; left for reconciliation",
       );
-      return this.#answer(runId, this.#ctx.store.get(runId) ?? STARTING, false, instance);
+      return this.#answer(runId, (await this.#ctx.store.get(runId)) ?? STARTING, false, instance);
     }
     const frame = outcome.frame;
     if (frame.type === "run.start.result") {
-      let latest = this.#ctx.store.get(runId);
-      if (latest && latest.admission !== "admitted") {
-        const rec = latest;
-        // No fsync of its own (state/store.ts): losing it to an OS crash leaves the record `sent`, and a
-        // `sent` record is re-sent with the same run_id, which the Runner answers with this run (§6.1).
-        // The next FULL commit makes it durable; the caller's answer need not wait for a disk flush.
-        latest = this.#ctx.store.atomicallyWithoutFsync(() =>
-          this.#ctx.store.update(runId, { admission: "admitted", ...this.#ctx.noRegress(rec, frame.run) }),
-        );
-      }
+      const store = this.#ctx.store;
+      // No fsync of its own (state/store.ts): losing it to an OS crash leaves the record `sent`, and a
+      // `sent` record is re-sent with the same run_id, which the Runner answers with this run (§6.1).
+      // The next FULL commit makes it durable; the caller's answer need not wait for a disk flush. Read
+      // FOR UPDATE and written in this one transaction, so the no-regress rule sees the row it changes.
+      const latest = await store.transaction(
+        async (tx) => {
+          const rec = await store.lock(tx, runId);
+          if (!rec || rec.admission === "admitted") return rec;
+          return await store.update(runId, { admission: "admitted", ...this.#ctx.noRegress(rec, frame.run) }, { tx });
+        },
+        { durability: "relaxed" },
+      );
       const mirror = this.#ctx.mirrors.getOrCreate(runId);
       if (mirror.instance !== instance) mirror.reset(instance);
       if (!mirror.synced && mirror.size === 0 && mirror.lastSeq === 0 && frame.run.last_seq === 0)
@@ -466,14 +511,14 @@ export class Admission {
     }
     if (frame.type === "error" && frame.tombstone) {
       // The Runner admitted this run once and pruned its row: the tombstone is the run's outcome.
-      this.#ctx.applyTombstone(runId, frame.tombstone);
+      await this.#ctx.applyTombstone(runId, frame.tombstone);
       this.#ctx.log.info({ run_id: runId, runner_id: runner.runnerId }, "start answered from the Runner's tombstone");
-      return this.#answer(runId, this.#ctx.store.get(runId) ?? frame.tombstone, true, instance);
+      return this.#answer(runId, (await this.#ctx.store.get(runId)) ?? frame.tombstone, true, instance);
     }
     if (frame.type === "error") {
       const rej = RUNNER_REJECTIONS[frame.code];
       if (rej) {
-        this.#ctx.store.update(runId, this.#rejectionPatch(rej.failure, rej.message, rej.recovery));
+        await this.#ctx.store.update(runId, this.#rejectionPatch(rej.failure, rej.message, rej.recovery));
         this.#ctx.log.info({ run_id: runId, code: frame.code }, "run rejected by the Runner before admission");
         return fail(rej.code, rej.message, rej.recovery);
       }
@@ -500,6 +545,13 @@ export class Admission {
     };
   }
 
+  /** The record as it is now, answered as a replay (another instance or a reconciliation settled it first). */
+  async #replayCurrent(runId: string, principal: Principal): Promise<ApiResult<StartOutput>> {
+    const rec = await this.#ctx.store.get(runId);
+    if (!rec) return fail("start_in_progress", START_IN_PROGRESS_MESSAGE, "retry_same");
+    return this.#replay(rec, principal);
+  }
+
   #replay(rec: AdmissionRecord, principal: Principal): ApiResult<StartOutput> {
     this.#ctx.log.info({ run_id: rec.run_id, principal_id: principal.id }, "start replayed");
     return this.#answer(rec.run_id, rec, true, this.#tokenInstance(rec));
@@ -517,36 +569,52 @@ export class Admission {
     };
   }
 
-  #recordRejection(
+  /** The offline runner's rejection, written only if the record is still `existing` (`StateStore.decide`). */
+  async #recordRejection(
     existing: AdmissionRecord | undefined,
     principal: Principal,
     req: AdmissionRequest,
     runnerId: string,
     failure: FailureKind,
-  ): void {
+  ): Promise<undefined | Changed> {
     const patch = this.#rejectionPatch(failure, "The project's Runner was offline; nothing was started.");
-    if (existing) {
-      this.#ctx.store.update(req.run_id, patch);
-      return;
-    }
-    this.#ctx.store.insert({
-      run_id: req.run_id,
-      principal_id: principal.id,
-      project_id: req.project_id,
-      provider_id: req.provider_id,
-      runner_id: runnerId,
-      intent_fingerprint: req.intent_fingerprint,
-      agent_instance_id: null,
-      provider_instance_id: null,
-      store_id: null,
-      admission: "rejected_pre_admission",
-      state: "failed",
-      execution_state: "not_started",
-      stop_reason: null,
-      failure_kind: failure,
-      recovery_kind: "retry_same",
-      message: patch.message ?? null,
+    const store = this.#ctx.store;
+    return await this.#ctx.store.decide(req.run_id, existing, async (tx) => {
+      if (existing) await store.update(req.run_id, patch, { tx });
+      else await this.#insertRejection(tx, principal, req, runnerId, failure, patch);
+      return undefined;
     });
+  }
+
+  async #insertRejection(
+    tx: StateQueries,
+    principal: Principal,
+    req: AdmissionRequest,
+    runnerId: string,
+    failure: FailureKind,
+    patch: RecordPatch,
+  ): Promise<void> {
+    await this.#ctx.store.insert(
+      {
+        run_id: req.run_id,
+        principal_id: principal.id,
+        project_id: req.project_id,
+        provider_id: req.provider_id,
+        runner_id: runnerId,
+        intent_fingerprint: req.intent_fingerprint,
+        agent_instance_id: null,
+        provider_instance_id: null,
+        store_id: null,
+        admission: "rejected_pre_admission",
+        state: "failed",
+        execution_state: "not_started",
+        stop_reason: null,
+        failure_kind: failure,
+        recovery_kind: "retry_same",
+        message: patch.message ?? null,
+      },
+      tx,
+    );
   }
 
   /** The agent instance a replayed run's token names: its mirror's, else its runner's live one, else its record's. */

@@ -53,6 +53,10 @@ export const API_ERROR_CODES = [
   "version_conflict",
   /** Workflow sessions: context_session_version is not the context session's current version. */
   "context_version_conflict",
+  /** The Server's state database cannot be reached (state/engine.ts StateUnavailableError); nothing half-written. */
+  "state_unavailable",
+  /** Too many operations already wait for the state database (StateBusyError). */
+  "state_busy",
   "internal",
 ] as const;
 export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
@@ -194,11 +198,12 @@ export interface AdmissionRequest {
   config: ConfigMap;
   timeout_secs: number | null;
   /**
-   * Runs inside the transaction that records the admission intent, before it is written; `tx` is that
-   * transaction's handle (state/engine.ts), the only one it may use. An ApiError aborts the transaction:
-   * nothing is recorded and nothing is sent.
+   * Runs inside the state transaction that records the admission intent (`tx`), before it is written:
+   * a store on the state engine writes through `tx`; one still on the SQLite connection writes there
+   * (the same transaction on SQLite). An ApiError aborts the transaction: nothing is recorded and
+   * nothing is sent.
    */
-  bind?(fences: AdmissionFences, tx: StateQueries): Promise<ApiError | null>;
+  bind?(fences: AdmissionFences, tx: StateQueries): ApiError | null | Promise<ApiError | null>;
   /** Called after that transaction committed, before `run.start` is sent (test failpoints). */
   afterRecorded?(): void;
   /** Called when the Runner answered `run.start`, before the answer is recorded (test failpoints). */

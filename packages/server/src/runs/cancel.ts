@@ -25,12 +25,12 @@ export class Cancellation {
     if (!RunId.safeParse(input.run_id).success) return fail("invalid_input", "run_id is not a run id.", "fix_input");
     const denied = missingScopes(principal, ["coding_agent:run"], "Cancelling a coding agent");
     if (denied) return { ok: false, error: denied };
-    let rec = this.#ctx.owned(principal, input.run_id);
+    let rec = await this.#ctx.owned(principal, input.run_id);
     if (!rec) return fail("not_found", `No run ${input.run_id}.`, "none");
     const inflight = this.#ctx.starting.get(rec.run_id);
     if (inflight) {
       await inflight.catch(() => undefined);
-      rec = this.#ctx.store.get(rec.run_id) ?? rec;
+      rec = (await this.#ctx.store.get(rec.run_id)) ?? rec;
     }
     if (isTerminalState(rec.state)) {
       return {
@@ -59,7 +59,7 @@ export class Cancellation {
       return fail("runner_unavailable", "The cancel could not be delivered to the Runner. Try again.", "wait");
     }
     if (res.ok && res.frame.type === "run.cancel.result") {
-      const latest = this.#ctx.store.get(rec.run_id) ?? rec;
+      const latest = (await this.#ctx.store.get(rec.run_id)) ?? rec;
       this.#ctx.log.info({ run_id: rec.run_id }, "cancel forwarded");
       return {
         ok: true,
@@ -71,7 +71,7 @@ export class Cancellation {
         },
       };
     }
-    const latest = this.#ctx.store.get(rec.run_id) ?? rec;
+    const latest = (await this.#ctx.store.get(rec.run_id)) ?? rec;
     if (isTerminalState(latest.state)) {
       // E.g. not_found settled it as never admitted: there is nothing left to cancel.
       return {
@@ -96,20 +96,20 @@ export class Cancellation {
     if (!res.ok) return res;
     this.#pendingCancels.delete(runId);
     if (res.frame.type === "run.cancel.result") {
-      this.#ctx.store.update(runId, { cancel_forwarded: true });
-      this.#ctx.persist(runId, res.frame.run);
+      await this.#ctx.store.update(runId, { cancel_forwarded: true });
+      await this.#ctx.persist(runId, res.frame.run);
     } else if (res.frame.type === "error" && res.frame.code === "not_found") {
-      this.#ctx.closeIfNeverAdmitted(runId, runner);
+      await this.#ctx.closeIfNeverAdmitted(runId, runner);
     } else if (res.frame.type === "error" && res.frame.tombstone) {
-      this.#ctx.applyTombstone(runId, res.frame.tombstone);
+      await this.#ctx.applyTombstone(runId, res.frame.tombstone);
     }
     return res;
   }
 
   /** After a hello (and its reconciliation): send again the cancels of this runner whose delivery is unknown. */
-  reforward(conn: RunnerConnection): void {
+  async reforward(conn: RunnerConnection): Promise<void> {
     for (const runId of [...this.#pendingCancels]) {
-      const rec = this.#ctx.store.get(runId);
+      const rec = await this.#ctx.store.get(runId);
       if (!rec || rec.cancel_forwarded || isTerminalState(rec.state)) {
         this.#pendingCancels.delete(runId);
         continue;

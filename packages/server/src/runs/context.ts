@@ -56,8 +56,8 @@ export class RunContext {
   }
 
   /** The principal's own run, or undefined (another principal's run looks exactly like no run). */
-  owned(principal: Principal, runId: string): AdmissionRecord | undefined {
-    const rec = this.store.get(runId);
+  async owned(principal: Principal, runId: string): Promise<AdmissionRecord | undefined> {
+    const rec = await this.store.get(runId);
     if (!rec || rec.principal_id !== principal.id || !principal.projects.has(rec.project_id)) return undefined;
     return rec;
   }
@@ -68,34 +68,52 @@ export class RunContext {
     return summaryPatch(s);
   }
 
-  /** Take a Runner summary into the record (a `sent` record becomes `admitted`); writes only on change. */
-  persist(runId: string, summary: RunSummary, known?: AdmissionRecord): void {
-    const rec = known ?? this.store.get(runId);
-    if (!rec) return;
+  /**
+   * Take a Runner summary into the record (a `sent` record becomes `admitted`); writes only on change.
+   * The record read outside a transaction only says whether anything may change; the patch is decided
+   * again on the row read FOR UPDATE in the transaction that writes it, so the no-regress rule holds
+   * against a concurrent writer on any instance.
+   */
+  async persist(runId: string, summary: RunSummary, known?: AdmissionRecord): Promise<void> {
+    const rec = known ?? (await this.store.get(runId));
+    if (!rec || this.#summaryPatch(rec, summary) === null) return;
+    await this.store.transaction(async (tx) => {
+      const locked = await this.store.lock(tx, runId);
+      const patch = locked && this.#summaryPatch(locked, summary);
+      if (patch) await this.store.update(runId, patch, { tx });
+    });
+  }
+
+  /** What `summary` changes in `rec`, or null when nothing. */
+  #summaryPatch(rec: AdmissionRecord, summary: RunSummary): RecordPatch | null {
     const patch: RecordPatch = this.noRegress(rec, summary);
     if (rec.admission === "sent") patch.admission = "admitted";
     const same = (a: unknown, b: unknown) => a === b || (Array.isArray(a) && JSON.stringify(a) === JSON.stringify(b));
     const changed = (Object.keys(patch) as (keyof RecordPatch)[]).some(
       (k) => !same((rec as unknown as Record<string, unknown>)[k], patch[k]),
     );
-    if (changed) this.store.update(runId, patch);
+    return changed ? patch : null;
   }
 
   /**
    * The Runner answered `pruned`: it admitted the run and kept only its tombstone. A record that is not
    * terminal yet takes the tombstone's outcome; a terminal one keeps its richer details (a `sent` one
-   * becomes `admitted`).
+   * becomes `admitted`). Decided on the row read FOR UPDATE in the transaction that writes it.
    */
-  applyTombstone(runId: string, tombstone: RunTombstone): void {
+  async applyTombstone(runId: string, tombstone: RunTombstone): Promise<void> {
     const mirror = this.mirrors.get(runId);
     if (mirror) mirror.pruned = true;
-    const rec = this.store.get(runId);
-    if (!rec || rec.admission === "rejected_pre_admission") return;
-    if (isTerminalState(rec.state)) {
-      if (rec.admission === "sent") this.store.update(runId, { admission: "admitted" });
-      return;
-    }
-    this.store.update(runId, tombstonePatch(tombstone));
+    const wrote = await this.store.transaction(async (tx) => {
+      const rec = await this.store.lock(tx, runId);
+      if (!rec || rec.admission === "rejected_pre_admission") return false;
+      if (isTerminalState(rec.state)) {
+        if (rec.admission === "sent") await this.store.update(runId, { admission: "admitted" }, { tx });
+        return false;
+      }
+      await this.store.update(runId, tombstonePatch(tombstone), { tx });
+      return true;
+    });
+    if (!wrote) return;
     this.log.info({ run_id: runId, state: tombstone.state }, "run known to its Runner only by its tombstone");
     this.mirrors.get(runId)?.touch();
   }
@@ -103,17 +121,21 @@ export class RunContext {
   /**
    * run.sync / run.cancel answered not_found over the runner's current connection for a record that
    * was sent but whose start has settled: the Runner admits durably before replying and ignores frames
-   * from a replaced socket, so the run was never admitted.
+   * from a replaced socket, so the run was never admitted. Decided on the row read FOR UPDATE in the
+   * transaction that closes it.
    */
-  closeIfNeverAdmitted(runId: string, runner: LiveRunner): void {
-    const rec = this.store.get(runId);
-    if (rec?.admission !== "sent" || isTerminalState(rec.state) || this.starting.has(runId)) return;
-    if (this.registry.live(rec.runner_id)?.conn !== runner.conn) return;
-    if (rec.store_id !== null && rec.store_id !== runner.storeId) return; // a store change is the hello's to judge
-    const d = decideAfterQuery(rec, null);
-    if (d.kind !== "close") return;
-    this.store.update(runId, d.patch);
-    this.log.info({ run_id: runId, runner_id: rec.runner_id }, "run never admitted by its Runner; closed");
+  async closeIfNeverAdmitted(runId: string, runner: LiveRunner): Promise<void> {
+    const closed = await this.store.transaction(async (tx) => {
+      const rec = await this.store.lock(tx, runId);
+      if (rec?.admission !== "sent" || isTerminalState(rec.state) || this.starting.has(runId)) return undefined;
+      if (this.registry.live(rec.runner_id)?.conn !== runner.conn) return undefined;
+      if (rec.store_id !== null && rec.store_id !== runner.storeId) return undefined; // a store change is the hello's to judge
+      const d = decideAfterQuery(rec, null);
+      if (d.kind !== "close") return undefined;
+      return await this.store.update(runId, d.patch, { tx });
+    });
+    if (!closed) return;
+    this.log.info({ run_id: runId, runner_id: closed.runner_id }, "run never admitted by its Runner; closed");
     this.mirrors.get(runId)?.touch();
   }
 }

@@ -83,7 +83,7 @@ export class Observation {
     }
     const denied = missingScopes(principal, ["coding_agent:run"], "Observing a coding agent");
     if (denied) return { ok: false, error: denied };
-    const rec = this.#ctx.owned(principal, input.run_id);
+    const rec = await this.#ctx.owned(principal, input.run_id);
     if (!rec) return fail("not_found", `No run ${input.run_id}.`, "none");
     let cursor = null;
     if (input.after_observation_token !== undefined) {
@@ -99,7 +99,7 @@ export class Observation {
       if (this.#ctx.closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
       const mirror = this.#ctx.mirrors.getOrCreate(rec.run_id);
       const runner = this.#ctx.registry.live(rec.runner_id);
-      const admission = this.#ctx.store.get(rec.run_id)?.admission;
+      const admission = (await this.#ctx.store.get(rec.run_id))?.admission;
       if (runner && (admission === "admitted" || admission === "sent")) {
         if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
         const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
@@ -110,7 +110,7 @@ export class Observation {
       }
       if (this.#ctx.closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
       const version = mirror.version;
-      const view = this.#view(rec.run_id, mirror, cursor, runner === undefined);
+      const view = await this.#view(rec.run_id, mirror, cursor, runner === undefined);
       if (!view) return fail("not_found", `No run ${input.run_id}.`, "none");
       // Anything that changes what the caller sees ends the wait: events, state, the Runner going on/offline.
       const shape = `${view.state}|${view.runner_offline === true}`;
@@ -122,16 +122,20 @@ export class Observation {
         return { ok: true, value: view };
       }
       await mirror.waitForChange(version, remaining, signal);
+      // A Runner's frames are applied one after another, each after its state write (runs/runs.ts
+      // `#inOrder`): let the ones that arrived with the frame that woke us land first, so that one
+      // answer carries them together (a state change and the events right behind it).
+      await new Promise<void>((resolve) => setImmediate(resolve));
     }
   }
 
-  #view(
+  async #view(
     runId: string,
     mirror: RunMirror,
     cursor: { instance: string; seq: number } | null,
     runnerOffline: boolean,
-  ): ObserveOutput | null {
-    const rec = this.#ctx.store.get(runId);
+  ): Promise<ObserveOutput | null> {
+    const rec = await this.#ctx.store.get(runId);
     if (!rec) return null;
     const instance = mirror.instance ?? rec.agent_instance_id ?? "no_runner_instance";
     const { after, historyLost } = resumePoint(mirror, cursor, instance);
@@ -187,17 +191,17 @@ export class Observation {
         if (res.frame.type === "error") {
           if (res.frame.code === "not_found") {
             mirror.synced = true;
-            this.#ctx.closeIfNeverAdmitted(mirror.runId, runner);
+            await this.#ctx.closeIfNeverAdmitted(mirror.runId, runner);
           } else if (res.frame.tombstone) {
             mirror.synced = true;
-            this.#ctx.applyTombstone(mirror.runId, res.frame.tombstone);
+            await this.#ctx.applyTombstone(mirror.runId, res.frame.tombstone);
           }
           mirror.touch();
           return;
         }
         if (res.frame.type !== "run.sync.result") return;
         const more = mirror.applySync(after, res.frame.run, res.frame.events, res.frame.has_more);
-        this.#ctx.persist(mirror.runId, res.frame.run);
+        await this.#ctx.persist(mirror.runId, res.frame.run);
         const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
         if (!more && !behind) return;
       }

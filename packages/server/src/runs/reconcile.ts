@@ -17,22 +17,31 @@ import type { AdmissionRecord, RecordPatch, StateStore } from "../state/store.js
 export const RESTARTED_BEFORE_DISPATCH_MESSAGE =
   "The Server restarted before sending this run to its Runner; no prompt was dispatched. Retry with the same idempotency key.";
 
-/** At Server start: intents that were recorded but never sent can be retried with the same key. */
-export function reconcileAtStart(store: StateStore, logger: Logger): number {
-  const stale = store.listByAdmission("intent_recorded");
+/**
+ * At Server start: intents that were recorded but never sent can be retried with the same key. Each is
+ * closed only if it is still the intent listed (compare-and-set in the one UPDATE); returns how many.
+ */
+export async function reconcileAtStart(store: StateStore, logger: Logger): Promise<number> {
+  const stale = await store.listByAdmission("intent_recorded");
+  let closed = 0;
   for (const r of stale) {
-    store.update(r.run_id, {
-      admission: "rejected_pre_admission",
-      state: "failed",
-      execution_state: "not_started",
-      stop_reason: null,
-      failure_kind: "never_admitted",
-      recovery_kind: "retry_same",
-      message: RESTARTED_BEFORE_DISPATCH_MESSAGE,
-    });
+    const updated = await store.update(
+      r.run_id,
+      {
+        admission: "rejected_pre_admission",
+        state: "failed",
+        execution_state: "not_started",
+        stop_reason: null,
+        failure_kind: "never_admitted",
+        recovery_kind: "retry_same",
+        message: RESTARTED_BEFORE_DISPATCH_MESSAGE,
+      },
+      { expect: r },
+    );
+    if (updated) closed++;
   }
-  if (stale.length > 0) logger.info({ count: stale.length }, "closed never-sent admission intents as retryable");
-  return stale.length;
+  if (closed > 0) logger.info({ count: closed }, "closed never-sent admission intents as retryable");
+  return closed;
 }
 
 export type Decision =
@@ -129,12 +138,12 @@ export interface ReconcileDeps {
    * null when the Runner never admitted it (`not_found`), "unavailable" on failure.
    */
   query(runId: string): Promise<QueryAnswer | "unavailable">;
-  apply(record: AdmissionRecord, summary: RunSummary): void;
+  apply(record: AdmissionRecord, summary: RunSummary): Promise<void>;
   closed(record: AdmissionRecord): void;
 }
 
 export async function reconcileRunner(runnerId: string, hello: HelloFrame, deps: ReconcileDeps): Promise<void> {
-  const open = deps.store.listOpenForRunner(runnerId);
+  const open = await deps.store.listOpenForRunner(runnerId);
   let closed = 0;
   for (const record of open) {
     if (await reconcileRecord(record, hello, deps)) closed++;
@@ -142,29 +151,47 @@ export async function reconcileRunner(runnerId: string, hello: HelloFrame, deps:
   deps.logger.info({ runner_id: runnerId, open: open.length, closed }, "reconciliation done");
 }
 
-/** Reconcile one open record against the Runner that sent `hello`. True when it was closed. */
+/**
+ * Reconcile one open record against the Runner that sent `hello`. True when it was closed. A close is
+ * written only if the record is still the one decided on: the listed record (compare-and-set), or after
+ * a run.sync query the row read FOR UPDATE in the transaction that closes it.
+ */
 export async function reconcileRecord(
   record: AdmissionRecord,
   hello: HelloFrame,
   deps: ReconcileDeps,
 ): Promise<boolean> {
+  const store = deps.store;
   let d = decide(record, hello, deps.isBusy(record.run_id));
+  let updated: AdmissionRecord | undefined;
   if (d.kind === "query") {
     const found = await deps.query(record.run_id);
     if (found === "unavailable") return false;
-    const fresh = deps.store.get(record.run_id);
-    if (!fresh || deps.isBusy(record.run_id)) return false;
-    d = decideAfterQuery(fresh, found);
+    const after = await store.transaction(async (tx) => {
+      const fresh = await store.lock(tx, record.run_id);
+      if (!fresh || deps.isBusy(record.run_id)) return undefined;
+      const decision = decideAfterQuery(fresh, found);
+      return {
+        decision,
+        updated: decision.kind === "close" ? await store.update(record.run_id, decision.patch, { tx }) : undefined,
+      };
+    });
+    if (after === undefined) return false;
+    d = after.decision;
+    if (d.kind === "close" && after.updated === undefined) return false;
+    updated = after.updated;
+  } else if (d.kind === "close") {
+    updated = await store.update(record.run_id, d.patch, { expect: record });
+    if (updated === undefined) return false;
   }
   switch (d.kind) {
     case "skip":
     case "query":
       return false;
     case "apply":
-      deps.apply(record, d.summary);
+      await deps.apply(record, d.summary);
       return false;
     case "close": {
-      const updated = deps.store.update(record.run_id, d.patch);
       deps.logger.info(
         {
           run_id: record.run_id,

@@ -20,11 +20,11 @@ export const REJECTED_SWEEP_BATCH = 1000;
 export const REJECTED_SWEEP_MAX_BATCHES = 100;
 
 /** Delete the rejected records older than `maxAgeSecs` at `now`; returns how many. */
-export function sweepRejectedRecords(store: StateStore, maxAgeSecs: number, now = Date.now()): number {
+export async function sweepRejectedRecords(store: StateStore, maxAgeSecs: number, now = Date.now()): Promise<number> {
   const cutoff = new Date(now - maxAgeSecs * 1000).toISOString();
   let total = 0;
   for (let i = 0; i < REJECTED_SWEEP_MAX_BATCHES; i++) {
-    const n = store.deleteRejectedBefore(cutoff, REJECTED_SWEEP_BATCH);
+    const n = await store.deleteRejectedBefore(cutoff, REJECTED_SWEEP_BATCH);
     total += n;
     if (n < REJECTED_SWEEP_BATCH) break;
   }
@@ -33,16 +33,22 @@ export function sweepRejectedRecords(store: StateStore, maxAgeSecs: number, now 
 
 /** Sweep now and then periodically until the returned stop() is called. */
 export function startRejectedRecordExpiry(store: StateStore, maxAgeSecs: number, logger: Logger): () => void {
-  const sweep = () => {
+  // One sweep at a time: an interval that comes while one is still deleting is skipped.
+  let running = false;
+  const sweep = async () => {
+    if (running) return;
+    running = true;
     try {
-      const n = sweepRejectedRecords(store, maxAgeSecs);
+      const n = await sweepRejectedRecords(store, maxAgeSecs);
       if (n > 0) logger.info({ count: n, max_age_secs: maxAgeSecs }, "expired records rejected before admission");
     } catch (err) {
       logger.error({ err: (err as Error).message }, "expiring rejected records failed");
+    } finally {
+      running = false;
     }
   };
-  sweep();
-  const timer = setInterval(sweep, REJECTED_SWEEP_INTERVAL_MS);
+  void sweep();
+  const timer = setInterval(() => void sweep(), REJECTED_SWEEP_INTERVAL_MS);
   timer.unref();
   return () => clearInterval(timer);
 }

@@ -6,11 +6,12 @@
  * reconciliation + re-forwarded cancels, run.update → records + mirrors,
  * disconnect → registry).
  */
-import type { HelloFrame, RunUpdateFrame } from "@webcodex/protocol";
+import type { HelloFrame, RecoveryKind, RunUpdateFrame } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { HubListener, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
 import type { Principal } from "../principals/principal.js";
+import { StateBusyError, StateUnavailableError } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
 import { Admission } from "./admission.js";
 import type {
@@ -27,11 +28,41 @@ import type {
   StartOutput,
 } from "./api.js";
 import { Cancellation } from "./cancel.js";
-import { RunContext } from "./context.js";
+import { fail, RunContext } from "./context.js";
 import type { MirrorSet, ToolStep } from "./mirror.js";
 import { Observation } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
 import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
+
+/**
+ * `run.update` frames of one Runner waiting for the state database. Frames of a Runner are applied in
+ * the order they arrived, one at a time; beyond this many waiting, its link is closed (1013): the Runner
+ * reconnects, and its hello's reconciliation and the observers' catch-ups take up what was dropped.
+ */
+export const MAX_PENDING_RUNNER_FRAMES = 1_000;
+
+/**
+ * A call the state database refused (state/engine.ts): answered with its code, never as `internal`.
+ * A transaction cut off keeps nothing, except that a COMMIT lost in flight may have kept its write — a
+ * same-key retry of a start then meets that record (absence is never proof, design §6.1). The engine's
+ * own message is not passed on: it may name the database.
+ */
+function stateRefusal<T>(err: unknown, recovery: RecoveryKind): ApiResult<T> {
+  if (err instanceof StateBusyError) {
+    return fail("state_busy", "The Server's state database is busy; nothing was changed. Retry shortly.", recovery);
+  }
+  if (err instanceof StateUnavailableError) {
+    const written = err.commitOutcomeUnknown
+      ? "the last write may or may not have been kept (a retry of the same call finds out)"
+      : "nothing was changed";
+    return fail(
+      "state_unavailable",
+      `The Server's state database cannot be reached right now; ${written}. Retry the same call shortly.`,
+      recovery,
+    );
+  }
+  throw err;
+}
 
 export interface RunsOptions {
   store: StateStore;
@@ -47,6 +78,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   readonly #admission: Admission;
   readonly #observation: Observation;
   readonly #cancellation: Cancellation;
+  /** Per runner id: the last queued frame's work and how many wait (see MAX_PENDING_RUNNER_FRAMES). */
+  readonly #frames = new Map<string, { tail: Promise<void>; pending: number }>();
 
   constructor(opts: RunsOptions) {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
@@ -72,19 +105,19 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   }
 
   start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>> {
-    return this.#admission.start(principal, input, hooks);
+    return this.#admission.start(principal, input, hooks).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>> {
-    return this.#admission.admit(principal, request);
+    return this.#admission.admit(principal, request).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>> {
-    return this.#observation.observe(principal, input, signal);
+    return this.#observation.observe(principal, input, signal).catch((err: unknown) => stateRefusal(err, "reobserve"));
   }
 
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
-    return this.#cancellation.cancel(principal, input);
+    return this.#cancellation.cancel(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   lastToolStep(runId: string): ToolStep | null {
@@ -93,11 +126,11 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   /** Single-record reconciliation over the runner's current connection (run.sync decides). */
   async #reconcileOne(runId: string): Promise<void> {
-    const rec = this.#ctx.store.get(runId);
-    const runner = rec && this.#ctx.registry.live(rec.runner_id);
-    const hello = runner?.conn.hello;
-    if (!rec || !runner || !hello || this.#ctx.closed) return; // offline: the next hello reconciles it
     try {
+      const rec = await this.#ctx.store.get(runId);
+      const runner = rec && this.#ctx.registry.live(rec.runner_id);
+      const hello = runner?.conn.hello;
+      if (!rec || !runner || !hello || this.#ctx.closed) return; // offline: the next hello reconciles it
       // An empty inventory forces a fresh run.sync query instead of trusting the hello's snapshot.
       await reconcileRecord(rec, { ...hello, inventory: [] }, this.#reconcileDeps(runner.conn, runner));
     } catch (err) {
@@ -132,22 +165,49 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   }
 
   // ---- hub listener -----------------------------------------------------------
+  // The hub calls these synchronously; the registry changes at once, and what reads or writes the
+  // state database runs in arrival order per runner (`#inOrder`).
+
+  /** Queue `work` behind this runner's earlier frames; false (nothing queued) beyond the bound. */
+  #inOrder(runnerId: string, what: string, work: () => Promise<void>, bounded = false): boolean {
+    let queue = this.#frames.get(runnerId);
+    if (queue === undefined) {
+      queue = { tail: Promise.resolve(), pending: 0 };
+      this.#frames.set(runnerId, queue);
+    }
+    if (bounded && queue.pending >= MAX_PENDING_RUNNER_FRAMES) return false;
+    const q = queue;
+    q.pending += 1;
+    q.tail = q.tail
+      .then(work)
+      .catch((err: unknown) =>
+        this.#ctx.log.error({ runner_id: runnerId, err: (err as Error).message }, `${what} not applied`),
+      )
+      .finally(() => {
+        q.pending -= 1;
+        if (q.pending === 0 && this.#frames.get(runnerId) === q) this.#frames.delete(runnerId);
+      });
+    return true;
+  }
 
   onHello(conn: RunnerConnection, hello: HelloFrame): void {
     if (this.#ctx.closed) return;
     const runner = this.#ctx.registry.connected(conn, hello);
-    for (const m of this.#ctx.mirrors.values()) {
-      if (m.instance !== null && this.#ctx.store.get(m.runId)?.runner_id === conn.runnerId) {
-        if (m.instance !== hello.agent_instance_id) m.reset(hello.agent_instance_id);
-        else m.synced = false; // updates may have been missed while disconnected
-        m.touch();
+    this.#inOrder(conn.runnerId, "hello", async () => {
+      for (const m of [...this.#ctx.mirrors.values()]) {
+        if (m.instance !== null && (await this.#ctx.store.get(m.runId))?.runner_id === conn.runnerId) {
+          if (m.instance !== hello.agent_instance_id) m.reset(hello.agent_instance_id);
+          else m.synced = false; // updates may have been missed while disconnected
+          m.touch();
+        }
       }
-    }
-    void reconcileRunner(conn.runnerId, hello, this.#reconcileDeps(conn, runner))
-      .catch((err: unknown) => this.#ctx.log.error({ err: (err as Error).message }, "reconciliation failed"))
-      .then(() => {
-        if (!this.#ctx.closed) this.#cancellation.reforward(conn);
-      });
+      void reconcileRunner(conn.runnerId, hello, this.#reconcileDeps(conn, runner))
+        .catch((err: unknown) => this.#ctx.log.error({ err: (err as Error).message }, "reconciliation failed"))
+        .then(async () => {
+          if (!this.#ctx.closed) await this.#cancellation.reforward(conn);
+        })
+        .catch((err: unknown) => this.#ctx.log.error({ err: (err as Error).message }, "re-forwarding cancels failed"));
+    });
   }
 
   #reconcileDeps(conn: RunnerConnection, runner: LiveRunner): ReconcileDeps {
@@ -164,8 +224,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
           return { kind: "pruned", tombstone: res.frame.tombstone };
         return "unavailable";
       },
-      apply: (record, summary) => {
-        this.#ctx.persist(record.run_id, summary);
+      apply: async (record, summary) => {
+        await this.#ctx.persist(record.run_id, summary);
         const m = this.#ctx.mirrors.get(record.run_id);
         if (m) {
           if (m.instance !== runner.agentInstanceId) m.reset(runner.agentInstanceId);
@@ -178,8 +238,19 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   onUpdate(conn: RunnerConnection, frame: RunUpdateFrame): void {
     if (this.#ctx.closed) return;
+    if (!this.#inOrder(conn.runnerId, "run.update", () => this.#applyUpdate(conn, frame), true)) {
+      this.#ctx.log.warn(
+        { runner_id: conn.runnerId, pending: MAX_PENDING_RUNNER_FRAMES },
+        "too many run.update frames wait for the state database; closing the link (the Runner reconnects)",
+      );
+      conn.close(1013, "server state busy");
+    }
+  }
+
+  async #applyUpdate(conn: RunnerConnection, frame: RunUpdateFrame): Promise<void> {
+    if (this.#ctx.closed) return;
     const runId = frame.run.run_id;
-    const rec = this.#ctx.store.get(runId);
+    const rec = await this.#ctx.store.get(runId);
     const runner = this.#ctx.registry.live(conn.runnerId);
     if (!rec || rec.runner_id !== conn.runnerId || !runner || runner.conn !== conn) {
       this.#ctx.log.debug(
@@ -189,7 +260,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       return;
     }
     if (rec.admission === "rejected_pre_admission") return;
-    this.#ctx.persist(runId, frame.run, rec);
+    await this.#ctx.persist(runId, frame.run, rec);
     const mirror = this.#ctx.mirrors.getOrCreate(runId);
     if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
     if (mirror.applyUpdate(frame.run, frame.events)) void this.#observation.catchUp(mirror, runner);
@@ -198,8 +269,10 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   onDisconnect(conn: RunnerConnection): void {
     if (this.#ctx.closed) return;
     this.#ctx.registry.disconnected(conn);
-    for (const m of this.#ctx.mirrors.values()) {
-      if (this.#ctx.store.get(m.runId)?.runner_id === conn.runnerId) m.touch();
-    }
+    this.#inOrder(conn.runnerId, "disconnect", async () => {
+      for (const m of [...this.#ctx.mirrors.values()]) {
+        if ((await this.#ctx.store.get(m.runId))?.runner_id === conn.runnerId) m.touch();
+      }
+    });
   }
 }

@@ -380,7 +380,7 @@ export class SessionService {
         const again = await this.#checkRecorder(principal, sessionId, projectId, field, tx);
         if (again) return again;
         const runId = fences.run_id;
-        const existing = this.#records.get(runId);
+        const existing = await this.#records.get(runId, tx);
         if (!(await this.#sessions.linkRun(runId, sessionId, tx))) {
           if (existing?.admission !== "rejected_pre_admission") return null;
           await this.#sessions.resetTerminal(runId, tx);
@@ -430,7 +430,7 @@ export class SessionService {
    */
   async #catchUp(): Promise<void> {
     for (const runId of await this.#sessions.openRecordedRuns(MAX_CATCH_UP_RUNS)) {
-      const rec = this.#records.get(runId);
+      const rec = await this.#records.get(runId);
       if (rec && isTerminalState(rec.state)) await this.#onRunState(rec);
     }
   }

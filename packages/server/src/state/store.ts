@@ -1,22 +1,32 @@
 /**
- * The Server's durable state (better-sqlite3, WAL, synchronous=FULL) and its
- * persisted secret. Admission records hold identity, routing, fences and
- * lifecycle only — NEVER the prompt, config bodies, events or the
- * idempotency key.
+ * The Server's durable state and its persisted secret: opens the state dir
+ * (the secret, the SQLite file in WAL with synchronous=FULL, its schema) and
+ * keeps the admission records on a StateEngine (state/engine.ts) — the
+ * SQLite file by default, or an engine handed in (PostgreSQL). Admission
+ * records hold identity, routing, fences and lifecycle only — NEVER the
+ * prompt, config bodies, events or the idempotency key.
  */
 import { randomBytes } from "node:crypto";
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type {
-  EffectiveConfigEntry,
-  ExecutionState,
-  FailureKind,
-  RecoveryKind,
-  RunState,
-  StopReason,
+import {
+  type EffectiveConfigEntry,
+  type ExecutionState,
+  type FailureKind,
+  type RecoveryKind,
+  type RunState,
+  type StopReason,
+  TERMINAL_STATES,
 } from "@webcodex/protocol";
 import Database from "better-sqlite3";
-import { SqliteEngine } from "./engine-sqlite.js";
+import {
+  type SqlParam,
+  type StateEngine,
+  type StateQueries,
+  StateUsageError,
+  type TransactionOptions,
+} from "./engine.js";
+import { SQLITE_BUSY_TIMEOUT_MS, SqliteEngine } from "./engine-sqlite.js";
 import { migrate } from "./schema.js";
 
 export type AdmissionStatus = "intent_recorded" | "sent" | "admitted" | "rejected_pre_admission";
@@ -91,22 +101,15 @@ function fromRow(row: Row): AdmissionRecord {
 }
 
 /**
- * Admission records kept in memory after a read or write, most recently used
- * last. This process is the only writer of admission_records, so the cache is
- * write-through and never stale; it exists because every observe call reads
- * its run's record several times (ownership, admission, the view).
+ * Admission records kept in memory after a read, most recently used last — on SQLite only, where this
+ * process is the only writer of admission_records (one Server per state dir, `server.lock`), so the
+ * cache is never stale: every write drops the entry. It exists because every observe call reads its
+ * run's record several times (ownership, admission, the view). On PostgreSQL several Server instances
+ * write the same rows, so nothing is cached there: every read goes to the database.
  */
 export const RECORD_CACHE_ENTRIES = 4096;
 
-/**
- * Prepared `UPDATE admission_records` statements kept per set of patched columns (a handful of
- * shapes in practice: sent, admitted, mirrored state, rejection…). Preparing one costs more than
- * running it; beyond this many shapes the oldest is dropped.
- */
-export const UPDATE_STATEMENT_CACHE_ENTRIES = 64;
-
-/** SQLite `synchronous` levels this store commits with (PRAGMA synchronous values). */
-const SYNCHRONOUS_NORMAL = 1;
+/** SQLite `synchronous = FULL` (PRAGMA value): every commit is fsynced before it returns. */
 const SYNCHRONOUS_FULL = 2;
 
 const SECRET_FILE = "server_secret";
@@ -128,60 +131,164 @@ export function loadOrCreateServerSecret(stateDir: string): Buffer {
   return secret;
 }
 
-export class StateStore {
-  /** Exposed for additive tables owned by other Server modules (audit, tokens). */
-  readonly db: Database.Database;
+/** Told of a change of a record's `state`, inside the transaction that wrote it (`tx`). */
+export type StateChangeListener = (
+  record: AdmissionRecord,
+  previous: RunState,
+  tx: StateQueries,
+) => void | Promise<void>;
+
+/** Which records `listRecent` returns (the operator console's filters). */
+export interface RecordFilter {
+  /** A state, or "active" for every non-terminal one. */
+  state?: RunState | "active";
+  project_id?: string;
+  principal_id?: string;
+}
+
+/** The fields of a record the operator console lists. */
+export type RecordListing = Pick<
+  AdmissionRecord,
+  | "run_id"
+  | "principal_id"
+  | "project_id"
+  | "provider_id"
+  | "runner_id"
+  | "state"
+  | "execution_state"
+  | "stop_reason"
+  | "failure_kind"
+  | "recovery_kind"
+  | "admission"
+  | "created_at"
+  | "updated_at"
+>;
+
+export interface UpdateOptions {
+  /** Write inside this transaction (its commit decides), else in a transaction of its own. */
+  tx?: StateQueries;
   /**
-   * The same connection behind the async engine interface (state/engine.ts): stores move onto it one by one,
-   * after which `db` goes away and a PostgreSQL engine can stand in its place.
+   * Write only when the record still has these values (compare-and-set in the one UPDATE statement):
+   * otherwise nothing is written and `update` resolves to undefined.
    */
-  readonly engine: SqliteEngine;
+  expect?: Pick<AdmissionRecord, "admission" | "state" | "updated_at">;
+}
+
+export interface StateStoreOptions {
+  /**
+   * The engine the admission records are kept on. Default: the SQLite file this store opens, behind
+   * SqliteEngine. An engine handed in (PostgreSQL) must already be migrated (`migrateState`) and is
+   * closed by whoever opened it. The secret and the SQLite file are still opened here for the stores not
+   * yet on the engine.
+   */
+  engine?: StateEngine;
+}
+
+/** The terminal states as an SQL list, `('completed', …)`. */
+const TERMINAL_LIST = `(${[...TERMINAL_STATES].map((s) => `'${s}'`).join(", ")})`;
+const SELECT_RECORD = "SELECT * FROM admission_records WHERE run_id = ?";
+const INSERT_RECORD = `INSERT INTO admission_records (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})
+  ON CONFLICT (run_id) DO NOTHING`;
+
+/** What `StateStore.decide` answers when the record is no longer the one the decision was made on. */
+export const RECORD_CHANGED: unique symbol = Symbol("admission record changed");
+
+/** Whether `current` is still the record a decision was made on (both absent, or the same write). */
+export function sameRecord(current: AdmissionRecord | undefined, seen: AdmissionRecord | undefined): boolean {
+  if (current === undefined || seen === undefined) return current === seen;
+  return (
+    current.admission === seen.admission &&
+    current.state === seen.state &&
+    current.updated_at === seen.updated_at &&
+    current.intent_fingerprint === seen.intent_fingerprint
+  );
+}
+
+export class StateStore {
+  /** The SQLite connection, for the Server modules whose tables are not on the engine yet (audit, tokens…). */
+  readonly db: Database.Database;
+  /** Where the admission records live (state/engine.ts); the stores that moved onto the engine use it too. */
+  readonly engine: StateEngine;
   readonly serverSecret: Buffer;
   /** Schema versions this open stepped through (empty when the file was current); see state/schema.ts. */
   readonly migrated: readonly number[];
-  readonly #get: Database.Statement<[string], Row>;
-  readonly #insert: Database.Statement<Row>;
-  readonly #cache = new Map<string, AdmissionRecord>();
-  readonly #listeners: ((record: AdmissionRecord, previous: RunState) => void)[] = [];
-  readonly #deleteRejected: Database.Statement<[string, number], { run_id: string }>;
-  readonly #updates = new Map<string, Database.Statement>();
+  /** SQLite only (see RECORD_CACHE_ENTRIES); null on an engine several instances share. */
+  readonly #cache: Map<string, AdmissionRecord> | null;
+  /** Counts writes: a read that a write overtook does not fill the cache with what it read. */
+  #writes = 0;
+  readonly #listeners: StateChangeListener[] = [];
 
-  constructor(stateDir: string) {
+  constructor(stateDir: string, options: StateStoreOptions = {}) {
     mkdirSync(stateDir, { recursive: true, mode: 0o700 });
     this.serverSecret = loadOrCreateServerSecret(stateDir);
     const file = join(stateDir, STATE_DB_FILE);
     this.db = new Database(file);
     this.db.pragma("journal_mode = WAL");
     this.db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
-    this.db.pragma("busy_timeout = 5000");
+    this.db.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
     this.migrated = migrate(this.db, file);
-    this.engine = new SqliteEngine(this.db);
-    this.#get = this.db.prepare<[string], Row>("SELECT * FROM admission_records WHERE run_id = ?");
-    this.#deleteRejected = this.db.prepare<[string, number], { run_id: string }>(
-      `DELETE FROM admission_records WHERE run_id IN (
-         SELECT run_id FROM admission_records
-         WHERE admission = 'rejected_pre_admission' AND updated_at < ? LIMIT ?
-       ) RETURNING run_id`,
-    );
-    this.#insert = this.db.prepare<Row>(
-      `INSERT INTO admission_records (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map((c) => `@${c}`).join(", ")})`,
-    );
+    this.engine = options.engine ?? new SqliteEngine(this.db);
+    this.#cache = this.engine.dialect === "sqlite" ? new Map() : null;
   }
 
-  /** The record (frozen: change it with `update`), or undefined when the run does not exist. */
-  get(runId: string): AdmissionRecord | undefined {
-    const cached = this.#cache.get(runId);
-    if (cached !== undefined) {
-      this.#remember(cached);
-      return cached;
+  /**
+   * The record (frozen: change it with `update`), or undefined when the run does not exist. With `tx`,
+   * read inside that transaction (and never cached: it may roll back).
+   */
+  async get(runId: string, tx?: StateQueries): Promise<AdmissionRecord | undefined> {
+    if (tx !== undefined) {
+      const row = await tx.get<Row>(SELECT_RECORD, [runId]);
+      return row ? fromRow(row) : undefined;
     }
-    const row = this.#get.get(runId);
-    return row ? this.#remember(fromRow(row)) : undefined;
+    const cached = this.#cache?.get(runId);
+    if (cached !== undefined) return this.#remember(cached);
+    const writes = this.#writes;
+    const row = await this.engine.get<Row>(SELECT_RECORD, [runId]);
+    if (!row) return undefined;
+    const record = fromRow(row);
+    return writes === this.#writes ? this.#remember(record) : record;
   }
 
-  insert(
+  /**
+   * The record read `FOR UPDATE` inside `tx`: on PostgreSQL another transaction that locks or writes it
+   * waits until `tx` ends (SQLite runs one transaction at a time anyway). For a run id that may not have
+   * a record yet, open `tx` with `{lock: admissionLock(runId)}`, so that an absent row is decided once too.
+   */
+  async lock(tx: StateQueries, runId: string): Promise<AdmissionRecord | undefined> {
+    const row = await tx.get<Row>(`${SELECT_RECORD} FOR UPDATE`, [runId]);
+    return row ? fromRow(row) : undefined;
+  }
+
+  /**
+   * Run `write` in the one transaction that makes a decision about `runId`'s record atomic (design §6.1,
+   * the same-key decision of admission): under the run id's lock (`{lock: admissionLock(runId)}`, for a
+   * row that may not exist yet) the record is read FOR UPDATE and must still be `seen`, the record the
+   * decision was made on (`sameRecord`). When another writer, on any Server instance, changed it in
+   * between, nothing is written and the answer is RECORD_CHANGED: decide again on what is there now.
+   */
+  async decide<T>(
+    runId: string,
+    seen: AdmissionRecord | undefined,
+    write: (tx: StateQueries) => Promise<T>,
+    options: { withoutFsync?: boolean } = {},
+  ): Promise<T | typeof RECORD_CHANGED> {
+    return await this.engine.transaction(
+      async (tx) => {
+        if (!sameRecord(await this.lock(tx, runId), seen)) return RECORD_CHANGED;
+        return await write(tx);
+      },
+      { lock: admissionLock(runId), durability: options.withoutFsync === true ? "relaxed" : "full" },
+    );
+  }
+
+  /**
+   * Insert a new record; undefined (nothing written) when one with this run id exists. To decide that
+   * once across instances, insert inside a transaction opened with `{lock: admissionLock(runId)}`.
+   */
+  async insert(
     record: Omit<AdmissionRecord, "created_at" | "updated_at" | "cancel_forwarded" | "effective_config">,
-  ): AdmissionRecord {
+    tx?: StateQueries,
+  ): Promise<AdmissionRecord | undefined> {
     const now = new Date().toISOString();
     const full: AdmissionRecord = {
       ...record,
@@ -190,124 +297,175 @@ export class StateStore {
       created_at: now,
       updated_at: now,
     };
-    this.#insert.run({ ...full, cancel_forwarded: 0, effective_config: "[]" });
-    return this.#remember(Object.freeze(full));
-  }
-
-  #remember(record: AdmissionRecord): AdmissionRecord {
-    this.#cache.delete(record.run_id);
-    this.#cache.set(record.run_id, record);
-    if (this.#cache.size > RECORD_CACHE_ENTRIES) {
-      const oldest = this.#cache.keys().next().value;
-      if (oldest !== undefined) this.#cache.delete(oldest);
-    }
-    return record;
-  }
-
-  /** Apply a patch; returns the updated record (or undefined when the run does not exist). */
-  update(runId: string, patch: RecordPatch): AdmissionRecord | undefined {
-    const keys = Object.keys(patch).filter((k) => PATCHABLE.has(k));
-    if (keys.length === 0) return this.get(runId);
-    const values: Record<string, unknown> = { run_id: runId, updated_at: new Date().toISOString() };
-    for (const k of keys) {
-      const v = (patch as Record<string, unknown>)[k];
-      values[k] = typeof v === "boolean" ? (v ? 1 : 0) : Array.isArray(v) ? JSON.stringify(v) : (v ?? null);
-    }
-    const before = this.#listeners.length > 0 ? this.get(runId)?.state : undefined;
-    const statement = this.#updateStatement(keys);
-    // Re-read after writing, whatever happens: the cache must never hold a value the file does not.
-    this.#cache.delete(runId);
-    statement.run(values);
-    const after = this.get(runId);
-    if (after && before !== undefined && after.state !== before) {
-      for (const listener of this.#listeners) listener(after, before);
-    }
-    return after;
-  }
-
-  #updateStatement(keys: readonly string[]): Database.Statement {
-    const shape = keys.join(",");
-    let statement = this.#updates.get(shape);
-    if (statement === undefined) {
-      const sets = [...keys, "updated_at"].map((k) => `${k} = @${k}`).join(", ");
-      statement = this.db.prepare(`UPDATE admission_records SET ${sets} WHERE run_id = @run_id`);
-      if (this.#updates.size >= UPDATE_STATEMENT_CACHE_ENTRIES) {
-        const oldest = this.#updates.keys().next().value;
-        if (oldest !== undefined) this.#updates.delete(oldest);
-      }
-      this.#updates.set(shape, statement);
-    }
-    return statement;
+    const row: Record<string, SqlParam> = { ...full, cancel_forwarded: 0, effective_config: "[]" };
+    this.#invalidate(record.run_id);
+    const { changes } = await (tx ?? this.engine).run(
+      INSERT_RECORD,
+      COLUMNS.map((c) => row[c] ?? null),
+    );
+    this.#invalidate(record.run_id);
+    return changes === 1 ? Object.freeze(full) : undefined;
   }
 
   /**
-   * Be told of every change of a record's `state` (after it is written, inside the writer's
-   * transaction if there is one). Listeners must not throw; the workflow-session recorder uses this.
+   * Apply a patch; returns the updated record (undefined when the run does not exist, or when `expect`
+   * no longer matches). When the state changes, the `onStateChange` listeners run inside the same
+   * transaction (the caller's `tx`, else one of its own).
    */
-  onStateChange(listener: (record: AdmissionRecord, previous: RunState) => void): void {
+  async update(runId: string, patch: RecordPatch, options: UpdateOptions = {}): Promise<AdmissionRecord | undefined> {
+    const keys = Object.keys(patch).filter((k) => PATCHABLE.has(k));
+    if (keys.length === 0 && options.expect === undefined) return this.get(runId, options.tx);
+    const params: SqlParam[] = keys.map((k) => {
+      const v = (patch as Record<string, unknown>)[k];
+      return typeof v === "boolean" ? (v ? 1 : 0) : Array.isArray(v) ? JSON.stringify(v) : ((v ?? null) as SqlParam);
+    });
+    params.push(new Date().toISOString(), runId);
+    let where = "run_id = ?";
+    if (options.expect !== undefined) {
+      where += " AND admission = ? AND state = ? AND updated_at = ?";
+      params.push(options.expect.admission, options.expect.state, options.expect.updated_at);
+    }
+    const sets = [...keys, "updated_at"].map((k) => `${k} = ?`).join(", ");
+    const sql = `UPDATE admission_records SET ${sets} WHERE ${where} RETURNING *`;
+    const write = async (q: StateQueries): Promise<AdmissionRecord | undefined> => {
+      const before =
+        this.#listeners.length > 0
+          ? await q.get<{ state: RunState }>("SELECT state FROM admission_records WHERE run_id = ? FOR UPDATE", [runId])
+          : undefined;
+      const row = await q.get<Row>(sql, params);
+      const after = row ? fromRow(row) : undefined;
+      if (after && before !== undefined && after.state !== before.state) {
+        for (const listener of this.#listeners) await listener(after, before.state, q);
+      }
+      return after;
+    };
+    this.#invalidate(runId);
+    try {
+      if (options.tx !== undefined) return await write(options.tx);
+      // Without listeners the one UPDATE … RETURNING is atomic on its own.
+      if (this.#listeners.length === 0) return await write(this.engine);
+      return await this.engine.transaction(write);
+    } finally {
+      this.#invalidate(runId);
+    }
+  }
+
+  /**
+   * Be told of every change of a record's `state`, inside the transaction that writes it (run the
+   * listener's own writes on `tx`). Listeners must not throw: a throw rolls the change back. The
+   * workflow-session recorder uses this.
+   */
+  onStateChange(listener: StateChangeListener): void {
     this.#listeners.push(listener);
   }
 
   /**
-   * Run `fn` in one SQLite transaction (rolled back when it throws). The record cache is dropped
-   * when it throws, so it never keeps a value the rollback undid.
+   * Run `fn` in one engine transaction (state/engine.ts: commits when it resolves, rolls back when it
+   * throws). `durability: "relaxed"` is for the admission intent and the Runner's `admitted` answer only (design
+   * §6.1): on SQLite such a commit has no fsync of its own — it survives a crash of this process (WAL)
+   * and reaches the disk with the next FULL commit, so nothing outside this process may act on it before
+   * one follows (the intent's `sent` commit comes before `run.start` leaves), or its loss to an OS crash
+   * must be repaired by a later step (a record left `sent` is re-sent with the same run id). On
+   * PostgreSQL every commit is durable.
    */
-  atomically<T>(fn: () => T): T {
-    try {
-      return this.db.transaction(fn)();
-    } catch (err) {
-      this.#cache.clear();
-      throw err;
-    }
-  }
-
-  /**
-   * `atomically`, committed under `synchronous = NORMAL`: no fsync of its own. In WAL mode such a
-   * commit survives a crash of this process (kill -9) and reaches the disk with the next FULL commit,
-   * which fsyncs the WAL up to its own end. Only for writes that nothing outside this process may act
-   * on before a FULL commit follows them — the admission intent, whose `sent` commit comes before
-   * `run.start` leaves — or whose loss to an OS crash a later step repairs: the Runner's `admitted`
-   * answer, whose record is left `sent` and re-sent with the same run_id (runs/admission.ts). Inside an
-   * open transaction the outer commit decides.
-   */
-  atomicallyWithoutFsync<T>(fn: () => T): T {
-    if (this.db.inTransaction) return this.atomically(fn);
-    this.db.pragma(`synchronous = ${SYNCHRONOUS_NORMAL}`);
-    try {
-      return this.atomically(fn);
-    } finally {
-      this.db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
-    }
+  transaction<T>(fn: (tx: StateQueries) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
+    return this.engine.transaction(fn, options);
   }
 
   /** Records of one runner that are not terminal on the Server side. */
-  listOpenForRunner(runnerId: string): AdmissionRecord[] {
-    return this.db
-      .prepare<[string], Row>(
-        "SELECT * FROM admission_records WHERE runner_id = ? AND state NOT IN ('completed','failed','cancelled','lost')",
-      )
-      .all(runnerId)
-      .map(fromRow);
+  async listOpenForRunner(runnerId: string): Promise<AdmissionRecord[]> {
+    const rows = await this.engine.all<Row>(
+      `SELECT * FROM admission_records WHERE runner_id = ? AND state NOT IN ${TERMINAL_LIST}`,
+      [runnerId],
+    );
+    return rows.map(fromRow);
   }
 
-  listByAdmission(status: AdmissionStatus): AdmissionRecord[] {
-    return this.db
-      .prepare<[string], Row>("SELECT * FROM admission_records WHERE admission = ?")
-      .all(status)
-      .map(fromRow);
+  async listByAdmission(status: AdmissionStatus): Promise<AdmissionRecord[]> {
+    const rows = await this.engine.all<Row>("SELECT * FROM admission_records WHERE admission = ?", [status]);
+    return rows.map(fromRow);
+  }
+
+  /** Per runner: how many of its records are admitted or sent and not terminal (the runs it holds). */
+  async countInUseByRunner(): Promise<Map<string, number>> {
+    const rows = await this.engine.all<{ runner_id: string; n: number }>(
+      `SELECT runner_id, COUNT(*) AS n FROM admission_records
+       WHERE state NOT IN ${TERMINAL_LIST} AND admission != 'rejected_pre_admission' GROUP BY runner_id`,
+    );
+    return new Map(rows.map((r) => [r.runner_id, Number(r.n)]));
+  }
+
+  /** The newest `limit` records matching `filter` (newest first). */
+  async listRecent(filter: RecordFilter, limit: number): Promise<RecordListing[]> {
+    const where: string[] = [];
+    const params: SqlParam[] = [];
+    if (filter.state === "active") where.push(`state NOT IN ${TERMINAL_LIST}`);
+    else if (filter.state !== undefined) {
+      where.push("state = ?");
+      params.push(filter.state);
+    }
+    if (filter.project_id !== undefined) {
+      where.push("project_id = ?");
+      params.push(filter.project_id);
+    }
+    if (filter.principal_id !== undefined) {
+      where.push("principal_id = ?");
+      params.push(filter.principal_id);
+    }
+    params.push(limit);
+    return await this.engine.all<RecordListing>(
+      `SELECT run_id, principal_id, project_id, provider_id, runner_id, state, execution_state, stop_reason,
+         failure_kind, recovery_kind, admission, created_at, updated_at FROM admission_records
+       ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, run_id LIMIT ?`,
+      params,
+    );
   }
 
   /**
    * Delete up to `limit` records rejected before admission whose last change is before `cutoffIso`;
    * returns how many. Only `rejected_pre_admission` records: nothing of theirs ever ran on a Runner.
    */
-  deleteRejectedBefore(cutoffIso: string, limit: number): number {
-    const rows = this.#deleteRejected.all(cutoffIso, limit);
-    for (const r of rows) this.#cache.delete(r.run_id);
+  async deleteRejectedBefore(cutoffIso: string, limit: number): Promise<number> {
+    this.#writes += 1;
+    const rows = await this.engine.all<{ run_id: string }>(
+      `DELETE FROM admission_records WHERE run_id IN (
+         SELECT run_id FROM admission_records
+         WHERE admission = 'rejected_pre_admission' AND updated_at < ? LIMIT ?
+       ) RETURNING run_id`,
+      [cutoffIso, limit],
+    );
+    for (const r of rows) this.#invalidate(r.run_id);
     return rows.length;
   }
 
   close(): void {
+    this.#cache?.clear();
     if (this.db.open) this.db.close();
   }
+
+  #remember(record: AdmissionRecord): AdmissionRecord {
+    const cache = this.#cache;
+    if (cache === null) return record;
+    cache.delete(record.run_id);
+    cache.set(record.run_id, record);
+    if (cache.size > RECORD_CACHE_ENTRIES) {
+      const oldest = cache.keys().next().value;
+      if (oldest !== undefined) cache.delete(oldest);
+    }
+    return record;
+  }
+
+  /**
+   * Before and after every write: the cached record goes, and a read in flight does not put back what
+   * it read. A write inside a transaction that rolls back therefore leaves nothing stale behind.
+   */
+  #invalidate(runId: string): void {
+    this.#writes += 1;
+    this.#cache?.delete(runId);
+  }
+}
+
+/** The `{lock}` name (state/engine.ts TransactionOptions) under which a run id's admission is decided. */
+export function admissionLock(runId: string): string {
+  return `admission_records:${runId}`;
 }

@@ -80,9 +80,12 @@ export async function blockingRun(
   const superseded = new Set(
     (await tasks.attemptsOf(task.task_id, q)).map((a) => a.superseded_run_id).filter((r): r is string => r !== null),
   );
-  const bound = (await tasks.bindingsOf(task.task_id, q))
-    .map((b) => ({ binding: b, rec: records.get(b.run_id) }))
-    .filter((x): x is { binding: (typeof x)["binding"]; rec: AdmissionRecord } => x.rec !== undefined);
+  const bindings = await tasks.bindingsOf(task.task_id, q);
+  const withRecords = [];
+  for (const b of bindings) withRecords.push({ binding: b, rec: await records.get(b.run_id, q) });
+  const bound = withRecords.filter(
+    (x): x is { binding: (typeof x)["binding"]; rec: AdmissionRecord } => x.rec !== undefined,
+  );
   const lost = bound.filter((x) => x.rec.state === "lost" && !superseded.has(x.rec.run_id));
   if (supersede !== undefined && !lost.some((x) => x.rec.run_id === supersede)) {
     return taskError(

@@ -433,7 +433,7 @@ export class TaskService {
 
   /** Copy the run's authoritative state (the admission record) onto the attempt. */
   async #recordOutcome(attemptId: string, runId: string, q: StateQueries): Promise<RunOutcomeView | null> {
-    const rec = this.#records.get(runId);
+    const rec = await this.#records.get(runId, q);
     if (!rec) return null;
     const at = new Date(this.#now()).toISOString();
     await this.#tasks.recordRunOutcome(
@@ -498,7 +498,7 @@ export class TaskService {
           return { ok: true, value: { task: taskView(task), already_closed: true } };
         }
         for (const b of await this.#tasks.bindingsOf(task.task_id, tx)) {
-          const rec = this.#records.get(b.run_id);
+          const rec = await this.#records.get(b.run_id, tx);
           if (rec && !isTerminalState(rec.state)) {
             return fail(
               "claim_conflict",

@@ -1,0 +1,257 @@
+/**
+ * The admission records store (state/store.ts) on both state engines: the Server's own SQLite file, and
+ * a real PostgreSQL database (a throwaway cluster for this file, a fresh database per test) shared by two
+ * StateStore instances, as two Server instances would share it. The same cases run against each: the
+ * records API, compare-and-set, the state-change listeners inside the writer's transaction, the listing
+ * queries, no stale read of a row another instance changed, and the same-key race — concurrent starts of
+ * one run id, each deciding in `StateStore.decide` as admission does: exactly one inserts, the others
+ * meet its record.
+ *
+ * SQLite allows one Server per state dir, so its "two instances" are one store (its engine serialises
+ * the transactions); PostgreSQL's are two stores with their own connection pools.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { RunState } from "@webcodex/protocol";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  POSTGRES_START_TIMEOUT_MS,
+  type PostgresCluster,
+  startPostgresCluster,
+} from "../../../scripts/test-support/postgres.js";
+import { MAX_ADMISSION_ROUNDS } from "../src/runs/admission.js";
+import type { StateEngine } from "../src/state/engine.js";
+import { openPostgresEngine } from "../src/state/engine-postgres.js";
+import { migrateState } from "../src/state/schema.js";
+import { type AdmissionRecord, RECORD_CHANGED, StateStore } from "../src/state/store.js";
+
+/** Concurrent starts of one run id per race round, spread over the instances. */
+const RACERS = 8;
+/** Rounds of the same-key race per engine, each on a fresh run id. */
+const RACE_ROUNDS = 10;
+/** How long a racer holds its decision open before writing, so the others reach theirs meanwhile. */
+const DECISION_HOLD_MS = 5;
+
+let cluster: PostgresCluster | undefined;
+const stores: StateStore[] = [];
+const engines: StateEngine[] = [];
+const dirs: string[] = [];
+
+beforeAll(async () => {
+  cluster = await startPostgresCluster();
+}, POSTGRES_START_TIMEOUT_MS);
+
+afterEach(async () => {
+  for (const s of stores.splice(0)) s.close();
+  for (const e of engines.splice(0)) await e.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+afterAll(async () => {
+  await cluster?.close();
+});
+
+function stateDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "wc-admission-store-"));
+  dirs.push(dir);
+  return dir;
+}
+
+const ENGINES: readonly { name: string; instances(): Promise<[StateStore, StateStore]> }[] = [
+  {
+    name: "sqlite",
+    async instances() {
+      const store = new StateStore(stateDir());
+      stores.push(store);
+      return [store, store];
+    },
+  },
+  {
+    name: "postgres",
+    async instances() {
+      if (cluster === undefined) throw new Error("the PostgreSQL cluster did not start");
+      const url = await cluster.createDatabase();
+      const open = async (): Promise<StateStore> => {
+        const engine = await openPostgresEngine({ url });
+        engines.push(engine);
+        await migrateState(engine, "test database");
+        const store = new StateStore(stateDir(), { engine });
+        stores.push(store);
+        return store;
+      };
+      return [await open(), await open()];
+    },
+  },
+];
+
+function intent(runId: string, fingerprint = "f".repeat(64), runner = "r1") {
+  return {
+    run_id: runId,
+    principal_id: "alice",
+    project_id: "demo",
+    provider_id: "fake",
+    runner_id: runner,
+    intent_fingerprint: fingerprint,
+    agent_instance_id: "ai_1",
+    provider_instance_id: "pi_1",
+    store_id: "st_1",
+    admission: "intent_recorded" as const,
+    state: "starting" as const,
+    execution_state: "not_started" as const,
+    stop_reason: null,
+    failure_kind: null,
+    recovery_kind: "wait" as const,
+    message: null,
+  };
+}
+
+const runId = (n: number | string) => `wc_agent_run_${String(n).padStart(26, "a")}`;
+
+type StartOutcome = "inserted" | "replayed" | "conflict";
+
+/**
+ * One start of `id` as admission decides it (runs/admission.ts): read the record; none → insert it in
+ * `StateStore.decide`, which holds only if the run id still has no record; an existing one → replay
+ * (same fingerprint) or conflict. A decision that lost resolves again, at most MAX_ADMISSION_ROUNDS times.
+ */
+async function start(store: StateStore, id: string, fingerprint: string): Promise<StartOutcome> {
+  for (let round = 0; round < MAX_ADMISSION_ROUNDS; round++) {
+    const seen = await store.get(id);
+    if (seen) return seen.intent_fingerprint === fingerprint ? "replayed" : "conflict";
+    const outcome = await store.decide(
+      id,
+      seen,
+      async (tx) => {
+        await new Promise((resolve) => setTimeout(resolve, DECISION_HOLD_MS));
+        const written = await store.insert(intent(id, fingerprint), tx);
+        if (written === undefined) throw new Error("the insert met a record its decision did not see");
+        return "inserted" as const;
+      },
+      { withoutFsync: true },
+    );
+    if (outcome !== RECORD_CHANGED) return outcome;
+  }
+  throw new Error(`no decision for ${id} in ${MAX_ADMISSION_ROUNDS} rounds`);
+}
+
+describe.each(ENGINES)("admission records on $name", ({ instances }) => {
+  it("inserts, reads and patches a record (booleans and the effective config round-trip); a second insert of the id writes nothing", async () => {
+    const [a] = await instances();
+    const inserted = await a.insert(intent(runId(1)));
+    expect(inserted).toMatchObject({ run_id: runId(1), cancel_forwarded: false, effective_config: [] });
+    expect(await a.get(runId(1))).toEqual(inserted);
+    expect(await a.insert(intent(runId(1), "0".repeat(64)))).toBeUndefined();
+    expect((await a.get(runId(1)))?.intent_fingerprint).toBe("f".repeat(64));
+
+    const effective: AdmissionRecord["effective_config"] = [{ id: "mode", value: "ask" }];
+    const updated = await a.update(runId(1), {
+      admission: "admitted",
+      state: "running",
+      cancel_forwarded: true,
+      effective_config: effective,
+    });
+    expect(updated).toMatchObject({ admission: "admitted", state: "running", cancel_forwarded: true });
+    expect(updated?.effective_config).toEqual(effective);
+    expect(await a.get(runId(1))).toEqual(updated);
+    expect(await a.update(runId(2), { state: "running" })).toBeUndefined();
+    expect(await a.get(runId(2))).toBeUndefined();
+  });
+
+  it("writes a compare-and-set patch only while the record is still the one expected", async () => {
+    const [a, b] = await instances();
+    const first = await a.insert(intent(runId(1)));
+    if (!first) throw new Error("not inserted");
+    // Another instance changes the record: a patch expecting the first version writes nothing.
+    await new Promise((resolve) => setTimeout(resolve, 2)); // a later updated_at
+    const changed = await b.update(runId(1), { admission: "rejected_pre_admission", state: "failed" });
+    expect(await a.update(runId(1), { admission: "sent" }, { expect: first })).toBeUndefined();
+    expect(await a.get(runId(1))).toMatchObject({ admission: "rejected_pre_admission", state: "failed" });
+    if (!changed) throw new Error("not changed");
+    expect(await a.update(runId(1), { message: "again" }, { expect: changed })).toMatchObject({ message: "again" });
+  });
+
+  it("reads what another instance wrote, never a copy kept from before", async () => {
+    const [a, b] = await instances();
+    await a.insert(intent(runId(1)));
+    expect((await a.get(runId(1)))?.state).toBe("starting");
+    await b.update(runId(1), { state: "running" });
+    expect((await a.get(runId(1)))?.state).toBe("running");
+    await b.update(runId(1), { state: "completed" });
+    expect((await a.get(runId(1)))?.state).toBe("completed");
+  });
+
+  it("tells state-change listeners inside the writer's transaction; a listener's throw rolls the change back", async () => {
+    const [a] = await instances();
+    await a.insert(intent(runId(1)));
+    const seen: { previous: RunState; state: RunState; inTx: string | undefined }[] = [];
+    let fail = false;
+    a.onStateChange(async (rec, previous, tx) => {
+      const row = await tx.get<{ state: string }>("SELECT state FROM admission_records WHERE run_id = ?", [rec.run_id]);
+      seen.push({ previous, state: rec.state, inTx: row?.state });
+      if (fail) throw new Error("listener refused");
+    });
+    await a.update(runId(1), { state: "running" });
+    await a.update(runId(1), { message: "no state change" });
+    expect(seen).toEqual([{ previous: "starting", state: "running", inTx: "running" }]);
+    fail = true;
+    await expect(a.update(runId(1), { state: "completed" })).rejects.toThrow(/listener refused/);
+    expect((await a.get(runId(1)))?.state).toBe("running");
+  });
+
+  it("lists open records of a runner, records by admission, runs in use, recent records, and expires old rejections", async () => {
+    const [a] = await instances();
+    await a.insert(intent(runId(1), "f".repeat(64), "r1"));
+    await a.insert(intent(runId(2), "f".repeat(64), "r1"));
+    await a.insert(intent(runId(3), "f".repeat(64), "r2"));
+    await a.update(runId(2), { admission: "admitted", state: "completed" });
+    await a.update(runId(3), { admission: "rejected_pre_admission", state: "failed" });
+    expect((await a.listOpenForRunner("r1")).map((r) => r.run_id)).toEqual([runId(1)]);
+    expect((await a.listByAdmission("rejected_pre_admission")).map((r) => r.run_id)).toEqual([runId(3)]);
+    expect(await a.countInUseByRunner()).toEqual(new Map([["r1", 1]]));
+    expect((await a.listRecent({ state: "active" }, 10)).map((r) => r.run_id)).toEqual([runId(1)]);
+    expect((await a.listRecent({ principal_id: "alice" }, 2)).length).toBe(2);
+    expect(await a.listRecent({ project_id: "elsewhere" }, 10)).toEqual([]);
+    expect(await a.deleteRejectedBefore(new Date(Date.now() - 60_000).toISOString(), 10)).toBe(0);
+    expect(await a.deleteRejectedBefore(new Date(Date.now() + 60_000).toISOString(), 10)).toBe(1);
+    expect(await a.get(runId(3))).toBeUndefined();
+    expect(await a.get(runId(1))).toBeDefined();
+  });
+
+  it(`lets exactly one of ${RACERS} concurrent same-key starts insert the record, ${RACE_ROUNDS} rounds in a row; the others replay it`, async () => {
+    const [a, b] = await instances();
+    for (let round = 0; round < RACE_ROUNDS; round++) {
+      const id = runId(`race${round}`);
+      const outcomes = await Promise.all(
+        Array.from({ length: RACERS }, (_, i) => start(i % 2 === 0 ? a : b, id, "f".repeat(64))),
+      );
+      expect(outcomes.filter((o) => o === "inserted")).toHaveLength(1);
+      expect(outcomes.filter((o) => o === "replayed")).toHaveLength(RACERS - 1);
+    }
+  });
+
+  it("answers a racing start with a different request for the same key with a conflict, never a second record", async () => {
+    const [a, b] = await instances();
+    const id = runId("conflict");
+    const outcomes = await Promise.all([start(a, id, "1".repeat(64)), start(b, id, "2".repeat(64))]);
+    expect([...outcomes].sort()).toEqual(["conflict", "inserted"]);
+    const winner = outcomes[0] === "inserted" ? "1".repeat(64) : "2".repeat(64);
+    expect((await a.get(id))?.intent_fingerprint).toBe(winner);
+  });
+
+  it("lets one of two concurrent re-sends of an unacknowledged record write; the other's decision is void", async () => {
+    const [a, b] = await instances();
+    const id = runId("resend");
+    await a.insert(intent(id));
+    const sent = await a.update(id, { admission: "sent" });
+    await new Promise((resolve) => setTimeout(resolve, 2)); // the re-sends' writes get a later updated_at
+    const resend = (store: StateStore) =>
+      store.decide(id, sent, async (tx) => {
+        await new Promise((resolve) => setTimeout(resolve, DECISION_HOLD_MS));
+        return await store.update(id, { admission: "sent", cancel_forwarded: false }, { tx });
+      });
+    const outcomes = await Promise.all([resend(a), resend(b)]);
+    expect(outcomes.filter((o) => o === RECORD_CHANGED)).toHaveLength(1);
+    expect(outcomes.filter((o) => o !== RECORD_CHANGED && o?.admission === "sent")).toHaveLength(1);
+  });
+});
