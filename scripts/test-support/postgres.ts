@@ -53,6 +53,8 @@ export interface PostgresCluster {
   readonly port: number;
   /** A fresh, empty database on this cluster; resolves to its connection URL. */
   createDatabase(): Promise<string>;
+  /** The superuser's URL of the `postgres` database (what `createDatabaseAt` needs from another process). */
+  readonly adminUrl: string;
   /** Stop the server (fast shutdown), keeping its data; connections to it fail until `start()`. */
   stop(): Promise<void>;
   /** Start it again after `stop()`, on the same port with the same data. */
@@ -192,17 +194,8 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
 
   return {
     port,
-    async createDatabase(): Promise<string> {
-      const name = `wc_test_${randomBytes(8).toString("hex")}`;
-      const client = new pg.Client({ connectionString: urlFor("postgres") });
-      await client.connect();
-      try {
-        await client.query(`CREATE DATABASE ${client.escapeIdentifier(name)}`);
-      } finally {
-        await client.end();
-      }
-      return urlFor(name);
-    },
+    adminUrl: urlFor("postgres"),
+    createDatabase: () => createDatabaseAt(urlFor("postgres")),
     stop,
     start: startServer,
     async close(): Promise<void> {
@@ -215,4 +208,19 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
       }
     },
   };
+}
+
+/** A fresh, empty database on the cluster whose superuser URL is `adminUrl`; resolves to its connection URL. */
+export async function createDatabaseAt(adminUrl: string): Promise<string> {
+  const name = `wc_test_${randomBytes(8).toString("hex")}`;
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    await client.query(`CREATE DATABASE ${client.escapeIdentifier(name)}`);
+  } finally {
+    await client.end();
+  }
+  const url = new URL(adminUrl);
+  url.pathname = `/${encodeURIComponent(name)}`;
+  return url.toString();
 }

@@ -16,6 +16,11 @@
  * allow_insecure_http = false # true: listen on a non-loopback host without TLS (behind a TLS-terminating proxy)
  * public_url = "https://webcodex.example.com"   # OAuth issuer + resource base (required when [oauth] enabled)
  *
+ * [server.state]              # optional: where state lives (default: SQLite in state_dir)
+ * backend = "postgres"        # several Server instances share one PostgreSQL database
+ * url_env = "WEBCODEX_DATABASE_URL"   # the env var holding postgres://user:password@host:port/db
+ * pool_size = 10              # connections this instance opens at most
+ *
  * [server.tls]                # optional: terminate TLS here (https:// and wss://)
  * cert_file = "server.crt"    # PEM certificate chain, relative to this file
  * key_file = "server.key"     # PEM private key
@@ -239,6 +244,10 @@ export const PrincipalConfigSchema = z
 
 /** Default `[server] max_connections`: below the common 1024 open-file limit, with room for the database. */
 export const DEFAULT_MAX_CONNECTIONS = 1000;
+/** Largest `[server.state] pool_size`: each connection is a PostgreSQL backend process. */
+export const MAX_STATE_POOL_SIZE = 100;
+/** Default `[server.state] pool_size` (state/engine-postgres.ts POSTGRES_POOL_SIZE, kept equal by a test). */
+export const DEFAULT_STATE_POOL_SIZE = 10;
 
 export const ServerConfigSchema = z
   .object({
@@ -287,6 +296,20 @@ export const ServerConfigSchema = z
           })
           .strict()
           .optional(),
+        /** Where the Server keeps its state (state/open.ts): the SQLite file in state_dir, or PostgreSQL. */
+        state: z
+          .object({
+            backend: z.enum(["sqlite", "postgres"], { error: 'must be "sqlite" or "postgres"' }).default("sqlite"),
+            /** The environment variable that holds the PostgreSQL URL (never the URL, nor a password, in the file). */
+            url_env: z
+              .string()
+              .regex(/^[A-Za-z_][A-Za-z0-9_]{0,127}$/, "must be an environment variable name")
+              .default("WEBCODEX_DATABASE_URL"),
+            /** Connections this instance's pool opens at most (PostgreSQL). */
+            pool_size: z.number().int().min(1).max(MAX_STATE_POOL_SIZE).default(DEFAULT_STATE_POOL_SIZE),
+          })
+          .strict()
+          .prefault({}),
       })
       .strict()
       .prefault({}),
@@ -357,6 +380,8 @@ export interface ServerConfig {
   allowInsecureHttp: boolean;
   /** Absolute paths of the PEM certificate chain and key when the Server terminates TLS itself. */
   tls: { certFile: string; keyFile: string } | null;
+  /** `[server.state]`: the SQLite file in stateDir, or a PostgreSQL URL read from `urlEnv` at start. */
+  state: { backend: "sqlite" | "postgres"; urlEnv: string; poolSize: number };
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
   /** `[server] public_url` without a trailing slash, or null. */
@@ -490,6 +515,11 @@ export function buildServerConfig(
           keyFile: resolve(opts.baseDir, cfg.server.tls.key_file),
         }
       : null,
+    state: {
+      backend: cfg.server.state.backend,
+      urlEnv: cfg.server.state.url_env,
+      poolSize: cfg.server.state.pool_size,
+    },
     runners,
     principals: cfg.principals,
     publicUrl,

@@ -27,7 +27,8 @@ import { reconcileAtStart } from "./runs/reconcile.js";
 import { startRejectedRecordExpiry } from "./runs/record-expiry.js";
 import { Runs } from "./runs/runs.js";
 import { lockStateDir } from "./state/lock.js";
-import { StateStore } from "./state/store.js";
+import { openState } from "./state/open.js";
+import type { StateStore } from "./state/store.js";
 import { mountTestApi, TEST_API_ENV } from "./test-api.js";
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -56,7 +57,7 @@ export interface StartServerOptions {
   config: ServerConfig;
   logger: Logger;
   mcpHandler?: McpHandlerFactory;
-  /** Defaults to process.env; read for the test-only hooks. */
+  /** Defaults to process.env; read for the test-only hooks and `[server.state] url_env`. */
   env?: NodeJS.ProcessEnv;
   /** How long a run.start waits for the Runner's answer before its outcome counts as unknown. */
   startTimeoutMs?: number;
@@ -96,11 +97,12 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         "only safe behind a TLS-terminating reverse proxy on a trusted network",
     );
   }
-  // One Server per state dir, held until close() (or the process's end); see state/lock.ts.
-  const lock = lockStateDir(config.stateDir);
+  // SQLite: one Server per state dir, held until close() (or the process's end); see state/lock.ts.
+  // PostgreSQL: several instances share the database by design, so nothing is locked.
+  const lock = config.state.backend === "sqlite" ? lockStateDir(config.stateDir) : { release: () => undefined };
   let store: StateStore;
   try {
-    store = new StateStore(config.stateDir);
+    store = await openState(config, env);
   } catch (err) {
     lock.release();
     throw err;
@@ -207,7 +209,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     console_.close();
     await hub.close();
     if (mcp?.close) await mcp.close();
-    store.close();
+    await store.close();
     lock.release();
     throw err;
   });
@@ -218,6 +220,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     {
       url,
       state_dir: config.stateDir,
+      state_backend: config.state.backend,
       runners: config.runners.length,
       test_hooks: testHooks,
       tls: tlsOptions !== null,
@@ -242,7 +245,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         http.closeAllConnections();
         await new Promise<void>((r) => http.close(() => r()));
         stopExpiry();
-        store.close();
+        await store.close();
         lock.release();
       })();
       return closing;

@@ -93,7 +93,7 @@ describe("admission durability before run.start", () => {
     expect(after[0]?.sql).toMatch(/^UPDATE admission_records/);
     expect(after[0]?.level).toBe(1);
     // The connection is back at FULL for everything after (state changes).
-    expect(harness.server.store.db.pragma("synchronous", { simple: true })).toBe(2);
+    expect(harness.server.store.sqlite.pragma("synchronous", { simple: true })).toBe(2);
     expect((await harness.server.store.get(started.ok ? started.value.run_id : ""))?.admission).toBe("admitted");
   });
 });

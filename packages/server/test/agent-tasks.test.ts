@@ -79,7 +79,7 @@ async function until(iso: unknown): Promise<void> {
 }
 
 function auditRows(tool: string): { run_id: string | null; outcome: string }[] {
-  return stack.server.store.db
+  return stack.server.store.sqlite
     .prepare("SELECT run_id, outcome FROM mcp_audit WHERE tool = ? ORDER BY id")
     .all(tool) as { run_id: string | null; outcome: string }[];
 }
@@ -399,7 +399,7 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
     const deadline = Date.now() + 10_000;
     let rows: (Row & Record<string, unknown>)[] = [];
     while (Date.now() < deadline) {
-      rows = stack.server.store.db
+      rows = stack.server.store.sqlite
         .prepare("SELECT * FROM mcp_audit WHERE task_id = ? ORDER BY id")
         .all(task.task_id) as (Row & Record<string, unknown>)[];
       if (rows.some((r) => r.tool === "reconcile_agent_task_coding_run")) break;
@@ -425,7 +425,7 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
     });
     expect(refused.code).toBe("not_found");
     const refusedRow = () =>
-      stack.server.store.db
+      stack.server.store.sqlite
         .prepare("SELECT task_id, attempt_id, outcome FROM mcp_audit WHERE attempt_id = ?")
         .get(unknownAttempt);
     while (refusedRow() === undefined && Date.now() < deadline + 10_000) await new Promise((r) => setTimeout(r, 50));
@@ -441,7 +441,7 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
     await ok(alice, "reconcile_agent_task_coding_run", { task_id: task.task_id });
     await waitForAudit("start_agent_task_coding_run", run.run_id as string);
     expect(stack.serverLog()).not.toContain(INSTRUCTION_CANARY);
-    const audit = JSON.stringify(stack.server.store.db.prepare("SELECT * FROM mcp_audit").all());
+    const audit = JSON.stringify(stack.server.store.sqlite.prepare("SELECT * FROM mcp_audit").all());
     expect(audit).not.toContain(INSTRUCTION_CANARY);
     expect(audit).toContain(run.run_id as string);
   });

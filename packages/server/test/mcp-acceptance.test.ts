@@ -380,7 +380,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
   );
 
   it("rejects an oversized prompt before anything is stored", async () => {
-    const count = () => stack.server.store.db.prepare("SELECT COUNT(*) FROM admission_records").pluck().get();
+    const count = () => stack.server.store.sqlite.prepare("SELECT COUNT(*) FROM admission_records").pluck().get();
     const before = count();
     const k = key("oversized");
     const oversized = `${PROMPT_CANARY}${"x".repeat(MAX_PROMPT_BYTES)}`;
@@ -495,7 +495,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     // Audit rows are written in batches (every AUDIT_FLUSH_INTERVAL_MS): wait until this test's rows are in.
     type Row = { principal_id: string; tool: string; run_id: string | null; outcome: string; input_bytes: number };
     const rows = () =>
-      stack.server.store.db
+      stack.server.store.sqlite
         .prepare("SELECT principal_id, tool, run_id, outcome, input_bytes FROM mcp_audit")
         .all() as Row[];
     const mine = (r: Row) => r.run_id === started.run_id;
@@ -518,7 +518,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     }
     expect(missing()).toEqual([]);
 
-    stack.server.store.db.pragma("wal_checkpoint(PASSIVE)");
+    stack.server.store.sqlite.pragma("wal_checkpoint(PASSIVE)");
     const stateDir = stack.config.stateDir;
     const bytes = readdirSync(stateDir)
       .map((f) => readFileSync(join(stateDir, f)).toString("latin1"))

@@ -531,7 +531,7 @@ describe("one /mcp, two eras", () => {
       await getUntil(taskId, (r) => r.status !== "working");
       expect((await taskRequest("tasks/get", taskId, bobToken)).body.error?.code).toBe(-32602);
       const rows = () =>
-        stack.server.store.db
+        stack.server.store.sqlite
           .prepare(
             "SELECT principal_id, run_id, outcome, output_bytes FROM mcp_audit WHERE tool = 'task:get' ORDER BY id",
           )
@@ -762,7 +762,7 @@ describe("one /mcp, two eras", () => {
       await taskRequest("tasks/cancel", slowId);
       // Each stream that ended has its audit row.
       const listenRows = () =>
-        stack.server.store.db
+        stack.server.store.sqlite
           .prepare("SELECT outcome, output_bytes FROM mcp_audit WHERE tool = 'task:listen' AND principal_id = 'alice'")
           .all() as { outcome: string; output_bytes: number }[];
       const until = Date.now() + 10_000;

@@ -320,7 +320,7 @@ describe("the consent page says exactly what is granted (issue 28 §2)", () => {
       });
     expect((await post({ action: "review", key })).status).toBe(200);
     const tokens = new TokenStore(s.server.store.engine);
-    for (const row of s.server.store.db.prepare("SELECT token_id FROM principal_tokens").all() as Array<{
+    for (const row of s.server.store.sqlite.prepare("SELECT token_id FROM principal_tokens").all() as Array<{
       token_id: string;
     }>)
       await tokens.revoke(row.token_id);
@@ -349,7 +349,7 @@ describe("refresh token reuse grace window", () => {
     expect((await mcpPost(s.origin, String(first.body.access_token), { method: "tools/list" })).status).toBe(200);
     // The successor is kept only encrypted: no stored column holds the new tokens.
     const rows = JSON.stringify(
-      s.server.store.db.prepare("SELECT token_hash, hex(successor) AS successor FROM oauth_tokens").all(),
+      s.server.store.sqlite.prepare("SELECT token_hash, hex(successor) AS successor FROM oauth_tokens").all(),
     );
     for (const t of [first.body.access_token, first.body.refresh_token]) {
       expect(rows).not.toContain(String(t));
@@ -436,7 +436,7 @@ describe("refresh token reuse grace window", () => {
     expect((await store.rotateRefresh(spent, "c1", undefined, ttl)).ok).toBe(true);
     const successor = () =>
       (
-        s.server.store.db.prepare("SELECT successor FROM oauth_tokens WHERE token_hash = ?").get(sha256(spent)) as {
+        s.server.store.sqlite.prepare("SELECT successor FROM oauth_tokens WHERE token_hash = ?").get(sha256(spent)) as {
           successor: Buffer | null;
         }
       ).successor;

@@ -8,13 +8,10 @@
  * (WEBCODEX_TEST_HOOK_OAUTH_CLOCK_SKEW_MS) after a Server restart.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { join } from "node:path";
-import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FIXED_ERROR_DESCRIPTIONS } from "../src/oauth/http.js";
 import { CODE_TTL_MS } from "../src/oauth/store.js";
 import { OAUTH_TEST_CLOCK_ENV } from "../src/oauth/test-clock.js";
-import { STATE_DB_FILE } from "../src/state/store.js";
 import { answerConsent, issueKey, mcpPost, openConsent, serverCli, tokenRequest } from "./support/oauth.js";
 import { ProcStack } from "./support/proc-stack.js";
 
@@ -238,9 +235,8 @@ describe("oauth_audit rows", () => {
     expect(mine[4]).toMatchObject({ grant_id: grant?.grant_id, detail: "operator" });
 
     // The whole table, every column, straight from the state DB the Server writes.
-    const db = new Database(join(stack.serverStateDir, STATE_DB_FILE), { readonly: true, fileMustExist: true });
-    try {
-      const dump = JSON.stringify(db.prepare("SELECT * FROM oauth_audit").all());
+    {
+      const dump = JSON.stringify(await stack.stateRows("SELECT * FROM oauth_audit"));
       expect(dump).toContain('"token_revoked"');
       expect(dump).toContain('"refresh_token_revoked"');
       // At least: the run key, a wrong key, three codes and two token pairs of this test.
@@ -248,8 +244,6 @@ describe("oauth_audit rows", () => {
       for (const secret of canaries) expect(dump).not.toContain(secret);
       // No token or code of any kind: a prefix at the start of a value (inside a random id it is chance).
       expect(dump).not.toMatch(/(?<![\w-])(wcoa|wcor|wcoc|wct)_/);
-    } finally {
-      db.close();
     }
   });
 

@@ -4,13 +4,10 @@
  * implies `coding_agent:run`, which stays its own consent line. Real Server child, raw HTTP OAuth flow.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { join } from "node:path";
-import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { OAUTH_SCOPES, TOOL_SCOPES } from "../src/oauth/scopes.js";
 import { SESSION_TOOL_NAMES } from "../src/sessions/tools.js";
-import { STATE_DB_FILE } from "../src/state/store.js";
 import { answerConsent, issueKey, mcpPost, openConsent, tokenRequest } from "./support/oauth.js";
 import { ProcStack } from "./support/proc-stack.js";
 
@@ -141,27 +138,18 @@ describe("OAuth tokens and workflow sessions", () => {
     const key = await issueKey(stack.serverConfigFile, "alice", ["runtime:read"], ["demo"]);
     const { access, scope } = await oauthToken(key, "runtime:read runtime:write");
     expect(scope).toBe("runtime:read");
-    const rows = () => {
-      const db = new Database(join(stack.serverStateDir, STATE_DB_FILE), { readonly: true, fileMustExist: true });
-      try {
-        return db.prepare("select principal_id, tool, outcome from mcp_audit order by id").all() as Array<
-          Record<string, unknown>
-        >;
-      } finally {
-        db.close();
-      }
-    };
-    const before = rows().length;
+    const rows = () => stack.stateRows("select principal_id, tool, outcome from mcp_audit order by id");
+    const before = (await rows()).length;
     for (const name of ["create_workflow_session", "start_coding_agent"]) {
       const refused = await mcpPost(origin, access, call(name, { project_id: "demo", title: "t" }));
       expect(refused.status).toBe(403);
     }
-    await poll(() => rows().length >= before + 2, {
+    await poll(async () => (await rows()).length >= before + 2, {
       timeoutMs: DAEMON_WAIT_MS,
       intervalMs: DAEMON_POLL_MS,
       what: "two new audit rows",
     });
-    expect(rows().slice(before)).toEqual([
+    expect((await rows()).slice(before)).toEqual([
       { principal_id: "alice", tool: "create_workflow_session", outcome: "forbidden" },
       { principal_id: "alice", tool: "start_coding_agent", outcome: "forbidden" },
     ]);

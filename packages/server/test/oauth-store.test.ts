@@ -197,18 +197,18 @@ describe("OAuth store", () => {
       const ok = await mcpPost(origin, runner, call);
       expect(ok.status).toBe(200);
       expect(ok.body).toContain("not_found");
-      const rows = server.store.db
+      const rows = server.store.sqlite
         .prepare("SELECT token_id, scopes FROM principal_tokens ORDER BY token_id")
         .all() as Array<{ token_id: string; scopes: string }>;
       expect(rows).toEqual([
         { token_id: "tok_narrow", scopes: '["project:read"]' },
         { token_id: "tok_runner", scopes: '["coding_agent:run","project:write"]' },
       ]);
-      const provisioned = server.store.db
+      const provisioned = server.store.sqlite
         .prepare("SELECT COUNT(*) AS n FROM oauth_clients WHERE allow_coding_agent_run != 0")
         .get() as { n: number };
       expect(provisioned.n).toBe(0);
-      expect((server.store.db.prepare("SELECT COUNT(*) AS n FROM oauth_grants").get() as { n: number }).n).toBe(0);
+      expect((server.store.sqlite.prepare("SELECT COUNT(*) AS n FROM oauth_grants").get() as { n: number }).n).toBe(0);
     } finally {
       await server.close();
     }

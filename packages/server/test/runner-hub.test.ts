@@ -145,7 +145,7 @@ describe("runner hub", () => {
     await old.closed;
     expect(old.frames.at(-1)).toMatchObject({ type: "protocol_error", code: "replaced" });
     expect(newer.ws.readyState).toBe(WebSocket.OPEN);
-    expect(h.server.store.db.prepare("SELECT event FROM runner_link_audit ORDER BY id").pluck().all()).toEqual([
+    expect(h.server.store.sqlite.prepare("SELECT event FROM runner_link_audit ORDER BY id").pluck().all()).toEqual([
       "link_granted",
       "link_resumed",
     ]);
@@ -172,7 +172,7 @@ describe("runner hub", () => {
     expect(live.frames.some((f) => f.type === "protocol_error")).toBe(false);
     expect(h.log.lines.join("")).toContain("possible impersonation");
     // The two refusals share one counted row (LINK_REFUSAL_AUDIT_WINDOW_MS).
-    expect(h.server.store.db.prepare("SELECT event, count FROM runner_link_audit ORDER BY id").all()).toEqual([
+    expect(h.server.store.sqlite.prepare("SELECT event, count FROM runner_link_audit ORDER BY id").all()).toEqual([
       { event: "link_granted", count: 1 },
       { event: "link_refused_in_use", count: 2 },
     ]);

@@ -559,7 +559,7 @@ describe("run core", () => {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
-    h.server.store.db.pragma("wal_checkpoint(FULL)");
+    h.server.store.sqlite.pragma("wal_checkpoint(FULL)");
     const dir = join(h.dir, "state");
     const bytes = readdirSync(dir)
       .map((f) => readFileSync(join(dir, f)).toString("latin1"))

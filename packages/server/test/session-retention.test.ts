@@ -34,8 +34,9 @@ function open() {
 }
 
 function count(state: StateStore, table: string, sessionId: string): number {
-  return (state.db.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE session_id = ?`).get(sessionId) as { n: number })
-    .n;
+  return (
+    state.sqlite.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE session_id = ?`).get(sessionId) as { n: number }
+  ).n;
 }
 
 async function evidence(sessions: SessionStore, sessionId: string, runId: string) {
@@ -144,7 +145,7 @@ describe("workflow session retention", () => {
       expect(await sessions.session(id)).toBeUndefined();
     };
     await everything("s1", "wc_agent_run_a");
-    const prepare = vi.spyOn(state.db, "prepare");
+    const prepare = vi.spyOn(state.sqlite, "prepare");
     await everything("s2", "wc_agent_run_b");
     expect(prepare).not.toHaveBeenCalled();
   });

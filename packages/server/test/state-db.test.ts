@@ -195,7 +195,7 @@ describe("state DB schema versions", () => {
     const store = new StateStore(stateDir);
     try {
       expect(store.migrated).toEqual(MIGRATIONS.map((m) => m.version));
-      expect(store.db.pragma("user_version", { simple: true })).toBe(SCHEMA_VERSION);
+      expect(store.sqlite.pragma("user_version", { simple: true })).toBe(SCHEMA_VERSION);
       expect(await store.get(runId)).toMatchObject({
         principal_id: "alice",
         admission: "admitted",
@@ -203,7 +203,7 @@ describe("state DB schema versions", () => {
         stop_reason: "end_turn",
         cancel_forwarded: false,
       });
-      const indexes = store.db
+      const indexes = store.sqlite
         .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'admission_records'")
         .all() as { name: string }[];
       expect(indexes.map((i) => i.name)).toContain("admission_records_admission_age");

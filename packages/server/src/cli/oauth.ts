@@ -15,7 +15,7 @@ import { loadServerConfig } from "../config.js";
 import { isMetadataUrl } from "../oauth/client-metadata.js";
 import { OperatorReadClients } from "../oauth/operator-read.js";
 import { type ClientRow, type GrantRow, OAuthStore, parseJsonList } from "../oauth/store.js";
-import { StateStore } from "../state/store.js";
+import { openState } from "../state/open.js";
 
 /** Rows `oauth audit list` prints by default, and at most. */
 export const AUDIT_LIST_DEFAULT = 100;
@@ -97,14 +97,14 @@ export async function runOAuthCommand(argv: readonly string[]): Promise<number> 
     get: (target, key) => (typeof key === "string" ? (target[key] ?? "unused-by-oauth-command") : undefined),
   });
   const config = loadServerConfig(values.config, env);
-  const state = new StateStore(config.stateDir);
+  const state = await openState(config);
   try {
     const store = new OAuthStore(state.engine);
     if (noun === "clients") return await clientsCommand(store, verb, positionals[0], values.json === true);
     if (noun === "audit") return await auditCommand(store, verb, values.limit, values.json === true);
     return await grantsCommand(store, verb, values);
   } finally {
-    state.close();
+    await state.close();
   }
 }
 

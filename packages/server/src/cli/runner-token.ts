@@ -7,7 +7,7 @@
  */
 import { loadServerConfig } from "../config.js";
 import { RunnerTokenStore } from "../link/runner-tokens.js";
-import { StateStore } from "../state/store.js";
+import { openState } from "../state/open.js";
 
 /** Returns the process exit code. */
 export async function rotateRunnerToken(configFile: string, runnerId: string): Promise<number> {
@@ -20,7 +20,7 @@ export async function rotateRunnerToken(configFile: string, runnerId: string): P
     console.error(`runner "${runnerId}" is not declared in ${config.file}; nothing to rotate`);
     return 1;
   }
-  const state = new StateStore(config.stateDir);
+  const state = await openState(config);
   try {
     const token = await new RunnerTokenStore(state.engine).rotate(runnerId);
     console.error(
@@ -31,6 +31,6 @@ export async function rotateRunnerToken(configFile: string, runnerId: string): P
     console.log(token);
     return 0;
   } finally {
-    state.close();
+    await state.close();
   }
 }

@@ -11,7 +11,7 @@
 import { parseArgs } from "node:util";
 import { loadServerConfig } from "../config.js";
 import { principalLookup, TokenIssueError, TokenStore } from "../principals/tokens.js";
-import { StateStore } from "../state/store.js";
+import { openState } from "../state/open.js";
 
 const USAGE = `usage:
   webcodex-server token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run] [--json]
@@ -57,7 +57,7 @@ export async function runTokenCommand(argv: readonly string[]): Promise<number> 
     get: (target, key) => (typeof key === "string" ? (target[key] ?? "unused-by-token-command") : undefined),
   });
   const config = loadServerConfig(values.config, env);
-  const state = new StateStore(config.stateDir);
+  const state = await openState(config);
   try {
     const tokens = new TokenStore(state.engine);
     switch (sub) {
@@ -115,6 +115,6 @@ export async function runTokenCommand(argv: readonly string[]): Promise<number> 
     }
     throw err;
   } finally {
-    state.close();
+    await state.close();
   }
 }

@@ -209,20 +209,23 @@ export class ConsoleReader {
   }
 
   async #runners(presence: readonly PresenceRow[]): Promise<RunnerView[]> {
-    const db = this.#state.db;
+    const engine = this.#state.engine;
     const inUse = await this.#state.countInUseByRunner();
     const nowMs = Date.now();
-    const refusalOf = db.prepare<[string], { at: string; last_at: string | null; event: string; count: number }>(
-      `SELECT at, last_at, event, count FROM runner_link_audit
-       WHERE runner_id = ? AND event IN ('link_refused_in_use', 'closed_token_rotated') ORDER BY id DESC LIMIT 1`,
-    );
+    const refusalOf = (runnerId: string) =>
+      engine.get<{ at: string; last_at: string | null; event: string; count: number }>(
+        `SELECT at, last_at, event, count FROM runner_link_audit
+         WHERE runner_id = ? AND event IN ('link_refused_in_use', 'closed_token_rotated') ORDER BY id DESC LIMIT 1`,
+        [runnerId],
+      );
     const rows = new Map(presence.map((r) => [r.runner_id, r]));
     const ids = [...new Set([...this.#config.runners.map((r) => r.id), ...rows.keys()])].sort();
-    return ids.map((id) => {
+    const views: RunnerView[] = [];
+    for (const id of ids) {
       const p = rows.get(id);
-      const refusal = refusalOf.get(id);
+      const refusal = await refusalOf(id);
       const now = p ? presenceAt(p, nowMs) : null;
-      return {
+      views.push({
         runner_id: id,
         online: now?.online ?? false,
         since: now?.since ?? null,
@@ -236,8 +239,9 @@ export class ConsoleReader {
         last_refusal: refusal
           ? { at: refusal.last_at ?? refusal.at, event: refusal.event, count: refusal.count }
           : null,
-      };
-    });
+      });
+    }
+    return views;
   }
 
   async #runs(f: ConsoleFilters): Promise<RunView[]> {
@@ -263,27 +267,27 @@ export class ConsoleReader {
   }
 
   async #refusals(): Promise<ConsoleSnapshot["refusals"]> {
-    const db = this.#state.db;
+    const engine = this.#state.engine;
     const n = CONSOLE_AUDIT_ROWS;
-    const mcp = db
-      .prepare<[number], { at: string; principal_id: string; tool: string; outcome: string }>(
+    const mcp = (
+      await engine.all<{ at: string; principal_id: string; tool: string; outcome: string }>(
         "SELECT at, principal_id, tool, outcome FROM mcp_audit WHERE outcome != 'ok' ORDER BY id DESC LIMIT ?",
+        [n],
       )
-      .all(n)
-      .map((r) => ({ at: r.at, source: "mcp", who: r.principal_id, what: r.tool, outcome: r.outcome }));
-    const link = db
-      .prepare<[number], { at: string; last_at: string | null; runner_id: string; event: string; count: number }>(
+    ).map((r) => ({ at: r.at, source: "mcp", who: r.principal_id, what: r.tool, outcome: r.outcome }));
+    const link = (
+      await engine.all<{ at: string; last_at: string | null; runner_id: string; event: string; count: number }>(
         `SELECT at, last_at, runner_id, event, count FROM runner_link_audit
          WHERE event IN ('link_refused_in_use', 'closed_token_rotated') ORDER BY id DESC LIMIT ?`,
+        [n],
       )
-      .all(n)
-      .map((r) => ({
-        at: r.last_at ?? r.at,
-        source: "runner link",
-        who: r.runner_id,
-        what: r.count > 1 ? `${r.count} hellos` : "hello",
-        outcome: r.event,
-      }));
+    ).map((r) => ({
+      at: r.last_at ?? r.at,
+      source: "runner link",
+      who: r.runner_id,
+      what: r.count > 1 ? `${r.count} hellos` : "hello",
+      outcome: r.event,
+    }));
     const oauth = (await this.#oauth.auditRowsOf(["consent_denied", "code_reused", "refresh_reused"], n)).map((r) => ({
       at: r.at,
       source: "oauth",
@@ -295,20 +299,23 @@ export class ConsoleReader {
   }
 
   async #audit(): Promise<ConsoleSnapshot["audit"]> {
-    const db = this.#state.db;
+    const engine = this.#state.engine;
     const n = CONSOLE_AUDIT_ROWS;
     return {
-      mcp: db
-        .prepare<
-          [number],
-          { at: string; principal_id: string; tool: string; run_id: string | null; outcome: string; ms: number }
-        >("SELECT at, principal_id, tool, run_id, outcome, duration_ms AS ms FROM mcp_audit ORDER BY id DESC LIMIT ?")
-        .all(n),
-      link: db
-        .prepare<[number], { at: string; runner_id: string; event: string; count: number; remote: string | null }>(
-          "SELECT COALESCE(last_at, at) AS at, runner_id, event, count, remote FROM runner_link_audit ORDER BY id DESC LIMIT ?",
-        )
-        .all(n),
+      mcp: await engine.all<{
+        at: string;
+        principal_id: string;
+        tool: string;
+        run_id: string | null;
+        outcome: string;
+        ms: number;
+      }>("SELECT at, principal_id, tool, run_id, outcome, duration_ms AS ms FROM mcp_audit ORDER BY id DESC LIMIT ?", [
+        n,
+      ]),
+      link: await engine.all<{ at: string; runner_id: string; event: string; count: number; remote: string | null }>(
+        "SELECT COALESCE(last_at, at) AS at, runner_id, event, count, remote FROM runner_link_audit ORDER BY id DESC LIMIT ?",
+        [n],
+      ),
       oauth: (await this.#oauth.auditRows(n)).reverse().map((r) => ({
         at: r.at,
         event: r.event,

@@ -344,6 +344,18 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE runner_link_leases ADD COLUMN holder TEXT NOT NULL DEFAULT '';
     `,
   },
+  {
+    version: 12,
+    summary:
+      "the server secret in the database, for a state several instances share (PostgreSQL: they must derive the " +
+      "same run ids and tokens); on SQLite it stays in the state dir's file and this table stays empty",
+    sql: `
+      CREATE TABLE server_secret (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        secret TEXT NOT NULL
+      ) STRICT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

@@ -174,6 +174,13 @@ export interface UpdateOptions {
   expect?: Pick<AdmissionRecord, "admission" | "state" | "updated_at">;
 }
 
+/** A PostgreSQL state made ready by `openPostgresState`. */
+export interface OpenedState {
+  readonly engine: StateEngine;
+  readonly serverSecret: Buffer;
+  readonly migrated: readonly number[];
+}
+
 export interface StateStoreOptions {
   /**
    * The engine the admission records are kept on. Default: the SQLite file this store opens, behind
@@ -205,8 +212,8 @@ export function sameRecord(current: AdmissionRecord | undefined, seen: Admission
 }
 
 export class StateStore {
-  /** The SQLite connection, for the Server modules whose tables are not on the engine yet (audit, tokens…). */
-  readonly db: Database.Database;
+  /** The SQLite connection (null on PostgreSQL); every store reads and writes through `engine`. */
+  readonly db: Database.Database | null;
   /** Where the admission records live (state/engine.ts); the stores that moved onto the engine use it too. */
   readonly engine: StateEngine;
   readonly serverSecret: Buffer;
@@ -218,16 +225,40 @@ export class StateStore {
   #writes = 0;
   readonly #listeners: StateChangeListener[] = [];
 
-  constructor(stateDir: string, options: StateStoreOptions = {}) {
+  /** The SQLite connection, for what only SQLite has (pragmas, checkpoints; tests); throws on PostgreSQL. */
+  get sqlite(): Database.Database {
+    if (this.db === null) throw new StateUsageError("this state is on PostgreSQL: there is no SQLite connection");
+    return this.db;
+  }
+
+  /** Whether `close` ends the engine too (one this store opened on PostgreSQL). */
+  readonly #ownsEngine: boolean;
+
+  /**
+   * SQLite: the state dir's file and secret (`stateDir`). Or the parts `openPostgresState` made: a migrated
+   * engine this store owns, and the secret kept in that database.
+   */
+  constructor(stateDir: string | OpenedState, options: StateStoreOptions = {}) {
+    if (typeof stateDir !== "string") {
+      this.db = null;
+      this.engine = stateDir.engine;
+      this.serverSecret = stateDir.serverSecret;
+      this.migrated = stateDir.migrated;
+      this.#ownsEngine = true;
+      this.#cache = null;
+      return;
+    }
     mkdirSync(stateDir, { recursive: true, mode: 0o700 });
     this.serverSecret = loadOrCreateServerSecret(stateDir);
     const file = join(stateDir, STATE_DB_FILE);
-    this.db = new Database(file);
-    this.db.pragma("journal_mode = WAL");
-    this.db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
-    this.db.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
-    this.migrated = migrate(this.db, file);
-    this.engine = options.engine ?? new SqliteEngine(this.db);
+    const db = new Database(file);
+    this.db = db;
+    db.pragma("journal_mode = WAL");
+    db.pragma(`synchronous = ${SYNCHRONOUS_FULL}`);
+    db.pragma(`busy_timeout = ${SQLITE_BUSY_TIMEOUT_MS}`);
+    this.migrated = migrate(db, file);
+    this.engine = options.engine ?? new SqliteEngine(db);
+    this.#ownsEngine = false;
     this.#cache = this.engine.dialect === "sqlite" ? new Map() : null;
   }
 
@@ -438,9 +469,11 @@ export class StateStore {
     return rows.length;
   }
 
-  close(): void {
+  /** Close the SQLite file, or end the PostgreSQL pool this store opened. */
+  async close(): Promise<void> {
     this.#cache?.clear();
-    if (this.db.open) this.db.close();
+    if (this.db?.open) this.db.close();
+    if (this.#ownsEngine) await this.engine.close();
   }
 
   #remember(record: AdmissionRecord): AdmissionRecord {

@@ -41,7 +41,7 @@ export interface LinkAuditRow {
 /** runner_link_audit, oldest first: from the in-process Server's store, or read-only from a child's file. */
 export function linkAudit(s: ProcStack): LinkAuditRow[] {
   const query = "SELECT runner_id, event, count FROM runner_link_audit ORDER BY id";
-  if (s.inproc) return s.inproc.store.db.prepare(query).all() as LinkAuditRow[];
+  if (s.inproc) return s.inproc.store.sqlite.prepare(query).all() as LinkAuditRow[];
   const db = new Database(join(s.serverStateDir, "server.sqlite3"), { readonly: true, fileMustExist: true });
   try {
     return db.prepare(query).all() as LinkAuditRow[];

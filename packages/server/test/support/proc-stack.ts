@@ -15,6 +15,7 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { isTerminalState } from "@webcodex/protocol";
+import Database from "better-sqlite3";
 import { pino } from "pino";
 import {
   DAEMON_POLL_MS,
@@ -48,6 +49,14 @@ const LOG_CHARS = 64 * 1024;
 /** How long killRunner() (and stop()) give a daemon after its signal before SIGKILL. */
 const STOP_GRACE_MS = 10_000;
 
+/** The env var the Server config's `[server.state] url_env` names in a stack on PostgreSQL. */
+export const STATE_URL_ENV = "WEBCODEX_STACK_DATABASE_URL";
+/**
+ * Set by the PostgreSQL pass of the suite (scripts/vitest/postgres-pass.ts): the cluster's superuser URL; every
+ * stack then keeps its Server's state in a fresh database of its own there.
+ */
+export const TEST_POSTGRES_ADMIN_URL_ENV = "WEBCODEX_TEST_POSTGRES_ADMIN_URL";
+
 export interface ProcRunner {
   id: string;
   projects: string[];
@@ -68,6 +77,11 @@ export interface ProcStackOptions {
   serverEnv?: Record<string, string>;
   /** Scopes both principals get besides coding_agent:run, project:write and project:read. */
   extraScopes?: string[];
+  /**
+   * A PostgreSQL database URL: the Server keeps its state there (`[server.state] backend = "postgres"`) instead
+   * of the SQLite file. Default: a fresh database in the PostgreSQL pass (TEST_POSTGRES_ADMIN_URL_ENV), else SQLite.
+   */
+  stateUrl?: string;
   /** Extra lines inside the Server config's `[server]` table (given the port), e.g. `public_url`. */
   serverSection?: (port: number) => string;
   /** The Server's heartbeat_interval_ms (default 2000); the link lease runs two of them. */
@@ -84,7 +98,7 @@ export interface ProcStackOptions {
   agentArgs?: string[];
 }
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
     s.once("error", reject);
@@ -110,6 +124,15 @@ export class ProcStack {
 
   constructor(readonly opts: ProcStackOptions) {}
 
+  /** The PostgreSQL URL the Server's state is on, or undefined for SQLite (set by `init`). */
+  stateUrl: string | undefined;
+
+  /** The Server's env: the test hooks' and, on PostgreSQL, the database URL. */
+  #serverEnv(): Record<string, string> {
+    const url = this.stateUrl;
+    return { ...this.opts.serverEnv, ...(url === undefined ? {} : { [STATE_URL_ENV]: url }) };
+  }
+
   get mode(): "inproc" | "child" {
     return this.opts.server ?? "inproc";
   }
@@ -125,8 +148,19 @@ export class ProcStack {
 
   async init(): Promise<this> {
     this.port = await freePort();
+    const admin = process.env[TEST_POSTGRES_ADMIN_URL_ENV];
+    if (this.opts.stateUrl !== undefined) this.stateUrl = this.opts.stateUrl;
+    else if (admin) {
+      // Loaded only in the PostgreSQL pass (it registers process exit hooks).
+      const { createDatabaseAt } = await import("../../../../scripts/test-support/postgres.js");
+      this.stateUrl = await createDatabaseAt(admin);
+    }
+    // The server CLI a test runs (`token issue`, `runner-token rotate`) reads the same state: it inherits this.
+    if (this.stateUrl !== undefined) process.env[STATE_URL_ENV] = this.stateUrl;
     const allProjects = this.opts.runners.flatMap((r) => r.projects);
     let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = ${this.opts.heartbeatIntervalMs ?? 2000}\n${this.opts.serverSection?.(this.port) ?? ""}\n\n`;
+    const stateUrl = this.stateUrl;
+    if (stateUrl !== undefined) toml += `[server.state]\nbackend = "postgres"\nurl_env = "${STATE_URL_ENV}"\n\n`;
     const tls = this.opts.tls;
     if (tls)
       toml += `[server.tls]\ncert_file = ${JSON.stringify(tls.certFile)}\nkey_file = ${JSON.stringify(tls.keyFile)}\n\n`;
@@ -183,13 +217,13 @@ export class ProcStack {
       this.inproc = await startServer({
         config,
         logger: pino({ level: process.env.WEBCODEX_TEST_LOG_LEVEL ?? "silent" }),
-        env: this.opts.serverEnv ?? {},
+        env: this.#serverEnv(),
       });
       return;
     }
     const child = startServerProcess(this.serverConfigFile, {
       cwd: this.dir,
-      env: { ...process.env, WEBCODEX_TEST_HOOK_API: "1", WEBCODEX_LOG_LEVEL: "warn", ...this.opts.serverEnv },
+      env: { ...process.env, WEBCODEX_TEST_HOOK_API: "1", WEBCODEX_LOG_LEVEL: "warn", ...this.#serverEnv() },
       outputLimit: LOG_CHARS,
       stopGraceMs: STOP_GRACE_MS,
       onOutput: () => this.logs.set("server", child.output()),
@@ -202,6 +236,35 @@ export class ProcStack {
       },
       { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the Server child to listen" },
     );
+  }
+
+  /**
+   * Rows of a read-only query on the Server's state, straight from its database (`?` placeholders): the
+   * PostgreSQL database in the PostgreSQL pass, else the SQLite file.
+   */
+  async stateRows<T = Record<string, unknown>>(sql: string, params: readonly (string | number)[] = []): Promise<T[]> {
+    if (this.stateUrl !== undefined) {
+      const { default: pg } = await import("pg");
+      const client = new pg.Client({ connectionString: this.stateUrl });
+      await client.connect();
+      try {
+        let n = 0;
+        return (
+          await client.query(
+            sql.replace(/\?/g, () => `$${++n}`),
+            [...params],
+          )
+        ).rows as T[];
+      } finally {
+        await client.end();
+      }
+    }
+    const db = new Database(join(this.serverStateDir, "server.sqlite3"), { readonly: true, fileMustExist: true });
+    try {
+      return db.prepare(sql).all(...params) as T[];
+    } finally {
+      db.close();
+    }
   }
 
   /** The Server's state dir (its SQLite database and server secret). */
@@ -277,6 +340,18 @@ export class ProcStack {
     if (!child) return;
     this.runnerProcs.delete(id);
     await child.stop(signal);
+  }
+
+  /** Until the Server shows every project of runner `id` online again (after a reconnect). */
+  async waitOnline(id: string): Promise<void> {
+    const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
+    await poll(
+      async () => {
+        const views = await this.projects("alice");
+        return projects.every((p) => views.find((v) => v.project_id === p)?.runner_online);
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id} online again` },
+    );
   }
 
   async waitOffline(id: string): Promise<void> {

@@ -1,0 +1,30 @@
+import { defineConfig } from "vitest/config";
+
+/**
+ * The PostgreSQL pass of `npm test`: suites that drive a whole stack (real Server, Runner and agent
+ * processes) run again with the Server's state on a real PostgreSQL (scripts/vitest/postgres-pass.ts), so
+ * both engines pass the same tests. The engine, schema and store tests run both engines in the main pass.
+ */
+export default defineConfig({
+  test: {
+    // Not here yet: the suites that read the link audit or the state dir's SQLite file directly
+    // (link-takeover, link-lease-restart, link-trust, tombstone-acceptance's backup restore).
+    include: [
+      "packages/server/test/crash-matrix-server.test.ts",
+      "packages/server/test/mcp-tasks-restart.test.ts",
+      "packages/server/test/agent-tasks-crash.test.ts",
+      "packages/server/test/link-acceptance.test.ts",
+      "packages/server/test/effective-config.test.ts",
+      "packages/server/test/grant-removal.test.ts",
+      "packages/server/test/oauth-lifecycle.test.ts",
+      "packages/server/test/oauth-sessions.test.ts",
+      "packages/server/test/operator-console.test.ts",
+    ],
+    globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
+    pool: "forks",
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+    maxWorkers: 2,
+    reporters: ["default", "./scripts/vitest/summary-reporter.ts"],
+  },
+});
