@@ -11,5 +11,9 @@ export {
   DEAD_BACKEND_COOLDOWN_MS,
   LOAD_BALANCER_START_TIMEOUT_MS,
   type LoadBalancer,
+  NGINX_STOP_TIMEOUT_MS,
+  type NginxLoadBalancer,
+  nginxPath,
   startLoadBalancer,
+  startNginxLoadBalancer,
 } from "../load-balancer.mjs";

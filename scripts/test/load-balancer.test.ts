@@ -1,11 +1,15 @@
 /**
  * The test load balancer (scripts/test-support/load-balancer.ts) in front of two real HTTP + WebSocket
  * backends: round robin per request and per upgrade, WebSockets carried both ways, SSE streamed chunk by
- * chunk, a dead backend failing fast and then skipped.
+ * chunk, a dead backend answered at once and then skipped — for the default and, where it is installed,
+ * Debian's nginx (startNginxLoadBalancer).
  */
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket, { WebSocketServer } from "ws";
 import {
@@ -13,7 +17,10 @@ import {
   type Backend,
   DEAD_BACKEND_COOLDOWN_MS,
   type LoadBalancer,
+  type NginxLoadBalancer,
+  nginxPath,
   startLoadBalancer,
+  startNginxLoadBalancer,
 } from "../test-support/load-balancer.js";
 
 /** Bound on one exchange through the balancer on this machine. */
@@ -68,10 +75,22 @@ async function startBackend(name: string): Promise<TestBackend> {
   return { name, host: "127.0.0.1", port, server, finishSse: () => finish?.() };
 }
 
-async function balancer(backends: Backend[]): Promise<LoadBalancer> {
-  const lb = await startLoadBalancer(backends);
-  cleanups.push(() => lb.stop());
-  return lb;
+type AnyBalancer = LoadBalancer | NginxLoadBalancer;
+interface Implementation {
+  name: string;
+  start(backends: Backend[]): Promise<AnyBalancer>;
+}
+
+/** The default, and Debian's nginx where it is installed (the hardening suite's option). */
+const IMPLEMENTATIONS: Implementation[] = [
+  { name: "the default (http-proxy-3)", start: startLoadBalancer },
+  ...(nginxPath() === undefined ? [] : [{ name: "Debian's nginx", start: startNginxLoadBalancer }]),
+];
+
+async function started<T extends AnyBalancer>(lb: Promise<T>): Promise<T> {
+  const running = await lb;
+  cleanups.push(() => running.stop());
+  return running;
 }
 
 async function post(url: string, body: string): Promise<{ status: number; backend: string | null; json: unknown }> {
@@ -109,23 +128,24 @@ async function openWs(url: string): Promise<{ socket: WebSocket; first: string; 
   return { socket, first: await next(), next };
 }
 
-describe("the test load balancer", () => {
+const backendOf = (r: { json: unknown }): string => (r.json as { backend: string }).backend;
+
+describe.each(IMPLEMENTATIONS)("the test load balancer: $name", ({ start }) => {
   it("sends consecutive HTTP requests to the backends in turn and says which answered", async () => {
     const [a, b] = [await startBackend("A"), await startBackend("B")];
-    const lb = await balancer([a, b]);
+    const lb = await started(start([a, b]));
     const body = randomBytes(16).toString("hex");
     const answers = [];
     for (let i = 0; i < 4; i++) answers.push(await post(`${lb.url}/mcp`, body));
-    expect(answers.map((r) => (r.json as { backend: string }).backend)).toEqual(["A", "B", "A", "B"]);
+    expect(answers.map(backendOf)).toEqual(["A", "B", "A", "B"]);
     expect(answers.map((r) => r.backend)).toEqual([a, b, a, b].map((x) => `${x.host}:${x.port}`));
     // The request body reaches the backend whole.
     expect(answers.every((r) => (r.json as { body: string }).body === body)).toBe(true);
-    expect(lb.counts()).toEqual({ [`127.0.0.1:${a.port}`]: 2, [`127.0.0.1:${b.port}`]: 2 });
   });
 
   it("proxies WebSocket upgrades in turn and carries messages both ways", async () => {
     const [a, b] = [await startBackend("A"), await startBackend("B")];
-    const lb = await balancer([a, b]);
+    const lb = await started(start([a, b]));
     const first = await openWs(lb.url);
     const second = await openWs(lb.url);
     expect([first.first, second.first]).toEqual(["hello from A", "hello from B"]);
@@ -135,12 +155,12 @@ describe("the test load balancer", () => {
     second.socket.send(word);
     expect(await second.next()).toBe(`B got ${word}`);
     // Upgrades and requests share one turn: the next request goes to A.
-    expect(((await post(`${lb.url}/mcp`, "{}")).json as { backend: string }).backend).toBe("A");
+    expect(backendOf(await post(`${lb.url}/mcp`, "{}"))).toBe("A");
   });
 
   it("streams an SSE response chunk by chunk: the first chunk arrives before the response ends", async () => {
     const a = await startBackend("A");
-    const lb = await balancer([a]);
+    const lb = await started(start([a]));
     const chunks: string[] = [];
     const ended = new Promise<void>((resolve, reject) => {
       const req = request(`${lb.url}/sse`, { headers: { accept: "text/event-stream" } }, (res) => {
@@ -167,22 +187,48 @@ describe("the test load balancer", () => {
     expect(chunks.join("")).toBe("data: first from A\n\ndata: last from A\n\n");
   });
 
-  it("fails fast on a dead backend (502, no retry) and then skips it for the cooldown", async () => {
+  it("answers at once when a backend is dead, and then sends everything to the live one for the cooldown", async () => {
     const a = await startBackend("A");
     const dead = await startBackend("dead");
     await new Promise<void>((resolve) => dead.server.close(() => resolve()));
-    const lb = await balancer([dead, a]);
-    const started = Date.now();
-    const failed = await post(`${lb.url}/mcp`, "{}");
-    expect(failed.status).toBe(502);
-    expect(failed.backend).toBe(`127.0.0.1:${dead.port}`);
-    expect(Date.now() - started).toBeLessThan(EXCHANGE_WAIT_MS);
-    // Within the cooldown every request goes to the live backend, WebSocket upgrades included.
-    for (let i = 0; i < 3; i++) {
-      expect(((await post(`${lb.url}/mcp`, "{}")).json as { backend: string }).backend).toBe("A");
+    const lb = await started(start([dead, a]));
+    const began = Date.now();
+    const first = await post(`${lb.url}/mcp`, "{}");
+    expect(Date.now() - began).toBeLessThan(EXCHANGE_WAIT_MS);
+    if (lb.deadBackend === "fails-fast") {
+      // The default: a 502 naming the dead backend, nothing retried.
+      expect(first.status).toBe(502);
+      expect(first.backend).toBe(`127.0.0.1:${dead.port}`);
+    } else {
+      // nginx: passed on to the next backend (nothing had been sent to the dead one).
+      expect(first.status).toBe(200);
+      expect(backendOf(first)).toBe("A");
     }
+    // Within the cooldown every request goes to the live backend, WebSocket upgrades included.
+    for (let i = 0; i < 3; i++) expect(backendOf(await post(`${lb.url}/mcp`, "{}"))).toBe("A");
     expect((await openWs(lb.url)).first).toBe("hello from A");
-    // After the cooldown the dead backend gets its turn again (and fails fast again).
+  });
+
+  it("stop() closes open WebSockets through it and the listener", async () => {
+    const a = await startBackend("A");
+    const lb = await start([a]);
+    const { socket } = await openWs(lb.url);
+    const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
+    await lb.stop();
+    await closed;
+    await expect(fetch(`${lb.url}/mcp`, { method: "POST", body: "{}" })).rejects.toThrow();
+  });
+});
+
+describe("the default load balancer (http-proxy-3)", () => {
+  it("counts what each backend was sent, and gives a dead backend its turn again after the cooldown", async () => {
+    const a = await startBackend("A");
+    const dead = await startBackend("dead");
+    await new Promise<void>((resolve) => dead.server.close(() => resolve()));
+    const lb = await started(startLoadBalancer([dead, a]));
+    expect((await post(`${lb.url}/mcp`, "{}")).status).toBe(502);
+    expect(backendOf(await post(`${lb.url}/mcp`, "{}"))).toBe("A");
+    expect(lb.counts()).toEqual({ [`127.0.0.1:${dead.port}`]: 1, [`127.0.0.1:${a.port}`]: 1 });
     await new Promise((r) => setTimeout(r, DEAD_BACKEND_COOLDOWN_MS + 100));
     const turns = [await post(`${lb.url}/mcp`, "{}"), await post(`${lb.url}/mcp`, "{}")];
     expect(turns.map((r) => r.status).sort()).toEqual([200, 502]);
@@ -191,15 +237,21 @@ describe("the test load balancer", () => {
   it("refuses an empty or malformed backend list, naming the field", async () => {
     await expect(startLoadBalancer([])).rejects.toThrow(/at least one/);
     await expect(startLoadBalancer([{ host: "127.0.0.1", port: 0 }])).rejects.toThrow(/backends\[0\]\.port/);
+    await expect(startLoadBalancer([{ host: "", port: 80 }])).rejects.toThrow(/backends\[0\]\.host/);
   });
+});
 
-  it("stop() closes open WebSockets through it", async () => {
-    const a = await startBackend("A");
-    const lb = await startLoadBalancer([a]);
-    const { socket } = await openWs(lb.url);
-    const closed = new Promise<void>((resolve) => socket.once("close", () => resolve()));
-    await lb.stop();
-    await closed;
-    await expect(fetch(`${lb.url}/mcp`, { method: "POST", body: "{}" })).rejects.toThrow();
+describe("startNginxLoadBalancer", () => {
+  it("says nginx is missing, and how to get it, when it is not on PATH", async () => {
+    const saved = process.env.PATH;
+    const empty = mkdtempSync(join(tmpdir(), "wc-no-nginx-"));
+    process.env.PATH = empty;
+    try {
+      expect(nginxPath()).toBeUndefined();
+      await expect(startNginxLoadBalancer([{ host: "127.0.0.1", port: 1 }])).rejects.toThrow(/apt-get install nginx/);
+    } finally {
+      process.env.PATH = saved;
+      rmSync(empty, { recursive: true, force: true });
+    }
   });
 });
