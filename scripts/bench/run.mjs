@@ -27,7 +27,7 @@ import * as startDispatch from "./suites/start-dispatch.mjs";
 import * as throughput from "./suites/throughput.mjs";
 import * as wakeup from "./suites/wakeup.mjs";
 
-const SECTIONS = ["start", "throughput", "wakeup", "fanout", "barrier", "dispatch", "peer"];
+const SECTIONS = ["start", "engines", "throughput", "wakeup", "fanout", "barrier", "dispatch", "peer"];
 /** `peer` installs acpx + Node 22 (~50 MB) on first use: part of a full run, in --quick only when named in --only. */
 const QUICK_DEFAULT_SECTIONS = SECTIONS.filter((s) => s !== "peer");
 
@@ -189,6 +189,40 @@ try {
       p95_ratio: ratio(ours?.latency_ms.p95, baseline.latency_ms.p95),
       p99_ratio: ratio(ours?.latency_ms.p99, baseline.latency_ms.p99),
     };
+  });
+
+  await section("engines", async () => {
+    // A throwaway PostgreSQL (scripts/postgres.mjs), loaded only for this section.
+    const { startPostgresCluster } = await import("../postgres.mjs");
+    const cluster = await startPostgresCluster();
+    try {
+      const sqlite = await launchStack({ label: "engines-sqlite", nodeArgs });
+      try {
+        const postgres = await launchStack({
+          label: "engines-postgres",
+          nodeArgs,
+          stateUrl: await cluster.createDatabase(),
+        });
+        try {
+          const r = await startDispatch.measureEngines(ctx, { sqlite, postgres, runs: PLAN.startRuns });
+          return {
+            sqlite: strip(r.sqlite),
+            postgres: strip(r.postgres),
+            failure_count: r.failure_count,
+            failures: r.failures,
+            duplicate_dispatches: r.duplicate_dispatches,
+            p50_ratio: ratio(r.postgres.latency_ms.p50, r.sqlite.latency_ms.p50),
+            p95_ratio: ratio(r.postgres.latency_ms.p95, r.sqlite.latency_ms.p95),
+          };
+        } finally {
+          await postgres.stop();
+        }
+      } finally {
+        await sqlite.stop();
+      }
+    } finally {
+      await cluster.close();
+    }
   });
 
   await section("throughput", async () => {

@@ -74,7 +74,21 @@ function tail(file, lines = 15) {
  * @param {number} [o.principals] principals to declare and issue tokens for
  * @param {string[]} [o.nodeArgs] extra node flags for the daemons (e.g. --cpu-prof)
  */
-export async function launchStack({ label, runner = true, simRunners = 0, principals = 1, nodeArgs = {} }) {
+/** The env var a bench Server config's `[server.state] url_env` names when the stack runs on PostgreSQL. */
+const BENCH_DATABASE_URL_ENV = "WEBCODEX_BENCH_DATABASE_URL";
+
+/**
+ * `stateUrl`: keep the Server's state in that PostgreSQL database (`[server.state] backend = "postgres"`)
+ * instead of the SQLite file; the token CLI and the Server get the URL through BENCH_DATABASE_URL_ENV.
+ */
+export async function launchStack({
+  label,
+  runner = true,
+  simRunners = 0,
+  principals = 1,
+  nodeArgs = {},
+  stateUrl = undefined,
+}) {
   const dir = makeTempDir(label);
   const port = await freePort();
   const serverConfig = join(dir, "server.toml");
@@ -95,6 +109,8 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
 
   // max_connections: the fan-out's largest cell holds 1,000 long-polls plus the sim runners and control clients.
   let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\nmax_connections = ${BENCH_MAX_CONNECTIONS}\n\n`;
+  if (stateUrl !== undefined) s += `[server.state]\nbackend = "postgres"\nurl_env = "${BENCH_DATABASE_URL_ENV}"\n\n`;
+  const env = stateUrl === undefined ? process.env : { ...process.env, [BENCH_DATABASE_URL_ENV]: stateUrl };
   if (runner) s += `[[runners]]\nid = "bench"\ntoken_sha256 = ${toml(sha256(runnerToken))}\nprojects = ["bench"]\n\n`;
   for (const sim of sims) {
     s += `[[runners]]\nid = ${toml(sim.runner_id)}\ntoken_sha256 = ${toml(sha256(sim.token))}\nprojects = [${toml(sim.project_id)}]\n\n`;
@@ -124,6 +140,7 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
   const issue = async (id) => {
     const { stdout } = await run(process.execPath, TOKEN_ISSUE(serverConfig, id, projects), {
       cwd: dir,
+      env,
       timeout: 60_000,
     });
     return JSON.parse(stdout.trim().split("\n").at(-1)).token;
@@ -171,6 +188,7 @@ export async function launchStack({ label, runner = true, simRunners = 0, princi
       {
         logFile: join(dir, "server.log"),
         cwd: dir,
+        env,
       },
     );
     await waitForMcp(stack, handles.server, join(dir, "server.log"));

@@ -26,6 +26,7 @@ function target(id, what, value, limit, cmp, unit, why) {
  */
 export const TARGETS = {
   start_p50_ratio: 1.1,
+  postgres_start_p50_ratio: 1.15,
   throughput_ratio: 0.75,
   wakeup_p50_ms: 3,
   wakeup_p99_ms: 10,
@@ -59,6 +60,15 @@ export function evaluateTargets(results) {
       "<=",
       "x",
       na("start"),
+    ),
+    target(
+      "postgres_start_p50_ratio",
+      `start-to-dispatch p50 on PostgreSQL ≤ ${T.postgres_start_p50_ratio}× on SQLite`,
+      s.engines?.p50_ratio,
+      T.postgres_start_p50_ratio,
+      "<=",
+      "x",
+      na("engines"),
     ),
     target(
       "throughput_message_ratio",
@@ -160,6 +170,16 @@ export function render(results) {
     if (s.start.ours?.stages) out += renderStages("per stage (Runner's own timings, ms)", s.start.ours.stages);
     if (s.start.spawn_cost) out += renderSpawnCost(s.start.spawn_cost);
     if (s.start.error) out += `  ours: ERROR ${s.start.error.split("\n")[0]}\n`;
+    out += "\n";
+  }
+
+  if (s.engines) {
+    out += head("Start-to-dispatch (ms) by state engine, the two stacks alternating run by run");
+    out += latencyRow("Server state on SQLite", s.engines.sqlite?.latency_ms);
+    out += latencyRow("Server state on PostgreSQL", s.engines.postgres?.latency_ms);
+    out += `  ${pad("ratio PostgreSQL/SQLite", 30)}${lpad("", 6)}${lpad(x(s.engines.p50_ratio), 10)}${lpad(x(s.engines.p95_ratio), 10)}\n`;
+    if (s.engines.duplicate_dispatches) out += `  !! duplicate dispatches: ${s.engines.duplicate_dispatches}\n`;
+    if (s.engines.failure_count) out += `  failures: ${s.engines.failure_count}\n`;
     out += "\n";
   }
 

@@ -133,6 +133,44 @@ export async function measure(ctx, { stack, runs }) {
   };
 }
 
+/**
+ * Start-to-dispatch with the Server's state on SQLite and on PostgreSQL, the two stacks alternating run by
+ * run (ABAB…) so both see the same machine load. Same path as `measure`'s ours; the ratio PostgreSQL ÷
+ * SQLite is the cost of the shared database on a start (its commits, its locks, one network hop each).
+ */
+export async function measureEngines(ctx, { sqlite, postgres, runs }) {
+  const samples = { sqlite: [], postgres: [] };
+  const failures = [];
+  let duplicates = 0;
+  const clients = { sqlite: await sqlite.mcpClient(), postgres: await postgres.mcpClient() };
+  const stacks = { sqlite, postgres };
+  const deadline = Date.now() + ctx.budgetMs(150_000);
+  try {
+    for (let i = 0; i < runs && Date.now() < deadline; i++) {
+      for (const engine of ["sqlite", "postgres"]) {
+        const r = await oursOnce(stacks[engine], clients[engine]);
+        if (r.error) {
+          failures.push({ engine, error: r.error });
+          continue;
+        }
+        samples[engine].push(r.ms);
+        if (r.state !== "completed") failures.push({ engine, run_id: r.run_id, state: r.state });
+        if (r.dispatches !== 1) duplicates++;
+      }
+    }
+  } finally {
+    await clients.sqlite.close();
+    await clients.postgres.close();
+  }
+  return {
+    sqlite: { runs: samples.sqlite.length, latency_ms: summarize(samples.sqlite), samples_ms: samples.sqlite },
+    postgres: { runs: samples.postgres.length, latency_ms: summarize(samples.postgres), samples_ms: samples.postgres },
+    failures: failures.slice(0, 5),
+    failure_count: failures.length,
+    duplicate_dispatches: duplicates,
+  };
+}
+
 /** How long a spawn-cost child may take to exit after SIGKILL before the bench goes on. */
 const SPAWN_COST_EXIT_WAIT_MS = 2_000;
 
