@@ -180,6 +180,11 @@ export const HelloFrame = z
      * read the Runner's token and stop it (design §4.2). Absent from Runners that predate it: not stated.
      */
     agents_share_runner_user: z.boolean().optional(),
+    /** The Runner's software version (its package version), for the operator's view. Absent from older Runners. */
+    runner_version: z
+      .string()
+      .regex(/^[0-9A-Za-z.+-]{1,64}$/, "must be 1-64 characters of [0-9A-Za-z.+-]")
+      .optional(),
   })
   .strict();
 

@@ -7,8 +7,11 @@
  * carries a prompt, a token or an absolute path of the stack (long random canaries).
  */
 import { createHash, randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { REPO_ROOT } from "../../../scripts/test-support/index.js";
 import { browserLaunchOptions } from "./support/browser.js";
 import { answerConsent, issueKey, mcpPost, openConsent, serverCli, tokenRequest } from "./support/oauth.js";
 import { okValue, ProcStack } from "./support/proc-stack.js";
@@ -161,6 +164,9 @@ describe("operator console in a real browser", () => {
     expect(cookie?.sameSite).toBe("Strict");
     await page.waitForSelector('[data-runner="r1"].online', { timeout: LIVE_DEADLINE_MS });
     await expect(page.locator('[data-runner="r1"]').textContent()).resolves.toContain("demo");
+    // The Runner's software version from its hello, next to the protocol it speaks.
+    const runnerVersion = JSON.parse(readFileSync(join(REPO_ROOT, "packages/runner/package.json"), "utf8")).version;
+    await expect(page.locator('[data-runner="r1"]').textContent()).resolves.toContain(`Version${runnerVersion}`);
 
     await stack.killRunner("r1");
     await page.waitForSelector('[data-runner="r1"].offline', { timeout: LIVE_DEADLINE_MS });

@@ -249,6 +249,7 @@ describe.each(ENGINES)("link and principal state on $name", ({ instances }) => {
         providers: [{ provider_id: "fake", name: "Fake" }],
         max_concurrent_runs: 2,
         agents_share_runner_user: null,
+        runner_version: "0.1.0",
       },
       new Date(t0),
     );
@@ -270,6 +271,7 @@ describe.each(ENGINES)("link and principal state on $name", ({ instances }) => {
       providers: [],
       max_concurrent_runs: 1,
       agents_share_runner_user: false,
+      runner_version: null,
     };
     await presence.online(advert, new Date(t0));
     await onB.online(advert, new Date(t0 + 500));

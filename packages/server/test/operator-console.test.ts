@@ -229,6 +229,7 @@ describe("console sessions and bounds", () => {
           providers: [{ provider_id: "fake", name: "Fake" }],
           max_concurrent_runs: 2,
           agents_share_runner_user: false,
+          runner_version: "9.9.9",
         },
         new Date(t0),
       );

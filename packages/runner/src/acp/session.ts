@@ -26,6 +26,7 @@
  *   requests and responses the SDK handles. Costs per update:
  *   docs/benchmarks.md.
  */
+
 import {
   type AnyMessage,
   client,
@@ -41,13 +42,14 @@ import {
   type SessionNotification,
 } from "@agentclientprotocol/sdk";
 import type { AgentChild } from "../process/spawn.js";
+import { RUNNER_VERSION } from "../version.js";
 import { isAvailable, type SessionUpdateValidators, sessionUpdateValidators } from "./session-update-validator.js";
 
 /** The ACP protocol version this client implements. */
 export const ACP_PROTOCOL_VERSION = 1;
 /** Default bound of one line the agent writes to stdout. */
 export const DEFAULT_MAX_ACP_MESSAGE_BYTES = 8 * 1024 * 1024;
-export const CLIENT_INFO = { name: "webcodex-runner", title: "WebCodex Runner", version: "0.1.0" } as const;
+export const CLIENT_INFO = { name: "webcodex-runner", title: "WebCodex Runner", version: RUNNER_VERSION } as const;
 
 export type TransportFault =
   | "malformed_message"

@@ -62,6 +62,7 @@ import type { Logger } from "pino";
 import WebSocket from "ws";
 import { eventBatches } from "../events/batches.js";
 import type { RunService } from "../runs/service.js";
+import { RUNNER_VERSION } from "../version.js";
 import type { ResumeSecretStore } from "./resume.js";
 
 export interface LinkOptions {
@@ -268,6 +269,7 @@ class Link implements LinkHandle {
         type: "hello",
         protocol_version: PROTOCOL_VERSION,
         ...this.#service.helloBody(),
+        runner_version: RUNNER_VERSION,
         inventory: [],
         ...(this.#resumeSecret !== undefined ? { resume_secret: this.#resumeSecret } : {}),
       };

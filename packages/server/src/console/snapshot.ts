@@ -73,6 +73,8 @@ export interface RunnerView {
   /** When it came online, or went offline; null: never seen by this state DB. */
   since: string | null;
   protocol_version: number | null;
+  /** The Runner's software version (its hello); null when it did not say. */
+  runner_version: string | null;
   projects: { project_id: string; allow_patch: boolean }[];
   providers: { provider_id: string; name: string }[];
   runs_in_use: number;
@@ -230,6 +232,7 @@ export class ConsoleReader {
         online: now?.online ?? false,
         since: now?.since ?? null,
         protocol_version: p?.protocol_version ?? null,
+        runner_version: p?.runner_version ?? null,
         projects: p ? (JSON.parse(p.projects) as RunnerView["projects"]) : [],
         providers: p ? (JSON.parse(p.providers) as RunnerView["providers"]) : [],
         runs_in_use: inUse.get(id) ?? 0,

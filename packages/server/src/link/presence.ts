@@ -32,6 +32,8 @@ export interface PresenceOnline {
   providers: readonly { provider_id: string; name: string }[];
   max_concurrent_runs: number;
   agents_share_runner_user: boolean | null;
+  /** The Runner's software version from its hello; null when it did not say. */
+  runner_version: string | null;
 }
 
 export interface PresenceRow {
@@ -48,6 +50,7 @@ export interface PresenceRow {
   agents_share_runner_user: number | null;
   /** When the holding Server last said this runner is live (epoch ms). */
   seen_ms: number;
+  runner_version: string | null;
 }
 
 /** Whether a row stands for a live link now, and since when it is (or was last seen) online or offline. */
@@ -105,16 +108,18 @@ export class PresenceStore {
       p.max_concurrent_runs,
       p.agents_share_runner_user === null ? null : p.agents_share_runner_user ? 1 : 0,
       at.getTime(),
+      p.runner_version,
     ];
     return this.#write(() =>
       this.#db.run(
         `INSERT INTO runner_presence (runner_id, online, since, protocol_version, agent_instance_id, projects, providers,
-           max_concurrent_runs, agents_share_runner_user, seen_ms)
-         VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
+           max_concurrent_runs, agents_share_runner_user, seen_ms, runner_version)
+         VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (runner_id) DO UPDATE SET online = 1, since = excluded.since,
            protocol_version = excluded.protocol_version, agent_instance_id = excluded.agent_instance_id,
            projects = excluded.projects, providers = excluded.providers, max_concurrent_runs = excluded.max_concurrent_runs,
-           agents_share_runner_user = excluded.agents_share_runner_user, seen_ms = excluded.seen_ms`,
+           agents_share_runner_user = excluded.agents_share_runner_user, seen_ms = excluded.seen_ms,
+           runner_version = excluded.runner_version`,
         params,
       ),
     );

@@ -62,6 +62,7 @@ export class Registry {
         providers: hello.providers,
         max_concurrent_runs: live.maxConcurrentRuns,
         agents_share_runner_user: live.agentsShareRunnerUser,
+        runner_version: hello.runner_version ?? null,
       },
       connectedAt,
     );

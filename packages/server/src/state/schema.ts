@@ -356,6 +356,13 @@ export const MIGRATIONS: readonly Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 13,
+    summary: "a Runner's software version from its hello, for the operator console (link/presence.ts)",
+    sql: `
+      ALTER TABLE runner_presence ADD COLUMN runner_version TEXT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

@@ -79,6 +79,7 @@ function renderRunners(runners) {
     add("Runs in use", `${r.runs_in_use} of ${r.max_concurrent_runs ?? "?"}`);
     add("Projects", r.projects.map((p) => p.project_id + (p.allow_patch ? "" : " (read-only)")).join(", ") || "-");
     add("Providers", r.providers.map((p) => `${p.name} (${p.provider_id})`).join(", ") || "-");
+    add("Version", r.runner_version ?? "-");
     add("Protocol", r.protocol_version ?? "-");
     add(
       "Agents share its user",
