@@ -9,6 +9,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
+import { clientAddressResolver } from "./client-address.js";
 import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
 import { type ConsoleMount, createConsole, isConsolePath } from "./console/http.js";
 import { ConsoleSessions } from "./console/sessions.js";
@@ -281,6 +282,7 @@ function mountConsole(
     keyPrincipal: keyPrincipal(tokens, config.principals),
     revokeGrant: (grantId, reason) => oauth.revokeGrant(grantId, reason),
     secure: tls || (config.publicUrl?.startsWith("https:") ?? false),
+    clientAddress: clientAddressResolver(config.trustedProxies),
   });
 }
 

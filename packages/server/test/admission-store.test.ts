@@ -43,7 +43,7 @@ beforeAll(async () => {
 }, POSTGRES_START_TIMEOUT_MS);
 
 afterEach(async () => {
-  for (const s of stores.splice(0)) s.close();
+  for (const s of stores.splice(0)) await s.close();
   for (const e of engines.splice(0)) await e.close();
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });

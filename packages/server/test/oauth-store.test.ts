@@ -131,7 +131,7 @@ describe("OAuth store", () => {
       expect(audit).not.toContain(r.pair.access_token);
       expect(audit).not.toContain(r.pair.refresh_token);
     } finally {
-      state.close();
+      await state.close();
     }
   });
 
@@ -159,7 +159,7 @@ describe("OAuth store", () => {
         clients.registerClient({ client_id: "five", redirect_uris: ["http://evil.example/cb"] } as never),
       ).rejects.toThrow(/loopback/);
     } finally {
-      state.close();
+      await state.close();
     }
   });
 

@@ -25,7 +25,8 @@ beforeAll(async () => {
   stack = await new ProcStack({
     runners: [],
     server: "child",
-    serverSection: (port) => `public_url = "http://127.0.0.1:${port}"`,
+    // The test talks to the Server as a trusted proxy would: X-Forwarded-For names the client.
+    serverSection: (port) => `public_url = "http://127.0.0.1:${port}"\ntrusted_proxies = ["127.0.0.1"]`,
     extraServerToml:
       '[oauth]\nenabled = true\n\n[[principals]]\nid = "carol"\nscopes = ["project:read", "coding_agent:run"]\nprojects = []\n',
     extraScopes: ["operator:read"],
@@ -43,8 +44,12 @@ function cli(...args: string[]) {
 }
 
 /** POST /console/login as a browser would (login form CSRF cookie + field); returns the session cookie. */
-async function login(key: string): Promise<{ status: number; cookie: string | null; csrf: string | null }> {
-  const form = await fetch(`${origin}/console/login`);
+async function login(
+  key: string,
+  client?: string,
+): Promise<{ status: number; cookie: string | null; csrf: string | null }> {
+  const forwarded: Record<string, string> = client === undefined ? {} : { "x-forwarded-for": client };
+  const form = await fetch(`${origin}/console/login`, { headers: forwarded });
   const token = /name="login_csrf" value="([^"]*)"/.exec(await form.text())?.[1] ?? "";
   const res = await fetch(`${origin}/console/login`, {
     method: "POST",
@@ -53,6 +58,7 @@ async function login(key: string): Promise<{ status: number; cookie: string | nu
       "content-type": "application/x-www-form-urlencoded",
       cookie: (form.headers.get("set-cookie") ?? "").split(";")[0] ?? "",
       origin,
+      ...forwarded,
     },
     body: new URLSearchParams({ login_csrf: token, key }),
   });
@@ -209,7 +215,7 @@ describe("console sessions and bounds", () => {
       now += CONSOLE_SESSION_TTL_MS;
       expect(await sessions.get(id)).toBeNull();
     } finally {
-      state.close();
+      await state.close();
     }
   });
 
@@ -250,7 +256,7 @@ describe("console sessions and bounds", () => {
         since: new Date(t0 + 20_000).toISOString(),
       });
     } finally {
-      state.close();
+      await state.close();
     }
   });
 
@@ -259,6 +265,17 @@ describe("console sessions and bounds", () => {
     expect(maskPaths("Read /home/alice/secret.txt now")).toBe(`Read ${PATH_MASK} now`);
     expect(maskPaths('open "C:\\Users\\bob\\x.txt"')).toBe(`open "${PATH_MASK}"`);
     expect(maskPaths("cat ~/.ssh/id_ed25519")).toBe(`cat ${PATH_MASK}`);
+  });
+
+  it("counts wrong keys per client behind a trusted proxy: one client's 429 leaves another's login alone", async () => {
+    const guesser = "203.0.113.7";
+    for (let i = 0; i < CONSOLE_LOGIN_MAX_FAILURES; i++) {
+      expect((await login(`wct_${randomBytes(32).toString("base64url").slice(0, 43)}`, guesser)).status).toBe(401);
+    }
+    expect((await login(operatorKey, guesser)).status).toBe(429);
+    const other = await login(operatorKey, "203.0.113.8");
+    expect(other.status).toBe(303);
+    expect(other.cookie).not.toBeNull();
   });
 
   // Last in this file: it blocks logins from this address for the rest of the window.

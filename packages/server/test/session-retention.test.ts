@@ -16,8 +16,8 @@ import { StateStore } from "../src/state/store.js";
 
 const dirs: string[] = [];
 const stores: StateStore[] = [];
-afterEach(() => {
-  for (const s of stores.splice(0)) s.close();
+afterEach(async () => {
+  for (const s of stores.splice(0)) await s.close();
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 

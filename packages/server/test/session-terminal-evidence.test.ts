@@ -16,9 +16,9 @@ import { StateStore } from "../src/state/store.js";
 
 const dirs: string[] = [];
 const stores: StateStore[] = [];
-afterEach(() => {
+afterEach(async () => {
   vi.restoreAllMocks();
-  for (const s of stores.splice(0)) s.close();
+  for (const s of stores.splice(0)) await s.close();
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 

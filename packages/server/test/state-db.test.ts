@@ -167,7 +167,7 @@ describe("state DB schema versions", () => {
     // The previous schema, with a record and an issued token in it, as a pre-versioning Server left it.
     const first = new StateStore(stateDir); // only for the secret file; its DB is thrown away below
     const secret = first.serverSecret;
-    first.close();
+    await first.close();
     rmSync(join(stateDir, STATE_DB_FILE));
     const old = new Database(join(stateDir, STATE_DB_FILE));
     old.pragma("journal_mode = WAL");
@@ -214,24 +214,24 @@ describe("state DB schema versions", () => {
       }));
       expect(principal?.id).toBe("alice");
     } finally {
-      store.close();
+      await store.close();
     }
     // Opening again changes nothing.
     const again = new StateStore(stateDir);
     expect(again.migrated).toEqual([]);
     expect((await again.get(runId))?.state).toBe("completed");
-    again.close();
+    await again.close();
   });
 
-  it("refuses a database from a newer schema, naming both versions, and leaves it untouched", () => {
+  it("refuses a database from a newer schema, naming both versions, and leaves it untouched", async () => {
     const stateDir = join(tempDir(), "state");
-    new StateStore(stateDir).close();
+    await new StateStore(stateDir).close();
     const db = new Database(join(stateDir, STATE_DB_FILE));
     db.pragma(`user_version = ${SCHEMA_VERSION + 1}`);
     db.close();
     let error: unknown;
     try {
-      new StateStore(stateDir).close();
+      await new StateStore(stateDir).close();
     } catch (err) {
       error = err;
     }

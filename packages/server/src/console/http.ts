@@ -73,6 +73,11 @@ export interface ConsoleDeps {
   /** Revoke a grant; false when there is no live grant with that id. */
   revokeGrant(grantId: string, reason: string): Promise<boolean>;
   secure: boolean;
+  /**
+   * The client a request comes from (client-address.ts): the socket address, or what a trusted proxy names,
+   * so wrong keys behind a load balancer count against the client that typed them, not every user at once.
+   */
+  clientAddress(req: IncomingMessage): string;
 }
 
 export function isConsolePath(path: string): boolean {
@@ -201,7 +206,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
   }
 
   async function login(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const address = req.socket.remoteAddress ?? "?";
+    const address = deps.clientAddress(req);
     const form = await readForm(req);
     const formToken = form.get("login_csrf") ?? "";
     const cookieToken = cookie(req, LOGIN_COOKIE) ?? "";
