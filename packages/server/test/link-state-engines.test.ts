@@ -1,21 +1,4 @@
-/**
- * The link's and the principals' state on both engines (state/engine.ts): a real SQLite file and a real
- * PostgreSQL database (a throwaway cluster for this file, a fresh database per test), opened twice as two
- * Server instances sharing it would (on SQLite, whose file has one Server, both use its one connection). The same cases run against each: concurrent hellos of one
- * Runner — on one instance and across two — leave exactly one lease holder (link/lease-store.ts decides
- * in one locked transaction); a lease taken over after its holder went quiet; a bearer token verified on
- * one instance and revoked on the other stops at once (no cache); a runner token rotated on one instance
- * is what the other authenticates against; presence, link audit and MCP audit rows round-trip.
- */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import {
-  POSTGRES_START_TIMEOUT_MS,
-  type PostgresCluster,
-  startPostgresCluster,
-} from "../../../scripts/test-support/postgres.js";
+import { describe, expect, it } from "vitest";
 import { hashSecret, StateLeaseStore } from "../src/link/lease-store.js";
 import { type LeaseAcquired, LinkLeases } from "../src/link/leases.js";
 import { PresenceStore, presenceAt } from "../src/link/presence.js";
@@ -23,9 +6,7 @@ import { LINK_REFUSAL_AUDIT_WINDOW_MS, RunnerTokenStore } from "../src/link/runn
 import { StateAuditLog } from "../src/mcp/audit.js";
 import { hashToken, principalLookup, TokenStore } from "../src/principals/tokens.js";
 import type { StateEngine } from "../src/state/engine.js";
-import { openPostgresEngine } from "../src/state/engine-postgres.js";
-import { openSqliteEngine } from "../src/state/engine-sqlite.js";
-import { migrateState } from "../src/state/schema.js";
+import { ENGINE_NAMES, engineFixture } from "./support/engines.js";
 
 /** Rounds of the hello race per engine: each round is a fresh runner id and HELLOS concurrent hellos. */
 const RACE_ROUNDS = 20;
@@ -35,55 +16,18 @@ const HELLOS = 8;
 const HEARTBEAT_MS = 1_000;
 const LEASE_TIMEOUT_MS = 2 * HEARTBEAT_MS;
 
-let cluster: PostgresCluster | undefined;
-const opened: StateEngine[] = [];
-const tempDirs: string[] = [];
-
-beforeAll(async () => {
-  cluster = await startPostgresCluster();
-}, POSTGRES_START_TIMEOUT_MS);
-
-afterEach(async () => {
-  for (const engine of opened.splice(0)) await engine.close();
-  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-afterAll(async () => {
-  await cluster?.close();
-});
+const fixture = engineFixture();
 
 /** Two connections (pools) to one fresh, migrated database: what two Server instances share (SQLite: one). */
 type Instances = [StateEngine, StateEngine];
 
-const ENGINES: readonly { name: string; instances(): Promise<Instances> }[] = [
-  {
-    name: "sqlite",
-    async instances() {
-      const dir = mkdtempSync(join(tmpdir(), "wc-link-engines-"));
-      tempDirs.push(dir);
-      const file = join(dir, "server.sqlite3");
-      const a = openSqliteEngine(file);
-      opened.push(a);
-      await migrateState(a, file);
-      // One Server per SQLite file (state/lock.ts): the two "instances" share its one connection. (A
-      // second connection in this process would wait for the first's write lock on the event loop.)
-      return [a, a];
-    },
+const ENGINES = ENGINE_NAMES.map(({ name }) => ({
+  name,
+  async instances(): Promise<Instances> {
+    const [a, b] = await fixture.instances(name, 2);
+    return [a as StateEngine, b as StateEngine];
   },
-  {
-    name: "postgres",
-    async instances() {
-      if (cluster === undefined) throw new Error("the PostgreSQL cluster did not start");
-      const url = await cluster.createDatabase();
-      const a = await openPostgresEngine({ url });
-      opened.push(a);
-      await migrateState(a, "the test database");
-      const b = await openPostgresEngine({ url });
-      opened.push(b);
-      return [a, b];
-    },
-  },
-];
+}));
 
 class Holder {
   closed = false;

@@ -1,35 +1,9 @@
-/**
- * The OAuth store, the operator-read clients and the console sessions on both
- * state engines: a real SQLite file and a real PostgreSQL database (a
- * throwaway cluster for this file, a fresh database per test). The decisions
- * that must stay atomic are raced with real concurrency — two calls at once
- * through Promise.all, on PostgreSQL from two engines (two connection pools,
- * as two Server instances would hold), on SQLite through the one engine a
- * Server holds — round after round:
- * - an authorization code is redeemed at most once (the loser is a reuse and
- *   revokes the grant);
- * - a refresh token is rotated at most once (without a grace window the loser
- *   revokes the family; within it, the loser gets the winner's very pair);
- * - a grant is never created live under a client being revoked;
- * - registrations never pass max_dynamic_clients, logins never pass the
- *   per-principal session bound.
- */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import {
-  POSTGRES_START_TIMEOUT_MS,
-  type PostgresCluster,
-  startPostgresCluster,
-} from "../../../scripts/test-support/postgres.js";
+import { describe, expect, it } from "vitest";
 import { CONSOLE_MAX_SESSIONS_PER_PRINCIPAL, ConsoleSessions } from "../src/console/sessions.js";
 import { OperatorReadClients } from "../src/oauth/operator-read.js";
 import { type CodeOutcome, OAuthStore, type RefreshOutcome, type TokenTtls } from "../src/oauth/store.js";
 import type { StateEngine } from "../src/state/engine.js";
-import { openPostgresEngine } from "../src/state/engine-postgres.js";
-import { openSqliteEngine } from "../src/state/engine-sqlite.js";
-import { migrateState } from "../src/state/schema.js";
+import { ENGINE_NAMES, engineFixture } from "./support/engines.js";
 import { created } from "./support/oauth.js";
 
 /** Rounds of each race per engine: each round is a fresh code, token or client and two concurrent calls. */
@@ -43,22 +17,7 @@ const REDIRECT = "https://app.example/cb";
 const NO_GRACE: TokenTtls = { accessMs: 3_600_000, refreshMs: 86_400_000, reuseGraceMs: 0 };
 const GRACE: TokenTtls = { ...NO_GRACE, reuseGraceMs: 30_000 };
 
-let cluster: PostgresCluster | undefined;
-const opened: StateEngine[] = [];
-const tempDirs: string[] = [];
-
-beforeAll(async () => {
-  cluster = await startPostgresCluster();
-}, POSTGRES_START_TIMEOUT_MS);
-
-afterEach(async () => {
-  for (const engine of opened.splice(0)) await engine.close();
-  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-afterAll(async () => {
-  await cluster?.close();
-});
+const fixture = engineFixture();
 
 /** What one test races on: two engines on one database (the same engine twice on SQLite). */
 interface Instances {
@@ -66,33 +25,13 @@ interface Instances {
   b: StateEngine;
 }
 
-const ENGINES: readonly { name: string; instances(): Promise<Instances> }[] = [
-  {
-    name: "sqlite",
-    async instances() {
-      const dir = mkdtempSync(join(tmpdir(), "wc-oauth-engines-"));
-      tempDirs.push(dir);
-      const engine = openSqliteEngine(join(dir, "server.sqlite3"));
-      opened.push(engine);
-      await migrateState(engine, "test database");
-      // One Server per SQLite file (state/lock.ts): its concurrent requests share the one engine.
-      return { a: engine, b: engine };
-    },
+const ENGINES = ENGINE_NAMES.map(({ name }) => ({
+  name,
+  async instances(): Promise<Instances> {
+    const [a, b] = await fixture.instances(name, 2);
+    return { a: a as StateEngine, b: b as StateEngine };
   },
-  {
-    name: "postgres",
-    async instances() {
-      if (cluster === undefined) throw new Error("the PostgreSQL cluster did not start");
-      const url = await cluster.createDatabase();
-      const a = await openPostgresEngine({ url });
-      opened.push(a);
-      await migrateState(a, "test database");
-      const b = await openPostgresEngine({ url });
-      opened.push(b);
-      return { a, b };
-    },
-  },
-];
+}));
 
 describe.each(ENGINES)("OAuth store on $name", ({ instances }) => {
   /** Two stores (two Server instances on PostgreSQL) sharing one clock. */

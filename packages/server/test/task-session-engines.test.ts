@@ -1,42 +1,14 @@
-/**
- * The managed path's and Workflow Sessions' atomic decisions (design §10, §11) on both state engines: a
- * real SQLite file and a real PostgreSQL database (a throwaway cluster for this file, a fresh database per
- * test). Each case opens several engines on the one database — several Server instances (on SQLite, whose
- * state dir one Server holds, several services on its one connection) — and races them, in rounds, through
- * the real services:
- * - concurrent `start_agent_task_attempt` on one task: exactly one claimant gets the attempt (fence + 1),
- *   every other one is refused `claim_conflict`;
- * - the same `create_agent_task` key on every instance: one task, the rest replay it;
- * - a claim checked by the admission `bind` inside the intent transaction is refused once a close won;
- * - concurrent evidence appends to one session: consecutive `seq`s, none lost, bounded, drops counted;
- * - concurrent updates with one `expected_version`: exactly one wins, the rest `version_conflict`;
- * - a terminal entry caught up by every instance at once: written exactly once;
- * - a start pinned to version 1 racing an update: it quotes version 1's texts or is refused, never newer.
- *
- * The admission store (runs/, state/store.ts) is not on the engine yet: where a service needs it, a stand-in
- * gives the server secret and the run records these cases name (none, or one terminal run).
- */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { pino } from "pino";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import {
-  POSTGRES_START_TIMEOUT_MS,
-  type PostgresCluster,
-  startPostgresCluster,
-} from "../../../scripts/test-support/postgres.js";
+import { describe, expect, it } from "vitest";
 import type { Principal } from "../src/principals/principal.js";
 import type { AdmissionRequest, ApiResult, RunAdmission, StartOutput } from "../src/runs/api.js";
 import { SessionService } from "../src/sessions/service.js";
 import { MAX_EVIDENCE_PER_SESSION, SessionStore } from "../src/sessions/store.js";
 import type { StateEngine } from "../src/state/engine.js";
-import { openPostgresEngine } from "../src/state/engine-postgres.js";
-import { openSqliteEngine } from "../src/state/engine-sqlite.js";
-import { migrateState } from "../src/state/schema.js";
 import type { AdmissionRecord, StateStore } from "../src/state/store.js";
 import { TaskService } from "../src/tasks/service.js";
 import { TaskStore } from "../src/tasks/store.js";
+import { ENGINE_NAMES, engineFixture } from "./support/engines.js";
 
 /** Server instances (engines on one database) per case. */
 const INSTANCES = 3;
@@ -55,51 +27,9 @@ const alice: Principal = {
   projects: new Set(["demo"]),
 };
 
-let cluster: PostgresCluster | undefined;
-const opened: StateEngine[] = [];
-const tempDirs: string[] = [];
+const fixture = engineFixture();
 
-beforeAll(async () => {
-  cluster = await startPostgresCluster();
-}, POSTGRES_START_TIMEOUT_MS);
-
-afterEach(async () => {
-  for (const engine of opened.splice(0)) await engine.close();
-  for (const dir of tempDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
-});
-
-afterAll(async () => {
-  await cluster?.close();
-});
-
-const ENGINES: readonly { name: string; open(count: number): Promise<StateEngine[]> }[] = [
-  {
-    name: "sqlite",
-    async open(count) {
-      const dir = mkdtempSync(join(tmpdir(), "wc-task-session-engines-"));
-      tempDirs.push(dir);
-      // One Server per SQLite state dir (its exclusive lock): the instances share its one connection, and
-      // their transactions queue on it. (Two connections in one process would block each other's thread.)
-      const engine = openSqliteEngine(join(dir, "server.sqlite3"));
-      opened.push(engine);
-      return Array.from({ length: count }, () => engine);
-    },
-  },
-  {
-    name: "postgres",
-    async open(count) {
-      if (cluster === undefined) throw new Error("the PostgreSQL cluster did not start");
-      const url = await cluster.createDatabase();
-      const engines: StateEngine[] = [];
-      for (let i = 0; i < count; i++) {
-        const engine = await openPostgresEngine({ url });
-        opened.push(engine);
-        engines.push(engine);
-      }
-      return engines;
-    },
-  },
-];
+const ENGINES = ENGINE_NAMES.map(({ name }) => ({ name, open: (count: number) => fixture.instances(name, count) }));
 
 /** The unported admission store's part these services read: the secret, and the given run records. */
 function records(runs: readonly AdmissionRecord[] | ((runId: string) => AdmissionRecord | undefined) = []): StateStore {
@@ -145,9 +75,7 @@ function admissionOn(engine: StateEngine): RunAdmission {
 }
 
 async function instances(open: (count: number) => Promise<StateEngine[]>) {
-  const engines = await open(INSTANCES);
-  await migrateState(engines[0] as StateEngine, "the test database");
-  return engines;
+  return await open(INSTANCES);
 }
 
 function taskServices(engines: StateEngine[], now: () => number): TaskService[] {
