@@ -21,6 +21,9 @@
  * url_env = "WEBCODEX_DATABASE_URL"   # the env var holding postgres://user:password@host:port/db
  * pool_size = 10              # connections this instance opens at most
  *
+ * [server.cluster]            # optional, PostgreSQL only: how the other instances reach this one
+ * advertise_url = "http://10.0.0.5:7420"   # default: http(s)://<host>:<port> of this listener
+ *
  * [server.tls]                # optional: terminate TLS here (https:// and wss://)
  * cert_file = "server.crt"    # PEM certificate chain, relative to this file
  * key_file = "server.key"     # PEM private key
@@ -310,6 +313,18 @@ export const ServerConfigSchema = z
           })
           .strict()
           .prefault({}),
+        /** Routing between instances on one PostgreSQL state (link/cluster.ts). */
+        cluster: z
+          .object({
+            /** The base URL the other instances send this one the link requests it holds (no path). */
+            advertise_url: z
+              .string()
+              .max(2048)
+              .regex(/^https?:\/\/[^\s/?#]+$/, "must be http(s)://host[:port] with no path, query or fragment")
+              .optional(),
+          })
+          .strict()
+          .prefault({}),
       })
       .strict()
       .prefault({}),
@@ -382,6 +397,8 @@ export interface ServerConfig {
   tls: { certFile: string; keyFile: string } | null;
   /** `[server.state]`: the SQLite file in stateDir, or a PostgreSQL URL read from `urlEnv` at start. */
   state: { backend: "sqlite" | "postgres"; urlEnv: string; poolSize: number };
+  /** `[server.cluster]`: the URL other instances reach this one on; null = this listener's own. */
+  cluster: { advertiseUrl: string | null };
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
   /** `[server] public_url` without a trailing slash, or null. */
@@ -520,6 +537,7 @@ export function buildServerConfig(
       urlEnv: cfg.server.state.url_env,
       poolSize: cfg.server.state.pool_size,
     },
+    cluster: { advertiseUrl: cfg.server.cluster.advertise_url ?? null },
     runners,
     principals: cfg.principals,
     publicUrl,

@@ -28,8 +28,16 @@ export interface PresenceOnline {
   runner_id: string;
   protocol_version: number;
   agent_instance_id: string;
+  /** The Runner's store id (a start's store fence, read by other instances: link/cluster.ts). */
+  store_id: string;
   projects: readonly { project_id: string; allow_patch: boolean }[];
-  providers: readonly { provider_id: string; name: string }[];
+  /** What the hello advertised per provider; the view columns keep id and name, `provider_adverts` all of it. */
+  providers: readonly {
+    provider_id: string;
+    name: string;
+    provider_instance_id: string;
+    allowed_config_options: readonly string[];
+  }[];
   max_concurrent_runs: number;
   agents_share_runner_user: boolean | null;
 }
@@ -48,6 +56,10 @@ export interface PresenceRow {
   agents_share_runner_user: number | null;
   /** When the holding Server last said this runner is live (epoch ms). */
   seen_ms: number;
+  /** The hello's store id (schema step 13; null in a row written before it). */
+  store_id: string | null;
+  /** JSON array of the hello's provider adverts, with their instance ids and config options (step 13). */
+  provider_adverts: string;
 }
 
 /** Whether a row stands for a live link now, and since when it is (or was last seen) online or offline. */
@@ -105,16 +117,26 @@ export class PresenceStore {
       p.max_concurrent_runs,
       p.agents_share_runner_user === null ? null : p.agents_share_runner_user ? 1 : 0,
       at.getTime(),
+      p.store_id,
+      JSON.stringify(
+        p.providers.map((x) => ({
+          provider_id: x.provider_id,
+          provider_instance_id: x.provider_instance_id,
+          name: x.name,
+          allowed_config_options: [...x.allowed_config_options],
+        })),
+      ),
     ];
     return this.#write(() =>
       this.#db.run(
         `INSERT INTO runner_presence (runner_id, online, since, protocol_version, agent_instance_id, projects, providers,
-           max_concurrent_runs, agents_share_runner_user, seen_ms)
-         VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
+           max_concurrent_runs, agents_share_runner_user, seen_ms, store_id, provider_adverts)
+         VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (runner_id) DO UPDATE SET online = 1, since = excluded.since,
            protocol_version = excluded.protocol_version, agent_instance_id = excluded.agent_instance_id,
            projects = excluded.projects, providers = excluded.providers, max_concurrent_runs = excluded.max_concurrent_runs,
-           agents_share_runner_user = excluded.agents_share_runner_user, seen_ms = excluded.seen_ms`,
+           agents_share_runner_user = excluded.agents_share_runner_user, seen_ms = excluded.seen_ms,
+           store_id = excluded.store_id, provider_adverts = excluded.provider_adverts`,
         params,
       ),
     );
