@@ -3,8 +3,9 @@
  * live, since when, and what that hello advertised (protocol version, projects, providers, capacity,
  * `agents_share_runner_user`). The Registry writes it on every accepted hello and every end of the live link,
  * so readers that are not the process holding the link (the operator console, another instance sharing the
- * database) see the fleet. Provider and project ids and names only: the hello carries no paths, and none are
- * written here.
+ * database) see the fleet, and another instance can route a start to it (link/cluster.ts: the store id and
+ * the providers' instance ids and config option names, schema step 13). Ids, names and option names only: the
+ * hello carries no paths, and none are written here.
  *
  * A row says online only while its Server keeps it fresh: the Server holding the links rewrites `seen_ms` of its
  * live runners every PRESENCE_REFRESH_MS (server.ts), and a reader counts a row not refreshed for
