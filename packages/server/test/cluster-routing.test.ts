@@ -8,6 +8,7 @@
  * - a slow run is cancelled through A; `tasks/get` and a task's `subscriptions/listen` on A follow the run;
  * - the holder's internal endpoint refuses a forged, expired, malformed or oversized request, and a
  *   signed run.start for a run with no `sent` record is not dispatched;
+ * - a forwarded start whose answer was lost stays unknown (`sent`), is settled by reconciliation, runs once;
  * - a stale remote view of the Runner (an agent instance it no longer has) is refused by the Runner and
  *   nothing is dispatched;
  * - B `kill -9`'d mid-run: the Runner reconnects through the proxy to A, the run still completes, once.
@@ -424,6 +425,23 @@ describe("several Server instances: any of them answers", () => {
     expect(rec).toMatchObject({ admission: "rejected_pre_admission", execution_state: "not_started" });
     const [failure] = await c.s.stateRows<{ failure_kind: string }>("SELECT failure_kind FROM admission_records");
     expect(failure?.failure_kind).toBe("runner_restarted");
+  }, 180_000);
+
+  it("leaves a forwarded start whose answer was lost unknown (never not started), and it runs once", async () => {
+    const c = await cluster();
+    // The run.start B forwards reaches the Runner, then the link is cut: B's answer to A is "closed".
+    c.proxy.cutAfterNextRunStart();
+    const started = await startOn(c.a, "answer-lost", "scenario: slow interval_ms=100 count=10");
+    await c.proxy.cutDone;
+    expect(started.ok, JSON.stringify(started)).toBe(true);
+    const run = okValue(started);
+    expect(run.state).toBe("starting");
+    const [rec] = await c.s.stateRows<{ admission: string }>("SELECT admission FROM admission_records");
+    expect(["sent", "admitted"]).toContain(rec?.admission);
+    // The Runner resumes its link on B; B's reconciliation finds the run; A follows it to the end.
+    const { last } = await observeToEnd(c.a, run.run_id);
+    expect(last.state).toBe("completed");
+    expect(c.s.prompts("r1")).toHaveLength(1);
   }, 180_000);
 
   it("keeps a run started through A truthful when B is kill -9'd mid-run: the Runner moves to A, one dispatch", async () => {

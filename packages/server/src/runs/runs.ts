@@ -175,7 +175,9 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   /**
    * A link request another instance forwarded here (link/cluster.ts): sent over this instance's OWN link
    * only, never forwarded again; `not_sent` when this instance does not hold the Runner's link (any more).
-   * A forwarded run.start counts as a start in flight here while it is out (a run.sync answered not_found
+   * A run.sync or run.cancel answered not_found closes a settled `sent` record as never admitted here (the
+   * caller cannot: it does not see the starts in flight on this link). A forwarded run.start counts as a
+   * start in flight here while it is out (a run.sync answered not_found
    * meanwhile does not close its record as never admitted), and is sent only while its record is still
    * `sent`: a record settled meanwhile (another instance's re-send was admitted, or it was closed) is
    * answered `closed` — outcome unknown to the caller, which then answers from the record as it is.
@@ -183,7 +185,15 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   async executeForwarded(runnerId: string, frame: RunnerRequest, timeoutMs: number): Promise<RequestOutcome> {
     const runner = this.#ctx.registry.live(runnerId);
     if (!runner || this.#ctx.closed) return { ok: false, reason: "not_sent" };
-    if (frame.type !== "run.start") return await runner.conn.request(frame, timeoutMs);
+    if (frame.type !== "run.start") {
+      const outcome = await runner.conn.request(frame, timeoutMs);
+      // not_found over the current link is judged here, where starts in flight to this link are known
+      // (RunContext.closeIfNeverAdmitted); the caller never closes a record on a forwarded answer.
+      if (outcome.ok && outcome.frame.type === "error" && outcome.frame.code === "not_found") {
+        await this.#ctx.closeIfNeverAdmitted(frame.run_id, runner);
+      }
+      return outcome;
+    }
     const runId = frame.run_id;
     let release: () => void = () => undefined;
     if (!this.#ctx.starting.has(runId)) {
@@ -232,18 +242,38 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     return this.#ctx.mirrors.get(runId)?.lastToolStep ?? null;
   }
 
-  /** Single-record reconciliation over the runner's current connection (run.sync decides). */
+  /**
+   * Single-record reconciliation over the runner's current connection (run.sync decides). With the link on
+   * another instance, a forwarded run.sync: its answer is taken into the record here, and a not_found is
+   * judged by the holder (`executeForwarded`).
+   */
   async #reconcileOne(runId: string): Promise<void> {
     try {
       const rec = await this.#ctx.store.get(runId);
-      const runner = rec && this.#ctx.registry.live(rec.runner_id);
-      const hello = runner?.conn.hello;
-      if (!rec || !runner || !hello || this.#ctx.closed) return; // offline: the next hello reconciles it
+      if (!rec || this.#ctx.closed) return;
+      const runner = this.#ctx.registry.live(rec.runner_id);
+      if (!runner) {
+        await this.#reconcileRemote(runId, rec.runner_id);
+        return;
+      }
+      const hello = runner.conn.hello;
+      if (!hello) return; // offline: the next hello reconciles it
       // An empty inventory forces a fresh run.sync query instead of trusting the hello's snapshot.
       await reconcileRecord(rec, { ...hello, inventory: [] }, this.#reconcileDeps(runner.conn, runner));
     } catch (err) {
       this.#ctx.log.error({ run_id: runId, err: (err as Error).message }, "single-run reconciliation failed");
     }
+  }
+
+  async #reconcileRemote(runId: string, runnerId: string): Promise<void> {
+    const runner = await this.#ctx.registry.lookup(runnerId);
+    if (!runner || this.#ctx.closed) return; // offline everywhere: its next hello reconciles it
+    const res = await runner.conn.request({ type: "run.sync", run_id: runId, after_seq: 0, max_events: 0 });
+    if (!res.ok) return;
+    if (res.frame.type === "run.sync.result") await this.#ctx.persist(runId, res.frame.run);
+    else if (res.frame.type === "error" && res.frame.tombstone)
+      await this.#ctx.applyTombstone(runId, res.frame.tombstone);
+    this.#ctx.mirrors.get(runId)?.touch();
   }
 
   listProjects(principal: Principal): ProjectView[] {
