@@ -153,7 +153,9 @@ async function cluster(): Promise<Cluster> {
       )[0]?.store_id,
     { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the Runner's presence row" },
   );
-  expect((await projectsOn(s.port)).find((p) => p.project_id === "demo")?.runner_online).toBe(false);
+  // A lists the Runner linked to B, with what its hello advertised.
+  const onA = (await projectsOn(s.port)).find((p) => p.project_id === "demo");
+  expect(onA).toMatchObject({ runner_online: true, providers: [expect.objectContaining({ provider_id: "fake" })] });
   return { s, a: s.port, b: portB, proxy };
 }
 

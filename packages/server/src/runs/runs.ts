@@ -276,13 +276,16 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#ctx.mirrors.get(runId)?.touch();
   }
 
-  listProjects(principal: Principal): ProjectView[] {
+  /** The caller's projects, with their Runners wherever they are linked (`registry.lookup`, once per Runner). */
+  async listProjects(principal: Principal): Promise<ProjectView[]> {
     if (!principal.scopes.has("project:read") && !principal.scopes.has("coding_agent:run")) return [];
     const out: ProjectView[] = [];
+    const runners = new Map<string, LiveRunner | undefined>();
     for (const projectId of [...principal.projects].sort()) {
       const runnerId = this.#ctx.registry.runnerForProject(projectId);
       if (runnerId === undefined) continue;
-      const runner = this.#ctx.registry.live(runnerId);
+      if (!runners.has(runnerId)) runners.set(runnerId, await this.#ctx.registry.lookup(runnerId));
+      const runner = runners.get(runnerId);
       const advert = runner?.projects.find((p) => p.project_id === projectId);
       out.push({
         project_id: projectId,
