@@ -11,12 +11,14 @@
  * - a forwarded start whose answer was lost stays unknown (`sent`), is settled by reconciliation, runs once;
  * - a stale remote view of the Runner (an agent instance it no longer has) is refused by the Runner and
  *   nothing is dispatched;
+ * - a run ended by B's reconciliation (its Runner killed and restarted), with no run.update, wakes a
+ *   long-poll on A through the state change's notification;
  * - B `kill -9`'d mid-run: the Runner reconnects through the proxy to A, the run still completes, once.
  */
 import { randomBytes } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { isTerminalState } from "@webcodex/protocol";
+import { isTerminalState, MAX_OBSERVE_WAIT_SECS } from "@webcodex/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   DAEMON_POLL_MS,
@@ -49,6 +51,8 @@ const TASKS_META = {
 const LONG_POLL_SECS = 20;
 /** How soon after the agent's next event a long-poll on A must answer (the agent emits one per interval). */
 const WAKE_BOUND_MS = 3_000;
+/** The longest observe wait (protocol MAX_OBSERVE_WAIT_SECS). */
+const MAX_WAIT_SECS = MAX_OBSERVE_WAIT_SECS;
 
 let pg: PostgresCluster;
 let stack: ProcStack | null = null;
@@ -443,6 +447,53 @@ describe("several Server instances: any of them answers", () => {
     // The Runner resumes its link on B; B's reconciliation finds the run; A follows it to the end.
     const { last } = await observeToEnd(c.a, run.run_id);
     expect(last.state).toBe("completed");
+    expect(c.s.prompts("r1")).toHaveLength(1);
+  }, 180_000);
+
+  it("wakes a long-poll on A when B's reconciliation ends the run (the Runner was kill -9'd and restarted)", async () => {
+    const c = await cluster();
+    const run = okValue(await startOn(c.a, "runner-dies", "scenario: slow interval_ms=200 count=500"));
+    let token = run.observation_token;
+    await poll(
+      async () => {
+        const o = okValue(
+          await api<ObserveOutput>(c.a, "observe", { run_id: run.run_id, after_observation_token: token }),
+        );
+        token = o.observation_token;
+        return o.state === "running";
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the run running" },
+    );
+    // Drain what is there, then wait on A while the Runner dies and comes back (its old link's lease runs out
+    // first): the end is written by B's reconciliation of the restarted Runner's hello, with no run.update.
+    for (;;) {
+      const o = okValue(
+        await api<ObserveOutput>(c.a, "observe", { run_id: run.run_id, after_observation_token: token }),
+      );
+      token = o.observation_token;
+      if (!o.has_more) break;
+    }
+    await c.s.killRunner("r1", "SIGKILL");
+    const t0 = Date.now();
+    const waiting = api<ObserveOutput>(c.a, "observe", {
+      run_id: run.run_id,
+      wait_secs: MAX_WAIT_SECS,
+      after_observation_token: token,
+    });
+    await c.s.startRunner("r1", [], {}, { waitOnline: false });
+    let o = okValue(await waiting);
+    // Events already on their way may answer first; the state change must follow within moments.
+    while (!isTerminalState(o.state)) {
+      o = okValue(
+        await api<ObserveOutput>(c.a, "observe", {
+          run_id: run.run_id,
+          wait_secs: MAX_WAIT_SECS,
+          after_observation_token: o.observation_token,
+        }),
+      );
+    }
+    expect(o.state).toBe("lost");
+    expect(Date.now() - t0).toBeLessThan((MAX_WAIT_SECS - 5) * 1000);
     expect(c.s.prompts("r1")).toHaveLength(1);
   }, 180_000);
 

@@ -43,7 +43,8 @@ export const MAX_PENDING_RUNNER_FRAMES = 1_000;
 
 /**
  * The notification channel of run changes between instances (state/engine.ts `listen`/`notify`): the
- * instance holding a Runner's link notifies `<run_id> <runner_id>` after it applied a `run.update`; an
+ * instance holding a Runner's link notifies `<run_id> <runner_id>` after it applied a `run.update`, and
+ * every instance with the commit of any change of a record's state; an
  * instance following that run (observers, a task's listen) syncs its mirror through the holder and wakes them.
  */
 export const RUN_CHANGES_CHANNEL = "webcodex_run_changes";
@@ -125,6 +126,12 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   async joinCluster(engine: StateEngine): Promise<void> {
     this.#unlisten = await engine.listen(RUN_CHANGES_CHANNEL, (payload) => this.#onRunChanged(payload));
     this.#cluster = engine;
+    if (engine.dialect !== "postgres") return;
+    // A change of a record's state on any instance (a reconciliation's close, a tombstone, a rejection)
+    // is told too, delivered when its transaction commits: PostgreSQL's pg_notify inside that transaction.
+    this.#ctx.store.onStateChange(async (rec, _previous, tx) => {
+      await tx.get("SELECT pg_notify(?, ?) AS notified", [RUN_CHANGES_CHANNEL, `${rec.run_id} ${rec.runner_id}`]);
+    });
   }
 
   /** Another instance applied a change of a run (null: notifications may have been lost; resync all). */
