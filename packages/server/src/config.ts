@@ -245,6 +245,9 @@ export const PrincipalConfigSchema = z
     path: ["token_scopes"],
   });
 
+/** Listen addresses that name no one host: a peer cannot reach this instance there (`[server.cluster]`). */
+const UNSPECIFIED_HOSTS = new Set(["0.0.0.0", "::", "[::]"]);
+
 /** Default `[server] max_connections`: below the common 1024 open-file limit, with room for the database. */
 export const DEFAULT_MAX_CONNECTIONS = 1000;
 /** Largest `[server.state] pool_size`: each connection is a PostgreSQL backend process. */
@@ -481,6 +484,17 @@ export function buildServerConfig(
           )} ${unknown.length === 1 ? "is not a configured principal" : "are not configured principals"} ([[principals]] id)`,
       );
     }
+  }
+  if (
+    cfg.server.state.backend === "postgres" &&
+    cfg.server.cluster.advertise_url === undefined &&
+    UNSPECIFIED_HOSTS.has(cfg.server.host)
+  ) {
+    throw new ConfigError(
+      `${where}: server.cluster.advertise_url: required when server.host is "${cfg.server.host}" on a PostgreSQL ` +
+        "state: the other instances forward link requests to this URL and cannot reach an unspecified address " +
+        '(e.g. advertise_url = "http://10.0.0.5:7420")',
+    );
   }
   const publicUrl = cfg.server.public_url === undefined ? null : new URL(cfg.server.public_url).origin;
   let oauth: OAuthSettings | null = null;
