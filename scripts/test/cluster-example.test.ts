@@ -20,6 +20,10 @@ const CLUSTER_READY_MS = 120_000;
 const CLUSTER_STOP_MS = 60_000;
 /** Bound on one MCP call through the load balancer. */
 const MCP_CALL_MS = 10_000;
+/** Longest one observe long-poll waits for news (seconds). */
+const OBSERVE_WAIT_SECS = 5;
+/** Most observe calls one run may take before the test gives up on it. */
+const MAX_OBSERVES = 20;
 /** Time between two looks at the script's output. */
 const OUTPUT_POLL_MS = 100;
 
@@ -48,9 +52,59 @@ async function toolsList(url: string, token: string): Promise<{ backend: string 
   return { backend: res.headers.get(BACKEND_HEADER), tools: json.result.tools.map((t: { name: string }) => t.name) };
 }
 
+/** One 2025-era tools/call through the load balancer: the structured result and which instance answered. */
+async function callTool(
+  url: string,
+  token: string,
+  name: string,
+  args: Record<string, unknown>,
+): Promise<{ backend: string | null; result: Record<string, unknown> }> {
+  const res = await fetch(url, {
+    method: "POST",
+    headers: {
+      authorization: `Bearer ${token}`,
+      "content-type": "application/json",
+      accept: "application/json, text/event-stream",
+      "mcp-protocol-version": "2025-06-18",
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name, arguments: args } }),
+    signal: AbortSignal.timeout(MCP_CALL_MS + OBSERVE_WAIT_SECS * 1000),
+  });
+  const text = await res.text();
+  expect(res.status, text).toBe(200);
+  const json = JSON.parse(res.headers.get("content-type")?.includes("event-stream") ? text.split("data: ")[1]! : text);
+  expect(json.result?.isError, text).not.toBe(true);
+  return { backend: res.headers.get(BACKEND_HEADER), result: json.result.structuredContent };
+}
+
+/** A run started through the load balancer and observed through it until it ends; returns its id and end. */
+async function runThroughBalancer(url: string, token: string, key: string) {
+  const start = await callTool(url, token, "start_coding_agent", {
+    project_id: "demo",
+    provider_id: "fake",
+    idempotency_key: key,
+    prompt: "scenario: hello",
+  });
+  const runId = start.result.run_id as string;
+  let cursor = start.result.observation_token as string;
+  let state = start.result.state as string;
+  const observedOn = new Set<string | null>();
+  for (let i = 0; i < MAX_OBSERVES && !["completed", "failed", "cancelled", "lost"].includes(state); i++) {
+    const seen = await callTool(url, token, "observe_coding_agent", {
+      run_id: runId,
+      after_observation_token: cursor,
+      wait_secs: OBSERVE_WAIT_SECS,
+    });
+    observedOn.add(seen.backend);
+    cursor = seen.result.observation_token as string;
+    state = seen.result.state as string;
+  }
+  return { runId, startedOn: start.backend, observedOn, state, replayed: start.result.replayed };
+}
+
 describe("examples/cluster/start.mjs", () => {
   it(
-    "answers MCP through the load balancer from both instances, and Ctrl-C stops every process",
+    "answers MCP through the load balancer from both instances, runs and observes through it, and Ctrl-C stops every process",
     async () => {
       const dir = mkdtempSync(join(tmpdir(), "webcodex-cluster-"));
       let output = "";
@@ -87,6 +141,25 @@ describe("examples/cluster/start.mjs", () => {
       const answers = [await toolsList(printed.url, printed.token), await toolsList(printed.url, printed.token)];
       expect(answers.map((a) => a.backend).sort()).toEqual([...instancePorts].sort());
       for (const answer of answers) expect(answer.tools).toContain("start_coding_agent");
+
+      // Runs through the load balancer: whichever instance takes the start or an observe, the one without the
+      // Runner's link forwards to the one with it. Two starts in a row land on both instances.
+      const keys = [`cluster-a-${process.pid}-${Date.now()}`, `cluster-b-${process.pid}-${Date.now()}`];
+      const runs = [];
+      for (const key of keys) runs.push(await runThroughBalancer(printed.url, printed.token, key));
+      expect(runs.map((r) => r.state)).toEqual(["completed", "completed"]);
+      expect(runs.map((r) => r.replayed)).toEqual([false, false]);
+      expect(new Set(runs.map((r) => r.startedOn)).size).toBe(2);
+      // The same key again, through the next instance in turn: the same run, replayed, nothing started again.
+      for (const [i, key] of keys.entries()) {
+        const again = await callTool(printed.url, printed.token, "start_coding_agent", {
+          project_id: "demo",
+          provider_id: "fake",
+          idempotency_key: key,
+          prompt: "scenario: hello",
+        });
+        expect(again.result).toMatchObject({ run_id: runs[i]?.runId, replayed: true, state: "completed" });
+      }
 
       const tracked = descendantsOf(child.pid!);
       // Runner, two Servers, PostgreSQL and its own workers.

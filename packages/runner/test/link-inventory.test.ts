@@ -76,7 +76,7 @@ describe("hello with a large inventory", () => {
     const link = h.link(svc, R1.token);
     await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     expect(h.log.lines.some((l) => l.includes("runner hello accepted"))).toBe(true);
-    expect(h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
+    expect((await h.server.runs.listProjects(alice)).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
     // What the link actually sent: a hello within the frame bound, both open runs, only the newest terminal runs.
     expect(h.log.lines.some((l) => l.includes("inventory larger than one frame"))).toBe(true);
     const hellos = sent

@@ -56,7 +56,7 @@ describe("runner link", () => {
     expect(hellos()).toBe(1);
     await h.restartServer();
     await poll(() => hellos() >= 2 && link.connected, { timeoutMs: RECONNECT_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
-    expect(h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
+    expect((await h.server.runs.listProjects(alice)).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
   });
 
   it("stops pushing a run when the send queue is full and lets the Server re-sync by seq", async () => {
@@ -71,7 +71,7 @@ describe("runner link", () => {
     });
     try {
       await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
-      await poll(() => h.server.runs.listProjects(alice)[0]?.runner_online, {
+      await poll(async () => (await h.server.runs.listProjects(alice))[0]?.runner_online, {
         timeoutMs: IN_PROCESS_WAIT_MS,
         intervalMs: IN_PROCESS_POLL_MS,
       });

@@ -21,6 +21,9 @@
  * url_env = "WEBCODEX_DATABASE_URL"   # the env var holding postgres://user:password@host:port/db
  * pool_size = 10              # connections this instance opens at most
  *
+ * [server.cluster]            # optional, PostgreSQL only: how the other instances reach this one
+ * advertise_url = "http://10.0.0.5:7420"   # default: http(s)://<host>:<port> of this listener
+ *
  * [server.tls]                # optional: terminate TLS here (https:// and wss://)
  * cert_file = "server.crt"    # PEM certificate chain, relative to this file
  * key_file = "server.key"     # PEM private key
@@ -242,6 +245,9 @@ export const PrincipalConfigSchema = z
     path: ["token_scopes"],
   });
 
+/** Listen addresses that name no one host: a peer cannot reach this instance there (`[server.cluster]`). */
+const UNSPECIFIED_HOSTS = new Set(["0.0.0.0", "::", "[::]"]);
+
 /** Default `[server] max_connections`: below the common 1024 open-file limit, with room for the database. */
 export const DEFAULT_MAX_CONNECTIONS = 1000;
 /** Largest `[server.state] pool_size`: each connection is a PostgreSQL backend process. */
@@ -307,6 +313,18 @@ export const ServerConfigSchema = z
               .default("WEBCODEX_DATABASE_URL"),
             /** Connections this instance's pool opens at most (PostgreSQL). */
             pool_size: z.number().int().min(1).max(MAX_STATE_POOL_SIZE).default(DEFAULT_STATE_POOL_SIZE),
+          })
+          .strict()
+          .prefault({}),
+        /** Routing between instances on one PostgreSQL state (link/cluster.ts). */
+        cluster: z
+          .object({
+            /** The base URL the other instances send this one the link requests it holds (no path). */
+            advertise_url: z
+              .string()
+              .max(2048)
+              .regex(/^https?:\/\/[^\s/?#]+$/, "must be http(s)://host[:port] with no path, query or fragment")
+              .optional(),
           })
           .strict()
           .prefault({}),
@@ -382,6 +400,8 @@ export interface ServerConfig {
   tls: { certFile: string; keyFile: string } | null;
   /** `[server.state]`: the SQLite file in stateDir, or a PostgreSQL URL read from `urlEnv` at start. */
   state: { backend: "sqlite" | "postgres"; urlEnv: string; poolSize: number };
+  /** `[server.cluster]`: the URL other instances reach this one on; null = this listener's own. */
+  cluster: { advertiseUrl: string | null };
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
   /** `[server] public_url` without a trailing slash, or null. */
@@ -465,6 +485,17 @@ export function buildServerConfig(
       );
     }
   }
+  if (
+    cfg.server.state.backend === "postgres" &&
+    cfg.server.cluster.advertise_url === undefined &&
+    UNSPECIFIED_HOSTS.has(cfg.server.host)
+  ) {
+    throw new ConfigError(
+      `${where}: server.cluster.advertise_url: required when server.host is "${cfg.server.host}" on a PostgreSQL ` +
+        "state: the other instances forward link requests to this URL and cannot reach an unspecified address " +
+        '(e.g. advertise_url = "http://10.0.0.5:7420")',
+    );
+  }
   const publicUrl = cfg.server.public_url === undefined ? null : new URL(cfg.server.public_url).origin;
   let oauth: OAuthSettings | null = null;
   if (cfg.oauth?.enabled) {
@@ -520,6 +551,7 @@ export function buildServerConfig(
       urlEnv: cfg.server.state.url_env,
       poolSize: cfg.server.state.pool_size,
     },
+    cluster: { advertiseUrl: cfg.server.cluster.advertise_url ?? null },
     runners,
     principals: cfg.principals,
     publicUrl,

@@ -15,6 +15,7 @@ import { type ConsoleMount, createConsole, isConsolePath } from "./console/http.
 import { ConsoleSessions } from "./console/sessions.js";
 import { ConsoleReader } from "./console/snapshot.js";
 import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
+import { CLUSTER_LINK_REQUEST_PATH, ClusterDirectory, clusterKey, handleLinkRequest } from "./link/cluster.js";
 import { RunnerHub } from "./link/hub.js";
 import { StateLeaseStore } from "./link/lease-store.js";
 import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
@@ -128,12 +129,18 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   });
   await reconcileAtStart(store, logger);
   const stopExpiry = startRejectedRecordExpiry(store, config.rejectedRecordMaxAgeSecs, logger);
+  // Names this instance in link lease holders and in the cluster directory (link/cluster.ts).
+  const instanceId = randomBytes(12).toString("base64url");
+  // Several instances on one PostgreSQL state route link requests to each other (design §14).
+  const clustered = config.state.backend === "postgres";
+  const linkKey = clusterKey(store.serverSecret);
+  let directory: ClusterDirectory | null = null;
   const hub = new RunnerHub({
     bindings: config.runners,
     logger: logger.child({ c: "hub" }),
     listener: runs,
     heartbeatIntervalMs: config.heartbeatIntervalMs,
-    serverInstanceId: randomBytes(12).toString("base64url"),
+    serverInstanceId: instanceId,
     tokens: new RunnerTokenStore(store.engine),
     leaseStore: new StateLeaseStore(store.engine),
   });
@@ -168,6 +175,15 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         logger.error({ err: (err as Error).message }, "console handler failed");
         if (!res.headersSent) res.writeHead(500).end();
       });
+      return;
+    }
+    if (clustered && path === CLUSTER_LINK_REQUEST_PATH) {
+      handleLinkRequest(req, res, linkKey, (r, f, t) => runs.executeForwarded(r, f, t), logger).catch(
+        (err: unknown) => {
+          logger.error({ err: (err as Error).message }, "cluster link request failed");
+          if (!res.headersSent) res.writeHead(500).end();
+        },
+      );
       return;
     }
     if (testApi && path.startsWith("/__test/")) {
@@ -217,6 +233,32 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   const port = (http.address() as AddressInfo).port;
   const host = config.host.includes(":") ? `[${config.host}]` : config.host;
   const url = `${tlsOptions ? "https" : "http"}://${host}:${port}`;
+  if (clustered) {
+    try {
+      directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? url, logger);
+      await directory.start();
+      await runs.joinCluster(store.engine);
+      registry.joinCluster({
+        directory,
+        key: linkKey,
+        requestTimeoutMs: hub.requestTimeoutMs,
+        log: logger.child({ c: "cluster" }),
+      });
+    } catch (err) {
+      runs.close();
+      stopExpiry();
+      clearInterval(presenceTimer);
+      console_.close();
+      await directory?.stop();
+      await hub.close();
+      if (mcp?.close) await mcp.close();
+      http.closeAllConnections();
+      await new Promise<void>((r) => http.close(() => r()));
+      await store.close();
+      lock.release();
+      throw err;
+    }
+  }
   logger.info(
     {
       url,
@@ -224,6 +266,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       state_backend: config.state.backend,
       runners: config.runners.length,
       test_hooks: testHooks,
+      ...(directory ? { advertise_url: directory.url } : {}),
       tls: tlsOptions !== null,
       max_connections: config.maxConnections,
     },
@@ -241,6 +284,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         runs.close();
         clearInterval(presenceTimer);
         console_.close();
+        await directory?.stop();
         await hub.close();
         if (mcp?.close) await mcp.close();
         http.closeAllConnections();

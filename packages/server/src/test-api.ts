@@ -46,7 +46,7 @@ export function mountTestApi(runs: RunsApi, config: ServerConfig, logger: Logger
         if (req.method === "GET" && url.pathname === "/__test/projects") {
           const p = principalFromConfig(config, url.searchParams.get("principal_id") ?? "");
           if (!p) return send(404, { error: "unknown principal" });
-          return send(200, runs.listProjects(p));
+          return send(200, await runs.listProjects(p));
         }
         const m = /^\/__test\/runs\/(start|observe|cancel)$/.exec(url.pathname);
         if (req.method !== "POST" || !m) return send(404, { error: "not_found" });

@@ -53,7 +53,7 @@ describe("admission durability before run.start", () => {
     const svc = new FakeRunService();
     const link = harness.link(svc, R1.token);
     await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
-    await poll(() => harness.server.runs.listProjects(alice).some((p) => p.runner_online), {
+    await poll(async () => (await harness.server.runs.listProjects(alice)).some((p) => p.runner_online), {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });

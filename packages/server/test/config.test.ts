@@ -34,6 +34,33 @@ describe("server config", () => {
     }
   });
 
+  it("reads [server.cluster] advertise_url, refuses one with a path, and requires it for 0.0.0.0 on PostgreSQL", () => {
+    const opts = { file: null, baseDir: "/" };
+    const pgServer = (host: string, cluster?: Record<string, unknown>) =>
+      base({
+        server: {
+          port: 0,
+          host,
+          allow_insecure_http: true,
+          state: { backend: "postgres" },
+          ...(cluster ? { cluster } : {}),
+        },
+      });
+    expect(buildServerConfig(base(), opts).cluster).toEqual({ advertiseUrl: null });
+    expect(buildServerConfig(pgServer("127.0.0.1"), opts).cluster).toEqual({ advertiseUrl: null });
+    expect(buildServerConfig(pgServer("0.0.0.0", { advertise_url: "http://10.0.0.5:7420" }), opts).cluster).toEqual({
+      advertiseUrl: "http://10.0.0.5:7420",
+    });
+    expect(() => buildServerConfig(pgServer("0.0.0.0"), opts)).toThrow(
+      /server\.cluster\.advertise_url: required when server\.host is "0\.0\.0\.0"/,
+    );
+    for (const bad of ["http://10.0.0.5:7420/x", "ftp://h", "10.0.0.5:7420", "http://h?q"]) {
+      expect(() => buildServerConfig(pgServer("127.0.0.1", { advertise_url: bad }), opts)).toThrow(
+        /server\.cluster\.advertise_url/,
+      );
+    }
+  });
+
   it("reads a runner's shared_user_principals (absent: no restriction) and refuses a principal it does not know", () => {
     const principals = [{ id: "alice" }, { id: "bob" }];
     expect(buildServerConfig(base({ principals }), { file: null, baseDir: "/" }).runners[0]?.sharedUserPrincipals).toBe(

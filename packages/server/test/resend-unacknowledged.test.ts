@@ -30,7 +30,7 @@ async function setup(): Promise<{ h: Harness; svc: FakeRunService; runId: string
   const svc = new FakeRunService();
   const link = h.link(svc, R1.token);
   await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
-  await poll(() => h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+  await poll(async () => (await h.server.runs.listProjects(alice)).some((p) => p.runner_online), {
     timeoutMs: IN_PROCESS_WAIT_MS,
     intervalMs: IN_PROCESS_POLL_MS,
   });

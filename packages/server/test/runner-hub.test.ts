@@ -99,7 +99,7 @@ describe("runner hub", () => {
     }
     expect(good.ws.readyState).toBe(WebSocket.OPEN);
     expect(
-      h.server.runs.listProjects({ id: "x", scopes: new Set(["project:read"]), projects: new Set(["other"]) }),
+      await h.server.runs.listProjects({ id: "x", scopes: new Set(["project:read"]), projects: new Set(["other"]) }),
     ).toEqual([expect.objectContaining({ project_id: "other", runner_online: true })]);
     good.ws.close();
   });

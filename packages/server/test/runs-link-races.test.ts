@@ -38,7 +38,7 @@ describe("run core against a hand-driven Runner link", () => {
   ): Promise<RawRunner> {
     const r = await RawRunner.connect(h.wsUrl(), R1.token, svc, inventory, hold);
     raws.push(r);
-    await poll(() => h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+    await poll(async () => (await h.server.runs.listProjects(alice)).some((p) => p.runner_online), {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -53,7 +53,7 @@ describe("run core against a hand-driven Runner link", () => {
     const y = ok(await h.server.runs.start(alice, input("y")));
     svc.emit(y.run_id, [msg("one"), msg("two")]); // never pushed: the Server must fetch them with run.sync
     first.close();
-    await poll(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+    await poll(async () => !(await h.server.runs.listProjects(alice)).some((p) => p.runner_online), {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
@@ -189,7 +189,7 @@ describe("run core against a hand-driven Runner link", () => {
     const a = await connect(closed);
     const local = await h.server.runs.start(alice, input("np-local"));
     a.stop();
-    await poll(() => !h.server.runs.listProjects(alice).some((p) => p.runner_online), {
+    await poll(async () => !(await h.server.runs.listProjects(alice)).some((p) => p.runner_online), {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });

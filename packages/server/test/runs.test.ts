@@ -40,10 +40,10 @@ async function online(h: Harness, svc: FakeRunService, token = R1.token) {
   const link = h.link(svc, token);
   await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
   await poll(
-    () =>
-      h.server.runs
-        .listProjects(alice)
-        .some((p) => p.runner_online && svc.projects.some((x) => x.project_id === p.project_id)),
+    async () =>
+      (await h.server.runs.listProjects(alice)).some(
+        (p) => p.runner_online && svc.projects.some((x) => x.project_id === p.project_id),
+      ),
     { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
   );
   return link;
@@ -412,10 +412,13 @@ describe("run core", () => {
     expect(ok(await waiting).runner_offline).toBe(true);
     // Woken by the Runner going offline, not by the end of its 20 s wait.
     expect(Date.now() - t0).toBeLessThan(20_000);
-    await poll(() => !h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, {
-      timeoutMs: IN_PROCESS_WAIT_MS,
-      intervalMs: IN_PROCESS_POLL_MS,
-    });
+    await poll(
+      async () => !(await h.server.runs.listProjects(alice)).find((p) => p.project_id === "demo")?.runner_online,
+      {
+        timeoutMs: IN_PROCESS_WAIT_MS,
+        intervalMs: IN_PROCESS_POLL_MS,
+      },
+    );
     const o = ok(
       await h.server.runs.observe(alice, { run_id: run.run_id, after_observation_token: run.observation_token }),
     );
@@ -487,10 +490,13 @@ describe("run core", () => {
     );
     expect(o1.events.map((e) => e.seq)).toEqual([1]);
     await h.restartServer();
-    await poll(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, {
-      timeoutMs: RECONNECT_WAIT_MS,
-      intervalMs: IN_PROCESS_POLL_MS,
-    });
+    await poll(
+      async () => (await h.server.runs.listProjects(alice)).find((p) => p.project_id === "demo")?.runner_online,
+      {
+        timeoutMs: RECONNECT_WAIT_MS,
+        intervalMs: IN_PROCESS_POLL_MS,
+      },
+    );
     svc.emit(run.run_id, [msg("b")]);
     const o2 = ok(
       await h.server.runs.observe(alice, {
@@ -527,10 +533,13 @@ describe("run core", () => {
     stuck.send(
       encodeFrame({ type: "hello", protocol_version: PROTOCOL_VERSION, ...stuckSvc.helloBody(), inventory: [] }),
     );
-    await poll(() => h.server.runs.listProjects(alice).find((p) => p.project_id === "demo")?.runner_online, {
-      timeoutMs: IN_PROCESS_WAIT_MS,
-      intervalMs: IN_PROCESS_POLL_MS,
-    });
+    await poll(
+      async () => (await h.server.runs.listProjects(alice)).find((p) => p.project_id === "demo")?.runner_online,
+      {
+        timeoutMs: IN_PROCESS_WAIT_MS,
+        intervalMs: IN_PROCESS_POLL_MS,
+      },
+    );
     stuck.pause(); // reads nothing more, answers nothing
     const hanging = h.server.runs.start(alice, input("stuck"));
     const s2 = new FakeRunService({ projects: [{ project_id: "other", allow_patch: true }] });

@@ -274,13 +274,10 @@ describe("expiry of records rejected before admission", () => {
     // Admitted and finished: never expires here, however old.
     const svc = new FakeRunService();
     h.link(svc, R1.token);
-    await poll(
-      () =>
-        server()
-          .runs.listProjects(alice)
-          .some((p) => p.runner_online),
-      { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
-    );
+    await poll(async () => (await server().runs.listProjects(alice)).some((p) => p.runner_online), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     const admitted = await server().runs.start(alice, input("old-admitted"));
     if (!admitted.ok) throw new Error("expected an admitted run");
     svc.finish(admitted.value.run_id);

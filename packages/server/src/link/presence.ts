@@ -3,8 +3,9 @@
  * live, since when, and what that hello advertised (protocol version, projects, providers, capacity,
  * `agents_share_runner_user`). The Registry writes it on every accepted hello and every end of the live link,
  * so readers that are not the process holding the link (the operator console, another instance sharing the
- * database) see the fleet. Provider and project ids and names only: the hello carries no paths, and none are
- * written here.
+ * database) see the fleet, and another instance can route a start to it (link/cluster.ts: the store id and
+ * the providers' instance ids and config option names, schema step 13). Ids, names and option names only: the
+ * hello carries no paths, and none are written here.
  *
  * A row says online only while its Server keeps it fresh: the Server holding the links rewrites `seen_ms` of its
  * live runners every PRESENCE_REFRESH_MS (server.ts), and a reader counts a row not refreshed for
@@ -28,8 +29,16 @@ export interface PresenceOnline {
   runner_id: string;
   protocol_version: number;
   agent_instance_id: string;
+  /** The Runner's store id (a start's store fence, read by other instances: link/cluster.ts). */
+  store_id: string;
   projects: readonly { project_id: string; allow_patch: boolean }[];
-  providers: readonly { provider_id: string; name: string }[];
+  /** What the hello advertised per provider; the view columns keep id and name, `provider_adverts` all of it. */
+  providers: readonly {
+    provider_id: string;
+    name: string;
+    provider_instance_id: string;
+    allowed_config_options: readonly string[];
+  }[];
   max_concurrent_runs: number;
   agents_share_runner_user: boolean | null;
   /** The Runner's software version from its hello; null when it did not say. */
@@ -50,7 +59,12 @@ export interface PresenceRow {
   agents_share_runner_user: number | null;
   /** When the holding Server last said this runner is live (epoch ms). */
   seen_ms: number;
+  /** The Runner's software version from its hello (schema step 14; null when it did not say). */
   runner_version: string | null;
+  /** The hello's store id (schema step 13; null in a row written before it). */
+  store_id: string | null;
+  /** JSON array of the hello's provider adverts, with their instance ids and config options (step 13). */
+  provider_adverts: string;
 }
 
 /** Whether a row stands for a live link now, and since when it is (or was last seen) online or offline. */
@@ -109,17 +123,27 @@ export class PresenceStore {
       p.agents_share_runner_user === null ? null : p.agents_share_runner_user ? 1 : 0,
       at.getTime(),
       p.runner_version,
+      p.store_id,
+      JSON.stringify(
+        p.providers.map((x) => ({
+          provider_id: x.provider_id,
+          provider_instance_id: x.provider_instance_id,
+          name: x.name,
+          allowed_config_options: [...x.allowed_config_options],
+        })),
+      ),
     ];
     return this.#write(() =>
       this.#db.run(
         `INSERT INTO runner_presence (runner_id, online, since, protocol_version, agent_instance_id, projects, providers,
-           max_concurrent_runs, agents_share_runner_user, seen_ms, runner_version)
-         VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+           max_concurrent_runs, agents_share_runner_user, seen_ms, runner_version, store_id, provider_adverts)
+         VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (runner_id) DO UPDATE SET online = 1, since = excluded.since,
            protocol_version = excluded.protocol_version, agent_instance_id = excluded.agent_instance_id,
            projects = excluded.projects, providers = excluded.providers, max_concurrent_runs = excluded.max_concurrent_runs,
            agents_share_runner_user = excluded.agents_share_runner_user, seen_ms = excluded.seen_ms,
-           runner_version = excluded.runner_version`,
+           runner_version = excluded.runner_version, store_id = excluded.store_id,
+           provider_adverts = excluded.provider_adverts`,
         params,
       ),
     );

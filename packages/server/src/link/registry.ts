@@ -2,16 +2,21 @@
  * Which Runners are connected and what they advertise. A project id resolves
  * to exactly one configured runner (the Server config's binding); whether
  * that runner is online, and with which instance ids, comes from its live
- * `hello`.
+ * `hello` — on this instance (`live`), or on another instance sharing the
+ * PostgreSQL state (`lookup`, through link/cluster.ts: the holder's hello as
+ * its presence row shows it, requests forwarded to the holder).
  */
 import type { HelloFrame, ProjectAdvert, ProviderAdvert } from "@webcodex/protocol";
+import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
+import { type ClusterDirectory, type LinkConnection, RemoteRunnerConnection } from "./cluster.js";
 import type { RunnerConnection } from "./hub.js";
 import type { PresenceStore } from "./presence.js";
 
 export interface LiveRunner {
   runnerId: string;
-  conn: RunnerConnection;
+  /** This instance's link (a RunnerConnection), or the holder's reached through it (RemoteRunnerConnection). */
+  conn: LinkConnection;
   agentInstanceId: string;
   storeId: string;
   providers: readonly ProviderAdvert[];
@@ -22,6 +27,21 @@ export interface LiveRunner {
   agentsShareRunnerUser: boolean | null;
 }
 
+/** A Runner whose link this instance holds. */
+export interface LocalRunner extends LiveRunner {
+  conn: RunnerConnection;
+}
+
+/** How this instance reaches Runners linked to other instances (PostgreSQL state only). */
+export interface RegistryCluster {
+  directory: ClusterDirectory;
+  /** The link-request key (link/cluster.ts clusterKey). */
+  key: Buffer;
+  /** How long a forwarded request waits for the Runner by default (the hub's request timeout). */
+  requestTimeoutMs: number;
+  log: Logger;
+}
+
 export type ProjectResolution =
   | { kind: "unknown_project" }
   | { kind: "runner_offline"; runnerId: string }
@@ -29,7 +49,8 @@ export type ProjectResolution =
   | { kind: "ok"; runner: LiveRunner; project: ProjectAdvert };
 
 export class Registry {
-  readonly #live = new Map<string, LiveRunner>();
+  readonly #live = new Map<string, LocalRunner>();
+  #cluster: RegistryCluster | null = null;
 
   /** `presence`: where accepted hellos and ends of live links are written for other readers (link/presence.ts). */
   constructor(
@@ -37,10 +58,15 @@ export class Registry {
     private readonly presence?: PresenceStore,
   ) {}
 
+  /** From now on `lookup` also finds Runners linked to other instances (server.ts, PostgreSQL state). */
+  joinCluster(cluster: RegistryCluster): void {
+    this.#cluster = cluster;
+  }
+
   /** Record a hello (the hub already checked that the projects are bound to this runner). */
-  connected(conn: RunnerConnection, hello: HelloFrame): LiveRunner {
+  connected(conn: RunnerConnection, hello: HelloFrame): LocalRunner {
     const connectedAt = new Date();
-    const live: LiveRunner = {
+    const live: LocalRunner = {
       runnerId: conn.runnerId,
       conn,
       agentInstanceId: hello.agent_instance_id,
@@ -58,6 +84,7 @@ export class Registry {
         runner_id: conn.runnerId,
         protocol_version: hello.protocol_version,
         agent_instance_id: hello.agent_instance_id,
+        store_id: hello.store_id,
         projects: hello.projects,
         providers: hello.providers,
         max_concurrent_runs: live.maxConcurrentRuns,
@@ -82,9 +109,40 @@ export class Registry {
     return [...this.#live.values()].filter((r) => !r.conn.closed).map((r) => r.runnerId);
   }
 
-  live(runnerId: string): LiveRunner | undefined {
+  /** The Runner, if its link is on THIS instance (the hub's side: run.update, hellos, forwarded requests). */
+  live(runnerId: string): LocalRunner | undefined {
     const r = this.#live.get(runnerId);
     return r && !r.conn.closed ? r : undefined;
+  }
+
+  /**
+   * The Runner wherever its one live link is: this instance's, else (on a shared PostgreSQL state) the
+   * instance holding it, with a connection that forwards requests there. Undefined when offline.
+   */
+  async lookup(runnerId: string): Promise<LiveRunner | undefined> {
+    const local = this.live(runnerId);
+    const cluster = this.#cluster;
+    if (local || cluster === null) return local;
+    const view = await cluster.directory.remoteRunner(runnerId);
+    if (!view) return undefined;
+    return {
+      runnerId,
+      conn: new RemoteRunnerConnection(
+        runnerId,
+        view.holderInstanceId,
+        view.holderUrl,
+        cluster.key,
+        cluster.requestTimeoutMs,
+        cluster.log,
+      ),
+      agentInstanceId: view.agentInstanceId,
+      storeId: view.storeId,
+      providers: view.providers,
+      projects: view.projects,
+      maxConcurrentRuns: view.maxConcurrentRuns,
+      connectedAt: view.connectedAt,
+      agentsShareRunnerUser: view.agentsShareRunnerUser,
+    };
   }
 
   /**
@@ -102,10 +160,10 @@ export class Registry {
     return this.config.projectRunner.get(projectId);
   }
 
-  resolveProject(projectId: string): ProjectResolution {
+  async resolveProject(projectId: string): Promise<ProjectResolution> {
     const runnerId = this.config.projectRunner.get(projectId);
     if (runnerId === undefined) return { kind: "unknown_project" };
-    const runner = this.live(runnerId);
+    const runner = await this.lookup(runnerId);
     if (!runner) return { kind: "runner_offline", runnerId };
     const project = runner.projects.find((p) => p.project_id === projectId);
     if (!project) return { kind: "not_advertised", runner };

@@ -398,7 +398,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     });
     server.setRequestHandler("resources/list", () => ({ resources: [PROJECTS_RESOURCE, RUN_VIEW_RESOURCE] }));
     server.setRequestHandler("resources/templates/list", () => ({ resourceTemplates: [] }));
-    server.setRequestHandler("resources/read", (request, ctx) => {
+    server.setRequestHandler("resources/read", async (request, ctx) => {
       const { principal } = contextOf(ctx.mcpReq.id);
       const uri = request.params.uri;
       if (uri === RUN_VIEW_URI) {
@@ -416,7 +416,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
         if (modern) throw mcpError(ErrorCode.InvalidParams, `Resource not found. The resources are ${known}.`, { uri });
         throw mcpError(ErrorCode.InvalidParams, `Unknown resource. The resources are ${known}.`);
       }
-      return withCache(modern, tools.readProjects(principal), PROJECTS_READ_CACHE);
+      return withCache(modern, await tools.readProjects(principal), PROJECTS_READ_CACHE);
     });
   }
   const connected = Promise.all([servers.legacy.connect(muxes.legacy), servers.modern.connect(muxes.modern)]);

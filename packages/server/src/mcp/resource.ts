@@ -27,9 +27,8 @@ export interface ProjectsDocument {
 }
 
 /** The caller's projects, sanitized field by field (nothing the run core adds leaks through). */
-export function projectsDocument(runs: RunsApi, principal: Principal): ProjectsDocument {
-  const projects = runs
-    .listProjects(principal)
+export async function projectsDocument(runs: RunsApi, principal: Principal): Promise<ProjectsDocument> {
+  const projects = (await runs.listProjects(principal))
     .filter((p) => canSeeProject(principal, p.project_id))
     .map((p) => ({
       project_id: p.project_id,
@@ -46,13 +45,13 @@ export function projectsDocument(runs: RunsApi, principal: Principal): ProjectsD
   return { projects };
 }
 
-export function readProjectsResource(runs: RunsApi, principal: Principal): ReadResourceResult {
+export async function readProjectsResource(runs: RunsApi, principal: Principal): Promise<ReadResourceResult> {
   return {
     contents: [
       {
         uri: PROJECTS_RESOURCE_URI,
         mimeType: "application/json",
-        text: JSON.stringify(projectsDocument(runs, principal)),
+        text: JSON.stringify(await projectsDocument(runs, principal)),
       },
     ],
   };

@@ -15,9 +15,9 @@
  * Nothing is held between requests: each wait is the run's observe
  * long-poll (`RunsApi.observe` with an observation token), woken by the
  * run's event mirror on this Server, and each notification is built from the
- * durable run record. So any Server process can serve a listen; the wake-up
- * itself is in-process (a change seen by another process reaches this one
- * only through its own Runner link).
+ * durable run record. So any Server process can serve a listen; a change
+ * applied by the instance holding the Runner's link wakes the observe here
+ * through the database's notification (runs/runs.ts RUN_CHANGES_CHANNEL).
  *
  * Bounds: LISTEN_MAX_PER_PRINCIPAL open streams per principal,
  * LISTEN_MAX_TASK_IDS ids per stream, LISTEN_MAX_DURATION_MS per stream,

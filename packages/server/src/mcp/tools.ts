@@ -259,9 +259,9 @@ export class McpTools {
   }
 
   /** The webcodex://projects resource for this principal; audited like a tool call. */
-  readProjects(principal: Principal): ReadResourceResult {
+  async readProjects(principal: Principal): Promise<ReadResourceResult> {
     const started = this.#now();
-    const result = readProjectsResource(this.#runs, principal);
+    const result = await readProjectsResource(this.#runs, principal);
     const first = result.contents[0];
     this.#record(
       principal,

@@ -297,7 +297,7 @@ export class Admission {
       // A pre-admission rejection: an exact retry may re-admit (retry_same).
     }
     const unacknowledged = existing?.admission === "sent" ? existing : undefined;
-    const res = this.#ctx.registry.resolveProject(req.project_id);
+    const res = await this.#ctx.registry.resolveProject(req.project_id);
     const runnerId =
       res.kind === "unknown_project" ? undefined : res.kind === "runner_offline" ? res.runnerId : res.runner.runnerId;
     if (res.kind === "unknown_project" || runnerId === undefined) {
@@ -415,7 +415,7 @@ export class Admission {
   ): Promise<Sent | Done> {
     const { runner, fences, unacknowledged } = target;
     const runId = req.run_id;
-    const conn = this.#ctx.registry.live(runner.runnerId)?.conn;
+    const conn = (await this.#ctx.registry.lookup(runner.runnerId))?.conn;
     if (!conn && unacknowledged) return done(this.#replay(unacknowledged, principal));
     // Both commits below are FULL and conditional on the intent being unchanged (compare-and-set in one
     // UPDATE): a record another instance settled meanwhile is answered as it is, and nothing is sent.

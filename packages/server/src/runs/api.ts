@@ -253,5 +253,5 @@ export interface RunsApi {
    */
   lastToolStep(runId: string): ToolStep | null;
   /** Projects the principal may see (project:read or coding_agent:run on a granted project). */
-  listProjects(principal: Principal): ProjectView[];
+  listProjects(principal: Principal): Promise<ProjectView[]>;
 }

@@ -44,7 +44,7 @@ export class Cancellation {
         value: { run_id: rec.run_id, state: rec.state, cancel_requested: true, already_terminal: false },
       };
     }
-    const runner = this.#ctx.registry.live(rec.runner_id);
+    const runner = await this.#ctx.registry.lookup(rec.runner_id);
     if (!runner) {
       return fail(
         "runner_unavailable",

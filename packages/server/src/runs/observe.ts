@@ -98,12 +98,19 @@ export class Observation {
     for (;;) {
       if (this.#ctx.closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
       const mirror = this.#ctx.mirrors.getOrCreate(rec.run_id);
-      const runner = this.#ctx.registry.live(rec.runner_id);
-      const admission = (await this.#ctx.store.get(rec.run_id))?.admission;
+      const runner = await this.#ctx.registry.lookup(rec.runner_id);
+      const current = await this.#ctx.store.get(rec.run_id);
+      const admission = current?.admission;
       if (runner && (admission === "admitted" || admission === "sent")) {
         if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
         const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
-        if (!mirror.synced || mirror.syncing || behind) {
+        // The record ended where this mirror did not see it (the link is on another instance, whose
+        // notification may still be on its way): fetch the end and the events before it.
+        const endMissed =
+          current !== undefined &&
+          isTerminalState(current.state) &&
+          (mirror.summary === null || !isTerminalState(mirror.summary.state));
+        if (!mirror.synced || mirror.syncing || behind || endMissed) {
           // A slow Runner must not hold an observe past its own wait: answer with what is held (has_more).
           await withTimeout(this.catchUp(mirror, runner), Math.max(CATCH_UP_MIN_WAIT_MS, deadline - Date.now()));
         }

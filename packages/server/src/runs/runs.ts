@@ -6,12 +6,12 @@
  * reconciliation + re-forwarded cancels, run.update → records + mirrors,
  * disconnect → registry).
  */
-import type { HelloFrame, RecoveryKind, RunUpdateFrame } from "@webcodex/protocol";
+import { type HelloFrame, isTerminalState, type RecoveryKind, type RunUpdateFrame } from "@webcodex/protocol";
 import type { Logger } from "pino";
-import type { HubListener, RunnerConnection } from "../link/hub.js";
+import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
 import type { Principal } from "../principals/principal.js";
-import { StateBusyError, StateUnavailableError } from "../state/engine.js";
+import { StateBusyError, type StateEngine, StateUnavailableError } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
 import { Admission } from "./admission.js";
 import type {
@@ -29,7 +29,7 @@ import type {
 } from "./api.js";
 import { Cancellation } from "./cancel.js";
 import { fail, RunContext } from "./context.js";
-import type { MirrorSet, ToolStep } from "./mirror.js";
+import type { MirrorSet, RunMirror, ToolStep } from "./mirror.js";
 import { Observation } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
 import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
@@ -40,6 +40,14 @@ import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcil
  * reconnects, and its hello's reconciliation and the observers' catch-ups take up what was dropped.
  */
 export const MAX_PENDING_RUNNER_FRAMES = 1_000;
+
+/**
+ * The notification channel of run changes between instances (state/engine.ts `listen`/`notify`): the
+ * instance holding a Runner's link notifies `<run_id> <runner_id>` after it applied a `run.update`, and
+ * every instance with the commit of any change of a record's state; an
+ * instance following that run (observers, a task's listen) syncs its mirror through the holder and wakes them.
+ */
+export const RUN_CHANGES_CHANNEL = "webcodex_run_changes";
 
 /**
  * A call the state database refused (state/engine.ts): answered with its code, never as `internal`.
@@ -80,6 +88,11 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   readonly #cancellation: Cancellation;
   /** Per runner id: the last queued frame's work and how many wait (see MAX_PENDING_RUNNER_FRAMES). */
   readonly #frames = new Map<string, { tail: Promise<void>; pending: number }>();
+  /** Where run changes are told to the other instances; null until `joinCluster` (PostgreSQL state). */
+  #cluster: StateEngine | null = null;
+  #unlisten: (() => void) | null = null;
+  /** Mirrors notified while their catch-up was in flight: synced once more when it ends. */
+  readonly #resyncAfter = new Set<string>();
 
   constructor(opts: RunsOptions) {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
@@ -101,7 +114,119 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   }
 
   close(): void {
+    this.#unlisten?.();
+    this.#unlisten = null;
     this.#ctx.close();
+  }
+
+  /**
+   * Several instances on one PostgreSQL state: tell the others of every run change applied here, and
+   * follow theirs (RUN_CHANGES_CHANNEL). Throws when the database cannot be reached.
+   */
+  async joinCluster(engine: StateEngine): Promise<void> {
+    this.#unlisten = await engine.listen(RUN_CHANGES_CHANNEL, (payload) => this.#onRunChanged(payload));
+    this.#cluster = engine;
+    if (engine.dialect !== "postgres") return;
+    // A change of a record's state on any instance (a reconciliation's close, a tombstone, a rejection)
+    // is told too, delivered when its transaction commits: PostgreSQL's pg_notify inside that transaction.
+    this.#ctx.store.onStateChange(async (rec, _previous, tx) => {
+      await tx.get("SELECT pg_notify(?, ?) AS notified", [RUN_CHANGES_CHANNEL, `${rec.run_id} ${rec.runner_id}`]);
+    });
+  }
+
+  /** Another instance applied a change of a run (null: notifications may have been lost; resync all). */
+  #onRunChanged(payload: string | null): void {
+    if (this.#ctx.closed) return;
+    if (payload === null) {
+      for (const m of [...this.#ctx.mirrors.values()]) {
+        m.synced = false;
+        if (!m.idle) m.touch();
+      }
+      return;
+    }
+    const [runId, runnerId] = payload.split(" ");
+    if (runId === undefined || runnerId === undefined) return;
+    // This instance holds the link: its mirrors are fed by the Runner's own frames.
+    if (this.#ctx.registry.live(runnerId)) return;
+    const mirror = this.#ctx.mirrors.get(runId);
+    if (!mirror) return;
+    // Nobody waits: the next observe catches up first.
+    mirror.synced = false;
+    if (mirror.idle) return;
+    void this.#ctx.registry
+      .lookup(runnerId)
+      .then((runner) => {
+        if (!runner) {
+          mirror.touch(); // its Runner went offline: observers say so
+          return;
+        }
+        if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
+        this.#resync(mirror, runner);
+      })
+      .catch((err: unknown) =>
+        this.#ctx.log.warn({ run_id: runId, err: (err as Error).message }, "following a run changed elsewhere failed"),
+      );
+  }
+
+  /** Catch a mirror up now, or right after the catch-up in flight (which may have left before the change). */
+  #resync(mirror: RunMirror, runner: LiveRunner): void {
+    if (mirror.syncing) {
+      this.#resyncAfter.add(mirror.runId);
+      return;
+    }
+    void this.#observation.catchUp(mirror, runner).finally(() => {
+      if (this.#resyncAfter.delete(mirror.runId) && !this.#ctx.closed) this.#resync(mirror, runner);
+    });
+  }
+
+  /**
+   * A link request another instance forwarded here (link/cluster.ts): sent over this instance's OWN link
+   * only, never forwarded again; `not_sent` when this instance does not hold the Runner's link (any more).
+   * A run.sync or run.cancel answered not_found closes a settled `sent` record as never admitted here (the
+   * caller cannot: it does not see the starts in flight on this link). A forwarded run.start counts as a
+   * start in flight here while it is out (a run.sync answered not_found
+   * meanwhile does not close its record as never admitted), and is sent only while its record is still
+   * `sent`: a record settled meanwhile (another instance's re-send was admitted, or it was closed) is
+   * answered `closed` — outcome unknown to the caller, which then answers from the record as it is.
+   */
+  async executeForwarded(runnerId: string, frame: RunnerRequest, timeoutMs: number): Promise<RequestOutcome> {
+    const runner = this.#ctx.registry.live(runnerId);
+    if (!runner || this.#ctx.closed) return { ok: false, reason: "not_sent" };
+    if (frame.type !== "run.start") {
+      const outcome = await runner.conn.request(frame, timeoutMs);
+      // not_found over the current link is judged here, where starts in flight to this link are known
+      // (RunContext.closeIfNeverAdmitted); the caller never closes a record on a forwarded answer.
+      if (outcome.ok && outcome.frame.type === "error" && outcome.frame.code === "not_found") {
+        await this.#ctx.closeIfNeverAdmitted(frame.run_id, runner);
+      }
+      return outcome;
+    }
+    const runId = frame.run_id;
+    let release: () => void = () => undefined;
+    if (!this.#ctx.starting.has(runId)) {
+      let done: () => void = () => undefined;
+      const inFlight = new Promise<void>((resolve) => {
+        done = resolve;
+      });
+      this.#ctx.starting.set(runId, inFlight);
+      release = () => {
+        if (this.#ctx.starting.get(runId) === inFlight) this.#ctx.starting.delete(runId);
+        done();
+      };
+    }
+    try {
+      const store = this.#ctx.store;
+      // Read FOR UPDATE: a close of this record as never admitted either committed before (seen here) or
+      // runs after, and then sees the start in flight.
+      const stillSent = await store.transaction(async (tx) => {
+        const rec = await store.lock(tx, runId);
+        return rec?.admission === "sent" && rec.runner_id === runnerId && !isTerminalState(rec.state);
+      });
+      if (!stillSent) return { ok: false, reason: "closed" };
+      return await runner.conn.request(frame, timeoutMs);
+    } finally {
+      release();
+    }
   }
 
   start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>> {
@@ -124,13 +249,22 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     return this.#ctx.mirrors.get(runId)?.lastToolStep ?? null;
   }
 
-  /** Single-record reconciliation over the runner's current connection (run.sync decides). */
+  /**
+   * Single-record reconciliation over the runner's current connection (run.sync decides). With the link on
+   * another instance, a forwarded run.sync: its answer is taken into the record here, and a not_found is
+   * judged by the holder (`executeForwarded`).
+   */
   async #reconcileOne(runId: string): Promise<void> {
     try {
       const rec = await this.#ctx.store.get(runId);
-      const runner = rec && this.#ctx.registry.live(rec.runner_id);
-      const hello = runner?.conn.hello;
-      if (!rec || !runner || !hello || this.#ctx.closed) return; // offline: the next hello reconciles it
+      if (!rec || this.#ctx.closed) return;
+      const runner = this.#ctx.registry.live(rec.runner_id);
+      if (!runner) {
+        await this.#reconcileRemote(runId, rec.runner_id);
+        return;
+      }
+      const hello = runner.conn.hello;
+      if (!hello) return; // offline: the next hello reconciles it
       // An empty inventory forces a fresh run.sync query instead of trusting the hello's snapshot.
       await reconcileRecord(rec, { ...hello, inventory: [] }, this.#reconcileDeps(runner.conn, runner));
     } catch (err) {
@@ -138,13 +272,27 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     }
   }
 
-  listProjects(principal: Principal): ProjectView[] {
+  async #reconcileRemote(runId: string, runnerId: string): Promise<void> {
+    const runner = await this.#ctx.registry.lookup(runnerId);
+    if (!runner || this.#ctx.closed) return; // offline everywhere: its next hello reconciles it
+    const res = await runner.conn.request({ type: "run.sync", run_id: runId, after_seq: 0, max_events: 0 });
+    if (!res.ok) return;
+    if (res.frame.type === "run.sync.result") await this.#ctx.persist(runId, res.frame.run);
+    else if (res.frame.type === "error" && res.frame.tombstone)
+      await this.#ctx.applyTombstone(runId, res.frame.tombstone);
+    this.#ctx.mirrors.get(runId)?.touch();
+  }
+
+  /** The caller's projects, with their Runners wherever they are linked (`registry.lookup`, once per Runner). */
+  async listProjects(principal: Principal): Promise<ProjectView[]> {
     if (!principal.scopes.has("project:read") && !principal.scopes.has("coding_agent:run")) return [];
     const out: ProjectView[] = [];
+    const runners = new Map<string, LiveRunner | undefined>();
     for (const projectId of [...principal.projects].sort()) {
       const runnerId = this.#ctx.registry.runnerForProject(projectId);
       if (runnerId === undefined) continue;
-      const runner = this.#ctx.registry.live(runnerId);
+      if (!runners.has(runnerId)) runners.set(runnerId, await this.#ctx.registry.lookup(runnerId));
+      const runner = runners.get(runnerId);
       const advert = runner?.projects.find((p) => p.project_id === projectId);
       out.push({
         project_id: projectId,
@@ -264,6 +412,9 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     const mirror = this.#ctx.mirrors.getOrCreate(runId);
     if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
     if (mirror.applyUpdate(frame.run, frame.events)) void this.#observation.catchUp(mirror, runner);
+    this.#cluster?.notify(RUN_CHANGES_CHANNEL, `${runId} ${conn.runnerId}`).catch((err: unknown) => {
+      this.#ctx.log.warn({ run_id: runId, err: (err as Error).message }, "run change not notified to other instances");
+    });
   }
 
   onDisconnect(conn: RunnerConnection): void {

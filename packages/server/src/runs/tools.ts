@@ -169,7 +169,7 @@ export class RunTools implements ToolModule {
     const result = await this.#runs.start(principal, stripUndefined({ ...runInput, prompt }), bind ? { bind } : {});
     if (!result.ok) {
       if (result.error.code === "provider_unavailable") {
-        return fail(this.#withProviders(principal, input.value, result.error), null);
+        return fail(await this.#withProviders(principal, input.value, result.error), null);
       }
       return fail(result.error, null);
     }
@@ -215,12 +215,12 @@ export class RunTools implements ToolModule {
    * An unknown provider is answered with the providers that project's Runner
    * advertises — ids and names only — as a structured list next to the message.
    */
-  #withProviders(
+  async #withProviders(
     principal: Principal,
     input: StartToolInput,
     error: ApiError,
-  ): ApiError & { available_providers?: { provider_id: string; name: string }[] } {
-    const project = this.#runs.listProjects(principal).find((p) => p.project_id === input.project_id);
+  ): Promise<ApiError & { available_providers?: { provider_id: string; name: string }[] }> {
+    const project = (await this.#runs.listProjects(principal)).find((p) => p.project_id === input.project_id);
     if (!project?.runner_online) return error;
     return {
       ...error,

@@ -21,6 +21,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import pg from "pg";
 import {
+  checkNotification,
   insideTransaction,
   type SqlParam,
   SqlTexts,
@@ -47,6 +48,11 @@ export const POSTGRES_IDLE_IN_TRANSACTION_TIMEOUT_MS = 30_000;
 export const POSTGRES_IDLE_CONNECTION_MS = 30_000;
 /** Operations that may wait for a pooled connection when all are in use (beyond that: StateBusyError). */
 export const POSTGRES_MAX_WAITING = 1_000;
+
+/** The LISTEN connection, lost, is made again after this long at first, doubling per failed try… */
+export const POSTGRES_LISTEN_RETRY_MIN_MS = 100;
+/** …up to this long between tries. */
+export const POSTGRES_LISTEN_RETRY_MAX_MS = 5_000;
 
 /** PostgreSQL's type oid for int8 (BIGINT), as node-postgres names it. */
 const INT8_OID = 20;
@@ -146,7 +152,7 @@ export async function openPostgresEngine(options: PostgresEngineOptions): Promis
   // next operation opens a new one or fails with StateUnavailableError. Without a listener this
   // event would crash the process.
   pool.on("error", () => undefined);
-  const engine = new PostgresEngine(pool);
+  const engine = new PostgresEngine(pool, options.url);
   try {
     await engine.checkDurable();
   } catch (err) {
@@ -170,9 +176,105 @@ export class PostgresEngine implements StateEngine {
   readonly #pool: pg.Pool;
   readonly #texts = new SqlTexts();
   readonly #scope = new AsyncLocalStorage<TransactionScope>();
+  /** The database URL, for the LISTEN connection (outside the pool: it holds its session). */
+  readonly #url: string | undefined;
+  readonly #listeners = new Map<string, Set<(payload: string | null) => void>>();
+  /** The LISTEN connection while it is up; `#listening` while it is being made. */
+  #listenClient: pg.Client | null = null;
+  #listening: Promise<void> | null = null;
+  #listenRetryMs = POSTGRES_LISTEN_RETRY_MIN_MS;
+  #listenTimer: NodeJS.Timeout | null = null;
+  #closed = false;
 
-  constructor(pool: pg.Pool) {
+  constructor(pool: pg.Pool, url?: string) {
     this.#pool = pool;
+    this.#url = url;
+  }
+
+  /**
+   * LISTEN on one dedicated connection (not pooled: LISTEN belongs to its session). A lost connection is
+   * made again with a doubling delay (POSTGRES_LISTEN_RETRY_MIN_MS … _MAX_MS), every channel listened to
+   * again, and every listener told `null` (what was notified meanwhile is gone). The first LISTEN of a
+   * channel throws StateUnavailableError when the database cannot be reached.
+   */
+  async listen(channel: string, onNotify: (payload: string | null) => void): Promise<() => void> {
+    checkNotification(channel);
+    if (this.#url === undefined)
+      throw new StateUsageError("this PostgreSQL engine was opened without its URL; it cannot LISTEN");
+    let set = this.#listeners.get(channel);
+    const fresh = set === undefined;
+    if (set === undefined) {
+      set = new Set();
+      this.#listeners.set(channel, set);
+    }
+    set.add(onNotify);
+    try {
+      await this.#connectListener();
+      if (fresh && this.#listenClient !== null) await this.#listenClient.query(`LISTEN ${channel}`);
+    } catch (err) {
+      set.delete(onNotify);
+      if (set.size === 0) this.#listeners.delete(channel);
+      throw toStateError(err);
+    }
+    const listeners = set;
+    return () => {
+      listeners.delete(onNotify);
+    };
+  }
+
+  async notify(channel: string, payload: string): Promise<void> {
+    checkNotification(channel, payload);
+    await this.#run(this.#pool, "SELECT pg_notify(?, ?)", [channel, payload]);
+  }
+
+  /** Make the LISTEN connection (once at a time) and LISTEN on every channel that has listeners. */
+  #connectListener(): Promise<void> {
+    if (this.#listenClient !== null) return Promise.resolve();
+    this.#listening ??= (async () => {
+      const client = new pg.Client({
+        connectionString: this.#url,
+        connectionTimeoutMillis: POSTGRES_CONNECT_TIMEOUT_MS,
+        application_name: "webcodex-server-listen",
+        keepAlive: true,
+      });
+      client.on("error", () => undefined); // the "end" below takes it
+      try {
+        await client.connect();
+        for (const channel of this.#listeners.keys()) await client.query(`LISTEN ${channel}`);
+      } catch (err) {
+        await client.end().catch(() => undefined);
+        throw err;
+      }
+      client.on("notification", (msg) => {
+        for (const cb of [...(this.#listeners.get(msg.channel) ?? [])]) cb(msg.payload ?? "");
+      });
+      client.on("end", () => {
+        if (this.#listenClient !== client) return;
+        this.#listenClient = null;
+        this.#retryListener();
+      });
+      this.#listenClient = client;
+      this.#listenRetryMs = POSTGRES_LISTEN_RETRY_MIN_MS;
+    })().finally(() => {
+      this.#listening = null;
+    });
+    return this.#listening;
+  }
+
+  #retryListener(): void {
+    if (this.#closed || this.#listenTimer !== null || this.#listeners.size === 0) return;
+    const delay = this.#listenRetryMs;
+    this.#listenRetryMs = Math.min(delay * 2, POSTGRES_LISTEN_RETRY_MAX_MS);
+    this.#listenTimer = setTimeout(() => {
+      this.#listenTimer = null;
+      this.#connectListener().then(
+        () => {
+          for (const set of this.#listeners.values()) for (const cb of [...set]) cb(null);
+        },
+        () => this.#retryListener(),
+      );
+    }, delay);
+    this.#listenTimer.unref();
   }
 
   /** Refuse a server that acknowledges commits before flushing them (see the header). */
@@ -275,6 +377,11 @@ export class PostgresEngine implements StateEngine {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#listenTimer !== null) clearTimeout(this.#listenTimer);
+    const listener = this.#listenClient;
+    this.#listenClient = null;
+    await listener?.end().catch(() => undefined);
     await this.#pool.end();
   }
 

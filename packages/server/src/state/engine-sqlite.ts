@@ -16,6 +16,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import Database from "better-sqlite3";
 import {
+  checkNotification,
   insideTransaction,
   type SqlParam,
   SqlTexts,
@@ -143,6 +144,16 @@ export class SqliteEngine implements StateEngine {
     if (level <= SYNCHRONOUS_NORMAL) return null;
     this.#db.pragma(`synchronous = ${SYNCHRONOUS_NORMAL}`);
     return level;
+  }
+
+  /** One Server per SQLite state: nobody else to hear from (state/engine.ts). */
+  async listen(channel: string, _onNotify: (payload: string | null) => void): Promise<() => void> {
+    checkNotification(channel);
+    return () => undefined;
+  }
+
+  async notify(channel: string, payload: string): Promise<void> {
+    checkNotification(channel, payload);
   }
 
   async close(): Promise<void> {

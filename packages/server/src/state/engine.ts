@@ -77,8 +77,34 @@ export interface TransactionOptions {
 export interface StateEngine extends StateQueries {
   readonly dialect: StateDialect;
   transaction<T>(fn: (tx: StateQueries) => Promise<T>, options?: TransactionOptions): Promise<T>;
+  /**
+   * Cross-instance notifications (PostgreSQL LISTEN/NOTIFY; design §14): `onNotify(payload)` for every
+   * `notify` on `channel` by any instance, and `onNotify(null)` after the listening connection was lost and
+   * made again (notifications in between are gone: the listener resynchronises what it follows). No-ops on
+   * SQLite, where one Server is the only instance. Resolves once listening; the returned function stops.
+   */
+  listen(channel: string, onNotify: (payload: string | null) => void): Promise<() => void>;
+  /** Tell every instance listening on `channel` (delivered after the surrounding commit, if any). */
+  notify(channel: string, payload: string): Promise<void>;
   /** Close the connection(s); later calls fail. */
   close(): Promise<void>;
+}
+
+/** A notification channel name: a plain lower-case SQL identifier (LISTEN cannot take it as a parameter). */
+export const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+/** A notification payload's bound in bytes (PostgreSQL's own is 8000). */
+export const MAX_NOTIFY_PAYLOAD_BYTES = 1024;
+
+/** Refuse a channel name or payload the engines would not carry. */
+export function checkNotification(channel: string, payload?: string): void {
+  if (!CHANNEL_NAME.test(channel)) {
+    throw new StateUsageError(`notification channel ${JSON.stringify(channel)} must match ${CHANNEL_NAME.source}`);
+  }
+  if (payload !== undefined && Buffer.byteLength(payload, "utf8") > MAX_NOTIFY_PAYLOAD_BYTES) {
+    throw new StateUsageError(
+      `a notification payload is at most MAX_NOTIFY_PAYLOAD_BYTES = ${MAX_NOTIFY_PAYLOAD_BYTES} bytes`,
+    );
+  }
 }
 
 export type StateErrorCode = "state_unavailable" | "state_busy" | "state_not_durable" | "state_usage";

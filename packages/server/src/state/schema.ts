@@ -358,6 +358,22 @@ export const MIGRATIONS: readonly Migration[] = [
   },
   {
     version: 13,
+    summary:
+      "routing between instances (design §14): the directory of live Server instances and the URL peers reach " +
+      "each on, and in a Runner's presence row what a start needs from its hello on another instance (its " +
+      "store id and its providers with their instance ids)",
+    sql: `
+      CREATE TABLE server_instances (
+        instance_id TEXT PRIMARY KEY,
+        url TEXT NOT NULL,
+        heartbeat_at INTEGER NOT NULL
+      ) STRICT;
+      ALTER TABLE runner_presence ADD COLUMN store_id TEXT;
+      ALTER TABLE runner_presence ADD COLUMN provider_adverts TEXT NOT NULL DEFAULT '[]';
+    `,
+  },
+  {
+    version: 14,
     summary: "a Runner's software version from its hello, for the operator console (link/presence.ts)",
     sql: `
       ALTER TABLE runner_presence ADD COLUMN runner_version TEXT;

@@ -161,7 +161,7 @@ export class FakeRuns implements RunsApi {
     return null;
   }
 
-  listProjects(principal: Principal): ProjectView[] {
+  async listProjects(principal: Principal): Promise<ProjectView[]> {
     return this.projects.filter((p) => principal.projects.has(p.project_id));
   }
 

@@ -158,7 +158,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     scopes: new Set<Scope>(["project:read"]),
     projects: new Set(projects.map((p) => p.id)),
   };
-  const allOnline = () => server.runs.listProjects(everyone).every((p) => p.runner_online);
+  const allOnline = async () => (await server.runs.listProjects(everyone)).every((p) => p.runner_online);
 
   let runner: DaemonProcess | null = null;
   let runnerLog = "";
@@ -209,9 +209,9 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       });
       runner = child;
       await poll(
-        () => {
+        async () => {
           if (child.exitCode !== null) throw new Error(`runner exited with ${child.exitCode}:\n${runnerLog}`);
-          return allOnline();
+          return await allOnline();
         },
         {
           timeoutMs: DAEMON_WAIT_MS,
@@ -226,7 +226,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       if (!child) return;
       runner = null;
       await child.stop("SIGTERM");
-      await poll(() => !allOnline(), {
+      await poll(async () => !(await allOnline()), {
         timeoutMs: RUNNER_OFFLINE_WAIT_MS,
         intervalMs: DAEMON_POLL_MS,
         what: "the Runner to go offline",

@@ -1,0 +1,377 @@
+/**
+ * Routing between Server instances on one PostgreSQL state (design §14): any instance answers a start, an
+ * observe or a cancel for a Runner whose one live link another instance holds.
+ *
+ * - The directory (`server_instances`, schema step 13): every instance writes its id and the URL its peers
+ *   reach it on (`[server.cluster] advertise_url`, default its own listener) at start and every
+ *   CLUSTER_HEARTBEAT_MS; a row not refreshed for CLUSTER_INSTANCE_STALE_MS names no live instance.
+ * - A remote Runner (`remoteRunner`): its presence row (what its hello advertised, link/presence.ts), its
+ *   lease row (which instance holds the link, link/lease-store.ts) and that instance's directory row. The
+ *   fences come from the hello the holder accepted; a view gone stale (the Runner restarted meanwhile) makes
+ *   the Runner refuse the start (`stale_runner`), never run it twice.
+ * - The link request (`POST CLUSTER_LINK_REQUEST_PATH`, JSON `{runner_id, frame, timeout_ms}`): the holder
+ *   sends the frame over its LOCAL link only (never forwarded again) and answers the RequestOutcome. It is
+ *   authenticated by an HMAC-SHA256 over the timestamp and the body's sha256 under a key derived from the
+ *   server secret every instance shares (`clusterKey`), within CLUSTER_MAX_CLOCK_SKEW_MS of the holder's
+ *   clock, with a body of at most CLUSTER_MAX_BODY_BYTES; anything else is refused with its reason. A replay
+ *   inside the window repeats an idempotent frame (a run id the Runner admitted is answered with that run;
+ *   a cancel is sent to the agent at most once; a sync only reads).
+ * - The caller (`RemoteRunnerConnection.request`): a failure before the request could have left (the peer
+ *   refused the connection, or answered a refusal before executing anything) is `not_sent`; any failure
+ *   after it may have left is `timeout` — unknown, exactly like a run.start whose answer never came
+ *   (design §6.1: the record stays `sent` and reconciliation or a same-key retry settles it).
+ */
+import { createHash, createHmac, timingSafeEqual } from "node:crypto";
+import type { IncomingMessage, ServerResponse } from "node:http";
+import {
+  MAX_FRAME_BYTES,
+  type ProjectAdvert,
+  type ProviderAdvert,
+  RunnerFrame,
+  type RunnerResponse,
+  ServerFrame,
+} from "@webcodex/protocol";
+import type { Logger } from "pino";
+import type { StateEngine } from "../state/engine.js";
+import type { RequestOutcome, RunnerRequest } from "./hub.js";
+import { PRESENCE_STALE_MS } from "./presence.js";
+
+/** How often an instance rewrites its directory row. */
+export const CLUSTER_HEARTBEAT_MS = 5_000;
+/** A directory row not rewritten for this long names no live instance (three missed heartbeats). */
+export const CLUSTER_INSTANCE_STALE_MS = 3 * CLUSTER_HEARTBEAT_MS;
+/** The holder's endpoint for forwarded link requests (on the Server's own listener). */
+export const CLUSTER_LINK_REQUEST_PATH = "/_wc/cluster/link-request";
+/** A link request body's bound: one frame (a run.start with its prompt) and its envelope. */
+export const CLUSTER_MAX_BODY_BYTES = MAX_FRAME_BYTES + 16 * 1024;
+/** How far a request's timestamp may be from the holder's clock, either way. */
+export const CLUSTER_MAX_CLOCK_SKEW_MS = 30_000;
+/** The longest `timeout_ms` a caller may ask the holder to wait for the Runner. */
+export const CLUSTER_MAX_REQUEST_TIMEOUT_MS = 120_000;
+/** How much longer than `timeout_ms` the caller waits for the holder's HTTP answer. */
+export const CLUSTER_FORWARD_SLACK_MS = 5_000;
+/** The request headers: the caller's clock (epoch ms) and the signature (hex). */
+export const CLUSTER_TIMESTAMP_HEADER = "x-webcodex-cluster-timestamp";
+export const CLUSTER_SIGNATURE_HEADER = "x-webcodex-cluster-signature";
+
+/** The key link requests are signed with: derived from the server secret, used for nothing else. */
+export function clusterKey(serverSecret: Buffer): Buffer {
+  return createHmac("sha256", serverSecret).update("webcodex.cluster.link-request.v1").digest();
+}
+
+/** hex HMAC-SHA256 over `timestamp ‖ "\n" ‖ sha256(body)`. */
+export function signLinkRequest(key: Buffer, timestamp: string, body: Buffer): string {
+  const digest = createHash("sha256").update(body).digest("hex");
+  return createHmac("sha256", key).update(`${timestamp}\n${digest}`).digest("hex");
+}
+
+/** Errors a transport reports when the connection was never made: nothing was sent. */
+const NEVER_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
+
+/** What a link to a Runner does, whichever instance holds it (hub.ts RunnerConnection, or the holder's). */
+export interface LinkConnection {
+  readonly runnerId: string;
+  readonly closed: boolean;
+  request(req: RunnerRequest, timeoutMs?: number): Promise<RequestOutcome>;
+}
+
+/** A Runner's link held by another instance, reached through that instance's link-request endpoint. */
+export class RemoteRunnerConnection implements LinkConnection {
+  readonly closed = false;
+
+  constructor(
+    readonly runnerId: string,
+    /** The holder's directory row: its id and base URL. */
+    readonly holderInstanceId: string,
+    readonly holderUrl: string,
+    private readonly key: Buffer,
+    private readonly defaultTimeoutMs: number,
+    private readonly log: Logger,
+  ) {}
+
+  async request(req: RunnerRequest, timeoutMs = this.defaultTimeoutMs): Promise<RequestOutcome> {
+    const wait = Math.min(Math.max(1, Math.trunc(timeoutMs)), CLUSTER_MAX_REQUEST_TIMEOUT_MS);
+    const body = Buffer.from(JSON.stringify({ runner_id: this.runnerId, frame: req, timeout_ms: wait }), "utf8");
+    const timestamp = String(Date.now());
+    let res: Response;
+    try {
+      res = await fetch(`${this.holderUrl}${CLUSTER_LINK_REQUEST_PATH}`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          [CLUSTER_TIMESTAMP_HEADER]: timestamp,
+          [CLUSTER_SIGNATURE_HEADER]: signLinkRequest(this.key, timestamp, body),
+        },
+        body,
+        signal: AbortSignal.timeout(wait + CLUSTER_FORWARD_SLACK_MS),
+      });
+    } catch (err) {
+      const code = (err as { cause?: { code?: unknown } }).cause?.code;
+      const never = typeof code === "string" && NEVER_CONNECTED.has(code);
+      this.log.warn(
+        { runner_id: this.runnerId, holder: this.holderInstanceId, type: req.type, code: code ?? null },
+        never
+          ? "the instance holding the runner's link cannot be reached; not sent"
+          : "forwarded link request: outcome unknown",
+      );
+      return { ok: false, reason: never ? "not_sent" : "timeout" };
+    }
+    let text: string;
+    try {
+      text = await res.text();
+    } catch {
+      return { ok: false, reason: "timeout" };
+    }
+    if (res.status >= 400 && res.status < 500) {
+      // The holder refused the request before executing anything (see handleLinkRequest).
+      this.log.error(
+        { runner_id: this.runnerId, holder: this.holderInstanceId, status: res.status, refusal: text.slice(0, 300) },
+        "the instance holding the runner's link refused a forwarded request; not sent",
+      );
+      return { ok: false, reason: "not_sent" };
+    }
+    if (res.status !== 200) return { ok: false, reason: "timeout" };
+    return parseOutcome(text) ?? { ok: false, reason: "timeout" };
+  }
+}
+
+/** The holder's answer, checked: a Runner response frame, or a not-ok reason. Null when it is neither. */
+function parseOutcome(text: string): RequestOutcome | null {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return null;
+  }
+  if (typeof value !== "object" || value === null) return null;
+  const v = value as { ok?: unknown; reason?: unknown; frame?: unknown };
+  if (v.ok === false) {
+    const r = v.reason;
+    return r === "timeout" || r === "closed" || r === "busy" || r === "not_sent" ? { ok: false, reason: r } : null;
+  }
+  if (v.ok !== true) return null;
+  const parsed = RunnerFrame.safeParse(v.frame);
+  if (!parsed.success) return null;
+  const f = parsed.data;
+  const responses: readonly string[] = ["run.start.result", "run.sync.result", "run.cancel.result", "error"];
+  return responses.includes(f.type) ? { ok: true, frame: f as RunnerResponse } : null;
+}
+
+/** A Runner linked to another instance, as the shared rows show it. */
+export interface RemoteRunnerView {
+  runnerId: string;
+  holderInstanceId: string;
+  holderUrl: string;
+  agentInstanceId: string;
+  storeId: string;
+  providers: ProviderAdvert[];
+  projects: ProjectAdvert[];
+  maxConcurrentRuns: number;
+  connectedAt: string;
+  agentsShareRunnerUser: boolean | null;
+}
+
+interface ViewRow {
+  online: number;
+  since: string;
+  seen_ms: number;
+  agent_instance_id: string | null;
+  store_id: string | null;
+  provider_adverts: string;
+  projects: string;
+  max_concurrent_runs: number | null;
+  agents_share_runner_user: number | null;
+  holder: string;
+  expires_ms: number;
+}
+
+/** This instance's directory row, and the reads of the other instances' rows. */
+export class ClusterDirectory {
+  #timer: NodeJS.Timeout | null = null;
+
+  constructor(
+    private readonly db: StateEngine,
+    readonly instanceId: string,
+    readonly url: string,
+    private readonly log: Logger,
+  ) {}
+
+  /** Write this instance's row now (throws when the database cannot take it) and then every heartbeat. */
+  async start(): Promise<void> {
+    await this.#beat();
+    this.#timer = setInterval(() => {
+      this.#beat().catch((err: unknown) =>
+        this.log.error({ err: (err as Error).message }, "cluster directory row not refreshed (state DB)"),
+      );
+    }, CLUSTER_HEARTBEAT_MS);
+    this.#timer.unref();
+  }
+
+  async #beat(): Promise<void> {
+    await this.db.run(
+      `INSERT INTO server_instances (instance_id, url, heartbeat_at) VALUES (?, ?, ?)
+       ON CONFLICT (instance_id) DO UPDATE SET url = excluded.url, heartbeat_at = excluded.heartbeat_at`,
+      [this.instanceId, this.url, Date.now()],
+    );
+  }
+
+  /** Stop the heartbeat and remove this instance's row (a clean stop; a killed one's row goes stale). */
+  async stop(): Promise<void> {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = null;
+    await this.db.run("DELETE FROM server_instances WHERE instance_id = ?", [this.instanceId]).catch(() => undefined);
+  }
+
+  /**
+   * The Runner `runnerId` as linked to ANOTHER live instance, or undefined: its presence row says online and
+   * fresh, its lease is unexpired and held by an instance other than this one, and that instance's
+   * directory row is fresh.
+   */
+  async remoteRunner(runnerId: string, nowMs = Date.now()): Promise<RemoteRunnerView | undefined> {
+    const row = await this.db.get<ViewRow>(
+      `SELECT p.online, p.since, p.seen_ms, p.agent_instance_id, p.store_id, p.provider_adverts, p.projects,
+              p.max_concurrent_runs, p.agents_share_runner_user, l.holder, l.expires_ms
+         FROM runner_presence p JOIN runner_link_leases l ON l.runner_id = p.runner_id
+        WHERE p.runner_id = ?`,
+      [runnerId],
+    );
+    if (row?.online !== 1 || nowMs - Number(row.seen_ms) >= PRESENCE_STALE_MS) return undefined;
+    if (Number(row.expires_ms) <= nowMs || row.agent_instance_id === null || row.store_id === null) return undefined;
+    const holderInstanceId = row.holder.split("/")[0] ?? "";
+    if (holderInstanceId === "" || holderInstanceId === this.instanceId) return undefined;
+    const peer = await this.db.get<{ url: string; heartbeat_at: number }>(
+      "SELECT url, heartbeat_at FROM server_instances WHERE instance_id = ?",
+      [holderInstanceId],
+    );
+    if (!peer || nowMs - Number(peer.heartbeat_at) >= CLUSTER_INSTANCE_STALE_MS) return undefined;
+    let providers: ProviderAdvert[];
+    let projects: ProjectAdvert[];
+    try {
+      providers = JSON.parse(row.provider_adverts) as ProviderAdvert[];
+      projects = JSON.parse(row.projects) as ProjectAdvert[];
+    } catch {
+      return undefined;
+    }
+    return {
+      runnerId,
+      holderInstanceId,
+      holderUrl: peer.url,
+      agentInstanceId: row.agent_instance_id,
+      storeId: row.store_id,
+      providers,
+      projects,
+      maxConcurrentRuns: row.max_concurrent_runs ?? 1,
+      connectedAt: row.since,
+      agentsShareRunnerUser: row.agents_share_runner_user === null ? null : row.agents_share_runner_user === 1,
+    };
+  }
+}
+
+/** What the holder does with a verified link request: send it over its local link only. */
+export type ExecuteLinkRequest = (runnerId: string, frame: RunnerRequest, timeoutMs: number) => Promise<RequestOutcome>;
+
+function refuse(res: ServerResponse, status: number, error: string, message: string): void {
+  if (res.headersSent) return;
+  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ error, message }));
+}
+
+/**
+ * The holder's `POST CLUSTER_LINK_REQUEST_PATH`. Refusals (4xx, nothing executed): 405 not POST; 413 body
+ * over CLUSTER_MAX_BODY_BYTES; 401 a missing or malformed timestamp or signature, a timestamp outside
+ * CLUSTER_MAX_CLOCK_SKEW_MS, or a signature that does not verify; 400 a body that is not
+ * `{runner_id, frame, timeout_ms}` with a run.start / run.sync / run.cancel frame and 1 … CLUSTER_MAX_REQUEST_TIMEOUT_MS.
+ */
+export async function handleLinkRequest(
+  req: IncomingMessage,
+  res: ServerResponse,
+  key: Buffer,
+  execute: ExecuteLinkRequest,
+  log: Logger,
+): Promise<void> {
+  if (req.method !== "POST") {
+    refuse(res, 405, "method_not_allowed", "link requests are POST");
+    return;
+  }
+  const declared = Number(req.headers["content-length"] ?? "0");
+  if (declared > CLUSTER_MAX_BODY_BYTES) {
+    refuse(res, 413, "body_too_large", `a link request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
+    req.resume();
+    return;
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > CLUSTER_MAX_BODY_BYTES) {
+      refuse(res, 413, "body_too_large", `a link request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
+      req.destroy();
+      return;
+    }
+    chunks.push(chunk as Buffer);
+  }
+  const body = Buffer.concat(chunks);
+  const timestamp = req.headers[CLUSTER_TIMESTAMP_HEADER];
+  const signature = req.headers[CLUSTER_SIGNATURE_HEADER];
+  if (typeof timestamp !== "string" || !/^\d{1,15}$/.test(timestamp)) {
+    refuse(res, 401, "bad_timestamp", `${CLUSTER_TIMESTAMP_HEADER} must be the sender's clock in epoch milliseconds`);
+    return;
+  }
+  if (Math.abs(Date.now() - Number(timestamp)) > CLUSTER_MAX_CLOCK_SKEW_MS) {
+    refuse(
+      res,
+      401,
+      "stale_timestamp",
+      `${CLUSTER_TIMESTAMP_HEADER} is more than ${CLUSTER_MAX_CLOCK_SKEW_MS} ms from this instance's clock`,
+    );
+    return;
+  }
+  if (typeof signature !== "string" || !/^[0-9a-f]{64}$/.test(signature)) {
+    refuse(res, 401, "bad_signature", `${CLUSTER_SIGNATURE_HEADER} must be 64 hex digits`);
+    return;
+  }
+  const expected = Buffer.from(signLinkRequest(key, timestamp, body), "hex");
+  if (!timingSafeEqual(expected, Buffer.from(signature, "hex"))) {
+    log.warn({ remote: req.socket.remoteAddress ?? "?" }, "cluster link request with a wrong signature refused");
+    refuse(res, 401, "bad_signature", "the signature does not verify under this cluster's key");
+    return;
+  }
+  const parsed = parseLinkRequest(body);
+  if (typeof parsed === "string") {
+    refuse(res, 400, "invalid_request", parsed);
+    return;
+  }
+  const outcome = await execute(parsed.runnerId, parsed.frame, parsed.timeoutMs);
+  if (!res.headersSent) res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(outcome));
+}
+
+/** The verified body, checked field by field; a string says what is wrong. */
+function parseLinkRequest(body: Buffer): { runnerId: string; frame: RunnerRequest; timeoutMs: number } | string {
+  let value: unknown;
+  try {
+    value = JSON.parse(body.toString("utf8"));
+  } catch {
+    return "the body is not JSON";
+  }
+  if (typeof value !== "object" || value === null) return "the body must be an object {runner_id, frame, timeout_ms}";
+  const v = value as { runner_id?: unknown; frame?: unknown; timeout_ms?: unknown };
+  if (typeof v.runner_id !== "string" || !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(v.runner_id)) {
+    return "runner_id must be a runner id";
+  }
+  const t = v.timeout_ms;
+  if (typeof t !== "number" || !Number.isInteger(t) || t < 1 || t > CLUSTER_MAX_REQUEST_TIMEOUT_MS) {
+    return `timeout_ms must be an integer 1 … ${CLUSTER_MAX_REQUEST_TIMEOUT_MS}`;
+  }
+  if (typeof v.frame !== "object" || v.frame === null) return "frame must be a run.start, run.sync or run.cancel frame";
+  const type = (v.frame as { type?: unknown }).type;
+  if (type !== "run.start" && type !== "run.sync" && type !== "run.cancel") {
+    return "frame.type must be run.start, run.sync or run.cancel";
+  }
+  // Checked as the frame the Runner will get (with a request id the holder's link assigns).
+  const checked = ServerFrame.safeParse({ ...(v.frame as object), request_id: "r0_0" });
+  if (!checked.success) {
+    const issue = checked.error.issues[0];
+    return `frame.${issue?.path.join(".") ?? "?"}: ${issue?.message ?? "invalid"}`;
+  }
+  const { request_id: _ignored, ...frame } = checked.data as ServerFrame & { request_id: string };
+  return { runnerId: v.runner_id, frame: frame as RunnerRequest, timeoutMs: t };
+}

@@ -1,0 +1,516 @@
+/**
+ * Routing between Server instances (issue 29 §2, design §14): two `webcodex-server run` children (A and B) on
+ * one real PostgreSQL, a Runner daemon whose link goes through a TCP proxy (the load balancer) to B, and the
+ * fake agent with its prompt ledger. Everything is asked of A, which does not hold the Runner's link:
+ *
+ * - a start reaches the Runner exactly once, observe returns its events to the end, and a long-poll on A
+ *   wakes within moments of an event B received (database notifications, not the observe wait running out);
+ * - a slow run is cancelled through A; `tasks/get` and a task's `subscriptions/listen` on A follow the run;
+ * - the holder's internal endpoint refuses a forged, expired, malformed or oversized request, and a
+ *   signed run.start for a run with no `sent` record is not dispatched;
+ * - a forwarded start whose answer was lost stays unknown (`sent`), is settled by reconciliation, runs once;
+ * - a stale remote view of the Runner (an agent instance it no longer has) is refused by the Runner and
+ *   nothing is dispatched;
+ * - a run ended by B's reconciliation (its Runner killed and restarted), with no run.update, wakes a
+ *   long-poll on A through the state change's notification;
+ * - B `kill -9`'d mid-run: the Runner reconnects through the proxy to A, the run still completes, once.
+ */
+import { randomBytes } from "node:crypto";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { isTerminalState, MAX_OBSERVE_WAIT_SECS } from "@webcodex/protocol";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  DAEMON_POLL_MS,
+  DAEMON_WAIT_MS,
+  type DaemonProcess,
+  poll,
+  startServerProcess,
+} from "../../../scripts/test-support/index.js";
+import { type PostgresCluster, startPostgresCluster } from "../../../scripts/test-support/postgres.js";
+import {
+  CLUSTER_LINK_REQUEST_PATH,
+  CLUSTER_MAX_BODY_BYTES,
+  CLUSTER_MAX_CLOCK_SKEW_MS,
+  CLUSTER_SIGNATURE_HEADER,
+  CLUSTER_TIMESTAMP_HEADER,
+  clusterKey,
+  signLinkRequest,
+} from "../src/link/cluster.js";
+import type { ApiResult, CancelOutput, ObserveOutput, ProjectView, StartOutput } from "../src/runs/api.js";
+import { CutProxy } from "./support/cut-proxy.js";
+import { freePort, okValue, ProcStack, STATE_URL_ENV } from "./support/proc-stack.js";
+
+const MODERN = "2026-07-28";
+const TASKS_META = {
+  "io.modelcontextprotocol/protocolVersion": MODERN,
+  "io.modelcontextprotocol/clientInfo": { name: "cluster-routing-test", version: "0" },
+  "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } },
+};
+/** An observe long-poll's wait in these tests: far longer than a notified wake-up may take. */
+const LONG_POLL_SECS = 20;
+/** How soon after the agent's next event a long-poll on A must answer (the agent emits one per interval). */
+const WAKE_BOUND_MS = 3_000;
+/** The longest observe wait (protocol MAX_OBSERVE_WAIT_SECS). */
+const MAX_WAIT_SECS = MAX_OBSERVE_WAIT_SECS;
+
+let pg: PostgresCluster;
+let stack: ProcStack | null = null;
+let b: DaemonProcess | null = null;
+let proxy: CutProxy | null = null;
+
+beforeAll(async () => {
+  pg = await startPostgresCluster();
+}, 120_000);
+afterAll(async () => {
+  await pg?.close();
+}, 60_000);
+afterEach(async () => {
+  await b?.stop();
+  b = null;
+  await stack?.stop();
+  stack = null;
+  await proxy?.close();
+  proxy = null;
+}, 60_000);
+
+interface Cluster {
+  s: ProcStack;
+  /** A's port (the ProcStack's Server) and B's. */
+  a: number;
+  b: number;
+  proxy: CutProxy;
+}
+
+async function api<T>(port: number, op: "start" | "observe" | "cancel", input: unknown): Promise<ApiResult<T>> {
+  const res = await fetch(`http://127.0.0.1:${port}/__test/runs/${op}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ principal_id: "alice", input }),
+  });
+  expect(res.status).toBe(200);
+  return (await res.json()) as ApiResult<T>;
+}
+
+async function projectsOn(port: number): Promise<ProjectView[]> {
+  try {
+    return (await (await fetch(`http://127.0.0.1:${port}/__test/projects?principal_id=alice`)).json()) as ProjectView[];
+  } catch {
+    return [];
+  }
+}
+
+function startServerB(s: ProcStack, port: number): DaemonProcess {
+  const config = join(s.dir, "server-b.toml");
+  writeFileSync(config, readFileSync(s.serverConfigFile, "utf8").replace(/^port = \d+$/m, `port = ${port}`));
+  const child = startServerProcess(config, {
+    cwd: s.dir,
+    env: {
+      ...process.env,
+      WEBCODEX_TEST_HOOK_API: "1",
+      WEBCODEX_LOG_LEVEL: "warn",
+      [STATE_URL_ENV]: s.stateUrl ?? "",
+    },
+    stopGraceMs: 5_000,
+  });
+  return child;
+}
+
+async function waitListening(child: DaemonProcess): Promise<void> {
+  await poll(
+    () => {
+      if (child.exitCode !== null) throw new Error(`instance B exited ${child.exitCode}: ${child.output()}`);
+      return child.output().includes('"listening"');
+    },
+    { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "instance B to listen" },
+  );
+}
+
+/** A and B on one database; the Runner linked to B through the proxy; A sees it through the shared rows. */
+async function cluster(): Promise<Cluster> {
+  proxy = await new CutProxy().listen();
+  const url = await pg.createDatabase();
+  stack = await new ProcStack({
+    runners: [{ id: "r1", projects: ["demo"] }],
+    server: "child",
+    stateUrl: url,
+    linkPort: proxy.port,
+  }).init();
+  const s = stack;
+  const portB = await freePort();
+  b = startServerB(s, portB);
+  await waitListening(b);
+  proxy.targetPort = portB;
+  await s.startRunner("r1", [], {}, { waitOnline: false });
+  await poll(async () => (await projectsOn(portB)).find((p) => p.project_id === "demo")?.runner_online, {
+    timeoutMs: DAEMON_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
+    what: "the Runner online on B",
+  });
+  // A holds no link: it learns of the Runner from the presence row B writes after the hello.
+  await poll(
+    async () =>
+      (
+        await s.stateRows<{ store_id: string | null }>("SELECT store_id FROM runner_presence WHERE runner_id = ?", [
+          "r1",
+        ])
+      )[0]?.store_id,
+    { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the Runner's presence row" },
+  );
+  // A lists the Runner linked to B, with what its hello advertised.
+  const onA = (await projectsOn(s.port)).find((p) => p.project_id === "demo");
+  expect(onA).toMatchObject({ runner_online: true, providers: [expect.objectContaining({ provider_id: "fake" })] });
+  return { s, a: s.port, b: portB, proxy };
+}
+
+async function startOn(port: number, key: string, prompt: string): Promise<ApiResult<StartOutput>> {
+  return await api<StartOutput>(port, "start", {
+    project_id: "demo",
+    provider_id: "fake",
+    idempotency_key: key,
+    prompt,
+  });
+}
+
+/** Observe on `port` with the token chain until terminal; every event seen, in order. */
+async function observeToEnd(port: number, runId: string): Promise<{ last: ObserveOutput; seqs: number[] }> {
+  const seqs: number[] = [];
+  let token: string | undefined;
+  const deadline = Date.now() + DAEMON_WAIT_MS;
+  for (;;) {
+    const o = okValue(
+      await api<ObserveOutput>(port, "observe", {
+        run_id: runId,
+        wait_secs: 5,
+        ...(token ? { after_observation_token: token } : {}),
+      }),
+    );
+    seqs.push(...o.events.map((e) => e.seq));
+    token = o.observation_token;
+    if (isTerminalState(o.state) && !o.has_more) return { last: o, seqs };
+    if (Date.now() > deadline) throw new Error(`run ${runId} not terminal on ${port}: ${JSON.stringify(o)}`);
+  }
+}
+
+type Answer = { result?: Record<string, unknown>; error?: { code: number; message: string } };
+
+async function mcpPost(port: number, token: string, method: string, params: Record<string, unknown>, name?: string) {
+  return await fetch(`http://127.0.0.1:${port}/mcp`, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      Accept: "application/json, text/event-stream",
+      "Content-Type": "application/json",
+      "MCP-Protocol-Version": MODERN,
+      "Mcp-Method": method,
+      ...(name !== undefined ? { "Mcp-Name": name } : {}),
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: { ...params, _meta: TASKS_META } }),
+  });
+}
+
+/** A signed link request to `port` as another instance would send it (the key from the shared secret). */
+async function linkRequest(
+  port: number,
+  key: Buffer,
+  body: Buffer,
+  opts: { timestamp?: string; signature?: string } = {},
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  const timestamp = opts.timestamp ?? String(Date.now());
+  const res = await fetch(`http://127.0.0.1:${port}${CLUSTER_LINK_REQUEST_PATH}`, {
+    method: "POST",
+    headers: {
+      "content-type": "application/json",
+      [CLUSTER_TIMESTAMP_HEADER]: timestamp,
+      [CLUSTER_SIGNATURE_HEADER]: opts.signature ?? signLinkRequest(key, timestamp, body),
+    },
+    body,
+  });
+  return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
+}
+
+async function sharedKey(s: ProcStack): Promise<Buffer> {
+  const [row] = await s.stateRows<{ secret: string }>("SELECT secret FROM server_secret WHERE id = 1");
+  return clusterKey(Buffer.from(row?.secret ?? "", "hex"));
+}
+
+describe("several Server instances: any of them answers", () => {
+  it("starts through A once, observes to the end with the events, and a long-poll on A wakes at B's events", async () => {
+    const c = await cluster();
+    const started = okValue(await startOn(c.a, "through-a", "scenario: hello"));
+    expect(started.replayed).toBe(false);
+    const { last, seqs } = await observeToEnd(c.a, started.run_id);
+    expect(last.state).toBe("completed");
+    expect(seqs.length).toBeGreaterThan(0);
+    expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
+    expect(c.s.prompts("r1")).toHaveLength(1);
+    // The same key through B replays the run: nothing dispatched again.
+    expect(okValue(await startOn(c.b, "through-a", "scenario: hello"))).toMatchObject({
+      run_id: started.run_id,
+      replayed: true,
+    });
+    expect(c.s.prompts("r1")).toHaveLength(1);
+
+    // One event every 1.5 s: each long-poll on A answers with the next one long before its wait ends.
+    const slow = okValue(await startOn(c.a, "wake", "scenario: slow interval_ms=1500 count=4"));
+    let token = slow.observation_token;
+    const waits: number[] = [];
+    for (let answered = 0; answered < 3; ) {
+      const t0 = Date.now();
+      const o = okValue(
+        await api<ObserveOutput>(c.a, "observe", {
+          run_id: slow.run_id,
+          wait_secs: LONG_POLL_SECS,
+          after_observation_token: token,
+        }),
+      );
+      token = o.observation_token;
+      if (o.events.length === 0 && !isTerminalState(o.state)) continue; // a state change without events
+      waits.push(Date.now() - t0);
+      answered++;
+      if (isTerminalState(o.state)) break;
+    }
+    for (const ms of waits) expect(ms).toBeLessThan(WAKE_BOUND_MS);
+    expect(c.s.prompts("r1")).toHaveLength(2);
+  }, 180_000);
+
+  it("cancels a slow run through A, and A's tasks/get and subscriptions/listen follow a task on B's Runner", async () => {
+    const c = await cluster();
+    const slow = okValue(await startOn(c.a, "cancel-me", "scenario: slow interval_ms=200 count=500"));
+    await poll(
+      async () => okValue(await api<ObserveOutput>(c.a, "observe", { run_id: slow.run_id })).state === "running",
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the slow run running" },
+    );
+    const cancelled = okValue(await api<CancelOutput>(c.a, "cancel", { run_id: slow.run_id }));
+    expect(cancelled).toMatchObject({ cancel_requested: true, already_terminal: false });
+    const { last } = await observeToEnd(c.a, slow.run_id);
+    expect(last.state).toBe("cancelled");
+
+    const alice = c.s.principalTokens.get("alice") ?? "";
+    const args = {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: "task-through-a",
+      prompt: "scenario: slow interval_ms=300 count=8",
+    };
+    const created = (await (
+      await mcpPost(c.a, alice, "tools/call", { name: "start_coding_agent", arguments: args }, "start_coding_agent")
+    ).json()) as Answer;
+    expect(created.result, JSON.stringify(created)).toMatchObject({ resultType: "task" });
+    const taskId = created.result?.taskId as string;
+    const got = (await (await mcpPost(c.a, alice, "tasks/get", { taskId }, taskId)).json()) as Answer;
+    expect(got.result).toMatchObject({ taskId, status: "working" });
+
+    // The listen on A ends (gracefully) once the task is completed: within moments of the run's end on B,
+    // not one observe wait (30 s) later.
+    const t0 = Date.now();
+    const res = await fetch(`http://127.0.0.1:${c.a}/mcp`, {
+      method: "POST",
+      headers: {
+        Authorization: `Bearer ${alice}`,
+        Accept: "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": MODERN,
+        "Mcp-Method": "subscriptions/listen",
+      },
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: "l1",
+        method: "subscriptions/listen",
+        params: { notifications: { taskIds: [taskId] }, _meta: TASKS_META },
+      }),
+    });
+    expect(res.headers.get("content-type")).toBe("text/event-stream");
+    const text = await res.text();
+    const elapsed = Date.now() - t0;
+    const tasks = text
+      .split("\n")
+      .filter((l) => l.startsWith("data: "))
+      .map((l) => JSON.parse(l.slice(6)) as { method?: string; params?: Record<string, unknown> })
+      .filter((m) => m.method === "notifications/tasks");
+    expect(tasks.at(-1)?.params).toMatchObject({ taskId, status: "completed" });
+    // The run lasts about 8 × 300 ms; a missed wake-up would hold the stream a full observe wait.
+    expect(elapsed).toBeLessThan(12_000);
+    expect(c.s.prompts("r1")).toHaveLength(2);
+  }, 180_000);
+
+  it("refuses forged, expired, malformed and oversized link requests, and sends no start without its sent record", async () => {
+    const c = await cluster();
+    const key = await sharedKey(c.s);
+    const canary = `canary-${randomBytes(16).toString("hex")}`;
+    const frame = {
+      type: "run.sync",
+      run_id: `wc_agent_run_${"a".repeat(26)}`,
+      after_seq: 0,
+      max_events: 0,
+    };
+    const body = Buffer.from(JSON.stringify({ runner_id: "r1", frame, timeout_ms: 1000 }));
+
+    const unsigned = await fetch(`http://127.0.0.1:${c.b}${CLUSTER_LINK_REQUEST_PATH}`, { method: "POST", body });
+    expect(unsigned.status).toBe(401);
+    expect(await unsigned.json()).toMatchObject({ error: "bad_timestamp" });
+    const wrongKey = await linkRequest(c.b, randomBytes(32), body);
+    expect(wrongKey).toMatchObject({ status: 401, body: { error: "bad_signature" } });
+    const tampered = await linkRequest(c.b, key, body, {
+      signature: signLinkRequest(key, String(Date.now()), Buffer.from(`${body.toString()} `)),
+    });
+    expect(tampered).toMatchObject({ status: 401, body: { error: "bad_signature" } });
+    const expired = await linkRequest(c.b, key, body, {
+      timestamp: String(Date.now() - CLUSTER_MAX_CLOCK_SKEW_MS - 5_000),
+    });
+    expect(expired).toMatchObject({ status: 401, body: { error: "stale_timestamp" } });
+    const oversized = await linkRequest(c.b, key, Buffer.alloc(CLUSTER_MAX_BODY_BYTES + 1, 0x20));
+    expect(oversized).toMatchObject({ status: 413, body: { error: "body_too_large" } });
+    const badFrame = await linkRequest(
+      c.b,
+      key,
+      Buffer.from(JSON.stringify({ runner_id: "r1", frame: { type: "hello.ack" }, timeout_ms: 1000 })),
+    );
+    expect(badFrame.status).toBe(400);
+    expect(String(badFrame.body.message)).toContain("frame.type must be run.start, run.sync or run.cancel");
+    const badTimeout = await linkRequest(
+      c.b,
+      key,
+      Buffer.from(JSON.stringify({ runner_id: "r1", frame, timeout_ms: 10 ** 9 })),
+    );
+    expect(badTimeout.status).toBe(400);
+    expect(String(badTimeout.body.message)).toContain("timeout_ms must be an integer");
+
+    // A properly signed request is executed over B's own link: the Runner does not know this run.
+    const sync = await linkRequest(c.b, key, body);
+    expect(sync.status, JSON.stringify(sync.body)).toBe(200);
+    expect(sync.body).toMatchObject({ ok: true, frame: { type: "error", code: "not_found" } });
+    // A signed run.start for a run with no `sent` record is never sent to the Runner.
+    const [presence] = await c.s.stateRows<{ agent_instance_id: string; provider_adverts: string }>(
+      "SELECT agent_instance_id, provider_adverts FROM runner_presence WHERE runner_id = ?",
+      ["r1"],
+    );
+    const provider = (JSON.parse(presence?.provider_adverts ?? "[]") as { provider_instance_id: string }[])[0];
+    const start = {
+      type: "run.start",
+      run_id: `wc_agent_run_${"b".repeat(26)}`,
+      intent_fingerprint: "f".repeat(64),
+      project_id: "demo",
+      provider_id: "fake",
+      agent_instance_id: presence?.agent_instance_id,
+      provider_instance_id: provider?.provider_instance_id,
+      prompt: `scenario: hello ${canary}`,
+      config: {},
+      timeout_secs: null,
+    };
+    const forgedStart = await linkRequest(
+      c.b,
+      key,
+      Buffer.from(JSON.stringify({ runner_id: "r1", frame: start, timeout_ms: 5000 })),
+    );
+    expect(forgedStart.status, JSON.stringify(forgedStart.body)).toBe(200);
+    expect(forgedStart.body).toEqual({ ok: false, reason: "closed" });
+    // A instance that holds no link answers not_sent (never forwards again).
+    const onA = await linkRequest(c.a, key, body);
+    expect(onA.body).toEqual({ ok: false, reason: "not_sent" });
+    expect(c.s.prompts("r1")).toHaveLength(0);
+    expect(JSON.stringify(c.s.logs.get("r1") ?? "")).not.toContain(canary);
+  }, 180_000);
+
+  it("a stale view of the Runner on A is refused by the Runner, and nothing is dispatched", async () => {
+    const c = await cluster();
+    // The view A reads names an agent instance the Runner no longer has (as between a Runner restart and
+    // the presence row's rewrite).
+    const stale = `ai_${randomBytes(8).toString("hex")}`;
+    await c.s.stateRows("UPDATE runner_presence SET agent_instance_id = ? WHERE runner_id = ? RETURNING runner_id", [
+      stale,
+      "r1",
+    ]);
+    const refused = await startOn(c.a, "stale-view", "scenario: hello");
+    expect(refused.ok).toBe(false);
+    expect(refused.ok ? null : refused.error.code).toBe("stale_runner");
+    expect(c.s.prompts("r1")).toHaveLength(0);
+    const [rec] = await c.s.stateRows<{ admission: string; execution_state: string }>(
+      "SELECT admission, execution_state FROM admission_records",
+    );
+    expect(rec).toMatchObject({ admission: "rejected_pre_admission", execution_state: "not_started" });
+    const [failure] = await c.s.stateRows<{ failure_kind: string }>("SELECT failure_kind FROM admission_records");
+    expect(failure?.failure_kind).toBe("runner_restarted");
+  }, 180_000);
+
+  it("leaves a forwarded start whose answer was lost unknown (never not started), and it runs once", async () => {
+    const c = await cluster();
+    // The run.start B forwards reaches the Runner, then the link is cut: B's answer to A is "closed".
+    c.proxy.cutAfterNextRunStart();
+    const started = await startOn(c.a, "answer-lost", "scenario: slow interval_ms=100 count=10");
+    await c.proxy.cutDone;
+    expect(started.ok, JSON.stringify(started)).toBe(true);
+    const run = okValue(started);
+    expect(run.state).toBe("starting");
+    const [rec] = await c.s.stateRows<{ admission: string }>("SELECT admission FROM admission_records");
+    expect(["sent", "admitted"]).toContain(rec?.admission);
+    // The Runner resumes its link on B; B's reconciliation finds the run; A follows it to the end.
+    const { last } = await observeToEnd(c.a, run.run_id);
+    expect(last.state).toBe("completed");
+    expect(c.s.prompts("r1")).toHaveLength(1);
+  }, 180_000);
+
+  it("wakes a long-poll on A when B's reconciliation ends the run (the Runner was kill -9'd and restarted)", async () => {
+    const c = await cluster();
+    const run = okValue(await startOn(c.a, "runner-dies", "scenario: slow interval_ms=200 count=500"));
+    let token = run.observation_token;
+    await poll(
+      async () => {
+        const o = okValue(
+          await api<ObserveOutput>(c.a, "observe", { run_id: run.run_id, after_observation_token: token }),
+        );
+        token = o.observation_token;
+        return o.state === "running";
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the run running" },
+    );
+    // Drain what is there, then wait on A while the Runner dies and comes back (its old link's lease runs out
+    // first): the end is written by B's reconciliation of the restarted Runner's hello, with no run.update.
+    for (;;) {
+      const o = okValue(
+        await api<ObserveOutput>(c.a, "observe", { run_id: run.run_id, after_observation_token: token }),
+      );
+      token = o.observation_token;
+      if (!o.has_more) break;
+    }
+    await c.s.killRunner("r1", "SIGKILL");
+    const t0 = Date.now();
+    const waiting = api<ObserveOutput>(c.a, "observe", {
+      run_id: run.run_id,
+      wait_secs: MAX_WAIT_SECS,
+      after_observation_token: token,
+    });
+    await c.s.startRunner("r1", [], {}, { waitOnline: false });
+    let o = okValue(await waiting);
+    // Events already on their way may answer first; the state change must follow within moments.
+    while (!isTerminalState(o.state)) {
+      o = okValue(
+        await api<ObserveOutput>(c.a, "observe", {
+          run_id: run.run_id,
+          wait_secs: MAX_WAIT_SECS,
+          after_observation_token: o.observation_token,
+        }),
+      );
+    }
+    expect(o.state).toBe("lost");
+    expect(Date.now() - t0).toBeLessThan((MAX_WAIT_SECS - 5) * 1000);
+    expect(c.s.prompts("r1")).toHaveLength(1);
+  }, 180_000);
+
+  it("keeps a run started through A truthful when B is kill -9'd mid-run: the Runner moves to A, one dispatch", async () => {
+    const c = await cluster();
+    const started = okValue(await startOn(c.a, "holder-dies", "scenario: slow interval_ms=250 count=24"));
+    await poll(
+      async () => okValue(await api<ObserveOutput>(c.a, "observe", { run_id: started.run_id })).state === "running",
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the run running" },
+    );
+    // The load balancer now sends the Runner's reconnect to A.
+    c.proxy.targetPort = c.a;
+    await b?.signal("SIGKILL");
+    b = null;
+    const { last } = await observeToEnd(c.a, started.run_id);
+    expect(last.state).toBe("completed");
+    expect((await projectsOn(c.a)).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
+    expect(c.s.prompts("r1")).toHaveLength(1);
+  }, 180_000);
+});
