@@ -27,7 +27,7 @@ import * as startDispatch from "./suites/start-dispatch.mjs";
 import * as throughput from "./suites/throughput.mjs";
 import * as wakeup from "./suites/wakeup.mjs";
 
-const SECTIONS = ["start", "engines", "throughput", "wakeup", "fanout", "barrier", "dispatch", "peer"];
+const SECTIONS = ["start", "engines", "throughput", "wakeup", "cluster", "fanout", "barrier", "dispatch", "peer"];
 /** `peer` installs acpx + Node 22 (~50 MB) on first use: part of a full run, in --quick only when named in --only. */
 const QUICK_DEFAULT_SECTIONS = SECTIONS.filter((s) => s !== "peer");
 
@@ -292,6 +292,31 @@ try {
       server_only = { error: String(e?.message ?? e) };
     }
     return { baseline, ours, error, server_only };
+  });
+
+  await section("cluster", async () => {
+    // Two Server instances on one throwaway PostgreSQL, the Runner linked to the first. The same wake-up
+    // measurement through the first (the event arrives where the observer waits) and through the second
+    // (the start is forwarded to the first, and the observer is woken by LISTEN/NOTIFY), one after the other.
+    const { startPostgresCluster } = await import("../postgres.mjs");
+    const cluster = await startPostgresCluster();
+    try {
+      const stack = await launchStack({ label: "cluster", nodeArgs, stateUrl: await cluster.createDatabase() });
+      try {
+        const other = await stack.addInstance("b");
+        const same = await wakeup.stack(ctx, { stack, ...PLAN.wakeup });
+        const cross = await wakeup.stack(ctx, { stack: other, ...PLAN.wakeup });
+        return {
+          same_instance: same,
+          cross_instance: cross,
+          p50_ratio: ratio(cross.latency_ms.p50, same.latency_ms.p50),
+        };
+      } finally {
+        await stack.stop();
+      }
+    } finally {
+      await cluster.close();
+    }
   });
 
   await section("fanout", async () => {

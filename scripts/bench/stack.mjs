@@ -89,6 +89,7 @@ export async function launchStack({
   nodeArgs = {},
   stateUrl = undefined,
 }) {
+  // `stack.addInstance()` (PostgreSQL only) starts another Server on the same database; see below.
   const dir = makeTempDir(label);
   const port = await freePort();
   const serverConfig = join(dir, "server.toml");
@@ -174,8 +175,37 @@ export async function launchStack({
     mcpClient(i = 0, projectId = "bench") {
       return connectMcp({ url: stack.url, token: tokens[i], projectId });
     },
+    /**
+     * Another Server instance on the same PostgreSQL state (the Runner stays linked to the first): resolves to
+     * a view of this stack whose MCP clients talk to the new instance, so a start or an observe through it is
+     * forwarded to the first and woken by the database's notifications (design §14).
+     */
+    async addInstance(name) {
+      if (stateUrl === undefined) throw new Error("addInstance needs a stack on PostgreSQL (stateUrl)");
+      const extraPort = await freePort();
+      const config = join(dir, `server-${name}.toml`);
+      writeFileSync(config, readFileSync(serverConfig, "utf8").replace(/^port = \d+$/m, `port = ${extraPort}`));
+      handles[`server_${name}`] = spawnTracked(
+        process.execPath,
+        [...DAEMON_NODE_FLAGS.server, ...(nodeArgs.server ?? []), ...SERVER_RUN(config)],
+        { logFile: join(dir, `server-${name}.log`), cwd: dir, env },
+      );
+      const view = {
+        ...stack,
+        port: extraPort,
+        url: `http://127.0.0.1:${extraPort}/mcp`,
+        mcpClient(i = 0, projectId = "bench") {
+          return connectMcp({ url: view.url, token: tokens[i], projectId });
+        },
+      };
+      await waitForMcp(view, handles[`server_${name}`], join(dir, `server-${name}.log`));
+      return view;
+    },
     async stop() {
       await stopTracked(handles.runner, 8000);
+      for (const [key, handle] of Object.entries(handles)) {
+        if (key.startsWith("server_")) await stopTracked(handle, 5000);
+      }
       await stopTracked(handles.server, 5000);
       killByMarker(dir);
     },

@@ -27,6 +27,8 @@ function target(id, what, value, limit, cmp, unit, why) {
 export const TARGETS = {
   start_p50_ratio: 1.1,
   postgres_start_p50_ratio: 1.15,
+  cross_instance_wakeup_p50_ms: 5,
+  cross_instance_wakeup_p99_ms: 20,
   throughput_ratio: 0.75,
   wakeup_p50_ms: 3,
   wakeup_p99_ms: 10,
@@ -69,6 +71,24 @@ export function evaluateTargets(results) {
       "<=",
       "x",
       na("engines"),
+    ),
+    target(
+      "cross_instance_wakeup_p50_ms",
+      `observe wake-up across instances p50 ≤ ${T.cross_instance_wakeup_p50_ms} ms`,
+      s.cluster?.cross_instance?.latency_ms?.p50,
+      T.cross_instance_wakeup_p50_ms,
+      "<=",
+      "ms",
+      na("cluster"),
+    ),
+    target(
+      "cross_instance_wakeup_p99_ms",
+      `observe wake-up across instances p99 ≤ ${T.cross_instance_wakeup_p99_ms} ms`,
+      s.cluster?.cross_instance?.latency_ms?.p99,
+      T.cross_instance_wakeup_p99_ms,
+      "<=",
+      "ms",
+      na("cluster"),
     ),
     target(
       "throughput_message_ratio",
@@ -181,6 +201,13 @@ export function render(results) {
     if (s.engines.duplicate_dispatches) out += `  !! duplicate dispatches: ${s.engines.duplicate_dispatches}\n`;
     if (s.engines.failure_count) out += `  failures: ${s.engines.failure_count}\n`;
     out += "\n";
+  }
+
+  if (s.cluster) {
+    out += head("Observe wake-up (ms) on two Server instances sharing PostgreSQL, Runner linked to the first");
+    out += latencyRow("observer on that instance", s.cluster.same_instance?.latency_ms);
+    out += latencyRow("observer on the other instance", s.cluster.cross_instance?.latency_ms);
+    out += `  ${pad("ratio other/same", 30)}${lpad("", 6)}${lpad(x(s.cluster.p50_ratio), 10)}\n\n`;
   }
 
   if (s.throughput) {
