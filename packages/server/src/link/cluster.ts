@@ -198,6 +198,9 @@ export class ClusterDirectory {
 
   /** Write this instance's row now (throws when the database cannot take it) and then every heartbeat. */
   async start(): Promise<void> {
+    // A row at this instance's own URL under another id is an earlier process at this address (this one
+    // holds the port now): it is dead, however fresh its last heartbeat.
+    await this.db.run("DELETE FROM server_instances WHERE url = ? AND instance_id <> ?", [this.url, this.instanceId]);
     await this.#beat();
     this.#timer = setInterval(() => {
       this.#beat().catch((err: unknown) =>
@@ -225,7 +228,7 @@ export class ClusterDirectory {
   /**
    * The Runner `runnerId` as linked to ANOTHER live instance, or undefined: its presence row says online and
    * fresh, its lease is unexpired and held by an instance other than this one, and that instance's
-   * directory row is fresh.
+   * directory row is fresh and not at this instance's own URL.
    */
   async remoteRunner(runnerId: string, nowMs = Date.now()): Promise<RemoteRunnerView | undefined> {
     const row = await this.db.get<ViewRow>(
@@ -243,7 +246,11 @@ export class ClusterDirectory {
       "SELECT url, heartbeat_at FROM server_instances WHERE instance_id = ?",
       [holderInstanceId],
     );
-    if (!peer || nowMs - Number(peer.heartbeat_at) >= CLUSTER_INSTANCE_STALE_MS) return undefined;
+    // A holder at this instance's own URL is an earlier process at this address (killed, then this one
+    // started): its link died with it, however fresh its rows.
+    if (!peer || peer.url === this.url || nowMs - Number(peer.heartbeat_at) >= CLUSTER_INSTANCE_STALE_MS) {
+      return undefined;
+    }
     let providers: ProviderAdvert[];
     let projects: ProjectAdvert[];
     try {
