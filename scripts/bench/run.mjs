@@ -305,6 +305,8 @@ try {
       try {
         const other = await stack.addInstance("b");
         const same = await wakeup.stack(ctx, { stack, ...PLAN.wakeup });
+        // The tap agent numbers each run's ticks from 0 in one file: start the second run's record afresh.
+        writeFileSync(stack.tapFile, "");
         const cross = await wakeup.stack(ctx, { stack: other, ...PLAN.wakeup });
         return {
           same_instance: same,
