@@ -319,6 +319,7 @@ function mountConsole(
       oauth,
       config,
       mirrors: runs.mirrors,
+      followEvents: (runId, timeoutMs) => runs.followEvents(runId, timeoutMs),
       presence: () => presence.rows(),
       operatorClients: () => operatorClients.all(),
     }),

@@ -37,8 +37,11 @@ import {
   clusterKey,
   signLinkRequest,
 } from "../src/link/cluster.js";
+import type { Scope } from "../src/principals/principal.js";
 import type { ApiResult, CancelOutput, ObserveOutput, ProjectView, StartOutput } from "../src/runs/api.js";
+import { consoleLogin } from "./support/console-login.js";
 import { CutProxy } from "./support/cut-proxy.js";
+import { issueKey } from "./support/oauth.js";
 import { freePort, okValue, ProcStack, STATE_URL_ENV } from "./support/proc-stack.js";
 
 const MODERN = "2026-07-28";
@@ -127,7 +130,7 @@ async function waitListening(child: DaemonProcess): Promise<void> {
 }
 
 /** A and B on one database; the Runner linked to B through the proxy; A sees it through the shared rows. */
-async function cluster(): Promise<Cluster> {
+async function cluster(extraScopes: Scope[] = []): Promise<Cluster> {
   proxy = await new CutProxy().listen();
   const url = await pg.createDatabase();
   stack = await new ProcStack({
@@ -135,6 +138,7 @@ async function cluster(): Promise<Cluster> {
     server: "child",
     stateUrl: url,
     linkPort: proxy.port,
+    extraScopes,
   }).init();
   const s = stack;
   const portB = await freePort();
@@ -333,6 +337,26 @@ describe("several Server instances: any of them answers", () => {
     expect(elapsed).toBeLessThan(12_000);
     expect(c.s.prompts("r1")).toHaveLength(2);
   }, 180_000);
+
+  it("shows a run's events on A's operator console while its Runner is linked to B", async () => {
+    const { s, a, b: portB } = await cluster(["operator:read"]);
+    const started = okValue(await startOn(portB, "console-a", "scenario: tools"));
+    await observeToEnd(portB, started.run_id);
+    // The console of the instance without the link: its events come through B (runs.followEvents).
+    const key = await issueKey(s.serverConfigFile, "alice", ["operator:read", "project:read"], []);
+    const origin = `http://127.0.0.1:${a}`;
+    const { cookie } = await consoleLogin(origin, key);
+    expect(cookie).not.toBeNull();
+    const res = await fetch(`${origin}/console/api/snapshot?run=${started.run_id}`, {
+      headers: { cookie: cookie ?? "" },
+    });
+    expect(res.status).toBe(200);
+    const snapshot = (await res.json()) as { run_events: { held: boolean; events: { kind: string }[] } | null };
+    expect(snapshot.run_events?.held).toBe(true);
+    const kinds = snapshot.run_events?.events.map((e) => e.kind) ?? [];
+    expect(kinds).toContain("tool_activity");
+    expect(kinds.at(-1)).toBe("terminal");
+  }, 120_000);
 
   it("refuses forged, expired, malformed and oversized link requests, and sends no start without its sent record", async () => {
     const c = await cluster();

@@ -12,6 +12,7 @@ import { CONSOLE_SESSION_TTL_MS, ConsoleSessions } from "../src/console/sessions
 import { maskPaths, PATH_MASK } from "../src/console/snapshot.js";
 import { PRESENCE_STALE_MS, PresenceStore, presenceAt } from "../src/link/presence.js";
 import { StateStore } from "../src/state/store.js";
+import { consoleLogin } from "./support/console-login.js";
 import { answerConsent, issueKey, openConsent, serverCli, tokenRequest } from "./support/oauth.js";
 import { ProcStack } from "./support/proc-stack.js";
 
@@ -43,36 +44,9 @@ function cli(...args: string[]) {
   return serverCli([...args, "--config", stack.serverConfigFile]);
 }
 
-/** POST /console/login as a browser would (login form CSRF cookie + field); returns the session cookie. */
-async function login(
-  key: string,
-  client?: string,
-): Promise<{ status: number; cookie: string | null; csrf: string | null }> {
-  const forwarded: Record<string, string> = client === undefined ? {} : { "x-forwarded-for": client };
-  const form = await fetch(`${origin}/console/login`, { headers: forwarded });
-  const token = /name="login_csrf" value="([^"]*)"/.exec(await form.text())?.[1] ?? "";
-  const res = await fetch(`${origin}/console/login`, {
-    method: "POST",
-    redirect: "manual",
-    headers: {
-      "content-type": "application/x-www-form-urlencoded",
-      cookie: (form.headers.get("set-cookie") ?? "").split(";")[0] ?? "",
-      origin,
-      ...forwarded,
-    },
-    body: new URLSearchParams({ login_csrf: token, key }),
-  });
-  const session = res.headers
-    .getSetCookie()
-    .find((c) => c.startsWith("wc_console="))
-    ?.split(";")[0];
-  if (!session) return { status: res.status, cookie: null, csrf: null };
-  const page = await (await fetch(`${origin}/console`, { headers: { cookie: session } })).text();
-  return {
-    status: res.status,
-    cookie: session,
-    csrf: /name="webcodex-csrf" content="([^"]*)"/.exec(page)?.[1] ?? null,
-  };
+/** Sign in to this file's Server (support/console-login.ts). */
+function login(key: string, client?: string) {
+  return consoleLogin(origin, key, client);
 }
 
 async function consentToken(clientId: string, scope: string | null, key: string) {

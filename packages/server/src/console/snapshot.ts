@@ -19,6 +19,8 @@ import type { RecordFilter, StateStore } from "../state/store.js";
 export const CONSOLE_RUNS_PAGE = 50;
 /** Newest events of the selected run a snapshot carries. */
 export const CONSOLE_RUN_EVENTS_MAX = 200;
+/** Longest a snapshot waits for one run's events from its Runner (through the instance holding its link). */
+export const CONSOLE_EVENTS_FOLLOW_MS = 2_000;
 /** Rows of each audit list (MCP calls, link events, OAuth events) and of recent refusals. */
 export const CONSOLE_AUDIT_ROWS = 40;
 /** OAuth clients and grants listed (newest first). */
@@ -178,6 +180,7 @@ export class ConsoleReader {
   readonly #oauth: OAuthStore;
   readonly #config: ServerConfig;
   readonly #mirrors: MirrorSet | null;
+  readonly #followEvents: ((runId: string, timeoutMs: number) => Promise<void>) | undefined;
   readonly #operatorClients: () => Promise<ReadonlySet<string>>;
   readonly #presence: () => Promise<PresenceRow[]>;
 
@@ -186,6 +189,8 @@ export class ConsoleReader {
     oauth: OAuthStore;
     config: ServerConfig;
     mirrors: MirrorSet | null;
+    /** Brings the mirror of a run up to its Runner's ring, wherever it is linked (runs/runs.ts followEvents). */
+    followEvents?: (runId: string, timeoutMs: number) => Promise<void>;
     presence: () => Promise<PresenceRow[]>;
     operatorClients: () => Promise<ReadonlySet<string>>;
   }) {
@@ -193,6 +198,7 @@ export class ConsoleReader {
     this.#oauth = deps.oauth;
     this.#config = deps.config;
     this.#mirrors = deps.mirrors;
+    this.#followEvents = deps.followEvents;
     this.#presence = deps.presence;
     this.#operatorClients = deps.operatorClients;
   }
@@ -203,7 +209,7 @@ export class ConsoleReader {
       runners: await this.#runners(presence),
       runs: await this.#runs(filters),
       filters,
-      run_events: filters.run === null ? null : this.#events(filters.run),
+      run_events: filters.run === null ? null : await this.#events(filters.run),
       refusals: await this.#refusals(),
       audit: await this.#audit(),
       oauth: await this.#oauthView(),
@@ -256,7 +262,8 @@ export class ConsoleReader {
     return await this.#state.listRecent(filter, CONSOLE_RUNS_PAGE);
   }
 
-  #events(runId: string): ConsoleSnapshot["run_events"] {
+  async #events(runId: string): Promise<ConsoleSnapshot["run_events"]> {
+    await this.#followEvents?.(runId, CONSOLE_EVENTS_FOLLOW_MS);
     const mirror = this.#mirrors?.get(runId);
     if (!mirror) return { run_id: runId, held: false, events: [] };
     const all = mirror.eventsAfter(0);

@@ -31,7 +31,7 @@ const CATCH_UP_MIN_WAIT_MS = 2_000;
  */
 export const PAST_PRUNED_SEQ = 10 ** 15 - 1;
 
-function withTimeout(p: Promise<void>, ms: number): Promise<void> {
+export function withTimeout(p: Promise<void>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, ms)))]).finally(() => clearTimeout(timer));
 }

@@ -30,7 +30,7 @@ import type {
 import { Cancellation } from "./cancel.js";
 import { fail, RunContext } from "./context.js";
 import type { MirrorSet, RunMirror, ToolStep } from "./mirror.js";
-import { Observation } from "./observe.js";
+import { Observation, withTimeout } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
 import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
 
@@ -117,6 +117,21 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#unlisten?.();
     this.#unlisten = null;
     this.#ctx.close();
+  }
+
+  /**
+   * Bring this instance's mirror of `runId` up to its Runner's ring, wherever the Runner is linked (through
+   * the instance holding its link on a PostgreSQL state), waiting at most `timeoutMs`: the operator
+   * console's event view reads the mirror, so it shows a run's events on any instance.
+   */
+  async followEvents(runId: string, timeoutMs: number): Promise<void> {
+    const rec = await this.#ctx.store.get(runId);
+    if (!rec || (rec.admission !== "admitted" && rec.admission !== "sent")) return;
+    const runner = await this.#ctx.registry.lookup(rec.runner_id);
+    if (!runner) return;
+    const mirror = this.#ctx.mirrors.getOrCreate(runId);
+    if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
+    await withTimeout(this.#observation.catchUp(mirror, runner), timeoutMs);
   }
 
   /**
