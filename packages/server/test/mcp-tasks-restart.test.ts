@@ -6,14 +6,8 @@
  */
 import { afterEach, describe, expect, it } from "vitest";
 import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
+import { type ModernAnswer, postModern } from "./support/modern-mcp.js";
 import { ProcStack } from "./support/proc-stack.js";
-
-const MODERN = "2026-07-28";
-const TASKS_META = {
-  "io.modelcontextprotocol/protocolVersion": MODERN,
-  "io.modelcontextprotocol/clientInfo": { name: "restart-test", version: "0" },
-  "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } },
-};
 
 let stack: ProcStack | null = null;
 
@@ -22,23 +16,13 @@ afterEach(async () => {
   stack = null;
 }, 60_000);
 
-type Answer = { result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } };
-
-async function post(s: ProcStack, method: string, params: Record<string, unknown>, name?: string): Promise<Answer> {
-  const res = await fetch(`http://127.0.0.1:${s.port}/mcp`, {
-    method: "POST",
-    headers: {
-      Authorization: `Bearer ${s.principalTokens.get("alice")}`,
-      Accept: "application/json, text/event-stream",
-      "Content-Type": "application/json",
-      "MCP-Protocol-Version": MODERN,
-      "Mcp-Method": method,
-      ...(name !== undefined ? { "Mcp-Name": name } : {}),
-    },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: { ...params, _meta: TASKS_META } }),
+async function post(s: ProcStack, method: string, params: Record<string, unknown>, name?: string) {
+  const res = await postModern(s.port, s.principalTokens.get("alice") ?? "", method, params, {
+    ...(name !== undefined ? { name } : {}),
+    clientName: "restart-test",
   });
   expect(res.status).toBe(200);
-  return (await res.json()) as Answer;
+  return (await res.json()) as ModernAnswer;
 }
 
 async function startTask(s: ProcStack, key: string, prompt: string): Promise<string> {

@@ -22,14 +22,8 @@ import {
 } from "../../../scripts/test-support/index.js";
 import { type PostgresCluster, startPostgresCluster } from "../../../scripts/test-support/postgres.js";
 import { STATE_DB_FILE } from "../src/state/store.js";
+import { type ModernAnswer, postModern } from "./support/modern-mcp.js";
 import { freePort, ProcStack, STATE_URL_ENV } from "./support/proc-stack.js";
-
-const MODERN = "2026-07-28";
-const TASKS_META = {
-  "io.modelcontextprotocol/protocolVersion": MODERN,
-  "io.modelcontextprotocol/clientInfo": { name: "postgres-state-test", version: "0" },
-  "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } },
-};
 
 let cluster: PostgresCluster;
 let stack: ProcStack | null = null;
@@ -48,23 +42,13 @@ afterEach(async () => {
   stack = null;
 }, 60_000);
 
-type Answer = { result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } };
-
 async function post(port: number, token: string, method: string, params: Record<string, unknown>, name?: string) {
-  const res = await fetch(`http://127.0.0.1:${port}/mcp`, {
-    method: "POST",
-    headers: {
-      Authorization: `Bearer ${token}`,
-      Accept: "application/json, text/event-stream",
-      "Content-Type": "application/json",
-      "MCP-Protocol-Version": MODERN,
-      "Mcp-Method": method,
-      ...(name !== undefined ? { "Mcp-Name": name } : {}),
-    },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: { ...params, _meta: TASKS_META } }),
+  const res = await postModern(port, token, method, params, {
+    ...(name !== undefined ? { name } : {}),
+    clientName: "postgres-state-test",
   });
   expect(res.status).toBe(200);
-  return (await res.json()) as Answer;
+  return (await res.json()) as ModernAnswer;
 }
 
 function startCall(key: string, prompt: string) {
