@@ -8,7 +8,7 @@
  * - a second instance on the same database (no state-dir lock between them) answers for the same runs:
  *   the same task status, and the same key through it replays the run instead of dispatching it again;
  * - with the database stopped, a start is refused `state_unavailable` and nothing is half-written; once
- *   it is back, starts work again.
+ *   it is back, starts work again, and a run that was in flight meanwhile reaches its true end.
  */
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -136,6 +136,23 @@ describe("the Server's state on PostgreSQL", () => {
     const bob = s.principalTokens.get("bob") ?? "";
     const foreign = await post(port, bob, "tasks/get", { taskId }, taskId);
     expect(foreign.error, JSON.stringify(foreign)).toBeDefined();
+  }, 180_000);
+
+  it("brings a run that was in flight while the database was down to its true end once it is back", async () => {
+    const s = await pgStack();
+    const alice = s.principalTokens.get("alice") ?? "";
+    const taskId = await startTask(s.port, alice, "pg-mid-run", "scenario: slow interval_ms=100 count=40");
+    expect(await taskStatus(s.port, alice, taskId)).toMatchObject({ status: "working" });
+    await cluster.stop();
+    try {
+      // The agent keeps running on the Runner while the Server cannot write what it hears.
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+    } finally {
+      await cluster.start();
+    }
+    const done = await untilDone(s.port, alice, taskId);
+    expect(done).toMatchObject({ taskId, status: "completed" });
+    expect(s.prompts("r1")).toHaveLength(1);
   }, 180_000);
 
   it("refuses a start with state_unavailable while the database is down, writes nothing, and recovers", async () => {
