@@ -5,6 +5,7 @@
 import { execFileSync, spawn } from "node:child_process";
 import { openSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
+import { killProcesses, processesMentioning } from "../../processes.mjs";
 
 const tracked = new Set();
 let handlersInstalled = false;
@@ -84,26 +85,9 @@ export async function stopTracked(handle, graceMs = 3000) {
 
 /** Kill every process whose command line contains `marker` (a unique temp path of this bench). */
 export function killByMarker(marker) {
-  let killed = 0;
-  for (const name of readdirSync("/proc")) {
-    if (!/^\d+$/.test(name)) continue;
-    const pid = Number(name);
-    if (pid === process.pid) continue;
-    let cmdline;
-    try {
-      cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-    } catch {
-      continue;
-    }
-    if (!cmdline.includes(marker)) continue;
-    try {
-      process.kill(pid, "SIGKILL");
-      killed++;
-    } catch {
-      // gone
-    }
-  }
-  return killed;
+  const pids = processesMentioning(marker);
+  killProcesses(pids);
+  return pids.length;
 }
 
 /** { rssKb, hwmKb, cpuMs } of one live pid, or null. */
