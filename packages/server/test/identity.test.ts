@@ -1,7 +1,7 @@
 import { RUN_ID_PATTERN } from "@webcodex/protocol";
 import { describe, expect, it } from "vitest";
 import { canonicalJson, deriveRunId, intentFingerprint, lengthPrefixed } from "../src/runs/identity.js";
-import { ObservationTokens } from "../src/runs/observe-token.js";
+import { OBSERVATION_TOKEN_MEMO_ENTRIES, ObservationTokens } from "../src/runs/observe-token.js";
 
 const secret = Buffer.alloc(32, 7);
 
@@ -60,6 +60,24 @@ describe("observation tokens", () => {
   it("round-trips a cursor bound to its run", () => {
     const t = tokens.issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 42 });
     expect(tokens.verify(runA, t)).toEqual({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 42 });
+  });
+
+  it("answers the same past the memo's bound, and a remembered token stays bound to its run", () => {
+    const fresh = new ObservationTokens(secret);
+    const first = fresh.issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 0 });
+    const sameCursorOfB = fresh.issue({ run_id: runB, instance: "instance_aaaaaaaaaaaa", seq: 0 });
+    expect(sameCursorOfB).not.toBe(first);
+    for (let seq = 1; seq <= OBSERVATION_TOKEN_MEMO_ENTRIES + 10; seq++) {
+      fresh.issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq });
+    }
+    // `first` has been dropped from the memo: computed again, it is the same token, and still only runA's.
+    expect(fresh.issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 0 })).toBe(first);
+    expect(new ObservationTokens(secret).issue({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 0 })).toBe(
+      first,
+    );
+    expect(fresh.verify(runA, first)).toEqual({ run_id: runA, instance: "instance_aaaaaaaaaaaa", seq: 0 });
+    expect(fresh.verify(runB, first)).toBeNull();
+    expect(fresh.verify(runA, sameCursorOfB)).toBeNull();
   });
 
   it("rejects a token presented for another run", () => {

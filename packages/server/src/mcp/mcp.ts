@@ -76,6 +76,8 @@ export const createMcpHandler: McpHandlerFactory = async ({
       work.catch((err: unknown) => log.error({ err: err instanceof Error ? err.name : typeof err }, what)),
     );
   inBackground(sessions.start(), "workflow session start-up catch-up failed");
+  // Until it listens (PostgreSQL), every token verification reads the token's row.
+  inBackground(tokens.followRevocations(), "token revocation notices not followed");
   const toolModules: ToolModule[] = [new SessionTools(sessions)];
   if (admission) {
     const tasks = new TaskService({
@@ -126,6 +128,7 @@ export const createMcpHandler: McpHandlerFactory = async ({
       await Promise.all(background);
       await sessions.settled();
       await audit.close();
+      tokens.close();
     },
   };
 };

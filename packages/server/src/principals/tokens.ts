@@ -16,6 +16,16 @@ import { type Principal, SCOPES, type Scope } from "./principal.js";
 export const TOKEN_PREFIX = "wct_";
 const TOKEN_PATTERN = /^wct_[A-Za-z0-9_-]{43}$/;
 
+/** Live tokens whose rows a Server keeps in memory between requests (the least recently verified go first). */
+export const TOKEN_CACHE_ENTRIES = 4_096;
+/**
+ * On PostgreSQL a remembered row is read again after this long even without a revocation notice, which
+ * bounds how long a revocation whose notice was lost (the listening connection down) takes to apply.
+ */
+export const TOKEN_CACHE_TTL_MS = 1_000;
+/** PostgreSQL: `revoke` tells every instance on this channel, in the revoking transaction (state/engine.ts). */
+export const TOKEN_REVOCATIONS_CHANNEL = "webcodex_token_revocations";
+
 /** What the Server config says of one principal (config.ts `[[principals]]`). */
 export interface PrincipalGrant {
   id: string;
@@ -77,18 +87,83 @@ interface TokenRow {
   revoked_at: string | null;
 }
 
+/** What a verification needs of a live token's row, parsed once. */
+interface LiveToken {
+  token_id: string;
+  principal_id: string;
+  scopes: readonly string[];
+  projects: readonly string[];
+  /** Date.now() when read from the database. */
+  readAt: number;
+}
+
+/** The rows remembered for one engine, shared by every TokenStore on it (a revoke through one forgets for all). */
+interface TokenCache {
+  live: Map<string, LiveToken>;
+  /** SQLite: the `writesElsewhere` number the remembered rows were read under. */
+  version: number | null;
+  /** PostgreSQL: whether revocation notices are followed (remembered rows may be used). */
+  following: boolean;
+  /** Counts the times everything was forgotten: a row read across one of them is not remembered. */
+  generation: number;
+}
+
+const caches = new WeakMap<StateEngine, TokenCache>();
+
+function forget(cache: TokenCache): void {
+  cache.live.clear();
+  cache.generation += 1;
+}
+
+function cacheOf(db: StateEngine): TokenCache {
+  let cache = caches.get(db);
+  if (cache === undefined) {
+    cache = { live: new Map(), version: null, following: false, generation: 0 };
+    caches.set(db, cache);
+  }
+  return cache;
+}
+
 /**
- * Token hashes in the Server's state database (table `principal_tokens`, schema step 10). Nothing is
- * kept in memory: every verification reads the token's row (one indexed query), so a revocation made by
- * `webcodex-server token revoke` or by another Server instance on the same database applies from the
- * next request on.
+ * Token hashes in the Server's state database (table `principal_tokens`, schema step 10). A revocation
+ * made by `webcodex-server token revoke` (another process) or by another Server instance on the same
+ * database applies from the next request on: verification reads the token's row (one indexed query)
+ * unless a row read before is remembered and nothing can have revoked it since —
+ * - on SQLite, no other connection committed anything since (`engine.writesElsewhere`), and no `revoke`
+ *   through this connection (it forgets everything);
+ * - on PostgreSQL, once `followRevocations` listens: no revocation notice arrived (each `revoke` sends one
+ *   in its own transaction), and the row was read less than TOKEN_CACHE_TTL_MS ago.
+ * Without either, every verification reads the row.
  */
 export class TokenStore {
   readonly #db: StateEngine;
+  readonly #cache: TokenCache;
+  #unlisten: (() => void) | null = null;
 
   /** `db` must be migrated (state/schema.ts). */
   constructor(db: StateEngine) {
     this.#db = db;
+    this.#cache = cacheOf(db);
+  }
+
+  /**
+   * PostgreSQL: listen for revocations, so that verified rows may be remembered (see the class). A no-op
+   * on SQLite. Throws when the database cannot be reached; `close` stops listening.
+   */
+  async followRevocations(): Promise<void> {
+    if (this.#db.dialect !== "postgres" || this.#unlisten !== null) return;
+    const cache = this.#cache;
+    this.#unlisten = await this.#db.listen(TOKEN_REVOCATIONS_CHANNEL, () => forget(cache));
+    cache.following = true;
+  }
+
+  /** Stop listening (`followRevocations`) and forget remembered rows. */
+  close(): void {
+    if (this.#unlisten === null) return;
+    this.#unlisten();
+    this.#unlisten = null;
+    this.#cache.following = false;
+    forget(this.#cache);
   }
 
   /**
@@ -142,13 +217,59 @@ export class TokenStore {
   /** Like `verify`, with the token's id (the OAuth consent records which key granted it). */
   async identify(token: string, lookup: PrincipalLookup): Promise<{ principal: Principal; token_id: string } | null> {
     if (!TOKEN_PATTERN.test(token)) return null;
-    const row = await this.#db.get<TokenRow>(
-      "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
-      [hashToken(token)],
-    );
-    if (!row) return null;
-    const principal = this.#principalOf(row, lookup);
-    return principal ? { principal, token_id: row.token_id } : null;
+    const hash = hashToken(token);
+    let live = await this.#remembered(hash);
+    if (live === undefined) {
+      const generation = this.#cache.generation;
+      const row = await this.#db.get<TokenRow>(
+        "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
+        [hash],
+      );
+      if (!row) return null;
+      live = {
+        token_id: row.token_id,
+        principal_id: row.principal_id,
+        scopes: parseList(row.scopes),
+        projects: parseList(row.projects),
+        readAt: Date.now(),
+      };
+      if (generation === this.#cache.generation) this.#remember(hash, live);
+    }
+    const principal = this.#principalOf(live, lookup);
+    return principal ? { principal, token_id: live.token_id } : null;
+  }
+
+  /** The remembered live row of `hash`, when nothing can have revoked it since it was read (see the class). */
+  async #remembered(hash: string): Promise<LiveToken | undefined> {
+    const cache = this.#cache;
+    if (this.#db.dialect === "sqlite") {
+      const version = await this.#db.writesElsewhere();
+      if (version !== cache.version) {
+        forget(cache);
+        cache.version = version;
+        return undefined;
+      }
+    } else if (!cache.following) return undefined;
+    const live = cache.live.get(hash);
+    if (live === undefined) return undefined;
+    if (this.#db.dialect !== "sqlite" && Date.now() - live.readAt >= TOKEN_CACHE_TTL_MS) {
+      cache.live.delete(hash);
+      return undefined;
+    }
+    // Most recently verified last: the first entry is the one to drop at the bound.
+    cache.live.delete(hash);
+    cache.live.set(hash, live);
+    return live;
+  }
+
+  #remember(hash: string, live: LiveToken): void {
+    const cache = this.#cache;
+    if (this.#db.dialect !== "sqlite" && !cache.following) return;
+    if (cache.live.size >= TOKEN_CACHE_ENTRIES) {
+      const oldest = cache.live.keys().next().value;
+      if (oldest !== undefined) cache.live.delete(oldest);
+    }
+    cache.live.set(hash, live);
   }
 
   /** The current Principal of a live token id (null when revoked, unknown or its principal is gone). */
@@ -157,18 +278,23 @@ export class TokenStore {
       "SELECT * FROM principal_tokens WHERE token_id = ? AND revoked_at IS NULL",
       [tokenId],
     );
-    return row ? this.#principalOf(row, lookup) : null;
+    return row
+      ? this.#principalOf({ ...row, scopes: parseList(row.scopes), projects: parseList(row.projects) }, lookup)
+      : null;
   }
 
-  #principalOf(row: TokenRow, lookup: PrincipalLookup): Principal | null {
+  #principalOf(
+    row: { principal_id: string; scopes: readonly string[]; projects: readonly string[] },
+    lookup: PrincipalLookup,
+  ): Principal | null {
     const grant = lookup(row.principal_id);
     if (!grant) return null;
     const grantScopes = toSet(grant.scopes);
     const grantProjects = toSet(grant.projects);
     const scopes = new Set<Scope>();
-    for (const s of parseList(row.scopes)) if (isScope(s) && grantScopes.has(s)) scopes.add(s);
+    for (const s of row.scopes) if (isScope(s) && grantScopes.has(s)) scopes.add(s);
     const projects = new Set<string>();
-    for (const p of parseList(row.projects)) if (grantProjects.has(p)) projects.add(p);
+    for (const p of row.projects) if (grantProjects.has(p)) projects.add(p);
     return { id: row.principal_id, scopes, projects };
   }
 
@@ -192,11 +318,20 @@ export class TokenStore {
 
   /** true when a live token with this id was revoked. */
   async revoke(tokenId: string): Promise<boolean> {
-    const result = await this.#db.run(
-      "UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL",
-      [new Date().toISOString(), tokenId],
-    );
-    return result.changes > 0;
+    forget(this.#cache);
+    const revoked = await this.#db.transaction(async (tx) => {
+      const result = await tx.run(
+        "UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ? AND revoked_at IS NULL",
+        [new Date().toISOString(), tokenId],
+      );
+      // Every instance forgets what it remembers of tokens, when (and only if) this commits.
+      if (result.changes > 0 && this.#db.dialect === "postgres") {
+        await tx.get("SELECT pg_notify(?, ?) AS notified", [TOKEN_REVOCATIONS_CHANNEL, tokenId]);
+      }
+      return result.changes > 0;
+    });
+    forget(this.#cache);
+    return revoked;
   }
 }
 

@@ -11,6 +11,12 @@ const TOKEN_DOMAIN = "webcodex.observation_token.v1";
 const PREFIX = "wcobs1.";
 /** Upper bound of an encoded token, used to reserve room in the observe budget. */
 export const MAX_OBSERVATION_TOKEN_LENGTH = 256;
+/**
+ * Tokens remembered by cursor, so that the observe loop (verify the caller's token, issue the next one —
+ * the same one when nothing happened) does not compute an HMAC twice per call. At the bound the oldest
+ * entry is dropped; a token not remembered is computed again, with the same result.
+ */
+export const OBSERVATION_TOKEN_MEMO_ENTRIES = 4_096;
 
 export interface ObservationCursor {
   run_id: string;
@@ -22,6 +28,7 @@ export interface ObservationCursor {
 
 export class ObservationTokens {
   readonly #key: Buffer;
+  readonly #memo = new Map<string, string>();
 
   constructor(serverSecret: Buffer) {
     this.#key = createHmac("sha256", serverSecret).update(TOKEN_DOMAIN).digest();
@@ -35,9 +42,19 @@ export class ObservationTokens {
   }
 
   issue(cursor: ObservationCursor): string {
+    // The run id's length delimits it; the instance and seq never contain "." (see verify's pattern).
+    const key = `${cursor.run_id.length}:${cursor.run_id}${cursor.instance}.${cursor.seq}`;
+    const known = this.#memo.get(key);
+    if (known !== undefined) return known;
     const body = Buffer.from(`${cursor.instance}.${cursor.seq}`, "utf8").toString("base64url");
     const mac = this.#mac(cursor.run_id, cursor.instance, cursor.seq).toString("base64url");
-    return `${PREFIX}${body}.${mac}`;
+    const token = `${PREFIX}${body}.${mac}`;
+    if (this.#memo.size >= OBSERVATION_TOKEN_MEMO_ENTRIES) {
+      const oldest = this.#memo.keys().next().value;
+      if (oldest !== undefined) this.#memo.delete(oldest);
+    }
+    this.#memo.set(key, token);
+    return token;
   }
 
   /** The cursor, or null when the token is malformed, forged, or bound to another run. */

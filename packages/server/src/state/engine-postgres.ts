@@ -376,6 +376,11 @@ export class PostgresEngine implements StateEngine {
     }
   }
 
+  /** Other instances write all the time: nothing to tell (state/engine.ts). */
+  async writesElsewhere(): Promise<number | null> {
+    return null;
+  }
+
   async close(): Promise<void> {
     this.#closed = true;
     if (this.#listenTimer !== null) clearTimeout(this.#listenTimer);

@@ -66,10 +66,12 @@ export class SqliteEngine implements StateEngine {
   /** Whether a transaction holds the connection; waiters are resumed in order, each handed the connection. */
   #held = false;
   readonly #waiters: (() => void)[] = [];
+  readonly #dataVersion: Database.Statement;
 
   /** Wrap an open connection (its pragmas are the caller's; see openSqliteEngine). */
   constructor(db: Database.Database) {
     this.#db = db;
+    this.#dataVersion = db.prepare("PRAGMA data_version").pluck();
   }
 
   /** Operations waiting for the connection right now. */
@@ -154,6 +156,10 @@ export class SqliteEngine implements StateEngine {
 
   async notify(channel: string, payload: string): Promise<void> {
     checkNotification(channel, payload);
+  }
+
+  async writesElsewhere(): Promise<number | null> {
+    return await this.#outside("writesElsewhere", () => this.#dataVersion.get() as number);
   }
 
   async close(): Promise<void> {

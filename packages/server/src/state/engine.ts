@@ -86,6 +86,13 @@ export interface StateEngine extends StateQueries {
   listen(channel: string, onNotify: (payload: string | null) => void): Promise<() => void>;
   /** Tell every instance listening on `channel` (delivered after the surrounding commit, if any). */
   notify(channel: string, payload: string): Promise<void>;
+  /**
+   * A number that differs from the one before whenever another connection committed a write in between
+   * (SQLite's `PRAGMA data_version`: this engine's own commits never change it), so that a cache of rows
+   * only other processes write can be kept exactly; null where the engine cannot tell (PostgreSQL, where
+   * other instances write all the time: follow what matters with `listen`).
+   */
+  writesElsewhere(): Promise<number | null>;
   /** Close the connection(s); later calls fail. */
   close(): Promise<void>;
 }

@@ -1,0 +1,83 @@
+/**
+ * Principal tokens remembered between requests (principals/tokens.ts) stay exactly as revocable as when
+ * every verification read its row: on both engines a revocation through another Server instance (the same
+ * engine on SQLite, another pool on PostgreSQL) applies from that instance's very next verification, and on
+ * PostgreSQL a revocation whose notice never came (a row changed without `revoke`) applies within
+ * TOKEN_CACHE_TTL_MS. The revocation by another process on SQLite is in tokens.test.ts.
+ */
+import { describe, expect, it } from "vitest";
+import { poll } from "../../../scripts/test-support/index.js";
+import { principalLookup, TOKEN_CACHE_TTL_MS, TokenStore } from "../src/principals/tokens.js";
+import { ENGINE_NAMES, type EngineName, engineFixture } from "./support/engines.js";
+
+const fixture = engineFixture();
+const principals = [{ id: "alice", scopes: ["coding_agent:run", "project:read"] as const, projects: ["demo"] }];
+const lookup = principalLookup(principals.map((p) => ({ ...p, scopes: [...p.scopes] })));
+
+/** Verifications in a row on the remembering instance before anything is revoked. */
+const WARM_VERIFICATIONS = 5;
+
+async function twoInstances(name: EngineName) {
+  const [a, b] = await fixture.instances(name, 2);
+  if (a === undefined || b === undefined) throw new Error("two instances expected");
+  const onA = new TokenStore(a);
+  await onA.followRevocations();
+  const onB = new TokenStore(b);
+  const issued = await onB.issue(
+    { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
+    lookup,
+  );
+  for (let i = 0; i < WARM_VERIFICATIONS; i++) expect((await onA.verify(issued.token, lookup))?.id).toBe("alice");
+  return { a, b, onA, onB, issued };
+}
+
+describe.each(ENGINE_NAMES)("principal tokens remembered on $name", ({ name }) => {
+  it("refuses a token revoked through another instance from the next verification on", async () => {
+    const { onA, onB, issued } = await twoInstances(name);
+    try {
+      expect(await onB.revoke(issued.token_id)).toBe(true);
+      expect(await onA.verify(issued.token, lookup)).toBeNull();
+      expect(await onA.identify(issued.token, lookup)).toBeNull();
+    } finally {
+      onA.close();
+    }
+  });
+});
+
+describe("principal tokens remembered on PostgreSQL", () => {
+  const name = "postgres";
+  it("refuses a token whose row was revoked without a notice within TOKEN_CACHE_TTL_MS", async () => {
+    const { b, onA, issued } = await twoInstances(name);
+    try {
+      // The row changes with no notice (as if the notice were lost): only the bound on remembering applies.
+      await b.run("UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ?", [
+        new Date().toISOString(),
+        issued.token_id,
+      ]);
+      const changedAt = Date.now();
+      await poll(async () => (await onA.verify(issued.token, lookup)) === null, {
+        timeoutMs: TOKEN_CACHE_TTL_MS * 5,
+        intervalMs: 50,
+      });
+      expect(Date.now() - changedAt).toBeLessThan(TOKEN_CACHE_TTL_MS * 5);
+    } finally {
+      onA.close();
+    }
+  });
+
+  it("reads the row on every verification while it does not follow notices", async () => {
+    const [a, b] = await fixture.instances(name, 2);
+    if (a === undefined || b === undefined) throw new Error("two instances expected");
+    const onA = new TokenStore(a);
+    const issued = await new TokenStore(b).issue(
+      { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
+      lookup,
+    );
+    expect((await onA.verify(issued.token, lookup))?.id).toBe("alice");
+    await b.run("UPDATE principal_tokens SET revoked_at = ? WHERE token_id = ?", [
+      new Date().toISOString(),
+      issued.token_id,
+    ]);
+    expect(await onA.verify(issued.token, lookup)).toBeNull();
+  });
+});
