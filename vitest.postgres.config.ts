@@ -7,13 +7,16 @@ import { defineConfig } from "vitest/config";
  */
 export default defineConfig({
   test: {
-    // Not here yet: the suites that read the link audit or the state dir's SQLite file directly
-    // (link-takeover, link-lease-restart, link-trust, tombstone-acceptance's backup restore).
     include: [
       "packages/server/test/crash-matrix-server.test.ts",
       "packages/server/test/mcp-tasks-restart.test.ts",
       "packages/server/test/agent-tasks-crash.test.ts",
       "packages/server/test/link-acceptance.test.ts",
+      "packages/server/test/link-takeover.test.ts",
+      "packages/server/test/link-lease-restart.test.ts",
+      "packages/server/test/link-trust.test.ts",
+      "packages/server/test/impersonation-chain.test.ts",
+      "packages/server/test/tombstone-acceptance.test.ts",
       "packages/server/test/effective-config.test.ts",
       "packages/server/test/grant-removal.test.ts",
       "packages/server/test/oauth-lifecycle.test.ts",

@@ -21,3 +21,10 @@ export interface PostgresCluster {
 export declare function startPostgresCluster(): Promise<PostgresCluster>;
 /** A fresh, empty database on the cluster whose superuser URL is `adminUrl`; resolves to its connection URL. */
 export declare function createDatabaseAt(adminUrl: string): Promise<string>;
+/**
+ * Make the database of `targetUrl` a copy of the database of `sourceUrl` as it is now (CREATE DATABASE …
+ * TEMPLATE), dropping an existing target first; nothing may be connected to the source.
+ */
+export declare function copyDatabaseAt(adminUrl: string, sourceUrl: string, targetUrl: string): Promise<void>;
+/** A name for a new database on the cluster of `url`: its connection URL (nothing is created). */
+export declare function siblingDatabaseUrl(url: string, suffix: string): string;

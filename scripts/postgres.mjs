@@ -194,3 +194,29 @@ export async function createDatabaseAt(adminUrl) {
   url.pathname = `/${encodeURIComponent(name)}`;
   return url.toString();
 }
+
+/**
+ * Make the database of `targetUrl` a copy of the database of `sourceUrl` as it is now (CREATE DATABASE …
+ * TEMPLATE: what a restore of a dump taken now gives), on the cluster whose superuser URL is `adminUrl`.
+ * An existing target is dropped first, ending its connections; nothing may be connected to the source.
+ */
+export async function copyDatabaseAt(adminUrl, sourceUrl, targetUrl) {
+  const nameOf = (url) => decodeURIComponent(new URL(url).pathname.slice(1));
+  const client = new pg.Client({ connectionString: adminUrl });
+  await client.connect();
+  try {
+    await client.query(`DROP DATABASE IF EXISTS ${client.escapeIdentifier(nameOf(targetUrl))} WITH (FORCE)`);
+    await client.query(
+      `CREATE DATABASE ${client.escapeIdentifier(nameOf(targetUrl))} TEMPLATE ${client.escapeIdentifier(nameOf(sourceUrl))}`,
+    );
+  } finally {
+    await client.end();
+  }
+}
+
+/** A name for a new database on the cluster of `url`: its connection URL (nothing is created). */
+export function siblingDatabaseUrl(url, suffix) {
+  const next = new URL(url);
+  next.pathname = `/${encodeURIComponent(`${decodeURIComponent(next.pathname.slice(1))}_${suffix}`)}`;
+  return next.toString();
+}

@@ -4,10 +4,12 @@
  * hooks, which only the PostgreSQL tests should carry.
  */
 export {
+  copyDatabaseAt,
   createDatabaseAt,
   POSTGRES_RUN_AS_USER,
   POSTGRES_START_TIMEOUT_MS,
   POSTGRES_STOP_TIMEOUT_MS,
   type PostgresCluster,
+  siblingDatabaseUrl,
   startPostgresCluster,
 } from "../postgres.mjs";

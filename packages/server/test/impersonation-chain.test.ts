@@ -68,7 +68,7 @@ describe("an agent that steals its Runner's token cannot take the Runner's link 
 
       // The impostor: a second Runner with exactly what the agent read, its own store and agent ledger.
       await startImpostor(s, stolen, original);
-      await poll(() => refusedCount(s!) >= 1, {
+      await poll(async () => (await refusedCount(s!)) >= 1, {
         timeoutMs: DAEMON_WAIT_MS,
         intervalMs: DAEMON_POLL_MS,
         what: "the impostor refused and audited",
@@ -89,7 +89,7 @@ describe("an agent that steals its Runner's token cannot take the Runner's link 
         sha("scenario: hello after-2"),
       ]);
       expect(s.prompts(IMPOSTOR)).toEqual([]);
-      expect(refusedCount(s)).toBeGreaterThanOrEqual(1);
+      expect(await refusedCount(s)).toBeGreaterThanOrEqual(1);
     });
   }
 });

@@ -44,12 +44,12 @@ describe("link leases survive a Server restart (real processes)", () => {
       await s.killServer(signal);
       await s.startServer();
       await startImpostor(s, s.tokens.get("r1") ?? "", original);
-      await poll(() => linkAudit(s!).some((r) => r.event === "link_refused_in_use"), {
+      await poll(async () => (await linkAudit(s!)).some((r) => r.event === "link_refused_in_use"), {
         timeoutMs: DAEMON_WAIT_MS,
         intervalMs: DAEMON_POLL_MS,
         what: "the impostor refused after the restart",
       });
-      expect(linkAudit(s).map((r) => r.event)).toEqual(["link_granted", "link_refused_in_use"]);
+      expect((await linkAudit(s)).map((r) => r.event)).toEqual(["link_granted", "link_refused_in_use"]);
       await poll(() => s?.logs.get(IMPOSTOR)?.includes("link_in_use"), {
         timeoutMs: DAEMON_WAIT_MS,
         intervalMs: DAEMON_POLL_MS,
@@ -57,7 +57,7 @@ describe("link leases survive a Server restart (real processes)", () => {
       });
 
       relay.release();
-      await poll(() => linkAudit(s!).some((r) => r.event === "link_resumed"), {
+      await poll(async () => (await linkAudit(s!)).some((r) => r.event === "link_resumed"), {
         timeoutMs: DAEMON_WAIT_MS,
         intervalMs: DAEMON_POLL_MS,
         what: "the real Runner to resume",
@@ -65,7 +65,7 @@ describe("link leases survive a Server restart (real processes)", () => {
       for (const key of ["after-1", "after-2"]) expect((await s.runToEnd(key)).state).toBe("completed");
       expect(s.prompts("r1")).toHaveLength(3);
       expect(s.prompts(IMPOSTOR)).toHaveLength(0);
-      expect(linkAudit(s).filter((r) => r.event === "link_granted")).toHaveLength(1);
+      expect((await linkAudit(s)).filter((r) => r.event === "link_granted")).toHaveLength(1);
     });
   }
 });

@@ -21,8 +21,8 @@ function input(key: string, prompt = "scenario: hello"): StartInput {
   return { project_id: "demo", provider_id: "fake", idempotency_key: key, prompt };
 }
 
-function auditEvents(s: ProcStack): string[] {
-  return linkAudit(s).map((r) => r.event);
+async function auditEvents(s: ProcStack): Promise<string[]> {
+  return (await linkAudit(s)).map((r) => r.event);
 }
 
 describe("a live Runner link is never silently replaced (real processes)", () => {
@@ -40,7 +40,7 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     await s.startRunner("r1");
     // The impostor: a second Runner with the stolen token, its own store and its own agent ledger.
     await startImpostor(s, s.tokens.get("r1") ?? "");
-    await poll(() => refusedCount(s!) >= 2, {
+    await poll(async () => (await refusedCount(s!)) >= 2, {
       timeoutMs: DAEMON_WAIT_MS,
       intervalMs: DAEMON_POLL_MS,
       what: "two refused impostor hellos",
@@ -49,8 +49,8 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     for (const key of ["a", "b", "c"]) expect((await s.runToEnd(`impostor-${key}`)).state).toBe("completed");
     expect(s.prompts("r1")).toHaveLength(3);
     expect(s.prompts(IMPOSTOR)).toEqual([]);
-    expect(auditEvents(s)[0]).toBe("link_granted");
-    expect(auditEvents(s)).not.toContain("link_resumed");
+    expect((await auditEvents(s))[0]).toBe("link_granted");
+    expect(await auditEvents(s)).not.toContain("link_resumed");
     expect(s.logs.get(IMPOSTOR)).toContain("link_in_use");
   });
 
@@ -68,14 +68,14 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     );
     const cut = Date.now();
     relay.cutRunnerSide();
-    await poll(() => auditEvents(s!).includes("link_resumed"), {
+    await poll(async () => (await auditEvents(s!)).includes("link_resumed"), {
       timeoutMs: 3 * HEARTBEAT_MS,
       intervalMs: DAEMON_POLL_MS,
       what: "the link resumed",
     });
     // Resumed before the Server could have declared the old link dead: the secret did it, not a timeout.
     expect(Date.now() - cut).toBeLessThan(2 * HEARTBEAT_MS);
-    expect(auditEvents(s)).not.toContain("link_refused_in_use");
+    expect(await auditEvents(s)).not.toContain("link_refused_in_use");
     expect((await s.untilTerminal(started.run_id)).state).toBe("completed");
     expect(s.prompts("r1")).toHaveLength(1);
   });
@@ -88,7 +88,7 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     await s.startRunner("r1");
     // The lease (2 heartbeats) plus the replacement's bounded retry pace.
     expect(Date.now() - killed).toBeLessThan(2 * HEARTBEAT_MS + 5000);
-    const events = auditEvents(s);
+    const events = await auditEvents(s);
     expect(events.filter((e) => e === "link_granted")).toHaveLength(2);
     expect(events.at(-1)).toBe("link_granted");
     expect((await s.runToEnd("after-replacement")).state).toBe("completed");
@@ -108,7 +108,7 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     expect(newToken).toMatch(/^wcr_[A-Za-z0-9_-]{43}$/);
     expect(stderr).toContain("old token no longer authenticates");
     await s.waitOffline("r1");
-    expect(auditEvents(s)).toContain("closed_token_rotated");
+    expect(await auditEvents(s)).toContain("closed_token_rotated");
     await poll(() => s?.logs.get("r1")?.includes("token_revoked"), {
       timeoutMs: DAEMON_WAIT_MS,
       intervalMs: DAEMON_POLL_MS,

@@ -115,7 +115,7 @@ describe("a Runner whose agents share its user, and the link (real processes)", 
     await s.killRunner("r1", "SIGKILL");
     await s.startRunner("r1");
     // It was refused more than once while it waited…
-    expect(refusedCount(s)).toBeGreaterThanOrEqual(2);
+    expect(await refusedCount(s)).toBeGreaterThanOrEqual(2);
     // …and said so once: the reason on the Runner's side, the possible impersonation on the Server's.
     const runnerLog = s.logs.get("r1");
     expect(lines(runnerLog, WAIT_LINE)).toHaveLength(1);
@@ -190,7 +190,7 @@ describe.skipIf(!IS_ROOT)("with run_as on every agent (needs root to create a us
     await s.startRunner("r1");
     // Well inside the lease (two 10 s heartbeats): the secret did it, not a timeout.
     expect(Date.now() - killed).toBeLessThan(LONG_HEARTBEAT_MS);
-    const events = linkAudit(s).map((r) => r.event);
+    const events = (await linkAudit(s)).map((r) => r.event);
     expect(events).toEqual(["link_granted", "link_resumed"]);
     expect(lines(s.logs.get("r1"), WAIT_LINE)).toHaveLength(0);
     expect((await s.runToEnd("after-crash")).state).toBe("completed");

@@ -8,7 +8,6 @@
  * as proof.
  */
 import { createHash } from "node:crypto";
-import { cpSync, rmSync } from "node:fs";
 import { TOMBSTONE_MESSAGE } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
@@ -47,10 +46,9 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
       server: "child",
       runnerTable: "retain_terminal_max = 1",
     }).init();
-    // The backup: the Server's state dir before run A existed.
+    // The backup: the Server's state (dir, and database on PostgreSQL) before run A existed.
     await s.killServer("SIGTERM");
-    const backup = `${s.dir}/server-state.backup`;
-    cpSync(s.serverStateDir, backup, { recursive: true });
+    await s.backupState();
     await s.startServer();
     await s.startRunner("r1");
 
@@ -68,10 +66,9 @@ describe("tombstones: a pruned run is never dispatched twice", () => {
       what: "A's row pruned",
     });
 
-    // Restore the Server's state dir from the backup.
+    // Restore the Server's state from the backup.
     await s.killServer("SIGTERM");
-    rmSync(s.serverStateDir, { recursive: true, force: true });
-    cpSync(backup, s.serverStateDir, { recursive: true });
+    await s.restoreState();
     await s.startServer();
     await poll(async () => (await s?.projects("alice"))?.[0]?.runner_online, {
       timeoutMs: DAEMON_WAIT_MS,

@@ -7,7 +7,6 @@
  */
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import Database from "better-sqlite3";
 import type { ProcStack } from "./proc-stack.js";
 
 export const IMPOSTOR = "impostor";
@@ -39,20 +38,15 @@ export interface LinkAuditRow {
 }
 
 /** runner_link_audit, oldest first: from the in-process Server's store, or read-only from a child's file. */
-export function linkAudit(s: ProcStack): LinkAuditRow[] {
+export async function linkAudit(s: ProcStack): Promise<LinkAuditRow[]> {
   const query = "SELECT runner_id, event, count FROM runner_link_audit ORDER BY id";
-  if (s.inproc) return s.inproc.store.sqlite.prepare(query).all() as LinkAuditRow[];
-  const db = new Database(join(s.serverStateDir, "server.sqlite3"), { readonly: true, fileMustExist: true });
-  try {
-    return db.prepare(query).all() as LinkAuditRow[];
-  } finally {
-    db.close();
-  }
+  const rows = s.inproc ? await s.inproc.store.engine.all<LinkAuditRow>(query) : await s.stateRows<LinkAuditRow>(query);
+  return rows.map((r) => ({ ...r, count: Number(r.count) }));
 }
 
 /** Refused hellos audited for `runnerId` (one row per runner and window carries their count). */
-export function refusedCount(s: ProcStack, runnerId = "r1"): number {
-  return linkAudit(s)
+export async function refusedCount(s: ProcStack, runnerId = "r1"): Promise<number> {
+  return (await linkAudit(s))
     .filter((r) => r.runner_id === runnerId && r.event === "link_refused_in_use")
     .reduce((sum, r) => sum + r.count, 0);
 }

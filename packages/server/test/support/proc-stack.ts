@@ -8,7 +8,7 @@
  * Needs a build (`tsc -b`): the daemons and the fake agent run from dist.
  */
 import { randomBytes } from "node:crypto";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -265,6 +265,40 @@ export class ProcStack {
     } finally {
       db.close();
     }
+  }
+
+  /**
+   * A backup of the Server's state as it is now (stop the Server first): a copy of its state dir, and on
+   * PostgreSQL of its database. `restoreState` puts it back, as an operator restoring that backup would.
+   */
+  async backupState(): Promise<void> {
+    rmSync(this.#stateBackupDir, { recursive: true, force: true });
+    if (existsSync(this.serverStateDir)) cpSync(this.serverStateDir, this.#stateBackupDir, { recursive: true });
+    if (this.stateUrl !== undefined) await this.#copyDatabase("backup");
+  }
+
+  /** Put back what `backupState` took (stop the Server first). */
+  async restoreState(): Promise<void> {
+    rmSync(this.serverStateDir, { recursive: true, force: true });
+    if (existsSync(this.#stateBackupDir)) cpSync(this.#stateBackupDir, this.serverStateDir, { recursive: true });
+    if (this.stateUrl !== undefined) await this.#copyDatabase("restore");
+  }
+
+  get #stateBackupDir(): string {
+    return join(this.dir, "server-state.backup");
+  }
+
+  /** Copy the state database to its backup database, or back. */
+  async #copyDatabase(direction: "backup" | "restore"): Promise<void> {
+    const admin = process.env[TEST_POSTGRES_ADMIN_URL_ENV];
+    const state = this.stateUrl;
+    if (!admin || state === undefined) {
+      throw new Error(`a backup of a PostgreSQL state needs ${TEST_POSTGRES_ADMIN_URL_ENV} (the PostgreSQL pass)`);
+    }
+    const { copyDatabaseAt, siblingDatabaseUrl } = await import("../../../../scripts/test-support/postgres.js");
+    const backup = siblingDatabaseUrl(state, "backup");
+    if (direction === "backup") await copyDatabaseAt(admin, state, backup);
+    else await copyDatabaseAt(admin, backup, state);
   }
 
   /** The Server's state dir (its SQLite database and server secret). */
