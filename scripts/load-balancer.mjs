@@ -15,6 +15,8 @@
  *   connections gets a 502 (an upgrade: its socket closed) at once, and that backend is then skipped for
  *   DEAD_BACKEND_COOLDOWN_MS (nginx's `max_fails=1 fail_timeout=…`), unless every backend is marked dead.
  *   Nothing is resent: the request body was already streamed to the first backend.
+ * - A client that vanishes mid-WebSocket (its connection reset, e.g. a SIGKILLed Runner) costs only that
+ *   connection: its backend side is closed, nothing is thrown in the balancer's process.
  * - `stop()` closes the listener and every connection through it, WebSockets included.
  *
  * `startNginxLoadBalancer` offers Debian's nginx (`apt-get install nginx`) with the same contract but one
@@ -92,6 +94,12 @@ export async function startLoadBalancer(initial) {
   };
 
   const proxy = createProxyServer({ xfwd: true, proxyTimeout: BACKEND_IDLE_TIMEOUT_MS });
+  // http-proxy-3 reports an upgraded client socket's own errors (a client that vanished: ECONNRESET from a
+  // killed Runner) here, not to the per-upgrade callback; unheard, they would be thrown in this process. Its
+  // stream pass already ends the backend side on that socket's error and close; destroying it is all that is left.
+  proxy.on("error", (_err, _req, socket) => {
+    if (socket !== undefined && typeof socket.destroy === "function") socket.destroy();
+  });
   proxy.on("proxyRes", (proxyRes, req) => {
     const backend = req.lbBackend;
     if (backend !== undefined) proxyRes.headers[BACKEND_HEADER] = backend;

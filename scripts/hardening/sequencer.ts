@@ -12,6 +12,7 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
 export const HARDENING_ORDER = [
   "soak.full.test.ts",
   "seeded-chaos.test.ts",
+  "seeded-chaos-cluster.test.ts",
   "misbehaving-agents.test.ts",
   "protocol-fuzz-runner.test.ts",
   "protocol-fuzz-server.test.ts",

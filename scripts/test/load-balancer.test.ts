@@ -7,7 +7,7 @@
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { createServer, request, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { type AddressInfo, connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -22,6 +22,7 @@ import {
   startLoadBalancer,
   startNginxLoadBalancer,
 } from "../test-support/load-balancer.js";
+import { poll } from "../test-support/poll.js";
 
 /** Bound on one exchange through the balancer on this machine. */
 const EXCHANGE_WAIT_MS = 5_000;
@@ -232,6 +233,36 @@ describe("the default load balancer (http-proxy-3)", () => {
     await new Promise((r) => setTimeout(r, DEAD_BACKEND_COOLDOWN_MS + 100));
     const turns = [await post(`${lb.url}/mcp`, "{}"), await post(`${lb.url}/mcp`, "{}")];
     expect(turns.map((r) => r.status).sort()).toEqual([200, 502]);
+  });
+
+  it("outlives a WebSocket client whose connection is reset: nothing thrown, its backend side closed, still serving", async () => {
+    const a = await startBackend("A");
+    const lb = await started(startLoadBalancer([a]));
+    const uncaught: unknown[] = [];
+    const onUncaught = (err: unknown) => uncaught.push(err);
+    process.on("uncaughtException", onUncaught);
+    cleanups.push(async () => {
+      process.off("uncaughtException", onUncaught);
+    });
+    const backendSockets = () =>
+      new Promise<number>((resolve, reject) => a.server.getConnections((err, n) => (err ? reject(err) : resolve(n))));
+    // A raw upgrade, as a Runner's link opens, then reset (RST) as a SIGKILLed process's connection ends.
+    const client = connect({ host: "127.0.0.1", port: lb.port });
+    client.on("error", () => {});
+    client.write(
+      "GET /runner HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+        `Sec-WebSocket-Key: ${randomBytes(16).toString("base64")}\r\nSec-WebSocket-Version: 13\r\n\r\n`,
+    );
+    await new Promise((resolve) => client.once("data", resolve));
+    expect(await backendSockets()).toBe(1);
+    client.resetAndDestroy();
+    await poll(async () => (await backendSockets()) === 0, {
+      timeoutMs: EXCHANGE_WAIT_MS,
+      what: "the backend side of the reset WebSocket closed",
+    });
+    expect(uncaught).toEqual([]);
+    expect(backendOf(await post(`${lb.url}/mcp`, "{}"))).toBe("A");
+    expect((await openWs(lb.url)).first).toBe("hello from A");
   });
 
   it("refuses an empty or malformed backend list, naming the field", async () => {

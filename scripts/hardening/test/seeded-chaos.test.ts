@@ -26,8 +26,8 @@
  * and the old claim starts nothing; once closed, the task starts and claims
  * nothing more.
  */
-import { createHash, randomBytes } from "node:crypto";
-import { appendFileSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { appendFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -35,14 +35,23 @@ import { MAX_LEASE_SECS, MIN_LEASE_SECS } from "../../../packages/server/src/tas
 import { TASK_TOOL_NAMES } from "../../../packages/server/src/tasks/tools.js";
 import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
 import { DAEMON_POLL_MS, poll, processesMentioning } from "../../test-support/index.js";
+import {
+  ACTION_DELAY_MAX_MS,
+  CRASH_SCENARIO,
+  expectCanaryAbsent,
+  expectNoAgents,
+  expectSingleDispatches,
+  expectTruthfulEnd,
+  RECONNECT_WAIT_MS,
+  RUN_TIMEOUT_SECS,
+  SCENARIOS,
+  type Seen,
+  sha256,
+  TerminalBook,
+  tally,
+} from "./support/chaos.js";
 import { seed, size } from "./support/profile.js";
 import { TaskHost } from "./support/task-host.js";
-
-/** Bound on every agent process being gone once the chaos ends. */
-const AGENTS_GONE_WAIT_MS = 30_000;
-
-/** Bound on the Runner coming back online after a chaos step restarted the Server. */
-const RECONNECT_WAIT_MS = 60_000;
 
 /** WEBCODEX_CHAOS_ITERATIONS changes the count for a local try. */
 const ITERATIONS = Number(process.env.WEBCODEX_CHAOS_ITERATIONS) || size(200, 6);
@@ -51,18 +60,7 @@ const KEY_POOL = Math.max(4, Math.ceil((ITERATIONS * 2) / 3));
 /** Task keys come from a smaller pool (about a third of the steps are managed): about half of them repeat. */
 const TASK_POOL = Math.max(2, Math.ceil(ITERATIONS / 6));
 const ASSIGNEE = "chaos-host";
-/** A run must be terminal this long after the last restart it saw. */
-const TERMINAL_DEADLINE_MS = 60_000;
-const RUN_TIMEOUT_SECS = 30;
-const TERMINAL = new Set(["completed", "failed", "cancelled", "lost"]);
 
-const SCENARIOS = [
-  "scenario: hello",
-  "scenario: tools",
-  "scenario: slow interval_ms=50 count=20",
-  "scenario: echo_env name=WC_CANARY",
-  "scenario: crash_before_response",
-];
 type Action = "none" | "cancel" | "replay" | "kill_runner" | "kill_server" | "kill_both" | "kill_agent";
 
 interface Step {
@@ -81,15 +79,6 @@ interface TaskClaim {
   task_id: string;
   attempt_id: string;
   attempt_ref: string;
-}
-
-const sha256 = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
-
-interface Seen {
-  state: string;
-  execution_state: string;
-  stop_reason: string | null;
-  failure_kind: string | null;
 }
 
 describe("seeded chaos: kills, restarts, replays and cancels", () => {
@@ -144,7 +133,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
             { weight: 1, arbitrary: fc.constantFrom<Action>("kill_runner", "kill_server", "kill_both", "kill_agent") },
             { weight: 2, arbitrary: fc.constantFrom<Action>("kill_runner", "kill_server", "kill_both", "kill_agent") },
           ),
-          delayMs: fc.oneof(fc.constant(0), fc.nat({ max: 400 })),
+          delayMs: fc.oneof(fc.constant(0), fc.nat({ max: ACTION_DELAY_MAX_MS })),
           managed: fc.nat({ max: 2 }).map((n) => n === 0),
         }),
         { numRuns: ITERATIONS, seed: s },
@@ -152,12 +141,12 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       // Even the short plan has a managed start, and a task whose agent dies holding its prompt (its run ends
       // lost, which must block a new claim until superseded).
       if (!plan.some((p) => p.managed) && plan[0]) plan[0].managed = true;
-      const crash = SCENARIOS.indexOf("scenario: crash_before_response");
       const firstManaged = plan.find((p) => p.managed);
-      if (firstManaged && !plan.some((p) => p.managed && p.scenario === crash)) firstManaged.scenario = crash;
+      if (firstManaged && !plan.some((p) => p.managed && p.scenario === CRASH_SCENARIO))
+        firstManaged.scenario = CRASH_SCENARIO;
       const promptOf = new Map<string, string>();
       const runOf = new Map<string, string>();
-      const firstTerminal = new Map<string, Seen>();
+      const book = new TerminalBook();
       const actions = new Map<string, number>();
       const tasks = new Map<string, TaskClaim>();
 
@@ -211,7 +200,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       const expectAttemptRun = async (key: string): Promise<Record<string, unknown>> => {
         const task = tasks.get(key)!;
         const runId = runOf.get(key)!;
-        const first = firstTerminal.get(runId)!;
+        const first = book.first(runId)!;
         const rec = await host.ok(TASK_TOOL_NAMES.reconcile, { task_id: task.task_id, attempt_id: task.attempt_id });
         const run = (rec.attempt as { run: Record<string, unknown> | null }).run;
         expect(run, `task ${key}: reconcile sees its run`).not.toBeNull();
@@ -236,37 +225,18 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         expect(rec.attempts, `task ${key}: attempts`).toBe(1);
       };
 
-      const observeTerminal = async (runId: string): Promise<Seen> => {
-        let last:
-          | { state: string; execution_state: string; stop_reason?: string | null; failure_kind?: string | null }
-          | undefined;
-        await poll(
-          async () => {
-            const o = await stack.observe("alice", { run_id: runId }).catch(() => null);
-            if (!o?.ok) return false;
-            last = o.value;
-            return TERMINAL.has(o.value.state);
-          },
-          { timeoutMs: TERMINAL_DEADLINE_MS, intervalMs: DAEMON_POLL_MS, what: `run ${runId} terminal` },
-        );
-        const seen = {
-          state: last!.state,
-          execution_state: last!.execution_state,
-          stop_reason: last!.stop_reason ?? null,
-          failure_kind: last!.failure_kind ?? null,
-        };
-        const first = firstTerminal.get(runId);
-        if (first) expect(seen, `terminal state of ${runId} changed`).toEqual(first);
-        else firstTerminal.set(runId, seen);
-        return seen;
-      };
+      const observeTerminal = (runId: string): Promise<Seen> =>
+        book.untilTerminal(runId, async () => {
+          const o = await stack.observe("alice", { run_id: runId }).catch(() => null);
+          return o?.ok ? o.value : null;
+        });
 
       for (const [i, step] of plan.entries()) {
         const key = step.managed ? `chaos-task-${step.key % TASK_POOL}` : `chaos-key-${step.key}`;
         const prompt = promptOf.get(key) ?? `${SCENARIOS[step.scenario]}\nchaos ${key}`;
         promptOf.set(key, prompt);
-        const tally = `${step.managed ? "task:" : ""}${step.action}`;
-        actions.set(tally, (actions.get(tally) ?? 0) + 1);
+        const action = `${step.managed ? "task:" : ""}${step.action}`;
+        tally(actions, action);
         const input = {
           project_id: "p1",
           provider_id: "fake",
@@ -328,21 +298,13 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
 
       // Invariants over every run, from the ledger and the Server's answers.
       await ensureUp();
-      const ledger = stack.prompts("r1").map((e) => String(e.prompt_sha256));
-      const dispatches = new Map<string, number>();
-      for (const h of ledger) dispatches.set(h, (dispatches.get(h) ?? 0) + 1);
-      for (const [h, n] of dispatches) expect(n, `prompt ${h.slice(0, 12)} dispatched ${n} times`).toBe(1);
+      const ledger = stack.prompts("r1");
+      const dispatches = expectSingleDispatches(ledger);
       const states = new Map<string, number>();
       for (const [key, runId] of runOf) {
         const seen = await observeTerminal(runId); // also: unchanged since first seen terminal
-        states.set(
-          `${seen.state}/${seen.execution_state}`,
-          (states.get(`${seen.state}/${seen.execution_state}`) ?? 0) + 1,
-        );
-        const dispatched = dispatches.has(sha256(promptOf.get(key)!));
-        if (seen.execution_state === "not_started")
-          expect(dispatched, `${key} not_started but in the ledger`).toBe(false);
-        if (seen.state === "completed") expect(dispatched, `${key} completed without a dispatch`).toBe(true);
+        tally(states, `${seen.state}/${seen.execution_state}`);
+        expectTruthfulEnd(key, seen, dispatches.has(sha256(promptOf.get(key)!)));
       }
 
       // Every task still agrees with its run after all the restarts.
@@ -371,8 +333,8 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       const taskRuns = new Map<string, number>();
       for (const [key, task] of tasks) {
         const runId = runOf.get(key)!;
-        const first = firstTerminal.get(runId)!;
-        taskRuns.set(first.state, (taskRuns.get(first.state) ?? 0) + 1);
+        const first = book.first(runId)!;
+        tally(taskRuns, first.state);
         const plain = await host.call(TASK_TOOL_NAMES.attempt, { task_id: task.task_id, assignee: "chaos-next" });
         let next: Record<string, unknown>;
         if (first.state === "lost") {
@@ -416,26 +378,11 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       expect(stack.prompts("r1"), "no dispatch after the tasks closed").toHaveLength(ledger.length);
 
       // The canary never reached a file under the stack's dirs (state, config, ledger) or a daemon log.
-      const files: string[] = [];
-      const walk = (dir: string) => {
-        for (const name of readdirSync(dir)) {
-          const p = join(dir, name);
-          const st = statSync(p, { throwIfNoEntry: false });
-          if (st?.isDirectory()) walk(p);
-          else if (st?.isFile()) files.push(p);
-        }
-      };
-      walk(stack.dir);
-      for (const f of files) expect(readFileSync(f).includes(canary), `canary found in ${f}`).toBe(false);
-      for (const [name, log] of stack.logs) expect(log.includes(canary), `canary in the ${name} log`).toBe(false);
+      const scanned = expectCanaryAbsent(canary, stack.dir, stack.logs);
       // No agent outlives its run (orphans of a killed Runner are reaped by the next one).
-      await poll(() => agentPids().length === 0, {
-        timeoutMs: AGENTS_GONE_WAIT_MS,
-        intervalMs: DAEMON_POLL_MS,
-        what: "no agent process left",
-      });
+      await expectNoAgents(agentPids);
       console.log(
-        `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks, their runs ${JSON.stringify(Object.fromEntries(taskRuns))}), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${files.length} files scanned`,
+        `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks, their runs ${JSON.stringify(Object.fromEntries(taskRuns))}), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${scanned} files scanned`,
       );
     },
     18 * 60_000,

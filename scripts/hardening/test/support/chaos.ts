@@ -1,0 +1,138 @@
+/**
+ * What the two seeded chaos files share — seeded-chaos.test.ts (one Server) and seeded-chaos-cluster.test.ts
+ * (two Server instances on PostgreSQL behind a load balancer): the run scenarios and bounds, the book of each
+ * run's first terminal answer, and the end-of-chaos invariants drawn from the fake agent's prompt ledger.
+ */
+import { createHash } from "node:crypto";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { expect } from "vitest";
+import { DAEMON_POLL_MS, type LedgerLine, poll } from "../../../test-support/index.js";
+
+/** What the fake agent does with a run's prompt (its first line). */
+export const SCENARIOS = [
+  "scenario: hello",
+  "scenario: tools",
+  "scenario: slow interval_ms=50 count=20",
+  "scenario: echo_env name=WC_CANARY",
+  "scenario: crash_before_response",
+] as const;
+
+/** The index in SCENARIOS of the agent dying with the prompt in hand (its run ends `lost`). */
+export const CRASH_SCENARIO = SCENARIOS.indexOf("scenario: crash_before_response");
+
+/** Run states after which nothing changes. */
+export const TERMINAL = new Set(["completed", "failed", "cancelled", "lost"]);
+/** A run must be terminal this long after the last restart it saw. */
+export const TERMINAL_DEADLINE_MS = 60_000;
+/** Every chaos run's own timeout. */
+export const RUN_TIMEOUT_SECS = 30;
+/** The longest delay after a start call at which a step's action (a kill, a cancel) happens; 0 is drawn too. */
+export const ACTION_DELAY_MAX_MS = 400;
+/** Bound on the Runner coming back online after a chaos step restarted a Server. */
+export const RECONNECT_WAIT_MS = 60_000;
+/** Bound on every agent process being gone once the chaos ends. */
+export const AGENTS_GONE_WAIT_MS = 30_000;
+
+export const sha256 = (text: string): string => createHash("sha256").update(text, "utf8").digest("hex");
+
+/** Adds one to `key`'s count. */
+export function tally(counts: Map<string, number>, key: string): void {
+  counts.set(key, (counts.get(key) ?? 0) + 1);
+}
+
+/** What a terminal answer says about the run; a later answer must say exactly the same. */
+export interface Seen {
+  state: string;
+  execution_state: string;
+  stop_reason: string | null;
+  failure_kind: string | null;
+}
+
+/** The fields of an observe answer the book keeps. */
+export interface Observed {
+  state: string;
+  execution_state: string;
+  stop_reason?: string | null;
+  failure_kind?: string | null;
+}
+
+/** Each run's first terminal answer; every later terminal answer must equal it. */
+export class TerminalBook {
+  readonly #first = new Map<string, Seen>();
+
+  /** The run's first terminal answer, once one was seen. */
+  first(runId: string): Seen | undefined {
+    return this.#first.get(runId);
+  }
+
+  /**
+   * Calls `observe` (null: no answer this time, e.g. a Server being killed) until the run is terminal, within
+   * TERMINAL_DEADLINE_MS; records the first terminal answer, asserts any later one equals it, and returns it.
+   */
+  async untilTerminal(runId: string, observe: () => Promise<Observed | null>): Promise<Seen> {
+    let last: Observed | undefined;
+    await poll(
+      async () => {
+        const o = await observe();
+        if (!o) return false;
+        last = o;
+        return TERMINAL.has(o.state);
+      },
+      { timeoutMs: TERMINAL_DEADLINE_MS, intervalMs: DAEMON_POLL_MS, what: `run ${runId} terminal` },
+    );
+    const seen: Seen = {
+      state: last!.state,
+      execution_state: last!.execution_state,
+      stop_reason: last!.stop_reason ?? null,
+      failure_kind: last!.failure_kind ?? null,
+    };
+    const first = this.#first.get(runId);
+    if (first) expect(seen, `terminal state of ${runId} changed`).toEqual(first);
+    else this.#first.set(runId, seen);
+    return seen;
+  }
+}
+
+/** Asserts no prompt is in the ledger twice; returns how often each prompt hash was dispatched (once each). */
+export function expectSingleDispatches(prompts: readonly LedgerLine[]): Map<string, number> {
+  const dispatches = new Map<string, number>();
+  for (const line of prompts) tally(dispatches, String(line.prompt_sha256));
+  for (const [h, n] of dispatches) expect(n, `prompt ${h.slice(0, 12)} dispatched ${n} times`).toBe(1);
+  return dispatches;
+}
+
+/** A run's end agrees with the ledger: never `not_started` once its prompt was dispatched, never `completed` without. */
+export function expectTruthfulEnd(key: string, seen: Seen, dispatched: boolean): void {
+  if (seen.execution_state === "not_started") expect(dispatched, `${key} not_started but in the ledger`).toBe(false);
+  if (seen.state === "completed") expect(dispatched, `${key} completed without a dispatch`).toBe(true);
+}
+
+/** Waits until `agentPids` lists no process: no agent outlives its run (a killed Runner's orphans are reaped). */
+export async function expectNoAgents(agentPids: () => number[]): Promise<void> {
+  await poll(() => agentPids().length === 0, {
+    timeoutMs: AGENTS_GONE_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
+    what: "no agent process left",
+  });
+}
+
+/**
+ * Asserts `canary` is in no file under `dir` (state, configs, ledger) and in no daemon log; returns how many
+ * files were scanned.
+ */
+export function expectCanaryAbsent(canary: string, dir: string, logs: ReadonlyMap<string, string>): number {
+  const files: string[] = [];
+  const walk = (at: string) => {
+    for (const name of readdirSync(at)) {
+      const p = join(at, name);
+      const st = statSync(p, { throwIfNoEntry: false });
+      if (st?.isDirectory()) walk(p);
+      else if (st?.isFile()) files.push(p);
+    }
+  };
+  walk(dir);
+  for (const f of files) expect(readFileSync(f).includes(canary), `canary found in ${f}`).toBe(false);
+  for (const [name, log] of logs) expect(log.includes(canary), `canary in the ${name} log`).toBe(false);
+  return files.length;
+}
