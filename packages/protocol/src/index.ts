@@ -1,3 +1,4 @@
+export * from "./batches.js";
 export * from "./bounds.js";
 export * from "./events.js";
 export * from "./frames.js";

@@ -42,6 +42,7 @@ import { rootCertificates } from "node:tls";
 import {
   describeFirstIssue,
   encodeFrame,
+  eventBatches,
   type HelloFrame,
   isLoopbackHost,
   isTerminalState,
@@ -60,7 +61,6 @@ import {
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import WebSocket from "ws";
-import { eventBatches } from "../events/batches.js";
 import type { RunService } from "../runs/service.js";
 import { RUNNER_VERSION } from "../version.js";
 import type { ResumeSecretStore } from "./resume.js";
@@ -481,7 +481,7 @@ class Link implements LinkHandle {
     return { type: "error", request_id: rid, code: "not_found", message: "No such run on this Runner." };
   }
 
-  /** A sync result that fits one frame: its first batch (events/batches.ts); has_more when events were left. */
+  /** A sync result that fits one frame: its first batch (@webcodex/protocol batches.ts); has_more when events were left. */
   #fitSync(rid: string, run: RunSummary, events: RunEvent[], hasMore: boolean): RunnerFrame {
     const [first = []] = eventBatches(events, { maxEvents: MAX_EVENTS_PER_SYNC });
     return {
@@ -633,7 +633,7 @@ class Link implements LinkHandle {
   }
 }
 
-/** One service update as run.update frames, batched by the one rule of events/batches.ts. */
+/** One service update as run.update frames, batched by the one rule of @webcodex/protocol batches.ts. */
 export function chunkUpdate(run: RunSummary, events: readonly RunEvent[]): RunnerFrame[] {
   return eventBatches(events).map((batch) => ({ type: "run.update", run, events: batch }));
 }

@@ -6,7 +6,7 @@
  *         ─▶ markTerminal ─▶ projection ─▶ tree cleanup ─▶ clearChild
  *         ─▶ sweep of the pool user ─▶ retention (runs/retention.ts)
  *
- * Pushes to the link go through the one batching rule (events/batches.ts);
+ * Pushes to the link go through the one batching rule (@webcodex/protocol batches.ts);
  * the setup timings line is runs/timings.ts, fed by the turn's milestones.
  *
  * Failpoints (test-only SIGKILL, see failpoints.ts) here: after_admission,
@@ -14,6 +14,7 @@
  */
 import { randomBytes } from "node:crypto";
 import {
+  eventBatches,
   FAILURE_SUMMARIES,
   type FailureKind,
   MAX_EVENTS_PER_SYNC,
@@ -26,7 +27,6 @@ import {
 import { AcpTurn } from "../acp/turn.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
 import { sameUserAgents } from "../config/exposure.js";
-import { eventBatches } from "../events/batches.js";
 import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
 import { type Logger, silentLogger } from "../logger.js";
@@ -573,7 +573,7 @@ export class RunManager implements RunService {
     });
   }
 
-  /** Send the summary and every event newer than the last push, in frame-sized batches (events/batches.ts). */
+  /** Send the summary and every event newer than the last push, in frame-sized batches (@webcodex/protocol batches.ts). */
   #push(run: Run): void {
     const summary = run.summary();
     const { events } = run.ring.read(run.pushedSeq, Number.MAX_SAFE_INTEGER);

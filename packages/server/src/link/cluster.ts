@@ -183,6 +183,9 @@ interface ViewRow {
   agents_share_runner_user: number | null;
   holder: string;
   expires_ms: number;
+  /** The holder's directory row (null: it has none). */
+  peer_url: string | null;
+  peer_heartbeat_at: number | null;
 }
 
 /** This instance's directory row, and the reads of the other instances' rows. */
@@ -231,10 +234,13 @@ export class ClusterDirectory {
    * directory row is fresh and not at this instance's own URL.
    */
   async remoteRunner(runnerId: string, nowMs = Date.now()): Promise<RemoteRunnerView | undefined> {
+    // One read: the holder's directory row joins on the lease's holder (`<instance id>/<connection>`).
     const row = await this.db.get<ViewRow>(
       `SELECT p.online, p.since, p.seen_ms, p.agent_instance_id, p.store_id, p.provider_adverts, p.projects,
-              p.max_concurrent_runs, p.agents_share_runner_user, l.holder, l.expires_ms
+              p.max_concurrent_runs, p.agents_share_runner_user, l.holder, l.expires_ms,
+              i.url AS peer_url, i.heartbeat_at AS peer_heartbeat_at
          FROM runner_presence p JOIN runner_link_leases l ON l.runner_id = p.runner_id
+         LEFT JOIN server_instances i ON substr(l.holder, 1, length(i.instance_id) + 1) = i.instance_id || '/'
         WHERE p.runner_id = ?`,
       [runnerId],
     );
@@ -242,15 +248,16 @@ export class ClusterDirectory {
     if (Number(row.expires_ms) <= nowMs || row.agent_instance_id === null || row.store_id === null) return undefined;
     const holderInstanceId = row.holder.split("/")[0] ?? "";
     if (holderInstanceId === "" || holderInstanceId === this.instanceId) return undefined;
-    const peer = await this.db.get<{ url: string; heartbeat_at: number }>(
-      "SELECT url, heartbeat_at FROM server_instances WHERE instance_id = ?",
-      [holderInstanceId],
-    );
     // A holder at this instance's own URL is an earlier process at this address (killed, then this one
     // started): its link died with it, however fresh its rows.
-    if (!peer || peer.url === this.url || nowMs - Number(peer.heartbeat_at) >= CLUSTER_INSTANCE_STALE_MS) {
+    if (
+      row.peer_url === null ||
+      row.peer_url === this.url ||
+      nowMs - Number(row.peer_heartbeat_at) >= CLUSTER_INSTANCE_STALE_MS
+    ) {
       return undefined;
     }
+    const peer = { url: row.peer_url };
     let providers: ProviderAdvert[];
     let projects: ProjectAdvert[];
     try {

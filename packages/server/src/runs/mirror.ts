@@ -33,6 +33,8 @@ export class RunMirror {
   lastSeq = 0;
   /** True once a run.sync (or the admitting run.start) established the baseline for `instance`. */
   synced = false;
+  /** Counts `unsync` calls: a catch-up whose answer left before one of them catches up again. */
+  unsyncs = 0;
   /** The Runner (`instance`) answered with the run's tombstone: it holds none of its events any more. */
   pruned = false;
   /** The in-flight catch-up, if any (owned by the caller that drives syncs). */
@@ -93,6 +95,12 @@ export class RunMirror {
     this.synced = false;
     this.pruned = false;
     this.#changed();
+  }
+
+  /** The Runner may hold more than this mirror (a change elsewhere, a link lost): the next observe catches up. */
+  unsync(): void {
+    this.synced = false;
+    this.unsyncs += 1;
   }
 
   /** A baseline known to be empty (a run the Runner just admitted). */

@@ -112,7 +112,13 @@ export class Observation {
           (mirror.summary === null || !isTerminalState(mirror.summary.state));
         if (!mirror.synced || mirror.syncing || behind || endMissed) {
           // A slow Runner must not hold an observe past its own wait: answer with what is held (has_more).
+          // A catch-up already in flight may have asked before what this observe saw (the record's end):
+          // after it, one of this observe's own.
+          const joined = mirror.syncing !== null;
           await withTimeout(this.catchUp(mirror, runner), Math.max(CATCH_UP_MIN_WAIT_MS, deadline - Date.now()));
+          if (joined && !this.#ctx.closed) {
+            await withTimeout(this.catchUp(mirror, runner), Math.max(CATCH_UP_MIN_WAIT_MS, deadline - Date.now()));
+          }
         }
       }
       if (this.#ctx.closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
@@ -189,6 +195,7 @@ export class Observation {
       for (let round = 0; round < MAX_SYNC_ROUNDS && !this.#ctx.closed; round++) {
         if (runner.conn.closed || mirror.instance !== runner.agentInstanceId) return;
         const after = mirror.lastSeq;
+        const unsyncs = mirror.unsyncs;
         const res = await runner.conn.request(
           { type: "run.sync", run_id: mirror.runId, after_seq: after, max_events: MAX_EVENTS_PER_SYNC },
           SYNC_TIMEOUT_MS,
@@ -209,8 +216,11 @@ export class Observation {
         if (res.frame.type !== "run.sync.result") return;
         const more = mirror.applySync(after, res.frame.run, res.frame.events, res.frame.has_more);
         await this.#ctx.persist(mirror.runId, res.frame.run);
+        // A change told while this answer was on its way may be newer than it: another round.
+        const overtaken = mirror.unsyncs !== unsyncs;
+        if (overtaken) mirror.synced = false;
         const behind = mirror.summary !== null && mirror.summary.last_seq > mirror.lastSeq;
-        if (!more && !behind) return;
+        if (!more && !behind && !overtaken) return;
       }
     })();
     // Cleared only after it is set: a catch-up that ends before its first await must not stay "in flight".

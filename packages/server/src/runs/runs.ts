@@ -6,7 +6,14 @@
  * reconciliation + re-forwarded cancels, run.update → records + mirrors,
  * disconnect → registry).
  */
-import { type HelloFrame, isTerminalState, type RecoveryKind, type RunUpdateFrame } from "@webcodex/protocol";
+import {
+  eventBatches,
+  type HelloFrame,
+  isTerminalState,
+  type RecoveryKind,
+  type RunSyncResultFrame,
+  type RunUpdateFrame,
+} from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
@@ -48,6 +55,8 @@ export const MAX_PENDING_RUNNER_FRAMES = 1_000;
  * instance following that run (observers, a task's listen) syncs its mirror through the holder and wakes them.
  */
 export const RUN_CHANGES_CHANNEL = "webcodex_run_changes";
+/** The request_id of a run.sync result a holder answers from its mirror (the forwarding side does not read it). */
+const HELD_SYNC_REQUEST_ID = "held_sync";
 
 /**
  * A call the state database refused (state/engine.ts): answered with its code, never as `internal`.
@@ -93,6 +102,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   #unlisten: (() => void) | null = null;
   /** Mirrors notified while their catch-up was in flight: synced once more when it ends. */
   readonly #resyncAfter = new Set<string>();
+  /** Runs whose pushed update is being applied here: its record written, its mirror not yet (see #heldSync). */
+  readonly #applying = new Map<string, number>();
 
   constructor(opts: RunsOptions) {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
@@ -154,7 +165,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     if (this.#ctx.closed) return;
     if (payload === null) {
       for (const m of [...this.#ctx.mirrors.values()]) {
-        m.synced = false;
+        m.unsync();
         if (!m.idle) m.touch();
       }
       return;
@@ -166,7 +177,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     const mirror = this.#ctx.mirrors.get(runId);
     if (!mirror) return;
     // Nobody waits: the next observe catches up first.
-    mirror.synced = false;
+    mirror.unsync();
     if (mirror.idle) return;
     void this.#ctx.registry
       .lookup(runnerId)
@@ -207,6 +218,10 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   async executeForwarded(runnerId: string, frame: RunnerRequest, timeoutMs: number): Promise<RequestOutcome> {
     const runner = this.#ctx.registry.live(runnerId);
     if (!runner || this.#ctx.closed) return { ok: false, reason: "not_sent" };
+    if (frame.type === "run.sync") {
+      const held = this.#heldSync(runner, frame);
+      if (held !== null) return { ok: true, frame: held };
+    }
     if (frame.type !== "run.start") {
       const outcome = await runner.conn.request(frame, timeoutMs);
       // not_found over the current link is judged here, where starts in flight to this link are known
@@ -360,7 +375,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       for (const m of [...this.#ctx.mirrors.values()]) {
         if (m.instance !== null && (await this.#ctx.store.get(m.runId))?.runner_id === conn.runnerId) {
           if (m.instance !== hello.agent_instance_id) m.reset(hello.agent_instance_id);
-          else m.synced = false; // updates may have been missed while disconnected
+          else m.unsync(); // updates may have been missed while disconnected
           m.touch();
         }
       }
@@ -423,13 +438,51 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       return;
     }
     if (rec.admission === "rejected_pre_admission") return;
-    await this.#ctx.persist(runId, frame.run, rec);
+    // Between the record's write and the mirror's, the record is ahead: no run.sync answered from the mirror.
+    this.#applying.set(runId, (this.#applying.get(runId) ?? 0) + 1);
+    try {
+      await this.#ctx.persist(runId, frame.run, rec);
+    } finally {
+      const left = (this.#applying.get(runId) ?? 1) - 1;
+      if (left > 0) this.#applying.set(runId, left);
+      else this.#applying.delete(runId);
+    }
     const mirror = this.#ctx.mirrors.getOrCreate(runId);
     if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
     if (mirror.applyUpdate(frame.run, frame.events)) void this.#observation.catchUp(mirror, runner);
     this.#cluster?.notify(RUN_CHANGES_CHANNEL, `${runId} ${conn.runnerId}`).catch((err: unknown) => {
       this.#ctx.log.warn({ run_id: runId, err: (err as Error).message }, "run change not notified to other instances");
     });
+  }
+
+  /**
+   * A forwarded run.sync answered from this instance's mirror of the run, when the mirror holds exactly what
+   * the Runner would send: it is fed by this link's own frames (the same agent instance, synced, not
+   * pruned, no catch-up in flight, no pushed update between its record write and the mirror), it has every
+   * event up to the last seq the Runner pushed, and it still holds every event after `after_seq`. Then the other instance's wake-up costs no Runner round trip
+   * (design §14); otherwise, null, and the request goes to the Runner. Packed by the Runner's own rule
+   * (eventBatches), so the answer fits a frame as the Runner's would.
+   */
+  #heldSync(runner: LiveRunner, frame: Extract<RunnerRequest, { type: "run.sync" }>): RunSyncResultFrame | null {
+    if (this.#applying.has(frame.run_id)) return null;
+    const mirror = this.#ctx.mirrors.get(frame.run_id);
+    if (!mirror || mirror.instance !== runner.agentInstanceId || !mirror.synced || mirror.pruned) return null;
+    const summary = mirror.summary;
+    if (mirror.syncing !== null || summary === null || summary.last_seq !== mirror.lastSeq) return null;
+    if (frame.after_seq > mirror.lastSeq || frame.after_seq + 1 < mirror.firstSeq) return null;
+    const events = mirror.eventsAfter(frame.after_seq);
+    const [first = []] = eventBatches(events, {
+      maxEvents: Math.max(1, frame.max_events),
+      sizeOf: (e) => mirror.sizeOf(e) + 1,
+    });
+    const sent = frame.max_events === 0 ? [] : first;
+    return {
+      type: "run.sync.result",
+      request_id: HELD_SYNC_REQUEST_ID,
+      run: summary,
+      events: sent,
+      has_more: sent.length < events.length,
+    };
   }
 
   onDisconnect(conn: RunnerConnection): void {

@@ -1,13 +1,15 @@
 /**
- * The one rule for packing a run's events into frames (run.update pushes
- * and run.sync results): consecutive events, in order, at most `maxEvents`
+ * The one rule for packing a run's events into frames (the Runner's run.update
+ * pushes and run.sync results, and a Server answering a forwarded run.sync from
+ * its mirror): consecutive events, in order, at most `maxEvents`
  * of them and at most UPDATE_EVENT_BYTES of serialized events per batch —
  * half a frame, leaving the rest for the run summary and the envelope. A
  * batch always holds at least one event (an event is bounded far below
  * UPDATE_EVENT_BYTES by the protocol's text bounds), so packing always
  * progresses.
  */
-import { MAX_EVENTS_PER_UPDATE, type RunEvent, UPDATE_EVENT_BYTES } from "@webcodex/protocol";
+import { MAX_EVENTS_PER_UPDATE, UPDATE_EVENT_BYTES } from "./bounds.js";
+import type { RunEvent } from "./events.js";
 
 /** Serialized size of one event in a JSON array (its text plus a separator). */
 export function eventBytes(event: RunEvent): number {
