@@ -8,7 +8,9 @@
  * simulated Runner wrote into the event text (`fanout <hr_ms>`).
  *
  *   node observers.mjs SPEC.json
- * SPEC: { url, wait_secs, duration_ms, warmup_ms, client?: "lean"|"sdk", observers: [{ token, run_id }] }
+ * SPEC: { url, wait_secs, duration_ms, warmup_ms, client?: "lean"|"sdk", observers: [{ token, run_id, url?, group? }] }
+ * An observer's own `url` overrides `url` (observers spread over Server instances); `group` names the
+ * observers whose latency is also summarized apart (`by_group`).
  * Prints one JSON line with the latency summary at the end.
  */
 import { readFileSync } from "node:fs";
@@ -22,17 +24,25 @@ if (CLIENT !== "lean" && CLIENT !== "sdk") throw new Error(`spec.client: expecte
 const connect = CLIENT === "sdk" ? connectMcp : connectLeanMcp;
 const FANOUT = /^fanout (\d+(?:\.\d+)?)$/;
 const samples = [];
+/** group → latency samples of that group's observers. */
+const groupSamples = new Map();
+/** group → observe calls made by that group's observers, and the fanout events their answers carried. */
+const groupCalls = new Map();
+const groupEvents = new Map();
 const errors = {};
 let calls = 0;
 let events = 0;
 
 async function observer(def, startHr, endAt) {
-  const mcp = await connect({ url: spec.url, token: def.token });
+  const mcp = await connect({ url: def.url ?? spec.url, token: def.token });
+  const own = def.group === undefined ? null : (groupSamples.get(def.group) ?? []);
+  if (own) groupSamples.set(def.group, own);
   try {
     let token;
     let first = true;
     while (Date.now() < endAt) {
       calls++;
+      if (own) groupCalls.set(def.group, (groupCalls.get(def.group) ?? 0) + 1);
       const r = await mcp.observe(def.run_id, token, spec.wait_secs);
       const at = hrNow();
       if (!r.ok) {
@@ -50,8 +60,12 @@ async function observer(def, startHr, endAt) {
         const m = FANOUT.exec(e.text);
         if (!m) continue;
         events++;
+        if (own) groupEvents.set(def.group, (groupEvents.get(def.group) ?? 0) + 1);
         const emitted = Number(m[1]);
-        if (!baseline && emitted >= startHr) samples.push(at - emitted);
+        if (!baseline && emitted >= startHr) {
+          samples.push(at - emitted);
+          own?.push(at - emitted);
+        }
       }
       if (["completed", "failed", "cancelled", "lost"].includes(r.value.state) && !r.value.has_more) break;
     }
@@ -86,6 +100,13 @@ process.stdout.write(
     errors,
     connect_and_run_ms: Date.now() - connectStart,
     latency_ms: summarize(samples),
+    ...(groupSamples.size > 0
+      ? {
+          by_group: Object.fromEntries([...groupSamples].map(([g, list]) => [g, summarize(list)])),
+          calls_by_group: Object.fromEntries(groupCalls),
+          events_by_group: Object.fromEntries(groupEvents),
+        }
+      : {}),
     client: CLIENT,
   })}\n`,
 );

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 /**
- * `npm run bench [-- --quick] [-- --only start,throughput,wakeup,fanout,barrier,dispatch,peer] [-- --profile] [-- --keep]`
+ * `npm run bench [-- --quick] [-- --only start,engines,throughput,wakeup,cluster,fanout,cluster-fanout,links,barrier,dispatch,peer]`
+ *   `[-- --profile] [-- --keep]`
  *   `[-- --grid NS:MS] [-- --sdk-observers]`
  *
  * Measures our stack (Server + Runner + fake agent as real processes, driven
@@ -20,16 +21,34 @@ import { evaluateTargets, render, TARGETS } from "./lib/report.mjs";
 import { ratio, round } from "./lib/stats.mjs";
 import { removeTempDirs } from "./lib/tmp.mjs";
 import { launchStack } from "./stack.mjs";
+import * as clusterFanout from "./suites/cluster-fanout.mjs";
 import * as dispatch from "./suites/dispatch.mjs";
 import * as fanout from "./suites/fanout.mjs";
+import * as links from "./suites/links.mjs";
 import * as peer from "./suites/peer.mjs";
 import * as startDispatch from "./suites/start-dispatch.mjs";
 import * as throughput from "./suites/throughput.mjs";
 import * as wakeup from "./suites/wakeup.mjs";
 
-const SECTIONS = ["start", "engines", "throughput", "wakeup", "cluster", "fanout", "barrier", "dispatch", "peer"];
-/** `peer` installs acpx + Node 22 (~50 MB) on first use: part of a full run, in --quick only when named in --only. */
-const QUICK_DEFAULT_SECTIONS = SECTIONS.filter((s) => s !== "peer");
+const SECTIONS = [
+  "start",
+  "engines",
+  "throughput",
+  "wakeup",
+  "cluster",
+  "fanout",
+  "cluster-fanout",
+  "links",
+  "barrier",
+  "dispatch",
+  "peer",
+];
+/**
+ * Part of a full run, in --quick only when named in --only: `peer` installs acpx + Node 22 (~50 MB) on first
+ * use; `cluster-fanout` and `links` each start PostgreSQL and several Servers, more than --quick's 2 minutes hold.
+ */
+const NOT_QUICK_BY_DEFAULT = new Set(["peer", "cluster-fanout", "links"]);
+const QUICK_DEFAULT_SECTIONS = SECTIONS.filter((s) => !NOT_QUICK_BY_DEFAULT.has(s));
 
 const { values: opts } = parseArgs({
   options: {
@@ -62,6 +81,8 @@ const PLAN = quick
       ],
       wakeup: { intervalMs: 50, count: 40 },
       fanout: { ns: [1, 10], ms: [10, 100], intervalMs: 250, durationMs: 3000, warmupMs: 500, perPrincipal: 8 },
+      clusterFanout: { n: 10, m: 100, intervalMs: 250, durationMs: 3000, warmupMs: 500, perPrincipal: 8 },
+      links: { runners: 1000, connectConcurrency: 64, idleMs: 3000 },
     }
   : {
       startRuns: 50,
@@ -80,6 +101,9 @@ const PLAN = quick
         warmupMs: 1000,
         perPrincipal: 8,
       },
+      clusterFanout: { n: 50, m: 1000, intervalMs: 250, durationMs: 10_000, warmupMs: 1000, perPrincipal: 8 },
+      // idleMs: longer than the Servers' heartbeat interval (15 s), so it holds a round of pings and lease writes.
+      links: { runners: 10_000, connectConcurrency: 64, idleMs: 20_000 },
     };
 
 if (opts.grid) {
@@ -369,6 +393,12 @@ try {
       own_server_cell,
     };
   });
+
+  await section("cluster-fanout", () =>
+    clusterFanout.run(ctx, { ...PLAN.clusterFanout, client: OBSERVER_CLIENT, nodeArgs }),
+  );
+
+  await section("links", () => links.run(ctx, { ...PLAN.links, nodeArgs }));
 
   await section("barrier", async () => {
     let mod;

@@ -7,17 +7,21 @@
  * (`fanout <hr_ms>`), so observers can compute emit → visible latency.
  *
  *   node sim-runners.mjs SPEC.json
- * SPEC: { url, interval_ms, max_duration_ms, runners: [{ runner_id, token, project_id }] }
- * Prints one JSON line {"ready":true} once every hello is acknowledged.
+ * SPEC: { url, interval_ms, max_duration_ms, connect_concurrency?, runners: [{ runner_id, token, project_id, url? }] }
+ * `connect_concurrency`: at most this many runners between opening their socket and their hello.ack
+ * (default: all at once). A runner's own `url` overrides `url` (runners split across Server instances).
+ * Prints one JSON line {"ready":true, runners, hello_ms, elapsed_ms, acked_per_s, rss_mb} once every
+ * hello is acknowledged: `hello_ms` summarizes socket open requested → hello.ack per runner, `elapsed_ms`
+ * is the first connect → the last hello.ack.
  */
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { encodeFrame, PROTOCOL_VERSION, parseServerFrame } from "@webcodex/protocol";
 import WebSocket from "ws";
+import { hrNow, summarize } from "./lib/stats.mjs";
 
 const spec = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const instanceId = () => randomBytes(16).toString("base64url");
-const hrNow = () => performance.timeOrigin + performance.now();
 const RING = 1000;
 let framesSent = 0;
 let stopping = false;
@@ -49,6 +53,7 @@ function summary(run) {
 }
 
 function startRunner(def) {
+  const connectStartedAt = hrNow();
   const agentInstanceId = instanceId();
   const providerInstanceId = instanceId();
   const runs = new Map();
@@ -103,7 +108,7 @@ function startRunner(def) {
       const frame = parsed.frame;
       switch (frame.type) {
         case "hello.ack":
-          resolve();
+          resolve(hrNow() - connectStartedAt);
           return;
         case "run.start": {
           let run = runs.get(frame.run_id);
@@ -174,15 +179,34 @@ function startRunner(def) {
   return { ws, runs, ready };
 }
 
-const runners = spec.runners.map(startRunner);
+const CONNECT_CONCURRENCY = spec.connect_concurrency ?? spec.runners.length;
+if (!Number.isInteger(CONNECT_CONCURRENCY) || CONNECT_CONCURRENCY < 1) {
+  throw new Error(`spec.connect_concurrency: expected a positive integer, got ${spec.connect_concurrency}`);
+}
+const runners = [];
+const helloMs = [];
+const connectStart = hrNow();
+/** Opens the runners in order, at most CONNECT_CONCURRENCY between open and hello.ack at once. */
+async function connectAll() {
+  let next = 0;
+  const lane = async () => {
+    while (next < spec.runners.length && !stopping) {
+      const r = startRunner(spec.runners[next++]);
+      runners.push(r);
+      helloMs.push(await r.ready);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(CONNECT_CONCURRENCY, spec.runners.length) }, lane));
+}
 const stop = () => {
   if (stopping) return;
   stopping = true;
+  const open = runners.filter((r) => r.ws.readyState === WebSocket.OPEN).length;
   for (const r of runners) {
     for (const run of r.runs.values()) clearInterval(run.timer);
     r.ws.terminate();
   }
-  process.stdout.write(`${JSON.stringify({ stopped: true, frames_sent: framesSent })}\n`);
+  process.stdout.write(`${JSON.stringify({ stopped: true, frames_sent: framesSent, open_at_stop: open })}\n`);
   setTimeout(() => process.exit(0), 50);
 };
 process.on("SIGTERM", stop);
@@ -190,8 +214,19 @@ process.on("SIGINT", stop);
 setTimeout(stop, spec.max_duration_ms ?? 300_000).unref();
 
 try {
-  await Promise.all(runners.map((r) => r.ready));
-  process.stdout.write(`${JSON.stringify({ ready: true, runners: runners.length })}\n`);
+  await connectAll();
+  const elapsedMs = hrNow() - connectStart;
+  process.stdout.write(
+    `${JSON.stringify({
+      ready: true,
+      runners: runners.length,
+      connect_concurrency: CONNECT_CONCURRENCY,
+      hello_ms: summarize(helloMs),
+      elapsed_ms: elapsedMs,
+      acked_per_s: runners.length / (elapsedMs / 1000),
+      rss_mb: process.memoryUsage.rss() / 1048576,
+    })}\n`,
+  );
 } catch (error) {
   process.stdout.write(`${JSON.stringify({ ready: false, error: String(error?.message ?? error) })}\n`);
   process.exit(1);

@@ -73,6 +73,8 @@ function tail(file, lines = 15) {
  * @param {number} [o.simRunners] extra runner bindings "sim0..simN-1" owning projects "p0..pN-1"
  * @param {number} [o.principals] principals to declare and issue tokens for
  * @param {string[]} [o.nodeArgs] extra node flags for the daemons (e.g. --cpu-prof)
+ * @param {string[]} [o.principalProjects] the projects the principals may use (default: every project)
+ * @param {number} [o.maxConnections] the Servers' `[server] max_connections` (default BENCH_MAX_CONNECTIONS)
  */
 /** The env var a bench Server config's `[server.state] url_env` names when the stack runs on PostgreSQL. */
 const BENCH_DATABASE_URL_ENV = "WEBCODEX_BENCH_DATABASE_URL";
@@ -88,6 +90,8 @@ export async function launchStack({
   principals = 1,
   nodeArgs = {},
   stateUrl = undefined,
+  principalProjects = undefined,
+  maxConnections = BENCH_MAX_CONNECTIONS,
 }) {
   // `stack.addInstance()` (PostgreSQL only) starts another Server on the same database; see below.
   const dir = makeTempDir(label);
@@ -109,16 +113,17 @@ export async function launchStack({
   const projects = [...(runner ? ["bench"] : []), ...sims.map((s) => s.project_id)];
 
   // max_connections: the fan-out's largest cell holds 1,000 long-polls plus the sim runners and control clients.
-  let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\nmax_connections = ${BENCH_MAX_CONNECTIONS}\n\n`;
+  let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\nmax_connections = ${maxConnections}\n\n`;
   if (stateUrl !== undefined) s += `[server.state]\nbackend = "postgres"\nurl_env = "${BENCH_DATABASE_URL_ENV}"\n\n`;
   const env = stateUrl === undefined ? process.env : { ...process.env, [BENCH_DATABASE_URL_ENV]: stateUrl };
   if (runner) s += `[[runners]]\nid = "bench"\ntoken_sha256 = ${toml(sha256(runnerToken))}\nprojects = ["bench"]\n\n`;
   for (const sim of sims) {
     s += `[[runners]]\nid = ${toml(sim.runner_id)}\ntoken_sha256 = ${toml(sha256(sim.token))}\nprojects = [${toml(sim.project_id)}]\n\n`;
   }
+  const grants = principalProjects ?? projects;
   const principalIds = Array.from({ length: principals }, (_, i) => `bench-${i}`);
   for (const id of principalIds) {
-    s += `[[principals]]\nid = ${toml(id)}\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${toml(projects)}\n\n`;
+    s += `[[principals]]\nid = ${toml(id)}\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${toml(grants)}\n\n`;
   }
   writeFileSync(serverConfig, s);
 
@@ -139,7 +144,7 @@ export async function launchStack({
   // Tokens first (the Server CLI writes only hashes into the state DB). The first
   // call creates the DB alone; the rest run a few at a time.
   const issue = async (id) => {
-    const { stdout } = await run(process.execPath, TOKEN_ISSUE(serverConfig, id, projects), {
+    const { stdout } = await run(process.execPath, TOKEN_ISSUE(serverConfig, id, grants), {
       cwd: dir,
       env,
       timeout: 60_000,
@@ -194,6 +199,7 @@ export async function launchStack({
         ...stack,
         port: extraPort,
         url: `http://127.0.0.1:${extraPort}/mcp`,
+        runnerUrl: `ws://127.0.0.1:${extraPort}/runner`,
         mcpClient(i = 0, projectId = "bench") {
           return connectMcp({ url: view.url, token: tokens[i], projectId });
         },

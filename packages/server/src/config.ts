@@ -200,6 +200,12 @@ const PrincipalId = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$/, "must be 1-128 characters of [A-Za-z0-9_.:@-]");
 
+/**
+ * Most `[[runners]]` one Server configuration declares. A deployment of 10,000 Runners (issue 29 §4, measured
+ * by `npm run bench -- --only links`) declares each of them here; each is a few hundred bytes of parsed config.
+ */
+export const MAX_RUNNERS = 16_384;
+
 /** Most principals one runner's `shared_user_principals` may list. */
 export const MAX_SHARED_USER_PRINCIPALS = 4096;
 
@@ -331,7 +337,7 @@ export const ServerConfigSchema = z
       })
       .strict()
       .prefault({}),
-    runners: z.array(RunnerConfigSchema).max(256).default([]),
+    runners: z.array(RunnerConfigSchema).max(MAX_RUNNERS).default([]),
     oauth: OAuthConfigSchema.optional(),
     principals: z.array(PrincipalConfigSchema).max(4096).default([]),
   })

@@ -3,7 +3,7 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { REPO_ROOT, SERVER_BIN } from "../../../scripts/test-support/index.js";
-import { buildServerConfig, ConfigError, parseServerConfig, sha256Hex } from "../src/config.js";
+import { buildServerConfig, ConfigError, MAX_RUNNERS, parseServerConfig, sha256Hex } from "../src/config.js";
 
 const HASH = sha256Hex("t");
 const base = (extra: Record<string, unknown> = {}) => ({
@@ -85,6 +85,17 @@ describe("server config", () => {
     ).toThrow(
       '/etc/wc/server.toml: runners[0].shared_user_principals: "mallory" is not a configured principal ([[principals]] id)',
     );
+  });
+
+  it("declares 10,000 runners, each bound to its own project, and refuses one more than MAX_RUNNERS", () => {
+    const runners = (n: number) =>
+      Array.from({ length: n }, (_, i) => ({ id: `r${i}`, token_sha256: sha256Hex(`t${i}`), projects: [`p${i}`] }));
+    const c = buildServerConfig(base({ runners: runners(10_000) }), { file: null, baseDir: "/" });
+    expect(c.runners).toHaveLength(10_000);
+    expect(c.projectRunner.get("p9999")).toBe("r9999");
+    expect(() =>
+      buildServerConfig(base({ runners: runners(MAX_RUNNERS + 1) }), { file: "f.toml", baseDir: "/" }),
+    ).toThrow(/runners.*16384/);
   });
 
   it("hashes a token_env token at start", () => {

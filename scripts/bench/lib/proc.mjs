@@ -111,6 +111,15 @@ export function readProc(pid) {
   }
 }
 
+/** How many file descriptors `pid` has open (its /proc/PID/fd entries), or null once it is gone. */
+export function openFds(pid) {
+  try {
+    return readdirSync(`/proc/${pid}/fd`).length;
+  } catch {
+    return null;
+  }
+}
+
 /** Direct children of `pid` (needs /proc/PID/task/TID/children). */
 export function childrenOf(pid) {
   const out = [];

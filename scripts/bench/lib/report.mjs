@@ -293,6 +293,9 @@ export function render(results) {
       .join("; ")}\n\n`;
   }
 
+  if (s["cluster-fanout"]) out += renderClusterFanout(s["cluster-fanout"]);
+  if (s.links) out += renderLinks(s.links);
+
   if (s.barrier) {
     out += "Barrier cost (scripts/bench/barrier.mjs): the Runner's commit right before session/prompt\n";
     const b = s.barrier;
@@ -334,6 +337,53 @@ export function render(results) {
   }
   out += "\n";
   return out;
+}
+
+function renderClusterFanout(c) {
+  let out = `Fan-out across two Server instances on PostgreSQL, N=${c.n} × M=${c.m}, Runners linked to A, ${c.duration_ms} ms per cell (ms)\n`;
+  out += `  ${pad("", 30)}${lpad("n", 6)}${lpad("p50", 10)}${lpad("p95", 10)}${lpad("p99", 10)}${lpad("max", 10)}\n`;
+  out += latencyRow("one Server on SQLite (baseline)", c.baseline_sqlite?.latency_ms);
+  out += latencyRow("split: observers on A", c.split?.by_group?.a);
+  out += latencyRow("split: observers on B", c.split?.by_group?.b);
+  out += latencyRow("every observer on B", c.all_on_b?.latency_ms);
+  const r = c.ratios ?? {};
+  out += `  ratio to the baseline p50/p99: split A ${x(r.split_a_p50)}/${x(r.split_a_p99)}, split B ${x(r.split_b_p50)}/${x(r.split_b_p99)}, all on B ${x(r.all_on_b_p50)}/${x(r.all_on_b_p99)}\n`;
+  for (const [label, cell] of [
+    ["baseline", c.baseline_sqlite],
+    ["split", c.split],
+    ["all on B", c.all_on_b],
+  ]) {
+    if (!cell) continue;
+    const procs = Object.entries(cell.processes ?? {})
+      .map(([name, p]) => `${name} CPU ${f(cell.cpu_share?.[name], 2)}, ${f(p.peak_rss_mb, 0)} MB`)
+      .join(", ");
+    out += `  ${pad(label, 9)}${f(cell.calls_per_s, 0)} calls/s; ${procs}`;
+    out +=
+      cell.errors && Object.keys(cell.errors).length ? `; errors ${JSON.stringify(cell.errors).slice(0, 120)}` : "";
+    out += "\n";
+  }
+  return `${out}\n`;
+}
+
+function renderLinks(l) {
+  let out =
+    "Idle Runner links: simulated Runners (real WebSocket + hello), one SQLite Server / two instances on PostgreSQL\n";
+  for (const [label, r] of [
+    ["SQLite, one instance", l.sqlite_one],
+    ["PostgreSQL, two instances", l.postgres_two],
+  ]) {
+    if (!r) continue;
+    if (r.error) {
+      out += `  ${label}: ERROR ${r.error.split("\n")[0].slice(0, 160)}\n`;
+      continue;
+    }
+    out += `  ${label}: ${r.runners} links, ${f(r.hello.acked_per_s, 0)} hellos acked/s (≤ ${r.connect_concurrency} in flight; hello p50/p99 ${f(r.hello.hello_ms?.p50, 1)}/${f(r.hello.hello_ms?.p99, 1)} ms), ${r.open_at_stop ?? "?"} open at the end; sim process ${f(r.sim_runners?.rss_mb, 0)} MB\n`;
+    for (const [name, i] of Object.entries(r.per_instance ?? {})) {
+      out += `    ${pad(name, 9)}${lpad(i.links, 6)} links: RSS ${f(i.rss_before_mb, 0)} → ${f(i.rss_after_mb, 0)} MB (${f(i.kb_per_link, 1)} KB/link), fds ${i.fds_before} → ${i.fds_after}, `;
+      out += `hello CPU ${f(i.hello_cpu_ms_per_link, 2)} ms/link, idle CPU share ${f(i.idle_cpu_share, 3)} over ${f(r.idle_ms / 1000, 0)} s\n`;
+    }
+  }
+  return `${out}\n`;
 }
 
 /** The spawn stage's share that is execa's: its spawn call and the CPU beside the booting agent, vs node:child_process. */

@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { spawnJsonChild } from "../lib/child.mjs";
 import { BENCH_DIR } from "../lib/paths.mjs";
 import { ProcSampler, stopTracked } from "../lib/proc.mjs";
+import { profileArgs, startSims } from "../lib/sims.mjs";
 import { launchStack } from "../stack.mjs";
 
 export async function run(
@@ -34,24 +35,14 @@ export async function run(
   try {
     for (const [index, n] of ns.entries()) {
       const first = offsets[index];
-      const simSpec = join(stack.dir, `sims-${index}-${n}.json`);
-      writeFileSync(
-        simSpec,
-        JSON.stringify({
-          url: stack.runnerUrl,
-          interval_ms: intervalMs,
-          max_duration_ms: ctx.budgetMs(30 * 60_000),
-          runners: stack.sims.slice(first, first + n),
-        }),
-      );
-      const sims = spawnJsonChild(join(BENCH_DIR, "sim-runners.mjs"), [simSpec], {
-        logFile: join(stack.dir, `sims-${index}-${n}.log`),
-        nodeArgs: profileArgs(nodeArgs, "sim-runners"),
+      const sims = await startSims(stack, {
+        name: `${index}-${n}`,
+        runners: stack.sims.slice(first, first + n),
+        intervalMs,
+        maxDurationMs: ctx.budgetMs(30 * 60_000),
+        nodeArgs,
       });
       try {
-        await sims.waitLine((l) => "ready" in l, 30_000);
-        const ready = sims.lines.find((l) => "ready" in l);
-        if (!ready.ready) throw new Error(`sim runners failed: ${ready.error}`);
         for (const m of ms) {
           ctx.log(`fan-out N=${n} M=${m} (${client} observers)`);
           cells.push(
@@ -84,12 +75,18 @@ export async function run(
   };
 }
 
-function profileArgs(nodeArgs, name) {
-  const prof = nodeArgs?.server?.find((a) => a.startsWith("--cpu-prof-dir="));
-  return prof ? ["--cpu-prof", prof.replace(/server$/, name)] : [];
-}
-
-async function cell(stack, simsPid, nodeArgs, { n, first, m, durationMs, warmupMs, perPrincipal, waitSecs, client }) {
+/**
+ * One cell: `m` observers on the runs of sim runners `first..first+n-1` (already linked), for `durationMs`.
+ * `instances` ({ name, url }[], default: the stack's own MCP URL as "server") spreads the observers over
+ * Server instances round-robin; the result then also has `by_group`: the latency of each instance's observers, by name.
+ * Runs are started through the stack's first instance.
+ */
+export async function cell(
+  stack,
+  simsPid,
+  nodeArgs,
+  { n, first, m, durationMs, warmupMs, perPrincipal, waitSecs = 10, client = "lean", instances },
+) {
   const principals = Math.ceil(m / perPrincipal);
   const runCount = Math.max(n, principals);
   const clients = [];
@@ -112,7 +109,12 @@ async function cell(stack, simsPid, nodeArgs, { n, first, m, durationMs, warmupM
     for (let i = 0; i < m; i++) {
       const p = Math.floor(i / perPrincipal);
       const own = runsByPrincipal[p];
-      observers.push({ token: stack.tokens[p], run_id: own[(i % perPrincipal) % own.length] });
+      const at = instances?.[i % instances.length];
+      observers.push({
+        token: stack.tokens[p],
+        run_id: own[(i % perPrincipal) % own.length],
+        ...(at ? { url: at.url, group: at.name } : {}),
+      });
     }
     const specFile = join(stack.dir, `observers-${n}-${m}.json`);
     writeFileSync(
@@ -147,6 +149,8 @@ async function cell(stack, simsPid, nodeArgs, { n, first, m, durationMs, warmupM
       runs: runCount,
       ...result,
       server: resources.server,
+      // Every sampled process (a second Server instance as server_b), peak RSS and CPU.
+      processes: resources,
       calls_per_s: result.calls / (wallMs / 1000),
       // CPU share of each process over the cell: near 1.0 means that process was the bottleneck.
       cpu_share: Object.fromEntries(Object.entries(resources).map(([k, r]) => [k, r.cpu_ms / wallMs])),

@@ -265,6 +265,8 @@ export class RunnerHub {
   readonly maxInFlight: number;
   readonly maxBufferedBytes: number;
   readonly #opts: HubOptions;
+  /** The configured bindings by runner id: a lookup per link each RUNNER_TOKEN_POLL_MS, not a scan per link. */
+  readonly #bindingById: ReadonlyMap<string, RunnerBinding>;
   readonly #wss: WebSocketServer;
   readonly #live = new Map<string, RunnerConnection>();
   readonly #all = new Set<RunnerConnection>();
@@ -282,6 +284,7 @@ export class RunnerHub {
 
   constructor(opts: HubOptions) {
     this.#opts = opts;
+    this.#bindingById = new Map(opts.bindings.map((b) => [b.id, b]));
     this.#log = opts.logger;
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
     this.maxInFlight = opts.maxInFlight ?? 256;
@@ -384,7 +387,7 @@ export class RunnerHub {
     }
     for (const conn of this.#all) {
       if (conn.closed) continue;
-      const binding = this.#opts.bindings.find((b) => b.id === conn.runnerId);
+      const binding = this.#bindingById.get(conn.runnerId);
       if (binding && this.#tokenHashOf(binding, overrides).equals(conn.tokenHash)) continue;
       this.#log.warn(
         { runner_id: conn.runnerId, conn: conn.id, remote: conn.remote },
@@ -567,7 +570,7 @@ export class RunnerHub {
   }
 
   async #onHello(conn: RunnerConnection, hello: HelloFrame): Promise<void> {
-    const binding = this.#opts.bindings.find((b) => b.id === conn.runnerId);
+    const binding = this.#bindingById.get(conn.runnerId);
     const allowed = new Set(binding?.projects ?? []);
     const foreign = hello.projects.map((p) => p.project_id).filter((p) => !allowed.has(p));
     if (foreign.length > 0) {

@@ -200,9 +200,19 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       this.#resyncAfter.add(mirror.runId);
       return;
     }
-    void this.#observation.catchUp(mirror, runner).finally(() => {
-      if (this.#resyncAfter.delete(mirror.runId) && !this.#ctx.closed) this.#resync(mirror, runner);
-    });
+    // A catch-up that fails (the state database busy or away) is logged: the mirror keeps what it got, and the
+    // next notification or observe catches it up again. Unhandled, the rejection would end the process.
+    void this.#observation
+      .catchUp(mirror, runner)
+      .finally(() => {
+        if (this.#resyncAfter.delete(mirror.runId) && !this.#ctx.closed) this.#resync(mirror, runner);
+      })
+      .catch((err: unknown) =>
+        this.#ctx.log.warn(
+          { run_id: mirror.runId, err: (err as Error).message },
+          "catching up a run changed elsewhere failed",
+        ),
+      );
   }
 
   /**

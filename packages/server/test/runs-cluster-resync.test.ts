@@ -1,0 +1,109 @@
+/**
+ * A Server instance on a shared PostgreSQL state follows runs whose Runner another instance holds: a
+ * notification starts a catch-up of the mirror an observer waits on (runs/runs.ts `#onRunChanged`). When that
+ * catch-up fails on the state database (its pool queue full: StateBusyError), the instance logs it and keeps
+ * serving; an unhandled rejection would end the whole process (Node's default), as the cluster fan-out bench
+ * showed under load.
+ */
+import { randomBytes } from "node:crypto";
+import type { RunSummary } from "@webcodex/protocol";
+import pino from "pino";
+import { describe, expect, it } from "vitest";
+import type { Registry } from "../src/link/registry.js";
+import { Runs } from "../src/runs/runs.js";
+import { StateBusyError, type StateEngine } from "../src/state/engine.js";
+import type { StateStore } from "../src/state/store.js";
+
+const RUN_ID = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+const RUNNER_ID = "r-elsewhere";
+const AGENT_INSTANCE = "agent-instance-1";
+/** Long enough for the notified catch-up (all in-process, no I/O) to have settled. */
+const SETTLE_MS = 200;
+
+function summary(): RunSummary {
+  const now = new Date().toISOString();
+  return {
+    run_id: RUN_ID,
+    intent_fingerprint: "f".repeat(64),
+    project_id: "p",
+    provider_id: "fake",
+    provider_instance_id: "provider-instance-1",
+    agent_instance_id: AGENT_INSTANCE,
+    phase: "dispatch_barrier",
+    state: "running",
+    execution_state: "started",
+    stop_reason: null,
+    failure_kind: null,
+    recovery_kind: "none",
+    message: null,
+    effective_config: [],
+    ignored_updates: 0,
+    last_seq: 1,
+    oldest_seq: 1,
+    created_at: now,
+    updated_at: now,
+  } as RunSummary;
+}
+
+describe("following a run changed on another instance", () => {
+  it("logs a catch-up that fails on a busy state database instead of ending the process", async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on("unhandledRejection", onUnhandled);
+    const lines: string[] = [];
+    const logger = pino({ level: "warn" }, { write: (line: string) => void lines.push(line) });
+    // The state database refuses every read (its pool's queue is full); the Runner answers the sync.
+    const store = {
+      serverSecret: randomBytes(32),
+      get: async () => {
+        throw new StateBusyError("1000 operations already wait for a PostgreSQL state connection");
+      },
+    } as unknown as StateStore;
+    const runner = {
+      runnerId: RUNNER_ID,
+      agentInstanceId: AGENT_INSTANCE,
+      conn: {
+        closed: false,
+        request: async () => ({
+          ok: true,
+          frame: {
+            type: "run.sync.result",
+            request_id: "q1",
+            run: summary(),
+            events: [{ seq: 1, at: new Date().toISOString(), kind: "agent_message", text: "hi", truncated: false }],
+            has_more: false,
+          },
+        }),
+      },
+    };
+    const registry = { live: () => undefined, lookup: async () => runner } as unknown as Registry;
+    let notified: ((payload: string | null) => void) | null = null;
+    const engine = {
+      dialect: "sqlite",
+      listen: async (_channel: string, cb: (payload: string | null) => void) => {
+        notified = cb;
+        return () => {};
+      },
+      notify: async () => {},
+    } as unknown as StateEngine;
+    const runs = new Runs({ store, registry, logger });
+    try {
+      await runs.joinCluster(engine);
+      const mirror = runs.mirrors.getOrCreate(RUN_ID);
+      mirror.reset(AGENT_INSTANCE);
+      // An observer waits on this instance's mirror: the notification starts a catch-up.
+      const waiting = mirror.waitForChange(mirror.version, SETTLE_MS * 5);
+      expect(notified).not.toBeNull();
+      (notified as unknown as (payload: string) => void)(`${RUN_ID} ${RUNNER_ID}`);
+      await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
+      expect(unhandled).toEqual([]);
+      const failure = lines.map((l) => JSON.parse(l)).find((l) => l.run_id === RUN_ID && /catch/i.test(l.msg));
+      expect(failure).toMatchObject({ run_id: RUN_ID, err: expect.stringContaining("already wait") });
+      mirror.touch();
+      await waiting;
+    } finally {
+      runs.close();
+      process.off("unhandledRejection", onUnhandled);
+    }
+  });
+});

@@ -1,0 +1,90 @@
+/**
+ * The fan-out (suites/fanout.mjs) across two Server instances on one PostgreSQL: N simulated Runners
+ * linked to instance A, M observers long-polling, in two cells one after the other —
+ *
+ * - `split`: observers alternate between A and B (half of them wait where the events arrive, half on the
+ *   instance that learns of them through the database's notification and fetches them through A);
+ * - `all_on_b`: every observer on B.
+ *
+ * The baseline is the same N × M cell on one Server with its state on SQLite, measured first in the same
+ * run (a Server of its own, as the fan-out section's memory cell). Runs are started through A.
+ */
+import { stopTracked } from "../lib/proc.mjs";
+import { startSims } from "../lib/sims.mjs";
+import { ratio } from "../lib/stats.mjs";
+import { launchStack } from "../stack.mjs";
+import * as fanout from "./fanout.mjs";
+
+/** @param {{ n: number, m: number, intervalMs: number, durationMs: number, warmupMs: number, perPrincipal: number, client: string, nodeArgs: object }} plan */
+export async function run(ctx, plan) {
+  const { n, m, intervalMs, durationMs, warmupMs, perPrincipal, client, nodeArgs } = plan;
+  const cellPlan = { n, first: 0, m, durationMs, warmupMs, perPrincipal, client };
+
+  ctx.log(`cluster-fanout: baseline, one Server on SQLite, N=${n} M=${m}`);
+  const single = await fanout.run(ctx, {
+    ns: [n],
+    ms: [m],
+    intervalMs,
+    durationMs,
+    warmupMs,
+    perPrincipal,
+    client,
+    nodeArgs,
+  });
+  const baseline = single.cells[0];
+
+  const { startPostgresCluster } = await import("../../postgres.mjs");
+  const cluster = await startPostgresCluster();
+  try {
+    const stack = await launchStack({
+      label: "cluster-fanout",
+      nodeArgs,
+      runner: false,
+      simRunners: n,
+      principals: Math.ceil(m / perPrincipal),
+      stateUrl: await cluster.createDatabase(),
+    });
+    try {
+      const other = await stack.addInstance("b");
+      const a = { name: "a", url: stack.url };
+      const b = { name: "b", url: other.url };
+      const sims = await startSims(stack, {
+        name: "cluster",
+        runners: stack.sims,
+        intervalMs,
+        maxDurationMs: ctx.budgetMs(30 * 60_000),
+        nodeArgs,
+      });
+      try {
+        ctx.log(`cluster-fanout: two instances on PostgreSQL, observers split A/B, N=${n} M=${m}`);
+        const split = await fanout.cell(stack, sims.pid, nodeArgs, { ...cellPlan, instances: [a, b] });
+        ctx.log(`cluster-fanout: two instances on PostgreSQL, every observer on B, N=${n} M=${m}`);
+        const allOnB = await fanout.cell(stack, sims.pid, nodeArgs, { ...cellPlan, instances: [b] });
+        return {
+          n,
+          m,
+          client,
+          interval_ms: intervalMs,
+          duration_ms: durationMs,
+          baseline_sqlite: baseline,
+          split,
+          all_on_b: allOnB,
+          ratios: {
+            split_a_p50: ratio(split.by_group?.a?.p50, baseline.latency_ms.p50),
+            split_a_p99: ratio(split.by_group?.a?.p99, baseline.latency_ms.p99),
+            split_b_p50: ratio(split.by_group?.b?.p50, baseline.latency_ms.p50),
+            split_b_p99: ratio(split.by_group?.b?.p99, baseline.latency_ms.p99),
+            all_on_b_p50: ratio(allOnB.latency_ms.p50, baseline.latency_ms.p50),
+            all_on_b_p99: ratio(allOnB.latency_ms.p99, baseline.latency_ms.p99),
+          },
+        };
+      } finally {
+        await stopTracked(sims, 2000);
+      }
+    } finally {
+      await stack.stop();
+    }
+  } finally {
+    await cluster.close();
+  }
+}
