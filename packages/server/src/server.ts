@@ -28,6 +28,7 @@ import type { RunAdmission, RunsApi } from "./runs/api.js";
 import { reconcileAtStart } from "./runs/reconcile.js";
 import { startRejectedRecordExpiry } from "./runs/record-expiry.js";
 import { Runs } from "./runs/runs.js";
+import { StateBusyError, StateUnavailableError } from "./state/engine.js";
 import { lockStateDir } from "./state/lock.js";
 import { openState } from "./state/open.js";
 import type { StateStore } from "./state/store.js";
@@ -165,6 +166,11 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     }
     if (mcp && (path === "/mcp" || path.startsWith("/mcp/") || mcp.owns?.(path) === true)) {
       Promise.resolve(mcp.handle(req, res)).catch((err: unknown) => {
+        if (err instanceof StateUnavailableError || err instanceof StateBusyError) {
+          logger.warn({ code: err.code }, "mcp request refused: the state database cannot serve it now");
+          if (!res.headersSent) stateRefusal(res, err);
+          return;
+        }
         logger.error({ err: (err as Error).message }, "mcp handler failed");
         if (!res.headersSent) res.writeHead(500).end();
       });
@@ -336,6 +342,29 @@ function mountConsole(
  * yet counted by max_connections (the 503 is an HTTP answer), so this bounds how long they hold a descriptor.
  */
 export const TLS_HANDSHAKE_TIMEOUT_MS = 10_000;
+
+/** Retry-After (seconds) of an MCP request refused because the state database cannot serve it now. */
+export const STATE_REFUSAL_RETRY_AFTER_SECS = 1;
+
+/**
+ * 503 for an MCP request that needed the state database before any tool ran (e.g. to check its token) while
+ * that database is unreachable or its connections are all taken: nothing was done, the same request may be
+ * sent again. The body is a JSON-RPC error naming the state error's code.
+ */
+function stateRefusal(res: ServerResponse, err: StateUnavailableError | StateBusyError): void {
+  const message =
+    err.code === "state_busy"
+      ? "The Server's state database is busy; nothing was done. Retry the same request shortly."
+      : "The Server's state database cannot be reached; nothing was done. Retry the same request shortly.";
+  const body = JSON.stringify({ jsonrpc: "2.0", error: { code: -32000, message, data: { code: err.code } }, id: null });
+  res
+    .writeHead(503, {
+      "content-type": "application/json",
+      "content-length": Buffer.byteLength(body),
+      "retry-after": String(STATE_REFUSAL_RETRY_AFTER_SECS),
+    })
+    .end(body);
+}
 
 /** The PEM certificate chain and key of `[server.tls]`, read once at start; null without TLS. */
 function loadTls(config: ServerConfig): { cert: Buffer; key: Buffer } | null {

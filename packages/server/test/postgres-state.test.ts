@@ -10,6 +10,7 @@
  * - with the database stopped, a start is refused `state_unavailable` and nothing is half-written; once
  *   it is back, starts work again, and a run that was in flight meanwhile reaches its true end.
  */
+import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -21,6 +22,7 @@ import {
   startServerProcess,
 } from "../../../scripts/test-support/index.js";
 import { type PostgresCluster, startPostgresCluster } from "../../../scripts/test-support/postgres.js";
+import { STATE_REFUSAL_RETRY_AFTER_SECS } from "../src/server.js";
 import { STATE_DB_FILE } from "../src/state/store.js";
 import { type ModernAnswer, postModern } from "./support/modern-mcp.js";
 import { freePort, ProcStack, STATE_URL_ENV } from "./support/proc-stack.js";
@@ -168,6 +170,15 @@ describe("the Server's state on PostgreSQL", () => {
       const text = JSON.stringify(refused);
       expect(text).toContain("state_unavailable");
       expect(s.prompts("r1")).toHaveLength(1);
+      // A token this Server has not seen cannot be checked now: 503 to retry, not a 401 or a bare 500.
+      const unseen = `wct_${randomBytes(32).toString("base64url")}`;
+      const unchecked = await postModern(s.port, unseen, "tools/call", params, {
+        name,
+        clientName: "postgres-state-test",
+      });
+      expect(unchecked.status).toBe(503);
+      expect(unchecked.headers.get("retry-after")).toBe(String(STATE_REFUSAL_RETRY_AFTER_SECS));
+      expect(await unchecked.json()).toMatchObject({ error: { data: { code: "state_unavailable" } } });
     } finally {
       await cluster.start();
     }
