@@ -243,6 +243,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     try {
       directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? url, logger);
       await directory.start();
+      await store.followChanges();
       await runs.joinCluster(store.engine);
       registry.joinCluster({
         directory,

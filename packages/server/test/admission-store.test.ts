@@ -15,6 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { RunState } from "@webcodex/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { poll } from "../../../scripts/test-support/index.js";
 import {
   POSTGRES_START_TIMEOUT_MS,
   type PostgresCluster,
@@ -24,7 +25,7 @@ import { MAX_ADMISSION_ROUNDS } from "../src/runs/admission.js";
 import type { StateEngine } from "../src/state/engine.js";
 import { openPostgresEngine } from "../src/state/engine-postgres.js";
 import { migrateState } from "../src/state/schema.js";
-import { type AdmissionRecord, RECORD_CHANGED, StateStore } from "../src/state/store.js";
+import { type AdmissionRecord, RECORD_CHANGED, RECORD_PEEK_TTL_MS, StateStore } from "../src/state/store.js";
 
 /** Concurrent starts of one run id per race round, spread over the instances. */
 const RACERS = 8;
@@ -253,5 +254,44 @@ describe.each(ENGINES)("admission records on $name", ({ instances }) => {
     const outcomes = await Promise.all([resend(a), resend(b)]);
     expect(outcomes.filter((o) => o === RECORD_CHANGED)).toHaveLength(1);
     expect(outcomes.filter((o) => o !== RECORD_CHANGED && o?.admission === "sent")).toHaveLength(1);
+  });
+});
+
+describe.each(ENGINES)("what observe shows (StateStore.peek) on $name", ({ instances }) => {
+  it("shows another instance's write from the next peek after its notification", async () => {
+    const [a, b] = await instances();
+    await a.followChanges();
+    const id = runId("peek");
+    await b.insert(intent(id));
+    expect((await a.peek(id))?.state).toBe("starting");
+    expect((await a.peek(id))?.state).toBe("starting");
+    await b.update(id, { state: "running", execution_state: "started" });
+    await poll(async () => (await a.peek(id))?.state === "running", {
+      timeoutMs: RECORD_PEEK_TTL_MS / 2,
+      intervalMs: 5,
+      what: "the other instance's write shown before the copy's bound ran out",
+    });
+  });
+});
+
+describe("what observe shows (StateStore.peek) on PostgreSQL", () => {
+  const postgres = ENGINES.find((e) => e.name === "postgres");
+  it("shows a row changed behind the stores' backs within RECORD_PEEK_TTL_MS; `get` never answers from a copy", async () => {
+    if (postgres === undefined) throw new Error("no PostgreSQL engine");
+    const [a, b] = await postgres.instances();
+    await a.followChanges();
+    const id = runId("untold");
+    await b.insert(intent(id));
+    expect((await a.peek(id))?.state).toBe("starting");
+    // A write that tells nobody (as if its notification were lost): shown at the latest after the bound.
+    await b.engine.run("UPDATE admission_records SET state = 'completed' WHERE run_id = ?", [id]);
+    const changedAt = Date.now();
+    expect((await a.get(id))?.state).toBe("completed");
+    await poll(async () => (await a.peek(id))?.state === "completed", {
+      timeoutMs: RECORD_PEEK_TTL_MS * 5,
+      intervalMs: 20,
+      what: "the untold write shown",
+    });
+    expect(Date.now() - changedAt).toBeLessThan(RECORD_PEEK_TTL_MS * 5);
   });
 });

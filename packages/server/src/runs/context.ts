@@ -55,9 +55,12 @@ export class RunContext {
     for (const m of this.mirrors.values()) m.touch();
   }
 
-  /** The principal's own run, or undefined (another principal's run looks exactly like no run). */
-  async owned(principal: Principal, runId: string): Promise<AdmissionRecord | undefined> {
-    const rec = await this.store.get(runId);
+  /**
+   * The principal's own run, or undefined (another principal's run looks exactly like no run). `recent`:
+   * read for showing it (StateStore.peek), not for deciding anything.
+   */
+  async owned(principal: Principal, runId: string, recent = false): Promise<AdmissionRecord | undefined> {
+    const rec = recent ? await this.store.peek(runId) : await this.store.get(runId);
     if (!rec || rec.principal_id !== principal.id || !principal.projects.has(rec.project_id)) return undefined;
     return rec;
   }

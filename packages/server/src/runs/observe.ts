@@ -83,7 +83,7 @@ export class Observation {
     }
     const denied = missingScopes(principal, ["coding_agent:run"], "Observing a coding agent");
     if (denied) return { ok: false, error: denied };
-    const rec = await this.#ctx.owned(principal, input.run_id);
+    const rec = await this.#ctx.owned(principal, input.run_id, true);
     if (!rec) return fail("not_found", `No run ${input.run_id}.`, "none");
     let cursor = null;
     if (input.after_observation_token !== undefined) {
@@ -99,7 +99,7 @@ export class Observation {
       if (this.#ctx.closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
       const mirror = this.#ctx.mirrors.getOrCreate(rec.run_id);
       const runner = await this.#ctx.registry.lookup(rec.runner_id);
-      const current = await this.#ctx.store.get(rec.run_id);
+      const current = await this.#ctx.store.peek(rec.run_id);
       const admission = current?.admission;
       if (runner && (admission === "admitted" || admission === "sent")) {
         if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
@@ -148,7 +148,7 @@ export class Observation {
     cursor: { instance: string; seq: number } | null,
     runnerOffline: boolean,
   ): Promise<ObserveOutput | null> {
-    const rec = await this.#ctx.store.get(runId);
+    const rec = await this.#ctx.store.peek(runId);
     if (!rec) return null;
     const instance = mirror.instance ?? rec.agent_instance_id ?? "no_runner_instance";
     const { after, historyLost } = resumePoint(mirror, cursor, instance);

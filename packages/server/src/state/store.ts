@@ -105,9 +105,18 @@ function fromRow(row: Row): AdmissionRecord {
  * process is the only writer of admission_records (one Server per state dir, `server.lock`), so the
  * cache is never stale: every write drops the entry. It exists because every observe call reads its
  * run's record several times (ownership, admission, the view). On PostgreSQL several Server instances
- * write the same rows, so nothing is cached there: every read goes to the database.
+ * write the same rows, so `get` always reads the database; only `peek` (what observe shows) answers from
+ * records read before (RECORD_PEEK_TTL_MS).
  */
 export const RECORD_CACHE_ENTRIES = 4096;
+/**
+ * PostgreSQL: `peek` answers from records read before, which another instance's write drops through its
+ * notification (RECORD_CHANGES_CHANNEL, sent in the writing transaction) — and at the latest after this
+ * long, which bounds how stale a copy can be when a notification was lost (the listening connection down).
+ */
+export const RECORD_PEEK_TTL_MS = 1_000;
+/** PostgreSQL: every write of an admission record tells every instance the run id on this channel. */
+export const RECORD_CHANGES_CHANNEL = "webcodex_record_changes";
 
 /** SQLite `synchronous = FULL` (PRAGMA value): every commit is fsynced before it returns. */
 const SYNCHRONOUS_FULL = 2;
@@ -221,6 +230,11 @@ export class StateStore {
   readonly migrated: readonly number[];
   /** SQLite only (see RECORD_CACHE_ENTRIES); null on an engine several instances share. */
   readonly #cache: Map<string, AdmissionRecord> | null;
+  /** PostgreSQL: records `peek` may answer from, with when each was read (see RECORD_PEEK_TTL_MS). */
+  readonly #recent = new Map<string, { record: AdmissionRecord; readAt: number }>();
+  /** PostgreSQL: whether record changes are followed (`followChanges`), so `#recent` may be used. */
+  #following = false;
+  #unfollow: (() => void) | null = null;
   /** Counts writes: a read that a write overtook does not fill the cache with what it read. */
   #writes = 0;
   readonly #listeners: StateChangeListener[] = [];
@@ -281,6 +295,51 @@ export class StateStore {
   }
 
   /**
+   * The record for showing it (observe's ownership check and view), never for deciding anything: on
+   * SQLite exactly `get`; on PostgreSQL, once `followChanges` listens, possibly a copy read before that
+   * no instance has told a change of since (at most RECORD_PEEK_TTL_MS old) — a moment behind another
+   * instance's commit, until its notification arrives.
+   */
+  async peek(runId: string): Promise<AdmissionRecord | undefined> {
+    if (this.#cache !== null || !this.#following) return await this.get(runId);
+    const recent = this.#recent.get(runId);
+    if (recent !== undefined && Date.now() - recent.readAt < RECORD_PEEK_TTL_MS) return recent.record;
+    this.#recent.delete(runId);
+    const writes = this.#writes;
+    const readAt = Date.now();
+    const record = await this.get(runId);
+    if (record !== undefined && writes === this.#writes && this.#following) {
+      if (this.#recent.size >= RECORD_CACHE_ENTRIES) {
+        const oldest = this.#recent.keys().next().value;
+        if (oldest !== undefined) this.#recent.delete(oldest);
+      }
+      this.#recent.set(runId, { record, readAt });
+    }
+    return record;
+  }
+
+  /**
+   * PostgreSQL: listen for every instance's record writes (RECORD_CHANGES_CHANNEL), so that `peek` may
+   * answer from records read before. A no-op on SQLite. Throws when the database cannot be reached.
+   */
+  async followChanges(): Promise<void> {
+    if (this.engine.dialect !== "postgres" || this.#unfollow !== null) return;
+    this.#unfollow = await this.engine.listen(RECORD_CHANGES_CHANNEL, (runId) => {
+      this.#writes += 1;
+      if (runId === null) this.#recent.clear();
+      else this.#recent.delete(runId);
+    });
+    this.#following = true;
+  }
+
+  /** Tell the other instances (PostgreSQL) that `runId`'s record changed: inside `tx`, when it commits. */
+  async #tell(runId: string, tx?: StateQueries): Promise<void> {
+    if (this.engine.dialect !== "postgres") return;
+    if (tx !== undefined) await tx.get("SELECT pg_notify(?, ?) AS notified", [RECORD_CHANGES_CHANNEL, runId]);
+    else await this.engine.notify(RECORD_CHANGES_CHANNEL, runId);
+  }
+
+  /**
    * The record read `FOR UPDATE` inside `tx`: on PostgreSQL another transaction that locks or writes it
    * waits until `tx` ends (SQLite runs one transaction at a time anyway). For a run id that may not have
    * a record yet, open `tx` with `{lock: admissionLock(runId)}`, so that an absent row is decided once too.
@@ -335,6 +394,7 @@ export class StateStore {
       COLUMNS.map((c) => row[c] ?? null),
     );
     this.#invalidate(record.run_id);
+    if (changes === 1) await this.#tell(record.run_id, tx);
     return changes === 1 ? Object.freeze(full) : undefined;
   }
 
@@ -365,6 +425,7 @@ export class StateStore {
           : undefined;
       const row = await q.get<Row>(sql, params);
       const after = row ? fromRow(row) : undefined;
+      if (after) await this.#tell(runId, q === this.engine ? undefined : (q as StateQueries));
       if (after && before !== undefined && after.state !== before.state) {
         for (const listener of this.#listeners) await listener(after, before.state, q);
       }
@@ -465,13 +526,20 @@ export class StateStore {
        ) RETURNING run_id`,
       [cutoffIso, limit],
     );
-    for (const r of rows) this.#invalidate(r.run_id);
+    for (const r of rows) {
+      this.#invalidate(r.run_id);
+      await this.#tell(r.run_id);
+    }
     return rows.length;
   }
 
   /** Close the SQLite file, or end the PostgreSQL pool this store opened. */
   async close(): Promise<void> {
     this.#cache?.clear();
+    this.#unfollow?.();
+    this.#unfollow = null;
+    this.#following = false;
+    this.#recent.clear();
     if (this.db?.open) this.db.close();
     if (this.#ownsEngine) await this.engine.close();
   }
@@ -495,6 +563,7 @@ export class StateStore {
   #invalidate(runId: string): void {
     this.#writes += 1;
     this.#cache?.delete(runId);
+    this.#recent.delete(runId);
   }
 }
 
