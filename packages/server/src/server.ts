@@ -184,7 +184,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       return;
     }
     if (clustered && path === CLUSTER_LINK_REQUEST_PATH) {
-      handleLinkRequest(req, res, linkKey, (r, f, t) => runs.executeForwarded(r, f, t), logger).catch(
+      handleLinkRequest(req, res, linkKey, (r, f, t, i) => runs.executeForwarded(r, f, t, i), logger).catch(
         (err: unknown) => {
           logger.error({ err: (err as Error).message }, "cluster link request failed");
           if (!res.headersSent) res.writeHead(500).end();

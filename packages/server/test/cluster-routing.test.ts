@@ -391,11 +391,28 @@ describe("several Server instances: any of them answers", () => {
     const sync = await linkRequest(c.b, key, body);
     expect(sync.status, JSON.stringify(sync.body)).toBe(200);
     expect(sync.body).toMatchObject({ ok: true, frame: { type: "error", code: "not_found" } });
-    // A signed run.start for a run with no `sent` record is never sent to the Runner.
     const [presence] = await c.s.stateRows<{ agent_instance_id: string; provider_adverts: string }>(
       "SELECT agent_instance_id, provider_adverts FROM runner_presence WHERE runner_id = ?",
       ["r1"],
     );
+    // A run.sync sent from a view of another agent instance is not answered by this one's link; one from
+    // a view of this instance is; an agent_instance_id that is not one, or on another frame, is refused.
+    const withInstance = (agentInstanceId: unknown, f: object = frame) =>
+      Buffer.from(JSON.stringify({ runner_id: "r1", frame: f, timeout_ms: 1000, agent_instance_id: agentInstanceId }));
+    const otherInstance = await linkRequest(c.b, key, withInstance(`ai_${"z".repeat(22)}`));
+    expect(otherInstance).toMatchObject({ status: 200, body: { ok: false, reason: "not_sent" } });
+    const sameInstance = await linkRequest(c.b, key, withInstance(presence?.agent_instance_id));
+    expect(sameInstance).toMatchObject({ status: 200, body: { ok: true, frame: { code: "not_found" } } });
+    const notAnInstance = await linkRequest(c.b, key, withInstance("../x"));
+    expect(notAnInstance.status).toBe(400);
+    expect(String(notAnInstance.body.message)).toContain("agent_instance_id");
+    const onCancel = await linkRequest(
+      c.b,
+      key,
+      withInstance(presence?.agent_instance_id, { type: "run.cancel", run_id: frame.run_id }),
+    );
+    expect(onCancel.status).toBe(400);
+    // A signed run.start for a run with no `sent` record is never sent to the Runner.
     const provider = (JSON.parse(presence?.provider_adverts ?? "[]") as { provider_instance_id: string }[])[0];
     const start = {
       type: "run.start",

@@ -76,7 +76,11 @@ describe("following a run changed on another instance", () => {
         }),
       },
     };
-    const registry = { live: () => undefined, lookup: async () => runner } as unknown as Registry;
+    const registry = {
+      live: () => undefined,
+      lookup: async () => runner,
+      lookupRecent: async () => runner,
+    } as unknown as Registry;
     let notified: ((payload: string | null) => void) | null = null;
     const engine = {
       dialect: "sqlite",

@@ -24,6 +24,7 @@
 import { createHash, createHmac, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import {
+  InstanceId,
   MAX_FRAME_BYTES,
   type ProjectAdvert,
   type ProviderAdvert,
@@ -78,6 +79,8 @@ export interface LinkConnection {
 /** A Runner's link held by another instance, reached through that instance's link-request endpoint. */
 export class RemoteRunnerConnection implements LinkConnection {
   readonly closed = false;
+  /** Set when a request through this view found the holder without that Runner (answered not_sent). */
+  missed = false;
 
   constructor(
     readonly runnerId: string,
@@ -87,11 +90,24 @@ export class RemoteRunnerConnection implements LinkConnection {
     private readonly key: Buffer,
     private readonly defaultTimeoutMs: number,
     private readonly log: Logger,
+    /** The agent instance this view names: a forwarded run.sync is answered only by that instance's link. */
+    readonly agentInstanceId?: string,
   ) {}
 
   async request(req: RunnerRequest, timeoutMs = this.defaultTimeoutMs): Promise<RequestOutcome> {
+    const outcome = await this.#request(req, timeoutMs);
+    if (!outcome.ok && outcome.reason === "not_sent") this.missed = true;
+    return outcome;
+  }
+
+  async #request(req: RunnerRequest, timeoutMs: number): Promise<RequestOutcome> {
     const wait = Math.min(Math.max(1, Math.trunc(timeoutMs)), CLUSTER_MAX_REQUEST_TIMEOUT_MS);
-    const body = Buffer.from(JSON.stringify({ runner_id: this.runnerId, frame: req, timeout_ms: wait }), "utf8");
+    const expect =
+      req.type === "run.sync" && this.agentInstanceId !== undefined ? { agent_instance_id: this.agentInstanceId } : {};
+    const body = Buffer.from(
+      JSON.stringify({ runner_id: this.runnerId, frame: req, timeout_ms: wait, ...expect }),
+      "utf8",
+    );
     const timestamp = String(Date.now());
     let res: Response;
     try {
@@ -282,7 +298,13 @@ export class ClusterDirectory {
 }
 
 /** What the holder does with a verified link request: send it over its local link only. */
-export type ExecuteLinkRequest = (runnerId: string, frame: RunnerRequest, timeoutMs: number) => Promise<RequestOutcome>;
+export type ExecuteLinkRequest = (
+  runnerId: string,
+  frame: RunnerRequest,
+  timeoutMs: number,
+  /** A run.sync sent from a view of this agent instance: answered only by a link of that instance. */
+  agentInstanceId?: string,
+) => Promise<RequestOutcome>;
 
 function refuse(res: ServerResponse, status: number, error: string, message: string): void {
   if (res.headersSent) return;
@@ -354,12 +376,14 @@ export async function handleLinkRequest(
     refuse(res, 400, "invalid_request", parsed);
     return;
   }
-  const outcome = await execute(parsed.runnerId, parsed.frame, parsed.timeoutMs);
+  const outcome = await execute(parsed.runnerId, parsed.frame, parsed.timeoutMs, parsed.agentInstanceId);
   if (!res.headersSent) res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(outcome));
 }
 
 /** The verified body, checked field by field; a string says what is wrong. */
-function parseLinkRequest(body: Buffer): { runnerId: string; frame: RunnerRequest; timeoutMs: number } | string {
+function parseLinkRequest(
+  body: Buffer,
+): { runnerId: string; frame: RunnerRequest; timeoutMs: number; agentInstanceId?: string } | string {
   let value: unknown;
   try {
     value = JSON.parse(body.toString("utf8"));
@@ -367,7 +391,7 @@ function parseLinkRequest(body: Buffer): { runnerId: string; frame: RunnerReques
     return "the body is not JSON";
   }
   if (typeof value !== "object" || value === null) return "the body must be an object {runner_id, frame, timeout_ms}";
-  const v = value as { runner_id?: unknown; frame?: unknown; timeout_ms?: unknown };
+  const v = value as { runner_id?: unknown; frame?: unknown; timeout_ms?: unknown; agent_instance_id?: unknown };
   if (typeof v.runner_id !== "string" || !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(v.runner_id)) {
     return "runner_id must be a runner id";
   }
@@ -387,5 +411,10 @@ function parseLinkRequest(body: Buffer): { runnerId: string; frame: RunnerReques
     return `frame.${issue?.path.join(".") ?? "?"}: ${issue?.message ?? "invalid"}`;
   }
   const { request_id: _ignored, ...frame } = checked.data as ServerFrame & { request_id: string };
-  return { runnerId: v.runner_id, frame: frame as RunnerRequest, timeoutMs: t };
+  const expect = v.agent_instance_id;
+  if (expect === undefined) return { runnerId: v.runner_id, frame: frame as RunnerRequest, timeoutMs: t };
+  if (type !== "run.sync" || typeof expect !== "string" || !InstanceId.safeParse(expect).success) {
+    return "agent_instance_id (optional) is an agent instance id, and only on a run.sync";
+  }
+  return { runnerId: v.runner_id, frame: frame as RunnerRequest, timeoutMs: t, agentInstanceId: expect };
 }

@@ -48,9 +48,18 @@ export type ProjectResolution =
   | { kind: "not_advertised"; runner: LiveRunner }
   | { kind: "ok"; runner: LiveRunner; project: ProjectAdvert };
 
+/**
+ * How long `lookupRecent` reuses a remote view of a Runner (observe and its catch-ups only), and for how
+ * many Runners at most. A view's forwarded run.sync names the agent instance it expects, which the holder
+ * checks, so a view gone stale within this time makes a catch-up fail — never mix two instances' events.
+ */
+export const REMOTE_VIEW_REUSE_MS = 1_000;
+export const REMOTE_VIEW_MAX_ENTRIES = 16_384;
+
 export class Registry {
   readonly #live = new Map<string, LocalRunner>();
   #cluster: RegistryCluster | null = null;
+  readonly #recent = new Map<string, { runner: LiveRunner & { conn: RemoteRunnerConnection }; at: number }>();
 
   /** `presence`: where accepted hellos and ends of live links are written for other readers (link/presence.ts). */
   constructor(
@@ -123,6 +132,43 @@ export class Registry {
     const local = this.live(runnerId);
     const cluster = this.#cluster;
     if (local || cluster === null) return local;
+    return await this.#remote(runnerId, cluster);
+  }
+
+  /**
+   * Like `lookup`, for what only reads the Runner (observe's catch-ups): a remote view read less than
+   * REMOTE_VIEW_REUSE_MS ago is used again, when it names the agent instance `instance` (the mirror's; null:
+   * always read again) and no request through it found the holder without that Runner since.
+   */
+  async lookupRecent(runnerId: string, instance: string | null): Promise<LiveRunner | undefined> {
+    const local = this.live(runnerId);
+    const cluster = this.#cluster;
+    if (local || cluster === null) return local;
+    const now = Date.now();
+    const recent = this.#recent.get(runnerId);
+    if (
+      recent !== undefined &&
+      now - recent.at < REMOTE_VIEW_REUSE_MS &&
+      recent.runner.agentInstanceId === instance &&
+      !recent.runner.conn.missed
+    ) {
+      return recent.runner;
+    }
+    this.#recent.delete(runnerId);
+    const runner = await this.#remote(runnerId, cluster);
+    if (runner === undefined) return undefined;
+    if (this.#recent.size >= REMOTE_VIEW_MAX_ENTRIES) {
+      const oldest = this.#recent.keys().next().value;
+      if (oldest !== undefined) this.#recent.delete(oldest);
+    }
+    this.#recent.set(runnerId, { runner, at: now });
+    return runner;
+  }
+
+  async #remote(
+    runnerId: string,
+    cluster: RegistryCluster,
+  ): Promise<(LiveRunner & { conn: RemoteRunnerConnection }) | undefined> {
     const view = await cluster.directory.remoteRunner(runnerId);
     if (!view) return undefined;
     return {
@@ -134,6 +180,7 @@ export class Registry {
         cluster.key,
         cluster.requestTimeoutMs,
         cluster.log,
+        view.agentInstanceId,
       ),
       agentInstanceId: view.agentInstanceId,
       storeId: view.storeId,

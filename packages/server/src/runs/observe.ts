@@ -98,7 +98,7 @@ export class Observation {
     for (;;) {
       if (this.#ctx.closed) return fail("internal", "The Server is shutting down; observe again shortly.", "reobserve");
       const mirror = this.#ctx.mirrors.getOrCreate(rec.run_id);
-      const runner = await this.#ctx.registry.lookup(rec.runner_id);
+      const runner = await this.#ctx.registry.lookupRecent(rec.runner_id, mirror.instance);
       const current = await this.#ctx.store.peek(rec.run_id);
       const admission = current?.admission;
       if (runner && (admission === "admitted" || admission === "sent")) {

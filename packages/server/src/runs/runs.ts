@@ -180,7 +180,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     mirror.unsync();
     if (mirror.idle) return;
     void this.#ctx.registry
-      .lookup(runnerId)
+      .lookupRecent(runnerId, mirror.instance)
       .then((runner) => {
         if (!runner) {
           mirror.touch(); // its Runner went offline: observers say so
@@ -225,9 +225,18 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
    * `sent`: a record settled meanwhile (another instance's re-send was admitted, or it was closed) is
    * answered `closed` — outcome unknown to the caller, which then answers from the record as it is.
    */
-  async executeForwarded(runnerId: string, frame: RunnerRequest, timeoutMs: number): Promise<RequestOutcome> {
+  async executeForwarded(
+    runnerId: string,
+    frame: RunnerRequest,
+    timeoutMs: number,
+    agentInstanceId?: string,
+  ): Promise<RequestOutcome> {
     const runner = this.#ctx.registry.live(runnerId);
     if (!runner || this.#ctx.closed) return { ok: false, reason: "not_sent" };
+    // A sync asked from a view of another agent instance: its seqs would be read against the wrong ones.
+    if (agentInstanceId !== undefined && agentInstanceId !== runner.agentInstanceId) {
+      return { ok: false, reason: "not_sent" };
+    }
     if (frame.type === "run.sync") {
       const held = this.#heldSync(runner, frame);
       if (held !== null) return { ok: true, frame: held };
