@@ -25,14 +25,15 @@ afterEach(async () => {
 
 /** A holder that answers every link request `not_sent` (it no longer has the Runner). */
 async function holderWithoutTheRunner(): Promise<string> {
-  holder = createServer((req, res) => {
+  const server = createServer((req, res) => {
     req.resume();
     req.on("end", () =>
       res.writeHead(200, { "content-type": "application/json" }).end('{"ok":false,"reason":"not_sent"}'),
     );
   });
-  await new Promise<void>((resolve) => holder?.listen(0, "127.0.0.1", () => resolve()));
-  return `http://127.0.0.1:${(holder?.address() as AddressInfo).port}`;
+  holder = server;
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
 }
 
 function registryWith(
