@@ -127,8 +127,9 @@ function cacheOf(db: StateEngine): TokenCache {
 /**
  * Token hashes in the Server's state database (table `principal_tokens`, schema step 10). A revocation
  * made by `webcodex-server token revoke` (another process) or by another Server instance on the same
- * database applies from the next request on: verification reads the token's row (one indexed query)
- * unless a row read before is remembered and nothing can have revoked it since —
+ * database applies from the next request on (on PostgreSQL: from the one after its notice arrived,
+ * moments after the commit): verification reads the token's row (one indexed query) unless a row read
+ * before is remembered and nothing can have revoked it since —
  * - on SQLite, no other connection committed anything since (`engine.writesElsewhere`), and no `revoke`
  *   through this connection (it forgets everything);
  * - on PostgreSQL, once `followRevocations` listens: no revocation notice arrived (each `revoke` sends one
