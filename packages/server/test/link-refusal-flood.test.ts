@@ -7,9 +7,7 @@
  * WebSocket, real SQLite file.
  */
 
-import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION } from "@webcodex/protocol";
-import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
@@ -72,20 +70,19 @@ describe("a flood of refused hellos is bounded in the log and the link audit (re
     const seconds = Math.ceil((Date.now() - started) / 1000);
     expect(codes).toEqual(Array(FLOOD).fill("link_in_use"));
 
-    const db = new Database(join(s.serverStateDir, "server.sqlite3"), { readonly: true, fileMustExist: true });
+    const stack = s;
     const rows = await poll(
-      () => {
-        const all = db.prepare("SELECT event, count, last_at FROM runner_link_audit ORDER BY id").all() as {
-          event: string;
-          count: number;
-          last_at: string | null;
-        }[];
+      async () => {
+        const all = (
+          await stack.stateRows<{ event: string; count: number | string; last_at: string | null }>(
+            "SELECT event, count, last_at FROM runner_link_audit ORDER BY id",
+          )
+        ).map((r) => ({ ...r, count: Number(r.count) }));
         const refused = all.filter((r) => r.event === "link_refused_in_use");
         return refused.reduce((n, r) => n + r.count, 0) === FLOOD ? all : undefined;
       },
       { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the refusals counted" },
     );
-    db.close();
     expect(rows[0]).toMatchObject({ event: "link_granted", count: 1 });
     // One window (60 s) unless the flood itself straddled more; never one row per hello.
     const refusedRows = rows.filter((r) => r.event === "link_refused_in_use");
