@@ -439,6 +439,7 @@ export class Admission {
     }
     const marked = await this.#ctx.store.update(runId, { admission: "sent" }, { expect: intent });
     if (!marked) return done(await this.#replayCurrent(runId, principal));
+    this.#ctx.noteStartSent(runId);
     const outcome = await conn.request(
       {
         type: "run.start",

@@ -92,6 +92,7 @@ export class Cancellation {
    */
   async #sendCancel(runId: string, runner: LiveRunner): Promise<RequestOutcome> {
     this.#pendingCancels.add(runId);
+    const mark = this.#ctx.startMark();
     const res = await runner.conn.request({ type: "run.cancel", run_id: runId });
     if (!res.ok) return res;
     this.#pendingCancels.delete(runId);
@@ -99,7 +100,7 @@ export class Cancellation {
       await this.#ctx.store.update(runId, { cancel_forwarded: true });
       await this.#ctx.persist(runId, res.frame.run);
     } else if (res.frame.type === "error" && res.frame.code === "not_found") {
-      await this.#ctx.closeIfNeverAdmitted(runId, runner);
+      await this.#ctx.closeIfNeverAdmitted(runId, runner, mark);
     } else if (res.frame.type === "error" && res.frame.tombstone) {
       await this.#ctx.applyTombstone(runId, res.frame.tombstone);
     }

@@ -31,11 +31,17 @@ function summaryPatch(s: RunSummary): RecordPatch {
   };
 }
 
+/** Run ids remembered with the last start sent for them on this instance (see `startSentSince`). */
+export const STARTS_SENT_REMEMBERED = 10_000;
+
 export class RunContext {
   readonly tokens: ObservationTokens;
   readonly mirrors = new MirrorSet();
   /** Starts in flight by run id: a same-key start, a cancel and reconciliation wait for or skip them. */
   readonly starting = new Map<string, Promise<unknown>>();
+  /** Per run id, the `#startSeq` of the last start sent for it here (most recent last). */
+  readonly #startsSent = new Map<string, number>();
+  #startSeq = 0;
   #closed = false;
 
   constructor(
@@ -53,6 +59,32 @@ export class RunContext {
   close(): void {
     this.#closed = true;
     for (const m of this.mirrors.values()) m.touch();
+  }
+
+  /** A run.start for `runId` is about to leave on a link of this instance. */
+  noteStartSent(runId: string): void {
+    this.#startSeq += 1;
+    this.#startsSent.delete(runId);
+    this.#startsSent.set(runId, this.#startSeq);
+    if (this.#startsSent.size > STARTS_SENT_REMEMBERED) {
+      const oldest = this.#startsSent.keys().next().value;
+      if (oldest !== undefined) this.#startsSent.delete(oldest);
+    }
+  }
+
+  /** Take before asking the Runner whether it knows a run; see `startSentSince`. */
+  startMark(): number {
+    return this.#startSeq;
+  }
+
+  /**
+   * Whether a start of `runId` left on this instance after `mark` was taken: then a `not_found` the
+   * Runner gave to a question asked after the mark may predate that start (the start can be admitted,
+   * answered and out of `starting` before the record says so — on another instance, the one that
+   * forwarded it writes `admitted`), so it proves nothing.
+   */
+  startSentSince(runId: string, mark: number): boolean {
+    return (this.#startsSent.get(runId) ?? 0) > mark;
   }
 
   /**
@@ -127,10 +159,11 @@ export class RunContext {
    * from a replaced socket, so the run was never admitted. Decided on the row read FOR UPDATE in the
    * transaction that closes it.
    */
-  async closeIfNeverAdmitted(runId: string, runner: LiveRunner): Promise<void> {
+  async closeIfNeverAdmitted(runId: string, runner: LiveRunner, mark: number): Promise<void> {
     const closed = await this.store.transaction(async (tx) => {
       const rec = await this.store.lock(tx, runId);
       if (rec?.admission !== "sent" || isTerminalState(rec.state) || this.starting.has(runId)) return undefined;
+      if (this.startSentSince(runId, mark)) return undefined;
       if (this.registry.live(rec.runner_id)?.conn !== runner.conn) return undefined;
       if (rec.store_id !== null && rec.store_id !== runner.storeId) return undefined; // a store change is the hello's to judge
       const d = decideAfterQuery(rec, null);

@@ -196,6 +196,7 @@ export class Observation {
         if (runner.conn.closed || mirror.instance !== runner.agentInstanceId) return;
         const after = mirror.lastSeq;
         const unsyncs = mirror.unsyncs;
+        const mark = this.#ctx.startMark();
         const res = await runner.conn.request(
           { type: "run.sync", run_id: mirror.runId, after_seq: after, max_events: MAX_EVENTS_PER_SYNC },
           SYNC_TIMEOUT_MS,
@@ -205,7 +206,7 @@ export class Observation {
         if (res.frame.type === "error") {
           if (res.frame.code === "not_found") {
             mirror.synced = true;
-            await this.#ctx.closeIfNeverAdmitted(mirror.runId, runner);
+            await this.#ctx.closeIfNeverAdmitted(mirror.runId, runner, mark);
           } else if (res.frame.tombstone) {
             mirror.synced = true;
             await this.#ctx.applyTombstone(mirror.runId, res.frame.tombstone);

@@ -133,6 +133,9 @@ export interface ReconcileDeps {
   store: StateStore;
   logger: Logger;
   isBusy(runId: string): boolean;
+  /** RunContext.startMark / startSentSince: a `not_found` asked before a start that left since proves nothing. */
+  startMark(): number;
+  startSentSince(runId: string, mark: number): boolean;
   /**
    * run.sync(after_seq = 0, max 0) against the live connection: the summary, the tombstone (`pruned`),
    * null when the Runner never admitted it (`not_found`), "unavailable" on failure.
@@ -165,11 +168,12 @@ export async function reconcileRecord(
   let d = decide(record, hello, deps.isBusy(record.run_id));
   let updated: AdmissionRecord | undefined;
   if (d.kind === "query") {
+    const mark = deps.startMark();
     const found = await deps.query(record.run_id);
     if (found === "unavailable") return false;
     const after = await store.transaction(async (tx) => {
       const fresh = await store.lock(tx, record.run_id);
-      if (!fresh || deps.isBusy(record.run_id)) return undefined;
+      if (!fresh || deps.isBusy(record.run_id) || deps.startSentSince(record.run_id, mark)) return undefined;
       const decision = decideAfterQuery(fresh, found);
       return {
         decision,

@@ -242,11 +242,12 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       if (held !== null) return { ok: true, frame: held };
     }
     if (frame.type !== "run.start") {
+      const mark = this.#ctx.startMark();
       const outcome = await runner.conn.request(frame, timeoutMs);
       // not_found over the current link is judged here, where starts in flight to this link are known
       // (RunContext.closeIfNeverAdmitted); the caller never closes a record on a forwarded answer.
       if (outcome.ok && outcome.frame.type === "error" && outcome.frame.code === "not_found") {
-        await this.#ctx.closeIfNeverAdmitted(frame.run_id, runner);
+        await this.#ctx.closeIfNeverAdmitted(frame.run_id, runner, mark);
       }
       return outcome;
     }
@@ -272,6 +273,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
         return rec?.admission === "sent" && rec.runner_id === runnerId && !isTerminalState(rec.state);
       });
       if (!stillSent) return { ok: false, reason: "closed" };
+      this.#ctx.noteStartSent(runId);
       return await runner.conn.request(frame, timeoutMs);
     } finally {
       release();
@@ -412,6 +414,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       store: this.#ctx.store,
       logger: this.#ctx.log,
       isBusy: (runId) => this.#ctx.starting.has(runId),
+      startMark: () => this.#ctx.startMark(),
+      startSentSince: (runId, mark) => this.#ctx.startSentSince(runId, mark),
       query: async (runId) => {
         const res = await conn.request({ type: "run.sync", run_id: runId, after_seq: 0, max_events: 0 });
         if (!res.ok) return "unavailable";
