@@ -35,6 +35,7 @@ import type {
   StartOutput,
 } from "./api.js";
 import { Cancellation } from "./cancel.js";
+import { ChangeNotices } from "./change-notices.js";
 import { fail, RunContext } from "./context.js";
 import type { MirrorSet, RunMirror, ToolStep } from "./mirror.js";
 import { Observation, withTimeout } from "./observe.js";
@@ -97,11 +98,11 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   readonly #cancellation: Cancellation;
   /** Per runner id: the last queued frame's work and how many wait (see MAX_PENDING_RUNNER_FRAMES). */
   readonly #frames = new Map<string, { tail: Promise<void>; pending: number }>();
-  /** Where run changes are told to the other instances; null until `joinCluster` (PostgreSQL state). */
-  #cluster: StateEngine | null = null;
   #unlisten: (() => void) | null = null;
   /** Mirrors notified while their catch-up was in flight: synced once more when it ends. */
   readonly #resyncAfter = new Set<string>();
+  /** Notices of runs changed here to the other instances (null until `joinCluster`). */
+  #notices: ChangeNotices | null = null;
   /** Runs whose pushed update is being applied here: its record written, its mirror not yet (see #heldSync). */
   readonly #applying = new Map<string, number>();
 
@@ -151,7 +152,14 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
    */
   async joinCluster(engine: StateEngine): Promise<void> {
     this.#unlisten = await engine.listen(RUN_CHANGES_CHANNEL, (payload) => this.#onRunChanged(payload));
-    this.#cluster = engine;
+    this.#notices = new ChangeNotices(
+      (_runId, payload) => engine.notify(RUN_CHANGES_CHANNEL, payload),
+      (runId, err) =>
+        this.#ctx.log.warn(
+          { run_id: runId, err: (err as Error).message },
+          "run change not notified to other instances",
+        ),
+    );
     if (engine.dialect !== "postgres") return;
     // A change of a record's state on any instance (a reconciliation's close, a tombstone, a rejection)
     // is told too, delivered when its transaction commits: PostgreSQL's pg_notify inside that transaction.
@@ -473,9 +481,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     const mirror = this.#ctx.mirrors.getOrCreate(runId);
     if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
     if (mirror.applyUpdate(frame.run, frame.events)) void this.#observation.catchUp(mirror, runner);
-    this.#cluster?.notify(RUN_CHANGES_CHANNEL, `${runId} ${conn.runnerId}`).catch((err: unknown) => {
-      this.#ctx.log.warn({ run_id: runId, err: (err as Error).message }, "run change not notified to other instances");
-    });
+    this.#notices?.tell(runId, `${runId} ${conn.runnerId}`);
   }
 
   /**

@@ -1,0 +1,48 @@
+/**
+ * Notices of changed runs to the other instances (design §14: `webcodex_run_changes`), at most one per run
+ * in flight: a change told while that run's notice is still being sent is folded into one more notice,
+ * sent when the first has gone. A notice only says "this run changed; catch up": the receiver fetches
+ * whatever is newest, so one notice after the last change covers every change before it. Without this,
+ * every `run.update` on the holder is one statement on the state pool, which is what filled the pool
+ * in the cluster fan-out bench (docs/benchmarks.md).
+ */
+export class ChangeNotices {
+  /** Runs whose notice is in flight; true when another change arrived meanwhile. */
+  readonly #inFlight = new Map<string, boolean>();
+
+  /** `send` tells the others of one run; its failure goes to `onError` (a notice is a hint, never retried). */
+  constructor(
+    private readonly send: (runId: string, payload: string) => Promise<void>,
+    private readonly onError: (runId: string, err: unknown) => void,
+  ) {}
+
+  /** Notices in flight right now (bounded by the runs with updates at the same time). */
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /** `runId` changed: tell the others now, or right after the notice of it already in flight. */
+  tell(runId: string, payload: string): void {
+    if (this.#inFlight.has(runId)) {
+      this.#inFlight.set(runId, true);
+      return;
+    }
+    this.#inFlight.set(runId, false);
+    void this.#send(runId, payload);
+  }
+
+  async #send(runId: string, payload: string): Promise<void> {
+    for (;;) {
+      try {
+        await this.send(runId, payload);
+      } catch (err) {
+        this.onError(runId, err);
+      }
+      if (this.#inFlight.get(runId) !== true) {
+        this.#inFlight.delete(runId);
+        return;
+      }
+      this.#inFlight.set(runId, false);
+    }
+  }
+}
