@@ -3,8 +3,8 @@
  * in flight: a change told while that run's notice is still being sent is folded into one more notice,
  * sent when the first has gone. A notice only says "this run changed; catch up": the receiver fetches
  * whatever is newest, so one notice after the last change covers every change before it. Without this,
- * every `run.update` on the holder is one statement on the state pool, which is what filled the pool
- * in the cluster fan-out bench (docs/benchmarks.md).
+ * every `run.update` on the holder is one statement on the state pool — half of what the holder sent
+ * per update in the cluster fan-out bench, where the pool filled (docs/benchmarks.md).
  */
 export class ChangeNotices {
   /** Runs whose notice is in flight; true when another change arrived meanwhile. */
