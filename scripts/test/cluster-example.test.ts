@@ -143,10 +143,20 @@ describe("examples/cluster/start.mjs", () => {
       for (const answer of answers) expect(answer.tools).toContain("start_coding_agent");
 
       // Runs through the load balancer: whichever instance takes the start or an observe, the one without the
-      // Runner's link forwards to the one with it. Two starts in a row land on both instances.
+      // Runner's link forwards to the one with it. The second start is sent when the balancer's next turn is
+      // the instance that did not take the first (how many observes the first run took is timing), so the
+      // two starts land on both instances.
       const keys = [`cluster-a-${process.pid}-${Date.now()}`, `cluster-b-${process.pid}-${Date.now()}`];
       const runs = [];
-      for (const key of keys) runs.push(await runThroughBalancer(printed.url, printed.token, key));
+      for (const key of keys) {
+        const first = runs[0];
+        if (first !== undefined) {
+          for (let i = 0; i < instancePorts.length; i++) {
+            if ((await toolsList(printed.url, printed.token)).backend === first.startedOn) break;
+          }
+        }
+        runs.push(await runThroughBalancer(printed.url, printed.token, key));
+      }
       expect(runs.map((r) => r.state)).toEqual(["completed", "completed"]);
       expect(runs.map((r) => r.replayed)).toEqual([false, false]);
       expect(new Set(runs.map((r) => r.startedOn)).size).toBe(2);
