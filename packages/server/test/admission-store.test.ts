@@ -13,15 +13,18 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { RunState } from "@webcodex/protocol";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import type { RunState, RunSummary } from "@webcodex/protocol";
+import pino from "pino";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { poll } from "../../../scripts/test-support/index.js";
 import {
   POSTGRES_START_TIMEOUT_MS,
   type PostgresCluster,
   startPostgresCluster,
 } from "../../../scripts/test-support/postgres.js";
+import type { Registry } from "../src/link/registry.js";
 import { MAX_ADMISSION_ROUNDS } from "../src/runs/admission.js";
+import { RunContext } from "../src/runs/context.js";
 import type { StateEngine } from "../src/state/engine.js";
 import { openPostgresEngine } from "../src/state/engine-postgres.js";
 import { migrateState } from "../src/state/schema.js";
@@ -293,5 +296,96 @@ describe("what observe shows (StateStore.peek) on PostgreSQL", () => {
       what: "the untold write shown",
     });
     expect(Date.now() - changedAt).toBeLessThan(RECORD_PEEK_TTL_MS * 5);
+  });
+});
+
+/** A Runner's summary of `id` in `state` (what a run.update or a run.sync answer carries). */
+function summaryOf(id: string, state: RunState, execution_state: "started" | "completed"): RunSummary {
+  const at = new Date().toISOString();
+  return {
+    run_id: id,
+    intent_fingerprint: "f".repeat(64),
+    project_id: "demo",
+    provider_id: "fake",
+    provider_instance_id: "pi_1",
+    agent_instance_id: "ai_1",
+    phase: state === "completed" ? "terminal" : "dispatch_barrier",
+    state,
+    execution_state,
+    stop_reason: state === "completed" ? "end_turn" : null,
+    failure_kind: null,
+    recovery_kind: "none",
+    message: null,
+    effective_config: [],
+    ignored_updates: 0,
+    last_seq: 1,
+    oldest_seq: 1,
+    created_at: at,
+    updated_at: at,
+  };
+}
+
+const context = (store: StateStore) => new RunContext(store, {} as Registry, pino({ level: "silent" }));
+
+describe.each(ENGINES)("a Runner summary taken into the record (RunContext.persist) on $name", ({ instances }) => {
+  it("checks a summary that changes nothing against a copy, reading nothing from the database", async () => {
+    const [holder, other] = await instances();
+    await holder.followChanges();
+    const id = runId("unchanged");
+    await other.insert(intent(id));
+    await other.update(id, { admission: "sent" });
+    const ctx = context(holder);
+    await ctx.persist(id, summaryOf(id, "running", "started"), "copy");
+    expect(await holder.get(id)).toMatchObject({ admission: "admitted", state: "running" });
+    const reads = vi.spyOn(holder.engine, "get");
+    const transactions = vi.spyOn(holder.engine, "transaction");
+    // Once the copy is read again after the write (and its notice), an unchanged summary is decided on it.
+    await poll(
+      async () => {
+        reads.mockClear();
+        await ctx.persist(id, summaryOf(id, "running", "started"), "copy");
+        return reads.mock.calls.length === 0;
+      },
+      { timeoutMs: RECORD_PEEK_TTL_MS / 2, intervalMs: 5, what: "an unchanged summary decided on a copy" },
+    );
+    for (let i = 0; i < 5; i++) await ctx.persist(id, summaryOf(id, "running", "started"), "copy");
+    expect(reads).not.toHaveBeenCalled();
+    expect(transactions).not.toHaveBeenCalled();
+    await ctx.persist(id, summaryOf(id, "completed", "completed"), "copy");
+    expect(await other.get(id)).toMatchObject({ state: "completed", stop_reason: "end_turn" });
+  });
+});
+
+describe("a Runner summary taken into the record (RunContext.persist) on PostgreSQL", () => {
+  const postgres = ENGINES.find((e) => e.name === "postgres");
+  it("writes a terminal summary the copy already shows when the database does not (restored from an older backup)", async () => {
+    if (postgres === undefined) throw new Error("no PostgreSQL engine");
+    const [holder, other] = await postgres.instances();
+    await holder.followChanges();
+    const id = runId("restored");
+    await other.insert(intent(id));
+    // Everything the Runner's terminal summary says, so that the copy alone would find nothing to write.
+    await other.update(id, {
+      admission: "admitted",
+      state: "completed",
+      execution_state: "completed",
+      stop_reason: "end_turn",
+      recovery_kind: "none",
+    });
+    const reads = vi.spyOn(holder.engine, "get");
+    await poll(
+      async () => {
+        reads.mockClear();
+        return (await holder.peek(id))?.state === "completed" && reads.mock.calls.length === 0;
+      },
+      { timeoutMs: RECORD_PEEK_TTL_MS / 2, intervalMs: 5, what: "a copy showing the end" },
+    );
+    // The row goes back without telling anyone, as a restore from a backup taken mid-run leaves it.
+    await other.engine.run("UPDATE admission_records SET state = 'running', execution_state = 'started' WHERE run_id = ?", [
+      id,
+    ]);
+    expect((await holder.peek(id))?.state).toBe("completed");
+    await context(holder).persist(id, summaryOf(id, "completed", "completed"), "copy");
+    expect(await other.get(id)).toMatchObject({ state: "completed", execution_state: "completed" });
   });
 });

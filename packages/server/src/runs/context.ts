@@ -31,6 +31,9 @@ function summaryPatch(s: RunSummary): RecordPatch {
   };
 }
 
+/** Where `RunContext.persist` reads the record it pre-checks a summary against (see there). */
+export type Precheck = "database" | "copy" | AdmissionRecord;
+
 /** Run ids remembered with the last start sent for them on this instance (see `startSentSince`). */
 export const STARTS_SENT_REMEMBERED = 10_000;
 
@@ -108,9 +111,22 @@ export class RunContext {
    * The record read outside a transaction only says whether anything may change; the patch is decided
    * again on the row read FOR UPDATE in the transaction that writes it, so the no-regress rule holds
    * against a concurrent writer on any instance.
+   *
+   * `precheck` says where that first record comes from: the database (default), or — for the paths
+   * taken on every event (the holder's run.update, an observer's catch-up) — a copy (`"copy"`,
+   * StateStore.peek) or the record the caller just read that way. A copy is never ahead of the
+   * database, and what a summary sets only moves forward, so a stale copy sends at most a write
+   * that changes nothing into the transaction. A terminal summary is always checked against the
+   * database: the run's end is never skipped on the word of a copy (say one read before the
+   * database was restored from an older backup).
    */
-  async persist(runId: string, summary: RunSummary, known?: AdmissionRecord): Promise<void> {
-    const rec = known ?? (await this.store.get(runId));
+  async persist(runId: string, summary: RunSummary, precheck: Precheck = "database"): Promise<void> {
+    const rec =
+      precheck === "database" || isTerminalState(summary.state)
+        ? await this.store.get(runId)
+        : precheck === "copy"
+          ? await this.store.peek(runId)
+          : precheck;
     if (!rec || this.#summaryPatch(rec, summary) === null) return;
     await this.store.transaction(async (tx) => {
       const locked = await this.store.lock(tx, runId);

@@ -216,7 +216,7 @@ export class Observation {
         }
         if (res.frame.type !== "run.sync.result") return;
         const more = mirror.applySync(after, res.frame.run, res.frame.events, res.frame.has_more);
-        await this.#ctx.persist(mirror.runId, res.frame.run);
+        await this.#ctx.persist(mirror.runId, res.frame.run, "copy");
         // A change told while this answer was on its way may be newer than it: another round.
         const overtaken = mirror.unsyncs !== unsyncs;
         if (overtaken) mirror.synced = false;

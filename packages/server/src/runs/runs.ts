@@ -459,7 +459,9 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   async #applyUpdate(conn: RunnerConnection, frame: RunUpdateFrame): Promise<void> {
     if (this.#ctx.closed) return;
     const runId = frame.run.run_id;
-    const rec = await this.#ctx.store.get(runId);
+    // A copy is enough to tell whose run it is (runner_id never changes, a refusal is final); persist
+    // checks a terminal summary against the database itself.
+    const rec = await this.#ctx.store.peek(runId);
     const runner = this.#ctx.registry.live(conn.runnerId);
     if (!rec || rec.runner_id !== conn.runnerId || !runner || runner.conn !== conn) {
       this.#ctx.log.debug(
