@@ -381,9 +381,10 @@ describe("a Runner summary taken into the record (RunContext.persist) on Postgre
       { timeoutMs: RECORD_PEEK_TTL_MS / 2, intervalMs: 5, what: "a copy showing the end" },
     );
     // The row goes back without telling anyone, as a restore from a backup taken mid-run leaves it.
-    await other.engine.run("UPDATE admission_records SET state = 'running', execution_state = 'started' WHERE run_id = ?", [
-      id,
-    ]);
+    await other.engine.run(
+      "UPDATE admission_records SET state = 'running', execution_state = 'started' WHERE run_id = ?",
+      [id],
+    );
     expect((await holder.peek(id))?.state).toBe("completed");
     await context(holder).persist(id, summaryOf(id, "completed", "completed"), "copy");
     expect(await other.get(id)).toMatchObject({ state: "completed", execution_state: "completed" });
