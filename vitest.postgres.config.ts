@@ -2,8 +2,8 @@ import { defineConfig } from "vitest/config";
 
 /**
  * The PostgreSQL pass of `npm test`: suites that drive a whole stack (real Server, Runner and agent
- * processes) run again with the Server's state on a real PostgreSQL (scripts/vitest/postgres-pass.ts), so
- * both engines pass the same tests. The engine, schema and store tests run both engines in the main pass.
+ * processes, or the Server in-process with a real Runner) run again with the Server's state on a real
+ * PostgreSQL (scripts/vitest/postgres-pass.ts), so both engines pass the same tests. The engine, schema and store tests run both engines in the main pass.
  */
 export default defineConfig({
   test: {
@@ -26,6 +26,23 @@ export default defineConfig({
       "packages/server/test/link-refusal-flood.test.ts",
       "packages/server/test/tls.test.ts",
       "packages/server/test/operator-console.test.ts",
+      // The run core in-process (test/support/in-process.ts Harness) with the Runner's real link.
+      "packages/server/test/runs.test.ts",
+      "packages/server/test/runs-link-races.test.ts",
+      "packages/server/test/runner-hub.test.ts",
+      "packages/server/test/resend-unacknowledged.test.ts",
+      "packages/server/test/http-hardening.test.ts",
+      "packages/server/test/test-hooks.test.ts",
+      // In-process stacks (test/support/stack.ts): the MCP surface of both eras, Tasks, sessions, AgentTasks.
+      "packages/server/test/mcp-acceptance.test.ts",
+      "packages/server/test/mcp-eras.test.ts",
+      "packages/server/test/workflow-sessions.test.ts",
+      "packages/server/test/agent-tasks.test.ts",
+      "packages/server/test/agent-tasks-cli.test.ts",
+      // In a real browser: the run view (MCP App), the operator console, the OAuth host flow.
+      "packages/server/test/run-view-browser.test.ts",
+      "packages/server/test/console-browser.test.ts",
+      "packages/server/test/oauth-browser.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",

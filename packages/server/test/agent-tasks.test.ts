@@ -78,17 +78,15 @@ async function until(iso: unknown): Promise<void> {
   while (Date.now() <= end + 50) await new Promise((r) => setTimeout(r, Math.max(20, end + 60 - Date.now())));
 }
 
-function auditRows(tool: string): { run_id: string | null; outcome: string }[] {
-  return stack.server.store.sqlite
-    .prepare("SELECT run_id, outcome FROM mcp_audit WHERE tool = ? ORDER BY id")
-    .all(tool) as { run_id: string | null; outcome: string }[];
+function auditRows(tool: string): Promise<{ run_id: string | null; outcome: string }[]> {
+  return stack.rows("SELECT run_id, outcome FROM mcp_audit WHERE tool = ? ORDER BY id", [tool]);
 }
 
 /** Bound on the audit writer flushing a call's row. */
 const AUDIT_WAIT_MS = 10_000;
 
 async function waitForAudit(tool: string, runId: string): Promise<void> {
-  await poll(() => auditRows(tool).some((r) => r.run_id === runId), {
+  await poll(async () => (await auditRows(tool)).some((r) => r.run_id === runId), {
     timeoutMs: AUDIT_WAIT_MS,
     intervalMs: DAEMON_POLL_MS,
     what: `an audit row of ${tool} naming ${runId}`,
@@ -333,7 +331,7 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
     expect(next).toMatchObject({ fence: 2, superseded_run_id: run.run_id });
     await waitForAudit("start_agent_task_attempt", run.run_id as string);
     expect(
-      auditRows("start_agent_task_attempt").filter((r) => r.run_id === run.run_id && r.outcome === "ok"),
+      (await auditRows("start_agent_task_attempt")).filter((r) => r.run_id === run.run_id && r.outcome === "ok"),
     ).toHaveLength(1);
     const rec = await ok(alice, "reconcile_agent_task_coding_run", {
       task_id: task.task_id,
@@ -399,9 +397,9 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
     const deadline = Date.now() + 10_000;
     let rows: (Row & Record<string, unknown>)[] = [];
     while (Date.now() < deadline) {
-      rows = stack.server.store.sqlite
-        .prepare("SELECT * FROM mcp_audit WHERE task_id = ? ORDER BY id")
-        .all(task.task_id) as (Row & Record<string, unknown>)[];
+      rows = await stack.rows<Row & Record<string, unknown>>("SELECT * FROM mcp_audit WHERE task_id = ? ORDER BY id", [
+        task.task_id as string,
+      ]);
       if (rows.some((r) => r.tool === "reconcile_agent_task_coding_run")) break;
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -424,12 +422,13 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
       attempt_id: unknownAttempt,
     });
     expect(refused.code).toBe("not_found");
-    const refusedRow = () =>
-      stack.server.store.sqlite
-        .prepare("SELECT task_id, attempt_id, outcome FROM mcp_audit WHERE attempt_id = ?")
-        .get(unknownAttempt);
-    while (refusedRow() === undefined && Date.now() < deadline + 10_000) await new Promise((r) => setTimeout(r, 50));
-    expect(refusedRow()).toEqual({ task_id: task.task_id, attempt_id: unknownAttempt, outcome: "not_found" });
+    const refusedRow = async () =>
+      (
+        await stack.rows("SELECT task_id, attempt_id, outcome FROM mcp_audit WHERE attempt_id = ?", [unknownAttempt])
+      )[0];
+    while ((await refusedRow()) === undefined && Date.now() < deadline + 10_000)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(await refusedRow()).toEqual({ task_id: task.task_id, attempt_id: unknownAttempt, outcome: "not_found" });
   });
 
   it("never writes the instruction to the Server log or the audit table", async () => {
@@ -441,7 +440,7 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
     await ok(alice, "reconcile_agent_task_coding_run", { task_id: task.task_id });
     await waitForAudit("start_agent_task_coding_run", run.run_id as string);
     expect(stack.serverLog()).not.toContain(INSTRUCTION_CANARY);
-    const audit = JSON.stringify(stack.server.store.sqlite.prepare("SELECT * FROM mcp_audit").all());
+    const audit = JSON.stringify(await stack.rows("SELECT * FROM mcp_audit"));
     expect(audit).not.toContain(INSTRUCTION_CANARY);
     expect(audit).toContain(run.run_id as string);
   });

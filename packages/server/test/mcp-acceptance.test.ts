@@ -5,8 +5,6 @@
  */
 import { execFile } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import { promisify } from "node:util";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
@@ -380,8 +378,8 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
   );
 
   it("rejects an oversized prompt before anything is stored", async () => {
-    const count = () => stack.server.store.sqlite.prepare("SELECT COUNT(*) FROM admission_records").pluck().get();
-    const before = count();
+    const count = async () => (await stack.rows<{ n: number }>("SELECT COUNT(*) AS n FROM admission_records"))[0]?.n;
+    const before = await count();
     const k = key("oversized");
     const oversized = `${PROMPT_CANARY}${"x".repeat(MAX_PROMPT_BYTES)}`;
     const e = await err(alice, "start_coding_agent", {
@@ -392,7 +390,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     });
     expect(e.code).toBe("invalid_input");
     expect(e.message).toContain("prompt");
-    expect(count()).toBe(before);
+    expect(await count()).toBe(before);
     const sha = createHash("sha256").update(oversized, "utf8").digest("hex");
     expect(stack.ledger().some((l) => l.prompt_sha256 === sha)).toBe(false);
     // Nothing was recorded under that key: the same key now starts a fresh run.
@@ -494,10 +492,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
 
     // Audit rows are written in batches (every AUDIT_FLUSH_INTERVAL_MS): wait until this test's rows are in.
     type Row = { principal_id: string; tool: string; run_id: string | null; outcome: string; input_bytes: number };
-    const rows = () =>
-      stack.server.store.sqlite
-        .prepare("SELECT principal_id, tool, run_id, outcome, input_bytes FROM mcp_audit")
-        .all() as Row[];
+    const rows = () => stack.rows<Row>("SELECT principal_id, tool, run_id, outcome, input_bytes FROM mcp_audit");
     const mine = (r: Row) => r.run_id === started.run_id;
     const expectations: [string, (r: Row) => boolean][] = [
       ...["start_coding_agent", "observe_coding_agent", "cancel_coding_agent"].map(
@@ -511,18 +506,17 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
       ["oversized invalid_input", (r) => r.outcome === "invalid_input" && r.input_bytes > MAX_PROMPT_BYTES],
       ["alice resource read", (r) => r.tool === "resource:projects" && r.principal_id === "alice"],
     ];
-    const missing = () => expectations.filter(([, want]) => !rows().some(want)).map(([name]) => name);
+    const missing = async () => {
+      const all = await rows();
+      return expectations.filter(([, want]) => !all.some(want)).map(([name]) => name);
+    };
     const deadline = Date.now() + 20 * AUDIT_FLUSH_INTERVAL_MS + 10_000;
-    while (missing().length > 0 && Date.now() < deadline) {
+    while ((await missing()).length > 0 && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, AUDIT_FLUSH_INTERVAL_MS));
     }
-    expect(missing()).toEqual([]);
+    expect(await missing()).toEqual([]);
 
-    stack.server.store.sqlite.pragma("wal_checkpoint(PASSIVE)");
-    const stateDir = stack.config.stateDir;
-    const bytes = readdirSync(stateDir)
-      .map((f) => readFileSync(join(stateDir, f)).toString("latin1"))
-      .join("\n");
+    const bytes = await stack.stateText();
     expect(bytes).toContain("mcp_audit");
     expect(bytes).toContain(started.run_id as string); // the scan does see row contents
     for (const canary of [PROMPT_CANARY, MESSAGE_CANARY, KEY_CANARY, aliceToken]) expect(bytes).not.toContain(canary);

@@ -531,19 +531,17 @@ describe("one /mcp, two eras", () => {
       await getUntil(taskId, (r) => r.status !== "working");
       expect((await taskRequest("tasks/get", taskId, bobToken)).body.error?.code).toBe(-32602);
       const rows = () =>
-        stack.server.store.sqlite
-          .prepare(
-            "SELECT principal_id, run_id, outcome, output_bytes FROM mcp_audit WHERE tool = 'task:get' ORDER BY id",
-          )
-          .all() as { principal_id: string; run_id: string | null; outcome: string; output_bytes: number }[];
+        stack.rows<{ principal_id: string; run_id: string | null; outcome: string; output_bytes: number }>(
+          "SELECT principal_id, run_id, outcome, output_bytes FROM mcp_audit WHERE tool = 'task:get' ORDER BY id",
+        );
       const deadline = Date.now() + 10_000;
-      while (!rows().some((r) => r.principal_id === "bob") && Date.now() < deadline) {
+      while (!(await rows()).some((r) => r.principal_id === "bob") && Date.now() < deadline) {
         await new Promise((r) => setTimeout(r, 50));
       }
-      const mine = rows().filter((r) => r.run_id === runId);
+      const mine = (await rows()).filter((r) => r.run_id === runId);
       expect(mine.length).toBeGreaterThan(0);
       expect(mine.every((r) => r.principal_id === "alice" && r.outcome === "ok" && r.output_bytes > 0)).toBe(true);
-      expect(rows().filter((r) => r.principal_id === "bob")).toEqual([
+      expect((await rows()).filter((r) => r.principal_id === "bob")).toEqual([
         { principal_id: "bob", run_id: null, outcome: "not_found", output_bytes: 0 },
       ]);
     }, 60_000);
@@ -762,15 +760,15 @@ describe("one /mcp, two eras", () => {
       await taskRequest("tasks/cancel", slowId);
       // Each stream that ended has its audit row.
       const listenRows = () =>
-        stack.server.store.sqlite
-          .prepare("SELECT outcome, output_bytes FROM mcp_audit WHERE tool = 'task:listen' AND principal_id = 'alice'")
-          .all() as { outcome: string; output_bytes: number }[];
+        stack.rows<{ outcome: string; output_bytes: number }>(
+          "SELECT outcome, output_bytes FROM mcp_audit WHERE tool = 'task:listen' AND principal_id = 'alice'",
+        );
       const until = Date.now() + 10_000;
-      while (!listenRows().some((r) => r.outcome === "too_many_observers") && Date.now() < until) {
+      while (!(await listenRows()).some((r) => r.outcome === "too_many_observers") && Date.now() < until) {
         await new Promise((resolve) => setTimeout(resolve, 50));
       }
-      expect(listenRows().some((r) => r.outcome === "ok" && r.output_bytes > 0)).toBe(true);
-      expect(listenRows().some((r) => r.outcome === "too_many_observers")).toBe(true);
+      expect((await listenRows()).some((r) => r.outcome === "ok" && r.output_bytes > 0)).toBe(true);
+      expect((await listenRows()).some((r) => r.outcome === "too_many_observers")).toBe(true);
     }, 60_000);
 
     it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {

@@ -145,10 +145,14 @@ describe("runner hub", () => {
     await old.closed;
     expect(old.frames.at(-1)).toMatchObject({ type: "protocol_error", code: "replaced" });
     expect(newer.ws.readyState).toBe(WebSocket.OPEN);
-    expect(h.server.store.sqlite.prepare("SELECT event FROM runner_link_audit ORDER BY id").pluck().all()).toEqual([
-      "link_granted",
-      "link_resumed",
-    ]);
+    const events = async () =>
+      (await h.rows<{ event: string }>("SELECT event FROM runner_link_audit ORDER BY id")).map((r) => r.event);
+    await poll(async () => (await events()).length >= 2, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+      what: "both links audited",
+    });
+    expect(await events()).toEqual(["link_granted", "link_resumed"]);
     newer.ws.close();
   });
 
@@ -171,8 +175,16 @@ describe("runner hub", () => {
     expect(live.ws.readyState).toBe(WebSocket.OPEN);
     expect(live.frames.some((f) => f.type === "protocol_error")).toBe(false);
     expect(h.log.lines.join("")).toContain("possible impersonation");
-    // The two refusals share one counted row (LINK_REFUSAL_AUDIT_WINDOW_MS).
-    expect(h.server.store.sqlite.prepare("SELECT event, count FROM runner_link_audit ORDER BY id").all()).toEqual([
+    // The two refusals share one counted row (LINK_REFUSAL_AUDIT_WINDOW_MS); audit rows are written after
+    // the decision, in turn.
+    const audited = () =>
+      h.rows<{ event: string; count: number }>("SELECT event, count FROM runner_link_audit ORDER BY id");
+    await poll(async () => (await audited()).at(-1)?.count === 2, {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+      what: "the second refusal counted",
+    });
+    expect(await audited()).toEqual([
       { event: "link_granted", count: 1 },
       { event: "link_refused_in_use", count: 2 },
     ]);

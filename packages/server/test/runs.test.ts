@@ -2,8 +2,6 @@
  * The run core over a real WebSocket link: in-process Server (real SQLite in
  * a temp dir) + the Runner's real link.ts driving an in-memory RunService.
  */
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import { encodeFrame, PROTOCOL_VERSION, type RunUpdateFrame, TENANT_TAG_PATTERN } from "@webcodex/protocol";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import WebSocket from "ws";
@@ -568,11 +566,7 @@ describe("run core", () => {
       timeoutMs: IN_PROCESS_WAIT_MS,
       intervalMs: IN_PROCESS_POLL_MS,
     });
-    h.server.store.sqlite.pragma("wal_checkpoint(FULL)");
-    const dir = join(h.dir, "state");
-    const bytes = readdirSync(dir)
-      .map((f) => readFileSync(join(dir, f)).toString("latin1"))
-      .join("");
+    const bytes = await h.stateText();
     const logs = h.log.lines.join("");
     for (const canary of ["KEY-CANARY-1f3a", "PROMPT-CANARY-9c2e", "EVENT-CANARY-77d1"]) {
       expect(bytes).not.toContain(canary);

@@ -244,7 +244,7 @@ describe("workflow sessions over MCP (real Server, Runner and fake agent)", () =
     expect(text).not.toContain(OUTPUT_CANARY); // …the session's evidence never does
     expect(text).not.toContain(PROMPT_CANARY);
     expect(all.at(-1)).toMatchObject({ kind: "coding_agent_terminal", run_id: out.run_id, state: "completed" });
-    const db = JSON.stringify(stack.server.store.sqlite.prepare("SELECT * FROM workflow_session_evidence").all());
+    const db = JSON.stringify(await stack.rows("SELECT * FROM workflow_session_evidence"));
     expect(db).not.toContain(OUTPUT_CANARY);
     expect(db).not.toContain(PROMPT_CANARY);
     // The recorder grants nothing: bob cannot observe alice's recorded run.

@@ -35,6 +35,9 @@ import { createMcpHandler } from "../../src/mcp/mcp.js";
 import { principalLookup, TokenStore } from "../../src/principals/tokens.js";
 import type { Principal, Scope } from "../../src/runs/api.js";
 import { type RunningServer, startServer } from "../../src/server.js";
+import type { SqlParam } from "../../src/state/engine.js";
+import { stateText } from "./in-process.js";
+import { STATE_URL_ENV, TEST_POSTGRES_ADMIN_URL_ENV } from "./proc-stack.js";
 
 /** The Runner output `runnerLog()` holds (its tail), across restarts. */
 const RUNNER_LOG_CHARS = 64 * 1024;
@@ -88,6 +91,13 @@ export interface Stack {
   /** An SDK Client over Streamable HTTP with this bearer token. Closed by stop(). */
   connect(token: string): Promise<Client>;
   ledger(): LedgerLine[];
+  /** Rows of a query on the Server's state, on whichever engine it uses (`?` placeholders). */
+  rows<T>(sql: string, params?: readonly SqlParam[]): Promise<T[]>;
+  /**
+   * Everything the Server's state holds, as text to search for what must not be there: on SQLite the
+   * bytes of every file in its state dir (WAL checkpointed); on PostgreSQL every row of every table.
+   */
+  stateText(): Promise<string>;
   /** Start (or restart) the Runner child and wait until its projects are online. */
   startRunner(): Promise<void>;
   stopRunner(): Promise<void>;
@@ -112,9 +122,21 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   const principalsToml = options.principals
     .map((p) => `[[principals]]\nid = ${toml(p.id)}\nscopes = ${toml(p.scopes)}\nprojects = ${toml(p.projects)}\n`)
     .join("\n");
+  // In the PostgreSQL pass (TEST_POSTGRES_ADMIN_URL_ENV) the Server keeps its state in a fresh database of
+  // its own, as the process stacks do (proc-stack.ts), so these suites run on both engines.
+  const admin = process.env[TEST_POSTGRES_ADMIN_URL_ENV];
+  const stateUrl = admin
+    ? await (await import("../../../../scripts/test-support/postgres.js")).createDatabaseAt(admin)
+    : undefined;
+  // A server CLI the test runs (`token issue` …) reads the same state: it inherits the URL, under a
+  // variable of this stack's own (a file may run several stacks at once).
+  const urlEnv = `${STATE_URL_ENV}_${randomBytes(6).toString("hex").toUpperCase()}`;
+  if (stateUrl !== undefined) process.env[urlEnv] = stateUrl;
+  const stateToml = stateUrl === undefined ? "" : `[server.state]\nbackend = "postgres"\nurl_env = "${urlEnv}"\n\n`;
   writeFileSync(
     serverConfigFile,
     `[server]\nhost = "127.0.0.1"\nport = 0\nstate_dir = "server-state"\nheartbeat_interval_ms = 2000\n\n` +
+      stateToml +
       `[[runners]]\nid = "local"\ntoken_sha256 = ${toml(sha256Hex(runnerToken))}\nprojects = ${toml(projects.map((p) => p.id))}\n\n` +
       principalsToml,
   );
@@ -124,7 +146,12 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     { level: options.serverLogLevel ?? "debug" },
     pino.destination({ dest: serverLogFile, sync: true, mkdir: true }),
   );
-  const server = await startServer({ config, logger, mcpHandler: createMcpHandler, env: {} });
+  const env = stateUrl === undefined ? {} : { [urlEnv]: stateUrl };
+  const server = await startServer({ config, logger, mcpHandler: createMcpHandler, env });
+  if (stateUrl !== undefined && server.store.engine.dialect !== "postgres") {
+    await server.close();
+    throw new Error("the PostgreSQL pass started a stack whose Server is not on PostgreSQL");
+  }
   const mcpUrl = new URL(`${server.url}/mcp`);
 
   const runnerConfigFile = join(dir, "runner.toml");
@@ -194,6 +221,14 @@ export async function startStack(options: StackOptions): Promise<Stack> {
 
     ledger() {
       return readLedger(ledgerFile);
+    },
+
+    async rows<T>(sql: string, params: readonly SqlParam[] = []) {
+      return await server.store.engine.all<T>(sql, params);
+    },
+
+    async stateText() {
+      return await stateText(server.store, config.stateDir);
     },
 
     async startRunner() {
