@@ -5,7 +5,7 @@
  * TOKEN_CACHE_TTL_MS) — and on PostgreSQL a revocation whose notice never came (a row changed without
  * `revoke`) applies within TOKEN_CACHE_TTL_MS. The revocation by another process on SQLite is in tokens.test.ts.
  */
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { poll } from "../../../scripts/test-support/index.js";
 import { principalLookup, TOKEN_CACHE_TTL_MS, TokenStore } from "../src/principals/tokens.js";
 import { ENGINE_NAMES, type EngineName, engineFixture } from "./support/engines.js";
@@ -85,5 +85,66 @@ describe("principal tokens remembered on PostgreSQL", () => {
       issued.token_id,
     ]);
     expect(await onA.verify(issued.token, lookup)).toBeNull();
+  });
+});
+
+describe("one read of a token's row for verifications at once, on PostgreSQL", () => {
+  const name = "postgres";
+  /** Verifications of one token started together, as a client's burst or many observers connecting. */
+  const AT_ONCE = 8;
+
+  it("shares the read among verifications that start while it is in flight", async () => {
+    const [a, b] = await fixture.instances(name, 2);
+    if (a === undefined || b === undefined) throw new Error("two instances expected");
+    const onA = new TokenStore(a);
+    await onA.followRevocations();
+    try {
+      const issued = await new TokenStore(b).issue(
+        { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
+        lookup,
+      );
+      const reads = vi.spyOn(a, "get");
+      const all = await Promise.all(Array.from({ length: AT_ONCE }, () => onA.verify(issued.token, lookup)));
+      expect(all.map((p) => p?.id)).toEqual(Array(AT_ONCE).fill("alice"));
+      expect(reads).toHaveBeenCalledTimes(1);
+    } finally {
+      onA.close();
+    }
+  });
+
+  it("never shares a read begun before a revocation with a verification after it", async () => {
+    const [a] = await fixture.instances(name, 1);
+    if (a === undefined) throw new Error("an instance expected");
+    const onA = new TokenStore(a);
+    await onA.followRevocations();
+    try {
+      const issued = await onA.issue(
+        { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
+        lookup,
+      );
+      // The first read of the row is held in flight until the token has been revoked.
+      let release = () => {};
+      const held = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const get = a.get.bind(a);
+      const reads = vi.spyOn(a, "get").mockImplementationOnce(async (sql, params) => {
+        await held;
+        return await get(sql, params);
+      });
+      const before = onA.verify(issued.token, lookup);
+      await poll(() => reads.mock.calls.length === 1, {
+        timeoutMs: 5_000,
+        intervalMs: 5,
+        what: "the first read begun",
+      });
+      expect(await onA.revoke(issued.token_id)).toBe(true);
+      expect(await onA.verify(issued.token, lookup)).toBeNull();
+      expect(reads).toHaveBeenCalledTimes(2);
+      release();
+      await before;
+    } finally {
+      onA.close();
+    }
   });
 });

@@ -106,6 +106,13 @@ interface TokenCache {
   following: boolean;
   /** Counts the times everything was forgotten: a row read across one of them is not remembered. */
   generation: number;
+  /**
+   * Reads of a token's row in flight, by hash: a verification of the same token meanwhile (a client's
+   * burst of requests, many observers of one principal connecting at once) waits for that read instead of
+   * queueing its own on the database — only when nothing was forgotten since it began (`generation`).
+   * One entry per token whose read is in flight, so bounded by the requests in flight.
+   */
+  reading: Map<string, { generation: number; row: Promise<TokenRow | undefined> }>;
 }
 
 const caches = new WeakMap<StateEngine, TokenCache>();
@@ -118,7 +125,7 @@ function forget(cache: TokenCache): void {
 function cacheOf(db: StateEngine): TokenCache {
   let cache = caches.get(db);
   if (cache === undefined) {
-    cache = { live: new Map(), version: null, following: false, generation: 0 };
+    cache = { live: new Map(), version: null, following: false, generation: 0, reading: new Map() };
     caches.set(db, cache);
   }
   return cache;
@@ -222,10 +229,7 @@ export class TokenStore {
     let live = await this.#remembered(hash);
     if (live === undefined) {
       const generation = this.#cache.generation;
-      const row = await this.#db.get<TokenRow>(
-        "SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL",
-        [hash],
-      );
+      const row = await this.#readLive(hash, generation);
       if (!row) return null;
       live = {
         token_id: row.token_id,
@@ -238,6 +242,23 @@ export class TokenStore {
     }
     const principal = this.#principalOf(live, lookup);
     return principal ? { principal, token_id: live.token_id } : null;
+  }
+
+  /** The live row of `hash` from the database: a read begun under the same `generation` is shared. */
+  async #readLive(hash: string, generation: number): Promise<TokenRow | undefined> {
+    const reading = this.#cache.reading;
+    const inFlight = reading.get(hash);
+    if (inFlight !== undefined && inFlight.generation === generation) return await inFlight.row;
+    const row = this.#db.get<TokenRow>("SELECT * FROM principal_tokens WHERE token_hash = ? AND revoked_at IS NULL", [
+      hash,
+    ]);
+    const entry = { generation, row };
+    reading.set(hash, entry);
+    try {
+      return await row;
+    } finally {
+      if (reading.get(hash) === entry) reading.delete(hash);
+    }
   }
 
   /** The remembered live row of `hash`, when nothing can have revoked it since it was read (see the class). */
