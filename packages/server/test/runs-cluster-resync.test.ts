@@ -53,12 +53,10 @@ describe("following a run changed on another instance", () => {
     const lines: string[] = [];
     const logger = pino({ level: "warn" }, { write: (line: string) => void lines.push(line) });
     // The state database refuses every read (its pool's queue is full); the Runner answers the sync.
-    const store = {
-      serverSecret: randomBytes(32),
-      get: async () => {
-        throw new StateBusyError("1000 operations already wait for a PostgreSQL state connection");
-      },
-    } as unknown as StateStore;
+    const busy = async () => {
+      throw new StateBusyError("1000 operations already wait for a PostgreSQL state connection");
+    };
+    const store = { serverSecret: randomBytes(32), get: busy, peek: busy } as unknown as StateStore;
     const runner = {
       runnerId: RUNNER_ID,
       agentInstanceId: AGENT_INSTANCE,

@@ -35,6 +35,7 @@ import {
 import type { Logger } from "pino";
 import type { StateEngine } from "../state/engine.js";
 import type { RequestOutcome, RunnerRequest } from "./hub.js";
+import { postToPeer } from "./peer-http.js";
 import { PRESENCE_STALE_MS } from "./presence.js";
 
 /** How often an instance rewrites its directory row. */
@@ -65,9 +66,6 @@ export function signLinkRequest(key: Buffer, timestamp: string, body: Buffer): s
   const digest = createHash("sha256").update(body).digest("hex");
   return createHmac("sha256", key).update(`${timestamp}\n${digest}`).digest("hex");
 }
-
-/** Errors a transport reports when the connection was never made: nothing was sent. */
-const NEVER_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
 /** What a link to a Runner does, whichever instance holds it (hub.ts RunnerConnection, or the holder's). */
 export interface LinkConnection {
@@ -109,44 +107,36 @@ export class RemoteRunnerConnection implements LinkConnection {
       "utf8",
     );
     const timestamp = String(Date.now());
-    let res: Response;
-    try {
-      res = await fetch(`${this.holderUrl}${CLUSTER_LINK_REQUEST_PATH}`, {
-        method: "POST",
-        headers: {
-          "content-type": "application/json",
-          [CLUSTER_TIMESTAMP_HEADER]: timestamp,
-          [CLUSTER_SIGNATURE_HEADER]: signLinkRequest(this.key, timestamp, body),
-        },
-        body,
-        signal: AbortSignal.timeout(wait + CLUSTER_FORWARD_SLACK_MS),
-      });
-    } catch (err) {
-      const code = (err as { cause?: { code?: unknown } }).cause?.code;
-      const never = typeof code === "string" && NEVER_CONNECTED.has(code);
+    const answer = await postToPeer(
+      `${this.holderUrl}${CLUSTER_LINK_REQUEST_PATH}`,
+      {
+        "content-type": "application/json",
+        [CLUSTER_TIMESTAMP_HEADER]: timestamp,
+        [CLUSTER_SIGNATURE_HEADER]: signLinkRequest(this.key, timestamp, body),
+      },
+      body,
+      wait + CLUSTER_FORWARD_SLACK_MS,
+      CLUSTER_MAX_BODY_BYTES,
+    );
+    if (answer.kind === "failed") {
       this.log.warn(
-        { runner_id: this.runnerId, holder: this.holderInstanceId, type: req.type, code: code ?? null },
-        never
-          ? "the instance holding the runner's link cannot be reached; not sent"
-          : "forwarded link request: outcome unknown",
+        { runner_id: this.runnerId, holder: this.holderInstanceId, type: req.type, code: answer.code },
+        answer.sent
+          ? "forwarded link request: outcome unknown"
+          : "the instance holding the runner's link cannot be reached; not sent",
       );
-      return { ok: false, reason: never ? "not_sent" : "timeout" };
+      return { ok: false, reason: answer.sent ? "timeout" : "not_sent" };
     }
-    let text: string;
-    try {
-      text = await res.text();
-    } catch {
-      return { ok: false, reason: "timeout" };
-    }
-    if (res.status >= 400 && res.status < 500) {
+    const { status, text } = answer;
+    if (status >= 400 && status < 500) {
       // The holder refused the request before executing anything (see handleLinkRequest).
       this.log.error(
-        { runner_id: this.runnerId, holder: this.holderInstanceId, status: res.status, refusal: text.slice(0, 300) },
+        { runner_id: this.runnerId, holder: this.holderInstanceId, status, refusal: text.slice(0, 300) },
         "the instance holding the runner's link refused a forwarded request; not sent",
       );
       return { ok: false, reason: "not_sent" };
     }
-    if (res.status !== 200) return { ok: false, reason: "timeout" };
+    if (status !== 200) return { ok: false, reason: "timeout" };
     return parseOutcome(text) ?? { ok: false, reason: "timeout" };
   }
 }
