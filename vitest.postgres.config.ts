@@ -45,6 +45,7 @@ export default defineConfig({
       "packages/server/test/oauth-browser.test.ts",
       // Stores over the pass's state engine (test/support/test-state.ts): tokens, audit, sessions, tasks, OAuth.
       "packages/server/test/tokens.test.ts",
+      "packages/server/test/audit.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",
