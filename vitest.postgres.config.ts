@@ -46,6 +46,7 @@ export default defineConfig({
       // Stores over the pass's state engine (test/support/test-state.ts): tokens, audit, sessions, tasks, OAuth.
       "packages/server/test/tokens.test.ts",
       "packages/server/test/audit.test.ts",
+      "packages/server/test/audit-sync.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",
