@@ -47,6 +47,8 @@ export default defineConfig({
       "packages/server/test/tokens.test.ts",
       "packages/server/test/audit.test.ts",
       "packages/server/test/audit-sync.test.ts",
+      "packages/server/test/reconcile.test.ts",
+      "packages/server/test/session-terminal-evidence.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",
