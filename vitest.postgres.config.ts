@@ -49,6 +49,8 @@ export default defineConfig({
       "packages/server/test/audit-sync.test.ts",
       "packages/server/test/reconcile.test.ts",
       "packages/server/test/session-terminal-evidence.test.ts",
+      "packages/server/test/session-retention.test.ts",
+      "packages/server/test/task-claim.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",

@@ -67,10 +67,13 @@ async function freshDatabase(): Promise<string | undefined> {
   return await createDatabaseAt(admin);
 }
 
-/** A fresh, migrated state of the test's own (closed after the test). */
-export async function openTestState(): Promise<TestState> {
+/**
+ * A fresh, migrated state of the test's own (closed after the test). `sqlite`: on a SQLite file in either
+ * pass, for a case that checks what only SQLite has (its file, its PRAGMAs, its statement cache).
+ */
+export async function openTestState(options: { sqlite?: boolean } = {}): Promise<TestState> {
   const dir = tempDir();
-  const url = await freshDatabase();
+  const url = options.sqlite === true ? undefined : await freshDatabase();
   const store = url === undefined ? new StateStore(dir) : await openPostgresState(url);
   closers.push(() => store.close());
   const engine = store.engine;
