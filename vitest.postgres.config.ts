@@ -52,6 +52,7 @@ export default defineConfig({
       "packages/server/test/session-retention.test.ts",
       "packages/server/test/task-claim.test.ts",
       "packages/server/test/oauth-store.test.ts",
+      "packages/server/test/oauth-hosts.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",

@@ -40,8 +40,8 @@ export interface TestState {
 
 /** What a Server config needs to keep its state where this pass keeps it. */
 export interface TestServerState {
-  /** `[server.state]`: `{}` (SQLite in the state dir) or `{ backend: "postgres", url_env }`. */
-  readonly state: Record<string, unknown>;
+  /** Keys for `[server]`: none (SQLite in the state dir) or `state = { backend = "postgres", url_env }`. */
+  readonly server: Record<string, unknown>;
   /** The environment the Server is started with (holds the database URL on PostgreSQL). */
   readonly env: NodeJS.ProcessEnv;
 }
@@ -104,7 +104,7 @@ export async function openTestState(options: { sqlite?: boolean } = {}): Promise
  */
 export async function testServerState(): Promise<TestServerState> {
   const url = await freshDatabase();
-  if (url === undefined) return { state: {}, env: {} };
+  if (url === undefined) return { server: {}, env: {} };
   const env = `${STATE_URL_ENV}_${randomBytes(6).toString("hex").toUpperCase()}`;
-  return { state: { backend: "postgres", url_env: env }, env: { [env]: url } };
+  return { server: { state: { backend: "postgres", url_env: env } }, env: { [env]: url } };
 }
