@@ -3,7 +3,9 @@ import { defineConfig } from "vitest/config";
 /**
  * The PostgreSQL pass of `npm test`: suites that drive a whole stack (real Server, Runner and agent
  * processes, or the Server in-process with a real Runner) run again with the Server's state on a real
- * PostgreSQL (scripts/vitest/postgres-pass.ts), so both engines pass the same tests. The engine, schema and store tests run both engines in the main pass.
+ * PostgreSQL (scripts/vitest/postgres-pass.ts), so both engines pass the same tests; so do the unit tests of
+ * the stores that open their state through test/support/test-state.ts. The engine, schema and admission-store
+ * tests run both engines in the main pass.
  */
 export default defineConfig({
   test: {
