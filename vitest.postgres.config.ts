@@ -3,7 +3,9 @@ import { defineConfig } from "vitest/config";
 /**
  * The PostgreSQL pass of `npm test`: suites that drive a whole stack (real Server, Runner and agent
  * processes, or the Server in-process with a real Runner) run again with the Server's state on a real
- * PostgreSQL (scripts/vitest/postgres-pass.ts), so both engines pass the same tests. The engine, schema and store tests run both engines in the main pass.
+ * PostgreSQL (scripts/vitest/postgres-pass.ts), so both engines pass the same tests; so do the unit tests of
+ * the stores that open their state through test/support/test-state.ts. The engine, schema and admission-store
+ * tests run both engines in the main pass.
  */
 export default defineConfig({
   test: {
@@ -43,6 +45,16 @@ export default defineConfig({
       "packages/server/test/run-view-browser.test.ts",
       "packages/server/test/console-browser.test.ts",
       "packages/server/test/oauth-browser.test.ts",
+      // Stores over the pass's state engine (test/support/test-state.ts): tokens, audit, sessions, tasks, OAuth.
+      "packages/server/test/tokens.test.ts",
+      "packages/server/test/audit.test.ts",
+      "packages/server/test/audit-sync.test.ts",
+      "packages/server/test/reconcile.test.ts",
+      "packages/server/test/session-terminal-evidence.test.ts",
+      "packages/server/test/session-retention.test.ts",
+      "packages/server/test/task-claim.test.ts",
+      "packages/server/test/oauth-store.test.ts",
+      "packages/server/test/oauth-hosts.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",

@@ -1,4 +1,9 @@
-/** Audit rows commit without an fsync of their own; the state database keeps its own level for admission. */
+/**
+ * Audit rows commit without an fsync of their own; the state database keeps its own level for admission.
+ * The level is SQLite's `PRAGMA synchronous`, which PostgreSQL does not have (it commits audit rows durably
+ * like everything else): those cases run on a SQLite file in either pass. That a relaxed flush commits is
+ * checked on the pass's state engine (support/test-state.ts).
+ */
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -7,6 +12,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { StateAuditLog } from "../src/mcp/audit.js";
 import { SqliteEngine } from "../src/state/engine-sqlite.js";
 import { migrate } from "../src/state/schema.js";
+import { openTestState } from "./support/test-state.js";
 
 const dirs: string[] = [];
 afterEach(() => {
@@ -34,7 +40,7 @@ const row = (i: number) => ({
   duration_ms: 1,
 });
 
-describe("audit flush durability level", () => {
+describe("audit flush durability level (SQLite's synchronous PRAGMA)", () => {
   it("writes a flush under synchronous=NORMAL and gives the connection back at FULL, rows committed", async () => {
     const { file, db } = openWalDb("FULL");
     const audit = new StateAuditLog(new SqliteEngine(db));
@@ -65,5 +71,20 @@ describe("audit flush durability level", () => {
     expect(db.pragma("synchronous", { simple: true })).toBe(1);
     expect(await audit.list()).toHaveLength(1);
     db.close();
+  });
+});
+
+describe("a relaxed audit flush", () => {
+  it("commits: another connection to the state sees every row", async () => {
+    const state = await openTestState();
+    const audit = new StateAuditLog(state.engine);
+    for (let i = 0; i < 3; i++) audit.record(row(i));
+    await audit.flush();
+    const other = await state.another();
+    expect(await other.all("SELECT input_bytes FROM mcp_audit ORDER BY id")).toEqual([
+      { input_bytes: 0 },
+      { input_bytes: 1 },
+      { input_bytes: 2 },
+    ]);
   });
 });

@@ -1,38 +1,27 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import Database from "better-sqlite3";
+/**
+ * The MCP audit log (mcp/audit.ts) on the state engine of the pass (support/test-state.ts): SQLite in the
+ * main pass, PostgreSQL in the PostgreSQL pass.
+ */
 import { pino } from "pino";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { AUDIT_FLUSH_MAX_ROWS, StateAuditLog } from "../src/mcp/audit.js";
 import { McpTools } from "../src/mcp/tools.js";
 import { ObserveLimits } from "../src/runs/observe-limits.js";
 import { RunTools, RUN_TOOL_NAMES as TOOL_NAMES } from "../src/runs/tools.js";
-import { SqliteEngine } from "../src/state/engine-sqlite.js";
-import { migrate } from "../src/state/schema.js";
+import type { StateQueries } from "../src/state/engine.js";
 import { FakeRuns, principal } from "./support/fake-runs.js";
+import { openTestState } from "./support/test-state.js";
 
-const dirs: string[] = [];
-afterEach(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
-
-/** A fresh state database file in WAL mode, as the Server opens it; removed after the test. */
-function openStateDb() {
-  const dir = mkdtempSync(join(tmpdir(), "wc-audit-"));
-  dirs.push(dir);
-  const file = join(dir, "server.sqlite3");
-  const db = new Database(file);
-  db.pragma("journal_mode = WAL");
-  migrate(db, file);
-  return { dir, file, db };
+/** Rows in the audit table, read through `db`. */
+async function auditCount(db: StateQueries): Promise<number> {
+  return (await db.get<{ n: number }>("SELECT COUNT(*) AS n FROM mcp_audit"))?.n ?? -1;
 }
 
-describe("SQLite audit log", () => {
+describe("state audit log", () => {
   it("keeps one durable row per tool call with lifecycle and sizes only", async () => {
-    const { dir, db } = openStateDb();
-    const audit = new StateAuditLog(new SqliteEngine(db));
+    const state = await openTestState();
+    const audit = new StateAuditLog(state.engine);
     const prompt = canary("prompt");
     const key = canary("idempotency-key");
     const message = canary("agent-message");
@@ -76,18 +65,16 @@ describe("SQLite audit log", () => {
         "tool",
       ].sort(),
     );
-    db.close();
-    const bytes = readdirSync(dir)
-      .map((f) => readFileSync(join(dir, f)).toString("latin1"))
-      .join("");
-    expect(bytes).toContain(run_id);
-    for (const secret of [prompt, key, observation_token, message]) expect(bytes).not.toContain(secret);
+    const text = await state.text();
+    expect(text).toContain(run_id);
+    for (const secret of [prompt, key, observation_token, message]) expect(text).not.toContain(secret);
   });
 
   it("batches rows off the per-call path and writes all N of N calls by close", async () => {
-    const { file, db } = openStateDb();
-    db.pragma("synchronous = FULL");
-    const audit = new StateAuditLog(new SqliteEngine(db));
+    const state = await openTestState();
+    const audit = new StateAuditLog(state.engine);
+    // The audit's writes: a transaction started by the end of the calls is a flush that did not wait for a timer.
+    const writes = vi.spyOn(state.engine, "transaction");
     const runs = new FakeRuns();
     const tools = new McpTools({
       runs,
@@ -96,23 +83,24 @@ describe("SQLite audit log", () => {
       modules: [new RunTools({ runs, observeLimits: new ObserveLimits() })],
     });
     const alice = principal("alice", ["coding_agent:run"]);
-    const count = () => (db.prepare("SELECT count(*) AS n FROM mcp_audit").get() as { n: number }).n;
     await tools.call(alice, TOOL_NAMES.observe, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" });
-    expect(count()).toBe(0); // buffered, not one synchronous write per call
+    expect(writes).not.toHaveBeenCalled(); // buffered, not one synchronous write per call
+    expect(await auditCount(state.engine)).toBe(0);
     const n = AUDIT_FLUSH_MAX_ROWS + 7;
     for (let i = 1; i < n; i++) {
       await tools.call(alice, TOOL_NAMES.observe, { run_id: "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa" });
     }
-    expect(count()).toBeGreaterThanOrEqual(AUDIT_FLUSH_MAX_ROWS); // a full batch is written at once
+    // A full batch is written at once: the writes started by now hold it.
+    expect(writes).toHaveBeenCalled();
+    await Promise.all(writes.mock.results.map((r) => r.value));
+    expect(await auditCount(state.engine)).toBeGreaterThanOrEqual(AUDIT_FLUSH_MAX_ROWS);
     await audit.close();
-    db.close();
-    const again = new Database(file, { readonly: true });
-    expect((again.prepare("SELECT count(*) AS n FROM mcp_audit").get() as { n: number }).n).toBe(n);
-    again.close();
+    // Committed: another connection sees all n.
+    expect(await auditCount(await state.another())).toBe(n);
   });
 
   it("keeps the table bounded: the newest maxRows rows survive, older ones are trimmed", async () => {
-    const { db } = openStateDb();
+    const state = await openTestState();
     const row = (i: number) => ({
       principal_id: "alice",
       tool: TOOL_NAMES.observe,
@@ -122,18 +110,19 @@ describe("SQLite audit log", () => {
       output_bytes: 0,
       duration_ms: 0,
     });
-    const audit = new StateAuditLog(new SqliteEngine(db), { maxRows: 50 });
+    const audit = new StateAuditLog(state.engine, { maxRows: 50 });
     for (let i = 0; i < 1000; i++) audit.record(row(i));
     await audit.close();
-    const kept = db.prepare("SELECT input_bytes FROM mcp_audit ORDER BY id").pluck().all() as number[];
+    const kept = (await state.rows<{ input_bytes: number }>("SELECT input_bytes FROM mcp_audit ORDER BY id")).map(
+      (r) => r.input_bytes,
+    );
     expect(kept.length).toBeLessThanOrEqual(50 + AUDIT_FLUSH_MAX_ROWS);
     expect(kept.at(-1)).toBe(999);
     expect(kept).toEqual(Array.from({ length: kept.length }, (_, k) => 1000 - kept.length + k));
     // A restart with a smaller bound trims at its first write.
-    const reopened = new StateAuditLog(new SqliteEngine(db), { maxRows: 10 });
+    const reopened = new StateAuditLog(state.engine, { maxRows: 10 });
     reopened.record(row(1000));
     await reopened.close();
-    expect(db.prepare("SELECT count(*) FROM mcp_audit").pluck().get()).toBe(10);
-    db.close();
+    expect(await auditCount(state.engine)).toBe(10);
   });
 });

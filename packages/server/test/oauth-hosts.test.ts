@@ -3,7 +3,8 @@
  * each as a negative and a positive case, against an in-process Server over raw HTTP:
  * RFC 9207 `iss` on every authorization response, `resource` normalization, unknown scope names,
  * the refresh-token reuse grace window, SEP-837 `application_type`, `dynamic_registration = false`,
- * issuer-bound client credentials (SEP-2352), `trusted_proxies` and `cors_origins`.
+ * issuer-bound client credentials (SEP-2352), `trusted_proxies` and `cors_origins`. The Server keeps its
+ * state on the pass's engine (support/test-state.ts): SQLite in the main pass, PostgreSQL in the PostgreSQL pass.
  */
 import { createHash, randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -21,6 +22,7 @@ import { OAuthStore, sha256 } from "../src/oauth/store.js";
 import { TokenStore } from "../src/principals/tokens.js";
 import { type RunningServer, startServer } from "../src/server.js";
 import { answerConsent, created, mcpPost, openConsent, tokenRequest } from "./support/oauth.js";
+import { TEST_STATE_DIALECT, type TestServerState, testServerState } from "./support/test-state.js";
 
 const silent = pino({ level: "silent" });
 const REDIRECT = "https://app.example/callback";
@@ -37,6 +39,8 @@ interface Running {
 }
 
 const dirs: string[] = [];
+/** Where the Server of each dir keeps its state, so that a Server started again on a dir finds it. */
+const states = new Map<string, TestServerState>();
 const running: RunningServer[] = [];
 afterEach(async () => {
   for (const s of running.splice(0)) await s.close();
@@ -57,16 +61,21 @@ async function start(
       return d;
     })();
   const issuer = opts.issuer ?? "http://127.0.0.1:1";
+  const state = states.get(dir) ?? (await testServerState());
+  states.set(dir, state);
   const config = buildServerConfig(
     {
-      server: { host: "127.0.0.1", port: 0, state_dir: "state", public_url: issuer, ...opts.server },
+      server: { host: "127.0.0.1", port: 0, state_dir: "state", public_url: issuer, ...state.server, ...opts.server },
       oauth: { enabled: true, ...opts.oauth },
       principals: [{ id: "alice", scopes: ALL, projects: ["demo"] }],
     },
     { file: null, baseDir: dir },
   );
-  const server = await startServer({ config, logger: silent, mcpHandler: createMcpHandler, env: {} });
+  const server = await startServer({ config, logger: silent, mcpHandler: createMcpHandler, env: { ...state.env } });
   running.push(server);
+  if (server.store.engine.dialect !== TEST_STATE_DIALECT) {
+    throw new Error(`the Server keeps its state on ${server.store.engine.dialect}, not on this pass's engine`);
+  }
   const tokens = new TokenStore(server.store.engine);
   return {
     server,
@@ -320,10 +329,9 @@ describe("the consent page says exactly what is granted (issue 28 §2)", () => {
       });
     expect((await post({ action: "review", key })).status).toBe(200);
     const tokens = new TokenStore(s.server.store.engine);
-    for (const row of s.server.store.sqlite.prepare("SELECT token_id FROM principal_tokens").all() as Array<{
-      token_id: string;
-    }>)
+    for (const row of await s.server.store.engine.all<{ token_id: string }>("SELECT token_id FROM principal_tokens")) {
       await tokens.revoke(row.token_id);
+    }
     const allow = await post({ action: "approve" });
     expect(allow.status).toBe(401);
     expect(allow.headers.get("location")).toBeNull();
@@ -348,9 +356,10 @@ describe("refresh token reuse grace window", () => {
     expect(retried.body.refresh_token).toBe(first.body.refresh_token);
     expect((await mcpPost(s.origin, String(first.body.access_token), { method: "tools/list" })).status).toBe(200);
     // The successor is kept only encrypted: no stored column holds the new tokens.
-    const rows = JSON.stringify(
-      s.server.store.sqlite.prepare("SELECT token_hash, hex(successor) AS successor FROM oauth_tokens").all(),
+    const stored = await s.server.store.engine.all<{ token_hash: string; successor: Buffer | null }>(
+      "SELECT token_hash, successor FROM oauth_tokens",
     );
+    const rows = JSON.stringify(stored.map((r) => ({ ...r, successor: r.successor?.toString("hex") ?? null })));
     for (const t of [first.body.access_token, first.body.refresh_token]) {
       expect(rows).not.toContain(String(t));
       expect(rows.toLowerCase()).not.toContain(Buffer.from(String(t)).toString("hex"));
@@ -434,16 +443,17 @@ describe("refresh token reuse grace window", () => {
     };
     const spent = await fresh();
     expect((await store.rotateRefresh(spent, "c1", undefined, ttl)).ok).toBe(true);
-    const successor = () =>
+    const successor = async () =>
       (
-        s.server.store.sqlite.prepare("SELECT successor FROM oauth_tokens WHERE token_hash = ?").get(sha256(spent)) as {
-          successor: Buffer | null;
-        }
-      ).successor;
-    expect(successor()).not.toBeNull();
+        await s.server.store.engine.get<{ successor: Buffer | null }>(
+          "SELECT successor FROM oauth_tokens WHERE token_hash = ?",
+          [sha256(spent)],
+        )
+      )?.successor;
+    expect(await successor()).toBeInstanceOf(Buffer);
     now += 31_000;
     expect((await store.rotateRefresh(await fresh(), "c1", undefined, ttl)).ok).toBe(true);
-    expect(successor()).toBeNull();
+    expect(await successor()).toBeNull();
   });
 });
 

@@ -1,7 +1,8 @@
 /**
- * OAuth store and wiring over real SQLite files: audience binding, the bound
- * on dynamic clients, what the audit rows hold, and upgrade safety (a state
- * database from before OAuth opens, and nothing in it gains a scope).
+ * OAuth store and wiring: audience binding, the bound on dynamic clients and what the audit rows hold, on
+ * the pass's state engine (support/test-state.ts); and upgrade safety (a state database from before OAuth
+ * opens, and nothing in it gains a scope), on a SQLite file in either pass: that old database only ever
+ * existed as a SQLite file (PostgreSQL state began with the OAuth tables in its schema).
  */
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -17,8 +18,8 @@ import { OAuthStore } from "../src/oauth/store.js";
 import { hashToken, TokenStore } from "../src/principals/tokens.js";
 import { startServer } from "../src/server.js";
 import { MIGRATIONS } from "../src/state/schema.js";
-import { StateStore } from "../src/state/store.js";
 import { created, mcpPost } from "./support/oauth.js";
+import { openTestState } from "./support/test-state.js";
 
 const silent = pino({ level: "silent" });
 const dirs: string[] = [];
@@ -73,96 +74,87 @@ describe("OAuth config", () => {
 
 describe("OAuth store", () => {
   it("a token issued for one resource is refused by a Server whose resource is another (audience binding)", async () => {
-    const dir = tempDir();
+    const { dir, store: state } = await openTestState();
     const cfgA = config(dir, "https://a.example");
     const cfgB = config(dir, "https://b.example");
-    const state = new StateStore(cfgA.stateDir);
-    try {
-      const tokens = new TokenStore(state.engine);
-      const lookup = (id: string) => cfgA.principals.find((p) => p.id === id);
-      const key = await tokens.issue(
-        { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
-        lookup,
-      );
-      const a = await createOAuth({
-        settings: cfgA.oauth!,
-        engine: state.engine,
-        tokens,
-        principals: cfgA.principals,
-        logger: silent,
-      });
-      await a.store.upsertClient({
-        client_id: "c1",
-        kind: "dynamic",
-        client_name: "c",
-        redirect_uris: ["https://app.example/cb"],
-      });
-      const { code } = await created(
-        a.store.createGrantWithCode(
-          {
-            client_id: "c1",
-            principal_id: "alice",
-            key_id: key.token_id,
-            scopes: ["project:read"],
-            projects: ["demo"],
-            resource: cfgA.oauth!.resource,
-          },
-          { redirect_uri: "https://app.example/cb", code_challenge: "x" },
-        ),
-      );
-      const r = await a.store.redeemCode(code, "c1", "https://app.example/cb", TTL);
-      if (!r.ok) throw new Error(r.reason);
-      expect((await a.authenticate(r.pair.access_token))?.id).toBe("alice");
-      const b = await createOAuth({
-        settings: cfgB.oauth!,
-        engine: state.engine,
-        tokens,
-        principals: cfgB.principals,
-        logger: silent,
-      });
-      expect(await b.authenticate(r.pair.access_token)).toBeNull();
-      // Revoking the access key the person typed ends the grant's tokens too.
-      await tokens.revoke(key.token_id);
-      expect(await a.authenticate(r.pair.access_token)).toBeNull();
-      // The audit rows hold ids and scopes, never the code or a token.
-      const audit = JSON.stringify(await a.store.auditRows());
-      expect(audit).toContain('"event":"grant"');
-      expect(audit).not.toContain(code);
-      expect(audit).not.toContain(r.pair.access_token);
-      expect(audit).not.toContain(r.pair.refresh_token);
-    } finally {
-      await state.close();
-    }
+    const tokens = new TokenStore(state.engine);
+    const lookup = (id: string) => cfgA.principals.find((p) => p.id === id);
+    const key = await tokens.issue(
+      { principal_id: "alice", scopes: ["project:read"], projects: ["demo"], allowCodingAgentRun: false },
+      lookup,
+    );
+    const a = await createOAuth({
+      settings: cfgA.oauth!,
+      engine: state.engine,
+      tokens,
+      principals: cfgA.principals,
+      logger: silent,
+    });
+    await a.store.upsertClient({
+      client_id: "c1",
+      kind: "dynamic",
+      client_name: "c",
+      redirect_uris: ["https://app.example/cb"],
+    });
+    const { code } = await created(
+      a.store.createGrantWithCode(
+        {
+          client_id: "c1",
+          principal_id: "alice",
+          key_id: key.token_id,
+          scopes: ["project:read"],
+          projects: ["demo"],
+          resource: cfgA.oauth!.resource,
+        },
+        { redirect_uri: "https://app.example/cb", code_challenge: "x" },
+      ),
+    );
+    const r = await a.store.redeemCode(code, "c1", "https://app.example/cb", TTL);
+    if (!r.ok) throw new Error(r.reason);
+    expect((await a.authenticate(r.pair.access_token))?.id).toBe("alice");
+    const b = await createOAuth({
+      settings: cfgB.oauth!,
+      engine: state.engine,
+      tokens,
+      principals: cfgB.principals,
+      logger: silent,
+    });
+    expect(await b.authenticate(r.pair.access_token)).toBeNull();
+    // Revoking the access key the person typed ends the grant's tokens too.
+    await tokens.revoke(key.token_id);
+    expect(await a.authenticate(r.pair.access_token)).toBeNull();
+    // The audit rows hold ids and scopes, never the code or a token.
+    const audit = JSON.stringify(await a.store.auditRows());
+    expect(audit).toContain('"event":"grant"');
+    expect(audit).not.toContain(code);
+    expect(audit).not.toContain(r.pair.access_token);
+    expect(audit).not.toContain(r.pair.refresh_token);
   });
 
   it("keeps dynamic clients within max_dynamic_clients: the oldest unused one makes room, clients with live grants stay", async () => {
-    const dir = tempDir();
+    const { dir, store: state } = await openTestState();
     const cfg = config(dir, "https://a.example", { max_dynamic_clients: 2 });
-    const state = new StateStore(cfg.stateDir);
-    try {
-      const store = new OAuthStore(state.engine);
-      const clients = new OAuthClients({ store, settings: cfg.oauth!, logger: silent });
-      const reg = async (id: string) =>
-        (await clients.registerClient({ client_id: id, redirect_uris: ["https://app.example/cb"] } as never)).client_id;
-      await reg("one");
-      await reg("two");
-      await reg("three");
-      expect((await store.clients()).map((c) => c.client_id).sort()).toEqual(["three", "two"]);
-      for (const id of ["two", "three"]) {
-        await store.createGrantWithCode(
-          { client_id: id, principal_id: "alice", key_id: null, scopes: ["project:read"], projects: [], resource: "r" },
-          { redirect_uri: "https://app.example/cb", code_challenge: "x" },
-        );
-      }
-      await expect(reg("four")).rejects.toThrow(/as many registered clients/);
-      await expect(
-        clients.registerClient({ client_id: "five", redirect_uris: ["http://evil.example/cb"] } as never),
-      ).rejects.toThrow(/loopback/);
-    } finally {
-      await state.close();
+    const store = new OAuthStore(state.engine);
+    const clients = new OAuthClients({ store, settings: cfg.oauth!, logger: silent });
+    const reg = async (id: string) =>
+      (await clients.registerClient({ client_id: id, redirect_uris: ["https://app.example/cb"] } as never)).client_id;
+    await reg("one");
+    await reg("two");
+    await reg("three");
+    expect((await store.clients()).map((c) => c.client_id).sort()).toEqual(["three", "two"]);
+    for (const id of ["two", "three"]) {
+      await store.createGrantWithCode(
+        { client_id: id, principal_id: "alice", key_id: null, scopes: ["project:read"], projects: [], resource: "r" },
+        { redirect_uri: "https://app.example/cb", code_challenge: "x" },
+      );
     }
+    await expect(reg("four")).rejects.toThrow(/as many registered clients/);
+    await expect(
+      clients.registerClient({ client_id: "five", redirect_uris: ["http://evil.example/cb"] } as never),
+    ).rejects.toThrow(/loopback/);
   });
 
+  // SQLite only: the database from before OAuth is a SQLite file (see the top of this file).
   it("opens a state database from before OAuth: static tokens keep their exact scopes and no client is provisioned", async () => {
     const dir = tempDir();
     const cfg = config(dir, "http://127.0.0.1:1");

@@ -1,13 +1,15 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+/**
+ * Reconciliation rules, and `reconcileRecord` over a StateStore on the pass's state engine
+ * (support/test-state.ts): SQLite in the main pass, PostgreSQL in the PostgreSQL pass.
+ */
 import { type HelloFrame, PROTOCOL_VERSION, type RunSummary } from "@webcodex/protocol";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import type { Registry } from "../src/link/registry.js";
 import { RunContext } from "../src/runs/context.js";
 import { decide, decideAfterQuery, reconcileRecord } from "../src/runs/reconcile.js";
-import { type AdmissionRecord, StateStore } from "../src/state/store.js";
+import type { AdmissionRecord } from "../src/state/store.js";
+import { openTestState } from "./support/test-state.js";
 
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const STORE = "store_aaaaaaaaaaaaaaaa";
@@ -127,31 +129,25 @@ describe("reconciliation rules (design §6.1)", () => {
 
 describe("a not_found that predates a start proves nothing (reconcileRecord)", () => {
   async function reconcileSent(startSentMeanwhile: boolean) {
-    const dir = mkdtempSync(join(tmpdir(), "wc-reconcile-"));
-    const store = new StateStore(dir);
-    try {
-      const { created_at: _c, updated_at: _u, cancel_forwarded: _f, effective_config: _e, ...sent } = record("sent");
-      await store.insert(sent);
-      const ctx = new RunContext(store, {} as Registry, pino({ level: "silent" }));
-      const closed = await reconcileRecord(await store.get(RUN).then((r) => r as AdmissionRecord), hello(STORE), {
-        store,
-        logger: pino({ level: "silent" }),
-        isBusy: () => false,
-        startMark: () => ctx.startMark(),
-        startSentSince: (runId, mark) => ctx.startSentSince(runId, mark),
-        // The Runner answers not_found; meanwhile (maybe) a start of the run leaves on this instance.
-        query: async () => {
-          if (startSentMeanwhile) ctx.noteStartSent(RUN);
-          return null;
-        },
-        apply: async () => undefined,
-        closed: () => undefined,
-      });
-      return { closed, after: await store.get(RUN) };
-    } finally {
-      await store.close();
-      rmSync(dir, { recursive: true, force: true });
-    }
+    const { store } = await openTestState();
+    const { created_at: _c, updated_at: _u, cancel_forwarded: _f, effective_config: _e, ...sent } = record("sent");
+    await store.insert(sent);
+    const ctx = new RunContext(store, {} as Registry, pino({ level: "silent" }));
+    const closed = await reconcileRecord(await store.get(RUN).then((r) => r as AdmissionRecord), hello(STORE), {
+      store,
+      logger: pino({ level: "silent" }),
+      isBusy: () => false,
+      startMark: () => ctx.startMark(),
+      startSentSince: (runId, mark) => ctx.startSentSince(runId, mark),
+      // The Runner answers not_found; meanwhile (maybe) a start of the run leaves on this instance.
+      query: async () => {
+        if (startSentMeanwhile) ctx.noteStartSent(RUN);
+        return null;
+      },
+      apply: async () => undefined,
+      closed: () => undefined,
+    });
+    return { closed, after: await store.get(RUN) };
   }
 
   it("closes a sent record the Runner does not know as never admitted", async () => {

@@ -1,42 +1,33 @@
 /**
  * Retention of Workflow Sessions: a session untouched for `[server] session_max_idle_secs` (not updated,
  * no evidence since) with no run in flight is deleted with its evidence and run links; busy or recent
- * ones stay. Real SQLite file through the Server's StateStore (migrated schema), injected clock.
+ * ones stay. The Server's StateStore (migrated schema) on the pass's state engine (support/test-state.ts),
+ * injected clock.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { pino } from "pino";
-import { afterEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { buildServerConfig } from "../src/config.js";
 import type { Principal } from "../src/runs/api.js";
 import { SESSION_PRUNE_INTERVAL_MS, SessionService } from "../src/sessions/service.js";
 import { DEFAULT_SESSION_MAX_IDLE_SECS, MAX_SESSIONS_PER_PRINCIPAL, SessionStore } from "../src/sessions/store.js";
-import { StateStore } from "../src/state/store.js";
-
-const dirs: string[] = [];
-const stores: StateStore[] = [];
-afterEach(async () => {
-  for (const s of stores.splice(0)) await s.close();
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-});
+import type { StateStore } from "../src/state/store.js";
+import { openTestState } from "./support/test-state.js";
 
 const DAY = 24 * 3600 * 1000;
 
-function open() {
-  const dir = mkdtempSync(join(tmpdir(), "wc-sess-ret-"));
-  dirs.push(dir);
-  const state = new StateStore(dir);
-  stores.push(state);
+/** `sqlite`: on a SQLite file in either pass (see openTestState). */
+async function open(options: { sqlite?: boolean } = {}) {
+  const { store: state } = await openTestState(options);
   let now = Date.parse("2026-01-01T00:00:00Z");
   const sessions = new SessionStore(state.engine, () => new Date(now));
   return { state, sessions, advance: (ms: number) => (now += ms) };
 }
 
-function count(state: StateStore, table: string, sessionId: string): number {
+async function count(state: StateStore, table: string, sessionId: string): Promise<number> {
   return (
-    state.sqlite.prepare(`SELECT COUNT(*) AS n FROM ${table} WHERE session_id = ?`).get(sessionId) as { n: number }
-  ).n;
+    (await state.engine.get<{ n: number }>(`SELECT COUNT(*) AS n FROM ${table} WHERE session_id = ?`, [sessionId]))
+      ?.n ?? -1
+  );
 }
 
 async function evidence(sessions: SessionStore, sessionId: string, runId: string) {
@@ -54,7 +45,7 @@ async function evidence(sessions: SessionStore, sessionId: string, runId: string
 
 describe("workflow session retention", () => {
   it("deletes idle sessions with their evidence and links; keeps updated, recently recorded and in-flight ones", async () => {
-    const { state, sessions, advance } = open();
+    const { state, sessions, advance } = await open();
     const mk = (id: string) =>
       sessions.insertSession({ session_id: id, principal_id: "alice", project_id: "demo", title: id });
     await mk("idle");
@@ -72,8 +63,8 @@ describe("workflow session retention", () => {
 
     expect(await sessions.pruneIdle(5 * DAY)).toBe(1);
     expect(await sessions.session("idle")).toBeUndefined();
-    expect(count(state, "workflow_session_evidence", "idle")).toBe(0);
-    expect(count(state, "workflow_session_runs", "idle")).toBe(0);
+    expect(await count(state, "workflow_session_evidence", "idle")).toBe(0);
+    expect(await count(state, "workflow_session_runs", "idle")).toBe(0);
     for (const kept of ["updated", "recorded", "inflight"]) expect(await sessions.session(kept)).toBeDefined();
     expect(await sessions.pruneIdle(5 * DAY)).toBe(0);
 
@@ -84,7 +75,7 @@ describe("workflow session retention", () => {
   });
 
   it("the Server's session service prunes at start with the configured age", async () => {
-    const { state, sessions, advance } = open();
+    const { state, sessions, advance } = await open();
     await sessions.insertSession({ session_id: "old", principal_id: "alice", project_id: "demo", title: "t" });
     advance(2 * DAY);
     await new SessionService(sessions, state, pino({ level: "silent" }), 3 * 24 * 3600).start();
@@ -94,7 +85,7 @@ describe("workflow session retention", () => {
   });
 
   it("a create prunes at most once per interval, and always before refusing a principal at its cap", async () => {
-    const { state, sessions, advance } = open();
+    const { state, sessions, advance } = await open();
     const alice: Principal = { id: "alice", scopes: new Set(["runtime:write"]), projects: new Set(["demo"]) };
     const service = new SessionService(sessions, state, pino({ level: "silent" }), 24 * 3600);
     await service.start();
@@ -127,8 +118,9 @@ describe("workflow session retention", () => {
     expect(await sessions.countSessions("alice")).toBe(MAX_SESSIONS_PER_PRINCIPAL - 3);
   });
 
+  // SQLite only: its engine keeps prepared statements per connection; PostgreSQL's sends each statement as is.
   it("prepares each statement once per connection, not on each call", async () => {
-    const { state, sessions, advance } = open();
+    const { state, sessions, advance } = await open({ sqlite: true });
     const everything = async (id: string, run: string) => {
       await sessions.insertSession({ session_id: id, principal_id: "alice", project_id: "demo", title: "t" });
       await sessions.updateTexts(id, { handoff: "h", goal: "g" });

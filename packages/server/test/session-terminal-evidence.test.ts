@@ -2,34 +2,26 @@
  * A recorded run's terminal entry and the mark that says it was written (`terminal_recorded`) commit
  * together. Before, the mark committed first: an append that failed, or a crash between the two, left
  * the run marked with no terminal entry, and the start-up catch-up (which redoes unmarked runs only)
- * never wrote it; a reader could also see the mark before the entry. Real SQLite file through the
- * Server's StateStore, the listener the Server installs (SessionService), a failed append injected once.
+ * never wrote it; a reader could also see the mark before the entry. The Server's StateStore on the pass's
+ * state engine (support/test-state.ts), the listener the Server installs (SessionService), a failed append
+ * injected once.
  */
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { SessionService } from "../src/sessions/service.js";
 import { SessionStore } from "../src/sessions/store.js";
-import { StateStore } from "../src/state/store.js";
+import type { StateStore } from "../src/state/store.js";
+import { openTestState } from "./support/test-state.js";
 
-const dirs: string[] = [];
-const stores: StateStore[] = [];
-afterEach(async () => {
+afterEach(() => {
   vi.restoreAllMocks();
-  for (const s of stores.splice(0)) await s.close();
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const quiet = pino({ level: "silent" });
 
 async function open() {
-  const dir = mkdtempSync(join(tmpdir(), "wc-sess-term-"));
-  dirs.push(dir);
-  const state = new StateStore(dir);
-  stores.push(state);
+  const { store: state } = await openTestState();
   const sessions = new SessionStore(state.engine);
   await sessions.insertSession({ session_id: "s1", principal_id: "alice", project_id: "demo", title: "s1" });
   await state.insert({

@@ -1,11 +1,14 @@
+/**
+ * Attempt refs, managed-path identity, and task retention over a TaskStore on the pass's state engine
+ * (support/test-state.ts): SQLite in the main pass, PostgreSQL in the PostgreSQL pass.
+ */
 import { randomBytes } from "node:crypto";
-import Database from "better-sqlite3";
 import { describe, expect, it } from "vitest";
 import { deriveRunId } from "../src/runs/identity.js";
-import { SqliteEngine } from "../src/state/engine-sqlite.js";
-import { migrate } from "../src/state/schema.js";
+import type { StateEngine } from "../src/state/engine.js";
 import { AttemptRefs, deriveTaskId, deriveTaskRunId } from "../src/tasks/claim.js";
 import { TaskStore } from "../src/tasks/store.js";
+import { openTestState } from "./support/test-state.js";
 
 const claim = {
   task_id: "wc_task_aaaaaaaaaaaaaaaaaaaaaaaaaa",
@@ -48,16 +51,15 @@ describe("managed-path identity", () => {
   });
 });
 
-function migrated(): SqliteEngine {
-  const db = new Database(":memory:");
-  migrate(db, ":memory:");
-  return new SqliteEngine(db);
+/** A migrated state engine of the test's own. */
+async function migrated(): Promise<StateEngine> {
+  return (await openTestState()).engine;
 }
 
 describe("task retention", () => {
   it("deletes closed tasks past retention with their attempts and bindings, and keeps open ones", async () => {
     let now = Date.parse("2026-01-01T00:00:00Z");
-    const store = new TaskStore(migrated(), () => new Date(now));
+    const store = new TaskStore(await migrated(), () => new Date(now));
     const mk = (id: string) =>
       store.insertTask({
         task_id: id,
@@ -89,7 +91,7 @@ describe("task retention", () => {
 
   it("keeps at most maxClosed closed tasks, dropping the oldest closed first", async () => {
     let now = Date.parse("2026-01-01T00:00:00Z");
-    const store = new TaskStore(migrated(), () => new Date(now));
+    const store = new TaskStore(await migrated(), () => new Date(now));
     for (const id of ["t1", "t2", "t3"]) {
       await store.insertTask({
         task_id: id,

@@ -1,8 +1,8 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import Database from "better-sqlite3";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+/**
+ * Principal tokens (principals/tokens.ts) on the state engine of the pass (support/test-state.ts): SQLite
+ * in the main pass, PostgreSQL in the PostgreSQL pass.
+ */
+import { beforeEach, describe, expect, it } from "vitest";
 import { buildServerConfig } from "../src/config.js";
 import {
   bearerToken,
@@ -13,11 +13,10 @@ import {
   TokenIssueError,
   TokenStore,
 } from "../src/principals/tokens.js";
-import { openSqliteEngine, type SqliteEngine } from "../src/state/engine-sqlite.js";
-import { migrateState } from "../src/state/schema.js";
+import { openTestState, type TestState } from "./support/test-state.js";
 
+let state: TestState;
 let dir: string;
-let db: SqliteEngine;
 let store: TokenStore;
 const principals: ConfiguredPrincipal[] = [
   { id: "alice", scopes: ["coding_agent:run", "project:write", "project:read"], projects: ["demo", "docs"] },
@@ -25,15 +24,9 @@ const principals: ConfiguredPrincipal[] = [
 ];
 
 beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), "wc-tokens-"));
-  const file = join(dir, "server.sqlite3");
-  db = openSqliteEngine(file);
-  await migrateState(db, file);
-  store = new TokenStore(db);
-});
-afterEach(async () => {
-  await db.close();
-  rmSync(dir, { recursive: true, force: true });
+  state = await openTestState();
+  dir = state.dir;
+  store = new TokenStore(state.engine);
 });
 
 const issueAlice = (over: Partial<Parameters<TokenStore["issue"]>[0]> = {}) =>
@@ -60,17 +53,13 @@ describe("token issue and verify", () => {
 
   it("stores only the sha256 of the token, never the token", async () => {
     const issued = await issueAlice();
-    await db.close();
-    const bytes = readdirSync(dir)
-      .map((f) => readFileSync(join(dir, f)).toString("latin1"))
-      .join("");
-    expect(bytes).not.toContain(issued.token);
-    expect(bytes).not.toContain(issued.token.slice(4, 24));
-    const reopened = new Database(join(dir, "server.sqlite3"));
-    expect(reopened.prepare("SELECT token_hash FROM principal_tokens").pluck().all()).toEqual([
-      hashToken(issued.token),
+    const text = await state.text();
+    expect(text).not.toContain(issued.token);
+    expect(text).not.toContain(issued.token.slice(4, 24));
+    const other = await state.another();
+    expect(await other.all("SELECT token_hash FROM principal_tokens")).toEqual([
+      { token_hash: hashToken(issued.token) },
     ]);
-    reopened.close();
   });
 
   it("refuses coding_agent:run without the explicit opt-in", async () => {
@@ -128,12 +117,8 @@ describe("token issue and verify", () => {
     const issued = await issueAlice();
     const lookup = principalLookup(principals);
     for (let i = 0; i < 3; i++) expect((await store.verify(issued.token, lookup))?.id).toBe("alice");
-    const cli = openSqliteEngine(join(dir, "server.sqlite3"));
-    try {
-      expect(await new TokenStore(cli).revoke(issued.token_id)).toBe(true);
-    } finally {
-      await cli.close();
-    }
+    const cli = await state.another();
+    expect(await new TokenStore(cli).revoke(issued.token_id)).toBe(true);
     expect(await store.verify(issued.token, lookup)).toBeNull();
   });
 
