@@ -33,6 +33,7 @@ function record(admission: AdmissionRecord["admission"], store_id: string | null
     recovery_kind: "wait",
     message: null,
     cancel_forwarded: false,
+    cancel_pending: false,
     effective_config: [],
     created_at: "t",
     updated_at: "t",
@@ -130,7 +131,14 @@ describe("reconciliation rules (design §6.1)", () => {
 describe("a not_found that predates a start proves nothing (reconcileRecord)", () => {
   async function reconcileSent(startSentMeanwhile: boolean) {
     const { store } = await openTestState();
-    const { created_at: _c, updated_at: _u, cancel_forwarded: _f, effective_config: _e, ...sent } = record("sent");
+    const {
+      created_at: _c,
+      updated_at: _u,
+      cancel_forwarded: _f,
+      cancel_pending: _p,
+      effective_config: _e,
+      ...sent
+    } = record("sent");
     await store.insert(sent);
     const ctx = new RunContext(store, {} as Registry, pino({ level: "silent" }));
     const closed = await reconcileRecord(await store.get(RUN).then((r) => r as AdmissionRecord), hello(STORE), {

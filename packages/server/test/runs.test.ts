@@ -366,6 +366,34 @@ describe("run core", () => {
     expect(seen).toEqual(Array.from({ length: 60 }, (_, i) => i + 1));
   });
 
+  it("sends again after a restart a cancel whose answer never came, from its record", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    const link = await online(h, svc);
+    const run = ok(await h.server.runs.start(alice, input("cancel-unknown")));
+    let release = () => {};
+    svc.cancelGate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const cancelling = h.server.runs.cancel(alice, { run_id: run.run_id });
+    await poll(() => svc.cancels.length === 1, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+    await link.close(); // the Runner's answer never reaches this Server
+    expect(ok(await cancelling)).toMatchObject({ cancel_requested: true, already_terminal: false });
+    expect(await h.server.store.get(run.run_id)).toMatchObject({ cancel_forwarded: false, cancel_pending: true });
+    // Nothing of this Server's memory survives: only the record can say the cancel is owed.
+    await h.restartServer();
+    svc.cancelGate = null;
+    release();
+    await online(h, svc);
+    await poll(async () => (await h.server.store.get(run.run_id))?.cancel_forwarded === true, {
+      timeoutMs: RECONNECT_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+      what: "the cancel sent again after the Runner's hello",
+    });
+    expect(await h.server.store.get(run.run_id)).toMatchObject({ cancel_pending: false });
+    expect(svc.cancels).toEqual([run.run_id, run.run_id]);
+  });
+
   it("forwards cancel once and answers repeats idempotently", async () => {
     h = await new Harness().start([R1]);
     const svc = new FakeRunService();

@@ -389,7 +389,7 @@ export class Admission {
           const written = unacknowledged
             ? await store.update(runId, { ...intent, admission: "sent" }, { tx })
             : existing
-              ? await store.update(runId, { ...intent, cancel_forwarded: false }, { tx })
+              ? await store.update(runId, { ...intent, cancel_forwarded: false, cancel_pending: false }, { tx })
               : await store.insert({ run_id: runId, principal_id: principal.id, ...intent }, tx);
           // Cannot happen under the lock and the FOR UPDATE read of `StateStore.decide`; rolls back if it does.
           if (written === undefined) throw new Error(`admission record ${runId} changed inside its transaction`);

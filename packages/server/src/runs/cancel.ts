@@ -2,7 +2,9 @@
  * Cancellation (design §6.3 cancel_coding_agent): idempotent. The first
  * cancel of a live run sends `run.cancel` once and records
  * `cancel_forwarded` on the Runner's answer; a cancel whose delivery is
- * unknown stays pending and is sent again after the runner's next hello.
+ * unknown stays pending in its record (`cancel_pending`) and is sent again
+ * after the runner's next hello — on whichever instance accepts it, this
+ * one after a restart included.
  */
 import { isTerminalState, RunId } from "@webcodex/protocol";
 import type { RequestOutcome, RunnerConnection } from "../link/hub.js";
@@ -14,8 +16,6 @@ import { fail, type RunContext } from "./context.js";
 
 export class Cancellation {
   readonly #ctx: RunContext;
-  /** Runs whose cancel was sent but whose delivery is unknown (connection closed or request timed out). */
-  readonly #pendingCancels = new Set<string>();
 
   constructor(ctx: RunContext) {
     this.#ctx = ctx;
@@ -52,10 +52,11 @@ export class Cancellation {
         "wait",
       );
     }
-    const wasPending = this.#pendingCancels.has(rec.run_id);
+    const wasPending = rec.cancel_pending;
     const res = await this.#sendCancel(rec.run_id, runner);
     if (!res.ok && (res.reason === "not_sent" || res.reason === "busy")) {
-      if (!wasPending) this.#pendingCancels.delete(rec.run_id);
+      // This one surely did not leave; an earlier one whose delivery is unknown still may have.
+      if (!wasPending) await this.#ctx.store.update(rec.run_id, { cancel_pending: false });
       return fail("runner_unavailable", "The cancel could not be delivered to the Runner. Try again.", "wait");
     }
     if (res.ok && res.frame.type === "run.cancel.result") {
@@ -86,20 +87,24 @@ export class Cancellation {
   }
 
   /**
-   * Send run.cancel and record what is known. cancel_forwarded is set only on run.cancel.result; a
-   * cancel whose delivery is unknown (closed, timeout) stays pending and is sent again after the
-   * runner's next hello — safe, because the Runner sends session/cancel at most once per run.
+   * Send run.cancel and record what is known. The record says `cancel_pending` before the frame leaves;
+   * cancel_forwarded is set only on run.cancel.result. A cancel whose delivery is unknown (closed,
+   * timeout) stays pending and is sent again after the runner's next hello — safe, because the Runner
+   * sends session/cancel at most once per run.
    */
   async #sendCancel(runId: string, runner: LiveRunner): Promise<RequestOutcome> {
-    this.#pendingCancels.add(runId);
+    await this.#ctx.store.update(runId, { cancel_pending: true });
     const mark = this.#ctx.startMark();
     const res = await runner.conn.request({ type: "run.cancel", run_id: runId });
     if (!res.ok) return res;
-    this.#pendingCancels.delete(runId);
     if (res.frame.type === "run.cancel.result") {
-      await this.#ctx.store.update(runId, { cancel_forwarded: true });
+      await this.#ctx.store.update(runId, { cancel_forwarded: true, cancel_pending: false });
       await this.#ctx.persist(runId, res.frame.run);
-    } else if (res.frame.type === "error" && res.frame.code === "not_found") {
+      return res;
+    }
+    // The Runner answered: an unknown run or one it keeps only as a tombstone has nothing to cancel.
+    await this.#ctx.store.update(runId, { cancel_pending: false });
+    if (res.frame.type === "error" && res.frame.code === "not_found") {
       await this.#ctx.closeIfNeverAdmitted(runId, runner, mark);
     } else if (res.frame.type === "error" && res.frame.tombstone) {
       await this.#ctx.applyTombstone(runId, res.frame.tombstone);
@@ -107,16 +112,15 @@ export class Cancellation {
     return res;
   }
 
-  /** After a hello (and its reconciliation): send again the cancels of this runner whose delivery is unknown. */
+  /**
+   * After a hello (and its reconciliation) on this instance: send again the cancels of this runner whose
+   * delivery is unknown, whichever instance sent them (`cancel_pending` in their records).
+   */
   async reforward(conn: RunnerConnection): Promise<void> {
-    for (const runId of [...this.#pendingCancels]) {
-      const rec = await this.#ctx.store.get(runId);
-      if (!rec || rec.cancel_forwarded || isTerminalState(rec.state)) {
-        this.#pendingCancels.delete(runId);
-        continue;
-      }
+    for (const rec of await this.#ctx.store.listPendingCancels(conn.runnerId)) {
+      const runId = rec.run_id;
       const runner = this.#ctx.registry.live(rec.runner_id);
-      if (rec.runner_id !== conn.runnerId || runner?.conn !== conn) continue;
+      if (runner?.conn !== conn) return; // replaced meanwhile: the newer hello re-forwards
       this.#ctx.log.info(
         { run_id: runId, runner_id: rec.runner_id },
         "re-forwarding a cancel whose delivery was unknown",

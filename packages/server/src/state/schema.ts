@@ -379,6 +379,15 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE runner_presence ADD COLUMN runner_version TEXT;
     `,
   },
+  {
+    version: 15,
+    summary:
+      "a cancel whose delivery to the Runner is unknown is kept in its record (cancel_pending), so that " +
+      "whichever instance next accepts that Runner's hello — or this one after a restart — sends it again",
+    sql: `
+      ALTER TABLE admission_records ADD COLUMN cancel_pending INTEGER NOT NULL DEFAULT 0;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

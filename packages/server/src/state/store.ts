@@ -51,6 +51,11 @@ export interface AdmissionRecord {
   recovery_kind: RecoveryKind;
   message: string | null;
   cancel_forwarded: boolean;
+  /**
+   * A cancel was sent and its delivery is unknown (the answer never came): sent again after the Runner's
+   * next hello, on whichever instance accepts it (runs/cancel.ts). Cleared once the Runner answered.
+   */
+  cancel_pending: boolean;
   /** Every config option the agent advertised, with its value, as the Runner last reported (bounded). */
   effective_config: readonly EffectiveConfigEntry[];
   created_at: string;
@@ -77,6 +82,7 @@ const COLUMNS = [
   "recovery_kind",
   "message",
   "cancel_forwarded",
+  "cancel_pending",
   "effective_config",
   "created_at",
   "updated_at",
@@ -84,8 +90,9 @@ const COLUMNS = [
 
 const PATCHABLE = new Set<string>(COLUMNS.filter((c) => c !== "run_id" && c !== "principal_id" && c !== "created_at"));
 
-type Row = Omit<AdmissionRecord, "cancel_forwarded" | "effective_config"> & {
+type Row = Omit<AdmissionRecord, "cancel_forwarded" | "cancel_pending" | "effective_config"> & {
   cancel_forwarded: number;
+  cancel_pending: number;
   effective_config: string;
 };
 
@@ -97,7 +104,12 @@ function fromRow(row: Row): AdmissionRecord {
   } catch {
     effective = [];
   }
-  return Object.freeze({ ...row, cancel_forwarded: row.cancel_forwarded === 1, effective_config: effective });
+  return Object.freeze({
+    ...row,
+    cancel_forwarded: row.cancel_forwarded === 1,
+    cancel_pending: row.cancel_pending === 1,
+    effective_config: effective,
+  });
 }
 
 /**
@@ -376,18 +388,22 @@ export class StateStore {
    * once across instances, insert inside a transaction opened with `{lock: admissionLock(runId)}`.
    */
   async insert(
-    record: Omit<AdmissionRecord, "created_at" | "updated_at" | "cancel_forwarded" | "effective_config">,
+    record: Omit<
+      AdmissionRecord,
+      "created_at" | "updated_at" | "cancel_forwarded" | "cancel_pending" | "effective_config"
+    >,
     tx?: StateQueries,
   ): Promise<AdmissionRecord | undefined> {
     const now = new Date().toISOString();
     const full: AdmissionRecord = {
       ...record,
       cancel_forwarded: false,
+      cancel_pending: false,
       effective_config: [],
       created_at: now,
       updated_at: now,
     };
-    const row: Record<string, SqlParam> = { ...full, cancel_forwarded: 0, effective_config: "[]" };
+    const row: Record<string, SqlParam> = { ...full, cancel_forwarded: 0, cancel_pending: 0, effective_config: "[]" };
     this.#invalidate(record.run_id);
     const { changes } = await (tx ?? this.engine).run(
       INSERT_RECORD,
@@ -468,6 +484,16 @@ export class StateStore {
   async listOpenForRunner(runnerId: string): Promise<AdmissionRecord[]> {
     const rows = await this.engine.all<Row>(
       `SELECT * FROM admission_records WHERE runner_id = ? AND state NOT IN ${TERMINAL_LIST}`,
+      [runnerId],
+    );
+    return rows.map(fromRow);
+  }
+
+  /** Records of one runner, not terminal, whose cancel was sent with its delivery unknown (`cancel_pending`). */
+  async listPendingCancels(runnerId: string): Promise<AdmissionRecord[]> {
+    const rows = await this.engine.all<Row>(
+      `SELECT * FROM admission_records WHERE runner_id = ? AND cancel_pending = 1 AND cancel_forwarded = 0
+       AND state NOT IN ${TERMINAL_LIST}`,
       [runnerId],
     );
     return rows.map(fromRow);

@@ -36,6 +36,8 @@ export class FakeRunService implements RunService {
   readonly tombstones = new Map<string, RunTombstone>();
   readonly starts: RunStartRequest[] = [];
   readonly cancels: string[] = [];
+  /** While set, a cancel is recorded but answered only once this settles (an answer that may never come). */
+  cancelGate: Promise<void> | null = null;
   capacityFull = false;
   /** Ring size: events older than this many are dropped. */
   ringMax = 10_000;
@@ -139,6 +141,7 @@ export class FakeRunService implements RunService {
     const r = this.runs.get(runId);
     if (!r) return null;
     this.cancels.push(runId);
+    if (this.cancelGate !== null) await this.cancelGate;
     const terminal = ["completed", "failed", "cancelled", "lost"].includes(r.summary.state);
     return { run: r.summary, cancel_requested: !terminal, already_terminal: terminal };
   }
