@@ -114,8 +114,12 @@ describe("a Runner whose agents share its user, and the link (real processes)", 
     const serverBefore = (s.logs.get("server") ?? "").length;
     await s.killRunner("r1", "SIGKILL");
     await s.startRunner("r1");
-    // It was refused more than once while it waited…
-    expect(await refusedCount(s)).toBeGreaterThanOrEqual(2);
+    // It was refused more than once while it waited (audit rows are written after the decision, in turn)…
+    await poll(async () => (await refusedCount(s!)) >= 2, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the refused hellos audited",
+    });
     // …and said so once: the reason on the Runner's side, the possible impersonation on the Server's.
     const runnerLog = s.logs.get("r1");
     expect(lines(runnerLog, WAIT_LINE)).toHaveLength(1);
@@ -190,8 +194,12 @@ describe.skipIf(!IS_ROOT)("with run_as on every agent (needs root to create a us
     await s.startRunner("r1");
     // Well inside the lease (two 10 s heartbeats): the secret did it, not a timeout.
     expect(Date.now() - killed).toBeLessThan(LONG_HEARTBEAT_MS);
-    const events = (await linkAudit(s)).map((r) => r.event);
-    expect(events).toEqual(["link_granted", "link_resumed"]);
+    await poll(async () => (await linkAudit(s!)).length >= 2, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the resumed link audited",
+    });
+    expect((await linkAudit(s)).map((r) => r.event)).toEqual(["link_granted", "link_resumed"]);
     expect(lines(s.logs.get("r1"), WAIT_LINE)).toHaveLength(0);
     expect((await s.runToEnd("after-crash")).state).toBe("completed");
   });
