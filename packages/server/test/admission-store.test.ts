@@ -29,6 +29,7 @@ import type { StateEngine } from "../src/state/engine.js";
 import { openPostgresEngine } from "../src/state/engine-postgres.js";
 import { migrateState } from "../src/state/schema.js";
 import { type AdmissionRecord, RECORD_CHANGED, RECORD_PEEK_TTL_MS, StateStore } from "../src/state/store.js";
+import { runSummary } from "./support/run-summary.js";
 
 /** Concurrent starts of one run id per race round, spread over the instances. */
 const RACERS = 8;
@@ -301,28 +302,14 @@ describe("what observe shows (StateStore.peek) on PostgreSQL", () => {
 
 /** A Runner's summary of `id` in `state` (what a run.update or a run.sync answer carries). */
 function summaryOf(id: string, state: RunState, execution_state: "started" | "completed"): RunSummary {
-  const at = new Date().toISOString();
-  return {
+  const done = state === "completed";
+  return runSummary({
     run_id: id,
-    intent_fingerprint: "f".repeat(64),
-    project_id: "demo",
-    provider_id: "fake",
-    provider_instance_id: "pi_1",
-    agent_instance_id: "ai_1",
-    phase: state === "completed" ? "terminal" : "dispatch_barrier",
     state,
     execution_state,
-    stop_reason: state === "completed" ? "end_turn" : null,
-    failure_kind: null,
-    recovery_kind: "none",
-    message: null,
-    effective_config: [],
-    ignored_updates: 0,
-    last_seq: 1,
-    oldest_seq: 1,
-    created_at: at,
-    updated_at: at,
-  };
+    phase: done ? "terminal" : "dispatch_barrier",
+    stop_reason: done ? "end_turn" : null,
+  });
 }
 
 const context = (store: StateStore) => new RunContext(store, {} as Registry, pino({ level: "silent" }));

@@ -13,6 +13,7 @@ import type { Registry } from "../src/link/registry.js";
 import { Runs } from "../src/runs/runs.js";
 import { StateBusyError, type StateEngine } from "../src/state/engine.js";
 import type { StateStore } from "../src/state/store.js";
+import { runSummary } from "./support/run-summary.js";
 
 const RUN_ID = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const RUNNER_ID = "r-elsewhere";
@@ -21,28 +22,12 @@ const AGENT_INSTANCE = "agent-instance-1";
 const SETTLE_MS = 200;
 
 function summary(): RunSummary {
-  const now = new Date().toISOString();
-  return {
+  return runSummary({
     run_id: RUN_ID,
-    intent_fingerprint: "f".repeat(64),
     project_id: "p",
-    provider_id: "fake",
     provider_instance_id: "provider-instance-1",
     agent_instance_id: AGENT_INSTANCE,
-    phase: "dispatch_barrier",
-    state: "running",
-    execution_state: "started",
-    stop_reason: null,
-    failure_kind: null,
-    recovery_kind: "none",
-    message: null,
-    effective_config: [],
-    ignored_updates: 0,
-    last_seq: 1,
-    oldest_seq: 1,
-    created_at: now,
-    updated_at: now,
-  } as RunSummary;
+  });
 }
 
 describe("following a run changed on another instance", () => {
