@@ -114,11 +114,11 @@ export class RunContext {
    *
    * `precheck` says where that first record comes from: the database (default), or — for the paths
    * taken on every event (the holder's run.update, an observer's catch-up) — a copy (`"copy"`,
-   * StateStore.peek) or the record the caller just read that way. A copy is never ahead of the
-   * database, and what a summary sets only moves forward, so a stale copy sends at most a write
-   * that changes nothing into the transaction. A terminal summary is always checked against the
-   * database: the run's end is never skipped on the word of a copy (say one read before the
-   * database was restored from an older backup).
+   * StateStore.peek) or the record the caller just read that way. What a summary sets only moves
+   * forward, so a copy behind the database sends at most a write that changes nothing into the
+   * transaction; a copy ahead of it (read before a restore from an older backup) can leave a
+   * non-terminal field behind until the run's next change. A terminal summary is always checked
+   * against the database: the run's end is never skipped on the word of a copy.
    */
   async persist(runId: string, summary: RunSummary, precheck: Precheck = "database"): Promise<void> {
     const rec =
