@@ -6,6 +6,7 @@
  */
 import http from "node:http";
 import https from "node:https";
+import { ABORTED, readBody, TOO_LARGE } from "../http-body.js";
 
 /** Connections to one peer at most; more requests wait for one of them (each is bounded by its timeout). */
 export const PEER_MAX_SOCKETS = 256;
@@ -56,22 +57,13 @@ export function postToPeer(
         agent: secure ? HTTPS_AGENT : HTTP_AGENT,
         headers: { ...headers, "content-length": String(body.length) },
       },
-      (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on("data", (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > maxBodyBytes) {
-            req.destroy();
-            done({ kind: "failed", sent: true, code: "body_too_large" });
-            return;
-          }
-          chunks.push(chunk);
-        });
-        res.on("end", () =>
-          done({ kind: "answered", status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }),
-        );
-        res.on("error", () => done({ kind: "failed", sent: true, code: null }));
+      async (res) => {
+        const text = await readBody(res, maxBodyBytes);
+        if (text === TOO_LARGE) {
+          req.destroy();
+          done({ kind: "failed", sent: true, code: "body_too_large" });
+        } else if (text === ABORTED) done({ kind: "failed", sent: true, code: null });
+        else done({ kind: "answered", status: res.statusCode ?? 0, text });
       },
     );
     // A reused connection is connected already; a new one reports when it is.

@@ -42,6 +42,7 @@ import {
   type RequestId,
   SUPPORTED_PROTOCOL_VERSIONS,
 } from "@modelcontextprotocol/server";
+import { ABORTED, readBody, TOO_LARGE } from "../http-body.js";
 import { classifyPost, type Era, eraHeaders } from "./era.js";
 
 /** A JSON-RPC error as an HTTP response body (`id: null` answers the POST itself; an id answers that request). */
@@ -236,34 +237,4 @@ export async function readMcpPost(
 function mediaType(header: string | undefined): string | undefined {
   if (header === undefined) return undefined;
   return (header.split(";", 1)[0] ?? "").trim().toLowerCase();
-}
-
-const TOO_LARGE = Symbol("too large");
-const ABORTED = Symbol("aborted");
-
-/**
- * The body as UTF-8 text; TOO_LARGE when it is (or declares itself) larger
- * than `max` bytes, ABORTED when the client went away before its end.
- */
-function readBody(req: IncomingMessage, max: number): Promise<string | typeof TOO_LARGE | typeof ABORTED> {
-  const declared = Number(req.headers["content-length"]);
-  if (Number.isFinite(declared) && declared > max) return Promise.resolve(TOO_LARGE);
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    const onData = (chunk: Buffer) => {
-      size += chunk.byteLength;
-      if (size > max) {
-        req.off("data", onData);
-        resolve(TOO_LARGE);
-        return;
-      }
-      chunks.push(chunk);
-    };
-    req.on("data", onData);
-    req.once("end", () => resolve(Buffer.concat(chunks, size).toString("utf8")));
-    // After "end" (or a refusal) this settles nothing: a promise resolves once.
-    req.once("close", () => resolve(ABORTED));
-    req.once("error", () => resolve(ABORTED));
-  });
 }
