@@ -20,6 +20,7 @@ import { RunnerHub } from "./link/hub.js";
 import { StateLeaseStore } from "./link/lease-store.js";
 import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
 import { Registry } from "./link/registry.js";
+import { CLUSTER_RUN_PUSH_PATH, handleRunPush } from "./link/run-push.js";
 import { RunnerTokenStore } from "./link/runner-tokens.js";
 import { OperatorReadClients } from "./oauth/operator-read.js";
 import { OAuthStore } from "./oauth/store.js";
@@ -184,12 +185,23 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       return;
     }
     if (clustered && path === CLUSTER_LINK_REQUEST_PATH) {
-      handleLinkRequest(req, res, linkKey, (r, f, t, i) => runs.executeForwarded(r, f, t, i), logger).catch(
-        (err: unknown) => {
-          logger.error({ err: (err as Error).message }, "cluster link request failed");
-          if (!res.headersSent) res.writeHead(500).end();
-        },
-      );
+      handleLinkRequest(
+        req,
+        res,
+        linkKey,
+        (r, f, t, i, follower) => runs.executeForwarded(r, f, t, i, follower),
+        logger,
+      ).catch((err: unknown) => {
+        logger.error({ err: (err as Error).message }, "cluster link request failed");
+        if (!res.headersSent) res.writeHead(500).end();
+      });
+      return;
+    }
+    if (clustered && path === CLUSTER_RUN_PUSH_PATH) {
+      handleRunPush(req, res, linkKey, (push) => runs.applyPushed(push), logger).catch((err: unknown) => {
+        logger.error({ err: (err as Error).message }, "pushed run update failed");
+        if (!res.headersSent) res.writeHead(500).end();
+      });
       return;
     }
     if (testApi && path.startsWith("/__test/")) {
@@ -244,7 +256,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? url, logger);
       await directory.start();
       await store.followChanges();
-      await runs.joinCluster(store.engine);
+      await runs.joinCluster(store.engine, { instanceId, key: linkKey });
       registry.joinCluster({
         directory,
         key: linkKey,

@@ -8,6 +8,7 @@
  *
  * POST /__test/runs/{start|observe|cancel}  body: {principal_id, input}
  * GET  /__test/projects?principal_id=ID
+ * GET  /__test/cluster-stats   what the cluster paths did here (Runs.clusterCounts)
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
@@ -35,7 +36,11 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
   return JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}");
 }
 
-export function mountTestApi(runs: RunsApi, config: ServerConfig, logger: Logger) {
+export function mountTestApi(
+  runs: RunsApi & { clusterCounts(): Record<string, number> },
+  config: ServerConfig,
+  logger: Logger,
+) {
   logger.warn("TEST HOOK: unauthenticated /__test API is enabled");
   return (req: IncomingMessage, res: ServerResponse): void => {
     const send = (status: number, body: unknown) =>
@@ -43,6 +48,7 @@ export function mountTestApi(runs: RunsApi, config: ServerConfig, logger: Logger
     const url = new URL(req.url ?? "/", "http://x");
     void (async () => {
       try {
+        if (req.method === "GET" && url.pathname === "/__test/cluster-stats") return send(200, runs.clusterCounts());
         if (req.method === "GET" && url.pathname === "/__test/projects") {
           const p = principalFromConfig(config, url.searchParams.get("principal_id") ?? "");
           if (!p) return send(404, { error: "unknown principal" });

@@ -42,6 +42,26 @@ describe("notices of changed runs", () => {
     expect(g.sent).toEqual(["run-a", "run-b", "run-a", "run-a"]);
   });
 
+  it("sends the folded notice with the payload of the last change told meanwhile", async () => {
+    const payloads: string[] = [];
+    const open: (() => void)[] = [];
+    const send = (_runId: string, payload: string) =>
+      new Promise<void>((resolve) => {
+        payloads.push(payload);
+        open.push(resolve);
+      });
+    const notices = new ChangeNotices(send, () => undefined);
+    notices.tell("run-a", "run-a r1 h 1");
+    notices.tell("run-a", "run-a r1 h 2");
+    notices.tell("run-a", "run-a r1 h 3");
+    open.shift()?.();
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+    expect(payloads).toEqual(["run-a r1 h 1", "run-a r1 h 3"]);
+    open.shift()?.();
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+    expect(notices.inFlight).toBe(0);
+  });
+
   it("reports a failed notice and still sends the one owed after it", async () => {
     const sent: string[] = [];
     const failures: string[] = [];

@@ -80,6 +80,12 @@ interface Cluster {
   proxy: CutProxy;
 }
 
+/** What the cluster paths did on the instance at `port` (test API: forwarded syncs, pushes, skipped notices). */
+async function clusterStats(port: number): Promise<Record<string, number>> {
+  const res = await fetch(`http://127.0.0.1:${port}/__test/cluster-stats`);
+  return (await res.json()) as Record<string, number>;
+}
+
 async function api<T>(port: number, op: "start" | "observe" | "cancel", input: unknown): Promise<ApiResult<T>> {
   const res = await fetch(`http://127.0.0.1:${port}/__test/runs/${op}`, {
     method: "POST",
@@ -243,6 +249,7 @@ describe("several Server instances: any of them answers", () => {
     expect(c.s.prompts("r1")).toHaveLength(1);
 
     // One event every 1.5 s: each long-poll on A answers with the next one long before its wait ends.
+    const [aBefore, bBefore] = [await clusterStats(c.a), await clusterStats(c.b)];
     const slow = okValue(await startOn(c.a, "wake", "scenario: slow interval_ms=1500 count=4"));
     let token = slow.observation_token;
     const waits: number[] = [];
@@ -263,6 +270,15 @@ describe("several Server instances: any of them answers", () => {
     }
     for (const ms of waits) expect(ms).toBeLessThan(WAKE_BOUND_MS);
     expect(c.s.prompts("r1")).toHaveLength(2);
+    // The ticks reached A pushed by B (link/run-push.ts), and their notices asked B nothing more.
+    const [aAfter, bAfter] = [await clusterStats(c.a), await clusterStats(c.b)];
+    const delta = (after: Record<string, number>, before: Record<string, number>, key: string) =>
+      (after[key] ?? 0) - (before[key] ?? 0);
+    // (The first answer may come from the catch-up that made A a follower.)
+    expect(delta(aAfter, aBefore, "pushes_applied")).toBeGreaterThanOrEqual(waits.length - 1);
+    expect(delta(aAfter, aBefore, "notices_skipped")).toBeGreaterThanOrEqual(waits.length - 1);
+    expect(delta(bAfter, bBefore, "pushes_sent")).toBeGreaterThanOrEqual(delta(aAfter, aBefore, "pushes_applied"));
+    expect(delta(bAfter, bBefore, "pushes_failed")).toBe(0);
   }, 180_000);
 
   it("cancels a slow run through A, and A's tasks/get and subscriptions/listen follow a task on B's Runner", async () => {

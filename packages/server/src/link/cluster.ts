@@ -90,6 +90,8 @@ export class RemoteRunnerConnection implements LinkConnection {
     private readonly log: Logger,
     /** The agent instance this view names: a forwarded run.sync is answered only by that instance's link. */
     readonly agentInstanceId?: string,
+    /** This instance as its peers reach it: named in a catch-up's run.sync, so the holder pushes the run's updates. */
+    readonly self?: PeerInstance,
   ) {}
 
   async request(req: RunnerRequest, timeoutMs = this.defaultTimeoutMs): Promise<RequestOutcome> {
@@ -102,18 +104,18 @@ export class RemoteRunnerConnection implements LinkConnection {
     const wait = Math.min(Math.max(1, Math.trunc(timeoutMs)), CLUSTER_MAX_REQUEST_TIMEOUT_MS);
     const expect =
       req.type === "run.sync" && this.agentInstanceId !== undefined ? { agent_instance_id: this.agentInstanceId } : {};
+    // A catch-up (it asks for events) follows the run: the holder pushes it the run's next updates.
+    const follow =
+      req.type === "run.sync" && req.max_events > 0 && this.self !== undefined
+        ? { follower: { instance_id: this.self.instanceId, url: this.self.url } }
+        : {};
     const body = Buffer.from(
-      JSON.stringify({ runner_id: this.runnerId, frame: req, timeout_ms: wait, ...expect }),
+      JSON.stringify({ runner_id: this.runnerId, frame: req, timeout_ms: wait, ...expect, ...follow }),
       "utf8",
     );
-    const timestamp = String(Date.now());
     const answer = await postToPeer(
       `${this.holderUrl}${CLUSTER_LINK_REQUEST_PATH}`,
-      {
-        "content-type": "application/json",
-        [CLUSTER_TIMESTAMP_HEADER]: timestamp,
-        [CLUSTER_SIGNATURE_HEADER]: signLinkRequest(this.key, timestamp, body),
-      },
+      signedHeaders(this.key, body),
       body,
       wait + CLUSTER_FORWARD_SLACK_MS,
       CLUSTER_MAX_BODY_BYTES,
@@ -294,6 +296,8 @@ export type ExecuteLinkRequest = (
   timeoutMs: number,
   /** A run.sync sent from a view of this agent instance: answered only by a link of that instance. */
   agentInstanceId?: string,
+  /** A catch-up's run.sync: the instance asking follows the run from now on (link/run-push.ts). */
+  follower?: PeerInstance,
 ) => Promise<RequestOutcome>;
 
 function refuse(res: ServerResponse, status: number, error: string, message: string): void {
@@ -302,36 +306,35 @@ function refuse(res: ServerResponse, status: number, error: string, message: str
 }
 
 /**
- * The holder's `POST CLUSTER_LINK_REQUEST_PATH`. Refusals (4xx, nothing executed): 405 not POST; 413 body
- * over CLUSTER_MAX_BODY_BYTES; 401 a missing or malformed timestamp or signature, a timestamp outside
- * CLUSTER_MAX_CLOCK_SKEW_MS, or a signature that does not verify; 400 a body that is not
- * `{runner_id, frame, timeout_ms}` with a run.start / run.sync / run.cancel frame and 1 … CLUSTER_MAX_REQUEST_TIMEOUT_MS.
+ * A signed POST between instances, read and verified: its body, or null when it was refused (answered here,
+ * nothing to execute). Refusals: 405 not POST; 413 body over CLUSTER_MAX_BODY_BYTES; 401 a missing or
+ * malformed timestamp or signature, a timestamp outside CLUSTER_MAX_CLOCK_SKEW_MS, or a signature that does
+ * not verify under `key`.
  */
-export async function handleLinkRequest(
+export async function readSignedRequest(
   req: IncomingMessage,
   res: ServerResponse,
   key: Buffer,
-  execute: ExecuteLinkRequest,
   log: Logger,
-): Promise<void> {
+): Promise<Buffer | null> {
   if (req.method !== "POST") {
-    refuse(res, 405, "method_not_allowed", "link requests are POST");
-    return;
+    refuse(res, 405, "method_not_allowed", "cluster requests are POST");
+    return null;
   }
   const declared = Number(req.headers["content-length"] ?? "0");
   if (declared > CLUSTER_MAX_BODY_BYTES) {
-    refuse(res, 413, "body_too_large", `a link request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
+    refuse(res, 413, "body_too_large", `a cluster request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
     req.resume();
-    return;
+    return null;
   }
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of req) {
     size += (chunk as Buffer).length;
     if (size > CLUSTER_MAX_BODY_BYTES) {
-      refuse(res, 413, "body_too_large", `a link request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
+      refuse(res, 413, "body_too_large", `a cluster request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
       req.destroy();
-      return;
+      return null;
     }
     chunks.push(chunk as Buffer);
   }
@@ -340,7 +343,7 @@ export async function handleLinkRequest(
   const signature = req.headers[CLUSTER_SIGNATURE_HEADER];
   if (typeof timestamp !== "string" || !/^\d{1,15}$/.test(timestamp)) {
     refuse(res, 401, "bad_timestamp", `${CLUSTER_TIMESTAMP_HEADER} must be the sender's clock in epoch milliseconds`);
-    return;
+    return null;
   }
   if (Math.abs(Date.now() - Number(timestamp)) > CLUSTER_MAX_CLOCK_SKEW_MS) {
     refuse(
@@ -349,31 +352,92 @@ export async function handleLinkRequest(
       "stale_timestamp",
       `${CLUSTER_TIMESTAMP_HEADER} is more than ${CLUSTER_MAX_CLOCK_SKEW_MS} ms from this instance's clock`,
     );
-    return;
+    return null;
   }
   if (typeof signature !== "string" || !/^[0-9a-f]{64}$/.test(signature)) {
     refuse(res, 401, "bad_signature", `${CLUSTER_SIGNATURE_HEADER} must be 64 hex digits`);
-    return;
+    return null;
   }
   const expected = Buffer.from(signLinkRequest(key, timestamp, body), "hex");
   if (!timingSafeEqual(expected, Buffer.from(signature, "hex"))) {
-    log.warn({ remote: req.socket.remoteAddress ?? "?" }, "cluster link request with a wrong signature refused");
+    log.warn({ remote: req.socket.remoteAddress ?? "?" }, "cluster request with a wrong signature refused");
     refuse(res, 401, "bad_signature", "the signature does not verify under this cluster's key");
-    return;
+    return null;
   }
+  return body;
+}
+
+/** The headers of a signed POST to another instance (see readSignedRequest). */
+export function signedHeaders(key: Buffer, body: Buffer): Record<string, string> {
+  const timestamp = String(Date.now());
+  return {
+    "content-type": "application/json",
+    [CLUSTER_TIMESTAMP_HEADER]: timestamp,
+    [CLUSTER_SIGNATURE_HEADER]: signLinkRequest(key, timestamp, body),
+  };
+}
+
+/**
+ * The holder's `POST CLUSTER_LINK_REQUEST_PATH`. Refusals (4xx, nothing executed): those of
+ * `readSignedRequest`; 400 a body that is not `{runner_id, frame, timeout_ms}` with a run.start / run.sync /
+ * run.cancel frame and 1 … CLUSTER_MAX_REQUEST_TIMEOUT_MS (and the optional `agent_instance_id`, `follower`).
+ */
+export async function handleLinkRequest(
+  req: IncomingMessage,
+  res: ServerResponse,
+  key: Buffer,
+  execute: ExecuteLinkRequest,
+  log: Logger,
+): Promise<void> {
+  const body = await readSignedRequest(req, res, key, log);
+  if (body === null) return;
   const parsed = parseLinkRequest(body);
   if (typeof parsed === "string") {
     refuse(res, 400, "invalid_request", parsed);
     return;
   }
-  const outcome = await execute(parsed.runnerId, parsed.frame, parsed.timeoutMs, parsed.agentInstanceId);
+  const outcome = await execute(
+    parsed.runnerId,
+    parsed.frame,
+    parsed.timeoutMs,
+    parsed.agentInstanceId,
+    parsed.follower,
+  );
   if (!res.headersSent) res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(outcome));
+}
+
+/** Longest base URL an instance may name for itself in a link request (`follower.url`). */
+export const MAX_PEER_URL_LENGTH = 2_048;
+
+/** An instance as it names itself to its peers: its id and the base URL they reach it on. */
+export interface PeerInstance {
+  instanceId: string;
+  url: string;
+}
+
+/** `follower` of a link request, checked; a string says what is wrong. */
+function parseFollower(value: unknown): PeerInstance | string {
+  const bad = `follower (optional, on a run.sync) is {instance_id, url}: an instance id and an http(s) base URL of at most ${MAX_PEER_URL_LENGTH} characters`;
+  if (typeof value !== "object" || value === null) return bad;
+  const v = value as { instance_id?: unknown; url?: unknown };
+  if (typeof v.instance_id !== "string" || !InstanceId.safeParse(v.instance_id).success) return bad;
+  if (typeof v.url !== "string" || v.url.length > MAX_PEER_URL_LENGTH) return bad;
+  let url: URL;
+  try {
+    url = new URL(v.url);
+  } catch {
+    return bad;
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return bad;
+  return { instanceId: v.instance_id, url: v.url };
 }
 
 /** The verified body, checked field by field; a string says what is wrong. */
 function parseLinkRequest(
   body: Buffer,
-): { runnerId: string; frame: RunnerRequest; timeoutMs: number; agentInstanceId?: string } | string {
+):
+  | { runnerId: string; frame: RunnerRequest; timeoutMs: number; agentInstanceId?: string; follower?: PeerInstance }
+  | string {
   let value: unknown;
   try {
     value = JSON.parse(body.toString("utf8"));
@@ -381,7 +445,13 @@ function parseLinkRequest(
     return "the body is not JSON";
   }
   if (typeof value !== "object" || value === null) return "the body must be an object {runner_id, frame, timeout_ms}";
-  const v = value as { runner_id?: unknown; frame?: unknown; timeout_ms?: unknown; agent_instance_id?: unknown };
+  const v = value as {
+    runner_id?: unknown;
+    frame?: unknown;
+    timeout_ms?: unknown;
+    agent_instance_id?: unknown;
+    follower?: unknown;
+  };
   if (typeof v.runner_id !== "string" || !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(v.runner_id)) {
     return "runner_id must be a runner id";
   }
@@ -401,10 +471,24 @@ function parseLinkRequest(
     return `frame.${issue?.path.join(".") ?? "?"}: ${issue?.message ?? "invalid"}`;
   }
   const { request_id: _ignored, ...frame } = checked.data as ServerFrame & { request_id: string };
+  const out: {
+    runnerId: string;
+    frame: RunnerRequest;
+    timeoutMs: number;
+    agentInstanceId?: string;
+    follower?: PeerInstance;
+  } = { runnerId: v.runner_id, frame: frame as RunnerRequest, timeoutMs: t };
   const expect = v.agent_instance_id;
-  if (expect === undefined) return { runnerId: v.runner_id, frame: frame as RunnerRequest, timeoutMs: t };
-  if (type !== "run.sync" || typeof expect !== "string" || !InstanceId.safeParse(expect).success) {
-    return "agent_instance_id (optional) is an agent instance id, and only on a run.sync";
+  if (expect !== undefined) {
+    if (type !== "run.sync" || typeof expect !== "string" || !InstanceId.safeParse(expect).success) {
+      return "agent_instance_id (optional) is an agent instance id, and only on a run.sync";
+    }
+    out.agentInstanceId = expect;
   }
-  return { runnerId: v.runner_id, frame: frame as RunnerRequest, timeoutMs: t, agentInstanceId: expect };
+  if (v.follower !== undefined) {
+    const follower = type === "run.sync" ? parseFollower(v.follower) : "follower is only on a run.sync";
+    if (typeof follower === "string") return follower;
+    out.follower = follower;
+  }
+  return out;
 }

@@ -181,6 +181,7 @@ export class Registry {
         cluster.requestTimeoutMs,
         cluster.log,
         view.agentInstanceId,
+        { instanceId: cluster.directory.instanceId, url: cluster.directory.url },
       ),
       agentInstanceId: view.agentInstanceId,
       storeId: view.storeId,

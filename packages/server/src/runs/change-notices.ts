@@ -7,8 +7,8 @@
  * per update in the cluster fan-out bench, where the pool filled (docs/benchmarks.md).
  */
 export class ChangeNotices {
-  /** Runs whose notice is in flight; true when another change arrived meanwhile. */
-  readonly #inFlight = new Map<string, boolean>();
+  /** Runs whose notice is in flight, with the payload of a change told meanwhile (null: none). */
+  readonly #inFlight = new Map<string, string | null>();
 
   /** `send` tells the others of one run; its failure goes to `onError` (a notice is a hint, never retried). */
   constructor(
@@ -21,28 +21,34 @@ export class ChangeNotices {
     return this.#inFlight.size;
   }
 
-  /** `runId` changed: tell the others now, or right after the notice of it already in flight. */
+  /**
+   * `runId` changed: tell the others now, or right after the notice of it already in flight — then with the
+   * payload of the last change told meanwhile (a payload may name the change, runs/runs.ts).
+   */
   tell(runId: string, payload: string): void {
     if (this.#inFlight.has(runId)) {
-      this.#inFlight.set(runId, true);
+      this.#inFlight.set(runId, payload);
       return;
     }
-    this.#inFlight.set(runId, false);
+    this.#inFlight.set(runId, null);
     void this.#send(runId, payload);
   }
 
-  async #send(runId: string, payload: string): Promise<void> {
+  async #send(runId: string, first: string): Promise<void> {
+    let payload = first;
     for (;;) {
       try {
         await this.send(runId, payload);
       } catch (err) {
         this.onError(runId, err);
       }
-      if (this.#inFlight.get(runId) !== true) {
+      const next = this.#inFlight.get(runId);
+      if (next === null || next === undefined) {
         this.#inFlight.delete(runId);
         return;
       }
-      this.#inFlight.set(runId, false);
+      payload = next;
+      this.#inFlight.set(runId, null);
     }
   }
 }

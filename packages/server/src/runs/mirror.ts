@@ -40,6 +40,14 @@ export class RunMirror {
   /** The in-flight catch-up, if any (owned by the caller that drives syncs). */
   syncing: Promise<void> | null = null;
   version = 0;
+  /**
+   * The last update another instance pushed here that this mirror took whole (runs/runs.ts `applyPushed`):
+   * that instance's id and its number of the update. A notice of that update or an earlier one needs no
+   * catch-up. Cleared by `reset`.
+   */
+  pushed: { holder: string; update: number } | null = null;
+  /** When an observer last waited on this mirror (epoch ms; 0: never). */
+  lastWaitAt = 0;
   /** The newest `tool_activity` this mirror appended (kept when held events are dropped), or null. */
   lastToolStep: ToolStep | null = null;
   #events: RunEvent[] = [];
@@ -94,6 +102,7 @@ export class RunMirror {
     this.lastSeq = 0;
     this.synced = false;
     this.pruned = false;
+    this.pushed = null;
     this.#changed();
   }
 
@@ -183,6 +192,7 @@ export class RunMirror {
 
   /** Resolves on the next change after `sinceVersion`, after `ms`, or when `signal` aborts. */
   waitForChange(sinceVersion: number, ms: number, signal?: AbortSignal): Promise<void> {
+    this.lastWaitAt = Date.now();
     if (this.version !== sinceVersion || ms <= 0 || signal?.aborted) return Promise.resolve();
     return new Promise<void>((resolve) => {
       const done = () => {

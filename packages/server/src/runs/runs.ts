@@ -15,8 +15,10 @@ import {
   type RunUpdateFrame,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
+import type { PeerInstance } from "../link/cluster.js";
 import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
+import { FOLLOW_IDLE_MS, type RunPush, RunPushes } from "../link/run-push.js";
 import type { Principal } from "../principals/principal.js";
 import { StateBusyError, type StateEngine, StateUnavailableError } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
@@ -51,9 +53,10 @@ export const MAX_PENDING_RUNNER_FRAMES = 1_000;
 
 /**
  * The notification channel of run changes between instances (state/engine.ts `listen`/`notify`): the
- * instance holding a Runner's link notifies `<run_id> <runner_id>` after it applied a `run.update`, and
- * every instance with the commit of any change of a record's state; an
- * instance following that run (observers, a task's listen) syncs its mirror through the holder and wakes them.
+ * instance holding a Runner's link notifies `<run_id> <runner_id> <holder instance id> <update number>`
+ * after it applied a `run.update`, and every instance `<run_id> <runner_id>` with the commit of any change
+ * of a record's state; an instance following that run (observers, a task's listen) syncs its mirror through
+ * the holder and wakes them — unless a push (link/run-push.ts) already brought it that update.
  */
 export const RUN_CHANGES_CHANNEL = "webcodex_run_changes";
 /** The request_id of a run.sync result a holder answers from its mirror (the forwarding side does not read it). */
@@ -105,6 +108,13 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   #notices: ChangeNotices | null = null;
   /** Runs whose pushed update is being applied here: its record written, its mirror not yet (see #heldSync). */
   readonly #applying = new Map<string, number>();
+  /** This instance's id among its peers, and the pushes of its Runners' updates to them (null until `joinCluster`). */
+  #self: string | null = null;
+  #pushes: RunPushes | null = null;
+  /** Numbers the `run.update`s applied here, over all runs (a push and its notice name the same number). */
+  #updateSeq = 0;
+  /** What the cluster paths did, for tests (`/__test/cluster-stats`). */
+  readonly #clusterCounts = { forwarded_syncs: 0, pushes_applied: 0, pushes_refused: 0, notices_skipped: 0 };
 
   constructor(opts: RunsOptions) {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
@@ -146,11 +156,22 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     await withTimeout(this.#observation.catchUp(mirror, runner), timeoutMs);
   }
 
+  /** What the cluster paths did on this instance: forwarded syncs answered, pushes sent and taken, notices skipped. */
+  clusterCounts(): Record<string, number> {
+    return { ...this.#clusterCounts, ...(this.#pushes?.counts ?? {}) };
+  }
+
   /**
    * Several instances on one PostgreSQL state: tell the others of every run change applied here, and
-   * follow theirs (RUN_CHANGES_CHANNEL). Throws when the database cannot be reached.
+   * follow theirs (RUN_CHANGES_CHANNEL); with `self` (this instance's id and the link-request key), push
+   * this instance's Runners' updates to the instances following them (link/run-push.ts) and take theirs.
+   * Throws when the database cannot be reached.
    */
-  async joinCluster(engine: StateEngine): Promise<void> {
+  async joinCluster(engine: StateEngine, self?: { instanceId: string; key: Buffer }): Promise<void> {
+    if (self !== undefined) {
+      this.#self = self.instanceId;
+      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log);
+    }
     this.#unlisten = await engine.listen(RUN_CHANGES_CHANNEL, (payload) => this.#onRunChanged(payload));
     this.#notices = new ChangeNotices(
       (_runId, payload) => engine.notify(RUN_CHANGES_CHANNEL, payload),
@@ -178,15 +199,29 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       }
       return;
     }
-    const [runId, runnerId] = payload.split(" ");
+    const [runId, runnerId, holder, update] = payload.split(" ");
     if (runId === undefined || runnerId === undefined) return;
     // This instance holds the link: its mirrors are fed by the Runner's own frames.
     if (this.#ctx.registry.live(runnerId)) return;
     const mirror = this.#ctx.mirrors.get(runId);
     if (!mirror) return;
+    // That update was pushed here already, and taken whole.
+    const pushed = mirror.pushed;
+    if (mirror.synced && pushed !== null && pushed.holder === holder && pushed.update >= Number(update)) {
+      this.#clusterCounts.notices_skipped += 1;
+      return;
+    }
+    this.#followElsewhere(mirror, runnerId);
+  }
+
+  /**
+   * A mirror of a run linked elsewhere may be behind: unsynced, and caught up now if anybody waits on it
+   * (`watched`: waited on before a change that woke its waiters).
+   */
+  #followElsewhere(mirror: RunMirror, runnerId: string, watched = !mirror.idle): void {
     // Nobody waits: the next observe catches up first.
     mirror.unsync();
-    if (mirror.idle) return;
+    if (!watched) return;
     void this.#ctx.registry
       .lookupRecent(runnerId, mirror.instance)
       .then((runner) => {
@@ -198,8 +233,41 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
         this.#resync(mirror, runner);
       })
       .catch((err: unknown) =>
-        this.#ctx.log.warn({ run_id: runId, err: (err as Error).message }, "following a run changed elsewhere failed"),
+        this.#ctx.log.warn(
+          { run_id: mirror.runId, err: (err as Error).message },
+          "following a run changed elsewhere failed",
+        ),
       );
+  }
+
+  /**
+   * An update of a run linked to another instance, pushed by that instance (link/run-push.ts): taken into the
+   * mirror when it continues it exactly (the same agent instance, synced, no catch-up in flight, no gap);
+   * otherwise the mirror catches up through the holder. Answers whether this instance still follows the run:
+   * it has a mirror of it that an observer waits on or waited on within FOLLOW_IDLE_MS, and it has not ended.
+   */
+  applyPushed(push: RunPush): boolean {
+    if (this.#ctx.closed || push.to !== this.#self || this.#ctx.registry.live(push.runnerId)) {
+      this.#clusterCounts.pushes_refused += 1;
+      return false;
+    }
+    const mirror = this.#ctx.mirrors.get(push.runId);
+    if (!mirror) {
+      this.#clusterCounts.pushes_refused += 1;
+      return false;
+    }
+    const following =
+      (!mirror.idle || Date.now() - mirror.lastWaitAt < FOLLOW_IDLE_MS) && !isTerminalState(push.run.state);
+    if (mirror.instance !== push.agentInstanceId || mirror.syncing !== null || !mirror.synced) {
+      // Another Runner process, or a catch-up in flight (which a push must not overtake): catch up (again).
+      this.#followElsewhere(mirror, push.runnerId);
+      return following;
+    }
+    this.#clusterCounts.pushes_applied += 1;
+    const watched = !mirror.idle;
+    if (mirror.applyUpdate(push.run, push.events)) this.#followElsewhere(mirror, push.runnerId, watched);
+    else mirror.pushed = { holder: push.holder, update: push.update };
+    return following;
   }
 
   /** Catch a mirror up now, or right after the catch-up in flight (which may have left before the change). */
@@ -238,6 +306,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     frame: RunnerRequest,
     timeoutMs: number,
     agentInstanceId?: string,
+    follower?: PeerInstance,
   ): Promise<RequestOutcome> {
     const runner = this.#ctx.registry.live(runnerId);
     if (!runner || this.#ctx.closed) return { ok: false, reason: "not_sent" };
@@ -246,6 +315,9 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       return { ok: false, reason: "not_sent" };
     }
     if (frame.type === "run.sync") {
+      this.#clusterCounts.forwarded_syncs += 1;
+      // Followed from now on: every update applied after this answer is made is pushed to it.
+      if (follower !== undefined && frame.max_events > 0) this.#pushes?.follow(frame.run_id, follower);
       const held = this.#heldSync(runner, frame);
       if (held !== null) return { ok: true, frame: held };
     }
@@ -483,7 +555,16 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     const mirror = this.#ctx.mirrors.getOrCreate(runId);
     if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
     if (mirror.applyUpdate(frame.run, frame.events)) void this.#observation.catchUp(mirror, runner);
-    this.#notices?.tell(runId, `${runId} ${conn.runnerId}`);
+    const update = ++this.#updateSeq;
+    this.#pushes?.updated({
+      runId,
+      runnerId: conn.runnerId,
+      update,
+      agentInstanceId: runner.agentInstanceId,
+      run: frame.run,
+      events: frame.events,
+    });
+    this.#notices?.tell(runId, `${runId} ${conn.runnerId} ${this.#self ?? "-"} ${update}`);
   }
 
   /**
