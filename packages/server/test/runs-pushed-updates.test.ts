@@ -12,7 +12,7 @@ import { describe, expect, it } from "vitest";
 import type { RequestOutcome, RunnerRequest } from "../src/link/hub.js";
 import type { Registry } from "../src/link/registry.js";
 import { FOLLOW_IDLE_MS, type RunPush } from "../src/link/run-push.js";
-import { Runs } from "../src/runs/runs.js";
+import { NOTICE_PUSH_GRACE_MS, Runs } from "../src/runs/runs.js";
 import type { StateEngine } from "../src/state/engine.js";
 import type { StateStore } from "../src/state/store.js";
 import { runSummary } from "./support/run-summary.js";
@@ -35,7 +35,7 @@ function summary(lastSeq: number, over: Partial<RunSummary> = {}): RunSummary {
 }
 
 /** A follower with a synced mirror holding seq 1; the holder's Runner holds `held` events and records every request. */
-async function follower(held = 1) {
+async function follower(held = 1, gate: Promise<void> = Promise.resolve()) {
   const requests: RunnerRequest[] = [];
   const runner = {
     runnerId: RUNNER_ID,
@@ -44,6 +44,7 @@ async function follower(held = 1) {
       closed: false,
       request: async (frame: RunnerRequest): Promise<RequestOutcome> => {
         requests.push(frame);
+        await gate;
         const after = frame.type === "run.sync" ? frame.after_seq : 0;
         const events = Array.from({ length: Math.max(0, held - after) }, (_, i) => event(after + i + 1));
         return {
@@ -89,7 +90,7 @@ async function follower(held = 1) {
 
 describe("updates pushed by the instance holding the link", () => {
   it("takes an update that continues the mirror, wakes the observer, and skips that update's notice", async () => {
-    const f = await follower(3);
+    const f = await follower(4);
     try {
       const waiting = f.mirror.waitForChange(f.mirror.version, 5_000);
       expect(f.runs.applyPushed(f.push(7, [event(2)]))).toBe(true);
@@ -102,18 +103,31 @@ describe("updates pushed by the instance holding the link", () => {
       await settle();
       expect(f.requests).toEqual([]);
       expect(f.runs.clusterCounts()).toMatchObject({ pushes_applied: 1, notices_skipped: 2 });
-      // A later update's notice (its push lost), another holder's, or a record change's: a catch-up.
+      // A later update's notice ahead of its push: the push, arriving within the grace, is enough.
       f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 8`);
+      expect(f.runs.applyPushed(f.push(8, [event(3)]))).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, NOTICE_PUSH_GRACE_MS + SETTLE_MS));
+      expect(f.requests).toEqual([]);
+      expect(f.mirror.lastSeq).toBe(3);
       await stillWaiting;
+      // A later update whose push never comes: a catch-up once the grace is over, not before.
+      const caughtUp = f.mirror.waitForChange(f.mirror.version, 5_000);
+      f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 9`);
+      await new Promise((resolve) => setTimeout(resolve, NOTICE_PUSH_GRACE_MS / 2));
+      expect(f.requests).toEqual([]);
+      await caughtUp;
       await settle();
       expect(f.requests).toHaveLength(1);
-      expect(f.requests[0]).toMatchObject({ type: "run.sync", run_id: RUN_ID, after_seq: 2 });
-      expect(f.mirror.lastSeq).toBe(3);
+      expect(f.requests[0]).toMatchObject({ type: "run.sync", run_id: RUN_ID, after_seq: 3 });
+      expect(f.mirror.lastSeq).toBe(4);
+      // Another holder's notice, or a record change's: a catch-up at once.
       for (const payload of [`${RUN_ID} ${RUNNER_ID} other-holder-000001 9`, `${RUN_ID} ${RUNNER_ID}`]) {
         const w = f.mirror.waitForChange(f.mirror.version, 5_000);
+        const asked = f.requests.length;
         f.notify(payload);
         await w;
         await settle();
+        expect(f.requests).toHaveLength(asked + 1);
       }
       expect(f.requests).toHaveLength(3);
     } finally {
@@ -168,6 +182,38 @@ describe("updates pushed by the instance holding the link", () => {
       expect(f.requests).toEqual([]);
       // A run this instance has no mirror of is not followed.
       expect(f.runs.applyPushed(f.push(7, [], { runId: "wc_agent_run_cccccccccccccccccccccccccc" }))).toBe(false);
+    } finally {
+      f.runs.close();
+    }
+  });
+
+  it("holds a push that comes during a catch-up until it ends, and ignores one that catch-up overtook", async () => {
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const f = await follower(2, gate);
+    try {
+      // A record change's notice starts a catch-up; its answer (seqs up to 2) is held back.
+      const caughtUp = f.mirror.waitForChange(f.mirror.version, 5_000);
+      f.notify(`${RUN_ID} ${RUNNER_ID}`);
+      for (let i = 0; i < 50 && f.requests.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      expect(f.requests).toHaveLength(1);
+      // Seq 3 is pushed meanwhile: held, not taken before the older answer.
+      expect(f.runs.applyPushed(f.push(5, [event(3)]))).toBe(true);
+      expect(f.mirror.lastSeq).toBe(1);
+      release();
+      await caughtUp;
+      await settle();
+      expect(f.mirror.eventsAfter(0).map((e) => e.seq)).toEqual([1, 2, 3]);
+      expect(f.mirror.summary?.last_seq).toBe(3);
+      expect(f.mirror.pushed).toEqual({ holder: HOLDER, update: 5 });
+      expect(f.requests).toHaveLength(1);
+      // A push of an older update that arrives late changes nothing.
+      f.runs.applyPushed(f.push(4, [event(2)]));
+      expect(f.mirror.summary?.last_seq).toBe(3);
+      expect(f.mirror.pushed).toEqual({ holder: HOLDER, update: 5 });
+      expect(f.runs.clusterCounts()).toMatchObject({ pushes_deferred: 1, pushes_stale: 1 });
     } finally {
       f.runs.close();
     }

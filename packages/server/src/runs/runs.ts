@@ -18,7 +18,7 @@ import type { Logger } from "pino";
 import type { PeerInstance } from "../link/cluster.js";
 import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
-import { FOLLOW_IDLE_MS, type RunPush, RunPushes } from "../link/run-push.js";
+import { FOLLOW_IDLE_MS, MAX_PENDING_PUSH_EVENTS, type RunPush, RunPushes } from "../link/run-push.js";
 import type { Principal } from "../principals/principal.js";
 import { StateBusyError, type StateEngine, StateUnavailableError } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
@@ -59,6 +59,11 @@ export const MAX_PENDING_RUNNER_FRAMES = 1_000;
  * the holder and wakes them — unless a push (link/run-push.ts) already brought it that update.
  */
 export const RUN_CHANGES_CHANNEL = "webcodex_run_changes";
+/**
+ * How long a notice of an update waits for that update's push when its mirror follows the holder's pushes
+ * (a notice through the database can overtake the push); past it, the mirror catches up through the holder.
+ */
+export const NOTICE_PUSH_GRACE_MS = 100;
 /** The request_id of a run.sync result a holder answers from its mirror (the forwarding side does not read it). */
 const HELD_SYNC_REQUEST_ID = "held_sync";
 
@@ -114,7 +119,19 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   /** Numbers the `run.update`s applied here, over all runs (a push and its notice name the same number). */
   #updateSeq = 0;
   /** What the cluster paths did, for tests (`/__test/cluster-stats`). */
-  readonly #clusterCounts = { forwarded_syncs: 0, pushes_applied: 0, pushes_refused: 0, notices_skipped: 0 };
+  readonly #clusterCounts = {
+    forwarded_syncs: 0,
+    pushes_applied: 0,
+    pushes_deferred: 0,
+    pushes_stale: 0,
+    pushes_caught_up: 0,
+    pushes_refused: 0,
+    notices_skipped: 0,
+  };
+  /** Per run, a push held until its mirror's catch-up in flight ends (`#deferPush`). */
+  readonly #deferred = new Map<string, RunPush>();
+  /** Per run, the newest update told by a notice ahead of its push (`#awaitPush`). */
+  readonly #awaitingPush = new Map<string, { update: number }>();
 
   constructor(opts: RunsOptions) {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
@@ -205,13 +222,40 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     if (this.#ctx.registry.live(runnerId)) return;
     const mirror = this.#ctx.mirrors.get(runId);
     if (!mirror) return;
-    // That update was pushed here already, and taken whole.
     const pushed = mirror.pushed;
-    if (mirror.synced && pushed !== null && pushed.holder === holder && pushed.update >= Number(update)) {
-      this.#clusterCounts.notices_skipped += 1;
+    if (mirror.synced && pushed !== null && pushed.holder === holder && holder !== undefined) {
+      // This mirror follows that holder's pushes: that update was taken whole already, or its push is
+      // likely still on its way.
+      if (pushed.update >= Number(update)) this.#clusterCounts.notices_skipped += 1;
+      else this.#awaitPush(mirror, runnerId, holder, Number(update));
       return;
     }
     this.#followElsewhere(mirror, runnerId);
+  }
+
+  /**
+   * A notice of update `update` of a run whose mirror follows `holder`'s pushes, ahead of its push: give the
+   * push NOTICE_PUSH_GRACE_MS to come (one wait per mirror, for the newest update told), then catch up if it
+   * has not — a push that failed is never waited for longer than that.
+   */
+  #awaitPush(mirror: RunMirror, runnerId: string, holder: string, update: number): void {
+    const waiting = this.#awaitingPush.get(mirror.runId);
+    if (waiting !== undefined) {
+      waiting.update = Math.max(waiting.update, update);
+      return;
+    }
+    const wait = { update };
+    this.#awaitingPush.set(mirror.runId, wait);
+    setTimeout(() => {
+      this.#awaitingPush.delete(mirror.runId);
+      if (this.#ctx.closed || this.#ctx.mirrors.get(mirror.runId) !== mirror) return;
+      const pushed = mirror.pushed;
+      if (mirror.synced && pushed?.holder === holder && pushed.update >= wait.update) {
+        this.#clusterCounts.notices_skipped += 1;
+        return;
+      }
+      this.#followElsewhere(mirror, runnerId);
+    }, NOTICE_PUSH_GRACE_MS).unref();
   }
 
   /**
@@ -242,9 +286,11 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   /**
    * An update of a run linked to another instance, pushed by that instance (link/run-push.ts): taken into the
-   * mirror when it continues it exactly (the same agent instance, synced, no catch-up in flight, no gap);
-   * otherwise the mirror catches up through the holder. Answers whether this instance still follows the run:
-   * it has a mirror of it that an observer waits on or waited on within FOLLOW_IDLE_MS, and it has not ended.
+   * mirror when it continues it exactly (the same agent instance, synced, no gap); held until the catch-up in
+   * flight ends (a push must not overtake it: that catch-up may bring an older summary); ignored when the
+   * mirror already holds a newer summary; otherwise the mirror catches up through the holder. Answers whether
+   * this instance still follows the run: it has a mirror of it that an observer waits on or waited on within
+   * FOLLOW_IDLE_MS, and it has not ended.
    */
   applyPushed(push: RunPush): boolean {
     if (this.#ctx.closed || push.to !== this.#self || this.#ctx.registry.live(push.runnerId)) {
@@ -258,9 +304,23 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     }
     const following =
       (!mirror.idle || Date.now() - mirror.lastWaitAt < FOLLOW_IDLE_MS) && !isTerminalState(push.run.state);
-    if (mirror.instance !== push.agentInstanceId || mirror.syncing !== null || !mirror.synced) {
-      // Another Runner process, or a catch-up in flight (which a push must not overtake): catch up (again).
+    if (mirror.instance === push.agentInstanceId && mirror.syncing !== null) {
+      this.#deferPush(mirror, mirror.syncing, push);
+      return following;
+    }
+    if (mirror.instance !== push.agentInstanceId || !mirror.synced) {
+      // Another Runner process, or a mirror that may be behind already: catch up (again).
+      this.#clusterCounts.pushes_caught_up += 1;
       this.#followElsewhere(mirror, push.runnerId);
+      return following;
+    }
+    const held = mirror.summary;
+    if (
+      held !== null &&
+      (push.run.last_seq < held.last_seq || (isTerminalState(held.state) && !isTerminalState(push.run.state)))
+    ) {
+      // Overtaken by a catch-up that answered after this update: it holds all of it.
+      this.#clusterCounts.pushes_stale += 1;
       return following;
     }
     this.#clusterCounts.pushes_applied += 1;
@@ -268,6 +328,28 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     if (mirror.applyUpdate(push.run, push.events)) this.#followElsewhere(mirror, push.runnerId, watched);
     else mirror.pushed = { holder: push.holder, update: push.update };
     return following;
+  }
+
+  /**
+   * Hold a push until the mirror's catch-up in flight ends, then take it (`applyPushed`). One held push per
+   * mirror: a later one is folded into it (its summary and number, the events appended up to
+   * MAX_PENDING_PUSH_EVENTS; beyond, none — the mirror then sees it is behind and catches up).
+   */
+  #deferPush(mirror: RunMirror, syncing: Promise<void>, push: RunPush): void {
+    this.#clusterCounts.pushes_deferred += 1;
+    const held = this.#deferred.get(mirror.runId);
+    if (held !== undefined) {
+      const fits = held.events.length + push.events.length <= MAX_PENDING_PUSH_EVENTS;
+      this.#deferred.set(mirror.runId, { ...push, events: fits ? [...held.events, ...push.events] : [] });
+      return;
+    }
+    this.#deferred.set(mirror.runId, push);
+    const release = () => {
+      const p = this.#deferred.get(mirror.runId);
+      this.#deferred.delete(mirror.runId);
+      if (p !== undefined && !this.#ctx.closed && this.#ctx.mirrors.get(mirror.runId) === mirror) this.applyPushed(p);
+    };
+    void syncing.then(release, release);
   }
 
   /** Catch a mirror up now, or right after the catch-up in flight (which may have left before the change). */
