@@ -343,6 +343,43 @@ describe.each(ENGINES)("a Runner summary taken into the record (RunContext.persi
   });
 });
 
+/** Long enough for a record change's notification to reach the other store (milliseconds on loopback). */
+const NOTICE_SETTLE_MS = 300;
+
+describe("what observe shows (StateStore.peek) on PostgreSQL, read by many at once", () => {
+  const postgres = ENGINES.find((e) => e.name === "postgres");
+  it("shares one database read among the peeks of one record that start while it is read, unless a write was told", async () => {
+    if (postgres === undefined) throw new Error("no PostgreSQL engine");
+    const [a, b] = await postgres.instances();
+    await a.followChanges();
+    const id = runId("herd");
+    await b.insert(intent(id));
+    const reads = vi.spyOn(a.engine, "get");
+    const many = await Promise.all(Array.from({ length: 20 }, () => a.peek(id)));
+    expect(many.map((r) => r?.state)).toEqual(Array(20).fill("starting"));
+    expect(reads).toHaveBeenCalledTimes(1);
+    // A write told while a read is in flight: a peek after the notice does not join that read.
+    reads.mockClear();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const get = a.engine.get.bind(a.engine);
+    reads.mockImplementationOnce(async (sql, params) => {
+      await gate;
+      return await get(sql, params);
+    });
+    await new Promise((resolve) => setTimeout(resolve, RECORD_PEEK_TTL_MS));
+    const first = a.peek(id);
+    await b.update(id, { state: "running", execution_state: "started" });
+    await new Promise((resolve) => setTimeout(resolve, NOTICE_SETTLE_MS));
+    expect((await a.peek(id))?.state).toBe("running");
+    expect(reads).toHaveBeenCalledTimes(2);
+    release();
+    expect((await first)?.state).toBe("running");
+  });
+});
+
 describe("a Runner summary taken into the record (RunContext.persist) on PostgreSQL", () => {
   const postgres = ENGINES.find((e) => e.name === "postgres");
   it("writes a terminal summary the copy already shows when the database does not (restored from an older backup)", async () => {

@@ -89,6 +89,13 @@ describe("a remote view reused by observe's catch-ups", () => {
     expect(reads()).toBe(3);
   });
 
+  it("is read once for the lookups of one Runner that start while it is being read", async () => {
+    const { registry, reads } = registryWith([view(INSTANCE_X)]);
+    const all = await Promise.all(Array.from({ length: 20 }, () => registry.lookupRecent("r1", INSTANCE_X)));
+    expect(all.every((r) => r?.agentInstanceId === INSTANCE_X)).toBe(true);
+    expect(reads()).toBe(1);
+  });
+
   it("is read again when the mirror follows another agent instance, or has none yet", async () => {
     const { registry, reads } = registryWith([view(INSTANCE_X), view(INSTANCE_Y)]);
     await registry.lookupRecent("r1", INSTANCE_X);

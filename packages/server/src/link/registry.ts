@@ -60,6 +60,8 @@ export class Registry {
   readonly #live = new Map<string, LocalRunner>();
   #cluster: RegistryCluster | null = null;
   readonly #recent = new Map<string, { runner: LiveRunner & { conn: RemoteRunnerConnection }; at: number }>();
+  /** `lookupRecent`'s reads of a remote view in flight, by runner id (at most one per Runner). */
+  readonly #viewing = new Map<string, Promise<(LiveRunner & { conn: RemoteRunnerConnection }) | undefined>>();
 
   /** `presence`: where accepted hellos and ends of live links are written for other readers (link/presence.ts). */
   constructor(
@@ -155,7 +157,16 @@ export class Registry {
       return recent.runner;
     }
     this.#recent.delete(runnerId);
-    const runner = await this.#remote(runnerId, cluster);
+    // Lookups of one Runner while its view is being read share that read.
+    let reading = this.#viewing.get(runnerId);
+    if (reading === undefined) {
+      const read = this.#remote(runnerId, cluster).finally(() => {
+        if (this.#viewing.get(runnerId) === read) this.#viewing.delete(runnerId);
+      });
+      reading = read;
+      this.#viewing.set(runnerId, read);
+    }
+    const runner = await reading;
     if (runner === undefined) return undefined;
     if (this.#recent.size >= REMOTE_VIEW_MAX_ENTRIES) {
       const oldest = this.#recent.keys().next().value;

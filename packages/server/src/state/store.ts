@@ -249,6 +249,8 @@ export class StateStore {
   #unfollow: (() => void) | null = null;
   /** Counts writes: a read that a write overtook does not fill the cache with what it read. */
   #writes = 0;
+  /** PostgreSQL: the `peek` reads in flight by run id, with `#writes` when each began (at most one per run). */
+  readonly #peeking = new Map<string, { writes: number; read: Promise<AdmissionRecord | undefined> }>();
   readonly #listeners: StateChangeListener[] = [];
 
   /** The SQLite connection, for what only SQLite has (pragmas, checkpoints; tests); throws on PostgreSQL. */
@@ -317,17 +319,28 @@ export class StateStore {
     const recent = this.#recent.get(runId);
     if (recent !== undefined && Date.now() - recent.readAt < RECORD_PEEK_TTL_MS) return recent.record;
     this.#recent.delete(runId);
+    // Peeks of one record while it is being read share that read, unless a write was told since it began.
+    const reading = this.#peeking.get(runId);
+    if (reading !== undefined && reading.writes === this.#writes) return await reading.read;
     const writes = this.#writes;
     const readAt = Date.now();
-    const record = await this.get(runId);
-    if (record !== undefined && writes === this.#writes && this.#following) {
-      if (this.#recent.size >= RECORD_CACHE_ENTRIES) {
-        const oldest = this.#recent.keys().next().value;
-        if (oldest !== undefined) this.#recent.delete(oldest);
+    const read = this.get(runId).then((record) => {
+      if (record !== undefined && writes === this.#writes && this.#following) {
+        if (this.#recent.size >= RECORD_CACHE_ENTRIES) {
+          const oldest = this.#recent.keys().next().value;
+          if (oldest !== undefined) this.#recent.delete(oldest);
+        }
+        this.#recent.set(runId, { record, readAt });
       }
-      this.#recent.set(runId, { record, readAt });
+      return record;
+    });
+    const entry = { writes, read };
+    this.#peeking.set(runId, entry);
+    try {
+      return await read;
+    } finally {
+      if (this.#peeking.get(runId) === entry) this.#peeking.delete(runId);
     }
-    return record;
   }
 
   /**
