@@ -1,74 +1,69 @@
 /**
- * Notices of changed runs (runs/change-notices.ts): at most one per run in flight, the changes told
- * meanwhile folded into one more notice after it — so a notice always follows the last change, and a
- * burst of updates costs the state pool two statements, not one per update.
+ * Notices of changed runs (runs/change-notices.ts): one statement in flight at a time, the changes told
+ * meanwhile (each run's newest payload) going together in the next — so a notice always follows a run's
+ * last change, and a burst of updates of many runs costs the state pool a few statements, not one per update.
  */
 import { describe, expect, it } from "vitest";
 import { ChangeNotices } from "../src/runs/change-notices.js";
+import { MAX_NOTIFICATIONS_PER_STATEMENT } from "../src/state/engine.js";
 
 /** A send whose calls stay open until released, in order. */
 function gatedSend() {
-  const sent: string[] = [];
+  const sent: string[][] = [];
   const open: (() => void)[] = [];
-  const send = (runId: string) =>
+  const send = (payloads: string[]) =>
     new Promise<void>((resolve) => {
-      sent.push(runId);
+      sent.push(payloads);
       open.push(resolve);
     });
   const releaseNext = async () => {
     open.shift()?.();
-    // Let the notice's loop run to its next send (or its end).
+    // Let the notices' loop run to its next send (or its end).
     for (let i = 0; i < 5; i++) await Promise.resolve();
   };
   return { sent, send, releaseNext, open };
 }
 
 describe("notices of changed runs", () => {
-  it("sends one notice per burst of changes of a run: the first at once, one more after it for the rest", async () => {
+  it("sends the first change at once and every change told meanwhile in one more statement, each run's newest", async () => {
     const g = gatedSend();
     const notices = new ChangeNotices(g.send, () => undefined);
-    notices.tell("run-a", "run-a r1");
-    notices.tell("run-a", "run-a r1");
-    notices.tell("run-a", "run-a r1");
-    notices.tell("run-b", "run-b r1");
-    expect(g.sent).toEqual(["run-a", "run-b"]);
-    await g.releaseNext(); // run-a's first notice has gone: one more for the two changes after it
-    expect(g.sent).toEqual(["run-a", "run-b", "run-a"]);
-    await g.releaseNext(); // run-b: nothing after it
-    await g.releaseNext(); // run-a's second: nothing after it
-    expect(g.sent).toEqual(["run-a", "run-b", "run-a"]);
-    expect(notices.inFlight).toBe(0);
-    notices.tell("run-a", "run-a r1");
-    expect(g.sent).toEqual(["run-a", "run-b", "run-a", "run-a"]);
-  });
-
-  it("sends the folded notice with the payload of the last change told meanwhile", async () => {
-    const payloads: string[] = [];
-    const open: (() => void)[] = [];
-    const send = (_runId: string, payload: string) =>
-      new Promise<void>((resolve) => {
-        payloads.push(payload);
-        open.push(resolve);
-      });
-    const notices = new ChangeNotices(send, () => undefined);
     notices.tell("run-a", "run-a r1 h 1");
     notices.tell("run-a", "run-a r1 h 2");
-    notices.tell("run-a", "run-a r1 h 3");
-    open.shift()?.();
-    for (let i = 0; i < 5; i++) await Promise.resolve();
-    expect(payloads).toEqual(["run-a r1 h 1", "run-a r1 h 3"]);
-    open.shift()?.();
-    for (let i = 0; i < 5; i++) await Promise.resolve();
+    notices.tell("run-b", "run-b r1 h 3");
+    notices.tell("run-a", "run-a r1 h 4");
+    expect(g.sent).toEqual([["run-a r1 h 1"]]);
+    expect(notices.inFlight).toBe(3);
+    await g.releaseNext();
+    expect(g.sent).toEqual([["run-a r1 h 1"], ["run-a r1 h 4", "run-b r1 h 3"]]);
+    await g.releaseNext();
+    expect(g.sent).toHaveLength(2);
+    expect(notices.inFlight).toBe(0);
+    notices.tell("run-a", "run-a r1 h 5");
+    expect(g.sent.at(-1)).toEqual(["run-a r1 h 5"]);
+    await g.releaseNext();
+  });
+
+  it("sends at most MAX_NOTIFICATIONS_PER_STATEMENT payloads in one statement", async () => {
+    const g = gatedSend();
+    const notices = new ChangeNotices(g.send, () => undefined);
+    notices.tell("first", "first");
+    for (let i = 0; i <= MAX_NOTIFICATIONS_PER_STATEMENT; i++) notices.tell(`run-${i}`, `run-${i}`);
+    await g.releaseNext();
+    expect(g.sent[1]).toHaveLength(MAX_NOTIFICATIONS_PER_STATEMENT);
+    await g.releaseNext();
+    expect(g.sent[2]).toEqual([`run-${MAX_NOTIFICATIONS_PER_STATEMENT}`]);
+    await g.releaseNext();
     expect(notices.inFlight).toBe(0);
   });
 
-  it("reports a failed notice and still sends the one owed after it", async () => {
-    const sent: string[] = [];
+  it("reports a failed statement with its runs and still sends the changes told meanwhile", async () => {
+    const sent: string[][] = [];
     const failures: string[] = [];
     let fail = true;
     let release: () => void = () => undefined;
-    const send = (runId: string) => {
-      sent.push(runId);
+    const send = (payloads: string[]) => {
+      sent.push(payloads);
       if (fail) {
         fail = false;
         return new Promise<void>((_, reject) => {
@@ -77,13 +72,15 @@ describe("notices of changed runs", () => {
       }
       return Promise.resolve();
     };
-    const notices = new ChangeNotices(send, (runId, err) => failures.push(`${runId}: ${(err as Error).message}`));
-    notices.tell("run-a", "run-a r1");
-    notices.tell("run-a", "run-a r1");
+    const notices = new ChangeNotices(send, (runIds, err) =>
+      failures.push(`${runIds.join(",")}: ${(err as Error).message}`),
+    );
+    notices.tell("run-a", "run-a 1");
+    notices.tell("run-b", "run-b 2");
     release();
     for (let i = 0; i < 10; i++) await Promise.resolve();
     expect(failures).toEqual(["run-a: state_unavailable"]);
-    expect(sent).toEqual(["run-a", "run-a"]);
+    expect(sent).toEqual([["run-a 1"], ["run-b 2"]]);
     expect(notices.inFlight).toBe(0);
   });
 });

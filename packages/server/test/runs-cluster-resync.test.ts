@@ -72,6 +72,7 @@ describe("following a run changed on another instance", () => {
         return () => {};
       },
       notify: async () => {},
+      notifyAll: async () => {},
     } as unknown as StateEngine;
     const runs = new Runs({ store, registry, logger });
     try {

@@ -67,6 +67,7 @@ async function follower(held = 1, gate: Promise<void> = Promise.resolve()) {
       return () => {};
     },
     notify: async () => {},
+    notifyAll: async () => {},
   } as unknown as StateEngine;
   const store = { serverSecret: randomBytes(32), peek: async () => undefined } as unknown as StateStore;
   const runs = new Runs({ store, registry, logger: pino({ level: "silent" }) });

@@ -14,7 +14,7 @@ import {
   type PostgresCluster,
   startPostgresCluster,
 } from "../../../scripts/test-support/postgres.js";
-import { MAX_NOTIFY_PAYLOAD_BYTES, StateUsageError } from "../src/state/engine.js";
+import { MAX_NOTIFICATIONS_PER_STATEMENT, MAX_NOTIFY_PAYLOAD_BYTES, StateUsageError } from "../src/state/engine.js";
 import { openPostgresEngine, type PostgresEngine } from "../src/state/engine-postgres.js";
 import { StateStore } from "../src/state/store.js";
 
@@ -72,6 +72,26 @@ describe("listen/notify between instances", () => {
     );
   });
 
+  it("carries several payloads of one notifyAll, in their order, and refuses what one statement cannot carry", async () => {
+    const url = await cluster!.createDatabase();
+    const [a, b] = [await open(url), await open(url)];
+    const heard: (string | null)[] = [];
+    await a.listen("webcodex_test", (p) => heard.push(p));
+    const payloads = Array.from({ length: 40 }, (_, i) => `wc_agent_run_${i} r1 holder ${i + 1}`);
+    await b.notifyAll("webcodex_test", payloads);
+    await b.notifyAll("webcodex_test", ["single"]);
+    await b.notifyAll("webcodex_test", []);
+    await poll(() => heard.length === 41, { timeoutMs: IN_PROCESS_WAIT_MS, what: "every payload" });
+    expect(heard).toEqual([...payloads, "single"]);
+    await expect(b.notifyAll("webcodex_test", ["a\nb"])).rejects.toThrow(/line break/);
+    await expect(
+      b.notifyAll(
+        "webcodex_test",
+        Array.from({ length: MAX_NOTIFICATIONS_PER_STATEMENT + 1 }, () => "x"),
+      ),
+    ).rejects.toThrow(/MAX_NOTIFICATIONS_PER_STATEMENT/);
+  });
+
   it(
     "makes a lost LISTEN connection again after a database restart, tells the listener to resync, and hears again",
     async () => {
@@ -94,9 +114,11 @@ describe("listen/notify between instances", () => {
       const heard: (string | null)[] = [];
       const stop = await store.engine.listen("webcodex_test", (p) => heard.push(p));
       await store.engine.notify("webcodex_test", "x");
+      await store.engine.notifyAll("webcodex_test", ["x", "y"]);
       stop();
       expect(heard).toEqual([]);
       await expect(store.engine.notify("Bad", "x")).rejects.toThrow(StateUsageError);
+      await expect(store.engine.notifyAll("webcodex_test", ["a\nb"])).rejects.toThrow(/line break/);
     } finally {
       await store.close();
     }

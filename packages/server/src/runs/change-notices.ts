@@ -1,54 +1,47 @@
+import { MAX_NOTIFICATIONS_PER_STATEMENT } from "../state/engine.js";
+
 /**
- * Notices of changed runs to the other instances (design §14: `webcodex_run_changes`), at most one per run
- * in flight: a change told while that run's notice is still being sent is folded into one more notice,
- * sent when the first has gone. A notice only says "this run changed; catch up": the receiver fetches
- * whatever is newest, so one notice after the last change covers every change before it. Without this,
- * every `run.update` on the holder is one statement on the state pool — half of what the holder sent
- * per update in the cluster fan-out bench, where the pool filled (docs/benchmarks.md).
+ * Notices of changed runs to the other instances (design §14: `webcodex_run_changes`), one statement in
+ * flight at a time: the changes told while it is out wait, each run's newest payload only, and go together
+ * in the next statement (at most MAX_NOTIFICATIONS_PER_STATEMENT; more wait for the one after). A notice only
+ * says "this run changed up to here; catch up": the receiver fetches whatever is newest, so one notice after
+ * the last change covers every change before it. Without this, every `run.update` on the holder is one
+ * statement on the state pool — in the cluster fan-out bench, as many as the observers' reads.
  */
 export class ChangeNotices {
-  /** Runs whose notice is in flight, with the payload of a change told meanwhile (null: none). */
-  readonly #inFlight = new Map<string, string | null>();
+  /** Payloads waiting for the next statement, by run id (a run's newest one). */
+  readonly #waiting = new Map<string, string>();
+  /** Runs whose notice is in the statement in flight. */
+  #sending: string[] = [];
 
-  /** `send` tells the others of one run; its failure goes to `onError` (a notice is a hint, never retried). */
+  /** `send` tells the others of the runs' changes; its failure goes to `onError` (a notice is a hint, never retried). */
   constructor(
-    private readonly send: (runId: string, payload: string) => Promise<void>,
-    private readonly onError: (runId: string, err: unknown) => void,
+    private readonly send: (payloads: string[]) => Promise<void>,
+    private readonly onError: (runIds: readonly string[], err: unknown) => void,
   ) {}
 
-  /** Notices in flight right now (bounded by the runs with updates at the same time). */
+  /** Runs whose notice is out or waiting (bounded by the runs changed while one statement is out). */
   get inFlight(): number {
-    return this.#inFlight.size;
+    return this.#sending.length + this.#waiting.size;
   }
 
-  /**
-   * `runId` changed: tell the others now, or right after the notice of it already in flight — then with the
-   * payload of the last change told meanwhile (a payload may name the change, runs/runs.ts).
-   */
+  /** `runId` changed: tell the others now, or with the next statement when one is out. */
   tell(runId: string, payload: string): void {
-    if (this.#inFlight.has(runId)) {
-      this.#inFlight.set(runId, payload);
-      return;
-    }
-    this.#inFlight.set(runId, null);
-    void this.#send(runId, payload);
+    this.#waiting.set(runId, payload);
+    if (this.#sending.length === 0) void this.#drain();
   }
 
-  async #send(runId: string, first: string): Promise<void> {
-    let payload = first;
-    for (;;) {
+  async #drain(): Promise<void> {
+    while (this.#waiting.size > 0) {
+      const batch = [...this.#waiting].slice(0, MAX_NOTIFICATIONS_PER_STATEMENT);
+      for (const [runId] of batch) this.#waiting.delete(runId);
+      this.#sending = batch.map(([runId]) => runId);
       try {
-        await this.send(runId, payload);
+        await this.send(batch.map(([, payload]) => payload));
       } catch (err) {
-        this.onError(runId, err);
+        this.onError(this.#sending, err);
       }
-      const next = this.#inFlight.get(runId);
-      if (next === null || next === undefined) {
-        this.#inFlight.delete(runId);
-        return;
-      }
-      payload = next;
-      this.#inFlight.set(runId, null);
     }
+    this.#sending = [];
   }
 }

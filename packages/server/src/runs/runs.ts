@@ -191,11 +191,11 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     }
     this.#unlisten = await engine.listen(RUN_CHANGES_CHANNEL, (payload) => this.#onRunChanged(payload));
     this.#notices = new ChangeNotices(
-      (_runId, payload) => engine.notify(RUN_CHANGES_CHANNEL, payload),
-      (runId, err) =>
+      (payloads) => engine.notifyAll(RUN_CHANGES_CHANNEL, payloads),
+      (runIds, err) =>
         this.#ctx.log.warn(
-          { run_id: runId, err: (err as Error).message },
-          "run change not notified to other instances",
+          { run_ids: runIds.slice(0, 8), runs: runIds.length, err: (err as Error).message },
+          "run changes not notified to other instances",
         ),
     );
     if (engine.dialect !== "postgres") return;

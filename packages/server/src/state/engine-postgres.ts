@@ -22,6 +22,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import pg from "pg";
 import {
   checkNotification,
+  checkNotifications,
   insideTransaction,
   type SqlParam,
   SqlTexts,
@@ -225,6 +226,21 @@ export class PostgresEngine implements StateEngine {
   async notify(channel: string, payload: string): Promise<void> {
     checkNotification(channel, payload);
     await this.#run(this.#pool, "SELECT pg_notify(?, ?)", [channel, payload]);
+  }
+
+  async notifyAll(channel: string, payloads: readonly string[]): Promise<void> {
+    checkNotifications(channel, payloads);
+    if (payloads.length === 0) return;
+    if (payloads.length === 1) {
+      await this.notify(channel, payloads[0] as string);
+      return;
+    }
+    // One statement: the payloads as one text, split back into rows in their order.
+    await this.#run(
+      this.#pool,
+      "SELECT pg_notify(?, p) FROM unnest(string_to_array(?, chr(10))) WITH ORDINALITY AS t(p, n) ORDER BY n",
+      [channel, payloads.join("\n")],
+    );
   }
 
   /** Make the LISTEN connection (once at a time) and LISTEN on every channel that has listeners. */

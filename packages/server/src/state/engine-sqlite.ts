@@ -17,6 +17,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import Database from "better-sqlite3";
 import {
   checkNotification,
+  checkNotifications,
   insideTransaction,
   type SqlParam,
   SqlTexts,
@@ -156,6 +157,10 @@ export class SqliteEngine implements StateEngine {
 
   async notify(channel: string, payload: string): Promise<void> {
     checkNotification(channel, payload);
+  }
+
+  async notifyAll(channel: string, payloads: readonly string[]): Promise<void> {
+    checkNotifications(channel, payloads);
   }
 
   async writesElsewhere(): Promise<number | null> {

@@ -87,6 +87,11 @@ export interface StateEngine extends StateQueries {
   /** Tell every instance listening on `channel` (delivered after the surrounding commit, if any). */
   notify(channel: string, payload: string): Promise<void>;
   /**
+   * `notify` of each payload, in order, in one statement (at most MAX_NOTIFICATIONS_PER_STATEMENT; a
+   * payload holds no line break).
+   */
+  notifyAll(channel: string, payloads: readonly string[]): Promise<void>;
+  /**
    * A number that differs from the one before whenever another connection committed a write in between
    * (SQLite's `PRAGMA data_version`: this engine's own commits never change it), so that a cache of rows
    * only other processes write can be kept exactly; null where the engine cannot tell (PostgreSQL, where
@@ -103,6 +108,23 @@ export const CHANNEL_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 export const MAX_NOTIFY_PAYLOAD_BYTES = 1024;
 
 /** Refuse a channel name or payload the engines would not carry. */
+/** Payloads `notifyAll` sends in one statement at most. */
+export const MAX_NOTIFICATIONS_PER_STATEMENT = 256;
+
+/** `notifyAll`'s payloads checked: each as `checkNotification`'s, none with a line break, not too many. */
+export function checkNotifications(channel: string, payloads: readonly string[]): void {
+  if (payloads.length > MAX_NOTIFICATIONS_PER_STATEMENT) {
+    throw new StateUsageError(
+      `notifyAll sends at most MAX_NOTIFICATIONS_PER_STATEMENT = ${MAX_NOTIFICATIONS_PER_STATEMENT} payloads`,
+    );
+  }
+  for (const payload of payloads) {
+    checkNotification(channel, payload);
+    if (payload.includes("\n")) throw new StateUsageError("a notifyAll payload holds no line break");
+  }
+  if (payloads.length === 0) checkNotification(channel);
+}
+
 export function checkNotification(channel: string, payload?: string): void {
   if (!CHANNEL_NAME.test(channel)) {
     throw new StateUsageError(`notification channel ${JSON.stringify(channel)} must match ${CHANNEL_NAME.source}`);
