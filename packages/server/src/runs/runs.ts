@@ -556,7 +556,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     const runner = this.#ctx.registry.connected(conn, hello);
     this.#inOrder(conn.runnerId, "hello", async () => {
       for (const m of [...this.#ctx.mirrors.values()]) {
-        if (m.instance !== null && (await this.#ctx.store.get(m.runId))?.runner_id === conn.runnerId) {
+        // Whose run it is never changes: a copy tells (StateStore.peek), not a read per mirror and hello.
+        if (m.instance !== null && (await this.#ctx.store.peek(m.runId))?.runner_id === conn.runnerId) {
           if (m.instance !== hello.agent_instance_id) m.reset(hello.agent_instance_id);
           else m.unsync(); // updates may have been missed while disconnected
           m.touch();
@@ -684,7 +685,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#ctx.registry.disconnected(conn);
     this.#inOrder(conn.runnerId, "disconnect", async () => {
       for (const m of [...this.#ctx.mirrors.values()]) {
-        if ((await this.#ctx.store.get(m.runId))?.runner_id === conn.runnerId) m.touch();
+        if ((await this.#ctx.store.peek(m.runId))?.runner_id === conn.runnerId) m.touch();
       }
     });
   }
