@@ -16,7 +16,9 @@
  * - B `kill -9`'d mid-run: the Runner reconnects through the proxy to A, the run still completes, once.
  */
 import { randomBytes } from "node:crypto";
-import { readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { request as httpsRequest } from "node:https";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { isTerminalState, MAX_OBSERVE_WAIT_SECS } from "@webcodex/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
@@ -44,6 +46,7 @@ import { CutProxy } from "./support/cut-proxy.js";
 import { MODERN, postModern, tasksMeta } from "./support/modern-mcp.js";
 import { issueKey } from "./support/oauth.js";
 import { freePort, okValue, ProcStack, STATE_URL_ENV } from "./support/proc-stack.js";
+import { makeTestCa } from "./support/test-ca.js";
 
 /** An observe long-poll's wait in these tests: far longer than a notified wake-up may take. */
 const LONG_POLL_SECS = 20;
@@ -104,7 +107,7 @@ async function projectsOn(port: number): Promise<ProjectView[]> {
   }
 }
 
-function startServerB(s: ProcStack, port: number): DaemonProcess {
+function startServerB(s: ProcStack, port: number, env: Record<string, string> = {}): DaemonProcess {
   const config = join(s.dir, "server-b.toml");
   writeFileSync(config, readFileSync(s.serverConfigFile, "utf8").replace(/^port = \d+$/m, `port = ${port}`));
   const child = startServerProcess(config, {
@@ -114,6 +117,7 @@ function startServerB(s: ProcStack, port: number): DaemonProcess {
       WEBCODEX_TEST_HOOK_API: "1",
       WEBCODEX_LOG_LEVEL: "warn",
       [STATE_URL_ENV]: s.stateUrl ?? "",
+      ...env,
     },
     stopGraceMs: 5_000,
   });
@@ -556,5 +560,104 @@ describe("several Server instances: any of them answers", () => {
     expect(last.state).toBe("completed");
     expect((await projectsOn(c.a)).find((p) => p.project_id === "demo")?.runner_online).toBe(true);
     expect(c.s.prompts("r1")).toHaveLength(1);
+  }, 180_000);
+});
+
+describe("several Server instances on https://", () => {
+  /** A test API call over https, trusting `ca` only. */
+  function httpsApi<T>(port: number, path: string, ca: Buffer, body?: unknown): Promise<T> {
+    return new Promise((resolve, reject) => {
+      const req = httpsRequest(
+        {
+          host: "127.0.0.1",
+          port,
+          path,
+          method: body === undefined ? "GET" : "POST",
+          ca,
+          headers: { "content-type": "application/json" },
+        },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on("data", (c: Buffer) => chunks.push(c));
+          res.on("end", () => {
+            try {
+              resolve(JSON.parse(Buffer.concat(chunks).toString("utf8")) as T);
+            } catch (err) {
+              reject(err);
+            }
+          });
+        },
+      );
+      req.on("error", reject);
+      req.end(body === undefined ? undefined : JSON.stringify({ principal_id: "alice", input: body }));
+    });
+  }
+
+  it("forwards a start and pushes its updates between instances that serve https and trust a private CA", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "wc-cluster-ca-"));
+    try {
+      const ca = makeTestCa(dir);
+      const caPem = readFileSync(ca.caFile);
+      // Node's own trust for a private CA: every peer request of an instance verifies the other's certificate.
+      const trust = { NODE_EXTRA_CA_CERTS: ca.caFile };
+      const portB = await freePort();
+      stack = await new ProcStack({
+        runners: [{ id: "r1", projects: ["demo"] }],
+        server: "child",
+        stateUrl: await pg.createDatabase(),
+        linkPort: portB,
+        tls: ca,
+        serverEnv: trust,
+      }).init();
+      const s = stack;
+      b = startServerB(s, portB, trust);
+      await waitListening(b);
+      await s.startRunner("r1", [], {}, { waitOnline: false });
+      await poll(
+        async () =>
+          (await httpsApi<ProjectView[]>(s.port, "/__test/projects?principal_id=alice", caPem).catch(() => [])).find(
+            (p) => p.project_id === "demo",
+          )?.runner_online === true,
+        { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "A to see the Runner linked to B" },
+      );
+      const urls = await s.stateRows<{ url: string }>("SELECT url FROM server_instances ORDER BY url");
+      expect(urls).toHaveLength(2);
+      for (const { url } of urls) expect(url).toMatch(/^https:\/\/127\.0\.0\.1:/);
+
+      const started = okValue(
+        await httpsApi<ApiResult<StartOutput>>(s.port, "/__test/runs/start", caPem, {
+          project_id: "demo",
+          provider_id: "fake",
+          idempotency_key: "over-tls",
+          prompt: "scenario: slow interval_ms=300 count=4",
+        }),
+      );
+      let token: string | undefined;
+      const seqs: number[] = [];
+      for (let i = 0; i < 40; i++) {
+        const o = okValue(
+          await httpsApi<ApiResult<ObserveOutput>>(s.port, "/__test/runs/observe", caPem, {
+            run_id: started.run_id,
+            wait_secs: 10,
+            ...(token ? { after_observation_token: token } : {}),
+          }),
+        );
+        seqs.push(...o.events.map((e) => e.seq));
+        token = o.observation_token;
+        if (isTerminalState(o.state) && !o.has_more) {
+          expect(o.state).toBe("completed");
+          break;
+        }
+      }
+      expect(seqs.length).toBeGreaterThan(3);
+      expect(s.prompts("r1")).toHaveLength(1);
+      // The run's updates reached A pushed by B, over https.
+      const onA = await httpsApi<Record<string, number>>(s.port, "/__test/cluster-stats", caPem);
+      const onB = await httpsApi<Record<string, number>>(portB, "/__test/cluster-stats", caPem);
+      expect(onA.pushes_applied).toBeGreaterThan(0);
+      expect(onB.pushes_failed).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   }, 180_000);
 });
