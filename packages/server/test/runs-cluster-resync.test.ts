@@ -1,6 +1,6 @@
 /**
  * A Server instance on a shared PostgreSQL state follows runs whose Runner another instance holds: a
- * notification starts a catch-up of the mirror an observer waits on (runs/runs.ts `#onRunChanged`). When that
+ * notification starts a catch-up of the mirror an observer waits on (runs/following.ts `onRunChanged`). When that
  * catch-up fails on the state database (its pool queue full: StateBusyError), the instance logs it and keeps
  * serving; an unhandled rejection would end the whole process (Node's default), as the cluster fan-out bench
  * showed under load.

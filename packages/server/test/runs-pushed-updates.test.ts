@@ -1,6 +1,6 @@
 /**
  * An instance following a run whose Runner another instance holds takes the updates that instance pushes
- * (link/run-push.ts, runs/runs.ts `applyPushed`): one that continues its mirror exactly wakes the observers
+ * (link/run-push.ts, runs/following.ts `applyPushed`): one that continues its mirror exactly wakes the observers
  * with no request to the holder, and the notification of that update is then skipped; anything else — a
  * gap, another Runner process, a catch-up in flight — makes it catch up through the holder, as a
  * notification does. A push meant for another instance is never taken.
@@ -12,7 +12,8 @@ import { describe, expect, it } from "vitest";
 import type { RequestOutcome, RunnerRequest } from "../src/link/hub.js";
 import type { Registry } from "../src/link/registry.js";
 import { FOLLOW_IDLE_MS, type RunPush } from "../src/link/run-push.js";
-import { NOTICE_PUSH_GRACE_MS, Runs } from "../src/runs/runs.js";
+import { NOTICE_PUSH_GRACE_MS } from "../src/runs/following.js";
+import { Runs } from "../src/runs/runs.js";
 import type { StateEngine } from "../src/state/engine.js";
 import type { StateStore } from "../src/state/store.js";
 import { runSummary } from "./support/run-summary.js";

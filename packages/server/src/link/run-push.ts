@@ -9,7 +9,7 @@
  * - A push (`POST CLUSTER_RUN_PUSH_PATH`, signed like a link request): the run's summary and the events of
  *   the update, with the holder's instance id and its number of the update (`update`, increasing over all
  *   runs of that holder process). The follower takes it only when it continues its mirror exactly
- *   (runs/runs.ts `applyPushed`); anything else makes it catch up through the holder, as a notification does.
+ *   (runs/following.ts `applyPushed`); anything else makes it catch up through the holder, as a notification does.
  * - The notification of every update is still sent: a push is only ever a shortcut. The follower skips a
  *   notification of an update it already took whole (same holder, same or later number).
  * - At most one push per follower and run is in flight; updates meanwhile are folded into the next push (the

@@ -18,7 +18,7 @@ import type { Logger } from "pino";
 import type { PeerInstance } from "../link/cluster.js";
 import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
-import { FOLLOW_IDLE_MS, MAX_PENDING_PUSH_EVENTS, type RunPush, RunPushes } from "../link/run-push.js";
+import { type RunPush, RunPushes } from "../link/run-push.js";
 import type { Principal } from "../principals/principal.js";
 import { StateBusyError, type StateEngine, StateUnavailableError } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
@@ -39,7 +39,8 @@ import type {
 import { Cancellation } from "./cancel.js";
 import { ChangeNotices } from "./change-notices.js";
 import { fail, RunContext } from "./context.js";
-import type { MirrorSet, RunMirror, ToolStep } from "./mirror.js";
+import { RunFollowing } from "./following.js";
+import type { MirrorSet, ToolStep } from "./mirror.js";
 import { Observation, withTimeout } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
 import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
@@ -59,11 +60,6 @@ export const MAX_PENDING_RUNNER_FRAMES = 1_000;
  * the holder and wakes them — unless a push (link/run-push.ts) already brought it that update.
  */
 export const RUN_CHANGES_CHANNEL = "webcodex_run_changes";
-/**
- * How long a notice of an update waits for that update's push when its mirror follows the holder's pushes
- * (a notice through the database can overtake the push); past it, the mirror catches up through the holder.
- */
-export const NOTICE_PUSH_GRACE_MS = 100;
 /** The request_id of a run.sync result a holder answers from its mirror (the forwarding side does not read it). */
 const HELD_SYNC_REQUEST_ID = "held_sync";
 
@@ -107,8 +103,6 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   /** Per runner id: the last queued frame's work and how many wait (see MAX_PENDING_RUNNER_FRAMES). */
   readonly #frames = new Map<string, { tail: Promise<void>; pending: number }>();
   #unlisten: (() => void) | null = null;
-  /** Mirrors notified while their catch-up was in flight: synced once more when it ends. */
-  readonly #resyncAfter = new Set<string>();
   /** Notices of runs changed here to the other instances (null until `joinCluster`). */
   #notices: ChangeNotices | null = null;
   /** Runs whose pushed update is being applied here: its record written, its mirror not yet (see #heldSync). */
@@ -118,20 +112,10 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   #pushes: RunPushes | null = null;
   /** Numbers the `run.update`s applied here, over all runs (a push and its notice name the same number). */
   #updateSeq = 0;
-  /** What the cluster paths did, for tests (`/__test/cluster-stats`). */
-  readonly #clusterCounts = {
-    forwarded_syncs: 0,
-    pushes_applied: 0,
-    pushes_deferred: 0,
-    pushes_stale: 0,
-    pushes_caught_up: 0,
-    pushes_refused: 0,
-    notices_skipped: 0,
-  };
-  /** Per run, a push held until its mirror's catch-up in flight ends (`#deferPush`). */
-  readonly #deferred = new Map<string, RunPush>();
-  /** Per run, the newest update told by a notice ahead of its push (`#awaitPush`). */
-  readonly #awaitingPush = new Map<string, { update: number }>();
+  /** Forwarded run.syncs answered here, for tests (`/__test/cluster-stats`). */
+  #forwardedSyncs = 0;
+  /** This instance's side as a follower of runs linked elsewhere (null until `joinCluster`). */
+  #following: RunFollowing | null = null;
 
   constructor(opts: RunsOptions) {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
@@ -175,7 +159,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   /** What the cluster paths did on this instance: forwarded syncs answered, pushes sent and taken, notices skipped. */
   clusterCounts(): Record<string, number> {
-    return { ...this.#clusterCounts, ...(this.#pushes?.counts ?? {}) };
+    return { forwarded_syncs: this.#forwardedSyncs, ...this.#following?.counts, ...this.#pushes?.counts };
   }
 
   /**
@@ -189,7 +173,9 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       this.#self = self.instanceId;
       this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log);
     }
-    this.#unlisten = await engine.listen(RUN_CHANGES_CHANNEL, (payload) => this.#onRunChanged(payload));
+    const following = new RunFollowing(this.#ctx, this.#observation, this.#self);
+    this.#following = following;
+    this.#unlisten = await engine.listen(RUN_CHANGES_CHANNEL, (payload) => following.onRunChanged(payload));
     this.#notices = new ChangeNotices(
       (payloads) => engine.notifyAll(RUN_CHANGES_CHANNEL, payloads),
       (runIds, err) =>
@@ -206,171 +192,9 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     });
   }
 
-  /** Another instance applied a change of a run (null: notifications may have been lost; resync all). */
-  #onRunChanged(payload: string | null): void {
-    if (this.#ctx.closed) return;
-    if (payload === null) {
-      for (const m of [...this.#ctx.mirrors.values()]) {
-        m.unsync();
-        if (!m.idle) m.touch();
-      }
-      return;
-    }
-    const [runId, runnerId, holder, update] = payload.split(" ");
-    if (runId === undefined || runnerId === undefined) return;
-    // This instance holds the link: its mirrors are fed by the Runner's own frames.
-    if (this.#ctx.registry.live(runnerId)) return;
-    const mirror = this.#ctx.mirrors.get(runId);
-    if (!mirror) return;
-    const pushed = mirror.pushed;
-    if (mirror.synced && pushed !== null && pushed.holder === holder && holder !== undefined) {
-      // This mirror follows that holder's pushes: that update was taken whole already, or its push is
-      // likely still on its way.
-      if (pushed.update >= Number(update)) this.#clusterCounts.notices_skipped += 1;
-      else this.#awaitPush(mirror, runnerId, holder, Number(update));
-      return;
-    }
-    this.#followElsewhere(mirror, runnerId);
-  }
-
-  /**
-   * A notice of update `update` of a run whose mirror follows `holder`'s pushes, ahead of its push: give the
-   * push NOTICE_PUSH_GRACE_MS to come (one wait per mirror, for the newest update told), then catch up if it
-   * has not — a push that failed is never waited for longer than that.
-   */
-  #awaitPush(mirror: RunMirror, runnerId: string, holder: string, update: number): void {
-    const waiting = this.#awaitingPush.get(mirror.runId);
-    if (waiting !== undefined) {
-      waiting.update = Math.max(waiting.update, update);
-      return;
-    }
-    const wait = { update };
-    this.#awaitingPush.set(mirror.runId, wait);
-    setTimeout(() => {
-      this.#awaitingPush.delete(mirror.runId);
-      if (this.#ctx.closed || this.#ctx.mirrors.get(mirror.runId) !== mirror) return;
-      const pushed = mirror.pushed;
-      if (mirror.synced && pushed?.holder === holder && pushed.update >= wait.update) {
-        this.#clusterCounts.notices_skipped += 1;
-        return;
-      }
-      this.#followElsewhere(mirror, runnerId);
-    }, NOTICE_PUSH_GRACE_MS).unref();
-  }
-
-  /**
-   * A mirror of a run linked elsewhere may be behind: unsynced, and caught up now if anybody waits on it
-   * (`watched`: waited on before a change that woke its waiters).
-   */
-  #followElsewhere(mirror: RunMirror, runnerId: string, watched = !mirror.idle): void {
-    // Nobody waits: the next observe catches up first.
-    mirror.unsync();
-    if (!watched) return;
-    void this.#ctx.registry
-      .lookupRecent(runnerId, mirror.instance)
-      .then((runner) => {
-        if (!runner) {
-          mirror.touch(); // its Runner went offline: observers say so
-          return;
-        }
-        if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
-        this.#resync(mirror, runner);
-      })
-      .catch((err: unknown) =>
-        this.#ctx.log.warn(
-          { run_id: mirror.runId, err: (err as Error).message },
-          "following a run changed elsewhere failed",
-        ),
-      );
-  }
-
-  /**
-   * An update of a run linked to another instance, pushed by that instance (link/run-push.ts): taken into the
-   * mirror when it continues it exactly (the same agent instance, synced, no gap); held until the catch-up in
-   * flight ends (a push must not overtake it: that catch-up may bring an older summary); ignored when the
-   * mirror already holds a newer summary; otherwise the mirror catches up through the holder. Answers whether
-   * this instance still follows the run: it has a mirror of it that an observer waits on or waited on within
-   * FOLLOW_IDLE_MS, and it has not ended.
-   */
+  /** An update of a run linked to another instance, pushed by its holder (runs/following.ts). */
   applyPushed(push: RunPush): boolean {
-    if (this.#ctx.closed || push.to !== this.#self || this.#ctx.registry.live(push.runnerId)) {
-      this.#clusterCounts.pushes_refused += 1;
-      return false;
-    }
-    const mirror = this.#ctx.mirrors.get(push.runId);
-    if (!mirror) {
-      this.#clusterCounts.pushes_refused += 1;
-      return false;
-    }
-    const following =
-      (!mirror.idle || Date.now() - mirror.lastWaitAt < FOLLOW_IDLE_MS) && !isTerminalState(push.run.state);
-    if (mirror.instance === push.agentInstanceId && mirror.syncing !== null) {
-      this.#deferPush(mirror, mirror.syncing, push);
-      return following;
-    }
-    if (mirror.instance !== push.agentInstanceId || !mirror.synced) {
-      // Another Runner process, or a mirror that may be behind already: catch up (again).
-      this.#clusterCounts.pushes_caught_up += 1;
-      this.#followElsewhere(mirror, push.runnerId);
-      return following;
-    }
-    const held = mirror.summary;
-    if (
-      held !== null &&
-      (push.run.last_seq < held.last_seq || (isTerminalState(held.state) && !isTerminalState(push.run.state)))
-    ) {
-      // Overtaken by a catch-up that answered after this update: it holds all of it.
-      this.#clusterCounts.pushes_stale += 1;
-      return following;
-    }
-    this.#clusterCounts.pushes_applied += 1;
-    const watched = !mirror.idle;
-    if (mirror.applyUpdate(push.run, push.events)) this.#followElsewhere(mirror, push.runnerId, watched);
-    else mirror.pushed = { holder: push.holder, update: push.update };
-    return following;
-  }
-
-  /**
-   * Hold a push until the mirror's catch-up in flight ends, then take it (`applyPushed`). One held push per
-   * mirror: a later one is folded into it (its summary and number, the events appended up to
-   * MAX_PENDING_PUSH_EVENTS; beyond, none — the mirror then sees it is behind and catches up).
-   */
-  #deferPush(mirror: RunMirror, syncing: Promise<void>, push: RunPush): void {
-    this.#clusterCounts.pushes_deferred += 1;
-    const held = this.#deferred.get(mirror.runId);
-    if (held !== undefined) {
-      const fits = held.events.length + push.events.length <= MAX_PENDING_PUSH_EVENTS;
-      this.#deferred.set(mirror.runId, { ...push, events: fits ? [...held.events, ...push.events] : [] });
-      return;
-    }
-    this.#deferred.set(mirror.runId, push);
-    const release = () => {
-      const p = this.#deferred.get(mirror.runId);
-      this.#deferred.delete(mirror.runId);
-      if (p !== undefined && !this.#ctx.closed && this.#ctx.mirrors.get(mirror.runId) === mirror) this.applyPushed(p);
-    };
-    void syncing.then(release, release);
-  }
-
-  /** Catch a mirror up now, or right after the catch-up in flight (which may have left before the change). */
-  #resync(mirror: RunMirror, runner: LiveRunner): void {
-    if (mirror.syncing) {
-      this.#resyncAfter.add(mirror.runId);
-      return;
-    }
-    // A catch-up that fails (the state database busy or away) is logged: the mirror keeps what it got, and the
-    // next notification or observe catches it up again. Unhandled, the rejection would end the process.
-    void this.#observation
-      .catchUp(mirror, runner)
-      .finally(() => {
-        if (this.#resyncAfter.delete(mirror.runId) && !this.#ctx.closed) this.#resync(mirror, runner);
-      })
-      .catch((err: unknown) =>
-        this.#ctx.log.warn(
-          { run_id: mirror.runId, err: (err as Error).message },
-          "catching up a run changed elsewhere failed",
-        ),
-      );
+    return this.#following?.applyPushed(push) ?? false;
   }
 
   /**
@@ -397,7 +221,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       return { ok: false, reason: "not_sent" };
     }
     if (frame.type === "run.sync") {
-      this.#clusterCounts.forwarded_syncs += 1;
+      this.#forwardedSyncs += 1;
       // Followed from now on: every update applied after this answer is made is pushed to it.
       if (follower !== undefined && frame.max_events > 0) this.#pushes?.follow(frame.run_id, follower);
       const held = this.#heldSync(runner, frame);
