@@ -300,7 +300,8 @@ export type ExecuteLinkRequest = (
   follower?: PeerInstance,
 ) => Promise<RequestOutcome>;
 
-function refuse(res: ServerResponse, status: number, error: string, message: string): void {
+/** A cluster request refused before anything was executed: `{error, message}` with its status. */
+export function refuse(res: ServerResponse, status: number, error: string, message: string): void {
   if (res.headersSent) return;
   res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ error, message }));
 }

@@ -31,7 +31,7 @@ import {
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
-import { CLUSTER_MAX_BODY_BYTES, type PeerInstance, readSignedRequest, signedHeaders } from "./cluster.js";
+import { CLUSTER_MAX_BODY_BYTES, type PeerInstance, readSignedRequest, refuse, signedHeaders } from "./cluster.js";
 import { type PeerAnswer, postToPeer } from "./peer-http.js";
 
 /** The follower's endpoint for pushed updates (on the Server's own listener). */
@@ -272,11 +272,7 @@ export async function handleRunPush(
   if (body === null) return;
   const push = parseRunPush(body);
   if (typeof push === "string") {
-    if (!res.headersSent) {
-      res
-        .writeHead(400, { "content-type": "application/json" })
-        .end(JSON.stringify({ error: "invalid_request", message: push }));
-    }
+    refuse(res, 400, "invalid_request", push);
     return;
   }
   const following = apply(push);
