@@ -11,6 +11,7 @@ import type { RunnerConnection } from "../src/link/hub.js";
 import { MAX_SAME_KEY_WAITS } from "../src/runs/admission.js";
 import type { ObserveOutput, StartInput } from "../src/runs/api.js";
 import { deriveRunId } from "../src/runs/identity.js";
+import { neverAdmittedPatch } from "../src/runs/reconcile.js";
 import { MAX_PENDING_RUNNER_FRAMES, type Runs } from "../src/runs/runs.js";
 import { StateBusyError, StateUnavailableError } from "../src/state/engine.js";
 import { FakeRunService, instanceId, msg } from "./support/fake-run-service.js";
@@ -256,6 +257,33 @@ describe("run core", () => {
     });
     const retried = ok(await h.server.runs.start(alice, input("fence")));
     expect(svc.runs.has(retried.run_id)).toBe(true);
+  });
+
+  it("keeps a record closed while its start was out when the Runner's rejection comes after", async () => {
+    h = await new Harness().start([R1]);
+    const svc = new FakeRunService();
+    await online(h, svc);
+    let release: () => void = () => undefined;
+    svc.startGate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const pending = h.server.runs.start(alice, input("closed-meanwhile"));
+    await poll(() => svc.starts.length === 1, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+    const runId = deriveRunId(h.server.store.serverSecret, alice.id, "closed-meanwhile");
+    // Meanwhile another instance closed it as never admitted (its own run.sync answered not_found).
+    await h.server.store.update(runId, neverAdmittedPatch(true));
+    const closed = await h.server.store.get(runId);
+    // The Runner restarted before it looked at the start: it rejects it as stale.
+    svc.agentInstanceId = instanceId();
+    release();
+    const r = await pending;
+    expect(r).toMatchObject({ ok: false, error: { recovery_kind: "retry_same" } });
+    expect(await h.server.store.get(runId)).toMatchObject({
+      admission: "rejected_pre_admission",
+      state: "failed",
+      failure_kind: "never_admitted",
+      updated_at: closed?.updated_at,
+    });
   });
 
   it("rejects a provider instance that changed between resolve and dispatch as stale_provider", async () => {

@@ -470,10 +470,11 @@ export class Admission {
     const instance = runner.agentInstanceId;
     if (!outcome.ok) {
       if ((outcome.reason === "busy" || outcome.reason === "not_sent") && !unacknowledged) {
-        await this.#ctx.store.update(
+        const after = await this.#rejectUnlessSettled(
           runId,
           this.#rejectionPatch("never_admitted", "The Runner link was busy; nothing was started."),
         );
+        if (after !== null) return this.#answer(runId, after, true, instance);
         return fail(
           "runner_unavailable",
           "The Runner link is busy; nothing was started. Retry with the same key.",
@@ -519,7 +520,11 @@ export class Admission {
     if (frame.type === "error") {
       const rej = RUNNER_REJECTIONS[frame.code];
       if (rej) {
-        await this.#ctx.store.update(runId, this.#rejectionPatch(rej.failure, rej.message, rej.recovery));
+        const after = await this.#rejectUnlessSettled(
+          runId,
+          this.#rejectionPatch(rej.failure, rej.message, rej.recovery),
+        );
+        if (after !== null) return this.#answer(runId, after, true, instance);
         this.#ctx.log.info({ run_id: runId, code: frame.code }, "run rejected by the Runner before admission");
         return fail(rej.code, rej.message, rej.recovery);
       }
@@ -530,6 +535,24 @@ export class Admission {
       return fail("internal", "The Runner could not start the run; its outcome is being reconciled.", "reconcile");
     }
     return fail("internal", "Unexpected Runner response.", "reconcile");
+  }
+
+  /**
+   * Write a rejection before admission over this start's `sent` record, in one transaction on the row read
+   * FOR UPDATE — unless the record settled while the start was out (another instance closed it as never
+   * admitted, or another send of it was admitted): then it is left as it is. Null when the rejection was
+   * written, or the record is a rejection already (the same answer: nothing started, retry the same key);
+   * otherwise the record as it is, to answer from.
+   */
+  async #rejectUnlessSettled(runId: string, patch: RecordPatch): Promise<AdmissionRecord | null> {
+    const store = this.#ctx.store;
+    return await store.transaction(async (tx) => {
+      const rec = await store.lock(tx, runId);
+      if (rec === undefined || rec.admission === "rejected_pre_admission") return null;
+      if (rec.admission !== "sent" || isTerminalState(rec.state)) return rec;
+      await store.update(runId, patch, { tx });
+      return null;
+    });
   }
 
   /** The one builder of a start's success: the run's state and an observation token from seq 0. */

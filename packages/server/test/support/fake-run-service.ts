@@ -38,6 +38,8 @@ export class FakeRunService implements RunService {
   readonly cancels: string[] = [];
   /** While set, a cancel is recorded but answered only once this settles (an answer that may never come). */
   cancelGate: Promise<void> | null = null;
+  /** While set, a start is recorded but decided and answered only once this settles. */
+  startGate: Promise<void> | null = null;
   capacityFull = false;
   /** Ring size: events older than this many are dropped. */
   ringMax = 10_000;
@@ -85,6 +87,7 @@ export class FakeRunService implements RunService {
 
   async start(req: RunStartRequest): Promise<RunStartOutcome> {
     this.starts.push(req);
+    if (this.startGate !== null) await this.startGate;
     const existing = this.runs.get(req.run_id);
     if (existing) {
       if (existing.summary.intent_fingerprint !== req.intent_fingerprint) {
