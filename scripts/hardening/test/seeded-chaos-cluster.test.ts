@@ -250,8 +250,13 @@ describe("seeded chaos, cluster mode: two instances on PostgreSQL behind a load 
 
       const observeTerminal = (runId: string): Promise<Seen> =>
         book.untilTerminal(runId, async () => {
+          // The ledger just before the answer: a retryable not_started answer must be true when it is given.
+          const key = [...runOf].find(([, id]) => id === runId)?.[0];
+          const hash = key === undefined ? undefined : sha256(promptOf.get(key) ?? "");
+          const dispatchedBefore =
+            hash === undefined ? undefined : stack.prompts("r1").some((l) => String(l.prompt_sha256) === hash);
           const o = await call<ObserveOutput>(lb.port, "observe", { run_id: runId }).catch(() => null);
-          return o?.result.ok ? o.result.value : null;
+          return o?.result.ok ? { ...o.result.value, dispatchedBefore } : null;
         });
 
       /**

@@ -6,6 +6,7 @@
 import { createHash } from "node:crypto";
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
+import { isDeepStrictEqual } from "node:util";
 import { expect } from "vitest";
 import { DAEMON_POLL_MS, type LedgerLine, poll } from "../../../test-support/index.js";
 
@@ -55,11 +56,21 @@ export interface Observed {
   execution_state: string;
   stop_reason?: string | null;
   failure_kind?: string | null;
+  recovery_kind?: string;
+  /** Whether the run's prompt was in the ledger just before this answer was asked for (undefined: not checked). */
+  dispatchedBefore?: boolean | undefined;
 }
 
-/** Each run's first terminal answer; every later terminal answer must equal it. */
+/**
+ * Each run's first terminal answer; every later terminal answer must equal it — except after a rejection
+ * before admission that a same-key retry may re-admit (design §6.1: `failed/not_started`, `retry_same`), when
+ * that answer was checked against the ledger as it was just before it was asked for (`dispatchedBefore`):
+ * then it was true when given (asserted here), and the run's later end replaces it.
+ */
 export class TerminalBook {
   readonly #first = new Map<string, Seen>();
+  /** Runs whose first terminal answer was a retryable rejection, checked against the ledger. */
+  readonly #retryable = new Set<string>();
 
   /** The run's first terminal answer, once one was seen. */
   first(runId: string): Seen | undefined {
@@ -87,9 +98,20 @@ export class TerminalBook {
       stop_reason: last!.stop_reason ?? null,
       failure_kind: last!.failure_kind ?? null,
     };
+    const retryable =
+      seen.execution_state === "not_started" &&
+      last!.recovery_kind === "retry_same" &&
+      last!.dispatchedBefore !== undefined;
+    if (retryable)
+      expect(last!.dispatchedBefore, `${runId} not_started (retry_same) but its prompt was in the ledger`).toBe(false);
     const first = this.#first.get(runId);
-    if (first) expect(seen, `terminal state of ${runId} changed`).toEqual(first);
+    if (first && this.#retryable.has(runId) && !isDeepStrictEqual(seen, first)) {
+      // Re-admitted by a same-key retry since (or rejected again): its new end replaces the first.
+      this.#first.set(runId, seen);
+    } else if (first) expect(seen, `terminal state of ${runId} changed`).toEqual(first);
     else this.#first.set(runId, seen);
+    if (retryable) this.#retryable.add(runId);
+    else if (this.#first.get(runId) === seen) this.#retryable.delete(runId);
     return seen;
   }
 }
