@@ -1,10 +1,11 @@
 /**
- * Notices of changed runs (runs/change-notices.ts): one statement in flight at a time, the changes told
- * meanwhile (each run's newest payload) going together in the next — so a notice always follows a run's
- * last change, and a burst of updates of many runs costs the state pool a few statements, not one per update.
+ * Notices of changed runs (runs/change-notices.ts): held NOTICE_DELAY_MS, then one statement in flight at a
+ * time, the changes told meanwhile (each run's newest payload) going together in the next — so a notice
+ * always follows a run's last change, and a burst of updates of many runs costs the state pool a few
+ * statements, not one per update.
  */
-import { describe, expect, it } from "vitest";
-import { ChangeNotices } from "../src/runs/change-notices.js";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { ChangeNotices, NOTICE_DELAY_MS } from "../src/runs/change-notices.js";
 import { MAX_NOTIFICATIONS_PER_STATEMENT } from "../src/state/engine.js";
 
 /** A send whose calls stay open until released, in order. */
@@ -25,10 +26,32 @@ function gatedSend() {
 }
 
 describe("notices of changed runs", () => {
-  it("sends the first change at once and every change told meanwhile in one more statement, each run's newest", async () => {
+  beforeEach(() => {
+    vi.useFakeTimers();
+  });
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("holds the first change NOTICE_DELAY_MS, then sends what was told meanwhile, each run's newest", async () => {
     const g = gatedSend();
     const notices = new ChangeNotices(g.send, () => undefined);
     notices.tell("run-a", "run-a r1 h 1");
+    notices.tell("run-b", "run-b r1 h 2");
+    vi.advanceTimersByTime(NOTICE_DELAY_MS - 1);
+    expect(g.sent).toEqual([]);
+    notices.tell("run-a", "run-a r1 h 3");
+    vi.advanceTimersByTime(1);
+    expect(g.sent).toEqual([["run-a r1 h 3", "run-b r1 h 2"]]);
+    await g.releaseNext();
+    expect(notices.inFlight).toBe(0);
+  });
+
+  it("sends every change told while a statement is out in one more statement, each run's newest", async () => {
+    const g = gatedSend();
+    const notices = new ChangeNotices(g.send, () => undefined);
+    notices.tell("run-a", "run-a r1 h 1");
+    vi.advanceTimersByTime(NOTICE_DELAY_MS);
     notices.tell("run-a", "run-a r1 h 2");
     notices.tell("run-b", "run-b r1 h 3");
     notices.tell("run-a", "run-a r1 h 4");
@@ -40,14 +63,28 @@ describe("notices of changed runs", () => {
     expect(g.sent).toHaveLength(2);
     expect(notices.inFlight).toBe(0);
     notices.tell("run-a", "run-a r1 h 5");
+    expect(g.sent).toHaveLength(2);
+    vi.advanceTimersByTime(NOTICE_DELAY_MS);
     expect(g.sent.at(-1)).toEqual(["run-a r1 h 5"]);
     await g.releaseNext();
+  });
+
+  it("drops what waits when closed and sends nothing after", async () => {
+    const g = gatedSend();
+    const notices = new ChangeNotices(g.send, () => undefined);
+    notices.tell("run-a", "run-a r1 h 1");
+    notices.close();
+    notices.tell("run-b", "run-b r1 h 2");
+    vi.advanceTimersByTime(NOTICE_DELAY_MS * 10);
+    expect(g.sent).toEqual([]);
+    expect(notices.inFlight).toBe(0);
   });
 
   it("sends at most MAX_NOTIFICATIONS_PER_STATEMENT payloads in one statement", async () => {
     const g = gatedSend();
     const notices = new ChangeNotices(g.send, () => undefined);
     notices.tell("first", "first");
+    vi.advanceTimersByTime(NOTICE_DELAY_MS);
     for (let i = 0; i <= MAX_NOTIFICATIONS_PER_STATEMENT; i++) notices.tell(`run-${i}`, `run-${i}`);
     await g.releaseNext();
     expect(g.sent[1]).toHaveLength(MAX_NOTIFICATIONS_PER_STATEMENT);
@@ -76,6 +113,7 @@ describe("notices of changed runs", () => {
       failures.push(`${runIds.join(",")}: ${(err as Error).message}`),
     );
     notices.tell("run-a", "run-a 1");
+    vi.advanceTimersByTime(NOTICE_DELAY_MS);
     notices.tell("run-b", "run-b 2");
     release();
     for (let i = 0; i < 10; i++) await Promise.resolve();

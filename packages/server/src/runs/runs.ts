@@ -139,6 +139,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   close(): void {
     this.#unlisten?.();
     this.#unlisten = null;
+    this.#notices?.close();
     this.#ctx.close();
   }
 
