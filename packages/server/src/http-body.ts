@@ -1,6 +1,7 @@
 /**
- * Reading a bounded HTTP body: a request the Server answers (mcp/post.ts) or a response it reads from a
- * peer instance (link/peer-http.ts). Both are `IncomingMessage`s.
+ * Reading a bounded HTTP body: a request the Server answers (mcp/post.ts, a signed cluster request, the
+ * console's forms) or a response it reads from a peer instance (link/peer-http.ts). All are
+ * `IncomingMessage`s.
  */
 import type { IncomingMessage } from "node:http";
 
@@ -11,7 +12,13 @@ export const ABORTED = Symbol("aborted");
  * The body as UTF-8 text; TOO_LARGE when it is (or declares itself) larger than `max` bytes, ABORTED
  * when the other side went away before its end. On TOO_LARGE the caller ends the exchange.
  */
-export function readBody(msg: IncomingMessage, max: number): Promise<string | typeof TOO_LARGE | typeof ABORTED> {
+export async function readBody(msg: IncomingMessage, max: number): Promise<string | typeof TOO_LARGE | typeof ABORTED> {
+  const bytes = await readBodyBytes(msg, max);
+  return typeof bytes === "symbol" ? bytes : bytes.toString("utf8");
+}
+
+/** The body's bytes (a signed body is verified on exactly what was sent), by the rules of `readBody`. */
+export function readBodyBytes(msg: IncomingMessage, max: number): Promise<Buffer | typeof TOO_LARGE | typeof ABORTED> {
   const declared = Number(msg.headers["content-length"]);
   if (Number.isFinite(declared) && declared > max) return Promise.resolve(TOO_LARGE);
   return new Promise((resolve) => {
@@ -27,7 +34,7 @@ export function readBody(msg: IncomingMessage, max: number): Promise<string | ty
       chunks.push(chunk);
     };
     msg.on("data", onData);
-    msg.once("end", () => resolve(Buffer.concat(chunks, size).toString("utf8")));
+    msg.once("end", () => resolve(Buffer.concat(chunks, size)));
     // After "end" (or a refusal) this settles nothing: a promise resolves once.
     msg.once("close", () => resolve(ABORTED));
     msg.once("error", () => resolve(ABORTED));

@@ -13,6 +13,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { ServerConfig } from "./config.js";
+import { ABORTED, readBody, TOO_LARGE } from "./http-body.js";
 import { parseToolInput } from "./mcp/tool-shared.js";
 import type { Principal, Scope } from "./principals/principal.js";
 import { type RunsApi, StartInput } from "./runs/api.js";
@@ -25,15 +26,14 @@ export function principalFromConfig(config: ServerConfig, id: string): Principal
   return { id: p.id, scopes: new Set<Scope>(p.scopes), projects: new Set(p.projects) };
 }
 
+/** A test hook's request body is at most this long. */
+const TEST_API_MAX_BODY_BYTES = 1024 * 1024;
+
 async function readJson(req: IncomingMessage): Promise<unknown> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const c of req) {
-    size += (c as Buffer).byteLength;
-    if (size > 1024 * 1024) throw new Error("body too large");
-    chunks.push(c as Buffer);
-  }
-  return JSON.parse(Buffer.concat(chunks).toString("utf8") || "{}");
+  const text = await readBody(req, TEST_API_MAX_BODY_BYTES);
+  if (text === TOO_LARGE) throw new Error(`body over ${TEST_API_MAX_BODY_BYTES} bytes`);
+  if (text === ABORTED) throw new Error("the body ended early");
+  return JSON.parse(text || "{}");
 }
 
 export function mountTestApi(

@@ -20,6 +20,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
+import { ABORTED, readBody, TOO_LARGE } from "../http-body.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { IdentifiedKey } from "../principals/tokens.js";
 import { renderLogin, renderPage } from "./page.js";
@@ -127,14 +128,10 @@ async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
   if (type !== "application/x-www-form-urlencoded") {
     throw new FormError(415, "content-type must be application/x-www-form-urlencoded");
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > CONSOLE_MAX_FORM_BYTES) throw new FormError(413, `form body over ${CONSOLE_MAX_FORM_BYTES} bytes`);
-    chunks.push(chunk as Buffer);
-  }
-  return new URLSearchParams(Buffer.concat(chunks).toString("utf8"));
+  const body = await readBody(req, CONSOLE_MAX_FORM_BYTES);
+  if (body === TOO_LARGE) throw new FormError(413, `form body over ${CONSOLE_MAX_FORM_BYTES} bytes`);
+  if (body === ABORTED) throw new FormError(400, "the form body ended early");
+  return new URLSearchParams(body);
 }
 
 /** Failed logins per remote address in a fixed window (bounded table). */

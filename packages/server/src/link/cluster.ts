@@ -33,6 +33,7 @@ import {
   ServerFrame,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
+import { ABORTED, readBodyBytes, TOO_LARGE } from "../http-body.js";
 import type { StateEngine } from "../state/engine.js";
 import type { RequestOutcome, RunnerRequest } from "./hub.js";
 import { postToPeer } from "./peer-http.js";
@@ -322,24 +323,13 @@ export async function readSignedRequest(
     refuse(res, 405, "method_not_allowed", "cluster requests are POST");
     return null;
   }
-  const declared = Number(req.headers["content-length"] ?? "0");
-  if (declared > CLUSTER_MAX_BODY_BYTES) {
+  const body = await readBodyBytes(req, CLUSTER_MAX_BODY_BYTES);
+  if (body === TOO_LARGE) {
+    res.setHeader("connection", "close"); // the rest of the body is not read
     refuse(res, 413, "body_too_large", `a cluster request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
-    req.resume();
     return null;
   }
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > CLUSTER_MAX_BODY_BYTES) {
-      refuse(res, 413, "body_too_large", `a cluster request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
-      req.destroy();
-      return null;
-    }
-    chunks.push(chunk as Buffer);
-  }
-  const body = Buffer.concat(chunks);
+  if (body === ABORTED) return null; // the sender went away: nobody reads an answer
   const timestamp = req.headers[CLUSTER_TIMESTAMP_HEADER];
   const signature = req.headers[CLUSTER_SIGNATURE_HEADER];
   if (typeof timestamp !== "string" || !/^\d{1,15}$/.test(timestamp)) {

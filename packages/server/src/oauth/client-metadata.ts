@@ -17,6 +17,7 @@ import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { request } from "node:https";
 import { BlockList, isIP } from "node:net";
 import { OAuthClientMetadataSchema } from "@modelcontextprotocol/sdk/shared/auth.js";
+import { ABORTED, readBody, TOO_LARGE } from "../http-body.js";
 
 export const CIMD_TIMEOUT_MS = 5000;
 export const CIMD_MAX_BYTES = 64 * 1024;
@@ -152,24 +153,20 @@ export async function fetchClientMetadata(clientId: string, opts: FetchOptions):
           req.destroy();
           return reject(new ClientMetadataError(`client metadata URL answered HTTP ${status}`));
         }
-        const declared = Number(res.headers["content-length"] ?? "0");
-        if (declared > maxBytes) {
-          req.destroy();
-          return reject(new ClientMetadataError(`client metadata document is larger than ${maxBytes} bytes`));
-        }
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on("data", (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > maxBytes) {
+        void readBody(res, maxBytes).then((text) => {
+          if (text === TOO_LARGE) {
             req.destroy();
             reject(new ClientMetadataError(`client metadata document is larger than ${maxBytes} bytes`));
-            return;
-          }
-          chunks.push(chunk);
+          } else if (text === ABORTED) {
+            reject(
+              new ClientMetadataError(
+                signal.aborted
+                  ? `client metadata URL did not answer within ${timeoutMs} ms`
+                  : "client metadata URL closed the connection before the document's end",
+              ),
+            );
+          } else resolve(text);
         });
-        res.on("end", () => resolve(Buffer.concat(chunks).toString("utf8")));
-        res.on("error", (err) => reject(err));
       },
     );
     req.on("error", (err: NodeJS.ErrnoException) => {
