@@ -22,7 +22,9 @@
  * pool_size = 10              # connections this instance opens at most
  *
  * [server.cluster]            # optional, PostgreSQL only: how the other instances reach this one
- * advertise_url = "http://10.0.0.5:7420"   # default: http(s)://<host>:<port> of this listener
+ * advertise_url = "http://10.0.0.5:7420"   # default: http(s)://<host>:<port> of the listener serving /_wc/
+ * listen_port = 7421          # optional: /_wc/ on a listener of its own (then not on the clients' one)
+ * listen_host = "10.0.0.5"    # that listener's address (default: server.host)
  *
  * [server.tls]                # optional: terminate TLS here (https:// and wss://)
  * cert_file = "server.crt"    # PEM certificate chain, relative to this file
@@ -331,6 +333,14 @@ export const ServerConfigSchema = z
               .max(2048)
               .regex(/^https?:\/\/[^\s/?#]+$/, "must be http(s)://host[:port] with no path, query or fragment")
               .optional(),
+            /**
+             * A listener of its own for the instances' requests to each other (`/_wc/`): a saturated Server
+             * accepts one connection per turn of its event loop, and a peer's fresh connection must not
+             * queue behind the clients' handshakes (design §14). 0 picks a free port (tests).
+             */
+            listen_port: z.number().int().min(0).max(65_535).optional(),
+            /** That listener's address; default `server.host`. */
+            listen_host: z.string().min(1).max(255).optional(),
           })
           .strict()
           .prefault({}),
@@ -406,8 +416,11 @@ export interface ServerConfig {
   tls: { certFile: string; keyFile: string } | null;
   /** `[server.state]`: the SQLite file in stateDir, or a PostgreSQL URL read from `urlEnv` at start. */
   state: { backend: "sqlite" | "postgres"; urlEnv: string; poolSize: number };
-  /** `[server.cluster]`: the URL other instances reach this one on; null = this listener's own. */
-  cluster: { advertiseUrl: string | null };
+  /**
+   * `[server.cluster]`: the URL other instances reach this one on (null = the URL of the listener serving
+   * `/_wc/`), and that listener when it is not the clients' one.
+   */
+  cluster: { advertiseUrl: string | null; listen: { host: string; port: number } | null };
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
   /** `[server] public_url` without a trailing slash, or null. */
@@ -491,13 +504,26 @@ export function buildServerConfig(
       );
     }
   }
+  const clusterListen = cfg.server.cluster.listen_port;
+  if (clusterListen === undefined && cfg.server.cluster.listen_host !== undefined) {
+    throw new ConfigError(`${where}: server.cluster.listen_host: set only with server.cluster.listen_port`);
+  }
+  if (clusterListen !== undefined && cfg.server.state.backend !== "postgres") {
+    throw new ConfigError(
+      `${where}: server.cluster.listen_port: only with [server.state] backend = "postgres" (one instance has no peers)`,
+    );
+  }
+  if (clusterListen !== undefined && clusterListen !== 0 && clusterListen === cfg.server.port) {
+    throw new ConfigError(`${where}: server.cluster.listen_port: must differ from server.port (${cfg.server.port})`);
+  }
+  const clusterHost = cfg.server.cluster.listen_host ?? cfg.server.host;
   if (
     cfg.server.state.backend === "postgres" &&
     cfg.server.cluster.advertise_url === undefined &&
-    UNSPECIFIED_HOSTS.has(cfg.server.host)
+    UNSPECIFIED_HOSTS.has(clusterListen === undefined ? cfg.server.host : clusterHost)
   ) {
     throw new ConfigError(
-      `${where}: server.cluster.advertise_url: required when server.host is "${cfg.server.host}" on a PostgreSQL ` +
+      `${where}: server.cluster.advertise_url: required when ${clusterListen === undefined ? "server.host" : "the listener of server.cluster"} is "${clusterListen === undefined ? cfg.server.host : clusterHost}" on a PostgreSQL ` +
         "state: the other instances forward link requests to this URL and cannot reach an unspecified address " +
         '(e.g. advertise_url = "http://10.0.0.5:7420")',
     );
@@ -557,7 +583,10 @@ export function buildServerConfig(
       urlEnv: cfg.server.state.url_env,
       poolSize: cfg.server.state.pool_size,
     },
-    cluster: { advertiseUrl: cfg.server.cluster.advertise_url ?? null },
+    cluster: {
+      advertiseUrl: cfg.server.cluster.advertise_url ?? null,
+      listen: clusterListen === undefined ? null : { host: clusterHost, port: clusterListen },
+    },
     runners,
     principals: cfg.principals,
     publicUrl,

@@ -101,6 +101,14 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         "only safe behind a TLS-terminating reverse proxy on a trusted network",
     );
   }
+  const peerHost = config.cluster.listen?.host;
+  if (!tlsOptions && peerHost !== undefined && !isLoopbackHost(peerHost) && !config.allowInsecureHttp) {
+    throw new ConfigError(
+      `${config.file ?? "<config>"}: server.cluster.listen_host: "${peerHost}" is not a loopback address and ` +
+        "[server.tls] is not set; the instances' requests carry prompts and are signed, not encrypted. Set " +
+        "[server.tls], or keep that address on a private network and set [server] allow_insecure_http = true.",
+    );
+  }
   // SQLite: one Server per state dir, held until close() (or the process's end); see state/lock.ts.
   // PostgreSQL: several instances share the database by design, so nothing is locked.
   const lock = config.state.backend === "sqlite" ? lockStateDir(config.stateDir) : { release: () => undefined };
@@ -184,7 +192,16 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       });
       return;
     }
-    if (clustered && path === CLUSTER_LINK_REQUEST_PATH) {
+    if (clustered && config.cluster.listen === null && serveCluster(path, req, res)) return;
+    if (testApi && path.startsWith("/__test/")) {
+      testApi(req, res);
+      return;
+    }
+    res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');
+  };
+  /** The instances' requests to each other (link/cluster.ts, link/run-push.ts); false: not one of theirs. */
+  const serveCluster = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
+    if (path === CLUSTER_LINK_REQUEST_PATH) {
       handleLinkRequest(
         req,
         res,
@@ -195,24 +212,18 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         logger.error({ err: (err as Error).message }, "cluster link request failed");
         if (!res.headersSent) res.writeHead(500).end();
       });
-      return;
+      return true;
     }
-    if (clustered && path === CLUSTER_RUN_PUSH_PATH) {
+    if (path === CLUSTER_RUN_PUSH_PATH) {
       handleRunPush(req, res, linkKey, (push) => runs.applyPushed(push), logger).catch((err: unknown) => {
         logger.error({ err: (err as Error).message }, "pushed run update failed");
         if (!res.headersSent) res.writeHead(500).end();
       });
-      return;
+      return true;
     }
-    if (testApi && path.startsWith("/__test/")) {
-      testApi(req, res);
-      return;
-    }
-    res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');
+    return false;
   };
-  const http: Server = tlsOptions
-    ? createHttpsServer({ ...tlsOptions, handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS }, onRequest)
-    : createServer(onRequest);
+  const http: Server = makeListener(tlsOptions, onRequest);
   capConnections(http, config.maxConnections, logger);
   http.on("upgrade", (req, socket, head) => {
     if (overCapacity.has(socket)) {
@@ -227,16 +238,31 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     socket.write("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
     socket.destroy();
   });
-  http.headersTimeout = 30_000;
-  http.requestTimeout = 120_000;
+  // `[server.cluster] listen_port`: the instances' requests on a listener of their own (design §14).
+  const peerListener: Server | null =
+    clustered && config.cluster.listen !== null
+      ? makeListener(tlsOptions, (req, res) => {
+          if (overCapacity.has(req.socket)) {
+            req.socket.destroy();
+            return;
+          }
+          const path = (req.url ?? "/").split("?")[0] ?? "/";
+          if (!serveCluster(path, req, res)) {
+            res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');
+          }
+        })
+      : null;
+  if (peerListener) capConnections(peerListener, config.maxConnections, logger);
 
-  await new Promise<void>((resolve, reject) => {
-    http.once("error", reject);
-    http.listen(config.port, config.host, () => {
-      http.off("error", reject);
-      resolve();
-    });
-  }).catch(async (err: unknown) => {
+  await (async () => {
+    await listen(http, config.port, config.host);
+    if (peerListener && config.cluster.listen) {
+      await listen(peerListener, config.cluster.listen.port, config.cluster.listen.host).catch(async (err: unknown) => {
+        await closeListener(http);
+        throw err;
+      });
+    }
+  })().catch(async (err: unknown) => {
     // Not listening: give back what this start took, the state dir's lock last.
     runs.close();
     stopExpiry();
@@ -249,11 +275,15 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     throw err;
   });
   const port = (http.address() as AddressInfo).port;
-  const host = config.host.includes(":") ? `[${config.host}]` : config.host;
+  const host = bracketed(config.host);
   const url = `${tlsOptions ? "https" : "http"}://${host}:${port}`;
+  const peerUrl =
+    peerListener && config.cluster.listen
+      ? `${tlsOptions ? "https" : "http"}://${bracketed(config.cluster.listen.host)}:${(peerListener.address() as AddressInfo).port}`
+      : url;
   if (clustered) {
     try {
-      directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? url, logger);
+      directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? peerUrl, logger);
       await directory.start();
       await store.followChanges();
       await runs.joinCluster(store.engine, { instanceId, key: linkKey });
@@ -271,8 +301,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       await directory?.stop();
       await hub.close();
       if (mcp?.close) await mcp.close();
-      http.closeAllConnections();
-      await new Promise<void>((r) => http.close(() => r()));
+      await closeListener(http);
+      if (peerListener) await closeListener(peerListener);
       await store.close();
       lock.release();
       throw err;
@@ -286,6 +316,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       runners: config.runners.length,
       test_hooks: testHooks,
       ...(directory ? { advertise_url: directory.url } : {}),
+      ...(peerListener ? { cluster_listener: peerUrl } : {}),
       tls: tlsOptions !== null,
       max_connections: config.maxConnections,
     },
@@ -306,8 +337,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         await directory?.stop();
         await hub.close();
         if (mcp?.close) await mcp.close();
-        http.closeAllConnections();
-        await new Promise<void>((r) => http.close(() => r()));
+        await closeListener(http);
+        if (peerListener) await closeListener(peerListener);
         stopExpiry();
         await store.close();
         lock.release();
@@ -315,6 +346,39 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       return closing;
     },
   };
+}
+
+/** A listener (https with `[server.tls]`) answering `onRequest`. */
+function makeListener(
+  tlsOptions: { cert: Buffer; key: Buffer } | null,
+  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+): Server {
+  const server: Server = tlsOptions
+    ? createHttpsServer({ ...tlsOptions, handshakeTimeout: TLS_HANDSHAKE_TIMEOUT_MS }, onRequest)
+    : createServer(onRequest);
+  server.headersTimeout = 30_000;
+  server.requestTimeout = 120_000;
+  return server;
+}
+
+function listen(server: Server, port: number, host: string): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(port, host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+}
+
+async function closeListener(server: Server): Promise<void> {
+  if (!server.listening) return;
+  server.closeAllConnections();
+  await new Promise<void>((r) => server.close(() => r()));
+}
+
+function bracketed(host: string): string {
+  return host.includes(":") ? `[${host}]` : host;
 }
 
 /** The operator console (console/http.ts) over this Server's state DB, keys and run mirrors. */

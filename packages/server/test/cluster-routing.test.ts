@@ -13,7 +13,9 @@
  *   nothing is dispatched;
  * - a run ended by B's reconciliation (its Runner killed and restarted), with no run.update, wakes a
  *   long-poll on A through the state change's notification;
- * - B `kill -9`'d mid-run: the Runner reconnects through the proxy to A, the run still completes, once.
+ * - B `kill -9`'d mid-run: the Runner reconnects through the proxy to A, the run still completes, once;
+ * - instances on https with a private CA, and instances whose requests to each other go to a listener of
+ *   their own (`[server.cluster] listen_port`), which is all that listener serves.
  */
 import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -666,5 +668,51 @@ describe("several Server instances on https://", () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  }, 180_000);
+});
+
+describe("the instances' requests on a listener of their own ([server.cluster] listen_port)", () => {
+  it("advertises that listener, forwards and pushes over it, and serves /_wc/ nowhere else", async () => {
+    const portB = await freePort();
+    stack = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      server: "child",
+      stateUrl: await pg.createDatabase(),
+      linkPort: portB,
+      clusterListenPort: 0,
+    }).init();
+    const s = stack;
+    b = startServerB(s, portB);
+    await waitListening(b);
+    await s.startRunner("r1", [], {}, { waitOnline: false });
+    await poll(async () => (await projectsOn(s.port)).find((p) => p.project_id === "demo")?.runner_online, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "A to see the Runner linked to B",
+    });
+    // Each instance advertises its own peer listener: a port of its own, neither client port.
+    const urls = (await s.stateRows<{ url: string }>("SELECT url FROM server_instances")).map((r) => r.url);
+    expect(urls).toHaveLength(2);
+    const peerPorts = urls.map((u) => Number(new URL(u).port));
+    for (const p of peerPorts) expect([s.port, portB]).not.toContain(p);
+
+    // The client listeners do not serve the instances' endpoints; the peer listeners serve nothing else.
+    const key = await sharedKey(s);
+    const body = Buffer.from("{}");
+    for (const port of [s.port, portB]) expect((await linkRequest(port, key, body)).status).toBe(404);
+    for (const p of peerPorts) {
+      expect((await linkRequest(p, key, body)).status).toBe(400); // reached the handler: the body is no request
+      expect((await fetch(`http://127.0.0.1:${p}/__test/projects?principal_id=alice`)).status).toBe(404);
+      expect((await fetch(`http://127.0.0.1:${p}/mcp`, { method: "POST", body: "{}" })).status).toBe(404);
+    }
+
+    // A start on A reaches the Runner on B once, and B pushes its updates to A over those listeners.
+    const started = okValue(await startOn(s.port, "own-listener", "scenario: slow interval_ms=200 count=4"));
+    const { last, seqs } = await observeToEnd(s.port, started.run_id);
+    expect(last.state).toBe("completed");
+    expect(seqs.length).toBeGreaterThan(3);
+    expect(s.prompts("r1")).toHaveLength(1);
+    expect((await clusterStats(s.port)).pushes_applied).toBeGreaterThan(0);
+    expect((await clusterStats(portB)).pushes_failed).toBe(0);
   }, 180_000);
 });

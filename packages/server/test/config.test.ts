@@ -46,10 +46,11 @@ describe("server config", () => {
           ...(cluster ? { cluster } : {}),
         },
       });
-    expect(buildServerConfig(base(), opts).cluster).toEqual({ advertiseUrl: null });
-    expect(buildServerConfig(pgServer("127.0.0.1"), opts).cluster).toEqual({ advertiseUrl: null });
+    expect(buildServerConfig(base(), opts).cluster).toEqual({ advertiseUrl: null, listen: null });
+    expect(buildServerConfig(pgServer("127.0.0.1"), opts).cluster).toEqual({ advertiseUrl: null, listen: null });
     expect(buildServerConfig(pgServer("0.0.0.0", { advertise_url: "http://10.0.0.5:7420" }), opts).cluster).toEqual({
       advertiseUrl: "http://10.0.0.5:7420",
+      listen: null,
     });
     expect(() => buildServerConfig(pgServer("0.0.0.0"), opts)).toThrow(
       /server\.cluster\.advertise_url: required when server\.host is "0\.0\.0\.0"/,
@@ -58,6 +59,35 @@ describe("server config", () => {
       expect(() => buildServerConfig(pgServer("127.0.0.1", { advertise_url: bad }), opts)).toThrow(
         /server\.cluster\.advertise_url/,
       );
+    }
+  });
+
+  it("reads [server.cluster] listen_port and listen_host, and refuses them where they cannot work", () => {
+    const opts = { file: null, baseDir: "/" };
+    const server = (host: string, cluster: Record<string, unknown>, backend = "postgres") =>
+      base({ server: { port: 7420, host, allow_insecure_http: true, state: { backend }, cluster } });
+    expect(buildServerConfig(server("127.0.0.1", { listen_port: 7421 }), opts).cluster).toEqual({
+      advertiseUrl: null,
+      listen: { host: "127.0.0.1", port: 7421 },
+    });
+    // The clients' listener on every address, the instances' one on a private address: no advertise_url needed.
+    expect(buildServerConfig(server("0.0.0.0", { listen_port: 7421, listen_host: "10.0.0.5" }), opts).cluster).toEqual(
+      { advertiseUrl: null, listen: { host: "10.0.0.5", port: 7421 } },
+    );
+    expect(() => buildServerConfig(server("10.0.0.5", { listen_port: 7421, listen_host: "::" }), opts)).toThrow(
+      /server\.cluster\.advertise_url: required when the listener of server\.cluster is "::"/,
+    );
+    expect(() => buildServerConfig(server("127.0.0.1", { listen_host: "10.0.0.5" }), opts)).toThrow(
+      /server\.cluster\.listen_host: set only with server\.cluster\.listen_port/,
+    );
+    expect(() => buildServerConfig(server("127.0.0.1", { listen_port: 7421 }, "sqlite"), opts)).toThrow(
+      /server\.cluster\.listen_port: only with \[server\.state\] backend = "postgres"/,
+    );
+    expect(() => buildServerConfig(server("127.0.0.1", { listen_port: 7420 }), opts)).toThrow(
+      /server\.cluster\.listen_port: must differ from server\.port \(7420\)/,
+    );
+    for (const bad of [-1, 65_536, 1.5, "7421"]) {
+      expect(() => buildServerConfig(server("127.0.0.1", { listen_port: bad }), opts)).toThrow(/listen_port/);
     }
   });
 
