@@ -71,9 +71,10 @@ describe("server config", () => {
       listen: { host: "127.0.0.1", port: 7421 },
     });
     // The clients' listener on every address, the instances' one on a private address: no advertise_url needed.
-    expect(buildServerConfig(server("0.0.0.0", { listen_port: 7421, listen_host: "10.0.0.5" }), opts).cluster).toEqual(
-      { advertiseUrl: null, listen: { host: "10.0.0.5", port: 7421 } },
-    );
+    expect(buildServerConfig(server("0.0.0.0", { listen_port: 7421, listen_host: "10.0.0.5" }), opts).cluster).toEqual({
+      advertiseUrl: null,
+      listen: { host: "10.0.0.5", port: 7421 },
+    });
     expect(() => buildServerConfig(server("10.0.0.5", { listen_port: 7421, listen_host: "::" }), opts)).toThrow(
       /server\.cluster\.advertise_url: required when the listener of server\.cluster is "::"/,
     );
