@@ -75,6 +75,8 @@ function tail(file, lines = 15) {
  * @param {string[]} [o.nodeArgs] extra node flags for the daemons (e.g. --cpu-prof)
  * @param {string[]} [o.principalProjects] the projects the principals may use (default: every project)
  * @param {number} [o.maxConnections] the Servers' `[server] max_connections` (default BENCH_MAX_CONNECTIONS)
+ * @param {boolean} [o.clusterListener] on PostgreSQL: each instance serves `/_wc/` on a listener of its own
+ *   (`[server.cluster] listen_port = 0`)
  */
 /** The env var a bench Server config's `[server.state] url_env` names when the stack runs on PostgreSQL. */
 const BENCH_DATABASE_URL_ENV = "WEBCODEX_BENCH_DATABASE_URL";
@@ -92,6 +94,7 @@ export async function launchStack({
   stateUrl = undefined,
   principalProjects = undefined,
   maxConnections = BENCH_MAX_CONNECTIONS,
+  clusterListener = false,
 }) {
   // `stack.addInstance()` (PostgreSQL only) starts another Server on the same database; see below.
   const dir = makeTempDir(label);
@@ -115,6 +118,7 @@ export async function launchStack({
   // max_connections: the fan-out's largest cell holds 1,000 long-polls plus the sim runners and control clients.
   let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\nmax_connections = ${maxConnections}\n\n`;
   if (stateUrl !== undefined) s += `[server.state]\nbackend = "postgres"\nurl_env = "${BENCH_DATABASE_URL_ENV}"\n\n`;
+  if (stateUrl !== undefined && clusterListener) s += "[server.cluster]\nlisten_port = 0\n\n";
   const env = stateUrl === undefined ? process.env : { ...process.env, [BENCH_DATABASE_URL_ENV]: stateUrl };
   if (runner) s += `[[runners]]\nid = "bench"\ntoken_sha256 = ${toml(sha256(runnerToken))}\nprojects = ["bench"]\n\n`;
   for (const sim of sims) {

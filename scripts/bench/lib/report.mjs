@@ -346,12 +346,15 @@ function renderClusterFanout(c) {
   out += latencyRow("split: observers on A", c.split?.by_group?.a);
   out += latencyRow("split: observers on B", c.split?.by_group?.b);
   out += latencyRow("every observer on B", c.all_on_b?.latency_ms);
+  out += latencyRow("split, own /_wc/ listener: A", c.split_own_listener?.by_group?.a);
+  out += latencyRow("split, own /_wc/ listener: B", c.split_own_listener?.by_group?.b);
   const r = c.ratios ?? {};
   out += `  ratio to the baseline p50/p99: split A ${x(r.split_a_p50)}/${x(r.split_a_p99)}, split B ${x(r.split_b_p50)}/${x(r.split_b_p99)}, all on B ${x(r.all_on_b_p50)}/${x(r.all_on_b_p99)}\n`;
   for (const [label, cell] of [
     ["baseline", c.baseline_sqlite],
     ["split", c.split],
     ["all on B", c.all_on_b],
+    ["own /_wc", c.split_own_listener],
   ]) {
     if (!cell) continue;
     const procs = Object.entries(cell.processes ?? {})

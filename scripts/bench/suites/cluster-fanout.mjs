@@ -7,7 +7,9 @@
  * - `all_on_b`: every observer on B.
  *
  * The baseline is the same N × M cell on one Server with its state on SQLite, measured first in the same
- * run (a Server of its own, as the fan-out section's memory cell). Runs are started through A.
+ * run (a Server of its own, as the fan-out section's memory cell). Runs are started through A. Last, the
+ * `split` cell again on two fresh instances that serve each other's requests on a listener of their own
+ * (`[server.cluster] listen_port`), so that a peer's new connection does not queue behind the observers'.
  */
 import { stopTracked } from "../lib/proc.mjs";
 import { startSims } from "../lib/sims.mjs";
@@ -35,55 +37,67 @@ export async function run(ctx, plan) {
 
   const { startPostgresCluster } = await import("../../postgres.mjs");
   const cluster = await startPostgresCluster();
-  try {
+  /** Two instances (A with the sims' links, B), the sims started; `cells(stack, sims, a, b)` measures. */
+  const onTwo = async (label, clusterListener, cells) => {
     const stack = await launchStack({
-      label: "cluster-fanout",
+      label,
       nodeArgs,
       runner: false,
       simRunners: n,
       principals: Math.ceil(m / perPrincipal),
       stateUrl: await cluster.createDatabase(),
+      clusterListener,
     });
     try {
       const other = await stack.addInstance("b");
-      const a = { name: "a", url: stack.url };
-      const b = { name: "b", url: other.url };
       const sims = await startSims(stack, {
-        name: "cluster",
+        name: label,
         runners: stack.sims,
         intervalMs,
         maxDurationMs: ctx.budgetMs(30 * 60_000),
         nodeArgs,
       });
       try {
-        ctx.log(`cluster-fanout: two instances on PostgreSQL, observers split A/B, N=${n} M=${m}`);
-        const split = await fanout.cell(stack, sims.pid, nodeArgs, { ...cellPlan, instances: [a, b] });
-        ctx.log(`cluster-fanout: two instances on PostgreSQL, every observer on B, N=${n} M=${m}`);
-        const allOnB = await fanout.cell(stack, sims.pid, nodeArgs, { ...cellPlan, instances: [b] });
-        return {
-          n,
-          m,
-          client,
-          interval_ms: intervalMs,
-          duration_ms: durationMs,
-          baseline_sqlite: baseline,
-          split,
-          all_on_b: allOnB,
-          ratios: {
-            split_a_p50: ratio(split.by_group?.a?.p50, baseline.latency_ms.p50),
-            split_a_p99: ratio(split.by_group?.a?.p99, baseline.latency_ms.p99),
-            split_b_p50: ratio(split.by_group?.b?.p50, baseline.latency_ms.p50),
-            split_b_p99: ratio(split.by_group?.b?.p99, baseline.latency_ms.p99),
-            all_on_b_p50: ratio(allOnB.latency_ms.p50, baseline.latency_ms.p50),
-            all_on_b_p99: ratio(allOnB.latency_ms.p99, baseline.latency_ms.p99),
-          },
-        };
+        return await cells(stack, sims, { name: "a", url: stack.url }, { name: "b", url: other.url });
       } finally {
         await stopTracked(sims, 2000);
       }
     } finally {
       await stack.stop();
     }
+  };
+  try {
+    const { split, allOnB } = await onTwo("cluster-fanout", false, async (stack, sims, a, b) => {
+      ctx.log(`cluster-fanout: two instances on PostgreSQL, observers split A/B, N=${n} M=${m}`);
+      const split = await fanout.cell(stack, sims.pid, nodeArgs, { ...cellPlan, instances: [a, b] });
+      ctx.log(`cluster-fanout: two instances on PostgreSQL, every observer on B, N=${n} M=${m}`);
+      const allOnB = await fanout.cell(stack, sims.pid, nodeArgs, { ...cellPlan, instances: [b] });
+      return { split, allOnB };
+    });
+    const splitOwnListener = await onTwo("cluster-fanout-own", true, async (stack, sims, a, b) => {
+      ctx.log(`cluster-fanout: observers split A/B, /_wc/ on a listener of its own, N=${n} M=${m}`);
+      return await fanout.cell(stack, sims.pid, nodeArgs, { ...cellPlan, instances: [a, b] });
+    });
+    return {
+      n,
+      m,
+      client,
+      interval_ms: intervalMs,
+      duration_ms: durationMs,
+      baseline_sqlite: baseline,
+      split,
+      all_on_b: allOnB,
+      split_own_listener: splitOwnListener,
+      ratios: {
+        split_a_p50: ratio(split.by_group?.a?.p50, baseline.latency_ms.p50),
+        split_a_p99: ratio(split.by_group?.a?.p99, baseline.latency_ms.p99),
+        split_b_p50: ratio(split.by_group?.b?.p50, baseline.latency_ms.p50),
+        split_b_p99: ratio(split.by_group?.b?.p99, baseline.latency_ms.p99),
+        all_on_b_p50: ratio(allOnB.latency_ms.p50, baseline.latency_ms.p50),
+        all_on_b_p99: ratio(allOnB.latency_ms.p99, baseline.latency_ms.p99),
+        split_own_listener_b_p99: ratio(splitOwnListener.by_group?.b?.p99, baseline.latency_ms.p99),
+      },
+    };
   } finally {
     await cluster.close();
   }
