@@ -159,7 +159,10 @@ function serverConfig(runnerTokenSha256) {
     runnerTokenSha256,
     projects: [PROJECT_ID],
     principals: [{ id: PRINCIPAL_ID, scopes: SCOPES, projects: [PROJECT_ID] }],
-  })}\n[server.state]\nbackend = "postgres"\nurl_env = ${toml(DATABASE_URL_ENV)}\n`;
+  })}\n[server.state]\nbackend = "postgres"\nurl_env = ${toml(DATABASE_URL_ENV)}\n
+# The instances' requests to each other on a listener of their own (a free port, advertised to the peers):
+# a busy instance never makes a peer's new connection wait behind clients' handshakes (docs/operating.md).
+[server.cluster]\nlisten_port = 0\n`;
 }
 
 function runnerConfig(loadBalancerPort) {
