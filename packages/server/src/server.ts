@@ -168,7 +168,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       req.socket.destroy(); // already answered 503
       return;
     }
-    const path = (req.url ?? "/").split("?")[0] ?? "/";
+    const path = requestPath(req);
     if (path === "/healthz") {
       res.writeHead(200, { "content-type": "application/json" }).end('{"ok":true}');
       return;
@@ -197,7 +197,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       testApi(req, res);
       return;
     }
-    res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');
+    notFound(res);
   };
   /** The instances' requests to each other (link/cluster.ts, link/run-push.ts); false: not one of theirs. */
   const serveCluster = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
@@ -230,7 +230,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       socket.destroy();
       return;
     }
-    const path = (req.url ?? "/").split("?")[0];
+    const path = requestPath(req);
     if (path === "/runner") {
       hub.handleUpgrade(req, socket, head);
       return;
@@ -246,10 +246,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
             req.socket.destroy();
             return;
           }
-          const path = (req.url ?? "/").split("?")[0] ?? "/";
-          if (!serveCluster(path, req, res)) {
-            res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');
-          }
+          if (!serveCluster(requestPath(req), req, res)) notFound(res);
         })
       : null;
   if (peerListener) capConnections(peerListener, config.maxConnections, logger);
@@ -375,6 +372,15 @@ async function closeListener(server: Server): Promise<void> {
   if (!server.listening) return;
   server.closeAllConnections();
   await new Promise<void>((r) => server.close(() => r()));
+}
+
+/** A request's path, without its query. */
+function requestPath(req: IncomingMessage): string {
+  return (req.url ?? "/").split("?")[0] ?? "/";
+}
+
+function notFound(res: ServerResponse): void {
+  res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');
 }
 
 function bracketed(host: string): string {
