@@ -18,6 +18,7 @@ import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_EN
 import { CLUSTER_LINK_REQUEST_PATH, ClusterDirectory, clusterKey, handleLinkRequest } from "./link/cluster.js";
 import { RunnerHub } from "./link/hub.js";
 import { StateLeaseStore } from "./link/lease-store.js";
+import { PeerPushEndpoint } from "./link/peer-ws.js";
 import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
 import { Registry } from "./link/registry.js";
 import { CLUSTER_RUN_PUSH_PATH, handleRunPush } from "./link/run-push.js";
@@ -223,6 +224,10 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     }
     return false;
   };
+  // Pushed run updates over a standing channel from each holder (link/peer-ws.ts), on the instances' listener.
+  const pushEndpoint = clustered
+    ? new PeerPushEndpoint(linkKey, (push) => runs.applyPushed(push), logger.child({ c: "cluster" }))
+    : null;
   const http: Server = makeListener(tlsOptions, onRequest);
   capConnections(http, config.maxConnections, logger);
   http.on("upgrade", (req, socket, head) => {
@@ -235,7 +240,11 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       hub.handleUpgrade(req, socket, head);
       return;
     }
-    socket.write("HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+    if (pushEndpoint && config.cluster.listen === null && path === CLUSTER_RUN_PUSH_PATH) {
+      pushEndpoint.handleUpgrade(req, socket, head);
+      return;
+    }
+    socket.write(NOT_FOUND_UPGRADE);
     socket.destroy();
   });
   // `[server.cluster] listen_port`: the instances' requests on a listener of their own (design §14).
@@ -249,7 +258,21 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
           if (!serveCluster(requestPath(req), req, res)) notFound(res);
         })
       : null;
-  if (peerListener) capConnections(peerListener, config.maxConnections, logger);
+  if (peerListener) {
+    capConnections(peerListener, config.maxConnections, logger);
+    peerListener.on("upgrade", (req, socket, head) => {
+      if (overCapacity.has(socket)) {
+        socket.destroy();
+        return;
+      }
+      if (pushEndpoint && requestPath(req) === CLUSTER_RUN_PUSH_PATH) {
+        pushEndpoint.handleUpgrade(req, socket, head);
+        return;
+      }
+      socket.write(NOT_FOUND_UPGRADE);
+      socket.destroy();
+    });
+  }
 
   await (async () => {
     await listen(http, config.port, config.host);
@@ -262,6 +285,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   })().catch(async (err: unknown) => {
     // Not listening: give back what this start took, the state dir's lock last.
     runs.close();
+    pushEndpoint?.close();
     stopExpiry();
     clearInterval(presenceTimer);
     console_.close();
@@ -292,6 +316,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       });
     } catch (err) {
       runs.close();
+      pushEndpoint?.close();
       stopExpiry();
       clearInterval(presenceTimer);
       console_.close();
@@ -329,6 +354,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     close() {
       closing ??= (async () => {
         runs.close();
+        pushEndpoint?.close();
         clearInterval(presenceTimer);
         console_.close();
         await directory?.stop();
@@ -378,6 +404,9 @@ async function closeListener(server: Server): Promise<void> {
 function requestPath(req: IncomingMessage): string {
   return (req.url ?? "/").split("?")[0] ?? "/";
 }
+
+/** The answer to an upgrade of a path that has none (the socket is destroyed after it). */
+const NOT_FOUND_UPGRADE = "HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
 function notFound(res: ServerResponse): void {
   res.writeHead(404, { "content-type": "application/json" }).end('{"error":"not_found"}');

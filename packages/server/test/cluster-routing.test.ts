@@ -24,6 +24,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { isTerminalState, MAX_OBSERVE_WAIT_SECS } from "@webcodex/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import WebSocket from "ws";
 import {
   DAEMON_POLL_MS,
   DAEMON_WAIT_MS,
@@ -39,8 +40,10 @@ import {
   CLUSTER_SIGNATURE_HEADER,
   CLUSTER_TIMESTAMP_HEADER,
   clusterKey,
+  signedHeaders,
   signLinkRequest,
 } from "../src/link/cluster.js";
+import { CLUSTER_RUN_PUSH_PATH } from "../src/link/run-push.js";
 import type { Scope } from "../src/principals/principal.js";
 import type { ApiResult, CancelOutput, ObserveOutput, ProjectView, StartOutput } from "../src/runs/api.js";
 import { consoleLogin } from "./support/console-login.js";
@@ -232,6 +235,22 @@ async function linkRequest(
   return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
 }
 
+/** The status a signed upgrade to the push channel (link/peer-ws.ts) gets on `port`: 101 when it is served there. */
+async function pushChannelStatus(port: number, key: Buffer): Promise<number> {
+  const ws = new WebSocket(`ws://127.0.0.1:${port}${CLUSTER_RUN_PUSH_PATH}`, {
+    headers: signedHeaders(key, Buffer.alloc(0)),
+  });
+  ws.on("error", () => undefined); // a refused upgrade is terminated below
+  try {
+    return await new Promise<number>((resolve) => {
+      ws.once("open", () => resolve(101));
+      ws.once("unexpected-response", (_req, res) => resolve(res.statusCode ?? 0));
+    });
+  } finally {
+    ws.terminate();
+  }
+}
+
 async function sharedKey(s: ProcStack): Promise<Buffer> {
   const [row] = await s.stateRows<{ secret: string }>("SELECT secret FROM server_secret WHERE id = 1");
   return clusterKey(Buffer.from(row?.secret ?? "", "hex"));
@@ -292,6 +311,9 @@ describe("several Server instances: any of them answers", () => {
     expect(delta(aAfter, aBefore, "notices_skipped")).toBeGreaterThanOrEqual(waits.length - 1);
     expect(delta(bAfter, bBefore, "pushes_sent")).toBeGreaterThanOrEqual(delta(aAfter, aBefore, "pushes_applied"));
     expect(delta(bAfter, bBefore, "pushes_failed")).toBe(0);
+    // Over B's standing channel to A (link/peer-ws.ts), not a POST each.
+    expect(delta(bAfter, bBefore, "pushes_by_channel")).toBe(delta(bAfter, bBefore, "pushes_sent"));
+    expect(delta(bAfter, bBefore, "pushes_by_post")).toBe(0);
   }, 180_000);
 
   it("cancels a slow run through A, and A's tasks/get and subscriptions/listen follow a task on B's Runner", async () => {
@@ -665,6 +687,8 @@ describe("several Server instances on https://", () => {
       const onB = await httpsApi<Record<string, number>>(portB, "/__test/cluster-stats", caPem);
       expect(onA.pushes_applied).toBeGreaterThan(0);
       expect(onB.pushes_failed).toBe(0);
+      expect(onB.pushes_by_channel).toBe(onB.pushes_sent); // over wss
+      expect(onB.pushes_by_post).toBe(0);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -713,6 +737,11 @@ describe("the instances' requests on a listener of their own ([server.cluster] l
     expect(seqs.length).toBeGreaterThan(3);
     expect(s.prompts("r1")).toHaveLength(1);
     expect((await clusterStats(s.port)).pushes_applied).toBeGreaterThan(0);
-    expect((await clusterStats(portB)).pushes_failed).toBe(0);
+    const onB = await clusterStats(portB);
+    expect(onB.pushes_failed).toBe(0);
+    expect(onB.pushes_by_channel).toBe(onB.pushes_sent);
+    // The push channel, too, is on the peer listeners only.
+    for (const port of [s.port, portB]) expect(await pushChannelStatus(port, key)).toBe(404);
+    for (const p of peerPorts) expect(await pushChannelStatus(p, key)).toBe(101);
   }, 180_000);
 });

@@ -330,32 +330,62 @@ export async function readSignedRequest(
     return null;
   }
   if (body === ABORTED) return null; // the sender went away: nobody reads an answer
-  const timestamp = req.headers[CLUSTER_TIMESTAMP_HEADER];
-  const signature = req.headers[CLUSTER_SIGNATURE_HEADER];
-  if (typeof timestamp !== "string" || !/^\d{1,15}$/.test(timestamp)) {
-    refuse(res, 401, "bad_timestamp", `${CLUSTER_TIMESTAMP_HEADER} must be the sender's clock in epoch milliseconds`);
-    return null;
-  }
-  if (Math.abs(Date.now() - Number(timestamp)) > CLUSTER_MAX_CLOCK_SKEW_MS) {
-    refuse(
-      res,
-      401,
-      "stale_timestamp",
-      `${CLUSTER_TIMESTAMP_HEADER} is more than ${CLUSTER_MAX_CLOCK_SKEW_MS} ms from this instance's clock`,
-    );
-    return null;
-  }
-  if (typeof signature !== "string" || !/^[0-9a-f]{64}$/.test(signature)) {
-    refuse(res, 401, "bad_signature", `${CLUSTER_SIGNATURE_HEADER} must be 64 hex digits`);
-    return null;
-  }
-  const expected = Buffer.from(signLinkRequest(key, timestamp, body), "hex");
-  if (!timingSafeEqual(expected, Buffer.from(signature, "hex"))) {
-    log.warn({ remote: req.socket.remoteAddress ?? "?" }, "cluster request with a wrong signature refused");
-    refuse(res, 401, "bad_signature", "the signature does not verify under this cluster's key");
+  const refusal = signatureRefusal(
+    key,
+    req.headers[CLUSTER_TIMESTAMP_HEADER],
+    req.headers[CLUSTER_SIGNATURE_HEADER],
+    body,
+  );
+  if (refusal !== null) {
+    if (refusal.error === "bad_signature") {
+      log.warn({ remote: req.socket.remoteAddress ?? "?" }, "cluster request with a wrong signature refused");
+    }
+    refuse(res, refusal.status, refusal.error, refusal.message);
     return null;
   }
   return body;
+}
+
+/** Why a signed message between instances is refused (always 401), or null when it verifies. */
+export interface SignatureRefusal {
+  status: 401;
+  error: "bad_timestamp" | "stale_timestamp" | "bad_signature";
+  message: string;
+}
+
+/**
+ * Check `timestamp` and `signature` of a message between instances over its exact `body` (link/cluster.ts
+ * requests, link/peer-ws.ts pushes): a timestamp within CLUSTER_MAX_CLOCK_SKEW_MS of this instance's clock,
+ * a signature that verifies under `key`.
+ */
+export function signatureRefusal(
+  key: Buffer,
+  timestamp: unknown,
+  signature: unknown,
+  body: Buffer,
+): SignatureRefusal | null {
+  if (typeof timestamp !== "string" || !/^\d{1,15}$/.test(timestamp)) {
+    return {
+      status: 401,
+      error: "bad_timestamp",
+      message: `${CLUSTER_TIMESTAMP_HEADER} must be the sender's clock in epoch milliseconds`,
+    };
+  }
+  if (Math.abs(Date.now() - Number(timestamp)) > CLUSTER_MAX_CLOCK_SKEW_MS) {
+    return {
+      status: 401,
+      error: "stale_timestamp",
+      message: `${CLUSTER_TIMESTAMP_HEADER} is more than ${CLUSTER_MAX_CLOCK_SKEW_MS} ms from this instance's clock`,
+    };
+  }
+  if (typeof signature !== "string" || !/^[0-9a-f]{64}$/.test(signature)) {
+    return { status: 401, error: "bad_signature", message: `${CLUSTER_SIGNATURE_HEADER} must be 64 hex digits` };
+  }
+  const expected = Buffer.from(signLinkRequest(key, timestamp, body), "hex");
+  if (!timingSafeEqual(expected, Buffer.from(signature, "hex"))) {
+    return { status: 401, error: "bad_signature", message: "the signature does not verify under this cluster's key" };
+  }
+  return null;
 }
 
 /** The headers of a signed POST to another instance (see readSignedRequest). */

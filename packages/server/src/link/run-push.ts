@@ -31,7 +31,7 @@ import {
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
-import { CLUSTER_MAX_BODY_BYTES, type PeerInstance, readSignedRequest, refuse, signedHeaders } from "./cluster.js";
+import { CLUSTER_MAX_BODY_BYTES, type PeerInstance, readSignedRequest, signedHeaders } from "./cluster.js";
 import { type PeerAnswer, postToPeer } from "./peer-http.js";
 
 /** The follower's endpoint for pushed updates (on the Server's own listener). */
@@ -70,7 +70,7 @@ export type RunUpdateForPush = Omit<RunPush, "holder" | "to">;
 /** The follower's side: take a push; answers whether it still follows the run. */
 export type ApplyRunPush = (push: RunPush) => boolean;
 
-type Post = (
+export type Post = (
   url: string,
   headers: Record<string, string>,
   body: Buffer,
@@ -257,9 +257,16 @@ export function parseRunPush(body: Buffer): RunPush | string {
   };
 }
 
+/** The follower's answer to a verified push body: 400 one that is not a push (which field, why), else `{following}`. */
+export function takeRunPush(body: Buffer, apply: ApplyRunPush): { status: 200 | 400; answer: object } {
+  const push = parseRunPush(body);
+  if (typeof push === "string") return { status: 400, answer: { error: "invalid_request", message: push } };
+  return { status: 200, answer: { following: apply(push) } };
+}
+
 /**
  * The follower's `POST CLUSTER_RUN_PUSH_PATH`: refusals as for a link request (link/cluster.ts
- * `readSignedRequest`), 400 a body that is not a push (which field, why); otherwise `{following}`.
+ * `readSignedRequest`), then `takeRunPush`. (Over a standing WebSocket instead: link/peer-ws.ts.)
  */
 export async function handleRunPush(
   req: IncomingMessage,
@@ -270,11 +277,6 @@ export async function handleRunPush(
 ): Promise<void> {
   const body = await readSignedRequest(req, res, key, log);
   if (body === null) return;
-  const push = parseRunPush(body);
-  if (typeof push === "string") {
-    refuse(res, 400, "invalid_request", push);
-    return;
-  }
-  const following = apply(push);
-  if (!res.headersSent) res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ following }));
+  const { status, answer } = takeRunPush(body, apply);
+  if (!res.headersSent) res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(answer));
 }

@@ -17,6 +17,7 @@ import {
 import type { Logger } from "pino";
 import type { PeerInstance } from "../link/cluster.js";
 import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
+import { PeerPushChannels } from "../link/peer-ws.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
 import { type RunPush, RunPushes } from "../link/run-push.js";
 import type { Principal } from "../principals/principal.js";
@@ -110,6 +111,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   /** This instance's id among its peers, and the pushes of its Runners' updates to them (null until `joinCluster`). */
   #self: string | null = null;
   #pushes: RunPushes | null = null;
+  /** The standing channels the pushes go over (link/peer-ws.ts). */
+  #pushChannels: PeerPushChannels | null = null;
   /** Numbers the `run.update`s applied here, over all runs (a push and its notice name the same number). */
   #updateSeq = 0;
   /** Forwarded run.syncs answered here, for tests (`/__test/cluster-stats`). */
@@ -140,6 +143,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#unlisten?.();
     this.#unlisten = null;
     this.#notices?.close();
+    this.#pushChannels?.close();
     this.#ctx.close();
   }
 
@@ -160,7 +164,12 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   /** What the cluster paths did on this instance: forwarded syncs answered, pushes sent and taken, notices skipped. */
   clusterCounts(): Record<string, number> {
-    return { forwarded_syncs: this.#forwardedSyncs, ...this.#following?.counts, ...this.#pushes?.counts };
+    return {
+      forwarded_syncs: this.#forwardedSyncs,
+      ...this.#following?.counts,
+      ...this.#pushes?.counts,
+      ...this.#pushChannels?.counts,
+    };
   }
 
   /**
@@ -172,7 +181,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   async joinCluster(engine: StateEngine, self?: { instanceId: string; key: Buffer }): Promise<void> {
     if (self !== undefined) {
       this.#self = self.instanceId;
-      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log);
+      this.#pushChannels = new PeerPushChannels(self.key, this.#ctx.log);
+      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log, this.#pushChannels.post);
     }
     const following = new RunFollowing(this.#ctx, this.#observation, this.#self);
     this.#following = following;

@@ -1,0 +1,272 @@
+/**
+ * Pushes between instances over a standing WebSocket (link/peer-ws.ts), against a real HTTP server on
+ * 127.0.0.1 serving the follower's side: one channel carries every push to a peer and each gets its own
+ * answer; a peer without the channel gets its pushes as POSTs (and is not asked again at once); a stuck
+ * channel is replaced; the follower refuses an unsigned channel, a push with a wrong signature, a malformed
+ * push (which field), and a message that is not a push at all.
+ */
+import { once } from "node:events";
+import http from "node:http";
+import type { AddressInfo } from "node:net";
+import type { RunEvent } from "@webcodex/protocol";
+import pino from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import WebSocket from "ws";
+import { signedHeaders } from "../src/link/cluster.js";
+import { type PeerAnswer, postToPeer } from "../src/link/peer-http.js";
+import { PeerPushChannels, PeerPushEndpoint } from "../src/link/peer-ws.js";
+import {
+  CLUSTER_RUN_PUSH_PATH,
+  handleRunPush,
+  type Post,
+  RUN_PUSH_ANSWER_MAX_BYTES,
+  type RunPush,
+  RunPushes,
+  type RunUpdateForPush,
+} from "../src/link/run-push.js";
+import { runSummary } from "./support/run-summary.js";
+
+const KEY = Buffer.alloc(32, 7);
+const HOLDER = "holder-instance-01";
+const FOLLOWER = "follower-instance-1";
+const RUN_ID = "wc_agent_run_dddddddddddddddddddddddddd";
+const AGENT_INSTANCE = "agent-instance-1";
+const log = pino({ level: "silent" });
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+/**
+ * A follower instance: POSTs and (unless `channel: false`) channel upgrades on one listener. `answer`
+ * false: the channel takes pushes and never answers them (a stuck peer).
+ */
+async function followerPeer(opts: { channel?: boolean; answer?: boolean } = {}) {
+  const pushes: { push: RunPush; by: "post" | "channel" }[] = [];
+  let by: "post" | "channel" = "post";
+  const apply = (p: RunPush) => {
+    pushes.push({ push: p, by });
+    return true;
+  };
+  const server = http.createServer((req, res) => {
+    by = "post";
+    void handleRunPush(req, res, KEY, apply, log);
+  });
+  const endpoint = new PeerPushEndpoint(
+    KEY,
+    (p) => {
+      by = "channel";
+      return apply(p);
+    },
+    log,
+  );
+  let upgrades = 0;
+  if (opts.channel !== false) {
+    server.on("upgrade", (req, socket, head) => {
+      upgrades += 1;
+      if (opts.answer === false) {
+        // Accept the channel, then swallow everything it carries.
+        endpoint.handleUpgrade(req, socket, head);
+        socket.on("data", () => undefined);
+        socket.pause();
+        return;
+      }
+      endpoint.handleUpgrade(req, socket, head);
+    });
+  }
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  cleanups.push(async () => {
+    endpoint.close();
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+  });
+  const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return { url, pushes, upgrades: () => upgrades };
+}
+
+function channels(http: Post = postToPeer): PeerPushChannels {
+  const c = new PeerPushChannels(KEY, log, http);
+  cleanups.push(() => c.close());
+  return c;
+}
+
+function event(seq: number): RunEvent {
+  return { seq, at: new Date().toISOString(), kind: "agent_message", text: `tick ${seq}`, truncated: false };
+}
+
+function update(n: number): RunUpdateForPush {
+  return {
+    runId: RUN_ID,
+    runnerId: "r1",
+    update: n,
+    agentInstanceId: AGENT_INSTANCE,
+    run: runSummary({
+      run_id: RUN_ID,
+      agent_instance_id: AGENT_INSTANCE,
+      provider_instance_id: "provider-instance-1",
+      last_seq: n,
+      state: "running",
+      execution_state: "started",
+    }),
+    events: [event(n)],
+  };
+}
+
+function pushBody(n: number): Buffer {
+  const u = update(n);
+  return Buffer.from(
+    JSON.stringify({
+      run_id: RUN_ID,
+      runner_id: "r1",
+      holder: HOLDER,
+      update: n,
+      to: FOLLOWER,
+      agent_instance_id: AGENT_INSTANCE,
+      run: u.run,
+      events: u.events,
+    }),
+  );
+}
+
+async function until(check: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+describe("pushes over a standing channel to the following instance", () => {
+  it("sends every push to a peer over one channel, each with its own answer", async () => {
+    const f = await followerPeer();
+    const ch = channels();
+    const pushes = new RunPushes(KEY, HOLDER, log, ch.post);
+    pushes.follow(RUN_ID, { instanceId: FOLLOWER, url: f.url });
+    for (let n = 1; n <= 5; n++) {
+      pushes.updated(update(n));
+      await until(() => f.pushes.length === n && pushes.counts.pushes_sent === n, `push ${n}`);
+    }
+    // Unanswered pushes would have been failed and the follower dropped: every answer came back.
+    await until(() => ch.counts.pushes_by_channel === 5, "the last answer");
+    expect(pushes.counts.pushes_failed).toBe(0);
+    expect(f.pushes.map((p) => [p.push.update, p.by])).toEqual([1, 2, 3, 4, 5].map((n) => [n, "channel"]));
+    expect(f.upgrades()).toBe(1);
+    expect(ch.counts).toEqual({ pushes_by_channel: 5, pushes_by_post: 0 });
+
+    // Several at once, in flight together on the channel: each answer reaches its own push.
+    const answers = await Promise.all(
+      [6, 7, 8].map((n) => {
+        const body = pushBody(n);
+        return ch.post(`${f.url}${CLUSTER_RUN_PUSH_PATH}`, signedHeaders(KEY, body), body, 2_000, 1_024);
+      }),
+    );
+    expect(answers).toEqual(
+      [6, 7, 8].map(() => ({ kind: "answered", status: 200, text: JSON.stringify({ following: true }) })),
+    );
+    expect(f.upgrades()).toBe(1);
+  });
+
+  it("pushes as POSTs to a peer without the channel, and does not ask it again at once", async () => {
+    const f = await followerPeer({ channel: false });
+    const ch = channels();
+    const pushes = new RunPushes(KEY, HOLDER, log, ch.post);
+    pushes.follow(RUN_ID, { instanceId: FOLLOWER, url: f.url });
+    for (let n = 1; n <= 3; n++) {
+      pushes.updated(update(n));
+      await until(() => f.pushes.length === n && pushes.counts.pushes_sent === n, `push ${n}`);
+    }
+    await until(() => ch.counts.pushes_by_post === 3, "the third answer");
+    expect(pushes.counts.pushes_failed).toBe(0);
+    expect(f.pushes.map((p) => p.by)).toEqual(["post", "post", "post"]);
+    expect(ch.counts.pushes_by_channel).toBe(0);
+    expect(ch.channels).toBe(0);
+  });
+
+  it("fails a push nobody answers, replaces the silent channel, and fails what waits when closed", async () => {
+    const stuck = await followerPeer({ answer: false });
+    const ch = channels();
+    const post = (n: number, timeoutMs: number): Promise<PeerAnswer> => {
+      const body = pushBody(n);
+      return ch.post(`${stuck.url}${CLUSTER_RUN_PUSH_PATH}`, signedHeaders(KEY, body), body, timeoutMs, 1_024);
+    };
+    expect(await post(1, 200)).toEqual({ kind: "failed", sent: true, code: "timeout" });
+    await until(() => ch.channels === 0, "the silent channel to be closed");
+    const waiting = post(2, 5_000);
+    await until(() => stuck.upgrades() === 2 && ch.counts.pushes_by_channel === 2, "a new channel to carry it");
+    ch.close();
+    expect(await waiting).toEqual({ kind: "failed", sent: true, code: "closed" });
+    expect(ch.counts).toEqual({ pushes_by_channel: 2, pushes_by_post: 0 });
+  });
+
+  it("refuses an unsigned channel, a wrong signature, a malformed push and a message that is no push", async () => {
+    const f = await followerPeer();
+    const wsUrl = `${f.url.replace("http:", "ws:")}${CLUSTER_RUN_PUSH_PATH}`;
+    // The upgrade itself is signed.
+    const unsigned = new WebSocket(wsUrl);
+    unsigned.on("error", () => undefined); // terminated before it opened
+    const [, res] = (await once(unsigned, "unexpected-response")) as [unknown, http.IncomingMessage];
+    expect(res.statusCode).toBe(401);
+    unsigned.terminate();
+    const wrongKey = new WebSocket(wsUrl, { headers: signedHeaders(Buffer.alloc(32, 8), Buffer.alloc(0)) });
+    wrongKey.on("error", () => undefined);
+    const [, res2] = (await once(wrongKey, "unexpected-response")) as [unknown, http.IncomingMessage];
+    expect(res2.statusCode).toBe(401);
+    wrongKey.terminate();
+
+    const ws = new WebSocket(wsUrl, { headers: signedHeaders(KEY, Buffer.alloc(0)) });
+    cleanups.push(() => ws.terminate());
+    await once(ws, "open");
+    const ask = async (id: number, headers: Record<string, string>, body: Buffer) => {
+      const ts = headers["x-webcodex-cluster-timestamp"];
+      const sig = headers["x-webcodex-cluster-signature"];
+      ws.send(Buffer.concat([Buffer.from(`${id} ${ts} ${sig}\n`), body]), { binary: false });
+      const [data] = (await once(ws, "message")) as [Buffer];
+      const text = data.toString("utf8");
+      const nl = text.indexOf("\n");
+      return { head: text.slice(0, nl), answer: JSON.parse(text.slice(nl + 1)) as Record<string, unknown> };
+    };
+    const good = pushBody(1);
+    expect(await ask(1, signedHeaders(Buffer.alloc(32, 8), good), good)).toMatchObject({
+      head: "1 401",
+      answer: { error: "bad_signature" },
+    });
+    const stale = { ...signedHeaders(KEY, good), "x-webcodex-cluster-timestamp": "1" };
+    expect(await ask(2, stale, good)).toMatchObject({ head: "2 401", answer: { error: "stale_timestamp" } });
+    const bad = Buffer.from(JSON.stringify({ ...JSON.parse(good.toString()), update: -1 }));
+    expect(await ask(3, signedHeaders(KEY, bad), bad)).toMatchObject({
+      head: "3 400",
+      answer: { error: "invalid_request", message: expect.stringMatching(/^update: /) },
+    });
+    expect(f.pushes).toEqual([]);
+    expect(await ask(4, signedHeaders(KEY, good), good)).toEqual({ head: "4 200", answer: { following: true } });
+    expect(f.pushes.map((p) => p.by)).toEqual(["channel"]);
+
+    // No header line: no answer can be matched, the channel is closed.
+    ws.send("not a push");
+    const [code] = (await once(ws, "close")) as [number];
+    expect(code).toBe(1008);
+  });
+
+  it("fails an answer longer than the push allows", async () => {
+    const f = await followerPeer();
+    const ch = channels();
+    const body = pushBody(1);
+    // The follower's answer (`{"following":true}`) is longer than 4 bytes.
+    expect(await ch.post(`${f.url}${CLUSTER_RUN_PUSH_PATH}`, signedHeaders(KEY, body), body, 2_000, 4)).toEqual({
+      kind: "failed",
+      sent: true,
+      code: "body_too_large",
+    });
+    expect(
+      await ch.post(
+        `${f.url}${CLUSTER_RUN_PUSH_PATH}`,
+        signedHeaders(KEY, body),
+        body,
+        2_000,
+        RUN_PUSH_ANSWER_MAX_BYTES,
+      ),
+    ).toMatchObject({ kind: "answered", status: 200 });
+  });
+});
