@@ -289,6 +289,12 @@ export class PeerPushEndpoint {
   }
 
   #serve(ws: WebSocket): void {
+    // Answers wait until the observers a push woke have answered their callers (see `afterWoken`), then go
+    // out together; there are at most as many as pushes in flight from that holder.
+    const answers: string[] = [];
+    const flush = () => {
+      for (const a of answers.splice(0)) if (ws.readyState === WebSocket.OPEN) ws.send(a);
+    };
     ws.on("error", (err) => this.log.debug({ err: err.message }, "push channel from a peer failed"));
     ws.on("message", (data: Buffer, isBinary: boolean) => {
       const nl = isBinary ? -1 : data.indexOf(10);
@@ -309,9 +315,20 @@ export class PeerPushEndpoint {
         ({ status } = refusal);
         answer = { error: refusal.error, message: refusal.message };
       } else ({ status, answer } = takeRunPush(body, this.apply));
-      ws.send(`${id} ${status}\n${JSON.stringify(answer)}`);
+      answers.push(`${id} ${status}\n${JSON.stringify(answer)}`);
+      if (answers.length === 1) afterWoken(flush);
     });
   }
+}
+
+/**
+ * Run `fn` after the observers woken in this turn of the event loop have answered their callers: an
+ * observe continues in a setImmediate of its own after its wake-up (runs/observe.ts), queued after one queued
+ * here, and an immediate queued from an immediate runs in the next turn. Writing a push's answer first cost
+ * the woken observer about 0.15 ms of its wake-up on this machine (docs/benchmarks.md).
+ */
+function afterWoken(fn: () => void): void {
+  setImmediate(() => setImmediate(fn));
 }
 
 function refuseUpgrade(socket: Duplex, status: number, error: string, message: string): void {
