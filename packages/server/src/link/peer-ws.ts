@@ -98,6 +98,8 @@ export class PeerPushChannels {
 
   /** One push to `url` (`<peer>CLUSTER_RUN_PUSH_PATH`), its body signed in `headers` (cluster.ts signedHeaders). */
   readonly post: Post = (url, headers, body, timeoutMs, maxBodyBytes) => {
+    // A follower's URL was checked where it was named (link/cluster.ts PeerInstance); never throw here.
+    if (!URL.canParse(url)) return Promise.resolve({ kind: "failed", sent: false, code: "bad_url" });
     const target = new URL(url);
     const origin = target.origin;
     const asPost = () => {
