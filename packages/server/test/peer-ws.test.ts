@@ -139,11 +139,14 @@ async function until(check: () => boolean, what: string): Promise<void> {
 }
 
 describe("pushes over a standing channel to the following instance", () => {
-  it("sends every push to a peer over one channel, each with its own answer", async () => {
+  it("opens the channel when a peer is named a follower and sends every push over it, each with its own answer", async () => {
     const f = await followerPeer();
     const ch = channels();
-    const pushes = new RunPushes(KEY, HOLDER, log, ch.post);
+    const pushes = new RunPushes(KEY, HOLDER, log, ch.post, (url) => ch.prepare(url));
     pushes.follow(RUN_ID, { instanceId: FOLLOWER, url: f.url });
+    // Before any push: the first one does not wait for the upgrade.
+    await until(() => f.upgrades() === 1, "the channel to be opened ahead of the first push");
+    expect(ch.counts).toEqual({ pushes_by_channel: 0, pushes_by_post: 0 });
     for (let n = 1; n <= 5; n++) {
       pushes.updated(update(n));
       await until(() => f.pushes.length === n && pushes.counts.pushes_sent === n, `push ${n}`);

@@ -9,8 +9,9 @@
  *   signed like a cluster request over an empty body. Each push is one text message
  *   `"<id> <timestamp> <signature>\n<body>"` (the signature over the body, as for a POST); the follower
  *   answers `"<id> <status>\n<answer>"` with the status and answer the POST would have had.
- * - Made when the first push to a peer is sent, kept while pushes go (closed after PEER_PUSH_IDLE_MS
- *   without one). Pushes made while it connects wait for it (bounded like the others).
+ * - Made when the peer is named a follower (`prepare`) or at the first push to it, kept while pushes go
+ *   (closed after PEER_PUSH_IDLE_MS without one). Pushes made while it connects wait for it (bounded like
+ *   the others).
  * - A peer that refuses the upgrade (an instance of an older release, a proxy in between) gets its pushes
  *   as POSTs (link/peer-http.ts) for PEER_PUSH_RETRY_MS, then the channel is tried again.
  * - A push not answered within its timeout fails as possibly sent, as a POST's does; when nothing at all
@@ -132,6 +133,20 @@ export class PeerPushChannels {
       }
     });
   };
+
+  /**
+   * Open the channel to the instance at `peerUrl` now, when it has none (it was just named a follower): its
+   * first push then does not wait for the upgrade. Nothing for a peer whose pushes go as POSTs.
+   */
+  prepare(peerUrl: string): void {
+    const url = `${peerUrl}${CLUSTER_RUN_PUSH_PATH}`;
+    if (this.#closed || !URL.canParse(url)) return;
+    const target = new URL(url);
+    const until = this.#postUntil.get(target.origin);
+    if (until !== undefined && Date.now() < until) return;
+    if (this.#channels.has(target.origin) || this.#channels.size >= PEER_PUSH_MAX_CHANNELS) return;
+    this.#connect(target.origin, target);
+  }
 
   /** Close every channel; pushes still waiting fail, later ones go as POSTs. */
   close(): void {

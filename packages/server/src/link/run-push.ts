@@ -105,6 +105,8 @@ export class RunPushes {
     private readonly holder: string,
     private readonly log: Logger,
     private readonly post: Post = postToPeer,
+    /** Called with a follower's URL when it is named one: a transport may connect ahead of its first push. */
+    private readonly prepare: (url: string) => void = () => undefined,
   ) {}
 
   /** Runs with followers (bounded by MAX_FOLLOWED_RUNS). */
@@ -131,6 +133,7 @@ export class RunPushes {
     }
     if (followers.size >= MAX_FOLLOWERS_PER_RUN) return;
     followers.set(peer.instanceId, { url: peer.url, inFlight: false, pending: null, overrun: false });
+    this.prepare(peer.url);
   }
 
   /** The holder applied an update of `u.runId`: push it to the run's followers. A run that ended has none after. */

@@ -181,8 +181,11 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   async joinCluster(engine: StateEngine, self?: { instanceId: string; key: Buffer }): Promise<void> {
     if (self !== undefined) {
       this.#self = self.instanceId;
-      this.#pushChannels = new PeerPushChannels(self.key, this.#ctx.log);
-      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log, this.#pushChannels.post);
+      const channels = new PeerPushChannels(self.key, this.#ctx.log);
+      this.#pushChannels = channels;
+      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log, channels.post, (url) =>
+        channels.prepare(url),
+      );
     }
     const following = new RunFollowing(this.#ctx, this.#observation, this.#self);
     this.#following = following;
