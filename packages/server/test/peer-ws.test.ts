@@ -8,7 +8,6 @@
 import { once } from "node:events";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import type { RunEvent } from "@webcodex/protocol";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
@@ -22,15 +21,11 @@ import {
   RUN_PUSH_ANSWER_MAX_BYTES,
   type RunPush,
   RunPushes,
-  type RunUpdateForPush,
 } from "../src/link/run-push.js";
-import { runSummary } from "./support/run-summary.js";
+import { pushBody as bodyOf, event, FOLLOWER, HOLDER, KEY, RUN_ID, until, update } from "./support/run-pushes.js";
 
-const KEY = Buffer.alloc(32, 7);
-const HOLDER = "holder-instance-01";
-const FOLLOWER = "follower-instance-1";
-const RUN_ID = "wc_agent_run_dddddddddddddddddddddddddd";
-const AGENT_INSTANCE = "agent-instance-1";
+const pushBody = (n: number) => bodyOf(update(n, [event(n)]));
+
 const log = pino({ level: "silent" });
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -92,52 +87,6 @@ function channels(http: Post = postToPeer): PeerPushChannels {
   return c;
 }
 
-function event(seq: number): RunEvent {
-  return { seq, at: new Date().toISOString(), kind: "agent_message", text: `tick ${seq}`, truncated: false };
-}
-
-function update(n: number): RunUpdateForPush {
-  return {
-    runId: RUN_ID,
-    runnerId: "r1",
-    update: n,
-    agentInstanceId: AGENT_INSTANCE,
-    run: runSummary({
-      run_id: RUN_ID,
-      agent_instance_id: AGENT_INSTANCE,
-      provider_instance_id: "provider-instance-1",
-      last_seq: n,
-      state: "running",
-      execution_state: "started",
-    }),
-    events: [event(n)],
-  };
-}
-
-function pushBody(n: number): Buffer {
-  const u = update(n);
-  return Buffer.from(
-    JSON.stringify({
-      run_id: RUN_ID,
-      runner_id: "r1",
-      holder: HOLDER,
-      update: n,
-      to: FOLLOWER,
-      agent_instance_id: AGENT_INSTANCE,
-      run: u.run,
-      events: u.events,
-    }),
-  );
-}
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
-}
-
 describe("pushes over a standing channel to the following instance", () => {
   it("opens the channel when a peer is named a follower and sends every push over it, each with its own answer", async () => {
     const f = await followerPeer();
@@ -148,7 +97,7 @@ describe("pushes over a standing channel to the following instance", () => {
     await until(() => f.upgrades() === 1, "the channel to be opened ahead of the first push");
     expect(ch.counts).toEqual({ pushes_by_channel: 0, pushes_by_post: 0 });
     for (let n = 1; n <= 5; n++) {
-      pushes.updated(update(n));
+      pushes.updated(update(n, [event(n)]));
       await until(() => f.pushes.length === n && pushes.counts.pushes_sent === n, `push ${n}`);
     }
     // Unanswered pushes would have been failed and the follower dropped: every answer came back.
@@ -177,7 +126,7 @@ describe("pushes over a standing channel to the following instance", () => {
     const pushes = new RunPushes(KEY, HOLDER, log, ch.post);
     pushes.follow(RUN_ID, { instanceId: FOLLOWER, url: f.url });
     for (let n = 1; n <= 3; n++) {
-      pushes.updated(update(n));
+      pushes.updated(update(n, [event(n)]));
       await until(() => f.pushes.length === n && pushes.counts.pushes_sent === n, `push ${n}`);
     }
     await until(() => ch.counts.pushes_by_post === 3, "the third answer");

@@ -8,7 +8,6 @@
 import { once } from "node:events";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
-import { isTerminalState, type RunEvent } from "@webcodex/protocol";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { CLUSTER_SIGNATURE_HEADER, CLUSTER_TIMESTAMP_HEADER, signedHeaders } from "../src/link/cluster.js";
@@ -20,15 +19,9 @@ import {
   MAX_PENDING_PUSH_EVENTS,
   type RunPush,
   RunPushes,
-  type RunUpdateForPush,
 } from "../src/link/run-push.js";
-import { runSummary } from "./support/run-summary.js";
+import { AGENT_INSTANCE, event, FOLLOWER, HOLDER, KEY, RUN_ID, until, update } from "./support/run-pushes.js";
 
-const KEY = Buffer.alloc(32, 7);
-const HOLDER = "holder-instance-01";
-const FOLLOWER = "follower-instance-1";
-const RUN_ID = "wc_agent_run_dddddddddddddddddddddddddd";
-const AGENT_INSTANCE = "agent-instance-1";
 const log = pino({ level: "silent" });
 
 const servers: http.Server[] = [];
@@ -70,37 +63,6 @@ async function followerPeer(opts: { following?: (p: RunPush) => boolean; hold?: 
   servers.push(server);
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   return { url, pushes, held };
-}
-
-function event(seq: number): RunEvent {
-  return { seq, at: new Date().toISOString(), kind: "agent_message", text: `tick ${seq}`, truncated: false };
-}
-
-function update(n: number, events: RunEvent[], state: "running" | "completed" = "running"): RunUpdateForPush {
-  const lastSeq = events.at(-1)?.seq ?? 0;
-  return {
-    runId: RUN_ID,
-    runnerId: "r1",
-    update: n,
-    agentInstanceId: AGENT_INSTANCE,
-    run: runSummary({
-      run_id: RUN_ID,
-      agent_instance_id: AGENT_INSTANCE,
-      provider_instance_id: "provider-instance-1",
-      last_seq: lastSeq,
-      state,
-      execution_state: isTerminalState(state) ? "completed" : "started",
-    }),
-    events,
-  };
-}
-
-async function until(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
 }
 
 describe("pushing a run's updates to the instances following it", () => {

@@ -1,0 +1,62 @@
+/**
+ * What the tests of pushed run updates share (run-push.test.ts, peer-ws.test.ts): the cluster key, the
+ * instances and run they name, an event, an update as the holder pushes it and the body a follower gets.
+ */
+import { isTerminalState, type RunEvent } from "@webcodex/protocol";
+import type { RunUpdateForPush } from "../../src/link/run-push.js";
+import { runSummary } from "./run-summary.js";
+
+export const KEY = Buffer.alloc(32, 7);
+export const HOLDER = "holder-instance-01";
+export const FOLLOWER = "follower-instance-1";
+export const RUN_ID = "wc_agent_run_dddddddddddddddddddddddddd";
+export const AGENT_INSTANCE = "agent-instance-1";
+
+export function event(seq: number): RunEvent {
+  return { seq, at: new Date().toISOString(), kind: "agent_message", text: `tick ${seq}`, truncated: false };
+}
+
+/** The holder's update number `n` of RUN_ID with `events` (its summary's last_seq their last). */
+export function update(n: number, events: RunEvent[], state: "running" | "completed" = "running"): RunUpdateForPush {
+  const lastSeq = events.at(-1)?.seq ?? 0;
+  return {
+    runId: RUN_ID,
+    runnerId: "r1",
+    update: n,
+    agentInstanceId: AGENT_INSTANCE,
+    run: runSummary({
+      run_id: RUN_ID,
+      agent_instance_id: AGENT_INSTANCE,
+      provider_instance_id: "provider-instance-1",
+      last_seq: lastSeq,
+      state,
+      execution_state: isTerminalState(state) ? "completed" : "started",
+    }),
+    events,
+  };
+}
+
+/** The body of a push of `u` from HOLDER to FOLLOWER, as the wire carries it. */
+export function pushBody(u: RunUpdateForPush): Buffer {
+  return Buffer.from(
+    JSON.stringify({
+      run_id: u.runId,
+      runner_id: u.runnerId,
+      holder: HOLDER,
+      update: u.update,
+      to: FOLLOWER,
+      agent_instance_id: u.agentInstanceId,
+      run: u.run,
+      events: u.events,
+    }),
+  );
+}
+
+/** Poll `check` every 5 ms for up to 5 s. */
+export async function until(check: () => boolean, what: string): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
