@@ -15,8 +15,12 @@ import { RunnerProc } from "./support/runner-proc.js";
 
 const CONCURRENT = 4;
 const REPEATS = size(20, CONCURRENT);
-/** Setup deadline and cancel grace of the Runner under test (seconds). */
-const SETUP_TIMEOUT_SECS = 2;
+/**
+ * Setup deadline and cancel grace of the Runner under test (seconds). The setup deadline is what every fault
+ * after the barrier must first get past: at 2 s, all of them ended failed/not_started in a CI run whose soak
+ * (the other worker) was in its full-capacity cycles, four node agents starting at once on two busy cores.
+ */
+const SETUP_TIMEOUT_SECS = 6;
 const CANCEL_GRACE_SECS = 1;
 /** Deadline of the runs whose fault is not "never answers the prompt" (beyond any expected end). */
 const RUN_TIMEOUT_SECS = 20;
@@ -66,7 +70,7 @@ const FAULTS: Fault[] = [
   {
     name: "never answers the prompt (run deadline)",
     prompt: "scenario: hang",
-    timeoutSecs: 2,
+    timeoutSecs: SETUP_TIMEOUT_SECS,
     expect: { state: "lost", execution_state: "outcome_unknown" },
   },
   {
