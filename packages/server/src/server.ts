@@ -15,13 +15,19 @@ import { type ConsoleMount, createConsole, isConsolePath } from "./console/http.
 import { ConsoleSessions } from "./console/sessions.js";
 import { ConsoleReader } from "./console/snapshot.js";
 import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
-import { CLUSTER_LINK_REQUEST_PATH, ClusterDirectory, clusterKey, handleLinkRequest } from "./link/cluster.js";
+import {
+  CLUSTER_LINK_REQUEST_PATH,
+  ClusterDirectory,
+  clusterKey,
+  handleLinkRequest,
+  takeLinkRequest,
+} from "./link/cluster.js";
 import { RunnerHub } from "./link/hub.js";
 import { StateLeaseStore } from "./link/lease-store.js";
-import { PeerPushEndpoint } from "./link/peer-ws.js";
+import { type ChannelHandler, PeerChannelEndpoint, PeerChannels } from "./link/peer-ws.js";
 import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
 import { Registry } from "./link/registry.js";
-import { CLUSTER_RUN_PUSH_PATH, handleRunPush } from "./link/run-push.js";
+import { CLUSTER_RUN_PUSH_PATH, handleRunPush, takeRunPush } from "./link/run-push.js";
 import { RunnerTokenStore } from "./link/runner-tokens.js";
 import { OperatorReadClients } from "./oauth/operator-read.js";
 import { OAuthStore } from "./oauth/store.js";
@@ -224,9 +230,27 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     }
     return false;
   };
-  // Pushed run updates over a standing channel from each holder (link/peer-ws.ts), on the instances' listener.
-  const pushEndpoint = clustered
-    ? new PeerPushEndpoint(linkKey, (push) => runs.applyPushed(push), logger.child({ c: "cluster" }))
+  // Pushes and forwarded syncs over standing channels between instances (link/peer-ws.ts): this instance's
+  // channels to its peers, and the endpoint of theirs on the listener serving /_wc/.
+  const channels = clustered ? new PeerChannels(linkKey, logger.child({ c: "cluster" })) : null;
+  const peerEndpoint = clustered
+    ? new PeerChannelEndpoint(
+        linkKey,
+        new Map<string, ChannelHandler>([
+          [
+            CLUSTER_RUN_PUSH_PATH,
+            { take: (body) => takeRunPush(body, (push) => runs.applyPushed(push)), afterWoken: true },
+          ],
+          [
+            CLUSTER_LINK_REQUEST_PATH,
+            {
+              take: (body) =>
+                takeLinkRequest(body, (r, f, t, i, follower) => runs.executeForwarded(r, f, t, i, follower)),
+            },
+          ],
+        ]),
+        logger.child({ c: "cluster" }),
+      )
     : null;
   const http: Server = makeListener(tlsOptions, onRequest);
   capConnections(http, config.maxConnections, logger);
@@ -240,8 +264,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       hub.handleUpgrade(req, socket, head);
       return;
     }
-    if (pushEndpoint && config.cluster.listen === null && path === CLUSTER_RUN_PUSH_PATH) {
-      pushEndpoint.handleUpgrade(req, socket, head);
+    if (peerEndpoint && config.cluster.listen === null && peerEndpoint.serves(path)) {
+      peerEndpoint.handleUpgrade(path, req, socket, head);
       return;
     }
     socket.write(NOT_FOUND_UPGRADE);
@@ -265,8 +289,9 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         socket.destroy();
         return;
       }
-      if (pushEndpoint && requestPath(req) === CLUSTER_RUN_PUSH_PATH) {
-        pushEndpoint.handleUpgrade(req, socket, head);
+      const path = requestPath(req);
+      if (peerEndpoint?.serves(path)) {
+        peerEndpoint.handleUpgrade(path, req, socket, head);
         return;
       }
       socket.write(NOT_FOUND_UPGRADE);
@@ -285,7 +310,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   })().catch(async (err: unknown) => {
     // Not listening: give back what this start took, the state dir's lock last.
     runs.close();
-    pushEndpoint?.close();
+    peerEndpoint?.close();
+    channels?.close();
     stopExpiry();
     clearInterval(presenceTimer);
     console_.close();
@@ -307,16 +333,18 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? peerUrl, logger);
       await directory.start();
       await store.followChanges();
-      await runs.joinCluster(store.engine, { instanceId, key: linkKey });
+      await runs.joinCluster(store.engine, { instanceId, key: linkKey, ...(channels ? { channels } : {}) });
       registry.joinCluster({
         directory,
         key: linkKey,
         requestTimeoutMs: hub.requestTimeoutMs,
         log: logger.child({ c: "cluster" }),
+        ...(channels ? { syncPost: channels.post } : {}),
       });
     } catch (err) {
       runs.close();
-      pushEndpoint?.close();
+      peerEndpoint?.close();
+      channels?.close();
       stopExpiry();
       clearInterval(presenceTimer);
       console_.close();
@@ -354,7 +382,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     close() {
       closing ??= (async () => {
         runs.close();
-        pushEndpoint?.close();
+        peerEndpoint?.close();
+        channels?.close();
         clearInterval(presenceTimer);
         console_.close();
         await directory?.stop();

@@ -235,9 +235,9 @@ async function linkRequest(
   return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
 }
 
-/** The status a signed upgrade to the push channel (link/peer-ws.ts) gets on `port`: 101 when it is served there. */
-async function pushChannelStatus(port: number, key: Buffer): Promise<number> {
-  const ws = new WebSocket(`ws://127.0.0.1:${port}${CLUSTER_RUN_PUSH_PATH}`, {
+/** The status a signed upgrade to a cluster channel (link/peer-ws.ts) gets on `port`: 101 when it is served there. */
+async function channelStatus(port: number, path: string, key: Buffer): Promise<number> {
+  const ws = new WebSocket(`ws://127.0.0.1:${port}${path}`, {
     headers: signedHeaders(key, Buffer.alloc(0)),
   });
   ws.on("error", () => undefined); // a refused upgrade is terminated below
@@ -311,9 +311,11 @@ describe("several Server instances: any of them answers", () => {
     expect(delta(aAfter, aBefore, "notices_skipped")).toBeGreaterThanOrEqual(waits.length - 1);
     expect(delta(bAfter, bBefore, "pushes_sent")).toBeGreaterThanOrEqual(delta(aAfter, aBefore, "pushes_applied"));
     expect(delta(bAfter, bBefore, "pushes_failed")).toBe(0);
-    // Over B's standing channel to A (link/peer-ws.ts), not a POST each.
+    // Over B's standing channel to A (link/peer-ws.ts), not a POST each; A's catch-ups through B over A's.
     expect(delta(bAfter, bBefore, "pushes_by_channel")).toBe(delta(bAfter, bBefore, "pushes_sent"));
     expect(delta(bAfter, bBefore, "pushes_by_post")).toBe(0);
+    expect(delta(aAfter, aBefore, "link_requests_by_channel")).toBeGreaterThan(0);
+    expect(delta(aAfter, aBefore, "link_requests_by_post")).toBe(0);
   }, 180_000);
 
   it("cancels a slow run through A, and A's tasks/get and subscriptions/listen follow a task on B's Runner", async () => {
@@ -689,6 +691,8 @@ describe("several Server instances on https://", () => {
       expect(onB.pushes_failed).toBe(0);
       expect(onB.pushes_by_channel).toBe(onB.pushes_sent); // over wss
       expect(onB.pushes_by_post).toBe(0);
+      expect(onA.link_requests_by_channel).toBeGreaterThan(0); // A's catch-ups through B, over wss too
+      expect(onA.link_requests_by_post).toBe(0);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
@@ -740,8 +744,10 @@ describe("the instances' requests on a listener of their own ([server.cluster] l
     const onB = await clusterStats(portB);
     expect(onB.pushes_failed).toBe(0);
     expect(onB.pushes_by_channel).toBe(onB.pushes_sent);
-    // The push channel, too, is on the peer listeners only.
-    for (const port of [s.port, portB]) expect(await pushChannelStatus(port, key)).toBe(404);
-    for (const p of peerPorts) expect(await pushChannelStatus(p, key)).toBe(101);
+    // The channels, too, are on the peer listeners only.
+    for (const path of [CLUSTER_RUN_PUSH_PATH, CLUSTER_LINK_REQUEST_PATH]) {
+      for (const port of [s.port, portB]) expect(await channelStatus(port, path, key)).toBe(404);
+      for (const p of peerPorts) expect(await channelStatus(p, path, key)).toBe(101);
+    }
   }, 180_000);
 });

@@ -1,9 +1,10 @@
 /**
- * Pushes between instances over a standing WebSocket (link/peer-ws.ts), against a real HTTP server on
- * 127.0.0.1 serving the follower's side: one channel carries every push to a peer and each gets its own
- * answer; a peer without the channel gets its pushes as POSTs (and is not asked again at once); a stuck
- * channel is replaced; the follower refuses an unsigned channel, a push with a wrong signature, a malformed
- * push (which field), and a message that is not a push at all.
+ * Requests between instances over standing WebSockets (link/peer-ws.ts), against a real HTTP server on
+ * 127.0.0.1 serving the other instance's side: one channel carries every push to a peer and each gets its own
+ * answer; forwarded run.syncs go over a channel of their own and cancels stay POSTs; a peer without the
+ * channel gets POSTs (and is not asked again at once); a stuck channel is replaced; the peer refuses an
+ * unsigned channel, a push with a wrong signature, a malformed push (which field), and a message that is
+ * not a request at all.
  */
 import { once } from "node:events";
 import http from "node:http";
@@ -11,18 +12,35 @@ import type { AddressInfo } from "node:net";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import { signedHeaders } from "../src/link/cluster.js";
-import { type PeerAnswer, postToPeer } from "../src/link/peer-http.js";
-import { PeerPushChannels, PeerPushEndpoint } from "../src/link/peer-ws.js";
+import {
+  CLUSTER_LINK_REQUEST_PATH,
+  type ExecuteLinkRequest,
+  handleLinkRequest,
+  RemoteRunnerConnection,
+  signedHeaders,
+  takeLinkRequest,
+} from "../src/link/cluster.js";
+import { type PeerAnswer, type Post, postToPeer } from "../src/link/peer-http.js";
+import { type ChannelHandler, PeerChannelEndpoint, PeerChannels } from "../src/link/peer-ws.js";
 import {
   CLUSTER_RUN_PUSH_PATH,
   handleRunPush,
-  type Post,
   RUN_PUSH_ANSWER_MAX_BYTES,
   type RunPush,
   RunPushes,
+  takeRunPush,
 } from "../src/link/run-push.js";
-import { pushBody as bodyOf, event, FOLLOWER, HOLDER, KEY, RUN_ID, until, update } from "./support/run-pushes.js";
+import {
+  AGENT_INSTANCE,
+  pushBody as bodyOf,
+  event,
+  FOLLOWER,
+  HOLDER,
+  KEY,
+  RUN_ID,
+  until,
+  update,
+} from "./support/run-pushes.js";
 
 const pushBody = (n: number) => bodyOf(update(n, [event(n)]));
 
@@ -33,41 +51,47 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
+type Transport = "post" | "channel";
+
 /**
- * A follower instance: POSTs and (unless `channel: false`) channel upgrades on one listener. `answer`
- * false: the channel takes pushes and never answers them (a stuck peer).
+ * A peer instance: POSTs and (unless `channel: false`) channel upgrades on one listener, for pushes and link
+ * requests; each records how it came. `answer` false: channels take requests and never answer (a stuck peer).
  */
 async function followerPeer(opts: { channel?: boolean; answer?: boolean } = {}) {
-  const pushes: { push: RunPush; by: "post" | "channel" }[] = [];
-  let by: "post" | "channel" = "post";
-  const apply = (p: RunPush) => {
+  const pushes: { push: RunPush; by: Transport }[] = [];
+  const requests: { type: string; by: Transport }[] = [];
+  const apply = (by: Transport) => (p: RunPush) => {
     pushes.push({ push: p, by });
     return true;
   };
+  const execute =
+    (by: Transport): ExecuteLinkRequest =>
+    async (_runnerId, frame) => {
+      requests.push({ type: frame.type, by });
+      return { ok: false, reason: "busy" };
+    };
   const server = http.createServer((req, res) => {
-    by = "post";
-    void handleRunPush(req, res, KEY, apply, log);
+    if (req.url === CLUSTER_LINK_REQUEST_PATH) void handleLinkRequest(req, res, KEY, execute("post"), log);
+    else void handleRunPush(req, res, KEY, apply("post"), log);
   });
-  const endpoint = new PeerPushEndpoint(
+  const endpoint = new PeerChannelEndpoint(
     KEY,
-    (p) => {
-      by = "channel";
-      return apply(p);
-    },
+    new Map<string, ChannelHandler>([
+      [CLUSTER_RUN_PUSH_PATH, { take: (body) => takeRunPush(body, apply("channel")), afterWoken: true }],
+      [CLUSTER_LINK_REQUEST_PATH, { take: (body) => takeLinkRequest(body, execute("channel")) }],
+    ]),
     log,
   );
   let upgrades = 0;
   if (opts.channel !== false) {
     server.on("upgrade", (req, socket, head) => {
       upgrades += 1;
+      endpoint.handleUpgrade(req.url ?? "/", req, socket, head);
       if (opts.answer === false) {
-        // Accept the channel, then swallow everything it carries.
-        endpoint.handleUpgrade(req, socket, head);
+        // The channel is accepted; everything it carries is left unread.
         socket.on("data", () => undefined);
         socket.pause();
-        return;
       }
-      endpoint.handleUpgrade(req, socket, head);
     });
   }
   server.listen(0, "127.0.0.1");
@@ -78,11 +102,11 @@ async function followerPeer(opts: { channel?: boolean; answer?: boolean } = {}) 
     await new Promise((resolve) => server.close(resolve));
   });
   const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  return { url, pushes, upgrades: () => upgrades };
+  return { url, pushes, requests, upgrades: () => upgrades };
 }
 
-function channels(http: Post = postToPeer): PeerPushChannels {
-  const c = new PeerPushChannels(KEY, log, http);
+function channels(http: Post = postToPeer): PeerChannels {
+  const c = new PeerChannels(KEY, log, http);
   cleanups.push(() => c.close());
   return c;
 }
@@ -95,7 +119,7 @@ describe("pushes over a standing channel to the following instance", () => {
     pushes.follow(RUN_ID, { instanceId: FOLLOWER, url: f.url });
     // Before any push: the first one does not wait for the upgrade.
     await until(() => f.upgrades() === 1, "the channel to be opened ahead of the first push");
-    expect(ch.counts).toEqual({ pushes_by_channel: 0, pushes_by_post: 0 });
+    expect(ch.counts).toMatchObject({ pushes_by_channel: 0, pushes_by_post: 0 });
     for (let n = 1; n <= 5; n++) {
       pushes.updated(update(n, [event(n)]));
       await until(() => f.pushes.length === n && pushes.counts.pushes_sent === n, `push ${n}`);
@@ -105,7 +129,7 @@ describe("pushes over a standing channel to the following instance", () => {
     expect(pushes.counts.pushes_failed).toBe(0);
     expect(f.pushes.map((p) => [p.push.update, p.by])).toEqual([1, 2, 3, 4, 5].map((n) => [n, "channel"]));
     expect(f.upgrades()).toBe(1);
-    expect(ch.counts).toEqual({ pushes_by_channel: 5, pushes_by_post: 0 });
+    expect(ch.counts).toMatchObject({ pushes_by_channel: 5, pushes_by_post: 0 });
 
     // Several at once, in flight together on the channel: each answer reaches its own push.
     const answers = await Promise.all(
@@ -149,7 +173,7 @@ describe("pushes over a standing channel to the following instance", () => {
     await until(() => stuck.upgrades() === 2 && ch.counts.pushes_by_channel === 2, "a new channel to carry it");
     ch.close();
     expect(await waiting).toEqual({ kind: "failed", sent: true, code: "closed" });
-    expect(ch.counts).toEqual({ pushes_by_channel: 2, pushes_by_post: 0 });
+    expect(ch.counts).toMatchObject({ pushes_by_channel: 2, pushes_by_post: 0 });
   });
 
   it("refuses an unsigned channel, a wrong signature, a malformed push and a message that is no push", async () => {
@@ -199,6 +223,29 @@ describe("pushes over a standing channel to the following instance", () => {
     ws.send("not a push");
     const [code] = (await once(ws, "close")) as [number];
     expect(code).toBe(1008);
+  });
+
+  it("sends a forwarded run.sync over a channel, and a cancel as a POST", async () => {
+    const f = await followerPeer();
+    const ch = channels();
+    const holder = new RemoteRunnerConnection("r1", HOLDER, f.url, KEY, 2_000, log, AGENT_INSTANCE, undefined, ch.post);
+    // The holder's answer ("busy") comes back through each transport as its outcome.
+    for (let i = 0; i < 3; i++) {
+      expect(await holder.request({ type: "run.sync", run_id: RUN_ID, after_seq: i, max_events: 10 })).toEqual({
+        ok: false,
+        reason: "busy",
+      });
+    }
+    expect(await holder.request({ type: "run.cancel", run_id: RUN_ID })).toEqual({ ok: false, reason: "busy" });
+    expect(f.requests).toEqual([
+      { type: "run.sync", by: "channel" },
+      { type: "run.sync", by: "channel" },
+      { type: "run.sync", by: "channel" },
+      { type: "run.cancel", by: "post" },
+    ]);
+    expect(f.upgrades()).toBe(1);
+    // The cancel never reached ch.post: starts and cancels go straight to postToPeer.
+    expect(ch.counts).toMatchObject({ link_requests_by_channel: 3, link_requests_by_post: 0 });
   });
 
   it("fails an answer longer than the push allows", async () => {

@@ -36,7 +36,7 @@ import type { Logger } from "pino";
 import { ABORTED, readBodyBytes, TOO_LARGE } from "../http-body.js";
 import type { StateEngine } from "../state/engine.js";
 import type { RequestOutcome, RunnerRequest } from "./hub.js";
-import { postToPeer } from "./peer-http.js";
+import { type Post, postToPeer } from "./peer-http.js";
 import { PRESENCE_STALE_MS } from "./presence.js";
 
 /** How often an instance rewrites its directory row. */
@@ -93,6 +93,11 @@ export class RemoteRunnerConnection implements LinkConnection {
     readonly agentInstanceId?: string,
     /** This instance as its peers reach it: named in a catch-up's run.sync, so the holder pushes the run's updates. */
     readonly self?: PeerInstance,
+    /**
+     * How a run.sync reaches the holder (over a standing channel, link/peer-ws.ts); starts and cancels are
+     * always POSTs, whose "not sent" (the connection was never made) is what a start's outcome rests on.
+     */
+    private readonly syncPost: Post = postToPeer,
   ) {}
 
   async request(req: RunnerRequest, timeoutMs = this.defaultTimeoutMs): Promise<RequestOutcome> {
@@ -114,7 +119,7 @@ export class RemoteRunnerConnection implements LinkConnection {
       JSON.stringify({ runner_id: this.runnerId, frame: req, timeout_ms: wait, ...expect, ...follow }),
       "utf8",
     );
-    const answer = await postToPeer(
+    const answer = await (req.type === "run.sync" ? this.syncPost : postToPeer)(
       `${this.holderUrl}${CLUSTER_LINK_REQUEST_PATH}`,
       signedHeaders(this.key, body),
       body,
@@ -412,11 +417,20 @@ export async function handleLinkRequest(
 ): Promise<void> {
   const body = await readSignedRequest(req, res, key, log);
   if (body === null) return;
+  const { status, answer } = await takeLinkRequest(body, execute);
+  if (!res.headersSent) res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(answer));
+}
+
+/**
+ * The holder's answer to a verified link request body (a POST's or a channel's, link/peer-ws.ts): 400 one that
+ * is not a request (which field, why), nothing executed; else 200 and the outcome of executing it.
+ */
+export async function takeLinkRequest(
+  body: Buffer,
+  execute: ExecuteLinkRequest,
+): Promise<{ status: 200 | 400; answer: object }> {
   const parsed = parseLinkRequest(body);
-  if (typeof parsed === "string") {
-    refuse(res, 400, "invalid_request", parsed);
-    return;
-  }
+  if (typeof parsed === "string") return { status: 400, answer: { error: "invalid_request", message: parsed } };
   const outcome = await execute(
     parsed.runnerId,
     parsed.frame,
@@ -424,7 +438,7 @@ export async function handleLinkRequest(
     parsed.agentInstanceId,
     parsed.follower,
   );
-  if (!res.headersSent) res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(outcome));
+  return { status: 200, answer: outcome };
 }
 
 /** Longest base URL an instance may name for itself in a link request (`follower.url`). */

@@ -28,6 +28,15 @@ export type PeerAnswer =
   /** No answer: `sent` false when the request cannot have left (the connection was never made). */
   | { kind: "failed"; sent: boolean; code: string | null };
 
+/** How a request reaches a peer: `postToPeer`, or over a standing channel (link/peer-ws.ts `PeerChannels.post`). */
+export type Post = (
+  url: string,
+  headers: Record<string, string>,
+  body: Buffer,
+  timeoutMs: number,
+  maxBodyBytes: number,
+) => Promise<PeerAnswer>;
+
 /**
  * POST `body` to `url`; the answer's body is read up to `maxBodyBytes` (beyond that, or past `timeoutMs`
  * from the start, the request fails as possibly sent).

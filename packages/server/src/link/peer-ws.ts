@@ -1,60 +1,68 @@
 /**
- * The holder's pushes to a following instance (link/run-push.ts) over one standing WebSocket per peer
- * (design §14): the same signed body and the same answer as `POST CLUSTER_RUN_PUSH_PATH`, without an HTTP
- * request per update. On this machine a message over a standing WebSocket reaches the other process in
- * about half the time of a POST on a kept-alive connection, and the follower reads it whole in one event;
- * the cross-instance wake-up is one push.
+ * Requests between instances over one standing WebSocket per peer and path (design §14): the holder's pushes
+ * to a following instance (`CLUSTER_RUN_PUSH_PATH`, link/run-push.ts) and a follower's catch-ups through the
+ * holder (`run.sync` link requests, `CLUSTER_LINK_REQUEST_PATH`, link/cluster.ts), each with the same signed
+ * body and the same answer as its POST, without an HTTP request each. On this machine a message over a
+ * standing WebSocket reaches the other process in about half the time of a POST on a kept-alive connection,
+ * it is read whole in one event, and a saturated peer does not keep it in its listen queue (a new
+ * connection waits there behind clients' handshakes: libuv accepts one per turn of the event loop).
  *
- * - The channel: `GET CLUSTER_RUN_PUSH_PATH` upgraded on the follower's cluster listener, the upgrade
- *   signed like a cluster request over an empty body. Each push is one text message
- *   `"<id> <timestamp> <signature>\n<body>"` (the signature over the body, as for a POST); the follower
- *   answers `"<id> <status>\n<answer>"` with the status and answer the POST would have had.
- * - Made when the peer is named a follower (`prepare`) or at the first push to it, kept while pushes go
- *   (closed after PEER_PUSH_IDLE_MS without one). Pushes made while it connects wait for it (bounded like
- *   the others).
- * - A peer that refuses the upgrade (an instance of an older release, a proxy in between) gets its pushes
- *   as POSTs (link/peer-http.ts) for PEER_PUSH_RETRY_MS, then the channel is tried again.
- * - A push not answered within its timeout fails as possibly sent, as a POST's does; when nothing at all
- *   came back on the channel since that push was sent, the channel is closed (its other pushes fail with
- *   it) and the next push makes a new one.
- * - Bounds: PEER_PUSH_MAX_IN_FLIGHT pushes waiting per channel, PEER_PUSH_MAX_BUFFERED_BYTES unsent on
- *   it, PEER_PUSH_MAX_CHANNELS peers with a channel (beyond, POSTs); on the follower,
- *   PEER_PUSH_MAX_CONNECTIONS channels and messages of at most CLUSTER_MAX_BODY_BYTES plus their header line.
+ * - The channel: `GET <path>` upgraded on the peer's cluster listener, the upgrade signed like a cluster
+ *   request over an empty body. Each request is one text message `"<id> <timestamp> <signature>\n<body>"`
+ *   (the signature over the body, as for a POST); the peer answers `"<id> <status>\n<answer>"` with the
+ *   status and answer the POST would have had.
+ * - Made when a peer is named a follower (`prepare`) or at the first request, kept while requests go (closed
+ *   after PEER_CHANNEL_IDLE_MS without one). Requests made while it connects wait for it (bounded like the
+ *   others), and go as POSTs if it fails before it opens.
+ * - A peer that refuses the upgrade (an instance of an older release, a proxy in between) gets that path's
+ *   requests as POSTs (link/peer-http.ts) for PEER_CHANNEL_RETRY_MS, then the channel is tried again.
+ * - A request not answered within its timeout fails as possibly sent, as a POST's does (`sent: false` only
+ *   for one never written to the channel); when nothing at all came back on the channel since it was sent,
+ *   the channel is closed (its other requests fail with it, possibly sent) and the next one makes a new one.
+ * - Bounds: PEER_CHANNEL_MAX_IN_FLIGHT requests waiting per channel, PEER_CHANNEL_MAX_BUFFERED_BYTES unsent
+ *   on it, PEER_CHANNEL_MAX_CHANNELS channels held (beyond, POSTs); on the answering side,
+ *   PEER_CHANNEL_MAX_CONNECTIONS channels and messages of at most CLUSTER_MAX_BODY_BYTES plus their header
+ *   line; an answer at most the caller's bound.
  */
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import WebSocket, { WebSocketServer } from "ws";
 import {
+  CLUSTER_LINK_REQUEST_PATH,
   CLUSTER_MAX_BODY_BYTES,
   CLUSTER_SIGNATURE_HEADER,
   CLUSTER_TIMESTAMP_HEADER,
   signatureRefusal,
   signedHeaders,
 } from "./cluster.js";
-import { type PeerAnswer, postToPeer } from "./peer-http.js";
-import { type ApplyRunPush, CLUSTER_RUN_PUSH_PATH, MAX_FOLLOWED_RUNS, type Post, takeRunPush } from "./run-push.js";
+import { type PeerAnswer, type Post, postToPeer } from "./peer-http.js";
+import { CLUSTER_RUN_PUSH_PATH, MAX_FOLLOWED_RUNS } from "./run-push.js";
 
-/** How long the holder waits for a channel's upgrade to be answered. */
-export const PEER_PUSH_CONNECT_TIMEOUT_MS = 2_000;
-/** A channel no push went over for this long is closed. */
-export const PEER_PUSH_IDLE_MS = 30_000;
-/** After a peer refused the upgrade (or it failed), its pushes go as POSTs for this long. */
-export const PEER_PUSH_RETRY_MS = 30_000;
-/** Pushes waiting for their answer on one channel at most (one per followed run and follower). */
-export const PEER_PUSH_MAX_IN_FLIGHT = MAX_FOLLOWED_RUNS;
-/** Bytes written to a channel and not yet sent at most; a push beyond fails unsent (the follower catches up). */
-export const PEER_PUSH_MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
-/** Peers the holder keeps a channel to at most; pushes to others go as POSTs. */
-export const PEER_PUSH_MAX_CHANNELS = 256;
-/** Channels a follower accepts at most (one per holder instance). */
-export const PEER_PUSH_MAX_CONNECTIONS = 256;
+/** How long a channel's upgrade may take. */
+export const PEER_CHANNEL_CONNECT_TIMEOUT_MS = 2_000;
+/** A channel no request went over for this long is closed. */
+export const PEER_CHANNEL_IDLE_MS = 30_000;
+/** After a peer refused a channel's upgrade (or it failed), that path's requests go as POSTs for this long. */
+export const PEER_CHANNEL_RETRY_MS = 30_000;
+/** Requests waiting for their answer on one channel at most (a push per followed run and follower). */
+export const PEER_CHANNEL_MAX_IN_FLIGHT = MAX_FOLLOWED_RUNS;
+/** Bytes written to a channel and not yet sent at most; a request beyond fails unsent. */
+export const PEER_CHANNEL_MAX_BUFFERED_BYTES = 16 * 1024 * 1024;
+/** Channels one instance holds to its peers at most; requests beyond go as POSTs. */
+export const PEER_CHANNEL_MAX_CHANNELS = 256;
+/** Channels an instance accepts from its peers at most. */
+export const PEER_CHANNEL_MAX_CONNECTIONS = 512;
 /** A message's header line (`"<id> <timestamp> <signature>\n"`, or the answer's) is at most this long. */
-export const PEER_PUSH_HEADER_MAX_BYTES = 128;
-/** An answer's text is at most this long (`{"following":true}`, or a refusal's error and message). */
-export const PEER_PUSH_ANSWER_MAX_BYTES = 1_024;
+export const PEER_CHANNEL_HEADER_MAX_BYTES = 128;
 
-const PUSH_HEADER = /^(\d{1,15}) (\d{1,15}) ([0-9a-f]{64})$/;
+/** The paths a channel carries, with the most an answer on each may be. */
+const CHANNEL_PATHS: ReadonlyMap<string, { answerMaxBytes: number }> = new Map([
+  [CLUSTER_RUN_PUSH_PATH, { answerMaxBytes: 1_024 }], // {"following":…} or a refusal
+  [CLUSTER_LINK_REQUEST_PATH, { answerMaxBytes: CLUSTER_MAX_BODY_BYTES }], // a Runner's answer frame
+]);
+
+const REQUEST_HEADER = /^(\d{1,15}) (\d{1,15}) ([0-9a-f]{64})$/;
 const ANSWER_HEADER = /^(\d{1,15}) (\d{3})$/;
 const EMPTY = Buffer.alloc(0);
 
@@ -69,7 +77,7 @@ interface Channel {
   open: boolean;
   nextId: number;
   waiting: Map<number, Waiting>;
-  /** Pushes made while the channel connects: sent when it opens, as POSTs when it fails first. */
+  /** Requests made while the channel connects: sent when it opens, as POSTs when it fails first. */
   queued: (() => void)[];
   fallback: (() => void)[];
   /** When anything last came back on the channel (performance.now()). */
@@ -77,14 +85,26 @@ interface Channel {
   idle: NodeJS.Timeout;
 }
 
-/** The holder's channels, one per peer origin; `post` has the signature of link/peer-http.ts `postToPeer`. */
-export class PeerPushChannels {
+/** Requests sent over a channel and as POSTs, by path (`/__test/cluster-stats`). */
+export interface PeerChannelCounts {
+  pushes_by_channel: number;
+  pushes_by_post: number;
+  link_requests_by_channel: number;
+  link_requests_by_post: number;
+}
+
+/** One instance's channels to its peers, one per peer origin and path; `post` is link/peer-http.ts `postToPeer`'s twin. */
+export class PeerChannels {
   readonly #channels = new Map<string, Channel>();
-  /** Per peer origin, until when its pushes go as POSTs (it refused the upgrade). */
+  /** Per peer origin and path, until when its requests go as POSTs (it refused the upgrade). */
   readonly #postUntil = new Map<string, number>();
   #closed = false;
-  /** Pushes sent over a channel and as POSTs (`/__test/cluster-stats`). */
-  readonly counts = { pushes_by_channel: 0, pushes_by_post: 0 };
+  readonly counts: PeerChannelCounts = {
+    pushes_by_channel: 0,
+    pushes_by_post: 0,
+    link_requests_by_channel: 0,
+    link_requests_by_post: 0,
+  };
 
   constructor(
     private readonly key: Buffer,
@@ -92,40 +112,50 @@ export class PeerPushChannels {
     private readonly http: Post = postToPeer,
   ) {}
 
-  /** Peers with a channel, open or connecting (tests). */
+  /** Channels held, open or connecting (tests). */
   get channels(): number {
     return this.#channels.size;
   }
 
-  /** One push to `url` (`<peer>CLUSTER_RUN_PUSH_PATH`), its body signed in `headers` (cluster.ts signedHeaders). */
+  /**
+   * One request to `url` (`<peer><path>`), its body signed in `headers` (cluster.ts signedHeaders): over the
+   * channel for that peer and path when the path has one (CHANNEL_PATHS), else as a POST.
+   */
   readonly post: Post = (url, headers, body, timeoutMs, maxBodyBytes) => {
-    // A follower's URL was checked where it was named (link/cluster.ts PeerInstance); never throw here.
+    // A peer's URL was checked where it was named (link/cluster.ts); never throw here.
     if (!URL.canParse(url)) return Promise.resolve({ kind: "failed", sent: false, code: "bad_url" });
     const target = new URL(url);
-    const origin = target.origin;
+    const path = CHANNEL_PATHS.get(target.pathname);
+    const pushes = target.pathname === CLUSTER_RUN_PUSH_PATH;
     const asPost = () => {
-      this.counts.pushes_by_post += 1;
+      if (pushes) this.counts.pushes_by_post += 1;
+      else this.counts.link_requests_by_post += 1;
       return this.http(url, headers, body, timeoutMs, maxBodyBytes);
     };
-    if (this.#closed || target.pathname !== CLUSTER_RUN_PUSH_PATH) return asPost();
-    const until = this.#postUntil.get(origin);
+    const key = `${target.origin}${target.pathname}`;
+    if (this.#closed || path === undefined || target.search !== "") return asPost();
+    const until = this.#postUntil.get(key);
     if (until !== undefined) {
       if (Date.now() < until) return asPost();
-      this.#postUntil.delete(origin);
+      this.#postUntil.delete(key);
     }
-    let channel = this.#channels.get(origin);
+    let channel = this.#channels.get(key);
     if (channel === undefined) {
-      if (this.#channels.size >= PEER_PUSH_MAX_CHANNELS) return asPost();
-      channel = this.#connect(origin, target);
+      if (this.#channels.size >= PEER_CHANNEL_MAX_CHANNELS) return asPost();
+      channel = this.#connect(key, target, Math.max(maxBodyBytes, path.answerMaxBytes));
     }
     const ch = channel;
     ch.idle.refresh();
-    if (ch.waiting.size + ch.queued.length >= PEER_PUSH_MAX_IN_FLIGHT) {
+    if (ch.waiting.size + ch.queued.length >= PEER_CHANNEL_MAX_IN_FLIGHT) {
       return Promise.resolve({ kind: "failed", sent: false, code: "busy" });
     }
     const header = `${headers[CLUSTER_TIMESTAMP_HEADER] ?? ""} ${headers[CLUSTER_SIGNATURE_HEADER] ?? ""}`;
     return new Promise<PeerAnswer>((resolve) => {
-      const send = () => this.#send(ch, header, body, timeoutMs, maxBodyBytes, resolve);
+      const send = () => {
+        if (pushes) this.counts.pushes_by_channel += 1;
+        else this.counts.link_requests_by_channel += 1;
+        this.#send(ch, header, body, timeoutMs, maxBodyBytes, resolve);
+      };
       if (ch.open) send();
       else {
         ch.queued.push(send);
@@ -135,35 +165,36 @@ export class PeerPushChannels {
   };
 
   /**
-   * Open the channel to the instance at `peerUrl` now, when it has none (it was just named a follower): its
-   * first push then does not wait for the upgrade. Nothing for a peer whose pushes go as POSTs.
+   * Open the push channel to the instance at `peerUrl` now, when it has none (it was just named a follower):
+   * its first push then does not wait for the upgrade. Nothing for a peer whose pushes go as POSTs.
    */
   prepare(peerUrl: string): void {
     const url = `${peerUrl}${CLUSTER_RUN_PUSH_PATH}`;
     if (this.#closed || !URL.canParse(url)) return;
     const target = new URL(url);
-    const until = this.#postUntil.get(target.origin);
+    const key = `${target.origin}${target.pathname}`;
+    const until = this.#postUntil.get(key);
     if (until !== undefined && Date.now() < until) return;
-    if (this.#channels.has(target.origin) || this.#channels.size >= PEER_PUSH_MAX_CHANNELS) return;
-    this.#connect(target.origin, target);
+    if (this.#channels.has(key) || this.#channels.size >= PEER_CHANNEL_MAX_CHANNELS) return;
+    this.#connect(key, target, CHANNEL_PATHS.get(CLUSTER_RUN_PUSH_PATH)?.answerMaxBytes ?? 0);
   }
 
-  /** Close every channel; pushes still waiting fail, later ones go as POSTs. */
+  /** Close every channel; requests still waiting fail (possibly sent), later ones go as POSTs. */
   close(): void {
     this.#closed = true;
     for (const ch of this.#channels.values()) ch.ws.terminate();
   }
 
-  #connect(origin: string, target: URL): Channel {
-    const wsUrl = `${target.protocol === "https:" ? "wss:" : "ws:"}//${target.host}${CLUSTER_RUN_PUSH_PATH}`;
+  #connect(key: string, target: URL, answerMaxBytes: number): Channel {
+    const wsUrl = `${target.protocol === "https:" ? "wss:" : "ws:"}//${target.host}${target.pathname}`;
     const ws = new WebSocket(wsUrl, {
       headers: signedHeaders(this.key, EMPTY),
-      handshakeTimeout: PEER_PUSH_CONNECT_TIMEOUT_MS,
-      maxPayload: PEER_PUSH_HEADER_MAX_BYTES + PEER_PUSH_ANSWER_MAX_BYTES,
+      handshakeTimeout: PEER_CHANNEL_CONNECT_TIMEOUT_MS,
+      maxPayload: PEER_CHANNEL_HEADER_MAX_BYTES + answerMaxBytes,
       perMessageDeflate: false,
       followRedirects: false,
     });
-    const idle = setTimeout(() => ws.close(1000, "idle"), PEER_PUSH_IDLE_MS);
+    const idle = setTimeout(() => ws.close(1000, "idle"), PEER_CHANNEL_IDLE_MS);
     idle.unref();
     const ch: Channel = {
       ws,
@@ -175,7 +206,7 @@ export class PeerPushChannels {
       heardAt: performance.now(),
       idle,
     };
-    this.#channels.set(origin, ch);
+    this.#channels.set(key, ch);
     ws.on("open", () => {
       ch.open = true;
       ch.heardAt = performance.now();
@@ -189,19 +220,19 @@ export class PeerPushChannels {
     });
     ws.on("unexpected-response", (_req, res) => {
       // Not a channel (an instance of an older release answers 404): POSTs for a while.
-      this.log.debug({ peer: origin, status: res.statusCode }, "peer refused the push channel; pushing by POST");
+      this.log.debug({ peer: key, status: res.statusCode }, "peer refused a channel; its requests go as POSTs");
       res.resume();
       ws.terminate();
     });
     ws.on("error", (err) => {
-      this.log.debug({ peer: origin, err: err.message }, "push channel to a peer failed");
+      this.log.debug({ peer: key, err: err.message }, "channel to a peer failed");
     });
     ws.on("close", () => {
       clearTimeout(idle);
-      if (this.#channels.get(origin) === ch) this.#channels.delete(origin);
+      if (this.#channels.get(key) === ch) this.#channels.delete(key);
       if (!ch.open) {
-        this.#postUntil.set(origin, Date.now() + PEER_PUSH_RETRY_MS);
-        if (this.#postUntil.size > PEER_PUSH_MAX_CHANNELS) {
+        this.#postUntil.set(key, Date.now() + PEER_CHANNEL_RETRY_MS);
+        if (this.#postUntil.size > PEER_CHANNEL_MAX_CHANNELS) {
           const oldest = this.#postUntil.keys().next().value;
           if (oldest !== undefined) this.#postUntil.delete(oldest);
         }
@@ -229,17 +260,16 @@ export class PeerPushChannels {
       resolve({ kind: "failed", sent: false, code: "closed" });
       return;
     }
-    if (ch.ws.bufferedAmount + body.length > PEER_PUSH_MAX_BUFFERED_BYTES) {
+    if (ch.ws.bufferedAmount + body.length > PEER_CHANNEL_MAX_BUFFERED_BYTES) {
       resolve({ kind: "failed", sent: false, code: "busy" });
       return;
     }
     const id = ch.nextId++;
-    this.counts.pushes_by_channel += 1;
     const sentAt = performance.now();
     const timer = setTimeout(() => {
       ch.waiting.delete(id);
       resolve({ kind: "failed", sent: true, code: "timeout" });
-      // Nothing came back since this push left: the channel (or the peer) is stuck; make a new one.
+      // Nothing came back since this request left: the channel (or the peer) is stuck; make a new one.
       if (ch.heardAt < sentAt) ch.ws.terminate();
     }, timeoutMs);
     ch.waiting.set(id, { resolve, timer, max });
@@ -250,7 +280,7 @@ export class PeerPushChannels {
     const nl = data.indexOf(10);
     const head = nl < 0 ? null : ANSWER_HEADER.exec(data.subarray(0, nl).toString("latin1"));
     const w = head ? ch.waiting.get(Number(head[1])) : undefined;
-    if (!head || !w) return; // not an answer to a push waiting here (timed out): nothing to do
+    if (!head || !w) return; // not an answer to a request waiting here (timed out): nothing to do
     ch.waiting.delete(Number(head[1]));
     clearTimeout(w.timer);
     const text = data.subarray(nl + 1);
@@ -259,26 +289,44 @@ export class PeerPushChannels {
   }
 }
 
-/** The follower's side: channels from holders, each push verified and taken as a POST's would be. */
-export class PeerPushEndpoint {
+/** What a path's requests get on the answering side: a verified body's status and answer. */
+export interface ChannelHandler {
+  take(body: Buffer): { status: number; answer: object } | Promise<{ status: number; answer: object }>;
+  /** Write the answer after the observers the request woke have answered their callers (pushes). */
+  afterWoken?: boolean;
+}
+
+/** The answering side: channels from peers, each request verified and taken as its POST would be. */
+export class PeerChannelEndpoint {
   readonly #wss = new WebSocketServer({
     noServer: true,
-    maxPayload: PEER_PUSH_HEADER_MAX_BYTES + CLUSTER_MAX_BODY_BYTES,
+    maxPayload: PEER_CHANNEL_HEADER_MAX_BYTES + CLUSTER_MAX_BODY_BYTES,
     perMessageDeflate: false,
     clientTracking: true,
   });
 
   constructor(
     private readonly key: Buffer,
-    private readonly apply: ApplyRunPush,
+    /** By path (CLUSTER_RUN_PUSH_PATH, CLUSTER_LINK_REQUEST_PATH). */
+    private readonly handlers: ReadonlyMap<string, ChannelHandler>,
     private readonly log: Logger,
   ) {}
 
+  /** Whether an upgrade of `path` is one of ours. */
+  serves(path: string): boolean {
+    return this.handlers.has(path);
+  }
+
   /**
-   * An upgrade of `GET CLUSTER_RUN_PUSH_PATH`. Refused, with the connection closed: 401 as a cluster
-   * request's signature (over an empty body), 503 past PEER_PUSH_MAX_CONNECTIONS channels.
+   * An upgrade of `GET <path>` (one `serves`). Refused, with the connection closed: 401 as a cluster
+   * request's signature (over an empty body), 503 past PEER_CHANNEL_MAX_CONNECTIONS channels.
    */
-  handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+  handleUpgrade(path: string, req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const handler = this.handlers.get(path);
+    if (handler === undefined) {
+      refuseUpgrade(socket, 404, "not_found", "no channel on this path");
+      return;
+    }
     const refusal = signatureRefusal(
       this.key,
       req.headers[CLUSTER_TIMESTAMP_HEADER],
@@ -287,16 +335,16 @@ export class PeerPushEndpoint {
     );
     if (refusal !== null) {
       if (refusal.error === "bad_signature") {
-        this.log.warn({ remote: req.socket.remoteAddress ?? "?" }, "push channel with a wrong signature refused");
+        this.log.warn({ remote: req.socket.remoteAddress ?? "?" }, "cluster channel with a wrong signature refused");
       }
       refuseUpgrade(socket, refusal.status, refusal.error, refusal.message);
       return;
     }
-    if (this.#wss.clients.size >= PEER_PUSH_MAX_CONNECTIONS) {
-      refuseUpgrade(socket, 503, "too_many_channels", `at most ${PEER_PUSH_MAX_CONNECTIONS} push channels`);
+    if (this.#wss.clients.size >= PEER_CHANNEL_MAX_CONNECTIONS) {
+      refuseUpgrade(socket, 503, "too_many_channels", `at most ${PEER_CHANNEL_MAX_CONNECTIONS} cluster channels`);
       return;
     }
-    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#serve(ws));
+    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#serve(ws, handler));
   }
 
   /** Close every channel (the instance stops). */
@@ -305,39 +353,63 @@ export class PeerPushEndpoint {
     this.#wss.close();
   }
 
-  #serve(ws: WebSocket): void {
-    // Answers wait until the observers a push woke have answered their callers (see `afterWoken`), then go
-    // out together; there are at most as many as pushes in flight from that holder.
+  #serve(ws: WebSocket, handler: ChannelHandler): void {
+    // Deferred answers (see `afterWoken`) go out together; at most as many as requests in flight from that peer.
     const answers: string[] = [];
     const flush = () => {
       for (const a of answers.splice(0)) if (ws.readyState === WebSocket.OPEN) ws.send(a);
     };
-    ws.on("error", (err) => this.log.debug({ err: err.message }, "push channel from a peer failed"));
+    const answer = (id: string, status: number, body: object, defer: boolean) => {
+      const text = `${id} ${status}\n${JSON.stringify(body)}`;
+      if (!defer) {
+        if (ws.readyState === WebSocket.OPEN) ws.send(text);
+        return;
+      }
+      answers.push(text);
+      if (answers.length === 1) afterWoken(flush);
+    };
+    ws.on("error", (err) => this.log.debug({ err: err.message }, "cluster channel from a peer failed"));
     ws.on("message", (data: Buffer, isBinary: boolean) => {
       const nl = isBinary ? -1 : data.indexOf(10);
       const head =
-        nl < 0 || nl > PEER_PUSH_HEADER_MAX_BYTES ? null : PUSH_HEADER.exec(data.subarray(0, nl).toString("latin1"));
+        nl < 0 || nl > PEER_CHANNEL_HEADER_MAX_BYTES
+          ? null
+          : REQUEST_HEADER.exec(data.subarray(0, nl).toString("latin1"));
       if (!head) {
         // Without its id no answer can be matched: the sender is not one of ours.
-        ws.close(1008, "a push is a text message: <id> <timestamp> <signature>, a newline, the body");
+        ws.close(1008, "a request is a text message: <id> <timestamp> <signature>, a newline, the body");
         return;
       }
-      const [, id, timestamp, signature] = head;
+      const [, id = "", timestamp, signature] = head;
       const body = data.subarray(nl + 1);
       const refusal = signatureRefusal(this.key, timestamp, signature, body);
-      let status: number;
-      let answer: object;
       if (refusal !== null) {
-        if (refusal.error === "bad_signature") this.log.warn("pushed update with a wrong signature refused");
-        ({ status } = refusal);
-        answer = { error: refusal.error, message: refusal.message };
-      } else ({ status, answer } = takeRunPush(body, this.apply));
-      answers.push(`${id} ${status}\n${JSON.stringify(answer)}`);
-      if (answers.length === 1) afterWoken(flush);
+        if (refusal.error === "bad_signature") this.log.warn("cluster request with a wrong signature refused");
+        answer(id, refusal.status, { error: refusal.error, message: refusal.message }, false);
+        return;
+      }
+      let taken: ReturnType<ChannelHandler["take"]>;
+      try {
+        taken = handler.take(body);
+      } catch (err) {
+        this.log.error({ err: (err as Error).message }, "cluster request over a channel failed");
+        answer(id, 500, { error: "internal", message: "the request failed on this instance" }, false);
+        return;
+      }
+      if (!(taken instanceof Promise)) {
+        answer(id, taken.status, taken.answer, handler.afterWoken === true);
+        return;
+      }
+      taken.then(
+        (t) => answer(id, t.status, t.answer, handler.afterWoken === true),
+        (err: unknown) => {
+          this.log.error({ err: (err as Error).message }, "cluster request over a channel failed");
+          answer(id, 500, { error: "internal", message: "the request failed on this instance" }, false);
+        },
+      );
     });
   }
 }
-
 /**
  * Run `fn` after the observers woken in this turn of the event loop have answered their callers: an
  * observe continues in a setImmediate of its own after its wake-up (runs/observe.ts), queued after one queued
@@ -350,7 +422,7 @@ function afterWoken(fn: () => void): void {
 
 function refuseUpgrade(socket: Duplex, status: number, error: string, message: string): void {
   const body = JSON.stringify({ error, message });
-  const reason = status === 401 ? "Unauthorized" : "Service Unavailable";
+  const reason = status === 401 ? "Unauthorized" : status === 404 ? "Not Found" : "Service Unavailable";
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
       `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,

@@ -11,6 +11,7 @@ import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
 import { type ClusterDirectory, type LinkConnection, RemoteRunnerConnection } from "./cluster.js";
 import type { RunnerConnection } from "./hub.js";
+import type { Post } from "./peer-http.js";
 import type { PresenceStore } from "./presence.js";
 
 export interface LiveRunner {
@@ -40,6 +41,8 @@ export interface RegistryCluster {
   /** How long a forwarded request waits for the Runner by default (the hub's request timeout). */
   requestTimeoutMs: number;
   log: Logger;
+  /** How a forwarded run.sync reaches the holder (link/peer-ws.ts `PeerChannels.post`); default a POST. */
+  syncPost?: Post;
 }
 
 export type ProjectResolution =
@@ -193,6 +196,7 @@ export class Registry {
         cluster.log,
         view.agentInstanceId,
         { instanceId: cluster.directory.instanceId, url: cluster.directory.url },
+        cluster.syncPost,
       ),
       agentInstanceId: view.agentInstanceId,
       storeId: view.storeId,

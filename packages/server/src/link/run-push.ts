@@ -32,7 +32,7 @@ import {
 import type { Logger } from "pino";
 import { z } from "zod";
 import { CLUSTER_MAX_BODY_BYTES, type PeerInstance, readSignedRequest, signedHeaders } from "./cluster.js";
-import { type PeerAnswer, postToPeer } from "./peer-http.js";
+import { type Post, postToPeer } from "./peer-http.js";
 
 /** The follower's endpoint for pushed updates (on the Server's own listener). */
 export const CLUSTER_RUN_PUSH_PATH = "/_wc/cluster/run-push";
@@ -69,14 +69,6 @@ export type RunUpdateForPush = Omit<RunPush, "holder" | "to">;
 
 /** The follower's side: take a push; answers whether it still follows the run. */
 export type ApplyRunPush = (push: RunPush) => boolean;
-
-export type Post = (
-  url: string,
-  headers: Record<string, string>,
-  body: Buffer,
-  timeoutMs: number,
-  max: number,
-) => Promise<PeerAnswer>;
 
 interface Follower {
   url: string;

@@ -17,7 +17,7 @@ import {
 import type { Logger } from "pino";
 import type { PeerInstance } from "../link/cluster.js";
 import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
-import { PeerPushChannels } from "../link/peer-ws.js";
+import type { PeerChannelCounts, PeerChannels } from "../link/peer-ws.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
 import { type RunPush, RunPushes } from "../link/run-push.js";
 import type { Principal } from "../principals/principal.js";
@@ -111,8 +111,8 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   /** This instance's id among its peers, and the pushes of its Runners' updates to them (null until `joinCluster`). */
   #self: string | null = null;
   #pushes: RunPushes | null = null;
-  /** The standing channels the pushes go over (link/peer-ws.ts). */
-  #pushChannels: PeerPushChannels | null = null;
+  /** What went over the instance's channels and as POSTs (link/peer-ws.ts), for `clusterCounts`. */
+  #channelCounts: PeerChannelCounts | null = null;
   /** Numbers the `run.update`s applied here, over all runs (a push and its notice name the same number). */
   #updateSeq = 0;
   /** Forwarded run.syncs answered here, for tests (`/__test/cluster-stats`). */
@@ -143,7 +143,6 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#unlisten?.();
     this.#unlisten = null;
     this.#notices?.close();
-    this.#pushChannels?.close();
     this.#ctx.close();
   }
 
@@ -168,23 +167,27 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       forwarded_syncs: this.#forwardedSyncs,
       ...this.#following?.counts,
       ...this.#pushes?.counts,
-      ...this.#pushChannels?.counts,
+      ...this.#channelCounts,
     };
   }
 
   /**
    * Several instances on one PostgreSQL state: tell the others of every run change applied here, and
    * follow theirs (RUN_CHANGES_CHANNEL); with `self` (this instance's id and the link-request key), push
-   * this instance's Runners' updates to the instances following them (link/run-push.ts) and take theirs.
+   * this instance's Runners' updates to the instances following them (link/run-push.ts; over `channels`,
+   * link/peer-ws.ts, when given, which the caller closes) and take theirs.
    * Throws when the database cannot be reached.
    */
-  async joinCluster(engine: StateEngine, self?: { instanceId: string; key: Buffer }): Promise<void> {
+  async joinCluster(
+    engine: StateEngine,
+    self?: { instanceId: string; key: Buffer; channels?: PeerChannels },
+  ): Promise<void> {
     if (self !== undefined) {
       this.#self = self.instanceId;
-      const channels = new PeerPushChannels(self.key, this.#ctx.log);
-      this.#pushChannels = channels;
-      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log, channels.post, (url) =>
-        channels.prepare(url),
+      const channels = self.channels;
+      this.#channelCounts = channels?.counts ?? null;
+      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log, channels?.post, (url) =>
+        channels?.prepare(url),
       );
     }
     const following = new RunFollowing(this.#ctx, this.#observation, this.#self);
