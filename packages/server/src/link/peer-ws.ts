@@ -37,7 +37,7 @@ import {
   signedHeaders,
 } from "./cluster.js";
 import { type PeerAnswer, type Post, postToPeer } from "./peer-http.js";
-import { CLUSTER_RUN_PUSH_PATH, MAX_FOLLOWED_RUNS } from "./run-push.js";
+import { CLUSTER_RUN_PUSH_PATH, MAX_FOLLOWED_RUNS, RUN_PUSH_ANSWER_MAX_BYTES } from "./run-push.js";
 
 /** How long a channel's upgrade may take. */
 export const PEER_CHANNEL_CONNECT_TIMEOUT_MS = 2_000;
@@ -58,7 +58,7 @@ export const PEER_CHANNEL_HEADER_MAX_BYTES = 128;
 
 /** The paths a channel carries, with the most an answer on each may be. */
 const CHANNEL_PATHS: ReadonlyMap<string, { answerMaxBytes: number }> = new Map([
-  [CLUSTER_RUN_PUSH_PATH, { answerMaxBytes: 1_024 }], // {"following":…} or a refusal
+  [CLUSTER_RUN_PUSH_PATH, { answerMaxBytes: RUN_PUSH_ANSWER_MAX_BYTES }], // {"following":…} or a refusal
   [CLUSTER_LINK_REQUEST_PATH, { answerMaxBytes: CLUSTER_MAX_BODY_BYTES }], // a Runner's answer frame
 ]);
 
