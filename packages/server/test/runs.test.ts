@@ -535,6 +535,12 @@ describe("run core", () => {
     const run = ok(await h.server.runs.start(alice, input("srv")));
     svc.setState(run.run_id, "running", { execution_state: "started" });
     svc.emit(run.run_id, [msg("a")]);
+    // Both updates applied first: an observe that looks between them is answered at the state change alone
+    // (on PostgreSQL the first one's record write can outlast the wait for the second).
+    await poll(async () => ok(await h.server.runs.observe(alice, { run_id: run.run_id })).events.length === 1, {
+      timeoutMs: RECONNECT_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
     const o1 = ok(
       await h.server.runs.observe(alice, {
         run_id: run.run_id,
