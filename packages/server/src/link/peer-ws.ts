@@ -132,19 +132,9 @@ export class PeerChannels {
       else this.counts.link_requests_by_post += 1;
       return this.http(url, headers, body, timeoutMs, maxBodyBytes);
     };
-    const key = `${target.origin}${target.pathname}`;
-    if (this.#closed || path === undefined || target.search !== "") return asPost();
-    const until = this.#postUntil.get(key);
-    if (until !== undefined) {
-      if (Date.now() < until) return asPost();
-      this.#postUntil.delete(key);
-    }
-    let channel = this.#channels.get(key);
-    if (channel === undefined) {
-      if (this.#channels.size >= PEER_CHANNEL_MAX_CHANNELS) return asPost();
-      channel = this.#connect(key, target, Math.max(maxBodyBytes, path.answerMaxBytes));
-    }
-    const ch = channel;
+    if (path === undefined || target.search !== "") return asPost();
+    const ch = this.#channelFor(target, Math.max(maxBodyBytes, path.answerMaxBytes));
+    if (ch === null) return asPost();
     ch.idle.refresh();
     if (ch.waiting.size + ch.queued.length >= PEER_CHANNEL_MAX_IN_FLIGHT) {
       return Promise.resolve({ kind: "failed", sent: false, code: "busy" });
@@ -170,13 +160,25 @@ export class PeerChannels {
    */
   prepare(peerUrl: string): void {
     const url = `${peerUrl}${CLUSTER_RUN_PUSH_PATH}`;
-    if (this.#closed || !URL.canParse(url)) return;
-    const target = new URL(url);
+    if (URL.canParse(url)) this.#channelFor(new URL(url), RUN_PUSH_ANSWER_MAX_BYTES);
+  }
+
+  /**
+   * The channel to `target`'s origin and path, made now when there is none; null when its requests go as
+   * POSTs (closed, the peer refused the upgrade within PEER_CHANNEL_RETRY_MS, PEER_CHANNEL_MAX_CHANNELS held).
+   */
+  #channelFor(target: URL, answerMaxBytes: number): Channel | null {
+    if (this.#closed) return null;
     const key = `${target.origin}${target.pathname}`;
     const until = this.#postUntil.get(key);
-    if (until !== undefined && Date.now() < until) return;
-    if (this.#channels.has(key) || this.#channels.size >= PEER_CHANNEL_MAX_CHANNELS) return;
-    this.#connect(key, target, CHANNEL_PATHS.get(CLUSTER_RUN_PUSH_PATH)?.answerMaxBytes ?? 0);
+    if (until !== undefined) {
+      if (Date.now() < until) return null;
+      this.#postUntil.delete(key);
+    }
+    const held = this.#channels.get(key);
+    if (held !== undefined) return held;
+    if (this.#channels.size >= PEER_CHANNEL_MAX_CHANNELS) return null;
+    return this.#connect(key, target, answerMaxBytes);
   }
 
   /** Close every channel; requests still waiting fail (possibly sent), later ones go as POSTs. */
