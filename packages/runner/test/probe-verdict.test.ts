@@ -169,7 +169,7 @@ describe("check --probe verdict", () => {
       "probe copilot-like failed at session_new: session/new refused: the agent requires authentication (ACP auth_required, -32000); it advertises auth methods fake-terminal-login (terminal login), fake-api-key (authenticate).",
     );
     expect(stderr).toContain("The Runner never sends authenticate and runs no terminal login");
-    expect(stderr).toContain("(copilot: COPILOT_GITHUB_TOKEN / GH_TOKEN / GITHUB_TOKEN)");
+    expect(stderr).toContain("(copilot: COPILOT_GITHUB_TOKEN / GH_TOKEN / GITHUB_TOKEN / COPILOT_PROVIDER_BASE_URL)");
     expect(`${stdout}${stderr}`).not.toContain(SECRET);
   });
 

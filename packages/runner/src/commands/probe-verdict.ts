@@ -100,12 +100,15 @@ export const KNOWN_AGENTS: readonly KnownAgent[] = [
   {
     label: "copilot",
     names: ["Copilot", "@github/copilot"],
-    askingModes: [],
-    advice: "check its modes with --probe on a host where it is logged in",
+    // Its mode values are URLs; edits ask unless --allow-tool=write is in args (allow_all = "on" approves
+    // shell commands and URLs too).
+    askingModes: ["https://agentclientprotocol.com/protocol/session-modes#plan"],
+    advice:
+      'force mode = "https://agentclientprotocol.com/protocol/session-modes#agent" and allow_all = "off", and start it with --allow-tool=write in args',
     env: [
       {
-        names: ["COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN"],
-        why: "fine only with a `copilot login` under HOME/.copilot; without one session/new fails with auth_required (-32000)",
+        names: ["COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_BASE_URL"],
+        why: "fine only with a `copilot login` under HOME/.copilot (or COPILOT_HOME); without one, or offline, session/new fails with auth_required (-32000)",
       },
     ],
   },
