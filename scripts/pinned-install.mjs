@@ -36,9 +36,10 @@ export function npmIn(dir, args, { inherit = false } = {}) {
 
 /**
  * Install the exact `specs` (`name@version`) into `dir`, created if missing. `approveScripts`: the
- * packages whose install scripts may run (the cache's package.json is written with only those).
+ * packages whose install scripts may run (the cache's package.json is written with only those);
+ * `ignoreScripts`: none runs (`--ignore-scripts`).
  */
-export function installPinned(dir, specs, { approveScripts = [], inherit = false } = {}) {
+export function installPinned(dir, specs, { approveScripts = [], ignoreScripts = false, inherit = false } = {}) {
   mkdirSync(dir, { recursive: true });
   if (approveScripts.length > 0) {
     const allowScripts = Object.fromEntries(approveScripts.map((name) => [name, true]));
@@ -46,7 +47,17 @@ export function installPinned(dir, specs, { approveScripts = [], inherit = false
   }
   return npmIn(
     dir,
-    ["install", "--prefix", dir, "--save-exact", "--no-audit", "--no-fund", "--loglevel=error", ...specs],
+    [
+      "install",
+      "--prefix",
+      dir,
+      "--save-exact",
+      "--no-audit",
+      "--no-fund",
+      "--loglevel=error",
+      ...(ignoreScripts ? ["--ignore-scripts"] : []),
+      ...specs,
+    ],
     { inherit },
   );
 }

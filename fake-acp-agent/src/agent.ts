@@ -17,6 +17,16 @@ import { Session } from "./session.js";
 
 export const AGENT_INFO = { name: "fake-acp-agent", title: "Fake ACP agent", version: "0.1.0" } as const;
 
+/** With `--auth-required`: a terminal login (hinted in `_meta`, as Copilot and pi-acp do) and an `authenticate` method. */
+const AUTH_METHODS = [
+  {
+    id: "fake-terminal-login",
+    name: "Log in in a terminal",
+    _meta: { "terminal-auth": { command: "fake-acp-agent", args: ["login"], label: "Fake login" } },
+  },
+  { id: "fake-api-key", name: "API key" },
+];
+
 export interface AgentDeps {
   readonly options: AgentOptions;
   readonly ledger: Ledger;
@@ -49,7 +59,7 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
           promptCapabilities: { image: false, audio: false, embeddedContext: false },
           mcpCapabilities: { http: false, sse: false },
         },
-        authMethods: [],
+        authMethods: options.authRequired ? AUTH_METHODS : [],
         agentInfo: options.agentName === undefined ? AGENT_INFO : { ...AGENT_INFO, name: options.agentName },
       };
     })
@@ -60,6 +70,7 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
       }
       if (options.sessionNewDelayMs > 0) await sleep(options.sessionNewDelayMs);
       if (options.failSessionNew) throw new RequestError(-32603, "fake session/new failure");
+      if (options.authRequired) throw RequestError.authRequired({ authMethods: AUTH_METHODS });
       sessionCount += 1;
       const session = new Session(
         `fake-session-${sessionCount}`,

@@ -15,6 +15,8 @@ export interface AgentOptions {
   hangOn: "initialize" | "session_new" | undefined;
   /** Answer `session/new` with a JSON-RPC error. */
   failSessionNew: boolean;
+  /** Advertise a terminal login and an `authenticate` method, and refuse `session/new` with ACP auth_required. */
+  authRequired: boolean;
   /** Config options `session/new` advertises, in flag order. Empty: no `configOptions`. */
   configOptions: ConfigOptionId[];
   /** Delay before answering `session/new`. */
@@ -95,6 +97,7 @@ export function parseCli(argv: readonly string[]): AgentOptions {
       values["protocol-version"] === undefined ? undefined : integer("--protocol-version", values["protocol-version"]),
     hangOn,
     failSessionNew: values["fail-session-new"] ?? false,
+    authRequired: values["auth-required"] ?? false,
     configOptions,
     sessionNewDelayMs:
       values["session-new-delay-ms"] === undefined
@@ -115,6 +118,7 @@ function parse(argv: readonly string[]) {
       "protocol-version": { type: "string" },
       "hang-on": { type: "string" },
       "fail-session-new": { type: "boolean" },
+      "auth-required": { type: "boolean" },
       "config-options": { type: "string" },
       "session-new-delay-ms": { type: "string" },
       "agent-name": { type: "string" },

@@ -61,6 +61,14 @@ describe("pinned installer", () => {
     expect(existsSync(join(dir, "package.json"))).toBe(false);
   });
 
+  it("ignoreScripts: no install script runs at all (--ignore-scripts)", () => {
+    const dir = join(root, "cache-d");
+    expect(installPinned(dir, ["a@2.0.0"], { ignoreScripts: true }).ok).toBe(true);
+    expect(calls().at(-1)).toBe(
+      `${dir}|install --prefix ${dir} --save-exact --no-audit --no-fund --loglevel=error --ignore-scripts a@2.0.0`,
+    );
+  });
+
   it("never throws on a failed step: it answers npm's last two lines, bounded", () => {
     const r = installPinned(join(root, "cache-c"), ["bad@1.0.0"]);
     expect(r).toMatchObject({ ok: false, status: 1 });

@@ -14,6 +14,7 @@ export {
   type TransportFault,
 } from "./acp/session.js";
 export { type ProbeResult, probeAgent } from "./commands/probe.js";
+export { formatVerdict, KNOWN_AGENTS, probeVerdict, type Verdict } from "./commands/probe-verdict.js";
 export {
   type AcpConfig,
   type AgentConfig,

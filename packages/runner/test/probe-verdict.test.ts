@@ -50,6 +50,16 @@ const entries: Entry[] = [
     env: { PATH: "PATH", HOME: "HOME", GEMINI_API_KEY: "WC_PROBE_SECRET" },
   },
   { id: "generic", args: ["--config-options", "mode"], env: { PATH: "PATH", HOME: "HOME" } },
+  {
+    id: "copilot-like",
+    args: ["--agent-name", "Copilot", "--auth-required"],
+    env: { PATH: "PATH", HOME: "HOME", GITHUB_TOKEN_CANARY: "WC_PROBE_SECRET" },
+  },
+  {
+    id: "pi-like",
+    args: ["--agent-name", "pi-acp", "--session-modes", "medium,low,high"],
+    env: { PATH: "PATH", HOME: "HOME" },
+  },
 ];
 const lines = [
   "[[projects]]",
@@ -148,5 +158,28 @@ describe("check --probe verdict", () => {
     expect(stdout).toMatch(/warning: the agent advertises a mode option \(mode, now ask\)/);
     expect(stdout).not.toMatch(/known to ask/);
     expect(stdout).not.toMatch(/warning: env:/);
+  });
+
+  test("session/new refused with ACP auth_required: what initialize advertised, the auth methods by kind, that the Runner never authenticates, the credential names to map — exit 1", async () => {
+    const { code, stdout, stderr } = await probe("copilot-like");
+    expect(code).toBe(1);
+    expect(stdout).toContain("  agent: Copilot 0.1.0");
+    expect(stdout).toContain("  auth methods: fake-terminal-login, fake-api-key");
+    expect(stderr).toContain(
+      "probe copilot-like failed at session_new: session/new refused: the agent requires authentication (ACP auth_required, -32000); it advertises auth methods fake-terminal-login (terminal login), fake-api-key (authenticate).",
+    );
+    expect(stderr).toContain("The Runner never sends authenticate and runs no terminal login");
+    expect(stderr).toContain("(copilot: COPILOT_GITHUB_TOKEN / GH_TOKEN / GITHUB_TOKEN / COPILOT_PROVIDER_BASE_URL)");
+    expect(`${stdout}${stderr}`).not.toContain(SECRET);
+  });
+
+  test("pi-acp's session modes are thinking levels: no effective permission mode, and the warning says it asks for nothing", async () => {
+    const { code, stdout } = await probe("pi-like");
+    expect(code).toBe(0);
+    expect(stdout).toContain("verdict (pi-acp): effective mode (the agent advertises no mode)");
+    expect(stdout).toMatch(
+      /warning: its session modes \(now medium\) are thinking levels, not permission modes: pi asks for no permission/,
+    );
+    expect(stdout).not.toContain("session mode; not settable");
   });
 });

@@ -3,6 +3,7 @@
  * and warnings; with `--probe PROVIDER` probes that agent (commands/probe.ts) and prints its verdict
  * (commands/probe-verdict.ts). Exit 1 when the probe fails or the forced config cannot hold.
  */
+import type { InitializeResponse } from "@agentclientprotocol/sdk";
 import { terminalSafe } from "@webcodex/protocol";
 import { ConfigError } from "../config/config.js";
 import {
@@ -12,6 +13,16 @@ import {
   sharedUserRefusal,
 } from "../config/exposure.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
+
+function writeInitialize(out: { write: (text: string) => void }, init: InitializeResponse): void {
+  const info = init.agentInfo;
+  out.write(
+    `  agent: ${info ? `${info.name} ${info.version}${info.title ? ` (${info.title})` : ""}` : "(no agentInfo)"}\n`,
+  );
+  out.write(`  protocol version: ${init.protocolVersion}\n`);
+  out.write(`  capabilities: ${JSON.stringify(init.agentCapabilities ?? {})}\n`);
+  out.write(`  auth methods: ${(init.authMethods ?? []).map((m) => m.id).join(", ") || "(none)"}\n`);
+}
 
 export async function check(parsed: Parsed): Promise<number> {
   const cfg = await requireConfig(parsed);
@@ -54,17 +65,13 @@ export async function check(parsed: Parsed): Promise<number> {
   );
   const result = await probeAgent({ agent, project, timeoutSecs: cfg.acp.setupTimeoutSecs });
   if (!result.ok) {
+    // Past initialize, what the agent advertised still helps (its auth methods, above all).
+    if (result.initialize !== undefined) writeInitialize(out, result.initialize);
     process.stderr.write(terminalSafe(`probe ${agent.id} failed at ${result.stage}: ${result.reason}\n`));
     return 1;
   }
   const { initialize: init, session } = result;
-  const info = init.agentInfo;
-  out.write(
-    `  agent: ${info ? `${info.name} ${info.version}${info.title ? ` (${info.title})` : ""}` : "(no agentInfo)"}\n`,
-  );
-  out.write(`  protocol version: ${init.protocolVersion}\n`);
-  out.write(`  capabilities: ${JSON.stringify(init.agentCapabilities ?? {})}\n`);
-  out.write(`  auth methods: ${(init.authMethods ?? []).map((m) => m.id).join(", ") || "(none)"}\n`);
+  writeInitialize(out, init);
   const options = session.configOptions ?? [];
   out.write(`  config options:${options.length === 0 ? " (none)" : ""}\n`);
   for (const option of options) {

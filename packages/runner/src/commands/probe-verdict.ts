@@ -25,6 +25,11 @@ export interface KnownAgent {
   readonly advice: string;
   /** Groups of child env names: warn when no name of a group is mapped. */
   readonly env: readonly { readonly names: readonly string[]; readonly why: string }[];
+  /**
+   * Its session modes are not permission modes (pi-acp offers thinking levels as modes): what they are,
+   * and what it does about permissions instead. The verdict then shows no effective mode.
+   */
+  readonly modesAreNot?: { readonly what: string; readonly permissions: string };
 }
 
 export const KNOWN_AGENTS: readonly KnownAgent[] = [
@@ -65,7 +70,116 @@ export const KNOWN_AGENTS: readonly KnownAgent[] = [
       },
     ],
   },
+  // Issue 44: the agents below were probed offline (initialize, session/new); docs/agents/ has a guide each.
+  {
+    label: "opencode",
+    names: ["OpenCode", "opencode"],
+    askingModes: ["plan"],
+    advice: 'force mode = "build" in [acp.agents.forced_config]',
+    env: [],
+  },
+  {
+    label: "kilo",
+    names: ["Kilo", "kilo", "@kilocode/cli"],
+    askingModes: ["ask", "plan"],
+    advice: 'force mode = "code" in [acp.agents.forced_config]',
+    env: [],
+  },
+  {
+    label: "qwen-code",
+    names: ["qwen-code"],
+    askingModes: ["default", "plan"],
+    advice: 'force mode = "auto-edit" in [acp.agents.forced_config]',
+    env: [
+      {
+        names: ["OPENAI_API_KEY"],
+        why: "fine only with a login under HOME/.qwen; without one session/new fails with auth_required (-32000)",
+      },
+    ],
+  },
+  {
+    label: "copilot",
+    names: ["Copilot", "@github/copilot"],
+    // Its mode values are URLs; edits ask unless --allow-tool=write is in args (allow_all = "on" approves
+    // shell commands and URLs too).
+    askingModes: ["https://agentclientprotocol.com/protocol/session-modes#plan"],
+    advice:
+      'force mode = "https://agentclientprotocol.com/protocol/session-modes#agent" and allow_all = "off", and start it with --allow-tool=write in args',
+    env: [
+      {
+        names: ["COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_BASE_URL"],
+        why: "fine only with a `copilot login` under HOME/.copilot (or COPILOT_HOME); without one, or offline, session/new fails with auth_required (-32000)",
+      },
+    ],
+  },
+  {
+    label: "auggie",
+    names: ["auggie"],
+    askingModes: ["ask"],
+    advice: 'leave it in session mode "default" (it has no config option to force)',
+    env: [
+      {
+        names: ["AUGMENT_SESSION_AUTH"],
+        why: "fine only with an `auggie login` under HOME/.augment; without one session/new fails with auth_required (-32000)",
+      },
+    ],
+  },
+  {
+    label: "pi-acp",
+    names: ["pi-acp"],
+    askingModes: [],
+    advice: "run it only under run_as users of its own",
+    env: [],
+    modesAreNot: {
+      what: "thinking levels",
+      permissions: "pi asks for no permission: every tool, shell commands included, runs unasked",
+    },
+  },
 ];
+
+/** ACP's `auth_required` error code: the agent refuses session/new until the client authenticates. */
+export const ACP_AUTH_REQUIRED = -32000;
+/** Auth methods named in the auth_required verdict; the rest are counted. */
+const MAX_AUTH_METHODS_NAMED = 8;
+
+type AuthMethod = NonNullable<InitializeResponse["authMethods"]>[number];
+
+/**
+ * How an advertised auth method would be used: a terminal login the client runs (ACP `type: "terminal"`,
+ * or the `terminal-auth` / `type: "terminal"` hints agents put in `_meta`), or the `authenticate` request
+ * (`agent`, the default). The Runner does neither.
+ */
+export function authMethodKind(method: AuthMethod): "terminal login" | "authenticate" {
+  const meta = (method as { _meta?: Record<string, unknown> | null })._meta ?? {};
+  const metaType = (meta as { type?: unknown }).type;
+  if ((method as { type?: unknown }).type === "terminal" || "terminal-auth" in meta || metaType === "terminal") {
+    return "terminal login";
+  }
+  return "authenticate";
+}
+
+/**
+ * The probe's reason when session/new is refused with auth_required: what the agent offers, and that the
+ * Runner uses none of it (it never sends `authenticate` and runs no terminal login), so the login must
+ * already be there — under the HOME it gets, or in a mapped variable.
+ */
+export function authRequiredReason(agent: AgentConfig, initialize: InitializeResponse): string {
+  const methods = initialize.authMethods ?? [];
+  const named = methods
+    .slice(0, MAX_AUTH_METHODS_NAMED)
+    .map((m) => `${String(m.id)} (${authMethodKind(m)})`)
+    .join(", ");
+  const more = methods.length > MAX_AUTH_METHODS_NAMED ? ` and ${methods.length - MAX_AUTH_METHODS_NAMED} more` : "";
+  const known = knownAgent(initialize.agentInfo);
+  const unmapped = (known?.env ?? []).filter((g) => !g.names.some((n) => Object.hasOwn(agent.envFromEnv, n)));
+  const hint = unmapped.length > 0 ? ` (${known?.label}: ${unmapped.map((g) => g.names.join(" / ")).join("; ")})` : "";
+  return (
+    `session/new refused: the agent requires authentication (ACP auth_required, ${ACP_AUTH_REQUIRED}); ` +
+    `it advertises ${methods.length === 0 ? "no auth method" : `auth methods ${named}${more}`}. ` +
+    "The Runner never sends authenticate and runs no terminal login, so every run would fail before dispatch: " +
+    `log the agent in beforehand under the HOME it gets, or map its credential variable in env_from_env${hint}`
+  );
+}
 
 /** Env almost every agent needs: settings, logins and caches live under HOME. */
 const COMMON_ENV = [{ names: ["HOME"], why: "HOME (agents keep settings, logins and caches there)" }];
@@ -123,6 +237,10 @@ export function probeVerdict(input: {
         `the agent advertises a mode option (${option.id}, now ${value}) and no forced_config sets it: runs get whatever the agent defaults to${known ? `; ${known.advice}` : ""}`,
       );
     }
+  } else if (session.modes && known?.modesAreNot !== undefined) {
+    warnings.push(
+      `its session modes (now ${String(session.modes.currentModeId)}) are ${known.modesAreNot.what}, not permission modes: ${known.modesAreNot.permissions} — ${known.advice}`,
+    );
   } else if (session.modes) {
     mode = { kind: "session_modes", value: String(session.modes.currentModeId) };
     if (known === undefined) {

@@ -11,11 +11,19 @@ import { sequenceConfig } from "../acp/config-sequencing.js";
 import { ACP_PROTOCOL_VERSION, AcpClientConnection, type RequestOutcome } from "../acp/session.js";
 import type { AgentConfig, ProjectConfig } from "../config/config.js";
 import { resolveChildEnv, SpawnError, spawnAgent } from "../process/spawn.js";
-import type { ForcedOutcome } from "./probe-verdict.js";
+import { ACP_AUTH_REQUIRED, authRequiredReason, type ForcedOutcome } from "./probe-verdict.js";
 
 export type ProbeResult =
   | { ok: true; initialize: InitializeResponse; session: NewSessionResponse; forced: ForcedOutcome }
-  | { ok: false; stage: "spawn" | "initialize" | "session_new"; reason: string };
+  | {
+      ok: false;
+      stage: "spawn" | "initialize" | "session_new";
+      reason: string;
+      /** What the agent advertised, when it got past `initialize`. */
+      initialize?: InitializeResponse;
+      /** session/new was refused with ACP auth_required (-32000). */
+      authRequired?: boolean;
+    };
 
 function describe(outcome: Exclude<RequestOutcome<unknown>, { kind: "ok" }> | { kind: "timeout" }): string {
   switch (outcome.kind) {
@@ -86,7 +94,13 @@ export async function probeAgent(options: {
       };
     }
     const session = await timed(conn.newSession(options.project.root));
-    if (session.kind !== "ok") return { ok: false, stage: "session_new", reason: describe(session) };
+    if (session.kind === "rpc_error" && session.code === ACP_AUTH_REQUIRED) {
+      const reason = authRequiredReason(options.agent, init.value);
+      return { ok: false, stage: "session_new", reason, initialize: init.value, authRequired: true };
+    }
+    if (session.kind !== "ok") {
+      return { ok: false, stage: "session_new", reason: describe(session), initialize: init.value };
+    }
     const sessionId = session.value.sessionId;
     let timedOut = false;
     const sequenced = await sequenceConfig({
