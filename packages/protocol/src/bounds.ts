@@ -32,6 +32,11 @@ export const MAX_CONFIG_VALUE_LENGTH = 256;
 /** Terminal/failure messages are fixed texts; this caps them on the wire. */
 export const MAX_MESSAGE_LENGTH = 512;
 
+/** A run's usage: token counts above this are dropped (null); far above any real context window. */
+export const MAX_USAGE_TOKENS = 1_000_000_000_000;
+/** A run's usage: cost amounts above this are dropped (null); no one turn costs a billion. */
+export const MAX_USAGE_COST_AMOUNT = 1_000_000_000;
+
 /** Events per run.update frame pushed by the Runner. */
 export const MAX_EVENTS_PER_UPDATE = 256;
 /**

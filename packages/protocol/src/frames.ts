@@ -18,6 +18,8 @@ import {
   MAX_PROMPT_BYTES,
   MAX_PROVIDERS,
   MAX_RUN_TIMEOUT_SECS,
+  MAX_USAGE_COST_AMOUNT,
+  MAX_USAGE_TOKENS,
   MIN_RUN_TIMEOUT_SECS,
   PROTOCOL_VERSION,
 } from "./bounds.js";
@@ -80,6 +82,23 @@ export type ConfigMap = z.infer<typeof ConfigMap>;
 export const EffectiveConfigEntry = z.object({ id: ConfigOptionId, value: ConfigValue }).strict();
 export type EffectiveConfigEntry = z.infer<typeof EffectiveConfigEntry>;
 
+/**
+ * The latest ACP `usage_update` the run's agent sent (stable ACP v1: context `used`/`size`, optional
+ * `cost {amount, currency}`): numbers and an ISO 4217 code only, never text. Optional on RunSummary.
+ */
+export const RunUsage = z
+  .object({
+    used_tokens: z.number().int().min(0).max(MAX_USAGE_TOKENS).nullable(),
+    context_size: z.number().int().min(0).max(MAX_USAGE_TOKENS).nullable(),
+    cost_amount: z.number().min(0).max(MAX_USAGE_COST_AMOUNT).nullable(),
+    cost_currency: z
+      .string()
+      .regex(/^[A-Z]{3}$/, "expected an ISO 4217 code")
+      .nullable(),
+  })
+  .strict();
+export type RunUsage = z.infer<typeof RunUsage>;
+
 /** What the Runner says of one run. Identical in hello inventory, results and updates. */
 export const RunSummary = z
   .object({
@@ -104,6 +123,8 @@ export const RunSummary = z
     oldest_seq: z.number().int().min(1),
     created_at: Timestamp,
     updated_at: Timestamp,
+    /** Latest usage the agent reported; absent when it reported none (or an older Runner). */
+    usage: RunUsage.optional(),
   })
   .strict();
 export type RunSummary = z.infer<typeof RunSummary>;

@@ -32,8 +32,11 @@ import {
   MAX_EVENT_TEXT_BYTES,
   MAX_PERMISSION_OPTIONS,
   MAX_PLAN_ENTRIES,
+  MAX_USAGE_COST_AMOUNT,
+  MAX_USAGE_TOKENS,
   OUTSIDE_PROJECT_PATH,
   type RunEventBody,
+  type RunUsage,
   TOOL_KINDS,
   TOOL_STATUSES,
   truncateUtf8,
@@ -101,6 +104,8 @@ export interface NormalizerOptions {
 
 export class EventNormalizer {
   #ignored = 0;
+  /** The latest usage snapshot the agent sent (numbers and a currency code only), for the run summary. */
+  #usage: RunUsage | null = null;
   #pending: PendingText | null = null;
   readonly #tools = new Map<string, ToolState>();
   /** tool_call_id label → signature of the last tool_activity that left (bounded like #tools). */
@@ -121,6 +126,11 @@ export class EventNormalizer {
 
   get ignoredUpdates(): number {
     return this.#ignored;
+  }
+
+  /** The latest usage_update, as on the run summary; null until the agent sent one. */
+  get usage(): RunUsage | null {
+    return this.#usage;
   }
 
   /** Count an update that is not forwarded (unknown variant, other session, …). */
@@ -182,19 +192,28 @@ export class EventNormalizer {
         return;
       }
       case "usage_update": {
-        const nat = (n: unknown) => (typeof n === "number" && Number.isSafeInteger(n) && n >= 0 ? n : null);
+        const nat = (n: unknown) =>
+          typeof n === "number" && Number.isSafeInteger(n) && n >= 0 && n <= MAX_USAGE_TOKENS ? n : null;
         const cost = update.cost ?? null;
-        const amount = cost && typeof cost.amount === "number" && cost.amount >= 0 ? cost.amount : null;
+        const amount =
+          cost &&
+          typeof cost.amount === "number" &&
+          Number.isFinite(cost.amount) &&
+          cost.amount >= 0 &&
+          cost.amount <= MAX_USAGE_COST_AMOUNT
+            ? cost.amount
+            : null;
         // An ISO 4217 code or nothing: any other string is agent text.
         const currency =
           cost && typeof cost.currency === "string" && CURRENCY.test(cost.currency) ? cost.currency : null;
-        this.#emit({
-          kind: "usage",
+        const usage: RunUsage = {
           used_tokens: nat(update.used),
           context_size: nat(update.size),
-          cost_amount: Number.isFinite(amount) ? amount : null,
+          cost_amount: amount,
           cost_currency: amount === null ? null : currency,
-        });
+        };
+        this.#usage = usage;
+        this.#emit({ kind: "usage", ...usage });
         return;
       }
       case "current_mode_update":

@@ -128,6 +128,7 @@ export class Run {
       oldest_seq: this.ring.oldestSeq,
       created_at: this.created_at,
       updated_at: this.updated_at,
+      ...(this.normalizer?.usage ? { usage: this.normalizer.usage } : {}),
     };
   }
 

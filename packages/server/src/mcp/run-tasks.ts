@@ -16,7 +16,7 @@
  *   status message (state, execution stage, the last tool step, Runner offline);
  * - `completed` → `completed`; its `result` is the observe-shaped terminal
  *   result (run id, state, execution state, stop reason, failure kind,
- *   recovery kind, message) as a tool result with `resultType: "complete"`;
+ *   recovery kind, message, usage) as a tool result with `resultType: "complete"`;
  * - `cancelled` → `cancelled`;
  * - `failed` → `failed` whose `error` (TASK_RUN_FAILED) carries the same
  *   terminal result in `data`;
@@ -238,6 +238,7 @@ function terminalResult(o: ObserveOutput): Record<string, unknown> {
     ...(o.failure_kind !== undefined ? { failure_kind: o.failure_kind } : {}),
     recovery_kind: o.recovery_kind,
     ...(o.message !== undefined ? { message: o.message } : {}),
+    ...(o.usage !== undefined ? { usage: o.usage } : {}),
     history_lost: o.history_lost,
   };
 }

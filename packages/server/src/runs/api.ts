@@ -18,6 +18,7 @@ import {
   type RecoveryKind,
   type RunEvent,
   type RunState,
+  type RunUsage,
   type StopReason,
   utf8Length,
 } from "@webcodex/protocol";
@@ -148,6 +149,8 @@ export interface ObserveOutput {
   runner_offline?: boolean;
   /** Every config option the agent advertised for this run, with its value (bounded; empty before setup). */
   effective_config: EffectiveConfigEntry[];
+  /** The latest usage the agent reported (numbers only); absent until it reported any. */
+  usage?: RunUsage;
 }
 
 export interface CancelOutput {

@@ -28,6 +28,15 @@ function summaryPatch(s: RunSummary): RecordPatch {
     recovery_kind: s.recovery_kind,
     message: s.message,
     effective_config: s.effective_config,
+    // A summary without usage (none reported yet, or one rebuilt from the Runner's store) keeps what is held.
+    ...(s.usage
+      ? {
+          usage_used_tokens: s.usage.used_tokens,
+          usage_context_size: s.usage.context_size,
+          usage_cost_amount: s.usage.cost_amount,
+          usage_cost_currency: s.usage.cost_currency,
+        }
+      : {}),
   };
 }
 

@@ -20,6 +20,7 @@ import type { ApiResult, ObserveInput, ObserveOutput } from "./api.js";
 import { fail, type RunContext } from "./context.js";
 import type { RunMirror } from "./mirror.js";
 import { MAX_OBSERVATION_TOKEN_LENGTH } from "./observe-token.js";
+import { recordUsage } from "./usage.js";
 
 const MAX_SYNC_ROUNDS = 32;
 const SYNC_TIMEOUT_MS = 10_000;
@@ -167,6 +168,8 @@ export class Observation {
     if (rec.failure_kind !== null) out.failure_kind = rec.failure_kind;
     if (rec.message !== null) out.message = rec.message;
     if (runnerOffline && !isTerminalState(rec.state)) out.runner_offline = true;
+    const usage = recordUsage(rec);
+    if (usage) out.usage = usage;
     const candidates = mirror.eventsAfter(after);
     // Budget in UTF-8 bytes of the serialized result, with room reserved for the token.
     let size = utf8Length(JSON.stringify(out)) + MAX_OBSERVATION_TOKEN_LENGTH;

@@ -14,6 +14,7 @@ import {
   RunEvent,
   RunId,
   RunState,
+  RunUsage,
   StopReason,
 } from "@webcodex/protocol";
 import { z } from "zod";
@@ -80,6 +81,9 @@ export const RunStatusFields = z.object({
   failure_kind: FailureKindSchema.optional(),
   recovery_kind: RecoveryKind,
   message: z.string().optional(),
+  usage: RunUsage.optional().describe(
+    "The latest context usage and cost the agent reported (ACP usage_update): token counts, amount and ISO 4217 currency; absent until it reported any.",
+  ),
 });
 
 export const ObserveToolOutput = RunStatusFields.extend({

@@ -388,6 +388,24 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE admission_records ADD COLUMN cancel_pending INTEGER NOT NULL DEFAULT 0;
     `,
   },
+  {
+    version: 16,
+    summary:
+      "a run's latest usage as its Runner reported it (context tokens used and window size, cost amount and " +
+      "currency; numbers only), for observe, task results and the console's per-principal cost per day",
+    sql: `
+      ALTER TABLE admission_records ADD COLUMN usage_used_tokens INTEGER;
+      ALTER TABLE admission_records ADD COLUMN usage_context_size INTEGER;
+      ALTER TABLE admission_records ADD COLUMN usage_cost_amount REAL;
+      ALTER TABLE admission_records ADD COLUMN usage_cost_currency TEXT;
+    `,
+    postgres: `
+      ALTER TABLE admission_records ADD COLUMN usage_used_tokens BIGINT;
+      ALTER TABLE admission_records ADD COLUMN usage_context_size BIGINT;
+      ALTER TABLE admission_records ADD COLUMN usage_cost_amount DOUBLE PRECISION;
+      ALTER TABLE admission_records ADD COLUMN usage_cost_currency TEXT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

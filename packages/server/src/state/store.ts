@@ -58,6 +58,14 @@ export interface AdmissionRecord {
   cancel_pending: boolean;
   /** Every config option the agent advertised, with its value, as the Runner last reported (bounded). */
   effective_config: readonly EffectiveConfigEntry[];
+  /**
+   * The latest usage the Runner reported for the run (ACP usage_update: context tokens used / window
+   * size, cost amount and ISO 4217 currency): numbers and a code only, each null until reported.
+   */
+  usage_used_tokens: number | null;
+  usage_context_size: number | null;
+  usage_cost_amount: number | null;
+  usage_cost_currency: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -84,6 +92,10 @@ const COLUMNS = [
   "cancel_forwarded",
   "cancel_pending",
   "effective_config",
+  "usage_used_tokens",
+  "usage_context_size",
+  "usage_cost_amount",
+  "usage_cost_currency",
   "created_at",
   "updated_at",
 ] as const;
@@ -403,7 +415,15 @@ export class StateStore {
   async insert(
     record: Omit<
       AdmissionRecord,
-      "created_at" | "updated_at" | "cancel_forwarded" | "cancel_pending" | "effective_config"
+      | "created_at"
+      | "updated_at"
+      | "cancel_forwarded"
+      | "cancel_pending"
+      | "effective_config"
+      | "usage_used_tokens"
+      | "usage_context_size"
+      | "usage_cost_amount"
+      | "usage_cost_currency"
     >,
     tx?: StateQueries,
   ): Promise<AdmissionRecord | undefined> {
@@ -413,6 +433,10 @@ export class StateStore {
       cancel_forwarded: false,
       cancel_pending: false,
       effective_config: [],
+      usage_used_tokens: null,
+      usage_context_size: null,
+      usage_cost_amount: null,
+      usage_cost_currency: null,
       created_at: now,
       updated_at: now,
     };

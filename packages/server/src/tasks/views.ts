@@ -3,7 +3,8 @@
  * mapping from stored rows to them. Nothing here reads or writes the stores; optional fields are left out
  * rather than sent as null, and times are ISO 8601.
  */
-import type { RunState } from "@webcodex/protocol";
+import type { RunState, RunUsage } from "@webcodex/protocol";
+import { recordUsage } from "../runs/usage.js";
 import type { AdmissionRecord } from "../state/store.js";
 import type { AttemptRefs } from "./claim.js";
 import type { AttemptRow, TaskOutcome, TaskRow } from "./store.js";
@@ -39,6 +40,8 @@ export interface RunOutcomeView {
   failure_kind?: NonNullable<AdmissionRecord["failure_kind"]>;
   recovery_kind: AdmissionRecord["recovery_kind"];
   message?: string;
+  /** The run's latest reported usage (numbers only), as observe shows it. */
+  usage?: RunUsage;
   reconciled_at: string;
 }
 
@@ -83,6 +86,7 @@ export function claimView(row: AttemptRow, refs: AttemptRefs): AttemptClaimView 
 
 /** The run's authoritative state (its admission record) as read at `reconciledAt`. */
 export function runOutcomeView(rec: AdmissionRecord, reconciledAt: string): RunOutcomeView {
+  const usage = recordUsage(rec);
   return {
     run_id: rec.run_id,
     state: rec.state,
@@ -91,6 +95,7 @@ export function runOutcomeView(rec: AdmissionRecord, reconciledAt: string): RunO
     ...(rec.stop_reason !== null ? { stop_reason: rec.stop_reason } : {}),
     ...(rec.failure_kind !== null ? { failure_kind: rec.failure_kind } : {}),
     ...(rec.message !== null ? { message: rec.message } : {}),
+    ...(usage ? { usage } : {}),
     reconciled_at: reconciledAt,
   };
 }

@@ -1,0 +1,204 @@
+/**
+ * Issue 44 item 3: the agent's ACP `usage_update` (context used/size, cost) reaches observe on both MCP
+ * eras, the task results (the Tasks extension's and reconcile_agent_task_coding_run's), and the Server's
+ * record (numbers only), against a real Server, a real Runner daemon and the fake agent's `tools` scenario
+ * (usage_update used=1234 size=200000 cost 0.0042 USD). A prompt canary never appears in any usage output.
+ */
+import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from "@modelcontextprotocol/client";
+import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { canary } from "../../../scripts/vitest/canary.js";
+import { type Stack, startStack } from "./support/stack.js";
+import { observeToEnd, ok, type Structured, TERMINAL } from "./support/tool-calls.js";
+
+const ALL = ["coding_agent:run", "project:write", "project:read", "runtime:read", "runtime:write"] as const;
+const MODERN = "2026-07-28";
+const PROMPT_CANARY = canary("usage-prompt");
+const EXPECTED = { used_tokens: 1234, context_size: 200000, cost_amount: 0.0042, cost_currency: "USD" };
+
+let stack: Stack;
+let legacy: Client;
+let modern: ModernClient;
+let token: string;
+
+beforeAll(async () => {
+  stack = await startStack({
+    principals: [{ id: "alice", scopes: [...ALL], projects: ["demo"] }],
+    projects: [{ id: "demo", allow_patch: true }],
+    acp: { max_concurrent_runs: 8 },
+  });
+  token = await stack.issueToken("alice", [...ALL], ["demo"]);
+  legacy = await stack.connect(token);
+  modern = new ModernClient(
+    { name: "webcodex-test-2026", version: "0" },
+    { versionNegotiation: { mode: { pin: MODERN } } },
+  );
+  await modern.connect(
+    new ModernTransport(stack.mcpUrl, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }),
+  );
+}, 60_000);
+
+afterAll(async () => {
+  await modern?.close();
+  await stack?.stop();
+}, 60_000);
+
+let counter = 0;
+const unique = (label: string) => `${label}-${process.pid}-${++counter}`;
+const prompt = () => `scenario: tools\n${PROMPT_CANARY} ${unique("p")}`;
+
+function expectNoCanary(value: unknown): void {
+  expect(JSON.stringify(value)).not.toContain(PROMPT_CANARY);
+}
+
+async function modernObserveToEnd(runId: string): Promise<Structured> {
+  let after: string | undefined;
+  for (let i = 0; i < 200; i++) {
+    const r = (await modern.callTool(
+      {
+        name: "observe_coding_agent",
+        arguments: { run_id: runId, wait_secs: 5, ...(after ? { after_observation_token: after } : {}) },
+      },
+      { timeout: 60_000 },
+    )) as { isError?: boolean; structuredContent?: Structured };
+    expect(r.isError).toBeFalsy();
+    const o = r.structuredContent as Structured;
+    after = o.observation_token as string;
+    if (TERMINAL.has(o.state as string) && !o.has_more) return o;
+  }
+  throw new Error(`run ${runId} did not end`);
+}
+
+async function rawPost(message: Record<string, unknown>, method: string, name: string) {
+  const res = await fetch(stack.mcpUrl, {
+    method: "POST",
+    headers: {
+      Authorization: `Bearer ${token}`,
+      Accept: "application/json, text/event-stream",
+      "Content-Type": "application/json",
+      "MCP-Protocol-Version": MODERN,
+      "Mcp-Method": method,
+      "Mcp-Name": name,
+    },
+    body: JSON.stringify({ jsonrpc: "2.0", ...message }),
+  });
+  return (await res.json()) as { result?: Record<string, unknown> };
+}
+
+const tasksMeta = () => ({
+  "io.modelcontextprotocol/protocolVersion": MODERN,
+  "io.modelcontextprotocol/clientInfo": { name: "raw", version: "0" },
+  "io.modelcontextprotocol/clientCapabilities": { extensions: { "io.modelcontextprotocol/tasks": {} } },
+});
+
+describe("run usage (ACP usage_update) through the whole stack", () => {
+  it("observe reports the run's latest usage on both eras, after the end and after the Runner restarts; the record keeps the numbers", async () => {
+    const started = await ok(legacy, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: unique("usage"),
+      prompt: prompt(),
+    });
+    const runId = started.run_id as string;
+    const end = await observeToEnd(legacy, runId);
+    expect(end.state).toBe("completed");
+    expect(end.usage).toEqual(EXPECTED);
+    expectNoCanary(end.usage);
+    const modernEnd = await modernObserveToEnd(runId);
+    expect(modernEnd.usage).toEqual(EXPECTED);
+
+    const rows = await stack.rows<Record<string, unknown>>(
+      "SELECT usage_used_tokens, usage_context_size, usage_cost_amount, usage_cost_currency FROM admission_records WHERE run_id = ?",
+      [runId],
+    );
+    expect(
+      rows.map((r) =>
+        Object.fromEntries(
+          Object.entries(r).map(([k, v]) => [k, typeof v === "string" && k !== "usage_cost_currency" ? Number(v) : v]),
+        ),
+      ),
+    ).toEqual([
+      { usage_used_tokens: 1234, usage_context_size: 200000, usage_cost_amount: 0.0042, usage_cost_currency: "USD" },
+    ]);
+
+    // A restarted Runner knows the run only from its store (no usage there): the Server's record still has it.
+    await stack.stopRunner();
+    await stack.startRunner();
+    const baseline = await ok(legacy, "observe_coding_agent", { run_id: runId });
+    expect(baseline.state).toBe("completed");
+    expect(baseline.usage).toEqual(EXPECTED);
+  }, 120_000);
+
+  it("a run without usage_update has no usage field", async () => {
+    const started = await ok(legacy, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: unique("none"),
+      prompt: `scenario: hello\n${PROMPT_CANARY}`,
+    });
+    const end = await observeToEnd(legacy, started.run_id as string);
+    expect(end.state).toBe("completed");
+    expect(end).not.toHaveProperty("usage");
+  }, 60_000);
+
+  it("the Tasks extension's completed result carries the usage", async () => {
+    const created =
+      (
+        await rawPost(
+          {
+            id: unique("t"),
+            method: "tools/call",
+            params: {
+              name: "start_coding_agent",
+              arguments: { project_id: "demo", provider_id: "fake", idempotency_key: unique("task"), prompt: prompt() },
+              _meta: tasksMeta(),
+            },
+          },
+          "tools/call",
+          "start_coding_agent",
+        )
+      ).result ?? {};
+    const taskId = created.taskId as string;
+    expect(taskId).toEqual(expect.any(String));
+    let done: Record<string, unknown> = {};
+    for (let i = 0; i < 300 && done.status !== "completed"; i++) {
+      done =
+        (
+          await rawPost(
+            { id: unique("g"), method: "tasks/get", params: { taskId, _meta: tasksMeta() } },
+            "tasks/get",
+            taskId,
+          )
+        ).result ?? {};
+      if (done.status !== "completed") await new Promise((r) => setTimeout(r, 100));
+    }
+    const result = done.result as { structuredContent: Structured; content: { text: string }[] };
+    expect(result.structuredContent.usage).toEqual(EXPECTED);
+    expect(JSON.parse(result.content[0]?.text ?? "")).toEqual(result.structuredContent);
+    expectNoCanary(result.structuredContent.usage);
+  }, 60_000);
+
+  it("reconcile_agent_task_coding_run's run outcome carries the usage", async () => {
+    const instruction = prompt();
+    const task = await ok(legacy, "create_agent_task", {
+      project_id: "demo",
+      instruction,
+      idempotency_key: unique("agent-task"),
+      title: "usage",
+    });
+    const claim = await ok(legacy, "start_agent_task_attempt", { task_id: task.task_id, assignee: "host-1" });
+    const run = await ok(legacy, "start_agent_task_coding_run", {
+      project_id: "demo",
+      provider_id: "fake",
+      attempt_ref: claim.attempt_ref,
+    });
+    expect((await observeToEnd(legacy, run.run_id as string)).state).toBe("completed");
+    const rec = await ok(legacy, "reconcile_agent_task_coding_run", {
+      task_id: task.task_id,
+      attempt_id: claim.attempt_id,
+    });
+    const outcome = (rec.attempt as Structured).run as Structured;
+    expect(outcome).toMatchObject({ run_id: run.run_id, state: "completed", usage: EXPECTED });
+    expectNoCanary(outcome.usage);
+  }, 60_000);
+});
