@@ -73,6 +73,7 @@ export function renderSummary(
       recovery_kind: obs.recovery_kind,
       message: obs.message ?? null,
       duration_ms: info.durationMs ?? null,
+      usage: obs.usage ?? null,
       exit_code: exitCodeForState(obs.state),
     });
   }
@@ -85,12 +86,36 @@ export function renderSummary(
   if (obs.failure_kind !== undefined) parts.push(obs.failure_kind);
   if (obs.state !== "completed") parts.push(executionLabel(obs.execution_state));
   if (info.durationMs !== undefined) parts.push(formatDuration(info.durationMs));
+  const usage = obs.usage === undefined ? "" : formatRunUsage(obs.usage);
+  if (usage !== "") parts.push(usage);
   parts.push(paint(style, "dim", obs.run_id));
   text += `${parts.join(" · ")}\n`;
   if (obs.message !== undefined && obs.message !== "") text += `  ${obs.message}\n`;
   const advice = adviceFor(obs);
   if (advice !== undefined) text += `${paint(style, "dim", `  ${advice}`)}\n`;
   return text;
+}
+
+/** A token count in a few characters: 950, 12.3k, 200k, 1.5M. */
+export function compactCount(n: number): string {
+  if (n < 1000) return String(Math.round(n));
+  const [value, unit] = n < 1_000_000 ? [n / 1000, "k"] : [n / 1_000_000, "M"];
+  return `${value < 100 ? Number(value.toFixed(1)) : Math.round(value)}${unit}`;
+}
+
+/** The closing line's usage: "context 12.3k/200k · $0.0042" (any part the agent did not report is left out). */
+export function formatRunUsage(usage: NonNullable<Observation["usage"]>): string {
+  const parts: string[] = [];
+  if (usage.used_tokens !== undefined) {
+    const size = usage.context_size !== undefined ? `/${compactCount(usage.context_size)}` : "";
+    parts.push(`context ${compactCount(usage.used_tokens)}${size}`);
+  }
+  if (usage.cost_amount !== undefined) {
+    const amount = usage.cost_amount < 1 ? usage.cost_amount.toFixed(4) : usage.cost_amount.toFixed(2);
+    const currency = usage.cost_currency;
+    parts.push(currency === "USD" ? `$${amount}` : currency !== undefined ? `${amount} ${currency}` : amount);
+  }
+  return parts.join(" · ");
 }
 
 function executionLabel(execution: string): string {

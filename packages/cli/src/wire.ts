@@ -151,6 +151,15 @@ export const Observation = z.object({
   history_lost: z.boolean().default(false),
   has_more: z.boolean().default(false),
   runner_offline: opt(z.boolean()),
+  /** The run's latest reported usage (numbers and a currency code; never text). */
+  usage: opt(
+    z.object({
+      used_tokens: opt(z.number()),
+      context_size: opt(z.number()),
+      cost_amount: opt(z.number()),
+      cost_currency: opt(z.string()),
+    }),
+  ),
 });
 export type Observation = z.infer<typeof Observation>;
 

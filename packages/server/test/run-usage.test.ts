@@ -4,9 +4,12 @@
  * record (numbers only), against a real Server, a real Runner daemon and the fake agent's `tools` scenario
  * (usage_update used=1234 size=200000 cost 0.0042 USD). A prompt canary never appears in any usage output.
  */
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from "@modelcontextprotocol/client";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLI_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { observeToEnd, ok, type Structured, TERMINAL } from "./support/tool-calls.js";
@@ -201,4 +204,25 @@ describe("run usage (ACP usage_update) through the whole stack", () => {
     expect(outcome).toMatchObject({ run_id: run.run_id, state: "completed", usage: EXPECTED });
     expectNoCanary(outcome.usage);
   }, 60_000);
+
+  it("the CLI's closing line shows context and cost (text), and the JSON summary carries the usage", async () => {
+    const exec = promisify(execFile);
+    const env = { ...process.env, WEBCODEX_URL: stack.mcpUrl.href, WEBCODEX_TOKEN: token, NO_COLOR: "1" };
+    const args = ["run", "--project", "demo", "--provider", "fake", "--key", unique("cli"), prompt()];
+    const text = await exec(process.execPath, [CLI_BIN, ...args], { env, timeout: 60_000 });
+    const closing = text.stdout.split("\n").find((l) => l.includes("completed · stop reason"));
+    expect(closing).toContain(" · context 1.2k/200k · $0.0042 · ");
+    expectNoCanary(closing);
+    const json = await exec(
+      process.execPath,
+      [CLI_BIN, ...args.slice(0, -3), "--key", unique("cli"), prompt(), "--json"],
+      {
+        env,
+        timeout: 60_000,
+      },
+    );
+    const summary = JSON.parse(json.stdout.trim().split("\n").at(-1) ?? "{}") as Structured;
+    expect(summary).toMatchObject({ type: "summary", state: "completed", usage: EXPECTED });
+    expectNoCanary(summary.usage);
+  }, 120_000);
 });
