@@ -65,3 +65,19 @@ describe("run view model", () => {
     expect(m.startedAt).toBe(Date.parse(at));
   });
 });
+
+describe("run view model: usage", () => {
+  it("shows the observation's usage even when the run's usage events are gone (history lost)", () => {
+    const m = emptyModel();
+    const usage = { used_tokens: 1234, context_size: 200000, cost_amount: 0.0042, cost_currency: "USD" };
+    applyObservation(
+      m,
+      { run_id: "r", state: "completed", execution_state: "completed", history_lost: true, events: [], usage },
+      0,
+    );
+    expect(m.usage).toEqual({ usedTokens: 1234, contextSize: 200000, costAmount: 0.0042, costCurrency: "USD" });
+    // A later observation without usage keeps what was shown.
+    applyObservation(m, { run_id: "r", state: "completed", execution_state: "completed", events: [] }, 0);
+    expect(m.usage?.usedTokens).toBe(1234);
+  });
+});

@@ -215,6 +215,8 @@ export function applyObservation(m: RunModel, o: Json, now: number): void {
   m.runnerOffline = o.runner_offline === true;
   if (o.history_lost === true) m.historyLost = true;
   for (const e of Array.isArray(o.events) ? (o.events as Json[]) : []) applyEvent(m, e);
+  // The run's latest usage as the Server keeps it: shown even when its usage events are gone (history lost).
+  if (typeof o.usage === "object" && o.usage !== null) applyEvent(m, { ...(o.usage as Json), kind: "usage" });
   if (m.startedAt === null) m.startedAt = now;
   if (isTerminal(m) && m.endedAt === null) m.endedAt = now;
 }
