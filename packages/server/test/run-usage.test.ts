@@ -11,6 +11,7 @@ import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
+import { consoleLogin } from "./support/console-login.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { observeToEnd, ok, type Structured, TERMINAL } from "./support/tool-calls.js";
 
@@ -26,7 +27,10 @@ let token: string;
 
 beforeAll(async () => {
   stack = await startStack({
-    principals: [{ id: "alice", scopes: [...ALL], projects: ["demo"] }],
+    principals: [
+      { id: "alice", scopes: [...ALL], projects: ["demo"] },
+      { id: "ops", scopes: ["operator:read"], projects: [] },
+    ],
     projects: [{ id: "demo", allow_patch: true }],
     acp: { max_concurrent_runs: 8 },
   });
@@ -225,4 +229,25 @@ describe("run usage (ACP usage_update) through the whole stack", () => {
     expect(summary).toMatchObject({ type: "summary", state: "completed", usage: EXPECTED });
     expectNoCanary(summary.usage);
   }, 120_000);
+
+  it("the console snapshot shows each run's usage and the reported cost per principal and day, without the prompt", async () => {
+    const origin = stack.mcpUrl.origin;
+    const session = await consoleLogin(origin, await stack.issueToken("ops", ["operator:read"], []));
+    expect(session.cookie).not.toBeNull();
+    const res = await fetch(`${origin}/console/api/snapshot`, { headers: { cookie: session.cookie ?? "" } });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).not.toContain(PROMPT_CANARY);
+    const snap = JSON.parse(text) as { runs: Structured[]; costs: Structured[] };
+    const withCost = snap.runs.filter((r) => r.usage !== null);
+    expect(withCost.length).toBeGreaterThanOrEqual(5);
+    for (const r of withCost) expect(r.usage).toEqual(EXPECTED);
+    expect(snap.runs.some((r) => r.usage === null)).toBe(true); // the hello run reported none
+    const today = new Date().toISOString().slice(0, 10);
+    const mine = snap.costs.filter((c) => c.principal_id === "alice");
+    expect(mine.length).toBe(1);
+    expect(mine[0]).toMatchObject({ principal_id: "alice", currency: "USD", runs: withCost.length });
+    expect([today, new Date(Date.now() - 86_400_000).toISOString().slice(0, 10)]).toContain(mine[0]?.day);
+    expect(mine[0]?.amount as number).toBeCloseTo(0.0042 * withCost.length, 10);
+  }, 60_000);
 });

@@ -69,9 +69,12 @@ export function renderPage(view: { principal: string; csrf: string }): string {
 <button type="submit">Filter</button>
 </form>
 <div class="scroll"><table id="runs"><thead><tr><th>Run</th><th>State</th><th>Project</th><th>Provider</th>
-<th>Principal</th><th>Runner</th><th>Started</th><th>Updated</th></tr></thead><tbody></tbody></table></div>
+<th>Principal</th><th>Runner</th><th>Started</th><th>Updated</th><th>Usage</th></tr></thead><tbody></tbody></table></div>
 <div id="run-events" hidden><h3 id="run-events-title"></h3><p id="run-events-note" class="muted"></p>
 <ol id="run-events-list" class="events"></ol></div>
+</section>
+<section id="costs-section"><h2>Reported cost per principal and day</h2><div class="scroll"><table id="costs">
+<thead><tr><th>Day (UTC)</th><th>Principal</th><th>Cost</th><th>Runs</th></tr></thead><tbody></tbody></table></div>
 </section>
 <section id="refusals-section"><h2>Recent refusals</h2><div class="scroll"><table id="refusals"><thead><tr>
 <th>At</th><th>Source</th><th>Who</th><th>What</th><th>Outcome</th></tr></thead><tbody></tbody></table></div></section>

@@ -8,15 +8,18 @@
  * env value, no run `message` (a Runner's error text may name a host path), and any absolute path in a label
  * an agent wrote (tool titles) is masked by `maskPaths`. Every list is bounded by a named constant.
  */
-import { RUN_STATES, type RunEvent } from "@webcodex/protocol";
+import { RUN_STATES, type RunEvent, type RunUsage } from "@webcodex/protocol";
 import type { ServerConfig } from "../config.js";
 import { type PresenceRow, presenceAt } from "../link/presence.js";
 import { type OAuthStore, parseJsonList } from "../oauth/store.js";
 import type { MirrorSet } from "../runs/mirror.js";
-import type { RecordFilter, StateStore } from "../state/store.js";
+import { recordUsage } from "../runs/usage.js";
+import type { CostTotal, RecordFilter, StateStore } from "../state/store.js";
 
 /** Runs one snapshot lists (newest first); the filters narrow which. */
 export const CONSOLE_RUNS_PAGE = 50;
+/** Rows of reported cost per principal and day (and currency) one snapshot lists, newest day first. */
+export const CONSOLE_COST_ROWS = 60;
 /** Newest events of the selected run a snapshot carries. */
 export const CONSOLE_RUN_EVENTS_MAX = 200;
 /** Longest a snapshot waits for one run's events from its Runner (through the instance holding its link). */
@@ -99,6 +102,8 @@ export interface RunView {
   admission: string;
   created_at: string;
   updated_at: string;
+  /** The run's latest reported usage (numbers and a currency code), or null. */
+  usage: RunUsage | null;
 }
 
 export interface EventView {
@@ -112,6 +117,8 @@ export interface EventView {
 export interface ConsoleSnapshot {
   runners: RunnerView[];
   runs: RunView[];
+  /** Reported cost per principal, UTC day and currency (from the kept run records). */
+  costs: CostTotal[];
   filters: ConsoleFilters;
   /** The selected run's newest events held by this instance's mirror; null: no run selected. */
   run_events: { run_id: string; held: boolean; events: EventView[] } | null;
@@ -208,6 +215,7 @@ export class ConsoleReader {
     return {
       runners: await this.#runners(presence),
       runs: await this.#runs(filters),
+      costs: await this.#state.costTotals(CONSOLE_COST_ROWS),
       filters,
       run_events: filters.run === null ? null : await this.#events(filters.run),
       refusals: await this.#refusals(),
@@ -259,7 +267,12 @@ export class ConsoleReader {
     if (f.state !== null) filter.state = f.state as RecordFilter["state"] & string;
     if (f.project !== null) filter.project_id = f.project;
     if (f.principal !== null) filter.principal_id = f.principal;
-    return await this.#state.listRecent(filter, CONSOLE_RUNS_PAGE);
+    return (await this.#state.listRecent(filter, CONSOLE_RUNS_PAGE)).map(
+      ({ usage_used_tokens, usage_context_size, usage_cost_amount, usage_cost_currency, ...run }) => ({
+        ...run,
+        usage: recordUsage({ usage_used_tokens, usage_context_size, usage_cost_amount, usage_cost_currency }) ?? null,
+      }),
+    );
   }
 
   async #events(runId: string): Promise<ConsoleSnapshot["run_events"]> {

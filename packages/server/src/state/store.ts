@@ -195,7 +195,21 @@ export type RecordListing = Pick<
   | "admission"
   | "created_at"
   | "updated_at"
+  | "usage_used_tokens"
+  | "usage_context_size"
+  | "usage_cost_amount"
+  | "usage_cost_currency"
 >;
+
+/** The reported cost of one principal's runs created on one UTC day, in one currency (numbers only). */
+export interface CostTotal {
+  /** YYYY-MM-DD (UTC), the day the runs were created. */
+  day: string;
+  principal_id: string;
+  currency: string | null;
+  amount: number;
+  runs: number;
+}
 
 export interface UpdateOptions {
   /** Write inside this transaction (its commit decides), else in a transaction of its own. */
@@ -570,10 +584,33 @@ export class StateStore {
     params.push(limit);
     return await this.engine.all<RecordListing>(
       `SELECT run_id, principal_id, project_id, provider_id, runner_id, state, execution_state, stop_reason,
-         failure_kind, recovery_kind, admission, created_at, updated_at FROM admission_records
+         failure_kind, recovery_kind, admission, created_at, updated_at, usage_used_tokens, usage_context_size,
+         usage_cost_amount, usage_cost_currency FROM admission_records
        ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY created_at DESC, run_id LIMIT ?`,
       params,
     );
+  }
+
+  /**
+   * The reported cost per principal, UTC day of creation and currency, newest day first: at most `limit`
+   * rows, from the kept records (terminal ones are pruned after `retain_terminal_days`).
+   */
+  async costTotals(limit: number): Promise<CostTotal[]> {
+    const rows = await this.engine.all<{
+      day: string;
+      principal_id: string;
+      currency: string | null;
+      amount: number | string;
+      runs: number | string;
+    }>(
+      `SELECT substr(created_at, 1, 10) AS day, principal_id, usage_cost_currency AS currency,
+         SUM(usage_cost_amount) AS amount, COUNT(*) AS runs FROM admission_records
+       WHERE usage_cost_amount IS NOT NULL
+       GROUP BY substr(created_at, 1, 10), principal_id, usage_cost_currency
+       ORDER BY day DESC, principal_id, currency LIMIT ?`,
+      [limit],
+    );
+    return rows.map((r) => ({ ...r, amount: Number(r.amount), runs: Number(r.runs) }));
   }
 
   /**

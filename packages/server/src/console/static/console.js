@@ -96,6 +96,26 @@ function renderRunners(runners) {
   box.replaceChildren(...cards);
 }
 
+const counts = new Intl.NumberFormat("en-US", { notation: "compact", maximumFractionDigits: 1 });
+
+/** A cost amount and its currency code (numbers and a code only; no run text reaches these cells). */
+function costText(amount, currency) {
+  return `${amount < 1 ? amount.toFixed(4) : amount.toFixed(2)}${currency ? ` ${currency}` : ""}`;
+}
+
+/** A run's usage: "context 1.2K/200K · 0.0042 USD", or null (shown as "-"). */
+function usageText(u) {
+  if (!u) return null;
+  const parts = [];
+  if (u.used_tokens !== null) {
+    parts.push(
+      `context ${counts.format(u.used_tokens)}${u.context_size !== null ? `/${counts.format(u.context_size)}` : ""}`,
+    );
+  }
+  if (u.cost_amount !== null) parts.push(costText(u.cost_amount, u.cost_currency));
+  return parts.length > 0 ? parts.join(" · ") : null;
+}
+
 function renderRuns(snap) {
   const selected = snap.filters.run;
   fillRows("runs", snap.runs, (r, tr) => {
@@ -124,6 +144,7 @@ function renderRuns(snap) {
       r.runner_id,
       when(r.created_at),
       when(r.updated_at),
+      usageText(r.usage),
     ];
   });
   const box = document.getElementById("run-events");
@@ -192,6 +213,7 @@ function renderOAuth(oauth) {
 function render(snap) {
   renderRunners(snap.runners);
   renderRuns(snap);
+  fillRows("costs", snap.costs, (r) => [r.day, r.principal_id, costText(r.amount, r.currency), r.runs]);
   fillRows("refusals", snap.refusals, (r) => [when(r.at), r.source, r.who, r.what, r.outcome]);
   renderOAuth(snap.oauth);
   fillRows("audit-mcp", snap.audit.mcp, (r) => [when(r.at), r.principal_id, r.tool, r.run_id, r.outcome, r.ms]);
