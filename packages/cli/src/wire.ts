@@ -159,7 +159,7 @@ export const Observation = z.object({
       cost_amount: opt(z.number()),
       cost_currency: opt(z.string()),
     }),
-  ),
+  ).optional(),
 });
 export type Observation = z.infer<typeof Observation>;
 

@@ -35,6 +35,10 @@ function record(admission: AdmissionRecord["admission"], store_id: string | null
     cancel_forwarded: false,
     cancel_pending: false,
     effective_config: [],
+    usage_used_tokens: null,
+    usage_context_size: null,
+    usage_cost_amount: null,
+    usage_cost_currency: null,
     created_at: "t",
     updated_at: "t",
   };
