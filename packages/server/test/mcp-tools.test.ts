@@ -320,6 +320,7 @@ describe("one definition of a run's status in tool outputs", () => {
       "failure_kind",
       "recovery_kind",
       "message",
+      "usage",
     ]);
     expect(Object.keys(ObserveToolOutput.shape).slice(0, status.length)).toEqual(status);
     const attempt = ReconcileOutput.shape.attempt.unwrap();
