@@ -8,9 +8,11 @@ import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { Client as ModernClient, StreamableHTTPClientTransport as ModernTransport } from "@modelcontextprotocol/client";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CLI_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
+import { browserLaunchOptions } from "./support/browser.js";
 import { consoleLogin } from "./support/console-login.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { observeToEnd, ok, type Structured, TERMINAL } from "./support/tool-calls.js";
@@ -232,7 +234,8 @@ describe("run usage (ACP usage_update) through the whole stack", () => {
 
   it("the console snapshot shows each run's usage and the reported cost per principal and day, without the prompt", async () => {
     const origin = stack.mcpUrl.origin;
-    const session = await consoleLogin(origin, await stack.issueToken("ops", ["operator:read"], []));
+    const opsKey = await stack.issueToken("ops", ["operator:read"], []);
+    const session = await consoleLogin(origin, opsKey);
     expect(session.cookie).not.toBeNull();
     const res = await fetch(`${origin}/console/api/snapshot`, { headers: { cookie: session.cookie ?? "" } });
     expect(res.status).toBe(200);
@@ -249,5 +252,30 @@ describe("run usage (ACP usage_update) through the whole stack", () => {
     expect(mine[0]).toMatchObject({ principal_id: "alice", currency: "USD", runs: withCost.length });
     expect([today, new Date(Date.now() - 86_400_000).toISOString().slice(0, 10)]).toContain(mine[0]?.day);
     expect(mine[0]?.amount as number).toBeCloseTo(0.0042 * withCost.length, 10);
-  }, 60_000);
+
+    // The page shows them: a run's usage cell and alice's row of the cost table.
+    const browser = await chromium.launch(await browserLaunchOptions());
+    try {
+      const page = await (await browser.newContext()).newPage();
+      await page.goto(`${origin}/console`);
+      await page.fill("#key", opsKey);
+      await Promise.all([page.waitForNavigation(), page.click('button[type="submit"]')]);
+      const run = withCost[0]?.run_id as string;
+      await page.waitForSelector(`#runs tr[data-run="${run}"]`);
+      expect(await page.locator(`#runs tr[data-run="${run}"] td`).last().textContent()).toBe(
+        "context 1.2K/200K · 0.0042 USD",
+      );
+      const costRow = page.locator("#costs tbody tr", { hasText: "alice" });
+      await costRow.waitFor();
+      expect(await costRow.locator("td").allTextContents()).toEqual([
+        mine[0]?.day,
+        "alice",
+        `${(0.0042 * withCost.length).toFixed(4)} USD`,
+        String(withCost.length),
+      ]);
+      expect(await page.content()).not.toContain(PROMPT_CANARY);
+    } finally {
+      await browser.close();
+    }
+  }, 120_000);
 });
