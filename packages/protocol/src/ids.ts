@@ -52,3 +52,13 @@ export function base32(bytes: Uint8Array): string {
   if (bits > 0) out += BASE32_ALPHABET[(buffer << (5 - bits)) & 31];
   return out;
 }
+
+/**
+ * Whether `text` is the one canonical base64url (no padding) spelling of the bytes it decodes to. Decoders
+ * ignore the unused low bits of the last character (and a stray trailing character), so one byte string has
+ * several accepted spellings; an id or MAC compared after decoding must be refused unless it re-encodes to
+ * itself, or the spellings get past de-duplication and caps as distinct ids.
+ */
+export function isCanonicalBase64url(text: string): boolean {
+  return /^[A-Za-z0-9_-]*$/.test(text) && Buffer.from(text, "base64url").toString("base64url") === text;
+}
