@@ -28,6 +28,7 @@ export default defineConfig({
       "packages/server/test/link-refusal-flood.test.ts",
       "packages/server/test/tls.test.ts",
       "packages/server/test/operator-console.test.ts",
+      "packages/server/test/console-lockout.test.ts",
       // The run core in-process (test/support/in-process.ts Harness) with the Runner's real link.
       "packages/server/test/runs.test.ts",
       "packages/server/test/runs-link-races.test.ts",

@@ -124,6 +124,20 @@ async function listenAll(taskIds: string[], n: number) {
   return { open, refused };
 }
 
+/** Exactly `n` open listens (the Server frees the slots of closed ones when it sees them close). */
+async function openListens(taskIds: string[], n: number) {
+  let open: Awaited<ReturnType<typeof listenAll>>["open"] = [];
+  await poll(
+    async () => {
+      for (const s of open) await s.close();
+      open = (await listenAll(taskIds, n)).open;
+      return open.length === n;
+    },
+    { timeoutMs: 30_000, what: `${n} listens to open` },
+  );
+  return open;
+}
+
 beforeAll(async () => {
   stack = await startStack({
     principals: [{ id: "alice", scopes: [...ALL], projects: ["demo"] }],
@@ -170,8 +184,7 @@ describe("per-principal bounds under races", () => {
     const { taskId, runId } = await startQuietTask();
     const observer = await connect(aliceToken);
     const token = await quietToken(observer, runId);
-    const { open } = await listenAll([taskId], LISTEN_MAX_PER_PRINCIPAL);
-    expect(open.length).toBe(LISTEN_MAX_PER_PRINCIPAL);
+    const open = await openListens([taskId], LISTEN_MAX_PER_PRINCIPAL);
     // RACERS waiting observes at once: only what the listens left of the bound may wait.
     const room = DEFAULT_MAX_WAITING_OBSERVES - LISTEN_MAX_PER_PRINCIPAL;
     const abort = new AbortController();
@@ -200,22 +213,35 @@ describe("per-principal bounds under races", () => {
     const full = new AbortController();
     setMaxListeners(RACERS * 2, full.signal);
     let refusedListen = "";
-    const held = Array.from({ length: DEFAULT_MAX_WAITING_OBSERVES }, () =>
-      observer
-        .callTool(
-          { name: "observe_coding_agent", arguments: { run_id: runId, after_observation_token: token, wait_secs: 30 } },
-          { signal: full.signal, timeout: 120_000 },
-        )
-        .catch(() => undefined),
-    );
+    // Waiting observes topped up to the whole bound (the aborted ones above are freed once the Server sees them go).
+    const held: Promise<unknown>[] = [];
+    let waiting = 0;
+    const hold = () => {
+      waiting += 1;
+      const settle = () => {
+        waiting -= 1;
+      };
+      held.push(
+        observer
+          .callTool(
+            {
+              name: "observe_coding_agent",
+              arguments: { run_id: runId, after_observation_token: token, wait_secs: 30 },
+            },
+            { signal: full.signal, timeout: 120_000 },
+          )
+          .then(settle, settle),
+      );
+    };
     await poll(
       async () => {
+        while (waiting < DEFAULT_MAX_WAITING_OBSERVES) hold();
         const { open: more, refused } = await listenAll([taskId], 1);
         for (const s of more) await s.close();
         refusedListen = refused[0] ?? "";
         return refused.length === 1 && refusedListen.includes("Too many waiting observe calls");
       },
-      { timeoutMs: 30_000, what: "a listen refused while the observe bound is full" },
+      { timeoutMs: 60_000, what: "a listen refused while the observe bound is full" },
     );
     expect(refusedListen).toContain("each listen counts as one");
     full.abort();
