@@ -1,6 +1,11 @@
 import { z } from "zod";
 
-/** Prefix of every run id; followed by 26 lowercase RFC 4648 base32 characters. */
+/**
+ * Prefix of every run id; followed by 26 lowercase RFC 4648 base32 characters. Run, session and AgentTask ids
+ * are the first 26 characters of a longer encoding (every character carries 5 bits) and are compared as
+ * strings, never decoded: each has one spelling. Ids that are decoded (an MCP task id's MAC) must pass
+ * `isCanonicalBase64url`.
+ */
 export const RUN_ID_PREFIX = "wc_agent_run_";
 export const RUN_ID_PATTERN = /^wc_agent_run_[a-z2-7]{26}$/;
 /** Operator-chosen ids: projects, providers, runners, config option ids. */

@@ -19,8 +19,11 @@
  * applied by the instance holding the Runner's link wakes the observe here
  * through the database's notification (runs/runs.ts RUN_CHANGES_CHANNEL).
  *
- * Bounds: LISTEN_MAX_PER_PRINCIPAL open streams per principal,
- * LISTEN_MAX_TASK_IDS ids per stream, LISTEN_MAX_DURATION_MS per stream,
+ * Bounds: LISTEN_MAX_PER_PRINCIPAL open streams per principal on this
+ * instance, each holding one slot of the principal's waiting-observe bound
+ * (runs/observe-limits.ts) — both reserved before the first await and given
+ * back on every path — LISTEN_MAX_TASK_IDS ids per stream (a non-canonical
+ * spelling of a task id is refused, so none passes de-duplication), LISTEN_MAX_DURATION_MS per stream,
  * LISTEN_MAX_BUFFERED_BYTES unread by the client. The stream ends with the
  * empty `subscriptions/listen` result (a graceful close) when every honored
  * task is terminal, when the duration bound is reached, and when the Server
