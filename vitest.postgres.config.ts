@@ -28,6 +28,7 @@ export default defineConfig({
       "packages/server/test/link-refusal-flood.test.ts",
       "packages/server/test/tls.test.ts",
       "packages/server/test/operator-console.test.ts",
+      "packages/server/test/console-lockout.test.ts",
       // The run core in-process (test/support/in-process.ts Harness) with the Runner's real link.
       "packages/server/test/runs.test.ts",
       "packages/server/test/runs-link-races.test.ts",
@@ -38,6 +39,7 @@ export default defineConfig({
       // In-process stacks (test/support/stack.ts): the MCP surface of both eras, Tasks, sessions, AgentTasks.
       "packages/server/test/mcp-acceptance.test.ts",
       "packages/server/test/mcp-eras.test.ts",
+      "packages/server/test/caps-races.test.ts",
       "packages/server/test/workflow-sessions.test.ts",
       "packages/server/test/agent-tasks.test.ts",
       "packages/server/test/agent-tasks-cli.test.ts",

@@ -624,10 +624,11 @@ describe("one /mcp, two eras", () => {
         if (n.method === "notifications/tasks") seen.push(n.params as Record<string, unknown>);
         else others.push(n.method);
       };
+      // Well formed and canonically spelled (a last character with no unused bits set), but never issued.
       const madeUp = `wc_task_${"a".repeat(26)}_${canary("listen")
         .replace(/[^A-Za-z0-9]/g, "")
-        .slice(0, 22)
-        .padEnd(22, "A")}`;
+        .slice(0, 21)
+        .padEnd(21, "A")}A`;
       const subscription = await client.listen({ taskIds: [taskId, foreign.taskId, madeUp] } as never);
       const how = await Promise.race([subscription.closed, new Promise((r) => setTimeout(() => r("timeout"), 30_000))]);
       expect(how).toBe("graceful");

@@ -129,6 +129,18 @@ describe("OAuth negative paths", () => {
     await codeFor(runKey);
   });
 
+  it("counts concurrent wrong keys before looking them up: at most the bound are answered 401, the rest 429", async () => {
+    const clientId = await register();
+    const page = await openConsent(authorizeUrl(clientId, pkce().challenge));
+    const answers = await Promise.all(
+      Array.from({ length: 10 * MAX_KEY_ATTEMPTS }, () =>
+        answerConsent(origin, page, { action: "approve", key: `wct_${randomBytes(32).toString("base64url")}` }),
+      ),
+    );
+    expect(answers.filter((a) => a.status === 401).length).toBe(MAX_KEY_ATTEMPTS);
+    expect(answers.filter((a) => a.status === 429).length).toBe(9 * MAX_KEY_ATTEMPTS);
+  });
+
   it("a consent post with a CSRF token that does not match its cookie gets a page, not a redirect", async () => {
     const clientId = await register();
     const page = await openConsent(authorizeUrl(clientId, pkce().challenge));

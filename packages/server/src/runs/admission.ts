@@ -13,7 +13,7 @@ import type { RequestOutcome } from "../link/hub.js";
 import type { LiveRunner } from "../link/registry.js";
 import { missingScopes } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
-import type { StateQueries } from "../state/engine.js";
+import { StateBusyError, type StateQueries, StateUnavailableError } from "../state/engine.js";
 import { type AdmissionRecord, RECORD_CHANGED, type RecordPatch } from "../state/store.js";
 import type {
   AdmissionHooks,
@@ -135,6 +135,8 @@ const STARTING: RunStatus = { state: "starting", execution_state: "not_started" 
 /** The record changed since `#resolve` read it: nothing was written; resolve again. */
 type Changed = typeof RECORD_CHANGED;
 
+const START_OUTCOME_UNKNOWN_MESSAGE =
+  "The start was sent to the Runner, but the Server's state database failed before the answer was recorded: the run may be running. Retry the same call (same idempotency key) once the database is back: it returns that run, and nothing is started twice.";
 const START_IN_PROGRESS_MESSAGE =
   "A start with this idempotency key is still in progress; nothing new was started. Retry the same call shortly: it returns that run.";
 
@@ -197,9 +199,13 @@ export class Admission {
       config,
       timeout_secs: timeout,
       ...hooks,
-      afterRecorded: () => {
-        hooks.afterRecorded?.();
-        serverFailpoint("start_after_intent");
+      afterRecorded: async () => {
+        await hooks.afterRecorded?.();
+        await serverFailpoint("start_after_intent");
+      },
+      afterDispatched: async () => {
+        await hooks.afterDispatched?.();
+        await serverFailpoint("start_after_run_start");
       },
     });
   }
@@ -258,7 +264,7 @@ export class Admission {
     if (resolved === undefined || recorded === undefined) {
       return fail("start_in_progress", START_IN_PROGRESS_MESSAGE, "retry_same");
     }
-    req.afterRecorded?.();
+    await req.afterRecorded?.();
     if (this.#delayMs > 0) {
       this.#ctx.log.warn(
         { run_id: req.run_id, ms: this.#delayMs },
@@ -268,8 +274,20 @@ export class Admission {
     }
     const sent = await this.#send(principal, req, resolved, recorded);
     if ("done" in sent) return sent.done;
-    if (sent.outcome.ok) req.afterDispatched?.();
-    return await this.#settle(req, resolved, sent.outcome);
+    // From here `run.start` has gone out (or may have): a store failure is no longer "nothing sent". Only a
+    // link that was busy or closed before the frame left (`busy`, `not_sent`) proves it did not.
+    const mayHaveReached = sent.outcome.ok || (sent.outcome.reason !== "busy" && sent.outcome.reason !== "not_sent");
+    try {
+      if (sent.outcome.ok) await req.afterDispatched?.();
+      return await this.#settle(req, resolved, sent.outcome);
+    } catch (err) {
+      if (!mayHaveReached || !(err instanceof StateUnavailableError || err instanceof StateBusyError)) throw err;
+      this.#ctx.log.warn(
+        { run_id: req.run_id, code: err.code },
+        "run.start sent, its answer not recorded: the state database failed; a same-key retry meets the run",
+      );
+      return fail("start_outcome_unknown", START_OUTCOME_UNKNOWN_MESSAGE, "retry_same");
+    }
   }
 
   /**

@@ -43,6 +43,11 @@ export const API_ERROR_CODES = [
   "stale_provider",
   "capacity",
   "start_in_progress",
+  /**
+   * A start whose `run.start` went out (or may have) when the state database failed before its answer
+   * was recorded: the run may be running. The same-key retry, once the database is back, returns it.
+   */
+  "start_outcome_unknown",
   "invalid_observation_token",
   "too_many_observers",
   /** Managed path (design §10): the presented claim is not the task's current live claim. */
@@ -204,10 +209,10 @@ export interface AdmissionRequest {
    * nothing is sent.
    */
   bind?(fences: AdmissionFences, tx: StateQueries): ApiError | null | Promise<ApiError | null>;
-  /** Called after that transaction committed, before `run.start` is sent (test failpoints). */
-  afterRecorded?(): void;
-  /** Called when the Runner answered `run.start`, before the answer is recorded (test failpoints). */
-  afterDispatched?(): void;
+  /** Called after that transaction committed, before `run.start` is sent (test failpoints; awaited). */
+  afterRecorded?(): void | Promise<void>;
+  /** Called when the Runner answered `run.start`, before the answer is recorded (test failpoints; awaited). */
+  afterDispatched?(): void | Promise<void>;
 }
 
 /** The caller seams of one admission (see AdmissionRequest), for `start` callers too (workflow-session recorder). */
