@@ -265,6 +265,23 @@ describe("pushes over a standing channel to the following instance", () => {
     expect(ch.counts).toMatchObject({ link_requests_by_channel: 3, link_requests_by_post: 0 });
   });
 
+  it("takes a channel's answer only from the instance it asked, signed for that request", async () => {
+    // The peer at the holder's URL is another instance of the cluster (same key): its answers are not the holder's.
+    const f = await followerPeer({ instanceId: FOLLOWER });
+    const ch = channels();
+    const holder = new RemoteRunnerConnection("r1", HOLDER, f.url, KEY, 2_000, log, { syncPost: ch.post });
+    expect(await holder.request({ type: "run.sync", run_id: RUN_ID, after_seq: 0, max_events: 10 })).toEqual({
+      ok: false,
+      reason: "timeout",
+    });
+    expect(f.requests).toEqual([{ type: "run.sync", by: "channel" }]);
+    // A push is taken only from its follower's answer; the same peer signing as FOLLOWER is that follower.
+    const pushes = new RunPushes(KEY, HOLDER, log, ch.post);
+    pushes.follow(RUN_ID, { instanceId: "not-that-follower-1", url: f.url });
+    pushes.updated(update(1, [event(1)]));
+    await until(() => pushes.counts.pushes_failed === 1, "the push refused as another instance's answer");
+  });
+
   it("fails an answer longer than the push allows", async () => {
     const f = await followerPeer();
     const ch = channels();
