@@ -3,7 +3,7 @@
  * observe or a cancel for a Runner whose one live link another instance holds.
  *
  * - The directory (`server_instances`, schema step 13): every instance writes its id and the URL its peers
- *   reach it on (`[server.cluster] advertise_url`, default its own listener) at start and every
+ *   reach it on (`[server.cluster] advertise_url`, default the instances' own listener) at start and every
  *   CLUSTER_HEARTBEAT_MS; a row not refreshed for CLUSTER_INSTANCE_STALE_MS names no live instance.
  * - A remote Runner (`remoteRunner`): its presence row (what its hello advertised, link/presence.ts), its
  *   lease row (which instance holds the link, link/lease-store.ts) and that instance's directory row. The
@@ -13,13 +13,17 @@
  *   sends the frame over its LOCAL link only (never forwarded again) and answers the RequestOutcome. It is
  *   authenticated by an HMAC-SHA256 over the timestamp and the body's sha256 under a key derived from the
  *   server secret every instance shares (`clusterKey`), within CLUSTER_MAX_CLOCK_SKEW_MS of the holder's
- *   clock, with a body of at most CLUSTER_MAX_BODY_BYTES; anything else is refused with its reason. A replay
- *   inside the window repeats an idempotent frame (a run id the Runner admitted is answered with that run;
- *   a cancel is sent to the agent at most once; a sync only reads).
- * - The caller (`RemoteRunnerConnection.request`): a failure before the request could have left (the peer
- *   refused the connection, or answered a refusal before executing anything) is `not_sent`; any failure
- *   after it may have left is `timeout` — unknown, exactly like a run.start whose answer never came
- *   (design §6.1: the record stays `sent` and reconciliation or a same-key retry settles it).
+ *   clock, with a body of at most CLUSTER_MAX_BODY_BYTES, its headers checked before the body is read; anything
+ *   else is refused with its reason (link/peer-auth.ts). It names the lease the caller read (`holder`), and
+ *   is executed only over a link holding exactly that lease; a run.start leaves only after the holder proved
+ *   it holds it (link/holder-proof.ts). A replay inside the window repeats an idempotent frame (a run id the
+ *   Runner admitted is answered with that run; a cancel is sent to the agent at most once; a sync only reads).
+ * - The caller (`RemoteRunnerConnection.request`) takes only an answer the holder signed for this request
+ *   (link/peer-auth.ts `verifyAnswer`). A failure before the request could have left (the peer refused the
+ *   connection, the holder gave no proof for a start, or it answered a signed refusal before executing
+ *   anything) is `not_sent`; any failure after it may have left, and any answer it did not sign, is `timeout`
+ *   — unknown, exactly like a run.start whose answer never came (design §6.1: the record stays `sent` and
+ *   reconciliation or a same-key retry settles it).
  */
 import { createHmac } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
