@@ -20,7 +20,7 @@ import {
   type RunPush,
   RunPushes,
 } from "../src/link/run-push.js";
-import { AGENT_INSTANCE, event, FOLLOWER, HOLDER, KEY, RUN_ID, until, update } from "./support/run-pushes.js";
+import { AGENT_INSTANCE, event, FOLLOWER, HOLDER, KEY, peerAuth, RUN_ID, until, update } from "./support/run-pushes.js";
 
 const log = pino({ level: "silent" });
 
@@ -36,17 +36,12 @@ afterEach(async () => {
 async function followerPeer(opts: { following?: (p: RunPush) => boolean; hold?: boolean } = {}) {
   const pushes: RunPush[] = [];
   const held: (() => void)[] = [];
+  const auth = peerAuth(FOLLOWER);
   const server = http.createServer((req, res) => {
-    void handleRunPush(
-      req,
-      res,
-      KEY,
-      (p) => {
-        pushes.push(p);
-        return opts.following?.(p) ?? true;
-      },
-      log,
-    );
+    void handleRunPush(req, res, auth, (p) => {
+      pushes.push(p);
+      return opts.following?.(p) ?? true;
+    });
   });
   if (opts.hold) {
     // Delay the answer: the handler's end() runs when released.

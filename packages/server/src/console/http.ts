@@ -24,6 +24,7 @@ import type { ServerConfig } from "../config.js";
 import { ABORTED, readBody, TOO_LARGE } from "../http-body.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { IdentifiedKey } from "../principals/tokens.js";
+import { RefusalLog } from "../refusal-log.js";
 import { LoginLimits } from "./login-limits.js";
 import { renderLogin, renderPage } from "./page.js";
 import { CONSOLE_SESSION_TTL_MS, type ConsoleSessions, csrfTokenOf, sameSecret } from "./sessions.js";
@@ -58,6 +59,8 @@ export const CONSOLE_STREAM_MAX_BUFFERED_BYTES = 1024 * 1024;
 export const CONSOLE_STREAM_RETRY_MS = 2000;
 /** Untrusted forwarders (client-address.ts untrustedForwarder) the console names in its log, once each. */
 export const CONSOLE_UNTRUSTED_FORWARDERS_LOGGED = 16;
+/** Refused logins and forms are logged at most once per client address per this window (with a count). */
+export const CONSOLE_REFUSAL_LOG_WINDOW_MS = 10_000;
 /** How long the login form's CSRF cookie lives. */
 export const CONSOLE_LOGIN_FORM_TTL_MS = 10 * 60 * 1000;
 
@@ -159,6 +162,8 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
   const limits = new LoginLimits();
   const forwarder = untrustedForwarder(deps.config.trustedProxies);
   const forwardersLogged = new Set<string>();
+  // Refused keys and forms are logged at most once per client and window, with the count of the rest.
+  const refusals = new RefusalLog(logger, 1, Date.now, CONSOLE_REFUSAL_LOG_WINDOW_MS, true);
   const streams = new Map<string, number>();
   let streamCount = 0;
   const closers = new Set<() => void>();
@@ -215,12 +220,16 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     const found = key.length > 0 && key.length <= 512 ? await deps.identifyKey(key) : null;
     if (found) attempt.succeeded();
     if (!found) {
-      logger.warn({ remote: address }, "console: login refused: unknown key");
+      refusals.refused(address, {}, "console: login refused: unknown key");
       loginPage(res, 401, "That key is not valid. Use a key issued with webcodex-server token issue.");
       return;
     }
     if (!found.principal.scopes.has(OPERATOR_SCOPE)) {
-      logger.warn({ principal_id: found.principal.id }, "console: login refused: key lacks operator:read");
+      refusals.refused(
+        address,
+        { principal_id: found.principal.id },
+        "console: login refused: key lacks operator:read",
+      );
       loginPage(
         res,
         403,
@@ -410,7 +419,11 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       const form = await readForm(req);
       const refused = checkPost(req, form, s.id);
       if (refused) {
-        logger.warn({ principal_id: s.principal.id, path }, `console: POST refused: ${refused}`);
+        refusals.refused(
+          deps.clientAddress(req),
+          { principal_id: s.principal.id, path },
+          `console: POST refused: ${refused}`,
+        );
         json(res, 403, { error: refused });
         return;
       }

@@ -90,8 +90,11 @@ export interface ProcStackOptions {
   extraServerToml?: string;
   /** Serve TLS with this certificate; Runners connect with wss:// and trust `caFile` (test-ca.ts). */
   tls?: { certFile: string; keyFile: string; caFile: string };
-  /** With a PostgreSQL state: `[server.cluster] listen_port` (0: a free port), the instances' own listener. */
-  clusterListenPort?: number;
+  /**
+   * With a PostgreSQL state: `[server.cluster] listen_port`, the instances' own listener (absent: its default,
+   * a free port), or "client" for `serve_on_client_listener = true` (the instances' endpoints on the clients' one).
+   */
+  clusterListenPort?: number | "client";
   /** Extra lines of each Runner's `[runner]` table (e.g. `retain_terminal_max = 1`). */
   runnerTable?: string;
   /** The port the Runners dial instead of the Server's (a proxy in front of it). */
@@ -163,8 +166,12 @@ export class ProcStack {
     let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = ${this.opts.heartbeatIntervalMs ?? 2000}\n${this.opts.serverSection?.(this.port) ?? ""}\n\n`;
     const stateUrl = this.stateUrl;
     if (stateUrl !== undefined) toml += `[server.state]\nbackend = "postgres"\nurl_env = "${STATE_URL_ENV}"\n\n`;
-    if (stateUrl !== undefined && this.opts.clusterListenPort !== undefined)
-      toml += `[server.cluster]\nlisten_port = ${this.opts.clusterListenPort}\n\n`;
+    const clusterListen = this.opts.clusterListenPort;
+    if (stateUrl !== undefined && clusterListen !== undefined)
+      toml +=
+        clusterListen === "client"
+          ? "[server.cluster]\nserve_on_client_listener = true\n\n"
+          : `[server.cluster]\nlisten_port = ${clusterListen}\n\n`;
     const tls = this.opts.tls;
     if (tls)
       toml += `[server.tls]\ncert_file = ${JSON.stringify(tls.certFile)}\nkey_file = ${JSON.stringify(tls.keyFile)}\n\n`;
