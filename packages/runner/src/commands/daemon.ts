@@ -40,6 +40,7 @@ import { type ReapResult, reapAll } from "../process/reaper.js";
 import { BindingsFileError, FilePoolBindings } from "../process/user-bindings.js";
 import { diagnosticsDir, removeDiagnostics } from "../runs/diagnostics.js";
 import { RunManager } from "../runs/manager.js";
+import { FileProjectCallers, ProjectCallersFileError } from "../runs/project-callers.js";
 import type { RunService } from "../runs/service.js";
 import type { SqliteDispatchStore } from "../store/dispatch-store.js";
 import { openDispatchStore, STORE_REFUSAL_EXIT_CODE, StoreRefusedError } from "../store/open.js";
@@ -200,6 +201,13 @@ export async function prepareStore(options: {
   }
 }
 
+/** The project bindings of the state dir, read now: an untrustworthy file stops the start (exit 3). */
+function loadedProjectCallers(stateDir: string): FileProjectCallers {
+  const callers = new FileProjectCallers(stateDir);
+  callers.load();
+  return callers;
+}
+
 /** Turn any start-up failure into a DaemonStartError with its exit code. */
 function toStartError(error: unknown): DaemonStartError {
   if (error instanceof DaemonStartError) return error;
@@ -210,6 +218,14 @@ function toStartError(error: unknown): DaemonStartError {
       STORE_REFUSAL_EXIT_CODE,
       `${error.message}. It says which caller each run_as user serves; the Runner does not guess. Clean every ` +
         "pool user's home and temp files, then remove the file, or restore it from a backup",
+      { cause: error },
+    );
+  }
+  if (error instanceof ProjectCallersFileError) {
+    return new DaemonStartError(
+      STORE_REFUSAL_EXIT_CODE,
+      `${error.message}. It says which caller each project serves; the Runner does not guess. Check each ` +
+        "project's tree, then remove the file, or restore it from a backup",
       { cause: error },
     );
   }
@@ -301,6 +317,7 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
       logger,
       diagnosticsDir: diagnosticsDir(config.runner.stateDir),
       poolBindings: new FilePoolBindings(config.runner.stateDir),
+      projectCallers: loadedProjectCallers(config.runner.stateDir),
     });
     await manager.usersReady;
     service = manager;
