@@ -313,6 +313,10 @@ describe.skipIf(!IS_ROOT)("a sandbox per run_as run (needs root to create users 
     const started = await check(optOut);
     expect(started.code, started.stderr).toBe(0);
     expect(started.stdout).toContain("config OK");
+    expect(started.stdout).toContain('warning: [acp] sandbox = "none": run_as agents share the machine\'s /tmp');
+    // With the capability, the default: the sandbox is on and `check` says so.
+    const { stdout } = await execFileP(process.execPath, [RUNNER_BIN, "check", "--config", ctx.configFile]);
+    expect(stdout).toContain("  sandbox: namespaces (each run_as agent: its own /tmp, /var/tmp, /dev/shm and IPC");
   });
 
   test("a non-root Runner with the unit's ambient capabilities plus CAP_SYS_ADMIN starts its agents sandboxed; without it, not", async () => {

@@ -10,6 +10,8 @@ import {
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
   sharedUserRefusal,
+  UNSANDBOXED_CONSEQUENCE,
+  unsandboxedRunAs,
 } from "../config/exposure.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
 
@@ -28,6 +30,12 @@ export async function check(parsed: Parsed): Promise<number> {
       `warning: agent ${id} runs as this Runner's user (uid ${process.getuid?.()}; agents_share_runner_user = true): it ${SAME_USER_CONSEQUENCE}\n`,
     );
   }
+  if (cfg.acp.agents.some((a) => a.runAs !== null) && cfg.acp.sandbox === "namespaces") {
+    out.write(
+      "  sandbox: namespaces (each run_as agent: its own /tmp, /var/tmp, /dev/shm and IPC; .git config read-only)\n",
+    );
+  }
+  if (unsandboxedRunAs(cfg)) out.write(`warning: [acp] sandbox = "none": ${UNSANDBOXED_CONSEQUENCE}\n`);
   for (const a of cfg.acp.agents) {
     const size = a.runAs?.users.length ?? cfg.acp.maxConcurrentRuns;
     if (size >= cfg.acp.maxConcurrentRuns) continue;

@@ -30,6 +30,8 @@ import {
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
   sharedUserRefusal,
+  UNSANDBOXED_CONSEQUENCE,
+  unsandboxedRunAs,
 } from "../config/exposure.js";
 import { activeFailpoint, FAILPOINT_ENV, invalidFailpointValue } from "../failpoints.js";
 import { type LinkHandle, startLink } from "../link/link.js";
@@ -270,6 +272,8 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
         "set run_as on them unless every caller of this Runner may see every run",
     );
   }
+
+  if (unsandboxedRunAs(config)) logger.warn(`[acp] sandbox = "none": ${UNSANDBOXED_CONSEQUENCE}`);
 
   const armed = activeFailpoint();
   if (armed) logger.warn({ failpoint: armed }, `${FAILPOINT_ENV} is set: this Runner will SIGKILL itself there`);

@@ -78,3 +78,12 @@ export function sharedUserRefusal(config: RunnerConfig, uid: number | undefined 
     "[acp] agents_share_runner_user = true"
   );
 }
+
+/** What `[acp] sandbox = "none"` gives up, said at start and by `check` when any agent has run_as. */
+export const UNSANDBOXED_CONSEQUENCE =
+  "run_as agents share the machine's /tmp, /var/tmp, /dev/shm and System V IPC, and may rewrite a project's git config and hooks: what one caller's run plants there reaches other callers' runs";
+
+/** Whether run_as agents run without the per-run sandbox (the operator's `[acp] sandbox = "none"`). */
+export function unsandboxedRunAs(cfg: RunnerConfig): boolean {
+  return cfg.acp.sandbox === "none" && cfg.acp.agents.some((a) => a.runAs !== null);
+}
