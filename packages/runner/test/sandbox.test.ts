@@ -285,17 +285,13 @@ describe.skipIf(!IS_ROOT)("a sandbox per run_as run (needs root to create users 
 
   test('a Runner that cannot create the namespaces refuses to start, naming [acp] sandbox = "none"; with it, it starts', async () => {
     // Root without CAP_SYS_ADMIN (dropped from the bounding set): it can still switch users, not unshare.
-    const check = async (configFile: string) => {
+    const check = async (configFile: string, command = "check") => {
       try {
-        const { stdout } = await execFileP(SETPRIV, [
-          "--bounding-set=-sys_admin",
-          "--",
-          process.execPath,
-          RUNNER_BIN,
-          "check",
-          "--config",
-          configFile,
-        ]);
+        const { stdout } = await execFileP(
+          SETPRIV,
+          ["--bounding-set=-sys_admin", "--", process.execPath, RUNNER_BIN, command, "--config", configFile],
+          { env: { ...process.env, WC_SANDBOX_TEST_TOKEN: "runner-token-aaaaaaaaaaaaaaaa" }, timeout: LEDGER_WAIT_MS },
+        );
         return { code: 0, stdout, stderr: "" };
       } catch (error) {
         const e = error as { code: number; stdout: string; stderr: string };
@@ -308,6 +304,16 @@ describe.skipIf(!IS_ROOT)("a sandbox per run_as run (needs root to create users 
       `${ctx.configFile}: acp.sandbox: "namespaces" (the default with run_as) gives each run_as agent its own mount and IPC namespace, and this Runner cannot create them (`,
     );
     expect(refused.stderr).toContain('or set [acp] sandbox = "none" to run agents without a private /tmp');
+    // The daemon refuses to start with the same words (a [server] nobody answers: it stops before connecting).
+    const daemonConfig = join(ctx.dir, "runner-daemon.toml");
+    writeFileSync(
+      daemonConfig,
+      `${ctx.text.replace("[[projects]]", '[server]\nurl = "ws://127.0.0.1:9/runner"\ntoken_env = "WC_SANDBOX_TEST_TOKEN"\n[[projects]]')}\n`,
+      { mode: 0o600 },
+    );
+    const daemon = await check(daemonConfig, "run");
+    expect(daemon.code).toBe(2);
+    expect(daemon.stderr).toContain(`${daemonConfig}: acp.sandbox: "namespaces" (the default with run_as)`);
     const optOut = join(ctx.dir, "runner-none.toml");
     writeFileSync(optOut, `${ctx.text.replace("[acp]\n", '[acp]\nsandbox = "none"\n')}\n`, { mode: 0o600 });
     const started = await check(optOut);

@@ -9,6 +9,7 @@ import {
   credentialModeWarnings,
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
+  sandboxRefusal,
   sharedUserRefusal,
   UNSANDBOXED_CONSEQUENCE,
   unsandboxedRunAs,
@@ -20,6 +21,8 @@ export async function check(parsed: Parsed): Promise<number> {
   // `run` refuses this config: so does `check`, with the same words.
   const refusal = sharedUserRefusal(cfg);
   if (refusal !== null) throw new ConfigError([refusal]);
+  const unsandboxable = sandboxRefusal(cfg);
+  if (unsandboxable !== null) throw new ConfigError([unsandboxable]);
   // The probe prints what the agent said about itself (names, versions, option ids): terminal-safe.
   const out = { write: (text: string) => process.stdout.write(terminalSafe(text)) };
   out.write(

@@ -29,6 +29,7 @@ import {
   credentialModeWarnings,
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
+  sandboxRefusal,
   sharedUserRefusal,
   UNSANDBOXED_CONSEQUENCE,
   unsandboxedRunAs,
@@ -262,7 +263,7 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
       "a Runner credential file is accessible to other users; chmod it",
     );
   }
-  const refusal = sharedUserRefusal(config);
+  const refusal = sharedUserRefusal(config) ?? sandboxRefusal(config);
   if (refusal !== null) throw new DaemonStartError(2, refusal);
   const sameUser = sameUserAgents(config);
   if (sameUser.length > 0) {

@@ -13,7 +13,7 @@ import { type RunAsPool, resolveRunAs, type SwitchSupport, switchUserSupport } f
 import {
   findSandboxTools,
   PRIVATE_TREES,
-  probeSandbox,
+  SANDBOX_OPT_OUT,
   type SandboxMode,
   type SandboxTools,
 } from "../process/sandbox.js";
@@ -282,14 +282,10 @@ function checkFilesystemLeniently(file: string, raw: unknown, errors: string[]):
   }
 }
 
-/** The consequence named when the sandbox cannot be used: what `sandbox = "none"` gives up. */
-const SANDBOX_OPT_OUT =
-  'or set [acp] sandbox = "none" to run agents without a private /tmp, /var/tmp, /dev/shm and IPC (docs/security.md)';
-
 /**
- * `[acp] sandbox = "namespaces"` with run_as agents: the tools exist, this Runner can make the namespaces (one
- * real sandboxed start), and nothing an agent needs lies in a tree it gets private and empty. The tools, or null
- * after reporting why not.
+ * `[acp] sandbox = "namespaces"` with run_as agents: the tools exist, and nothing an agent needs lies in a tree
+ * it gets private and empty. The tools, or null after reporting why not. Whether this Runner can make the
+ * namespaces is asked at start (`sandboxRefusal`, config/exposure.ts), not here: loading spawns nothing.
  */
 function checkSandbox(
   projects: readonly ProjectConfig[],
@@ -312,14 +308,6 @@ function checkSandbox(
     err(
       "acp.sandbox",
       `"namespaces" (the default with run_as) ${found.reason}; install util-linux, ${SANDBOX_OPT_OUT}`,
-    );
-    return null;
-  }
-  const refused = probeSandbox(found.tools);
-  if (refused !== null) {
-    err(
-      "acp.sandbox",
-      `"namespaces" (the default with run_as) gives each run_as agent its own mount and IPC namespace, and this Runner cannot create them (${refused}); run the Runner as root, or give a non-root Runner CAP_SYS_ADMIN as an ambient capability, ${SANDBOX_OPT_OUT}`,
     );
     return null;
   }

@@ -144,6 +144,10 @@ export function prepareGitDir(cwd: string): string | null {
   return gitDir;
 }
 
+/** What a refusal offers besides the privileges: the explicit opt-out, and what it gives up. */
+export const SANDBOX_OPT_OUT =
+  'or set [acp] sandbox = "none" to run agents without a private /tmp, /var/tmp, /dev/shm and IPC (docs/security.md)';
+
 /** Why the namespaces cannot be made here, or null when they can: one real sandboxed start of `true`. */
 export function probeSandbox(tools: SandboxTools): string | null {
   const truth = findSystemTool("true");
