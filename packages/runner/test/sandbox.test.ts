@@ -31,6 +31,8 @@ import { agentCopy, createTestUser, IS_ROOT, sharedTestDir, type TestUser } from
 const execFileP = promisify(execFile);
 /** Longest a test waits for a live run's ledger line. */
 const LEDGER_WAIT_MS = 30_000;
+/** Longest a test that starts several Runner command lines may take (a loaded machine: 3x slower). */
+const CLI_TEST_TIMEOUT_MS = 120_000;
 const T1 = "tn_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const T2 = "tn_bbbbbbbbbbbbbbbbbbbbbbbbbb";
 const T3 = "tn_cccccccccccccccccccccccccc";
@@ -283,47 +285,54 @@ describe.skipIf(!IS_ROOT)("a sandbox per run_as run (needs root to create users 
     }
   });
 
-  test('a Runner that cannot create the namespaces refuses to start, naming [acp] sandbox = "none"; with it, it starts', async () => {
-    // Root without CAP_SYS_ADMIN (dropped from the bounding set): it can still switch users, not unshare.
-    const check = async (configFile: string, command = "check") => {
-      try {
-        const { stdout } = await execFileP(
-          SETPRIV,
-          ["--bounding-set=-sys_admin", "--", process.execPath, RUNNER_BIN, command, "--config", configFile],
-          { env: { ...process.env, WC_SANDBOX_TEST_TOKEN: "runner-token-aaaaaaaaaaaaaaaa" }, timeout: LEDGER_WAIT_MS },
-        );
-        return { code: 0, stdout, stderr: "" };
-      } catch (error) {
-        const e = error as { code: number; stdout: string; stderr: string };
-        return { code: e.code, stdout: e.stdout, stderr: e.stderr };
-      }
-    };
-    const refused = await check(ctx.configFile);
-    expect(refused.code, refused.stdout).toBe(2);
-    expect(refused.stderr).toContain(
-      `${ctx.configFile}: acp.sandbox: "namespaces" (the default with run_as) gives each run_as agent its own mount and IPC namespace, and this Runner cannot create them (`,
-    );
-    expect(refused.stderr).toContain('or set [acp] sandbox = "none" to run agents without a private /tmp');
-    // The daemon refuses to start with the same words (a [server] nobody answers: it stops before connecting).
-    const daemonConfig = join(ctx.dir, "runner-daemon.toml");
-    writeFileSync(
-      daemonConfig,
-      `${ctx.text.replace("[[projects]]", '[server]\nurl = "ws://127.0.0.1:9/runner"\ntoken_env = "WC_SANDBOX_TEST_TOKEN"\n[[projects]]')}\n`,
-      { mode: 0o600 },
-    );
-    const daemon = await check(daemonConfig, "run");
-    expect(daemon.code).toBe(2);
-    expect(daemon.stderr).toContain(`${daemonConfig}: acp.sandbox: "namespaces" (the default with run_as)`);
-    const optOut = join(ctx.dir, "runner-none.toml");
-    writeFileSync(optOut, `${ctx.text.replace("[acp]\n", '[acp]\nsandbox = "none"\n')}\n`, { mode: 0o600 });
-    const started = await check(optOut);
-    expect(started.code, started.stderr).toBe(0);
-    expect(started.stdout).toContain("config OK");
-    expect(started.stdout).toContain('warning: [acp] sandbox = "none": run_as agents share the machine\'s /tmp');
-    // With the capability, the default: the sandbox is on and `check` says so.
-    const { stdout } = await execFileP(process.execPath, [RUNNER_BIN, "check", "--config", ctx.configFile]);
-    expect(stdout).toContain("  sandbox: namespaces (each run_as agent: its own /tmp, /var/tmp, /dev/shm and IPC");
-  });
+  test(
+    'a Runner that cannot create the namespaces refuses to start, naming [acp] sandbox = "none"; with it, it starts',
+    async () => {
+      // Root without CAP_SYS_ADMIN (dropped from the bounding set): it can still switch users, not unshare.
+      const check = async (configFile: string, command = "check") => {
+        try {
+          const { stdout } = await execFileP(
+            SETPRIV,
+            ["--bounding-set=-sys_admin", "--", process.execPath, RUNNER_BIN, command, "--config", configFile],
+            {
+              env: { ...process.env, WC_SANDBOX_TEST_TOKEN: "runner-token-aaaaaaaaaaaaaaaa" },
+              timeout: LEDGER_WAIT_MS,
+            },
+          );
+          return { code: 0, stdout, stderr: "" };
+        } catch (error) {
+          const e = error as { code: number; stdout: string; stderr: string };
+          return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+        }
+      };
+      const refused = await check(ctx.configFile);
+      expect(refused.code, refused.stdout).toBe(2);
+      expect(refused.stderr).toContain(
+        `${ctx.configFile}: acp.sandbox: "namespaces" (the default with run_as) gives each run_as agent its own mount and IPC namespace, and this Runner cannot create them (`,
+      );
+      expect(refused.stderr).toContain('or set [acp] sandbox = "none" to run agents without a private /tmp');
+      // The daemon refuses to start with the same words (a [server] nobody answers: it stops before connecting).
+      const daemonConfig = join(ctx.dir, "runner-daemon.toml");
+      writeFileSync(
+        daemonConfig,
+        `${ctx.text.replace("[[projects]]", '[server]\nurl = "ws://127.0.0.1:9/runner"\ntoken_env = "WC_SANDBOX_TEST_TOKEN"\n[[projects]]')}\n`,
+        { mode: 0o600 },
+      );
+      const daemon = await check(daemonConfig, "run");
+      expect(daemon.code).toBe(2);
+      expect(daemon.stderr).toContain(`${daemonConfig}: acp.sandbox: "namespaces" (the default with run_as)`);
+      const optOut = join(ctx.dir, "runner-none.toml");
+      writeFileSync(optOut, `${ctx.text.replace("[acp]\n", '[acp]\nsandbox = "none"\n')}\n`, { mode: 0o600 });
+      const started = await check(optOut);
+      expect(started.code, started.stderr).toBe(0);
+      expect(started.stdout).toContain("config OK");
+      expect(started.stdout).toContain('warning: [acp] sandbox = "none": run_as agents share the machine\'s /tmp');
+      // With the capability, the default: the sandbox is on and `check` says so.
+      const { stdout } = await execFileP(process.execPath, [RUNNER_BIN, "check", "--config", ctx.configFile]);
+      expect(stdout).toContain("  sandbox: namespaces (each run_as agent: its own /tmp, /var/tmp, /dev/shm and IPC");
+    },
+    CLI_TEST_TIMEOUT_MS,
+  );
 
   test("a non-root Runner with the unit's ambient capabilities plus CAP_SYS_ADMIN starts its agents sandboxed; without it, not", async () => {
     const [runner, agentUser] = ctx.users;
