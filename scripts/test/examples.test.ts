@@ -1,10 +1,10 @@
 /** The example configs parse, and the MCP client snippets point at the demo's defaults. */
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { parseConfig } from "@webcodex/runner";
 import { parse as parseToml } from "smol-toml";
 import { describe, expect, it } from "vitest";
+import { sharedTestDir } from "../../packages/runner/test/support/test-user.js";
 import { REPO_ROOT as ROOT } from "../test-support/index.js";
 
 const EXAMPLES = join(ROOT, "examples");
@@ -34,7 +34,8 @@ describe("examples", () => {
   it.each(files(join(EXAMPLES, "agents"), ".toml"))(
     "%s is a valid Runner agent entry: it parses as part of a whole config, forcing its permission mode where it has one",
     (file) => {
-      const dir = mkdtempSync(join(tmpdir(), "wc-examples-"));
+      // Not in /tmp: every run_as agent gets its own, empty /tmp, so a project root there is refused.
+      const dir = sharedTestDir("wc-examples-");
       try {
         mkdirSync(join(dir, "proj"));
         // The node that runs the adapter: this machine's, wherever it is installed.

@@ -56,7 +56,12 @@ describe("runner config", () => {
     const config = parseConfig(VALID, file);
     expect(Object.isFrozen(config)).toBe(true);
     expect(config.runner.stateDir).toBe(join(dir, "state"));
-    expect(config.projects[0]).toEqual({ id: "demo", root: join(dir, "proj"), allowPatch: true });
+    expect(config.projects[0]).toEqual({
+      id: "demo",
+      root: join(dir, "proj"),
+      allowPatch: true,
+      sharedBetweenCallers: false,
+    });
     expect(config.acp.agents[0]).toMatchObject({
       id: "fake",
       name: "fake",
@@ -198,6 +203,19 @@ executable = "/nonexistent/agent"
     expect(lost("io_error", name).message.length).toBeLessThanOrEqual(MAX_MESSAGE_LENGTH);
     const short = notStarted("missing_env", "spawn", "Missing source variable: PATH.");
     expect(short.message).toContain("Missing source variable: PATH. Stage: spawn.");
+  });
+
+  test("[acp] sandbox is namespaces or none (default namespaces); shared_between_callers is a boolean (default false)", () => {
+    expect(parseConfig(VALID, file).acp.sandbox).toBe("namespaces");
+    expect(parseConfig(VALID.replace("[acp]\n", '[acp]\nsandbox = "none"\n'), file).acp.sandbox).toBe("none");
+    const bad = VALID.replace("[acp]\n", '[acp]\nsandbox = "bwrap"\n').replace(
+      "allow_patch = true\n",
+      'allow_patch = true\nshared_between_callers = "yes"\n',
+    );
+    expect(errorsOf(bad)).toEqual([
+      `${file}: projects[0].shared_between_callers: must be a boolean`,
+      `${file}: acp.sandbox: must be one of namespaces, none`,
+    ]);
   });
 
   test("TOML syntax errors name the line", () => {

@@ -24,7 +24,15 @@ import { reapGroup } from "../src/process/reaper.js";
 import { setprivCommand, switchUserSupportFrom } from "../src/process/run-as.js";
 import { spawnAgent } from "../src/process/spawn.js";
 import { groupMembers, newManager, runToEnd } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, runnerExec, type TestUser, uidOf } from "./support/test-user.js";
+import {
+  agentCopy,
+  createTestUser,
+  IS_ROOT,
+  runnerExec,
+  sharedTestDir,
+  type TestUser,
+  uidOf,
+} from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
 const TOKEN = "runner-token-9f8e7d6c5b4a39281706";
@@ -80,10 +88,10 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
   beforeAll(() => {
     const user = createTestUser("ra");
     const agent = agentCopy();
-    const dir = mkdtempSync(join(tmpdir(), "wc-runas-"));
+    const dir = sharedTestDir("wc-runas-");
     chmodSync(dir, 0o700);
     const project = join(dir, "project");
-    const agentDir = mkdtempSync(join(tmpdir(), "wc-runas-agent-"));
+    const agentDir = sharedTestDir("wc-runas-agent-");
     chownSync(agentDir, user.uid, user.gid);
     const tokenFile = join(dir, "runner.token");
     writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });

@@ -27,6 +27,7 @@ const user = (n: number): RunAs => ({
   group: null,
   setpriv: "/usr/bin/setpriv",
   clearBoundingSet: true,
+  sandbox: null,
 });
 const agent = (...users: RunAs[]) => ({ runAs: { users } }) as unknown as AgentConfig;
 

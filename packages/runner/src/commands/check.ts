@@ -10,7 +10,10 @@ import {
   credentialModeWarnings,
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
+  sandboxRefusal,
   sharedUserRefusal,
+  UNSANDBOXED_CONSEQUENCE,
+  unsandboxedRunAs,
 } from "../config/exposure.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
 
@@ -29,6 +32,8 @@ export async function check(parsed: Parsed): Promise<number> {
   // `run` refuses this config: so does `check`, with the same words.
   const refusal = sharedUserRefusal(cfg);
   if (refusal !== null) throw new ConfigError([refusal]);
+  const unsandboxable = sandboxRefusal(cfg);
+  if (unsandboxable !== null) throw new ConfigError([unsandboxable]);
   // The probe prints what the agent said about itself (names, versions, option ids): terminal-safe.
   const out = { write: (text: string) => process.stdout.write(terminalSafe(text)) };
   out.write(
@@ -39,6 +44,12 @@ export async function check(parsed: Parsed): Promise<number> {
       `warning: agent ${id} runs as this Runner's user (uid ${process.getuid?.()}; agents_share_runner_user = true): it ${SAME_USER_CONSEQUENCE}\n`,
     );
   }
+  if (cfg.acp.agents.some((a) => a.runAs !== null) && cfg.acp.sandbox === "namespaces") {
+    out.write(
+      "  sandbox: namespaces (each run_as agent: its own /tmp, /var/tmp, /dev/shm and IPC; .git config read-only)\n",
+    );
+  }
+  if (unsandboxedRunAs(cfg)) out.write(`warning: [acp] sandbox = "none": ${UNSANDBOXED_CONSEQUENCE}\n`);
   for (const a of cfg.acp.agents) {
     const size = a.runAs?.users.length ?? cfg.acp.maxConcurrentRuns;
     if (size >= cfg.acp.maxConcurrentRuns) continue;

@@ -16,6 +16,8 @@ import {
   type RunSummary,
   utf8Length,
 } from "@webcodex/protocol";
+import { ConfigError } from "../config/config.js";
+import { sandboxRefusal } from "../config/exposure.js";
 import { LOG_LEVELS } from "../config/schema.js";
 import { createLogger } from "../logger.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
@@ -66,6 +68,8 @@ function describeAgentState(e: Extract<RunEvent, { kind: "agent_state" }>): stri
  */
 export async function exec(parsed: Parsed): Promise<number> {
   const cfg = await requireConfig(parsed);
+  const unsandboxable = sandboxRefusal(cfg);
+  if (unsandboxable !== null) throw new ConfigError([unsandboxable]);
   const projectId = flag(parsed, "--project");
   const providerId = flag(parsed, "--provider");
   if (!projectId || !providerId) throw new UsageError("exec needs --project ID and --provider ID");

@@ -10,6 +10,13 @@ import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
 import { type RunAsPool, resolveRunAs, type SwitchSupport, switchUserSupport } from "../process/run-as.js";
+import {
+  findSandboxTools,
+  PRIVATE_TREES,
+  SANDBOX_OPT_OUT,
+  type SandboxMode,
+  type SandboxTools,
+} from "../process/sandbox.js";
 import { ConfigSchema, describeIssues, type LogLevel, type RawConfig } from "./schema.js";
 
 export interface ProjectConfig {
@@ -17,6 +24,8 @@ export interface ProjectConfig {
   /** Real absolute path (symlinks resolved), checked to be a directory at load time. */
   readonly root: string;
   readonly allowPatch: boolean;
+  /** `shared_between_callers`: run_as runs of different callers may share this tree (runs/project-callers.ts). */
+  readonly sharedBetweenCallers: boolean;
 }
 
 export interface AgentConfig {
@@ -55,6 +64,8 @@ export interface AcpConfig {
   readonly agentsShareRunnerUser: boolean;
   /** `[acp] single_tenant`: run_as pool users serve any caller, not only the one they first served. */
   readonly singleTenant: boolean;
+  /** `[acp] sandbox`: whether run_as agents start in a mount and IPC namespace of their own (process/sandbox.ts). */
+  readonly sandbox: SandboxMode;
   readonly agents: readonly AgentConfig[];
 }
 
@@ -271,6 +282,44 @@ function checkFilesystemLeniently(file: string, raw: unknown, errors: string[]):
   }
 }
 
+/**
+ * `[acp] sandbox = "namespaces"` with run_as agents: the tools exist, and nothing an agent needs lies in a tree
+ * it gets private and empty. The tools, or null after reporting why not. Whether this Runner can make the
+ * namespaces is asked at start (`sandboxRefusal`, config/exposure.ts), not here: loading spawns nothing.
+ */
+function checkSandbox(
+  projects: readonly ProjectConfig[],
+  agents: readonly AgentConfig[],
+  err: Report,
+): SandboxTools | null {
+  const hidden = (path: string) => PRIVATE_TREES.find((t) => within(path, t) || within(realpathLoose(path), t));
+  const inTree = (tree: string) =>
+    `is in ${tree}, which every run_as agent gets private and empty ([acp] sandbox = "namespaces"): the agent would not see it; move it out of ${PRIVATE_TREES.join(", ")}`;
+  projects.forEach((p, i) => {
+    const tree = hidden(p.root);
+    if (tree !== undefined) err(`projects[${i}].root`, `${p.root} ${inTree(tree)}`);
+  });
+  agents.forEach((a, i) => {
+    const tree = a.runAs === null ? undefined : hidden(a.executable);
+    if (tree !== undefined) err(`acp.agents[${i}].executable`, `${a.executable} ${inTree(tree)}`);
+  });
+  const found = findSandboxTools();
+  if (!found.ok) {
+    err(
+      "acp.sandbox",
+      `"namespaces" (the default with run_as) ${found.reason}; install util-linux, ${SANDBOX_OPT_OUT}`,
+    );
+    return null;
+  }
+  return found.tools;
+}
+
+function withSandbox(agent: AgentConfig, sandbox: SandboxTools): AgentConfig {
+  if (agent.runAs === null) return agent;
+  const users = agent.runAs.users.map((u) => Object.freeze({ ...u, sandbox }));
+  return Object.freeze({ ...agent, runAs: Object.freeze({ users: Object.freeze(users) }) });
+}
+
 /** Cross-field and filesystem rules, after the schema accepted the shape. */
 function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerConfig {
   const base = dirname(file);
@@ -290,7 +339,9 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       err(`projects[${i}].root`, `is the same directory as project ${JSON.stringify(other)} (${root})`);
     else roots.set(root, p.id);
     if (errors.length === errorsBefore) placed.push({ id: p.id, path: `projects[${i}].root`, root });
-    projects.push(Object.freeze({ id: p.id, root, allowPatch: p.allow_patch }));
+    projects.push(
+      Object.freeze({ id: p.id, root, allowPatch: p.allow_patch, sharedBetweenCallers: p.shared_between_callers }),
+    );
   });
   checkRootPlacement(
     placed,
@@ -359,6 +410,10 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
     );
   });
 
+  const sandboxed = acp.sandbox === "namespaces" && agents.some((a) => a.runAs !== null);
+  const tools = sandboxed ? checkSandbox(projects, agents, err) : null;
+  const sandboxedAgents = tools === null ? agents : agents.map((a) => withSandbox(a, tools));
+
   let server: ServerConfig | null = null;
   if (raw.server) {
     const s = raw.server;
@@ -411,7 +466,8 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       forcedConfig: Object.freeze({ ...acp.forced_config }),
       agentsShareRunnerUser: acp.agents_share_runner_user,
       singleTenant: acp.single_tenant,
-      agents: Object.freeze(agents),
+      sandbox: acp.sandbox,
+      agents: Object.freeze(sandboxedAgents),
     }),
   });
 }

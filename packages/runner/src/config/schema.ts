@@ -18,6 +18,7 @@ import {
 } from "@webcodex/protocol";
 import { z } from "zod";
 import { ACCOUNT_NAME_PATTERN, MAX_RUN_AS_POOL_USERS } from "../process/run-as.js";
+import { SANDBOX_MODES } from "../process/sandbox.js";
 
 /** Most argv entries an agent may be configured with, and the longest one. */
 export const MAX_AGENT_ARGS = 64;
@@ -153,7 +154,17 @@ export const ConfigSchema = z
     projects: z
       .array(
         z
-          .object({ id: Id, root: NonEmpty, allow_patch: z.boolean({ error: "must be a boolean" }).default(false) })
+          .object({
+            id: Id,
+            root: NonEmpty,
+            allow_patch: z.boolean({ error: "must be a boolean" }).default(false),
+            /**
+             * The operator accepts that run_as runs of different callers share this project's tree (what one
+             * writes, another's runs read and may execute). Without it the project serves the caller of its
+             * first run only (runs/project-callers.ts).
+             */
+            shared_between_callers: z.boolean({ error: "must be a boolean" }).default(false),
+          })
           .strict(),
         { error: "must be an array of tables ([[projects]])" },
       )
@@ -179,6 +190,11 @@ export const ConfigSchema = z
          * (process/user-bindings.ts).
          */
         single_tenant: z.boolean({ error: "must be a boolean" }).default(false),
+        /**
+         * `namespaces`: every run_as agent gets its own mount and IPC namespace (process/sandbox.ts), and a
+         * Runner that cannot make them refuses to start; `none`: the operator's explicit opt-out.
+         */
+        sandbox: z.enum(SANDBOX_MODES, { error: `must be one of ${SANDBOX_MODES.join(", ")}` }).default("namespaces"),
         agents: z
           .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
           .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")

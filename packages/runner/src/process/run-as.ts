@@ -62,6 +62,23 @@ export interface RunAs {
   readonly setpriv: string;
   /** Whether setpriv clears the capability bounding set (it needs CAP_SETPCAP, which root has). */
   readonly clearBoundingSet: boolean;
+  /**
+   * The tools that start the agent in a mount and IPC namespace of its own (process/sandbox.ts), or null
+   * under `[acp] sandbox = "none"`.
+   */
+  readonly sandbox: SandboxTools | null;
+}
+
+/** The tools that start an agent in a sandbox (process/sandbox.ts), resolved once at config load (never on PATH). */
+export interface SandboxTools {
+  readonly unshare: string;
+  readonly sh: string;
+  readonly mount: string;
+  /**
+   * A non-root Runner's setpriv, which makes the mounting shell uid 0 inside the new namespaces (util-linux
+   * `mount` refuses any caller whose uid is not 0, whatever its capabilities); null for a root Runner.
+   */
+  readonly asRoot: string | null;
 }
 
 /** An agent's `run_as`: the users its runs take turns as, one per concurrent run, in configured order. */
@@ -191,6 +208,7 @@ export function resolveRunAs(
   group: string | undefined,
   canSwitch: () => SwitchSupport,
   runnerUid: number | undefined = process.geteuid?.(),
+  sandbox: SandboxTools | null = null,
 ): RunAsResolution {
   if (users === undefined) {
     if (group !== undefined)
@@ -261,6 +279,7 @@ export function resolveRunAs(
       group: group ?? null,
       setpriv,
       clearBoundingSet: support.clearBoundingSet,
+      sandbox,
     }),
   );
   return { ok: true, value: Object.freeze({ users: Object.freeze(pool) }) };

@@ -31,11 +31,12 @@ import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
 import { type Logger, silentLogger } from "../logger.js";
 import type { AgentChild } from "../process/spawn.js";
-import type { PoolBindings } from "../process/user-bindings.js";
-import { UserPool } from "../process/user-pool.js";
+import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
+import { type Lease, UserPool } from "../process/user-pool.js";
 import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
 import type { DispatchStore } from "../store/types.js";
 import { writeDiagnostics } from "./diagnostics.js";
+import { MemoryProjectCallers, PROJECT_SERVES_ANOTHER_CALLER, type ProjectCallers } from "./project-callers.js";
 import { Run, rowToSummary } from "./record.js";
 import { RunRetention } from "./retention.js";
 import type {
@@ -73,6 +74,8 @@ export interface RunManagerOptions {
   sweepTimeoutMs?: number;
   /** Which caller each run_as pool user serves (process/user-bindings.ts); null or absent: users serve any caller. */
   poolBindings?: PoolBindings | null;
+  /** Which caller each shared project serves under run_as (runs/project-callers.ts); default: in memory. */
+  projectCallers?: ProjectCallers;
   /** Crash injection (default: failpoints.ts, armed only by WEBCODEX_FAILPOINT). */
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
@@ -120,6 +123,8 @@ export class RunManager implements RunService {
   readonly #turn: AcpTurn;
   /** The run_as users: one per live run, swept before reuse. Sweeps every pool user once, here at construction. */
   readonly #users: UserPool;
+  /** Which caller each project serves its run_as runs to; null under `[acp] single_tenant`. */
+  readonly #projectCallers: ProjectCallers | null;
   readonly #listeners = new Set<RunUpdateListener>();
   #closing = false;
 
@@ -162,6 +167,9 @@ export class RunManager implements RunService {
       bindings: this.#config.acp.singleTenant ? null : (options.poolBindings ?? null),
       now: this.#now,
     });
+    this.#projectCallers = this.#config.acp.singleTenant
+      ? null
+      : (options.projectCallers ?? new MemoryProjectCallers());
   }
 
   /** Resolves once the start-up sweep of the run_as pool users is done (a user still being swept is not leased). */
@@ -246,8 +254,16 @@ export class RunManager implements RunService {
     if (this.#active.size >= this.#config.acp.maxConcurrentRuns) {
       return { ok: false, code: "capacity", message: FAILURE_SUMMARIES.capacity };
     }
+    // A project's tree serves one caller's run_as runs (runs/project-callers.ts): another caller's run is
+    // admitted and ends failed / not_started with the fixed reason, before a pool user is leased or bound.
+    const served = this.#serveProject(project, agent, req.tenant);
+    if (served === "unrecorded") {
+      return { ok: false, code: "internal", message: "The Runner could not record which caller its project serves." };
+    }
+    const refused =
+      served === "other" ? notStarted("provider_spawn_failed", "spawn", PROJECT_SERVES_ANOTHER_CALLER) : null;
     // Every user of the agent's run_as pool serves a live run (or is being swept): at capacity for this agent.
-    const lease = this.#users.acquire(agent, req.tenant);
+    const lease: Lease = refused ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
     if (!lease.ok)
       return {
         ok: false,
@@ -292,7 +308,7 @@ export class RunManager implements RunService {
     this.#failpoint("after_admission");
     // The turn forks the agent and records it durably before its first await; the admission row (committed
     // without an fsync of its own) is durable by then, or is made so here, before run.start is answered.
-    void this.#drive(run, req.prompt, req.config);
+    void (refused ? this.#endBeforeSpawn(run, refused) : this.#drive(run, req.prompt, req.config));
     try {
       this.#store.ensureDurable(run.run_id);
     } catch (error) {
@@ -301,6 +317,32 @@ export class RunManager implements RunService {
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     return { ok: true, run: run.summary(), created: true };
+  }
+
+  /**
+   * Whether `project` may serve a run of `tenant` with `agent`: "ok" (binding it to the tenant first when it
+   * serves no one yet), "other" (it serves another caller), or "unrecorded" (the binding could not be written).
+   */
+  #serveProject(project: ProjectConfig, agent: AgentConfig, tenant: string | undefined): "ok" | "other" | "unrecorded" {
+    const callers = this.#projectCallers;
+    if (callers === null || agent.runAs === null || project.sharedBetweenCallers) return "ok";
+    const caller = tenant ?? NO_TENANT;
+    try {
+      const served = callers.servedBy(project.id);
+      if (served !== undefined) return served === caller ? "ok" : "other";
+      callers.bind(project.id, caller, this.#now());
+      this.#log.info({ project_id: project.id }, "project bound to the caller of its first run_as run");
+      return "ok";
+    } catch (error) {
+      this.#log.error({ project_id: project.id, err_name: (error as Error)?.name }, "project binding failed");
+      return "unrecorded";
+    }
+  }
+
+  /** A run refused after admission, before anything is spawned: terminal at once, nothing to clean up. */
+  async #endBeforeSpawn(run: Run, terminal: Terminal): Promise<void> {
+    this.#finish(run, terminal);
+    await this.#cleanup(run, new StageClock().timings);
   }
 
   // ---- observation --------------------------------------------------------------

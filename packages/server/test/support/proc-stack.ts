@@ -30,6 +30,7 @@ import {
   startRunnerProcess,
   startServerProcess,
 } from "../../../../scripts/test-support/index.js";
+import { sharedTestDir } from "../../../runner/test/support/test-user.js";
 import { loadServerConfig, sha256Hex } from "../../src/config.js";
 import type {
   ApiResult,
@@ -115,8 +116,9 @@ export async function freePort(): Promise<number> {
 }
 
 export class ProcStack {
-  readonly dir = mkdtempSync(join(tmpdir(), "wc-proc-"));
-  readonly serverConfigFile = join(this.dir, "server.toml");
+  /** With a run_as Runner, outside the /tmp its sandboxed agents get private (the agent must see the ledger). */
+  readonly dir: string;
+  readonly serverConfigFile: string;
   readonly tokens = new Map<string, string>();
   readonly runnerProcs = new Map<string, DaemonProcess>();
   readonly logs = new Map<string, string>();
@@ -127,7 +129,10 @@ export class ProcStack {
   serverChild: DaemonProcess | null = null;
   port = 0;
 
-  constructor(readonly opts: ProcStackOptions) {}
+  constructor(readonly opts: ProcStackOptions) {
+    this.dir = opts.runners.some((r) => r.runAs) ? sharedTestDir("wc-proc-") : mkdtempSync(join(tmpdir(), "wc-proc-"));
+    this.serverConfigFile = join(this.dir, "server.toml");
+  }
 
   /** The PostgreSQL URL the Server's state is on, or undefined for SQLite (set by `init`). */
   stateUrl: string | undefined;
