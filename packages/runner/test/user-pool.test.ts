@@ -46,7 +46,7 @@ describe("UserPool", () => {
     expect(pool.acquire({ runAs: null }, T1)).toEqual({ ok: true, user: null });
     expect(pool.acquire(single, T1)).toEqual({ ok: true, user: u1 });
     expect(pool.acquire(pooled, T1)).toEqual({ ok: true, user: u2 });
-    expect(pool.acquire(pooled, T1)).toEqual({ ok: false, reason: "busy" });
+    expect(pool.acquire(pooled, T1)).toEqual({ ok: false, reason: "pool_busy" });
     await pool.release(u1, "wc_agent_run_a");
     expect(pool.state(u1.uid)).toBe("free");
     expect(pool.acquire(pooled, T1)).toEqual({ ok: true, user: u1 });
@@ -60,7 +60,7 @@ describe("UserPool", () => {
     expect(pool.acquire(agent(u1), T1)).toEqual({ ok: true, user: u1 });
     await pool.release(u1, "wc_agent_run_q");
     expect(pool.state(u1.uid)).toBe("quarantined");
-    expect(pool.acquire(agent(u1), T1)).toEqual({ ok: false, reason: "busy" });
+    expect(pool.acquire(agent(u1), T1)).toEqual({ ok: false, reason: "pool_busy" });
     const error = lines.find((l) => l.level === 50);
     expect(error).toMatchObject({ run_id: "wc_agent_run_q", user: u1.user, uid: u1.uid, killed: 3, survivors: 1 });
     expect(Object.keys(error ?? {}).sort()).toEqual(
@@ -108,9 +108,9 @@ describe("UserPool", () => {
         await pool.release(u2, "wc_agent_run_4");
         // A third caller: users are free, but none is its to take.
         const T3 = "tn_cccccccccccccccccccccccccc";
-        expect(pool.acquire(pooled, T3)).toEqual({ ok: false, reason: "bound" });
+        expect(pool.acquire(pooled, T3)).toEqual({ ok: false, reason: "pool_bound" });
         // An untagged start is a tenant of its own.
-        expect(pool.acquire(pooled, undefined)).toEqual({ ok: false, reason: "bound" });
+        expect(pool.acquire(pooled, undefined)).toEqual({ ok: false, reason: "pool_bound" });
 
         // After a restart (a new pool reading the same file) the bindings hold.
         const again = new UserPool([pooled], { bindings: new FilePoolBindings(dir) });
@@ -128,13 +128,13 @@ describe("UserPool", () => {
       }
     });
 
-    test("busy, not bound, when the caller's own user is serving a live run", async () => {
+    test("caller_limit for the caller whose own user is serving a live run, pool_busy for another", async () => {
       const u1 = user(1);
       try {
         const pool = new UserPool([agent(u1)], { bindings: fresh() });
         expect(pool.acquire(agent(u1), T1)).toEqual({ ok: true, user: u1 });
-        expect(pool.acquire(agent(u1), T1)).toEqual({ ok: false, reason: "busy" });
-        expect(pool.acquire(agent(u1), T2)).toEqual({ ok: false, reason: "busy" });
+        expect(pool.acquire(agent(u1), T1)).toEqual({ ok: false, reason: "caller_limit" });
+        expect(pool.acquire(agent(u1), T2)).toEqual({ ok: false, reason: "pool_busy" });
       } finally {
         cleanup();
       }

@@ -5,7 +5,7 @@
  * change. Every problem is reported at once, each naming the file, the TOML
  * key path and the rule, so an operator can fix a config in one pass.
  */
-import { accessSync, constants, realpathSync, statSync } from "node:fs";
+import { accessSync, constants, lstatSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
@@ -55,6 +55,12 @@ export interface AcpConfig {
   readonly agentsShareRunnerUser: boolean;
   /** `[acp] single_tenant`: run_as pool users serve any caller, not only the one they first served. */
   readonly singleTenant: boolean;
+  /** `[acp] max_users_per_caller`, or null: half of each agent's pool, at least 1 (process/user-pool.ts). */
+  readonly maxUsersPerCaller: number | null;
+  /** `[acp] binding_idle_days`: a pool user its caller left unused this long may be recycled for another. */
+  readonly bindingIdleDays: number;
+  /** `[acp] home_template` as an absolute path, or null: a recycled user's HOME starts empty. */
+  readonly homeTemplate: string | null;
   readonly agents: readonly AgentConfig[];
 }
 
@@ -224,6 +230,19 @@ function checkRootPlacement(
       }
     });
   });
+}
+
+/** `[acp] home_template` as a real absolute path: an existing directory (not a symlink), or reported. */
+function checkHomeTemplate(base: string, template: string | undefined, err: Report): string | null {
+  if (template === undefined) return null;
+  const abs = resolveFrom(base, template);
+  try {
+    if (!lstatSync(abs).isDirectory()) err("acp.home_template", `${abs} is not a directory (nor may it be a symlink)`);
+    return realpathSync(abs);
+  } catch {
+    err("acp.home_template", `${abs} does not exist`);
+    return abs;
+  }
 }
 
 /** The absolute executable path, reporting bare names, missing files and missing execute permission. */
@@ -411,6 +430,9 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       forcedConfig: Object.freeze({ ...acp.forced_config }),
       agentsShareRunnerUser: acp.agents_share_runner_user,
       singleTenant: acp.single_tenant,
+      maxUsersPerCaller: acp.max_users_per_caller ?? null,
+      bindingIdleDays: acp.binding_idle_days,
+      homeTemplate: checkHomeTemplate(base, acp.home_template, err),
       agents: Object.freeze(agents),
     }),
   });
