@@ -25,6 +25,7 @@ const user = (n: number): RunAs => ({
   uid: 3_999_000 + n,
   gid: 3_999_000 + n,
   group: null,
+  home: `/nonexistent/wc-pool-${n}`,
   setpriv: "/usr/bin/setpriv",
   clearBoundingSet: true,
 });
