@@ -42,7 +42,6 @@
  */
 import { execFileSync } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
-import type { CapacityReason } from "@webcodex/protocol";
 import type { AgentConfig } from "../config/config.js";
 import { type Logger, silentLogger } from "../logger.js";
 import { PoolHomeError, type RecycledHome } from "./pool-homes.js";
