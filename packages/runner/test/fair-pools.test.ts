@@ -32,7 +32,7 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { alive, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { homeGuard, PoolHomeError, poolHomeRefusals, recycleHome } from "../src/process/pool-homes.js";
+import { homeGuard, oddHome, PoolHomeError, poolHomeRefusals, recycleHome } from "../src/process/pool-homes.js";
 import { listUidProcesses } from "../src/process/proc-identity.js";
 import { findSystemTool } from "../src/process/run-as.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
@@ -319,21 +319,27 @@ describe.skipIf(!IS_ROOT)(
       }
     });
 
-    test("a HOME that is a project root, the state dir or a symlink is never wiped", async () => {
+    test("a HOME that is a project root, the state dir, / or a symlink is never wiped", async () => {
       const guard = homeGuard(ctx.config);
+      const pooled = ctx.config.acp.agents[0]?.runAs?.users[0];
+      if (!pooled) throw new Error("no pool user");
+      // Only ever judged, never handed to recycleHome: a regression must not be able to wipe them.
+      for (const odd of ["/", "/etc/wc-home", ctx.config.runner.stateDir, join(ctx.project, "sub"), ctx.homes]) {
+        expect(oddHome({ uid: pooled.uid, home: odd }, guard), odd).not.toBeNull();
+      }
+      // Test-owned temp trees only: the project root, and a HOME that is a symlink to it.
       const canary = join(ctx.project, `canary-${randomBytes(8).toString("hex")}`);
       writeFileSync(canary, "x");
+      const link = join(ctx.dir, "link-home");
+      symlinkSync(ctx.project, link);
       try {
-        for (const odd of [ctx.project, ctx.config.runner.stateDir, "/", join(ctx.dir, "link-home")]) {
-          if (odd.endsWith("link-home")) symlinkSync(ctx.project, odd);
-          await expect(
-            recycleHome({ ...ctx.config.acp.agents[0]!.runAs!.users[0]!, home: odd }, guard),
-          ).rejects.toThrow(PoolHomeError);
+        for (const home of [ctx.project, link]) {
+          await expect(recycleHome({ ...pooled, home }, guard)).rejects.toThrow(PoolHomeError);
         }
         expect(existsSync(canary)).toBe(true);
       } finally {
         rmSync(canary, { force: true });
-        rmSync(join(ctx.dir, "link-home"), { force: true });
+        rmSync(link, { force: true });
       }
     });
 

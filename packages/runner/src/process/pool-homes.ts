@@ -11,9 +11,9 @@
  * - a project root that group members may write, where that group is held by two or more pool users,
  *   unless the recipe of docs/security.md ("Giving agents a project through a group") is followed: the
  *   group is the `run_as_group` of every agent whose pool users hold it, and no pool user's primary group.
- * A missing HOME is no refusal (nothing to read; a recycle creates it).
+ * A missing HOME is no refusal (nothing to read; a recycle creates it unless it is odd, e.g. /nonexistent).
  *
- * Wiping never follows a symlink (entries are lstat'ed, symlinks unlinked), never crosses into another
+ * Wiping never follows a symlink, never empties a HOME the user does not own (entries are lstat'ed, symlinks unlinked), never crosses into another
  * filesystem (a mount point inside the HOME stops the wipe), never goes deeper than MAX_HOME_DEPTH, and
  * only ever starts at the user's HOME as resolved from the passwd entry, after `oddHome` found it sound.
  */
@@ -42,6 +42,18 @@ export const MAX_HOME_DEPTH = 64;
 export const MAX_TEMPLATE_ENTRIES = 10_000;
 /** Trees no pool user's HOME may be or lie in. */
 const SYSTEM_TREES = ["/etc", "/proc", "/sys", "/dev", "/boot", "/root", "/usr", "/bin", "/sbin", "/lib"];
+
+/** Directories two levels deep that hold other users' or services' files: never a pool user's HOME. */
+const SHARED_DIRS = [
+  "/var/tmp",
+  "/var/lib",
+  "/var/log",
+  "/var/cache",
+  "/var/spool",
+  "/var/mail",
+  "/run/user",
+  "/usr/local",
+];
 
 /** A HOME that cannot be wiped safely, or a template that cannot be copied: the user is quarantined. */
 export class PoolHomeError extends Error {
@@ -77,6 +89,10 @@ export function oddHome(user: Pick<RunAs, "uid" | "home">, guard: HomeGuard): st
     return `its HOME ${JSON.stringify(home)} is not a plain absolute path`;
   }
   if (home.replace(/\/+$/, "") === "") return "its HOME is /";
+  // A top-level directory (/home, /srv, /tmp) or a shared system directory holds others' files.
+  if (home.split("/").filter(Boolean).length < 2 || SHARED_DIRS.includes(home.replace(/\/+$/, ""))) {
+    return `its HOME ${home} is a shared directory, not a home of its own`;
+  }
   let st: Stats;
   try {
     st = lstatSync(home);
@@ -102,6 +118,15 @@ export function oddHome(user: Pick<RunAs, "uid" | "home">, guard: HomeGuard): st
     if (within(at, o) || within(o, at)) return `its HOME ${home} is, holds or lies in another pool user's HOME`;
   }
   return null;
+}
+
+function exists(path: string): boolean {
+  try {
+    lstatSync(path);
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** Every pool user of the config, once, by uid. */
@@ -152,6 +177,7 @@ export function poolHomeRefusals(config: RunnerConfig, groups: (user: string) =>
   if (users.size === 0) return out;
   const guard = homeGuard(config);
   for (const u of users.values()) {
+    if (!exists(u.home)) continue; // no HOME: nothing to read (`adduser --system` gives /nonexistent)
     const odd = oddHome(u, guard);
     if (odd !== null) {
       out.push(
@@ -159,12 +185,7 @@ export function poolHomeRefusals(config: RunnerConfig, groups: (user: string) =>
       );
       continue;
     }
-    let mode: number;
-    try {
-      mode = statSync(u.home).mode & 0o777;
-    } catch {
-      continue; // no HOME: nothing to read
-    }
+    const mode = lstatSync(u.home).mode & 0o777;
     if ((mode & 0o077) !== 0) {
       out.push(
         `run_as user ${u.user}: its HOME ${u.home} has mode ${mode.toString(8).padStart(4, "0")}: other users, among them ` +
@@ -277,8 +298,6 @@ async function copyTemplate(from: string, to: string, uid: number, gid: number, 
  * the HOME is odd or cannot be wiped; the pool then quarantines the user.
  */
 export async function recycleHome(user: RunAs, guard: HomeGuard): Promise<RecycledHome> {
-  const odd = oddHome(user, guard);
-  if (odd !== null) throw new PoolHomeError(odd);
   const home = user.home;
   let removed = 0;
   let st: Stats | null = null;
@@ -287,10 +306,16 @@ export async function recycleHome(user: RunAs, guard: HomeGuard): Promise<Recycl
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "ENOENT") throw error;
   }
+  const odd = oddHome(user, guard);
+  // A missing odd HOME (`/nonexistent`) holds nothing to wipe, and is no place to create one.
+  if (odd !== null && st === null) return { removed: 0, copied: 0 };
+  if (odd !== null) throw new PoolHomeError(odd);
   if (st === null) {
     await mkdir(dirname(home), { recursive: true, mode: 0o755 });
     await mkdir(home, { mode: 0o700 });
   } else {
+    // Only a directory the pool user owns is its own to lose.
+    if (st.uid !== user.uid) throw new PoolHomeError(`its HOME ${home} is not owned by the user (uid ${st.uid})`);
     removed = await emptyTree(home, st.dev, 0);
   }
   await chown(home, user.uid, user.gid);
