@@ -1,5 +1,6 @@
 export * from "./batches.js";
 export * from "./bounds.js";
+export * from "./capacity.js";
 export * from "./events.js";
 export * from "./frames.js";
 export * from "./hosts.js";

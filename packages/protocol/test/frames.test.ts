@@ -2,6 +2,8 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { canary } from "../../../scripts/vitest/canary.js";
 import {
+  CAPACITY_REASONS,
+  type CapacityReason,
   encodeFrame,
   MAX_FRAME_BYTES,
   MAX_PROMPT_BYTES,
@@ -327,5 +329,23 @@ describe("hostile input", () => {
       }),
       { numRuns: 500 },
     );
+  });
+});
+
+describe("capacity_reason on an error frame", () => {
+  const error = { type: "error", request_id: "req_1", code: "capacity", message: "full" };
+  it("is accepted on capacity, from the closed set only", () => {
+    for (const reason of Object.keys(CAPACITY_REASONS)) {
+      expect(parseRunnerFrame(JSON.stringify({ ...error, capacity_reason: reason }))).toMatchObject({ ok: true });
+    }
+    expect(parseRunnerFrame(JSON.stringify(error))).toMatchObject({ ok: true });
+    const unknown = parseRunnerFrame(JSON.stringify({ ...error, capacity_reason: "because" }));
+    expect(unknown).toMatchObject({ ok: false, error: { code: "invalid_frame", path: "capacity_reason" } });
+  });
+  it("is refused on any other code", () => {
+    const other = parseRunnerFrame(
+      JSON.stringify({ ...error, code: "internal", capacity_reason: "runner_full" satisfies CapacityReason }),
+    );
+    expect(other).toMatchObject({ ok: false, error: { code: "invalid_frame", path: "capacity_reason" } });
   });
 });

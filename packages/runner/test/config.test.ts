@@ -52,6 +52,32 @@ function errorsOf(text: string): string[] {
 }
 
 describe("runner config", () => {
+  test("fair-pool keys: defaults, bounds and a home_template that must be a directory", () => {
+    const base = parseConfig(VALID, file).acp;
+    expect([base.maxUsersPerCaller, base.bindingIdleDays, base.homeTemplate]).toEqual([null, 30, null]);
+    const withAcp = (lines: string) =>
+      VALID.replace("max_concurrent_runs = 2\n", `max_concurrent_runs = 2\n${lines}\n`);
+    mkdirSync(join(dir, "tpl"), { recursive: true });
+    const set = parseConfig(
+      withAcp('max_users_per_caller = 2\nbinding_idle_days = 7\nhome_template = "tpl"'),
+      file,
+    ).acp;
+    expect([set.maxUsersPerCaller, set.bindingIdleDays, set.homeTemplate]).toEqual([2, 7, join(dir, "tpl")]);
+    expect(errorsOf(withAcp("max_users_per_caller = 0\nbinding_idle_days = 0"))).toEqual([
+      `${file}: acp.max_users_per_caller: must be at least 1`,
+      `${file}: acp.binding_idle_days: must be at least 1`,
+    ]);
+    expect(errorsOf(withAcp("binding_idle_days = 3651"))).toEqual([
+      `${file}: acp.binding_idle_days: must be at most 3650`,
+    ]);
+    expect(errorsOf(withAcp('home_template = "bin/agent"'))).toEqual([
+      `${file}: acp.home_template: ${join(dir, "bin", "agent")} is not a directory (nor may it be a symlink)`,
+    ]);
+    expect(errorsOf(withAcp('home_template = "missing"'))).toEqual([
+      `${file}: acp.home_template: ${join(dir, "missing")} does not exist`,
+    ]);
+  });
+
   test("a valid config is typed, frozen and resolved against the config file", () => {
     const config = parseConfig(VALID, file);
     expect(Object.isFrozen(config)).toBe(true);

@@ -199,7 +199,7 @@ describe("capacity", () => {
     expect((await manager.start(a)).ok).toBe(true);
     expect((await manager.start(b)).ok).toBe(true);
     const rejected = await manager.start(c);
-    expect(rejected).toMatchObject({ ok: false, code: "capacity" });
+    expect(rejected).toMatchObject({ ok: false, code: "capacity", capacity_reason: "runner_full" });
     expect(manager.sync(c.run_id, 0, 0)).toBeNull();
     await manager.cancel(a.run_id);
     await manager.cancel(b.run_id);

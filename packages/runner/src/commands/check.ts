@@ -15,6 +15,7 @@ import {
   UNSANDBOXED_CONSEQUENCE,
   unsandboxedRunAs,
 } from "../config/exposure.js";
+import { poolHomeRefusals } from "../process/pool-homes.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
 
 function writeInitialize(out: { write: (text: string) => void }, init: InitializeResponse): void {
@@ -34,6 +35,8 @@ export async function check(parsed: Parsed): Promise<number> {
   if (refusal !== null) throw new ConfigError([refusal]);
   const unsandboxable = sandboxRefusal(cfg);
   if (unsandboxable !== null) throw new ConfigError([unsandboxable]);
+  const homes = poolHomeRefusals(cfg);
+  if (homes.length > 0) throw new ConfigError(homes.map((h) => `${cfg.file}: ${h}`));
   // The probe prints what the agent said about itself (names, versions, option ids): terminal-safe.
   const out = { write: (text: string) => process.stdout.write(terminalSafe(text)) };
   out.write(
@@ -55,6 +58,11 @@ export async function check(parsed: Parsed): Promise<number> {
     if (size >= cfg.acp.maxConcurrentRuns) continue;
     out.write(
       `note: agent ${a.id} runs at most ${size} run${size === 1 ? "" : "s"} at once (one per run_as user; acp.max_concurrent_runs is ${cfg.acp.maxConcurrentRuns})\n`,
+    );
+  }
+  if (!cfg.acp.singleTenant && cfg.acp.homeTemplate === null && cfg.acp.agents.some((a) => a.runAs !== null)) {
+    out.write(
+      `note: a run_as pool user its caller leaves unused for ${cfg.acp.bindingIdleDays} days (acp.binding_idle_days) may be recycled for another caller with an empty HOME; set acp.home_template to a directory with what agents need there (their logins)\n`,
     );
   }
   for (const w of credentialModeWarnings(cfg)) {

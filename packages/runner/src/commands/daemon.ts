@@ -38,6 +38,7 @@ import { activeFailpoint, FAILPOINT_ENV, invalidFailpointValue } from "../failpo
 import { type LinkHandle, startLink } from "../link/link.js";
 import { removeResumeSecret, resumeSecretStore } from "../link/resume.js";
 import { createLogger, type Logger } from "../logger.js";
+import { poolHomeRefusals } from "../process/pool-homes.js";
 import { procIdentitySupported } from "../process/proc-identity.js";
 import { type ReapResult, reapAll } from "../process/reaper.js";
 import { BindingsFileError, FilePoolBindings } from "../process/user-bindings.js";
@@ -265,6 +266,9 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
   }
   const refusal = sharedUserRefusal(config) ?? sandboxRefusal(config);
   if (refusal !== null) throw new DaemonStartError(2, refusal);
+  // Pool users' HOMEs and the projects' group access (process/pool-homes.ts): the same words as `check`.
+  const homes = poolHomeRefusals(config);
+  if (homes.length > 0) throw new DaemonStartError(2, homes.map((h) => `${config.file}: ${h}`).join("\n"));
   const sameUser = sameUserAgents(config);
   if (sameUser.length > 0) {
     logger.warn(

@@ -5,7 +5,7 @@
  * change. Every problem is reported at once, each naming the file, the TOML
  * key path and the rule, so an operator can fix a config in one pass.
  */
-import { accessSync, constants, realpathSync, statSync } from "node:fs";
+import { accessSync, constants, lstatSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
@@ -66,6 +66,12 @@ export interface AcpConfig {
   readonly singleTenant: boolean;
   /** `[acp] sandbox`: whether run_as agents start in a mount and IPC namespace of their own (process/sandbox.ts). */
   readonly sandbox: SandboxMode;
+  /** `[acp] max_users_per_caller`, or null: half of each agent's pool, at least 1 (process/user-pool.ts). */
+  readonly maxUsersPerCaller: number | null;
+  /** `[acp] binding_idle_days`: a pool user its caller left unused this long may be recycled for another. */
+  readonly bindingIdleDays: number;
+  /** `[acp] home_template` as an absolute path, or null: a recycled user's HOME starts empty. */
+  readonly homeTemplate: string | null;
   readonly agents: readonly AgentConfig[];
 }
 
@@ -235,6 +241,19 @@ function checkRootPlacement(
       }
     });
   });
+}
+
+/** `[acp] home_template` as a real absolute path: an existing directory (not a symlink), or reported. */
+function checkHomeTemplate(base: string, template: string | undefined, err: Report): string | null {
+  if (template === undefined) return null;
+  const abs = resolveFrom(base, template);
+  try {
+    if (!lstatSync(abs).isDirectory()) err("acp.home_template", `${abs} is not a directory (nor may it be a symlink)`);
+    return realpathSync(abs);
+  } catch {
+    err("acp.home_template", `${abs} does not exist`);
+    return abs;
+  }
 }
 
 /** The absolute executable path, reporting bare names, missing files and missing execute permission. */
@@ -467,6 +486,9 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       agentsShareRunnerUser: acp.agents_share_runner_user,
       singleTenant: acp.single_tenant,
       sandbox: acp.sandbox,
+      maxUsersPerCaller: acp.max_users_per_caller ?? null,
+      bindingIdleDays: acp.binding_idle_days,
+      homeTemplate: checkHomeTemplate(base, acp.home_template, err),
       agents: Object.freeze(sandboxedAgents),
     }),
   });

@@ -19,6 +19,7 @@ import {
 import { z } from "zod";
 import { ACCOUNT_NAME_PATTERN, MAX_RUN_AS_POOL_USERS } from "../process/run-as.js";
 import { SANDBOX_MODES } from "../process/sandbox.js";
+import { DEFAULT_BINDING_IDLE_DAYS, MAX_BINDING_IDLE_DAYS, MIN_BINDING_IDLE_DAYS } from "../process/user-bindings.js";
 
 /** Most argv entries an agent may be configured with, and the longest one. */
 export const MAX_AGENT_ARGS = 64;
@@ -195,6 +196,15 @@ export const ConfigSchema = z
          * Runner that cannot make them refuses to start; `none`: the operator's explicit opt-out.
          */
         sandbox: z.enum(SANDBOX_MODES, { error: `must be one of ${SANDBOX_MODES.join(", ")}` }).default("namespaces"),
+        /**
+         * Most users of one agent's run_as pool one caller may be bound to (process/user-pool.ts); default:
+         * half the pool, at least 1.
+         */
+        max_users_per_caller: int(1, MAX_RUN_AS_POOL_USERS).optional(),
+        /** Days a pool user bound to a caller may go unused before it may be recycled for another caller. */
+        binding_idle_days: int(MIN_BINDING_IDLE_DAYS, MAX_BINDING_IDLE_DAYS).default(DEFAULT_BINDING_IDLE_DAYS),
+        /** A directory copied into a recycled pool user's new HOME (agent logins); relative to the config file. */
+        home_template: NonEmpty.optional(),
         agents: z
           .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
           .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")

@@ -58,6 +58,8 @@ export interface RunAs {
   readonly gid: number;
   /** `run_as_group` as configured, or null (the user's primary group). */
   readonly group: string | null;
+  /** The user's HOME from the passwd entry (checked and recycled by process/pool-homes.ts). */
+  readonly home: string;
   /** Absolute path of the `setpriv` that switches users. */
   readonly setpriv: string;
   /** Whether setpriv clears the capability bounding set (it needs CAP_SETPCAP, which root has). */
@@ -217,7 +219,7 @@ export function resolveRunAs(
   }
   const names = typeof users === "string" ? [users] : users;
   const keyOf = (i: number) => (typeof users === "string" ? "run_as" : `run_as[${i}]`);
-  const accounts: { user: string; uid: number; gid: number }[] = [];
+  const accounts: { user: string; uid: number; gid: number; home: string }[] = [];
   const byUid = new Map<number, string>();
   for (const [i, user] of names.entries()) {
     const account = lookupUser(user);
@@ -246,7 +248,7 @@ export function resolveRunAs(
       return { ok: false, key, reason: `${JSON.stringify(user)} has the same uid (${uid}) as ${JSON.stringify(twin)}` };
     }
     byUid.set(uid, user);
-    accounts.push({ user, uid, gid: account.value.gid });
+    accounts.push({ user, uid, gid: account.value.gid, home: account.value.home });
   }
   let groupGid: number | null = null;
   if (group !== undefined) {
@@ -277,6 +279,7 @@ export function resolveRunAs(
       uid: a.uid,
       gid: groupGid ?? a.gid,
       group: group ?? null,
+      home: a.home,
       setpriv,
       clearBoundingSet: support.clearBoundingSet,
       sandbox,

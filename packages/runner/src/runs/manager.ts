@@ -14,6 +14,8 @@
  */
 import { randomBytes } from "node:crypto";
 import {
+  CAPACITY_REASONS,
+  type CapacityReason,
   eventBatches,
   FAILURE_SUMMARIES,
   type FailureKind,
@@ -30,6 +32,7 @@ import { sameUserAgents } from "../config/exposure.js";
 import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
 import { type Logger, silentLogger } from "../logger.js";
+import { homeGuard, recycleHome } from "../process/pool-homes.js";
 import type { AgentChild } from "../process/spawn.js";
 import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
@@ -88,14 +91,15 @@ export { RETAINED_RINGS_MAX_BYTES } from "./retention.js";
 export type { RunTimings } from "./timings.js";
 
 /** Faults that close() itself causes by closing connections and killing trees. */
-/** What a start refused for want of a run_as user is told (process/user-pool.ts `Lease`). */
-const LEASE_REFUSALS = {
-  busy: FAILURE_SUMMARIES.capacity,
-  bound:
-    "Every free run_as user of this agent has served another caller, and a user never serves two callers " +
-    "(design §4.2); nothing was started. Retry later, or ask the operator to add users to run_as.",
-  unrecorded: "The Runner could not record which caller its run_as user serves; nothing was started.",
-} as const;
+/** What a start refused for want of a run_as user is told besides its capacity reason. */
+const UNRECORDED_REFUSAL = "The Runner could not record which caller its run_as user serves; nothing was started.";
+/** Longest a start waits for an idle pool user being recycled for its caller before it is refused `pool_recycling`. */
+export const RECYCLE_WAIT_MS = 10_000;
+
+/** A `capacity` refusal: the fixed summary of its reason (protocol capacity.ts), and the reason itself. */
+function capacityRefusal(reason: CapacityReason): RunStartOutcome {
+  return { ok: false, code: "capacity", message: CAPACITY_REASONS[reason].summary, capacity_reason: reason };
+}
 
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
@@ -161,11 +165,15 @@ export class RunManager implements RunService {
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
     }
     for (const project of this.#config.projects) this.#projects.set(project.id, project);
+    const guard = homeGuard(this.#config);
     this.#users = new UserPool(this.#config.acp.agents, {
       logger: this.#log,
       ...(options.sweepTimeoutMs === undefined ? {} : { sweepTimeoutMs: options.sweepTimeoutMs }),
       bindings: this.#config.acp.singleTenant ? null : (options.poolBindings ?? null),
       now: this.#now,
+      maxUsersPerCaller: this.#config.acp.maxUsersPerCaller,
+      bindingIdleDays: this.#config.acp.bindingIdleDays,
+      recycleHome: (user) => recycleHome(user, guard),
     });
     this.#projectCallers = this.#config.acp.singleTenant
       ? null
@@ -209,7 +217,8 @@ export class RunManager implements RunService {
 
   // ---- admission --------------------------------------------------------------
 
-  async start(req: RunStartRequest): Promise<RunStartOutcome> {
+  /** `recycled`: this is the second pass after waiting for a pool user recycled for this caller. */
+  async start(req: RunStartRequest, recycled = false): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
     const existing = this.#summaryOf(req.run_id);
     if (existing) {
@@ -251,9 +260,7 @@ export class RunManager implements RunService {
         message: "The project does not allow agent runs (allow_patch).",
       };
     }
-    if (this.#active.size >= this.#config.acp.maxConcurrentRuns) {
-      return { ok: false, code: "capacity", message: FAILURE_SUMMARIES.capacity };
-    }
+    if (this.#active.size >= this.#config.acp.maxConcurrentRuns) return capacityRefusal("runner_full");
     // A project's tree serves one caller's run_as runs (runs/project-callers.ts): another caller's run is
     // admitted and ends failed / not_started with the fixed reason, before a pool user is leased or bound.
     const served = this.#serveProject(project, agent, req.tenant);
@@ -262,14 +269,20 @@ export class RunManager implements RunService {
     }
     const refused =
       served === "other" ? notStarted("provider_spawn_failed", "spawn", PROJECT_SERVES_ANOTHER_CALLER) : null;
-    // Every user of the agent's run_as pool serves a live run (or is being swept): at capacity for this agent.
+    // A run_as user of the agent's pool for this caller (process/user-pool.ts), or why there is none.
     const lease: Lease = refused ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
-    if (!lease.ok)
-      return {
-        ok: false,
-        code: lease.reason === "unrecorded" ? "internal" : "capacity",
-        message: LEASE_REFUSALS[lease.reason],
-      };
+    if (!lease.ok) {
+      if (lease.reason === "unrecorded") return { ok: false, code: "internal", message: UNRECORDED_REFUSAL };
+      if (lease.reason !== "recycling") return capacityRefusal(lease.reason);
+      // An idle user is being recycled for this caller: wait for it (bounded), then admit from the top once.
+      if (recycled) return capacityRefusal("pool_recycling");
+      const timer = AbortSignal.timeout(RECYCLE_WAIT_MS);
+      const ready = await Promise.race([
+        lease.ready.then(() => true),
+        new Promise<false>((resolve) => timer.addEventListener("abort", () => resolve(false), { once: true })),
+      ]);
+      return ready ? this.start(req, true) : capacityRefusal("pool_recycling");
+    }
 
     const acp = this.#config.acp;
     const timeoutSecs = Math.min(req.timeout_secs ?? acp.defaultRunTimeoutSecs, acp.maxRunTimeoutSecs);

@@ -7,7 +7,14 @@
  * record that an exact same-key retry may re-admit; nothing after admission
  * is ever sent again.
  */
-import { type FailureKind, isTerminalState, type RecoveryKind, type RunnerErrorCode } from "@webcodex/protocol";
+import {
+  CAPACITY_REASONS,
+  type CapacityReason,
+  type FailureKind,
+  isTerminalState,
+  type RecoveryKind,
+  type RunnerErrorCode,
+} from "@webcodex/protocol";
 import { serverFailpoint } from "../failpoints.js";
 import type { RequestOutcome } from "../link/hub.js";
 import type { LiveRunner } from "../link/registry.js";
@@ -54,7 +61,10 @@ function sharedUserRefusal(projectId: string, principalId: string): string {
 
 /** Pre-admission Runner rejections: API code, failure kind for the record, recovery. */
 const RUNNER_REJECTIONS: Partial<
-  Record<RunnerErrorCode, { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string }>
+  Record<
+    RunnerErrorCode,
+    { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string; reason?: CapacityReason }
+  >
 > = {
   stale_runner: {
     code: "stale_runner",
@@ -101,6 +111,34 @@ const RUNNER_REJECTIONS: Partial<
     message: "The Runner rejected the run request as invalid; nothing was started.",
   },
 };
+
+/** What a caller is told for each capacity reason a Runner gives (protocol capacity.ts): whether retrying helps. */
+const CAPACITY_ADVICE: Record<CapacityReason, string> = {
+  runner_full: "Retry with the same key when one of the Runner's runs has ended.",
+  pool_busy: "Retry with the same key when one of the Runner's runs has ended.",
+  caller_limit: "Retry with the same key when one of your own runs on this Runner has ended.",
+  pool_recycling: "Retry with the same key in a few seconds.",
+  pool_bound:
+    "Retrying soon will not help: ask the Runner's operator to add users to the agent's run_as pool or to release one (webcodex-runner pool release).",
+};
+
+/** The Server's answer to a Runner's `capacity` refusal that says why: its fixed words, never the Runner's text. */
+function capacityRejection(reason: CapacityReason): {
+  code: ApiErrorCode;
+  failure: FailureKind;
+  recovery: RecoveryKind;
+  message: string;
+  reason: CapacityReason;
+} {
+  const { summary, recovery } = CAPACITY_REASONS[reason];
+  return {
+    code: "capacity",
+    failure: "capacity",
+    recovery,
+    message: `${summary} Nothing was started. ${CAPACITY_ADVICE[reason]}`,
+    reason,
+  };
+}
 
 /** What `#resolve` found for a start that goes on to be recorded and sent. */
 interface Target {
@@ -536,15 +574,23 @@ export class Admission {
       return this.#answer(runId, (await this.#ctx.store.get(runId)) ?? frame.tombstone, true, instance);
     }
     if (frame.type === "error") {
-      const rej = RUNNER_REJECTIONS[frame.code];
+      const rej =
+        frame.code === "capacity" && frame.capacity_reason !== undefined
+          ? capacityRejection(frame.capacity_reason)
+          : RUNNER_REJECTIONS[frame.code];
       if (rej) {
         const after = await this.#rejectUnlessSettled(
           runId,
           this.#rejectionPatch(rej.failure, rej.message, rej.recovery),
         );
         if (after !== null) return this.#answer(runId, after, true, instance);
-        this.#ctx.log.info({ run_id: runId, code: frame.code }, "run rejected by the Runner before admission");
-        return fail(rej.code, rej.message, rej.recovery);
+        this.#ctx.log.info(
+          { run_id: runId, code: frame.code, ...(rej.reason ? { capacity_reason: rej.reason } : {}) },
+          "run rejected by the Runner before admission",
+        );
+        const refused = fail<StartOutput>(rej.code, rej.message, rej.recovery);
+        if (!refused.ok && rej.reason) refused.error.capacity_reason = rej.reason;
+        return refused;
       }
       this.#ctx.log.warn({ run_id: runId, code: frame.code }, "run.start answered with an unexpected error");
       if (frame.code === "idempotency_conflict") {

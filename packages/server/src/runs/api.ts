@@ -6,6 +6,7 @@
  * allow_patch — is enforced here, so no front end can forget a check.
  */
 import {
+  type CapacityReason,
   ConfigMap,
   type EffectiveConfigEntry,
   type ExecutionState,
@@ -73,6 +74,8 @@ export interface ApiError {
   recovery_kind: RecoveryKind;
   /** On a `forbidden` for want of scopes: exactly the scopes this token lacks for the call (principals/authority.ts). */
   missing_scopes?: Scope[];
+  /** On a `capacity` refusal the Runner explained: why (protocol capacity.ts; its recovery_kind says whether retrying helps). */
+  capacity_reason?: CapacityReason;
 }
 
 export type ApiResult<T> = { ok: true; value: T } | { ok: false; error: ApiError };

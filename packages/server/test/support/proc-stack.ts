@@ -65,7 +65,7 @@ export interface ProcRunner {
    * Run the fake agent as this OS user (`run_as`), from `agentBin` (a copy the user can read). Without it the
    * agent runs as the Runner's user and the Runner config opts in (`agents_share_runner_user = true`).
    */
-  runAs?: { user: string; agentBin: string };
+  runAs?: { user: string | string[]; agentBin: string };
   /** The Server config's `shared_user_principals` for this runner. */
   sharedUserPrincipals?: string[];
 }
