@@ -38,7 +38,7 @@ import { findSystemTool } from "../src/process/run-as.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
 import { sweepUser } from "../src/process/user-pool.js";
 import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, type TestUser } from "./support/test-user.js";
+import { agentCopy, createTestUser, IS_ROOT, sharedTestDir, type TestUser } from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
 const SETPRIV = findSystemTool("setpriv") ?? "setpriv";
@@ -97,8 +97,8 @@ describe.skipIf(!IS_ROOT)(
     beforeAll(() => {
       const users: [TestUser, TestUser, TestUser] = [createTestUser("f1"), createTestUser("f2"), createTestUser("f3")];
       const agent = agentCopy();
-      const dir = mkdtempSync(join(tmpdir(), "wc-fair-"));
-      chmodSync(dir, 0o755);
+      // Not in /tmp: every run_as agent gets its own, empty one (process/sandbox.ts).
+      const dir = sharedTestDir("wc-fair-");
       const homes = join(dir, "homes");
       mkdirSync(homes, { mode: 0o755 });
       for (const u of users) {
@@ -124,6 +124,8 @@ describe.skipIf(!IS_ROOT)(
           'id = "demo"',
           `root = ${JSON.stringify(project)}`,
           "allow_patch = true",
+          // Several callers' runs here are about pool users; one project serving two callers is sandbox.test.ts's.
+          "shared_between_callers = true",
           "[acp]",
           "max_concurrent_runs = 4",
           "cancel_grace_secs = 2",

@@ -210,7 +210,13 @@ export class ProcStack {
 
   #writeRunnerConfig(r: ProcRunner): void {
     const projects = r.projects
-      .map((p) => `[[projects]]\nid = "${p}"\nroot = ${JSON.stringify(join("projects", p))}\nallow_patch = true\n`)
+      // A run_as Runner's projects serve several callers here (pool tests); one project serving one caller is
+      // the Runner's sandbox.test.ts.
+      .map(
+        (p) =>
+          `[[projects]]\nid = "${p}"\nroot = ${JSON.stringify(join("projects", p))}\nallow_patch = true\n` +
+          (r.runAs ? "shared_between_callers = true\n" : ""),
+      )
       .join("\n");
     writeFileSync(
       join(this.dir, `runner-${r.id}.toml`),
