@@ -50,7 +50,7 @@ Options:
   -h, --help        Show this help
   -V, --version     Show the version
 
-Exit codes: 0 completed · 1 failed or error · 2 usage error · 3 lost · 130 cancelled/interrupted
+Exit codes: 0 completed · 1 failed or error · 2 usage error · 3 lost · 4 permission deadline · 130 cancelled/interrupted
 `;
 
 export { SESSION_USAGE, TASK_USAGE };

@@ -73,7 +73,7 @@ export function renderSummary(
       recovery_kind: obs.recovery_kind,
       message: obs.message ?? null,
       duration_ms: info.durationMs ?? null,
-      exit_code: exitCodeForState(obs.state),
+      exit_code: exitCodeForState(obs.state, obs.failure_kind),
     });
   }
   obs = escapeDeep(obs);

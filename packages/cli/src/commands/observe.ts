@@ -68,7 +68,7 @@ export async function observeCommand(cmd: Extract<Command, { name: "observe" }>,
     }
     out.stop();
     out.write(renderSummary(rendered, final, { durationMs: durationFromEvents(seen) }, style));
-    return exitCodeForState(final.state);
+    return exitCodeForState(final.state, final.failure_kind);
   } catch (err) {
     out.stop();
     if (err instanceof CliError && err.code === "interrupted") {

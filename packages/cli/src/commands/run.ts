@@ -145,7 +145,7 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
     });
     out.stop();
     out.write(renderSummary(rendered, final, { durationMs: Date.now() - startedAt }, style));
-    return exitCodeForState(final.state);
+    return exitCodeForState(final.state, final.failure_kind);
   } catch (err) {
     out.stop();
     if (err instanceof CliError && err.code === "interrupted") {
