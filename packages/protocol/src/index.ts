@@ -7,3 +7,4 @@ export * from "./ids.js";
 export * from "./parse.js";
 export * from "./terminal-safe.js";
 export * from "./vocab.js";
+export * from "./nearest-key.js";
