@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { CLI_BIN, RUNNER_BIN, SERVER_BIN } from "../test-support/index.js";
 
 /** Longest one binary may take to print its help on a loaded machine. */
-const HELP_TIMEOUT_MS = 30_000;
+const HELP_TIMEOUT_MS = 60_000;
 
 interface Result {
   code: number | null;
