@@ -73,7 +73,7 @@ export function renderSummary(
       recovery_kind: obs.recovery_kind,
       message: obs.message ?? null,
       duration_ms: info.durationMs ?? null,
-      exit_code: exitCodeForState(obs.state),
+      exit_code: exitCodeForState(obs.state, obs.failure_kind),
     });
   }
   obs = escapeDeep(obs);
@@ -108,7 +108,20 @@ function executionLabel(execution: string): string {
   }
 }
 
-/** Derives a run's duration from its own events when the CLI did not watch it start. */
+/**
+ * A run's duration from its own timestamps, never this client's clock: the Server's `started_at`/`ended_at`
+ * (the Runner's admission and terminal event), else its first and terminal events when both were seen.
+ * `run` and `observe` print the same number for the same run.
+ */
+export function runDuration(obs: Observation, events: readonly RunEvent[]): number | undefined {
+  if (obs.started_at !== undefined && obs.ended_at !== undefined) {
+    const ms = Date.parse(obs.ended_at) - Date.parse(obs.started_at);
+    if (Number.isFinite(ms) && ms >= 0) return ms;
+  }
+  return durationFromEvents(events);
+}
+
+/** Derives a run's duration from its own events (seq 1 to the terminal one). */
 export function durationFromEvents(events: readonly RunEvent[]): number | undefined {
   const first = events.find((e) => e.seq === 1);
   const last = events.findLast((e) => e.kind === "terminal");

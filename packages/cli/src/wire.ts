@@ -151,6 +151,9 @@ export const Observation = z.object({
   history_lost: z.boolean().default(false),
   has_more: z.boolean().default(false),
   runner_offline: opt(z.boolean()),
+  /** The run's admission and end on the Runner's clock (ISO 8601); absent while unknown. */
+  started_at: opt(z.string()),
+  ended_at: opt(z.string()),
 });
 export type Observation = z.infer<typeof Observation>;
 

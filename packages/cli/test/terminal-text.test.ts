@@ -36,6 +36,8 @@ const observation: Observation = {
   history_lost: false,
   has_more: false,
   runner_offline: undefined,
+  started_at: undefined,
+  ended_at: undefined,
   events: [
     { seq: 1, at: "t", kind: "agent_message", text: `hello ${X}`, truncated: undefined },
     { seq: 2, at: "t", kind: "reasoning", text: `think ${X}`, truncated: undefined },

@@ -57,7 +57,12 @@ describe("permission requests", () => {
       sawWaiting = true;
     });
     expect(sawWaiting).toBe(true);
-    expect(run).toMatchObject({ state: "cancelled", execution_state: "completed", stop_reason: "cancelled" });
+    expect(run).toMatchObject({
+      state: "cancelled",
+      execution_state: "completed",
+      stop_reason: "cancelled",
+      failure_kind: "permission_timeout",
+    });
     expect(run.message).toMatch(/permission deadline expired/);
     const request = events.find((e) => e.kind === "permission_request");
     expect(request).toMatchObject({ tool_call_id: "call-perm-1", title: "Edit src/math.js" });

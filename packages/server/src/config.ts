@@ -57,7 +57,7 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
-import { isLoopbackHost, LocalId } from "@webcodex/protocol";
+import { didYouMean, isLoopbackHost, LocalId } from "@webcodex/protocol";
 import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
 import { SCOPES } from "./principals/principal.js";
@@ -468,7 +468,10 @@ export function buildServerConfig(
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const path = issue ? issue.path.map(String).join(".") : "";
-    const keys = issue?.code === "unrecognized_keys" ? ` (unknown key ${issue.keys.join(", ")})` : "";
+    const keys =
+      issue?.code === "unrecognized_keys"
+        ? ` (unknown key ${issue.keys.map((k) => `${k}${didYouMean(ServerConfigSchema, issue.path, k)}`).join(", ")})`
+        : "";
     throw new ConfigError(`${where}: ${path || "(root)"}: ${issue?.message ?? "invalid"}${keys}`);
   }
   const cfg = parsed.data;

@@ -220,6 +220,25 @@ describe("server config", () => {
     expect(() => buildServerConfig(doc, { file: "f.toml", baseDir: "/", env: {} })).toThrow(needle);
   });
 
+  it("names the nearest known key of the table for an unknown one, and guesses nothing when none is near", () => {
+    const typo = base({ server: { port: 0, state_dir: "s", heartbeat_intervl_ms: 2000 } });
+    expect(() => buildServerConfig(typo, { file: "f.toml", baseDir: "/", env: {} })).toThrow(
+      "(unknown key heartbeat_intervl_ms (did you mean `heartbeat_interval_ms`?))",
+    );
+    const inRunner = base({ runners: [{ id: "r1", token_sha256: HASH, project: ["demo"] }] });
+    expect(() => buildServerConfig(inRunner, { file: "f.toml", baseDir: "/", env: {} })).toThrow(
+      "(did you mean `projects`?)",
+    );
+    let far = "";
+    try {
+      buildServerConfig(base({ colour: "red" }), { file: "f.toml", baseDir: "/", env: {} });
+    } catch (err) {
+      far = (err as Error).message;
+    }
+    expect(far).toContain("(unknown key colour)");
+    expect(far).not.toContain("did you mean");
+  });
+
   it("reports invalid TOML as a ConfigError", () => {
     expect(() => parseServerConfig("[server\n", { file: "x.toml", baseDir: "/" })).toThrow(ConfigError);
   });

@@ -203,6 +203,10 @@ describe("operator console in a real browser", () => {
     expect(JSON.stringify(done.events)).toContain(PROMPT_CANARY);
     await page.click(`tr[data-run="${echoed.run_id}"] button.link`);
     await page.waitForSelector("#run-events-list li.event-agent_message", { timeout: LIVE_DEADLINE_MS });
+    // The run's outcome above its events, as `webcodex observe` prints it: state, stop reason, message.
+    await expect(page.locator("#run-events-outcome").textContent()).resolves.toBe(
+      "completed · stop reason end_turn — The agent completed the turn.",
+    );
     const shown = (await page.locator("body").textContent()) ?? "";
     expect(shown).toContain("characters");
     assertNoCanary("the rendered page", shown);

@@ -70,6 +70,15 @@ export async function check(parsed: Parsed): Promise<number> {
       `warning: ${w.setting} ${w.path} has mode ${w.mode}: other users can read it; chmod ${w.want.slice(1)} it\n`,
     );
   }
+  // An unset source fails every run of the agent with missing_env: say so now, by name (never a value).
+  for (const a of cfg.acp.agents) {
+    for (const [child, source] of Object.entries(a.envFromEnv)) {
+      if (process.env[source] !== undefined) continue;
+      out.write(
+        `warning: agent ${a.id}: env_from_env ${child} = "${source}": ${source} is not set in this environment; its runs fail missing_env until the Runner starts with it set\n`,
+      );
+    }
+  }
   const providerId = flag(parsed, "--probe");
   if (providerId === undefined) return 0;
   const agent = cfg.acp.agents.find((a) => a.id === providerId);

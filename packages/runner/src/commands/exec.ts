@@ -159,7 +159,7 @@ export async function exec(parsed: Parsed): Promise<number> {
     await manager.whenSettled(runId);
     final ??= manager.sync(runId, 0, 0)?.run ?? null;
     const done = final as RunSummary | null;
-    return execExitCode(done?.state);
+    return execExitCode(done?.state, done?.failure_kind);
   } finally {
     process.off("SIGINT", onSigint);
     await manager.close();
@@ -167,8 +167,12 @@ export async function exec(parsed: Parsed): Promise<number> {
   }
 }
 
-/** `exec`'s exit code for the run's final state, as the `webcodex` CLI exits. */
-export function execExitCode(state: RunSummary["state"] | undefined): number {
+/** `exec`'s exit code for the run's final state, as the `webcodex` CLI exits (4: the permission deadline). */
+export function execExitCode(
+  state: RunSummary["state"] | undefined,
+  failureKind?: RunSummary["failure_kind"] | undefined,
+): number {
+  if (state === "cancelled" && failureKind === "permission_timeout") return 4;
   switch (state) {
     case "completed":
       return 0;

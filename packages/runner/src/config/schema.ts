@@ -6,6 +6,7 @@
  */
 import {
   CONFIG_ID_PATTERN,
+  didYouMean,
   LOCAL_ID_PATTERN,
   MAX_ALLOWED_CONFIG_OPTIONS,
   MAX_CONFIG_ENTRIES,
@@ -240,7 +241,11 @@ export function describeIssues(file: string, raw: unknown, error: z.ZodError): s
   const out: string[] = [];
   for (const issue of error.issues) {
     if (issue.code === "unrecognized_keys") {
-      for (const key of issue.keys) out.push(`${file}: ${keyPath([...issue.path, key])}: unknown key (not allowed)`);
+      for (const key of issue.keys) {
+        out.push(
+          `${file}: ${keyPath([...issue.path, key])}: unknown key (not allowed)${didYouMean(ConfigSchema, issue.path, key)}`,
+        );
+      }
       continue;
     }
     if (issue.code === "invalid_key") {

@@ -156,6 +156,10 @@ export interface ObserveOutput {
   runner_offline?: boolean;
   /** Every config option the agent advertised for this run, with its value (bounded; empty before setup). */
   effective_config: EffectiveConfigEntry[];
+  /** When the Runner admitted the run (its clock); absent until this Server holds the Runner's summary. */
+  started_at?: string;
+  /** The run's terminal event's time (the Runner's clock, as `started_at`); absent until it ended. */
+  ended_at?: string;
 }
 
 export interface CancelOutput {

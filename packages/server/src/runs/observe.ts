@@ -167,6 +167,9 @@ export class Observation {
     if (rec.failure_kind !== null) out.failure_kind = rec.failure_kind;
     if (rec.message !== null) out.message = rec.message;
     if (runnerOffline && !isTerminalState(rec.state)) out.runner_offline = true;
+    const { started_at, ended_at } = mirror.times;
+    if (started_at !== null) out.started_at = started_at;
+    if (ended_at !== null) out.ended_at = ended_at;
     const candidates = mirror.eventsAfter(after);
     // Budget in UTF-8 bytes of the serialized result, with room reserved for the token.
     let size = utf8Length(JSON.stringify(out)) + MAX_OBSERVATION_TOKEN_LENGTH;

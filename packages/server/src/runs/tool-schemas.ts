@@ -71,6 +71,9 @@ export const ObserveToolInput = z
   .strict();
 export type ObserveToolInput = z.infer<typeof ObserveToolInput>;
 
+/** Longest ISO-8601 time a result carries (the protocol's Timestamp bound). */
+const MAX_TIMESTAMP_CHARS = 40;
+
 /** A run's status as the tools report it: observe's output and an agent task attempt's run outcome extend it. */
 export const RunStatusFields = z.object({
   run_id: RunId,
@@ -89,6 +92,8 @@ export const ObserveToolOutput = RunStatusFields.extend({
   has_more: z.boolean(),
   runner_offline: z.boolean().optional(),
   effective_config: z.array(EffectiveConfigEntry).max(MAX_EFFECTIVE_CONFIG_ENTRIES),
+  started_at: z.string().max(MAX_TIMESTAMP_CHARS).optional(),
+  ended_at: z.string().max(MAX_TIMESTAMP_CHARS).optional(),
 }).strict();
 
 export const CancelToolInput = z.object({ run_id: RunId }).strict();

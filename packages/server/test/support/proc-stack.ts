@@ -102,6 +102,8 @@ export interface ProcStackOptions {
   linkPort?: number;
   /** Extra command-line flags of the fake agent (e.g. `--config-options`). */
   agentArgs?: string[];
+  /** Each Runner's `[acp] permission_timeout_secs` (default 60). */
+  permissionTimeoutSecs?: number;
 }
 
 export async function freePort(): Promise<number> {
@@ -224,7 +226,7 @@ export class ProcStack {
         `[server]\nurl = "${this.opts.tls ? "wss" : "ws"}://127.0.0.1:${this.opts.linkPort ?? this.port}/runner"\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n` +
         (this.opts.tls ? `ca_file = ${JSON.stringify(this.opts.tls.caFile)}\n` : "") +
         "\n" +
-        `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = 60\ncancel_grace_secs = 5\n` +
+        `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = ${this.opts.permissionTimeoutSecs ?? 60}\ncancel_grace_secs = 5\n` +
         (r.runAs ? "\n" : "agents_share_runner_user = true\n\n") +
         `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(r.runAs?.agentBin ?? FAKE_AGENT_BIN)}\n` +
         `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id), ...(this.opts.agentArgs ?? [])])}\nallowed_config_options = ["model"]\n` +
