@@ -3,6 +3,7 @@
  * instances and run they name, an event, an update as the holder pushes it and the body a follower gets.
  */
 import { isTerminalState, type RunEvent } from "@webcodex/protocol";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
 import type { RunUpdateForPush } from "../../src/link/run-push.js";
 import { runSummary } from "./run-summary.js";
 
@@ -52,11 +53,7 @@ export function pushBody(u: RunUpdateForPush): Buffer {
   );
 }
 
-/** Poll `check` every 5 ms for up to 5 s. */
+/** `poll` (scripts/test-support) of an in-process condition, with that module's in-process bound and pace. */
 export async function until(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+  await poll(check, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS, what });
 }
