@@ -73,7 +73,7 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await pg?.close();
-}, 60_000);
+});
 afterEach(async () => {
   await b?.stop();
   b = null;
@@ -81,7 +81,7 @@ afterEach(async () => {
   stack = null;
   await proxy?.close();
   proxy = null;
-}, 60_000);
+});
 
 interface Cluster {
   s: ProcStack;

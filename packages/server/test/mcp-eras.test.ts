@@ -55,12 +55,12 @@ beforeAll(async () => {
   bobToken = await stack.issueToken("bob", [...ALL], ["demo"]);
   legacy = await stack.connect(aliceToken);
   modern = await connectModern(aliceToken);
-}, 60_000);
+});
 
 afterAll(async () => {
   for (const c of modernClients) await c.close();
   await stack?.stop();
-}, 60_000);
+});
 
 let counter = 0;
 const unique = (label: string) => `${label}-${process.pid}-${++counter}`;
@@ -303,7 +303,7 @@ describe("one /mcp, two eras", () => {
       }
       expect(state).toBe("cancelled");
     }
-  }, 60_000);
+  });
 
   it("takes the 2026-07-28 recorder from _wc.record in the envelope, refuses it everywhere else by name, and a refusal starts and records nothing", async () => {
     // The session is created by the 2025-era client and records a run the 2026 client starts.
@@ -389,7 +389,7 @@ describe("one /mcp, two eras", () => {
     // Bob's session saw nothing.
     const bobRead = await modernOk(bobModern, "read_workflow_session", { session_id: bobSession.session_id });
     expect(bobRead.evidence).toEqual([]);
-  }, 60_000);
+  });
 
   describe("runs as Tasks", () => {
     const tasksMeta = () =>
@@ -467,7 +467,7 @@ describe("one /mcp, two eras", () => {
         prompt: "scenario: hello",
       });
       expect(plain.run_id).toBe(result.structuredContent.run_id);
-    }, 60_000);
+    });
 
     it("cancels the run through tasks/cancel, and refuses a foreign or made-up task id without touching the run", async () => {
       const created = (await startTask(unique("cancel"), "scenario: slow interval_ms=100 count=600")).body.result ?? {};
@@ -510,7 +510,7 @@ describe("one /mcp, two eras", () => {
       expect(cancelled.body.result).toEqual({ resultType: "complete" });
       const end = await getUntil(taskId, (r) => r.status !== "working");
       expect(end).toMatchObject({ status: "cancelled", taskId });
-    }, 60_000);
+    });
 
     it("names the last tool step in a task's status message", async () => {
       const created = (await startTask(unique("step"), "scenario: tools")).body.result ?? {};
@@ -527,7 +527,7 @@ describe("one /mcp, two eras", () => {
       const message = String(end.statusMessage);
       expect(isTerminalSafe(message)).toBe(true);
       expect(message).not.toMatch(/[\n\t]/);
-    }, 60_000);
+    });
 
     it("audits tasks/get like observe: the run, the outcome, and a foreign id as not_found naming no run", async () => {
       const created = (await startTask(unique("audit"), "scenario: hello")).body.result ?? {};
@@ -550,7 +550,7 @@ describe("one /mcp, two eras", () => {
       expect((await rows()).filter((r) => r.principal_id === "bob")).toEqual([
         { principal_id: "bob", run_id: null, outcome: "not_found", output_bytes: 0 },
       ]);
-    }, 60_000);
+    });
 
     it("runs start_agent_task_coding_run as a task: tasks/get to the terminal result, and tasks/cancel cancels the run", async () => {
       const claimRun = async (instruction: string) => {
@@ -616,7 +616,7 @@ describe("one /mcp, two eras", () => {
       expect(end).toMatchObject({ status: "cancelled", taskId: slowTask });
       const runId = (slow.created._meta as Record<string, Structured>)["dev.webcodex/run"]?.run_id;
       expect((await modernOk(modern, "observe_coding_agent", { run_id: runId })).state).toBe("cancelled");
-    }, 60_000);
+    });
 
     it("streams status changes of the caller's own tasks through subscriptions/listen, ending once they are terminal", async () => {
       const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
@@ -656,7 +656,7 @@ describe("one /mcp, two eras", () => {
           `${seen[i - 1]?.status}|${seen[i - 1]?.statusMessage}`,
         );
       }
-    }, 60_000);
+    });
 
     it("acknowledges only the caller's task ids on a raw listen, refuses a bad filter by field, and a client without the extension by capability", async () => {
       const created = (await startTask(unique("raw-listen"), "scenario: hello")).body.result ?? {};
@@ -776,7 +776,7 @@ describe("one /mcp, two eras", () => {
         intervalMs: 50,
         what: "the listen streams' audit rows",
       });
-    }, 60_000);
+    });
 
     it("interoperates with the published Tasks client: a start settles as the run's observe-shaped result, and a later session resumes the task by its reference", async () => {
       const capabilities = { extensions: { "io.modelcontextprotocol/tasks": {} } };
@@ -827,6 +827,6 @@ describe("one /mcp, two eras", () => {
       const result = resultFromTaskOutcome(outcome) as { structuredContent: Structured };
       expect(result.structuredContent).toMatchObject({ state: "completed", execution_state: "completed" });
       await later.close();
-    }, 60_000);
+    });
   });
 });
