@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { afterAll, describe, expect, it, onTestFinished } from "vitest";
-import { FAKE_AGENT_BIN, REPO_ROOT as ROOT, SERVER_BIN } from "../test-support/index.js";
+import { DAEMON_WAIT_MS, FAKE_AGENT_BIN, poll, REPO_ROOT as ROOT, SERVER_BIN } from "../test-support/index.js";
 import { type DemoStack, removeDir, runCli, startDemo, survivors } from "./demo-stack.js";
 
 describe("npm start (scripts/demo.mjs)", () => {
@@ -72,9 +72,12 @@ describe("npm start (scripts/demo.mjs)", () => {
       authorization_servers: string[];
     };
     expect(prm).toMatchObject({ resource: demo.url, authorization_servers: [origin] });
-    for (let i = 0; i < 100 && !demo.output().includes("oauth clients list"); i++) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    const started = demo;
+    await poll(() => started.output().includes("oauth clients list"), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: 50,
+      what: "the demo's OAuth instructions",
+    });
     expect(demo.output()).toContain(`access key to type on the consent page   ${demo.token}`);
     const allow = /npx webcodex-server oauth clients allow-coding-agent-run CLIENT_ID --config (\S+)/.exec(
       demo.output(),

@@ -410,9 +410,10 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
     );
     leftover.unref();
     const pid = leftover.pid as number;
-    const deadline = Date.now() + LEDGER_WAIT_MS;
-    while (uidOf(pid) !== u2.uid && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
-    expect(uidOf(pid)).toBe(u2.uid);
+    await poll(() => uidOf(pid) === u2.uid, {
+      timeoutMs: LEDGER_WAIT_MS,
+      what: "the leftover to run as the pool user",
+    });
 
     const { manager } = newManager(ctx.config);
     try {

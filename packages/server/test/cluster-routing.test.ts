@@ -56,8 +56,11 @@ import { makeTestCa } from "./support/test-ca.js";
 
 /** An observe long-poll's wait in these tests: far longer than a notified wake-up may take. */
 const LONG_POLL_SECS = 20;
-/** How soon after the agent's next event a long-poll on A must answer (the agent emits one per interval). */
-const WAKE_BOUND_MS = 3_000;
+/**
+ * A long-poll on A answers within this of its start (the agent emits an event every 1.5 s): well before its
+ * LONG_POLL_SECS wait ends, i.e. woken, not timed out. How fast is the bench's business (wake latency).
+ */
+const WAKE_BOUND_MS = (LONG_POLL_SECS * 1000) / 2;
 /** The longest observe wait (protocol MAX_OBSERVE_WAIT_SECS). */
 const MAX_WAIT_SECS = MAX_OBSERVE_WAIT_SECS;
 
@@ -71,7 +74,7 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await pg?.close();
-}, 60_000);
+});
 afterEach(async () => {
   await b?.stop();
   b = null;
@@ -79,7 +82,7 @@ afterEach(async () => {
   stack = null;
   await proxy?.close();
   proxy = null;
-}, 60_000);
+});
 
 interface Cluster {
   s: ProcStack;
@@ -384,7 +387,7 @@ describe("several Server instances: any of them answers", () => {
       .filter((m) => m.method === "notifications/tasks");
     expect(tasks.at(-1)?.params).toMatchObject({ taskId, status: "completed" });
     // The run lasts about 8 × 300 ms; a missed wake-up would hold the stream a full observe wait.
-    expect(elapsed).toBeLessThan(12_000);
+    expect(elapsed).toBeLessThan((MAX_WAIT_SECS - 5) * 1000);
     expect(c.s.prompts("r1")).toHaveLength(2);
   }, 180_000);
 

@@ -35,11 +35,11 @@ beforeAll(async () => {
   origin = `http://127.0.0.1:${stack.port}`;
   runKey = await issueKey(stack.serverConfigFile, "alice", ["coding_agent:run", "project:write", "project:read"], []);
   readKey = await issueKey(stack.serverConfigFile, "bob", ["project:read", "project:write"], []);
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 async function register(redirectUris: string[] = [REDIRECT]): Promise<string> {
   registrations += 1;

@@ -34,11 +34,11 @@ beforeAll(async () => {
   }).init();
   origin = `http://127.0.0.1:${stack.port}`;
   operatorKey = await issueKey(stack.serverConfigFile, "alice", ["operator:read", "project:read"], []);
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 function cli(...args: string[]) {
   return serverCli([...args, "--config", stack.serverConfigFile]);

@@ -4,6 +4,7 @@
  */
 import { isTerminalState, type RunEvent } from "@webcodex/protocol";
 import { pino } from "pino";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
 import { PeerAuth } from "../../src/link/peer-auth.js";
 import type { RunUpdateForPush } from "../../src/link/run-push.js";
 import { runSummary } from "./run-summary.js";
@@ -59,11 +60,7 @@ export function pushBody(u: RunUpdateForPush): Buffer {
   );
 }
 
-/** Poll `check` every 5 ms for up to 5 s. */
-export async function until(check: () => boolean, what: string, timeoutMs = 5_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+/** `poll` (scripts/test-support) of an in-process condition, with that module's in-process bound and pace. */
+export async function until(check: () => boolean, what: string, timeoutMs = IN_PROCESS_WAIT_MS): Promise<void> {
+  await poll(check, { timeoutMs, intervalMs: IN_PROCESS_POLL_MS, what });
 }
