@@ -14,8 +14,8 @@ import type { StateEngine, StateQueries } from "../state/engine.js";
 
 /** Evidence entries kept per session; older ones are dropped and counted. */
 export const MAX_EVIDENCE_PER_SESSION = 256;
-/** Default of `[server] session_max_idle_secs`: a session untouched this long, with no run in flight, is deleted. */
-export const DEFAULT_SESSION_MAX_IDLE_SECS = 90 * 24 * 3600;
+// The default of `[server] session_max_idle_secs` lives with that config key.
+export { DEFAULT_SESSION_MAX_IDLE_SECS } from "../config.js";
 /** Sessions one prune deletes at most (the next prune continues). */
 export const SESSION_PRUNE_BATCH = 1000;
 /** Sessions one principal may own. */
