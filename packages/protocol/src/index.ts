@@ -6,4 +6,7 @@ export * from "./hosts.js";
 export * from "./ids.js";
 export * from "./parse.js";
 export * from "./terminal-safe.js";
+export * from "./tools/runs.js";
+export * from "./tools/sessions.js";
+export * from "./tools/tasks.js";
 export * from "./vocab.js";

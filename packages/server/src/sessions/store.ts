@@ -10,6 +10,7 @@
  * UPDATE), so appends from any number of Server instances get consecutive `seq`s in commit order and the
  * bound is applied by the same transaction.
  */
+import type { EvidenceKind } from "@webcodex/protocol";
 import type { StateEngine, StateQueries } from "../state/engine.js";
 
 /** Evidence entries kept per session; older ones are dropped and counted. */
@@ -21,12 +22,8 @@ export const SESSION_PRUNE_BATCH = 1000;
 /** Sessions one principal may own. */
 export const MAX_SESSIONS_PER_PRINCIPAL = 1000;
 
-export const EVIDENCE_KINDS = [
-  "coding_agent_started",
-  "coding_agent_waiting_permission",
-  "coding_agent_terminal",
-] as const;
-export type EvidenceKind = (typeof EVIDENCE_KINDS)[number];
+// The evidence kinds are the tools' contract (the protocol package's tools/sessions.ts).
+export { EVIDENCE_KINDS, type EvidenceKind } from "@webcodex/protocol";
 
 export interface SessionRow {
   session_id: string;
