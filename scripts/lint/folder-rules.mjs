@@ -73,8 +73,12 @@ export function readFolder(root, pkg, folder) {
   const exceptions = [];
   const heading = lines.indexOf(EXCEPTIONS_HEADING);
   if (heading >= 0) {
-    for (const line of lines.slice(heading + 1)) {
-      if (line.trim() === "") break;
+    let rest = lines.slice(heading + 1);
+    while (rest.length > 0 && rest[0].trim() === "") rest = rest.slice(1);
+    const end = rest.findIndex((line) => !line.startsWith("- "));
+    const items = end === -1 ? rest : rest.slice(0, end);
+    if (items.length === 0) throw new FolderRulesError(`${readme}: "${EXCEPTIONS_HEADING}" lists nothing`);
+    for (const line of items) {
       const m = EXCEPTION_LINE.exec(line);
       if (m === null) {
         throw new FolderRulesError(
