@@ -10,19 +10,12 @@ import {
   type EffectiveConfigEntry,
   type ExecutionState,
   type FailureKind,
-  MAX_PROMPT_BYTES,
-  MAX_RUN_TIMEOUT_SECS,
-  MIN_RUN_TIMEOUT_SECS,
-  ProjectId,
-  ProviderId,
   type RecoveryKind,
   type RunEvent,
   type RunState,
   StartInput,
   type StopReason,
-  utf8Length,
 } from "@webcodex/protocol";
-import { z } from "zod";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { StateQueries } from "../state/engine.js";
 import type { ToolStep } from "./mirror.js";
