@@ -8,4 +8,7 @@ export * from "./ids.js";
 export * from "./nearest-key.js";
 export * from "./parse.js";
 export * from "./terminal-safe.js";
+export * from "./tools/runs.js";
+export * from "./tools/sessions.js";
+export * from "./tools/tasks.js";
 export * from "./vocab.js";

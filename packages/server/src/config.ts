@@ -62,11 +62,13 @@ import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
 import { SCOPES } from "./principals/principal.js";
 import { hashToken } from "./principals/tokens.js";
-import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "./runs/record-expiry.js";
-import { DEFAULT_SESSION_MAX_IDLE_SECS } from "./sessions/store.js";
 
+/** Default of `[server] rejected_record_max_age_secs` (runs/record-expiry.ts sweeps with it). */
+export const DEFAULT_REJECTED_RECORD_MAX_AGE_SECS = 7 * 24 * 3600;
 export const MIN_REJECTED_RECORD_MAX_AGE_SECS = 60;
 export const MAX_REJECTED_RECORD_MAX_AGE_SECS = 10 * 365 * 24 * 3600;
+/** Default of `[server] session_max_idle_secs`: a session untouched this long, with no run in flight, is deleted. */
+export const DEFAULT_SESSION_MAX_IDLE_SECS = 90 * 24 * 3600;
 export const MIN_SESSION_MAX_IDLE_SECS = 60;
 export const MAX_SESSION_MAX_IDLE_SECS = 10 * 365 * 24 * 3600;
 

@@ -23,7 +23,13 @@ import { MAX_FRAME_BYTES } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { ABORTED, readBodyBytes, TOO_LARGE } from "../http-body.js";
 import { RefusalLog } from "../refusal-log.js";
-import type { PeerAnswer } from "./peer-http.js";
+
+/** What a request to a peer came back with (link/peer-http.ts `postToPeer`, link/peer-ws.ts channels). */
+export type PeerAnswer =
+  /** `signer` and `signature`: the answering instance's id and its signature of the answer (below). */
+  | { kind: "answered"; status: number; text: string; signer?: string; signature?: string }
+  /** No answer: `sent` false when the request cannot have left (the connection was never made). */
+  | { kind: "failed"; sent: boolean; code: string | null };
 
 /** A request body's bound between instances: one frame (a run.start with its prompt) and its envelope. */
 export const CLUSTER_MAX_BODY_BYTES = MAX_FRAME_BYTES + 16 * 1024;
