@@ -32,6 +32,7 @@ import { parse as parseToml, stringify as stringifyToml } from "smol-toml";
 import {
   BINS,
   issuePrincipalToken,
+  killGroup,
   newRunnerToken,
   ROOT,
   serverConfigToml,
@@ -407,8 +408,8 @@ async function main() {
       process.exit(process.exitCode ?? 0);
     });
   };
-  process.on("SIGINT", onSignal);
-  process.on("SIGTERM", onSignal);
+  // SIGHUP: the terminal the demo ran in was closed.
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, onSignal);
 
   const { port } = await startServer({
     configFile: serverToml,
@@ -450,6 +451,20 @@ async function main() {
   say(bold("MCP client config") + dim(" (Streamable HTTP with a bearer header; see README for other clients)"));
   say(JSON.stringify(mcpConfig, null, 2));
   say();
+  // Clients that only launch local processes (Claude Desktop and others): the stdio bridge, with this node
+  // and this checkout's Server binary, forwarding to the URL above with the token from its environment.
+  const stdioConfig = {
+    mcpServers: {
+      webcodex: {
+        command: process.execPath,
+        args: [BINS.server, "mcp-stdio", "--url", url, "--token-env", "WEBCODEX_TOKEN"],
+        env: { WEBCODEX_TOKEN: principal.token },
+      },
+    },
+  };
+  say(bold("MCP client config, stdio") + dim(" (clients that launch a local process, e.g. Claude Desktop)"));
+  say(JSON.stringify(stdioConfig, null, 2));
+  say();
   say(bold("Try it") + dim(" in another terminal, from this folder:"));
   say(`  export WEBCODEX_URL=${url}`);
   say(`  export WEBCODEX_TOKEN=${principal.token}`);
@@ -480,7 +495,7 @@ async function main() {
 
 // Last resort if the demo dies some other way: never leave the daemons behind.
 process.on("exit", () => {
-  for (const child of children.values()) child.kill("SIGKILL");
+  for (const child of children.values()) killGroup(child, "SIGKILL");
 });
 
 main().catch((err) => {

@@ -178,6 +178,49 @@ export async function stopInOrder(children, graceMs = 10_000) {
   }
 }
 
+/**
+ * What a script that starts daemons does when the terminal ends it. `node script.mjs | tee log` and Ctrl-C: the
+ * terminal's SIGINT reaches the whole foreground group, so `tee` is gone and the script's next line to stdout
+ * meets a broken pipe (EPIPE). Unhandled, that error killed the script before it stopped its daemons, which
+ * run in their own process groups (so Ctrl-C reaches only the script) and lived on, listening, under PID 1.
+ *
+ * `stop` runs once on the first of SIGINT, SIGTERM, SIGHUP or a broken stdout/stderr; after a broken pipe
+ * the script's writes are dropped (`write`). If the script exits any other way, every daemon's group still
+ * gets SIGKILL (`exit`). Returns the guarded writer.
+ */
+export function stopWithTerminal({ stop, children }) {
+  let broken = false;
+  let stopped = false;
+  const once = (why) => {
+    if (stopped) return;
+    stopped = true;
+    stop(why);
+  };
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.on(signal, () => once(signal));
+  for (const stream of [process.stdout, process.stderr]) {
+    stream.on("error", () => {
+      broken = true;
+      once("EPIPE");
+    });
+  }
+  process.on("exit", () => {
+    for (const child of children()) {
+      if (child !== undefined && child.exitCode === null && child.signalCode === null) killGroup(child, "SIGKILL");
+    }
+  });
+  return {
+    /** Writes `text` unless the output is gone. */
+    write(stream, text) {
+      if (broken) return;
+      try {
+        stream.write(text);
+      } catch {
+        broken = true;
+      }
+    },
+  };
+}
+
 export function killGroup(child, signal) {
   try {
     process.kill(-child.pid, signal);

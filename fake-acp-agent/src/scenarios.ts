@@ -14,6 +14,7 @@ import {
   promptError,
   strayResponse,
 } from "./scenarios/faults.js";
+import { gitPlant, gitWork, plant, seek } from "./scenarios/sandbox.js";
 import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
 import { burst, slow } from "./scenarios/streams.js";
 import { escapeGroup, leftovers, note, readProcess } from "./scenarios/tenancy.js";
@@ -49,6 +50,10 @@ export const SCENARIOS = {
   leftovers,
   read_process: readProcess,
   note,
+  plant,
+  seek,
+  git_work: gitWork,
+  git_plant: gitPlant,
   agent_state: agentState,
   replay,
 } as const satisfies Record<string, Scenario>;

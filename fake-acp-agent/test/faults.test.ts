@@ -1,8 +1,18 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, test } from "vitest";
-import { alive, readLedger } from "../../scripts/test-support/index.js";
+import { alive, DAEMON_WAIT_MS, poll, readLedger } from "../../scripts/test-support/index.js";
 import { cleanup, killLater, settledWithin, startAgent, startRawAgent, tempDir } from "./harness.js";
+
+/** Time between two looks at a process's CPU time: it has stalled when none was used in between. */
+const STALL_SAMPLE_MS = 500;
+
+/** CPU time a process has used so far, in clock ticks (utime + stime of /proc/PID/stat). */
+function cpuTicks(pid: number): number {
+  // Fields after the command's closing parenthesis: state is field 3, utime 14, stime 15.
+  const fields = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]?.split(" ") ?? [];
+  return Number(fields[11]) + Number(fields[12]);
+}
 
 afterEach(cleanup);
 
@@ -72,7 +82,18 @@ describe("raw stdout", () => {
       await agent.prompt("scenario: burst count=100000 chunk=100000");
       await agent.line((l) => l.includes('"agent_message_chunk"'));
       agent.child.stdout!.pause();
-      await new Promise((r) => setTimeout(r, 1_000));
+      // Wait until the agent stalls (no CPU used between two looks): one that buffered would keep producing.
+      const pid = agent.child.pid as number;
+      let last = -1;
+      await poll(
+        () => {
+          const now = cpuTicks(pid);
+          const stalled = now === last;
+          last = now;
+          return stalled;
+        },
+        { timeoutMs: DAEMON_WAIT_MS, intervalMs: STALL_SAMPLE_MS, what: "the agent to stall on its full stdout" },
+      );
       // 100 000 updates of 100 kB would be 10 GB if the agent buffered them.
       const rss = Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${agent.child.pid}/status`, "utf8"))?.[1]);
       expect(rss).toBeLessThan(300 * 1024);

@@ -76,7 +76,7 @@ function tail(file, lines = 15) {
  * @param {string[]} [o.principalProjects] the projects the principals may use (default: every project)
  * @param {number} [o.maxConnections] the Servers' `[server] max_connections` (default BENCH_MAX_CONNECTIONS)
  * @param {boolean} [o.clusterListener] on PostgreSQL: each instance serves `/_wc/` on a listener of its own
- *   (`[server.cluster] listen_port = 0`)
+ *   (`[server.cluster] listen_port = 0`); false: on the clients' one (`serve_on_client_listener = true`)
  */
 /** The env var a bench Server config's `[server.state] url_env` names when the stack runs on PostgreSQL. */
 const BENCH_DATABASE_URL_ENV = "WEBCODEX_BENCH_DATABASE_URL";
@@ -118,7 +118,12 @@ export async function launchStack({
   // max_connections: the fan-out's largest cell holds 1,000 long-polls plus the sim runners and control clients.
   let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\nmax_connections = ${maxConnections}\n\n`;
   if (stateUrl !== undefined) s += `[server.state]\nbackend = "postgres"\nurl_env = "${BENCH_DATABASE_URL_ENV}"\n\n`;
-  if (stateUrl !== undefined && clusterListener) s += "[server.cluster]\nlisten_port = 0\n\n";
+  // Without a listener of its own, /_wc/ shares the clients' one: the explicit opt-in (the default is its own).
+  if (stateUrl !== undefined) {
+    s += clusterListener
+      ? "[server.cluster]\nlisten_port = 0\n\n"
+      : "[server.cluster]\nserve_on_client_listener = true\n\n";
+  }
   const env = stateUrl === undefined ? process.env : { ...process.env, [BENCH_DATABASE_URL_ENV]: stateUrl };
   if (runner) s += `[[runners]]\nid = "bench"\ntoken_sha256 = ${toml(sha256(runnerToken))}\nprojects = ["bench"]\n\n`;
   for (const sim of sims) {

@@ -16,7 +16,8 @@ export default defineConfig({
     pool: "forks",
     env: { WEBCODEX_HARDENING: "full" },
     testTimeout: 20 * 60_000,
-    hookTimeout: 60_000,
+    // 3x a quiet machine's start-up of a part's daemons (docs/testing.md).
+    hookTimeout: 180_000,
     // Two files at once: the soak (about half the suite's wall time, one file) in one worker and every other
     // part after it in the other (sequencer.ts puts the soak and the chaos first). Safe because each file has
     // its own daemons, state dirs, ports and fake-agent ledger, and every check is scoped to them: the soak

@@ -31,11 +31,12 @@ type Falsy = false | 0 | "" | null | undefined;
 
 export async function poll<T>(fn: () => T | Promise<T>, options: PollOptions): Promise<Exclude<T, Falsy>> {
   const { timeoutMs, intervalMs = POLL_INTERVAL_MS, what } = options;
-  const deadline = Date.now() + timeoutMs;
+  // performance.now(): a test that fakes Date (vi.useFakeTimers({ toFake: ["Date"] })) still has a bound.
+  const deadline = performance.now() + timeoutMs;
   for (;;) {
     const value = await fn();
     if (value) return value as Exclude<T, Falsy>;
-    if (Date.now() > deadline) {
+    if (performance.now() > deadline) {
       const described = typeof what === "function" ? what() : (what ?? String(fn));
       throw new Error(`timed out after ${timeoutMs} ms waiting for ${described}`);
     }

@@ -6,7 +6,8 @@
  * every process it started.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -102,7 +103,81 @@ async function runThroughBalancer(url: string, token: string, key: string) {
   return { runId, startedOn: start.backend, observedOn, state, replayed: start.result.replayed };
 }
 
+/** Whether something accepts a TCP connection on 127.0.0.1:`port`. */
+function listening(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: "127.0.0.1", port });
+    socket.setTimeout(MCP_CALL_MS);
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("timeout", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
 describe("examples/cluster/start.mjs", () => {
+  it(
+    "`start.mjs | tee log` and a terminal's Ctrl-C (SIGINT to the whole foreground group) stop both Servers",
+    async () => {
+      const dir = mkdtempSync(join(tmpdir(), "webcodex-cluster-tee-"));
+      // Apart from the cluster's folder, which PostgreSQL's user must be able to enter.
+      const logDir = mkdtempSync(join(tmpdir(), "webcodex-cluster-log-"));
+      const log = join(logDir, "log");
+      const script = join(REPO_ROOT, "examples", "cluster", "start.mjs");
+      // As a shell runs a pipeline: node and tee in one process group, the one a terminal's Ctrl-C signals.
+      const shell: ChildProcess = spawn(
+        "sh",
+        ["-c", `"$0" "$1" 2>&1 | tee "$2" > /dev/null`, process.execPath, script, log],
+        {
+          cwd: REPO_ROOT,
+          env: { ...process.env, WEBCODEX_CLUSTER_DIR: dir },
+          stdio: "ignore",
+          detached: true,
+        },
+      );
+      const read = () => {
+        try {
+          return readFileSync(log, "utf8");
+        } catch {
+          return "";
+        }
+      };
+      cleanup = () => {
+        killProcesses([...descendantsOf(shell.pid!).keys(), shell.pid!]);
+        killProcesses(processesMentioning(dir));
+        removeDir(dir);
+        removeDir(logDir);
+      };
+      await poll(() => /^Ctrl-C stops everything\.$/m.test(read()), {
+        timeoutMs: CLUSTER_READY_MS,
+        intervalMs: OUTPUT_POLL_MS,
+        what: () => `the cluster to be up; output:\n${read()}`,
+      });
+      const ports = ["server-a", "server-b"].map((name) =>
+        Number(new RegExp(`^${name}: http://127\\.0\\.0\\.1:(\\d+)$`, "m").exec(read())?.[1]),
+      );
+      for (const port of ports) expect(await listening(port), `port ${port} before Ctrl-C`).toBe(true);
+
+      process.kill(-shell.pid!, "SIGINT");
+      await poll(async () => !(await listening(ports[0]!)) && !(await listening(ports[1]!)), {
+        timeoutMs: CLUSTER_STOP_MS,
+        intervalMs: OUTPUT_POLL_MS * 5,
+        what: () => `both Servers (ports ${ports.join(", ")}) to stop after Ctrl-C; output:\n${read()}`,
+      });
+      await poll(() => processesMentioning(dir).length === 0, {
+        timeoutMs: CLUSTER_STOP_MS,
+        intervalMs: OUTPUT_POLL_MS * 5,
+        what: () => `every process of the cluster to end: ${processesMentioning(dir).join(", ")}`,
+      });
+    },
+    CLUSTER_READY_MS + 2 * CLUSTER_STOP_MS,
+  );
+
   it(
     "answers MCP through the load balancer from both instances, runs and observes through it, and Ctrl-C stops every process",
     async () => {

@@ -3,8 +3,10 @@ import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { afterAll, describe, expect, it, onTestFinished } from "vitest";
-import { FAKE_AGENT_BIN, REPO_ROOT as ROOT, SERVER_BIN } from "../test-support/index.js";
+import { DAEMON_WAIT_MS, FAKE_AGENT_BIN, poll, REPO_ROOT as ROOT, SERVER_BIN } from "../test-support/index.js";
 import { type DemoStack, removeDir, runCli, startDemo, survivors } from "./demo-stack.js";
 
 describe("npm start (scripts/demo.mjs)", () => {
@@ -21,6 +23,29 @@ describe("npm start (scripts/demo.mjs)", () => {
     dir = demo.dir;
     expect(demo.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/mcp$/);
     expect(demo.output()).toContain('"Authorization": "Bearer ');
+    // The stdio config it prints works as printed: a real MCP client launches it and lists the tools.
+    const stdioBlock = /^MCP client config, stdio.*\n(\{\n[\s\S]*?\n\})$/m.exec(demo.output())?.[1];
+    expect(stdioBlock, demo.output()).toBeDefined();
+    const stdio = JSON.parse(stdioBlock ?? "{}").mcpServers.webcodex as {
+      command: string;
+      args: string[];
+      env: Record<string, string>;
+    };
+    expect(stdio.env.WEBCODEX_TOKEN).toBe(demo.token);
+    const client = new Client({ name: "demo-stdio", version: "0" });
+    await client.connect(
+      new StdioClientTransport({
+        command: stdio.command,
+        args: stdio.args,
+        env: { PATH: process.env.PATH ?? "", ...stdio.env },
+        stderr: "pipe",
+      }),
+    );
+    try {
+      expect((await client.listTools()).tools.map((t) => t.name)).toContain("start_coding_agent");
+    } finally {
+      await client.close();
+    }
 
     const run = await runCli(["run", "--project", "demo", "--provider", "fake", "scenario: tools"], demo);
     expect(run.stderr).toBe("");
@@ -47,9 +72,12 @@ describe("npm start (scripts/demo.mjs)", () => {
       authorization_servers: string[];
     };
     expect(prm).toMatchObject({ resource: demo.url, authorization_servers: [origin] });
-    for (let i = 0; i < 100 && !demo.output().includes("oauth clients list"); i++) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    const started = demo;
+    await poll(() => started.output().includes("oauth clients list"), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: 50,
+      what: "the demo's OAuth instructions",
+    });
     expect(demo.output()).toContain(`access key to type on the consent page   ${demo.token}`);
     const allow = /npx webcodex-server oauth clients allow-coding-agent-run CLIENT_ID --config (\S+)/.exec(
       demo.output(),

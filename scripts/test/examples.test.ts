@@ -1,11 +1,14 @@
 /** The example configs parse, and the MCP client snippets point at the demo's defaults. */
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { parseConfig } from "@webcodex/runner";
 import { parse as parseToml } from "smol-toml";
 import { describe, expect, it } from "vitest";
-import { REPO_ROOT as ROOT } from "../test-support/index.js";
+import { sharedTestDir } from "../../packages/runner/test/support/test-user.js";
+import { ProcStack } from "../../packages/server/test/support/proc-stack.js";
+import { REPO_ROOT as ROOT, SERVER_BIN } from "../test-support/index.js";
 
 const EXAMPLES = join(ROOT, "examples");
 const RUN_AS_LINE = /^run_as = \[.*\].*$/m;
@@ -34,7 +37,8 @@ describe("examples", () => {
   it.each(files(join(EXAMPLES, "agents"), ".toml"))(
     "%s is a valid Runner agent entry: it parses as part of a whole config, forcing its permission mode where it has one",
     (file) => {
-      const dir = mkdtempSync(join(tmpdir(), "wc-examples-"));
+      // Not in /tmp: every run_as agent gets its own, empty /tmp, so a project root there is refused.
+      const dir = sharedTestDir("wc-examples-");
       try {
         mkdirSync(join(dir, "proj"));
         // The node that runs the adapter: this machine's, wherever it is installed.
@@ -67,5 +71,53 @@ describe("examples", () => {
       else parseToml(text);
       expect(text).toContain("http://127.0.0.1:7420/mcp");
     },
+  );
+});
+
+/** Bound on a Server child process coming up and a stdio bridge answering on a loaded machine. */
+const MCP_READY_MS = 60_000;
+
+describe("examples/mcp-clients/README.md", () => {
+  it(
+    "names every tool and resource a real MCP client lists through the stdio bridge, and their counts",
+    async () => {
+      const stack = await new ProcStack({ runners: [], server: "child" }).init();
+      const url = `http://127.0.0.1:${stack.port}/mcp`;
+      try {
+        // The stdio snippet's command, with this stack's URL and token.
+        const snippet = JSON.parse(readFileSync(join(EXAMPLES, "mcp-clients", "mcp-servers-stdio.json"), "utf8"));
+        const entry = snippet.mcpServers.webcodex as { command: string; args: string[] };
+        const args = entry.args.map((a) =>
+          a.endsWith("webcodex-server.js") ? SERVER_BIN : a === "http://127.0.0.1:7420/mcp" ? url : a,
+        );
+        expect(args.slice(1)).toEqual(["mcp-stdio", "--url", url, "--token-env", "WEBCODEX_TOKEN"]);
+        const transport = new StdioClientTransport({
+          command: process.execPath,
+          args,
+          env: { PATH: process.env.PATH ?? "", WEBCODEX_TOKEN: stack.principalTokens.get("alice") ?? "" },
+          stderr: "pipe",
+        });
+        const client = new Client({ name: "examples-readme", version: "0" });
+        await client.connect(transport);
+        let tools: string[];
+        let resources: string[];
+        try {
+          tools = (await client.listTools()).tools.map((t) => t.name);
+          resources = (await client.listResources()).resources.map((r) => r.uri);
+        } finally {
+          await client.close();
+        }
+        const readme = readFileSync(join(EXAMPLES, "mcp-clients", "README.md"), "utf8");
+        const section = readme.split("\n## What a model sees\n")[1]?.split("\n## ")[0] ?? "";
+        const named = [...section.matchAll(/^- `([^`]+)`/gm)].map((m) => m[1] ?? "");
+        expect(named.filter((n) => !n.includes("://")).sort()).toEqual([...tools].sort());
+        expect(named.filter((n) => n.includes("://")).sort()).toEqual([...resources].sort());
+        expect(section).toContain(`${tools.length} tools`);
+        expect(section).toContain(`${resources.length} read-only resources`);
+      } finally {
+        await stack.stop();
+      }
+    },
+    MCP_READY_MS * 2,
   );
 });

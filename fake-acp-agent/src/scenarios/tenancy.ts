@@ -206,8 +206,8 @@ export const readProcess: Scenario = scenario(
 const MAX_NOTE_BYTES = 256;
 
 /**
- * `op=write`: leaves `text` in /tmp/NAME, readable by its own OS user only (0600), ledger `note_written`.
- * `op=read`: reads /tmp/NAME and says what it found; ledger `note_read` with `read` or the errno code (never
+ * `op=write`: leaves `text` in DIR/NAME (DIR: `dir`, default /tmp), readable by its own OS user only (0600),
+ * ledger `note_written`. `op=read`: reads DIR/NAME and says what it found; ledger `note_read` with `read` or the errno code (never
  * the text).
  */
 export const note: Scenario = scenario(
@@ -217,10 +217,14 @@ export const note: Scenario = scenario(
       op: z.enum(["write", "read"]),
       name: z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, "must be 1-64 characters of [A-Za-z0-9_.-]"),
       text: z.string().max(MAX_NOTE_BYTES).optional(),
+      dir: z
+        .string()
+        .regex(/^\/[A-Za-z0-9_./-]{0,255}$/, "must be an absolute path")
+        .default("/tmp"),
     })
     .strict(),
-  async (turn, { op, name, text }) => {
-    const path = `/tmp/${name}`;
+  async (turn, { op, name, text, dir }) => {
+    const path = `${dir}/${name}`;
     const uid = process.getuid?.() ?? -1;
     if (op === "write") {
       writeFileSync(path, text ?? "", { mode: 0o600 });

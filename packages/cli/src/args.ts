@@ -6,54 +6,12 @@
 import { type ParseArgsConfig, parseArgs } from "node:util";
 import { parseConfigPairs } from "./config-pairs.js";
 import { CliError } from "./errors.js";
+import { COMMAND_NAMES, USAGE } from "./help.js";
 import { parseSessionCommand, SESSION_USAGE, type SessionAction } from "./session-args.js";
 import { parseTaskCommand, TASK_USAGE, type TaskAction } from "./task-args.js";
 import type { ConfigValue } from "./wire.js";
 
-export const USAGE = `webcodex — start, follow and cancel coding-agent runs on a WebCodex Server (over MCP)
-
-Usage:
-  webcodex run --project ID --provider ID [--key K] [--timeout SECS] [--config KEY=VALUE]...
-               [--session SESSION_ID] [--context-session SESSION_ID [--context-version N]] "PROMPT"
-  webcodex observe RUN_ID|TASK_ID [--follow]
-  webcodex cancel RUN_ID|TASK_ID
-  webcodex status
-  webcodex task create|attempt|run|reconcile|show|close …   (see \`webcodex task --help\`)
-  webcodex session create|update|show …                      (see \`webcodex session --help\`)
-
-Commands:
-  run       Start a run and follow it live until it ends. Ctrl-C asks the Server to
-            cancel it and keeps following; a second Ctrl-C stops following at once.
-            PROMPT "-" reads the prompt from stdin.
-  observe   Show a run's state and events; --follow keeps watching until it ends.
-  cancel    Ask the Server to cancel a run (idempotent).
-  status    Projects this token may use, whether their Runner is online, and its providers.
-  task      Managed tasks: the Server owns a task, its attempts (lease, fence) and each attempt's one run.
-  session   Workflow sessions: a ledger on a project that runs record into (--session) and start from
-            (--context-session); needs the runtime:write / runtime:read scopes.
-
-Options:
-  --url URL         Server MCP URL (default: $WEBCODEX_URL), e.g. http://127.0.0.1:7420/mcp
-  --token TOKEN     Principal bearer token (default: $WEBCODEX_TOKEN; prefer the variable)
-  --json            One JSON object per line (ndjson) instead of text
-  --key K           Idempotency key: the same key always means the same run, never a second
-                    dispatch. Without it a random key is generated and printed.
-  --timeout SECS    Run deadline in seconds (the Runner clamps it to its maximum)
-  --config K=V      Agent config option (only ids the provider allows); true/false are booleans
-  --session ID      (run) Record the run's lifecycle in this workflow session (yours, same project)
-  --context-session ID
-                    (run) Start from this workflow session's handoff and goal, quoted before the prompt
-  --context-version N
-                    (run) The session version you reviewed (webcodex session show); if the session
-                    changed since, nothing starts (context_version_conflict)
-  -f, --follow      (observe) Follow until the run ends
-  -h, --help        Show this help
-  -V, --version     Show the version
-
-Exit codes: 0 completed · 1 failed or error · 2 usage error · 3 lost · 130 cancelled/interrupted
-`;
-
-export { SESSION_USAGE, TASK_USAGE };
+export { SESSION_USAGE, TASK_USAGE, USAGE };
 
 export interface GlobalOptions {
   url: string | undefined;
@@ -62,7 +20,8 @@ export interface GlobalOptions {
 }
 
 export type Command =
-  | { name: "help" }
+  /** The usage of every command, or of `topic` alone (help.ts). */
+  | { name: "help"; topic?: string }
   | { name: "version" }
   | {
       name: "run";
@@ -114,8 +73,6 @@ const OBSERVE_OPTIONS = {
   follow: { type: "boolean", short: "f" },
 } as const satisfies ParseArgsConfig["options"];
 
-const COMMANDS = ["run", "observe", "cancel", "status", "task", "session", "help"] as const;
-
 function usage(message: string): CliError {
   return new CliError("usage", message, { hint: "Run `webcodex --help` for usage." });
 }
@@ -157,13 +114,16 @@ export function parseCommand(argv: readonly string[]): Command {
     if (values.help === true && positionals.length === 0) return { name: "help" };
     throw usage('put the command first, e.g. `webcodex run --project demo --provider fake "Say hello."`');
   }
-  if (!(COMMANDS as readonly string[]).includes(first)) throw usage(`unknown command "${first}"`);
-  switch (first as (typeof COMMANDS)[number]) {
-    case "help":
-      return { name: "help" };
+  if (!COMMAND_NAMES.includes(first)) throw usage(`unknown command "${first}"`);
+  switch (first) {
+    case "help": {
+      const topic = rest.find((a) => !a.startsWith("-"));
+      if (topic !== undefined && !COMMAND_NAMES.includes(topic)) throw usage(`unknown command "${topic}"`);
+      return topic === undefined ? { name: "help" } : { name: "help", topic };
+    }
     case "run": {
       const { values, positionals } = parse(rest, RUN_OPTIONS);
-      if (values.help === true) return { name: "help" };
+      if (values.help === true) return { name: "help", topic: "run" };
       let timeoutSecs: number | undefined;
       if (values.timeout !== undefined) {
         timeoutSecs = Number(values.timeout);
@@ -204,7 +164,7 @@ export function parseCommand(argv: readonly string[]): Command {
     }
     case "observe": {
       const { values, positionals } = parse(rest, OBSERVE_OPTIONS);
-      if (values.help === true) return { name: "help" };
+      if (values.help === true) return { name: "help", topic: "observe" };
       return {
         name: "observe",
         global: globals(values),
@@ -214,7 +174,7 @@ export function parseCommand(argv: readonly string[]): Command {
     }
     case "cancel": {
       const { values, positionals } = parse(rest, GLOBAL_OPTIONS);
-      if (values.help === true) return { name: "help" };
+      if (values.help === true) return { name: "help", topic: "cancel" };
       return { name: "cancel", global: globals(values), runId: single(positionals, "RUN_ID") };
     }
     case "task": {
@@ -229,7 +189,7 @@ export function parseCommand(argv: readonly string[]): Command {
     }
     case "status": {
       const { values, positionals } = parse(rest, GLOBAL_OPTIONS);
-      if (values.help === true) return { name: "help" };
+      if (values.help === true) return { name: "help", topic: "status" };
       if (positionals.length > 0) throw usage(`status takes no arguments, got: ${positionals.join(" ")}`);
       return { name: "status", global: globals(values) };
     }

@@ -3,7 +3,7 @@
  * any error once: what failed and what to check (ndjson `error` objects on
  * stdout with --json).
  */
-import { parseCommand, SESSION_USAGE, TASK_USAGE, USAGE } from "./args.js";
+import { parseCommand } from "./args.js";
 import { cancelCommand } from "./commands/cancel.js";
 import { observeCommand } from "./commands/observe.js";
 import { runCommand } from "./commands/run.js";
@@ -13,6 +13,7 @@ import { taskCommand } from "./commands/task.js";
 import type { CliContext } from "./context.js";
 import { CliError } from "./errors.js";
 import { EXIT } from "./exit-codes.js";
+import { commandHelp, USAGE } from "./help.js";
 import { renderError } from "./render.js";
 import { JSON_STYLE, styleFor } from "./style.js";
 
@@ -24,7 +25,7 @@ export async function runCli(argv: readonly string[], ctx: CliContext): Promise<
     const cmd = parseCommand(argv);
     switch (cmd.name) {
       case "help":
-        ctx.stdout.write(USAGE);
+        ctx.stdout.write(cmd.topic === undefined ? USAGE : commandHelp(cmd.topic));
         return EXIT.ok;
       case "version":
         ctx.stdout.write(`webcodex ${VERSION}\n`);
@@ -40,12 +41,12 @@ export async function runCli(argv: readonly string[], ctx: CliContext): Promise<
       case "task":
         return await taskCommand(cmd.global, cmd.task, ctx);
       case "task-help":
-        ctx.stdout.write(TASK_USAGE);
+        ctx.stdout.write(commandHelp("task"));
         return EXIT.ok;
       case "session":
         return await sessionCommand(cmd.global, cmd.session, ctx);
       case "session-help":
-        ctx.stdout.write(SESSION_USAGE);
+        ctx.stdout.write(commandHelp("session"));
         return EXIT.ok;
       default: {
         const never: never = cmd;

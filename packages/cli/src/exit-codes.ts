@@ -13,12 +13,18 @@ export const EXIT = {
   usage: 2,
   /** The run is lost: its outcome cannot be proved. */
   lost: 3,
+  /**
+   * The agent asked for a permission and the Runner's permission deadline answered it `cancelled`
+   * (`failure_kind = permission_timeout`): WebCodex never grants permissions, so nobody pressed Ctrl-C.
+   */
+  permissionDeadline: 4,
   /** The run was cancelled, or following was interrupted (128 + SIGINT). */
   cancelled: 130,
 } as const;
 
-/** Exit code for a run last seen in `state`; a run still in progress maps to 0. */
-export function exitCodeForState(state: RunState): number {
+/** Exit code for a run last seen in `state` (with its failure kind); a run still in progress maps to 0. */
+export function exitCodeForState(state: RunState, failureKind?: string | null): number {
+  if (state === "cancelled" && failureKind === "permission_timeout") return EXIT.permissionDeadline;
   switch (state) {
     case "completed":
       return EXIT.ok;

@@ -74,7 +74,7 @@ export function renderSummary(
       message: obs.message ?? null,
       duration_ms: info.durationMs ?? null,
       usage: obs.usage ?? null,
-      exit_code: exitCodeForState(obs.state),
+      exit_code: exitCodeForState(obs.state, obs.failure_kind),
     });
   }
   obs = escapeDeep(obs);
@@ -106,14 +106,14 @@ export function compactCount(n: number): string {
 /** The closing line's usage: "context 12.3k/200k · $0.0042" (any part the agent did not report is left out). */
 export function formatRunUsage(usage: NonNullable<Observation["usage"]>): string {
   const parts: string[] = [];
-  if (usage.used_tokens !== undefined) {
-    const size = usage.context_size !== undefined ? `/${compactCount(usage.context_size)}` : "";
+  if (usage.used_tokens != null) {
+    const size = usage.context_size != null ? `/${compactCount(usage.context_size)}` : "";
     parts.push(`context ${compactCount(usage.used_tokens)}${size}`);
   }
-  if (usage.cost_amount !== undefined) {
+  if (usage.cost_amount != null) {
     const amount = usage.cost_amount < 1 ? usage.cost_amount.toFixed(4) : usage.cost_amount.toFixed(2);
     const currency = usage.cost_currency;
-    parts.push(currency === "USD" ? `$${amount}` : currency !== undefined ? `${amount} ${currency}` : amount);
+    parts.push(currency === "USD" ? `$${amount}` : currency != null ? `${amount} ${currency}` : amount);
   }
   return parts.join(" · ");
 }
@@ -133,7 +133,20 @@ function executionLabel(execution: string): string {
   }
 }
 
-/** Derives a run's duration from its own events when the CLI did not watch it start. */
+/**
+ * A run's duration from its own timestamps, never this client's clock: the Server's `started_at`/`ended_at`
+ * (the Runner's admission and terminal event), else its first and terminal events when both were seen.
+ * `run` and `observe` print the same number for the same run.
+ */
+export function runDuration(obs: Observation, events: readonly RunEvent[]): number | undefined {
+  if (obs.started_at !== undefined && obs.ended_at !== undefined) {
+    const ms = Date.parse(obs.ended_at) - Date.parse(obs.started_at);
+    if (Number.isFinite(ms) && ms >= 0) return ms;
+  }
+  return durationFromEvents(events);
+}
+
+/** Derives a run's duration from its own events (seq 1 to the terminal one). */
 export function durationFromEvents(events: readonly RunEvent[]): number | undefined {
   const first = events.find((e) => e.seq === 1);
   const last = events.findLast((e) => e.kind === "terminal");

@@ -354,6 +354,8 @@ function hintForToolError(code: string, missingScopes: readonly string[]): strin
       return "The agent provider restarted meanwhile. Retry the same command with the same --key.";
     case "start_in_progress":
       return "A start with this --key is still in progress. Retry the same command shortly.";
+    case "start_outcome_unknown":
+      return "The run may have started. Retry the same command (same --key) once the Server's database is back: it shows that run.";
     case "stale_claim":
       return "That claim is not the task's current one (lease expired, newer attempt or generation): `webcodex task show TASK_ID`.";
     case "claim_conflict":

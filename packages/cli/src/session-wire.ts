@@ -1,30 +1,20 @@
-/** The shapes the CLI reads from the workflow-session tools (design §11), lenient like wire.ts. */
+/**
+ * The shapes the CLI reads from the workflow-session tools (design §11): the protocol package's output schemas
+ * (`tools/sessions.ts`), which the Server's session tools write their results with, read tolerantly
+ * (tolerant.ts). The CLI does not read the timestamps of a session nor an entry's provider and execution state.
+ */
+import { ReadSessionOutput, SessionEvidence, SessionView } from "@webcodex/protocol";
 import { z } from "zod";
+import { readAs } from "./tolerant.js";
 
-export const SessionResult = z.object({
-  session_id: z.string(),
-  project_id: z.string(),
-  title: z.string(),
-  handoff: z.string(),
-  handoff_version: z.number(),
-  goal: z.string(),
-  goal_version: z.number(),
-  version: z.number(),
-});
+const NOT_READ = { created_at: true, updated_at: true } as const;
+
+export const SessionResult = readAs(SessionView.omit(NOT_READ));
 export type SessionResult = z.infer<typeof SessionResult>;
 
-export const SessionRead = SessionResult.extend({
-  evidence: z.array(
-    z.object({
-      seq: z.number(),
-      at: z.string(),
-      kind: z.string(),
-      run_id: z.string(),
-      state: z.string(),
-      stop_reason: z.string().optional(),
-      failure_kind: z.string().optional(),
-    }),
-  ),
-  evidence_dropped: z.number(),
-  has_more: z.boolean(),
-});
+export const SessionRead = readAs(
+  ReadSessionOutput.omit(NOT_READ).extend({
+    evidence: z.array(SessionEvidence.omit({ provider_id: true, execution_state: true })),
+  }),
+);
+export type SessionRead = z.infer<typeof SessionRead>;

@@ -1,117 +1,34 @@
 /**
- * The shapes the CLI reads from the Server's MCP tools and the projects
- * resource (design §6.3). The CLI talks MCP only and does not import the
- * protocol package, so it keeps this small local copy and validates every
- * result at the boundary. Schemas are lenient about extra fields so a newer
- * Server does not break an older CLI; unknown event kinds are kept as
- * `other` and rendered generically.
+ * The shapes the CLI reads from the Server's MCP tools and the projects resource (design §6.3). The run
+ * vocabulary and the tools' output schemas come from the protocol package (`tools/runs.ts`), the same schemas
+ * the Server's tools write their results with; every result is validated with them at the boundary, read
+ * tolerantly (tolerant.ts) so that a Server one version apart does not break the CLI. An event the CLI cannot
+ * read (a newer kind or body) is kept as `other` and rendered generically, never fatal.
  */
+import {
+  CancelToolOutput,
+  type ConfigValue,
+  isTerminalState,
+  ObserveToolOutput,
+  OUTSIDE_PROJECT_PATH,
+  RunEvent as ProtocolRunEvent,
+  RUN_STATES,
+  RunState,
+  type StartToolInput,
+  StartToolOutput,
+} from "@webcodex/protocol";
 import { z } from "zod";
+import { type Read, readAs, tolerant } from "./tolerant.js";
 
-export const RUN_STATES = [
-  "starting",
-  "running",
-  "waiting_permission",
-  "completed",
-  "failed",
-  "cancelled",
-  "lost",
-] as const;
-export const RunState = z.enum(RUN_STATES);
-export type RunState = z.infer<typeof RunState>;
+export { type ConfigValue, isTerminalState as isTerminal, OUTSIDE_PROJECT_PATH, RUN_STATES, RunState };
 
-/** The path a file_change event carries for a file outside the project root (the Runner masks it). */
-export const OUTSIDE_PROJECT_PATH = "<outside project>";
-
-const TERMINAL: ReadonlySet<RunState> = new Set<RunState>(["completed", "failed", "cancelled", "lost"]);
-export function isTerminal(state: RunState): boolean {
-  return TERMINAL.has(state);
-}
-
-const opt = <T extends z.ZodType>(schema: T) => schema.nullish().transform((v) => v ?? undefined);
-
-const base = { seq: z.number().int(), at: z.string() };
-
-const AgentMessage = z.object({
-  ...base,
-  kind: z.literal("agent_message"),
-  text: z.string(),
-  truncated: opt(z.boolean()),
-});
-const Reasoning = z.object({ ...base, kind: z.literal("reasoning"), text: z.string(), truncated: opt(z.boolean()) });
-const Plan = z.object({
-  ...base,
-  kind: z.literal("plan"),
-  entries: z.array(z.object({ content: z.string(), status: z.string(), priority: opt(z.string()) })),
-  truncated: opt(z.boolean()),
-});
-const ToolActivity = z.object({
-  ...base,
-  kind: z.literal("tool_activity"),
-  tool_call_id: z.string(),
-  title: z.string(),
-  tool_kind: opt(z.string()),
-  status: z.string(),
-});
-const FileChange = z.object({
-  ...base,
-  kind: z.literal("file_change"),
-  tool_call_id: opt(z.string()),
-  path: z.string(),
-});
-const TerminalActivity = z.object({
-  ...base,
-  kind: z.literal("terminal_activity"),
-  tool_call_id: opt(z.string()),
-  terminal_id: z.string(),
-});
-const Usage = z.object({
-  ...base,
-  kind: z.literal("usage"),
-  used_tokens: opt(z.number()),
-  context_size: opt(z.number()),
-  cost_amount: opt(z.number()),
-  cost_currency: opt(z.string()),
-});
-const PermissionRequest = z.object({
-  ...base,
-  kind: z.literal("permission_request"),
-  tool_call_id: opt(z.string()),
-  title: z.string(),
-  options: z.array(z.object({ option_id: opt(z.string()), name: z.string(), kind: opt(z.string()) })).default([]),
-});
-const AgentState = z.object({
-  ...base,
-  kind: z.literal("agent_state"),
-  change: z.string(),
-  mode_id: opt(z.string()),
-  config_options: opt(z.array(z.object({ id: z.string(), value: z.union([z.string(), z.boolean()]) }))),
-  commands: opt(z.array(z.string())),
-  title: opt(z.string()),
-  truncated: opt(z.boolean()),
-});
-const Terminal = z.object({
-  ...base,
-  kind: z.literal("terminal"),
-  state: RunState,
-  execution_state: z.string(),
-  stop_reason: opt(z.string()),
-  failure_kind: opt(z.string()),
-  message: opt(z.string()),
-});
-const KnownEvent = z.discriminatedUnion("kind", [
-  AgentMessage,
-  Reasoning,
-  Plan,
-  ToolActivity,
-  FileChange,
-  TerminalActivity,
-  Usage,
-  PermissionRequest,
-  AgentState,
-  Terminal,
-]);
-export type KnownEvent = z.infer<typeof KnownEvent>;
+/** A field the protocol sends as `null` is absent for the CLI, which always read `null` as "not said". */
+type NullAsAbsent<T> = T extends unknown
+  ? { [K in keyof T as null extends T[K] ? never : K]: T[K] } & {
+      [K in keyof T as null extends T[K] ? K : never]?: Exclude<T[K], null>;
+    }
+  : never;
+export type KnownEvent = Read<NullAsAbsent<z.infer<typeof ProtocolRunEvent>>>;
 export interface OtherEvent {
   seq: number;
   at: string;
@@ -120,55 +37,50 @@ export interface OtherEvent {
 }
 export type RunEvent = KnownEvent | OtherEvent;
 
-/** An event the CLI cannot read (a newer kind or body) is kept as `other`, never fatal. */
-const AnyEvent = z.looseObject({ ...base, kind: z.string() }).transform((raw): RunEvent => {
-  const known = KnownEvent.safeParse(raw);
-  if (known.success) return known.data;
+/** Each event kind's protocol schema read tolerantly, and which of its fields the protocol lets be null. */
+const EVENT_KINDS = new Map(
+  ProtocolRunEvent.options.map((option) => {
+    const shape = option.shape as Record<string, z.ZodType>;
+    const nullable = Object.keys(shape).filter((key) => shape[key]?.safeParse(null).success === true);
+    return [option.shape.kind.value as string, { schema: tolerant(option), nullable }];
+  }),
+);
+
+/**
+ * An event: its kind's protocol schema, where a nullable field may also be absent (both read as "not said"; a
+ * Server may leave it out). An event the CLI cannot read is kept as `other`, never fatal.
+ */
+const AnyEvent = z.looseObject({ seq: z.number(), at: z.string(), kind: z.string() }).transform((raw): RunEvent => {
+  const kind = EVENT_KINDS.get(raw.kind);
+  if (kind !== undefined) {
+    const filled: Record<string, unknown> = { ...raw };
+    for (const key of kind.nullable) filled[key] ??= null;
+    const known = kind.schema.safeParse(filled);
+    if (known.success) {
+      const fields = Object.entries(known.data as Record<string, unknown>).filter(([, v]) => v !== null);
+      return Object.fromEntries(fields) as KnownEvent;
+    }
+  }
   return { seq: raw.seq, at: raw.at, kind: "other", original_kind: raw.kind };
 });
 
-export const StartResult = z.object({
-  run_id: z.string(),
-  state: RunState,
-  execution_state: z.string(),
-  replayed: z.boolean(),
-  observation_token: z.string(),
-  /** The run's MCP task (a task-backed start): `webcodex observe TASK_ID` follows it again later. */
+export const StartResult = (tolerant(StartToolOutput) as z.ZodObject).extend({
+  /** The run's MCP task (a task-backed start, MCP Tasks): `webcodex observe TASK_ID` follows it again later. */
   task_id: z.string().optional(),
-});
+}) as unknown as z.ZodType<Read<z.infer<typeof StartToolOutput>> & { task_id?: string }>;
 export type StartResult = z.infer<typeof StartResult>;
 
-export const Observation = z.object({
-  run_id: z.string(),
-  state: RunState,
-  execution_state: z.string(),
-  stop_reason: opt(z.string()),
-  failure_kind: opt(z.string()),
-  recovery_kind: z.string().default("none"),
-  message: opt(z.string()),
+/** What the CLI reads of observe's result: all of it but the effective config, which it does not show. */
+const ObserveRead = ObserveToolOutput.omit({ effective_config: true });
+export const Observation = (tolerant(ObserveRead) as z.ZodObject).extend({
   events: z.array(AnyEvent).default([]),
-  observation_token: z.string(),
+  // Fields a Server older than them does not send.
   history_lost: z.boolean().default(false),
   has_more: z.boolean().default(false),
-  runner_offline: opt(z.boolean()),
-  /** The run's latest reported usage (numbers and a currency code; never text). */
-  usage: opt(
-    z.object({
-      used_tokens: opt(z.number()),
-      context_size: opt(z.number()),
-      cost_amount: opt(z.number()),
-      cost_currency: opt(z.string()),
-    }),
-  ).optional(),
-});
+}) as unknown as z.ZodType<Read<Omit<z.infer<typeof ObserveRead>, "events">> & { events: RunEvent[] }>;
 export type Observation = z.infer<typeof Observation>;
 
-export const CancelResult = z.object({
-  run_id: z.string(),
-  state: RunState,
-  cancel_requested: z.boolean(),
-  already_terminal: z.boolean(),
-});
+export const CancelResult = readAs(CancelToolOutput);
 export type CancelResult = z.infer<typeof CancelResult>;
 
 /** A scope name as the Server spells them (`coding_agent:run`, `runtime:write`). */
@@ -185,6 +97,7 @@ export const ToolErrorBody = z.object({
   }),
 });
 
+const opt = <T extends z.ZodType>(schema: T) => schema.nullish().transform((v) => v ?? undefined);
 const ProviderView = z.object({
   provider_id: z.string(),
   name: z.string().default(""),
@@ -204,18 +117,5 @@ export const ProjectsResource = z
   .union([z.array(ProjectView), z.object({ projects: z.array(ProjectView) })])
   .transform((v) => (Array.isArray(v) ? v : v.projects));
 
-export type ConfigValue = string | boolean;
-export interface StartInput {
-  project_id: string;
-  provider_id: string;
-  idempotency_key: string;
-  prompt: string;
-  config?: Record<string, ConfigValue>;
-  timeout_secs?: number;
-  /** Record the run's lifecycle in this workflow session. */
-  workflow_session_id?: string;
-  /** Quote this workflow session's handoff and goal before the prompt. */
-  context_session_id?: string;
-  /** The context session's version the caller reviewed; another current version refuses the start. */
-  context_session_version?: number;
-}
+/** What `start_coding_agent` takes (the protocol package's schema; the Server checks it). */
+export type StartInput = z.input<typeof StartToolInput>;

@@ -15,8 +15,12 @@ describe("webcodex exit codes against a real stack", { timeout: 120_000 }, () =>
     s = undefined;
   });
 
-  async function stack(): Promise<{ url: string; token: string }> {
-    s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+  async function stack(permissionTimeoutSecs?: number): Promise<{ url: string; token: string }> {
+    s = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      server: "child",
+      ...(permissionTimeoutSecs !== undefined ? { permissionTimeoutSecs } : {}),
+    }).init();
     await s.startRunner("r1");
     return { url: `http://127.0.0.1:${s.port}/mcp`, token: s.principalTokens.get("alice") ?? "" };
   }
@@ -26,6 +30,17 @@ describe("webcodex exit codes against a real stack", { timeout: 120_000 }, () =>
     const result = await runCli(["run", "--project", "demo", "--provider", "fake", "scenario: prompt_error"], env);
     expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(1);
     expect(result.stdout).toContain("failed");
+  });
+
+  it("a run whose permission request reaches the Runner's deadline exits 4 (not 130: nobody pressed Ctrl-C)", async () => {
+    const env = await stack(1);
+    const result = await runCli(["run", "--project", "demo", "--provider", "fake", "scenario: permission"], env);
+    expect(result.code, `${result.stdout}\n${result.stderr}`).toBe(4);
+    expect(result.stdout).toContain("permission_timeout");
+    const runId = /wc_agent_run_[a-z2-7]{26}/.exec(result.stdout)?.[0];
+    const observed = await runCli(["observe", runId ?? "", "--json"], env);
+    expect(observed.code).toBe(4);
+    expect(observed.stdout).toContain('"exit_code":4');
   });
 
   it("a run whose Runner is killed mid-turn and restarted ends lost: the follower exits 3", async () => {

@@ -15,6 +15,13 @@ describe("exit codes", () => {
     expect(exitCodeForState(state)).toBe(code);
   });
 
+  it("a run whose permission request reached its deadline exits 4, not the 130 of Ctrl-C", () => {
+    expect(exitCodeForState("cancelled", "permission_timeout")).toBe(EXIT.permissionDeadline);
+    expect(EXIT.permissionDeadline).toBe(4);
+    expect(exitCodeForState("cancelled", null)).toBe(130);
+    expect(exitCodeForState("cancelled", "run_timeout")).toBe(130);
+  });
+
   it("keeps usage errors apart from run outcomes", () => {
     expect(EXIT.usage).toBe(2);
     expect(new Set(Object.values(EXIT)).size).toBe(Object.values(EXIT).length);

@@ -27,15 +27,15 @@ describe("run usage on the closing line", () => {
   });
 
   it("leaves out what the agent did not report, and names a non-USD currency", () => {
-    expect(formatRunUsage({ used_tokens: 10, context_size: undefined, cost_amount: 2.5, cost_currency: "EUR" })).toBe(
+    expect(formatRunUsage({ used_tokens: 10, context_size: null, cost_amount: 2.5, cost_currency: "EUR" })).toBe(
       "context 10 · 2.50 EUR",
     );
     expect(
       formatRunUsage({
-        used_tokens: undefined,
-        context_size: undefined,
-        cost_amount: undefined,
-        cost_currency: undefined,
+        used_tokens: null,
+        context_size: null,
+        cost_amount: null,
+        cost_currency: null,
       }),
     ).toBe("");
     const line = renderSummary(initialRenderState(), final(undefined), {}, PLAIN).split("\n")[0];

@@ -35,6 +35,8 @@ function obs(partial: Partial<Observation> & Pick<Observation, "state">): Observ
     failure_kind: undefined,
     message: undefined,
     runner_offline: undefined,
+    started_at: undefined,
+    ended_at: undefined,
     ...partial,
   };
 }

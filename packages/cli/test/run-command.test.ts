@@ -214,6 +214,8 @@ describe("webcodex observe, cancel, status", () => {
             state: "completed",
             execution_state: "completed",
             stop_reason: "end_turn",
+            // Every terminal event carries its message (the protocol's TerminalEvent); the CLI reads events with it.
+            message: "The agent completed the turn.",
           },
         ],
       }),

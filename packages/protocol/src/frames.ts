@@ -23,6 +23,7 @@ import {
   MIN_RUN_TIMEOUT_SECS,
   PROTOCOL_VERSION,
 } from "./bounds.js";
+import { CapacityReasonSchema } from "./capacity.js";
 import { boundedText, RunEvent } from "./events.js";
 import {
   ConfigOptionId,
@@ -274,10 +275,16 @@ export const ErrorFrame = z
     run: RunSummary.optional(),
     /** Present exactly on `pruned`: the run's tombstone. */
     tombstone: RunTombstone.optional(),
+    /** Only on `capacity`: why (a closed set; the Server words the answer, capacity.ts). Absent from older Runners. */
+    capacity_reason: CapacityReasonSchema.optional(),
   })
   .refine((f) => (f.code === "pruned") === (f.tombstone !== undefined), {
     message: "tombstone is present exactly when code is pruned",
     path: ["tombstone"],
+  })
+  .refine((f) => f.capacity_reason === undefined || f.code === "capacity", {
+    message: "capacity_reason is present only when code is capacity",
+    path: ["capacity_reason"],
   })
   .strict();
 

@@ -1,6 +1,11 @@
 import { z } from "zod";
 
-/** Prefix of every run id; followed by 26 lowercase RFC 4648 base32 characters. */
+/**
+ * Prefix of every run id; followed by 26 lowercase RFC 4648 base32 characters. Run, session and AgentTask ids
+ * are the first 26 characters of a longer encoding (every character carries 5 bits) and are compared as
+ * strings, never decoded: each has one spelling. Ids that are decoded (an MCP task id's MAC) must pass
+ * `isCanonicalBase64url`.
+ */
 export const RUN_ID_PREFIX = "wc_agent_run_";
 export const RUN_ID_PATTERN = /^wc_agent_run_[a-z2-7]{26}$/;
 /** Operator-chosen ids: projects, providers, runners, config option ids. */
@@ -51,4 +56,14 @@ export function base32(bytes: Uint8Array): string {
   }
   if (bits > 0) out += BASE32_ALPHABET[(buffer << (5 - bits)) & 31];
   return out;
+}
+
+/**
+ * Whether `text` is the one canonical base64url (no padding) spelling of the bytes it decodes to. Decoders
+ * ignore the unused low bits of the last character (and a stray trailing character), so one byte string has
+ * several accepted spellings; an id or MAC compared after decoding must be refused unless it re-encodes to
+ * itself, or the spellings get past de-duplication and caps as distinct ids.
+ */
+export function isCanonicalBase64url(text: string): boolean {
+  return /^[A-Za-z0-9_-]*$/.test(text) && Buffer.from(text, "base64url").toString("base64url") === text;
 }

@@ -61,6 +61,8 @@ export const FAILURE_SUMMARIES = {
   protocol_violation: "The agent broke the Agent Client Protocol.",
   unsupported_protocol_version: "The agent speaks an unsupported ACP protocol version.",
   run_timeout: "The run reached its deadline.",
+  permission_timeout:
+    "The agent's permission request reached its deadline unanswered; WebCodex never grants permissions.",
   stale_provider: "The provider instance changed before the run was admitted.",
   capacity: "The Runner is already running as many runs as it allows.",
   runner_restarted: "The Runner restarted before the prompt was dispatched.",

@@ -10,26 +10,21 @@
  *
  * Exit codes: 0 success, 1 failure, 2 invalid config or usage, 3 store
  * refused (run). `exec` exits like the CLI (commands/exec.ts `execExitCode`):
- * 0 completed, 1 failed, 3 lost, 130 cancelled (and on a second Ctrl-C).
- * Each command lives in commands/; this file parses argv and switches.
+ * 0 completed, 1 failed, 3 lost, 4 cancelled at the permission deadline, 130 cancelled (and on a second Ctrl-C).
+ * Each command lives in commands/ (their usage and how help is answered: commands/help.ts); this file
+ * parses argv and switches.
  */
 import { type Parsed, parseArgv, UsageError } from "./commands/argv.js";
 import { check } from "./commands/check.js";
 import { diagnose } from "./commands/diagnose.js";
 import { exec } from "./commands/exec.js";
+import { answerHelp, commandUsage } from "./commands/help.js";
 import { pool } from "./commands/pool.js";
 import { ConfigError } from "./config/config.js";
 import { reserveAgentFdTable } from "./process/fd-table.js";
 import { closeInheritedFds } from "./process/inherited-fds.js";
 import { BindingsFileError } from "./process/user-bindings.js";
 import { STORE_REFUSAL_EXIT_CODE } from "./store/open.js";
-
-const USAGE = `usage:
-  webcodex-runner run   --config FILE [--new-store]
-  webcodex-runner check --config FILE [--probe PROVIDER] [--project ID]
-  webcodex-runner exec  --config FILE --project ID --provider ID [--json] [--config KEY=VALUE]... [--timeout SECS] [--log-level LEVEL] "prompt"
-  webcodex-runner diagnose --config FILE RUN_ID
-  webcodex-runner pool --config FILE [release USER]`;
 
 /** `run` hands over to the daemon (commands/daemon.ts), loaded only for this command. */
 async function run(parsed: Parsed): Promise<number> {
@@ -41,13 +36,14 @@ async function run(parsed: Parsed): Promise<number> {
 }
 
 async function main(argv: readonly string[]): Promise<number> {
-  let parsed: Parsed;
+  const help = answerHelp(argv);
+  if (help !== null) {
+    (help.kind === "usage" ? process.stdout : process.stderr).write(help.text);
+    return help.kind === "usage" ? 0 : 2;
+  }
+  let parsed: Parsed | undefined;
   try {
     parsed = parseArgv(argv);
-    if (parsed.flags.has("--help") || parsed.flags.has("-h") || parsed.command === "") {
-      process.stdout.write(`${USAGE}\n`);
-      return parsed.command === "" ? 2 : 0;
-    }
     switch (parsed.command) {
       case "run":
         return await run(parsed);
@@ -60,6 +56,7 @@ async function main(argv: readonly string[]): Promise<number> {
       case "pool":
         return await pool(parsed);
       default:
+        // answerHelp refused every name not in commands/help.ts COMMANDS; "help" was answered there.
         throw new UsageError(`unknown command ${JSON.stringify(parsed.command)}`);
     }
   } catch (error) {
@@ -72,7 +69,9 @@ async function main(argv: readonly string[]): Promise<number> {
       return STORE_REFUSAL_EXIT_CODE;
     }
     if (error instanceof UsageError) {
-      process.stderr.write(`webcodex-runner: ${error.message}\n${USAGE}\n`);
+      process.stderr.write(
+        `webcodex-runner: ${error.message}\n${commandUsage(parsed?.command ?? argv[0] ?? "help")}\n`,
+      );
       return 2;
     }
     throw error;

@@ -3,6 +3,7 @@
  * (relative paths resolve against the config file, so the cwd does not matter).
  */
 import { execFile } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -119,6 +120,38 @@ describe("webcodex-runner", () => {
     const last = stdout.trim().split("\n").at(-1) ?? "{}";
     expect(JSON.parse(last)).toMatchObject({ kind: "terminal", state });
     expect(code).toBe(expected);
+  });
+
+  test("check warns of an env_from_env source that is not set, by its name and never a value", async () => {
+    const unset = `WC_UNSET_${randomBytes(24).toString("hex").toUpperCase()}`;
+    const secret = canary("env-value");
+    const file = join(dir, "env-check.toml");
+    writeFileSync(
+      file,
+      `[runner]\nstate_dir = "state-env-check"\n\n[[projects]]\nid = "demo"\nroot = ${JSON.stringify(join(REPO_ROOT, "examples/demo-project"))}\n\n` +
+        `[acp]\nagents_share_runner_user = true\n\n[[acp.agents]]\nid = "fake"\nexecutable = ${JSON.stringify(FAKE_AGENT_BIN)}\n` +
+        `[acp.agents.env_from_env]\nPATH = "PATH"\nAPI_KEY = "${unset}"\nSET_ONE = "WC_CHECK_SET"\n`,
+    );
+    const { code, stdout, stderr } = await cli(["check", "--config", file], { ...process.env, WC_CHECK_SET: secret });
+    expect(code, stderr).toBe(0);
+    expect(stdout).toContain(`warning: agent fake: env_from_env API_KEY = "${unset}": ${unset} is not set`);
+    expect(stdout).not.toMatch(/env_from_env (PATH|SET_ONE)/);
+    expect(`${stdout}${stderr}`).not.toContain(secret);
+  });
+
+  test("an unknown key names the nearest known one of its table", async () => {
+    const file = join(dir, "typo.toml");
+    writeFileSync(
+      file,
+      `[[projects]]\nid = "demo"\nroot = "."\n[acp]\nmax_concurent_runs = 2\n[[acp.agents]]\nid = "fake"\nexecutable = "x"\nexecutabel_args = []\ncolour = "red"\n`,
+    );
+    const { code, stderr } = await cli(["check", "--config", file]);
+    expect(code).toBe(2);
+    expect(stderr).toContain(
+      `${file}: acp.max_concurent_runs: unknown key (not allowed) (did you mean \`max_concurrent_runs\`?)`,
+    );
+    // Nothing near enough: no guess.
+    expect(stderr).toMatch(/acp\.agents\[0\]\.colour: unknown key \(not allowed\)\n/);
   });
 
   test("an invalid config exits 2 listing every error", async () => {

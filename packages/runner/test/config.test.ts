@@ -52,11 +52,42 @@ function errorsOf(text: string): string[] {
 }
 
 describe("runner config", () => {
+  test("fair-pool keys: defaults, bounds and a home_template that must be a directory", () => {
+    const base = parseConfig(VALID, file).acp;
+    expect([base.maxUsersPerCaller, base.bindingIdleDays, base.homeTemplate]).toEqual([null, 30, null]);
+    const withAcp = (lines: string) =>
+      VALID.replace("max_concurrent_runs = 2\n", `max_concurrent_runs = 2\n${lines}\n`);
+    mkdirSync(join(dir, "tpl"), { recursive: true });
+    const set = parseConfig(
+      withAcp('max_users_per_caller = 2\nbinding_idle_days = 7\nhome_template = "tpl"'),
+      file,
+    ).acp;
+    expect([set.maxUsersPerCaller, set.bindingIdleDays, set.homeTemplate]).toEqual([2, 7, join(dir, "tpl")]);
+    expect(errorsOf(withAcp("max_users_per_caller = 0\nbinding_idle_days = 0"))).toEqual([
+      `${file}: acp.max_users_per_caller: must be at least 1`,
+      `${file}: acp.binding_idle_days: must be at least 1`,
+    ]);
+    expect(errorsOf(withAcp("binding_idle_days = 3651"))).toEqual([
+      `${file}: acp.binding_idle_days: must be at most 3650`,
+    ]);
+    expect(errorsOf(withAcp('home_template = "bin/agent"'))).toEqual([
+      `${file}: acp.home_template: ${join(dir, "bin", "agent")} is not a directory (nor may it be a symlink)`,
+    ]);
+    expect(errorsOf(withAcp('home_template = "missing"'))).toEqual([
+      `${file}: acp.home_template: ${join(dir, "missing")} does not exist`,
+    ]);
+  });
+
   test("a valid config is typed, frozen and resolved against the config file", () => {
     const config = parseConfig(VALID, file);
     expect(Object.isFrozen(config)).toBe(true);
     expect(config.runner.stateDir).toBe(join(dir, "state"));
-    expect(config.projects[0]).toEqual({ id: "demo", root: join(dir, "proj"), allowPatch: true });
+    expect(config.projects[0]).toEqual({
+      id: "demo",
+      root: join(dir, "proj"),
+      allowPatch: true,
+      sharedBetweenCallers: false,
+    });
     expect(config.acp.agents[0]).toMatchObject({
       id: "fake",
       name: "fake",
@@ -198,6 +229,19 @@ executable = "/nonexistent/agent"
     expect(lost("io_error", name).message.length).toBeLessThanOrEqual(MAX_MESSAGE_LENGTH);
     const short = notStarted("missing_env", "spawn", "Missing source variable: PATH.");
     expect(short.message).toContain("Missing source variable: PATH. Stage: spawn.");
+  });
+
+  test("[acp] sandbox is namespaces or none (default namespaces); shared_between_callers is a boolean (default false)", () => {
+    expect(parseConfig(VALID, file).acp.sandbox).toBe("namespaces");
+    expect(parseConfig(VALID.replace("[acp]\n", '[acp]\nsandbox = "none"\n'), file).acp.sandbox).toBe("none");
+    const bad = VALID.replace("[acp]\n", '[acp]\nsandbox = "bwrap"\n').replace(
+      "allow_patch = true\n",
+      'allow_patch = true\nshared_between_callers = "yes"\n',
+    );
+    expect(errorsOf(bad)).toEqual([
+      `${file}: projects[0].shared_between_callers: must be a boolean`,
+      `${file}: acp.sandbox: must be one of namespaces, none`,
+    ]);
   });
 
   test("TOML syntax errors name the line", () => {

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
+import { FAKE_AGENT_BIN, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { retentionOf, scheduleRetention } from "../src/commands/daemon.js";
 import { ConfigError, parseConfig } from "../src/config/config.js";
 import { openDispatchStore } from "../src/store/open.js";
@@ -89,10 +89,11 @@ describe("periodic retention", () => {
           last_seq: 1,
         });
       });
-      const deadline = Date.now() + 10_000;
-      while (ids.filter((id) => store.get(id)).length > 1 && Date.now() < deadline) {
-        await new Promise((r) => setTimeout(r, 20));
-      }
+      await poll(() => ids.filter((id) => store.get(id)).length <= 1, {
+        timeoutMs: IN_PROCESS_WAIT_MS,
+        intervalMs: 20,
+        what: "the retention sweep",
+      });
       expect(ids.filter((id) => store.get(id))).toHaveLength(1);
       expect(lines.some((l) => l.includes("pruned terminal runs"))).toBe(true);
     } finally {

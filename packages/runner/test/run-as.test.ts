@@ -17,14 +17,22 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { alive, RUNNER_BIN as BIN } from "../../../scripts/test-support/index.js";
+import { alive, RUNNER_BIN as BIN, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { listGroupMembers, readStartTime } from "../src/process/proc-identity.js";
 import { reapGroup } from "../src/process/reaper.js";
 import { setprivCommand, switchUserSupportFrom } from "../src/process/run-as.js";
 import { spawnAgent } from "../src/process/spawn.js";
 import { groupMembers, newManager, runToEnd } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, runnerExec, type TestUser, uidOf } from "./support/test-user.js";
+import {
+  agentCopy,
+  createTestUser,
+  IS_ROOT,
+  runnerExec,
+  sharedTestDir,
+  type TestUser,
+  uidOf,
+} from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
 const TOKEN = "runner-token-9f8e7d6c5b4a39281706";
@@ -80,10 +88,10 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
   beforeAll(() => {
     const user = createTestUser("ra");
     const agent = agentCopy();
-    const dir = mkdtempSync(join(tmpdir(), "wc-runas-"));
+    const dir = sharedTestDir("wc-runas-");
     chmodSync(dir, 0o700);
     const project = join(dir, "project");
-    const agentDir = mkdtempSync(join(tmpdir(), "wc-runas-agent-"));
+    const agentDir = sharedTestDir("wc-runas-agent-");
     chownSync(agentDir, user.uid, user.gid);
     const tokenFile = join(dir, "runner.token");
     writeFileSync(tokenFile, `${TOKEN}\n`, { mode: 0o600 });
@@ -286,9 +294,7 @@ describe.skipIf(!IS_ROOT)("run_as (needs root to create a user and switch to it;
       env: { PATH: process.env.PATH ?? "/usr/bin:/bin" },
     });
     // Both sleeps are up and every member runs as the test user.
-    const deadline = Date.now() + 10_000;
-    while (listGroupMembers(child.pgid).length < 3 && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 25));
+    await poll(() => listGroupMembers(child.pgid).length >= 3, { timeoutMs: DAEMON_WAIT_MS, what: "both sleeps up" });
     const members = listGroupMembers(child.pgid);
     expect(members.length).toBe(3);
     expect(members.map((m) => uidOf(m.pid))).toEqual(members.map(() => ctx.user.uid));

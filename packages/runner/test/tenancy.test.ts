@@ -28,7 +28,15 @@ import { BINDINGS_FILE, FilePoolBindings } from "../src/process/user-bindings.js
 import { sweepUser } from "../src/process/user-pool.js";
 import { openDispatchStore } from "../src/store/open.js";
 import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, runnerExec, type TestUser, uidOf } from "./support/test-user.js";
+import {
+  agentCopy,
+  createTestUser,
+  IS_ROOT,
+  runnerExec,
+  sharedTestDir,
+  type TestUser,
+  uidOf,
+} from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
 /** The env var the pooled agent gets (mapped from CANARY_SOURCE); its value is a fresh random canary. */
@@ -70,8 +78,7 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
   beforeAll(() => {
     const users: [TestUser, TestUser] = [createTestUser("p1"), createTestUser("p2")];
     const agent = agentCopy();
-    const dir = mkdtempSync(join(tmpdir(), "wc-tenancy-"));
-    chmodSync(dir, 0o755);
+    const dir = sharedTestDir("wc-tenancy-");
     const project = join(dir, "project");
     mkdirSync(project);
     // Agents of both pool users append to one ledger.
@@ -96,6 +103,8 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
       'id = "demo"',
       `root = ${JSON.stringify(project)}`,
       "allow_patch = true",
+      // Runs of several callers here are about pool users; one project serving two callers is sandbox.test.ts's.
+      "shared_between_callers = true",
       "[acp]",
       "max_concurrent_runs = 4",
       "cancel_grace_secs = 2",
@@ -258,14 +267,18 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
         const done = await runToEnd(manager, prompt, { provider_id: "pooled", tenant });
         return { ...done, lines: readLedger(ctx.ledger).slice(before) };
       };
-      // The first caller's run leaves a private note (0600, its user's) behind.
-      const wrote = await run(T1, `scenario: note op=write name=${name} text=${note}`);
+      // The first caller's run leaves a private note (0600, its user's) behind, in a directory every run sees
+      // (each run's /tmp is its own, sandbox.test.ts).
+      const notes = join(ctx.dir, "notes");
+      mkdirSync(notes, { recursive: true });
+      chmodSync(notes, 0o1777);
+      const wrote = await run(T1, `scenario: note op=write name=${name} text=${note} dir=${notes}`);
       expect(wrote.run.state).toBe("completed");
       const writer = wrote.lines.find((l) => l.event === "note_written")?.uid;
       expect(writer).toBe(ctx.users[0].uid);
 
       // The second caller's run, one after the other, gets the other user even though the first is free.
-      const other = await run(T2, `scenario: note op=read name=${name}`);
+      const other = await run(T2, `scenario: note op=read name=${name} dir=${notes}`);
       expect(other.run.state).toBe("completed");
       expect(other.lines.find((l) => l.event === "note_read")).toMatchObject({
         uid: ctx.users[1].uid,
@@ -274,7 +287,7 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
       expect(JSON.stringify(other.events)).not.toContain(note);
 
       // Control: the first caller's next run (its own user again) does read it, so the check above could fail.
-      const own = await run(T1, `scenario: note op=read name=${name}`);
+      const own = await run(T1, `scenario: note op=read name=${name} dir=${notes}`);
       expect(own.lines.find((l) => l.event === "note_read")).toMatchObject({ uid: ctx.users[0].uid, result: "read" });
       expect(JSON.stringify(own.events)).toContain(note);
 
@@ -291,7 +304,6 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
       expect(readLedger(ctx.ledger).slice(before)).toEqual([]);
     } finally {
       await manager.close();
-      rmSync(`/tmp/${name}`, { force: true });
       rmSync(stateDir, { recursive: true, force: true });
     }
   });
@@ -398,9 +410,10 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
     );
     leftover.unref();
     const pid = leftover.pid as number;
-    const deadline = Date.now() + LEDGER_WAIT_MS;
-    while (uidOf(pid) !== u2.uid && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
-    expect(uidOf(pid)).toBe(u2.uid);
+    await poll(() => uidOf(pid) === u2.uid, {
+      timeoutMs: LEDGER_WAIT_MS,
+      what: "the leftover to run as the pool user",
+    });
 
     const { manager } = newManager(ctx.config);
     try {

@@ -11,9 +11,12 @@ import { join } from "node:path";
 import { pino } from "pino";
 import { describe, expect, test } from "vitest";
 import type { AgentConfig } from "../src/config/config.js";
+import { PoolHomeError } from "../src/process/pool-homes.js";
 import type { RunAs } from "../src/process/run-as.js";
 import { BINDINGS_FILE, BindingsFileError, FilePoolBindings, NO_TENANT } from "../src/process/user-bindings.js";
 import { UserPool } from "../src/process/user-pool.js";
+
+const DAY_MS = 24 * 60 * 60 * 1000;
 
 /** Tenant tags as the Server derives them (tn_ + 26 base32). */
 const T1 = "tn_aaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -25,8 +28,10 @@ const user = (n: number): RunAs => ({
   uid: 3_999_000 + n,
   gid: 3_999_000 + n,
   group: null,
+  home: `/nonexistent/wc-pool-${n}`,
   setpriv: "/usr/bin/setpriv",
   clearBoundingSet: true,
+  sandbox: null,
 });
 const agent = (...users: RunAs[]) => ({ runAs: { users } }) as unknown as AgentConfig;
 
@@ -46,7 +51,7 @@ describe("UserPool", () => {
     expect(pool.acquire({ runAs: null }, T1)).toEqual({ ok: true, user: null });
     expect(pool.acquire(single, T1)).toEqual({ ok: true, user: u1 });
     expect(pool.acquire(pooled, T1)).toEqual({ ok: true, user: u2 });
-    expect(pool.acquire(pooled, T1)).toEqual({ ok: false, reason: "busy" });
+    expect(pool.acquire(pooled, T1)).toEqual({ ok: false, reason: "pool_busy" });
     await pool.release(u1, "wc_agent_run_a");
     expect(pool.state(u1.uid)).toBe("free");
     expect(pool.acquire(pooled, T1)).toEqual({ ok: true, user: u1 });
@@ -60,7 +65,7 @@ describe("UserPool", () => {
     expect(pool.acquire(agent(u1), T1)).toEqual({ ok: true, user: u1 });
     await pool.release(u1, "wc_agent_run_q");
     expect(pool.state(u1.uid)).toBe("quarantined");
-    expect(pool.acquire(agent(u1), T1)).toEqual({ ok: false, reason: "busy" });
+    expect(pool.acquire(agent(u1), T1)).toEqual({ ok: false, reason: "pool_busy" });
     const error = lines.find((l) => l.level === 50);
     expect(error).toMatchObject({ run_id: "wc_agent_run_q", user: u1.user, uid: u1.uid, killed: 3, survivors: 1 });
     expect(Object.keys(error ?? {}).sort()).toEqual(
@@ -108,9 +113,9 @@ describe("UserPool", () => {
         await pool.release(u2, "wc_agent_run_4");
         // A third caller: users are free, but none is its to take.
         const T3 = "tn_cccccccccccccccccccccccccc";
-        expect(pool.acquire(pooled, T3)).toEqual({ ok: false, reason: "bound" });
+        expect(pool.acquire(pooled, T3)).toEqual({ ok: false, reason: "pool_bound" });
         // An untagged start is a tenant of its own.
-        expect(pool.acquire(pooled, undefined)).toEqual({ ok: false, reason: "bound" });
+        expect(pool.acquire(pooled, undefined)).toEqual({ ok: false, reason: "pool_bound" });
 
         // After a restart (a new pool reading the same file) the bindings hold.
         const again = new UserPool([pooled], { bindings: new FilePoolBindings(dir) });
@@ -128,13 +133,86 @@ describe("UserPool", () => {
       }
     });
 
-    test("busy, not bound, when the caller's own user is serving a live run", async () => {
+    test("caller_limit for the caller whose own user is serving a live run, pool_busy for another", async () => {
       const u1 = user(1);
       try {
         const pool = new UserPool([agent(u1)], { bindings: fresh() });
         expect(pool.acquire(agent(u1), T1)).toEqual({ ok: true, user: u1 });
-        expect(pool.acquire(agent(u1), T1)).toEqual({ ok: false, reason: "busy" });
-        expect(pool.acquire(agent(u1), T2)).toEqual({ ok: false, reason: "busy" });
+        expect(pool.acquire(agent(u1), T1)).toEqual({ ok: false, reason: "caller_limit" });
+        expect(pool.acquire(agent(u1), T2)).toEqual({ ok: false, reason: "pool_busy" });
+      } finally {
+        cleanup();
+      }
+    });
+
+    test("a user is recycled for another caller only once its caller has left it unused for binding_idle_days (clock injected)", async () => {
+      const [u1, u2] = [user(1), user(2)];
+      const pooled = agent(u1, u2);
+      const T3 = "tn_cccccccccccccccccccccccccc";
+      let clock = Date.parse("2026-01-01T00:00:00Z");
+      const recycled: number[] = [];
+      const sweep = async () => ({ killed: 0, survivors: 0 });
+      try {
+        const pool = new UserPool([pooled], {
+          bindings: fresh(),
+          now: () => new Date(clock),
+          sweep,
+          bindingIdleDays: 30,
+          recycleHome: async (u) => {
+            recycled.push(u.uid);
+            return { removed: 0, copied: 0 };
+          },
+        });
+        expect(pool.acquire(pooled, T1)).toEqual({ ok: true, user: u1 });
+        expect(pool.acquire(pooled, T2)).toEqual({ ok: true, user: u2 });
+        await pool.release(u1, "wc_agent_run_1");
+        await pool.release(u2, "wc_agent_run_2");
+        clock += 29 * DAY_MS;
+        expect(pool.acquire(pooled, T3)).toEqual({ ok: false, reason: "pool_bound" });
+        // T1 uses its user again on day 31: that use counts, so only T2's user is idle.
+        clock += 2 * DAY_MS;
+        expect(pool.acquire(pooled, T1)).toEqual({ ok: true, user: u1 });
+        await pool.release(u1, "wc_agent_run_3");
+        const lease = pool.acquire(pooled, T3);
+        expect(lease).toMatchObject({ ok: false, reason: "recycling" });
+        expect(pool.state(u2.uid)).toBe("recycling");
+        // While it is being recycled it counts as T3's: a second start of T3 is at its limit.
+        expect(pool.acquire(pooled, T3)).toEqual({ ok: false, reason: "caller_limit" });
+        if (!lease.ok && lease.reason === "recycling") await lease.ready;
+        expect(recycled).toEqual([u2.uid]);
+        expect(pool.acquire(pooled, T3)).toEqual({ ok: true, user: u2 });
+        expect(new FilePoolBindings(dir).load().get(u2.uid)?.tenant).toBe(T3);
+        // T2 lost its user; u1 is free but T1's and used today: refused, and retrying soon will not help.
+        expect(pool.acquire(pooled, T2)).toEqual({ ok: false, reason: "pool_bound" });
+      } finally {
+        cleanup();
+      }
+    });
+
+    test("a recycle that fails quarantines the user and keeps its old binding", async () => {
+      const u1 = user(1);
+      const { logger, lines } = captureLogs();
+      let clock = Date.parse("2026-01-01T00:00:00Z");
+      try {
+        const pool = new UserPool([agent(u1)], {
+          bindings: fresh(),
+          logger,
+          now: () => new Date(clock),
+          sweep: async () => ({ killed: 0, survivors: 0 }),
+          recycleHome: async () => {
+            throw new PoolHomeError("holds a mount point");
+          },
+        });
+        expect(pool.acquire(agent(u1), T1)).toEqual({ ok: true, user: u1 });
+        await pool.release(u1, "wc_agent_run_1");
+        clock += 31 * DAY_MS;
+        const lease = pool.acquire(agent(u1), T2);
+        if (lease.ok || lease.reason !== "recycling")
+          throw new Error(`expected recycling, got ${JSON.stringify(lease)}`);
+        await lease.ready;
+        expect(pool.state(u1.uid)).toBe("quarantined");
+        expect(new FilePoolBindings(dir).load().get(u1.uid)?.tenant).toBe(T1);
+        expect(lines.find((l) => l.level === 50)).toMatchObject({ user: u1.user, reason: "holds a mount point" });
       } finally {
         cleanup();
       }

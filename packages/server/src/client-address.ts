@@ -57,10 +57,8 @@ function forwardedHops(req: IncomingMessage): (string | null)[] {
   return hops;
 }
 
-/** `[server] trusted_proxies` (validated by config.ts: IP addresses or CIDR blocks) → the address function. */
-export function clientAddressResolver(trustedProxies: readonly string[]): ClientAddressOf {
-  const socketAddress = (req: IncomingMessage) => req.socket.remoteAddress ?? "?";
-  if (trustedProxies.length === 0) return socketAddress;
+/** `[server] trusted_proxies` (validated by config.ts: IP addresses or CIDR blocks) → whether an IP is one. */
+function trustedProxyCheck(trustedProxies: readonly string[]): (ip: string) => boolean {
   const trusted = new BlockList();
   for (const entry of trustedProxies) {
     const [addr = "", bits] = entry.split("/");
@@ -69,7 +67,29 @@ export function clientAddressResolver(trustedProxies: readonly string[]): Client
     if (bits === undefined) trusted.addAddress(ip, family);
     else trusted.addSubnet(ip, Number(bits), family);
   }
-  const isTrusted = (ip: string) => trusted.check(ip, isIP(ip) === 6 ? "ipv6" : "ipv4");
+  return (ip) => trusted.check(ip, isIP(ip) === 6 ? "ipv6" : "ipv4");
+}
+
+/**
+ * The socket peer of a request that carries forwarding headers (`X-Forwarded-For`, `Forwarded`) although that
+ * peer is not in `[server] trusted_proxies`, or null: such a peer is most likely a proxy or load balancer the
+ * operator did not declare, so every client behind it has that one address for rate limits.
+ */
+export function untrustedForwarder(trustedProxies: readonly string[]): (req: IncomingMessage) => string | null {
+  const isTrusted = trustedProxyCheck(trustedProxies);
+  return (req) => {
+    if (req.headers["x-forwarded-for"] === undefined && req.headers.forwarded === undefined) return null;
+    const peer = plainIp(req.socket.remoteAddress ?? "");
+    if (peer !== null && isTrusted(peer)) return null;
+    return peer ?? "?";
+  };
+}
+
+/** `[server] trusted_proxies` (validated by config.ts: IP addresses or CIDR blocks) → the address function. */
+export function clientAddressResolver(trustedProxies: readonly string[]): ClientAddressOf {
+  const socketAddress = (req: IncomingMessage) => req.socket.remoteAddress ?? "?";
+  if (trustedProxies.length === 0) return socketAddress;
+  const isTrusted = trustedProxyCheck(trustedProxies);
   return (req) => {
     const peer = plainIp(req.socket.remoteAddress ?? "");
     if (peer === null || !isTrusted(peer)) return socketAddress(req);

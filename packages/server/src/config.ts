@@ -22,9 +22,11 @@
  * pool_size = 10              # connections this instance opens at most
  *
  * [server.cluster]            # optional, PostgreSQL only: how the other instances reach this one
- * advertise_url = "http://10.0.0.5:7420"   # default: http(s)://<host>:<port> of the listener serving /_wc/
- * listen_port = 7421          # optional: /_wc/ on a listener of its own (then not on the clients' one)
+ * listen_port = 7421          # /_wc/ on a listener of its own, never the clients' (default 0: a free port)
  * listen_host = "10.0.0.5"    # that listener's address (default: server.host)
+ * advertise_url = "http://10.0.0.5:7421"   # default: http(s)://<listen_host>:<port> of that listener
+ * serve_on_client_listener = false   # true: /_wc/ on the clients' listener instead (warned at start)
+ * allow_insecure_transport = false   # true: plain http:// between instances on a non-loopback address
  *
  * [server.tls]                # optional: terminate TLS here (https:// and wss://)
  * cert_file = "server.crt"    # PEM certificate chain, relative to this file
@@ -55,16 +57,18 @@
 import { readFileSync } from "node:fs";
 import { isIP } from "node:net";
 import { dirname, resolve } from "node:path";
-import { isLoopbackHost, LocalId } from "@webcodex/protocol";
+import { didYouMean, isLoopbackHost, LocalId } from "@webcodex/protocol";
 import { parse as parseToml } from "smol-toml";
 import { z } from "zod";
 import { SCOPES } from "./principals/principal.js";
 import { hashToken } from "./principals/tokens.js";
-import { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "./runs/record-expiry.js";
-import { DEFAULT_SESSION_MAX_IDLE_SECS } from "./sessions/store.js";
 
+/** Default of `[server] rejected_record_max_age_secs` (runs/record-expiry.ts sweeps with it). */
+export const DEFAULT_REJECTED_RECORD_MAX_AGE_SECS = 7 * 24 * 3600;
 export const MIN_REJECTED_RECORD_MAX_AGE_SECS = 60;
 export const MAX_REJECTED_RECORD_MAX_AGE_SECS = 10 * 365 * 24 * 3600;
+/** Default of `[server] session_max_idle_secs`: a session untouched this long, with no run in flight, is deleted. */
+export const DEFAULT_SESSION_MAX_IDLE_SECS = 90 * 24 * 3600;
 export const MIN_SESSION_MAX_IDLE_SECS = 60;
 export const MAX_SESSION_MAX_IDLE_SECS = 10 * 365 * 24 * 3600;
 
@@ -341,6 +345,13 @@ export const ServerConfigSchema = z
             listen_port: z.number().int().min(0).max(65_535).optional(),
             /** That listener's address; default `server.host`. */
             listen_host: z.string().min(1).max(255).optional(),
+            /**
+             * Serve `/_wc/` on the clients' listener (reachable through the load balancer) instead of a
+             * listener of its own: an explicit opt-in, warned about at start.
+             */
+            serve_on_client_listener: z.boolean({ error: "must be a boolean" }).default(false),
+            /** Accept plain http:// to and from instances on non-loopback addresses (as the Runner's ws:// rule). */
+            allow_insecure_transport: z.boolean({ error: "must be a boolean" }).default(false),
           })
           .strict()
           .prefault({}),
@@ -418,9 +429,15 @@ export interface ServerConfig {
   state: { backend: "sqlite" | "postgres"; urlEnv: string; poolSize: number };
   /**
    * `[server.cluster]`: the URL other instances reach this one on (null = the URL of the listener serving
-   * `/_wc/`), and that listener when it is not the clients' one.
+   * `/_wc/`), and that listener (null: the clients' one, by `serve_on_client_listener`, or no cluster at all);
+   * whether plain http:// between instances on non-loopback addresses is accepted.
    */
-  cluster: { advertiseUrl: string | null; listen: { host: string; port: number } | null };
+  cluster: {
+    advertiseUrl: string | null;
+    listen: { host: string; port: number } | null;
+    onClientListener: boolean;
+    allowInsecureTransport: boolean;
+  };
   runners: RunnerBinding[];
   principals: PrincipalConfig[];
   /** `[server] public_url` without a trailing slash, or null. */
@@ -453,7 +470,10 @@ export function buildServerConfig(
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
     const path = issue ? issue.path.map(String).join(".") : "";
-    const keys = issue?.code === "unrecognized_keys" ? ` (unknown key ${issue.keys.join(", ")})` : "";
+    const keys =
+      issue?.code === "unrecognized_keys"
+        ? ` (unknown key ${issue.keys.map((k) => `${k}${didYouMean(ServerConfigSchema, issue.path, k)}`).join(", ")})`
+        : "";
     throw new ConfigError(`${where}: ${path || "(root)"}: ${issue?.message ?? "invalid"}${keys}`);
   }
   const cfg = parsed.data;
@@ -504,30 +524,7 @@ export function buildServerConfig(
       );
     }
   }
-  const clusterListen = cfg.server.cluster.listen_port;
-  if (clusterListen === undefined && cfg.server.cluster.listen_host !== undefined) {
-    throw new ConfigError(`${where}: server.cluster.listen_host: set only with server.cluster.listen_port`);
-  }
-  if (clusterListen !== undefined && cfg.server.state.backend !== "postgres") {
-    throw new ConfigError(
-      `${where}: server.cluster.listen_port: only with [server.state] backend = "postgres" (one instance has no peers)`,
-    );
-  }
-  if (clusterListen !== undefined && clusterListen !== 0 && clusterListen === cfg.server.port) {
-    throw new ConfigError(`${where}: server.cluster.listen_port: must differ from server.port (${cfg.server.port})`);
-  }
-  const clusterHost = cfg.server.cluster.listen_host ?? cfg.server.host;
-  if (
-    cfg.server.state.backend === "postgres" &&
-    cfg.server.cluster.advertise_url === undefined &&
-    UNSPECIFIED_HOSTS.has(clusterListen === undefined ? cfg.server.host : clusterHost)
-  ) {
-    throw new ConfigError(
-      `${where}: server.cluster.advertise_url: required when ${clusterListen === undefined ? "server.host" : "the listener of server.cluster"} is "${clusterListen === undefined ? cfg.server.host : clusterHost}" on a PostgreSQL ` +
-        "state: the other instances forward link requests to this URL and cannot reach an unspecified address " +
-        '(e.g. advertise_url = "http://10.0.0.5:7420")',
-    );
-  }
+  const clusterListen = clusterListenerOf(cfg.server, where);
   const publicUrl = cfg.server.public_url === undefined ? null : new URL(cfg.server.public_url).origin;
   let oauth: OAuthSettings | null = null;
   if (cfg.oauth?.enabled) {
@@ -585,7 +582,9 @@ export function buildServerConfig(
     },
     cluster: {
       advertiseUrl: cfg.server.cluster.advertise_url ?? null,
-      listen: clusterListen === undefined ? null : { host: clusterHost, port: clusterListen },
+      listen: clusterListen,
+      onClientListener: cfg.server.state.backend === "postgres" && cfg.server.cluster.serve_on_client_listener,
+      allowInsecureTransport: cfg.server.cluster.allow_insecure_transport,
     },
     runners,
     principals: cfg.principals,
@@ -593,6 +592,65 @@ export function buildServerConfig(
     oauth,
     projectRunner,
   };
+}
+
+/**
+ * `[server.cluster]`'s listener for the instances' requests to each other (design §14): on a PostgreSQL state
+ * a listener of its own (`listen_port`, default 0: a free port, advertised through the directory), unless
+ * `serve_on_client_listener = true`; null otherwise. Refuses what cannot work: listen keys without PostgreSQL,
+ * both a listen port and the client listener, an advertise_url without the fixed port it would name, an
+ * unspecified address without advertise_url, and plain http:// to a non-loopback address without
+ * `allow_insecure_transport`.
+ */
+function clusterListenerOf(
+  server: z.infer<typeof ServerConfigSchema>["server"],
+  where: string,
+): ServerConfig["cluster"]["listen"] {
+  const c = server.cluster;
+  const port = c.listen_port;
+  const postgres = server.state.backend === "postgres";
+  if (!postgres) {
+    if (port !== undefined || c.listen_host !== undefined) {
+      throw new ConfigError(
+        `${where}: server.cluster.listen_port: only with [server.state] backend = "postgres" (one instance has no peers)`,
+      );
+    }
+    return null;
+  }
+  if (c.serve_on_client_listener && (port !== undefined || c.listen_host !== undefined)) {
+    throw new ConfigError(
+      `${where}: server.cluster.serve_on_client_listener: true serves /_wc/ on the clients' listener; ` +
+        "remove listen_port and listen_host, or set it to false",
+    );
+  }
+  if (port !== undefined && port !== 0 && port === server.port) {
+    throw new ConfigError(`${where}: server.cluster.listen_port: must differ from server.port (${server.port})`);
+  }
+  if (!c.serve_on_client_listener && (port === undefined || port === 0) && c.advertise_url !== undefined) {
+    throw new ConfigError(
+      `${where}: server.cluster.listen_port: required with advertise_url (the instances' own listener, on the port ` +
+        "advertise_url names); or set serve_on_client_listener = true to serve /_wc/ on the clients' listener",
+    );
+  }
+  const host = c.serve_on_client_listener ? server.host : (c.listen_host ?? server.host);
+  if (c.advertise_url === undefined && UNSPECIFIED_HOSTS.has(host)) {
+    throw new ConfigError(
+      `${where}: server.cluster.advertise_url: required when ${c.serve_on_client_listener ? "server.host" : "the listener of server.cluster"} is "${host}" on a PostgreSQL ` +
+        "state: the other instances forward link requests to this URL and cannot reach an unspecified address " +
+        '(e.g. advertise_url = "http://10.0.0.5:7421")',
+    );
+  }
+  const advertised = c.advertise_url !== undefined ? new URL(c.advertise_url) : null;
+  const scheme = advertised?.protocol ?? (server.tls ? "https:" : "http:");
+  const peerHost = advertised?.hostname ?? host;
+  if (scheme === "http:" && !isLoopbackHost(peerHost.replace(/^\[|\]$/g, "")) && !c.allow_insecure_transport) {
+    throw new ConfigError(
+      `${where}: server.cluster: the other instances would reach this one over plain http:// at "${peerHost}", not a ` +
+        "loopback address; requests between instances carry prompts. Set [server.tls] (or an https:// " +
+        "advertise_url), or set [server.cluster] allow_insecure_transport = true on a private network you trust",
+    );
+  }
+  return c.serve_on_client_listener ? null : { host, port: port ?? 0 };
 }
 
 export function parseServerConfig(

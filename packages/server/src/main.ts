@@ -1,32 +1,31 @@
 /**
- * webcodex-server CLI. One small switch; each subcommand parses its own flags.
- *
- *   webcodex-server run --config FILE
- *   webcodex-server runner-token issue --runner ID [--config FILE]
- *   webcodex-server runner-token rotate --runner ID --config FILE
+ * webcodex-server CLI. One small switch; each subcommand parses its own flags. The commands, their one-line
+ * descriptions and usage, and how help is answered (`--help`, `-h`, `help`, `CMD --help`): cli/help.ts.
  */
 import { randomBytes } from "node:crypto";
 import { parseArgs } from "node:util";
 import { pino } from "pino";
+import { answerHelp, commandUsage } from "./cli/help.js";
 import { rotateRunnerToken } from "./cli/runner-token.js";
 import { ConfigError, loadServerConfig, sha256Hex } from "./config.js";
 import { createMcpHandler } from "./mcp/mcp.js";
 import { startServer } from "./server.js";
 
-const USAGE = `usage:
-  webcodex-server run --config FILE
-  webcodex-server runner-token issue --runner ID [--config FILE]
-  webcodex-server runner-token rotate --runner ID --config FILE
-  webcodex-server token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run]
-  webcodex-server oauth clients list|show|revoke|allow-coding-agent-run|disallow-coding-agent-run [CLIENT_ID] --config FILE
-  webcodex-server oauth grants list|revoke [--id G | --principal ID | --client CLIENT_ID] --config FILE
-  webcodex-server oauth audit list [--limit N] [--json] --config FILE
-  webcodex-server mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR`;
+/** A usage mistake of one command: the reason, then that command's usage, on stderr; exit 2. */
+function usageMistake(command: string, err: unknown): number {
+  console.error(`${err instanceof Error ? err.message : String(err)}\n${commandUsage(command)}`);
+  return 2;
+}
 
 async function cmdRun(argv: string[]): Promise<number> {
-  const { values } = parseArgs({ args: argv, options: { config: { type: "string" } }, strict: true });
+  let values: { config?: string | undefined };
+  try {
+    ({ values } = parseArgs({ args: argv, options: { config: { type: "string" } }, strict: true }));
+  } catch (err) {
+    return usageMistake("run", err);
+  }
   if (!values.config) {
-    console.error(USAGE);
+    console.error(`run needs --config FILE\n${commandUsage("run")}`);
     return 2;
   }
   const config = loadServerConfig(values.config);
@@ -50,20 +49,27 @@ async function cmdRun(argv: string[]): Promise<number> {
 
 async function cmdRunnerToken(argv: string[]): Promise<number> {
   const [action, ...rest] = argv;
-  const { values } = parseArgs({
-    args: rest,
-    options: { runner: { type: "string" }, config: { type: "string" } },
-    strict: true,
-  });
+  let values: { runner?: string | undefined; config?: string | undefined };
+  try {
+    ({ values } = parseArgs({
+      args: rest,
+      options: { runner: { type: "string" }, config: { type: "string" } },
+      strict: true,
+    }));
+  } catch (err) {
+    return usageMistake("runner-token", err);
+  }
   if (action === "rotate" && values.runner) {
     if (!values.config) {
-      console.error(`runner-token rotate needs --config (the Server's state DB holds the new token's hash)\n${USAGE}`);
+      console.error(
+        `runner-token rotate needs --config (the Server's state DB holds the new token's hash)\n${commandUsage("runner-token")}`,
+      );
       return 2;
     }
     return await rotateRunnerToken(values.config, values.runner);
   }
   if (action !== "issue" || !values.runner) {
-    console.error(USAGE);
+    console.error(commandUsage("runner-token"));
     return 2;
   }
   if (values.config) {
@@ -85,6 +91,11 @@ async function cmdRunnerToken(argv: string[]): Promise<number> {
 }
 
 async function main(argv: string[]): Promise<number> {
+  const help = answerHelp(argv);
+  if (help !== null) {
+    (help.kind === "usage" ? process.stdout : process.stderr).write(help.text);
+    return help.kind === "usage" ? 0 : 2;
+  }
   const [cmd, ...rest] = argv;
   switch (cmd) {
     case "run":
@@ -98,7 +109,8 @@ async function main(argv: string[]): Promise<number> {
     case "mcp-stdio":
       return (await import("./cli/mcp-stdio.js")).runMcpStdioCommand(rest);
     default:
-      console.error(USAGE);
+      // answerHelp refused every name not in cli/help.ts COMMANDS; "help" was answered there.
+      console.error(commandUsage("help"));
       return 2;
   }
 }

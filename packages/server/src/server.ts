@@ -22,8 +22,12 @@ import {
   handleLinkRequest,
   takeLinkRequest,
 } from "./link/cluster.js";
+import { CLUSTER_HOLDER_PROOF_PATH, handleHolderProof } from "./link/holder-proof.js";
 import { RunnerHub } from "./link/hub.js";
 import { StateLeaseStore } from "./link/lease-store.js";
+import { PeerAuth } from "./link/peer-auth.js";
+import { postToPeer } from "./link/peer-http.js";
+import { guardInsecurePeers } from "./link/peer-url.js";
 import { type ChannelHandler, PeerChannelEndpoint, PeerChannels } from "./link/peer-ws.js";
 import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
 import { Registry } from "./link/registry.js";
@@ -151,6 +155,14 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   // Several instances on one PostgreSQL state route link requests to each other (design §14).
   const clustered = config.state.backend === "postgres";
   const linkKey = clusterKey(store.serverSecret);
+  // Checks the instances' requests before their bodies are read and signs this instance's answers (link/peer-auth.ts).
+  const peerAuth = clustered ? new PeerAuth(linkKey, instanceId, logger.child({ c: "cluster" })) : null;
+  // Requests to peers: plain http:// to a non-loopback peer only by `[server.cluster] allow_insecure_transport`.
+  const peerPost = guardInsecurePeers(
+    postToPeer,
+    config.cluster.allowInsecureTransport,
+    logger.child({ c: "cluster" }),
+  );
   let directory: ClusterDirectory | null = null;
   const hub = new RunnerHub({
     bindings: config.runners,
@@ -167,7 +179,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     const made = await opts.mcpHandler({ runs, admission: runs, config, logger, store });
     mcp = typeof made === "function" ? { handle: made } : made;
   }
-  const testApi = testHooks ? mountTestApi(runs, config, logger) : null;
+  const testApi = testHooks ? mountTestApi(runs, config, logger, () => directory?.url ?? null) : null;
   const console_ = mountConsole(store, config, logger, runs, presence, tlsOptions !== null);
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
@@ -199,7 +211,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       });
       return;
     }
-    if (clustered && config.cluster.listen === null && serveCluster(path, req, res)) return;
+    if (clustered && config.cluster.onClientListener && serveCluster(path, req, res)) return;
     if (testApi && path.startsWith("/__test/")) {
       testApi(req, res);
       return;
@@ -208,34 +220,36 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   };
   /** The instances' requests to each other (link/cluster.ts, link/run-push.ts); false: not one of theirs. */
   const serveCluster = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
+    if (peerAuth === null) return false;
+    const failed = (what: string) => (err: unknown) => {
+      logger.error({ err: (err as Error).message }, `${what} failed`);
+      if (!res.headersSent) res.writeHead(500).end();
+    };
     if (path === CLUSTER_LINK_REQUEST_PATH) {
-      handleLinkRequest(
-        req,
-        res,
-        linkKey,
-        (r, f, t, i, follower) => runs.executeForwarded(r, f, t, i, follower),
-        logger,
-      ).catch((err: unknown) => {
-        logger.error({ err: (err as Error).message }, "cluster link request failed");
-        if (!res.headersSent) res.writeHead(500).end();
-      });
+      handleLinkRequest(req, res, peerAuth, (r, f, t, i, follower, holder) =>
+        runs.executeForwarded(r, f, t, i, follower, holder),
+      ).catch(failed("cluster link request"));
+      return true;
+    }
+    if (path === CLUSTER_HOLDER_PROOF_PATH) {
+      handleHolderProof(req, res, peerAuth, (r, holder) => runs.holdsLease(r, holder)).catch(failed("holder proof"));
       return true;
     }
     if (path === CLUSTER_RUN_PUSH_PATH) {
-      handleRunPush(req, res, linkKey, (push) => runs.applyPushed(push), logger).catch((err: unknown) => {
-        logger.error({ err: (err as Error).message }, "pushed run update failed");
-        if (!res.headersSent) res.writeHead(500).end();
-      });
+      handleRunPush(req, res, peerAuth, (push) => runs.applyPushed(push)).catch(failed("pushed run update"));
       return true;
     }
     return false;
   };
   // Pushes and forwarded syncs over standing channels between instances (link/peer-ws.ts): this instance's
   // channels to its peers, and the endpoint of theirs on the listener serving /_wc/.
-  const channels = clustered ? new PeerChannels(linkKey, logger.child({ c: "cluster" })) : null;
-  const peerEndpoint = clustered
+  const channels = clustered ? new PeerChannels(linkKey, logger.child({ c: "cluster" }), peerPost) : null;
+  const channelPost = channels
+    ? guardInsecurePeers(channels.post, config.cluster.allowInsecureTransport, logger.child({ c: "cluster" }))
+    : null;
+  const peerEndpoint = peerAuth
     ? new PeerChannelEndpoint(
-        linkKey,
+        peerAuth,
         new Map<string, ChannelHandler>([
           [
             CLUSTER_RUN_PUSH_PATH,
@@ -245,7 +259,9 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
             CLUSTER_LINK_REQUEST_PATH,
             {
               take: (body) =>
-                takeLinkRequest(body, (r, f, t, i, follower) => runs.executeForwarded(r, f, t, i, follower)),
+                takeLinkRequest(body, (r, f, t, i, follower, holder) =>
+                  runs.executeForwarded(r, f, t, i, follower, holder),
+                ),
             },
           ],
         ]),
@@ -264,7 +280,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       hub.handleUpgrade(req, socket, head);
       return;
     }
-    if (peerEndpoint && config.cluster.listen === null && peerEndpoint.serves(path)) {
+    if (peerEndpoint && config.cluster.onClientListener && peerEndpoint.serves(path)) {
       peerEndpoint.handleUpgrade(path, req, socket, head);
       return;
     }
@@ -328,18 +344,33 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     peerListener && config.cluster.listen
       ? `${tlsOptions ? "https" : "http"}://${bracketed(config.cluster.listen.host)}:${(peerListener.address() as AddressInfo).port}`
       : url;
+  if (clustered && config.cluster.onClientListener) {
+    logger.warn(
+      { url },
+      "[server.cluster] serve_on_client_listener = true: the instances' endpoints (/_wc/cluster/*) are on the " +
+        "clients' listener, reachable by anyone who reaches it (through the load balancer too); they refuse " +
+        "unsigned requests, but give them a listener of their own (listen_port) where you can",
+    );
+  }
   if (clustered) {
     try {
       directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? peerUrl, logger);
       await directory.start();
       await store.followChanges();
-      await runs.joinCluster(store.engine, { instanceId, key: linkKey, ...(channels ? { channels } : {}) });
+      await runs.joinCluster(store.engine, {
+        instanceId,
+        key: linkKey,
+        post: channelPost ?? peerPost,
+        ...(channels ? { channels } : {}),
+        ...(peerAuth ? { authCounts: peerAuth.counts } : {}),
+      });
       registry.joinCluster({
         directory,
         key: linkKey,
         requestTimeoutMs: hub.requestTimeoutMs,
         log: logger.child({ c: "cluster" }),
-        ...(channels ? { syncPost: channels.post } : {}),
+        post: peerPost,
+        ...(channelPost ? { syncPost: channelPost } : {}),
       });
     } catch (err) {
       runs.close();

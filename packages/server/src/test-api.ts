@@ -9,6 +9,7 @@
  * POST /__test/runs/{start|observe|cancel}  body: {principal_id, input}
  * GET  /__test/projects?principal_id=ID
  * GET  /__test/cluster-stats   what the cluster paths did here (Runs.clusterCounts)
+ * GET  /__test/cluster-peer    `{url}`: the URL this instance's peers reach it on (its directory row)
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
@@ -40,6 +41,8 @@ export function mountTestApi(
   runs: RunsApi & { clusterCounts(): Record<string, number> },
   config: ServerConfig,
   logger: Logger,
+  /** The URL this instance's peers reach it on (its directory row), once it has one. */
+  peerUrl: () => string | null = () => null,
 ) {
   logger.warn("TEST HOOK: unauthenticated /__test API is enabled");
   return (req: IncomingMessage, res: ServerResponse): void => {
@@ -49,6 +52,7 @@ export function mountTestApi(
     void (async () => {
       try {
         if (req.method === "GET" && url.pathname === "/__test/cluster-stats") return send(200, runs.clusterCounts());
+        if (req.method === "GET" && url.pathname === "/__test/cluster-peer") return send(200, { url: peerUrl() });
         if (req.method === "GET" && url.pathname === "/__test/projects") {
           const p = principalFromConfig(config, url.searchParams.get("principal_id") ?? "");
           if (!p) return send(404, { error: "unknown principal" });

@@ -28,7 +28,13 @@ import { RunContext } from "../src/runs/context.js";
 import type { StateEngine } from "../src/state/engine.js";
 import { openPostgresEngine } from "../src/state/engine-postgres.js";
 import { migrateState } from "../src/state/schema.js";
-import { type AdmissionRecord, RECORD_CHANGED, RECORD_PEEK_TTL_MS, StateStore } from "../src/state/store.js";
+import {
+  type AdmissionRecord,
+  RECORD_CHANGED,
+  RECORD_CHANGES_CHANNEL,
+  RECORD_PEEK_TTL_MS,
+  StateStore,
+} from "../src/state/store.js";
 import { runSummary } from "./support/run-summary.js";
 
 /** Concurrent starts of one run id per race round, spread over the instances. */
@@ -48,6 +54,7 @@ beforeAll(async () => {
 }, POSTGRES_START_TIMEOUT_MS);
 
 afterEach(async () => {
+  vi.useRealTimers();
   for (const s of stores.splice(0)) await s.close();
   for (const e of engines.splice(0)) await e.close();
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
@@ -112,6 +119,48 @@ function intent(runId: string, fingerprint = "f".repeat(64), runner = "r1") {
 }
 
 const runId = (n: number | string) => `wc_agent_run_${String(n).padStart(26, "a")}`;
+
+/** Bound on a record change's notice reaching the other store (milliseconds on loopback when quiet). */
+const NOTICE_WAIT_MS = 10_000;
+
+/**
+ * Listen now for the notice of `id`'s next change on `store`'s engine; the function it gives waits until the
+ * engine delivered it, after `store`'s own listener (registered first, by `followChanges`) took it. SQLite
+ * has no notices: there it waits for nothing.
+ */
+async function nextNotice(store: StateStore, id: string): Promise<{ told: () => Promise<void> }> {
+  if (store.engine.dialect !== "postgres") return { told: async () => undefined };
+  let heard: () => void = () => undefined;
+  const notice = new Promise<void>((resolve) => {
+    heard = resolve;
+  });
+  const stop = await store.engine.listen(RECORD_CHANGES_CHANNEL, (payload) => {
+    if (payload === id || payload === null) heard();
+  });
+  return {
+    told: async () => {
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`no change notice of ${id} within ${NOTICE_WAIT_MS} ms`)),
+          NOTICE_WAIT_MS,
+        );
+      });
+      try {
+        await Promise.race([notice, late]);
+      } finally {
+        clearTimeout(timer);
+        stop();
+      }
+    },
+  };
+}
+
+/** Stop the wall clock the stores read (Date only; timers and I/O run): a copy `peek` keeps never runs out by itself. */
+function freezeClock(): number {
+  vi.useFakeTimers({ toFake: ["Date"] });
+  return Date.now();
+}
 
 type StartOutcome = "inserted" | "replayed" | "conflict";
 
@@ -265,16 +314,19 @@ describe.each(ENGINES)("what observe shows (StateStore.peek) on $name", ({ insta
   it("shows another instance's write from the next peek after its notification", async () => {
     const [a, b] = await instances();
     await a.followChanges();
+    // The copy's bound cannot run out: only the notice can make the write show.
+    freezeClock();
     const id = runId("peek");
+    // The insert's own notice comes first: a copy read before it would be dropped by it.
+    const inserted = await nextNotice(a, id);
     await b.insert(intent(id));
+    await inserted.told();
     expect((await a.peek(id))?.state).toBe("starting");
     expect((await a.peek(id))?.state).toBe("starting");
+    const { told } = await nextNotice(a, id);
     await b.update(id, { state: "running", execution_state: "started" });
-    await poll(async () => (await a.peek(id))?.state === "running", {
-      timeoutMs: RECORD_PEEK_TTL_MS / 2,
-      intervalMs: 5,
-      what: "the other instance's write shown before the copy's bound ran out",
-    });
+    await told();
+    expect((await a.peek(id))?.state).toBe("running");
   });
 });
 
@@ -284,19 +336,20 @@ describe("what observe shows (StateStore.peek) on PostgreSQL", () => {
     if (postgres === undefined) throw new Error("no PostgreSQL engine");
     const [a, b] = await postgres.instances();
     await a.followChanges();
+    const readAt = freezeClock();
     const id = runId("untold");
+    // The insert's own notice comes first: a copy read before it would be dropped by it.
+    const inserted = await nextNotice(a, id);
     await b.insert(intent(id));
+    await inserted.told();
     expect((await a.peek(id))?.state).toBe("starting");
     // A write that tells nobody (as if its notification were lost): shown at the latest after the bound.
     await b.engine.run("UPDATE admission_records SET state = 'completed' WHERE run_id = ?", [id]);
-    const changedAt = Date.now();
     expect((await a.get(id))?.state).toBe("completed");
-    await poll(async () => (await a.peek(id))?.state === "completed", {
-      timeoutMs: RECORD_PEEK_TTL_MS * 5,
-      intervalMs: 20,
-      what: "the untold write shown",
-    });
-    expect(Date.now() - changedAt).toBeLessThan(RECORD_PEEK_TTL_MS * 5);
+    vi.setSystemTime(readAt + RECORD_PEEK_TTL_MS - 1);
+    expect((await a.peek(id))?.state).toBe("starting");
+    vi.setSystemTime(readAt + RECORD_PEEK_TTL_MS);
+    expect((await a.peek(id))?.state).toBe("completed");
   });
 });
 
@@ -318,6 +371,8 @@ describe.each(ENGINES)("a Runner summary taken into the record (RunContext.persi
   it("checks a summary that changes nothing against a copy, reading nothing from the database", async () => {
     const [holder, other] = await instances();
     await holder.followChanges();
+    // The copy's bound cannot run out: it is read again only after the write's notice.
+    freezeClock();
     const id = runId("unchanged");
     await other.insert(intent(id));
     await other.update(id, { admission: "sent" });
@@ -333,7 +388,7 @@ describe.each(ENGINES)("a Runner summary taken into the record (RunContext.persi
         await ctx.persist(id, summaryOf(id, "running", "started"), "copy");
         return reads.mock.calls.length === 0;
       },
-      { timeoutMs: RECORD_PEEK_TTL_MS / 2, intervalMs: 5, what: "an unchanged summary decided on a copy" },
+      { timeoutMs: NOTICE_WAIT_MS, intervalMs: 5, what: "an unchanged summary decided on a copy" },
     );
     for (let i = 0; i < 5; i++) await ctx.persist(id, summaryOf(id, "running", "started"), "copy");
     expect(reads).not.toHaveBeenCalled();
@@ -343,17 +398,18 @@ describe.each(ENGINES)("a Runner summary taken into the record (RunContext.persi
   });
 });
 
-/** Long enough for a record change's notification to reach the other store (milliseconds on loopback). */
-const NOTICE_SETTLE_MS = 300;
-
 describe("what observe shows (StateStore.peek) on PostgreSQL, read by many at once", () => {
   const postgres = ENGINES.find((e) => e.name === "postgres");
   it("shares one database read among the peeks of one record that start while it is read, unless a write was told", async () => {
     if (postgres === undefined) throw new Error("no PostgreSQL engine");
     const [a, b] = await postgres.instances();
     await a.followChanges();
+    const readAt = freezeClock();
     const id = runId("herd");
+    // The insert's own notice comes first: a copy read before it would be dropped by it.
+    const inserted = await nextNotice(a, id);
     await b.insert(intent(id));
+    await inserted.told();
     const reads = vi.spyOn(a.engine, "get");
     const many = await Promise.all(Array.from({ length: 20 }, () => a.peek(id)));
     expect(many.map((r) => r?.state)).toEqual(Array(20).fill("starting"));
@@ -369,10 +425,12 @@ describe("what observe shows (StateStore.peek) on PostgreSQL, read by many at on
       await gate;
       return await get(sql, params);
     });
-    await new Promise((resolve) => setTimeout(resolve, RECORD_PEEK_TTL_MS));
+    // The copy runs out; the next peek reads, and that read is held.
+    vi.setSystemTime(readAt + RECORD_PEEK_TTL_MS);
     const first = a.peek(id);
+    const { told } = await nextNotice(a, id);
     await b.update(id, { state: "running", execution_state: "started" });
-    await new Promise((resolve) => setTimeout(resolve, NOTICE_SETTLE_MS));
+    await told();
     expect((await a.peek(id))?.state).toBe("running");
     expect(reads).toHaveBeenCalledTimes(2);
     release();
@@ -386,6 +444,7 @@ describe("a Runner summary taken into the record (RunContext.persist) on Postgre
     if (postgres === undefined) throw new Error("no PostgreSQL engine");
     const [holder, other] = await postgres.instances();
     await holder.followChanges();
+    freezeClock();
     const id = runId("restored");
     await other.insert(intent(id));
     // Everything the Runner's terminal summary says, so that the copy alone would find nothing to write.
@@ -402,7 +461,7 @@ describe("a Runner summary taken into the record (RunContext.persist) on Postgre
         reads.mockClear();
         return (await holder.peek(id))?.state === "completed" && reads.mock.calls.length === 0;
       },
-      { timeoutMs: RECORD_PEEK_TTL_MS / 2, intervalMs: 5, what: "a copy showing the end" },
+      { timeoutMs: NOTICE_WAIT_MS, intervalMs: 5, what: "a copy showing the end" },
     );
     // The row goes back without telling anyone, as a restore from a backup taken mid-run leaves it.
     await other.engine.run(

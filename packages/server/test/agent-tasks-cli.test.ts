@@ -6,7 +6,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI_BIN } from "../../../scripts/test-support/index.js";
+import { CLI_BIN, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { composeContextPrompt } from "../src/sessions/service.js";
 import { type Stack, startStack } from "./support/stack.js";
 import { promptsOf } from "./support/tool-calls.js";
@@ -27,11 +27,11 @@ beforeAll(async () => {
     WEBCODEX_TOKEN: await stack.issueToken("alice", [...SCOPES], ["demo"]),
     NO_COLOR: "1",
   };
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
@@ -179,11 +179,13 @@ describe("webcodex task (CLI over MCP)", () => {
     expect(orphan.code).toBe(2);
     expect(orphan.stderr).toContain("--context-version pins the version of --context-session");
 
-    let shown = "";
-    for (let i = 0; i < 100 && !shown.includes("coding_agent_terminal"); i++) {
-      shown = (await cli(["session", "show", sid])).stdout;
-      if (!shown.includes("coding_agent_terminal")) await new Promise((r) => setTimeout(r, 100));
-    }
+    const shown = await poll(
+      async () => {
+        const out = (await cli(["session", "show", sid])).stdout;
+        return out.includes("coding_agent_terminal") && out;
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: 100, what: "the session to show the run's end" },
+    );
     expect(shown).toContain(`session ${sid} · project demo · cli session · version 2`);
     expect(shown).toContain("handoff (v1):\nHANDOFF-cli-1");
     expect(shown).toMatch(/#1 \S+ coding_agent_started wc_agent_run_\w+/);

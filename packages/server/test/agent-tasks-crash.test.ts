@@ -28,7 +28,7 @@ afterEach(async () => {
   for (const c of clients.splice(0)) await c.close().catch(() => {});
   await stack?.stop();
   stack = null;
-}, 60_000);
+});
 
 async function issueToken(s: ProcStack, extraScopes: string[] = []): Promise<string> {
   const { stdout } = await run(process.execPath, [

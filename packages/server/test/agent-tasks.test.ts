@@ -35,11 +35,11 @@ beforeAll(async () => {
   alice = await stack.connect(aliceToken);
   alice2 = await stack.connect(aliceToken);
   bob = await stack.connect(await stack.issueToken("bob", [...SCOPES], ["demo", "other"]));
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 let counter = 0;
 const unique = (label: string) => `${label}-${process.pid}-${++counter}`;
@@ -83,7 +83,7 @@ function auditRows(tool: string): Promise<{ run_id: string | null; outcome: stri
 }
 
 /** Bound on the audit writer flushing a call's row. */
-const AUDIT_WAIT_MS = 10_000;
+const AUDIT_WAIT_MS = 30_000;
 
 async function waitForAudit(tool: string, runId: string): Promise<void> {
   await poll(async () => (await auditRows(tool)).some((r) => r.run_id === runId), {
@@ -394,15 +394,16 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
     await ok(alice, "reconcile_agent_task_coding_run", { task_id: task.task_id });
     await waitForAudit("start_agent_task_coding_run", run.run_id as string);
     type Row = { tool: string; run_id: string | null; task_id: string | null; attempt_id: string | null };
-    const deadline = Date.now() + 10_000;
-    let rows: (Row & Record<string, unknown>)[] = [];
-    while (Date.now() < deadline) {
-      rows = await stack.rows<Row & Record<string, unknown>>("SELECT * FROM mcp_audit WHERE task_id = ? ORDER BY id", [
-        task.task_id as string,
-      ]);
-      if (rows.some((r) => r.tool === "reconcile_agent_task_coding_run")) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    const rows = await poll(
+      async () => {
+        const all = await stack.rows<Row & Record<string, unknown>>(
+          "SELECT * FROM mcp_audit WHERE task_id = ? ORDER BY id",
+          [task.task_id as string],
+        );
+        return all.some((r) => r.tool === "reconcile_agent_task_coding_run") && all;
+      },
+      { timeoutMs: AUDIT_WAIT_MS, intervalMs: 50, what: "the reconcile call audited" },
+    );
     expect(rows.map((r) => [r.tool, r.attempt_id, r.outcome])).toEqual([
       ["create_agent_task", null, "ok"],
       ["start_agent_task_attempt", claim.attempt_id, "ok"],
@@ -426,9 +427,9 @@ describe("agent tasks over MCP (real Server, Runner and fake agent)", () => {
       (
         await stack.rows("SELECT task_id, attempt_id, outcome FROM mcp_audit WHERE attempt_id = ?", [unknownAttempt])
       )[0];
-    while ((await refusedRow()) === undefined && Date.now() < deadline + 10_000)
-      await new Promise((r) => setTimeout(r, 50));
-    expect(await refusedRow()).toEqual({ task_id: task.task_id, attempt_id: unknownAttempt, outcome: "not_found" });
+    expect(
+      await poll(refusedRow, { timeoutMs: AUDIT_WAIT_MS, intervalMs: 50, what: "the refused call audited" }),
+    ).toEqual({ task_id: task.task_id, attempt_id: unknownAttempt, outcome: "not_found" });
   });
 
   it("never writes the instruction to the Server log or the audit table", async () => {

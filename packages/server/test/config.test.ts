@@ -46,14 +46,22 @@ describe("server config", () => {
           ...(cluster ? { cluster } : {}),
         },
       });
-    expect(buildServerConfig(base(), opts).cluster).toEqual({ advertiseUrl: null, listen: null });
-    expect(buildServerConfig(pgServer("127.0.0.1"), opts).cluster).toEqual({ advertiseUrl: null, listen: null });
-    expect(buildServerConfig(pgServer("0.0.0.0", { advertise_url: "http://10.0.0.5:7420" }), opts).cluster).toEqual({
-      advertiseUrl: "http://10.0.0.5:7420",
-      listen: null,
+    const flags = { onClientListener: false, allowInsecureTransport: false };
+    expect(buildServerConfig(base(), opts).cluster).toEqual({ advertiseUrl: null, listen: null, ...flags });
+    // PostgreSQL: the instances' own listener by default, on a free port.
+    expect(buildServerConfig(pgServer("127.0.0.1"), opts).cluster).toEqual({
+      advertiseUrl: null,
+      listen: { host: "127.0.0.1", port: 0 },
+      ...flags,
+    });
+    const advertised = { advertise_url: "https://10.0.0.5:7421", listen_port: 7421 };
+    expect(buildServerConfig(pgServer("0.0.0.0", advertised), opts).cluster).toEqual({
+      advertiseUrl: "https://10.0.0.5:7421",
+      listen: { host: "0.0.0.0", port: 7421 },
+      ...flags,
     });
     expect(() => buildServerConfig(pgServer("0.0.0.0"), opts)).toThrow(
-      /server\.cluster\.advertise_url: required when server\.host is "0\.0\.0\.0"/,
+      /server\.cluster\.advertise_url: required when the listener of server\.cluster is "0\.0\.0\.0"/,
     );
     for (const bad of ["http://10.0.0.5:7420/x", "ftp://h", "10.0.0.5:7420", "http://h?q"]) {
       expect(() => buildServerConfig(pgServer("127.0.0.1", { advertise_url: bad }), opts)).toThrow(
@@ -62,24 +70,67 @@ describe("server config", () => {
     }
   });
 
+  it("serves /_wc/ on the clients' listener only by serve_on_client_listener, and advertise_url names a fixed port", () => {
+    const opts = { file: null, baseDir: "/" };
+    const pg = (cluster: Record<string, unknown>, host = "127.0.0.1") =>
+      base({ server: { port: 7420, host, allow_insecure_http: true, state: { backend: "postgres" }, cluster } });
+    expect(buildServerConfig(pg({ serve_on_client_listener: true }), opts).cluster).toEqual({
+      advertiseUrl: null,
+      listen: null,
+      onClientListener: true,
+      allowInsecureTransport: false,
+    });
+    expect(() => buildServerConfig(pg({ serve_on_client_listener: true, listen_port: 7421 }), opts)).toThrow(
+      /server\.cluster\.serve_on_client_listener: true serves \/_wc\/ on the clients' listener; remove listen_port/,
+    );
+    // An advertise_url cannot name a free port chosen at start.
+    expect(() => buildServerConfig(pg({ advertise_url: "http://127.0.0.1:7421" }), opts)).toThrow(
+      /server\.cluster\.listen_port: required with advertise_url/,
+    );
+    expect(
+      buildServerConfig(pg({ advertise_url: "http://127.0.0.1:7420", serve_on_client_listener: true }), opts).cluster
+        .onClientListener,
+    ).toBe(true);
+  });
+
+  it("refuses plain http:// between instances on a non-loopback address unless allow_insecure_transport", () => {
+    const opts = { file: null, baseDir: "/" };
+    const pg = (cluster: Record<string, unknown>, host = "127.0.0.1") =>
+      base({ server: { port: 7420, host, allow_insecure_http: true, state: { backend: "postgres" }, cluster } });
+    for (const cluster of [{ advertise_url: "http://10.0.0.5:7421", listen_port: 7421 }, { listen_host: "10.0.0.5" }]) {
+      expect(() => buildServerConfig(pg(cluster), opts)).toThrow(
+        /server\.cluster: the other instances would reach this one over plain http:\/\/ at "10\.0\.0\.5".*allow_insecure_transport = true/,
+      );
+      expect(
+        buildServerConfig(pg({ ...cluster, allow_insecure_transport: true }), opts).cluster.allowInsecureTransport,
+      ).toBe(true);
+    }
+    // https, or loopback: no opt-in needed.
+    expect(() =>
+      buildServerConfig(pg({ advertise_url: "https://10.0.0.5:7421", listen_port: 7421 }), opts),
+    ).not.toThrow();
+    expect(() => buildServerConfig(pg({ listen_host: "127.0.0.2" }), opts)).not.toThrow();
+  });
+
   it("reads [server.cluster] listen_port and listen_host, and refuses them where they cannot work", () => {
     const opts = { file: null, baseDir: "/" };
     const server = (host: string, cluster: Record<string, unknown>, backend = "postgres") =>
       base({ server: { port: 7420, host, allow_insecure_http: true, state: { backend }, cluster } });
+    const flags = { onClientListener: false, allowInsecureTransport: false };
     expect(buildServerConfig(server("127.0.0.1", { listen_port: 7421 }), opts).cluster).toEqual({
       advertiseUrl: null,
       listen: { host: "127.0.0.1", port: 7421 },
+      ...flags,
     });
     // The clients' listener on every address, the instances' one on a private address: no advertise_url needed.
-    expect(buildServerConfig(server("0.0.0.0", { listen_port: 7421, listen_host: "10.0.0.5" }), opts).cluster).toEqual({
-      advertiseUrl: null,
-      listen: { host: "10.0.0.5", port: 7421 },
-    });
+    expect(
+      buildServerConfig(
+        server("0.0.0.0", { listen_port: 7421, listen_host: "10.0.0.5", allow_insecure_transport: true }),
+        opts,
+      ).cluster,
+    ).toEqual({ advertiseUrl: null, listen: { host: "10.0.0.5", port: 7421 }, ...flags, allowInsecureTransport: true });
     expect(() => buildServerConfig(server("10.0.0.5", { listen_port: 7421, listen_host: "::" }), opts)).toThrow(
       /server\.cluster\.advertise_url: required when the listener of server\.cluster is "::"/,
-    );
-    expect(() => buildServerConfig(server("127.0.0.1", { listen_host: "10.0.0.5" }), opts)).toThrow(
-      /server\.cluster\.listen_host: set only with server\.cluster\.listen_port/,
     );
     expect(() => buildServerConfig(server("127.0.0.1", { listen_port: 7421 }, "sqlite"), opts)).toThrow(
       /server\.cluster\.listen_port: only with \[server\.state\] backend = "postgres"/,
@@ -167,6 +218,25 @@ describe("server config", () => {
   ])("rejects %s with a precise message", (_name, doc, needle) => {
     expect(() => buildServerConfig(doc, { file: "f.toml", baseDir: "/", env: {} })).toThrow(ConfigError);
     expect(() => buildServerConfig(doc, { file: "f.toml", baseDir: "/", env: {} })).toThrow(needle);
+  });
+
+  it("names the nearest known key of the table for an unknown one, and guesses nothing when none is near", () => {
+    const typo = base({ server: { port: 0, state_dir: "s", heartbeat_intervl_ms: 2000 } });
+    expect(() => buildServerConfig(typo, { file: "f.toml", baseDir: "/", env: {} })).toThrow(
+      "(unknown key heartbeat_intervl_ms (did you mean `heartbeat_interval_ms`?))",
+    );
+    const inRunner = base({ runners: [{ id: "r1", token_sha256: HASH, project: ["demo"] }] });
+    expect(() => buildServerConfig(inRunner, { file: "f.toml", baseDir: "/", env: {} })).toThrow(
+      "(did you mean `projects`?)",
+    );
+    let far = "";
+    try {
+      buildServerConfig(base({ colour: "red" }), { file: "f.toml", baseDir: "/", env: {} });
+    } catch (err) {
+      far = (err as Error).message;
+    }
+    expect(far).toContain("(unknown key colour)");
+    expect(far).not.toContain("did you mean");
   });
 
   it("reports invalid TOML as a ConfigError", () => {

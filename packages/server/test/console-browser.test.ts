@@ -54,7 +54,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await browser?.close();
   await stack?.stop();
-}, 60_000);
+});
 
 async function signIn(key: string): Promise<{ context: BrowserContext; page: Page; status: number | undefined }> {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
@@ -173,7 +173,7 @@ describe("operator console in a real browser", () => {
     await stack.startRunner("r1");
     await page.waitForSelector('[data-runner="r1"].online', { timeout: LIVE_DEADLINE_MS });
     await context.close();
-  }, 60_000);
+  });
 
   it("shows a run appear and finish, and its events with agent text reduced to its length", async () => {
     const { context, page } = await signIn(operatorKey);
@@ -203,6 +203,10 @@ describe("operator console in a real browser", () => {
     expect(JSON.stringify(done.events)).toContain(PROMPT_CANARY);
     await page.click(`tr[data-run="${echoed.run_id}"] button.link`);
     await page.waitForSelector("#run-events-list li.event-agent_message", { timeout: LIVE_DEADLINE_MS });
+    // The run's outcome above its events, as `webcodex observe` prints it: state, stop reason, message.
+    await expect(page.locator("#run-events-outcome").textContent()).resolves.toBe(
+      "completed · stop reason end_turn — The agent completed the turn.",
+    );
     const shown = (await page.locator("body").textContent()) ?? "";
     expect(shown).toContain("characters");
     assertNoCanary("the rendered page", shown);
@@ -211,7 +215,7 @@ describe("operator console in a real browser", () => {
     expect(stream).toContain(echoed.run_id);
     assertNoCanary("the event stream", stream);
     await context.close();
-  }, 60_000);
+  });
 
   it("revokes an OAuth grant with a CSRF-checked POST, and the grant's token stops working", async () => {
     const { grantId, access } = await grantWithToken();
@@ -243,7 +247,7 @@ describe("operator console in a real browser", () => {
       audit.some((r) => r.event === "grant_revoked" && r.grant_id === grantId && r.detail === "operator_console:alice"),
     ).toBe(true);
     await context.close();
-  }, 60_000);
+  });
 
   it("serves a strict CSP, loads nothing from elsewhere, and no console response carries a secret or path", async () => {
     const { context, page } = await signIn(operatorKey);
@@ -271,5 +275,5 @@ describe("operator console in a real browser", () => {
     const overflow = await page.evaluate<number>("document.documentElement.scrollWidth - window.innerWidth");
     expect(overflow).toBeLessThanOrEqual(0);
     await context.close();
-  }, 60_000);
+  });
 });

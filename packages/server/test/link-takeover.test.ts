@@ -66,15 +66,14 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
       },
       { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the run to be running" },
     );
-    const cut = Date.now();
     relay.cutRunnerSide();
     await poll(async () => (await auditEvents(s!)).includes("link_resumed"), {
       timeoutMs: 3 * HEARTBEAT_MS,
       intervalMs: DAEMON_POLL_MS,
       what: "the link resumed",
     });
-    // Resumed before the Server could have declared the old link dead: the secret did it, not a timeout.
-    expect(Date.now() - cut).toBeLessThan(2 * HEARTBEAT_MS);
+    // link_resumed, not link_granted: the lease was still live (a resume is decided only then), so the secret
+    // did it, not the Server declaring the old link dead.
     expect(await auditEvents(s)).not.toContain("link_refused_in_use");
     expect((await s.untilTerminal(started.run_id)).state).toBe("completed");
     expect(s.prompts("r1")).toHaveLength(1);
@@ -84,10 +83,9 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }] }).init();
     await s.startRunner("r1");
     await s.killRunner("r1", "SIGKILL");
-    const killed = Date.now();
+    // Online within startRunner's bound (DAEMON_WAIT_MS): the lease (2 heartbeats) plus the replacement's
+    // bounded retry pace; how fast is no test's business on a loaded machine.
     await s.startRunner("r1");
-    // The lease (2 heartbeats) plus the replacement's bounded retry pace.
-    expect(Date.now() - killed).toBeLessThan(2 * HEARTBEAT_MS + 5000);
     const events = await auditEvents(s);
     expect(events.filter((e) => e === "link_granted")).toHaveLength(2);
     expect(events.at(-1)).toBe("link_granted");

@@ -190,10 +190,9 @@ describe.skipIf(!IS_ROOT)("with run_as on every agent (needs root to create a us
     expect(statSync(kept).mode & 0o777).toBe(0o600);
 
     await s.killRunner("r1", "SIGKILL");
-    const killed = Date.now();
     await s.startRunner("r1");
-    // Well inside the lease (two 10 s heartbeats): the secret did it, not a timeout.
-    expect(Date.now() - killed).toBeLessThan(LONG_HEARTBEAT_MS);
+    // link_resumed below, not link_granted: inside the lease (two 10 s heartbeats; a resume is decided only
+    // while it is live), so the secret did it, not a timeout.
     await poll(async () => (await linkAudit(s!)).length >= 2, {
       timeoutMs: DAEMON_WAIT_MS,
       intervalMs: DAEMON_POLL_MS,

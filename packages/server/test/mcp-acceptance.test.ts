@@ -11,7 +11,7 @@ import { Client as SdkClient } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { MAX_PROMPT_BYTES, type RunEvent } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
-import { SERVER_BIN } from "../../../scripts/test-support/index.js";
+import { DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { AUDIT_FLUSH_INTERVAL_MS } from "../src/mcp/audit.js";
 import { type Stack, startStack } from "./support/stack.js";
@@ -45,11 +45,11 @@ beforeAll(async () => {
   aliceToken = await stack.issueToken("alice", ["coding_agent:run", "project:write", "project:read"], ["demo"]);
   alice = await stack.connect(aliceToken);
   bob = await stack.connect(await stack.issueToken("bob", ["coding_agent:run", "project:write"], ["demo"]));
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 type Structured = Record<string, unknown>;
 interface ApiErr {
@@ -510,10 +510,11 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
       const all = await rows();
       return expectations.filter(([, want]) => !all.some(want)).map(([name]) => name);
     };
-    const deadline = Date.now() + 20 * AUDIT_FLUSH_INTERVAL_MS + 10_000;
-    while ((await missing()).length > 0 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, AUDIT_FLUSH_INTERVAL_MS));
-    }
+    // On a timeout the expect below names the rows still missing.
+    await poll(async () => (await missing()).length === 0, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: AUDIT_FLUSH_INTERVAL_MS,
+    }).catch(() => undefined);
     expect(await missing()).toEqual([]);
 
     const bytes = await stack.stateText();

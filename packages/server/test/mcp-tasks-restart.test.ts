@@ -14,7 +14,7 @@ let stack: ProcStack | null = null;
 afterEach(async () => {
   await stack?.stop();
   stack = null;
-}, 60_000);
+});
 
 async function post(s: ProcStack, method: string, params: Record<string, unknown>, name?: string) {
   const res = await postModern(s.port, s.principalTokens.get("alice") ?? "", method, params, {

@@ -310,7 +310,7 @@ describe("a run core that throws", () => {
 describe("one definition of a run's status in tool outputs", () => {
   it("observe's output and an agent task attempt's run outcome both extend RunStatusFields", async () => {
     const { ObserveToolOutput, RunStatusFields } = await import("../src/runs/tool-schemas.js");
-    const { ReconcileOutput } = await import("../src/tasks/tools.js");
+    const { ReconcileOutput } = await import("@webcodex/protocol");
     const status = Object.keys(RunStatusFields.shape);
     expect(status).toEqual([
       "run_id",

@@ -109,7 +109,7 @@ afterAll(async () => {
   await new Promise<void>((r) => (callback ? callback.close(() => r()) : r()));
   await metadataHost?.close();
   if (certDir) rmSync(certDir, { recursive: true, force: true });
-}, 60_000);
+});
 
 function nextArrival(): Promise<URL> {
   const early = arrivals.shift();
@@ -300,7 +300,7 @@ describe("consent in a real browser", () => {
     const t = await exchange(u.searchParams.get("code") ?? "", verifier, other);
     expect(String(t.body.scope).split(" ").sort()).toEqual(["project:read", "project:write"]);
     await page.context().close();
-  }, 30_000);
+  });
 });
 
 /** What a person does on the consent page for `authUrl`: type the key, Continue, Allow, back to the client. */
@@ -374,7 +374,7 @@ describe("the SDK v2 client's OAuth provider, consent in the browser", () => {
     expect(provider.tokens()?.access_token).toMatch(/^wcoa_/);
     expect(provider.tokens()?.scope?.split(" ").sort()).toEqual(["project:read", "project:write"]);
     expect(await v2ToolNames(provider)).toContain("observe_coding_agent");
-  }, 60_000);
+  });
 
   it("uses a client ID metadata document instead of registering, is allowed, and connects", async () => {
     const { fetch: fetchFn, registrations } = recordingRegistrations();
@@ -393,5 +393,5 @@ describe("the SDK v2 client's OAuth provider, consent in the browser", () => {
     expect(await v2ToolNames(provider)).toContain("observe_coding_agent");
     const { stdout } = await serverCli(["oauth", "clients", "show", metadataUrl, "--config", stack.serverConfigFile]);
     expect(stdout).toContain("cimd");
-  }, 60_000);
+  });
 });

@@ -48,7 +48,7 @@ beforeAll(async () => {
         .writeHead(200)
         .end(doc(`${host.origin}/secret-client.json`, { token_endpoint_auth_method: "client_secret_post" })),
   });
-}, 30_000);
+});
 
 afterAll(async () => {
   for (const r of hung) r.destroy();

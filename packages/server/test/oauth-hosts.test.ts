@@ -654,7 +654,7 @@ describe("open consent pages are bounded per client and per address", () => {
     // The person's page still answers.
     const answered = await answerConsent(s.origin, person, { action: "approve", key: await s.key(["project:read"]) });
     expect(answered.location?.searchParams.get("code")).toBeTruthy();
-  }, 60_000);
+  });
 });
 
 describe("[server] cors_origins for /mcp", () => {

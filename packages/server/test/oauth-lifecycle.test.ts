@@ -34,11 +34,11 @@ beforeAll(async () => {
   origin = `http://127.0.0.1:${stack.port}`;
   runKey = await issueKey(stack.serverConfigFile, "alice", ["coding_agent:run", "project:write", "project:read"], []);
   canaries.add(runKey);
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 function cli(...args: string[]) {
   return serverCli([...args, "--config", stack.serverConfigFile]);
@@ -335,5 +335,5 @@ describe("lifetimes (restart with the test-only OAuth clock skew)", () => {
     expect(next.status).toBe(200);
     expect((await mcpPost(origin, String(next.body.access_token), LIST)).status).toBe(200);
     expect((await exchange(await codeFor())).status).toBe(200);
-  }, 60_000);
+  });
 });

@@ -35,11 +35,11 @@ beforeAll(async () => {
   origin = `http://127.0.0.1:${stack.port}`;
   runKey = await issueKey(stack.serverConfigFile, "alice", ["coding_agent:run", "project:write", "project:read"], []);
   readKey = await issueKey(stack.serverConfigFile, "bob", ["project:read", "project:write"], []);
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 async function register(redirectUris: string[] = [REDIRECT]): Promise<string> {
   registrations += 1;
@@ -127,6 +127,18 @@ describe("OAuth negative paths", () => {
     expect(blocked.html).toContain("Too many wrong keys");
     // Another client's budget is its own.
     await codeFor(runKey);
+  });
+
+  it("counts concurrent wrong keys before looking them up: at most the bound are answered 401, the rest 429", async () => {
+    const clientId = await register();
+    const page = await openConsent(authorizeUrl(clientId, pkce().challenge));
+    const answers = await Promise.all(
+      Array.from({ length: 10 * MAX_KEY_ATTEMPTS }, () =>
+        answerConsent(origin, page, { action: "approve", key: `wct_${randomBytes(32).toString("base64url")}` }),
+      ),
+    );
+    expect(answers.filter((a) => a.status === 401).length).toBe(MAX_KEY_ATTEMPTS);
+    expect(answers.filter((a) => a.status === 429).length).toBe(9 * MAX_KEY_ATTEMPTS);
   });
 
   it("a consent post with a CSRF token that does not match its cookie gets a page, not a redirect", async () => {

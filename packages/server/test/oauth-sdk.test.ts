@@ -62,12 +62,12 @@ beforeAll(async () => {
     ["coding_agent:run", "project:write", "project:read"],
     ["demo"],
   );
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
   await metadataHost?.close();
-}, 60_000);
+});
 
 async function connectExpectingRedirect(provider: TestOAuthProvider): Promise<URL> {
   const client = new Client({ name: "oauth-test", version: "1.0.0" });

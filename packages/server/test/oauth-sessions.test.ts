@@ -24,11 +24,11 @@ beforeAll(async () => {
     extraServerToml: "[oauth]\nenabled = true\n",
   }).init();
   origin = `http://127.0.0.1:${stack.port}`;
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 async function oauthToken(key: string, scope: string): Promise<{ access: string; scope: string }> {
   const reg = await fetch(`${origin}/register`, {

@@ -37,6 +37,7 @@ import {
   FOLLOWER,
   HOLDER,
   KEY,
+  peerAuth,
   RUN_ID,
   until,
   update,
@@ -57,7 +58,8 @@ type Transport = "post" | "channel";
  * A peer instance: POSTs and (unless `channel: false`) channel upgrades on one listener, for pushes and link
  * requests; each records how it came. `answer` false: channels take requests and never answer (a stuck peer).
  */
-async function followerPeer(opts: { channel?: boolean; answer?: boolean } = {}) {
+async function followerPeer(opts: { channel?: boolean; answer?: boolean; instanceId?: string } = {}) {
+  const auth = peerAuth(opts.instanceId ?? FOLLOWER);
   const pushes: { push: RunPush; by: Transport }[] = [];
   const requests: { type: string; by: Transport }[] = [];
   const apply = (by: Transport) => (p: RunPush) => {
@@ -71,11 +73,11 @@ async function followerPeer(opts: { channel?: boolean; answer?: boolean } = {}) 
       return { ok: false, reason: "busy" };
     };
   const server = http.createServer((req, res) => {
-    if (req.url === CLUSTER_LINK_REQUEST_PATH) void handleLinkRequest(req, res, KEY, execute("post"), log);
-    else void handleRunPush(req, res, KEY, apply("post"), log);
+    if (req.url === CLUSTER_LINK_REQUEST_PATH) void handleLinkRequest(req, res, auth, execute("post"));
+    else void handleRunPush(req, res, auth, apply("post"));
   });
   const endpoint = new PeerChannelEndpoint(
-    KEY,
+    auth,
     new Map<string, ChannelHandler>([
       [CLUSTER_RUN_PUSH_PATH, { take: (body) => takeRunPush(body, apply("channel")), afterWoken: true }],
       [CLUSTER_LINK_REQUEST_PATH, { take: (body) => takeLinkRequest(body, execute("channel")) }],
@@ -139,7 +141,13 @@ describe("pushes over a standing channel to the following instance", () => {
       }),
     );
     expect(answers).toEqual(
-      [6, 7, 8].map(() => ({ kind: "answered", status: 200, text: JSON.stringify({ following: true }) })),
+      [6, 7, 8].map(() => ({
+        kind: "answered",
+        status: 200,
+        text: JSON.stringify({ following: true }),
+        signer: FOLLOWER,
+        signature: expect.stringMatching(/^[0-9a-f]{64}$/),
+      })),
     );
     expect(f.upgrades()).toBe(1);
   });
@@ -205,18 +213,24 @@ describe("pushes over a standing channel to the following instance", () => {
     };
     const good = pushBody(1);
     expect(await ask(1, signedHeaders(Buffer.alloc(32, 8), good), good)).toMatchObject({
-      head: "1 401",
+      head: expect.stringMatching(/^1 401 follower-instance-1 [0-9a-f]{64}$/),
       answer: { error: "bad_signature" },
     });
     const stale = { ...signedHeaders(KEY, good), "x-webcodex-cluster-timestamp": "1" };
-    expect(await ask(2, stale, good)).toMatchObject({ head: "2 401", answer: { error: "stale_timestamp" } });
+    expect(await ask(2, stale, good)).toMatchObject({
+      head: expect.stringMatching(/^2 401 follower-instance-1 [0-9a-f]{64}$/),
+      answer: { error: "stale_timestamp" },
+    });
     const bad = Buffer.from(JSON.stringify({ ...JSON.parse(good.toString()), update: -1 }));
     expect(await ask(3, signedHeaders(KEY, bad), bad)).toMatchObject({
-      head: "3 400",
+      head: expect.stringMatching(/^3 400 follower-instance-1 [0-9a-f]{64}$/),
       answer: { error: "invalid_request", message: expect.stringMatching(/^update: /) },
     });
     expect(f.pushes).toEqual([]);
-    expect(await ask(4, signedHeaders(KEY, good), good)).toEqual({ head: "4 200", answer: { following: true } });
+    expect(await ask(4, signedHeaders(KEY, good), good)).toEqual({
+      head: expect.stringMatching(/^4 200 follower-instance-1 [0-9a-f]{64}$/),
+      answer: { following: true },
+    });
     expect(f.pushes.map((p) => p.by)).toEqual(["channel"]);
 
     // No header line: no answer can be matched, the channel is closed.
@@ -226,9 +240,12 @@ describe("pushes over a standing channel to the following instance", () => {
   });
 
   it("sends a forwarded run.sync over a channel, and a cancel as a POST", async () => {
-    const f = await followerPeer();
+    const f = await followerPeer({ instanceId: HOLDER });
     const ch = channels();
-    const holder = new RemoteRunnerConnection("r1", HOLDER, f.url, KEY, 2_000, log, AGENT_INSTANCE, undefined, ch.post);
+    const holder = new RemoteRunnerConnection("r1", HOLDER, f.url, KEY, 2_000, log, {
+      agentInstanceId: AGENT_INSTANCE,
+      syncPost: ch.post,
+    });
     // The holder's answer ("busy") comes back through each transport as its outcome.
     for (let i = 0; i < 3; i++) {
       expect(await holder.request({ type: "run.sync", run_id: RUN_ID, after_seq: i, max_events: 10 })).toEqual({
@@ -246,6 +263,23 @@ describe("pushes over a standing channel to the following instance", () => {
     expect(f.upgrades()).toBe(1);
     // The cancel never reached ch.post: starts and cancels go straight to postToPeer.
     expect(ch.counts).toMatchObject({ link_requests_by_channel: 3, link_requests_by_post: 0 });
+  });
+
+  it("takes a channel's answer only from the instance it asked, signed for that request", async () => {
+    // The peer at the holder's URL is another instance of the cluster (same key): its answers are not the holder's.
+    const f = await followerPeer({ instanceId: FOLLOWER });
+    const ch = channels();
+    const holder = new RemoteRunnerConnection("r1", HOLDER, f.url, KEY, 2_000, log, { syncPost: ch.post });
+    expect(await holder.request({ type: "run.sync", run_id: RUN_ID, after_seq: 0, max_events: 10 })).toEqual({
+      ok: false,
+      reason: "timeout",
+    });
+    expect(f.requests).toEqual([{ type: "run.sync", by: "channel" }]);
+    // A push is taken only from its follower's answer; the same peer signing as FOLLOWER is that follower.
+    const pushes = new RunPushes(KEY, HOLDER, log, ch.post);
+    pushes.follow(RUN_ID, { instanceId: "not-that-follower-1", url: f.url });
+    pushes.updated(update(1, [event(1)]));
+    await until(() => pushes.counts.pushes_failed === 1, "the push refused as another instance's answer");
   });
 
   it("fails an answer longer than the push allows", async () => {

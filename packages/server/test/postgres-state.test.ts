@@ -36,13 +36,13 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(async () => {
   await cluster?.close();
-}, 60_000);
+});
 afterEach(async () => {
   await second?.stop();
   second = null;
   await stack?.stop();
   stack = null;
-}, 60_000);
+});
 
 async function post(port: number, token: string, method: string, params: Record<string, unknown>, name?: string) {
   const res = await postModern(port, token, method, params, {

@@ -10,7 +10,8 @@ import type { AddressInfo } from "node:net";
 import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { buildServerConfig } from "../src/config.js";
-import type { ClusterDirectory, RemoteRunnerView } from "../src/link/cluster.js";
+import { type ClusterDirectory, handleLinkRequest, type RemoteRunnerView } from "../src/link/cluster.js";
+import { PeerAuth } from "../src/link/peer-auth.js";
 import { REMOTE_VIEW_REUSE_MS, Registry } from "../src/link/registry.js";
 
 const INSTANCE_X = `ai_${"x".repeat(22)}`;
@@ -25,11 +26,10 @@ afterEach(async () => {
 
 /** A holder that answers every link request `not_sent` (it no longer has the Runner). */
 async function holderWithoutTheRunner(): Promise<string> {
+  // The holder's own answer, signed for the request (link/peer-auth.ts).
+  const auth = new PeerAuth(Buffer.alloc(32, 1), "holder", pino({ level: "silent" }));
   const server = createServer((req, res) => {
-    req.resume();
-    req.on("end", () =>
-      res.writeHead(200, { "content-type": "application/json" }).end('{"ok":false,"reason":"not_sent"}'),
-    );
+    void handleLinkRequest(req, res, auth, async () => ({ ok: false, reason: "not_sent" }));
   });
   holder = server;
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
@@ -63,6 +63,7 @@ function view(agentInstanceId: string): RemoteRunnerView {
   return {
     runnerId: "r1",
     holderInstanceId: "holder",
+    holderLease: "holder/1",
     holderUrl: "",
     agentInstanceId,
     storeId: "st_1",

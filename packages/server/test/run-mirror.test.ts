@@ -1,5 +1,5 @@
 import type { RunEvent, RunSummary } from "@webcodex/protocol";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { MirrorSet, RunMirror } from "../src/runs/mirror.js";
 
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -92,11 +92,17 @@ describe("run mirror", () => {
     m.reset("a".repeat(16));
     m.markSynced(summary(0));
     const v = m.version;
-    const t0 = Date.now();
-    const wait = m.waitForChange(v, 10_000);
-    setTimeout(() => m.applyUpdate(summary(1), [ev(1)]), 20);
-    await wait;
-    expect(Date.now() - t0).toBeLessThan(5000);
+    vi.useFakeTimers();
+    try {
+      const wait = m.waitForChange(v, 10_000);
+      expect(vi.getTimerCount()).toBe(1); // the wait's own bound
+      m.applyUpdate(summary(1), [ev(1)]);
+      // Woken by the change, with no time passed: its bound's timer is gone.
+      expect(vi.getTimerCount()).toBe(0);
+      await wait;
+    } finally {
+      vi.useRealTimers();
+    }
     const ac = new AbortController();
     const aborted = m.waitForChange(m.version, 10_000, ac.signal);
     ac.abort();

@@ -20,7 +20,7 @@ import {
   type RunPush,
   RunPushes,
 } from "../src/link/run-push.js";
-import { AGENT_INSTANCE, event, FOLLOWER, HOLDER, KEY, RUN_ID, until, update } from "./support/run-pushes.js";
+import { AGENT_INSTANCE, event, FOLLOWER, HOLDER, KEY, peerAuth, RUN_ID, until, update } from "./support/run-pushes.js";
 
 const log = pino({ level: "silent" });
 
@@ -36,17 +36,12 @@ afterEach(async () => {
 async function followerPeer(opts: { following?: (p: RunPush) => boolean; hold?: boolean } = {}) {
   const pushes: RunPush[] = [];
   const held: (() => void)[] = [];
+  const auth = peerAuth(FOLLOWER);
   const server = http.createServer((req, res) => {
-    void handleRunPush(
-      req,
-      res,
-      KEY,
-      (p) => {
-        pushes.push(p);
-        return opts.following?.(p) ?? true;
-      },
-      log,
-    );
+    void handleRunPush(req, res, auth, (p) => {
+      pushes.push(p);
+      return opts.following?.(p) ?? true;
+    });
   });
   if (opts.hold) {
     // Delay the answer: the handler's end() runs when released.
@@ -74,7 +69,8 @@ describe("pushing a run's updates to the instances following it", () => {
     await until(() => f.pushes.length === 1, "the first push");
     pushes.updated(update(2, [event(2)]));
     pushes.updated(update(3, [event(3), event(4)]));
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // A push is counted as it is sent, before any await: none was sent for 2 or 3 while the first is in flight.
+    expect(pushes.counts.pushes_sent).toBe(1);
     expect(f.pushes).toHaveLength(1);
     f.held.shift()?.();
     await until(() => f.pushes.length === 2, "the folded push");
@@ -111,7 +107,8 @@ describe("pushing a run's updates to the instances following it", () => {
     pushes.updated(update(1, [event(1)]));
     await until(() => f.pushes.length === 1 && pushes.followedRuns === 0, "the follower dropped");
     pushes.updated(update(2, [event(2)]));
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    // A push is counted as it is sent, before any await: nothing was sent to the dropped follower.
+    expect(pushes.counts.pushes_sent).toBe(1);
     expect(f.pushes).toHaveLength(1);
 
     // Named again by its next catch-up; then the run ends: pushed, and nobody follows it after.
@@ -137,12 +134,10 @@ describe("pushing a run's updates to the instances following it", () => {
       one.follow(RUN_ID, { instanceId: `follower-instance-${String(i).padStart(3, "0")}`, url: f.url });
     }
     one.updated(update(1, [event(1)]));
-    await until(
-      () => one.counts.pushes_sent === MAX_FOLLOWERS_PER_RUN && f.pushes.length === MAX_FOLLOWERS_PER_RUN,
-      "the pushes",
-    );
-    await new Promise((resolve) => setTimeout(resolve, 50));
-    expect(f.pushes).toHaveLength(MAX_FOLLOWERS_PER_RUN);
+    // A push is counted as it is sent, before any await: one per follower kept, none to the one past the bound.
+    expect(one.counts.pushes_sent).toBe(MAX_FOLLOWERS_PER_RUN);
+    await until(() => f.pushes.length === MAX_FOLLOWERS_PER_RUN, "the pushes");
+    expect(one.counts.pushes_sent).toBe(MAX_FOLLOWERS_PER_RUN);
 
     const pushes = new RunPushes(KEY, HOLDER, log);
     pushes.follow(RUN_ID, { instanceId: HOLDER, url: "http://127.0.0.1:1" });

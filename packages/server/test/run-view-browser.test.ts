@@ -37,7 +37,7 @@ afterAll(async () => {
   await browser?.close();
   await host?.close();
   await stack?.stop();
-}, 60_000);
+});
 
 async function start(prompt: string): Promise<{ input: Record<string, unknown>; result: CallToolResult }> {
   const input = {

@@ -201,7 +201,6 @@ describe("runner hub", () => {
       intervalMs: IN_PROCESS_POLL_MS,
     });
     old.ws.terminate(); // a crash: no close handshake, so the lease runs for the heartbeat timeout
-    const dropped = Date.now();
     let granted: Client | undefined;
     let refusals = 0;
     await poll(
@@ -219,9 +218,9 @@ describe("runner hub", () => {
       },
       { timeoutMs: GRANT_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS },
     );
-    // Refused while the lease was live, granted within the heartbeat timeout (2 × 1000 ms in the harness).
+    // Refused while the lease was live, granted once it ran out (2 × 1000 ms in the harness), within the poll's
+    // GRANT_WAIT_MS.
     expect(refusals).toBeGreaterThan(0);
-    expect(Date.now() - dropped).toBeLessThan(2 * 1000 + 1500);
     granted?.ws.close();
   });
 

@@ -9,6 +9,7 @@ import { randomBytes } from "node:crypto";
 import type { RunSummary } from "@webcodex/protocol";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import type { Registry } from "../src/link/registry.js";
 import { Runs } from "../src/runs/runs.js";
 import { StateBusyError, type StateEngine } from "../src/state/engine.js";
@@ -18,8 +19,6 @@ import { runSummary } from "./support/run-summary.js";
 const RUN_ID = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const RUNNER_ID = "r-elsewhere";
 const AGENT_INSTANCE = "agent-instance-1";
-/** Long enough for the notified catch-up (all in-process, no I/O) to have settled. */
-const SETTLE_MS = 200;
 
 function summary(): RunSummary {
   return runSummary({
@@ -80,13 +79,18 @@ describe("following a run changed on another instance", () => {
       const mirror = runs.mirrors.getOrCreate(RUN_ID);
       mirror.reset(AGENT_INSTANCE);
       // An observer waits on this instance's mirror: the notification starts a catch-up.
-      const waiting = mirror.waitForChange(mirror.version, SETTLE_MS * 5);
+      const waiting = mirror.waitForChange(mirror.version, IN_PROCESS_WAIT_MS);
       expect(notified).not.toBeNull();
       (notified as unknown as (payload: string) => void)(`${RUN_ID} ${RUNNER_ID}`);
-      await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
-      expect(unhandled).toEqual([]);
-      const failure = lines.map((l) => JSON.parse(l)).find((l) => l.run_id === RUN_ID && /catch/i.test(l.msg));
+      const failure = await poll(
+        () => lines.map((l) => JSON.parse(l)).find((l) => l.run_id === RUN_ID && /catch/i.test(l.msg)),
+        { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS, what: "the failed catch-up logged" },
+      );
       expect(failure).toMatchObject({ run_id: RUN_ID, err: expect.stringContaining("already wait") });
+      // Logged, i.e. handled; a turn of the event loop (the poll's) has passed since, where an unhandled
+      // rejection would have been reported.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).toEqual([]);
       mirror.touch();
       await waiting;
     } finally {

@@ -8,7 +8,7 @@
 import { randomBytes } from "node:crypto";
 import type { RunEvent, RunSummary } from "@webcodex/protocol";
 import pino from "pino";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import type { RequestOutcome, RunnerRequest } from "../src/link/hub.js";
 import type { Registry } from "../src/link/registry.js";
 import { FOLLOW_IDLE_MS, type RunPush } from "../src/link/run-push.js";
@@ -23,9 +23,11 @@ const RUNNER_ID = "r-elsewhere";
 const AGENT_INSTANCE = "agent-instance-1";
 const SELF = "follower-instance-1";
 const HOLDER = "holder-instance-01";
-/** Long enough for a catch-up started by a push or a notice (all in-process, no I/O) to have asked. */
-const SETTLE_MS = 100;
-const settle = () => new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
+/**
+ * Every catch-up a push or a notice starts here runs on in-process fakes (no I/O, no timer): its whole chain of
+ * promises has run once the microtasks queued before the next turn of the event loop have.
+ */
+const settle = () => new Promise((resolve) => setImmediate(resolve));
 
 function event(seq: number): RunEvent {
   return { seq, at: new Date().toISOString(), kind: "agent_message", text: `tick ${seq}`, truncated: false };
@@ -102,21 +104,29 @@ describe("updates pushed by the instance holding the link", () => {
       const stillWaiting = f.mirror.waitForChange(f.mirror.version, 5_000);
       f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 7`);
       f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 6`);
+      expect(f.runs.clusterCounts()).toMatchObject({ pushes_applied: 1, notices_skipped: 2 });
       await settle();
       expect(f.requests).toEqual([]);
-      expect(f.runs.clusterCounts()).toMatchObject({ pushes_applied: 1, notices_skipped: 2 });
+      // The grace a notice ahead of its push waits runs on a fake clock: "not before" is exact, not a race.
+      vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
       // A later update's notice ahead of its push: the push, arriving within the grace, is enough.
       f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 8`);
       expect(f.runs.applyPushed(f.push(8, [event(3)]))).toBe(true);
-      await new Promise((resolve) => setTimeout(resolve, NOTICE_PUSH_GRACE_MS + SETTLE_MS));
+      await vi.advanceTimersByTimeAsync(NOTICE_PUSH_GRACE_MS);
+      // The grace ended on the push that came: that notice is skipped too.
+      expect(f.runs.clusterCounts()).toMatchObject({ pushes_applied: 2, notices_skipped: 3 });
+      await settle();
       expect(f.requests).toEqual([]);
       expect(f.mirror.lastSeq).toBe(3);
       await stillWaiting;
       // A later update whose push never comes: a catch-up once the grace is over, not before.
       const caughtUp = f.mirror.waitForChange(f.mirror.version, 5_000);
       f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 9`);
-      await new Promise((resolve) => setTimeout(resolve, NOTICE_PUSH_GRACE_MS / 2));
+      await vi.advanceTimersByTimeAsync(NOTICE_PUSH_GRACE_MS - 1);
+      await settle();
       expect(f.requests).toEqual([]);
+      await vi.advanceTimersByTimeAsync(1);
+      vi.useRealTimers();
       await caughtUp;
       await settle();
       expect(f.requests).toHaveLength(1);
@@ -133,6 +143,7 @@ describe("updates pushed by the instance holding the link", () => {
       }
       expect(f.requests).toHaveLength(3);
     } finally {
+      vi.useRealTimers();
       f.runs.close();
     }
   });
@@ -199,7 +210,7 @@ describe("updates pushed by the instance holding the link", () => {
       // A record change's notice starts a catch-up; its answer (seqs up to 2) is held back.
       const caughtUp = f.mirror.waitForChange(f.mirror.version, 5_000);
       f.notify(`${RUN_ID} ${RUNNER_ID}`);
-      for (let i = 0; i < 50 && f.requests.length === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      await settle();
       expect(f.requests).toHaveLength(1);
       // Seq 3 is pushed meanwhile: held, not taken before the older answer.
       expect(f.runs.applyPushed(f.push(5, [event(3)]))).toBe(true);

@@ -60,11 +60,18 @@ describe("listen/notify between instances", () => {
     await poll(() => heard.length === 2, { timeoutMs: IN_PROCESS_WAIT_MS, what: "the committed notification" });
     expect(heard).toEqual(["one", "committed"]);
 
+    // Listeners that stay: once they heard what is sent next, the stopped one had its chance to hear it too.
+    const probe: (string | null)[] = [];
+    const stopProbe = await a.listen("webcodex_test", (p) => probe.push(p));
+    const stopOther = await a.listen("webcodex_other", (p) => probe.push(p));
     stop();
     await b.notify("webcodex_test", "after-stop");
     await b.notify("webcodex_other", "x");
-    await new Promise((r) => setTimeout(r, 200));
+    await poll(() => probe.length === 2, { timeoutMs: IN_PROCESS_WAIT_MS, what: "the probes to hear both" });
+    expect(probe).toEqual(["after-stop", "x"]);
     expect(heard).toEqual(["one", "committed"]);
+    stopProbe();
+    stopOther();
 
     await expect(a.listen("Bad-Channel; DROP", () => undefined)).rejects.toThrow(StateUsageError);
     await expect(b.notify("webcodex_test", "x".repeat(MAX_NOTIFY_PAYLOAD_BYTES + 1))).rejects.toThrow(

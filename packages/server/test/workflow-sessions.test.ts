@@ -43,11 +43,11 @@ beforeAll(async () => {
     await stack.issueToken("rt", ["runtime:read", "runtime:write", "project:write", "project:read"], ["demo"], false),
   );
   runOnly = await stack.connect(await stack.issueToken("runner", ["coding_agent:run", "project:write"], ["demo"]));
-}, 60_000);
+});
 
 afterAll(async () => {
   await stack?.stop();
-}, 60_000);
+});
 
 let counter = 0;
 const unique = (label: string) => `${label}-${process.pid}-${++counter}`;

@@ -134,7 +134,7 @@ describe("misbehaving agents against a real Runner", () => {
       what: "no agent left after the warm-up",
     });
     fdBaseline = (await fdCount(runner.child!.pid!))!;
-  }, 60_000);
+  });
 
   afterAll(async () => {
     const survivors = await runner?.dispose();

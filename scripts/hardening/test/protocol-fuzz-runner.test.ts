@@ -41,7 +41,7 @@ describe("protocol fuzz against a live Runner (fake Server)", () => {
     runner = new RunnerProc({ url: server.url, token: server.token });
     runner.start();
     await server.live();
-  }, 60_000);
+  });
 
   afterAll(async () => {
     const survivors = await runner?.dispose();

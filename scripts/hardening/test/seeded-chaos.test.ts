@@ -93,12 +93,12 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
     appendFileSync(join(stack.dir, "runner-r1.toml"), 'WC_CANARY = "WC_CANARY"\n');
     await stack.startRunner("r1", [], runnerEnv);
     host = new TaskHost(() => stack.port, stack.principalTokens.get("alice")!);
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await host?.close();
     await stack?.stop();
-  }, 60_000);
+  });
 
   async function ensureUp(): Promise<void> {
     if (!stack.serverChild) await stack.startServer();

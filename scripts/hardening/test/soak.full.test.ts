@@ -87,10 +87,10 @@ describe("soak: sequential runs and full-capacity cycles", () => {
   beforeAll(async () => {
     stack = await new ProcStack({ server: "child", runners: [{ id: "r1", projects: ["p1"] }] }).init();
     await stack.startRunner("r1");
-  }, 60_000);
+  });
   afterAll(async () => {
     await stack?.stop();
-  }, 60_000);
+  });
 
   async function runToEnd(key: string): Promise<void> {
     // `capacity` (retry_same) while the previous runs' cleanup finishes: retry the same key, bounded.

@@ -11,7 +11,7 @@ import { EXIT, exitCodeForState } from "../exit-codes.js";
 import { followRun } from "../follow.js";
 import { LiveOutput } from "../live-output.js";
 import { initialRenderState, renderObservation, STATE_LABEL } from "../render.js";
-import { durationFromEvents, renderSummary } from "../render-summary.js";
+import { renderSummary, runDuration } from "../render-summary.js";
 import { paint, styleFor } from "../style.js";
 import { escapeControls } from "../terminal-text.js";
 import type { Observation, RunEvent } from "../wire.js";
@@ -67,8 +67,8 @@ export async function observeCommand(cmd: Extract<Command, { name: "observe" }>,
       final = obs;
     }
     out.stop();
-    out.write(renderSummary(rendered, final, { durationMs: durationFromEvents(seen) }, style));
-    return exitCodeForState(final.state);
+    out.write(renderSummary(rendered, final, { durationMs: runDuration(final, seen) }, style));
+    return exitCodeForState(final.state, final.failure_kind);
   } catch (err) {
     out.stop();
     if (err instanceof CliError && err.code === "interrupted") {

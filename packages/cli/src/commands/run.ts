@@ -19,10 +19,10 @@ import {
   renderStarted,
   STATE_LABEL,
 } from "../render.js";
-import { renderSummary } from "../render-summary.js";
+import { renderSummary, runDuration } from "../render-summary.js";
 import { paint, styleFor } from "../style.js";
 import { escapeControls } from "../terminal-text.js";
-import { isTerminal } from "../wire.js";
+import { isTerminal, type RunEvent } from "../wire.js";
 
 export function generateKey(): string {
   return `cli-${randomBytes(9).toString("base64url")}`;
@@ -130,12 +130,14 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
     if (cancelAsked) sendCancel();
 
     let rendered = initialRenderState();
+    const seen: RunEvent[] = [];
     const final = await followRun({
       client,
       runId: start.run_id,
       token: start.observation_token,
       signal: stopFollowing.signal,
       onObservation: (obs) => {
+        seen.push(...obs.events);
         const next = renderObservation(rendered, obs, style);
         rendered = next.state;
         out.setStatus(cancelAsked && !isTerminal(obs.state) ? "cancelling" : STATE_LABEL[obs.state]);
@@ -144,8 +146,8 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
       onRetry: (err) => note(paint(style, "yellow", `⚠ ${escapeControls(err.message)}; reconnecting…`)),
     });
     out.stop();
-    out.write(renderSummary(rendered, final, { durationMs: Date.now() - startedAt }, style));
-    return exitCodeForState(final.state);
+    out.write(renderSummary(rendered, final, { durationMs: runDuration(final, seen) }, style));
+    return exitCodeForState(final.state, final.failure_kind);
   } catch (err) {
     out.stop();
     if (err instanceof CliError && err.code === "interrupted") {

@@ -10,8 +10,12 @@ import {
   credentialModeWarnings,
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
+  sandboxRefusal,
   sharedUserRefusal,
+  UNSANDBOXED_CONSEQUENCE,
+  unsandboxedRunAs,
 } from "../config/exposure.js";
+import { poolHomeRefusals } from "../process/pool-homes.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
 
 function writeInitialize(out: { write: (text: string) => void }, init: InitializeResponse): void {
@@ -29,6 +33,10 @@ export async function check(parsed: Parsed): Promise<number> {
   // `run` refuses this config: so does `check`, with the same words.
   const refusal = sharedUserRefusal(cfg);
   if (refusal !== null) throw new ConfigError([refusal]);
+  const unsandboxable = sandboxRefusal(cfg);
+  if (unsandboxable !== null) throw new ConfigError([unsandboxable]);
+  const homes = poolHomeRefusals(cfg);
+  if (homes.length > 0) throw new ConfigError(homes.map((h) => `${cfg.file}: ${h}`));
   // The probe prints what the agent said about itself (names, versions, option ids): terminal-safe.
   const out = { write: (text: string) => process.stdout.write(terminalSafe(text)) };
   out.write(
@@ -39,6 +47,12 @@ export async function check(parsed: Parsed): Promise<number> {
       `warning: agent ${id} runs as this Runner's user (uid ${process.getuid?.()}; agents_share_runner_user = true): it ${SAME_USER_CONSEQUENCE}\n`,
     );
   }
+  if (cfg.acp.agents.some((a) => a.runAs !== null) && cfg.acp.sandbox === "namespaces") {
+    out.write(
+      "  sandbox: namespaces (each run_as agent: its own /tmp, /var/tmp, /dev/shm and IPC; .git config read-only)\n",
+    );
+  }
+  if (unsandboxedRunAs(cfg)) out.write(`warning: [acp] sandbox = "none": ${UNSANDBOXED_CONSEQUENCE}\n`);
   for (const a of cfg.acp.agents) {
     const size = a.runAs?.users.length ?? cfg.acp.maxConcurrentRuns;
     if (size >= cfg.acp.maxConcurrentRuns) continue;
@@ -46,10 +60,24 @@ export async function check(parsed: Parsed): Promise<number> {
       `note: agent ${a.id} runs at most ${size} run${size === 1 ? "" : "s"} at once (one per run_as user; acp.max_concurrent_runs is ${cfg.acp.maxConcurrentRuns})\n`,
     );
   }
+  if (!cfg.acp.singleTenant && cfg.acp.homeTemplate === null && cfg.acp.agents.some((a) => a.runAs !== null)) {
+    out.write(
+      `note: a run_as pool user its caller leaves unused for ${cfg.acp.bindingIdleDays} days (acp.binding_idle_days) may be recycled for another caller with an empty HOME; set acp.home_template to a directory with what agents need there (their logins)\n`,
+    );
+  }
   for (const w of credentialModeWarnings(cfg)) {
     out.write(
       `warning: ${w.setting} ${w.path} has mode ${w.mode}: other users can read it; chmod ${w.want.slice(1)} it\n`,
     );
+  }
+  // An unset source fails every run of the agent with missing_env: say so now, by name (never a value).
+  for (const a of cfg.acp.agents) {
+    for (const [child, source] of Object.entries(a.envFromEnv)) {
+      if (process.env[source] !== undefined) continue;
+      out.write(
+        `warning: agent ${a.id}: env_from_env ${child} = "${source}": ${source} is not set in this environment; its runs fail missing_env until the Runner starts with it set\n`,
+      );
+    }
   }
   const providerId = flag(parsed, "--probe");
   if (providerId === undefined) return 0;

@@ -29,17 +29,22 @@ import {
   credentialModeWarnings,
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
+  sandboxRefusal,
   sharedUserRefusal,
+  UNSANDBOXED_CONSEQUENCE,
+  unsandboxedRunAs,
 } from "../config/exposure.js";
 import { activeFailpoint, FAILPOINT_ENV, invalidFailpointValue } from "../failpoints.js";
 import { type LinkHandle, startLink } from "../link/link.js";
 import { removeResumeSecret, resumeSecretStore } from "../link/resume.js";
 import { createLogger, type Logger } from "../logger.js";
+import { poolHomeRefusals } from "../process/pool-homes.js";
 import { procIdentitySupported } from "../process/proc-identity.js";
 import { type ReapResult, reapAll } from "../process/reaper.js";
 import { BindingsFileError, FilePoolBindings } from "../process/user-bindings.js";
 import { diagnosticsDir, removeDiagnostics } from "../runs/diagnostics.js";
 import { RunManager } from "../runs/manager.js";
+import { FileProjectCallers, ProjectCallersFileError } from "../runs/project-callers.js";
 import type { RunService } from "../runs/service.js";
 import type { SqliteDispatchStore } from "../store/dispatch-store.js";
 import { openDispatchStore, STORE_REFUSAL_EXIT_CODE, StoreRefusedError } from "../store/open.js";
@@ -200,6 +205,13 @@ export async function prepareStore(options: {
   }
 }
 
+/** The project bindings of the state dir, read now: an untrustworthy file stops the start (exit 3). */
+function loadedProjectCallers(stateDir: string): FileProjectCallers {
+  const callers = new FileProjectCallers(stateDir);
+  callers.load();
+  return callers;
+}
+
 /** Turn any start-up failure into a DaemonStartError with its exit code. */
 function toStartError(error: unknown): DaemonStartError {
   if (error instanceof DaemonStartError) return error;
@@ -210,6 +222,14 @@ function toStartError(error: unknown): DaemonStartError {
       STORE_REFUSAL_EXIT_CODE,
       `${error.message}. It says which caller each run_as user serves; the Runner does not guess. Clean every ` +
         "pool user's home and temp files, then remove the file, or restore it from a backup",
+      { cause: error },
+    );
+  }
+  if (error instanceof ProjectCallersFileError) {
+    return new DaemonStartError(
+      STORE_REFUSAL_EXIT_CODE,
+      `${error.message}. It says which caller each project serves; the Runner does not guess. Check each ` +
+        "project's tree, then remove the file, or restore it from a backup",
       { cause: error },
     );
   }
@@ -244,8 +264,11 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
       "a Runner credential file is accessible to other users; chmod it",
     );
   }
-  const refusal = sharedUserRefusal(config);
+  const refusal = sharedUserRefusal(config) ?? sandboxRefusal(config);
   if (refusal !== null) throw new DaemonStartError(2, refusal);
+  // Pool users' HOMEs and the projects' group access (process/pool-homes.ts): the same words as `check`.
+  const homes = poolHomeRefusals(config);
+  if (homes.length > 0) throw new DaemonStartError(2, homes.map((h) => `${config.file}: ${h}`).join("\n"));
   const sameUser = sameUserAgents(config);
   if (sameUser.length > 0) {
     logger.warn(
@@ -254,6 +277,8 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
         "set run_as on them unless every caller of this Runner may see every run",
     );
   }
+
+  if (unsandboxedRunAs(config)) logger.warn(`[acp] sandbox = "none": ${UNSANDBOXED_CONSEQUENCE}`);
 
   const armed = activeFailpoint();
   if (armed) logger.warn({ failpoint: armed }, `${FAILPOINT_ENV} is set: this Runner will SIGKILL itself there`);
@@ -301,6 +326,7 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
       logger,
       diagnosticsDir: diagnosticsDir(config.runner.stateDir),
       poolBindings: new FilePoolBindings(config.runner.stateDir),
+      projectCallers: loadedProjectCallers(config.runner.stateDir),
     });
     await manager.usersReady;
     service = manager;

@@ -16,6 +16,8 @@ import {
   type RunSummary,
   utf8Length,
 } from "@webcodex/protocol";
+import { ConfigError } from "../config/config.js";
+import { sandboxRefusal } from "../config/exposure.js";
 import { LOG_LEVELS } from "../config/schema.js";
 import { createLogger } from "../logger.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
@@ -66,6 +68,8 @@ function describeAgentState(e: Extract<RunEvent, { kind: "agent_state" }>): stri
  */
 export async function exec(parsed: Parsed): Promise<number> {
   const cfg = await requireConfig(parsed);
+  const unsandboxable = sandboxRefusal(cfg);
+  if (unsandboxable !== null) throw new ConfigError([unsandboxable]);
   const projectId = flag(parsed, "--project");
   const providerId = flag(parsed, "--provider");
   if (!projectId || !providerId) throw new UsageError("exec needs --project ID and --provider ID");
@@ -155,7 +159,7 @@ export async function exec(parsed: Parsed): Promise<number> {
     await manager.whenSettled(runId);
     final ??= manager.sync(runId, 0, 0)?.run ?? null;
     const done = final as RunSummary | null;
-    return execExitCode(done?.state);
+    return execExitCode(done?.state, done?.failure_kind);
   } finally {
     process.off("SIGINT", onSigint);
     await manager.close();
@@ -163,8 +167,12 @@ export async function exec(parsed: Parsed): Promise<number> {
   }
 }
 
-/** `exec`'s exit code for the run's final state, as the `webcodex` CLI exits. */
-export function execExitCode(state: RunSummary["state"] | undefined): number {
+/** `exec`'s exit code for the run's final state, as the `webcodex` CLI exits (4: the permission deadline). */
+export function execExitCode(
+  state: RunSummary["state"] | undefined,
+  failureKind?: RunSummary["failure_kind"] | undefined,
+): number {
+  if (state === "cancelled" && failureKind === "permission_timeout") return 4;
   switch (state) {
     case "completed":
       return 0;

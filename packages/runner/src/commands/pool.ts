@@ -25,11 +25,15 @@ export async function pool(parsed: Parsed): Promise<number> {
       process.stdout.write("no agent has a run_as pool\n");
       return 0;
     }
-    const mode = cfg.acp.singleTenant ? "single_tenant: any user serves any caller" : "each user serves one caller";
+    const mode = cfg.acp.singleTenant
+      ? "single_tenant: any user serves any caller"
+      : `each user serves one caller; at most ${cfg.acp.maxUsersPerCaller ?? "half of a pool"} per caller; recycled after ${cfg.acp.bindingIdleDays} idle days`;
     const lines = [`run_as pool users (${mode})`];
     for (const [uid, { user: name, agents }] of users) {
       const b = bound.get(uid);
-      const serves = b ? `caller ${b.tenant} since ${b.bound_at}` : "no caller yet";
+      const serves = b
+        ? `caller ${b.tenant} since ${b.bound_at}, last used ${b.last_used_at ?? b.bound_at}`
+        : "no caller yet";
       lines.push(`  ${name} (uid ${uid}; ${agents.join(", ")}): ${serves}`);
     }
     for (const [uid, b] of bound)

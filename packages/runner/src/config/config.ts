@@ -5,11 +5,18 @@
  * change. Every problem is reported at once, each naming the file, the TOML
  * key path and the rule, so an operator can fix a config in one pass.
  */
-import { accessSync, constants, realpathSync, statSync } from "node:fs";
+import { accessSync, constants, lstatSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
 import { type RunAsPool, resolveRunAs, type SwitchSupport, switchUserSupport } from "../process/run-as.js";
+import {
+  findSandboxTools,
+  PRIVATE_TREES,
+  SANDBOX_OPT_OUT,
+  type SandboxMode,
+  type SandboxTools,
+} from "../process/sandbox.js";
 import { ConfigSchema, describeIssues, type LogLevel, type RawConfig } from "./schema.js";
 
 export interface ProjectConfig {
@@ -17,6 +24,8 @@ export interface ProjectConfig {
   /** Real absolute path (symlinks resolved), checked to be a directory at load time. */
   readonly root: string;
   readonly allowPatch: boolean;
+  /** `shared_between_callers`: run_as runs of different callers may share this tree (runs/project-callers.ts). */
+  readonly sharedBetweenCallers: boolean;
 }
 
 export interface AgentConfig {
@@ -55,6 +64,14 @@ export interface AcpConfig {
   readonly agentsShareRunnerUser: boolean;
   /** `[acp] single_tenant`: run_as pool users serve any caller, not only the one they first served. */
   readonly singleTenant: boolean;
+  /** `[acp] sandbox`: whether run_as agents start in a mount and IPC namespace of their own (process/sandbox.ts). */
+  readonly sandbox: SandboxMode;
+  /** `[acp] max_users_per_caller`, or null: half of each agent's pool, at least 1 (process/user-pool.ts). */
+  readonly maxUsersPerCaller: number | null;
+  /** `[acp] binding_idle_days`: a pool user its caller left unused this long may be recycled for another. */
+  readonly bindingIdleDays: number;
+  /** `[acp] home_template` as an absolute path, or null: a recycled user's HOME starts empty. */
+  readonly homeTemplate: string | null;
   readonly agents: readonly AgentConfig[];
 }
 
@@ -226,6 +243,19 @@ function checkRootPlacement(
   });
 }
 
+/** `[acp] home_template` as a real absolute path: an existing directory (not a symlink), or reported. */
+function checkHomeTemplate(base: string, template: string | undefined, err: Report): string | null {
+  if (template === undefined) return null;
+  const abs = resolveFrom(base, template);
+  try {
+    if (!lstatSync(abs).isDirectory()) err("acp.home_template", `${abs} is not a directory (nor may it be a symlink)`);
+    return realpathSync(abs);
+  } catch {
+    err("acp.home_template", `${abs} does not exist`);
+    return abs;
+  }
+}
+
 /** The absolute executable path, reporting bare names, missing files and missing execute permission. */
 function checkExecutable(base: string, executable: string, path: string, err: Report): string {
   if (!isAbsolute(executable) && !executable.includes("/")) {
@@ -271,6 +301,44 @@ function checkFilesystemLeniently(file: string, raw: unknown, errors: string[]):
   }
 }
 
+/**
+ * `[acp] sandbox = "namespaces"` with run_as agents: the tools exist, and nothing an agent needs lies in a tree
+ * it gets private and empty. The tools, or null after reporting why not. Whether this Runner can make the
+ * namespaces is asked at start (`sandboxRefusal`, config/exposure.ts), not here: loading spawns nothing.
+ */
+function checkSandbox(
+  projects: readonly ProjectConfig[],
+  agents: readonly AgentConfig[],
+  err: Report,
+): SandboxTools | null {
+  const hidden = (path: string) => PRIVATE_TREES.find((t) => within(path, t) || within(realpathLoose(path), t));
+  const inTree = (tree: string) =>
+    `is in ${tree}, which every run_as agent gets private and empty ([acp] sandbox = "namespaces"): the agent would not see it; move it out of ${PRIVATE_TREES.join(", ")}`;
+  projects.forEach((p, i) => {
+    const tree = hidden(p.root);
+    if (tree !== undefined) err(`projects[${i}].root`, `${p.root} ${inTree(tree)}`);
+  });
+  agents.forEach((a, i) => {
+    const tree = a.runAs === null ? undefined : hidden(a.executable);
+    if (tree !== undefined) err(`acp.agents[${i}].executable`, `${a.executable} ${inTree(tree)}`);
+  });
+  const found = findSandboxTools();
+  if (!found.ok) {
+    err(
+      "acp.sandbox",
+      `"namespaces" (the default with run_as) ${found.reason}; install util-linux, ${SANDBOX_OPT_OUT}`,
+    );
+    return null;
+  }
+  return found.tools;
+}
+
+function withSandbox(agent: AgentConfig, sandbox: SandboxTools): AgentConfig {
+  if (agent.runAs === null) return agent;
+  const users = agent.runAs.users.map((u) => Object.freeze({ ...u, sandbox }));
+  return Object.freeze({ ...agent, runAs: Object.freeze({ users: Object.freeze(users) }) });
+}
+
 /** Cross-field and filesystem rules, after the schema accepted the shape. */
 function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerConfig {
   const base = dirname(file);
@@ -290,7 +358,9 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       err(`projects[${i}].root`, `is the same directory as project ${JSON.stringify(other)} (${root})`);
     else roots.set(root, p.id);
     if (errors.length === errorsBefore) placed.push({ id: p.id, path: `projects[${i}].root`, root });
-    projects.push(Object.freeze({ id: p.id, root, allowPatch: p.allow_patch }));
+    projects.push(
+      Object.freeze({ id: p.id, root, allowPatch: p.allow_patch, sharedBetweenCallers: p.shared_between_callers }),
+    );
   });
   checkRootPlacement(
     placed,
@@ -359,6 +429,10 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
     );
   });
 
+  const sandboxed = acp.sandbox === "namespaces" && agents.some((a) => a.runAs !== null);
+  const tools = sandboxed ? checkSandbox(projects, agents, err) : null;
+  const sandboxedAgents = tools === null ? agents : agents.map((a) => withSandbox(a, tools));
+
   let server: ServerConfig | null = null;
   if (raw.server) {
     const s = raw.server;
@@ -411,7 +485,11 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       forcedConfig: Object.freeze({ ...acp.forced_config }),
       agentsShareRunnerUser: acp.agents_share_runner_user,
       singleTenant: acp.single_tenant,
-      agents: Object.freeze(agents),
+      sandbox: acp.sandbox,
+      maxUsersPerCaller: acp.max_users_per_caller ?? null,
+      bindingIdleDays: acp.binding_idle_days,
+      homeTemplate: checkHomeTemplate(base, acp.home_template, err),
+      agents: Object.freeze(sandboxedAgents),
     }),
   });
 }

@@ -10,6 +10,7 @@
  */
 import { statSync } from "node:fs";
 import { runsAsRunnerUser } from "../process/run-as.js";
+import { probeSandbox, SANDBOX_OPT_OUT } from "../process/sandbox.js";
 import type { AgentConfig, RunnerConfig } from "./config.js";
 
 export interface ModeWarning {
@@ -76,5 +77,31 @@ export function sharedUserRefusal(config: RunnerConfig, uid: number | undefined 
     `Either set run_as (an unprivileged user that is not the Runner's) on ${agents.length === 1 ? "it" : "each of them"}, or, ` +
     "for a single-tenant install whose every caller may see every run, opt in with " +
     "[acp] agents_share_runner_user = true"
+  );
+}
+
+/** What `[acp] sandbox = "none"` gives up, said at start and by `check` when any agent has run_as. */
+export const UNSANDBOXED_CONSEQUENCE =
+  "run_as agents share the machine's /tmp, /var/tmp, /dev/shm and System V IPC, and may rewrite a project's git config and hooks: what one caller's run plants there reaches other callers' runs";
+
+/** Whether run_as agents run without the per-run sandbox (the operator's `[acp] sandbox = "none"`). */
+export function unsandboxedRunAs(cfg: RunnerConfig): boolean {
+  return cfg.acp.sandbox === "none" && cfg.acp.agents.some((a) => a.runAs !== null);
+}
+
+/**
+ * Why this Runner cannot start its run_as agents in the sandbox its config asks for (one real sandboxed start
+ * of `true`, process/sandbox.ts), as a config error line naming `acp.sandbox`; null when it can, or when no
+ * agent is sandboxed. `run`, `check` and `exec` refuse with it: a Runner never runs without silently.
+ */
+export function sandboxRefusal(cfg: RunnerConfig): string | null {
+  const tools = cfg.acp.agents.find((a) => a.runAs !== null)?.runAs?.users[0]?.sandbox ?? null;
+  if (tools === null) return null;
+  const refused = probeSandbox(tools);
+  if (refused === null) return null;
+  return (
+    `${cfg.file}: acp.sandbox: "namespaces" (the default with run_as) gives each run_as agent its own mount and IPC ` +
+    `namespace, and this Runner cannot create them (${refused}); run the Runner as root, or give a non-root Runner ` +
+    `CAP_SYS_ADMIN as an ambient capability, ${SANDBOX_OPT_OUT}`
   );
 }

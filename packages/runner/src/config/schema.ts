@@ -6,6 +6,7 @@
  */
 import {
   CONFIG_ID_PATTERN,
+  didYouMean,
   LOCAL_ID_PATTERN,
   MAX_ALLOWED_CONFIG_OPTIONS,
   MAX_CONFIG_ENTRIES,
@@ -18,6 +19,8 @@ import {
 } from "@webcodex/protocol";
 import { z } from "zod";
 import { ACCOUNT_NAME_PATTERN, MAX_RUN_AS_POOL_USERS } from "../process/run-as.js";
+import { SANDBOX_MODES } from "../process/sandbox.js";
+import { DEFAULT_BINDING_IDLE_DAYS, MAX_BINDING_IDLE_DAYS, MIN_BINDING_IDLE_DAYS } from "../process/user-bindings.js";
 
 /** Most argv entries an agent may be configured with, and the longest one. */
 export const MAX_AGENT_ARGS = 64;
@@ -153,7 +156,17 @@ export const ConfigSchema = z
     projects: z
       .array(
         z
-          .object({ id: Id, root: NonEmpty, allow_patch: z.boolean({ error: "must be a boolean" }).default(false) })
+          .object({
+            id: Id,
+            root: NonEmpty,
+            allow_patch: z.boolean({ error: "must be a boolean" }).default(false),
+            /**
+             * The operator accepts that run_as runs of different callers share this project's tree (what one
+             * writes, another's runs read and may execute). Without it the project serves the caller of its
+             * first run only (runs/project-callers.ts).
+             */
+            shared_between_callers: z.boolean({ error: "must be a boolean" }).default(false),
+          })
           .strict(),
         { error: "must be an array of tables ([[projects]])" },
       )
@@ -179,6 +192,20 @@ export const ConfigSchema = z
          * (process/user-bindings.ts).
          */
         single_tenant: z.boolean({ error: "must be a boolean" }).default(false),
+        /**
+         * `namespaces`: every run_as agent gets its own mount and IPC namespace (process/sandbox.ts), and a
+         * Runner that cannot make them refuses to start; `none`: the operator's explicit opt-out.
+         */
+        sandbox: z.enum(SANDBOX_MODES, { error: `must be one of ${SANDBOX_MODES.join(", ")}` }).default("namespaces"),
+        /**
+         * Most users of one agent's run_as pool one caller may be bound to (process/user-pool.ts); default:
+         * half the pool, at least 1.
+         */
+        max_users_per_caller: int(1, MAX_RUN_AS_POOL_USERS).optional(),
+        /** Days a pool user bound to a caller may go unused before it may be recycled for another caller. */
+        binding_idle_days: int(MIN_BINDING_IDLE_DAYS, MAX_BINDING_IDLE_DAYS).default(DEFAULT_BINDING_IDLE_DAYS),
+        /** A directory copied into a recycled pool user's new HOME (agent logins); relative to the config file. */
+        home_template: NonEmpty.optional(),
         agents: z
           .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
           .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")
@@ -214,7 +241,11 @@ export function describeIssues(file: string, raw: unknown, error: z.ZodError): s
   const out: string[] = [];
   for (const issue of error.issues) {
     if (issue.code === "unrecognized_keys") {
-      for (const key of issue.keys) out.push(`${file}: ${keyPath([...issue.path, key])}: unknown key (not allowed)`);
+      for (const key of issue.keys) {
+        out.push(
+          `${file}: ${keyPath([...issue.path, key])}: unknown key (not allowed)${didYouMean(ConfigSchema, issue.path, key)}`,
+        );
+      }
       continue;
     }
     if (issue.code === "invalid_key") {

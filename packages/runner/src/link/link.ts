@@ -434,6 +434,7 @@ class Link implements LinkHandle {
               message: out.message.slice(0, 512),
               ...(out.run ? { run: out.run } : {}),
               ...(out.tombstone ? { tombstone: out.tombstone } : {}),
+              ...(out.capacity_reason ? { capacity_reason: out.capacity_reason } : {}),
             });
         }, internal);
         this.#starts.add(p);

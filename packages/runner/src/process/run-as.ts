@@ -58,10 +58,29 @@ export interface RunAs {
   readonly gid: number;
   /** `run_as_group` as configured, or null (the user's primary group). */
   readonly group: string | null;
+  /** The user's HOME from the passwd entry (checked and recycled by process/pool-homes.ts). */
+  readonly home: string;
   /** Absolute path of the `setpriv` that switches users. */
   readonly setpriv: string;
   /** Whether setpriv clears the capability bounding set (it needs CAP_SETPCAP, which root has). */
   readonly clearBoundingSet: boolean;
+  /**
+   * The tools that start the agent in a mount and IPC namespace of its own (process/sandbox.ts), or null
+   * under `[acp] sandbox = "none"`.
+   */
+  readonly sandbox: SandboxTools | null;
+}
+
+/** The tools that start an agent in a sandbox (process/sandbox.ts), resolved once at config load (never on PATH). */
+export interface SandboxTools {
+  readonly unshare: string;
+  readonly sh: string;
+  readonly mount: string;
+  /**
+   * A non-root Runner's setpriv, which makes the mounting shell uid 0 inside the new namespaces (util-linux
+   * `mount` refuses any caller whose uid is not 0, whatever its capabilities); null for a root Runner.
+   */
+  readonly asRoot: string | null;
 }
 
 /** An agent's `run_as`: the users its runs take turns as, one per concurrent run, in configured order. */
@@ -191,6 +210,7 @@ export function resolveRunAs(
   group: string | undefined,
   canSwitch: () => SwitchSupport,
   runnerUid: number | undefined = process.geteuid?.(),
+  sandbox: SandboxTools | null = null,
 ): RunAsResolution {
   if (users === undefined) {
     if (group !== undefined)
@@ -199,7 +219,7 @@ export function resolveRunAs(
   }
   const names = typeof users === "string" ? [users] : users;
   const keyOf = (i: number) => (typeof users === "string" ? "run_as" : `run_as[${i}]`);
-  const accounts: { user: string; uid: number; gid: number }[] = [];
+  const accounts: { user: string; uid: number; gid: number; home: string }[] = [];
   const byUid = new Map<number, string>();
   for (const [i, user] of names.entries()) {
     const account = lookupUser(user);
@@ -228,7 +248,7 @@ export function resolveRunAs(
       return { ok: false, key, reason: `${JSON.stringify(user)} has the same uid (${uid}) as ${JSON.stringify(twin)}` };
     }
     byUid.set(uid, user);
-    accounts.push({ user, uid, gid: account.value.gid });
+    accounts.push({ user, uid, gid: account.value.gid, home: account.value.home });
   }
   let groupGid: number | null = null;
   if (group !== undefined) {
@@ -259,8 +279,10 @@ export function resolveRunAs(
       uid: a.uid,
       gid: groupGid ?? a.gid,
       group: group ?? null,
+      home: a.home,
       setpriv,
       clearBoundingSet: support.clearBoundingSet,
+      sandbox,
     }),
   );
   return { ok: true, value: Object.freeze({ users: Object.freeze(pool) }) };

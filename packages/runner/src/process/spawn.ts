@@ -9,8 +9,9 @@
  * discarded (only a byte count is kept); no other descriptor (inherited ones
  * are covered by /dev/null, see process/inherited-fds.ts), in a descriptor table sized
  * so its start-up need not grow it (process/fd-table.ts). With `run_as` the agent is
- * started through setpriv as the run's pool user (process/run-as.ts): same pid and
- * group; what leaves the group is the pool's sweep's (process/user-pool.ts).
+ * started through setpriv as the run's pool user (process/run-as.ts), in a mount and IPC namespace of its
+ * own (process/sandbox.ts): same pid and group; what leaves the group is the pool's sweep's
+ * (process/user-pool.ts).
  * Cleanup after every run: stdin EOF → grace → SIGTERM to the group → grace →
  * SIGKILL to the tree and the group. execa only starts the child: no buffering,
  * no rejection, no kill on the Runner's exit (the cleanup above and the reaper
@@ -27,6 +28,7 @@ import { reserveAgentFdTable } from "./fd-table.js";
 import { inheritedFdStdio } from "./inherited-fds.js";
 import { listGroupMembers, procIdentitySupported, readStartTime } from "./proc-identity.js";
 import { type RunAs, setprivCommand } from "./run-as.js";
+import { prepareGitDir, sandboxCommand } from "./sandbox.js";
 
 export type EnvResolution =
   | { ok: true; env: Record<string, string> }
@@ -130,11 +132,26 @@ function signalGroup(pgid: number, signal: NodeJS.Signals): void {
   }
 }
 
+/**
+ * What starts the agent: itself; as a pool user, setpriv; and under `[acp] sandbox = "namespaces"`, that
+ * setpriv inside a mount and IPC namespace of its own (process/sandbox.ts) that protects the cwd's `.git`.
+ */
+export function agentCommand(
+  runAs: RunAs | null,
+  executable: string,
+  args: readonly string[],
+  cwd: string,
+): { file: string; args: string[] } {
+  if (runAs === null) return { file: executable, args: [...args] };
+  const setpriv = setprivCommand(runAs, executable, args);
+  return runAs.sandbox === null ? setpriv : sandboxCommand(runAs.sandbox, prepareGitDir(cwd), setpriv);
+}
+
 /** Spawn the agent and wait for the `spawn` event. Throws SpawnError if the OS refuses. */
 export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
   const { executable, args } = options.agent;
   const runAs = options.runAs;
-  const command = runAs ? setprivCommand(runAs, executable, args) : { file: executable, args: [...args] };
+  const command = agentCommand(runAs ?? null, executable, args, options.cwd);
   // Descriptors this process inherited without close-on-exec are covered by /dev/null in the child
   // (an integer stdio entry is child_process's "dup this fd here").
   const masked = inheritedFdStdio();

@@ -9,7 +9,8 @@
  * The tenant is the opaque tag `run.start` carries (an HMAC of the principal under the Server's secret); a
  * start without one (a Server that predates tags) counts as the tenant NO_TENANT. `[acp] single_tenant`
  * switches binding off. The operator frees a user with `webcodex-runner pool release USER` after cleaning
- * its home (commands/pool.ts); nothing frees one by itself.
+ * its home (commands/pool.ts); the Runner itself recycles a user whose tenant left it unused for
+ * `binding_idle_days` (process/user-pool.ts, with its home wiped by process/pool-homes.ts).
  */
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -25,6 +26,12 @@ export const NO_TENANT = "untagged";
 export const MAX_BINDINGS = 4096;
 /** Largest bindings file read; a bigger one is refused, not truncated. */
 export const MAX_BINDINGS_FILE_BYTES = 1 << 20;
+/** `[acp] binding_idle_days`: its default and bounds. */
+export const DEFAULT_BINDING_IDLE_DAYS = 30;
+export const MIN_BINDING_IDLE_DAYS = 1;
+export const MAX_BINDING_IDLE_DAYS = 3650;
+/** A binding's `last_used_at` is rewritten at most this often (each write is an fsync on the start path). */
+export const BINDING_TOUCH_INTERVAL_MS = 60 * 60 * 1000;
 
 const Binding = z
   .object({
@@ -32,6 +39,8 @@ const Binding = z
     user: z.string().min(1).max(64),
     tenant: z.union([TenantTag, z.literal(NO_TENANT)]),
     bound_at: z.iso.datetime(),
+    /** When a run of the tenant last took or gave back the user (BINDING_TOUCH_INTERVAL_MS granularity); absent: bound_at. */
+    last_used_at: z.iso.datetime().optional(),
   })
   .strict();
 const BindingsFile = z.object({ version: z.literal(1), bindings: z.array(Binding).max(MAX_BINDINGS) }).strict();

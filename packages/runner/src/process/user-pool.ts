@@ -23,20 +23,37 @@
  *   swept the same way, so a leftover of an earlier Runner's run dies before
  *   the user serves a run here.
  *
- * - A user serves one tenant (the caller's opaque tag from run.start) for
- *   good: the sweep kills processes but files a run left in the user's home
+ * - A user serves one tenant (the caller's opaque tag from run.start) at a
+ *   time: the sweep kills processes but files a run left in the user's home
  *   and temp dirs stay, so the first run binds the user to its tenant
  *   (process/user-bindings.ts, durable before the agent starts) and a start
  *   of another tenant takes an unbound user or is refused. `[acp]
  *   single_tenant` switches binding off.
+ * - One tenant cannot take the whole pool: it may be bound to at most
+ *   `max_users_per_caller` users of an agent's pool (default half the pool,
+ *   at least 1); past that its start is refused `caller_limit` while all of
+ *   its users serve its live runs.
+ * - A free user whose tenant has not used it for `binding_idle_days` may be
+ *   recycled for another tenant that has no user to take: swept, its HOME
+ *   wiped and re-created from `home_template` (process/pool-homes.ts), then
+ *   bound to the new tenant — logged with the user only. The start waits for
+ *   it (RECYCLE_WAIT_MS, runs/manager.ts). A recycle that fails quarantines
+ *   the user.
  */
 import { execFileSync } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AgentConfig } from "../config/config.js";
 import { type Logger, silentLogger } from "../logger.js";
+import { PoolHomeError, type RecycledHome } from "./pool-homes.js";
 import { listUidProcesses } from "./proc-identity.js";
 import { findSystemTool, type RunAs } from "./run-as.js";
-import { NO_TENANT, type PoolBindings, type UserBinding } from "./user-bindings.js";
+import {
+  BINDING_TOUCH_INTERVAL_MS,
+  DEFAULT_BINDING_IDLE_DAYS,
+  NO_TENANT,
+  type PoolBindings,
+  type UserBinding,
+} from "./user-bindings.js";
 
 /** Longest a sweep keeps SIGKILLing and re-scanning for processes of a pool user before it quarantines the user. */
 export const SWEEP_TIMEOUT_MS = 5000;
@@ -119,14 +136,25 @@ export async function sweepUser(
   }
 }
 
-type SlotState = "free" | "leased" | "sweeping" | "quarantined";
+type SlotState = "free" | "leased" | "sweeping" | "recycling" | "quarantined";
+
+const DAY_MS = 24 * 60 * 60 * 1000;
 
 /**
- * A start's user: null when the agent runs as the Runner's own user (no run_as). Refused: `busy` (every user
- * that could serve the tenant serves a live run or is being swept), `bound` (a user is free, but each free one
- * is bound to another tenant), `unrecorded` (the binding could not be written; nothing started).
+ * A start's user: null when the agent runs as the Runner's own user (no run_as). Refused for a capacity
+ * reason (`pool_busy`: every user that could serve the tenant serves a live run or is being swept;
+ * `pool_bound`: users are free, but each is bound to another tenant and none is idle long enough;
+ * `caller_limit`: the tenant holds max_users_per_caller users, none free), or `unrecorded` (the binding
+ * could not be written; nothing started), or `recycling`: an idle user is being recycled for this tenant;
+ * `ready` resolves when it is done (bound to the tenant and free, or quarantined), then the start may ask again.
  */
-export type Lease = { ok: true; user: RunAs | null } | { ok: false; reason: "busy" | "bound" | "unrecorded" };
+export type Lease =
+  | { ok: true; user: RunAs | null }
+  | { ok: false; reason: "pool_busy" | "pool_bound" | "caller_limit" | "unrecorded" }
+  | { ok: false; reason: "recycling"; ready: Promise<void> };
+
+/** How a recycled user's HOME is wiped and re-created (process/pool-homes.ts `recycleHome` with the config's guard). */
+export type HomeRecycler = (user: RunAs) => Promise<RecycledHome>;
 
 export class UserPool {
   /** Pool users by uid, over every agent's pool. */
@@ -138,6 +166,11 @@ export class UserPool {
   /** Each bound user's binding, by uid (empty without bindings). */
   readonly #tenants: Map<number, UserBinding>;
   readonly #now: () => Date;
+  readonly #maxPerCaller: number | null;
+  readonly #idleMs: number;
+  readonly #recycleHome: HomeRecycler | null;
+  /** Users being recycled, by uid: the tenant they are being recycled for (counts toward its limit). */
+  readonly #reserved = new Map<number, string>();
   /** Resolves once the start-up sweep of every pool user is done. */
   readonly ready: Promise<void>;
 
@@ -151,9 +184,18 @@ export class UserPool {
       /** Where each user's tenant is kept; null: users serve any tenant (`[acp] single_tenant`, `exec`). */
       bindings?: PoolBindings | null;
       now?: () => Date;
+      /** `[acp] max_users_per_caller`; null or absent: half of each agent's pool, at least 1. */
+      maxUsersPerCaller?: number | null;
+      /** `[acp] binding_idle_days`. */
+      bindingIdleDays?: number;
+      /** Wipes and re-creates a recycled user's HOME; null or absent: bound users are never recycled. */
+      recycleHome?: HomeRecycler | null;
     } = {},
   ) {
     this.#now = options.now ?? (() => new Date());
+    this.#maxPerCaller = options.maxUsersPerCaller ?? null;
+    this.#idleMs = (options.bindingIdleDays ?? DEFAULT_BINDING_IDLE_DAYS) * DAY_MS;
+    this.#recycleHome = options.recycleHome ?? null;
     this.#log = options.logger ?? silentLogger();
     this.#timeoutMs = options.sweepTimeoutMs ?? SWEEP_TIMEOUT_MS;
     this.#sweep = options.sweep ?? sweepUser;
@@ -190,15 +232,17 @@ export class UserPool {
 
   /**
    * Lease a free user of `agent`'s pool for a run of `tenant` (a tag, or undefined for a start that names
-   * none): first a free user already bound to the tenant, then a free unbound one (in configured order),
-   * which is bound to it durably before it is handed out. Without bindings any free user serves.
+   * none): first a free user already bound to the tenant; then, while the tenant holds fewer than its limit
+   * of the pool's users, a free unbound one (in configured order), bound to it durably before it is handed
+   * out, or else a free user idle past binding_idle_days, recycled for it. Without bindings any free user serves.
    */
   acquire(agent: Pick<AgentConfig, "runAs">, tenant: string | undefined): Lease {
     if (agent.runAs === null) return { ok: true, user: null };
-    const free = agent.runAs.users.filter((u) => this.#state.get(u.uid) === "free");
+    const users = agent.runAs.users;
+    const free = users.filter((u) => this.#state.get(u.uid) === "free");
     if (this.#bindings === null) {
       const user = free[0];
-      if (!user) return { ok: false, reason: "busy" };
+      if (!user) return { ok: false, reason: "pool_busy" };
       this.#state.set(user.uid, "leased");
       return { ok: true, user };
     }
@@ -206,29 +250,113 @@ export class UserPool {
     const own = free.find((u) => this.#tenants.get(u.uid)?.tenant === tag);
     if (own) {
       this.#state.set(own.uid, "leased");
+      this.#touch(own.uid);
       return { ok: true, user: own };
     }
+    const held = users.filter((u) => (this.#reserved.get(u.uid) ?? this.#tenants.get(u.uid)?.tenant) === tag).length;
+    if (held >= this.limit(agent)) return { ok: false, reason: "caller_limit" };
     const unbound = free.find((u) => !this.#tenants.has(u.uid));
-    if (!unbound) return { ok: false, reason: free.length > 0 ? "bound" : "busy" };
-    const binding: UserBinding = {
-      uid: unbound.uid,
-      user: unbound.user,
-      tenant: tag,
-      bound_at: this.#now().toISOString(),
-    };
+    if (unbound) return this.#bindAndLease(unbound, tag);
+    const idle = this.#recycleHome === null ? undefined : free.find((u) => this.#idle(u.uid));
+    if (idle) return { ok: false, reason: "recycling", ready: this.#recycle(idle, tag) };
+    return { ok: false, reason: free.length > 0 ? "pool_bound" : "pool_busy" };
+  }
+
+  /** How many users of `agent`'s pool one tenant may be bound to. */
+  limit(agent: Pick<AgentConfig, "runAs">): number {
+    const size = agent.runAs?.users.length ?? 0;
+    return Math.min(size, this.#maxPerCaller ?? Math.max(1, Math.floor(size / 2)));
+  }
+
+  #bindAndLease(user: RunAs, tag: string): Lease {
+    const now = this.#now().toISOString();
+    const binding: UserBinding = { uid: user.uid, user: user.user, tenant: tag, bound_at: now, last_used_at: now };
     try {
-      this.#bindings.bind(binding);
+      this.#bindings?.bind(binding);
     } catch (error) {
       this.#log.error(
-        { user: unbound.user, uid: unbound.uid, err_name: (error as Error)?.name },
+        { user: user.user, uid: user.uid, err_name: (error as Error)?.name },
         "could not record which caller a run_as pool user serves; the run is not started",
       );
       return { ok: false, reason: "unrecorded" };
     }
-    this.#tenants.set(unbound.uid, binding);
-    this.#state.set(unbound.uid, "leased");
-    this.#log.info({ user: unbound.user, uid: unbound.uid }, "a run_as pool user now serves one caller's runs only");
-    return { ok: true, user: unbound };
+    this.#tenants.set(user.uid, binding);
+    this.#state.set(user.uid, "leased");
+    this.#log.info({ user: user.user, uid: user.uid }, "a run_as pool user now serves one caller's runs only");
+    return { ok: true, user };
+  }
+
+  /** Whether `uid`'s tenant has left it unused for binding_idle_days. */
+  #idle(uid: number): boolean {
+    const b = this.#tenants.get(uid);
+    if (b === undefined) return false;
+    return this.#now().getTime() - Date.parse(b.last_used_at ?? b.bound_at) >= this.#idleMs;
+  }
+
+  /** Record that `uid`'s tenant used it now (at most every BINDING_TOUCH_INTERVAL_MS; a failed write is logged). */
+  #touch(uid: number): void {
+    const b = this.#tenants.get(uid);
+    if (b === undefined || this.#bindings === null) return;
+    const now = this.#now();
+    if (now.getTime() - Date.parse(b.last_used_at ?? b.bound_at) < BINDING_TOUCH_INTERVAL_MS) return;
+    const next = { ...b, last_used_at: now.toISOString() };
+    try {
+      this.#bindings.bind(next);
+      this.#tenants.set(uid, next);
+    } catch (error) {
+      this.#log.warn(
+        { user: b.user, uid, err_name: (error as Error)?.name },
+        "could not record when a run_as pool user was last used; its idle time counts from the last record",
+      );
+    }
+  }
+
+  /**
+   * Recycle idle `user` for `tag`: sweep it, wipe and re-create its HOME, then bind it to `tag` durably and
+   * free it. Any failure quarantines the user (its old binding stays, unless only the new one failed to write).
+   */
+  async #recycle(user: RunAs, tag: string): Promise<void> {
+    const recycleHome = this.#recycleHome;
+    if (recycleHome === null) return;
+    this.#state.set(user.uid, "recycling");
+    this.#reserved.set(user.uid, tag);
+    const from = this.#tenants.get(user.uid);
+    const idleSince = from?.last_used_at ?? from?.bound_at;
+    try {
+      const swept = await this.#sweep(user.uid, this.#timeoutMs, null, () => killAllAsUser(user));
+      if (swept.survivors > 0) throw new Error(`${swept.survivors} processes survived the sweep`);
+      const home = await recycleHome(user);
+      const now = this.#now().toISOString();
+      const binding: UserBinding = { uid: user.uid, user: user.user, tenant: tag, bound_at: now, last_used_at: now };
+      this.#bindings?.bind(binding);
+      this.#tenants.set(user.uid, binding);
+      this.#state.set(user.uid, "free");
+      this.#log.info(
+        {
+          user: user.user,
+          uid: user.uid,
+          idle_since: idleSince,
+          killed: swept.killed,
+          removed: home.removed,
+          copied: home.copied,
+        },
+        "a run_as pool user its caller left unused for binding_idle_days was recycled for another caller: swept, HOME wiped and re-created from home_template",
+      );
+    } catch (error) {
+      this.#state.set(user.uid, "quarantined");
+      this.#log.error(
+        {
+          user: user.user,
+          uid: user.uid,
+          err_name: (error as Error)?.name,
+          // The home rule it broke (names only the configured HOME), never a file name found inside it.
+          ...(error instanceof PoolHomeError ? { reason: error.message } : {}),
+        },
+        "recycling a run_as pool user failed; the user serves no run until the Runner restarts",
+      );
+    } finally {
+      this.#reserved.delete(user.uid);
+    }
   }
 
   /** The run that held `user` is over (its tree cleaned up): sweep the user, then free or quarantine it. */
@@ -270,6 +398,7 @@ export class UserPool {
     if (killed > 0 && runId !== null) {
       this.#log.info({ ...fields, killed }, "processes of the run that left its process group were killed");
     }
+    if (runId !== null) this.#touch(user.uid);
     this.#state.set(user.uid, "free");
   }
 }

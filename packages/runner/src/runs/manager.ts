@@ -14,6 +14,8 @@
  */
 import { randomBytes } from "node:crypto";
 import {
+  CAPACITY_REASONS,
+  type CapacityReason,
   eventBatches,
   FAILURE_SUMMARIES,
   type FailureKind,
@@ -30,12 +32,14 @@ import { sameUserAgents } from "../config/exposure.js";
 import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
 import { type Logger, silentLogger } from "../logger.js";
+import { homeGuard, recycleHome } from "../process/pool-homes.js";
 import type { AgentChild } from "../process/spawn.js";
-import type { PoolBindings } from "../process/user-bindings.js";
-import { UserPool } from "../process/user-pool.js";
+import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
+import { type Lease, UserPool } from "../process/user-pool.js";
 import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
 import type { DispatchStore } from "../store/types.js";
 import { writeDiagnostics } from "./diagnostics.js";
+import { MemoryProjectCallers, PROJECT_SERVES_ANOTHER_CALLER, type ProjectCallers } from "./project-callers.js";
 import { Run, rowToSummary } from "./record.js";
 import { RunRetention } from "./retention.js";
 import type {
@@ -73,6 +77,8 @@ export interface RunManagerOptions {
   sweepTimeoutMs?: number;
   /** Which caller each run_as pool user serves (process/user-bindings.ts); null or absent: users serve any caller. */
   poolBindings?: PoolBindings | null;
+  /** Which caller each shared project serves under run_as (runs/project-callers.ts); default: in memory. */
+  projectCallers?: ProjectCallers;
   /** Crash injection (default: failpoints.ts, armed only by WEBCODEX_FAILPOINT). */
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
@@ -85,14 +91,15 @@ export { RETAINED_RINGS_MAX_BYTES } from "./retention.js";
 export type { RunTimings } from "./timings.js";
 
 /** Faults that close() itself causes by closing connections and killing trees. */
-/** What a start refused for want of a run_as user is told (process/user-pool.ts `Lease`). */
-const LEASE_REFUSALS = {
-  busy: FAILURE_SUMMARIES.capacity,
-  bound:
-    "Every free run_as user of this agent has served another caller, and a user never serves two callers " +
-    "(design §4.2); nothing was started. Retry later, or ask the operator to add users to run_as.",
-  unrecorded: "The Runner could not record which caller its run_as user serves; nothing was started.",
-} as const;
+/** What a start refused for want of a run_as user is told besides its capacity reason. */
+const UNRECORDED_REFUSAL = "The Runner could not record which caller its run_as user serves; nothing was started.";
+/** Longest a start waits for an idle pool user being recycled for its caller before it is refused `pool_recycling`. */
+export const RECYCLE_WAIT_MS = 10_000;
+
+/** A `capacity` refusal: the fixed summary of its reason (protocol capacity.ts), and the reason itself. */
+function capacityRefusal(reason: CapacityReason): RunStartOutcome {
+  return { ok: false, code: "capacity", message: CAPACITY_REASONS[reason].summary, capacity_reason: reason };
+}
 
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
@@ -120,6 +127,8 @@ export class RunManager implements RunService {
   readonly #turn: AcpTurn;
   /** The run_as users: one per live run, swept before reuse. Sweeps every pool user once, here at construction. */
   readonly #users: UserPool;
+  /** Which caller each project serves its run_as runs to; null under `[acp] single_tenant`. */
+  readonly #projectCallers: ProjectCallers | null;
   readonly #listeners = new Set<RunUpdateListener>();
   #closing = false;
 
@@ -156,12 +165,19 @@ export class RunManager implements RunService {
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
     }
     for (const project of this.#config.projects) this.#projects.set(project.id, project);
+    const guard = homeGuard(this.#config);
     this.#users = new UserPool(this.#config.acp.agents, {
       logger: this.#log,
       ...(options.sweepTimeoutMs === undefined ? {} : { sweepTimeoutMs: options.sweepTimeoutMs }),
       bindings: this.#config.acp.singleTenant ? null : (options.poolBindings ?? null),
       now: this.#now,
+      maxUsersPerCaller: this.#config.acp.maxUsersPerCaller,
+      bindingIdleDays: this.#config.acp.bindingIdleDays,
+      recycleHome: (user) => recycleHome(user, guard),
     });
+    this.#projectCallers = this.#config.acp.singleTenant
+      ? null
+      : (options.projectCallers ?? new MemoryProjectCallers());
   }
 
   /** Resolves once the start-up sweep of the run_as pool users is done (a user still being swept is not leased). */
@@ -201,7 +217,8 @@ export class RunManager implements RunService {
 
   // ---- admission --------------------------------------------------------------
 
-  async start(req: RunStartRequest): Promise<RunStartOutcome> {
+  /** `recycled`: this is the second pass after waiting for a pool user recycled for this caller. */
+  async start(req: RunStartRequest, recycled = false): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
     const existing = this.#summaryOf(req.run_id);
     if (existing) {
@@ -243,17 +260,29 @@ export class RunManager implements RunService {
         message: "The project does not allow agent runs (allow_patch).",
       };
     }
-    if (this.#active.size >= this.#config.acp.maxConcurrentRuns) {
-      return { ok: false, code: "capacity", message: FAILURE_SUMMARIES.capacity };
+    if (this.#active.size >= this.#config.acp.maxConcurrentRuns) return capacityRefusal("runner_full");
+    // A project's tree serves one caller's run_as runs (runs/project-callers.ts): another caller's run is
+    // admitted and ends failed / not_started with the fixed reason, before a pool user is leased or bound.
+    const served = this.#serveProject(project, agent, req.tenant);
+    if (served === "unrecorded") {
+      return { ok: false, code: "internal", message: "The Runner could not record which caller its project serves." };
     }
-    // Every user of the agent's run_as pool serves a live run (or is being swept): at capacity for this agent.
-    const lease = this.#users.acquire(agent, req.tenant);
-    if (!lease.ok)
-      return {
-        ok: false,
-        code: lease.reason === "unrecorded" ? "internal" : "capacity",
-        message: LEASE_REFUSALS[lease.reason],
-      };
+    const refused =
+      served === "other" ? notStarted("provider_spawn_failed", "spawn", PROJECT_SERVES_ANOTHER_CALLER) : null;
+    // A run_as user of the agent's pool for this caller (process/user-pool.ts), or why there is none.
+    const lease: Lease = refused ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
+    if (!lease.ok) {
+      if (lease.reason === "unrecorded") return { ok: false, code: "internal", message: UNRECORDED_REFUSAL };
+      if (lease.reason !== "recycling") return capacityRefusal(lease.reason);
+      // An idle user is being recycled for this caller: wait for it (bounded), then admit from the top once.
+      if (recycled) return capacityRefusal("pool_recycling");
+      const timer = AbortSignal.timeout(RECYCLE_WAIT_MS);
+      const ready = await Promise.race([
+        lease.ready.then(() => true),
+        new Promise<false>((resolve) => timer.addEventListener("abort", () => resolve(false), { once: true })),
+      ]);
+      return ready ? this.start(req, true) : capacityRefusal("pool_recycling");
+    }
 
     const acp = this.#config.acp;
     const timeoutSecs = Math.min(req.timeout_secs ?? acp.defaultRunTimeoutSecs, acp.maxRunTimeoutSecs);
@@ -292,7 +321,7 @@ export class RunManager implements RunService {
     this.#failpoint("after_admission");
     // The turn forks the agent and records it durably before its first await; the admission row (committed
     // without an fsync of its own) is durable by then, or is made so here, before run.start is answered.
-    void this.#drive(run, req.prompt, req.config);
+    void (refused ? this.#endBeforeSpawn(run, refused) : this.#drive(run, req.prompt, req.config));
     try {
       this.#store.ensureDurable(run.run_id);
     } catch (error) {
@@ -301,6 +330,32 @@ export class RunManager implements RunService {
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     return { ok: true, run: run.summary(), created: true };
+  }
+
+  /**
+   * Whether `project` may serve a run of `tenant` with `agent`: "ok" (binding it to the tenant first when it
+   * serves no one yet), "other" (it serves another caller), or "unrecorded" (the binding could not be written).
+   */
+  #serveProject(project: ProjectConfig, agent: AgentConfig, tenant: string | undefined): "ok" | "other" | "unrecorded" {
+    const callers = this.#projectCallers;
+    if (callers === null || agent.runAs === null || project.sharedBetweenCallers) return "ok";
+    const caller = tenant ?? NO_TENANT;
+    try {
+      const served = callers.servedBy(project.id);
+      if (served !== undefined) return served === caller ? "ok" : "other";
+      callers.bind(project.id, caller, this.#now());
+      this.#log.info({ project_id: project.id }, "project bound to the caller of its first run_as run");
+      return "ok";
+    } catch (error) {
+      this.#log.error({ project_id: project.id, err_name: (error as Error)?.name }, "project binding failed");
+      return "unrecorded";
+    }
+  }
+
+  /** A run refused after admission, before anything is spawned: terminal at once, nothing to clean up. */
+  async #endBeforeSpawn(run: Run, terminal: Terminal): Promise<void> {
+    this.#finish(run, terminal);
+    await this.#cleanup(run, new StageClock().timings);
   }
 
   // ---- observation --------------------------------------------------------------

@@ -3,7 +3,15 @@
  * Server link (link/link.ts) / local commands (exec). The link only ever talks to
  * a RunService; it never sees ACP, processes or the store.
  */
-import type { ConfigMap, HelloFrame, RunEvent, RunnerErrorCode, RunSummary, RunTombstone } from "@webcodex/protocol";
+import type {
+  CapacityReason,
+  ConfigMap,
+  HelloFrame,
+  RunEvent,
+  RunnerErrorCode,
+  RunSummary,
+  RunTombstone,
+} from "@webcodex/protocol";
 
 /** Everything run.start carries, already validated by the protocol schema. */
 export interface RunStartRequest {
@@ -25,7 +33,15 @@ export interface RunStartRequest {
 
 export type RunStartOutcome =
   | { ok: true; run: RunSummary; created: boolean }
-  | { ok: false; code: RunnerErrorCode; message: string; run?: RunSummary; tombstone?: RunTombstone };
+  | {
+      ok: false;
+      code: RunnerErrorCode;
+      message: string;
+      run?: RunSummary;
+      tombstone?: RunTombstone;
+      /** Only with code `capacity`: why. */
+      capacity_reason?: CapacityReason;
+    };
 
 export interface RunSyncResult {
   run: RunSummary;

@@ -106,6 +106,7 @@ export function promptTerminal(
         if (why.permissionAnswered === "permission_deadline") {
           message =
             "The agent ended the turn as cancelled after its permission request was answered 'cancelled' because the permission deadline expired.";
+          failureKind = "permission_timeout";
         } else if (deadline) {
           message = `${FAILURE_SUMMARIES.run_timeout} The agent confirmed the cancellation.`;
           failureKind = "run_timeout";

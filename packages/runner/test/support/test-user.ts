@@ -7,10 +7,13 @@
  * `agentCopy()` copies the built fake agent (bin, dist and the two packages it
  * imports) into a world-readable temp dir, because the checkout may sit under
  * a directory the test user cannot enter (e.g. /root).
+ *
+ * `sharedTestDir()` is where a run_as test keeps what its agents must see (the
+ * agent copy, the project, the ledger): not in /tmp, /var/tmp or /dev/shm,
+ * which every run_as agent gets private and empty (process/sandbox.ts).
  */
 import { execFile, execFileSync } from "node:child_process";
 import { chmodSync, cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { REPO_ROOT, RUNNER_BIN } from "../../../../scripts/test-support/index.js";
@@ -70,10 +73,20 @@ export function createTestUser(tag: string): TestUser {
   };
 }
 
+/** Where sharedTestDir() makes its directories: outside the trees a sandboxed run gets private. */
+export const SHARED_TEST_ROOT = "/var/lib/webcodex-test";
+
+/** A fresh directory under SHARED_TEST_ROOT that every user can enter (0755); the caller removes it. */
+export function sharedTestDir(prefix: string): string {
+  mkdirSync(SHARED_TEST_ROOT, { recursive: true, mode: 0o755 });
+  const dir = mkdtempSync(join(SHARED_TEST_ROOT, prefix));
+  chmodSync(dir, 0o755);
+  return dir;
+}
+
 /** The fake agent copied to a temp dir every user can read; returns its bin path and a cleanup. */
 export function agentCopy(): { bin: string; remove(): void } {
-  const dir = mkdtempSync(join(tmpdir(), "wc-agent-copy-"));
-  chmodSync(dir, 0o755);
+  const dir = sharedTestDir("wc-agent-copy-");
   const agent = join(REPO_ROOT, "fake-acp-agent");
   for (const part of ["bin", "dist", "package.json"]) cpSync(join(agent, part), join(dir, part), { recursive: true });
   for (const pkg of ["@agentclientprotocol/sdk", "zod"]) {

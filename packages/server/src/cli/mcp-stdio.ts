@@ -6,8 +6,9 @@
 import { parseArgs } from "node:util";
 import { pino } from "pino";
 import { startMcpStdioBridge } from "../mcp/stdio.js";
+import { commandUsage } from "./help.js";
 
-const USAGE = "usage: webcodex-server mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR";
+const USAGE = commandUsage("mcp-stdio");
 
 export async function runMcpStdioCommand(argv: readonly string[]): Promise<number> {
   let values: { url?: string; "token-env"?: string };

@@ -16,22 +16,11 @@ import { isMetadataUrl } from "../oauth/client-metadata.js";
 import { OperatorReadClients } from "../oauth/operator-read.js";
 import { type ClientRow, type GrantRow, OAuthStore, parseJsonList } from "../oauth/store.js";
 import { openState } from "../state/open.js";
+import { AUDIT_LIST_DEFAULT, AUDIT_LIST_MAX, commandUsage } from "./help.js";
 
-/** Rows `oauth audit list` prints by default, and at most. */
-export const AUDIT_LIST_DEFAULT = 100;
-export const AUDIT_LIST_MAX = 10_000;
+export { AUDIT_LIST_DEFAULT, AUDIT_LIST_MAX };
 
-const USAGE = `usage:
-  webcodex-server oauth clients list --config FILE [--json]
-  webcodex-server oauth clients show CLIENT_ID --config FILE
-  webcodex-server oauth clients revoke CLIENT_ID --config FILE
-  webcodex-server oauth clients allow-coding-agent-run CLIENT_ID --config FILE
-  webcodex-server oauth clients disallow-coding-agent-run CLIENT_ID --config FILE
-  webcodex-server oauth clients allow-operator-read CLIENT_ID --config FILE
-  webcodex-server oauth clients disallow-operator-read CLIENT_ID --config FILE
-  webcodex-server oauth grants list --config FILE [--principal ID] [--client CLIENT_ID] [--json]
-  webcodex-server oauth grants revoke --config FILE (--id GRANT_ID | --principal ID | --client CLIENT_ID)
-  webcodex-server oauth audit list --config FILE [--limit N] [--json]   (N: 1 … ${AUDIT_LIST_MAX}, default ${AUDIT_LIST_DEFAULT})`;
+const USAGE = commandUsage("oauth");
 
 async function clientView(c: ClientRow, store: OAuthStore) {
   const grants = await store.grants({ client_id: c.client_id });

@@ -12,11 +12,9 @@ import { parseArgs } from "node:util";
 import { loadServerConfig } from "../config.js";
 import { principalLookup, TokenIssueError, TokenStore } from "../principals/tokens.js";
 import { openState } from "../state/open.js";
+import { commandUsage } from "./help.js";
 
-const USAGE = `usage:
-  webcodex-server token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run] [--json]
-  webcodex-server token list --config FILE [--principal ID]
-  webcodex-server token revoke --config FILE --id TOKEN_ID`;
+const USAGE = commandUsage("token");
 
 /** Returns the process exit code. */
 export async function runTokenCommand(argv: readonly string[]): Promise<number> {

@@ -19,13 +19,25 @@ import { readFileSync } from "node:fs";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
+import { untrustedForwarder } from "../client-address.js";
 import type { ServerConfig } from "../config.js";
 import { ABORTED, readBody, TOO_LARGE } from "../http-body.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { IdentifiedKey } from "../principals/tokens.js";
+import { RefusalLog } from "../refusal-log.js";
+import { LoginLimits } from "./login-limits.js";
 import { renderLogin, renderPage } from "./page.js";
 import { CONSOLE_SESSION_TTL_MS, type ConsoleSessions, csrfTokenOf, sameSecret } from "./sessions.js";
 import { type ConsoleFilters, type ConsoleReader, parseFilters } from "./snapshot.js";
+
+export {
+  CONSOLE_LOGIN_KEY_PREFIX_CHARS,
+  CONSOLE_LOGIN_KNOWN_PREFIX_MS,
+  CONSOLE_LOGIN_MAX_FAILURES,
+  CONSOLE_LOGIN_MAX_FAILURES_PER_SOURCE,
+  CONSOLE_LOGIN_TRACKED_ADDRESSES,
+  CONSOLE_LOGIN_WINDOW_MS,
+} from "./login-limits.js";
 
 export const OPERATOR_SCOPE: Scope = "operator:read";
 
@@ -45,11 +57,10 @@ export const CONSOLE_STREAM_MAX_MS = 10 * 60 * 1000;
 export const CONSOLE_STREAM_MAX_BUFFERED_BYTES = 1024 * 1024;
 /** What the page's EventSource waits before reconnecting (the `retry:` field). */
 export const CONSOLE_STREAM_RETRY_MS = 2000;
-/** Wrong keys one address may try per window before login answers 429. */
-export const CONSOLE_LOGIN_MAX_FAILURES = 10;
-export const CONSOLE_LOGIN_WINDOW_MS = 10 * 60 * 1000;
-/** Addresses whose failures are remembered at once (past it the table starts over). */
-export const CONSOLE_LOGIN_TRACKED_ADDRESSES = 4096;
+/** Untrusted forwarders (client-address.ts untrustedForwarder) the console names in its log, once each. */
+export const CONSOLE_UNTRUSTED_FORWARDERS_LOGGED = 16;
+/** Refused logins and forms are logged at most once per client address per this window (with a count). */
+export const CONSOLE_REFUSAL_LOG_WINDOW_MS = 10_000;
 /** How long the login form's CSRF cookie lives. */
 export const CONSOLE_LOGIN_FORM_TTL_MS = 10 * 60 * 1000;
 
@@ -134,26 +145,6 @@ async function readForm(req: IncomingMessage): Promise<URLSearchParams> {
   return new URLSearchParams(body);
 }
 
-/** Failed logins per remote address in a fixed window (bounded table). */
-class LoginFailures {
-  readonly #byAddress = new Map<string, { start: number; n: number }>();
-
-  blocked(address: string, now = Date.now()): boolean {
-    const w = this.#byAddress.get(address);
-    return w !== undefined && now - w.start < CONSOLE_LOGIN_WINDOW_MS && w.n >= CONSOLE_LOGIN_MAX_FAILURES;
-  }
-
-  fail(address: string, now = Date.now()): void {
-    let w = this.#byAddress.get(address);
-    if (!w || now - w.start >= CONSOLE_LOGIN_WINDOW_MS) {
-      if (this.#byAddress.size >= CONSOLE_LOGIN_TRACKED_ADDRESSES) this.#byAddress.clear();
-      w = { start: now, n: 0 };
-      this.#byAddress.set(address, w);
-    }
-    w.n += 1;
-  }
-}
-
 export interface ConsoleMount {
   handle(req: IncomingMessage, res: ServerResponse): Promise<void>;
   close(): void;
@@ -168,7 +159,11 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     },
     "/console/console.css": { type: "text/css; charset=utf-8", body: readFileSync(`${STATIC_DIR}console.css`) },
   } as const;
-  const failures = new LoginFailures();
+  const limits = new LoginLimits();
+  const forwarder = untrustedForwarder(deps.config.trustedProxies);
+  const forwardersLogged = new Set<string>();
+  // Refused keys and forms are logged at most once per client and window, with the count of the rest.
+  const refusals = new RefusalLog(logger, 1, Date.now, CONSOLE_REFUSAL_LOG_WINDOW_MS, true);
   const streams = new Map<string, number>();
   let streamCount = 0;
   const closers = new Set<() => void>();
@@ -211,20 +206,30 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       loginPage(res, 403, "This form could not be verified. Reload the page and sign in again.");
       return;
     }
-    if (failures.blocked(address)) {
+    const key = (form.get("key") ?? "").trim();
+    // Counted before the lookup's await (login-limits.ts), given back if the key is right.
+    const attempt = limits.reserve(address, key);
+    if (attempt === "key") {
+      loginPage(res, 429, "Too many wrong tries of this key from this address. Wait a few minutes, then try again.");
+      return;
+    }
+    if (attempt === "source") {
       loginPage(res, 429, "Too many wrong keys from this address. Wait a few minutes, then try again.");
       return;
     }
-    const key = (form.get("key") ?? "").trim();
     const found = key.length > 0 && key.length <= 512 ? await deps.identifyKey(key) : null;
+    if (found) attempt.succeeded();
     if (!found) {
-      failures.fail(address);
-      logger.warn({ remote: address }, "console: login refused: unknown key");
+      refusals.refused(address, {}, "console: login refused: unknown key");
       loginPage(res, 401, "That key is not valid. Use a key issued with webcodex-server token issue.");
       return;
     }
     if (!found.principal.scopes.has(OPERATOR_SCOPE)) {
-      logger.warn({ principal_id: found.principal.id }, "console: login refused: key lacks operator:read");
+      refusals.refused(
+        address,
+        { principal_id: found.principal.id },
+        "console: login refused: key lacks operator:read",
+      );
       loginPage(
         res,
         403,
@@ -333,8 +338,24 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
     void tick();
   }
 
+  /** Once per peer (at most CONSOLE_UNTRUSTED_FORWARDERS_LOGGED): forwarding headers from an undeclared proxy. */
+  function noteForwarder(req: IncomingMessage): void {
+    const peer = forwarder(req);
+    if (peer === null || forwardersLogged.has(peer) || forwardersLogged.size >= CONSOLE_UNTRUSTED_FORWARDERS_LOGGED) {
+      return;
+    }
+    forwardersLogged.add(peer);
+    logger.warn(
+      { peer },
+      "console: requests from this address carry X-Forwarded-For/Forwarded, but it is not in [server] trusted_proxies: " +
+        "every client behind it counts as this one address for the wrong-key limits (per key prefix, and per address " +
+        "over all keys). Add the proxy to trusted_proxies so that each client is told apart.",
+    );
+  }
+
   async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
     securityHeaders(res);
+    noteForwarder(req);
     const url = new URL(req.url ?? "/", "http://console.invalid");
     const path = url.pathname;
     const method = req.method ?? "GET";
@@ -398,7 +419,11 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       const form = await readForm(req);
       const refused = checkPost(req, form, s.id);
       if (refused) {
-        logger.warn({ principal_id: s.principal.id, path }, `console: POST refused: ${refused}`);
+        refusals.refused(
+          deps.clientAddress(req),
+          { principal_id: s.principal.id, path },
+          `console: POST refused: ${refused}`,
+        );
         json(res, 403, { error: refused });
         return;
       }

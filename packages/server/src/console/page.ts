@@ -70,7 +70,7 @@ export function renderPage(view: { principal: string; csrf: string }): string {
 </form>
 <div class="scroll"><table id="runs"><thead><tr><th>Run</th><th>State</th><th>Project</th><th>Provider</th>
 <th>Principal</th><th>Runner</th><th>Started</th><th>Updated</th><th>Usage</th></tr></thead><tbody></tbody></table></div>
-<div id="run-events" hidden><h3 id="run-events-title"></h3><p id="run-events-note" class="muted"></p>
+<div id="run-events" hidden><h3 id="run-events-title"></h3><p id="run-events-outcome"></p><p id="run-events-note" class="muted"></p>
 <ol id="run-events-list" class="events"></ol></div>
 </section>
 <section id="costs-section"><h2>Reported cost per principal and day</h2><div class="scroll"><table id="costs">

@@ -5,14 +5,16 @@
  *
  * Every field is chosen, never copied wholesale: no prompt (admission records hold none; agent message and
  * reasoning text is reduced to its length), no token or key (the tables hold hashes; none is selected), no
- * env value, no run `message` (a Runner's error text may name a host path), and any absolute path in a label
- * an agent wrote (tool titles) is masked by `maskPaths`. Every list is bounded by a named constant.
+ * env value, and any absolute path in a label an agent wrote (tool titles) or in a run's terminal `message`
+ * (the Runner's fixed texts, which name at most an option id, a variable name or a stop reason) is masked by
+ * `maskPaths`. Every list is bounded by a named constant.
  */
 import { RUN_STATES, type RunEvent, type RunUsage } from "@webcodex/protocol";
 import type { ServerConfig } from "../config.js";
 import { type PresenceRow, presenceAt } from "../link/presence.js";
 import { type OAuthStore, parseJsonList } from "../oauth/store.js";
 import type { MirrorSet } from "../runs/mirror.js";
+import { resumePoint } from "../runs/observe.js";
 import { recordUsage } from "../runs/usage.js";
 import type { CostTotal, RecordFilter, StateStore } from "../state/store.js";
 
@@ -114,14 +116,39 @@ export interface EventView {
   summary: string;
 }
 
+/** How the selected run ended (or stands), as `observe` tells its caller. */
+export interface RunOutcomeView {
+  state: string;
+  execution_state: string;
+  stop_reason: string | null;
+  failure_kind: string | null;
+  recovery_kind: string;
+  /** The Runner's fixed terminal text, paths masked; null before it ended. */
+  message: string | null;
+}
+
+export interface RunEventsView {
+  run_id: string;
+  /** This instance holds the run's event mirror. */
+  held: boolean;
+  /**
+   * Earlier events of the run are gone for good, as `observe` says `history_lost`: its Runner restarted (its
+   * ring is in memory) or no longer keeps them (a bounded ring, a pruned run), so this Server cannot fetch them.
+   */
+  history_lost: boolean;
+  /** The run's state and outcome from the state DB; null when no such run is recorded. */
+  outcome: RunOutcomeView | null;
+  events: EventView[];
+}
+
 export interface ConsoleSnapshot {
   runners: RunnerView[];
   runs: RunView[];
   /** Reported cost per principal, UTC day and currency (from the kept run records). */
   costs: CostTotal[];
   filters: ConsoleFilters;
-  /** The selected run's newest events held by this instance's mirror; null: no run selected. */
-  run_events: { run_id: string; held: boolean; events: EventView[] } | null;
+  /** The selected run's newest events held by this instance's mirror, and its outcome; null: no run selected. */
+  run_events: RunEventsView | null;
   refusals: { at: string; source: string; who: string; what: string; outcome: string }[];
   audit: {
     mcp: { at: string; principal_id: string; tool: string; run_id: string | null; outcome: string; ms: number }[];
@@ -277,12 +304,25 @@ export class ConsoleReader {
 
   async #events(runId: string): Promise<ConsoleSnapshot["run_events"]> {
     await this.#followEvents?.(runId, CONSOLE_EVENTS_FOLLOW_MS);
+    const rec = await this.#state.peek(runId);
+    const outcome: RunOutcomeView | null = rec
+      ? {
+          state: rec.state,
+          execution_state: rec.execution_state,
+          stop_reason: rec.stop_reason,
+          failure_kind: rec.failure_kind,
+          recovery_kind: rec.recovery_kind,
+          message: rec.message === null ? null : maskPaths(rec.message),
+        }
+      : null;
     const mirror = this.#mirrors?.get(runId);
-    if (!mirror) return { run_id: runId, held: false, events: [] };
+    if (!mirror) return { run_id: runId, held: false, history_lost: false, outcome, events: [] };
     const all = mirror.eventsAfter(0);
     return {
       run_id: runId,
       held: true,
+      history_lost: resumePoint(mirror, null, mirror.instance ?? "").historyLost,
+      outcome,
       events: all
         .slice(-CONSOLE_RUN_EVENTS_MAX)
         .map((e) => ({ seq: e.seq, at: e.at, kind: e.kind, summary: eventSummary(e) })),

@@ -3,7 +3,7 @@
  * observe or a cancel for a Runner whose one live link another instance holds.
  *
  * - The directory (`server_instances`, schema step 13): every instance writes its id and the URL its peers
- *   reach it on (`[server.cluster] advertise_url`, default its own listener) at start and every
+ *   reach it on (`[server.cluster] advertise_url`, default the instances' own listener) at start and every
  *   CLUSTER_HEARTBEAT_MS; a row not refreshed for CLUSTER_INSTANCE_STALE_MS names no live instance.
  * - A remote Runner (`remoteRunner`): its presence row (what its hello advertised, link/presence.ts), its
  *   lease row (which instance holds the link, link/lease-store.ts) and that instance's directory row. The
@@ -13,19 +13,22 @@
  *   sends the frame over its LOCAL link only (never forwarded again) and answers the RequestOutcome. It is
  *   authenticated by an HMAC-SHA256 over the timestamp and the body's sha256 under a key derived from the
  *   server secret every instance shares (`clusterKey`), within CLUSTER_MAX_CLOCK_SKEW_MS of the holder's
- *   clock, with a body of at most CLUSTER_MAX_BODY_BYTES; anything else is refused with its reason. A replay
- *   inside the window repeats an idempotent frame (a run id the Runner admitted is answered with that run;
- *   a cancel is sent to the agent at most once; a sync only reads).
- * - The caller (`RemoteRunnerConnection.request`): a failure before the request could have left (the peer
- *   refused the connection, or answered a refusal before executing anything) is `not_sent`; any failure
- *   after it may have left is `timeout` — unknown, exactly like a run.start whose answer never came
- *   (design §6.1: the record stays `sent` and reconciliation or a same-key retry settles it).
+ *   clock, with a body of at most CLUSTER_MAX_BODY_BYTES, its headers checked before the body is read; anything
+ *   else is refused with its reason (link/peer-auth.ts). It names the lease the caller read (`holder`), and
+ *   is executed only over a link holding exactly that lease; a run.start leaves only after the holder proved
+ *   it holds it (link/holder-proof.ts). A replay inside the window repeats an idempotent frame (a run id the
+ *   Runner admitted is answered with that run; a cancel is sent to the agent at most once; a sync only reads).
+ * - The caller (`RemoteRunnerConnection.request`) takes only an answer the holder signed for this request
+ *   (link/peer-auth.ts `verifyAnswer`). A failure before the request could have left (the peer refused the
+ *   connection, the holder gave no proof for a start, or it answered a signed refusal before executing
+ *   anything) is `not_sent`; any failure after it may have left, and any answer it did not sign, is `timeout`
+ *   — unknown, exactly like a run.start whose answer never came (design §6.1: the record stays `sent` and
+ *   reconciliation or a same-key retry settles it).
  */
-import { createHash, createHmac, timingSafeEqual } from "node:crypto";
+import { createHmac } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import {
   InstanceId,
-  MAX_FRAME_BYTES,
   type ProjectAdvert,
   type ProviderAdvert,
   RunnerFrame,
@@ -33,9 +36,17 @@ import {
   ServerFrame,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
-import { ABORTED, readBodyBytes, TOO_LARGE } from "../http-body.js";
 import type { StateEngine } from "../state/engine.js";
+import { proveHolder } from "./holder-proof.js";
 import type { RequestOutcome, RunnerRequest } from "./hub.js";
+import {
+  CLUSTER_MAX_BODY_BYTES,
+  CLUSTER_SIGNATURE_HEADER,
+  type PeerAuth,
+  readSignedRequest,
+  signedHeaders,
+  verifyAnswer,
+} from "./peer-auth.js";
 import { type Post, postToPeer } from "./peer-http.js";
 import { PRESENCE_STALE_MS } from "./presence.js";
 
@@ -45,27 +56,26 @@ export const CLUSTER_HEARTBEAT_MS = 5_000;
 export const CLUSTER_INSTANCE_STALE_MS = 3 * CLUSTER_HEARTBEAT_MS;
 /** The holder's endpoint for forwarded link requests (on the Server's own listener). */
 export const CLUSTER_LINK_REQUEST_PATH = "/_wc/cluster/link-request";
-/** A link request body's bound: one frame (a run.start with its prompt) and its envelope. */
-export const CLUSTER_MAX_BODY_BYTES = MAX_FRAME_BYTES + 16 * 1024;
-/** How far a request's timestamp may be from the holder's clock, either way. */
-export const CLUSTER_MAX_CLOCK_SKEW_MS = 30_000;
 /** The longest `timeout_ms` a caller may ask the holder to wait for the Runner. */
 export const CLUSTER_MAX_REQUEST_TIMEOUT_MS = 120_000;
 /** How much longer than `timeout_ms` the caller waits for the holder's HTTP answer. */
 export const CLUSTER_FORWARD_SLACK_MS = 5_000;
-/** The request headers: the caller's clock (epoch ms) and the signature (hex). */
-export const CLUSTER_TIMESTAMP_HEADER = "x-webcodex-cluster-timestamp";
-export const CLUSTER_SIGNATURE_HEADER = "x-webcodex-cluster-signature";
+export {
+  CLUSTER_MAX_BODY_BYTES,
+  CLUSTER_MAX_CLOCK_SKEW_MS,
+  CLUSTER_SIGNATURE_HEADER,
+  CLUSTER_TIMESTAMP_HEADER,
+  readSignedRequest,
+  refuse,
+  type SignatureRefusal,
+  signatureRefusal,
+  signedHeaders,
+  signLinkRequest,
+} from "./peer-auth.js";
 
 /** The key link requests are signed with: derived from the server secret, used for nothing else. */
 export function clusterKey(serverSecret: Buffer): Buffer {
   return createHmac("sha256", serverSecret).update("webcodex.cluster.link-request.v1").digest();
-}
-
-/** hex HMAC-SHA256 over `timestamp ‖ "\n" ‖ sha256(body)`. */
-export function signLinkRequest(key: Buffer, timestamp: string, body: Buffer): string {
-  const digest = createHash("sha256").update(body).digest("hex");
-  return createHmac("sha256", key).update(`${timestamp}\n${digest}`).digest("hex");
 }
 
 /** What a link to a Runner does, whichever instance holds it (hub.ts RunnerConnection, or the holder's). */
@@ -73,6 +83,26 @@ export interface LinkConnection {
   readonly runnerId: string;
   readonly closed: boolean;
   request(req: RunnerRequest, timeoutMs?: number): Promise<RequestOutcome>;
+}
+
+/** How a RemoteRunnerConnection reaches and names things (all optional: tests leave most out). */
+export interface RemoteRunnerOptions {
+  /** The agent instance this view names: a forwarded run.sync is answered only by that instance's link. */
+  agentInstanceId?: string;
+  /** This instance as its peers reach it: named in a catch-up's run.sync, so the holder pushes the run's updates. */
+  self?: PeerInstance;
+  /**
+   * The lease holder the shared rows name (`<instance id>/<link number>`): named in every request, which the
+   * holder executes only while its link holds exactly that lease; a run.start leaves only after the instance
+   * at `holderUrl` proved it holds it (link/holder-proof.ts). Without it no run.start is sent.
+   */
+  holderLease?: string;
+  /**
+   * How a run.sync reaches the holder (over a standing channel, link/peer-ws.ts); starts and cancels are
+   * always POSTs (`post`), whose "not sent" (the connection was never made) is what a start's outcome rests on.
+   */
+  syncPost?: Post;
+  post?: Post;
 }
 
 /** A Runner's link held by another instance, reached through that instance's link-request endpoint. */
@@ -89,15 +119,7 @@ export class RemoteRunnerConnection implements LinkConnection {
     private readonly key: Buffer,
     private readonly defaultTimeoutMs: number,
     private readonly log: Logger,
-    /** The agent instance this view names: a forwarded run.sync is answered only by that instance's link. */
-    readonly agentInstanceId?: string,
-    /** This instance as its peers reach it: named in a catch-up's run.sync, so the holder pushes the run's updates. */
-    readonly self?: PeerInstance,
-    /**
-     * How a run.sync reaches the holder (over a standing channel, link/peer-ws.ts); starts and cancels are
-     * always POSTs, whose "not sent" (the connection was never made) is what a start's outcome rests on.
-     */
-    private readonly syncPost: Post = postToPeer,
+    private readonly opts: RemoteRunnerOptions = {},
   ) {}
 
   async request(req: RunnerRequest, timeoutMs = this.defaultTimeoutMs): Promise<RequestOutcome> {
@@ -107,25 +129,45 @@ export class RemoteRunnerConnection implements LinkConnection {
   }
 
   async #request(req: RunnerRequest, timeoutMs: number): Promise<RequestOutcome> {
+    const { agentInstanceId, self, holderLease } = this.opts;
+    const post = this.opts.post ?? postToPeer;
+    if (req.type === "run.start") {
+      // A prompt goes only to the instance that proves it holds the Runner's link now.
+      const unproven =
+        holderLease === undefined
+          ? "no lease holder known"
+          : await proveHolder(post, this.key, this.holderUrl, this.holderInstanceId, this.runnerId, holderLease);
+      if (unproven !== null) {
+        this.log.error(
+          { runner_id: this.runnerId, holder: this.holderInstanceId, reason: unproven },
+          "the instance named holder of the runner's link did not prove it holds it; run.start not sent",
+        );
+        return { ok: false, reason: "not_sent" };
+      }
+    }
     const wait = Math.min(Math.max(1, Math.trunc(timeoutMs)), CLUSTER_MAX_REQUEST_TIMEOUT_MS);
     const expect =
-      req.type === "run.sync" && this.agentInstanceId !== undefined ? { agent_instance_id: this.agentInstanceId } : {};
+      req.type === "run.sync" && agentInstanceId !== undefined ? { agent_instance_id: agentInstanceId } : {};
     // A catch-up (it asks for events) follows the run: the holder pushes it the run's next updates.
     const follow =
-      req.type === "run.sync" && req.max_events > 0 && this.self !== undefined
-        ? { follower: { instance_id: this.self.instanceId, url: this.self.url } }
+      req.type === "run.sync" && req.max_events > 0 && self !== undefined
+        ? { follower: { instance_id: self.instanceId, url: self.url } }
         : {};
+    const lease = holderLease !== undefined ? { holder: holderLease } : {};
     const body = Buffer.from(
-      JSON.stringify({ runner_id: this.runnerId, frame: req, timeout_ms: wait, ...expect, ...follow }),
+      JSON.stringify({ runner_id: this.runnerId, frame: req, timeout_ms: wait, ...expect, ...follow, ...lease }),
       "utf8",
     );
-    const answer = await (req.type === "run.sync" ? this.syncPost : postToPeer)(
+    const headers = signedHeaders(this.key, body);
+    const raw = await (req.type === "run.sync" ? (this.opts.syncPost ?? post) : post)(
       `${this.holderUrl}${CLUSTER_LINK_REQUEST_PATH}`,
-      signedHeaders(this.key, body),
+      headers,
       body,
       wait + CLUSTER_FORWARD_SLACK_MS,
       CLUSTER_MAX_BODY_BYTES,
     );
+    // Only an answer the holder signed for this very request counts; anything else says nothing.
+    const answer = verifyAnswer(this.key, headers[CLUSTER_SIGNATURE_HEADER] ?? "", this.holderInstanceId, raw);
     if (answer.kind === "failed") {
       this.log.warn(
         { runner_id: this.runnerId, holder: this.holderInstanceId, type: req.type, code: answer.code },
@@ -175,6 +217,8 @@ function parseOutcome(text: string): RequestOutcome | null {
 export interface RemoteRunnerView {
   runnerId: string;
   holderInstanceId: string;
+  /** The lease row's holder: `<instance id>/<link number>`. */
+  holderLease: string;
   holderUrl: string;
   agentInstanceId: string;
   storeId: string;
@@ -283,6 +327,7 @@ export class ClusterDirectory {
     return {
       runnerId,
       holderInstanceId,
+      holderLease: row.holder,
       holderUrl: peer.url,
       agentInstanceId: row.agent_instance_id,
       storeId: row.store_id,
@@ -304,104 +349,12 @@ export type ExecuteLinkRequest = (
   agentInstanceId?: string,
   /** A catch-up's run.sync: the instance asking follows the run from now on (link/run-push.ts). */
   follower?: PeerInstance,
+  /**
+   * The lease holder (`<instance id>/<link number>`) the caller read from the shared rows: executed only by
+   * the link holding exactly that lease (link/holder-proof.ts).
+   */
+  holder?: string,
 ) => Promise<RequestOutcome>;
-
-/** A cluster request refused before anything was executed: `{error, message}` with its status. */
-export function refuse(res: ServerResponse, status: number, error: string, message: string): void {
-  if (res.headersSent) return;
-  res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify({ error, message }));
-}
-
-/**
- * A signed POST between instances, read and verified: its body, or null when it was refused (answered here,
- * nothing to execute). Refusals: 405 not POST; 413 body over CLUSTER_MAX_BODY_BYTES; 401 a missing or
- * malformed timestamp or signature, a timestamp outside CLUSTER_MAX_CLOCK_SKEW_MS, or a signature that does
- * not verify under `key`.
- */
-export async function readSignedRequest(
-  req: IncomingMessage,
-  res: ServerResponse,
-  key: Buffer,
-  log: Logger,
-): Promise<Buffer | null> {
-  if (req.method !== "POST") {
-    refuse(res, 405, "method_not_allowed", "cluster requests are POST");
-    return null;
-  }
-  const body = await readBodyBytes(req, CLUSTER_MAX_BODY_BYTES);
-  if (body === TOO_LARGE) {
-    res.setHeader("connection", "close"); // the rest of the body is not read
-    refuse(res, 413, "body_too_large", `a cluster request body is at most ${CLUSTER_MAX_BODY_BYTES} bytes`);
-    return null;
-  }
-  if (body === ABORTED) return null; // the sender went away: nobody reads an answer
-  const refusal = signatureRefusal(
-    key,
-    req.headers[CLUSTER_TIMESTAMP_HEADER],
-    req.headers[CLUSTER_SIGNATURE_HEADER],
-    body,
-  );
-  if (refusal !== null) {
-    if (refusal.error === "bad_signature") {
-      log.warn({ remote: req.socket.remoteAddress ?? "?" }, "cluster request with a wrong signature refused");
-    }
-    refuse(res, refusal.status, refusal.error, refusal.message);
-    return null;
-  }
-  return body;
-}
-
-/** Why a signed message between instances is refused (always 401), or null when it verifies. */
-export interface SignatureRefusal {
-  status: 401;
-  error: "bad_timestamp" | "stale_timestamp" | "bad_signature";
-  message: string;
-}
-
-/**
- * Check `timestamp` and `signature` of a message between instances over its exact `body` (link/cluster.ts
- * requests, link/peer-ws.ts pushes): a timestamp within CLUSTER_MAX_CLOCK_SKEW_MS of this instance's clock,
- * a signature that verifies under `key`.
- */
-export function signatureRefusal(
-  key: Buffer,
-  timestamp: unknown,
-  signature: unknown,
-  body: Buffer,
-): SignatureRefusal | null {
-  if (typeof timestamp !== "string" || !/^\d{1,15}$/.test(timestamp)) {
-    return {
-      status: 401,
-      error: "bad_timestamp",
-      message: `${CLUSTER_TIMESTAMP_HEADER} must be the sender's clock in epoch milliseconds`,
-    };
-  }
-  if (Math.abs(Date.now() - Number(timestamp)) > CLUSTER_MAX_CLOCK_SKEW_MS) {
-    return {
-      status: 401,
-      error: "stale_timestamp",
-      message: `${CLUSTER_TIMESTAMP_HEADER} is more than ${CLUSTER_MAX_CLOCK_SKEW_MS} ms from this instance's clock`,
-    };
-  }
-  if (typeof signature !== "string" || !/^[0-9a-f]{64}$/.test(signature)) {
-    return { status: 401, error: "bad_signature", message: `${CLUSTER_SIGNATURE_HEADER} must be 64 hex digits` };
-  }
-  const expected = Buffer.from(signLinkRequest(key, timestamp, body), "hex");
-  if (!timingSafeEqual(expected, Buffer.from(signature, "hex"))) {
-    return { status: 401, error: "bad_signature", message: "the signature does not verify under this cluster's key" };
-  }
-  return null;
-}
-
-/** The headers of a signed POST to another instance (see readSignedRequest). */
-export function signedHeaders(key: Buffer, body: Buffer): Record<string, string> {
-  const timestamp = String(Date.now());
-  return {
-    "content-type": "application/json",
-    [CLUSTER_TIMESTAMP_HEADER]: timestamp,
-    [CLUSTER_SIGNATURE_HEADER]: signLinkRequest(key, timestamp, body),
-  };
-}
 
 /**
  * The holder's `POST CLUSTER_LINK_REQUEST_PATH`. Refusals (4xx, nothing executed): those of
@@ -411,14 +364,13 @@ export function signedHeaders(key: Buffer, body: Buffer): Record<string, string>
 export async function handleLinkRequest(
   req: IncomingMessage,
   res: ServerResponse,
-  key: Buffer,
+  auth: PeerAuth,
   execute: ExecuteLinkRequest,
-  log: Logger,
 ): Promise<void> {
-  const body = await readSignedRequest(req, res, key, log);
+  const body = await readSignedRequest(req, res, auth);
   if (body === null) return;
   const { status, answer } = await takeLinkRequest(body, execute);
-  if (!res.headersSent) res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(answer));
+  auth.answer(req, res, status, answer);
 }
 
 /**
@@ -437,8 +389,14 @@ export async function takeLinkRequest(
     parsed.timeoutMs,
     parsed.agentInstanceId,
     parsed.follower,
+    parsed.holder,
   );
   return { status: 200, answer: outcome };
+}
+
+/** Whether `value` names a link lease holder (link/leases.ts): `<instance id>/<link number>`. */
+export function isLeaseHolder(value: unknown): value is string {
+  return typeof value === "string" && /^[A-Za-z0-9_-]{1,64}\/\d{1,15}$/.test(value);
 }
 
 /** Longest base URL an instance may name for itself in a link request (`follower.url`). */
@@ -468,10 +426,15 @@ function parseFollower(value: unknown): PeerInstance | string {
 }
 
 /** The verified body, checked field by field; a string says what is wrong. */
-function parseLinkRequest(
-  body: Buffer,
-):
-  | { runnerId: string; frame: RunnerRequest; timeoutMs: number; agentInstanceId?: string; follower?: PeerInstance }
+function parseLinkRequest(body: Buffer):
+  | {
+      runnerId: string;
+      frame: RunnerRequest;
+      timeoutMs: number;
+      agentInstanceId?: string;
+      follower?: PeerInstance;
+      holder?: string;
+    }
   | string {
   let value: unknown;
   try {
@@ -486,6 +449,7 @@ function parseLinkRequest(
     timeout_ms?: unknown;
     agent_instance_id?: unknown;
     follower?: unknown;
+    holder?: unknown;
   };
   if (typeof v.runner_id !== "string" || !/^[a-z0-9][a-z0-9_-]{0,63}$/.test(v.runner_id)) {
     return "runner_id must be a runner id";
@@ -512,7 +476,12 @@ function parseLinkRequest(
     timeoutMs: number;
     agentInstanceId?: string;
     follower?: PeerInstance;
+    holder?: string;
   } = { runnerId: v.runner_id, frame: frame as RunnerRequest, timeoutMs: t };
+  if (v.holder !== undefined) {
+    if (!isLeaseHolder(v.holder)) return "holder (optional) is a lease holder: <instance id>/<link number>";
+    out.holder = v.holder;
+  }
   const expect = v.agent_instance_id;
   if (expect !== undefined) {
     if (type !== "run.sync" || typeof expect !== "string" || !InstanceId.safeParse(expect).success) {

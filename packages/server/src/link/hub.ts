@@ -116,6 +116,8 @@ export class RunnerConnection {
   hello: HelloFrame | null = null;
   /** A hello arrived on this connection (it is being decided, or was). */
   helloReceived = false;
+  /** The link lease this connection holds (`<instance id>/<link number>`, link/leases.ts), once granted. */
+  leaseHolderId: string | null = null;
   /** Date.now() of the last frame or pong from the Runner. */
   lastHeardAt = Date.now();
   #closed = false;
@@ -623,6 +625,7 @@ export class RunnerHub {
     }
     const refusedMeanwhile = this.#linkRefusals.forget(conn.runnerId);
     conn.hello = hello;
+    conn.leaseHolderId = this.#leases.holderIdOf(conn.runnerId, conn) ?? null;
     const previous = this.#live.get(conn.runnerId);
     if (previous && previous !== conn) {
       this.#log.info(

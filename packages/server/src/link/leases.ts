@@ -127,6 +127,12 @@ export class LinkLeases {
     }
   }
 
+  /** The lease id (`<instance id>/<link number>`, the store's `holder`) `holder` holds for `runnerId`, if any. */
+  holderIdOf(runnerId: string, holder: LeaseHolder): string | undefined {
+    const lease = this.#leases.get(runnerId);
+    return lease?.holder === holder ? lease.holderId : undefined;
+  }
+
   /**
    * Write every live lease's current expiry to the store (each heartbeat interval, and at shutdown).
    * Resolves to the runner ids whose lease another holder took meanwhile (another instance decided it

@@ -7,6 +7,12 @@
 import http from "node:http";
 import https from "node:https";
 import { ABORTED, readBody, TOO_LARGE } from "../http-body.js";
+import {
+  CLUSTER_ANSWER_INSTANCE_HEADER,
+  CLUSTER_ANSWER_SIGNATURE_HEADER,
+  isInstanceId,
+  type PeerAnswer,
+} from "./peer-auth.js";
 
 /** Connections to one peer at most; more requests wait for one of them (each is bounded by its timeout). */
 export const PEER_MAX_SOCKETS = 256;
@@ -23,10 +29,8 @@ const HTTPS_AGENT = new https.Agent(AGENT_OPTIONS);
 /** Errors a transport reports when the connection was never made: nothing was sent. */
 const NEVER_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
-export type PeerAnswer =
-  | { kind: "answered"; status: number; text: string }
-  /** No answer: `sent` false when the request cannot have left (the connection was never made). */
-  | { kind: "failed"; sent: boolean; code: string | null };
+/** What a request to a peer came back with (defined beside the answer's signature check, link/peer-auth.ts). */
+export type { PeerAnswer };
 
 /** How a request reaches a peer: `postToPeer`, or over a standing channel (link/peer-ws.ts `PeerChannels.post`). */
 export type Post = (
@@ -72,7 +76,16 @@ export function postToPeer(
           req.destroy();
           done({ kind: "failed", sent: true, code: "body_too_large" });
         } else if (text === ABORTED) done({ kind: "failed", sent: true, code: null });
-        else done({ kind: "answered", status: res.statusCode ?? 0, text });
+        else {
+          const signer = res.headers[CLUSTER_ANSWER_INSTANCE_HEADER];
+          const signature = res.headers[CLUSTER_ANSWER_SIGNATURE_HEADER];
+          done({
+            kind: "answered",
+            status: res.statusCode ?? 0,
+            text,
+            ...(isInstanceId(signer) && typeof signature === "string" ? { signer, signature } : {}),
+          });
+        }
       },
     );
     // A reused connection is connected already; a new one reports when it is.

@@ -9,8 +9,9 @@
  *
  * - The channel: `GET <path>` upgraded on the peer's cluster listener, the upgrade signed like a cluster
  *   request over an empty body. Each request is one text message `"<id> <timestamp> <signature>\n<body>"`
- *   (the signature over the body, as for a POST); the peer answers `"<id> <status>\n<answer>"` with the
- *   status and answer the POST would have had.
+ *   (the signature over the body, as for a POST); the peer answers `"<id> <status> <instance> <signature>\n<answer>"`
+ *   with the status and answer the POST would have had, signed as a POST's answer is (link/peer-auth.ts: for
+ *   that request's signature, under the answering instance's id); the requester verifies it as it would a POST's.
  * - Made when a peer is named a follower (`prepare`) or at the first request, kept while requests go (closed
  *   after PEER_CHANNEL_IDLE_MS without one). Requests made while it connects wait for it (bounded like the
  *   others), and go as POSTs if it fails before it opens.
@@ -28,14 +29,16 @@ import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import WebSocket, { WebSocketServer } from "ws";
+import { CLUSTER_LINK_REQUEST_PATH } from "./cluster.js";
 import {
-  CLUSTER_LINK_REQUEST_PATH,
   CLUSTER_MAX_BODY_BYTES,
   CLUSTER_SIGNATURE_HEADER,
   CLUSTER_TIMESTAMP_HEADER,
+  type PeerAuth,
+  signAnswer,
   signatureRefusal,
   signedHeaders,
-} from "./cluster.js";
+} from "./peer-auth.js";
 import { type PeerAnswer, type Post, postToPeer } from "./peer-http.js";
 import { CLUSTER_RUN_PUSH_PATH, MAX_FOLLOWED_RUNS, RUN_PUSH_ANSWER_MAX_BYTES } from "./run-push.js";
 
@@ -54,7 +57,7 @@ export const PEER_CHANNEL_MAX_CHANNELS = 256;
 /** Channels an instance accepts from its peers at most. */
 export const PEER_CHANNEL_MAX_CONNECTIONS = 512;
 /** A message's header line (`"<id> <timestamp> <signature>\n"`, or the answer's) is at most this long. */
-export const PEER_CHANNEL_HEADER_MAX_BYTES = 128;
+export const PEER_CHANNEL_HEADER_MAX_BYTES = 192;
 
 /** The paths a channel carries, with the most an answer on each may be. */
 const CHANNEL_PATHS: ReadonlyMap<string, { answerMaxBytes: number }> = new Map([
@@ -63,7 +66,7 @@ const CHANNEL_PATHS: ReadonlyMap<string, { answerMaxBytes: number }> = new Map([
 ]);
 
 const REQUEST_HEADER = /^(\d{1,15}) (\d{1,15}) ([0-9a-f]{64})$/;
-const ANSWER_HEADER = /^(\d{1,15}) (\d{3})$/;
+const ANSWER_HEADER = /^(\d{1,15}) (\d{3})(?: ([A-Za-z0-9_-]{1,64}) ([0-9a-f]{64}))?$/;
 const EMPTY = Buffer.alloc(0);
 
 interface Waiting {
@@ -287,7 +290,15 @@ export class PeerChannels {
     clearTimeout(w.timer);
     const text = data.subarray(nl + 1);
     if (text.length > w.max) w.resolve({ kind: "failed", sent: true, code: "body_too_large" });
-    else w.resolve({ kind: "answered", status: Number(head[2]), text: text.toString("utf8") });
+    else {
+      const [, , status, signer, signature] = head;
+      w.resolve({
+        kind: "answered",
+        status: Number(status),
+        text: text.toString("utf8"),
+        ...(signer !== undefined && signature !== undefined ? { signer, signature } : {}),
+      });
+    }
   }
 }
 
@@ -308,7 +319,8 @@ export class PeerChannelEndpoint {
   });
 
   constructor(
-    private readonly key: Buffer,
+    /** Checks requests and signs answers as this instance (link/peer-auth.ts). */
+    private readonly auth: PeerAuth,
     /** By path (CLUSTER_RUN_PUSH_PATH, CLUSTER_LINK_REQUEST_PATH). */
     private readonly handlers: ReadonlyMap<string, ChannelHandler>,
     private readonly log: Logger,
@@ -330,15 +342,13 @@ export class PeerChannelEndpoint {
       return;
     }
     const refusal = signatureRefusal(
-      this.key,
+      this.auth.key,
       req.headers[CLUSTER_TIMESTAMP_HEADER],
       req.headers[CLUSTER_SIGNATURE_HEADER],
       EMPTY,
     );
     if (refusal !== null) {
-      if (refusal.error === "bad_signature") {
-        this.log.warn({ remote: req.socket.remoteAddress ?? "?" }, "cluster channel with a wrong signature refused");
-      }
+      this.auth.refused(req.socket.remoteAddress ?? "?", `GET ${path}`, refusal.error, true);
       refuseUpgrade(socket, refusal.status, refusal.error, refusal.message);
       return;
     }
@@ -346,7 +356,7 @@ export class PeerChannelEndpoint {
       refuseUpgrade(socket, 503, "too_many_channels", `at most ${PEER_CHANNEL_MAX_CONNECTIONS} cluster channels`);
       return;
     }
-    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#serve(ws, handler));
+    this.#wss.handleUpgrade(req, socket, head, (ws) => this.#serve(ws, handler, req.socket.remoteAddress ?? "?", path));
   }
 
   /** Close every channel (the instance stops). */
@@ -355,14 +365,16 @@ export class PeerChannelEndpoint {
     this.#wss.close();
   }
 
-  #serve(ws: WebSocket, handler: ChannelHandler): void {
+  #serve(ws: WebSocket, handler: ChannelHandler, remote: string, path: string): void {
     // Deferred answers (see `afterWoken`) go out together; at most as many as requests in flight from that peer.
     const answers: string[] = [];
     const flush = () => {
       for (const a of answers.splice(0)) if (ws.readyState === WebSocket.OPEN) ws.send(a);
     };
-    const answer = (id: string, status: number, body: object, defer: boolean) => {
-      const text = `${id} ${status}\n${JSON.stringify(body)}`;
+    const answer = (id: string, signature: string, status: number, body: object, defer: boolean) => {
+      const json = JSON.stringify(body);
+      const signed = signAnswer(this.auth.key, signature, this.auth.instanceId, status, json);
+      const text = `${id} ${status} ${this.auth.instanceId} ${signed}\n${json}`;
       if (!defer) {
         if (ws.readyState === WebSocket.OPEN) ws.send(text);
         return;
@@ -382,12 +394,12 @@ export class PeerChannelEndpoint {
         ws.close(1008, "a request is a text message: <id> <timestamp> <signature>, a newline, the body");
         return;
       }
-      const [, id = "", timestamp, signature] = head;
+      const [, id = "", timestamp, signature = ""] = head;
       const body = data.subarray(nl + 1);
-      const refusal = signatureRefusal(this.key, timestamp, signature, body);
+      const refusal = signatureRefusal(this.auth.key, timestamp, signature, body);
       if (refusal !== null) {
-        if (refusal.error === "bad_signature") this.log.warn("cluster request with a wrong signature refused");
-        answer(id, refusal.status, { error: refusal.error, message: refusal.message }, false);
+        this.auth.refused(remote, `channel ${path}`, refusal.error, false);
+        answer(id, signature, refusal.status, { error: refusal.error, message: refusal.message }, false);
         return;
       }
       let taken: ReturnType<ChannelHandler["take"]>;
@@ -395,18 +407,18 @@ export class PeerChannelEndpoint {
         taken = handler.take(body);
       } catch (err) {
         this.log.error({ err: (err as Error).message }, "cluster request over a channel failed");
-        answer(id, 500, { error: "internal", message: "the request failed on this instance" }, false);
+        answer(id, signature, 500, { error: "internal", message: "the request failed on this instance" }, false);
         return;
       }
       if (!(taken instanceof Promise)) {
-        answer(id, taken.status, taken.answer, handler.afterWoken === true);
+        answer(id, signature, taken.status, taken.answer, handler.afterWoken === true);
         return;
       }
       taken.then(
-        (t) => answer(id, t.status, t.answer, handler.afterWoken === true),
+        (t) => answer(id, signature, t.status, t.answer, handler.afterWoken === true),
         (err: unknown) => {
           this.log.error({ err: (err as Error).message }, "cluster request over a channel failed");
-          answer(id, 500, { error: "internal", message: "the request failed on this instance" }, false);
+          answer(id, signature, 500, { error: "internal", message: "the request failed on this instance" }, false);
         },
       );
     });

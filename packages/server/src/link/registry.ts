@@ -41,8 +41,10 @@ export interface RegistryCluster {
   /** How long a forwarded request waits for the Runner by default (the hub's request timeout). */
   requestTimeoutMs: number;
   log: Logger;
-  /** How a forwarded run.sync reaches the holder (link/peer-ws.ts `PeerChannels.post`); default a POST. */
+  /** How a forwarded run.sync reaches the holder (link/peer-ws.ts `PeerChannels.post`); default `post`. */
   syncPost?: Post;
+  /** How starts, cancels and holder proofs reach the holder; default link/peer-http.ts `postToPeer`. */
+  post?: Post;
 }
 
 export type ProjectResolution =
@@ -194,9 +196,13 @@ export class Registry {
         cluster.key,
         cluster.requestTimeoutMs,
         cluster.log,
-        view.agentInstanceId,
-        { instanceId: cluster.directory.instanceId, url: cluster.directory.url },
-        cluster.syncPost,
+        {
+          agentInstanceId: view.agentInstanceId,
+          self: { instanceId: cluster.directory.instanceId, url: cluster.directory.url },
+          holderLease: view.holderLease,
+          ...(cluster.syncPost ? { syncPost: cluster.syncPost } : {}),
+          ...(cluster.post ? { post: cluster.post } : {}),
+        },
       ),
       agentInstanceId: view.agentInstanceId,
       storeId: view.storeId,

@@ -31,7 +31,15 @@ import {
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
-import { CLUSTER_MAX_BODY_BYTES, type PeerInstance, readSignedRequest, signedHeaders } from "./cluster.js";
+import type { PeerInstance } from "./cluster.js";
+import {
+  CLUSTER_MAX_BODY_BYTES,
+  CLUSTER_SIGNATURE_HEADER,
+  type PeerAuth,
+  readSignedRequest,
+  signedHeaders,
+  verifyAnswer,
+} from "./peer-auth.js";
 import { type Post, postToPeer } from "./peer-http.js";
 
 /** The follower's endpoint for pushed updates (on the Server's own listener). */
@@ -189,13 +197,16 @@ export class RunPushes {
     // Too large for one request: the summary alone, and the follower, seeing it is behind, catches up.
     if (body.length > CLUSTER_MAX_BODY_BYTES) body = wire([]);
     this.counts.pushes_sent += 1;
-    const answer = await this.post(
+    const headers = signedHeaders(this.key, body);
+    const raw = await this.post(
       `${url}${CLUSTER_RUN_PUSH_PATH}`,
-      signedHeaders(this.key, body),
+      headers,
       body,
       RUN_PUSH_TIMEOUT_MS,
       RUN_PUSH_ANSWER_MAX_BYTES,
     );
+    // Only the follower's own answer to this push counts (link/peer-auth.ts).
+    const answer = verifyAnswer(this.key, headers[CLUSTER_SIGNATURE_HEADER] ?? "", to, raw);
     if (answer.kind === "answered" && answer.status === 200) {
       try {
         return (JSON.parse(answer.text) as { following?: unknown }).following === true;
@@ -260,18 +271,17 @@ export function takeRunPush(body: Buffer, apply: ApplyRunPush): { status: 200 | 
 }
 
 /**
- * The follower's `POST CLUSTER_RUN_PUSH_PATH`: refusals as for a link request (link/cluster.ts
+ * The follower's `POST CLUSTER_RUN_PUSH_PATH`: refusals as for a link request (link/peer-auth.ts
  * `readSignedRequest`), then `takeRunPush`. (Over a standing WebSocket instead: link/peer-ws.ts.)
  */
 export async function handleRunPush(
   req: IncomingMessage,
   res: ServerResponse,
-  key: Buffer,
+  auth: PeerAuth,
   apply: ApplyRunPush,
-  log: Logger,
 ): Promise<void> {
-  const body = await readSignedRequest(req, res, key, log);
+  const body = await readSignedRequest(req, res, auth);
   if (body === null) return;
   const { status, answer } = takeRunPush(body, apply);
-  if (!res.headersSent) res.writeHead(status, { "content-type": "application/json" }).end(JSON.stringify(answer));
+  auth.answer(req, res, status, answer);
 }

@@ -324,15 +324,24 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   const allowedOrigins = [...(options.allowedOrigins ?? []), ...corsOrigins];
   const clientAddress = options.clientAddress ?? clientAddressResolver([]);
   const listenHost = options.listenHost ?? "127.0.0.1";
+  // One bound for waiting observes and listens alike (a listen holds one slot while it is open).
+  const observeLimits = options.observeLimits ?? new ObserveLimits();
   const runTools = new RunTools({
     runs,
-    observeLimits: options.observeLimits ?? new ObserveLimits(),
+    observeLimits,
     ...(options.startHooks ? { startHooks: options.startHooks } : {}),
   });
   const tools = new McpTools({ runs, audit, logger, modules: [runTools, ...(options.toolModules ?? [])] });
   const runTasks = options.runTasks;
   const listens = runTasks
-    ? new TaskListens({ tasks: runTasks, runs, logger, serverInfoMeta: SERVER_INFO_META, serverInfo: MCP_SERVER_INFO })
+    ? new TaskListens({
+        tasks: runTasks,
+        runs,
+        observeLimits,
+        logger,
+        serverInfoMeta: SERVER_INFO_META,
+        serverInfo: MCP_SERVER_INFO,
+      })
     : null;
   const inFlight = new Set<AbortController>();
   const refusals = new RefusalLog(logger);

@@ -25,7 +25,7 @@
  *   `completed`.
  */
 import { createHmac, timingSafeEqual } from "node:crypto";
-import { RUN_ID_PATTERN } from "@webcodex/protocol";
+import { isCanonicalBase64url, RUN_ID_PATTERN } from "@webcodex/protocol";
 import type { ObserveOutput, Principal, RunsApi } from "../runs/api.js";
 import type { ToolStep } from "../runs/mirror.js";
 import type { Era } from "./era.js";
@@ -51,6 +51,18 @@ const KEY_DOMAIN = "webcodex mcp task id v1";
 /** Bytes of the task id's MAC (base64url, 22 characters): 128 bits, not guessable. */
 const MAC_BYTES = 16;
 const TASK_ID_PATTERN = /^wc_task_([a-z2-7]{26})_([A-Za-z0-9_-]{22})$/;
+
+/**
+ * Why a task id that has the task id's shape is still refused: its MAC is not spelled canonically (the last
+ * base64url character's two unused low bits set), so it would decode to the same task as the issued id
+ * under another spelling — past de-duplication and per-principal bounds. Null when the id is canonical
+ * or does not have the shape at all (then it is simply unknown).
+ */
+export function nonCanonicalTaskId(taskId: string): string | null {
+  const m = TASK_ID_PATTERN.exec(taskId);
+  if (m === null || isCanonicalBase64url(m[2] ?? "")) return null;
+  return "is not the canonical spelling of a task id (its last character has unused bits set); send the task id exactly as the Server issued it";
+}
 
 type TaskStatus = "working" | "input_required" | "completed" | "failed" | "cancelled";
 
@@ -84,6 +96,11 @@ const NOT_FOUND = () =>
     "Unknown task: no task with this taskId belongs to you. Task ids come from a task-backed start_coding_agent or start_agent_task_coding_run.",
   );
 
+function refuseNonCanonical(taskId: string): void {
+  const why = nonCanonicalTaskId(taskId);
+  if (why !== null) throw new TaskRequestError(-32602, `params.taskId ${why}.`);
+}
+
 export class RunTasks {
   readonly #key: Buffer;
   readonly #runs: RunsApi;
@@ -108,7 +125,7 @@ export class RunTasks {
   /** The run behind a task id, when the id is well formed and was issued to this principal; else null. */
   runIdOf(principal: Principal, taskId: string): string | null {
     const m = TASK_ID_PATTERN.exec(taskId);
-    if (m === null) return null;
+    if (m === null || !isCanonicalBase64url(m[2] ?? "")) return null;
     const runId = `${RUN_ID_PREFIX}${m[1]}`;
     const presented = Buffer.from(m[2] ?? "", "base64url");
     const expected = this.#mac(principal.id, runId);
@@ -124,6 +141,7 @@ export class RunTasks {
 
   /** `tasks/get`: the task and, once terminal, its result or error. */
   async get(principal: Principal, taskId: string): Promise<Record<string, unknown>> {
+    refuseNonCanonical(taskId);
     const runId = this.runIdOf(principal, taskId);
     if (runId === null) throw NOT_FOUND();
     const { task, terminal } = await this.#view(principal, runId);
@@ -132,6 +150,7 @@ export class RunTasks {
 
   /** The run id behind `taskId` for cancelling (the caller cancels it as cancel_coding_agent). */
   runToCancel(principal: Principal, taskId: string): string {
+    refuseNonCanonical(taskId);
     const runId = this.runIdOf(principal, taskId);
     if (runId === null) throw NOT_FOUND();
     return runId;

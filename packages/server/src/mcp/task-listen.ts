@@ -19,8 +19,11 @@
  * applied by the instance holding the Runner's link wakes the observe here
  * through the database's notification (runs/runs.ts RUN_CHANGES_CHANNEL).
  *
- * Bounds: LISTEN_MAX_PER_PRINCIPAL open streams per principal,
- * LISTEN_MAX_TASK_IDS ids per stream, LISTEN_MAX_DURATION_MS per stream,
+ * Bounds: LISTEN_MAX_PER_PRINCIPAL open streams per principal on this
+ * instance, each holding one slot of the principal's waiting-observe bound
+ * (runs/observe-limits.ts) — both reserved before the first await and given
+ * back on every path — LISTEN_MAX_TASK_IDS ids per stream (a non-canonical
+ * spelling of a task id is refused, so none passes de-duplication), LISTEN_MAX_DURATION_MS per stream,
  * LISTEN_MAX_BUFFERED_BYTES unread by the client. The stream ends with the
  * empty `subscriptions/listen` result (a graceful close) when every honored
  * task is terminal, when the duration bound is reached, and when the Server
@@ -30,8 +33,15 @@ import type { ServerResponse } from "node:http";
 import { MAX_OBSERVE_WAIT_SECS } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { Principal, RunsApi } from "../runs/api.js";
+import type { ObserveLimits } from "../runs/observe-limits.js";
 import type { Era } from "./era.js";
-import { declaresTasks, isTerminalTaskStatus, type RunTasks, TASKS_EXTENSION } from "./run-tasks.js";
+import {
+  declaresTasks,
+  isTerminalTaskStatus,
+  nonCanonicalTaskId,
+  type RunTasks,
+  TASKS_EXTENSION,
+} from "./run-tasks.js";
 
 /** Open listen streams one principal may hold at once. */
 export const LISTEN_MAX_PER_PRINCIPAL = 4;
@@ -87,6 +97,10 @@ export function listenTaskIds(params: Readonly<Record<string, unknown>>, era: Er
       { requiredCapabilities: { extensions: { [TASKS_EXTENSION]: {} } } },
     );
   }
+  (ids as string[]).forEach((taskId, i) => {
+    const why = nonCanonicalTaskId(taskId);
+    if (why !== null) throw new ListenRefusal(-32602, `params.notifications.taskIds[${i}] ${why}.`);
+  });
   return [...new Set(ids as string[])];
 }
 
@@ -102,11 +116,15 @@ export class TaskListens {
   readonly #logger: Logger;
   readonly #serverInfo: unknown;
   readonly #serverInfoMeta: string;
+  readonly #observeLimits: ObserveLimits;
   readonly #open = new Set<Subscription>();
+  #closed = false;
 
   constructor(options: {
     tasks: RunTasks;
     runs: RunsApi;
+    /** The principal's waiting-observe bound (runs/observe-limits.ts): each open listen holds one of its slots. */
+    observeLimits: ObserveLimits;
     logger: Logger;
     /** `_meta` key and value naming this Server on the closing result. */
     serverInfoMeta: string;
@@ -114,6 +132,7 @@ export class TaskListens {
   }) {
     this.#tasks = options.tasks;
     this.#runs = options.runs;
+    this.#observeLimits = options.observeLimits;
     this.#logger = options.logger;
     this.#serverInfoMeta = options.serverInfoMeta;
     this.#serverInfo = options.serverInfo;
@@ -136,21 +155,59 @@ export class TaskListens {
     params: Readonly<Record<string, unknown>>,
   ): Promise<number> {
     const requested = listenTaskIds(params, era);
+    // Both bounds are reserved here, before the first await, and given back on every path (the finally
+    // below): concurrent listens of one principal cannot all pass a count taken after their reads.
     let mine = 0;
     for (const sub of this.#open) if (sub.principalId === principal.id) mine++;
     if (mine >= LISTEN_MAX_PER_PRINCIPAL) {
       throw new ListenRefusal(
         LISTEN_LIMIT_CODE,
-        `Subscription limit reached: at most ${LISTEN_MAX_PER_PRINCIPAL} open subscriptions/listen streams per principal; close one first.`,
+        `Subscription limit reached: at most ${LISTEN_MAX_PER_PRINCIPAL} open subscriptions/listen streams per principal on this Server instance; close one first.`,
         undefined,
         "too_many_observers",
       );
     }
+    const slot = this.#observeLimits.acquire(principal.id);
+    if (slot === null) {
+      throw new ListenRefusal(
+        LISTEN_LIMIT_CODE,
+        `Too many waiting observe calls and subscriptions/listen streams for this principal (limit ${this.#observeLimits.limit} on this Server instance, each listen counts as one); let one return or close one first.`,
+        undefined,
+        "too_many_observers",
+      );
+    }
+    // Until the stream is set up, ending it (Server shutdown, the client gone) only marks it.
+    let endedEarly = false;
+    const sub: Subscription = {
+      principalId: principal.id,
+      end: () => {
+        endedEarly = true;
+      },
+    };
+    this.#open.add(sub);
+    res.once("close", () => sub.end(false));
+    try {
+      return await this.#stream(res, id, principal, requested, sub, () => endedEarly || this.#closed);
+    } finally {
+      this.#open.delete(sub);
+      slot.release();
+    }
+  }
+
+  async #stream(
+    res: ServerResponse,
+    id: RequestId,
+    principal: Principal,
+    requested: readonly string[],
+    sub: Subscription,
+    endedEarly: () => boolean,
+  ): Promise<number> {
     const honored: { taskId: string; runId: string }[] = [];
     for (const taskId of requested) {
       const runId = await this.#tasks.ownedRun(principal, taskId);
       if (runId !== null) honored.push({ taskId, runId });
     }
+    if (res.destroyed || res.writableEnded) return 0;
 
     res.writeHead(200, {
       "Content-Type": "text/event-stream",
@@ -170,40 +227,36 @@ export class TaskListens {
     };
     const notify = (method: string, p: Record<string, unknown>) =>
       write({ method, params: { ...p, _meta: { ...(p._meta as object | undefined), [SUBSCRIPTION_ID_META]: id } } });
-    const sub: Subscription = {
-      principalId: principal.id,
-      end: (graceful) => {
-        if (ended) return;
-        if (graceful) {
-          write({
-            id,
-            result: {
-              resultType: "complete",
-              _meta: { [SUBSCRIPTION_ID_META]: id, [this.#serverInfoMeta]: this.#serverInfo },
-            },
-          });
-        }
-        ended = true;
-        this.#open.delete(sub);
-        clearInterval(keepAlive);
-        clearTimeout(deadline);
-        stop.abort(new Error("listen ended"));
-        if (!res.writableEnded) res.end();
-      },
+    sub.end = (graceful) => {
+      if (ended) return;
+      if (graceful) {
+        write({
+          id,
+          result: {
+            resultType: "complete",
+            _meta: { [SUBSCRIPTION_ID_META]: id, [this.#serverInfoMeta]: this.#serverInfo },
+          },
+        });
+      }
+      ended = true;
+      this.#open.delete(sub);
+      clearInterval(keepAlive);
+      clearTimeout(deadline);
+      stop.abort(new Error("listen ended"));
+      if (!res.writableEnded) res.end();
     };
-    this.#open.add(sub);
     const keepAlive = setInterval(() => {
       if (!ended && !res.writableEnded) res.write(": keepalive\n\n");
     }, LISTEN_KEEPALIVE_MS);
     keepAlive.unref();
     const deadline = setTimeout(() => sub.end(true), LISTEN_MAX_DURATION_MS);
     deadline.unref();
-    // The client went away: nothing more to send, no closing result.
-    res.once("close", () => sub.end(false));
-
+    // The client went away (the listener set in serve calls sub.end): nothing more to send, no closing result.
     notify("notifications/subscriptions/acknowledged", {
       notifications: honored.length > 0 ? { taskIds: honored.map((h) => h.taskId) } : {},
     });
+    // The Server began closing while the ids were read: the closing result at once.
+    if (endedEarly()) sub.end(true);
     try {
       await Promise.all(
         honored.map(({ runId }) =>
@@ -249,6 +302,7 @@ export class TaskListens {
 
   /** End every open stream with the closing result (Server shutdown). */
   closeAll(): void {
+    this.#closed = true;
     for (const sub of [...this.#open]) sub.end(true);
   }
 }

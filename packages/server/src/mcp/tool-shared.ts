@@ -105,6 +105,7 @@ const RECOVERY_FOR: Record<ApiError["code"], z.infer<typeof RecoveryKind>> = {
   stale_provider: "retry_same",
   capacity: "retry_same",
   start_in_progress: "retry_same",
+  start_outcome_unknown: "retry_same",
   invalid_observation_token: "reobserve",
   too_many_observers: "wait",
   stale_claim: "reconcile",

@@ -92,12 +92,22 @@ export class KeyAttempts {
     return fresh;
   }
 
-  blocked(key: string, now = Date.now()): boolean {
-    return this.#bucket(key, now).failures >= this.max;
-  }
-
-  fail(key: string, now = Date.now()): void {
-    this.#bucket(key, now).failures += 1;
+  /**
+   * Count one attempt now — before the key is looked up, so that concurrent wrong keys cannot all pass a check
+   * taken before the others were counted — or null when the bucket is at its limit. `succeeded` gives it back.
+   */
+  reserve(key: string, now = Date.now()): { succeeded(): void } | null {
+    const b = this.#bucket(key, now);
+    if (b.failures >= this.max) return null;
+    b.failures += 1;
+    let settled = false;
+    return {
+      succeeded: () => {
+        if (settled) return;
+        settled = true;
+        b.failures = Math.max(0, b.failures - 1);
+      },
+    };
   }
 }
 
@@ -299,14 +309,15 @@ export class Consent {
       return null;
     }
     const bucket = `${p.clientId}\u0000${this.#deps.clientAddress(req)}`;
-    if (this.#attempts.blocked(bucket)) {
+    const attempt = this.#attempts.reserve(bucket);
+    if (attempt === null) {
       const minutes = Math.ceil(this.#deps.settings.keyAttemptWindowSecs / 60);
       await this.#show(res, p, `Too many wrong keys from here. Wait up to ${minutes} minutes, then try again.`, 429);
       return null;
     }
     const identified = key.length > 0 && key.length <= MAX_KEY_CHARS ? await this.#deps.identifyKey(key) : null;
+    if (identified) attempt.succeeded();
     if (!identified) {
-      this.#attempts.fail(bucket);
       logger.warn({ client_id: p.clientId.slice(0, 256) }, "oauth: consent: wrong access key");
       await this.#show(res, p, "That access key is not valid. Check it and try again.", 401);
       return null;

@@ -7,13 +7,20 @@
  * record that an exact same-key retry may re-admit; nothing after admission
  * is ever sent again.
  */
-import { type FailureKind, isTerminalState, type RecoveryKind, type RunnerErrorCode } from "@webcodex/protocol";
+import {
+  CAPACITY_REASONS,
+  type CapacityReason,
+  type FailureKind,
+  isTerminalState,
+  type RecoveryKind,
+  type RunnerErrorCode,
+} from "@webcodex/protocol";
 import { serverFailpoint } from "../failpoints.js";
 import type { RequestOutcome } from "../link/hub.js";
 import type { LiveRunner } from "../link/registry.js";
 import { missingScopes } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
-import type { StateQueries } from "../state/engine.js";
+import { StateBusyError, type StateQueries, StateUnavailableError } from "../state/engine.js";
 import { type AdmissionRecord, RECORD_CHANGED, type RecordPatch } from "../state/store.js";
 import type {
   AdmissionHooks,
@@ -54,7 +61,10 @@ function sharedUserRefusal(projectId: string, principalId: string): string {
 
 /** Pre-admission Runner rejections: API code, failure kind for the record, recovery. */
 const RUNNER_REJECTIONS: Partial<
-  Record<RunnerErrorCode, { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string }>
+  Record<
+    RunnerErrorCode,
+    { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string; reason?: CapacityReason }
+  >
 > = {
   stale_runner: {
     code: "stale_runner",
@@ -102,6 +112,34 @@ const RUNNER_REJECTIONS: Partial<
   },
 };
 
+/** What a caller is told for each capacity reason a Runner gives (protocol capacity.ts): whether retrying helps. */
+const CAPACITY_ADVICE: Record<CapacityReason, string> = {
+  runner_full: "Retry with the same key when one of the Runner's runs has ended.",
+  pool_busy: "Retry with the same key when one of the Runner's runs has ended.",
+  caller_limit: "Retry with the same key when one of your own runs on this Runner has ended.",
+  pool_recycling: "Retry with the same key in a few seconds.",
+  pool_bound:
+    "Retrying soon will not help: ask the Runner's operator to add users to the agent's run_as pool or to release one (webcodex-runner pool release).",
+};
+
+/** The Server's answer to a Runner's `capacity` refusal that says why: its fixed words, never the Runner's text. */
+function capacityRejection(reason: CapacityReason): {
+  code: ApiErrorCode;
+  failure: FailureKind;
+  recovery: RecoveryKind;
+  message: string;
+  reason: CapacityReason;
+} {
+  const { summary, recovery } = CAPACITY_REASONS[reason];
+  return {
+    code: "capacity",
+    failure: "capacity",
+    recovery,
+    message: `${summary} Nothing was started. ${CAPACITY_ADVICE[reason]}`,
+    reason,
+  };
+}
+
 /** What `#resolve` found for a start that goes on to be recorded and sent. */
 interface Target {
   runner: LiveRunner;
@@ -135,6 +173,8 @@ const STARTING: RunStatus = { state: "starting", execution_state: "not_started" 
 /** The record changed since `#resolve` read it: nothing was written; resolve again. */
 type Changed = typeof RECORD_CHANGED;
 
+const START_OUTCOME_UNKNOWN_MESSAGE =
+  "The start was sent to the Runner, but the Server's state database failed before the answer was recorded: the run may be running. Retry the same call (same idempotency key) once the database is back: it returns that run, and nothing is started twice.";
 const START_IN_PROGRESS_MESSAGE =
   "A start with this idempotency key is still in progress; nothing new was started. Retry the same call shortly: it returns that run.";
 
@@ -197,9 +237,13 @@ export class Admission {
       config,
       timeout_secs: timeout,
       ...hooks,
-      afterRecorded: () => {
-        hooks.afterRecorded?.();
-        serverFailpoint("start_after_intent");
+      afterRecorded: async () => {
+        await hooks.afterRecorded?.();
+        await serverFailpoint("start_after_intent");
+      },
+      afterDispatched: async () => {
+        await hooks.afterDispatched?.();
+        await serverFailpoint("start_after_run_start");
       },
     });
   }
@@ -258,7 +302,7 @@ export class Admission {
     if (resolved === undefined || recorded === undefined) {
       return fail("start_in_progress", START_IN_PROGRESS_MESSAGE, "retry_same");
     }
-    req.afterRecorded?.();
+    await req.afterRecorded?.();
     if (this.#delayMs > 0) {
       this.#ctx.log.warn(
         { run_id: req.run_id, ms: this.#delayMs },
@@ -268,8 +312,20 @@ export class Admission {
     }
     const sent = await this.#send(principal, req, resolved, recorded);
     if ("done" in sent) return sent.done;
-    if (sent.outcome.ok) req.afterDispatched?.();
-    return await this.#settle(req, resolved, sent.outcome);
+    // From here `run.start` has gone out (or may have): a store failure is no longer "nothing sent". Only a
+    // link that was busy or closed before the frame left (`busy`, `not_sent`) proves it did not.
+    const mayHaveReached = sent.outcome.ok || (sent.outcome.reason !== "busy" && sent.outcome.reason !== "not_sent");
+    try {
+      if (sent.outcome.ok) await req.afterDispatched?.();
+      return await this.#settle(req, resolved, sent.outcome);
+    } catch (err) {
+      if (!mayHaveReached || !(err instanceof StateUnavailableError || err instanceof StateBusyError)) throw err;
+      this.#ctx.log.warn(
+        { run_id: req.run_id, code: err.code },
+        "run.start sent, its answer not recorded: the state database failed; a same-key retry meets the run",
+      );
+      return fail("start_outcome_unknown", START_OUTCOME_UNKNOWN_MESSAGE, "retry_same");
+    }
   }
 
   /**
@@ -518,15 +574,23 @@ export class Admission {
       return this.#answer(runId, (await this.#ctx.store.get(runId)) ?? frame.tombstone, true, instance);
     }
     if (frame.type === "error") {
-      const rej = RUNNER_REJECTIONS[frame.code];
+      const rej =
+        frame.code === "capacity" && frame.capacity_reason !== undefined
+          ? capacityRejection(frame.capacity_reason)
+          : RUNNER_REJECTIONS[frame.code];
       if (rej) {
         const after = await this.#rejectUnlessSettled(
           runId,
           this.#rejectionPatch(rej.failure, rej.message, rej.recovery),
         );
         if (after !== null) return this.#answer(runId, after, true, instance);
-        this.#ctx.log.info({ run_id: runId, code: frame.code }, "run rejected by the Runner before admission");
-        return fail(rej.code, rej.message, rej.recovery);
+        this.#ctx.log.info(
+          { run_id: runId, code: frame.code, ...(rej.reason ? { capacity_reason: rej.reason } : {}) },
+          "run rejected by the Runner before admission",
+        );
+        const refused = fail<StartOutput>(rej.code, rej.message, rej.recovery);
+        if (!refused.ok && rej.reason) refused.error.capacity_reason = rej.reason;
+        return refused;
       }
       this.#ctx.log.warn({ run_id: runId, code: frame.code }, "run.start answered with an unexpected error");
       if (frame.code === "idempotency_conflict") {

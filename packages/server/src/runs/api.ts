@@ -6,23 +6,18 @@
  * allow_patch — is enforced here, so no front end can forget a check.
  */
 import {
-  ConfigMap,
+  type CapacityReason,
+  type ConfigMap,
   type EffectiveConfigEntry,
   type ExecutionState,
   type FailureKind,
-  MAX_PROMPT_BYTES,
-  MAX_RUN_TIMEOUT_SECS,
-  MIN_RUN_TIMEOUT_SECS,
-  ProjectId,
-  ProviderId,
   type RecoveryKind,
   type RunEvent,
   type RunState,
   type RunUsage,
+  StartInput,
   type StopReason,
-  utf8Length,
 } from "@webcodex/protocol";
-import { z } from "zod";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { StateQueries } from "../state/engine.js";
 import type { ToolStep } from "./mirror.js";
@@ -44,6 +39,11 @@ export const API_ERROR_CODES = [
   "stale_provider",
   "capacity",
   "start_in_progress",
+  /**
+   * A start whose `run.start` went out (or may have) when the state database failed before its answer
+   * was recorded: the run may be running. The same-key retry, once the database is back, returns it.
+   */
+  "start_outcome_unknown",
   "invalid_observation_token",
   "too_many_observers",
   /** Managed path (design §10): the presented claim is not the task's current live claim. */
@@ -69,55 +69,16 @@ export interface ApiError {
   recovery_kind: RecoveryKind;
   /** On a `forbidden` for want of scopes: exactly the scopes this token lacks for the call (principals/authority.ts). */
   missing_scopes?: Scope[];
+  /** On a `capacity` refusal the Runner explained: why (protocol capacity.ts; its recovery_kind says whether retrying helps). */
+  capacity_reason?: CapacityReason;
 }
 
 export type ApiResult<T> = { ok: true; value: T } | { ok: false; error: ApiError };
 
-/**
- * The one rule for caller-chosen opaque strings (idempotency keys, workflow session ids): 1-128 printable
- * ASCII characters without spaces. Every tool schema that takes such a string uses it.
- */
-export const MAX_OPAQUE_KEY_LENGTH = 128;
-export const OPAQUE_KEY_RULE = `1-${MAX_OPAQUE_KEY_LENGTH} printable ASCII characters without spaces`;
-export const OpaqueKey = z
-  .string()
-  .min(1)
-  .max(MAX_OPAQUE_KEY_LENGTH)
-  .regex(/^[\x21-\x7e]+$/, `must be ${OPAQUE_KEY_RULE}`);
-
-const Prompt = z
-  .string()
-  .min(1)
-  .max(MAX_PROMPT_BYTES)
-  .refine((s) => utf8Length(s) <= MAX_PROMPT_BYTES, { message: `must be at most ${MAX_PROMPT_BYTES} UTF-8 bytes` })
-  .describe(`The task for the coding agent, at most ${MAX_PROMPT_BYTES} UTF-8 bytes.`);
-
-/**
- * The run core's start input and its only validator. start_coding_agent's schema (runs/tool-schemas.ts)
- * extends it with the Workflow-Session selectors, which the MCP tools resolve and never pass on; every
- * other caller of `RunsApi.start` (the test API) parses with it. After it, the run core trusts the types.
- */
-export const StartInput = z
-  .object({
-    project_id: ProjectId.describe("A project id from the webcodex://projects resource."),
-    provider_id: ProviderId.describe("A provider id that project's Runner advertises (webcodex://projects)."),
-    idempotency_key: OpaqueKey.describe(
-      "Chosen by you, unique per intended run. Retrying with the same key and the same inputs returns the same run instead of starting a second one.",
-    ),
-    prompt: Prompt,
-    config: ConfigMap.optional().describe(
-      "Provider config option values (only ids the provider lists in allowed_config_options).",
-    ),
-    timeout_secs: z
-      .number({ error: (issue) => (issue.code === "invalid_type" ? "must be an integer" : undefined) })
-      .int({ error: "must be an integer" })
-      .min(MIN_RUN_TIMEOUT_SECS)
-      .max(MAX_RUN_TIMEOUT_SECS)
-      .optional()
-      .describe("Run deadline; the Runner clamps it to its own maximum."),
-  })
-  .strict();
-export type StartInput = z.infer<typeof StartInput>;
+// The opaque-key rule and the run core's start input (its only validator) are the run tools' contract, in the
+// protocol package (tools/runs.ts): start_coding_agent's schema extends StartInput there.
+export { MAX_OPAQUE_KEY_LENGTH, OPAQUE_KEY_RULE, OpaqueKey } from "@webcodex/protocol";
+export { StartInput };
 
 export interface StartOutput {
   run_id: string;
@@ -151,6 +112,10 @@ export interface ObserveOutput {
   effective_config: EffectiveConfigEntry[];
   /** The latest usage the agent reported (numbers only); absent until it reported any. */
   usage?: RunUsage;
+  /** When the Runner admitted the run (its clock); absent until this Server holds the Runner's summary. */
+  started_at?: string;
+  /** The run's terminal event's time (the Runner's clock, as `started_at`); absent until it ended. */
+  ended_at?: string;
 }
 
 export interface CancelOutput {
@@ -207,10 +172,10 @@ export interface AdmissionRequest {
    * nothing is sent.
    */
   bind?(fences: AdmissionFences, tx: StateQueries): ApiError | null | Promise<ApiError | null>;
-  /** Called after that transaction committed, before `run.start` is sent (test failpoints). */
-  afterRecorded?(): void;
-  /** Called when the Runner answered `run.start`, before the answer is recorded (test failpoints). */
-  afterDispatched?(): void;
+  /** Called after that transaction committed, before `run.start` is sent (test failpoints; awaited). */
+  afterRecorded?(): void | Promise<void>;
+  /** Called when the Runner answered `run.start`, before the answer is recorded (test failpoints; awaited). */
+  afterDispatched?(): void | Promise<void>;
 }
 
 /** The caller seams of one admission (see AdmissionRequest), for `start` callers too (workflow-session recorder). */

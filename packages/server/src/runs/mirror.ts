@@ -177,6 +177,18 @@ export class RunMirror {
     return hasMore && events.length > 0;
   }
 
+  /**
+   * When the run began and ended, on the Runner's clock: its admission (the summary's `created_at`) and its
+   * terminal event's `at`; each null while unknown (no summary yet; not ended, or the end is not held).
+   */
+  get times(): { started_at: string | null; ended_at: string | null } {
+    const last = this.#events.at(-1);
+    return {
+      started_at: this.summary?.created_at ?? null,
+      ended_at: this.terminal && last?.kind === "terminal" ? last.at : null,
+    };
+  }
+
   /** Held events with seq > afterSeq, oldest first. */
   eventsAfter(afterSeq: number): RunEvent[] {
     const first = this.firstSeq;

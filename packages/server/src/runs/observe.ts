@@ -170,6 +170,9 @@ export class Observation {
     if (runnerOffline && !isTerminalState(rec.state)) out.runner_offline = true;
     const usage = recordUsage(rec);
     if (usage) out.usage = usage;
+    const { started_at, ended_at } = mirror.times;
+    if (started_at !== null) out.started_at = started_at;
+    if (ended_at !== null) out.ended_at = ended_at;
     const candidates = mirror.eventsAfter(after);
     // Budget in UTF-8 bytes of the serialized result, with room reserved for the token.
     let size = utf8Length(JSON.stringify(out)) + MAX_OBSERVATION_TOKEN_LENGTH;

@@ -17,6 +17,8 @@ import {
 import type { Logger } from "pino";
 import type { PeerInstance } from "../link/cluster.js";
 import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
+import type { PeerAuthCounts } from "../link/peer-auth.js";
+import type { Post } from "../link/peer-http.js";
 import type { PeerChannelCounts, PeerChannels } from "../link/peer-ws.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
 import { type RunPush, RunPushes } from "../link/run-push.js";
@@ -113,6 +115,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   #pushes: RunPushes | null = null;
   /** What went over the instance's channels and as POSTs (link/peer-ws.ts), for `clusterCounts`. */
   #channelCounts: PeerChannelCounts | null = null;
+  #authCounts: PeerAuthCounts | null = null;
   /** Numbers the `run.update`s applied here, over all runs (a push and its notice name the same number). */
   #updateSeq = 0;
   /** Forwarded run.syncs answered here, for tests (`/__test/cluster-stats`). */
@@ -168,6 +171,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       ...this.#following?.counts,
       ...this.#pushes?.counts,
       ...this.#channelCounts,
+      ...this.#authCounts,
     };
   }
 
@@ -180,13 +184,22 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
    */
   async joinCluster(
     engine: StateEngine,
-    self?: { instanceId: string; key: Buffer; channels?: PeerChannels },
+    self?: {
+      instanceId: string;
+      key: Buffer;
+      channels?: PeerChannels;
+      /** How pushes reach followers (default: over `channels`, else POSTs). */
+      post?: Post;
+      /** The checks of the peers' requests here (link/peer-auth.ts), for `clusterCounts`. */
+      authCounts?: PeerAuthCounts;
+    },
   ): Promise<void> {
     if (self !== undefined) {
       this.#self = self.instanceId;
       const channels = self.channels;
       this.#channelCounts = channels?.counts ?? null;
-      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log, channels?.post, (url) =>
+      this.#authCounts = self.authCounts ?? null;
+      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log, self.post ?? channels?.post, (url) =>
         channels?.prepare(url),
       );
     }
@@ -224,15 +237,24 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
    * `sent`: a record settled meanwhile (another instance's re-send was admitted, or it was closed) is
    * answered `closed` — outcome unknown to the caller, which then answers from the record as it is.
    */
+  /** Whether this instance's live link of `runnerId` holds the lease `holder` (link/holder-proof.ts). */
+  holdsLease(runnerId: string, holder: string): boolean {
+    const runner = this.#ctx.registry.live(runnerId);
+    return runner !== undefined && !this.#ctx.closed && runner.conn.leaseHolderId === holder;
+  }
+
   async executeForwarded(
     runnerId: string,
     frame: RunnerRequest,
     timeoutMs: number,
     agentInstanceId?: string,
     follower?: PeerInstance,
+    holder?: string,
   ): Promise<RequestOutcome> {
     const runner = this.#ctx.registry.live(runnerId);
     if (!runner || this.#ctx.closed) return { ok: false, reason: "not_sent" };
+    // Sent from a view of another lease (link/holder-proof.ts): this link is not the one the caller meant.
+    if (holder !== undefined && runner.conn.leaseHolderId !== holder) return { ok: false, reason: "not_sent" };
     // A sync asked from a view of another agent instance: its seqs would be read against the wrong ones.
     if (agentInstanceId !== undefined && agentInstanceId !== runner.agentInstanceId) {
       return { ok: false, reason: "not_sent" };

@@ -47,8 +47,8 @@ import {
 } from "./store.js";
 
 export const SESSION_ID_PREFIX = "wc_sess_";
-export const MAX_HANDOFF_BYTES = 16 * 1024;
-export const MAX_GOAL_BYTES = 4 * 1024;
+// The handoff and goal bounds are the tools' contract (the protocol package's tools/sessions.ts).
+export { MAX_GOAL_BYTES, MAX_HANDOFF_BYTES } from "@webcodex/protocol";
 /** Evidence entries one read returns at most (`has_more` says there are more). */
 export const MAX_EVIDENCE_PER_READ = 100;
 /**

@@ -10,23 +10,20 @@
  * UPDATE), so appends from any number of Server instances get consecutive `seq`s in commit order and the
  * bound is applied by the same transaction.
  */
+import type { EvidenceKind } from "@webcodex/protocol";
 import type { StateEngine, StateQueries } from "../state/engine.js";
 
 /** Evidence entries kept per session; older ones are dropped and counted. */
 export const MAX_EVIDENCE_PER_SESSION = 256;
-/** Default of `[server] session_max_idle_secs`: a session untouched this long, with no run in flight, is deleted. */
-export const DEFAULT_SESSION_MAX_IDLE_SECS = 90 * 24 * 3600;
+// The default of `[server] session_max_idle_secs` lives with that config key.
+export { DEFAULT_SESSION_MAX_IDLE_SECS } from "../config.js";
 /** Sessions one prune deletes at most (the next prune continues). */
 export const SESSION_PRUNE_BATCH = 1000;
 /** Sessions one principal may own. */
 export const MAX_SESSIONS_PER_PRINCIPAL = 1000;
 
-export const EVIDENCE_KINDS = [
-  "coding_agent_started",
-  "coding_agent_waiting_permission",
-  "coding_agent_terminal",
-] as const;
-export type EvidenceKind = (typeof EVIDENCE_KINDS)[number];
+// The evidence kinds are the tools' contract (the protocol package's tools/sessions.ts).
+export { EVIDENCE_KINDS, type EvidenceKind } from "@webcodex/protocol";
 
 export interface SessionRow {
   session_id: string;

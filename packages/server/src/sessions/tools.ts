@@ -5,97 +5,21 @@
  * Scopes are the service's to check: `runtime:write` / `runtime:read`, never
  * `coding_agent:run`.
  */
-import { ProjectId, RunId, utf8Length } from "@webcodex/protocol";
-import { z } from "zod";
+import {
+  CreateSessionInput,
+  ReadSessionInput,
+  ReadSessionOutput,
+  SESSION_TOOL_NAMES,
+  type SessionToolName,
+  SessionView,
+  UpdateSessionInput,
+} from "@webcodex/protocol";
 import { fail, ok, parseToolInput, type ToolCallOutcome, type ToolModule, type ToolSpec } from "../mcp/tool-shared.js";
 import type { Principal } from "../principals/principal.js";
-import { SessionId } from "./ids.js";
-import { MAX_GOAL_BYTES, MAX_HANDOFF_BYTES, type SessionService } from "./service.js";
-import { EVIDENCE_KINDS } from "./store.js";
+import type { SessionService } from "./service.js";
 
-export const SESSION_TOOL_NAMES = {
-  create: "create_workflow_session",
-  update: "update_workflow_session",
-  read: "read_workflow_session",
-} as const;
-type SessionToolName = (typeof SESSION_TOOL_NAMES)[keyof typeof SESSION_TOOL_NAMES];
-
-// biome-ignore lint/suspicious/noControlCharactersInRegex: rejecting control characters is the point
-const NoControl = /^[^\u0000-\u001f\u007f-\u009f]*$/;
-
-const boundedText = (max: number, what: string) =>
-  z
-    .string()
-    .max(max)
-    .refine((s) => utf8Length(s) <= max, { message: `must be at most ${max} UTF-8 bytes` })
-    .describe(`${what} (≤ ${max} UTF-8 bytes); replaces the current one and bumps its version.`);
-
-export const CreateSessionInput = z
-  .object({
-    project_id: ProjectId,
-    title: z.string().min(1).max(200).regex(NoControl, "must not contain control characters"),
-  })
-  .strict();
-
-export const UpdateSessionInput = z
-  .object({
-    session_id: SessionId,
-    handoff: boundedText(MAX_HANDOFF_BYTES, "The handoff for the next run").optional(),
-    goal: boundedText(MAX_GOAL_BYTES, "The goal").optional(),
-    expected_version: z
-      .number()
-      .int()
-      .min(1)
-      .optional()
-      .describe("The session version you read; the update is refused (version_conflict) if it changed since."),
-  })
-  .strict()
-  .refine((v) => v.handoff !== undefined || v.goal !== undefined, {
-    message: "give handoff, goal or both",
-    path: ["handoff"],
-  });
-
-export const ReadSessionInput = z
-  .object({
-    session_id: SessionId,
-    after: z.number().int().min(0).optional().describe("Return evidence entries after this seq."),
-  })
-  .strict();
-
-const SessionView = z
-  .object({
-    session_id: SessionId,
-    project_id: ProjectId,
-    title: z.string(),
-    handoff: z.string(),
-    handoff_version: z.number().int(),
-    goal: z.string(),
-    goal_version: z.number().int(),
-    version: z.number().int(),
-    created_at: z.string(),
-    updated_at: z.string(),
-  })
-  .strict();
-
-const Evidence = z
-  .object({
-    seq: z.number().int(),
-    at: z.string(),
-    kind: z.enum(EVIDENCE_KINDS),
-    run_id: RunId,
-    provider_id: z.string(),
-    state: z.string(),
-    execution_state: z.string(),
-    stop_reason: z.string().optional(),
-    failure_kind: z.string().optional(),
-  })
-  .strict();
-
-export const ReadSessionOutput = SessionView.extend({
-  evidence: z.array(Evidence),
-  evidence_dropped: z.number().int(),
-  has_more: z.boolean(),
-}).strict();
+// The three tools' names and schemas are the MCP contract, in the protocol package (tools/sessions.ts).
+export { SESSION_TOOL_NAMES } from "@webcodex/protocol";
 
 export const SESSION_TOOL_SPECS: readonly ToolSpec<SessionToolName>[] = [
   {

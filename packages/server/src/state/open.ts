@@ -3,13 +3,21 @@
  * (the default, one Server per state dir) or a PostgreSQL database that several Server instances share.
  */
 import { randomBytes } from "node:crypto";
-import type { ServerConfig } from "../config.js";
 import { StateUsageError } from "./engine.js";
 import { migrateState } from "./schema.js";
 import { StateStore } from "./store.js";
 
+/**
+ * What opening the state reads of the Server's configuration (config.ts `ServerConfig` has it): the state dir and
+ * `[server.state]`. Stated here so that state/ stays below the config module (issue 40).
+ */
+export interface StateOpenConfig {
+  stateDir: string;
+  state: { backend: "sqlite" | "postgres"; urlEnv: string; poolSize: number };
+}
+
 /** The state `config` names: opened, migrated, with its secret. */
-export async function openState(config: ServerConfig, env: NodeJS.ProcessEnv = process.env): Promise<StateStore> {
+export async function openState(config: StateOpenConfig, env: NodeJS.ProcessEnv = process.env): Promise<StateStore> {
   const state = config.state;
   if (state.backend === "sqlite") return new StateStore(config.stateDir);
   const url = env[state.urlEnv];

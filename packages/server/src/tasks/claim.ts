@@ -13,16 +13,14 @@
  *   decoded into the same tuple callers may send explicitly, and both are checked identically.
  */
 import { createHash, createHmac, randomBytes, timingSafeEqual } from "node:crypto";
-import { base32, RUN_ID_PREFIX } from "@webcodex/protocol";
+import { base32, MAX_ATTEMPT_REF_LENGTH, RUN_ID_PREFIX } from "@webcodex/protocol";
 import { canonicalJson, lengthPrefixed } from "../runs/identity.js";
 
 export const TASK_ID_PREFIX = "wc_task_";
 export const ATTEMPT_ID_PREFIX = "wc_attempt_";
-export const TASK_ID_PATTERN = /^wc_task_[a-z2-7]{26}$/;
-export const ATTEMPT_ID_PATTERN = /^wc_attempt_[a-z2-7]{26}$/;
+// The id patterns and the attempt_ref bound are the tools' contract (the protocol package's tools/tasks.ts).
+export { ATTEMPT_ID_PATTERN, MAX_ATTEMPT_REF_LENGTH, TASK_ID_PATTERN } from "@webcodex/protocol";
 export const ATTEMPT_REF_PREFIX = "wcatt1.";
-/** Longest attempt_ref the Server issues or reads (the assignee is ≤ 128 bytes). */
-export const MAX_ATTEMPT_REF_LENGTH = 512;
 
 const TASK_DOMAIN = "webcodex.agent_task.v1";
 const TASK_RUN_DOMAIN = "webcodex.agent_task_run.v1";

@@ -65,8 +65,8 @@ import {
 } from "./views.js";
 
 export const DEFAULT_LEASE_SECS = 600;
-export const MIN_LEASE_SECS = 1;
-export const MAX_LEASE_SECS = 3600;
+// The lease bounds are the tools' contract (the protocol package's tools/tasks.ts).
+export { MAX_LEASE_SECS, MIN_LEASE_SECS } from "@webcodex/protocol";
 
 export interface CreateTaskInput {
   project_id: string;

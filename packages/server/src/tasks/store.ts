@@ -18,6 +18,7 @@
  * `lockTask` (SELECT … FOR UPDATE) in the transaction that writes, so two claimants of one task on any
  * number of Server instances are serialised on that row.
  */
+import type { TaskOutcome } from "@webcodex/protocol";
 import type { StateEngine, StateQueries } from "../state/engine.js";
 
 export const MAX_OPEN_TASKS_PER_PRINCIPAL = 1000;
@@ -25,8 +26,8 @@ export const MAX_ATTEMPTS_PER_TASK = 256;
 export const MAX_CLOSED_TASKS = 10_000;
 export const CLOSED_TASK_RETENTION_MS = 30 * 24 * 3600 * 1000;
 
-export const TASK_OUTCOMES = ["succeeded", "failed", "abandoned"] as const;
-export type TaskOutcome = (typeof TASK_OUTCOMES)[number];
+// The outcomes are the tools' contract (the protocol package's tools/tasks.ts).
+export { TASK_OUTCOMES, type TaskOutcome } from "@webcodex/protocol";
 
 export type TaskState = "open" | "closed";
 /** `active`: the task's current claim (its lease may have expired); `superseded` by a newer attempt; `closed` with the task. */

@@ -30,6 +30,7 @@ import {
   startRunnerProcess,
   startServerProcess,
 } from "../../../../scripts/test-support/index.js";
+import { sharedTestDir } from "../../../runner/test/support/test-user.js";
 import { loadServerConfig, sha256Hex } from "../../src/config.js";
 import type {
   ApiResult,
@@ -64,7 +65,7 @@ export interface ProcRunner {
    * Run the fake agent as this OS user (`run_as`), from `agentBin` (a copy the user can read). Without it the
    * agent runs as the Runner's user and the Runner config opts in (`agents_share_runner_user = true`).
    */
-  runAs?: { user: string; agentBin: string };
+  runAs?: { user: string | string[]; agentBin: string };
   /** The Server config's `shared_user_principals` for this runner. */
   sharedUserPrincipals?: string[];
 }
@@ -90,14 +91,19 @@ export interface ProcStackOptions {
   extraServerToml?: string;
   /** Serve TLS with this certificate; Runners connect with wss:// and trust `caFile` (test-ca.ts). */
   tls?: { certFile: string; keyFile: string; caFile: string };
-  /** With a PostgreSQL state: `[server.cluster] listen_port` (0: a free port), the instances' own listener. */
-  clusterListenPort?: number;
+  /**
+   * With a PostgreSQL state: `[server.cluster] listen_port`, the instances' own listener (absent: its default,
+   * a free port), or "client" for `serve_on_client_listener = true` (the instances' endpoints on the clients' one).
+   */
+  clusterListenPort?: number | "client";
   /** Extra lines of each Runner's `[runner]` table (e.g. `retain_terminal_max = 1`). */
   runnerTable?: string;
   /** The port the Runners dial instead of the Server's (a proxy in front of it). */
   linkPort?: number;
   /** Extra command-line flags of the fake agent (e.g. `--config-options`). */
   agentArgs?: string[];
+  /** Each Runner's `[acp] permission_timeout_secs` (default 60). */
+  permissionTimeoutSecs?: number;
 }
 
 export async function freePort(): Promise<number> {
@@ -112,8 +118,9 @@ export async function freePort(): Promise<number> {
 }
 
 export class ProcStack {
-  readonly dir = mkdtempSync(join(tmpdir(), "wc-proc-"));
-  readonly serverConfigFile = join(this.dir, "server.toml");
+  /** With a run_as Runner, outside the /tmp its sandboxed agents get private (the agent must see the ledger). */
+  readonly dir: string;
+  readonly serverConfigFile: string;
   readonly tokens = new Map<string, string>();
   readonly runnerProcs = new Map<string, DaemonProcess>();
   readonly logs = new Map<string, string>();
@@ -124,7 +131,10 @@ export class ProcStack {
   serverChild: DaemonProcess | null = null;
   port = 0;
 
-  constructor(readonly opts: ProcStackOptions) {}
+  constructor(readonly opts: ProcStackOptions) {
+    this.dir = opts.runners.some((r) => r.runAs) ? sharedTestDir("wc-proc-") : mkdtempSync(join(tmpdir(), "wc-proc-"));
+    this.serverConfigFile = join(this.dir, "server.toml");
+  }
 
   /** The PostgreSQL URL the Server's state is on, or undefined for SQLite (set by `init`). */
   stateUrl: string | undefined;
@@ -163,8 +173,12 @@ export class ProcStack {
     let toml = `[server]\nhost = "127.0.0.1"\nport = ${this.port}\nstate_dir = "server-state"\nheartbeat_interval_ms = ${this.opts.heartbeatIntervalMs ?? 2000}\n${this.opts.serverSection?.(this.port) ?? ""}\n\n`;
     const stateUrl = this.stateUrl;
     if (stateUrl !== undefined) toml += `[server.state]\nbackend = "postgres"\nurl_env = "${STATE_URL_ENV}"\n\n`;
-    if (stateUrl !== undefined && this.opts.clusterListenPort !== undefined)
-      toml += `[server.cluster]\nlisten_port = ${this.opts.clusterListenPort}\n\n`;
+    const clusterListen = this.opts.clusterListenPort;
+    if (stateUrl !== undefined && clusterListen !== undefined)
+      toml +=
+        clusterListen === "client"
+          ? "[server.cluster]\nserve_on_client_listener = true\n\n"
+          : `[server.cluster]\nlisten_port = ${clusterListen}\n\n`;
     const tls = this.opts.tls;
     if (tls)
       toml += `[server.tls]\ncert_file = ${JSON.stringify(tls.certFile)}\nkey_file = ${JSON.stringify(tls.keyFile)}\n\n`;
@@ -198,7 +212,13 @@ export class ProcStack {
 
   #writeRunnerConfig(r: ProcRunner): void {
     const projects = r.projects
-      .map((p) => `[[projects]]\nid = "${p}"\nroot = ${JSON.stringify(join("projects", p))}\nallow_patch = true\n`)
+      // A run_as Runner's projects serve several callers here (pool tests); one project serving one caller is
+      // the Runner's sandbox.test.ts.
+      .map(
+        (p) =>
+          `[[projects]]\nid = "${p}"\nroot = ${JSON.stringify(join("projects", p))}\nallow_patch = true\n` +
+          (r.runAs ? "shared_between_callers = true\n" : ""),
+      )
       .join("\n");
     writeFileSync(
       join(this.dir, `runner-${r.id}.toml`),
@@ -206,7 +226,7 @@ export class ProcStack {
         `[server]\nurl = "${this.opts.tls ? "wss" : "ws"}://127.0.0.1:${this.opts.linkPort ?? this.port}/runner"\ntoken_env = "WEBCODEX_RUNNER_TOKEN"\n` +
         (this.opts.tls ? `ca_file = ${JSON.stringify(this.opts.tls.caFile)}\n` : "") +
         "\n" +
-        `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = 60\ncancel_grace_secs = 5\n` +
+        `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = ${this.opts.permissionTimeoutSecs ?? 60}\ncancel_grace_secs = 5\n` +
         (r.runAs ? "\n" : "agents_share_runner_user = true\n\n") +
         `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(r.runAs?.agentBin ?? FAKE_AGENT_BIN)}\n` +
         `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id), ...(this.opts.agentArgs ?? [])])}\nallowed_config_options = ["model"]\n` +

@@ -3,6 +3,9 @@
  * instances and run they name, an event, an update as the holder pushes it and the body a follower gets.
  */
 import { isTerminalState, type RunEvent } from "@webcodex/protocol";
+import { pino } from "pino";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { PeerAuth } from "../../src/link/peer-auth.js";
 import type { RunUpdateForPush } from "../../src/link/run-push.js";
 import { runSummary } from "./run-summary.js";
 
@@ -11,6 +14,11 @@ export const HOLDER = "holder-instance-01";
 export const FOLLOWER = "follower-instance-1";
 export const RUN_ID = "wc_agent_run_dddddddddddddddddddddddddd";
 export const AGENT_INSTANCE = "agent-instance-1";
+
+/** The checks and answer signatures of the instance `instanceId` under KEY (link/peer-auth.ts). */
+export function peerAuth(instanceId: string, key = KEY): PeerAuth {
+  return new PeerAuth(key, instanceId, pino({ level: "silent" }));
+}
 
 export function event(seq: number): RunEvent {
   return { seq, at: new Date().toISOString(), kind: "agent_message", text: `tick ${seq}`, truncated: false };
@@ -52,11 +60,7 @@ export function pushBody(u: RunUpdateForPush): Buffer {
   );
 }
 
-/** Poll `check` every 5 ms for up to 5 s. */
-export async function until(check: () => boolean, what: string): Promise<void> {
-  const deadline = Date.now() + 5_000;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+/** `poll` (scripts/test-support) of an in-process condition, with that module's in-process bound and pace. */
+export async function until(check: () => boolean, what: string, timeoutMs = IN_PROCESS_WAIT_MS): Promise<void> {
+  await poll(check, { timeoutMs, intervalMs: IN_PROCESS_POLL_MS, what });
 }

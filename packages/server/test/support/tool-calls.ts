@@ -12,6 +12,8 @@ export interface ToolErr {
   code: string;
   message: string;
   recovery_kind: string;
+  /** On a `capacity` the Runner explained (protocol capacity.ts). */
+  capacity_reason?: string;
 }
 
 export const TERMINAL = new Set(["completed", "failed", "cancelled", "lost"]);

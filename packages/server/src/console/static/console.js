@@ -153,9 +153,30 @@ function renderRuns(snap) {
     return;
   }
   box.hidden = false;
-  document.getElementById("run-events-title").textContent = `Events of ${snap.run_events.run_id}`;
-  document.getElementById("run-events-note").textContent = snap.run_events.held
-    ? "Newest events this Server holds. Agent text is shown by length only."
+  const runEvents = snap.run_events;
+  document.getElementById("run-events-title").textContent = `Events of ${runEvents.run_id}`;
+  // The run's outcome, as `webcodex observe` prints it: state · stop reason · failure kind, then the message.
+  const outcome = runEvents.outcome;
+  const outcomeBox = document.getElementById("run-events-outcome");
+  if (outcome) {
+    const line = el("span", null);
+    line.append(el("span", outcome.state, `state state-${outcome.state}`));
+    const detail = [outcome.stop_reason && `stop reason ${outcome.stop_reason}`, outcome.failure_kind]
+      .filter(Boolean)
+      .join(" · ");
+    if (detail) line.append(el("span", ` · ${detail}`, "muted"));
+    outcomeBox.replaceChildren(line);
+    if (outcome.message) outcomeBox.append(el("span", ` — ${outcome.message}`));
+  } else {
+    outcomeBox.replaceChildren(el("span", "No record of this run in the state database.", "muted"));
+  }
+  const lost = runEvents.history_lost
+    ? runEvents.events.length > 0
+      ? "Earlier events of this run are no longer available: the Runner restarted or no longer keeps them. "
+      : "This run's events are no longer available: the Runner restarted or no longer keeps them. "
+    : "";
+  document.getElementById("run-events-note").textContent = runEvents.held
+    ? `${lost}Newest events this Server holds. Agent text is shown by length only.`
     : "This Server holds no events of this run (nobody observed it here since it started, or they were evicted).";
   const items = snap.run_events.events.map((e) => {
     const li = el("li", null, `event event-${e.kind}`);

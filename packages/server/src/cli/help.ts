@@ -1,0 +1,119 @@
+/**
+ * How `webcodex-server` answers for help, the same way as `webcodex` and `webcodex-runner`:
+ *
+ * - `webcodex-server --help`, `-h` or `help`: the usage with a one-line description of each command, exit 0;
+ * - `webcodex-server CMD --help` (or `-h`, or `help CMD`): that command's usage, exit 0;
+ * - an unknown command: one line naming it and a hint to `--help`, exit 2.
+ *
+ * The commands' usage lines live here, in one table, so the subcommand modules and the help print the same.
+ */
+
+/** One command: its name, what it does in one line, and its usage lines. */
+export interface CommandHelp {
+  readonly name: string;
+  readonly summary: string;
+  readonly usage: string;
+}
+
+/** Rows `oauth audit list` prints by default, and at most. */
+export const AUDIT_LIST_DEFAULT = 100;
+export const AUDIT_LIST_MAX = 10_000;
+
+const BIN = "webcodex-server";
+
+export const COMMANDS: readonly CommandHelp[] = [
+  {
+    name: "run",
+    summary: "Serve MCP clients and Runners with the config FILE until SIGINT or SIGTERM.",
+    usage: `${BIN} run --config FILE`,
+  },
+  {
+    name: "token",
+    summary: "Issue, list or revoke principal bearer tokens (printed once; only their hash is stored).",
+    usage: `${BIN} token issue --config FILE --principal ID --scope SCOPE... [--project ID...] [--allow-coding-agent-run] [--json]
+  ${BIN} token list --config FILE [--principal ID]
+  ${BIN} token revoke --config FILE --id TOKEN_ID`,
+  },
+  {
+    name: "runner-token",
+    summary: "Make a Runner's token and the [[runners]] block that admits it, or rotate it.",
+    usage: `${BIN} runner-token issue --runner ID [--config FILE]
+  ${BIN} runner-token rotate --runner ID --config FILE`,
+  },
+  {
+    name: "oauth",
+    summary: "List, provision and revoke OAuth clients and grants; read the OAuth audit.",
+    usage: `${BIN} oauth clients list --config FILE [--json]
+  ${BIN} oauth clients show CLIENT_ID --config FILE
+  ${BIN} oauth clients revoke CLIENT_ID --config FILE
+  ${BIN} oauth clients allow-coding-agent-run CLIENT_ID --config FILE
+  ${BIN} oauth clients disallow-coding-agent-run CLIENT_ID --config FILE
+  ${BIN} oauth clients allow-operator-read CLIENT_ID --config FILE
+  ${BIN} oauth clients disallow-operator-read CLIENT_ID --config FILE
+  ${BIN} oauth grants list --config FILE [--principal ID] [--client CLIENT_ID] [--json]
+  ${BIN} oauth grants revoke --config FILE (--id GRANT_ID | --principal ID | --client CLIENT_ID)
+  ${BIN} oauth audit list --config FILE [--limit N] [--json]   (N: 1 … ${AUDIT_LIST_MAX}, default ${AUDIT_LIST_DEFAULT})`,
+  },
+  {
+    name: "mcp-stdio",
+    summary: "Bridge an MCP client that speaks stdio to the Server's HTTP endpoint (token from the named variable).",
+    usage: `${BIN} mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR`,
+  },
+  { name: "help", summary: "Show this help, or one command's usage (help CMD).", usage: `${BIN} help [CMD]` },
+];
+
+/** The usage of one command, as its module prints it after a usage mistake. */
+export function commandUsage(name: string): string {
+  const cmd = COMMANDS.find((c) => c.name === name);
+  return `usage:\n  ${cmd?.usage ?? ""}`;
+}
+
+export const USAGE = `${BIN} — the WebCodex Server: MCP for clients, a WebSocket link for Runners
+
+usage:
+${COMMANDS.map((c) => `  ${c.usage}`).join("\n")}
+
+commands:
+${COMMANDS.map((c) => `  ${c.name.padEnd(13)} ${c.summary}`).join("\n")}
+
+Run \`${BIN} CMD --help\` for one command's usage.
+`;
+
+export type HelpAnswer =
+  | { kind: "usage"; text: string }
+  | { kind: "unknown"; text: string }
+  | { kind: "missing"; text: string };
+
+const HELP_FLAGS = new Set(["--help", "-h"]);
+
+/**
+ * What to print for a help request or a command this binary does not have; null: neither (dispatch `argv`).
+ * Only the arguments before `--` are looked at.
+ */
+export function answerHelp(argv: readonly string[]): HelpAnswer | null {
+  const end = argv.indexOf("--");
+  const args = end === -1 ? argv : argv.slice(0, end);
+  const [first, ...rest] = args;
+  if (first === undefined) return { kind: "missing", text: `${BIN}: missing command\n\n${USAGE}` };
+  if (HELP_FLAGS.has(first)) return { kind: "usage", text: USAGE };
+  if (first === "help") {
+    const topic = rest[0];
+    if (topic === undefined) return { kind: "usage", text: USAGE };
+    return COMMANDS.some((c) => c.name === topic)
+      ? { kind: "usage", text: `${commandUsage(topic)}\n` }
+      : unknown(topic);
+  }
+  if (!COMMANDS.some((c) => c.name === first)) return unknown(first);
+  if (rest.some((a) => HELP_FLAGS.has(a))) {
+    const cmd = COMMANDS.find((c) => c.name === first);
+    return { kind: "usage", text: `${cmd?.summary ?? ""}\n\n${commandUsage(first)}\n` };
+  }
+  return null;
+}
+
+function unknown(name: string): HelpAnswer {
+  return {
+    kind: "unknown",
+    text: `${BIN}: unknown command ${JSON.stringify(name)}\nRun \`${BIN} --help\` for the commands.\n`,
+  };
+}
