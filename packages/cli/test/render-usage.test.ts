@@ -11,6 +11,7 @@ const final = (usage: unknown) =>
     state: "completed",
     execution_state: "completed",
     stop_reason: "end_turn",
+    recovery_kind: "none",
     observation_token: "t",
     ...(usage !== undefined ? { usage } : {}),
   });
