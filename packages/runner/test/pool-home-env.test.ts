@@ -15,6 +15,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { type LedgerLine, readLedger } from "../../../scripts/test-support/index.js";
+import { probeVerdict } from "../src/commands/probe-verdict.js";
 import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { listUidProcesses } from "../src/process/proc-identity.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
@@ -145,6 +146,39 @@ describe.skipIf(!IS_ROOT)(
         await manager.close();
         rmSync(stateDir, { recursive: true, force: true });
       }
+    });
+
+    test("the pool user's HOME path never reaches the run's events (redacted as a mapped HOME was)", async () => {
+      const stateDir = mkdtempSync(join(tmpdir(), "wc-home-env-bindings-"));
+      const { manager } = newManager(ctx.config, { poolBindings: new FilePoolBindings(stateDir) });
+      try {
+        const { run, events } = await runToEnd(manager, "scenario: echo_env name=HOME", {
+          provider_id: "pooled",
+          tenant: T_ALICE,
+        });
+        expect(run.state).toBe("completed");
+        const text = JSON.stringify(events);
+        expect(text).toContain("value of HOME:");
+        expect(text).not.toContain("(unset)");
+        for (const u of ctx.users) expect(text).not.toContain(join(ctx.homes, u.name));
+      } finally {
+        await manager.close();
+        rmSync(stateDir, { recursive: true, force: true });
+      }
+    });
+
+    test("check --probe's verdict does not ask a run_as agent to map HOME (the Runner sets it)", () => {
+      const pooled = ctx.config.acp.agents[0]!;
+      const verdict = (agent: typeof pooled) =>
+        probeVerdict({
+          agent,
+          initialize: { protocolVersion: 1 },
+          session: { sessionId: "s" },
+          forced: { ok: true, effective: [] },
+        }).warnings.filter((w) => w.includes("HOME"));
+      expect(verdict(pooled)).toEqual([]);
+      // Without run_as the agent runs with what env_from_env maps, and the warning stays.
+      expect(verdict({ ...pooled, runAs: null })).toEqual([expect.stringContaining("env: HOME not mapped")]);
     });
 
     test("env_from_env.HOME on a run_as agent is refused at load, naming the key, why and what to do", () => {
