@@ -63,7 +63,17 @@ export type LedgerEvent =
     }
   | { event: "sought"; tag: string; uid: number; found: Record<string, boolean>; temp: string }
   | { event: "git_worked"; name: string; uid: number; status: Record<string, number | string> }
-  | { event: "git_planted"; uid: number; result: Record<string, number | string> };
+  | { event: "git_planted"; uid: number; result: Record<string, number | string> }
+  | {
+      event: "home_probed";
+      tag: string;
+      uid: number;
+      env: Record<"HOME" | "USER" | "LOGNAME", string | null>;
+      file: string | null;
+      wrote: string | null;
+      own: string;
+      other: string | null;
+    };
 
 /**
  * Append-only, synchronous event log so tests can prove how often a prompt

@@ -14,7 +14,7 @@ import {
   promptError,
   strayResponse,
 } from "./scenarios/faults.js";
-import { gitPlant, gitWork, plant, seek } from "./scenarios/sandbox.js";
+import { gitPlant, gitWork, homeProbe, plant, seek } from "./scenarios/sandbox.js";
 import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
 import { burst, slow } from "./scenarios/streams.js";
 import { escapeGroup, leftovers, note, readProcess } from "./scenarios/tenancy.js";
@@ -52,6 +52,7 @@ export const SCENARIOS = {
   note,
   plant,
   seek,
+  home_probe: homeProbe,
   git_work: gitWork,
   git_plant: gitPlant,
   agent_state: agentState,

@@ -2,11 +2,11 @@
  * docs/agents/: each guide's `[[acp.agents]]` entry is a valid Runner agent entry (parsed as part of a
  * whole config), forces what the probe script verified, and names the version the script pins.
  */
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { mkdirSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { parseConfig } from "@webcodex/runner";
 import { describe, expect, it } from "vitest";
+import { sharedTestDir } from "../../packages/runner/test/support/test-user.js";
 // @ts-expect-error plain .mjs scripts without type declarations
 import { AGENTS } from "../agents-lib.mjs";
 import { REPO_ROOT } from "../test-support/index.js";
@@ -33,31 +33,37 @@ function entryOf(file: string): string {
 }
 
 describe("docs/agents guides", () => {
-  it.each(guides)("%s: its entry parses as a Runner agent under run_as, with PATH and HOME mapped", (file) => {
-    const raw = entryOf(file);
-    expect(raw).toMatch(RUN_AS_LINE);
-    const dir = mkdtempSync(join(tmpdir(), "wc-agent-docs-"));
-    try {
-      mkdirSync(join(dir, "proj"));
-      // The executable is an install path; the parse checks it exists, so this machine's node stands in.
-      const entry = raw
-        .replace(/^executable = .*$/m, `executable = ${JSON.stringify(process.execPath)}`)
-        .replace(RUN_AS_LINE, `run_as = ["${EXISTING_ACCOUNT}"]`);
-      const config = parseConfig(`[[projects]]\nid = "demo"\nroot = "proj"\n${entry}`, join(dir, "runner.toml"));
-      const agent = config.acp.agents[0]!;
-      expect(Object.keys(agent.envFromEnv)).toEqual(expect.arrayContaining(["PATH", "HOME"]));
-      for (const key of Object.keys(agent.forcedConfig)) expect(agent.allowedConfigOptions).not.toContain(key);
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
+  it.each(guides)(
+    "%s: its entry parses as a Runner agent under run_as, with PATH mapped and HOME not (the Runner sets it)",
+    (file) => {
+      const raw = entryOf(file);
+      expect(raw).toMatch(RUN_AS_LINE);
+      // Not in /tmp: every run_as agent gets its own, empty /tmp, so a project root there is refused.
+      const dir = sharedTestDir("wc-agent-docs-");
+      try {
+        mkdirSync(join(dir, "proj"));
+        // The executable is an install path; the parse checks it exists, so this machine's node stands in.
+        const entry = raw
+          .replace(/^executable = .*$/m, `executable = ${JSON.stringify(process.execPath)}`)
+          .replace(RUN_AS_LINE, `run_as = ["${EXISTING_ACCOUNT}"]`);
+        const config = parseConfig(`[[projects]]\nid = "demo"\nroot = "proj"\n${entry}`, join(dir, "runner.toml"));
+        const agent = config.acp.agents[0]!;
+        expect(Object.keys(agent.envFromEnv)).toContain("PATH");
+        // A run_as agent's HOME is its pool user's own (config load refuses a mapped one).
+        expect(Object.keys(agent.envFromEnv)).not.toContain("HOME");
+        for (const key of Object.keys(agent.forcedConfig)) expect(agent.allowedConfigOptions).not.toContain(key);
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  );
 
   it.each(GUIDED)(
     "the guide of $id forces what probe:agents verified and names $pkg@$version",
     (agent: PinnedAgent) => {
       const file = guides.find((f) => readFileSync(join(DIR, f), "utf8").includes(`${agent.pkg}@${agent.version}`));
       expect(file, `${agent.pkg}@${agent.version}`).toBeDefined();
-      const dir = mkdtempSync(join(tmpdir(), "wc-agent-docs-"));
+      const dir = sharedTestDir("wc-agent-docs-");
       try {
         mkdirSync(join(dir, "proj"));
         const entry = entryOf(file!)

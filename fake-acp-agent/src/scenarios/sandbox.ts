@@ -198,3 +198,60 @@ export const gitPlant: Scenario = scenario(
     return END_TURN;
   },
 );
+
+/** `$HOME` as this agent was given it, or null. */
+const homeDir = (): string | null => process.env.HOME ?? null;
+
+/** Whether `path` holds exactly `tag` ("canary"), something else ("other"), or the errno of reading it. */
+function readTag(path: string, tag: string): string {
+  try {
+    return readFileSync(path, "utf8") === tag ? "canary" : "other";
+  } catch (error) {
+    return errno(error);
+  }
+}
+
+/**
+ * What one caller's run leaves in its HOME (issue 39 §1): ledger `home_probed` with the uid, HOME, USER and
+ * LOGNAME as given; `write=true` first writes the canary to `$HOME/wc-home-TAG` (0644, so only the HOME's
+ * own mode keeps others out); then reads `$HOME/wc-home-TAG` (what a HOME shared by the pool would show)
+ * and, with `read=PATH`, that absolute path (another run's file): "canary", "other" or the errno.
+ */
+export const homeProbe: Scenario = scenario(
+  "home_probe tag=TAG write=true read=PATH",
+  z
+    .object({
+      tag: Tag,
+      write: z.enum(["true", "false"]).default("false"),
+      read: z
+        .string()
+        .regex(/^\/[A-Za-z0-9_./-]{1,255}$/, "must be an absolute path of [A-Za-z0-9_./-]")
+        .optional(),
+    })
+    .strict(),
+  async (turn, { tag, write, read }) => {
+    const home = homeDir();
+    const file = home === null ? null : join(home, `wc-home-${tag}`);
+    let wrote = "no_home";
+    if (file !== null && write === "true") {
+      try {
+        writeFileSync(file, tag, { mode: 0o644 });
+        wrote = "written";
+      } catch (error) {
+        wrote = errno(error);
+      }
+    }
+    turn.ledger.append({
+      event: "home_probed",
+      tag,
+      uid: process.getuid?.() ?? -1,
+      env: { HOME: home, USER: process.env.USER ?? null, LOGNAME: process.env.LOGNAME ?? null },
+      file,
+      wrote: write === "true" ? wrote : null,
+      own: file === null ? "no_home" : readTag(file, tag),
+      other: read === undefined ? null : readTag(read, tag),
+    });
+    await say(turn, `probed ${tag}`);
+    return END_TURN;
+  },
+);

@@ -181,7 +181,7 @@ export function authRequiredReason(agent: AgentConfig, initialize: InitializeRes
   );
 }
 
-/** Env almost every agent needs: settings, logins and caches live under HOME. */
+/** Env almost every agent needs: settings, logins and caches live under HOME (set by the Runner under run_as). */
 const COMMON_ENV = [{ names: ["HOME"], why: "HOME (agents keep settings, logins and caches there)" }];
 
 /** Config option ids (besides category "mode") that set how much the agent may do unasked. */
@@ -255,7 +255,9 @@ export function probeVerdict(input: {
     );
   }
 
-  for (const group of [...COMMON_ENV, ...(known?.env ?? [])]) {
+  // A run_as agent's HOME is its pool user's own, set by the Runner (process/run-as.ts runAsEnv), never mapped.
+  const common = agent.runAs === null ? COMMON_ENV : [];
+  for (const group of [...common, ...(known?.env ?? [])]) {
     if (!group.names.some((n) => Object.hasOwn(agent.envFromEnv, n))) {
       warnings.push(`env: ${group.names.join(" / ")} not mapped in env_from_env — ${group.why}`);
     }

@@ -339,6 +339,30 @@ function withSandbox(agent: AgentConfig, sandbox: SandboxTools): AgentConfig {
   return Object.freeze({ ...agent, runAs: Object.freeze({ users: Object.freeze(users) }) });
 }
 
+/**
+ * Why a run_as agent may not map `HOME` in env_from_env, or null without run_as. The Runner sets a pool
+ * user's HOME to its own passwd HOME (process/run-as.ts runAsEnv), the one start-up checks owner-only and a
+ * recycle wipes. A pool of several users refuses a mapped HOME because one HOME shared by every pool user is
+ * read by every caller's runs; a pool of one refuses it too, so that one rule holds for every run_as agent
+ * and a mapped HOME never escapes those checks (a single user's HOME moves with `usermod -d`).
+ */
+function mappedHomeRule(runAs: string | readonly string[] | undefined): string | null {
+  if (runAs === undefined) return null;
+  const fix =
+    "remove it: the Runner sets each pool user's HOME to the user's own (its passwd entry, checked owner-only " +
+    "at start and wiped when the user is recycled); put agent logins in [acp] home_template";
+  if (typeof runAs !== "string" && runAs.length > 1) {
+    return (
+      `maps one HOME for every user of this run_as pool (${runAs.length} users): what one caller's run leaves ` +
+      `there (agent logins, shell rc files, caches, ~/.gitconfig) is read by every other caller's runs; ${fix}`
+    );
+  }
+  return (
+    "is not allowed on a run_as agent: a mapped HOME escapes the checks on the pool user's own HOME " +
+    `(move that one with usermod -d); ${fix}`
+  );
+}
+
 /** Cross-field and filesystem rules, after the schema accepted the shape. */
 function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerConfig {
   const base = dirname(file);
@@ -413,6 +437,8 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
 
     const runAs = resolveRunAs(a.run_as, a.run_as_group, canSwitch);
     if (!runAs.ok) err(`${at}.${runAs.key}`, runAs.reason);
+    const mappedHome = mappedHomeRule(a.run_as);
+    if (mappedHome !== null && Object.hasOwn(a.env_from_env, "HOME")) err(`${at}.env_from_env.HOME`, mappedHome);
 
     agents.push(
       Object.freeze({

@@ -25,19 +25,25 @@ export class Redactor {
   /** Matches the root followed by a separator (dropped) or by a non-name character / the end (→ "."). */
   readonly #root: RegExp | null;
   /**
-   * The redactor of one run (issue 12 §3): the child's mapped env values, the
+   * The redactor of one run (issue 12 §3): the child's mapped env values, a run_as pool's HOMEs, the
    * agent's executable path and every argv element longer than 5 characters
    * (an argv element that is the project root itself is left to the root's
    * relativization), and the project root.
    */
   static forAgent(
-    agent: { readonly executable: string; readonly args: readonly string[] },
+    agent: {
+      readonly executable: string;
+      readonly args: readonly string[];
+      readonly runAs?: { readonly users: readonly { readonly home: string }[] } | null;
+    },
     env: Readonly<Record<string, string>>,
     projectRoot: string,
   ): Redactor {
     const root = projectRoot.replace(/[/\\]+$/, "");
     const argv = agent.args.filter((arg) => arg.replace(/[/\\]+$/, "") !== root);
-    return new Redactor([...Object.values(env), agent.executable, ...argv], projectRoot);
+    // A run_as agent's HOME is set by the spawn (process/run-as.ts runAsEnv), not mapped: its pool's HOMEs.
+    const homes = agent.runAs?.users.map((u) => u.home) ?? [];
+    return new Redactor([...Object.values(env), ...homes, agent.executable, ...argv], projectRoot);
   }
 
   constructor(values: Iterable<string>, projectRoot: string | null = null) {

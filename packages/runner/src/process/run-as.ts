@@ -288,6 +288,17 @@ export function resolveRunAs(
   return { ok: true, value: Object.freeze({ users: Object.freeze(pool) }) };
 }
 
+/**
+ * What the Runner itself sets in a run_as agent's env, over its `env_from_env` mapping: the pool user's own
+ * HOME (its passwd entry: checked owner-only at start, wiped on recycle, process/pool-homes.ts) and its
+ * name as USER and LOGNAME. setpriv sets none of them, and one HOME shared by a pool's users would carry
+ * what one caller's run left there (logins, shell rc files, caches, ~/.gitconfig) into every other
+ * caller's runs; config/config.ts refuses `env_from_env.HOME` on run_as agents for that reason.
+ */
+export function runAsEnv(runAs: RunAs): Record<"HOME" | "USER" | "LOGNAME", string> {
+  return { HOME: runAs.home, USER: runAs.user, LOGNAME: runAs.user };
+}
+
 /** The argv that starts `executable args` as `runAs` through setpriv. */
 export function setprivCommand(
   runAs: RunAs,

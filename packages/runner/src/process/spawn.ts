@@ -4,7 +4,7 @@
  *
  * The child gets exactly the variables of its `env_from_env` mapping
  * (`extendEnv: false`), resolved from the Runner's own environment right
- * before the spawn; its own process group (`detached: true`, so pgid = pid);
+ * before the spawn, and with `run_as` the pool user's own HOME, USER and LOGNAME (`runAsEnv`); its own process group (`detached: true`, so pgid = pid);
  * cwd = the project root; stdin/stdout pipes for ACP; stderr drained and
  * discarded (only a byte count is kept); no other descriptor (inherited ones
  * are covered by /dev/null, see process/inherited-fds.ts), in a descriptor table sized
@@ -27,7 +27,7 @@ import { STDERR_TAIL_BYTES, TailBuffer } from "../runs/diagnostics.js";
 import { reserveAgentFdTable } from "./fd-table.js";
 import { inheritedFdStdio } from "./inherited-fds.js";
 import { listGroupMembers, procIdentitySupported, readStartTime } from "./proc-identity.js";
-import { type RunAs, setprivCommand } from "./run-as.js";
+import { type RunAs, runAsEnv, setprivCommand } from "./run-as.js";
 import { prepareGitDir, sandboxCommand } from "./sandbox.js";
 
 export type EnvResolution =
@@ -159,7 +159,9 @@ export async function spawnAgent(options: SpawnOptions): Promise<AgentChild> {
   reserveAgentFdTable();
   const subprocess = execa(command.file, command.args, {
     cwd: options.cwd,
-    env: options.env,
+    // A pool user's HOME is its own (never a mapped one, which config load refuses): what one caller's run
+    // leaves there is not read by another caller's runs.
+    env: runAs ? { ...options.env, ...runAsEnv(runAs) } : options.env,
     extendEnv: false,
     detached: true,
     // An integer entry is "dup this descriptor here": /dev/null over each inherited one. execa's types
