@@ -269,7 +269,15 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     expect(done.last).toMatchObject({ state: "cancelled", stop_reason: "cancelled" });
     expect(done.last.message).not.toContain("permission deadline");
     // The agent got session/cancel, and its one permission request was answered cancelled — never allowed.
-    const { pid, after } = ledgerFrom(stack.ledger(), prompt);
+    // The Runner answers the permission `cancelled` just before it sends session/cancel, and the agent may end
+    // its turn on that answer before it logs the notification: wait for the line rather than read once.
+    const { pid, after } = await poll(
+      () => {
+        const found = ledgerFrom(stack.ledger(), prompt);
+        return found.after.some((l) => l.event === "cancel" && l.pid === found.pid) ? found : undefined;
+      },
+      { timeoutMs: DAEMON_WAIT_MS, what: "the agent's ledger line for session/cancel" },
+    );
     expect(after.filter((l) => l.event === "cancel" && l.pid === pid)).toHaveLength(1);
     expect(after.filter((l) => l.event === "permission_outcome")).toEqual([
       { event: "permission_outcome", outcome: "cancelled" },
