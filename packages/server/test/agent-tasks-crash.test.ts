@@ -79,9 +79,18 @@ async function restartServer(s: ProcStack): Promise<void> {
   });
   expect(child?.signalCode).toBe("SIGKILL");
   await s.killServer();
-  s.opts.serverEnv = {};
+  // At info level the new Server logs the Runner's accepted hello, which the wait below looks for.
+  s.opts.serverEnv = { WEBCODEX_LOG_LEVEL: "info" };
   await s.startServer();
   await runnerOnline(s);
+  // On PostgreSQL the killed Server's link lease stays live for up to two heartbeats, and the projects view
+  // counts its holder online meanwhile; a start then is refused runner_unavailable (retry_same), truthfully.
+  // This test is about the replay, so it waits until the Runner's hello reached the new Server.
+  await poll(() => (s.logs.get("server") ?? "").includes("runner hello accepted"), {
+    timeoutMs: RECONNECT_WAIT_MS,
+    intervalMs: DAEMON_POLL_MS,
+    what: () => `the Runner's link on the restarted Server; its log: ${(s.logs.get("server") ?? "").slice(-3000)}`,
+  });
 }
 
 describe.each([
