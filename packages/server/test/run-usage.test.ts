@@ -10,7 +10,7 @@ import { Client as ModernClient, StreamableHTTPClientTransport as ModernTranspor
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CLI_BIN } from "../../../scripts/test-support/index.js";
+import { CLI_BIN, DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { browserLaunchOptions } from "./support/browser.js";
 import { consoleLogin } from "./support/console-login.js";
@@ -45,12 +45,12 @@ beforeAll(async () => {
   await modern.connect(
     new ModernTransport(stack.mcpUrl, { requestInit: { headers: { Authorization: `Bearer ${token}` } } }),
   );
-}, 60_000);
+});
 
 afterAll(async () => {
   await modern?.close();
   await stack?.stop();
-}, 60_000);
+});
 
 let counter = 0;
 const unique = (label: string) => `${label}-${process.pid}-${++counter}`;
@@ -148,7 +148,7 @@ describe("run usage (ACP usage_update) through the whole stack", () => {
     const end = await observeToEnd(legacy, started.run_id as string);
     expect(end.state).toBe("completed");
     expect(end).not.toHaveProperty("usage");
-  }, 60_000);
+  });
 
   it("the Tasks extension's completed result carries the usage", async () => {
     const created =
@@ -169,23 +169,24 @@ describe("run usage (ACP usage_update) through the whole stack", () => {
       ).result ?? {};
     const taskId = created.taskId as string;
     expect(taskId).toEqual(expect.any(String));
-    let done: Record<string, unknown> = {};
-    for (let i = 0; i < 300 && done.status !== "completed"; i++) {
-      done =
-        (
+    const done = await poll(
+      async () => {
+        const got = (
           await rawPost(
             { id: unique("g"), method: "tasks/get", params: { taskId, _meta: tasksMeta() } },
             "tasks/get",
             taskId,
           )
-        ).result ?? {};
-      if (done.status !== "completed") await new Promise((r) => setTimeout(r, 100));
-    }
+        ).result;
+        return got?.status === "completed" ? got : undefined;
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the task completed" },
+    );
     const result = done.result as { structuredContent: Structured; content: { text: string }[] };
     expect(result.structuredContent.usage).toEqual(EXPECTED);
     expect(JSON.parse(result.content[0]?.text ?? "")).toEqual(result.structuredContent);
     expectNoCanary(result.structuredContent.usage);
-  }, 60_000);
+  });
 
   it("reconcile_agent_task_coding_run's run outcome carries the usage", async () => {
     const instruction = prompt();
@@ -209,7 +210,7 @@ describe("run usage (ACP usage_update) through the whole stack", () => {
     const outcome = (rec.attempt as Structured).run as Structured;
     expect(outcome).toMatchObject({ run_id: run.run_id, state: "completed", usage: EXPECTED });
     expectNoCanary(outcome.usage);
-  }, 60_000);
+  });
 
   it("the CLI's closing line shows context and cost (text), and the JSON summary carries the usage", async () => {
     const exec = promisify(execFile);
