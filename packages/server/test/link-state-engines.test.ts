@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { hashSecret, StateLeaseStore } from "../src/link/lease-store.js";
+import { hashSecret, leaseHolderIn, StateLeaseStore } from "../src/link/lease-store.js";
 import { type LeaseAcquired, LinkLeases } from "../src/link/leases.js";
 import { PresenceStore, presenceAt } from "../src/link/presence.js";
 import { LINK_REFUSAL_AUDIT_WINDOW_MS, RunnerTokenStore } from "../src/link/runner-tokens.js";
@@ -123,6 +123,24 @@ describe.each(ENGINES)("link and principal state on $name", ({ instances }) => {
     expect(await onA.persist()).toEqual(["r1"]);
     await onA.closed("r1", holderOnA, true);
     expect((await leaseRow(a, "r1"))?.holder).toMatch(/^B\//);
+  });
+
+  it("tells inside a transaction of either instance which holder the database says holds a lease (RunContext.linkHeld)", async () => {
+    const [a, b] = await instances();
+    const clock = 5_000_000;
+    const onA = leasesOn(a, "A", () => clock);
+    const onB = leasesOn(b, "B", () => clock);
+    expect(await a.transaction((tx) => leaseHolderIn(tx, "r1"))).toBeUndefined();
+    const holderOnA = new Holder(clock);
+    const granted = await onA.acquire("r1", holderOnA, undefined);
+    if (granted.kind !== "grant") throw new Error("not granted");
+    const onAId = onA.holderIdOf("r1", holderOnA);
+    expect(onAId).toMatch(/^A\//);
+    expect(await b.transaction((tx) => leaseHolderIn(tx, "r1"))).toBe(onAId);
+    await onB.acquire("r1", new Holder(clock), granted.secret);
+    const now = await a.transaction((tx) => leaseHolderIn(tx, "r1"));
+    expect(now).toMatch(/^B\//);
+    expect(now).not.toBe(onAId);
   });
 
   it("verifies a bearer token issued on one instance on the other, and a revocation on either applies at the next verify", async () => {

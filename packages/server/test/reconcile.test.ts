@@ -151,6 +151,7 @@ describe("a not_found that predates a start proves nothing (reconcileRecord)", (
       isBusy: () => false,
       startMark: () => ctx.startMark(),
       startSentSince: (runId, mark) => ctx.startSentSince(runId, mark),
+      linkHeld: async () => true,
       // The Runner answers not_found; meanwhile (maybe) a start of the run leaves on this instance.
       query: async () => {
         if (startSentMeanwhile) ctx.noteStartSent(RUN);
@@ -172,5 +173,70 @@ describe("a not_found that predates a start proves nothing (reconcileRecord)", (
     const { closed, after } = await reconcileSent(true);
     expect(closed).toBe(false);
     expect(after).toMatchObject({ admission: "sent", state: "starting" });
+  });
+});
+
+/**
+ * The cluster chaos once saw a run answered lost / missing_on_runner and later completed: this instance
+ * asked the Runner about a `sent` record and got not_found; meanwhile the Runner relinked to another
+ * instance, a start sent there was admitted and the record said so — and the answer, older than that
+ * admission, closed it. Neither this instance's starts in flight nor its marks could see that start.
+ */
+describe("a not_found older than an admission made elsewhere closes nothing (reconcileRecord)", () => {
+  async function race(opts: { linkHeld: boolean; requery: "run" | "not_found" }) {
+    const { store } = await openTestState();
+    const {
+      created_at: _c,
+      updated_at: _u,
+      cancel_forwarded: _f,
+      cancel_pending: _p,
+      effective_config: _e,
+      ...sent
+    } = record("sent");
+    await store.insert(sent);
+    const ctx = new RunContext(store, {} as Registry, pino({ level: "silent" }));
+    const applied: RunSummary[] = [];
+    let asked = 0;
+    const closed = await reconcileRecord(await store.get(RUN).then((r) => r as AdmissionRecord), hello(STORE), {
+      store,
+      logger: pino({ level: "silent" }),
+      isBusy: () => false,
+      startMark: () => ctx.startMark(),
+      startSentSince: (runId, mark) => ctx.startSentSince(runId, mark),
+      linkHeld: async () => opts.linkHeld,
+      query: async () => {
+        asked += 1;
+        if (asked > 1) return opts.requery === "run" ? { kind: "run", summary } : null;
+        // Answered before the start reached the Runner; the instance the start went through records it.
+        await store.update(RUN, { admission: "admitted", state: "running", execution_state: "running" });
+        return null;
+      },
+      apply: async (_record, s) => {
+        applied.push(s);
+      },
+      closed: () => undefined,
+    });
+    return { closed, asked, applied, after: await store.get(RUN) };
+  }
+
+  it("asks again when the record was admitted while the question was out, and takes the run it finds", async () => {
+    const { closed, asked, applied, after } = await race({ linkHeld: true, requery: "run" });
+    expect(closed).toBe(false);
+    expect(asked).toBe(2);
+    expect(applied).toEqual([summary]);
+    expect(after).toMatchObject({ admission: "admitted", state: "running", failure_kind: null });
+  });
+
+  it("closes an admitted run as lost only on an answer given after it was admitted", async () => {
+    const { closed, asked, after } = await race({ linkHeld: true, requery: "not_found" });
+    expect(asked).toBe(2);
+    expect(closed).toBe(true);
+    expect(after).toMatchObject({ state: "lost", failure_kind: "missing_on_runner" });
+  });
+
+  it("closes nothing once the link the question went over no longer holds the Runner's lease", async () => {
+    const { closed, after } = await race({ linkHeld: false, requery: "not_found" });
+    expect(closed).toBe(false);
+    expect(after).toMatchObject({ admission: "admitted", state: "running", failure_kind: null });
   });
 });

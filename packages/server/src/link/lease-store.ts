@@ -14,7 +14,7 @@
  * instance or on two — are therefore decided one after the other, the second seeing the first's row.
  */
 import { createHash } from "node:crypto";
-import type { StateEngine } from "../state/engine.js";
+import type { StateEngine, StateQueries } from "../state/engine.js";
 
 /** A lease as the database holds it. */
 export interface LeaseRow {
@@ -48,6 +48,16 @@ export interface LeaseStore {
 
 export function hashSecret(secret: string): Buffer {
   return createHash("sha256").update(secret, "utf8").digest();
+}
+
+/**
+ * Which connection holds `runnerId`'s lease as the database says now, read with `q` (a transaction's
+ * queries: a decision taken in it sees every lease written before, and a lease taken later waits for
+ * nothing it could have changed); undefined when no row is held.
+ */
+export async function leaseHolderIn(q: StateQueries, runnerId: string): Promise<string | undefined> {
+  const row = await q.get<{ holder: string }>("SELECT holder FROM runner_link_leases WHERE runner_id = ?", [runnerId]);
+  return row?.holder;
 }
 
 /** The `{lock}` name every decision about `runnerId`'s lease is taken under. */

@@ -7,8 +7,11 @@
  */
 import { isTerminalState, type RecoveryKind, type RunSummary, type RunTombstone } from "@webcodex/protocol";
 import type { Logger } from "pino";
+import type { RunnerConnection } from "../link/hub.js";
+import { leaseHolderIn } from "../link/lease-store.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
 import type { Principal } from "../principals/principal.js";
+import type { StateQueries } from "../state/engine.js";
 import type { AdmissionRecord, RecordPatch, StateStore } from "../state/store.js";
 import type { ApiErrorCode, ApiResult } from "./api.js";
 import { MirrorSet } from "./mirror.js";
@@ -179,6 +182,18 @@ export class RunContext {
   }
 
   /**
+   * Whether `conn` is still this instance's live link of its Runner and still holds the Runner's lease as
+   * the database says it in `tx` (a Runner that resumed on another instance is answered there, where starts
+   * this instance cannot see may have been admitted). Asked before a record is closed on a `not_found`.
+   */
+  async linkHeld(tx: StateQueries, conn: LiveRunner["conn"]): Promise<boolean> {
+    const live = this.registry.live(conn.runnerId)?.conn;
+    if (live === undefined || live !== conn) return false;
+    const holder = (live as RunnerConnection).leaseHolderId;
+    return holder !== null && (await leaseHolderIn(tx, conn.runnerId)) === holder;
+  }
+
+  /**
    * run.sync / run.cancel answered not_found over the runner's current connection for a record that
    * was sent but whose start has settled: the Runner admits durably before replying and ignores frames
    * from a replaced socket, so the run was never admitted. Decided on the row read FOR UPDATE in the
@@ -189,7 +204,7 @@ export class RunContext {
       const rec = await this.store.lock(tx, runId);
       if (rec?.admission !== "sent" || isTerminalState(rec.state) || this.starting.has(runId)) return undefined;
       if (this.startSentSince(runId, mark)) return undefined;
-      if (this.registry.live(rec.runner_id)?.conn !== runner.conn) return undefined;
+      if (!(await this.linkHeld(tx, runner.conn))) return undefined;
       if (rec.store_id !== null && rec.store_id !== runner.storeId) return undefined; // a store change is the hello's to judge
       const d = decideAfterQuery(rec, null);
       if (d.kind !== "close") return undefined;

@@ -12,6 +12,7 @@ import {
   TOMBSTONE_MESSAGE,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
+import type { StateQueries } from "../state/engine.js";
 import type { AdmissionRecord, RecordPatch, StateStore } from "../state/store.js";
 
 export const RESTARTED_BEFORE_DISPATCH_MESSAGE =
@@ -129,6 +130,9 @@ export function decideAfterQuery(record: AdmissionRecord, found: QueryAnswer): D
   return { kind: "close", patch: lostPatch("missing_on_runner") };
 }
 
+/** How many times one record is asked about when it is admitted while the question is out (then: next hello). */
+export const MAX_RECONCILE_QUERIES = 3;
+
 export interface ReconcileDeps {
   store: StateStore;
   logger: Logger;
@@ -141,6 +145,13 @@ export interface ReconcileDeps {
    * null when the Runner never admitted it (`not_found`), "unavailable" on failure.
    */
   query(runId: string): Promise<QueryAnswer | "unavailable">;
+  /**
+   * Inside the transaction that would close a record on a query's answer: whether the link the query went
+   * over is still this instance's live link and still holds the Runner's lease (read in `tx`). Once the
+   * Runner has linked elsewhere, a start sent there may have been admitted after that answer, and this
+   * instance cannot see it (its `startSentSince` knows only its own starts): the answer proves nothing.
+   */
+  linkHeld(tx: StateQueries): Promise<boolean>;
   apply(record: AdmissionRecord, summary: RunSummary): Promise<void>;
   closed(record: AdmissionRecord): void;
 }
@@ -167,30 +178,40 @@ export async function reconcileRecord(
   const store = deps.store;
   let d = decide(record, hello, deps.isBusy(record.run_id));
   let updated: AdmissionRecord | undefined;
-  if (d.kind === "query") {
+  if (d.kind === "close") {
+    updated = await store.update(record.run_id, d.patch, { expect: record });
+    if (updated === undefined) return false;
+  }
+  let asked = record;
+  for (let round = 0; d.kind === "query"; round++) {
     const mark = deps.startMark();
     const found = await deps.query(record.run_id);
     if (found === "unavailable") return false;
     const after = await store.transaction(async (tx) => {
       const fresh = await store.lock(tx, record.run_id);
       if (!fresh || deps.isBusy(record.run_id) || deps.startSentSince(record.run_id, mark)) return undefined;
+      // Admitted since it was read: the Runner's answer may predate that admission (a start that reached
+      // it over another link), so it is asked again, on the record as it is now.
+      if (found === null && fresh.admission !== asked.admission) return { fresh };
       const decision = decideAfterQuery(fresh, found);
+      if (decision.kind === "close" && !(await deps.linkHeld(tx))) return undefined;
       return {
         decision,
         updated: decision.kind === "close" ? await store.update(record.run_id, decision.patch, { tx }) : undefined,
       };
     });
     if (after === undefined) return false;
+    if (!("decision" in after)) {
+      if (round + 1 >= MAX_RECONCILE_QUERIES) return false;
+      asked = after.fresh;
+      continue;
+    }
     d = after.decision;
     if (d.kind === "close" && after.updated === undefined) return false;
     updated = after.updated;
-  } else if (d.kind === "close") {
-    updated = await store.update(record.run_id, d.patch, { expect: record });
-    if (updated === undefined) return false;
   }
   switch (d.kind) {
     case "skip":
-    case "query":
       return false;
     case "apply":
       await deps.apply(record, d.summary);

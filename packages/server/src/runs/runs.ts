@@ -442,6 +442,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
       isBusy: (runId) => this.#ctx.starting.has(runId),
       startMark: () => this.#ctx.startMark(),
       startSentSince: (runId, mark) => this.#ctx.startSentSince(runId, mark),
+      linkHeld: (tx) => this.#ctx.linkHeld(tx, conn),
       query: async (runId) => {
         const res = await conn.request({ type: "run.sync", run_id: runId, after_seq: 0, max_events: 0 });
         if (!res.ok) return "unavailable";
