@@ -9,9 +9,9 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: [
-      "packages/server/test/identity.test.ts",
-      "packages/server/test/authority.test.ts",
-      "packages/server/test/runs.test.ts",
+      "packages/server/test/runs/identity.test.ts",
+      "packages/server/test/principals/authority.test.ts",
+      "packages/server/test/runs/runs.test.ts",
       "packages/runner/test/dispatch-store.test.ts",
       "packages/runner/test/dispatch-store-retention.test.ts",
       "packages/runner/test/terminal-write-retry.test.ts",

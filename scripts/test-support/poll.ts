@@ -13,10 +13,10 @@ export const POLL_INTERVAL_MS = 25;
 export const IN_PROCESS_POLL_MS = 10;
 /** Time between two looks at a daemon's state over HTTP, its database or its log. */
 export const DAEMON_POLL_MS = 50;
-/** Bound on a condition decided inside the test process (an in-process Server, link or fake peer). */
-export const IN_PROCESS_WAIT_MS = 5_000;
-/** Bound on a condition that needs a daemon or agent child process to act (start-up, online, a prompt). */
-export const DAEMON_WAIT_MS = 20_000;
+/** Bound on a condition decided inside the test process (an in-process Server, link or fake peer); sized for a machine three times slower than a quiet one (another suite beside it). */
+export const IN_PROCESS_WAIT_MS = 15_000;
+/** Bound on a condition that needs a daemon or agent child process to act (start-up, online, a prompt); sized for a loaded machine (a Server start took over 20 s at load 16 on 2 cores). */
+export const DAEMON_WAIT_MS = 60_000;
 
 export interface PollOptions {
   /** Give up after this long; always a named constant at the call site. */

@@ -9,7 +9,7 @@
  * agent_instance_id, the recovered row), raw `run.start` replay/conflict
  * answers, and orphan reaping before that hello. The same five failpoints
  * against the real Server process and an MCP observer are in
- * packages/server/test/crash-matrix-server.test.ts.
+ * packages/server/test/runs/crash-matrix-server.test.ts.
  */
 import { randomBytes } from "node:crypto";
 import type { ErrorFrame, RunnerFrame, RunStartFrame, RunStartResultFrame, RunSummary } from "@webcodex/protocol";
