@@ -5,6 +5,7 @@ export * from "./events.js";
 export * from "./frames.js";
 export * from "./hosts.js";
 export * from "./ids.js";
+export * from "./cli-help.js";
 export * from "./nearest-key.js";
 export * from "./parse.js";
 export * from "./terminal-safe.js";

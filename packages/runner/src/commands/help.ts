@@ -6,12 +6,7 @@
  * - an unknown command: one line naming it and a hint to `--help`, exit 2.
  */
 
-/** One command: its name, what it does in one line, and its usage lines. */
-export interface CommandHelp {
-  readonly name: string;
-  readonly summary: string;
-  readonly usage: string;
-}
+import { answerHelpIn, type CommandHelp, commandUsageIn, type HelpAnswer, type HelpTable } from "@webcodex/protocol";
 
 const BIN = "webcodex-runner";
 
@@ -46,8 +41,7 @@ export const COMMANDS: readonly CommandHelp[] = [
 
 /** The usage of one command, printed after a usage mistake in it. */
 export function commandUsage(name: string): string {
-  const cmd = COMMANDS.find((c) => c.name === name);
-  return `usage:\n  ${cmd?.usage ?? ""}`;
+  return commandUsageIn(HELP, name);
 }
 
 export const USAGE = `${BIN} — the WebCodex Runner: starts coding agents (ACP) for a WebCodex Server
@@ -62,41 +56,9 @@ Exit codes: 0 success · 1 failure · 2 invalid config or usage · 3 store refus
 Run \`${BIN} CMD --help\` for one command's usage.
 `;
 
-export type HelpAnswer =
-  | { kind: "usage"; text: string }
-  | { kind: "unknown"; text: string }
-  | { kind: "missing"; text: string };
+const HELP: HelpTable = { bin: BIN, commands: COMMANDS, usage: USAGE };
 
-const HELP_FLAGS = new Set(["--help", "-h"]);
-
-/**
- * What to print for a help request or a command this binary does not have; null: neither (dispatch `argv`).
- * Only the arguments before `--` are looked at (after it, `-h` is a prompt).
- */
+/** What to print for a help request or a command this binary does not have; null: neither (dispatch `argv`). */
 export function answerHelp(argv: readonly string[]): HelpAnswer | null {
-  const end = argv.indexOf("--");
-  const args = end === -1 ? argv : argv.slice(0, end);
-  const [first, ...rest] = args;
-  if (first === undefined) return { kind: "missing", text: `${BIN}: missing command\n\n${USAGE}` };
-  if (HELP_FLAGS.has(first)) return { kind: "usage", text: USAGE };
-  if (first === "help") {
-    const topic = rest[0];
-    if (topic === undefined) return { kind: "usage", text: USAGE };
-    return COMMANDS.some((c) => c.name === topic)
-      ? { kind: "usage", text: `${commandUsage(topic)}\n` }
-      : unknown(topic);
-  }
-  if (!COMMANDS.some((c) => c.name === first)) return unknown(first);
-  if (rest.some((a) => HELP_FLAGS.has(a))) {
-    const cmd = COMMANDS.find((c) => c.name === first);
-    return { kind: "usage", text: `${cmd?.summary ?? ""}\n\n${commandUsage(first)}\n` };
-  }
-  return null;
-}
-
-function unknown(name: string): HelpAnswer {
-  return {
-    kind: "unknown",
-    text: `${BIN}: unknown command ${JSON.stringify(name)}\nRun \`${BIN} --help\` for the commands.\n`,
-  };
+  return answerHelpIn(HELP, argv);
 }
