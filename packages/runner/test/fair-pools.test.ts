@@ -36,9 +36,16 @@ import { homeGuard, oddHome, PoolHomeError, poolHomeRefusals, recycleHome } from
 import { listUidProcesses } from "../src/process/proc-identity.js";
 import { findSystemTool } from "../src/process/run-as.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
-import { sweepUser } from "../src/process/user-pool.js";
 import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, sharedTestDir, type TestUser } from "./support/test-user.js";
+import {
+  agentCopy,
+  createTestUser,
+  IS_ROOT,
+  pooledRunnerHead,
+  removePoolFixture,
+  sharedTestDir,
+  type TestUser,
+} from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
 const SETPRIV = findSystemTool("setpriv") ?? "setpriv";
@@ -118,17 +125,7 @@ describe.skipIf(!IS_ROOT)(
       chmodSync(ledger, 0o666);
       const configText = (extra = "") =>
         [
-          "[runner]",
-          `state_dir = ${JSON.stringify(join(dir, "state"))}`,
-          "[[projects]]",
-          'id = "demo"',
-          `root = ${JSON.stringify(project)}`,
-          "allow_patch = true",
-          // Several callers' runs here are about pool users; one project serving two callers is sandbox.test.ts's.
-          "shared_between_callers = true",
-          "[acp]",
-          "max_concurrent_runs = 4",
-          "cancel_grace_secs = 2",
+          ...pooledRunnerHead(dir, project),
           `home_template = ${JSON.stringify(template)}`,
           "[[acp.agents]]",
           'id = "pooled"',
@@ -157,12 +154,10 @@ describe.skipIf(!IS_ROOT)(
 
     afterAll(async () => {
       if (!ctx) return;
-      const left = listUidProcesses(new Set(ctx.users.map((u) => u.uid)));
-      for (const user of ctx.users) await sweepUser(user.uid);
-      for (const user of ctx.users) user.remove();
-      ctx.agent.remove();
-      rmSync(ctx.dir, { recursive: true, force: true });
-      expect(left).toEqual([]);
+
+      // Nothing of the test users may be left running; whatever is (a failed test) dies before they go.
+
+      expect(await removePoolFixture(ctx)).toEqual([]);
     });
 
     test("alice starts 3 runs at once on a pool of 3: she gets max_users_per_caller (half the pool: 1), bob and carol still get a user", async () => {

@@ -17,11 +17,17 @@ import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { type LedgerLine, readLedger } from "../../../scripts/test-support/index.js";
 import { probeVerdict } from "../src/commands/probe-verdict.js";
 import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { listUidProcesses } from "../src/process/proc-identity.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
-import { sweepUser } from "../src/process/user-pool.js";
 import { newManager, runToEnd } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, sharedTestDir, type TestUser } from "./support/test-user.js";
+import {
+  agentCopy,
+  createTestUser,
+  IS_ROOT,
+  pooledRunnerHead,
+  removePoolFixture,
+  sharedTestDir,
+  type TestUser,
+} from "./support/test-user.js";
 
 const T_ALICE = "tn_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const T_BOB = "tn_bbbbbbbbbbbbbbbbbbbbbbbbbb";
@@ -74,17 +80,7 @@ describe.skipIf(!IS_ROOT)(
       chmodSync(ledger, 0o666);
       const configText = (pool: readonly string[], env = "") =>
         [
-          "[runner]",
-          `state_dir = ${JSON.stringify(join(dir, "state"))}`,
-          "[[projects]]",
-          'id = "demo"',
-          `root = ${JSON.stringify(project)}`,
-          "allow_patch = true",
-          // Two callers' runs here are about HOMEs; one project serving two callers is sandbox.test.ts's.
-          "shared_between_callers = true",
-          "[acp]",
-          "max_concurrent_runs = 4",
-          "cancel_grace_secs = 2",
+          ...pooledRunnerHead(dir, project),
           "[[acp.agents]]",
           'id = "pooled"',
           `executable = ${JSON.stringify(agent.bin)}`,
@@ -100,12 +96,10 @@ describe.skipIf(!IS_ROOT)(
 
     afterAll(async () => {
       if (!ctx) return;
-      const left = listUidProcesses(new Set(ctx.users.map((u) => u.uid)));
-      for (const user of ctx.users) await sweepUser(user.uid);
-      for (const user of ctx.users) user.remove();
-      ctx.agent.remove();
-      rmSync(ctx.dir, { recursive: true, force: true });
-      expect(left).toEqual([]);
+
+      // Nothing of the test users may be left running; whatever is (a failed test) dies before they go.
+
+      expect(await removePoolFixture(ctx)).toEqual([]);
     });
 
     test("a pooled agent's HOME, USER and LOGNAME are its own user's; a file one caller's run writes to $HOME is not the other caller's to read", async () => {

@@ -19,14 +19,19 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { type LedgerLine, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
 import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { listUidProcesses } from "../src/process/proc-identity.js";
 import { findSystemTool, setprivCommand } from "../src/process/run-as.js";
 import { findSandboxTools, sandboxCommand } from "../src/process/sandbox.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
-import { sweepUser } from "../src/process/user-pool.js";
 import { PROJECT_SERVES_ANOTHER_CALLER } from "../src/runs/project-callers.js";
 import { newManager, runToEnd, startRequest } from "./support/harness.js";
-import { agentCopy, createTestUser, IS_ROOT, sharedTestDir, type TestUser } from "./support/test-user.js";
+import {
+  agentCopy,
+  createTestUser,
+  IS_ROOT,
+  removePoolFixture,
+  sharedTestDir,
+  type TestUser,
+} from "./support/test-user.js";
 
 const execFileP = promisify(execFile);
 /** Longest a test waits for a live run's ledger line. */
@@ -145,12 +150,10 @@ describe.skipIf(!IS_ROOT)("a sandbox per run_as run (needs root to create users 
 
   afterAll(async () => {
     if (!ctx) return;
-    const left = listUidProcesses(new Set(ctx.users.map((u) => u.uid)));
-    for (const user of ctx.users) await sweepUser(user.uid);
-    for (const user of ctx.users) user.remove();
-    ctx.agent.remove();
-    rmSync(ctx.dir, { recursive: true, force: true });
-    expect(left).toEqual([]);
+
+    // Nothing of the test users may be left running; whatever is (a failed test) dies before they go.
+
+    expect(await removePoolFixture(ctx)).toEqual([]);
   });
 
   test("one caller's plants in /tmp, /var/tmp, /dev/shm and System V shm reach neither another caller's concurrent and later runs nor outlive the run", async () => {

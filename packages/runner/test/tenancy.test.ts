@@ -25,13 +25,14 @@ import { parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { listUidProcesses } from "../src/process/proc-identity.js";
 import { findSystemTool } from "../src/process/run-as.js";
 import { BINDINGS_FILE, FilePoolBindings } from "../src/process/user-bindings.js";
-import { sweepUser } from "../src/process/user-pool.js";
 import { openDispatchStore } from "../src/store/open.js";
 import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
 import {
   agentCopy,
   createTestUser,
   IS_ROOT,
+  pooledRunnerHead,
+  removePoolFixture,
   runnerExec,
   sharedTestDir,
   type TestUser,
@@ -97,17 +98,7 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
         `${CANARY_NAME} = "${CANARY_SOURCE}"`,
       ].join("\n");
     const text = [
-      "[runner]",
-      `state_dir = ${JSON.stringify(join(dir, "state"))}`,
-      "[[projects]]",
-      'id = "demo"',
-      `root = ${JSON.stringify(project)}`,
-      "allow_patch = true",
-      // Runs of several callers here are about pool users; one project serving two callers is sandbox.test.ts's.
-      "shared_between_callers = true",
-      "[acp]",
-      "max_concurrent_runs = 4",
-      "cancel_grace_secs = 2",
+      ...pooledRunnerHead(dir, project),
       agentTable("pooled", JSON.stringify(users.map((u) => u.name))),
       // Shares the first pool user with "pooled": a user serves one live run, whichever agent's.
       agentTable("single", JSON.stringify(users[0].name)),
@@ -119,13 +110,10 @@ describe.skipIf(!IS_ROOT)("run_as pools keep runs apart (needs root to create us
 
   afterAll(async () => {
     if (!ctx) return;
+
     // Nothing of the test users may be left running; whatever is (a failed test) dies before they go.
-    const left = listUidProcesses(new Set(ctx.users.map((u) => u.uid)));
-    for (const user of ctx.users) await sweepUser(user.uid);
-    for (const user of ctx.users) user.remove();
-    ctx.agent.remove();
-    rmSync(ctx.dir, { recursive: true, force: true });
-    expect(left).toEqual([]);
+
+    expect(await removePoolFixture(ctx)).toEqual([]);
   });
 
   test("check names each agent's pool and the concurrency it allows", async () => {

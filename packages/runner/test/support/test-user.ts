@@ -17,7 +17,8 @@ import { chmodSync, cpSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { REPO_ROOT, RUNNER_BIN } from "../../../../scripts/test-support/index.js";
-import { readStatusIds } from "../../src/process/proc-identity.js";
+import { listUidProcesses, readStatusIds } from "../../src/process/proc-identity.js";
+import { sweepUser } from "../../src/process/user-pool.js";
 
 export const IS_ROOT = process.getuid?.() === 0;
 
@@ -135,4 +136,45 @@ export async function runnerExec(
 /** The real uid of `pid`, or null once it is gone. */
 export function uidOf(pid: number): number | null {
   return readStatusIds(pid)?.uids[0] ?? null;
+}
+
+/** What a test of a run_as pool sets up: its OS users, the agent copy they may execute, and its temp dir. */
+export interface PoolFixture {
+  readonly users: readonly TestUser[];
+  readonly agent: { remove(): void };
+  readonly dir: string;
+}
+
+/**
+ * Remove a pool fixture and answer what of its users was still running when the test ended (a failed test):
+ * that is swept before the users go, and the caller expects it empty.
+ */
+export async function removePoolFixture(fixture: PoolFixture): Promise<ReturnType<typeof listUidProcesses>> {
+  const left = listUidProcesses(new Set(fixture.users.map((u) => u.uid)));
+  for (const user of fixture.users) await sweepUser(user.uid);
+  for (const user of fixture.users) user.remove();
+  fixture.agent.remove();
+  rmSync(fixture.dir, { recursive: true, force: true });
+  return left;
+}
+
+/**
+ * The head of a pooled Runner's config: its state dir under `dir`, one project `demo` at `project` that serves
+ * several callers (these tests are about pool users; one project serving two callers is sandbox.test.ts's),
+ * and `[acp]` with room for four runs and a short cancel grace, then `acp` lines.
+ */
+export function pooledRunnerHead(dir: string, project: string, acp: readonly string[] = []): string[] {
+  return [
+    "[runner]",
+    `state_dir = ${JSON.stringify(join(dir, "state"))}`,
+    "[[projects]]",
+    'id = "demo"',
+    `root = ${JSON.stringify(project)}`,
+    "allow_patch = true",
+    "shared_between_callers = true",
+    "[acp]",
+    "max_concurrent_runs = 4",
+    "cancel_grace_secs = 2",
+    ...acp,
+  ];
 }

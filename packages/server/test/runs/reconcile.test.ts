@@ -7,8 +7,8 @@ import pino from "pino";
 import { describe, expect, it } from "vitest";
 import type { Registry } from "../../src/link/registry.js";
 import { RunContext } from "../../src/runs/context.js";
-import { decide, decideAfterQuery, reconcileRecord } from "../../src/runs/reconcile.js";
-import type { AdmissionRecord } from "../../src/state/store.js";
+import { decide, decideAfterQuery, type QueryAnswer, reconcileRecord } from "../../src/runs/reconcile.js";
+import type { AdmissionRecord, StateStore } from "../../src/state/store.js";
 import { openTestState } from "../support/test-state.js";
 
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
@@ -132,45 +132,59 @@ describe("reconciliation rules (design §6.1)", () => {
   });
 });
 
+/**
+ * `reconcileRecord` of one `sent` record on a real store: the Runner's answers come from `query` (called with
+ * the RunContext, so it can note a start meanwhile or admit the record as another instance would), the link
+ * is held or not as `linkHeld` says.
+ */
+async function reconcileSent(
+  query: (ctx: RunContext, store: StateStore, asked: number) => Promise<QueryAnswer>,
+  linkHeld = true,
+) {
+  const { store } = await openTestState();
+  const {
+    created_at: _c,
+    updated_at: _u,
+    cancel_forwarded: _f,
+    cancel_pending: _p,
+    effective_config: _e,
+    ...sent
+  } = record("sent");
+  await store.insert(sent);
+  const ctx = new RunContext(store, {} as Registry, pino({ level: "silent" }));
+  const applied: RunSummary[] = [];
+  let asked = 0;
+  const closed = await reconcileRecord(await store.get(RUN).then((r) => r as AdmissionRecord), hello(STORE), {
+    store,
+    logger: pino({ level: "silent" }),
+    isBusy: () => false,
+    startMark: () => ctx.startMark(),
+    startSentSince: (runId, mark) => ctx.startSentSince(runId, mark),
+    linkHeld: async () => linkHeld,
+    query: async () => query(ctx, store, ++asked),
+    apply: async (_record, s) => {
+      applied.push(s);
+    },
+    closed: () => undefined,
+  });
+  return { closed, asked, applied, after: await store.get(RUN) };
+}
+
 describe("a not_found that predates a start proves nothing (reconcileRecord)", () => {
-  async function reconcileSent(startSentMeanwhile: boolean) {
-    const { store } = await openTestState();
-    const {
-      created_at: _c,
-      updated_at: _u,
-      cancel_forwarded: _f,
-      cancel_pending: _p,
-      effective_config: _e,
-      ...sent
-    } = record("sent");
-    await store.insert(sent);
-    const ctx = new RunContext(store, {} as Registry, pino({ level: "silent" }));
-    const closed = await reconcileRecord(await store.get(RUN).then((r) => r as AdmissionRecord), hello(STORE), {
-      store,
-      logger: pino({ level: "silent" }),
-      isBusy: () => false,
-      startMark: () => ctx.startMark(),
-      startSentSince: (runId, mark) => ctx.startSentSince(runId, mark),
-      linkHeld: async () => true,
-      // The Runner answers not_found; meanwhile (maybe) a start of the run leaves on this instance.
-      query: async () => {
-        if (startSentMeanwhile) ctx.noteStartSent(RUN);
-        return null;
-      },
-      apply: async () => undefined,
-      closed: () => undefined,
-    });
-    return { closed, after: await store.get(RUN) };
-  }
+  // The Runner answers not_found; meanwhile (maybe) a start of the run leaves on this instance.
+  const notFound = (startSentMeanwhile: boolean) => async (ctx: RunContext) => {
+    if (startSentMeanwhile) ctx.noteStartSent(RUN);
+    return null;
+  };
 
   it("closes a sent record the Runner does not know as never admitted", async () => {
-    const { closed, after } = await reconcileSent(false);
+    const { closed, after } = await reconcileSent(notFound(false));
     expect(closed).toBe(true);
     expect(after).toMatchObject({ state: "failed", failure_kind: "never_admitted" });
   });
 
   it("leaves it sent when a start of it left after the question was asked", async () => {
-    const { closed, after } = await reconcileSent(true);
+    const { closed, after } = await reconcileSent(notFound(true));
     expect(closed).toBe(false);
     expect(after).toMatchObject({ admission: "sent", state: "starting" });
   });
@@ -183,44 +197,18 @@ describe("a not_found that predates a start proves nothing (reconcileRecord)", (
  * admission, closed it. Neither this instance's starts in flight nor its marks could see that start.
  */
 describe("a not_found older than an admission made elsewhere closes nothing (reconcileRecord)", () => {
-  async function race(opts: { linkHeld: boolean; requery: "run" | "not_found" }) {
-    const { store } = await openTestState();
-    const {
-      created_at: _c,
-      updated_at: _u,
-      cancel_forwarded: _f,
-      cancel_pending: _p,
-      effective_config: _e,
-      ...sent
-    } = record("sent");
-    await store.insert(sent);
-    const ctx = new RunContext(store, {} as Registry, pino({ level: "silent" }));
-    const applied: RunSummary[] = [];
-    let asked = 0;
-    const closed = await reconcileRecord(await store.get(RUN).then((r) => r as AdmissionRecord), hello(STORE), {
-      store,
-      logger: pino({ level: "silent" }),
-      isBusy: () => false,
-      startMark: () => ctx.startMark(),
-      startSentSince: (runId, mark) => ctx.startSentSince(runId, mark),
-      linkHeld: async () => opts.linkHeld,
-      query: async () => {
-        asked += 1;
-        if (asked > 1) return opts.requery === "run" ? { kind: "run", summary } : null;
-        // Answered before the start reached the Runner; the instance the start went through records it.
-        await store.update(RUN, { admission: "admitted", state: "running", execution_state: "started" });
-        return null;
-      },
-      apply: async (_record, s) => {
-        applied.push(s);
-      },
-      closed: () => undefined,
-    });
-    return { closed, asked, applied, after: await store.get(RUN) };
-  }
+  // The first answer is given before the start reached the Runner; the instance the start went through
+  // records the admission. Asked again, the Runner has the run (or, for the lost case, still not).
+  const admittedMeanwhile =
+    (requery: "run" | "not_found") =>
+    async (_ctx: RunContext, store: StateStore, asked: number): Promise<QueryAnswer> => {
+      if (asked > 1) return requery === "run" ? { kind: "run", summary } : null;
+      await store.update(RUN, { admission: "admitted", state: "running", execution_state: "started" });
+      return null;
+    };
 
   it("asks again when the record was admitted while the question was out, and takes the run it finds", async () => {
-    const { closed, asked, applied, after } = await race({ linkHeld: true, requery: "run" });
+    const { closed, asked, applied, after } = await reconcileSent(admittedMeanwhile("run"));
     expect(closed).toBe(false);
     expect(asked).toBe(2);
     expect(applied).toEqual([summary]);
@@ -228,15 +216,21 @@ describe("a not_found older than an admission made elsewhere closes nothing (rec
   });
 
   it("closes an admitted run as lost only on an answer given after it was admitted", async () => {
-    const { closed, asked, after } = await race({ linkHeld: true, requery: "not_found" });
+    const { closed, asked, after } = await reconcileSent(admittedMeanwhile("not_found"));
     expect(asked).toBe(2);
     expect(closed).toBe(true);
     expect(after).toMatchObject({ state: "lost", failure_kind: "missing_on_runner" });
   });
 
   it("closes nothing once the link the question went over no longer holds the Runner's lease", async () => {
-    const { closed, after } = await race({ linkHeld: false, requery: "not_found" });
+    const { closed, after } = await reconcileSent(admittedMeanwhile("not_found"), false);
     expect(closed).toBe(false);
     expect(after).toMatchObject({ admission: "admitted", state: "running", failure_kind: null });
+  });
+
+  it("closes nothing on a sent record once the link no longer holds the lease", async () => {
+    const { closed, after } = await reconcileSent(async () => null, false);
+    expect(closed).toBe(false);
+    expect(after).toMatchObject({ admission: "sent", state: "starting" });
   });
 });
