@@ -18,6 +18,8 @@ export const EXIT = {
    * (`failure_kind = permission_timeout`): WebCodex never grants permissions, so nobody pressed Ctrl-C.
    */
   permissionDeadline: 4,
+  /** The run reached its own deadline (`timeout_secs`) and the agent confirmed the cancellation (`run_timeout`). */
+  runDeadline: 5,
   /** The run was cancelled, or following was interrupted (128 + SIGINT). */
   cancelled: 130,
 } as const;
@@ -25,6 +27,7 @@ export const EXIT = {
 /** Exit code for a run last seen in `state` (with its failure kind); a run still in progress maps to 0. */
 export function exitCodeForState(state: RunState, failureKind?: string | null): number {
   if (state === "cancelled" && failureKind === "permission_timeout") return EXIT.permissionDeadline;
+  if (state === "cancelled" && failureKind === "run_timeout") return EXIT.runDeadline;
   switch (state) {
     case "completed":
       return EXIT.ok;

@@ -100,6 +100,6 @@ ${CONNECTION}
   -h, --help        Show this help (after a command: that command's usage)
   -V, --version     Show the version
 
-Exit codes: 0 completed · 1 failed or error · 2 usage error · 3 lost · 4 permission deadline · 130 cancelled/interrupted
+Exit codes: 0 completed · 1 failed or error · 2 usage error · 3 lost · 4 permission deadline · 5 run deadline · 130 cancelled/interrupted
 Run \`webcodex CMD --help\` for one command's usage and options.
 `;

@@ -19,7 +19,12 @@ describe("exit codes", () => {
     expect(exitCodeForState("cancelled", "permission_timeout")).toBe(EXIT.permissionDeadline);
     expect(EXIT.permissionDeadline).toBe(4);
     expect(exitCodeForState("cancelled", null)).toBe(130);
-    expect(exitCodeForState("cancelled", "run_timeout")).toBe(130);
+  });
+
+  it("a run cancelled at its own deadline exits 5, not the 130 of Ctrl-C", () => {
+    expect(exitCodeForState("cancelled", "run_timeout")).toBe(EXIT.runDeadline);
+    expect(EXIT.runDeadline).toBe(5);
+    expect(exitCodeForState("lost", "run_timeout")).toBe(EXIT.lost);
   });
 
   it("keeps usage errors apart from run outcomes", () => {

@@ -10,7 +10,7 @@
  *
  * Exit codes: 0 success, 1 failure, 2 invalid config or usage, 3 store
  * refused (run). `exec` exits like the CLI (commands/exec.ts `execExitCode`):
- * 0 completed, 1 failed, 3 lost, 4 cancelled at the permission deadline, 130 cancelled (and on a second Ctrl-C).
+ * 0 completed, 1 failed, 3 lost, 4 cancelled at the permission deadline, 5 at the run deadline, 130 cancelled (and on a second Ctrl-C).
  * Each command lives in commands/ (their usage and how help is answered: commands/help.ts); this file
  * parses argv and switches.
  */

@@ -61,6 +61,25 @@ describe("webcodex-runner", () => {
     expect(json.stderr).not.toContain("I fixed add()");
   });
 
+  test("exec of a run that reaches its own deadline exits 5, not the 130 of Ctrl-C", async () => {
+    const slow = "scenario: slow interval_ms=100 count=600";
+    const res = await cli([
+      "exec",
+      "--config",
+      EXAMPLE,
+      "--project",
+      "demo",
+      "--provider",
+      "fake",
+      "--timeout",
+      "1",
+      slow,
+    ]);
+    expect(res.stdout).toMatch(/terminal: cancelled/);
+    expect(res.stdout).toMatch(/run_timeout|deadline/);
+    expect(res.code).toBe(5);
+  });
+
   test("exec exits only after the agent's whole tree is gone (SIGTERM-ignoring grandchild)", async () => {
     const ledger = join(dir, "ledger.jsonl");
     const file = join(dir, "grandchild.toml");

@@ -167,12 +167,13 @@ export async function exec(parsed: Parsed): Promise<number> {
   }
 }
 
-/** `exec`'s exit code for the run's final state, as the `webcodex` CLI exits (4: the permission deadline). */
+/** `exec`'s exit code for the run's final state, as the `webcodex` CLI exits (4: the permission deadline, 5: the run's). */
 export function execExitCode(
   state: RunSummary["state"] | undefined,
   failureKind?: RunSummary["failure_kind"] | undefined,
 ): number {
   if (state === "cancelled" && failureKind === "permission_timeout") return 4;
+  if (state === "cancelled" && failureKind === "run_timeout") return 5;
   switch (state) {
     case "completed":
       return 0;
