@@ -59,8 +59,7 @@ export const COMMANDS: readonly CommandHelp[] = [
 
 /** The usage of one command, as its module prints it after a usage mistake. */
 export function commandUsage(name: string): string {
-  const cmd = COMMANDS.find((c) => c.name === name);
-  return `usage:\n  ${cmd?.usage ?? ""}`;
+  return commandUsageIn(HELP, name);
 }
 
 export const USAGE = `${BIN} — the WebCodex Server: MCP for clients, a WebSocket link for Runners
