@@ -169,7 +169,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   /**
    * Single-record reconciliation over the runner's current connection (run.sync decides). With the link on
    * another instance, a forwarded run.sync: its answer is taken into the record here, and a not_found is
-   * judged by the holder (`executeForwarded`).
+   * judged by the holder (cluster/forwarded.ts).
    */
   async #reconcileOne(runId: string): Promise<void> {
     try {
