@@ -328,7 +328,7 @@ export const ServerConfigSchema = z
           })
           .strict()
           .prefault({}),
-        /** Routing between instances on one PostgreSQL state (link/cluster.ts). */
+        /** Routing between instances on one PostgreSQL state (cluster/). */
         cluster: z
           .object({
             /** The base URL the other instances send this one the link requests it holds (no path). */

@@ -1,6 +1,6 @@
 /**
  * Reading a bounded HTTP body: a request the Server answers (mcp/post.ts, a signed cluster request, the
- * console's forms) or a response it reads from a peer instance (link/peer-http.ts). All are
+ * console's forms) or a response it reads from a peer instance (cluster/peer-http.ts). All are
  * `IncomingMessage`s.
  */
 import type { IncomingMessage } from "node:http";

@@ -9,7 +9,7 @@
  * addresses is logged at most that many lines per second plus one).
  * With `summarize`, a window in which refusals were counted and not logged ends with one line of its own
  * carrying that count (`suppressed`), so a flood that stops inside one window is still reported with its size:
- * at most `perSecond` + 1 lines per key and window (cluster requests, link/peer-auth.ts; console keys).
+ * at most `perSecond` + 1 lines per key and window (cluster requests, cluster/peer-auth.ts; console keys).
  */
 import type { Logger } from "pino";
 

@@ -8,30 +8,19 @@ import { readFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
+import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import { clientAddressResolver } from "./client-address.js";
+import { type ClusterNode, startClusterNode } from "./cluster/node.js";
 import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
 import { type ConsoleMount, createConsole, isConsolePath } from "./console/http.js";
 import { ConsoleSessions } from "./console/sessions.js";
 import { ConsoleReader } from "./console/snapshot.js";
 import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
-import {
-  CLUSTER_LINK_REQUEST_PATH,
-  ClusterDirectory,
-  clusterKey,
-  handleLinkRequest,
-  takeLinkRequest,
-} from "./link/cluster.js";
-import { CLUSTER_HOLDER_PROOF_PATH, handleHolderProof } from "./link/holder-proof.js";
 import { RunnerHub } from "./link/hub.js";
 import { StateLeaseStore } from "./link/lease-store.js";
-import { PeerAuth } from "./link/peer-auth.js";
-import { postToPeer } from "./link/peer-http.js";
-import { guardInsecurePeers } from "./link/peer-url.js";
-import { type ChannelHandler, PeerChannelEndpoint, PeerChannels } from "./link/peer-ws.js";
 import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
 import { Registry } from "./link/registry.js";
-import { CLUSTER_RUN_PUSH_PATH, handleRunPush, takeRunPush } from "./link/run-push.js";
 import { RunnerTokenStore } from "./link/runner-tokens.js";
 import { OperatorReadClients } from "./oauth/operator-read.js";
 import { OAuthStore } from "./oauth/store.js";
@@ -150,20 +139,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   });
   await reconcileAtStart(store, logger);
   const stopExpiry = startRejectedRecordExpiry(store, config.rejectedRecordMaxAgeSecs, logger);
-  // Names this instance in link lease holders and in the cluster directory (link/cluster.ts).
+  // Names this instance in link lease holders and in the cluster directory (cluster/directory.ts).
   const instanceId = randomBytes(12).toString("base64url");
-  // Several instances on one PostgreSQL state route link requests to each other (design §14).
-  const clustered = config.state.backend === "postgres";
-  const linkKey = clusterKey(store.serverSecret);
-  // Checks the instances' requests before their bodies are read and signs this instance's answers (link/peer-auth.ts).
-  const peerAuth = clustered ? new PeerAuth(linkKey, instanceId, logger.child({ c: "cluster" })) : null;
-  // Requests to peers: plain http:// to a non-loopback peer only by `[server.cluster] allow_insecure_transport`.
-  const peerPost = guardInsecurePeers(
-    postToPeer,
-    config.cluster.allowInsecureTransport,
-    logger.child({ c: "cluster" }),
-  );
-  let directory: ClusterDirectory | null = null;
   const hub = new RunnerHub({
     bindings: config.runners,
     logger: logger.child({ c: "hub" }),
@@ -179,7 +156,35 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     const made = await opts.mcpHandler({ runs, admission: runs, config, logger, store });
     mcp = typeof made === "function" ? { handle: made } : made;
   }
-  const testApi = testHooks ? mountTestApi(runs, config, logger, () => directory?.url ?? null) : null;
+  // Several instances on one PostgreSQL state route link requests to each other (design §14, cluster/node.ts).
+  const cluster: ClusterNode | null =
+    config.state.backend === "postgres"
+      ? startClusterNode({
+          config,
+          logger,
+          store,
+          runs: runs.core,
+          registry,
+          instanceId,
+          requestTimeoutMs: hub.requestTimeoutMs,
+          tls: tlsOptions !== null,
+          listeners: {
+            make: (onRequest, onUpgrade) =>
+              guardedListener(tlsOptions, config.maxConnections, logger, onRequest, onUpgrade),
+            listen,
+            close: closeListener,
+          },
+        })
+      : null;
+  const testApi = testHooks
+    ? mountTestApi(
+        runs,
+        config,
+        logger,
+        () => cluster?.advertiseUrl ?? null,
+        () => cluster?.counts() ?? { forwarded_syncs: 0 },
+      )
+    : null;
   const console_ = mountConsole(store, config, logger, runs, presence, tlsOptions !== null);
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
@@ -211,63 +216,13 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       });
       return;
     }
-    if (clustered && config.cluster.onClientListener && serveCluster(path, req, res)) return;
+    if (cluster?.serveHttp(path, req, res)) return;
     if (testApi && path.startsWith("/__test/")) {
       testApi(req, res);
       return;
     }
     notFound(res);
   };
-  /** The instances' requests to each other (link/cluster.ts, link/run-push.ts); false: not one of theirs. */
-  const serveCluster = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
-    if (peerAuth === null) return false;
-    const failed = (what: string) => (err: unknown) => {
-      logger.error({ err: (err as Error).message }, `${what} failed`);
-      if (!res.headersSent) res.writeHead(500).end();
-    };
-    if (path === CLUSTER_LINK_REQUEST_PATH) {
-      handleLinkRequest(req, res, peerAuth, (r, f, t, i, follower, holder) =>
-        runs.executeForwarded(r, f, t, i, follower, holder),
-      ).catch(failed("cluster link request"));
-      return true;
-    }
-    if (path === CLUSTER_HOLDER_PROOF_PATH) {
-      handleHolderProof(req, res, peerAuth, (r, holder) => runs.holdsLease(r, holder)).catch(failed("holder proof"));
-      return true;
-    }
-    if (path === CLUSTER_RUN_PUSH_PATH) {
-      handleRunPush(req, res, peerAuth, (push) => runs.applyPushed(push)).catch(failed("pushed run update"));
-      return true;
-    }
-    return false;
-  };
-  // Pushes and forwarded syncs over standing channels between instances (link/peer-ws.ts): this instance's
-  // channels to its peers, and the endpoint of theirs on the listener serving /_wc/.
-  const channels = clustered ? new PeerChannels(linkKey, logger.child({ c: "cluster" }), peerPost) : null;
-  const channelPost = channels
-    ? guardInsecurePeers(channels.post, config.cluster.allowInsecureTransport, logger.child({ c: "cluster" }))
-    : null;
-  const peerEndpoint = peerAuth
-    ? new PeerChannelEndpoint(
-        peerAuth,
-        new Map<string, ChannelHandler>([
-          [
-            CLUSTER_RUN_PUSH_PATH,
-            { take: (body) => takeRunPush(body, (push) => runs.applyPushed(push)), afterWoken: true },
-          ],
-          [
-            CLUSTER_LINK_REQUEST_PATH,
-            {
-              take: (body) =>
-                takeLinkRequest(body, (r, f, t, i, follower, holder) =>
-                  runs.executeForwarded(r, f, t, i, follower, holder),
-                ),
-            },
-          ],
-        ]),
-        logger.child({ c: "cluster" }),
-      )
-    : null;
   const http: Server = makeListener(tlsOptions, onRequest);
   capConnections(http, config.maxConnections, logger);
   http.on("upgrade", (req, socket, head) => {
@@ -280,54 +235,15 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       hub.handleUpgrade(req, socket, head);
       return;
     }
-    if (peerEndpoint && config.cluster.onClientListener && peerEndpoint.serves(path)) {
-      peerEndpoint.handleUpgrade(path, req, socket, head);
-      return;
-    }
+    if (cluster?.serveUpgrade(path, req, socket, head)) return;
     socket.write(NOT_FOUND_UPGRADE);
     socket.destroy();
   });
-  // `[server.cluster] listen_port`: the instances' requests on a listener of their own (design §14).
-  const peerListener: Server | null =
-    clustered && config.cluster.listen !== null
-      ? makeListener(tlsOptions, (req, res) => {
-          if (overCapacity.has(req.socket)) {
-            req.socket.destroy();
-            return;
-          }
-          if (!serveCluster(requestPath(req), req, res)) notFound(res);
-        })
-      : null;
-  if (peerListener) {
-    capConnections(peerListener, config.maxConnections, logger);
-    peerListener.on("upgrade", (req, socket, head) => {
-      if (overCapacity.has(socket)) {
-        socket.destroy();
-        return;
-      }
-      const path = requestPath(req);
-      if (peerEndpoint?.serves(path)) {
-        peerEndpoint.handleUpgrade(path, req, socket, head);
-        return;
-      }
-      socket.write(NOT_FOUND_UPGRADE);
-      socket.destroy();
-    });
-  }
 
-  await (async () => {
-    await listen(http, config.port, config.host);
-    if (peerListener && config.cluster.listen) {
-      await listen(peerListener, config.cluster.listen.port, config.cluster.listen.host).catch(async (err: unknown) => {
-        await closeListener(http);
-        throw err;
-      });
-    }
-  })().catch(async (err: unknown) => {
+  await listen(http, config.port, config.host).catch(async (err: unknown) => {
     // Not listening: give back what this start took, the state dir's lock last.
     runs.close();
-    peerEndpoint?.close();
-    channels?.close();
+    await cluster?.close();
     stopExpiry();
     clearInterval(presenceTimer);
     console_.close();
@@ -340,50 +256,19 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
   const port = (http.address() as AddressInfo).port;
   const host = bracketed(config.host);
   const url = `${tlsOptions ? "https" : "http"}://${host}:${port}`;
-  const peerUrl =
-    peerListener && config.cluster.listen
-      ? `${tlsOptions ? "https" : "http"}://${bracketed(config.cluster.listen.host)}:${(peerListener.address() as AddressInfo).port}`
-      : url;
-  if (clustered && config.cluster.onClientListener) {
-    logger.warn(
-      { url },
-      "[server.cluster] serve_on_client_listener = true: the instances' endpoints (/_wc/cluster/*) are on the " +
-        "clients' listener, reachable by anyone who reaches it (through the load balancer too); they refuse " +
-        "unsigned requests, but give them a listener of their own (listen_port) where you can",
-    );
-  }
-  if (clustered) {
+  if (cluster) {
     try {
-      directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? peerUrl, logger);
-      await directory.start();
-      await store.followChanges();
-      await runs.joinCluster(store.engine, {
-        instanceId,
-        key: linkKey,
-        post: channelPost ?? peerPost,
-        ...(channels ? { channels } : {}),
-        ...(peerAuth ? { authCounts: peerAuth.counts } : {}),
-      });
-      registry.joinCluster({
-        directory,
-        key: linkKey,
-        requestTimeoutMs: hub.requestTimeoutMs,
-        log: logger.child({ c: "cluster" }),
-        post: peerPost,
-        ...(channelPost ? { syncPost: channelPost } : {}),
-      });
+      await cluster.start(url);
     } catch (err) {
       runs.close();
-      peerEndpoint?.close();
-      channels?.close();
       stopExpiry();
       clearInterval(presenceTimer);
       console_.close();
-      await directory?.stop();
+      await cluster.stop();
       await hub.close();
       if (mcp?.close) await mcp.close();
       await closeListener(http);
-      if (peerListener) await closeListener(peerListener);
+      await cluster.close();
       await store.close();
       lock.release();
       throw err;
@@ -396,8 +281,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       state_backend: config.state.backend,
       runners: config.runners.length,
       test_hooks: testHooks,
-      ...(directory ? { advertise_url: directory.url } : {}),
-      ...(peerListener ? { cluster_listener: peerUrl } : {}),
+      ...(cluster?.advertiseUrl ? { advertise_url: cluster.advertiseUrl } : {}),
+      ...(cluster?.listenerUrl ? { cluster_listener: cluster.listenerUrl } : {}),
       tls: tlsOptions !== null,
       max_connections: config.maxConnections,
     },
@@ -413,15 +298,13 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     close() {
       closing ??= (async () => {
         runs.close();
-        peerEndpoint?.close();
-        channels?.close();
         clearInterval(presenceTimer);
         console_.close();
-        await directory?.stop();
+        await cluster?.stop();
         await hub.close();
         if (mcp?.close) await mcp.close();
         await closeListener(http);
-        if (peerListener) await closeListener(peerListener);
+        await cluster?.close();
         stopExpiry();
         await store.close();
         lock.release();
@@ -441,6 +324,32 @@ function makeListener(
     : createServer(onRequest);
   server.headersTimeout = 30_000;
   server.requestTimeout = 120_000;
+  return server;
+}
+
+/** A listener of the instances' requests (cluster/node.ts): capped, its 503-answered sockets never served. */
+function guardedListener(
+  tlsOptions: { cert: Buffer; key: Buffer } | null,
+  maxConnections: number,
+  logger: Logger,
+  onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+  onUpgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void,
+): Server {
+  const server = makeListener(tlsOptions, (req, res) => {
+    if (overCapacity.has(req.socket)) {
+      req.socket.destroy();
+      return;
+    }
+    onRequest(req, res);
+  });
+  capConnections(server, maxConnections, logger);
+  server.on("upgrade", (req, socket, head) => {
+    if (overCapacity.has(socket)) {
+      socket.destroy();
+      return;
+    }
+    onUpgrade(req, socket, head);
+  });
   return server;
 }
 

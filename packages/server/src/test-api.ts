@@ -8,7 +8,7 @@
  *
  * POST /__test/runs/{start|observe|cancel}  body: {principal_id, input}
  * GET  /__test/projects?principal_id=ID
- * GET  /__test/cluster-stats   what the cluster paths did here (Runs.clusterCounts)
+ * GET  /__test/cluster-stats   what the cluster paths did here (cluster/node.ts `counts`)
  * GET  /__test/cluster-peer    `{url}`: the URL this instance's peers reach it on (its directory row)
  */
 import type { IncomingMessage, ServerResponse } from "node:http";
@@ -38,11 +38,13 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
 }
 
 export function mountTestApi(
-  runs: RunsApi & { clusterCounts(): Record<string, number> },
+  runs: RunsApi,
   config: ServerConfig,
   logger: Logger,
   /** The URL this instance's peers reach it on (its directory row), once it has one. */
   peerUrl: () => string | null = () => null,
+  /** What the cluster paths did here (cluster/node.ts `counts`). */
+  clusterCounts: () => Record<string, number> = () => ({ forwarded_syncs: 0 }),
 ) {
   logger.warn("TEST HOOK: unauthenticated /__test API is enabled");
   return (req: IncomingMessage, res: ServerResponse): void => {
@@ -51,7 +53,7 @@ export function mountTestApi(
     const url = new URL(req.url ?? "/", "http://x");
     void (async () => {
       try {
-        if (req.method === "GET" && url.pathname === "/__test/cluster-stats") return send(200, runs.clusterCounts());
+        if (req.method === "GET" && url.pathname === "/__test/cluster-stats") return send(200, clusterCounts());
         if (req.method === "GET" && url.pathname === "/__test/cluster-peer") return send(200, { url: peerUrl() });
         if (req.method === "GET" && url.pathname === "/__test/projects") {
           const p = principalFromConfig(config, url.searchParams.get("principal_id") ?? "");

@@ -3,7 +3,7 @@
  * live, since when, and what that hello advertised (protocol version, projects, providers, capacity,
  * `agents_share_runner_user`). The Registry writes it on every accepted hello and every end of the live link,
  * so readers that are not the process holding the link (the operator console, another instance sharing the
- * database) see the fleet, and another instance can route a start to it (link/cluster.ts: the store id and
+ * database) see the fleet, and another instance can route a start to it (cluster/directory.ts: the store id and
  * the providers' instance ids and config option names, schema step 13). Ids, names and option names only: the
  * hello carries no paths, and none are written here.
  *
@@ -29,7 +29,7 @@ export interface PresenceOnline {
   runner_id: string;
   protocol_version: number;
   agent_instance_id: string;
-  /** The Runner's store id (a start's store fence, read by other instances: link/cluster.ts). */
+  /** The Runner's store id (a start's store fence, read by other instances: cluster/directory.ts). */
   store_id: string;
   projects: readonly { project_id: string; allow_patch: boolean }[];
   /** What the hello advertised per provider; the view columns keep id and name, `provider_adverts` all of it. */

@@ -3,16 +3,21 @@
  * to exactly one configured runner (the Server config's binding); whether
  * that runner is online, and with which instance ids, comes from its live
  * `hello` — on this instance (`live`), or on another instance sharing the
- * PostgreSQL state (`lookup`, through link/cluster.ts: the holder's hello as
- * its presence row shows it, requests forwarded to the holder).
+ * PostgreSQL state (`lookup`, through the `RemoteLookup` the cluster gives it,
+ * cluster/remote-runner.ts: the holder's hello as its presence row shows it,
+ * requests forwarded to the holder).
  */
 import type { HelloFrame, ProjectAdvert, ProviderAdvert } from "@webcodex/protocol";
-import type { Logger } from "pino";
 import type { ServerConfig } from "../config.js";
-import { type ClusterDirectory, type LinkConnection, RemoteRunnerConnection } from "./cluster.js";
-import type { RunnerConnection } from "./hub.js";
-import type { Post } from "./peer-http.js";
+import type { RequestOutcome, RunnerConnection, RunnerRequest } from "./hub.js";
 import type { PresenceStore } from "./presence.js";
+
+/** What a link to a Runner does, whichever instance holds it (hub.ts RunnerConnection, or the holder's). */
+export interface LinkConnection {
+  readonly runnerId: string;
+  readonly closed: boolean;
+  request(req: RunnerRequest, timeoutMs?: number): Promise<RequestOutcome>;
+}
 
 export interface LiveRunner {
   runnerId: string;
@@ -33,19 +38,19 @@ export interface LocalRunner extends LiveRunner {
   conn: RunnerConnection;
 }
 
-/** How this instance reaches Runners linked to other instances (PostgreSQL state only). */
-export interface RegistryCluster {
-  directory: ClusterDirectory;
-  /** The link-request key (link/cluster.ts clusterKey). */
-  key: Buffer;
-  /** How long a forwarded request waits for the Runner by default (the hub's request timeout). */
-  requestTimeoutMs: number;
-  log: Logger;
-  /** How a forwarded run.sync reaches the holder (link/peer-ws.ts `PeerChannels.post`); default `post`. */
-  syncPost?: Post;
-  /** How starts, cancels and holder proofs reach the holder; default link/peer-http.ts `postToPeer`. */
-  post?: Post;
+/** A link held by another instance, reached through it (cluster/remote-runner.ts RemoteRunnerConnection). */
+export interface RemoteLink extends LinkConnection {
+  /** Set when a request through this view found the holder without that Runner (answered not_sent). */
+  readonly missed: boolean;
 }
+
+/** A Runner linked to another instance, as the shared rows show it. */
+export interface RemoteRunner extends LiveRunner {
+  conn: RemoteLink;
+}
+
+/** How this instance finds a Runner linked to another instance (PostgreSQL state only); undefined: none is. */
+export type RemoteLookup = (runnerId: string) => Promise<RemoteRunner | undefined>;
 
 export type ProjectResolution =
   | { kind: "unknown_project" }
@@ -63,10 +68,10 @@ export const REMOTE_VIEW_MAX_ENTRIES = 16_384;
 
 export class Registry {
   readonly #live = new Map<string, LocalRunner>();
-  #cluster: RegistryCluster | null = null;
-  readonly #recent = new Map<string, { runner: LiveRunner & { conn: RemoteRunnerConnection }; at: number }>();
+  #remote: RemoteLookup | null = null;
+  readonly #recent = new Map<string, { runner: RemoteRunner; at: number }>();
   /** `lookupRecent`'s reads of a remote view in flight, by runner id (at most one per Runner). */
-  readonly #viewing = new Map<string, Promise<(LiveRunner & { conn: RemoteRunnerConnection }) | undefined>>();
+  readonly #viewing = new Map<string, Promise<RemoteRunner | undefined>>();
 
   /** `presence`: where accepted hellos and ends of live links are written for other readers (link/presence.ts). */
   constructor(
@@ -74,9 +79,9 @@ export class Registry {
     private readonly presence?: PresenceStore,
   ) {}
 
-  /** From now on `lookup` also finds Runners linked to other instances (server.ts, PostgreSQL state). */
-  joinCluster(cluster: RegistryCluster): void {
-    this.#cluster = cluster;
+  /** From now on `lookup` also finds Runners linked to other instances (cluster/node.ts, PostgreSQL state). */
+  joinCluster(remote: RemoteLookup): void {
+    this.#remote = remote;
   }
 
   /** Record a hello (the hub already checked that the projects are bound to this runner). */
@@ -137,9 +142,9 @@ export class Registry {
    */
   async lookup(runnerId: string): Promise<LiveRunner | undefined> {
     const local = this.live(runnerId);
-    const cluster = this.#cluster;
-    if (local || cluster === null) return local;
-    return await this.#remote(runnerId, cluster);
+    const remote = this.#remote;
+    if (local || remote === null) return local;
+    return await remote(runnerId);
   }
 
   /**
@@ -149,8 +154,8 @@ export class Registry {
    */
   async lookupRecent(runnerId: string, instance: string | null): Promise<LiveRunner | undefined> {
     const local = this.live(runnerId);
-    const cluster = this.#cluster;
-    if (local || cluster === null) return local;
+    const remote = this.#remote;
+    if (local || remote === null) return local;
     const now = Date.now();
     const recent = this.#recent.get(runnerId);
     if (
@@ -165,7 +170,7 @@ export class Registry {
     // Lookups of one Runner while its view is being read share that read.
     let reading = this.#viewing.get(runnerId);
     if (reading === undefined) {
-      const read = this.#remote(runnerId, cluster).finally(() => {
+      const read = remote(runnerId).finally(() => {
         if (this.#viewing.get(runnerId) === read) this.#viewing.delete(runnerId);
       });
       reading = read;
@@ -179,39 +184,6 @@ export class Registry {
     }
     this.#recent.set(runnerId, { runner, at: now });
     return runner;
-  }
-
-  async #remote(
-    runnerId: string,
-    cluster: RegistryCluster,
-  ): Promise<(LiveRunner & { conn: RemoteRunnerConnection }) | undefined> {
-    const view = await cluster.directory.remoteRunner(runnerId);
-    if (!view) return undefined;
-    return {
-      runnerId,
-      conn: new RemoteRunnerConnection(
-        runnerId,
-        view.holderInstanceId,
-        view.holderUrl,
-        cluster.key,
-        cluster.requestTimeoutMs,
-        cluster.log,
-        {
-          agentInstanceId: view.agentInstanceId,
-          self: { instanceId: cluster.directory.instanceId, url: cluster.directory.url },
-          holderLease: view.holderLease,
-          ...(cluster.syncPost ? { syncPost: cluster.syncPost } : {}),
-          ...(cluster.post ? { post: cluster.post } : {}),
-        },
-      ),
-      agentInstanceId: view.agentInstanceId,
-      storeId: view.storeId,
-      providers: view.providers,
-      projects: view.projects,
-      maxConcurrentRuns: view.maxConcurrentRuns,
-      connectedAt: view.connectedAt,
-      agentsShareRunnerUser: view.agentsShareRunnerUser,
-    };
   }
 
   /**

@@ -17,7 +17,7 @@
  * run's event mirror on this Server, and each notification is built from the
  * durable run record. So any Server process can serve a listen; a change
  * applied by the instance holding the Runner's link wakes the observe here
- * through the database's notification (runs/runs.ts RUN_CHANGES_CHANNEL).
+ * through the database's notification (cluster/wake-ups.ts RUN_CHANGES_CHANNEL).
  *
  * Bounds: LISTEN_MAX_PER_PRINCIPAL open streams per principal on this
  * instance, each holding one slot of the principal's waiting-observe bound

@@ -41,7 +41,7 @@ export class RunMirror {
   syncing: Promise<void> | null = null;
   version = 0;
   /**
-   * The last update another instance pushed here that this mirror took whole (runs/following.ts `applyPushed`):
+   * The last update another instance pushed here that this mirror took whole (cluster/following.ts `applyPushed`):
    * that instance's id and its number of the update. A notice of that update or an earlier one needs no
    * catch-up. Cleared by `reset`.
    */

@@ -6,24 +6,12 @@
  * reconciliation + re-forwarded cancels, run.update → records + mirrors,
  * disconnect → registry).
  */
-import {
-  eventBatches,
-  type HelloFrame,
-  isTerminalState,
-  type RecoveryKind,
-  type RunSyncResultFrame,
-  type RunUpdateFrame,
-} from "@webcodex/protocol";
+import type { HelloFrame, RecoveryKind, RunUpdateFrame } from "@webcodex/protocol";
 import type { Logger } from "pino";
-import type { PeerInstance } from "../link/cluster.js";
-import type { HubListener, RequestOutcome, RunnerConnection, RunnerRequest } from "../link/hub.js";
-import type { PeerAuthCounts } from "../link/peer-auth.js";
-import type { Post } from "../link/peer-http.js";
-import type { PeerChannelCounts, PeerChannels } from "../link/peer-ws.js";
+import type { HubListener, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
-import { type RunPush, RunPushes } from "../link/run-push.js";
 import type { Principal } from "../principals/principal.js";
-import { StateBusyError, type StateEngine, StateUnavailableError } from "../state/engine.js";
+import { StateBusyError, StateUnavailableError } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
 import { Admission } from "./admission.js";
 import type {
@@ -40,13 +28,12 @@ import type {
   StartOutput,
 } from "./api.js";
 import { Cancellation } from "./cancel.js";
-import { ChangeNotices } from "./change-notices.js";
 import { fail, RunContext } from "./context.js";
-import { RunFollowing } from "./following.js";
 import type { MirrorSet, ToolStep } from "./mirror.js";
 import { Observation, withTimeout } from "./observe.js";
 import type { ObservationTokens } from "./observe-token.js";
 import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcile.js";
+import { RunUpdates } from "./updated.js";
 
 /**
  * `run.update` frames of one Runner waiting for the state database. Frames of a Runner are applied in
@@ -54,17 +41,6 @@ import { type ReconcileDeps, reconcileRecord, reconcileRunner } from "./reconcil
  * reconnects, and its hello's reconciliation and the observers' catch-ups take up what was dropped.
  */
 export const MAX_PENDING_RUNNER_FRAMES = 1_000;
-
-/**
- * The notification channel of run changes between instances (state/engine.ts `listen`/`notify`): the
- * instance holding a Runner's link notifies `<run_id> <runner_id> <holder instance id> <update number>`
- * after it applied a `run.update`, and every instance `<run_id> <runner_id>` with the commit of any change
- * of a record's state; an instance following that run (observers, a task's listen) syncs its mirror through
- * the holder and wakes them — unless a push (link/run-push.ts) already brought it that update.
- */
-export const RUN_CHANGES_CHANNEL = "webcodex_run_changes";
-/** The request_id of a run.sync result a holder answers from its mirror (the forwarding side does not read it). */
-const HELD_SYNC_REQUEST_ID = "held_sync";
 
 /**
  * A call the state database refused (state/engine.ts): answered with its code, never as `internal`.
@@ -89,6 +65,19 @@ function stateRefusal<T>(err: unknown, recovery: RecoveryKind): ApiResult<T> {
   throw err;
 }
 
+/**
+ * What the cluster (cluster/) reaches of the run core: it follows runs linked elsewhere, answers the link
+ * requests of other instances and wakes their observers. The run core never imports cluster/.
+ */
+export interface RunCore {
+  readonly ctx: RunContext;
+  readonly observation: Observation;
+  /** Every run.update applied here, once its record and mirror took it. */
+  readonly updated: RunUpdates;
+  /** Whether a run.update of `runId` is being applied here: its record written, its mirror not yet. */
+  applying(runId: string): boolean;
+}
+
 export interface RunsOptions {
   store: StateStore;
   registry: Registry;
@@ -105,23 +94,9 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   readonly #cancellation: Cancellation;
   /** Per runner id: the last queued frame's work and how many wait (see MAX_PENDING_RUNNER_FRAMES). */
   readonly #frames = new Map<string, { tail: Promise<void>; pending: number }>();
-  #unlisten: (() => void) | null = null;
-  /** Notices of runs changed here to the other instances (null until `joinCluster`). */
-  #notices: ChangeNotices | null = null;
-  /** Runs whose pushed update is being applied here: its record written, its mirror not yet (see #heldSync). */
+  /** Runs whose update is being applied here: its record written, its mirror not yet (cluster/forwarded.ts). */
   readonly #applying = new Map<string, number>();
-  /** This instance's id among its peers, and the pushes of its Runners' updates to them (null until `joinCluster`). */
-  #self: string | null = null;
-  #pushes: RunPushes | null = null;
-  /** What went over the instance's channels and as POSTs (link/peer-ws.ts), for `clusterCounts`. */
-  #channelCounts: PeerChannelCounts | null = null;
-  #authCounts: PeerAuthCounts | null = null;
-  /** Numbers the `run.update`s applied here, over all runs (a push and its notice name the same number). */
-  #updateSeq = 0;
-  /** Forwarded run.syncs answered here, for tests (`/__test/cluster-stats`). */
-  #forwardedSyncs = 0;
-  /** This instance's side as a follower of runs linked elsewhere (null until `joinCluster`). */
-  #following: RunFollowing | null = null;
+  readonly #updated = new RunUpdates();
 
   constructor(opts: RunsOptions) {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
@@ -142,10 +117,17 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     return this.#ctx.mirrors;
   }
 
+  /** The run core as cluster/ reaches it. */
+  get core(): RunCore {
+    return {
+      ctx: this.#ctx,
+      observation: this.#observation,
+      updated: this.#updated,
+      applying: (runId) => this.#applying.has(runId),
+    };
+  }
+
   close(): void {
-    this.#unlisten?.();
-    this.#unlisten = null;
-    this.#notices?.close();
     this.#ctx.close();
   }
 
@@ -162,147 +144,6 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     const mirror = this.#ctx.mirrors.getOrCreate(runId);
     if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
     await withTimeout(this.#observation.catchUp(mirror, runner), timeoutMs);
-  }
-
-  /** What the cluster paths did on this instance: forwarded syncs answered, pushes sent and taken, notices skipped. */
-  clusterCounts(): Record<string, number> {
-    return {
-      forwarded_syncs: this.#forwardedSyncs,
-      ...this.#following?.counts,
-      ...this.#pushes?.counts,
-      ...this.#channelCounts,
-      ...this.#authCounts,
-    };
-  }
-
-  /**
-   * Several instances on one PostgreSQL state: tell the others of every run change applied here, and
-   * follow theirs (RUN_CHANGES_CHANNEL); with `self` (this instance's id and the link-request key), push
-   * this instance's Runners' updates to the instances following them (link/run-push.ts; over `channels`,
-   * link/peer-ws.ts, when given, which the caller closes) and take theirs.
-   * Throws when the database cannot be reached.
-   */
-  async joinCluster(
-    engine: StateEngine,
-    self?: {
-      instanceId: string;
-      key: Buffer;
-      channels?: PeerChannels;
-      /** How pushes reach followers (default: over `channels`, else POSTs). */
-      post?: Post;
-      /** The checks of the peers' requests here (link/peer-auth.ts), for `clusterCounts`. */
-      authCounts?: PeerAuthCounts;
-    },
-  ): Promise<void> {
-    if (self !== undefined) {
-      this.#self = self.instanceId;
-      const channels = self.channels;
-      this.#channelCounts = channels?.counts ?? null;
-      this.#authCounts = self.authCounts ?? null;
-      this.#pushes = new RunPushes(self.key, self.instanceId, this.#ctx.log, self.post ?? channels?.post, (url) =>
-        channels?.prepare(url),
-      );
-    }
-    const following = new RunFollowing(this.#ctx, this.#observation, this.#self);
-    this.#following = following;
-    this.#unlisten = await engine.listen(RUN_CHANGES_CHANNEL, (payload) => following.onRunChanged(payload));
-    this.#notices = new ChangeNotices(
-      (payloads) => engine.notifyAll(RUN_CHANGES_CHANNEL, payloads),
-      (runIds, err) =>
-        this.#ctx.log.warn(
-          { run_ids: runIds.slice(0, 8), runs: runIds.length, err: (err as Error).message },
-          "run changes not notified to other instances",
-        ),
-    );
-    if (engine.dialect !== "postgres") return;
-    // A change of a record's state on any instance (a reconciliation's close, a tombstone, a rejection)
-    // is told too, delivered when its transaction commits: PostgreSQL's pg_notify inside that transaction.
-    this.#ctx.store.onStateChange(async (rec, _previous, tx) => {
-      await tx.get("SELECT pg_notify(?, ?) AS notified", [RUN_CHANGES_CHANNEL, `${rec.run_id} ${rec.runner_id}`]);
-    });
-  }
-
-  /** An update of a run linked to another instance, pushed by its holder (runs/following.ts). */
-  applyPushed(push: RunPush): boolean {
-    return this.#following?.applyPushed(push) ?? false;
-  }
-
-  /**
-   * A link request another instance forwarded here (link/cluster.ts): sent over this instance's OWN link
-   * only, never forwarded again; `not_sent` when this instance does not hold the Runner's link (any more).
-   * A run.sync or run.cancel answered not_found closes a settled `sent` record as never admitted here (the
-   * caller cannot: it does not see the starts in flight on this link). A forwarded run.start counts as a
-   * start in flight here while it is out (a run.sync answered not_found
-   * meanwhile does not close its record as never admitted), and is sent only while its record is still
-   * `sent`: a record settled meanwhile (another instance's re-send was admitted, or it was closed) is
-   * answered `closed` — outcome unknown to the caller, which then answers from the record as it is.
-   */
-  /** Whether this instance's live link of `runnerId` holds the lease `holder` (link/holder-proof.ts). */
-  holdsLease(runnerId: string, holder: string): boolean {
-    const runner = this.#ctx.registry.live(runnerId);
-    return runner !== undefined && !this.#ctx.closed && runner.conn.leaseHolderId === holder;
-  }
-
-  async executeForwarded(
-    runnerId: string,
-    frame: RunnerRequest,
-    timeoutMs: number,
-    agentInstanceId?: string,
-    follower?: PeerInstance,
-    holder?: string,
-  ): Promise<RequestOutcome> {
-    const runner = this.#ctx.registry.live(runnerId);
-    if (!runner || this.#ctx.closed) return { ok: false, reason: "not_sent" };
-    // Sent from a view of another lease (link/holder-proof.ts): this link is not the one the caller meant.
-    if (holder !== undefined && runner.conn.leaseHolderId !== holder) return { ok: false, reason: "not_sent" };
-    // A sync asked from a view of another agent instance: its seqs would be read against the wrong ones.
-    if (agentInstanceId !== undefined && agentInstanceId !== runner.agentInstanceId) {
-      return { ok: false, reason: "not_sent" };
-    }
-    if (frame.type === "run.sync") {
-      this.#forwardedSyncs += 1;
-      // Followed from now on: every update applied after this answer is made is pushed to it.
-      if (follower !== undefined && frame.max_events > 0) this.#pushes?.follow(frame.run_id, follower);
-      const held = this.#heldSync(runner, frame);
-      if (held !== null) return { ok: true, frame: held };
-    }
-    if (frame.type !== "run.start") {
-      const mark = this.#ctx.startMark();
-      const outcome = await runner.conn.request(frame, timeoutMs);
-      // not_found over the current link is judged here, where starts in flight to this link are known
-      // (RunContext.closeIfNeverAdmitted); the caller never closes a record on a forwarded answer.
-      if (outcome.ok && outcome.frame.type === "error" && outcome.frame.code === "not_found") {
-        await this.#ctx.closeIfNeverAdmitted(frame.run_id, runner, mark);
-      }
-      return outcome;
-    }
-    const runId = frame.run_id;
-    let release: () => void = () => undefined;
-    if (!this.#ctx.starting.has(runId)) {
-      let done: () => void = () => undefined;
-      const inFlight = new Promise<void>((resolve) => {
-        done = resolve;
-      });
-      this.#ctx.starting.set(runId, inFlight);
-      release = () => {
-        if (this.#ctx.starting.get(runId) === inFlight) this.#ctx.starting.delete(runId);
-        done();
-      };
-    }
-    try {
-      const store = this.#ctx.store;
-      // Read FOR UPDATE: a close of this record as never admitted either committed before (seen here) or
-      // runs after, and then sees the start in flight.
-      const stillSent = await store.transaction(async (tx) => {
-        const rec = await store.lock(tx, runId);
-        return rec?.admission === "sent" && rec.runner_id === runnerId && !isTerminalState(rec.state);
-      });
-      if (!stillSent) return { ok: false, reason: "closed" };
-      this.#ctx.noteStartSent(runId);
-      return await runner.conn.request(frame, timeoutMs);
-    } finally {
-      release();
-    }
   }
 
   start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>> {
@@ -328,7 +169,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   /**
    * Single-record reconciliation over the runner's current connection (run.sync decides). With the link on
    * another instance, a forwarded run.sync: its answer is taken into the record here, and a not_found is
-   * judged by the holder (`executeForwarded`).
+   * judged by the holder (cluster/forwarded.ts).
    */
   async #reconcileOne(runId: string): Promise<void> {
     try {
@@ -502,46 +343,13 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     const mirror = this.#ctx.mirrors.getOrCreate(runId);
     if (mirror.instance !== runner.agentInstanceId) mirror.reset(runner.agentInstanceId);
     if (mirror.applyUpdate(frame.run, frame.events)) void this.#observation.catchUp(mirror, runner);
-    const update = ++this.#updateSeq;
-    this.#pushes?.updated({
+    this.#updated.emit({
       runId,
       runnerId: conn.runnerId,
-      update,
       agentInstanceId: runner.agentInstanceId,
       run: frame.run,
       events: frame.events,
     });
-    this.#notices?.tell(runId, `${runId} ${conn.runnerId} ${this.#self ?? "-"} ${update}`);
-  }
-
-  /**
-   * A forwarded run.sync answered from this instance's mirror of the run, when the mirror holds exactly what
-   * the Runner would send: it is fed by this link's own frames (the same agent instance, synced, not
-   * pruned, no catch-up in flight, no pushed update between its record write and the mirror), it has every
-   * event up to the last seq the Runner pushed, and it still holds every event after `after_seq`. Then the other instance's wake-up costs no Runner round trip
-   * (design §14); otherwise, null, and the request goes to the Runner. Packed by the Runner's own rule
-   * (eventBatches), so the answer fits a frame as the Runner's would.
-   */
-  #heldSync(runner: LiveRunner, frame: Extract<RunnerRequest, { type: "run.sync" }>): RunSyncResultFrame | null {
-    if (this.#applying.has(frame.run_id)) return null;
-    const mirror = this.#ctx.mirrors.get(frame.run_id);
-    if (!mirror || mirror.instance !== runner.agentInstanceId || !mirror.synced || mirror.pruned) return null;
-    const summary = mirror.summary;
-    if (mirror.syncing !== null || summary === null || summary.last_seq !== mirror.lastSeq) return null;
-    if (frame.after_seq > mirror.lastSeq || frame.after_seq + 1 < mirror.firstSeq) return null;
-    const events = mirror.eventsAfter(frame.after_seq);
-    const [first = []] = eventBatches(events, {
-      maxEvents: Math.max(1, frame.max_events),
-      sizeOf: (e) => mirror.sizeOf(e) + 1,
-    });
-    const sent = frame.max_events === 0 ? [] : first;
-    return {
-      type: "run.sync.result",
-      request_id: HELD_SYNC_REQUEST_ID,
-      run: summary,
-      events: sent,
-      has_more: sent.length < events.length,
-    };
   }
 
   onDisconnect(conn: RunnerConnection): void {

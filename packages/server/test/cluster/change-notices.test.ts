@@ -1,11 +1,11 @@
 /**
- * Notices of changed runs (runs/change-notices.ts): held NOTICE_DELAY_MS, then one statement in flight at a
+ * Notices of changed runs (cluster/change-notices.ts): held NOTICE_DELAY_MS, then one statement in flight at a
  * time, the changes told meanwhile (each run's newest payload) going together in the next — so a notice
  * always follows a run's last change, and a burst of updates of many runs costs the state pool a few
  * statements, not one per update.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { ChangeNotices, NOTICE_DELAY_MS } from "../../src/runs/change-notices.js";
+import { ChangeNotices, NOTICE_DELAY_MS } from "../../src/cluster/change-notices.js";
 import { MAX_NOTIFICATIONS_PER_STATEMENT } from "../../src/state/engine.js";
 
 /** A send whose calls stay open until released, in order. */

@@ -1,5 +1,5 @@
 /**
- * The caller's side of a forwarded link request (link/cluster.ts RemoteRunnerConnection) against a real HTTP
+ * The caller's side of a forwarded link request (cluster/remote-runner.ts RemoteRunnerConnection) against a real HTTP
  * peer: what may be reported as not sent (the peer could not be reached, a run.start whose holder did not
  * prove it holds the lease, a refusal the holder signed), and what must stay unknown because the request may
  * have left (the connection dropped after it was written, a 5xx, an answer that does not parse, an answer
@@ -10,10 +10,11 @@ import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { handleLinkRequest, RemoteRunnerConnection } from "../../src/link/cluster.js";
-import { CLUSTER_HOLDER_PROOF_PATH, handleHolderProof } from "../../src/link/holder-proof.js";
+import { CLUSTER_HOLDER_PROOF_PATH, handleHolderProof } from "../../src/cluster/holder-proof.js";
+import { handleLinkRequest } from "../../src/cluster/link-request.js";
+import { PeerAuth } from "../../src/cluster/peer-auth.js";
+import { RemoteRunnerConnection } from "../../src/cluster/remote-runner.js";
 import type { RunnerRequest } from "../../src/link/hub.js";
-import { PeerAuth } from "../../src/link/peer-auth.js";
 import { freePort } from "../support/proc-stack.js";
 
 const log = pino({ level: "silent" });

@@ -34,8 +34,8 @@ import {
   startServerProcess,
 } from "../../../../scripts/test-support/index.js";
 import { type PostgresCluster, startPostgresCluster } from "../../../../scripts/test-support/postgres.js";
+import { CLUSTER_LINK_REQUEST_PATH } from "../../src/cluster/link-request.js";
 import {
-  CLUSTER_LINK_REQUEST_PATH,
   CLUSTER_MAX_BODY_BYTES,
   CLUSTER_MAX_CLOCK_SKEW_MS,
   CLUSTER_SIGNATURE_HEADER,
@@ -43,8 +43,8 @@ import {
   clusterKey,
   signedHeaders,
   signLinkRequest,
-} from "../../src/link/cluster.js";
-import { CLUSTER_RUN_PUSH_PATH } from "../../src/link/run-push.js";
+} from "../../src/cluster/peer-auth.js";
+import { CLUSTER_RUN_PUSH_PATH } from "../../src/cluster/run-push.js";
 import type { Scope } from "../../src/principals/principal.js";
 import type { ApiResult, CancelOutput, ObserveOutput, ProjectView, StartOutput } from "../../src/runs/api.js";
 import { consoleLogin } from "../support/console-login.js";
@@ -239,7 +239,7 @@ async function linkRequest(
   return { status: res.status, body: (await res.json().catch(() => ({}))) as Record<string, unknown> };
 }
 
-/** The status a signed upgrade to a cluster channel (link/peer-ws.ts) gets on `port`: 101 when it is served there. */
+/** The status a signed upgrade to a cluster channel (cluster/peer-ws.ts) gets on `port`: 101 when it is served there. */
 async function channelStatus(port: number, path: string, key: Buffer): Promise<number> {
   const ws = new WebSocket(`ws://127.0.0.1:${port}${path}`, {
     headers: signedHeaders(key, Buffer.alloc(0)),
@@ -308,10 +308,10 @@ describe("several Server instances: any of them answers", () => {
     }
     for (const ms of waits) expect(ms).toBeLessThan(WAKE_BOUND_MS);
     expect(c.s.prompts("r1")).toHaveLength(2);
-    // The ticks reached A pushed by B (link/run-push.ts), and their notices asked B nothing more.
+    // The ticks reached A pushed by B (cluster/run-push.ts), and their notices asked B nothing more.
     const delta = (after: Record<string, number>, before: Record<string, number>, key: string) =>
       (after[key] ?? 0) - (before[key] ?? 0);
-    // A notice leaves NOTICE_DELAY_MS after its update (runs/change-notices.ts): the last one may still be
+    // A notice leaves NOTICE_DELAY_MS after its update (cluster/change-notices.ts): the last one may still be
     // on its way when the last answer came.
     await poll(async () => delta(await clusterStats(c.a), aBefore, "notices_skipped") >= waits.length - 1, {
       timeoutMs: DAEMON_WAIT_MS,
@@ -324,7 +324,7 @@ describe("several Server instances: any of them answers", () => {
     expect(delta(aAfter, aBefore, "notices_skipped")).toBeGreaterThanOrEqual(waits.length - 1);
     expect(delta(bAfter, bBefore, "pushes_sent")).toBeGreaterThanOrEqual(delta(aAfter, aBefore, "pushes_applied"));
     expect(delta(bAfter, bBefore, "pushes_failed")).toBe(0);
-    // Over B's standing channel to A (link/peer-ws.ts), not a POST each; A's catch-ups through B over A's.
+    // Over B's standing channel to A (cluster/peer-ws.ts), not a POST each; A's catch-ups through B over A's.
     expect(delta(bAfter, bBefore, "pushes_by_channel")).toBe(delta(bAfter, bBefore, "pushes_sent"));
     expect(delta(bAfter, bBefore, "pushes_by_post")).toBe(0);
     expect(delta(aAfter, aBefore, "link_requests_by_channel")).toBeGreaterThan(0);

@@ -18,8 +18,7 @@ import { Writable } from "node:stream";
 import { type RunEvent, RunnerFrame } from "@webcodex/protocol";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { CLUSTER_LINK_REQUEST_PATH, handleLinkRequest, RemoteRunnerConnection } from "../../src/link/cluster.js";
-import type { RequestOutcome, RunnerRequest } from "../../src/link/hub.js";
+import { CLUSTER_LINK_REQUEST_PATH, handleLinkRequest } from "../../src/cluster/link-request.js";
 import {
   CLUSTER_MAX_BODY_BYTES,
   CLUSTER_SIGNATURE_HEADER,
@@ -27,9 +26,11 @@ import {
   CLUSTER_UNVERIFIED_BYTES_TOTAL,
   PeerAuth,
   signedHeaders,
-} from "../../src/link/peer-auth.js";
-import type { Post } from "../../src/link/peer-http.js";
-import { guardInsecurePeers } from "../../src/link/peer-url.js";
+} from "../../src/cluster/peer-auth.js";
+import type { Post } from "../../src/cluster/peer-http.js";
+import { guardInsecurePeers } from "../../src/cluster/peer-url.js";
+import { RemoteRunnerConnection } from "../../src/cluster/remote-runner.js";
+import type { RequestOutcome, RunnerRequest } from "../../src/link/hub.js";
 import { AGENT_INSTANCE, HOLDER, KEY, RUN_ID, until } from "../support/run-pushes.js";
 import { runSummary } from "../support/run-summary.js";
 

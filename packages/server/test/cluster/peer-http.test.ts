@@ -1,5 +1,5 @@
 /**
- * POSTs to another Server instance (link/peer-http.ts) against a real HTTP server on 127.0.0.1: what
+ * POSTs to another Server instance (cluster/peer-http.ts) against a real HTTP server on 127.0.0.1: what
  * the caller learns decides whether a forwarded start may have left (design §14), so a failure is
  * "not sent" only when the connection was never made.
  */
@@ -7,7 +7,7 @@ import { once } from "node:events";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
-import { postToPeer } from "../../src/link/peer-http.js";
+import { postToPeer } from "../../src/cluster/peer-http.js";
 
 /** Bound on one request in these tests; the slow peer never answers within it. */
 const REQUEST_TIMEOUT_MS = 300;

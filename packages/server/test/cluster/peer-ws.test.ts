@@ -1,5 +1,5 @@
 /**
- * Requests between instances over standing WebSockets (link/peer-ws.ts), against a real HTTP server on
+ * Requests between instances over standing WebSockets (cluster/peer-ws.ts), against a real HTTP server on
  * 127.0.0.1 serving the other instance's side: one channel carries every push to a peer and each gets its own
  * answer; forwarded run.syncs go over a channel of their own and cancels stay POSTs; a peer without the
  * channel gets POSTs (and is not asked again at once); a stuck channel is replaced; the peer refuses an
@@ -16,12 +16,12 @@ import {
   CLUSTER_LINK_REQUEST_PATH,
   type ExecuteLinkRequest,
   handleLinkRequest,
-  RemoteRunnerConnection,
-  signedHeaders,
   takeLinkRequest,
-} from "../../src/link/cluster.js";
-import { type PeerAnswer, type Post, postToPeer } from "../../src/link/peer-http.js";
-import { type ChannelHandler, PeerChannelEndpoint, PeerChannels } from "../../src/link/peer-ws.js";
+} from "../../src/cluster/link-request.js";
+import { signedHeaders } from "../../src/cluster/peer-auth.js";
+import { type PeerAnswer, type Post, postToPeer } from "../../src/cluster/peer-http.js";
+import { type ChannelHandler, PeerChannelEndpoint, PeerChannels } from "../../src/cluster/peer-ws.js";
+import { RemoteRunnerConnection } from "../../src/cluster/remote-runner.js";
 import {
   CLUSTER_RUN_PUSH_PATH,
   handleRunPush,
@@ -29,7 +29,7 @@ import {
   type RunPush,
   RunPushes,
   takeRunPush,
-} from "../../src/link/run-push.js";
+} from "../../src/cluster/run-push.js";
 import {
   AGENT_INSTANCE,
   pushBody as bodyOf,

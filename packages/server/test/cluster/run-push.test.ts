@@ -1,5 +1,5 @@
 /**
- * The holder's pushes of a run's updates to the instances following it (link/run-push.ts), against a real
+ * The holder's pushes of a run's updates to the instances following it (cluster/run-push.ts), against a real
  * HTTP server on 127.0.0.1 running the follower's handler: one push per follower and run in flight, the
  * updates meanwhile folded into the next one (newest summary and number, every event in order), a follower
  * dropped when it stops following or cannot be reached, none after the run's end, and the handler taking
@@ -10,7 +10,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { CLUSTER_SIGNATURE_HEADER, CLUSTER_TIMESTAMP_HEADER, signedHeaders } from "../../src/link/cluster.js";
+import { CLUSTER_SIGNATURE_HEADER, CLUSTER_TIMESTAMP_HEADER, signedHeaders } from "../../src/cluster/peer-auth.js";
 import {
   CLUSTER_RUN_PUSH_PATH,
   handleRunPush,
@@ -19,18 +19,8 @@ import {
   MAX_PENDING_PUSH_EVENTS,
   type RunPush,
   RunPushes,
-} from "../../src/link/run-push.js";
-import {
-  AGENT_INSTANCE,
-  event,
-  FOLLOWER,
-  HOLDER,
-  KEY,
-  peerAuth,
-  RUN_ID,
-  until,
-  update,
-} from "../support/run-pushes.js";
+} from "../../src/cluster/run-push.js";
+import { AGENT_INSTANCE, event, FOLLOWER, HOLDER, KEY, peerAuth, RUN_ID, until, update } from "../support/run-pushes.js";
 
 const log = pino({ level: "silent" });
 

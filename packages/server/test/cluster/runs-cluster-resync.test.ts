@@ -1,6 +1,6 @@
 /**
  * A Server instance on a shared PostgreSQL state follows runs whose Runner another instance holds: a
- * notification starts a catch-up of the mirror an observer waits on (runs/following.ts `onRunChanged`). When that
+ * notification starts a catch-up of the mirror an observer waits on (cluster/following.ts `onRunChanged`). When that
  * catch-up fails on the state database (its pool queue full: StateBusyError), the instance logs it and keeps
  * serving; an unhandled rejection would end the whole process (Node's default), as the cluster fan-out bench
  * showed under load.
@@ -10,6 +10,7 @@ import type { RunSummary } from "@webcodex/protocol";
 import pino from "pino";
 import { describe, expect, it } from "vitest";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { WakeUps } from "../../src/cluster/wake-ups.js";
 import type { Registry } from "../../src/link/registry.js";
 import { Runs } from "../../src/runs/runs.js";
 import { StateBusyError, type StateEngine } from "../../src/state/engine.js";
@@ -74,8 +75,9 @@ describe("following a run changed on another instance", () => {
       notifyAll: async () => {},
     } as unknown as StateEngine;
     const runs = new Runs({ store, registry, logger });
+    let wakeUps: WakeUps | null = null;
     try {
-      await runs.joinCluster(engine);
+      wakeUps = await WakeUps.join(runs.core, engine);
       const mirror = runs.mirrors.getOrCreate(RUN_ID);
       mirror.reset(AGENT_INSTANCE);
       // An observer waits on this instance's mirror: the notification starts a catch-up.
@@ -95,6 +97,7 @@ describe("following a run changed on another instance", () => {
       await waiting;
     } finally {
       runs.close();
+      wakeUps?.close();
       process.off("unhandledRejection", onUnhandled);
     }
   });

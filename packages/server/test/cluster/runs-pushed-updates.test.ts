@@ -1,6 +1,6 @@
 /**
  * An instance following a run whose Runner another instance holds takes the updates that instance pushes
- * (link/run-push.ts, runs/following.ts `applyPushed`): one that continues its mirror exactly wakes the observers
+ * (cluster/run-push.ts, cluster/following.ts `applyPushed`, through cluster/wake-ups.ts): one that continues its mirror exactly wakes the observers
  * with no request to the holder, and the notification of that update is then skipped; anything else — a
  * gap, another Runner process, a catch-up in flight — makes it catch up through the holder, as a
  * notification does. A push meant for another instance is never taken.
@@ -9,10 +9,11 @@ import { randomBytes } from "node:crypto";
 import type { RunEvent, RunSummary } from "@webcodex/protocol";
 import pino from "pino";
 import { describe, expect, it, vi } from "vitest";
+import { NOTICE_PUSH_GRACE_MS } from "../../src/cluster/following.js";
+import { FOLLOW_IDLE_MS, type RunPush } from "../../src/cluster/run-push.js";
+import { WakeUps } from "../../src/cluster/wake-ups.js";
 import type { RequestOutcome, RunnerRequest } from "../../src/link/hub.js";
 import type { Registry } from "../../src/link/registry.js";
-import { FOLLOW_IDLE_MS, type RunPush } from "../../src/link/run-push.js";
-import { NOTICE_PUSH_GRACE_MS } from "../../src/runs/following.js";
 import { Runs } from "../../src/runs/runs.js";
 import type { StateEngine } from "../../src/state/engine.js";
 import type { StateStore } from "../../src/state/store.js";
@@ -74,7 +75,7 @@ async function follower(held = 1, gate: Promise<void> = Promise.resolve()) {
   } as unknown as StateEngine;
   const store = { serverSecret: randomBytes(32), peek: async () => undefined } as unknown as StateStore;
   const runs = new Runs({ store, registry, logger: pino({ level: "silent" }) });
-  await runs.joinCluster(engine, { instanceId: SELF, key: randomBytes(32) });
+  const wakeUps = await WakeUps.join(runs.core, engine, { instanceId: SELF, key: randomBytes(32) });
   const mirror = runs.mirrors.getOrCreate(RUN_ID);
   mirror.reset(AGENT_INSTANCE);
   mirror.applySync(0, summary(1), [event(1)], false);
@@ -89,7 +90,11 @@ async function follower(held = 1, gate: Promise<void> = Promise.resolve()) {
     events,
     ...over,
   });
-  return { runs, mirror, requests, push, notify: (payload: string) => notify(payload) };
+  const close = () => {
+    runs.close();
+    wakeUps.close();
+  };
+  return { runs, wakeUps, close, mirror, requests, push, notify: (payload: string) => notify(payload) };
 }
 
 describe("updates pushed by the instance holding the link", () => {
@@ -97,24 +102,24 @@ describe("updates pushed by the instance holding the link", () => {
     const f = await follower(4);
     try {
       const waiting = f.mirror.waitForChange(f.mirror.version, 5_000);
-      expect(f.runs.applyPushed(f.push(7, [event(2)]))).toBe(true);
+      expect(f.wakeUps.applyPushed(f.push(7, [event(2)]))).toBe(true);
       await waiting;
       expect(f.mirror.eventsAfter(0).map((e) => e.seq)).toEqual([1, 2]);
       // The notice of that update (or an earlier one) asks the holder nothing.
       const stillWaiting = f.mirror.waitForChange(f.mirror.version, 5_000);
       f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 7`);
       f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 6`);
-      expect(f.runs.clusterCounts()).toMatchObject({ pushes_applied: 1, notices_skipped: 2 });
+      expect(f.wakeUps.counts).toMatchObject({ pushes_applied: 1, notices_skipped: 2 });
       await settle();
       expect(f.requests).toEqual([]);
       // The grace a notice ahead of its push waits runs on a fake clock: "not before" is exact, not a race.
       vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
       // A later update's notice ahead of its push: the push, arriving within the grace, is enough.
       f.notify(`${RUN_ID} ${RUNNER_ID} ${HOLDER} 8`);
-      expect(f.runs.applyPushed(f.push(8, [event(3)]))).toBe(true);
+      expect(f.wakeUps.applyPushed(f.push(8, [event(3)]))).toBe(true);
       await vi.advanceTimersByTimeAsync(NOTICE_PUSH_GRACE_MS);
       // The grace ended on the push that came: that notice is skipped too.
-      expect(f.runs.clusterCounts()).toMatchObject({ pushes_applied: 2, notices_skipped: 3 });
+      expect(f.wakeUps.counts).toMatchObject({ pushes_applied: 2, notices_skipped: 3 });
       await settle();
       expect(f.requests).toEqual([]);
       expect(f.mirror.lastSeq).toBe(3);
@@ -144,7 +149,7 @@ describe("updates pushed by the instance holding the link", () => {
       expect(f.requests).toHaveLength(3);
     } finally {
       vi.useRealTimers();
-      f.runs.close();
+      f.close();
     }
   });
 
@@ -153,7 +158,7 @@ describe("updates pushed by the instance holding the link", () => {
     try {
       const waiting = f.mirror.waitForChange(f.mirror.version, 5_000);
       // seq 3 after seq 1: seq 2 was in a push that never came.
-      expect(f.runs.applyPushed(f.push(5, [event(3)]))).toBe(true);
+      expect(f.wakeUps.applyPushed(f.push(5, [event(3)]))).toBe(true);
       await waiting;
       await settle();
       expect(f.requests).toEqual([expect.objectContaining({ type: "run.sync", after_seq: 1 })]);
@@ -163,14 +168,14 @@ describe("updates pushed by the instance holding the link", () => {
 
       const before = f.mirror.lastSeq;
       const w = f.mirror.waitForChange(f.mirror.version, 5_000);
-      f.runs.applyPushed(f.push(6, [event(5)], { agentInstanceId: "agent-instance-2" }));
+      f.wakeUps.applyPushed(f.push(6, [event(5)], { agentInstanceId: "agent-instance-2" }));
       await w;
       await settle();
       // The other process's seq 5 is not appended to this process's events; the holder is asked instead.
       expect(f.mirror.lastSeq).toBe(before);
       expect(f.requests).toHaveLength(2);
     } finally {
-      f.runs.close();
+      f.close();
     }
   });
 
@@ -178,25 +183,25 @@ describe("updates pushed by the instance holding the link", () => {
     const f = await follower();
     try {
       const version = f.mirror.version;
-      expect(f.runs.applyPushed(f.push(3, [event(2)], { to: "another-instance-1" }))).toBe(false);
+      expect(f.wakeUps.applyPushed(f.push(3, [event(2)], { to: "another-instance-1" }))).toBe(false);
       expect(f.mirror.version).toBe(version);
       expect(f.mirror.lastSeq).toBe(1);
 
       // Nobody waits, and nobody waited within FOLLOW_IDLE_MS: taken, but no longer followed.
       f.mirror.lastWaitAt = Date.now() - FOLLOW_IDLE_MS - 1;
-      expect(f.runs.applyPushed(f.push(4, [event(2)]))).toBe(false);
+      expect(f.wakeUps.applyPushed(f.push(4, [event(2)]))).toBe(false);
       expect(f.mirror.lastSeq).toBe(2);
       f.mirror.lastWaitAt = Date.now();
-      expect(f.runs.applyPushed(f.push(5, [event(3)]))).toBe(true);
+      expect(f.wakeUps.applyPushed(f.push(5, [event(3)]))).toBe(true);
       // The run's end: taken, and nothing more to follow.
       const end = f.push(6, [event(4)], { run: summary(4, { state: "completed", execution_state: "completed" }) });
-      expect(f.runs.applyPushed(end)).toBe(false);
+      expect(f.wakeUps.applyPushed(end)).toBe(false);
       expect(f.mirror.terminal).toBe(true);
       expect(f.requests).toEqual([]);
       // A run this instance has no mirror of is not followed.
-      expect(f.runs.applyPushed(f.push(7, [], { runId: "wc_agent_run_cccccccccccccccccccccccccc" }))).toBe(false);
+      expect(f.wakeUps.applyPushed(f.push(7, [], { runId: "wc_agent_run_cccccccccccccccccccccccccc" }))).toBe(false);
     } finally {
-      f.runs.close();
+      f.close();
     }
   });
 
@@ -213,7 +218,7 @@ describe("updates pushed by the instance holding the link", () => {
       await settle();
       expect(f.requests).toHaveLength(1);
       // Seq 3 is pushed meanwhile: held, not taken before the older answer.
-      expect(f.runs.applyPushed(f.push(5, [event(3)]))).toBe(true);
+      expect(f.wakeUps.applyPushed(f.push(5, [event(3)]))).toBe(true);
       expect(f.mirror.lastSeq).toBe(1);
       release();
       await caughtUp;
@@ -223,12 +228,12 @@ describe("updates pushed by the instance holding the link", () => {
       expect(f.mirror.pushed).toEqual({ holder: HOLDER, update: 5 });
       expect(f.requests).toHaveLength(1);
       // A push of an older update that arrives late changes nothing.
-      f.runs.applyPushed(f.push(4, [event(2)]));
+      f.wakeUps.applyPushed(f.push(4, [event(2)]));
       expect(f.mirror.summary?.last_seq).toBe(3);
       expect(f.mirror.pushed).toEqual({ holder: HOLDER, update: 5 });
-      expect(f.runs.clusterCounts()).toMatchObject({ pushes_deferred: 1, pushes_stale: 1 });
+      expect(f.wakeUps.counts).toMatchObject({ pushes_deferred: 1, pushes_stale: 1 });
     } finally {
-      f.runs.close();
+      f.close();
     }
   });
 });

@@ -9,9 +9,11 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { pino } from "pino";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import type { ClusterDirectory, RemoteRunnerView } from "../../src/cluster/directory.js";
+import { handleLinkRequest } from "../../src/cluster/link-request.js";
+import { PeerAuth } from "../../src/cluster/peer-auth.js";
+import { remoteRunners } from "../../src/cluster/remote-runner.js";
 import { buildServerConfig } from "../../src/config.js";
-import { type ClusterDirectory, handleLinkRequest, type RemoteRunnerView } from "../../src/link/cluster.js";
-import { PeerAuth } from "../../src/link/peer-auth.js";
 import { REMOTE_VIEW_REUSE_MS, Registry } from "../../src/link/registry.js";
 
 const INSTANCE_X = `ai_${"x".repeat(22)}`;
@@ -26,7 +28,7 @@ afterEach(async () => {
 
 /** A holder that answers every link request `not_sent` (it no longer has the Runner). */
 async function holderWithoutTheRunner(): Promise<string> {
-  // The holder's own answer, signed for the request (link/peer-auth.ts).
+  // The holder's own answer, signed for the request (cluster/peer-auth.ts).
   const auth = new PeerAuth(Buffer.alloc(32, 1), "holder", pino({ level: "silent" }));
   const server = createServer((req, res) => {
     void handleLinkRequest(req, res, auth, async () => ({ ok: false, reason: "not_sent" }));
@@ -50,12 +52,14 @@ function registryWith(
   } as unknown as ClusterDirectory;
   const config = buildServerConfig({ server: { port: 0 } }, { file: null, baseDir: "/" });
   const registry = new Registry(config);
-  registry.joinCluster({
-    directory,
-    key: Buffer.alloc(32, 1),
-    requestTimeoutMs: 1_000,
-    log: pino({ level: "silent" }),
-  });
+  registry.joinCluster(
+    remoteRunners({
+      directory,
+      key: Buffer.alloc(32, 1),
+      requestTimeoutMs: 1_000,
+      log: pino({ level: "silent" }),
+    }),
+  );
   return { registry, reads: () => reads };
 }
 

@@ -5,8 +5,8 @@
 import { isTerminalState, type RunEvent } from "@webcodex/protocol";
 import { pino } from "pino";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
-import { PeerAuth } from "../../src/link/peer-auth.js";
-import type { RunUpdateForPush } from "../../src/link/run-push.js";
+import { PeerAuth } from "../../src/cluster/peer-auth.js";
+import type { RunUpdateForPush } from "../../src/cluster/run-push.js";
 import { runSummary } from "./run-summary.js";
 
 export const KEY = Buffer.alloc(32, 7);
@@ -15,7 +15,7 @@ export const FOLLOWER = "follower-instance-1";
 export const RUN_ID = "wc_agent_run_dddddddddddddddddddddddddd";
 export const AGENT_INSTANCE = "agent-instance-1";
 
-/** The checks and answer signatures of the instance `instanceId` under KEY (link/peer-auth.ts). */
+/** The checks and answer signatures of the instance `instanceId` under KEY (cluster/peer-auth.ts). */
 export function peerAuth(instanceId: string, key = KEY): PeerAuth {
   return new PeerAuth(key, instanceId, pino({ level: "silent" }));
 }

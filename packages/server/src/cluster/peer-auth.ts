@@ -24,7 +24,7 @@ import type { Logger } from "pino";
 import { ABORTED, readBodyBytes, TOO_LARGE } from "../http-body.js";
 import { RefusalLog } from "../refusal-log.js";
 
-/** What a request to a peer came back with (link/peer-http.ts `postToPeer`, link/peer-ws.ts channels). */
+/** What a request to a peer came back with (cluster/peer-http.ts `postToPeer`, cluster/peer-ws.ts channels). */
 export type PeerAnswer =
   /** `signer` and `signature`: the answering instance's id and its signature of the answer (below). */
   | { kind: "answered"; status: number; text: string; signer?: string; signature?: string }
@@ -163,6 +163,11 @@ export function verifyAnswer(
     return { kind: "failed", sent: true, code: "bad_answer_signature" };
   }
   return answer;
+}
+
+/** The key link requests are signed with: derived from the server secret, used for nothing else. */
+export function clusterKey(serverSecret: Buffer): Buffer {
+  return createHmac("sha256", serverSecret).update("webcodex.cluster.link-request.v1").digest();
 }
 
 /** Whether `value` can be an answering instance's id (an answer header). */

@@ -4,7 +4,7 @@
  * rows name (`POST CLUSTER_HOLDER_PROOF_PATH`, `{runner_id, holder}`, signed like every request between
  * instances, no prompt in it). The holder answers `{holds: true}` only while its own live link holds exactly
  * that lease (`<instance id>/<link number>`), and signs the answer for this request and under its own instance
- * id (link/peer-auth.ts). Anything else — a process that took a dead instance's port, an instance of the
+ * id (cluster/peer-auth.ts). Anything else — a process that took a dead instance's port, an instance of the
  * cluster that is not that holder, no answer — means the start is not sent (`not_sent`: nothing can have run).
  * The start itself names the lease again, and the holder executes it only over a link holding that lease.
  */

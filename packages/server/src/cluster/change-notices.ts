@@ -2,7 +2,7 @@ import { MAX_NOTIFICATIONS_PER_STATEMENT } from "../state/engine.js";
 
 /**
  * A change waits this long before its notice's statement leaves. The notice is the other instances'
- * safety net (a following instance gets the update pushed, link/run-push.ts); sent at once, its statement,
+ * safety net (a following instance gets the update pushed, cluster/run-push.ts); sent at once, its statement,
  * PostgreSQL delivering it and every listening instance reading it compete for the CPU with the wake-up
  * of this instance's own observers and with the push. Measured in the cluster wake-up bench: the observer
  * on the holder woke about 0.7 ms sooner at p50 with the notice held back 10 ms (docs/benchmarks.md).

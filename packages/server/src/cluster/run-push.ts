@@ -4,12 +4,12 @@
  * a notification through the database and a forwarded `run.sync` back to the holder.
  *
  * - Following: an instance catching a mirror up names itself in its forwarded `run.sync`
- *   (`follower`, link/cluster.ts); the holder takes it as a follower of that run before it answers, so every
+ *   (`follower`, cluster/link-request.ts); the holder takes it as a follower of that run before it answers, so every
  *   update applied after the answer was made is pushed.
  * - A push (`POST CLUSTER_RUN_PUSH_PATH`, signed like a link request): the run's summary and the events of
  *   the update, with the holder's instance id and its number of the update (`update`, increasing over all
  *   runs of that holder process). The follower takes it only when it continues its mirror exactly
- *   (runs/following.ts `applyPushed`); anything else makes it catch up through the holder, as a notification does.
+ *   (cluster/following.ts `applyPushed`); anything else makes it catch up through the holder, as a notification does.
  * - The notification of every update is still sent: a push is only ever a shortcut. The follower skips a
  *   notification of an update it already took whole (same holder, same or later number).
  * - At most one push per follower and run is in flight; updates meanwhile are folded into the next push (the
@@ -31,7 +31,7 @@ import {
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { z } from "zod";
-import type { PeerInstance } from "./cluster.js";
+import type { PeerInstance } from "./link-request.js";
 import {
   CLUSTER_MAX_BODY_BYTES,
   CLUSTER_SIGNATURE_HEADER,
@@ -205,7 +205,7 @@ export class RunPushes {
       RUN_PUSH_TIMEOUT_MS,
       RUN_PUSH_ANSWER_MAX_BYTES,
     );
-    // Only the follower's own answer to this push counts (link/peer-auth.ts).
+    // Only the follower's own answer to this push counts (cluster/peer-auth.ts).
     const answer = verifyAnswer(this.key, headers[CLUSTER_SIGNATURE_HEADER] ?? "", to, raw);
     if (answer.kind === "answered" && answer.status === 200) {
       try {
@@ -271,8 +271,8 @@ export function takeRunPush(body: Buffer, apply: ApplyRunPush): { status: 200 | 
 }
 
 /**
- * The follower's `POST CLUSTER_RUN_PUSH_PATH`: refusals as for a link request (link/peer-auth.ts
- * `readSignedRequest`), then `takeRunPush`. (Over a standing WebSocket instead: link/peer-ws.ts.)
+ * The follower's `POST CLUSTER_RUN_PUSH_PATH`: refusals as for a link request (cluster/peer-auth.ts
+ * `readSignedRequest`), then `takeRunPush`. (Over a standing WebSocket instead: cluster/peer-ws.ts.)
  */
 export async function handleRunPush(
   req: IncomingMessage,

@@ -1,7 +1,7 @@
 /**
  * Requests between instances over one standing WebSocket per peer and path (design §14): the holder's pushes
- * to a following instance (`CLUSTER_RUN_PUSH_PATH`, link/run-push.ts) and a follower's catch-ups through the
- * holder (`run.sync` link requests, `CLUSTER_LINK_REQUEST_PATH`, link/cluster.ts), each with the same signed
+ * to a following instance (`CLUSTER_RUN_PUSH_PATH`, cluster/run-push.ts) and a follower's catch-ups through the
+ * holder (`run.sync` link requests, `CLUSTER_LINK_REQUEST_PATH`, cluster/link-request.ts), each with the same signed
  * body and the same answer as its POST, without an HTTP request each. On this machine a message over a
  * standing WebSocket reaches the other process in about half the time of a POST on a kept-alive connection,
  * it is read whole in one event, and a saturated peer does not keep it in its listen queue (a new
@@ -10,13 +10,13 @@
  * - The channel: `GET <path>` upgraded on the peer's cluster listener, the upgrade signed like a cluster
  *   request over an empty body. Each request is one text message `"<id> <timestamp> <signature>\n<body>"`
  *   (the signature over the body, as for a POST); the peer answers `"<id> <status> <instance> <signature>\n<answer>"`
- *   with the status and answer the POST would have had, signed as a POST's answer is (link/peer-auth.ts: for
+ *   with the status and answer the POST would have had, signed as a POST's answer is (cluster/peer-auth.ts: for
  *   that request's signature, under the answering instance's id); the requester verifies it as it would a POST's.
  * - Made when a peer is named a follower (`prepare`) or at the first request, kept while requests go (closed
  *   after PEER_CHANNEL_IDLE_MS without one). Requests made while it connects wait for it (bounded like the
  *   others), and go as POSTs if it fails before it opens.
  * - A peer that refuses the upgrade (an instance of an older release, a proxy in between) gets that path's
- *   requests as POSTs (link/peer-http.ts) for PEER_CHANNEL_RETRY_MS, then the channel is tried again.
+ *   requests as POSTs (cluster/peer-http.ts) for PEER_CHANNEL_RETRY_MS, then the channel is tried again.
  * - A request not answered within its timeout fails as possibly sent, as a POST's does (`sent: false` only
  *   for one never written to the channel); when nothing at all came back on the channel since it was sent,
  *   the channel is closed (its other requests fail with it, possibly sent) and the next one makes a new one.
@@ -29,7 +29,7 @@ import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
 import WebSocket, { WebSocketServer } from "ws";
-import { CLUSTER_LINK_REQUEST_PATH } from "./cluster.js";
+import { CLUSTER_LINK_REQUEST_PATH } from "./link-request.js";
 import {
   CLUSTER_MAX_BODY_BYTES,
   CLUSTER_SIGNATURE_HEADER,
@@ -96,7 +96,7 @@ export interface PeerChannelCounts {
   link_requests_by_post: number;
 }
 
-/** One instance's channels to its peers, one per peer origin and path; `post` is link/peer-http.ts `postToPeer`'s twin. */
+/** One instance's channels to its peers, one per peer origin and path; `post` is cluster/peer-http.ts `postToPeer`'s twin. */
 export class PeerChannels {
   readonly #channels = new Map<string, Channel>();
   /** Per peer origin and path, until when its requests go as POSTs (it refused the upgrade). */
@@ -121,11 +121,11 @@ export class PeerChannels {
   }
 
   /**
-   * One request to `url` (`<peer><path>`), its body signed in `headers` (cluster.ts signedHeaders): over the
+   * One request to `url` (`<peer><path>`), its body signed in `headers` (peer-auth.ts signedHeaders): over the
    * channel for that peer and path when the path has one (CHANNEL_PATHS), else as a POST.
    */
   readonly post: Post = (url, headers, body, timeoutMs, maxBodyBytes) => {
-    // A peer's URL was checked where it was named (link/cluster.ts); never throw here.
+    // A peer's URL was checked where it was named (cluster/link-request.ts); never throw here.
     if (!URL.canParse(url)) return Promise.resolve({ kind: "failed", sent: false, code: "bad_url" });
     const target = new URL(url);
     const path = CHANNEL_PATHS.get(target.pathname);
@@ -319,7 +319,7 @@ export class PeerChannelEndpoint {
   });
 
   constructor(
-    /** Checks requests and signs answers as this instance (link/peer-auth.ts). */
+    /** Checks requests and signs answers as this instance (cluster/peer-auth.ts). */
     private readonly auth: PeerAuth,
     /** By path (CLUSTER_RUN_PUSH_PATH, CLUSTER_LINK_REQUEST_PATH). */
     private readonly handlers: ReadonlyMap<string, ChannelHandler>,

@@ -1,5 +1,5 @@
 /**
- * One POST to another Server instance (link/cluster.ts), over `node:http`/`node:https` with keep-alive
+ * One POST to another Server instance (cluster/link-request.ts), over `node:http`/`node:https` with keep-alive
  * agents: a connection to a peer is reused across requests instead of made per request. `fetch` did the
  * same job at several times the CPU (Web streams and a Response per request, profiled in the cluster
  * fan-out), on the path every cross-instance wake-up takes.
@@ -29,10 +29,10 @@ const HTTPS_AGENT = new https.Agent(AGENT_OPTIONS);
 /** Errors a transport reports when the connection was never made: nothing was sent. */
 const NEVER_CONNECTED = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH"]);
 
-/** What a request to a peer came back with (defined beside the answer's signature check, link/peer-auth.ts). */
+/** What a request to a peer came back with (defined beside the answer's signature check, cluster/peer-auth.ts). */
 export type { PeerAnswer };
 
-/** How a request reaches a peer: `postToPeer`, or over a standing channel (link/peer-ws.ts `PeerChannels.post`). */
+/** How a request reaches a peer: `postToPeer`, or over a standing channel (cluster/peer-ws.ts `PeerChannels.post`). */
 export type Post = (
   url: string,
   headers: Record<string, string>,

@@ -1,16 +1,16 @@
 /**
  * This instance as a follower of runs whose Runner another instance holds (design §14, "Wake-ups between
- * instances"): the holder's pushes of each update (link/run-push.ts), taken when they continue a mirror
+ * instances"): the holder's pushes of each update (cluster/run-push.ts), taken when they continue a mirror
  * exactly, and the notices of RUN_CHANGES_CHANNEL, the safety net — a notice of an update a push already
  * brought is skipped, one ahead of its push waits NOTICE_PUSH_GRACE_MS for it, and anything else makes the
  * mirror catch up through the holder when someone waits on it.
  */
 import { isTerminalState } from "@webcodex/protocol";
 import type { LiveRunner } from "../link/registry.js";
-import { FOLLOW_IDLE_MS, MAX_PENDING_PUSH_EVENTS, type RunPush } from "../link/run-push.js";
-import type { RunContext } from "./context.js";
-import type { RunMirror } from "./mirror.js";
-import type { Observation } from "./observe.js";
+import type { RunContext } from "../runs/context.js";
+import type { RunMirror } from "../runs/mirror.js";
+import type { Observation } from "../runs/observe.js";
+import { FOLLOW_IDLE_MS, MAX_PENDING_PUSH_EVENTS, type RunPush } from "./run-push.js";
 
 /**
  * How long a notice of an update waits for that update's push when its mirror follows the holder's pushes
@@ -121,7 +121,7 @@ export class RunFollowing {
   }
 
   /**
-   * An update of a run linked to another instance, pushed by that instance (link/run-push.ts): taken into the
+   * An update of a run linked to another instance, pushed by that instance (cluster/run-push.ts): taken into the
    * mirror when it continues it exactly (the same agent instance, synced, no gap); held until the catch-up in
    * flight ends (a push must not overtake it: that catch-up may bring an older summary); ignored when the
    * mirror already holds a newer summary; otherwise the mirror catches up through the holder. Answers whether
