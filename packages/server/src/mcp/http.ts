@@ -44,6 +44,7 @@ import { RefusalLog } from "../refusal-log.js";
 import type { Principal, RunsApi, StartHooks } from "../runs/api.js";
 import { ObserveLimits } from "../runs/observe-limits.js";
 import { RunTools } from "../runs/tools.js";
+import type { ToolModule } from "../tools/contract.js";
 import type { AuditLog } from "./audit.js";
 import {
   type Era,
@@ -56,8 +57,6 @@ import { PostMux, readMcpPost, sendJsonRpcError } from "./post.js";
 import { PROJECTS_RESOURCE, PROJECTS_RESOURCE_URI } from "./resource.js";
 import { declaresTasks, type RunTasks, TASKS_EXTENSION, TaskRequestError } from "./run-tasks.js";
 import { ListenRefusal, TaskListens } from "./task-listen.js";
-import { checkArgumentShape } from "./tool-arguments.js";
-import type { ToolModule } from "./tool-shared.js";
 import { McpTools } from "./tools.js";
 
 /** Largest HTTP request body /mcp accepts (a 64 KiB prompt JSON-escaped fits with room). */
@@ -248,16 +247,6 @@ function hostOfHeader(header: string | undefined): string | undefined {
 }
 
 /**
- * A tool call's arguments checked as JSON.parse built them (mcp/tool-arguments.ts), before the SDK's request
- * schema copies them — that copy silently drops a top-level `__proto__` key. The refusal, or null.
- */
-function argumentShapeRefusal(m: JSONRPCMessage): string | null {
-  if (!("method" in m) || m.method !== "tools/call") return null;
-  const params = m.params as { arguments?: unknown } | undefined;
-  return checkArgumentShape(params?.arguments ?? {});
-}
-
-/**
  * Why a tools/call's params are malformed (no string `name`, or `arguments` that is not an object), or null.
  * The SDK's request schema would refuse such a call as an *internal* error (-32603) whose message is a raw
  * schema dump; it is answered here instead as invalid params (-32602) naming the field, and audited, since
@@ -351,8 +340,6 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
   interface RequestContext {
     principal: Principal;
     signal: AbortSignal;
-    /** Why the call's arguments were refused before the SDK copied them (argumentShapeRefusal), or null. */
-    shapeRefusal: string | null;
     /** The MCP era the request speaks (mcp/era.ts). */
     era: Era;
     /** The request's params as JSON.parse built them: the SDK's schemas drop `_wc` (the recorder envelope). */
@@ -394,7 +381,7 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
     const server = servers[kind];
     server.setRequestHandler("tools/list", () => ({ tools: tools.definitions(modern) }));
     server.setRequestHandler("tools/call", async (request, ctx) => {
-      const { principal, signal, shapeRefusal, rawParams } = contextOf(ctx.mcpReq.id);
+      const { principal, signal, rawParams } = contextOf(ctx.mcpReq.id);
       const name = request.params.name;
       if (!tools.has(name)) {
         tools.recordRefusedCall(principal, "unknown_tool");
@@ -403,7 +390,9 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       // Stateless: a notifications/cancelled could only arrive in another POST (and is never delivered),
       // so the request's own signal (client disconnect, shutdown) is the only one that can fire.
       const envelope = { modern, params: rawParams };
-      return tools.call(principal, name, request.params.arguments, signal, shapeRefusal, envelope);
+      // The arguments as JSON.parse built them (the SDK's copy drops a top-level `__proto__`): the router
+      // checks their shape, once.
+      return tools.call(principal, name, rawParams.arguments, signal, envelope);
     });
     server.setRequestHandler("resources/list", () => ({ resources: [PROJECTS_RESOURCE, RUN_VIEW_RESOURCE] }));
     server.setRequestHandler("resources/templates/list", () => ({ resourceTemplates: [] }));
@@ -558,7 +547,6 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       internal = mux.deliver(res, post.message as JSONRPCMessage & { id: RequestId }, {
         principal,
         signal: abort.signal,
-        shapeRefusal: argumentShapeRefusal(post.message),
         era: post.era,
         rawParams: paramsOf(post.raw),
       });
@@ -599,9 +587,8 @@ export function createMcpHttpHandler(options: McpHttpOptions): McpHttpHandler {
       switch (message.method) {
         case "tools/call": {
           const name = rawParams.name as string;
-          const shape = argumentShapeRefusal(message);
           const envelope = { modern: true, params: rawParams };
-          const result = await tools.call(principal, name, rawParams.arguments, undefined, shape, envelope);
+          const result = await tools.call(principal, name, rawParams.arguments, undefined, envelope);
           const runId = (result.structuredContent as { run_id?: unknown } | undefined)?.run_id;
           // A refused start is the tool's own error result, as without Tasks: no run, so no task.
           if (result.isError || typeof runId !== "string") answer(modernResult(era, result));

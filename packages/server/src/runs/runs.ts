@@ -27,7 +27,6 @@ import { StateBusyError, type StateEngine, StateUnavailableError } from "../stat
 import type { StateStore } from "../state/store.js";
 import { Admission } from "./admission.js";
 import type {
-  AdmissionHooks,
   AdmissionRequest,
   ApiResult,
   CancelOutput,
@@ -36,6 +35,7 @@ import type {
   ProjectView,
   RunAdmission,
   RunsApi,
+  StartCallHooks,
   StartInput,
   StartOutput,
 } from "./api.js";
@@ -305,7 +305,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     }
   }
 
-  start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>> {
+  start(principal: Principal, input: StartInput, hooks?: StartCallHooks): Promise<ApiResult<StartOutput>> {
     return this.#admission.start(principal, input, hooks).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
