@@ -66,7 +66,7 @@ describe("originGate", () => {
     const url = await serve((req, res) => originGate(req, res, ["https://app.example"], "127.0.0.1", l));
     const foreign = await fetch(url, { method: "POST", headers: { Origin: "http://evil.example" } });
     expect(foreign.status).toBe(403);
-    expect((await foreign.json()).error.message).toContain("Origin is not allowed");
+    expect(((await foreign.json()) as { error: { message: string } }).error.message).toContain("Origin is not allowed");
     expect(l.lines.join("")).toContain("origin not allowed");
     expect((await fetch(url, { method: "POST", headers: { Origin: "https://app.example" } })).status).toBe(200);
     expect((await fetch(url, { method: "POST" })).status).toBe(200);
@@ -124,7 +124,7 @@ describe("scopeGate", () => {
     const denied = await fetch(url, { method: "POST", headers: { "x-tool": "start_coding_agent" } });
     expect(denied.status).toBe(403);
     expect(denied.headers.get("www-authenticate")).toBe('Bearer error="insufficient_scope", scope="coding_agent:run"');
-    expect((await denied.json()).error.message).toBe(
+    expect(((await denied.json()) as { error: { message: string } }).error.message).toBe(
       "Forbidden: insufficient_scope (this call needs: coding_agent:run)",
     );
     expect(refused).toEqual(["start_coding_agent"]);
