@@ -1,11 +1,7 @@
 /**
- * Admission of `start_coding_agent`, in the exact order of design §6.1:
- * validate (the front end, with the StartInput schema) → scopes and project grant → run_id → existing record (replay or
- * idempotency_conflict) → resolve project → runner → provider with their
- * instance ids → durable intent → `sent` → `run.start` with the fences.
- * A rejection before the Runner admits leaves a `rejected_pre_admission`
- * record that an exact same-key retry may re-admit; nothing after admission
- * is ever sent again.
+ * Admission of `start_coding_agent` and of the managed start (`admit`), in the order and with the invariants of
+ * docs/design.md §6.1 (told there once): validated input → scopes and project grant (decided here, once) → run id →
+ * existing record → resolve → durable intent → `sent` → `run.start` with the fences.
  */
 import {
   CAPACITY_REASONS,
