@@ -40,6 +40,7 @@ export default defineConfig({
       // In-process stacks (test/support/stack.ts): the MCP surface of both eras, Tasks, sessions, AgentTasks.
       "packages/server/test/mcp-acceptance.test.ts",
       "packages/server/test/mcp-eras.test.ts",
+      "packages/server/test/mcp-refusals.test.ts",
       "packages/server/test/caps-races.test.ts",
       "packages/server/test/workflow-sessions.test.ts",
       "packages/server/test/agent-tasks.test.ts",
