@@ -40,6 +40,7 @@ export default defineConfig({
       // In-process stacks (test/support/stack.ts): the MCP surface of both eras, Tasks, sessions, AgentTasks.
       "packages/server/test/mcp/mcp-acceptance.test.ts",
       "packages/server/test/mcp/mcp-eras.test.ts",
+      "packages/server/test/mcp/mcp-refusals.test.ts",
       "packages/server/test/mcp/caps-races.test.ts",
       "packages/server/test/sessions/workflow-sessions.test.ts",
       "packages/server/test/tasks/agent-tasks.test.ts",

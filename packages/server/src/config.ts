@@ -275,7 +275,7 @@ export const ServerConfigSchema = z
         port: z.number().int().min(0).max(65535).default(7420),
         state_dir: z.string().min(1).max(4096).default(".webcodex/server"),
         heartbeat_interval_ms: z.number().int().min(100).max(600_000).default(15_000),
-        /** Origin header values accepted on /mcp (exact, e.g. "https://app.example"); see mcp/http.ts. */
+        /** Origin header values accepted on /mcp (exact, e.g. "https://app.example"); see mcp/gate.ts. */
         allowed_origins: z.array(OriginString).max(64).default([]),
         /**
          * Browser origins answered with CORS headers on /mcp (preflight without auth); each is also an allowed

@@ -15,9 +15,9 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { ServerConfig } from "./config.js";
 import { ABORTED, readBody, TOO_LARGE } from "./http-body.js";
-import { parseToolInput } from "./mcp/tool-shared.js";
 import type { Principal, Scope } from "./principals/principal.js";
 import { type RunsApi, StartInput } from "./runs/api.js";
+import { parseToolInput } from "./tools/input.js";
 
 export const TEST_API_ENV = "WEBCODEX_TEST_HOOK_API";
 

@@ -20,10 +20,10 @@ import { SessionTools } from "../sessions/tools.js";
 import { TaskService } from "../tasks/service.js";
 import { TaskStore } from "../tasks/store.js";
 import { TaskTools } from "../tasks/tools.js";
+import type { ToolModule } from "../tools/contract.js";
 import { StateAuditLog } from "./audit.js";
 import { createMcpHttpHandler } from "./http.js";
 import { RunTasks } from "./run-tasks.js";
-import type { ToolModule } from "./tool-shared.js";
 
 /** The OAuth clock, with the test-only skew (test-clock.ts) refused off loopback and logged when armed. */
 function checkedOAuthClock(host: string, log: Logger): () => number {

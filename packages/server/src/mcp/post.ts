@@ -238,3 +238,11 @@ function mediaType(header: string | undefined): string | undefined {
   if (header === undefined) return undefined;
   return (header.split(";", 1)[0] ?? "").trim().toLowerCase();
 }
+
+/** The params object of a parsed body (CheckedPost.raw), or an empty one. */
+export function paramsOf(raw: unknown): Readonly<Record<string, unknown>> {
+  const params = (raw as { params?: unknown } | null)?.params;
+  return typeof params === "object" && params !== null && !Array.isArray(params)
+    ? (params as Record<string, unknown>)
+    : {};
+}

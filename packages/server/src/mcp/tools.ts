@@ -1,8 +1,11 @@
 /**
- * The tool router: one `call()` that checks the arguments' shape, hands the call to the ToolModule
- * that owns the tool name (runs/tools.ts, tasks/tools.ts, sessions/tools.ts), and writes one audit
- * row per call. Transport-free: mcp/http.ts and the tests drive it with an already-authenticated
- * Principal. The result and error envelopes every module shares are in mcp/tool-shared.ts.
+ * The tool router: one `call()` that checks the arguments' shape once — the walk for depth and reserved
+ * keys (tool-arguments.ts), the tools/call envelope, then the tool's own zod schema (the protocol
+ * package's) — hands the parsed input to the ToolModule that owns the tool name (runs/tools.ts,
+ * tasks/tools.ts, sessions/tools.ts), and writes one audit row per call. Authority is not decided here:
+ * the modules' services do it (principals/authority.ts). Transport-free: mcp/http.ts and the tests drive
+ * it with an already-authenticated Principal. The contract and envelopes every module shares are in
+ * tools/contract.ts.
  */
 
 import type { CallToolResult, ReadResourceResult, Tool } from "@modelcontextprotocol/server";
@@ -13,12 +16,7 @@ import { readRunViewResource } from "../app/run-view.js";
 import type { Principal } from "../principals/principal.js";
 import type { RunsApi } from "../runs/api.js";
 import { SessionId } from "../sessions/ids.js";
-import type { AuditLog, AuditOutcome } from "./audit.js";
-import { type AuditSubjects, auditSubjects, NO_SUBJECTS } from "./audit-subjects.js";
-import { readProjectsResource } from "./resource.js";
-import { checkArgumentShape } from "./tool-arguments.js";
 import {
-  apiError,
   errorResult,
   fail,
   RECORDER_ARGUMENT,
@@ -28,7 +26,13 @@ import {
   type ToolModule,
   type ToolSpec,
   toolDefinition,
-} from "./tool-shared.js";
+} from "../tools/contract.js";
+import { apiError } from "../tools/errors.js";
+import { parseToolInput } from "../tools/input.js";
+import type { AuditLog, AuditOutcome } from "./audit.js";
+import { type AuditSubjects, auditSubjects, NO_SUBJECTS } from "./audit-subjects.js";
+import { readProjectsResource } from "./resource.js";
+import { checkArgumentShape } from "./tool-arguments.js";
 
 /** A tools/call's params as JSON.parse built them (the SDK's schema drops `_wc`), and whether it is 2026-07-28. */
 export interface CallEnvelope {
@@ -169,30 +173,27 @@ export class McpTools {
   }
 
   /**
-   * Run one tool call for an authenticated principal and audit it. `name` must satisfy has().
-   * `rawShape`: the verdict of checkArgumentShape on the arguments as they were parsed from the
-   * request, before the SDK's request schema rebuilt them (it drops a top-level `__proto__` key).
+   * Run one tool call for an authenticated principal and audit it. `name` must satisfy has(). `args` are
+   * the arguments as JSON.parse built them from the request (mcp/http.ts hands over the raw params, not
+   * the SDK's copy, which silently drops a top-level `__proto__` key): this is the one place their shape
+   * is checked, and the module gets what the tool's schema parsed.
    */
   async call(
     principal: Principal,
     name: string,
     args: unknown,
     signal?: AbortSignal,
-    rawShape: string | null = null,
     envelope: CallEnvelope = { modern: false, params: {} },
   ): Promise<CallToolResult> {
     const started = this.#now();
     let outcome: ToolCallOutcome;
     // Before anything recursive (zod, JSON.stringify) sees the arguments: depth and reserved keys.
-    const shape = rawShape ?? checkArgumentShape(args);
+    const shape = checkArgumentShape(args ?? {});
     try {
-      const module = this.#modules.get(name);
-      const checked = shape === null ? checkEnvelope(this.#specs.get(name), args, envelope) : null;
-      if (shape !== null) outcome = fail(apiError("invalid_input", shape), null);
-      else if (checked !== null && "refusal" in checked)
-        outcome = fail(apiError("invalid_input", checked.refusal), null);
-      else if (module) outcome = await module.call(principal, name, args, signal, checked?.invocation);
-      else throw new Error("unknown tool");
+      outcome =
+        shape !== null
+          ? fail(apiError("invalid_input", shape), null)
+          : await this.#dispatch(principal, name, args, signal, envelope);
     } catch (err) {
       // Never leak internals to the caller; the log keeps the class of failure only.
       this.#logger.error({ tool: name, err: describeFailure(err) }, "tool call failed unexpectedly");
@@ -214,6 +215,24 @@ export class McpTools {
       started,
     );
     return outcome.result;
+  }
+
+  /** The envelope, then the tool's schema; the module gets the parsed input. */
+  async #dispatch(
+    principal: Principal,
+    name: string,
+    args: unknown,
+    signal: AbortSignal | undefined,
+    envelope: CallEnvelope,
+  ): Promise<ToolCallOutcome> {
+    const module = this.#modules.get(name);
+    const spec = this.#specs.get(name);
+    if (!module || !spec) throw new Error("unknown tool");
+    const checked = checkEnvelope(spec, args, envelope);
+    if ("refusal" in checked) return fail(apiError("invalid_input", checked.refusal), null);
+    const input = parseToolInput(spec.input, args);
+    if (!input.ok) return fail(input.error, null);
+    return await module.call(principal, name, input.value, signal, checked.invocation);
   }
 
   /**

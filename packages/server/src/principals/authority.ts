@@ -1,9 +1,11 @@
 /**
- * Scope and grant checks of design §6.2 for the MCP front end. The run core
- * (runs/runs.ts) enforces the same rules plus run ownership; checking here as well
- * means a request without authority never reaches it.
+ * Scope and grant checks of design §6.2: the refusals, each worded once. The run core (runs/admission.ts,
+ * observe.ts, cancel.ts) and the agent-task and session services apply them, before anything else they do;
+ * the tool modules and the MCP router never decide authority (the OAuth 403 challenge at the HTTP edge,
+ * mcp/gate.ts, only asks the client for a wider token).
  *
- * - Every tool needs `coding_agent:run`. No other scope implies it.
+ * - Every run and agent-task tool needs `coding_agent:run`. No other scope implies it (the session tools need
+ *   `runtime:*` instead).
  * - start needs `project:write` and an exact grant of the project
  *   (and the Runner's allow_patch, which only the run core can see).
  * - The projects resource shows granted projects to `project:read` or
@@ -36,24 +38,25 @@ export function missingScopes(principal: Principal, needed: readonly Scope[], wh
   };
 }
 
-/** null when the principal may call the coding-agent tools at all. */
-export function checkToolScope(principal: Principal): Refusal | null {
-  return missingScopes(principal, [TOOL_SCOPE], "Every coding-agent tool");
+/** The scopes a start needs, directly (start_coding_agent) or through an agent task (design §6.2, §10). */
+export const START_SCOPES: readonly Scope[] = [TOOL_SCOPE, "project:write"];
+
+/**
+ * The one refusal for want of a project grant: null when `projectId` is granted to this principal exactly. The
+ * same answer for a project that exists elsewhere and one that does not.
+ */
+export function grantRefusal(principal: Principal, projectId: string): Refusal | null {
+  if (principal.projects.has(projectId)) return null;
+  return {
+    code: "forbidden",
+    message: `Project '${projectId}' is not granted to this token. Read webcodex://projects for the projects you may use.`,
+    recovery_kind: "fix_input",
+  };
 }
 
-/** null when the principal may start a run on `projectId` (scope + exact grant). */
-export function checkStartGrant(principal: Principal, projectId: string): Refusal | null {
-  const denied = missingScopes(principal, ["project:write"], "Starting a run");
-  if (denied) return denied;
-  if (!principal.projects.has(projectId)) {
-    // Same answer for a project that exists elsewhere and one that does not.
-    return {
-      code: "forbidden",
-      message: `Project '${projectId}' is not granted to this token. Read webcodex://projects for the projects you may use.`,
-      recovery_kind: "fix_input",
-    };
-  }
-  return null;
+/** null when the principal may start work on `projectId` (START_SCOPES, then the exact grant); else the refusal. */
+export function startRefusal(principal: Principal, projectId: string, what: string): Refusal | null {
+  return missingScopes(principal, START_SCOPES, what) ?? grantRefusal(principal, projectId);
 }
 
 /** Whether the projects resource may list `projectId` for this principal. */

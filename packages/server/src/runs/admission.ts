@@ -1,11 +1,7 @@
 /**
- * Admission of `start_coding_agent`, in the exact order of design §6.1:
- * validate (the front end, with the StartInput schema) → scopes and project grant → run_id → existing record (replay or
- * idempotency_conflict) → resolve project → runner → provider with their
- * instance ids → durable intent → `sent` → `run.start` with the fences.
- * A rejection before the Runner admits leaves a `rejected_pre_admission`
- * record that an exact same-key retry may re-admit; nothing after admission
- * is ever sent again.
+ * Admission of `start_coding_agent` and of the managed start (`admit`), in the order and with the invariants of
+ * docs/design.md §6.1 (told there once): validated input → scopes and project grant (decided here, once) → run id →
+ * existing record → resolve → durable intent → `sent` → `run.start` with the fences.
  */
 import {
   CAPACITY_REASONS,
@@ -18,16 +14,16 @@ import {
 import { serverFailpoint } from "../failpoints.js";
 import type { RequestOutcome } from "../link/hub.js";
 import type { LiveRunner } from "../link/registry.js";
-import { missingScopes } from "../principals/authority.js";
+import { startRefusal } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import { StateBusyError, type StateQueries, StateUnavailableError } from "../state/engine.js";
 import { type AdmissionRecord, RECORD_CHANGED, type RecordPatch } from "../state/store.js";
 import type {
-  AdmissionHooks,
   AdmissionRequest,
   ApiError,
   ApiErrorCode,
   ApiResult,
+  StartCallHooks,
   StartInput,
   StartOutput,
 } from "./api.js";
@@ -208,14 +204,20 @@ export class Admission {
     this.#startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_START_TIMEOUT_MS;
   }
 
-  async start(principal: Principal, input: StartInput, hooks: AdmissionHooks = {}): Promise<ApiResult<StartOutput>> {
+  async start(principal: Principal, input: StartInput, hooks: StartCallHooks = {}): Promise<ApiResult<StartOutput>> {
     // 1. authenticate: done by the front end (principal). 2. validate input: done by the front end's
-    // parse with the StartInput schema (runs/api.ts), which `input`'s type stands for.
-    // 3. scopes and exact project grant.
-    const denied = missingScopes(principal, ["coding_agent:run", "project:write"], "Starting a coding agent");
+    // parse with the tool's schema (mcp/tools.ts), which `input`'s type stands for.
+    // 3. scopes and exact project grant: decided here, once (principals/authority.ts words the refusal).
+    const denied = startRefusal(principal, input.project_id, "Starting a coding agent");
     if (denied) return { ok: false, error: denied };
-    if (!principal.projects.has(input.project_id)) {
-      return fail("forbidden", `No grant on project ${input.project_id}.`, "none");
+    // The caller's own preparation (workflow-session selectors), only for an authorized caller.
+    let prompt = input.prompt;
+    let bind = hooks.bind;
+    if (hooks.prepare) {
+      const prepared = await hooks.prepare();
+      if (!prepared.ok) return prepared;
+      prompt = prepared.value.prompt;
+      bind = prepared.value.bind;
     }
     // 4. derive run_id.
     const runId = deriveRunId(this.#ctx.store.serverSecret, principal.id, input.idempotency_key);
@@ -224,7 +226,7 @@ export class Admission {
     const fingerprint = intentFingerprint({
       project_id: input.project_id,
       provider_id: input.provider_id,
-      prompt: input.prompt,
+      prompt,
       config,
       timeout_secs: timeout,
     });
@@ -233,10 +235,10 @@ export class Admission {
       intent_fingerprint: fingerprint,
       project_id: input.project_id,
       provider_id: input.provider_id,
-      prompt: input.prompt,
+      prompt,
       config,
       timeout_secs: timeout,
-      ...hooks,
+      ...(bind ? { bind } : {}),
       afterRecorded: async () => {
         await hooks.afterRecorded?.();
         await serverFailpoint("start_after_intent");

@@ -6,7 +6,6 @@
  * allow_patch — is enforced here, so no front end can forget a check.
  */
 import {
-  type CapacityReason,
   type ConfigMap,
   type EffectiveConfigEntry,
   type ExecutionState,
@@ -18,66 +17,20 @@ import {
   StartInput,
   type StopReason,
 } from "@webcodex/protocol";
-import type { Principal, Scope } from "../principals/principal.js";
+import type { Principal } from "../principals/principal.js";
 import type { StateQueries } from "../state/engine.js";
+import type { ApiError, ApiResult } from "../tools/errors.js";
 import type { ToolStep } from "./mirror.js";
-
-// The identity types live with the principals; they are re-exported here for the front ends that take
-// them with the RunsApi.
-export { type Principal, SCOPES, type Scope } from "../principals/principal.js";
-
-/** Closed set of tool-level error codes (documented in the README). */
-export const API_ERROR_CODES = [
-  "unauthorized",
-  "forbidden",
-  "not_found",
-  "invalid_input",
-  "idempotency_conflict",
-  "runner_unavailable",
-  "provider_unavailable",
-  "stale_runner",
-  "stale_provider",
-  "capacity",
-  "start_in_progress",
-  /**
-   * A start whose `run.start` went out (or may have) when the state database failed before its answer
-   * was recorded: the run may be running. The same-key retry, once the database is back, returns it.
-   */
-  "start_outcome_unknown",
-  "invalid_observation_token",
-  "too_many_observers",
-  /** Managed path (design §10): the presented claim is not the task's current live claim. */
-  "stale_claim",
-  /** Managed path: a live attempt, or an active/uncertain Run, blocks what was asked. */
-  "claim_conflict",
-  /** Workflow sessions: expected_version is not the session's current version. */
-  "version_conflict",
-  /** Workflow sessions: context_session_version is not the context session's current version. */
-  "context_version_conflict",
-  /** The Server's state database cannot be reached (state/engine.ts StateUnavailableError); nothing half-written. */
-  "state_unavailable",
-  /** Too many operations already wait for the state database (StateBusyError). */
-  "state_busy",
-  "internal",
-] as const;
-export type ApiErrorCode = (typeof API_ERROR_CODES)[number];
-
-export interface ApiError {
-  code: ApiErrorCode;
-  /** Secret-free, says what was wrong and what to do. */
-  message: string;
-  recovery_kind: RecoveryKind;
-  /** On a `forbidden` for want of scopes: exactly the scopes this token lacks for the call (principals/authority.ts). */
-  missing_scopes?: Scope[];
-  /** On a `capacity` refusal the Runner explained: why (protocol capacity.ts; its recovery_kind says whether retrying helps). */
-  capacity_reason?: CapacityReason;
-}
-
-export type ApiResult<T> = { ok: true; value: T } | { ok: false; error: ApiError };
 
 // The opaque-key rule and the run core's start input (its only validator) are the run tools' contract, in the
 // protocol package (tools/runs.ts): start_coding_agent's schema extends StartInput there.
 export { MAX_OPAQUE_KEY_LENGTH, OPAQUE_KEY_RULE, OpaqueKey } from "@webcodex/protocol";
+// The identity types live with the principals; they are re-exported here for the front ends that take
+// them with the RunsApi.
+export { type Principal, SCOPES, type Scope } from "../principals/principal.js";
+// The answer vocabulary every front end and tool shares (codes, ApiError, ApiResult) lives below them, with the
+// tool contract (tools/errors.ts); re-exported for the run core's callers.
+export { API_ERROR_CODES, type ApiError, type ApiErrorCode, type ApiResult } from "../tools/errors.js";
 export { StartInput };
 
 export interface StartOutput {
@@ -181,6 +134,15 @@ export interface AdmissionRequest {
 /** The caller seams of one admission (see AdmissionRequest), for `start` callers too (workflow-session recorder). */
 export type AdmissionHooks = Pick<AdmissionRequest, "bind" | "afterRecorded" | "afterDispatched">;
 
+/**
+ * What a `start` caller may add to its admission. `prepare` (start_coding_agent's Workflow-Session selectors,
+ * StartHooks) runs once the run core decided the caller's authority and before the run id is derived: it may
+ * refuse, replace the prompt (quoted context) and give the admission's `bind` (the recorder link).
+ */
+export interface StartCallHooks extends AdmissionHooks {
+  prepare?(): Promise<ApiResult<{ prompt: string; bind?: NonNullable<AdmissionHooks["bind"]> }>>;
+}
+
 /** How a tool without Workflow Sessions answers a session selector (invalid_input). */
 export const WORKFLOW_SESSIONS_UNAVAILABLE = "Workflow sessions are not available on this Server; nothing was started.";
 
@@ -210,8 +172,11 @@ export interface RunAdmission {
 }
 
 export interface RunsApi {
-  /** `hooks.bind` runs inside the transaction that records the admission intent (the recorder link). */
-  start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>>;
+  /**
+   * Scopes and the project grant first (the one check, runs/admission.ts), then `hooks.prepare`; `hooks.bind` runs
+   * inside the transaction that records the admission intent (the recorder link).
+   */
+  start(principal: Principal, input: StartInput, hooks?: StartCallHooks): Promise<ApiResult<StartOutput>>;
   /** Waits at most wait_secs (capped) and returns early on anything new; aborts with `signal`. */
   observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>>;
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>>;

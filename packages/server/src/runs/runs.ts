@@ -15,7 +15,6 @@ import { StateBusyError, StateUnavailableError } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
 import { Admission } from "./admission.js";
 import type {
-  AdmissionHooks,
   AdmissionRequest,
   ApiResult,
   CancelOutput,
@@ -24,6 +23,7 @@ import type {
   ProjectView,
   RunAdmission,
   RunsApi,
+  StartCallHooks,
   StartInput,
   StartOutput,
 } from "./api.js";
@@ -146,7 +146,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     await withTimeout(this.#observation.catchUp(mirror, runner), timeoutMs);
   }
 
-  start(principal: Principal, input: StartInput, hooks?: AdmissionHooks): Promise<ApiResult<StartOutput>> {
+  start(principal: Principal, input: StartInput, hooks?: StartCallHooks): Promise<ApiResult<StartOutput>> {
     return this.#admission.start(principal, input, hooks).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 

@@ -1,15 +1,15 @@
 /**
  * The three model-facing run tools (design §6.3) as a ToolModule, like the task and session tools:
- * `start_coding_agent`, `observe_coding_agent`, `cancel_coding_agent`. Each parses its input with its
- * zod schema (the only validator), checks scope and grant, and calls the RunsApi. The Workflow-Session
- * selectors of a start go through StartHooks (runs/api.ts), so this module never imports sessions/.
+ * `start_coding_agent`, `observe_coding_agent`, `cancel_coding_agent`. Each takes its input as its zod
+ * schema parsed it (the router's one shape check, mcp/tools.ts) and calls the RunsApi, which decides
+ * scope and grant (principals/authority.ts words the refusals). The Workflow-Session selectors of a start
+ * go through StartHooks (runs/api.ts), so this module never imports sessions/.
  */
 
+import type { Principal } from "../principals/principal.js";
 import {
-  apiError,
   fail,
   ok,
-  parseToolInput,
   RECORDER_ARGUMENT,
   RECORDER_ENVELOPE,
   stripUndefined,
@@ -17,13 +17,12 @@ import {
   type ToolInvocation,
   type ToolModule,
   type ToolSpec,
-} from "../mcp/tool-shared.js";
-import { checkStartGrant, checkToolScope } from "../principals/authority.js";
-import type { Principal } from "../principals/principal.js";
+} from "../tools/contract.js";
+import { apiError } from "../tools/errors.js";
 import {
-  type AdmissionHooks,
   type ApiError,
   type RunsApi,
+  type StartCallHooks,
   type StartHooks,
   WORKFLOW_SESSIONS_UNAVAILABLE,
 } from "./api.js";
@@ -102,21 +101,22 @@ export class RunTools implements ToolModule {
     this.#observeLimits = options.observeLimits;
   }
 
+  /** `input` is what the tool's schema parsed (the router's one shape check, mcp/tools.ts). */
   async call(
     principal: Principal,
     name: string,
-    args: unknown,
+    input: unknown,
     signal?: AbortSignal,
     invocation?: ToolInvocation,
   ): Promise<ToolCallOutcome> {
     const tool = name as RunToolName;
     switch (tool) {
       case RUN_TOOL_NAMES.start:
-        return this.#start(principal, args, invocation);
+        return this.#start(principal, input as StartToolInput, invocation);
       case RUN_TOOL_NAMES.observe:
-        return this.#observe(principal, args, signal);
+        return this.#observe(principal, input as ObserveToolInput, signal);
       case RUN_TOOL_NAMES.cancel:
-        return this.#cancel(principal, args);
+        return this.#cancel(principal, input as CancelToolInput);
       default: {
         const unreachable: never = tool;
         throw new Error(`unknown tool ${String(unreachable)}`);
@@ -127,61 +127,43 @@ export class RunTools implements ToolModule {
   /**
    * The recorder is `workflow_session_id` (2025-era) or `_wc.record` (2026-07-28 envelope; the router
    * refuses the argument on such requests), checked the same way; refusals name the one the caller used.
+   * Authority is the run core's (runs/admission.ts), decided before the selectors are prepared.
    */
-  async #start(principal: Principal, args: unknown, invocation?: ToolInvocation): Promise<ToolCallOutcome> {
-    // Validation (prompt size included) happens before anything reaches the run core or its store.
-    const input = parseToolInput(StartToolInput, args);
-    if (!input.ok) return fail(input.error, null);
-    const denied = checkToolScope(principal) ?? checkStartGrant(principal, input.value.project_id);
-    if (denied) return fail(denied, null);
-    const {
-      workflow_session_id: recorderArgument,
-      context_session_id,
-      context_session_version,
-      ...runInput
-    } = input.value;
+  async #start(principal: Principal, input: StartToolInput, invocation?: ToolInvocation): Promise<ToolCallOutcome> {
+    const { workflow_session_id: recorderArgument, context_session_id, context_session_version, ...runInput } = input;
     const workflow_session_id = invocation?.record ?? recorderArgument;
     const recorder_field = invocation?.record !== undefined ? RECORDER_ENVELOPE : RECORDER_ARGUMENT;
-    let prompt = runInput.prompt;
-    let bind: AdmissionHooks["bind"];
-    if (
-      context_session_id !== undefined ||
-      workflow_session_id !== undefined ||
-      context_session_version !== undefined
-    ) {
-      if (!this.#startHooks) return fail(apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE), null);
-      const prepared = await this.#startHooks.prepare(
-        principal,
-        stripUndefined({
-          project_id: runInput.project_id,
-          provider_id: runInput.provider_id,
-          prompt: runInput.prompt,
-          workflow_session_id,
-          recorder_field,
-          context_session_id,
-          context_session_version,
-        }),
-      );
-      if (!prepared.ok) return fail(prepared.error, null);
-      prompt = prepared.value.prompt;
-      bind = prepared.value.bind;
-    }
-    const result = await this.#runs.start(principal, stripUndefined({ ...runInput, prompt }), bind ? { bind } : {});
+    const selectors =
+      context_session_id !== undefined || workflow_session_id !== undefined || context_session_version !== undefined;
+    const startHooks = this.#startHooks;
+    const prepare: StartCallHooks["prepare"] = !startHooks
+      ? async () => ({ ok: false, error: apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE) })
+      : () =>
+          startHooks.prepare(
+            principal,
+            stripUndefined({
+              project_id: runInput.project_id,
+              provider_id: runInput.provider_id,
+              prompt: runInput.prompt,
+              workflow_session_id,
+              recorder_field,
+              context_session_id,
+              context_session_version,
+            }),
+          );
+    const hooks: StartCallHooks = selectors ? { prepare } : {};
+    const result = await this.#runs.start(principal, stripUndefined(runInput), hooks);
     if (!result.ok) {
       if (result.error.code === "provider_unavailable") {
-        return fail(await this.#withProviders(principal, input.value, result.error), null);
+        return fail(await this.#withProviders(principal, input, result.error), null);
       }
       return fail(result.error, null);
     }
     return ok(StartToolOutput.parse(result.value), result.value.run_id);
   }
 
-  async #observe(principal: Principal, args: unknown, signal?: AbortSignal): Promise<ToolCallOutcome> {
-    const input = parseToolInput(ObserveToolInput, args);
-    if (!input.ok) return fail(input.error, null);
-    const denied = checkToolScope(principal);
-    if (denied) return fail(denied, input.value.run_id);
-    const waits = (input.value.wait_secs ?? 0) > 0;
+  async #observe(principal: Principal, input: ObserveToolInput, signal?: AbortSignal): Promise<ToolCallOutcome> {
+    const waits = (input.wait_secs ?? 0) > 0;
     const slot = waits ? this.#observeLimits.acquire(principal.id) : null;
     if (waits && !slot) {
       return fail(
@@ -189,26 +171,22 @@ export class RunTools implements ToolModule {
           "too_many_observers",
           `Too many observe calls are waiting for this principal (limit ${this.#observeLimits.limit}). Wait for one to return, or observe without wait_secs.`,
         ),
-        input.value.run_id,
+        input.run_id,
       );
     }
     try {
-      const result = await this.#runs.observe(principal, stripUndefined(input.value), signal);
-      if (!result.ok) return fail(result.error, input.value.run_id);
-      return ok(ObserveToolOutput.parse(stripUndefined(result.value)), input.value.run_id);
+      const result = await this.#runs.observe(principal, stripUndefined(input), signal);
+      if (!result.ok) return fail(result.error, input.run_id);
+      return ok(ObserveToolOutput.parse(stripUndefined(result.value)), input.run_id);
     } finally {
       slot?.release();
     }
   }
 
-  async #cancel(principal: Principal, args: unknown): Promise<ToolCallOutcome> {
-    const input = parseToolInput(CancelToolInput, args);
-    if (!input.ok) return fail(input.error, null);
-    const denied = checkToolScope(principal);
-    if (denied) return fail(denied, input.value.run_id);
-    const result = await this.#runs.cancel(principal, input.value);
-    if (!result.ok) return fail(result.error, input.value.run_id);
-    return ok(CancelToolOutput.parse(result.value), input.value.run_id);
+  async #cancel(principal: Principal, input: CancelToolInput): Promise<ToolCallOutcome> {
+    const result = await this.#runs.cancel(principal, input);
+    if (!result.ok) return fail(result.error, input.run_id);
+    return ok(CancelToolOutput.parse(result.value), input.run_id);
   }
 
   /**

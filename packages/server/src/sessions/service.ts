@@ -32,7 +32,7 @@ import { AsyncResource } from "node:async_hooks";
 import { createHash, randomBytes } from "node:crypto";
 import { base32, isTerminalState, MAX_PROMPT_BYTES, terminalSafe, utf8Length } from "@webcodex/protocol";
 import type { Logger } from "pino";
-import { missingScopes } from "../principals/authority.js";
+import { grantRefusal, missingScopes } from "../principals/authority.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, StartHooks } from "../runs/api.js";
 import type { StateQueries } from "../state/engine.js";
@@ -238,8 +238,7 @@ export class SessionService {
     const what = scope === "runtime:write" ? "Creating or updating a workflow session" : "Reading a workflow session";
     const denied = missingScopes(principal, [scope], what);
     if (denied) return denied;
-    if (!principal.projects.has(projectId)) return err("forbidden", `No grant on project ${projectId}.`, "none");
-    return null;
+    return grantRefusal(principal, projectId);
   }
 
   /**

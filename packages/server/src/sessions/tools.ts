@@ -14,8 +14,8 @@ import {
   SessionView,
   UpdateSessionInput,
 } from "@webcodex/protocol";
-import { fail, ok, parseToolInput, type ToolCallOutcome, type ToolModule, type ToolSpec } from "../mcp/tool-shared.js";
 import type { Principal } from "../principals/principal.js";
+import { fail, ok, type Parsed, type ToolCallOutcome, type ToolModule, type ToolSpec } from "../tools/contract.js";
 import type { SessionService } from "./service.js";
 
 // The three tools' names and schemas are the MCP contract, in the protocol package (tools/sessions.ts).
@@ -62,18 +62,15 @@ export class SessionTools implements ToolModule {
     this.#sessions = sessions;
   }
 
-  async call(principal: Principal, name: string, args: unknown): Promise<ToolCallOutcome> {
+  /** `input` is what the tool's schema parsed (the router's one shape check, mcp/tools.ts). */
+  async call(principal: Principal, name: string, input: unknown): Promise<ToolCallOutcome> {
     switch (name as SessionToolName) {
       case SESSION_TOOL_NAMES.create: {
-        const input = parseToolInput(CreateSessionInput, args);
-        if (!input.ok) return fail(input.error, null);
-        const r = await this.#sessions.create(principal, input.value);
+        const r = await this.#sessions.create(principal, input as Parsed<typeof CreateSessionInput>);
         return r.ok ? ok(SessionView.parse(r.value), null) : fail(r.error, null);
       }
       case SESSION_TOOL_NAMES.update: {
-        const input = parseToolInput(UpdateSessionInput, args);
-        if (!input.ok) return fail(input.error, null);
-        const v = input.value;
+        const v = input as Parsed<typeof UpdateSessionInput>;
         const r = await this.#sessions.update(principal, {
           session_id: v.session_id,
           ...(v.handoff !== undefined ? { handoff: v.handoff } : {}),
@@ -83,11 +80,10 @@ export class SessionTools implements ToolModule {
         return r.ok ? ok(SessionView.parse(r.value), null) : fail(r.error, null);
       }
       case SESSION_TOOL_NAMES.read: {
-        const input = parseToolInput(ReadSessionInput, args);
-        if (!input.ok) return fail(input.error, null);
+        const v = input as Parsed<typeof ReadSessionInput>;
         const r = await this.#sessions.read(principal, {
-          session_id: input.value.session_id,
-          ...(input.value.after !== undefined ? { after: input.value.after } : {}),
+          session_id: v.session_id,
+          ...(v.after !== undefined ? { after: v.after } : {}),
         });
         return r.ok ? ok(ReadSessionOutput.parse(r.value), null) : fail(r.error, null);
       }

@@ -29,7 +29,7 @@
 import { isTerminalState } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { serverFailpoint } from "../failpoints.js";
-import { missingScopes } from "../principals/authority.js";
+import { missingScopes, START_SCOPES, startRefusal } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import type { AdmissionHooks, ApiError, ApiErrorCode, ApiResult, RunAdmission, StartOutput } from "../runs/api.js";
 import { intentFingerprint } from "../runs/identity.js";
@@ -91,8 +91,11 @@ export interface StartTaskRunInput {
   claim: ClaimSelector;
   config?: Record<string, string | boolean>;
   timeout_secs?: number;
-  /** The workflow-session recorder link, written in the same transaction as the binding. */
-  recorder?: NonNullable<AdmissionHooks["bind"]>;
+  /**
+   * The workflow-session recorder check, asked once the caller's authority is decided; its answer is the
+   * recorder link, written in the same transaction as the binding.
+   */
+  recorder?: () => Promise<ApiResult<NonNullable<AdmissionHooks["bind"]>>>;
 }
 
 export interface TaskServiceOptions {
@@ -110,6 +113,8 @@ function fail<T>(code: ApiErrorCode, message: string, recovery_kind: ApiError["r
 
 const NOT_FOUND_TASK = (id: string) => taskError("not_found", `No task ${id}.`, "none");
 
+/** What the scope refusals of the task tools name (principals/authority.ts). */
+const TASKS_WHAT = "Using agent tasks";
 /** The advisory lock (state/engine.ts `{lock}`) a principal's task creations take turns on. */
 export function createLock(principalId: string): string {
   return `agent_tasks.create:${principalId}`;
@@ -142,12 +147,14 @@ export class TaskService {
 
   // ---- authority ----------------------------------------------------------------------------
 
-  /** coding_agent:run + project:write + the exact project grant. */
+  /** coding_agent:run + project:write + the exact project grant (principals/authority.ts words the refusal). */
   #authorize(principal: Principal, projectId: string): ApiError | null {
-    const denied = missingScopes(principal, ["coding_agent:run", "project:write"], "Using agent tasks");
-    if (denied) return denied;
-    if (!principal.projects.has(projectId)) return taskError("forbidden", `No grant on project ${projectId}.`, "none");
-    return null;
+    return startRefusal(principal, projectId, TASKS_WHAT);
+  }
+
+  /** coding_agent:run + project:write, before a task is looked up (its project's grant is #owned's). */
+  #mayUseTasks(principal: Principal): ApiError | null {
+    return missingScopes(principal, START_SCOPES, TASKS_WHAT);
   }
 
   /**
@@ -215,6 +222,8 @@ export class TaskService {
     principal: Principal,
     input: StartAttemptInput,
   ): Promise<ApiResult<AttemptClaimView & { renewed: boolean; superseded_run_id?: string }>> {
+    const denied = this.#mayUseTasks(principal);
+    if (denied) return { ok: false, error: denied };
     // Atomic by the task's row lock (#owned → lockTask): of two concurrent claimants one inserts the
     // attempt and commits; the other then reads its live lease and is refused.
     return await this.#tasks.transaction(async (tx) => {
@@ -356,6 +365,14 @@ export class TaskService {
     principal: Principal,
     input: StartTaskRunInput,
   ): Promise<ApiResult<StartOutput & { task_id: string; attempt_id: string }>> {
+    const denied = this.#authorize(principal, input.project_id);
+    if (denied) return { ok: false, error: denied };
+    let recorder: NonNullable<AdmissionHooks["bind"]> | undefined;
+    if (input.recorder) {
+      const checked = await input.recorder();
+      if (!checked.ok) return checked;
+      recorder = checked.value;
+    }
     const claim = this.#resolveClaim(input.claim);
     if ("code" in claim) return { ok: false, error: claim };
     // A first look, to refuse early; the decision is the check inside the admission transaction (bind).
@@ -369,8 +386,6 @@ export class TaskService {
         "fix_input",
       );
     }
-    const denied = this.#authorize(principal, task.project_id);
-    if (denied) return { ok: false, error: denied };
     const runId = deriveTaskRunId(this.#secret, principal.id, task.task_id, attempt.attempt_id);
     const config = input.config ?? {};
     const timeout = input.timeout_secs ?? null;
@@ -417,7 +432,7 @@ export class TaskService {
           },
           tx,
         );
-        return (await input.recorder?.(fences, tx)) ?? null;
+        return (await recorder?.(fences, tx)) ?? null;
       },
       afterRecorded: () => serverFailpoint("task_after_binding"),
       afterDispatched: () => serverFailpoint("task_after_run_start"),
@@ -456,6 +471,8 @@ export class TaskService {
     principal: Principal,
     input: { task_id: string; attempt_id?: string },
   ): Promise<ApiResult<{ task: TaskView; attempt: AttemptView | null; attempts: number }>> {
+    const denied = this.#mayUseTasks(principal);
+    if (denied) return { ok: false, error: denied };
     return await this.#tasks.transaction(async (tx) => {
       const task = await this.#owned(principal, input.task_id, tx);
       if ("code" in task) return { ok: false, error: task };
@@ -486,6 +503,8 @@ export class TaskService {
     principal: Principal,
     input: { task_id: string; outcome: TaskOutcome },
   ): Promise<ApiResult<{ task: TaskView; already_closed: boolean }>> {
+    const denied = this.#mayUseTasks(principal);
+    if (denied) return { ok: false, error: denied };
     // Atomic by the task's row lock: no attempt or binding can be added between the check and the close.
     const result = await this.#tasks.transaction(
       async (tx): Promise<ApiResult<{ task: TaskView; already_closed: boolean }>> => {

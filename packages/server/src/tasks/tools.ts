@@ -23,11 +23,13 @@ import {
   TASK_TOOL_NAMES,
   type TaskToolName,
 } from "@webcodex/protocol";
+import type { Principal } from "../principals/principal.js";
+import { WORKFLOW_SESSIONS_UNAVAILABLE } from "../runs/api.js";
+import type { SessionService } from "../sessions/service.js";
 import {
-  apiError,
   fail,
   ok,
-  parseToolInput,
+  type Parsed,
   RECORDER_ARGUMENT,
   RECORDER_ENVELOPE,
   stripUndefined,
@@ -35,11 +37,8 @@ import {
   type ToolInvocation,
   type ToolModule,
   type ToolSpec,
-} from "../mcp/tool-shared.js";
-import { checkStartGrant, checkToolScope } from "../principals/authority.js";
-import type { Principal } from "../principals/principal.js";
-import { WORKFLOW_SESSIONS_UNAVAILABLE } from "../runs/api.js";
-import type { SessionService } from "../sessions/service.js";
+} from "../tools/contract.js";
+import { apiError } from "../tools/errors.js";
 import type { TaskService } from "./service.js";
 
 // The five tools' names, bounds and schemas are the MCP contract, in the protocol package (tools/tasks.ts).
@@ -114,46 +113,40 @@ export class TaskTools implements ToolModule {
     this.#sessions = sessions;
   }
 
+  /**
+   * `input` is what the tool's schema parsed (the router's one shape check, mcp/tools.ts); scopes and grants
+   * are the TaskService's to decide (principals/authority.ts words the refusals).
+   */
   async call(
     principal: Principal,
     name: string,
-    args: unknown,
+    input: unknown,
     _signal?: AbortSignal,
     invocation?: ToolInvocation,
   ): Promise<ToolCallOutcome> {
-    const denied = checkToolScope(principal);
     switch (name as TaskToolName) {
       case TASK_TOOL_NAMES.create: {
-        const input = parseToolInput(CreateTaskInput, args);
-        if (!input.ok) return fail(input.error, null);
-        const refused = denied ?? checkStartGrant(principal, input.value.project_id);
-        if (refused) return fail(refused, null);
-        const r = await this.#tasks.createTask(principal, stripUndefined(input.value));
+        const r = await this.#tasks.createTask(principal, stripUndefined(input as Parsed<typeof CreateTaskInput>));
         return r.ok ? ok(CreateTaskOutput.parse(r.value), null) : fail(r.error, null);
       }
       case TASK_TOOL_NAMES.attempt: {
-        const input = parseToolInput(StartAttemptInput, args);
-        if (!input.ok) return fail(input.error, null);
-        const supersede = input.value.supersede_uncertain_run ?? null;
-        if (denied) return fail(denied, supersede);
-        const r = await this.#tasks.startAttempt(principal, stripUndefined(input.value));
+        const v = input as Parsed<typeof StartAttemptInput>;
+        const supersede = v.supersede_uncertain_run ?? null;
+        const r = await this.#tasks.startAttempt(principal, stripUndefined(v));
         return r.ok ? ok(StartAttemptOutput.parse(r.value), supersede) : fail(r.error, supersede);
       }
       case TASK_TOOL_NAMES.run: {
-        const input = parseToolInput(StartTaskRunInput, args);
-        if (!input.ok) return fail(input.error, null);
-        const v = input.value;
-        const refused = denied ?? checkStartGrant(principal, v.project_id);
-        if (refused) return fail(refused, null);
+        const v = input as Parsed<typeof StartTaskRunInput>;
         // 2026-07-28: `_wc.record` (the router refuses the argument on such requests); same checks.
         const recorderId = invocation?.record ?? v.workflow_session_id;
         const field = invocation?.record !== undefined ? RECORDER_ENVELOPE : RECORDER_ARGUMENT;
-        let recorder: Awaited<ReturnType<SessionService["recorder"]>> | undefined;
-        if (recorderId !== undefined) {
-          if (!this.#sessions) return fail(apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE), null);
-          recorder = await this.#sessions.recorder(principal, recorderId, v.project_id, v.provider_id, field);
-          if (!recorder.ok) return fail(recorder.error, null);
-        }
+        const sessions = this.#sessions;
+        const recorder =
+          recorderId === undefined
+            ? undefined
+            : !sessions
+              ? async () => ({ ok: false as const, error: apiError("invalid_input", WORKFLOW_SESSIONS_UNAVAILABLE) })
+              : () => sessions.recorder(principal, recorderId, v.project_id, v.provider_id, field);
         const claim =
           v.attempt_ref !== undefined
             ? { attempt_ref: v.attempt_ref }
@@ -170,24 +163,18 @@ export class TaskTools implements ToolModule {
           claim,
           ...(v.config !== undefined ? { config: v.config } : {}),
           ...(v.timeout_secs !== undefined ? { timeout_secs: v.timeout_secs } : {}),
-          ...(recorder?.ok ? { recorder: recorder.value } : {}),
+          ...(recorder ? { recorder } : {}),
         });
         if (!r.ok) return fail(r.error, null);
         return ok(StartTaskRunOutput.parse(r.value), r.value.run_id);
       }
       case TASK_TOOL_NAMES.reconcile: {
-        const input = parseToolInput(ReconcileInput, args);
-        if (!input.ok) return fail(input.error, null);
-        if (denied) return fail(denied, null);
-        const r = await this.#tasks.reconcile(principal, stripUndefined(input.value));
+        const r = await this.#tasks.reconcile(principal, stripUndefined(input as Parsed<typeof ReconcileInput>));
         if (!r.ok) return fail(r.error, null);
         return ok(ReconcileOutput.parse(r.value), r.value.attempt?.run?.run_id ?? null);
       }
       case TASK_TOOL_NAMES.close: {
-        const input = parseToolInput(CloseTaskInput, args);
-        if (!input.ok) return fail(input.error, null);
-        if (denied) return fail(denied, null);
-        const r = await this.#tasks.close(principal, input.value);
+        const r = await this.#tasks.close(principal, input as Parsed<typeof CloseTaskInput>);
         return r.ok ? ok(CloseTaskOutput.parse(r.value), null) : fail(r.error, null);
       }
       default:

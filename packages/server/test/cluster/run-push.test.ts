@@ -20,7 +20,17 @@ import {
   type RunPush,
   RunPushes,
 } from "../../src/cluster/run-push.js";
-import { AGENT_INSTANCE, event, FOLLOWER, HOLDER, KEY, peerAuth, RUN_ID, until, update } from "../support/run-pushes.js";
+import {
+  AGENT_INSTANCE,
+  event,
+  FOLLOWER,
+  HOLDER,
+  KEY,
+  peerAuth,
+  RUN_ID,
+  until,
+  update,
+} from "../support/run-pushes.js";
 
 const log = pino({ level: "silent" });
 

@@ -534,12 +534,20 @@ describe("one /mcp, two eras", () => {
       const taskId = created.taskId as string;
       const runId = (created._meta as Record<string, Structured>)["dev.webcodex/run"]?.run_id;
       await getUntil(taskId, (r) => r.status !== "working");
-      expect((await taskRequest("tasks/get", taskId, bobToken)).body.error?.code).toBe(-32602);
       const rows = () =>
         stack.rows<{ principal_id: string; run_id: string | null; outcome: string; output_bytes: number }>(
           "SELECT principal_id, run_id, outcome, output_bytes FROM mcp_audit WHERE tool = 'task:get' ORDER BY id",
         );
-      await poll(async () => (await rows()).some((r) => r.principal_id === "bob"), {
+      const bobRows = async () => (await rows()).filter((r) => r.principal_id === "bob");
+      // An earlier test's foreign tasks/get may have its row already (or still on its way): count from here.
+      await poll(async () => (await rows()).some((r) => r.run_id === runId), {
+        timeoutMs: AUDIT_WAIT_MS,
+        intervalMs: 50,
+        what: "alice's tasks/get audited",
+      });
+      const before = (await bobRows()).length;
+      expect((await taskRequest("tasks/get", taskId, bobToken)).body.error?.code).toBe(-32602);
+      await poll(async () => (await bobRows()).length > before, {
         timeoutMs: AUDIT_WAIT_MS,
         intervalMs: 50,
         what: "bob's tasks/get audited",
@@ -547,7 +555,7 @@ describe("one /mcp, two eras", () => {
       const mine = (await rows()).filter((r) => r.run_id === runId);
       expect(mine.length).toBeGreaterThan(0);
       expect(mine.every((r) => r.principal_id === "alice" && r.outcome === "ok" && r.output_bytes > 0)).toBe(true);
-      expect((await rows()).filter((r) => r.principal_id === "bob")).toEqual([
+      expect((await bobRows()).slice(before)).toEqual([
         { principal_id: "bob", run_id: null, outcome: "not_found", output_bytes: 0 },
       ]);
     });

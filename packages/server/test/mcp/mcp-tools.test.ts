@@ -3,11 +3,12 @@ import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import { canary } from "../../../../scripts/vitest/canary.js";
 import { MemoryAuditLog } from "../../src/mcp/audit.js";
-import { parseToolInput, toolDefinition } from "../../src/mcp/tool-shared.js";
 import { McpTools } from "../../src/mcp/tools.js";
 import { ObserveLimits } from "../../src/runs/observe-limits.js";
 import { CancelToolInput, ObserveToolInput, StartToolInput } from "../../src/runs/tool-schemas.js";
 import { RUN_TOOL_SPECS, RunTools, RUN_TOOL_NAMES as TOOL_NAMES } from "../../src/runs/tools.js";
+import { toolDefinition } from "../../src/tools/contract.js";
+import { parseToolInput } from "../../src/tools/input.js";
 import { FakeRuns, principal } from "../support/fake-runs.js";
 
 const logger = pino({ level: "silent" });
@@ -192,7 +193,7 @@ describe("McpTools.call", () => {
     expect(error.available_providers).toEqual([{ provider_id: "fake", name: "Fake agent" }]);
   });
 
-  it("refuses start on a project that is not granted, without reaching the run core", async () => {
+  it("passes the run core's refusal of an ungranted project through unchanged, with nothing started", async () => {
     const { tools, runs } = setup();
     const result = await tools.call(alice, TOOL_NAMES.start, { ...validStart, project_id: "other" });
     expect(errorOf(result).code).toBe("forbidden");

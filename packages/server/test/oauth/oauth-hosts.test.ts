@@ -15,7 +15,7 @@ import { pino } from "pino";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { clientAddressResolver } from "../../src/client-address.js";
 import { buildServerConfig } from "../../src/config.js";
-import { CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS } from "../../src/mcp/http.js";
+import { CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS } from "../../src/mcp/gate.js";
 import { createMcpHandler } from "../../src/mcp/mcp.js";
 import { MAX_PENDING_PER_ADDRESS, MAX_PENDING_PER_CLIENT } from "../../src/oauth/consent.js";
 import { OAuthStore, sha256 } from "../../src/oauth/store.js";

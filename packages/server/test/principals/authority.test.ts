@@ -1,8 +1,17 @@
 import { describe, expect, it } from "vitest";
-import { canSeeProject, checkStartGrant, checkToolScope, missingScopes } from "../../src/principals/authority.js";
+import {
+  canSeeProject,
+  grantRefusal,
+  missingScopes,
+  startRefusal,
+  TOOL_SCOPE,
+} from "../../src/principals/authority.js";
 import { principal } from "../support/fake-runs.js";
 
 /** design §6.2: no scope but coding_agent:run opens the tools; start also needs project:write + grant. */
+const toolRefusal = (p: ReturnType<typeof principal>) => missingScopes(p, [TOOL_SCOPE], "Observing a coding agent");
+const checkStartGrant = (p: ReturnType<typeof principal>, projectId: string) =>
+  startRefusal(p, projectId, "Starting a coding agent");
 const MATRIX: { scopes: string[]; tools: boolean; start: boolean; see: boolean }[] = [
   { scopes: [], tools: false, start: false, see: false },
   { scopes: ["project:read"], tools: false, start: false, see: true },
@@ -23,8 +32,8 @@ const MATRIX: { scopes: string[]; tools: boolean; start: boolean; see: boolean }
 describe("scope matrix", () => {
   it.each(MATRIX)("scopes $scopes: tools=$tools start=$start see=$see", ({ scopes, tools, start, see }) => {
     const p = principal("p", scopes, ["demo"]);
-    expect(checkToolScope(p) === null).toBe(tools);
-    expect(checkToolScope(p) === null && checkStartGrant(p, "demo") === null).toBe(start);
+    expect(toolRefusal(p) === null).toBe(tools);
+    expect(checkStartGrant(p, "demo") === null).toBe(start);
     expect(canSeeProject(p, "demo")).toBe(see);
   });
 
@@ -47,7 +56,7 @@ describe("scope matrix", () => {
 describe("refusal messages say what is missing and what to do", () => {
   it("names the missing scope or the ungranted project, with the recovery the caller can take", () => {
     const none = principal("p", [], ["demo"]);
-    expect(checkToolScope(none)).toEqual({
+    expect(toolRefusal(none)).toEqual({
       code: "forbidden",
       message: expect.stringContaining("this token lacks coding_agent:run"),
       recovery_kind: "none",
@@ -57,12 +66,13 @@ describe("refusal messages say what is missing and what to do", () => {
     expect(checkStartGrant(noWrite, "demo")).toEqual({
       code: "forbidden",
       message:
-        "Starting a run needs the project:write scope; this token lacks project:write. Ask the operator for a token issued with it.",
+        "Starting a coding agent needs the coding_agent:run and project:write scopes; this token lacks project:write. Ask the operator for a token issued with it.",
       recovery_kind: "none",
       missing_scopes: ["project:write"],
     });
     const noGrant = principal("p", ["coding_agent:run", "project:write"], ["demo"]);
-    expect(checkStartGrant(noGrant, "elsewhere")).toEqual({
+    expect(grantRefusal(noGrant, "elsewhere")).toEqual(checkStartGrant(noGrant, "elsewhere"));
+    expect(grantRefusal(noGrant, "elsewhere")).toEqual({
       code: "forbidden",
       message: expect.stringMatching(/^Project 'elsewhere' is not granted to this token\. Read webcodex:\/\/projects/),
       recovery_kind: "fix_input",

@@ -5,9 +5,9 @@
  * dropping one, and its type has no such field.
  */
 import { describe, expect, it } from "vitest";
-import { parseToolInput } from "../../src/mcp/tool-shared.js";
 import { StartInput } from "../../src/runs/api.js";
 import { StartToolInput } from "../../src/runs/tool-schemas.js";
+import { parseToolInput } from "../../src/tools/input.js";
 
 const base: StartInput = { project_id: "demo", provider_id: "fake", idempotency_key: "k", prompt: "hi" };
 

@@ -1,10 +1,12 @@
 /**
  * A small in-memory RunsApi for unit tests of the MCP layer (schemas,
  * authority, audit, HTTP plumbing). It is NOT the run core: acceptance tests
- * use the real Server + Runner (see stack.ts).
+ * use the real Server + Runner (see stack.ts). Like the run core it decides authority first, with the
+ * same refusals (principals/authority.ts), since the tools above it no longer check.
  */
 import { createHash } from "node:crypto";
 import type { RunEvent, RunState } from "@webcodex/protocol";
+import { missingScopes, startRefusal, TOOL_SCOPE } from "../../src/principals/authority.js";
 import type {
   ApiResult,
   CancelOutput,
@@ -13,6 +15,7 @@ import type {
   Principal,
   ProjectView,
   RunsApi,
+  StartCallHooks,
   StartInput,
   StartOutput,
 } from "../../src/runs/api.js";
@@ -44,7 +47,14 @@ export class FakeRuns implements RunsApi {
   /** Resolves a pending observe; set by observe() while waiting. */
   #wakers = new Set<() => void>();
 
-  async start(principal: Principal, input: StartInput): Promise<ApiResult<StartOutput>> {
+  async start(principal: Principal, input: StartInput, hooks: StartCallHooks = {}): Promise<ApiResult<StartOutput>> {
+    const denied = startRefusal(principal, input.project_id, "Starting a coding agent");
+    if (denied) return { ok: false, error: denied };
+    if (hooks.prepare) {
+      const prepared = await hooks.prepare();
+      if (!prepared.ok) return prepared;
+      input = { ...input, prompt: prepared.value.prompt };
+    }
     this.startCalls.push(input);
     const project = this.projects.find((p) => p.project_id === input.project_id);
     if (!project) return { ok: false, error: { code: "not_found", message: "no such project", recovery_kind: "none" } };
@@ -100,6 +110,8 @@ export class FakeRuns implements RunsApi {
   }
 
   async observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>> {
+    const denied = missingScopes(principal, [TOOL_SCOPE], "Observing a coding agent");
+    if (denied) return { ok: false, error: denied };
     const run = this.#owned(principal, input.run_id);
     if (!run) return { ok: false, error: { code: "not_found", message: "no such run", recovery_kind: "none" } };
     let after = 0;
@@ -146,6 +158,8 @@ export class FakeRuns implements RunsApi {
   }
 
   async cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
+    const denied = missingScopes(principal, [TOOL_SCOPE], "Cancelling a coding agent");
+    if (denied) return { ok: false, error: denied };
     const run = this.#owned(principal, input.run_id);
     if (!run) return { ok: false, error: { code: "not_found", message: "no such run", recovery_kind: "none" } };
     const already = run.state === "cancelled";
