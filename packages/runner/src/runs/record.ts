@@ -17,11 +17,11 @@ import type {
 } from "@webcodex/protocol";
 import type { AcpClientConnection } from "../acp/session.js";
 import type { AgentConfig, ProjectConfig } from "../config/config.js";
+import type { RunAs } from "../config/run-as.js";
 import type { EventNormalizer } from "../events/normalize.js";
 import type { Redactor } from "../events/redactor.js";
 import { EventRing, type RingLimits } from "../events/ring.js";
 import type { TextPacer } from "../events/text-pacer.js";
-import type { RunAs } from "../process/run-as.js";
 import type { AgentChild } from "../process/spawn.js";
 import type { DispatchRow, TerminalUpdate } from "../store/types.js";
 import type { CancelReason, PermissionAnswer } from "./terminal.js";
