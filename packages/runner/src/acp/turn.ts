@@ -124,7 +124,9 @@ class AbortedError extends Error {}
 
 export class AcpTurn {
   readonly #o: TurnOptions;
-  readonly #run: TurnRun;
+  readonly #run: Omit<TurnRun, "prompt" | "callerConfig">;
+  /** The prompt and caller config, held until the turn ends (a run kept in memory afterwards holds neither). */
+  #input: Pick<TurnRun, "prompt" | "callerConfig"> | null;
   #stage: SetupStage = "spawn";
   #dispatched = false;
   /** The turn has returned its Terminal: later updates, permission requests and flushes are ignored. */
@@ -163,7 +165,9 @@ export class AcpTurn {
 
   constructor(options: TurnOptions, run: TurnRun) {
     this.#o = options;
-    this.#run = run;
+    const { prompt, callerConfig, ...rest } = run;
+    this.#run = rest;
+    this.#input = { prompt, callerConfig };
     this.#graceExpired = new Promise<void>((resolve) => {
       this.#expireGrace = resolve;
     });
@@ -257,8 +261,9 @@ export class AcpTurn {
 
   /** The turn's steps: prepare → spawn → initialize → session/new → config → barrier → prompt → settle. */
   async #drive(): Promise<Terminal> {
+    const { prompt, callerConfig } = this.#input as Pick<TurnRun, "prompt" | "callerConfig">;
     this.#armSetupDeadline();
-    const prepared = this.#prepare();
+    const prepared = this.#prepare(callerConfig);
     if (prepared.end) return prepared.end;
 
     const spawned = await this.#spawn(prepared.value);
@@ -275,13 +280,13 @@ export class AcpTurn {
     if (session.end) return session.end;
     const { sessionId, configOptions } = session.value;
 
-    const configured = await this.#configure(conn, sessionId, configOptions);
+    const configured = await this.#configure(conn, sessionId, configOptions, callerConfig);
     if (configured) return configured;
     this.#milestone("config");
 
     const refused = this.#crossBarrier(child, conn);
     if (refused) return refused;
-    const response = this.#prompt(conn, sessionId);
+    const response = this.#prompt(conn, sessionId, prompt);
     return this.#settleTurn(response);
   }
 
@@ -312,6 +317,7 @@ export class AcpTurn {
     this.#normalizer?.flush();
     this.#ended = true;
     this.#conn = null;
+    this.#input = null;
     this.#settled = outcome;
     const wake = this.#wake;
     this.#wake = null;
@@ -339,9 +345,9 @@ export class AcpTurn {
    * Before spawning: caller config keys that can never work and the env mapping; then the run's redactor
    * and its event pipeline (normalizer → text pacer → the run's ring).
    */
-  #prepare(): Step<Record<string, string>> {
+  #prepare(callerConfig: ConfigMap): Step<Record<string, string>> {
     const { agent, project, ring } = this.#run;
-    const keys = checkCallerKeys(agent.forcedConfig, this.#run.callerConfig, agent.allowedConfigOptions);
+    const keys = checkCallerKeys(agent.forcedConfig, callerConfig, agent.allowedConfigOptions);
     if (!keys.ok) return { end: notStarted(keys.failureKind, "set_config_option", keys.detail, "fix_input") };
     const env = resolveChildEnv(agent, this.#o.sourceEnv);
     if (!env.ok) return { end: notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`) };
@@ -456,6 +462,7 @@ export class AcpTurn {
     conn: AcpClientConnection,
     sessionId: string,
     initial: NewSessionResponse["configOptions"],
+    callerConfig: ConfigMap,
   ): Promise<Terminal | null> {
     this.#stage = "set_config_option";
     const { agent } = this.#run;
@@ -464,7 +471,7 @@ export class AcpTurn {
     try {
       sequenced = await sequenceConfig({
         forced: agent.forcedConfig,
-        caller: this.#run.callerConfig,
+        caller: callerConfig,
         allowed: agent.allowedConfigOptions,
         initial,
         redact: (text) => redactor.redact(text),
@@ -517,10 +524,10 @@ export class AcpTurn {
   }
 
   /** Write the prompt (the run deadline bounds the turn from here; setup had its own). Its correlated answer. */
-  #prompt(conn: AcpClientConnection, sessionId: string): Promise<RequestOutcome<PromptResponse>> {
+  #prompt(conn: AcpClientConnection, sessionId: string, prompt: string): Promise<RequestOutcome<PromptResponse>> {
     this.#timer(this.#run.timeoutSecs * 1000, () => this.cancel("deadline"));
     this.#o.failpoint("after_barrier_before_prompt");
-    const response = conn.prompt(sessionId, this.#run.prompt);
+    const response = conn.prompt(sessionId, prompt);
     void conn.promptWritten.then(() => this.#milestone("prompt_write", () => this.#o.failpoint("after_prompt_write")));
     return response;
   }
