@@ -26,7 +26,7 @@ import type {
   RequestPermissionResponse,
   SessionNotification,
 } from "@agentclientprotocol/sdk";
-import type { ConfigMap, EffectiveConfigEntry, SetupStage } from "@webcodex/protocol";
+import type { ConfigMap, SetupStage } from "@webcodex/protocol";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
 import type { RunAs } from "../config/run-as.js";
 import { EventNormalizer } from "../events/normalize.js";
@@ -47,6 +47,7 @@ import {
   promptTerminal,
   type Terminal,
 } from "./terminal.js";
+import { type TimedStage, type TurnEvent, TurnEventQueue } from "./turn-events.js";
 
 /**
  * Permission requests a run may have waiting at once. Each holds a waiter, a
@@ -54,10 +55,6 @@ import {
  * `cancelled` at once, with no event, and only counted (ignored_updates).
  */
 export const MAX_PENDING_PERMISSIONS = 16;
-
-/** The setup stages a turn reports as done, in order (runs/timings.ts laps them into the `run timings` line). */
-export const TIMED_STAGES = ["spawn", "initialize", "session_new", "config", "barrier_commit", "prompt_write"] as const;
-export type TimedStage = (typeof TIMED_STAGES)[number];
 
 /** The Runner's side of every turn: its settings and the store the turn's durable points go to. */
 export interface TurnOptions {
@@ -84,33 +81,6 @@ export interface TurnRun {
   readonly callerConfig: ConfigMap;
   /** The run's event ring: the turn's normalized events enter it in order, as they are made. */
   readonly ring: EventRing;
-}
-
-/** What a turn yields: each is something the run records (runs/manager.ts), in the order it happened. */
-export type TurnEvent =
-  /** The agent process is up: the run owns its tree's cleanup from now on. */
-  | { kind: "spawned"; child: AgentChild }
-  /** The ACP connection is open over the child's stdio: phase `setup`. */
-  | { kind: "setup"; conn: AcpClientConnection }
-  /** Config sequencing is done: the redacted effective config (already recorded durably). */
-  | { kind: "configured"; effective: EffectiveConfigEntry[] }
-  /** The barrier is durable: phase `dispatch_barrier`, state running, execution started, recovery wait. */
-  | { kind: "dispatched" }
-  /** A permission request is waiting (`waiting_permission`), or none is any more (`running`). */
-  | { kind: "state"; state: "waiting_permission" | "running" }
-  /** New events are in the run's ring, or its counters (ignored updates, usage) changed: push soon. */
-  | { kind: "events" }
-  /** A setup stage is done, at `at` (performance.now()). */
-  | { kind: "milestone"; stage: TimedStage; at: number };
-
-/**
- * One told event and what follows it once the run has recorded it. Told events wait at most until the
- * next microtask checkpoint: the flow's own kinds are told once per turn, and `events` and `state` are
- * coalesced (one of each waits at most), so the queue never holds more than TIMED_STAGES plus six.
- */
-interface Told {
-  event: TurnEvent;
-  then?: (() => void) | undefined;
 }
 
 type Settled = { terminal: Terminal } | { error: unknown };
@@ -155,10 +125,7 @@ export class AcpTurn {
   #permissionAnswered: PermissionAnswer | null = null;
   readonly #timers = new Set<NodeJS.Timeout>();
 
-  readonly #told: Told[] = [];
-  #wake: (() => void) | null = null;
-  /** The generator has returned: nothing more is told. */
-  #done = false;
+  readonly #events = new TurnEventQueue();
   #started = false;
   /** How the turn's steps ended: its Terminal, or what they threw. */
   #settled: Settled | null = null;
@@ -205,21 +172,7 @@ export class AcpTurn {
       (terminal) => this.#settle({ terminal }),
       (error: unknown) => this.#settle({ error }),
     );
-    try {
-      for (;;) {
-        for (let told = this.#told.shift(); told !== undefined; told = this.#told.shift()) {
-          yield told.event;
-          told.then?.();
-        }
-        if (this.#settled !== null) break;
-        await new Promise<void>((resolve) => {
-          this.#wake = resolve;
-        });
-      }
-    } finally {
-      this.#done = true;
-      for (const told of this.#told.splice(0)) told.then?.();
-    }
+    yield* this.#events.drain(() => this.#settled !== null);
     const outcome = this.#settled;
     if (outcome === null || "error" in outcome) throw outcome?.error;
     return outcome.terminal;
@@ -292,17 +245,7 @@ export class AcpTurn {
 
   /** Tell the run something it records; `then` runs once it has (or at once when the turn is over). */
   #tell(event: TurnEvent, then?: () => void): void {
-    if (this.#done) {
-      then?.();
-      return;
-    }
-    if (event.kind === "events" && this.#told.some((t) => t.event.kind === "events")) return;
-    const state = event.kind === "state" ? this.#told.find((t) => t.event.kind === "state") : undefined;
-    if (state !== undefined) state.event = event;
-    else this.#told.push({ event, then });
-    const wake = this.#wake;
-    this.#wake = null;
-    wake?.();
+    this.#events.tell(event, then);
   }
 
   #milestone(stage: TimedStage, then?: () => void): void {
@@ -319,9 +262,7 @@ export class AcpTurn {
     this.#conn = null;
     this.#input = null;
     this.#settled = outcome;
-    const wake = this.#wake;
-    this.#wake = null;
-    wake?.();
+    this.#events.wake();
   }
 
   #timer(ms: number, fn: () => void): void {

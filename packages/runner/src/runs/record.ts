@@ -16,7 +16,8 @@ import type {
   StopReason,
 } from "@webcodex/protocol";
 import type { AcpClientConnection } from "../acp/session.js";
-import type { AcpTurn, TurnEvent } from "../acp/turn.js";
+import type { AcpTurn } from "../acp/turn.js";
+import type { TurnEvent } from "../acp/turn-events.js";
 import type { AgentConfig, ProjectConfig } from "../config/config.js";
 import type { RunAs } from "../config/run-as.js";
 import type { EventNormalizer } from "../events/normalize.js";

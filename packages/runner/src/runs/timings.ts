@@ -8,7 +8,7 @@
  * reads that line; the turn only reports when a stage is done (its
  * `milestone` events, acp/turn.ts, stamped where the stage ended).
  */
-import type { TimedStage } from "../acp/turn.js";
+import type { TimedStage } from "../acp/turn-events.js";
 
 export type RunTimings = Record<TimedStage, number>;
 
