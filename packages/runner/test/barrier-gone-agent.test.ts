@@ -9,10 +9,12 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
+import type { Terminal } from "../src/acp/terminal.js";
 import { AcpTurn } from "../src/acp/turn.js";
+import type { TurnEvent } from "../src/acp/turn-events.js";
+import { EventRing } from "../src/events/ring.js";
 import { silentLogger } from "../src/logger.js";
 import type { AgentChild, ChildExit } from "../src/process/spawn.js";
-import { Run } from "../src/runs/record.js";
 import { openDispatchStore } from "../src/store/open.js";
 import { makeWorkspace, newRunId, writeConfig } from "./support/harness.js";
 
@@ -76,55 +78,59 @@ describe("no barrier for an agent already gone", () => {
     const config = writeConfig(ws);
     const { store } = openDispatchStore({ stateDir: mkdtempSync(join(tmpdir(), "wc-barrier-")) });
     const child = goneAfterSessionNew(gone);
-    const now = () => new Date();
     const project = config.projects[0];
     const agent = config.acp.agents[0];
     if (!project || !agent) throw new Error("config");
-    const run = new Run(
-      newRunId(),
-      "f".repeat(64),
-      project,
-      agent,
-      "pi_aaaaaaaaaaaaaaaa",
-      "ai_aaaaaaaaaaaaaaaa",
-      now().toISOString(),
-      60,
-      undefined,
-      now,
-    );
+    const runId = newRunId();
     store.admit({
-      run_id: run.run_id,
-      intent_fingerprint: run.intent_fingerprint,
+      run_id: runId,
+      intent_fingerprint: "f".repeat(64),
       project_id: project.id,
       provider_id: agent.id,
-      provider_instance_id: run.provider_instance_id,
-      agent_instance_id: run.agent_instance_id,
-      created_at: run.created_at,
+      provider_instance_id: "pi_aaaaaaaaaaaaaaaa",
+      agent_instance_id: "ai_aaaaaaaaaaaaaaaa",
+      created_at: new Date().toISOString(),
     });
-    const turn = new AcpTurn({
-      acp: config.acp,
-      store,
-      log: silentLogger(),
-      sourceEnv: process.env,
-      maxMessageBytes: undefined,
-      failpoint: () => {},
-      closing: () => false,
-      touch: () => {},
-      schedulePush: () => {},
-      requestCancel: () => {},
-      // A spawn seam keeps spawnAgent's contract: `onStarted` once the child is started, before it resolves.
-      spawn: async (options) => {
-        options.onStarted?.(child.pid, child.startTime);
-        return child;
+    const turn = new AcpTurn(
+      {
+        acp: config.acp,
+        store,
+        log: silentLogger(),
+        sourceEnv: process.env,
+        maxMessageBytes: undefined,
+        failpoint: () => {},
+        // A spawn seam keeps spawnAgent's contract: `onStarted` once the child is started, before it resolves.
+        spawn: async (options) => {
+          options.onStarted?.(child.pid, child.startTime);
+          return child;
+        },
       },
-    });
-    const terminal = await turn.turn(run, "scenario: hello", {});
-    run.clearTimers();
+      {
+        runId,
+        project,
+        agent,
+        runAs: null,
+        timeoutSecs: 60,
+        prompt: "scenario: hello",
+        callerConfig: {},
+        ring: new EventRing(undefined, () => new Date()),
+      },
+    );
+    const told: TurnEvent[] = [];
+    const events = turn.events();
+    let terminal: Terminal | undefined;
+    for (let next = await events.next(); terminal === undefined; next = await events.next()) {
+      if (next.done) terminal = next.value;
+      else told.push(next.value);
+    }
+    const kinds = told.map((e) => e.kind);
     expect(terminal).toMatchObject({ state: "failed", execution_state: "not_started", failure_kind: kind });
     expect(terminal.message).toMatch(/Stage: prompt\. No prompt was dispatched\./);
-    expect(store.get(run.run_id)?.phase).toBe("setup");
+    expect(kinds).toContain("setup");
+    expect(kinds).not.toContain("dispatched");
+    expect(store.get(runId)?.phase).toBe("setup");
     expect(child.prompts).toBe(0);
-    run.conn?.close();
+    for (const e of told) if (e.kind === "setup") e.conn.close();
     store.close();
   });
 });

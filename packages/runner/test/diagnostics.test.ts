@@ -15,7 +15,8 @@ import { afterAll, describe, expect, test } from "vitest";
 import { RUNNER_BIN as BIN, FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
 import { canary } from "../../../scripts/vitest/canary.js";
 import { prepareStore } from "../src/commands/daemon.js";
-import { diagnosticsDir, diagnosticsFile, STDERR_TAIL_BYTES } from "../src/runs/diagnostics.js";
+import { STDERR_TAIL_BYTES } from "../src/process/stderr-tail.js";
+import { diagnosticsDir, diagnosticsFile } from "../src/runs/diagnostics.js";
 import { openDispatchStore } from "../src/store/open.js";
 import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
 

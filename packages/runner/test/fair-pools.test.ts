@@ -32,9 +32,9 @@ import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { alive, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
+import { findSystemTool } from "../src/config/run-as.js";
 import { homeGuard, oddHome, PoolHomeError, poolHomeRefusals, recycleHome } from "../src/process/pool-homes.js";
 import { listUidProcesses } from "../src/process/proc-identity.js";
-import { findSystemTool } from "../src/process/run-as.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
 import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
 import {

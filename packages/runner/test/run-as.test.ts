@@ -19,9 +19,10 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
 import { alive, RUNNER_BIN as BIN, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
+import { switchUserSupportFrom } from "../src/config/run-as.js";
 import { listGroupMembers, readStartTime } from "../src/process/proc-identity.js";
 import { reapGroup } from "../src/process/reaper.js";
-import { setprivCommand, switchUserSupportFrom } from "../src/process/run-as.js";
+import { setprivCommand } from "../src/process/run-as.js";
 import { spawnAgent } from "../src/process/spawn.js";
 import { groupMembers, newManager, runToEnd } from "./support/harness.js";
 import {

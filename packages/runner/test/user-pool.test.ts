@@ -11,8 +11,8 @@ import { join } from "node:path";
 import { pino } from "pino";
 import { describe, expect, test } from "vitest";
 import type { AgentConfig } from "../src/config/config.js";
+import type { RunAs } from "../src/config/run-as.js";
 import { PoolHomeError } from "../src/process/pool-homes.js";
-import type { RunAs } from "../src/process/run-as.js";
 import { BINDINGS_FILE, BindingsFileError, FilePoolBindings, NO_TENANT } from "../src/process/user-bindings.js";
 import { UserPool } from "../src/process/user-pool.js";
 

@@ -5,12 +5,16 @@
  *     ─▶ BARRIER (store.markDispatchBarrier, durable) ─▶ session/prompt
  *     ─▶ updates, permission requests … correlated response
  *
- * It returns the run's Terminal; recording it, the projection and the tree
- * cleanup are the run manager's. Before the barrier every failure is
- * failed/not_started naming the stage; after it only a correlated answer,
- * or lost. Terminal messages are fixed texts (runs/terminal.ts); provider text
- * never reaches run state. Cancellation and "unknown outcome" are results,
- * not exceptions.
+ * A turn is an async generator (`AcpTurn.events()`): it yields what the run must record as it happens
+ * (the agent's process and connection, the phases, the effective config, permission waits, new events,
+ * the setup milestones) and returns the run's Terminal. The run manager (runs/) consumes it and writes
+ * the run's record, timings and terminal; recording the terminal, the projection and the tree cleanup are
+ * its. The turn keeps the durable points of its own steps (the child's identity, the effective config,
+ * the barrier) in the order it crosses them, and its event bodies enter the run's bounded ring (handed in)
+ * as they are normalized, so a read of the ring is never behind the turn. Before the barrier every failure
+ * is failed/not_started naming the stage; after it only a correlated answer, or lost. Terminal messages
+ * are fixed texts (acp/terminal.ts); provider text never reaches run state. Cancellation (`cancel`) and
+ * "unknown outcome" are results, not exceptions.
  *
  * Failpoints (test-only SIGKILL, failpoints.ts) here: before_barrier,
  * after_barrier_before_prompt, after_prompt_write.
@@ -22,15 +26,19 @@ import type {
   RequestPermissionResponse,
   SessionNotification,
 } from "@agentclientprotocol/sdk";
-import type { RunnerConfig } from "../config/config.js";
+import type { ConfigMap, SetupStage } from "@webcodex/protocol";
+import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
+import type { RunAs } from "../config/run-as.js";
 import { EventNormalizer } from "../events/normalize.js";
 import { Redactor } from "../events/redactor.js";
+import type { EventRing } from "../events/ring.js";
 import { TextPacer } from "../events/text-pacer.js";
 import type { FailpointName } from "../failpoints.js";
 import type { Logger } from "../logger.js";
 import { type AgentChild, resolveChildEnv, SpawnError, spawnAgent } from "../process/spawn.js";
-import type { Run } from "../runs/record.js";
-import type { RunStartRequest } from "../runs/service.js";
+import type { DispatchStore } from "../store/types.js";
+import { checkCallerKeys, sequenceConfig } from "./config-sequencing.js";
+import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./session.js";
 import {
   type CancelReason,
   cancelledBeforeDispatch,
@@ -38,11 +46,8 @@ import {
   type PermissionAnswer,
   promptTerminal,
   type Terminal,
-} from "../runs/terminal.js";
-import type { TimedStage } from "../runs/timings.js";
-import type { DispatchStore } from "../store/types.js";
-import { checkCallerKeys, sequenceConfig } from "./config-sequencing.js";
-import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./session.js";
+} from "./terminal.js";
+import { type TimedStage, type TurnEvent, TurnEventQueue } from "./turn-events.js";
 
 /**
  * Permission requests a run may have waiting at once. Each holds a waiter, a
@@ -51,8 +56,8 @@ import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./sess
  */
 export const MAX_PENDING_PERMISSIONS = 16;
 
-/** What a turn needs from the run manager. */
-export interface TurnDeps {
+/** The Runner's side of every turn: its settings and the store the turn's durable points go to. */
+export interface TurnOptions {
   acp: RunnerConfig["acp"];
   store: DispatchStore;
   log: Logger;
@@ -60,16 +65,25 @@ export interface TurnDeps {
   sourceEnv: NodeJS.ProcessEnv;
   maxMessageBytes: number | undefined;
   failpoint: (name: FailpointName) => void;
-  /** True once the manager is shutting down. */
-  closing: () => boolean;
-  /** The run's state changed: stamp updated_at and push soon. */
-  touch: (run: Run) => void;
-  /** New events are in the run's ring: push soon. */
-  schedulePush: (run: Run) => void;
-  requestCancel: (run: Run, reason: CancelReason) => void;
   /** Spawn seam (default spawnAgent); tests hand in a child made of streams. */
   spawn?: typeof spawnAgent;
 }
+
+/** The admitted run one turn drives. */
+export interface TurnRun {
+  readonly runId: string;
+  readonly project: ProjectConfig;
+  readonly agent: AgentConfig;
+  /** The run_as pool user the run holds, or null: the Runner's own user. */
+  readonly runAs: RunAs | null;
+  readonly timeoutSecs: number;
+  readonly prompt: string;
+  readonly callerConfig: ConfigMap;
+  /** The run's event ring: the turn's normalized events enter it in order, as they are made. */
+  readonly ring: EventRing;
+}
+
+type Settled = { terminal: Terminal } | { error: unknown };
 
 type Aborted = { kind: "aborted" };
 
@@ -79,99 +93,230 @@ type Step<T> = { end: Terminal; value?: undefined } | { end?: undefined; value: 
 class AbortedError extends Error {}
 
 export class AcpTurn {
-  readonly #d: TurnDeps;
+  readonly #o: TurnOptions;
+  readonly #run: Omit<TurnRun, "prompt" | "callerConfig">;
+  /** The prompt and caller config, held until the turn ends (a run kept in memory afterwards holds neither). */
+  #input: Pick<TurnRun, "prompt" | "callerConfig"> | null;
+  #stage: SetupStage = "spawn";
+  #dispatched = false;
+  /** The turn has returned its Terminal: later updates, permission requests and flushes are ignored. */
+  #ended = false;
+  /** The Runner is stopping: no barrier is crossed, an aborted setup is recorded as a restart would. */
+  #stopping = false;
+  #normalizer: EventNormalizer | null = null;
+  #pacer: TextPacer | null = null;
+  #redactor: Redactor | null = null;
+  #conn: AcpClientConnection | null = null;
+  #sessionId: string | null = null;
 
-  constructor(deps: TurnDeps) {
-    this.#d = deps;
+  #cancelReason: CancelReason | null = null;
+  #setupExpired = false;
+  readonly #setupAbort = new AbortController();
+  #sessionCancelSent = false;
+  /** Resolves when the cancel grace (armed by a cancel or the deadline) has run out. */
+  readonly #graceExpired: Promise<void>;
+  #expireGrace!: () => void;
+  readonly #permissionWaiters = new Set<(why: CancelReason) => void>();
+  #pendingPermissions = 0;
+  #waitingPermission = false;
+  /** Permission requests answered `cancelled` at once because MAX_PENDING_PERMISSIONS were waiting. */
+  #refusedPermissions = 0;
+  /** Why the first permission request was answered `cancelled` (for the terminal message). */
+  #permissionAnswered: PermissionAnswer | null = null;
+  readonly #timers = new Set<NodeJS.Timeout>();
+
+  readonly #events = new TurnEventQueue();
+  #started = false;
+  /** How the turn's steps ended: its Terminal, or what they threw. */
+  #settled: Settled | null = null;
+
+  constructor(options: TurnOptions, run: TurnRun) {
+    this.#o = options;
+    const { prompt, callerConfig, ...rest } = run;
+    this.#run = rest;
+    this.#input = { prompt, callerConfig };
+    this.#graceExpired = new Promise<void>((resolve) => {
+      this.#expireGrace = resolve;
+    });
+  }
+
+  /** The setup stage the turn is in (`prompt` once it reached the barrier). */
+  get stage(): SetupStage {
+    return this.#stage;
+  }
+
+  /** The run's event pipeline once the env is resolved: its ignored-updates count and usage are the run's. */
+  get normalizer(): EventNormalizer | null {
+    return this.#normalizer;
+  }
+
+  /** The run's redactor once its env is resolved (event text, and the stderr tail of its diagnostics). */
+  get redactor(): Redactor | null {
+    return this.#redactor;
+  }
+
+  get refusedPermissions(): number {
+    return this.#refusedPermissions;
   }
 
   /**
-   * Drive one admitted run to its terminal outcome, step by step: prepare (caller keys, env, the event
-   * pipeline) → spawn → initialize → session/new → config → barrier → prompt → settle. Each setup step
-   * either ends the turn with a not-started Terminal or hands on to the next. `milestone` is told when each
-   * setup stage is done (the run-timings line listens; the turn does not time anything itself).
+   * Drive the run to its terminal outcome, yielding what the run records as it happens; returns the
+   * Terminal. The spawn (and the durable record of the child) happens synchronously in the first `next()`,
+   * before anything awaits. Call it once; the turn ends (timers stopped, the last streamed text flushed
+   * into the ring) before the Terminal is returned.
    */
-  async turn(
-    run: Run,
-    prompt: string,
-    callerConfig: RunStartRequest["config"],
-    milestone: (stage: TimedStage) => void = () => {},
-  ): Promise<Terminal> {
-    this.#armSetupDeadline(run);
-    const prepared = this.#prepare(run, callerConfig);
-    if (prepared.end) return prepared.end;
-    const { env, redactor } = prepared.value;
+  async *events(): AsyncGenerator<TurnEvent, Terminal, undefined> {
+    if (this.#started) throw new Error("a turn is driven once");
+    this.#started = true;
+    void this.#drive().then(
+      (terminal) => this.#settle({ terminal }),
+      (error: unknown) => this.#settle({ error }),
+    );
+    yield* this.#events.drain(() => this.#settled !== null);
+    const outcome = this.#settled;
+    if (outcome === null || "error" in outcome) throw outcome?.error;
+    return outcome.terminal;
+  }
 
-    const spawned = await this.#spawn(run, env);
+  /**
+   * Cancel the run: idempotent, the first reason sticks, session/cancel is sent at most once. Before the
+   * barrier the setup is aborted; after it pending permission requests are answered `cancelled` first, then
+   * session/cancel, and the prompt's answer is awaited for cancel_grace_secs.
+   */
+  cancel(reason: CancelReason): void {
+    if (this.#ended || this.#cancelReason !== null) return;
+    this.#cancelReason = reason;
+    this.#o.log.info({ run_id: this.#run.runId, reason, dispatched: this.#dispatched }, "cancel requested");
+    if (!this.#dispatched) {
+      this.#setupAbort.abort();
+      return;
+    }
+    for (const wake of [...this.#permissionWaiters]) wake(reason);
+    this.#timer(this.#o.acp.cancelGraceSecs * 1000, this.#expireGrace);
+    setImmediate(() => {
+      const conn = this.#conn;
+      if (this.#ended || !conn || this.#sessionId === null || this.#sessionCancelSent) return;
+      this.#sessionCancelSent = true;
+      void conn.cancel(this.#sessionId);
+    });
+  }
+
+  /** Abort the setup (nothing is dispatched from now on); a no-op once the barrier is crossed. */
+  abortSetup(): void {
+    if (!this.#dispatched) this.#setupAbort.abort();
+  }
+
+  /** The Runner is stopping: a setup still running is abandoned and ends as a restart would record it. */
+  stopping(): void {
+    this.#stopping = true;
+    this.abortSetup();
+  }
+
+  /** The turn's steps: prepare → spawn → initialize → session/new → config → barrier → prompt → settle. */
+  async #drive(): Promise<Terminal> {
+    const { prompt, callerConfig } = this.#input as Pick<TurnRun, "prompt" | "callerConfig">;
+    this.#armSetupDeadline();
+    const prepared = this.#prepare(callerConfig);
+    if (prepared.end) return prepared.end;
+
+    const spawned = await this.#spawn(prepared.value);
     if (spawned.end) return spawned.end;
     const { child, conn } = spawned.value;
-    milestone("spawn");
+    this.#milestone("spawn");
 
-    const initialized = await this.#initialize(run, conn);
-    milestone("initialize");
+    const initialized = await this.#initialize(conn);
+    this.#milestone("initialize");
     if (initialized) return initialized;
 
-    const session = await this.#newSession(run, conn);
-    milestone("session_new");
+    const session = await this.#newSession(conn);
+    this.#milestone("session_new");
     if (session.end) return session.end;
     const { sessionId, configOptions } = session.value;
 
-    const configured = await this.#configure(run, conn, sessionId, configOptions, callerConfig, redactor);
+    const configured = await this.#configure(conn, sessionId, configOptions, callerConfig);
     if (configured) return configured;
-    milestone("config");
+    this.#milestone("config");
 
-    const refused = this.#crossBarrier(run, child, conn, milestone);
+    const refused = this.#crossBarrier(child, conn);
     if (refused) return refused;
-    const response = this.#prompt(run, conn, sessionId, prompt, milestone);
-    return this.#settle(run, response);
+    const response = this.#prompt(conn, sessionId, prompt);
+    return this.#settleTurn(response);
+  }
+
+  /** Tell the run something it records; `then` runs once it has (or at once when the turn is over). */
+  #tell(event: TurnEvent, then?: () => void): void {
+    this.#events.tell(event, then);
+  }
+
+  #milestone(stage: TimedStage, then?: () => void): void {
+    this.#tell({ kind: "milestone", stage, at: performance.now() }, then);
+  }
+
+  /** The flow settled: the turn ends (timers, pacer, last flush into the ring), then the generator returns. */
+  #settle(outcome: Settled): void {
+    for (const t of this.#timers) clearTimeout(t);
+    this.#timers.clear();
+    this.#pacer?.stop();
+    this.#normalizer?.flush();
+    this.#ended = true;
+    this.#conn = null;
+    this.#input = null;
+    this.#settled = outcome;
+    this.#events.wake();
+  }
+
+  #timer(ms: number, fn: () => void): void {
+    const t = setTimeout(() => {
+      this.#timers.delete(t);
+      fn();
+    }, ms);
+    this.#timers.add(t);
   }
 
   /** The setup deadline: past it, a run not yet dispatched has its setup aborted (`setup_timeout`). */
-  #armSetupDeadline(run: Run): void {
-    run.timer(this.#d.acp.setupTimeoutSecs * 1000, () => {
-      if (run.dispatched || run.terminal) return;
-      run.setupExpired = true;
-      run.setupAbort.abort();
+  #armSetupDeadline(): void {
+    this.#timer(this.#o.acp.setupTimeoutSecs * 1000, () => {
+      if (this.#dispatched || this.#ended) return;
+      this.#setupExpired = true;
+      this.#setupAbort.abort();
     });
   }
 
   /**
    * Before spawning: caller config keys that can never work and the env mapping; then the run's redactor
-   * and its event pipeline (normalizer → text pacer → ring).
+   * and its event pipeline (normalizer → text pacer → the run's ring).
    */
-  #prepare(
-    run: Run,
-    callerConfig: RunStartRequest["config"],
-  ): Step<{ env: Record<string, string>; redactor: Redactor }> {
-    const keys = checkCallerKeys(run.agent.forcedConfig, callerConfig, run.agent.allowedConfigOptions);
+  #prepare(callerConfig: ConfigMap): Step<Record<string, string>> {
+    const { agent, project, ring } = this.#run;
+    const keys = checkCallerKeys(agent.forcedConfig, callerConfig, agent.allowedConfigOptions);
     if (!keys.ok) return { end: notStarted(keys.failureKind, "set_config_option", keys.detail, "fix_input") };
-    const env = resolveChildEnv(run.agent, this.#d.sourceEnv);
+    const env = resolveChildEnv(agent, this.#o.sourceEnv);
     if (!env.ok) return { end: notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`) };
-    if (run.setupAbort.signal.aborted) return { end: this.setupAborted(run) };
+    if (this.#setupAbort.signal.aborted) return { end: this.#setupAborted() };
 
-    const redactor = Redactor.forAgent(run.agent, env.env, run.project.root);
-    run.redactor = redactor;
+    const redactor = Redactor.forAgent(agent, env.env, project.root);
+    this.#redactor = redactor;
     // Streamed text enters the ring (and is pushed) at the next setImmediate when the stream is quiet,
     // or after up to COALESCE_MS while a flood is going on (events/text-pacer.ts).
     const pacer = new TextPacer({
       flush: () => {
-        if (!run.terminal) normalizer.flushStreamed();
+        if (!this.#ended) normalizer.flushStreamed();
       },
     });
     const normalizer = new EventNormalizer({
-      projectRoot: run.project.root,
+      projectRoot: project.root,
       redactor,
       emit: (body) => {
-        if (run.terminal) return;
+        if (this.#ended) return;
         if (body.kind === "agent_message" || body.kind === "reasoning") pacer.noteFlush();
-        run.ring.push(body);
-        this.#d.schedulePush(run);
+        ring.push(body);
+        this.#tell({ kind: "events" });
       },
       onPending: (delayMs) => pacer.schedule(delayMs),
     });
-    run.normalizer = normalizer;
-    run.textPacer = pacer;
-    return { value: { env: env.env, redactor } };
+    this.#normalizer = normalizer;
+    this.#pacer = pacer;
+    return { value: env.env };
   }
 
   /**
@@ -179,182 +324,170 @@ export class AcpTurn {
    * which also covers the admission) from the spawn's `onStarted`, right after the fork and before anything
    * awaits: the reaper of a restarted Runner can find the group from then on.
    */
-  async #spawn(run: Run, env: Record<string, string>): Promise<Step<{ child: AgentChild; conn: AcpClientConnection }>> {
+  async #spawn(env: Record<string, string>): Promise<Step<{ child: AgentChild; conn: AcpClientConnection }>> {
+    const { runId } = this.#run;
     let recordError: unknown = null;
     const record = (pgid: number, startTime: string | null): void => {
       try {
-        this.#d.store.markSetup(run.run_id, startTime === null ? null : { pgid, startTime });
+        this.#o.store.markSetup(runId, startTime === null ? null : { pgid, startTime });
       } catch (error) {
         recordError = error;
       }
     };
     let child: AgentChild;
     try {
-      child = await (this.#d.spawn ?? spawnAgent)({
-        agent: run.agent,
-        runAs: run.runAs,
-        cwd: run.project.root,
+      child = await (this.#o.spawn ?? spawnAgent)({
+        agent: this.#run.agent,
+        runAs: this.#run.runAs,
+        cwd: this.#run.project.root,
         env,
         onStarted: record,
       });
     } catch (error) {
       const code = error instanceof SpawnError ? error.code : "unknown";
-      this.#d.log.warn({ run_id: run.run_id, code }, "agent spawn failed");
+      this.#o.log.warn({ run_id: runId, code }, "agent spawn failed");
       return { end: notStarted("provider_spawn_failed", "spawn") };
     }
-    run.child = child;
-    this.#d.log.info({ run_id: run.run_id, pgid: child.pgid }, "agent spawned");
+    this.#tell({ kind: "spawned", child });
+    this.#o.log.info({ run_id: runId, pgid: child.pgid }, "agent spawned");
     if (recordError !== null) {
-      this.#d.log.error({ run_id: run.run_id, err_name: (recordError as Error)?.name }, "recording the child failed");
+      this.#o.log.error({ run_id: runId, err_name: (recordError as Error)?.name }, "recording the child failed");
       return { end: notStarted("io_error", "spawn") };
     }
-    run.phase = "setup";
-    this.#d.touch(run);
-    void child.exited.then((exit) => this.#d.log.info({ run_id: run.run_id, ...exit }, "agent exited"));
+    void child.exited.then((exit) => this.#o.log.info({ run_id: runId, ...exit }, "agent exited"));
 
     const conn = new AcpClientConnection(
       child,
       {
-        onSessionUpdate: (n) => this.#onSessionUpdate(run, n),
-        onPermissionRequest: (params, signal) => this.#onPermission(run, params, signal),
+        onSessionUpdate: (n) => this.#onSessionUpdate(n),
+        onPermissionRequest: (params, signal) => this.#onPermission(params, signal),
         onUnsupportedRequest: (method) =>
-          this.#d.log.info({ run_id: run.run_id, method: loggableMethod(method) }, "refused agent request"),
+          this.#o.log.info({ run_id: runId, method: loggableMethod(method) }, "refused agent request"),
       },
-      this.#d.maxMessageBytes === undefined ? {} : { maxMessageBytes: this.#d.maxMessageBytes },
+      this.#o.maxMessageBytes === undefined ? {} : { maxMessageBytes: this.#o.maxMessageBytes },
     );
-    run.conn = conn;
+    this.#conn = conn;
+    this.#tell({ kind: "setup", conn });
     return { value: { child, conn } };
   }
 
   /** `initialize`: the agent must speak ACP version 1. Null: go on. */
-  async #initialize(run: Run, conn: AcpClientConnection): Promise<Terminal | null> {
-    run.stage = "initialize";
-    const init = await this.#setupStep(run, conn.initialize());
-    if (init.kind !== "ok") return this.#setupFailure(run, init);
+  async #initialize(conn: AcpClientConnection): Promise<Terminal | null> {
+    this.#stage = "initialize";
+    const init = await this.#setupStep(conn.initialize());
+    if (init.kind !== "ok") return this.#setupFailure(init);
     if (init.value.protocolVersion !== 1) {
-      this.#d.log.warn({ run_id: run.run_id, protocol_version: Number(init.value.protocolVersion) }, "bad ACP version");
+      this.#o.log.warn(
+        { run_id: this.#run.runId, protocol_version: Number(init.value.protocolVersion) },
+        "bad ACP version",
+      );
       return notStarted("unsupported_protocol_version", "initialize");
     }
     return null;
   }
 
-  /** `session/new` in the project root: the session id (kept on the run) and the live config options. */
+  /** `session/new` in the project root: the session id (kept by the turn) and the live config options. */
   async #newSession(
-    run: Run,
     conn: AcpClientConnection,
   ): Promise<Step<{ sessionId: string; configOptions: NewSessionResponse["configOptions"] }>> {
-    run.stage = "session_new";
-    const session = await this.#setupStep(run, conn.newSession(run.project.root));
-    if (session.kind !== "ok") return { end: this.#setupFailure(run, session) };
+    this.#stage = "session_new";
+    const session = await this.#setupStep(conn.newSession(this.#run.project.root));
+    if (session.kind !== "ok") return { end: this.#setupFailure(session) };
     if (typeof session.value?.sessionId !== "string") return { end: notStarted("protocol_violation", "session_new") };
-    run.sessionId = session.value.sessionId;
+    this.#sessionId = session.value.sessionId;
     return { value: { sessionId: session.value.sessionId, configOptions: session.value.configOptions } };
   }
 
   /** Config sequencing (acp/config-sequencing.ts); its redacted snapshot is recorded as the effective config. */
   async #configure(
-    run: Run,
     conn: AcpClientConnection,
     sessionId: string,
     initial: NewSessionResponse["configOptions"],
-    callerConfig: RunStartRequest["config"],
-    redactor: Redactor,
+    callerConfig: ConfigMap,
   ): Promise<Terminal | null> {
-    run.stage = "set_config_option";
+    this.#stage = "set_config_option";
+    const { agent } = this.#run;
+    const redactor = this.#redactor as Redactor;
     let sequenced: Awaited<ReturnType<typeof sequenceConfig>>;
     try {
       sequenced = await sequenceConfig({
-        forced: run.agent.forcedConfig,
+        forced: agent.forcedConfig,
         caller: callerConfig,
-        allowed: run.agent.allowedConfigOptions,
+        allowed: agent.allowedConfigOptions,
         initial,
         redact: (text) => redactor.redact(text),
         set: async (id, value) => {
-          const outcome = await this.#setupStep(run, conn.setConfigOption(sessionId, id, value));
+          const outcome = await this.#setupStep(conn.setConfigOption(sessionId, id, value));
           if (outcome.kind === "aborted") throw new AbortedError();
-          if (outcome.kind === "rpc_error") this.#logRejected(run, outcome.code);
+          if (outcome.kind === "rpc_error") this.#logRejected(outcome.code);
           return outcome;
         },
       });
     } catch (error) {
-      if (error instanceof AbortedError) return this.setupAborted(run);
+      if (error instanceof AbortedError) return this.#setupAborted();
       throw error;
     }
     if (!sequenced.ok) {
-      if (sequenced.failureKind === "fault") return this.#setupFailure(run, sequenced.outcome);
+      if (sequenced.failureKind === "fault") return this.#setupFailure(sequenced.outcome);
       return notStarted(sequenced.failureKind, "set_config_option", sequenced.detail, "fix_input");
     }
-    run.effective_config = sequenced.effective;
-    this.#d.store.recordEffectiveConfig(run.run_id, sequenced.effective);
+    this.#tell({ kind: "configured", effective: sequenced.effective });
+    this.#o.store.recordEffectiveConfig(this.#run.runId, sequenced.effective);
     return null;
   }
 
   /**
    * The barrier: the durable commit of phase dispatch_barrier (store.markDispatchBarrier), after which the
    * run may have started. Refused (a not-started Terminal) when the setup was aborted, the Runner is
-   * closing, or the agent is already gone. Null: crossed, and the prompt must follow with nothing between
+   * stopping, or the agent is already gone. Null: crossed, and the prompt must follow with nothing between
    * that may fail silently.
    */
-  #crossBarrier(
-    run: Run,
-    child: AgentChild,
-    conn: AcpClientConnection,
-    milestone: (stage: TimedStage) => void,
-  ): Terminal | null {
-    if (run.setupAbort.signal.aborted) return this.setupAborted(run);
-    if (this.#d.closing()) return notStarted("runner_restarted", run.stage);
+  #crossBarrier(child: AgentChild, conn: AcpClientConnection): Terminal | null {
+    if (this.#setupAbort.signal.aborted) return this.#setupAborted();
+    if (this.#stopping) return notStarted("runner_restarted", this.#stage);
     // An agent already gone (exited, stdout closed, transport down) cannot receive a prompt: the run
     // never started, and crossing the barrier would turn that into "lost".
     const gone =
       child.exit !== null ? "provider_exited" : conn.stdoutEnded ? "stdout_closed" : conn.closed ? "io_error" : null;
     if (gone !== null) return notStarted(gone, "prompt");
-    run.stage = "prompt";
-    this.#d.failpoint("before_barrier");
+    this.#stage = "prompt";
+    this.#o.failpoint("before_barrier");
     try {
-      this.#d.store.markDispatchBarrier(run.run_id);
-      milestone("barrier_commit");
+      this.#o.store.markDispatchBarrier(this.#run.runId);
+      this.#milestone("barrier_commit");
     } catch (error) {
-      this.#d.log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "dispatch barrier failed");
+      this.#o.log.error({ run_id: this.#run.runId, err_name: (error as Error)?.name }, "dispatch barrier failed");
       return notStarted("io_error", "prompt");
     }
-    run.phase = "dispatch_barrier";
-    run.state = "running";
-    run.execution_state = "started";
-    run.recovery_kind = "wait";
-    this.#d.touch(run);
+    this.#dispatched = true;
+    this.#tell({ kind: "dispatched" });
     return null;
   }
 
   /** Write the prompt (the run deadline bounds the turn from here; setup had its own). Its correlated answer. */
-  #prompt(
-    run: Run,
-    conn: AcpClientConnection,
-    sessionId: string,
-    prompt: string,
-    milestone: (stage: TimedStage) => void,
-  ): Promise<RequestOutcome<PromptResponse>> {
-    run.timer(run.timeoutSecs * 1000, () => this.#d.requestCancel(run, "deadline"));
-    this.#d.failpoint("after_barrier_before_prompt");
+  #prompt(conn: AcpClientConnection, sessionId: string, prompt: string): Promise<RequestOutcome<PromptResponse>> {
+    this.#timer(this.#run.timeoutSecs * 1000, () => this.cancel("deadline"));
+    this.#o.failpoint("after_barrier_before_prompt");
     const response = conn.prompt(sessionId, prompt);
-    void conn.promptWritten.then(() => {
-      milestone("prompt_write");
-      this.#d.failpoint("after_prompt_write");
-    });
+    void conn.promptWritten.then(() => this.#milestone("prompt_write", () => this.#o.failpoint("after_prompt_write")));
     return response;
   }
 
-  /** The prompt's answer, or the end of the cancel grace without one: the run's Terminal (runs/terminal.ts). */
-  async #settle(run: Run, response: Promise<RequestOutcome<PromptResponse>>): Promise<Terminal> {
-    const answered = await Promise.race([response, run.graceExpired.then(() => ({ kind: "grace" as const }))]);
+  /** The prompt's answer, or the end of the cancel grace without one: the run's Terminal (acp/terminal.ts). */
+  async #settleTurn(response: Promise<RequestOutcome<PromptResponse>>): Promise<Terminal> {
+    const answered = await Promise.race([response, this.#graceExpired.then(() => ({ kind: "grace" as const }))]);
     if (answered.kind === "rpc_error") {
-      this.#d.log.info({ run_id: run.run_id, rpc_code: answered.code }, "prompt answered with an error");
+      this.#o.log.info({ run_id: this.#run.runId, rpc_code: answered.code }, "prompt answered with an error");
     }
-    return promptTerminal(answered, run);
+    return promptTerminal(answered, {
+      cancelReason: this.#cancelReason,
+      permissionAnswered: this.#permissionAnswered,
+    });
   }
 
   /** Race a setup request against the setup deadline and cancellation. */
-  async #setupStep<T>(run: Run, request: Promise<RequestOutcome<T>>): Promise<RequestOutcome<T> | Aborted> {
-    const signal = run.setupAbort.signal;
+  async #setupStep<T>(request: Promise<RequestOutcome<T>>): Promise<RequestOutcome<T> | Aborted> {
+    const signal = this.#setupAbort.signal;
     if (signal.aborted) return { kind: "aborted" };
     let onAbort!: () => void;
     const aborted = new Promise<Aborted>((resolve) => {
@@ -368,89 +501,83 @@ export class AcpTurn {
     }
   }
 
-  #setupFailure(run: Run, outcome: Exclude<RequestOutcome<unknown>, { kind: "ok" }> | Aborted): Terminal {
+  #setupFailure(outcome: Exclude<RequestOutcome<unknown>, { kind: "ok" }> | Aborted): Terminal {
     switch (outcome.kind) {
       case "aborted":
-        return this.setupAborted(run);
+        return this.#setupAborted();
       case "rpc_error":
-        this.#logRejected(run, outcome.code);
-        return notStarted("provider_rejected", run.stage);
+        this.#logRejected(outcome.code);
+        return notStarted("provider_rejected", this.#stage);
       case "fault":
-        return notStarted(outcome.fault, run.stage);
+        return notStarted(outcome.fault, this.#stage);
     }
   }
 
-  /** A setup request the agent answered with a JSON-RPC error: the code stays in the local log (runs/terminal.ts). */
-  #logRejected(run: Run, rpcCode: number): void {
-    this.#d.log.info({ run_id: run.run_id, stage: run.stage, rpc_code: rpcCode }, "setup request rejected");
+  /** A setup request the agent answered with a JSON-RPC error: the code stays in the local log (acp/terminal.ts). */
+  #logRejected(rpcCode: number): void {
+    this.#o.log.info({ run_id: this.#run.runId, stage: this.#stage, rpc_code: rpcCode }, "setup request rejected");
   }
 
-  /** The setup was aborted: by its deadline, by close(), or by a cancel (the run deadline is armed only at dispatch). */
-  setupAborted(run: Run): Terminal {
-    if (run.setupExpired) return notStarted("setup_timeout", run.stage);
-    // close() aborted the setup: recorded as a restart would record it (store/recovery.ts).
-    if (run.cancelReason === null && this.#d.closing()) return notStarted("runner_restarted", run.stage);
-    return cancelledBeforeDispatch(run.stage);
+  /** The setup was aborted: by its deadline, by the Runner stopping, or by a cancel (the run deadline is armed only at dispatch). */
+  #setupAborted(): Terminal {
+    if (this.#setupExpired) return notStarted("setup_timeout", this.#stage);
+    // The Runner is stopping: recorded as a restart would record it (store/recovery.ts).
+    if (this.#cancelReason === null && this.#stopping) return notStarted("runner_restarted", this.#stage);
+    return cancelledBeforeDispatch(this.#stage);
   }
 
-  #onSessionUpdate(run: Run, notification: SessionNotification): void {
-    const normalizer = run.normalizer;
-    if (!normalizer || run.terminal) return;
-    if (run.sessionId === null || notification.sessionId !== run.sessionId) {
+  #onSessionUpdate(notification: SessionNotification): void {
+    const normalizer = this.#normalizer;
+    if (!normalizer || this.#ended) return;
+    if (this.#sessionId === null || notification.sessionId !== this.#sessionId) {
       normalizer.ignore();
       return;
     }
     normalizer.handle(notification.update);
-    this.#d.schedulePush(run);
+    this.#tell({ kind: "events" });
   }
 
-  async #onPermission(
-    run: Run,
-    params: RequestPermissionRequest,
-    signal: AbortSignal,
-  ): Promise<RequestPermissionResponse> {
+  async #onPermission(params: RequestPermissionRequest, signal: AbortSignal): Promise<RequestPermissionResponse> {
     const cancelled: RequestPermissionResponse = { outcome: { outcome: "cancelled" } };
-    const normalizer = run.normalizer;
-    if (!normalizer || run.terminal || !run.dispatched || params.sessionId !== run.sessionId) return cancelled;
-    if (run.cancelReason !== null) {
-      run.permissionAnswered ??= run.cancelReason;
+    const runId = this.#run.runId;
+    const normalizer = this.#normalizer;
+    if (!normalizer || this.#ended || !this.#dispatched || params.sessionId !== this.#sessionId) return cancelled;
+    if (this.#cancelReason !== null) {
+      this.#permissionAnswered ??= this.#cancelReason;
       return cancelled;
     }
-    if (run.pendingPermissions >= MAX_PENDING_PERMISSIONS) {
-      if (run.refusedPermissions++ === 0) {
-        this.#d.log.warn(
-          { run_id: run.run_id, pending: run.pendingPermissions },
-          "too many pending permission requests",
-        );
+    if (this.#pendingPermissions >= MAX_PENDING_PERMISSIONS) {
+      if (this.#refusedPermissions++ === 0) {
+        this.#o.log.warn({ run_id: runId, pending: this.#pendingPermissions }, "too many pending permission requests");
       }
       normalizer.ignore();
       return cancelled;
     }
     normalizer.permissionRequest(params);
-    run.pendingPermissions++;
-    run.state = "waiting_permission";
-    this.#d.touch(run);
-    this.#d.log.info({ run_id: run.run_id }, "permission requested");
+    this.#pendingPermissions++;
+    this.#waitingPermission = true;
+    this.#tell({ kind: "state", state: "waiting_permission" });
+    this.#o.log.info({ run_id: runId }, "permission requested");
 
     const why = await new Promise<PermissionAnswer | "closed">((resolve) => {
-      const timer = setTimeout(() => finish("permission_deadline"), this.#d.acp.permissionTimeoutSecs * 1000);
+      const timer = setTimeout(() => finish("permission_deadline"), this.#o.acp.permissionTimeoutSecs * 1000);
       const onAbort = () => finish("closed");
       const finish = (w: PermissionAnswer | "closed") => {
         clearTimeout(timer);
         signal.removeEventListener("abort", onAbort);
-        run.permissionWaiters.delete(finish);
+        this.#permissionWaiters.delete(finish);
         resolve(w);
       };
       signal.addEventListener("abort", onAbort, { once: true });
-      run.permissionWaiters.add(finish);
+      this.#permissionWaiters.add(finish);
     });
-    run.pendingPermissions--;
-    if (why !== "closed") run.permissionAnswered ??= why;
-    if (run.pendingPermissions === 0 && run.state === "waiting_permission") {
-      run.state = "running";
-      this.#d.touch(run);
+    this.#pendingPermissions--;
+    if (why !== "closed") this.#permissionAnswered ??= why;
+    if (this.#pendingPermissions === 0 && this.#waitingPermission && !this.#ended) {
+      this.#waitingPermission = false;
+      this.#tell({ kind: "state", state: "running" });
     }
-    this.#d.log.info({ run_id: run.run_id, answered: "cancelled", because: why }, "permission answered");
+    this.#o.log.info({ run_id: runId, answered: "cancelled", because: why }, "permission answered");
     return cancelled;
   }
 }

@@ -10,12 +10,12 @@ import {
   credentialModeWarnings,
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
-  sandboxRefusal,
   sharedUserRefusal,
   UNSANDBOXED_CONSEQUENCE,
   unsandboxedRunAs,
 } from "../config/exposure.js";
 import { poolHomeRefusals } from "../process/pool-homes.js";
+import { sandboxRefusal } from "../process/sandbox.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
 
 function writeInitialize(out: { write: (text: string) => void }, init: InitializeResponse): void {

@@ -29,7 +29,6 @@ import {
   credentialModeWarnings,
   SAME_USER_CONSEQUENCE,
   sameUserAgents,
-  sandboxRefusal,
   sharedUserRefusal,
   UNSANDBOXED_CONSEQUENCE,
   unsandboxedRunAs,
@@ -41,6 +40,7 @@ import { createLogger, type Logger } from "../logger.js";
 import { poolHomeRefusals } from "../process/pool-homes.js";
 import { procIdentitySupported } from "../process/proc-identity.js";
 import { type ReapResult, reapAll } from "../process/reaper.js";
+import { sandboxRefusal } from "../process/sandbox.js";
 import { BindingsFileError, FilePoolBindings } from "../process/user-bindings.js";
 import { diagnosticsDir, removeDiagnostics } from "../runs/diagnostics.js";
 import { RunManager } from "../runs/manager.js";

@@ -17,9 +17,9 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { ConfigError } from "../config/config.js";
-import { sandboxRefusal } from "../config/exposure.js";
 import { LOG_LEVELS } from "../config/schema.js";
 import { createLogger } from "../logger.js";
+import { sandboxRefusal } from "../process/sandbox.js";
 import { flag, type Parsed, requireConfig, UsageError } from "./argv.js";
 
 function formatEvent(e: RunEvent): string {

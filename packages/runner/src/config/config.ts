@@ -9,14 +9,8 @@ import { accessSync, constants, lstatSync, realpathSync, statSync } from "node:f
 import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
 import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
-import { type RunAsPool, resolveRunAs, type SwitchSupport, switchUserSupport } from "../process/run-as.js";
-import {
-  findSandboxTools,
-  PRIVATE_TREES,
-  SANDBOX_OPT_OUT,
-  type SandboxMode,
-  type SandboxTools,
-} from "../process/sandbox.js";
+import { type RunAsPool, resolveRunAs, type SandboxTools, type SwitchSupport, switchUserSupport } from "./run-as.js";
+import { findSandboxTools, PRIVATE_TREES, SANDBOX_OPT_OUT, type SandboxMode } from "./sandbox-tools.js";
 import { ConfigSchema, describeIssues, type LogLevel, type RawConfig } from "./schema.js";
 
 export interface ProjectConfig {
@@ -46,7 +40,7 @@ export interface AgentConfig {
   readonly envFromEnv: Readonly<Record<string, string>>;
   /**
    * `run_as` / `run_as_group`, resolved and checked at load time: the pool of users this agent's runs take
-   * (one per concurrent run, process/user-pool.ts); null: the agent runs as the Runner's user (`runsAsRunnerUser`).
+   * (one per concurrent run, process/user-pool.ts); null: the agent runs as the Runner's user (`sharesRunnerUser`, config/exposure.ts).
    */
   readonly runAs: RunAsPool | null;
 }
@@ -304,7 +298,7 @@ function checkFilesystemLeniently(file: string, raw: unknown, errors: string[]):
 /**
  * `[acp] sandbox = "namespaces"` with run_as agents: the tools exist, and nothing an agent needs lies in a tree
  * it gets private and empty. The tools, or null after reporting why not. Whether this Runner can make the
- * namespaces is asked at start (`sandboxRefusal`, config/exposure.ts), not here: loading spawns nothing.
+ * namespaces is asked at start (`sandboxRefusal`, process/sandbox.ts), not here: loading spawns nothing.
  */
 function checkSandbox(
   projects: readonly ProjectConfig[],

@@ -9,8 +9,6 @@
  * `[acp] agents_share_runner_user = true` (`sharedUserRefusal`).
  */
 import { statSync } from "node:fs";
-import { runsAsRunnerUser } from "../process/run-as.js";
-import { probeSandbox, SANDBOX_OPT_OUT } from "../process/sandbox.js";
 import type { AgentConfig, RunnerConfig } from "./config.js";
 
 export interface ModeWarning {
@@ -47,11 +45,11 @@ export function credentialModeWarnings(config: RunnerConfig): ModeWarning[] {
 
 /**
  * Whether `agent` runs as the Runner's own user: it has no `run_as` (the config refuses a pool that names the
- * Runner's uid). The one place that decides it: the start-up refusal, `check`, `hello` and the persisted resume
- * secret ask here.
+ * Runner's uid, config/run-as.ts, so this is the whole question). The one place that decides it: the start-up
+ * refusal, `check`, `hello` and the persisted resume secret ask here.
  */
 export function sharesRunnerUser(agent: AgentConfig): boolean {
-  return runsAsRunnerUser(agent);
+  return agent.runAs === null;
 }
 
 /** Ids of the agents that run as this process's user (sharesRunnerUser). */
@@ -87,21 +85,4 @@ export const UNSANDBOXED_CONSEQUENCE =
 /** Whether run_as agents run without the per-run sandbox (the operator's `[acp] sandbox = "none"`). */
 export function unsandboxedRunAs(cfg: RunnerConfig): boolean {
   return cfg.acp.sandbox === "none" && cfg.acp.agents.some((a) => a.runAs !== null);
-}
-
-/**
- * Why this Runner cannot start its run_as agents in the sandbox its config asks for (one real sandboxed start
- * of `true`, process/sandbox.ts), as a config error line naming `acp.sandbox`; null when it can, or when no
- * agent is sandboxed. `run`, `check` and `exec` refuse with it: a Runner never runs without silently.
- */
-export function sandboxRefusal(cfg: RunnerConfig): string | null {
-  const tools = cfg.acp.agents.find((a) => a.runAs !== null)?.runAs?.users[0]?.sandbox ?? null;
-  if (tools === null) return null;
-  const refused = probeSandbox(tools);
-  if (refused === null) return null;
-  return (
-    `${cfg.file}: acp.sandbox: "namespaces" (the default with run_as) gives each run_as agent its own mount and IPC ` +
-    `namespace, and this Runner cannot create them (${refused}); run the Runner as root, or give a non-root Runner ` +
-    `CAP_SYS_ADMIN as an ambient capability, ${SANDBOX_OPT_OUT}`
-  );
 }

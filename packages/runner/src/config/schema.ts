@@ -18,9 +18,8 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { z } from "zod";
-import { ACCOUNT_NAME_PATTERN, MAX_RUN_AS_POOL_USERS } from "../process/run-as.js";
-import { SANDBOX_MODES } from "../process/sandbox.js";
-import { DEFAULT_BINDING_IDLE_DAYS, MAX_BINDING_IDLE_DAYS, MIN_BINDING_IDLE_DAYS } from "../process/user-bindings.js";
+import { ACCOUNT_NAME_PATTERN, MAX_RUN_AS_POOL_USERS } from "./run-as.js";
+import { SANDBOX_MODES } from "./sandbox-tools.js";
 
 /** Most argv entries an agent may be configured with, and the longest one. */
 export const MAX_AGENT_ARGS = 64;
@@ -34,6 +33,11 @@ export const ENV_NAME_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*$/;
  * run's terminal message, which the protocol bounds (MAX_MESSAGE_LENGTH).
  */
 export const MAX_ENV_NAME_LENGTH = 128;
+
+/** `[acp] binding_idle_days`: its default and bounds (process/user-bindings.ts recycles by it). */
+export const DEFAULT_BINDING_IDLE_DAYS = 30;
+export const MIN_BINDING_IDLE_DAYS = 1;
+export const MAX_BINDING_IDLE_DAYS = 3650;
 
 export const LOG_LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 export type LogLevel = (typeof LOG_LEVELS)[number];

@@ -34,7 +34,7 @@ import {
 } from "node:fs/promises";
 import { dirname, isAbsolute, join, normalize, sep } from "node:path";
 import type { RunnerConfig } from "../config/config.js";
-import { findSystemTool, GETENT_TIMEOUT_MS, lookupUser, type RunAs } from "./run-as.js";
+import { findSystemTool, GETENT_TIMEOUT_MS, lookupUser, type RunAs } from "../config/run-as.js";
 
 /** Deepest directory nesting a wipe or a template copy walks; deeper is refused (the user is quarantined). */
 export const MAX_HOME_DEPTH = 64;

@@ -25,16 +25,10 @@
 import { spawnSync } from "node:child_process";
 import { chownSync, lstatSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { findSystemTool, type SandboxTools, SYSTEM_TOOL_DIRS } from "./run-as.js";
+import type { RunnerConfig } from "../config/config.js";
+import { findSystemTool, type SandboxTools, SYSTEM_TOOL_DIRS } from "../config/run-as.js";
+import { SANDBOX_OPT_OUT } from "../config/sandbox-tools.js";
 
-export type { SandboxTools };
-
-/** `[acp] sandbox`: `namespaces` (the default) or the explicit opt-out `none`. */
-export const SANDBOX_MODES = ["namespaces", "none"] as const;
-export type SandboxMode = (typeof SANDBOX_MODES)[number];
-
-/** The trees every sandboxed run gets private and empty (so nothing the agent needs may lie in them). */
-export const PRIVATE_TREES: readonly string[] = Object.freeze(["/tmp", "/var/tmp", "/dev/shm"]);
 /** Size bound of each private tmpfs (`/tmp`, `/var/tmp`, `/dev/shm`), in MiB: memory a run may fill there. */
 export const SANDBOX_TMPFS_MIB = 1024;
 /** Longest the start-up probe of the namespaces may take. */
@@ -67,28 +61,6 @@ export const SANDBOX_SCRIPT = [
   "fi",
   'exec "$@"',
 ].join("\n");
-
-export type SandboxResolution = { ok: true; tools: SandboxTools } | { ok: false; reason: string };
-
-/** unshare, sh and mount from SYSTEM_TOOL_DIRS, or which is missing. */
-export function findSandboxTools(euid: number | undefined = process.geteuid?.()): SandboxResolution {
-  const unshare = findSystemTool("unshare");
-  const sh = findSystemTool("sh");
-  const mount = findSystemTool("mount");
-  const setpriv = findSystemTool("setpriv");
-  const missing = [
-    ["unshare (util-linux)", unshare],
-    ["sh", sh],
-    ["mount (util-linux)", mount],
-    ["setpriv (util-linux)", setpriv],
-  ]
-    .filter(([, path]) => path === null)
-    .map(([name]) => name);
-  if (unshare === null || sh === null || mount === null || setpriv === null) {
-    return { ok: false, reason: `needs ${missing.join(", ")}, not found in ${SYSTEM_TOOL_DIRS.join(", ")}` };
-  }
-  return { ok: true, tools: Object.freeze({ unshare, sh, mount, asRoot: euid === 0 ? null : setpriv }) };
-}
 
 /** The argv that starts `inner` (the setpriv command) in a sandbox, protecting `gitDir` when not null. */
 export function sandboxCommand(
@@ -144,10 +116,6 @@ export function prepareGitDir(cwd: string): string | null {
   return gitDir;
 }
 
-/** What a refusal offers besides the privileges: the explicit opt-out, and what it gives up. */
-export const SANDBOX_OPT_OUT =
-  'or set [acp] sandbox = "none" to run agents without a private /tmp, /var/tmp, /dev/shm and IPC (docs/security.md)';
-
 /** Why the namespaces cannot be made here, or null when they can: one real sandboxed start of `true`. */
 export function probeSandbox(tools: SandboxTools): string | null {
   const truth = findSystemTool("true");
@@ -165,4 +133,21 @@ export function probeSandbox(tools: SandboxTools): string | null {
   if (result.status === 0) return null;
   const said = (result.stderr ?? "").trim().split("\n")[0]?.slice(0, SANDBOX_PROBE_STDERR_CHARS) ?? "";
   return said === "" ? `exit status ${result.status ?? result.signal}` : said;
+}
+
+/**
+ * Why this Runner cannot start its run_as agents in the sandbox its config asks for (one real sandboxed start
+ * of `true`, probeSandbox), as a config error line naming `acp.sandbox`; null when it can, or when no
+ * agent is sandboxed. `run`, `check` and `exec` refuse with it: a Runner never runs without silently.
+ */
+export function sandboxRefusal(cfg: RunnerConfig): string | null {
+  const tools = cfg.acp.agents.find((a) => a.runAs !== null)?.runAs?.users[0]?.sandbox ?? null;
+  if (tools === null) return null;
+  const refused = probeSandbox(tools);
+  if (refused === null) return null;
+  return (
+    `${cfg.file}: acp.sandbox: "namespaces" (the default with run_as) gives each run_as agent its own mount and IPC ` +
+    `namespace, and this Runner cannot create them (${refused}); run the Runner as root, or give a non-root Runner ` +
+    `CAP_SYS_ADMIN as an ambient capability, ${SANDBOX_OPT_OUT}`
+  );
 }

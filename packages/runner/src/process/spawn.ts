@@ -23,12 +23,13 @@ import { setTimeout as sleep } from "node:timers/promises";
 import { execa, type Options } from "execa";
 import treeKill from "tree-kill";
 import type { AgentConfig } from "../config/config.js";
-import { STDERR_TAIL_BYTES, TailBuffer } from "../runs/diagnostics.js";
+import type { RunAs } from "../config/run-as.js";
 import { reserveAgentFdTable } from "./fd-table.js";
 import { inheritedFdStdio } from "./inherited-fds.js";
 import { listGroupMembers, procIdentitySupported, readStartTime } from "./proc-identity.js";
-import { type RunAs, runAsEnv, setprivCommand } from "./run-as.js";
+import { runAsEnv, setprivCommand } from "./run-as.js";
 import { prepareGitDir, sandboxCommand } from "./sandbox.js";
+import { STDERR_TAIL_BYTES, TailBuffer } from "./stderr-tail.js";
 
 export type EnvResolution =
   | { ok: true; env: Record<string, string> }

@@ -26,10 +26,6 @@ export const NO_TENANT = "untagged";
 export const MAX_BINDINGS = 4096;
 /** Largest bindings file read; a bigger one is refused, not truncated. */
 export const MAX_BINDINGS_FILE_BYTES = 1 << 20;
-/** `[acp] binding_idle_days`: its default and bounds. */
-export const DEFAULT_BINDING_IDLE_DAYS = 30;
-export const MIN_BINDING_IDLE_DAYS = 1;
-export const MAX_BINDING_IDLE_DAYS = 3650;
 /** A binding's `last_used_at` is rewritten at most this often (each write is an fsync on the start path). */
 export const BINDING_TOUCH_INTERVAL_MS = 60 * 60 * 1000;
 

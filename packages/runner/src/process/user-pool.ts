@@ -43,17 +43,12 @@
 import { execFileSync } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
 import type { AgentConfig } from "../config/config.js";
+import { findSystemTool, type RunAs } from "../config/run-as.js";
+import { DEFAULT_BINDING_IDLE_DAYS } from "../config/schema.js";
 import { type Logger, silentLogger } from "../logger.js";
 import { PoolHomeError, type RecycledHome } from "./pool-homes.js";
 import { listUidProcesses } from "./proc-identity.js";
-import { findSystemTool, type RunAs } from "./run-as.js";
-import {
-  BINDING_TOUCH_INTERVAL_MS,
-  DEFAULT_BINDING_IDLE_DAYS,
-  NO_TENANT,
-  type PoolBindings,
-  type UserBinding,
-} from "./user-bindings.js";
+import { BINDING_TOUCH_INTERVAL_MS, NO_TENANT, type PoolBindings, type UserBinding } from "./user-bindings.js";
 
 /** Longest a sweep keeps SIGKILLing and re-scanning for processes of a pool user before it quarantines the user. */
 export const SWEEP_TIMEOUT_MS = 5000;

@@ -1,7 +1,7 @@
 /**
  * Runner-local diagnostics of a run (issue 12 §4): the redacted tail of the
- * agent's stderr (at most STDERR_TAIL_BYTES), its exit, the run's setup
- * stage and timings and its terminal state, as one JSON file per run:
+ * agent's stderr (at most STDERR_TAIL_BYTES, kept by process/stderr-tail.ts),
+ * its exit, the run's setup stage and timings and its terminal state, as one JSON file per run:
  * `<state_dir>/diagnostics/<run_id>.json`, mode 0600 in a 0700 directory.
  * Written when the run's process tree is gone; removed when retention prunes
  * the run's row. Never sent to the Server (the link never reads it); the
@@ -13,8 +13,6 @@ import { join } from "node:path";
 import { RUN_ID_PATTERN, type RunSummary } from "@webcodex/protocol";
 import type { RunTimings } from "./timings.js";
 
-/** Bytes of agent stderr kept per run (the last ones). */
-export const STDERR_TAIL_BYTES = 16 * 1024;
 export const DIAGNOSTICS_DIR = "diagnostics";
 
 export interface RunDiagnostics {
@@ -69,34 +67,5 @@ export function removeDiagnostics(dir: string, runIds: readonly string[]): void 
   for (const runId of runIds) {
     const file = diagnosticsFile(dir, runId);
     if (file) rmSync(file, { force: true });
-  }
-}
-
-/** Keeps the last `limit` bytes written to it. */
-export class TailBuffer {
-  readonly #limit: number;
-  #chunks: Buffer[] = [];
-  #bytes = 0;
-
-  constructor(limit = STDERR_TAIL_BYTES) {
-    this.#limit = limit;
-  }
-
-  push(chunk: Buffer): void {
-    this.#chunks.push(chunk);
-    this.#bytes += chunk.length;
-    if (this.#bytes > 2 * this.#limit) this.#compact();
-  }
-
-  text(): string {
-    this.#compact();
-    return Buffer.concat(this.#chunks).toString("utf8");
-  }
-
-  #compact(): void {
-    const all = Buffer.concat(this.#chunks);
-    const tail = all.length > this.#limit ? all.subarray(all.length - this.#limit) : all;
-    this.#chunks = [Buffer.from(tail)];
-    this.#bytes = tail.length;
   }
 }

@@ -6,6 +6,8 @@
  *         ─▶ markTerminal ─▶ projection ─▶ tree cleanup ─▶ clearChild
  *         ─▶ sweep of the pool user ─▶ retention (runs/retention.ts)
  *
+ * The turn is an async generator of what the run records (acp/turn.ts `TurnEvent`); #drive consumes
+ * it and writes the record, the timings and, with the Terminal it returns, the terminal state.
  * Pushes to the link go through the one batching rule (@webcodex/protocol batches.ts);
  * the setup timings line is runs/timings.ts, fed by the turn's milestones.
  *
@@ -26,7 +28,8 @@ import {
   type RunTombstone,
   TOMBSTONE_MESSAGE,
 } from "@webcodex/protocol";
-import { AcpTurn } from "../acp/turn.js";
+import { type CancelReason, lost, notStarted, type Terminal } from "../acp/terminal.js";
+import { AcpTurn, type TurnOptions } from "../acp/turn.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
 import { sameUserAgents } from "../config/exposure.js";
 import type { EventRing, RingLimits } from "../events/ring.js";
@@ -51,7 +54,6 @@ import type {
   RunSyncResult,
   RunUpdateListener,
 } from "./service.js";
-import { type CancelReason, lost, notStarted, type Terminal } from "./terminal.js";
 import { type RunTimings, StageClock } from "./timings.js";
 
 export { rowToSummary };
@@ -124,7 +126,8 @@ export class RunManager implements RunService {
   /** Runs holding a capacity slot: from admission until their process tree is gone. */
   readonly #active = new Set<Run>();
   readonly #retention: RunRetention;
-  readonly #turn: AcpTurn;
+  /** What every run's turn is built with (acp/turn.ts). */
+  readonly #turnOptions: TurnOptions;
   /** The run_as users: one per live run, swept before reuse. Sweeps every pool user once, here at construction. */
   readonly #users: UserPool;
   /** Which caller each project serves its run_as runs to; null under `[acp] single_tenant`. */
@@ -148,18 +151,14 @@ export class RunManager implements RunService {
       ...(options.retainedRingsMaxBytes === undefined ? {} : { maxRingBytes: options.retainedRingsMaxBytes }),
       persist: (run) => this.#saveTerminal(run),
     });
-    this.#turn = new AcpTurn({
+    this.#turnOptions = {
       acp: this.#config.acp,
       store: this.#store,
       log: this.#log,
       sourceEnv: options.sourceEnv ?? process.env,
       maxMessageBytes: options.maxMessageBytes,
       failpoint: this.#failpoint,
-      closing: () => this.#closing,
-      touch: (run) => this.#touch(run),
-      schedulePush: (run) => this.#schedulePush(run),
-      requestCancel: (run, reason) => this.#requestCancel(run, reason),
-    });
+    };
     for (const agent of this.#config.acp.agents) {
       this.#agents.set(agent.id, agent);
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
@@ -326,7 +325,7 @@ export class RunManager implements RunService {
       this.#store.ensureDurable(run.run_id);
     } catch (error) {
       this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "admission not durable");
-      run.setupAbort.abort();
+      run.turn?.abortSetup();
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     return { ok: true, run: run.summary(), created: true };
@@ -419,24 +418,10 @@ export class RunManager implements RunService {
     return { run: run.summary(), cancel_requested: true, already_terminal: false };
   }
 
-  /** Idempotent: the first reason sticks; session/cancel is sent at most once. */
+  /** Idempotent: the first reason sticks; session/cancel is sent at most once (the turn's `cancel`). */
   #requestCancel(run: Run, reason: CancelReason): void {
-    if (run.terminal || run.cancelReason !== null) return;
-    run.cancelReason = reason;
-    this.#log.info({ run_id: run.run_id, reason, dispatched: run.dispatched }, "cancel requested");
-    if (!run.dispatched) {
-      run.setupAbort.abort();
-      return;
-    }
-    // Answer pending permission requests `cancelled` first, then session/cancel.
-    for (const wake of [...run.permissionWaiters]) wake(reason);
-    run.timer(this.#config.acp.cancelGraceSecs * 1000, run.expireGrace);
-    setImmediate(() => {
-      const conn = run.conn;
-      if (run.terminal || !conn || run.sessionId === null || run.sessionCancelSent) return;
-      run.sessionCancelSent = true;
-      void conn.cancel(run.sessionId);
-    });
+    if (run.terminal) return;
+    run.turn?.cancel(reason);
   }
 
   // ---- the turn ------------------------------------------------------------------
@@ -444,17 +429,40 @@ export class RunManager implements RunService {
   async #drive(run: Run, prompt: string, callerConfig: RunStartRequest["config"]): Promise<void> {
     let terminal: Terminal;
     const clock = new StageClock();
-    const milestone = (stage: Parameters<StageClock["lap"]>[0]): void => {
-      clock.lap(stage);
-      if (stage === "prompt_write") this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
-    };
+    const turn = new AcpTurn(this.#turnOptions, {
+      runId: run.run_id,
+      project: run.project,
+      agent: run.agent,
+      runAs: run.runAs,
+      timeoutSecs: run.timeoutSecs,
+      prompt,
+      callerConfig,
+      ring: run.ring,
+    });
+    run.turn = turn;
     try {
-      terminal = await this.#turn.turn(run, prompt, callerConfig, milestone);
+      // The first next() runs the turn up to its spawn synchronously (see start()).
+      const events = turn.events();
+      for (let next = await events.next(); ; next = await events.next()) {
+        if (next.done) {
+          terminal = next.value;
+          break;
+        }
+        const event = next.value;
+        if (event.kind === "milestone") {
+          clock.lap(event.stage, event.at);
+          if (event.stage === "prompt_write")
+            this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
+          continue;
+        }
+        const changed = run.recordTurnEvent(event);
+        if (changed === "state") this.#touch(run);
+        else if (changed === "events") this.#schedulePush(run);
+      }
     } catch (error) {
       this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name, stage: run.stage }, "turn failed");
       terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
     }
-    run.clearTimers();
     // A shutdown (close()) cut the turn: record it as a restart would (store/recovery.ts), not as an agent fault.
     const cut = terminal.failure_kind !== null && CUT_BY_SHUTDOWN.has(terminal.failure_kind);
     if (this.#closing && cut && terminal.execution_state === "not_started") {
@@ -470,7 +478,6 @@ export class RunManager implements RunService {
 
   #finish(run: Run, t: Terminal): void {
     if (run.terminal) return;
-    run.normalizer?.flush();
     const ignored = run.normalizer?.ignoredUpdates ?? 0;
     const lastSeq = run.ring.lastSeq + 1; // the terminal event below
     run.unsavedTerminal = {
@@ -510,7 +517,7 @@ export class RunManager implements RunService {
         stop_reason: t.stop_reason,
         failure_kind: t.failure_kind,
         ignored_updates: ignored,
-        refused_permissions: run.refusedPermissions,
+        refused_permissions: run.turn?.refusedPermissions ?? 0,
         events: lastSeq,
       },
       "run terminal",
@@ -671,7 +678,7 @@ export class RunManager implements RunService {
         continue;
       }
       // Setup still running (maybe spawnAgent pending, with no conn or child to close yet): abort it.
-      if (!run.dispatched) run.setupAbort.abort();
+      if (!run.dispatched) run.turn?.stopping();
       run.conn?.close();
       void run.child?.terminateTree(Math.min(this.#graceMs, 500));
     }

@@ -1,8 +1,8 @@
 /**
  * One admitted run held in memory by the run manager: its summary fields,
- * event ring, and the controls of its turn (child, connection, cancel,
- * permission waiters, timers). Also the summary of a run known only from the
- * durable store.
+ * event ring, its ACP turn (acp/turn.ts: stage, event pipeline, cancellation)
+ * and what the turn's events record (child, connection, phase, state). Also
+ * the summary of a run known only from the durable store.
  */
 import type {
   EffectiveConfigEntry,
@@ -16,17 +16,17 @@ import type {
   StopReason,
 } from "@webcodex/protocol";
 import type { AcpClientConnection } from "../acp/session.js";
+import type { AcpTurn } from "../acp/turn.js";
+import type { TurnEvent } from "../acp/turn-events.js";
 import type { AgentConfig, ProjectConfig } from "../config/config.js";
+import type { RunAs } from "../config/run-as.js";
 import type { EventNormalizer } from "../events/normalize.js";
 import type { Redactor } from "../events/redactor.js";
 import { EventRing, type RingLimits } from "../events/ring.js";
-import type { TextPacer } from "../events/text-pacer.js";
-import type { RunAs } from "../process/run-as.js";
 import type { AgentChild } from "../process/spawn.js";
 import type { DispatchRow, TerminalUpdate } from "../store/types.js";
-import type { CancelReason, PermissionAnswer } from "./terminal.js";
 
-/** One admitted run held in memory: its summary fields, event ring and turn controls. */
+/** One admitted run held in memory: its summary fields, event ring and turn. */
 export class Run {
   phase: RunPhase = "admitted";
   state: RunState = "starting";
@@ -38,39 +38,21 @@ export class Run {
   effective_config: EffectiveConfigEntry[] = [];
   updated_at: string;
   readonly ring: EventRing;
-  normalizer: EventNormalizer | null = null;
-  /** When the normalizer's streamed text is flushed (stopped with the timers). */
-  textPacer: TextPacer | null = null;
+  /** The run's ACP turn once it started (acp/turn.ts); null for a run ended before anything was spawned. */
+  turn: AcpTurn | null = null;
 
+  /** The agent process (from the turn's `spawned`) until its tree is cleaned up. */
   child: AgentChild | null = null;
   /** The run_as pool user this run holds from admission until it is swept (process/user-pool.ts); null: the Runner's user. */
   runAs: RunAs | null = null;
-  /** The run's redactor once its env is resolved (event text, and the stderr tail of its diagnostics). */
-  redactor: Redactor | null = null;
+  /** The ACP connection (from the turn's `setup`) until the run's cleanup closes it. */
   conn: AcpClientConnection | null = null;
-  sessionId: string | null = null;
-  stage: SetupStage = "spawn";
-
-  cancelReason: CancelReason | null = null;
-  setupExpired = false;
-  readonly setupAbort = new AbortController();
-  sessionCancelSent = false;
-  /** Resolves when the cancel grace (armed by a cancel or the deadline) has run out. */
-  readonly graceExpired: Promise<void>;
-  expireGrace!: () => void;
-  readonly permissionWaiters = new Set<(why: CancelReason) => void>();
-  pendingPermissions = 0;
   /**
    * The terminal state whose durable write failed: the run stays pinned in
    * memory (never evicted) so sync/inventory/cancel answer the terminal state,
    * and the write is retried at each retain/evict and at close.
    */
   unsavedTerminal: TerminalUpdate | null = null;
-  /** Permission requests answered `cancelled` at once because MAX_PENDING_PERMISSIONS were waiting. */
-  refusedPermissions = 0;
-  /** Why the first permission request was answered `cancelled` (for the terminal message). */
-  permissionAnswered: PermissionAnswer | null = null;
-  readonly timers = new Set<NodeJS.Timeout>();
 
   pushedSeq = 0;
   pushScheduled = false;
@@ -94,9 +76,52 @@ export class Run {
     this.settled = new Promise<void>((resolve) => {
       this.markSettled = resolve;
     });
-    this.graceExpired = new Promise<void>((resolve) => {
-      this.expireGrace = resolve;
-    });
+  }
+
+  /** The turn's event pipeline: the run's ignored-updates count and usage. */
+  get normalizer(): EventNormalizer | null {
+    return this.turn?.normalizer ?? null;
+  }
+
+  /** The run's redactor once its env is resolved (event text, and the stderr tail of its diagnostics). */
+  get redactor(): Redactor | null {
+    return this.turn?.redactor ?? null;
+  }
+
+  /** The setup stage the run is in, or ended in (`prompt` once dispatched). */
+  get stage(): SetupStage {
+    return this.turn?.stage ?? "spawn";
+  }
+
+  /**
+   * Record what the turn yielded (all but its milestones, which are the timings'): "state" when the run's
+   * state changed (stamp updated_at and push soon), "events" when its ring or counters did (push soon),
+   * null when nothing is pushed for it.
+   */
+  recordTurnEvent(event: Exclude<TurnEvent, { kind: "milestone" }>): "state" | "events" | null {
+    switch (event.kind) {
+      case "spawned":
+        this.child = event.child;
+        return null;
+      case "setup":
+        this.conn = event.conn;
+        this.phase = "setup";
+        return "state";
+      case "configured":
+        this.effective_config = event.effective;
+        return null;
+      case "dispatched":
+        this.phase = "dispatch_barrier";
+        this.state = "running";
+        this.execution_state = "started";
+        this.recovery_kind = "wait";
+        return "state";
+      case "state":
+        this.state = event.state;
+        return "state";
+      case "events":
+        return "events";
+    }
   }
 
   get terminal(): boolean {
@@ -130,20 +155,6 @@ export class Run {
       updated_at: this.updated_at,
       ...(this.normalizer?.usage ? { usage: this.normalizer.usage } : {}),
     };
-  }
-
-  timer(ms: number, fn: () => void): void {
-    const t = setTimeout(() => {
-      this.timers.delete(t);
-      fn();
-    }, ms);
-    this.timers.add(t);
-  }
-
-  clearTimers(): void {
-    for (const t of this.timers) clearTimeout(t);
-    this.timers.clear();
-    this.textPacer?.stop();
   }
 }
 

@@ -5,20 +5,14 @@
  * connection), initialize, session_new, config (sequencing and its record),
  * barrier_commit (the durable dispatch barrier), prompt_write (until the
  * session/prompt request was handed to the child's stdin). scripts/bench
- * reads that line; the turn only reports when a stage is done.
+ * reads that line; the turn only reports when a stage is done (its
+ * `milestone` events, acp/turn.ts, stamped where the stage ended).
  */
-export interface RunTimings {
-  spawn: number;
-  initialize: number;
-  session_new: number;
-  config: number;
-  barrier_commit: number;
-  prompt_write: number;
-}
+import type { TimedStage } from "../acp/turn-events.js";
 
-export type TimedStage = keyof RunTimings;
+export type RunTimings = Record<TimedStage, number>;
 
-/** Laps of one run's setup; `done` is true once the last stage (prompt_write) was lapped. */
+/** Laps of one run's setup. */
 export class StageClock {
   readonly timings: RunTimings = {
     spawn: 0,
@@ -30,9 +24,9 @@ export class StageClock {
   };
   #stageStart = performance.now();
 
-  lap(stage: TimedStage): void {
-    const now = performance.now();
-    this.timings[stage] = Math.round((now - this.#stageStart) * 100) / 100;
-    this.#stageStart = now;
+  /** `stage` ended at `at` (performance.now() where it ended; default now). */
+  lap(stage: TimedStage, at: number = performance.now()): void {
+    this.timings[stage] = Math.round((at - this.#stageStart) * 100) / 100;
+    this.#stageStart = at;
   }
 }

@@ -15,7 +15,7 @@ import {
   type SetupStage,
   type StopReason,
 } from "@webcodex/protocol";
-import type { RequestOutcome } from "../acp/session.js";
+import type { RequestOutcome } from "./session.js";
 
 /** Why session/cancel was sent: a caller's cancel, the run deadline, or a graceful Runner stop. */
 export type CancelReason = "cancel" | "deadline" | "shutdown";
