@@ -149,7 +149,7 @@ export class AcpTurn {
     if (!env.ok) return { end: notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`) };
     if (run.setupAbort.signal.aborted) return { end: this.setupAborted(run) };
 
-    const redactor = Redactor.forAgent(run.agent, env.env, run.project.root);
+    const redactor = Redactor.forAgent(run.agent, env.env, run.cwd);
     run.redactor = redactor;
     // Streamed text enters the ring (and is pushed) at the next setImmediate when the stream is quiet,
     // or after up to COALESCE_MS while a flood is going on (events/text-pacer.ts).
@@ -159,7 +159,7 @@ export class AcpTurn {
       },
     });
     const normalizer = new EventNormalizer({
-      projectRoot: run.project.root,
+      projectRoot: run.cwd,
       redactor,
       emit: (body) => {
         if (run.terminal) return;
@@ -193,7 +193,7 @@ export class AcpTurn {
       child = await (this.#d.spawn ?? spawnAgent)({
         agent: run.agent,
         runAs: run.runAs,
-        cwd: run.project.root,
+        cwd: run.cwd,
         env,
         onStarted: record,
       });
@@ -238,13 +238,13 @@ export class AcpTurn {
     return null;
   }
 
-  /** `session/new` in the project root: the session id (kept on the run) and the live config options. */
+  /** `session/new` in the run's cwd (the project root, or its worktree): the session id (kept on the run) and the live config options. */
   async #newSession(
     run: Run,
     conn: AcpClientConnection,
   ): Promise<Step<{ sessionId: string; configOptions: NewSessionResponse["configOptions"] }>> {
     run.stage = "session_new";
-    const session = await this.#setupStep(run, conn.newSession(run.project.root));
+    const session = await this.#setupStep(run, conn.newSession(run.cwd));
     if (session.kind !== "ok") return { end: this.#setupFailure(run, session) };
     if (typeof session.value?.sessionId !== "string") return { end: notStarted("protocol_violation", "session_new") };
     run.sessionId = session.value.sessionId;

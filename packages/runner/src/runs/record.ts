@@ -12,6 +12,7 @@ import type {
   RunPhase,
   RunState,
   RunSummary,
+  RunWorkspace,
   SetupStage,
   StopReason,
 } from "@webcodex/protocol";
@@ -43,6 +44,12 @@ export class Run {
   textPacer: TextPacer | null = null;
 
   child: AgentChild | null = null;
+  /** Where the agent works: the project root, or the run's own worktree (workspace/). */
+  cwd: string;
+  /** A worktree run's workspace as its summary reports it (design §16); null for a shared-tree run. */
+  workspace: RunWorkspace | null = null;
+  /** The turn has ended and the run's change is being recorded: its terminal follows; a cancel changes nothing. */
+  settling = false;
   /** The run_as pool user this run holds from admission until it is swept (process/user-pool.ts); null: the Runner's user. */
   runAs: RunAs | null = null;
   /** The run's redactor once its env is resolved (event text, and the stderr tail of its diagnostics). */
@@ -90,6 +97,7 @@ export class Run {
     now: () => Date,
   ) {
     this.updated_at = created_at;
+    this.cwd = project.root;
     this.ring = new EventRing(ringLimits, now);
     this.settled = new Promise<void>((resolve) => {
       this.markSettled = resolve;
@@ -129,6 +137,7 @@ export class Run {
       created_at: this.created_at,
       updated_at: this.updated_at,
       ...(this.normalizer?.usage ? { usage: this.normalizer.usage } : {}),
+      ...(this.workspace ? { workspace: this.workspace } : {}),
     };
   }
 
@@ -148,8 +157,9 @@ export class Run {
 }
 
 /** A summary for a run known only from the store (another Runner process, or evicted from memory). */
-export function rowToSummary(row: DispatchRow): RunSummary {
+export function rowToSummary(row: DispatchRow, workspace?: RunWorkspace): RunSummary {
   return {
+    ...(workspace ? { workspace } : {}),
     run_id: row.run_id,
     intent_fingerprint: row.intent_fingerprint,
     project_id: row.project_id,
