@@ -227,6 +227,7 @@ export class Admission {
       prompt: input.prompt,
       config,
       timeout_secs: timeout,
+      base_ref: input.base_ref,
     });
     return this.admit(principal, {
       run_id: runId,
@@ -236,6 +237,7 @@ export class Admission {
       prompt: input.prompt,
       config,
       timeout_secs: timeout,
+      ...(input.base_ref !== undefined ? { base_ref: input.base_ref } : {}),
       ...hooks,
       afterRecorded: async () => {
         await hooks.afterRecorded?.();
@@ -509,6 +511,7 @@ export class Admission {
         config: req.config,
         timeout_secs: req.timeout_secs,
         tenant: deriveTenantTag(this.#ctx.store.serverSecret, principal.id),
+        ...(req.base_ref !== undefined ? { base_ref: req.base_ref } : {}),
       },
       this.#startTimeoutMs,
     );

@@ -7,10 +7,12 @@
  * disconnect → registry).
  */
 import {
+  type ChangesToolInput,
   eventBatches,
   type HelloFrame,
   isTerminalState,
   type RecoveryKind,
+  type RunChanges,
   type RunSyncResultFrame,
   type RunUpdateFrame,
 } from "@webcodex/protocol";
@@ -41,6 +43,7 @@ import type {
 } from "./api.js";
 import { Cancellation } from "./cancel.js";
 import { ChangeNotices } from "./change-notices.js";
+import { ChangesReader } from "./changes.js";
 import { fail, RunContext } from "./context.js";
 import { RunFollowing } from "./following.js";
 import type { MirrorSet, ToolStep } from "./mirror.js";
@@ -103,6 +106,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   readonly #admission: Admission;
   readonly #observation: Observation;
   readonly #cancellation: Cancellation;
+  readonly #changes: ChangesReader;
   /** Per runner id: the last queued frame's work and how many wait (see MAX_PENDING_RUNNER_FRAMES). */
   readonly #frames = new Map<string, { tail: Promise<void>; pending: number }>();
   #unlisten: (() => void) | null = null;
@@ -127,6 +131,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
     this.#observation = new Observation(this.#ctx);
     this.#cancellation = new Cancellation(this.#ctx);
+    this.#changes = new ChangesReader(this.#ctx);
     this.#admission = new Admission(this.#ctx, this.#observation, {
       settle: (runId) => void this.#reconcileOne(runId),
       ...(opts.testDelayAfterResolveMs !== undefined ? { testDelayAfterResolveMs: opts.testDelayAfterResolveMs } : {}),
@@ -319,6 +324,10 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
     return this.#cancellation.cancel(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
+  }
+
+  changes(principal: Principal, input: ChangesToolInput): Promise<ApiResult<RunChanges>> {
+    return this.#changes.changes(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   lastToolStep(runId: string): ToolStep | null {

@@ -5,6 +5,7 @@
  * selectors of a start go through StartHooks (runs/api.ts), so this module never imports sessions/.
  */
 
+import { CHANGES_TOOL_NAME } from "@webcodex/protocol";
 import {
   apiError,
   fail,
@@ -31,6 +32,8 @@ import type { ObserveLimits } from "./observe-limits.js";
 import {
   CancelToolInput,
   CancelToolOutput,
+  ChangesToolInput,
+  ChangesToolOutput,
   ObserveToolInput,
   ObserveToolOutput,
   StartToolInput,
@@ -41,6 +44,7 @@ export const RUN_TOOL_NAMES = {
   start: "start_coding_agent",
   observe: "observe_coding_agent",
   cancel: "cancel_coding_agent",
+  changes: CHANGES_TOOL_NAME,
 } as const;
 export type RunToolName = (typeof RUN_TOOL_NAMES)[keyof typeof RUN_TOOL_NAMES];
 
@@ -81,6 +85,19 @@ export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
     output: CancelToolOutput,
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
   },
+  {
+    name: RUN_TOOL_NAMES.changes,
+    runView: true,
+    title: "Get a coding agent run's changes",
+    description:
+      "For a run of a project in workspace mode `worktree`: what the run changed, as recorded on its branch when it " +
+      "ended — base and head commits, the branch, one entry per changed file and the unified diff, one page at a " +
+      "time (pass next_cursor as cursor for the next page; max_bytes bounds the diff of one answer). " +
+      "recorded: false means the run has not ended yet: ask again once observe_coding_agent shows it terminal.",
+    input: ChangesToolInput,
+    output: ChangesToolOutput,
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+  },
 ];
 
 export interface RunToolsOptions {
@@ -117,6 +134,8 @@ export class RunTools implements ToolModule {
         return this.#observe(principal, args, signal);
       case RUN_TOOL_NAMES.cancel:
         return this.#cancel(principal, args);
+      case RUN_TOOL_NAMES.changes:
+        return this.#changes(principal, args);
       default: {
         const unreachable: never = tool;
         throw new Error(`unknown tool ${String(unreachable)}`);
@@ -209,6 +228,17 @@ export class RunTools implements ToolModule {
     const result = await this.#runs.cancel(principal, input.value);
     if (!result.ok) return fail(result.error, input.value.run_id);
     return ok(CancelToolOutput.parse(result.value), input.value.run_id);
+  }
+
+  /** Project content: the answer goes to the caller only (the audit row has the run id and outcome). */
+  async #changes(principal: Principal, args: unknown): Promise<ToolCallOutcome> {
+    const input = parseToolInput(ChangesToolInput, args);
+    if (!input.ok) return fail(input.error, null);
+    const denied = checkToolScope(principal);
+    if (denied) return fail(denied, input.value.run_id);
+    const result = await this.#runs.changes(principal, stripUndefined(input.value));
+    if (!result.ok) return fail(result.error, input.value.run_id);
+    return ok(ChangesToolOutput.parse(result.value), input.value.run_id);
   }
 
   /**

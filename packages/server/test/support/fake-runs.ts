@@ -4,7 +4,7 @@
  * use the real Server + Runner (see stack.ts).
  */
 import { createHash } from "node:crypto";
-import type { RunEvent, RunState } from "@webcodex/protocol";
+import type { RunChanges, RunEvent, RunState } from "@webcodex/protocol";
 import type {
   ApiResult,
   CancelOutput,
@@ -142,6 +142,14 @@ export class FakeRuns implements RunsApi {
         has_more: false,
         effective_config: [],
       },
+    };
+  }
+
+  /** No run of this fake has a workspace: answered as the run core answers a shared project's run. */
+  async changes(_principal: Principal, input: { run_id: string }): Promise<ApiResult<RunChanges>> {
+    return {
+      ok: false,
+      error: { code: "invalid_input", message: `Run ${input.run_id} has no recorded change.`, recovery_kind: "none" },
     };
   }
 
