@@ -21,6 +21,7 @@ export default defineConfig({
       "packages/server/test/tombstone-acceptance.test.ts",
       "packages/server/test/effective-config.test.ts",
       "packages/server/test/run-usage.test.ts",
+      "packages/server/test/workspaces.test.ts",
       "packages/server/test/grant-removal.test.ts",
       "packages/server/test/oauth-lifecycle.test.ts",
       "packages/server/test/oauth-sessions.test.ts",

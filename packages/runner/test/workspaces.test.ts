@@ -227,6 +227,27 @@ describe("worktree runs", () => {
     expect(changes.changes.next_cursor).toBeUndefined();
   });
 
+  it("never runs the project's hooks or fsmonitor as the Runner while making the worktree and recording the change", async () => {
+    const ws = fresh();
+    initRepo(ws);
+    const canaryFile = join(ws.dir, "ran-as-runner");
+    const script = join(ws.dir, "plant.sh");
+    writeFileSync(script, `#!/bin/sh\necho "$0 $*" >> ${canaryFile}\nexit 0\n`, { mode: 0o755 });
+    for (const hook of ["post-checkout", "pre-commit", "commit-msg", "post-commit", "reference-transaction"]) {
+      writeFileSync(join(ws.projectRoot, ".git", "hooks", hook), `#!/bin/sh\nexec ${script} ${hook}\n`, {
+        mode: 0o755,
+      });
+    }
+    git(ws.projectRoot, "config", "core.fsmonitor", script);
+    const { manager } = worktreeManager(ws);
+    const { run } = await runToEnd(manager, "scenario: edit_file path=a.txt text=a");
+    expect(run.state).toBe("completed");
+    expect(run.workspace?.head_commit).toMatch(/^[0-9a-f]{40}$/);
+    const changes = await manager.changes(run.run_id, 0, 4096);
+    expect(changes?.ok).toBe(true);
+    expect(existsSync(canaryFile)).toBe(false);
+  });
+
   it("keeps the agent's own commits and adds one for what it left; .gitignore is respected", async () => {
     const ws = fresh();
     const base = initRepo(ws);
