@@ -154,6 +154,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
       "close_agent_task",
       "create_agent_task",
       "create_workflow_session",
+      "get_coding_agent_changes",
       "observe_coding_agent",
       "read_workflow_session",
       "reconcile_agent_task_coding_run",

@@ -87,7 +87,6 @@ export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
   },
   {
     name: RUN_TOOL_NAMES.changes,
-    runView: true,
     title: "Get a coding agent run's changes",
     description:
       "For a run of a project in workspace mode `worktree`: what the run changed, as recorded on its branch when it " +
