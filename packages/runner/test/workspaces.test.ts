@@ -4,13 +4,13 @@
  * plus one commit of what it left) is recorded on `webcodex/run/<run_id>` before its terminal is reported, and
  * `changes` pages it back; start-up records a change a previous process left unrecorded. Config checks first.
  */
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { RunChanges } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN, poll, readLedger } from "../../../scripts/test-support/index.js";
+import { FAKE_AGENT_BIN, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
 import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
 import type { RunManager } from "../src/runs/manager.js";
 import { openDispatchStore } from "../src/store/open.js";
@@ -146,6 +146,17 @@ describe("workspace config", () => {
       inside = (error as ConfigError).errors;
     }
     expect(inside.join("\n")).toContain("needs the root to be the top of its git repository");
+
+    // `check` says the same (exit 2), and names the mode of a project it accepts.
+    const file = join(ws.dir, "runner.toml");
+    writeFileSync(file, text);
+    const refused = spawnSync(process.execPath, [RUNNER_BIN, "check", "--config", file], { encoding: "utf8" });
+    expect(refused.status).toBe(2);
+    expect(refused.stderr).toContain('projects[0].workspace: workspace = "worktree" needs the root to be the top');
+    load(ws, 'workspace = "worktree"');
+    const accepted = spawnSync(process.execPath, [RUNNER_BIN, "check", "--config", file], { encoding: "utf8" });
+    expect(accepted.status).toBe(0);
+    expect(accepted.stdout).toContain("projects: demo (a worktree per run)");
   });
 
   it("refuses worktree next to a run_as agent, and a malformed workspace_author", () => {
