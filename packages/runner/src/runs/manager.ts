@@ -469,8 +469,13 @@ export class RunManager implements RunService {
       if (stage === "prompt_write") this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
     };
     try {
-      terminal =
-        (await this.#prepareWorkspace(run, baseRef)) ?? (await this.#turn.turn(run, prompt, callerConfig, milestone));
+      // A shared-tree run enters the turn without an await, so its agent is forked (and recorded) before start()
+      // answers, as always; a worktree run's checkout comes first.
+      const workspaceEnd =
+        run.project.workspace === "worktree" || baseRef !== undefined
+          ? await this.#prepareWorkspace(run, baseRef)
+          : null;
+      terminal = workspaceEnd ?? (await this.#turn.turn(run, prompt, callerConfig, milestone));
     } catch (error) {
       this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name, stage: run.stage }, "turn failed");
       terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
