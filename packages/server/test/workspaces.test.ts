@@ -161,4 +161,48 @@ describe("workspaces through the stack", () => {
       expect(log).not.toContain(text);
     }
   }, 240_000);
+
+  it("carries base_ref to the Runner: a named branch is the run's base, an unknown one ends the run failed / not_started, and it is part of the intent", async () => {
+    const key = unique("base");
+    const started = await ok(alice, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: key,
+      prompt: "scenario: edit_file path=b.txt text=b",
+      base_ref: "main",
+    });
+    const end = await observeToEnd(alice, started.run_id as string);
+    expect(end.state).toBe("completed");
+    const ws = end.workspace as Record<string, string>;
+    expect(ws.base_commit).toMatch(/^[0-9a-f]{40}$/);
+    const changes = await ok(alice, CHANGES, { run_id: started.run_id });
+    expect(changes.base_commit).toBe(ws.base_commit);
+    expect((changes.files as Structured[]).map((f) => f.path)).toEqual(["b.txt"]);
+
+    // The same key with another base_ref is another intent.
+    const conflict = await toolError(alice, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: key,
+      prompt: "scenario: edit_file path=b.txt text=b",
+      base_ref: "v9",
+    });
+    expect(conflict.code).toBe("idempotency_conflict");
+
+    const unknown = await ok(alice, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: unique("base"),
+      prompt: "scenario: hello",
+      base_ref: "no-such-branch",
+    });
+    const failed = await observeToEnd(alice, unknown.run_id as string);
+    expect(failed).toMatchObject({
+      state: "failed",
+      execution_state: "not_started",
+      failure_kind: "workspace_failed",
+      recovery_kind: "fix_input",
+    });
+    expect(failed.message).toContain("base_ref names no branch, tag or commit of the project.");
+  }, 240_000);
 });
