@@ -18,6 +18,7 @@ import { gitPlant, gitWork, homeProbe, plant, seek } from "./scenarios/sandbox.j
 import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
 import { burst, slow } from "./scenarios/streams.js";
 import { escapeGroup, leftovers, note, readProcess } from "./scenarios/tenancy.js";
+import { editFile } from "./scenarios/workspace.js";
 import { END_TURN, type Scenario, say, type Turn } from "./turn.js";
 
 /** Every scenario, by the NAME used in `scenario: NAME`. */
@@ -55,6 +56,7 @@ export const SCENARIOS = {
   home_probe: homeProbe,
   git_work: gitWork,
   git_plant: gitPlant,
+  edit_file: editFile,
   agent_state: agentState,
   replay,
 } as const satisfies Record<string, Scenario>;

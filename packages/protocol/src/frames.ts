@@ -46,6 +46,14 @@ import {
   RunState,
   StopReason,
 } from "./vocab.js";
+import {
+  BaseRef,
+  ChangesCursor,
+  MAX_CHANGES_PAGE_BYTES,
+  MIN_CHANGES_PAGE_BYTES,
+  RunChanges,
+  RunWorkspace,
+} from "./workspace.js";
 
 /** Frame type names, one `as const` table per direction. */
 export const RUNNER_FRAME = {
@@ -53,6 +61,7 @@ export const RUNNER_FRAME = {
   runStartResult: "run.start.result",
   runSyncResult: "run.sync.result",
   runCancelResult: "run.cancel.result",
+  runChangesResult: "run.changes.result",
   runUpdate: "run.update",
   error: "error",
   heartbeat: "heartbeat",
@@ -63,6 +72,7 @@ export const SERVER_FRAME = {
   runStart: "run.start",
   runSync: "run.sync",
   runCancel: "run.cancel",
+  runChanges: "run.changes",
   heartbeat: "heartbeat",
   protocolError: "protocol_error",
 } as const;
@@ -126,6 +136,8 @@ export const RunSummary = z
     updated_at: Timestamp,
     /** Latest usage the agent reported; absent when it reported none (or an older Runner). */
     usage: RunUsage.optional(),
+    /** A `worktree` project's run (design §16): its base commit, branch and, once recorded, its change's head. */
+    workspace: RunWorkspace.optional(),
   })
   .strict();
 export type RunSummary = z.infer<typeof RunSummary>;
@@ -240,6 +252,15 @@ export const RunCancelResultFrame = z
   })
   .strict();
 
+/** The answer to `run.changes`: one page of the run's recorded change (project content: never stored by the Server). */
+export const RunChangesResultFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.runChangesResult),
+    request_id: RequestId,
+    changes: RunChanges,
+  })
+  .strict();
+
 export const RunUpdateFrame = z
   .object({
     type: z.literal(RUNNER_FRAME.runUpdate),
@@ -303,6 +324,7 @@ export const RunnerFrame = z.discriminatedUnion("type", [
   RunStartResultFrame,
   RunSyncResultFrame,
   RunCancelResultFrame,
+  RunChangesResultFrame,
   RunUpdateFrame,
   ErrorFrame,
   HeartbeatFrame,
@@ -344,6 +366,8 @@ export const RunStartFrame = z
      * run_as user. Absent from a Server that predates tenant tags: all its runs count as one tenant.
      */
     tenant: TenantTag.optional(),
+    /** Only for a `worktree` project (design §16): what the run's checkout starts from; absent: the project's HEAD. */
+    base_ref: BaseRef.optional(),
   })
   .strict();
 
@@ -361,11 +385,23 @@ export const RunCancelFrame = z
   .object({ type: z.literal(SERVER_FRAME.runCancel), request_id: RequestId, run_id: RunId })
   .strict();
 
+/** One page of a run's recorded change (get_coding_agent_changes); `cursor` from the previous page's next_cursor. */
+export const RunChangesFrame = z
+  .object({
+    type: z.literal(SERVER_FRAME.runChanges),
+    request_id: RequestId,
+    run_id: RunId,
+    cursor: ChangesCursor.optional(),
+    max_bytes: z.number().int().min(MIN_CHANGES_PAGE_BYTES).max(MAX_CHANGES_PAGE_BYTES),
+  })
+  .strict();
+
 export const ServerFrame = z.discriminatedUnion("type", [
   HelloAckFrame,
   RunStartFrame,
   RunSyncFrame,
   RunCancelFrame,
+  RunChangesFrame,
   HeartbeatFrame,
   ProtocolErrorFrame,
 ]);
@@ -379,10 +415,17 @@ export type RunSyncFrame = z.infer<typeof RunSyncFrame>;
 export type RunSyncResultFrame = z.infer<typeof RunSyncResultFrame>;
 export type RunCancelFrame = z.infer<typeof RunCancelFrame>;
 export type RunCancelResultFrame = z.infer<typeof RunCancelResultFrame>;
+export type RunChangesFrame = z.infer<typeof RunChangesFrame>;
+export type RunChangesResultFrame = z.infer<typeof RunChangesResultFrame>;
 export type RunUpdateFrame = z.infer<typeof RunUpdateFrame>;
 export type ErrorFrame = z.infer<typeof ErrorFrame>;
 export type HeartbeatFrame = z.infer<typeof HeartbeatFrame>;
 export type ProtocolErrorFrame = z.infer<typeof ProtocolErrorFrame>;
 
 /** Responses the Runner sends to a Server request, keyed by request frame type. */
-export type RunnerResponse = RunStartResultFrame | RunSyncResultFrame | RunCancelResultFrame | ErrorFrame;
+export type RunnerResponse =
+  | RunStartResultFrame
+  | RunSyncResultFrame
+  | RunCancelResultFrame
+  | RunChangesResultFrame
+  | ErrorFrame;

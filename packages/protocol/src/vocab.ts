@@ -70,6 +70,8 @@ export const FAILURE_SUMMARIES = {
   never_admitted: "The Runner never admitted this run; no prompt was dispatched.",
   runner_store_changed: "The Runner's durable store changed; the run's outcome cannot be proved.",
   missing_on_runner: "The Runner has no record of this run; its outcome cannot be proved.",
+  workspace_failed:
+    "The run's workspace (a git worktree of the project) could not be made: is base_ref a branch, tag or commit of the project?",
 } as const;
 export type FailureKind = keyof typeof FAILURE_SUMMARIES;
 export const FAILURE_KINDS = Object.keys(FAILURE_SUMMARIES) as [FailureKind, ...FailureKind[]];

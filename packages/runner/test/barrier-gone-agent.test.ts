@@ -108,6 +108,7 @@ describe("no barrier for an agent already gone", () => {
       {
         runId,
         project,
+        cwd: project.root,
         agent,
         runAs: null,
         timeoutSecs: 60,

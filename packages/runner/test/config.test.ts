@@ -87,6 +87,8 @@ describe("runner config", () => {
       root: join(dir, "proj"),
       allowPatch: true,
       sharedBetweenCallers: false,
+      workspace: "shared",
+      workspaceAuthor: { name: "WebCodex Runner", email: "runner@webcodex.invalid" },
     });
     expect(config.acp.agents[0]).toMatchObject({
       id: "fake",

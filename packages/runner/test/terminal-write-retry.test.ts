@@ -38,6 +38,10 @@ const store: DispatchStore = {
     real.markTerminal(runId, update);
   },
   clearChild: (runId) => real.clearChild(runId),
+  recordWorkspace: (runId, workspace) => real.recordWorkspace(runId, workspace),
+  recordChange: (runId, head) => real.recordChange(runId, head),
+  workspace: (runId) => real.workspace(runId),
+  unrecordedWorkspaces: () => real.unrecordedWorkspaces(),
   close: () => real.close(),
 };
 const { manager } = newManager(config, { store, maxRetainedRuns: 1 });

@@ -16,6 +16,7 @@ import { RunEvent, utf8Length } from "../events.js";
 import { ConfigMap, EffectiveConfigEntry, RunUsage } from "../frames.js";
 import { ProjectId, ProviderId, RunId } from "../ids.js";
 import { ExecutionState, FailureKindSchema, RecoveryKind, RunState, StopReason } from "../vocab.js";
+import { BaseRef, RunWorkspace } from "../workspace.js";
 import { SessionId } from "./sessions.js";
 
 export const RUN_TOOL_NAMES = {
@@ -67,6 +68,7 @@ export const StartInput = z
       .max(MAX_RUN_TIMEOUT_SECS)
       .optional()
       .describe("Run deadline; the Runner clamps it to its own maximum."),
+    base_ref: BaseRef.optional(),
   })
   .strict();
 export type StartInput = z.infer<typeof StartInput>;
@@ -149,6 +151,9 @@ export const ObserveToolOutput = RunStatusFields.extend({
   /** The run's admission and end on the Runner's clock (ISO 8601); absent while unknown. */
   started_at: z.string().max(MAX_TIMESTAMP_CHARS).optional(),
   ended_at: z.string().max(MAX_TIMESTAMP_CHARS).optional(),
+  workspace: RunWorkspace.optional().describe(
+    "A run of a `worktree` project: the commit its checkout started from, its branch, and once its change is recorded the branch's head (get_coding_agent_changes shows it).",
+  ),
 }).strict();
 
 export const CancelToolInput = z.object({ run_id: RunId }).strict();

@@ -8,6 +8,7 @@ import { MAX_PROMPT_BYTES, MAX_RUN_TIMEOUT_SECS, MIN_RUN_TIMEOUT_SECS } from "..
 import { utf8Length } from "../events.js";
 import { ConfigMap } from "../frames.js";
 import { ProjectId, ProviderId, RunId } from "../ids.js";
+import { BaseRef } from "../workspace.js";
 import { OpaqueKey, RunStatusFields, StartToolOutput } from "./runs.js";
 import { SessionId } from "./sessions.js";
 
@@ -138,6 +139,7 @@ export const StartTaskRunInput = z
     controller_generation: Fence.optional(),
     config: ConfigMap.optional().describe("Provider config option values (allowed_config_options only)."),
     timeout_secs: z.number().int().min(MIN_RUN_TIMEOUT_SECS).max(MAX_RUN_TIMEOUT_SECS).optional(),
+    base_ref: BaseRef.optional(),
     workflow_session_id: SessionId.optional().describe(
       "Record this run's lifecycle in your workflow session on the same project.",
     ),

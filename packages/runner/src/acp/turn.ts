@@ -73,6 +73,8 @@ export interface TurnOptions {
 export interface TurnRun {
   readonly runId: string;
   readonly project: ProjectConfig;
+  /** Where the agent works: the project root, or the run's own worktree (design §16). */
+  readonly cwd: string;
   readonly agent: AgentConfig;
   /** The run_as pool user the run holds, or null: the Runner's own user. */
   readonly runAs: RunAs | null;
@@ -287,14 +289,14 @@ export class AcpTurn {
    * and its event pipeline (normalizer → text pacer → the run's ring).
    */
   #prepare(callerConfig: ConfigMap): Step<Record<string, string>> {
-    const { agent, project, ring } = this.#run;
+    const { agent, cwd, ring } = this.#run;
     const keys = checkCallerKeys(agent.forcedConfig, callerConfig, agent.allowedConfigOptions);
     if (!keys.ok) return { end: notStarted(keys.failureKind, "set_config_option", keys.detail, "fix_input") };
     const env = resolveChildEnv(agent, this.#o.sourceEnv);
     if (!env.ok) return { end: notStarted("missing_env", "spawn", `Missing source variable: ${env.missingSource}.`) };
     if (this.#setupAbort.signal.aborted) return { end: this.#setupAborted() };
 
-    const redactor = Redactor.forAgent(agent, env.env, project.root);
+    const redactor = Redactor.forAgent(agent, env.env, cwd);
     this.#redactor = redactor;
     // Streamed text enters the ring (and is pushed) at the next setImmediate when the stream is quiet,
     // or after up to COALESCE_MS while a flood is going on (events/text-pacer.ts).
@@ -304,7 +306,7 @@ export class AcpTurn {
       },
     });
     const normalizer = new EventNormalizer({
-      projectRoot: project.root,
+      projectRoot: cwd,
       redactor,
       emit: (body) => {
         if (this.#ended) return;
@@ -339,7 +341,7 @@ export class AcpTurn {
       child = await (this.#o.spawn ?? spawnAgent)({
         agent: this.#run.agent,
         runAs: this.#run.runAs,
-        cwd: this.#run.project.root,
+        cwd: this.#run.cwd,
         env,
         onStarted: record,
       });
@@ -386,12 +388,12 @@ export class AcpTurn {
     return null;
   }
 
-  /** `session/new` in the project root: the session id (kept by the turn) and the live config options. */
+  /** `session/new` in the run's cwd (the project root, or its worktree): the session id (kept by the turn) and the live config options. */
   async #newSession(
     conn: AcpClientConnection,
   ): Promise<Step<{ sessionId: string; configOptions: NewSessionResponse["configOptions"] }>> {
     this.#stage = "session_new";
-    const session = await this.#setupStep(conn.newSession(this.#run.project.root));
+    const session = await this.#setupStep(conn.newSession(this.#run.cwd));
     if (session.kind !== "ok") return { end: this.#setupFailure(session) };
     if (typeof session.value?.sessionId !== "string") return { end: notStarted("protocol_violation", "session_new") };
     this.#sessionId = session.value.sessionId;

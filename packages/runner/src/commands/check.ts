@@ -40,7 +40,7 @@ export async function check(parsed: Parsed): Promise<number> {
   // The probe prints what the agent said about itself (names, versions, option ids): terminal-safe.
   const out = { write: (text: string) => process.stdout.write(terminalSafe(text)) };
   out.write(
-    `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => `${a.id}${a.runAs ? ` (as ${a.runAs.users.map((u) => u.user).join(", ")})` : ""}`).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
+    `config OK: ${cfg.file}\n  projects: ${cfg.projects.map((p) => `${p.id}${p.allowPatch ? "" : " (read-only)"}${p.workspace === "worktree" ? " (a worktree per run)" : ""}`).join(", ")}\n  agents: ${cfg.acp.agents.map((a) => `${a.id}${a.runAs ? ` (as ${a.runAs.users.map((u) => u.user).join(", ")})` : ""}`).join(", ")}\n  state_dir: ${cfg.runner.stateDir}\n  server: ${cfg.server ? cfg.server.url : "(none: exec/check only)"}\n`,
   );
   for (const id of sameUserAgents(cfg)) {
     out.write(

@@ -329,6 +329,8 @@ async function start(options: StartDaemonOptions, setLogger: (l: Logger) => void
       projectCallers: loadedProjectCallers(config.runner.stateDir),
     });
     await manager.usersReady;
+    // Before any run is admitted: changes a previous process left unrecorded, leftover worktrees (workspace/).
+    await manager.recoverWorkspaces();
     service = manager;
   } catch (error) {
     store.close();

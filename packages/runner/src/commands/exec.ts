@@ -87,9 +87,10 @@ export async function exec(parsed: Parsed): Promise<number> {
   }
   const json = parsed.flags.has("--json");
 
-  const [{ openDispatchStore, storeInUse }, { RunManager }] = await Promise.all([
+  const [{ openDispatchStore, storeInUse }, { RunManager }, { worktreesDir }] = await Promise.all([
     import("../store/open.js"),
     import("../runs/manager.js"),
+    import("../workspace/worktree.js"),
   ]);
   // The run_as pool users belong to one Runner process (process/user-pool.ts): exec's own pool would sweep them
   // at start and kill the daemon's runs, and could lease a user the daemon has leased.
@@ -112,6 +113,7 @@ export async function exec(parsed: Parsed): Promise<number> {
     config: cfg,
     store: openDispatchStore({ stateDir }).store,
     logger: createLogger(logLevel),
+    workspacesDir: worktreesDir(stateDir),
   });
   const runId = `${RUN_ID_PREFIX}${base32(randomBytes(20)).slice(0, 26)}`;
   const note = (text: string) => {

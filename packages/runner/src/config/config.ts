@@ -7,11 +7,12 @@
  */
 import { accessSync, constants, lstatSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, isAbsolute, join, resolve, sep } from "node:path";
-import { isLoopbackHost, MAX_CONFIG_ENTRIES } from "@webcodex/protocol";
+import { isLoopbackHost, MAX_CONFIG_ENTRIES, type WorkspaceMode } from "@webcodex/protocol";
 import { parse as parseToml, TomlError } from "smol-toml";
 import { type RunAsPool, resolveRunAs, type SandboxTools, type SwitchSupport, switchUserSupport } from "./run-as.js";
 import { findSandboxTools, PRIVATE_TREES, SANDBOX_OPT_OUT, type SandboxMode } from "./sandbox-tools.js";
-import { ConfigSchema, describeIssues, type LogLevel, type RawConfig } from "./schema.js";
+import { ConfigSchema, describeIssues, type LogLevel, type RawConfig, WORKSPACE_AUTHOR_PATTERN } from "./schema.js";
+import { worktreeRootProblem } from "./workspace-check.js";
 
 export interface ProjectConfig {
   readonly id: string;
@@ -20,6 +21,20 @@ export interface ProjectConfig {
   readonly allowPatch: boolean;
   /** `shared_between_callers`: run_as runs of different callers may share this tree (runs/project-callers.ts). */
   readonly sharedBetweenCallers: boolean;
+  /** `workspace`: `shared` (runs work in the root) or `worktree` (a git worktree per run, workspace/). */
+  readonly workspace: WorkspaceMode;
+  /** Who the Runner commits a worktree run's leftovers as: the project's `workspace_author`, else `[acp]`'s. */
+  readonly workspaceAuthor: WorkspaceAuthor;
+}
+
+export interface WorkspaceAuthor {
+  readonly name: string;
+  readonly email: string;
+}
+
+function parseAuthor(text: string): WorkspaceAuthor {
+  const m = WORKSPACE_AUTHOR_PATTERN.exec(text);
+  return Object.freeze({ name: m?.[1] ?? "WebCodex Runner", email: m?.[2] ?? "runner@webcodex.invalid" });
 }
 
 export interface AgentConfig {
@@ -376,8 +391,19 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       err(`projects[${i}].root`, `is the same directory as project ${JSON.stringify(other)} (${root})`);
     else roots.set(root, p.id);
     if (errors.length === errorsBefore) placed.push({ id: p.id, path: `projects[${i}].root`, root });
+    if (errors.length === errorsBefore && p.workspace === "worktree") {
+      const problem = worktreeRootProblem(root);
+      if (problem !== null) err(`projects[${i}].workspace`, problem);
+    }
     projects.push(
-      Object.freeze({ id: p.id, root, allowPatch: p.allow_patch, sharedBetweenCallers: p.shared_between_callers }),
+      Object.freeze({
+        id: p.id,
+        root,
+        allowPatch: p.allow_patch,
+        sharedBetweenCallers: p.shared_between_callers,
+        workspace: p.workspace,
+        workspaceAuthor: parseAuthor(p.workspace_author ?? raw.acp.workspace_author),
+      }),
     );
   });
   checkRootPlacement(
@@ -448,6 +474,21 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       }),
     );
   });
+
+  // A worktree and its git metadata are made by the Runner's user; a run_as run would write into them as a pool
+  // user, which this version does not arrange (design §16): refused until it does.
+  const runAsAgent = acp.agents.findIndex((a) => a.run_as !== undefined);
+  if (runAsAgent >= 0) {
+    raw.projects.forEach((p, i) => {
+      if (p.workspace !== "worktree") return;
+      err(
+        `projects[${i}].workspace`,
+        `"worktree" is not supported yet with run_as agents (acp.agents[${runAsAgent}].run_as): the run's worktree ` +
+          "would belong to the Runner's user, not the run's pool user; use workspace = \"shared\" for this project, " +
+          "or run this Runner's agents without run_as",
+      );
+    });
+  }
 
   const sandboxed = acp.sandbox === "namespaces" && agents.some((a) => a.runAs !== null);
   const tools = sandboxed ? checkSandbox(projects, agents, err) : null;

@@ -16,6 +16,7 @@ import {
   MAX_PROVIDERS,
   MAX_RUN_TIMEOUT_SECS,
   utf8Length,
+  WORKSPACE_MODES,
 } from "@webcodex/protocol";
 import { z } from "zod";
 import { ACCOUNT_NAME_PATTERN, MAX_RUN_AS_POOL_USERS } from "./run-as.js";
@@ -80,6 +81,15 @@ const RunAsUsers = z
       }
     });
   });
+/** The identity the Runner commits a worktree run's leftover changes as (design §16). */
+export const DEFAULT_WORKSPACE_AUTHOR = "WebCodex Runner <runner@webcodex.invalid>";
+export const WORKSPACE_AUTHOR_PATTERN = /^([^<>\n\r\0]{1,100}) <([^<>\s]{1,200})>$/;
+const WorkspaceAuthor = z
+  .string({ error: "must be a string" })
+  .regex(
+    WORKSPACE_AUTHOR_PATTERN,
+    'must be "Name <email>" (a name of 1-100 characters without < or >, an email without spaces)',
+  );
 const ConfigId = z
   .string()
   .regex(CONFIG_ID_PATTERN, "must be 1-128 characters of [A-Za-z0-9_.:/-] starting with a letter or digit");
@@ -170,6 +180,12 @@ export const ConfigSchema = z
              * first run only (runs/project-callers.ts).
              */
             shared_between_callers: z.boolean({ error: "must be a boolean" }).default(false),
+            /** `worktree`: each run works in a git worktree of its own and its change is recorded (design §16). */
+            workspace: z
+              .enum(WORKSPACE_MODES, { error: `must be one of ${WORKSPACE_MODES.join(", ")}` })
+              .default("shared"),
+            /** Overrides `[acp] workspace_author` for this project. */
+            workspace_author: WorkspaceAuthor.optional(),
           })
           .strict(),
         { error: "must be an array of tables ([[projects]])" },
@@ -210,6 +226,8 @@ export const ConfigSchema = z
         binding_idle_days: int(MIN_BINDING_IDLE_DAYS, MAX_BINDING_IDLE_DAYS).default(DEFAULT_BINDING_IDLE_DAYS),
         /** A directory copied into a recycled pool user's new HOME (agent logins); relative to the config file. */
         home_template: NonEmpty.optional(),
+        /** Who the Runner commits what a worktree run left uncommitted as (`Name <email>`). */
+        workspace_author: WorkspaceAuthor.default(DEFAULT_WORKSPACE_AUTHOR),
         agents: z
           .array(AgentSchema, { error: "must be an array of tables ([[acp.agents]])" })
           .min(1, "must configure at least one [[acp.agents]] entry (there is no default agent)")

@@ -367,6 +367,7 @@ class Link implements LinkHandle {
       case "run.start":
       case "run.sync":
       case "run.cancel":
+      case "run.changes":
         this.#onRequest(ws, frame);
         return;
       default: {
@@ -462,6 +463,14 @@ class Link implements LinkHandle {
               cancel_requested: res.cancel_requested,
               already_terminal: res.already_terminal,
             });
+        }, internal);
+        return;
+      case "run.changes":
+        // Project content: answered to the Server, never logged (workspace/changes.ts).
+        this.#service.changes(req.run_id, Number(req.cursor ?? "0"), req.max_bytes).then((res) => {
+          if (!res) reply(this.#absent(rid, req.run_id));
+          else if (res.ok) reply({ type: "run.changes.result", request_id: rid, changes: res.changes });
+          else reply({ type: "error", request_id: rid, code: res.code, message: res.message });
         }, internal);
         return;
       default: {

@@ -40,7 +40,9 @@ import type { AgentChild } from "../process/spawn.js";
 import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
 import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
-import type { DispatchStore } from "../store/types.js";
+import type { DispatchRow, DispatchStore } from "../store/types.js";
+import { type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
+import { worktreesDir } from "../workspace/worktree.js";
 import { writeDiagnostics } from "./diagnostics.js";
 import { MemoryProjectCallers, PROJECT_SERVES_ANOTHER_CALLER, type ProjectCallers } from "./project-callers.js";
 import { Run, rowToSummary } from "./record.js";
@@ -81,6 +83,8 @@ export interface RunManagerOptions {
   poolBindings?: PoolBindings | null;
   /** Which caller each shared project serves under run_as (runs/project-callers.ts); default: in memory. */
   projectCallers?: ProjectCallers;
+  /** Where worktree runs get their worktrees (default: `<state_dir>/workspaces`; workspace/). */
+  workspacesDir?: string;
   /** Crash injection (default: failpoints.ts, armed only by WEBCODEX_FAILPOINT). */
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
@@ -95,6 +99,10 @@ export type { RunTimings } from "./timings.js";
 /** Faults that close() itself causes by closing connections and killing trees. */
 /** What a start refused for want of a run_as user is told besides its capacity reason. */
 const UNRECORDED_REFUSAL = "The Runner could not record which caller its run_as user serves; nothing was started.";
+/** Why a run's workspace was refused (its terminal message, with the fixed summary of `workspace_failed`). */
+export const BASE_REF_NOT_WORKTREE =
+  'base_ref is only for a project with workspace = "worktree"; this project\'s runs work in its shared tree.';
+export const UNKNOWN_BASE_REF = "base_ref names no branch, tag or commit of the project.";
 /** Longest a start waits for an idle pool user being recycled for its caller before it is refused `pool_recycling`. */
 export const RECYCLE_WAIT_MS = 10_000;
 
@@ -133,6 +141,8 @@ export class RunManager implements RunService {
   /** Which caller each project serves its run_as runs to; null under `[acp] single_tenant`. */
   readonly #projectCallers: ProjectCallers | null;
   readonly #listeners = new Set<RunUpdateListener>();
+  /** The worktrees of `worktree` projects' runs and their recorded changes (design §16). */
+  readonly #workspaces: Workspaces;
   #closing = false;
 
   constructor(options: RunManagerOptions) {
@@ -164,6 +174,11 @@ export class RunManager implements RunService {
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
     }
     for (const project of this.#config.projects) this.#projects.set(project.id, project);
+    this.#workspaces = new Workspaces({
+      dir: options.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
+      store: this.#store,
+      logger: this.#log,
+    });
     const guard = homeGuard(this.#config);
     this.#users = new UserPool(this.#config.acp.agents, {
       logger: this.#log,
@@ -320,7 +335,7 @@ export class RunManager implements RunService {
     this.#failpoint("after_admission");
     // The turn forks the agent and records it durably before its first await; the admission row (committed
     // without an fsync of its own) is durable by then, or is made so here, before run.start is answered.
-    void (refused ? this.#endBeforeSpawn(run, refused) : this.#drive(run, req.prompt, req.config));
+    void (refused ? this.#endBeforeSpawn(run, refused) : this.#drive(run, req.prompt, req.config, req.base_ref));
     try {
       this.#store.ensureDurable(run.run_id);
     } catch (error) {
@@ -367,7 +382,7 @@ export class RunManager implements RunService {
       return { run: run.summary(), events, has_more: hasMore };
     }
     const row = this.#store.get(runId);
-    return row ? { run: rowToSummary(row), events: [], has_more: false } : null;
+    return row ? { run: this.#rowSummary(row), events: [], has_more: false } : null;
   }
 
   tombstone(runId: string): RunTombstone | null {
@@ -387,7 +402,7 @@ export class RunManager implements RunService {
       if (out.length >= MAX_INVENTORY_RUNS) break;
       if (seen.has(row.run_id)) continue;
       seen.add(row.run_id);
-      out.push(this.#runs.get(row.run_id)?.summary() ?? rowToSummary(row));
+      out.push(this.#runs.get(row.run_id)?.summary() ?? this.#rowSummary(row));
     }
     return out.sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0));
   }
@@ -409,7 +424,7 @@ export class RunManager implements RunService {
     if (!run) {
       const row = this.#store.get(runId);
       if (!row) return null;
-      const summary = rowToSummary(row);
+      const summary = this.#rowSummary(row);
       const terminal = row.phase === "terminal";
       return { run: summary, cancel_requested: false, already_terminal: terminal };
     }
@@ -421,44 +436,30 @@ export class RunManager implements RunService {
   /** Idempotent: the first reason sticks; session/cancel is sent at most once (the turn's `cancel`). */
   #requestCancel(run: Run, reason: CancelReason): void {
     if (run.terminal) return;
-    run.turn?.cancel(reason);
+    // A worktree run's checkout comes before its turn: a cancel meanwhile waits for the turn (see #drive).
+    if (run.turn) run.turn.cancel(reason);
+    else run.pendingCancel ??= reason;
   }
 
   // ---- the turn ------------------------------------------------------------------
 
-  async #drive(run: Run, prompt: string, callerConfig: RunStartRequest["config"]): Promise<void> {
+  async #drive(
+    run: Run,
+    prompt: string,
+    callerConfig: RunStartRequest["config"],
+    baseRef: string | undefined,
+  ): Promise<void> {
     let terminal: Terminal;
     const clock = new StageClock();
-    const turn = new AcpTurn(this.#turnOptions, {
-      runId: run.run_id,
-      project: run.project,
-      agent: run.agent,
-      runAs: run.runAs,
-      timeoutSecs: run.timeoutSecs,
-      prompt,
-      callerConfig,
-      ring: run.ring,
-    });
-    run.turn = turn;
     try {
-      // The first next() runs the turn up to its spawn synchronously (see start()).
-      const events = turn.events();
-      for (let next = await events.next(); ; next = await events.next()) {
-        if (next.done) {
-          terminal = next.value;
-          break;
-        }
-        const event = next.value;
-        if (event.kind === "milestone") {
-          clock.lap(event.stage, event.at);
-          if (event.stage === "prompt_write")
-            this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
-          continue;
-        }
-        const changed = run.recordTurnEvent(event);
-        if (changed === "state") this.#touch(run);
-        else if (changed === "events") this.#schedulePush(run);
-      }
+      // A shared-tree run enters the turn without an await, so its agent is forked (and recorded) before start()
+      // answers, as always; a worktree run's checkout comes first.
+      const workspaceEnd =
+        run.project.workspace === "worktree" || baseRef !== undefined
+          ? await this.#prepareWorkspace(run, baseRef)
+          : null;
+      if (workspaceEnd) terminal = workspaceEnd;
+      else terminal = await this.#runTurn(run, prompt, callerConfig, clock);
     } catch (error) {
       this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name, stage: run.stage }, "turn failed");
       terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
@@ -470,8 +471,87 @@ export class RunManager implements RunService {
     } else if (this.#closing && cut && terminal.state === "lost") {
       terminal = lost("transport_lost", FAILURE_SUMMARIES.transport_lost);
     }
+    if (run.workspace) await this.#recordChange(run);
     this.#finish(run, terminal);
     await this.#cleanup(run, clock.timings);
+  }
+
+  /** The turn: its events are recorded as they come, and it resolves to its terminal. */
+  async #runTurn(
+    run: Run,
+    prompt: string,
+    callerConfig: RunStartRequest["config"],
+    clock: StageClock,
+  ): Promise<Terminal> {
+    const turn = new AcpTurn(this.#turnOptions, {
+      runId: run.run_id,
+      project: run.project,
+      cwd: run.cwd,
+      agent: run.agent,
+      runAs: run.runAs,
+      timeoutSecs: run.timeoutSecs,
+      prompt,
+      callerConfig,
+      ring: run.ring,
+    });
+    run.turn = turn;
+    if (run.pendingCancel !== null) turn.cancel(run.pendingCancel);
+    if (this.#closing) turn.stopping();
+    let terminal: Terminal;
+    // The first next() runs the turn up to its spawn synchronously (see start()).
+    const events = turn.events();
+    for (let next = await events.next(); ; next = await events.next()) {
+      if (next.done) {
+        terminal = next.value;
+        break;
+      }
+      const event = next.value;
+      if (event.kind === "milestone") {
+        clock.lap(event.stage, event.at);
+        if (event.stage === "prompt_write")
+          this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
+        continue;
+      }
+      const changed = run.recordTurnEvent(event);
+      if (changed === "state") this.#touch(run);
+      else if (changed === "events") this.#schedulePush(run);
+    }
+    return terminal;
+  }
+
+  /**
+   * A `worktree` project's run gets its own worktree, and works there (design §16); null: go on with the turn.
+   * A `base_ref` on a shared project, or one that names no commit of the project, ends the run before spawning.
+   */
+  async #prepareWorkspace(run: Run, baseRef: string | undefined): Promise<Terminal | null> {
+    if (run.project.workspace !== "worktree") {
+      if (baseRef === undefined) return null;
+      return notStarted("workspace_failed", "spawn", BASE_REF_NOT_WORKTREE, "fix_input");
+    }
+    const made = await this.#workspaces.create(run.run_id, run.project, baseRef);
+    if (!made.ok) {
+      if (made.reason !== "unrecorded") run.workspace = this.#workspaces.summary(run.run_id) ?? null;
+      return made.reason === "unknown_base_ref"
+        ? notStarted("workspace_failed", "spawn", UNKNOWN_BASE_REF, "fix_input")
+        : notStarted("workspace_failed", "spawn");
+    }
+    run.cwd = made.dir;
+    run.workspace = made.workspace;
+    this.#touch(run);
+    return null;
+  }
+
+  /**
+   * The run's change, recorded before its terminal is reported (workspace/workspaces.ts): the agent's tree is
+   * ended first, so nothing writes to the worktree while it is committed. A change that cannot be recorded now is
+   * recorded at the next start-up; the terminal is reported either way.
+   */
+  async #recordChange(run: Run): Promise<void> {
+    run.settling = true;
+    run.conn?.close();
+    await run.child?.terminateTree(this.#graceMs);
+    const head = await this.#workspaces.record(run.run_id, run.project);
+    if (head !== null && run.workspace) run.workspace = { ...run.workspace, head_commit: head };
   }
 
   // ---- terminal, projection, cleanup ---------------------------------------------------
@@ -658,7 +738,30 @@ export class RunManager implements RunService {
     const run = this.#runs.get(runId);
     if (run) return run.summary();
     const row = this.#store.get(runId);
-    return row ? rowToSummary(row) : null;
+    return row ? this.#rowSummary(row) : null;
+  }
+
+  /** A summary from the store, with the run's workspace when it has one. */
+  #rowSummary(row: DispatchRow): RunSummary {
+    return rowToSummary(row, this.#workspaces.summary(row.run_id));
+  }
+
+  // ---- workspaces -----------------------------------------------------------------
+
+  async changes(runId: string, offset: number, maxBytes: number): Promise<ChangesOutcome | null> {
+    const row = this.#store.get(runId);
+    if (!row) return null;
+    return this.#workspaces.changes(runId, this.#projects.get(row.project_id), offset, maxBytes);
+  }
+
+  /**
+   * Start-up, before the link: record every change a previous process left unrecorded, remove leftover worktrees.
+   */
+  recoverWorkspaces(): Promise<{ recorded: number; removed: number }> {
+    return this.#workspaces.recover((runId) => {
+      const row = this.#store.get(runId);
+      return row ? this.#projects.get(row.project_id) : undefined;
+    }, this.#config.projects);
   }
 
   /**

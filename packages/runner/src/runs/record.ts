@@ -12,10 +12,12 @@ import type {
   RunPhase,
   RunState,
   RunSummary,
+  RunWorkspace,
   SetupStage,
   StopReason,
 } from "@webcodex/protocol";
 import type { AcpClientConnection } from "../acp/session.js";
+import type { CancelReason } from "../acp/terminal.js";
 import type { AcpTurn } from "../acp/turn.js";
 import type { TurnEvent } from "../acp/turn-events.js";
 import type { AgentConfig, ProjectConfig } from "../config/config.js";
@@ -43,6 +45,14 @@ export class Run {
 
   /** The agent process (from the turn's `spawned`) until its tree is cleaned up. */
   child: AgentChild | null = null;
+  /** Where the agent works: the project root, or the run's own worktree (workspace/). */
+  cwd: string;
+  /** A worktree run's workspace as its summary reports it (design §16); null for a shared-tree run. */
+  workspace: RunWorkspace | null = null;
+  /** The turn has ended and the run's change is being recorded: its terminal follows; a cancel changes nothing. */
+  settling = false;
+  /** A cancel asked before the turn exists (a worktree run's checkout is still being made): handed to the turn. */
+  pendingCancel: CancelReason | null = null;
   /** The run_as pool user this run holds from admission until it is swept (process/user-pool.ts); null: the Runner's user. */
   runAs: RunAs | null = null;
   /** The ACP connection (from the turn's `setup`) until the run's cleanup closes it. */
@@ -72,6 +82,7 @@ export class Run {
     now: () => Date,
   ) {
     this.updated_at = created_at;
+    this.cwd = project.root;
     this.ring = new EventRing(ringLimits, now);
     this.settled = new Promise<void>((resolve) => {
       this.markSettled = resolve;
@@ -154,13 +165,15 @@ export class Run {
       created_at: this.created_at,
       updated_at: this.updated_at,
       ...(this.normalizer?.usage ? { usage: this.normalizer.usage } : {}),
+      ...(this.workspace ? { workspace: this.workspace } : {}),
     };
   }
 }
 
 /** A summary for a run known only from the store (another Runner process, or evicted from memory). */
-export function rowToSummary(row: DispatchRow): RunSummary {
+export function rowToSummary(row: DispatchRow, workspace?: RunWorkspace): RunSummary {
   return {
+    ...(workspace ? { workspace } : {}),
     run_id: row.run_id,
     intent_fingerprint: row.intent_fingerprint,
     project_id: row.project_id,

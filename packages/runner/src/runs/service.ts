@@ -12,6 +12,7 @@ import type {
   RunSummary,
   RunTombstone,
 } from "@webcodex/protocol";
+import type { ChangesOutcome } from "../workspace/workspaces.js";
 
 /** Everything run.start carries, already validated by the protocol schema. */
 export interface RunStartRequest {
@@ -29,7 +30,12 @@ export interface RunStartRequest {
   timeout_secs: number | null;
   /** The caller's opaque tenant tag (design §4.2); absent from older Servers and from `exec`. */
   tenant?: string | undefined;
+  /** Only for a `worktree` project: what the run's checkout starts from (protocol BaseRef); absent: HEAD. */
+  base_ref?: string | undefined;
 }
+
+/** One page of a run's recorded change (workspace/workspaces.ts), or why there is none. */
+export type RunChangesOutcome = ChangesOutcome;
 
 export type RunStartOutcome =
   | { ok: true; run: RunSummary; created: boolean }
@@ -96,6 +102,11 @@ export interface RunService {
   tombstone(runId: string): RunTombstone | null;
   /** Bounded inventory: active runs and recent terminal runs, newest first. */
   inventory(): RunSummary[];
+  /**
+   * One page of a worktree run's recorded change from byte `offset` of its diff (design §16). null when the
+   * store holds no row for the run_id (then ask `tombstone`).
+   */
+  changes(runId: string, offset: number, maxBytes: number): Promise<RunChangesOutcome | null>;
   onUpdate(listener: RunUpdateListener): () => void;
   /** Cancel nothing, stop accepting, kill every child tree, close the store. */
   close(): Promise<void>;

@@ -35,7 +35,7 @@ import { randomBytes } from "node:crypto";
 import type { EffectiveConfigEntry } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import { decodeTombstone, encodeTombstone, runKey, type StoredTombstone, TOMBSTONES_DDL } from "./tombstone.js";
-import type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate, Tombstone } from "./types.js";
+import type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate, Tombstone, WorkspaceRow } from "./types.js";
 
 /** Random store ids share the instance-id alphabet ([A-Za-z0-9_-], 16-64). */
 function newStoreId(): string {
@@ -85,6 +85,18 @@ const MIGRATIONS: ReadonlyArray<(db: Db) => void> = [
   },
   (db) => {
     db.exec(TOMBSTONES_DDL);
+  },
+  (db) => {
+    // Worktree runs (design §16): recorded before the worktree is made; head_commit once the change is.
+    db.exec(`
+      CREATE TABLE workspaces (
+        run_id      TEXT PRIMARY KEY,
+        branch      TEXT NOT NULL,
+        base_commit TEXT NOT NULL,
+        head_commit TEXT,
+        recorded_at TEXT
+      ) STRICT;
+    `);
   },
 ];
 
@@ -258,12 +270,26 @@ export class SqliteDispatchStore implements DispatchStore {
         "UPDATE runs SET child_pgid = NULL, child_start_time = NULL, updated_at = @now WHERE run_id = @run_id",
       ),
       withChild: db.prepare<[], SqlRow>("SELECT * FROM runs WHERE child_pgid IS NOT NULL ORDER BY created_at"),
+      // A run whose change is not recorded yet keeps its row (start-up records it: workspace/).
       pruneAge: db.prepare<[string], SqlRow>(
-        "SELECT * FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL AND updated_at < ?",
+        `SELECT * FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL AND updated_at < ?
+          AND run_id NOT IN (SELECT run_id FROM workspaces WHERE head_commit IS NULL)`,
       ),
       pruneCount: db.prepare<[number], SqlRow>(`
         SELECT * FROM runs WHERE phase = 'terminal' AND state <> 'lost' AND child_pgid IS NULL
+          AND run_id NOT IN (SELECT run_id FROM workspaces WHERE head_commit IS NULL)
         ORDER BY updated_at DESC, run_id LIMIT -1 OFFSET ?`),
+      deleteWorkspace: db.prepare("DELETE FROM workspaces WHERE run_id = ?"),
+      putWorkspace: db.prepare(
+        "INSERT INTO workspaces (run_id, branch, base_commit) VALUES (@run_id, @branch, @base_commit)",
+      ),
+      recordChange: db.prepare("UPDATE workspaces SET head_commit = @head, recorded_at = @now WHERE run_id = @run_id"),
+      getWorkspace: db.prepare<[string], WorkspaceRow>(
+        "SELECT run_id, branch, base_commit, head_commit FROM workspaces WHERE run_id = ?",
+      ),
+      unrecorded: db.prepare<[], WorkspaceRow>(
+        "SELECT run_id, branch, base_commit, head_commit FROM workspaces WHERE head_commit IS NULL ORDER BY run_id",
+      ),
     };
   }
 
@@ -401,6 +427,26 @@ export class SqliteDispatchStore implements DispatchStore {
     this.#stmts.clearChild.run({ run_id: runId, now: nowIso() });
   }
 
+  recordWorkspace(runId: string, workspace: { branch: string; base_commit: string }): void {
+    this.#stmts.putWorkspace.run({ run_id: runId, ...workspace });
+  }
+
+  recordChange(runId: string, headCommit: string): void {
+    this.#expectOne(
+      this.#stmts.recordChange.run({ run_id: runId, head: headCommit, now: nowIso() }).changes,
+      runId,
+      "recordChange",
+    );
+  }
+
+  workspace(runId: string): WorkspaceRow | undefined {
+    return this.#stmts.getWorkspace.get(runId);
+  }
+
+  unrecordedWorkspaces(): WorkspaceRow[] {
+    return this.#stmts.unrecorded.all();
+  }
+
   /**
    * Retention: remove terminal rows older than retainDays, then all but the
    * newest retainMax terminal rows, each replaced by its tombstone in the same
@@ -423,6 +469,7 @@ export class SqliteDispatchStore implements DispatchStore {
     for (const sql of rows) {
       this.#stmts.putTombstone.run(encodeTombstone(fromSql(sql)));
       this.#stmts.deleteRun.run(sql.run_id);
+      this.#stmts.deleteWorkspace.run(sql.run_id);
       runIds.push(sql.run_id);
     }
     return rows.length;

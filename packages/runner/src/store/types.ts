@@ -73,6 +73,18 @@ export type TerminalUpdate = Pick<
   | "last_seq"
 >;
 
+/**
+ * A worktree run's workspace (design §16; workspace/): its branch and base commit, recorded before the worktree is
+ * made, and the head of its change, recorded once that change is committed — before the run's terminal is reported.
+ */
+export interface WorkspaceRow {
+  run_id: string;
+  branch: string;
+  base_commit: string;
+  /** null until the run's change is recorded. */
+  head_commit: string | null;
+}
+
 export interface DispatchStore {
   /** Random id created with the database; changes only with --new-store. */
   readonly storeId: string;
@@ -106,5 +118,12 @@ export interface DispatchStore {
   markTerminal(runId: string, update: TerminalUpdate): void;
   /** Clear the child identity once its tree is reaped. */
   clearChild(runId: string): void;
+  /** A worktree run's branch and base commit, durably, before its worktree is made. Throws if recorded before. */
+  recordWorkspace(runId: string, workspace: { branch: string; base_commit: string }): void;
+  /** The head of a worktree run's recorded change, durably. */
+  recordChange(runId: string, headCommit: string): void;
+  workspace(runId: string): WorkspaceRow | undefined;
+  /** Workspaces whose change is not recorded yet (start-up: a previous process ended before it did). */
+  unrecordedWorkspaces(): WorkspaceRow[];
   close(): void;
 }

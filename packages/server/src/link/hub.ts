@@ -29,6 +29,7 @@ import {
   type ProtocolErrorCode,
   parseRunnerFrame,
   type RunCancelFrame,
+  type RunChangesFrame,
   type RunnerFrame,
   type RunnerResponse,
   type RunStartFrame,
@@ -47,7 +48,8 @@ import { type LinkAuditRecord, RUNNER_TOKEN_POLL_MS, type RunnerTokenStore } fro
 export type RunnerRequest =
   | Omit<RunStartFrame, "request_id">
   | Omit<RunSyncFrame, "request_id">
-  | Omit<RunCancelFrame, "request_id">;
+  | Omit<RunCancelFrame, "request_id">
+  | Omit<RunChangesFrame, "request_id">;
 
 export type RequestOutcome =
   | { ok: true; frame: RunnerResponse }
@@ -61,6 +63,7 @@ const EXPECTED_RESULT: Record<RunnerRequest["type"], RunnerResponse["type"]> = {
   "run.start": "run.start.result",
   "run.sync": "run.sync.result",
   "run.cancel": "run.cancel.result",
+  "run.changes": "run.changes.result",
 };
 
 export interface HubListener {
@@ -552,6 +555,7 @@ export class RunnerHub {
       case "run.start.result":
       case "run.sync.result":
       case "run.cancel.result":
+      case "run.changes.result":
       case "error":
         if (!conn.settle(frame)) conn.protocolError("unexpected_frame", `${frame.type} does not answer its request`);
         return;

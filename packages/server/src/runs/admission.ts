@@ -229,6 +229,7 @@ export class Admission {
       prompt,
       config,
       timeout_secs: timeout,
+      base_ref: input.base_ref,
     });
     return this.admit(principal, {
       run_id: runId,
@@ -238,6 +239,7 @@ export class Admission {
       prompt,
       config,
       timeout_secs: timeout,
+      ...(input.base_ref !== undefined ? { base_ref: input.base_ref } : {}),
       ...(bind ? { bind } : {}),
       afterRecorded: async () => {
         await hooks.afterRecorded?.();
@@ -511,6 +513,7 @@ export class Admission {
         config: req.config,
         timeout_secs: req.timeout_secs,
         tenant: deriveTenantTag(this.#ctx.store.serverSecret, principal.id),
+        ...(req.base_ref !== undefined ? { base_ref: req.base_ref } : {}),
       },
       this.#startTimeoutMs,
     );

@@ -6,14 +6,17 @@
  * allow_patch — is enforced here, so no front end can forget a check.
  */
 import {
+  type ChangesToolInput,
   type ConfigMap,
   type EffectiveConfigEntry,
   type ExecutionState,
   type FailureKind,
   type RecoveryKind,
+  type RunChanges,
   type RunEvent,
   type RunState,
   type RunUsage,
+  type RunWorkspace,
   StartInput,
   type StopReason,
 } from "@webcodex/protocol";
@@ -69,6 +72,8 @@ export interface ObserveOutput {
   started_at?: string;
   /** The run's terminal event's time (the Runner's clock, as `started_at`); absent until it ended. */
   ended_at?: string;
+  /** A worktree run's workspace (design §16), from the Runner's latest summary this Server holds. */
+  workspace?: RunWorkspace;
 }
 
 export interface CancelOutput {
@@ -118,6 +123,8 @@ export interface AdmissionRequest {
   prompt: string;
   config: ConfigMap;
   timeout_secs: number | null;
+  /** Only for a `worktree` project (design §16): what the run's checkout starts from; absent: the project's HEAD. */
+  base_ref?: string;
   /**
    * Runs inside the state transaction that records the admission intent (`tx`), before it is written:
    * a store on the state engine writes through `tx`; one still on the SQLite connection writes there
@@ -180,6 +187,8 @@ export interface RunsApi {
   /** Waits at most wait_secs (capped) and returns early on anything new; aborts with `signal`. */
   observe(principal: Principal, input: ObserveInput, signal?: AbortSignal): Promise<ApiResult<ObserveOutput>>;
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>>;
+  /** One page of a worktree run's recorded change (runs/changes.ts): the owner's only; never stored or logged. */
+  changes(principal: Principal, input: ChangesToolInput): Promise<ApiResult<RunChanges>>;
   /**
    * The newest tool step this Server holds for a run (from its event mirror, which observe keeps in step
    * with the Runner), or null when none is held. No ownership check: callers check the run's owner first.

@@ -58,6 +58,8 @@ export interface RunIntent {
   prompt: string;
   config: ConfigMap;
   timeout_secs: number | null;
+  /** A worktree run's base (design §16); absent leaves the fingerprint exactly as before it existed. */
+  base_ref?: string | undefined;
 }
 
 /** sha256 (hex) of the canonical JSON of every execution-affecting input. */
@@ -69,6 +71,7 @@ export function intentFingerprint(intent: RunIntent): string {
     prompt: intent.prompt,
     config: intent.config,
     timeout_secs: intent.timeout_secs,
+    base_ref: intent.base_ref,
   });
   return createHash("sha256").update(body, "utf8").digest("hex");
 }

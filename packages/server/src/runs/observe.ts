@@ -173,6 +173,8 @@ export class Observation {
     const { started_at, ended_at } = mirror.times;
     if (started_at !== null) out.started_at = started_at;
     if (ended_at !== null) out.ended_at = ended_at;
+    const workspace = mirror.summary?.workspace;
+    if (workspace) out.workspace = workspace;
     const candidates = mirror.eventsAfter(after);
     // Budget in UTF-8 bytes of the serialized result, with room reserved for the token.
     let size = utf8Length(JSON.stringify(out)) + MAX_OBSERVATION_TOKEN_LENGTH;

@@ -6,7 +6,7 @@
  * reconciliation + re-forwarded cancels, run.update → records + mirrors,
  * disconnect → registry).
  */
-import type { HelloFrame, RecoveryKind, RunUpdateFrame } from "@webcodex/protocol";
+import type { ChangesToolInput, HelloFrame, RecoveryKind, RunChanges, RunUpdateFrame } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { HubListener, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
@@ -28,6 +28,7 @@ import type {
   StartOutput,
 } from "./api.js";
 import { Cancellation } from "./cancel.js";
+import { ChangesReader } from "./changes.js";
 import { fail, RunContext } from "./context.js";
 import type { MirrorSet, ToolStep } from "./mirror.js";
 import { Observation, withTimeout } from "./observe.js";
@@ -92,6 +93,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   readonly #admission: Admission;
   readonly #observation: Observation;
   readonly #cancellation: Cancellation;
+  readonly #changes: ChangesReader;
   /** Per runner id: the last queued frame's work and how many wait (see MAX_PENDING_RUNNER_FRAMES). */
   readonly #frames = new Map<string, { tail: Promise<void>; pending: number }>();
   /** Runs whose update is being applied here: its record written, its mirror not yet (cluster/forwarded.ts). */
@@ -102,6 +104,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#ctx = new RunContext(opts.store, opts.registry, opts.logger);
     this.#observation = new Observation(this.#ctx);
     this.#cancellation = new Cancellation(this.#ctx);
+    this.#changes = new ChangesReader(this.#ctx);
     this.#admission = new Admission(this.#ctx, this.#observation, {
       settle: (runId) => void this.#reconcileOne(runId),
       ...(opts.testDelayAfterResolveMs !== undefined ? { testDelayAfterResolveMs: opts.testDelayAfterResolveMs } : {}),
@@ -160,6 +163,10 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>> {
     return this.#cancellation.cancel(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
+  }
+
+  changes(principal: Principal, input: ChangesToolInput): Promise<ApiResult<RunChanges>> {
+    return this.#changes.changes(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   lastToolStep(runId: string): ToolStep | null {

@@ -6,6 +6,7 @@
  * go through StartHooks (runs/api.ts), so this module never imports sessions/.
  */
 
+import { CHANGES_TOOL_NAME } from "@webcodex/protocol";
 import type { Principal } from "../principals/principal.js";
 import {
   fail,
@@ -30,6 +31,8 @@ import type { ObserveLimits } from "./observe-limits.js";
 import {
   CancelToolInput,
   CancelToolOutput,
+  ChangesToolInput,
+  ChangesToolOutput,
   ObserveToolInput,
   ObserveToolOutput,
   StartToolInput,
@@ -40,6 +43,7 @@ export const RUN_TOOL_NAMES = {
   start: "start_coding_agent",
   observe: "observe_coding_agent",
   cancel: "cancel_coding_agent",
+  changes: CHANGES_TOOL_NAME,
 } as const;
 export type RunToolName = (typeof RUN_TOOL_NAMES)[keyof typeof RUN_TOOL_NAMES];
 
@@ -80,6 +84,18 @@ export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
     output: CancelToolOutput,
     annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
   },
+  {
+    name: RUN_TOOL_NAMES.changes,
+    title: "Get a coding agent run's changes",
+    description:
+      "For a run of a project in workspace mode `worktree`: what the run changed, as recorded on its branch when it " +
+      "ended — base and head commits, the branch, one entry per changed file and the unified diff, one page at a " +
+      "time (pass next_cursor as cursor for the next page; max_bytes bounds the diff of one answer). " +
+      "recorded: false means the run has not ended yet: ask again once observe_coding_agent shows it terminal.",
+    input: ChangesToolInput,
+    output: ChangesToolOutput,
+    annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+  },
 ];
 
 export interface RunToolsOptions {
@@ -117,6 +133,8 @@ export class RunTools implements ToolModule {
         return this.#observe(principal, input as ObserveToolInput, signal);
       case RUN_TOOL_NAMES.cancel:
         return this.#cancel(principal, input as CancelToolInput);
+      case RUN_TOOL_NAMES.changes:
+        return this.#changes(principal, input as ChangesToolInput);
       default: {
         const unreachable: never = tool;
         throw new Error(`unknown tool ${String(unreachable)}`);
@@ -187,6 +205,13 @@ export class RunTools implements ToolModule {
     const result = await this.#runs.cancel(principal, input);
     if (!result.ok) return fail(result.error, input.run_id);
     return ok(CancelToolOutput.parse(result.value), input.run_id);
+  }
+
+  /** Project content: the answer goes to the caller only (the audit row has the run id and outcome). */
+  async #changes(principal: Principal, input: ChangesToolInput): Promise<ToolCallOutcome> {
+    const result = await this.#runs.changes(principal, stripUndefined(input));
+    if (!result.ok) return fail(result.error, input.run_id);
+    return ok(ChangesToolOutput.parse(result.value), input.run_id);
   }
 
   /**

@@ -91,6 +91,8 @@ export interface StartTaskRunInput {
   claim: ClaimSelector;
   config?: Record<string, string | boolean>;
   timeout_secs?: number;
+  /** Only for a `worktree` project (design §16): what the run's checkout starts from. */
+  base_ref?: string;
   /**
    * The workflow-session recorder check, asked once the caller's authority is decided; its answer is the
    * recorder link, written in the same transaction as the binding.
@@ -395,6 +397,7 @@ export class TaskService {
       prompt: task.instruction,
       config,
       timeout_secs: timeout,
+      base_ref: input.base_ref,
     });
     const authority = authorityFingerprint({
       principal_id: principal.id,
@@ -409,6 +412,7 @@ export class TaskService {
       prompt: task.instruction,
       config,
       timeout_secs: timeout,
+      ...(input.base_ref !== undefined ? { base_ref: input.base_ref } : {}),
       // Inside the admission transaction `tx`: the claim again (the task row locked until it commits, so
       // no new attempt or generation can slip in), then the binding next to the record.
       bind: async (fences, tx) => {

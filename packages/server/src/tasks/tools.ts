@@ -163,6 +163,7 @@ export class TaskTools implements ToolModule {
           claim,
           ...(v.config !== undefined ? { config: v.config } : {}),
           ...(v.timeout_secs !== undefined ? { timeout_secs: v.timeout_secs } : {}),
+          ...(v.base_ref !== undefined ? { base_ref: v.base_ref } : {}),
           ...(recorder ? { recorder } : {}),
         });
         if (!r.ok) return fail(r.error, null);

@@ -154,6 +154,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
       "close_agent_task",
       "create_agent_task",
       "create_workflow_session",
+      "get_coding_agent_changes",
       "observe_coding_agent",
       "read_workflow_session",
       "reconcile_agent_task_coding_run",
@@ -456,7 +457,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     try {
       const { tools } = await client.listTools();
       expect(tools.map((t) => t.name)).toContain("start_agent_task_coding_run");
-      expect(tools).toHaveLength(11);
+      expect(tools).toHaveLength(12);
       const res = await client.readResource({ uri: "webcodex://projects" });
       expect(JSON.parse((res.contents[0] as { text: string }).text).projects[0].project_id).toBe("demo");
       const started = await ok(client, "start_coding_agent", {

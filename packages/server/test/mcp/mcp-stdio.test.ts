@@ -89,6 +89,7 @@ describe("webcodex-server mcp-stdio", () => {
     const { tools } = await client.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual([
       "cancel_coding_agent",
+      "get_coding_agent_changes",
       "observe_coding_agent",
       "start_coding_agent",
     ]);

@@ -8,6 +8,7 @@ import type { RunEvent, RunEventBody, RunState, RunSummary, RunTombstone } from 
 import type {
   HelloBody,
   RunCancelResult,
+  RunChangesOutcome,
   RunService,
   RunStartOutcome,
   RunStartRequest,
@@ -138,6 +139,12 @@ export class FakeRunService implements RunService {
 
   tombstone(runId: string): RunTombstone | null {
     return this.runs.has(runId) ? null : (this.tombstones.get(runId) ?? null);
+  }
+
+  /** No run of this fake has a workspace. */
+  async changes(runId: string): Promise<RunChangesOutcome | null> {
+    if (!this.runs.has(runId)) return null;
+    return { ok: false, code: "invalid_request", message: "no workspace" };
   }
 
   async cancel(runId: string): Promise<RunCancelResult | null> {

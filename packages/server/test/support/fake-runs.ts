@@ -5,7 +5,7 @@
  * same refusals (principals/authority.ts), since the tools above it no longer check.
  */
 import { createHash } from "node:crypto";
-import type { RunEvent, RunState } from "@webcodex/protocol";
+import type { RunChanges, RunEvent, RunState } from "@webcodex/protocol";
 import { missingScopes, startRefusal, TOOL_SCOPE } from "../../src/principals/authority.js";
 import type {
   ApiResult,
@@ -154,6 +154,14 @@ export class FakeRuns implements RunsApi {
         has_more: false,
         effective_config: [],
       },
+    };
+  }
+
+  /** No run of this fake has a workspace: answered as the run core answers a shared project's run. */
+  async changes(_principal: Principal, input: { run_id: string }): Promise<ApiResult<RunChanges>> {
+    return {
+      ok: false,
+      error: { code: "invalid_input", message: `Run ${input.run_id} has no recorded change.`, recovery_kind: "none" },
     };
   }
 

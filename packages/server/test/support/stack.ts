@@ -11,6 +11,7 @@
  *   ...
  *   await stack.stop();   // stops Runner (and its agents) and Server; asserts nothing of ours survives
  */
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -55,6 +56,8 @@ export interface StackPrincipal {
 export interface StackProject {
   id: string;
   allow_patch?: boolean;
+  /** `worktree`: the project's root is made a git repository with one commit (README.md) first. */
+  workspace?: "shared" | "worktree";
 }
 
 export interface StackOptions {
@@ -105,6 +108,19 @@ export interface Stack {
   stop(): Promise<void>;
 }
 
+/** A git repository at `root` with one commit of a README.md (a `worktree` project's root). */
+function initRepository(root: string): void {
+  writeFileSync(join(root, "README.md"), "demo\n");
+  const git = (...args: string[]) =>
+    execFileSync("git", ["-c", "user.name=stack", "-c", "user.email=stack@example.invalid", ...args], {
+      cwd: root,
+      stdio: "ignore",
+    });
+  git("init", "-q", "-b", "main");
+  git("add", "-A");
+  git("commit", "-q", "-m", "initial");
+}
+
 function toml(value: unknown): string {
   return JSON.stringify(value);
 }
@@ -117,6 +133,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
   const runnerLogFile = join(dir, "runner.log");
 
   for (const p of projects) mkdirSync(join(dir, "projects", p.id, "src"), { recursive: true });
+  for (const p of projects.filter((q) => q.workspace === "worktree")) initRepository(join(dir, "projects", p.id));
 
   const serverConfigFile = join(dir, "server.toml");
   const principalsToml = options.principals
@@ -169,7 +186,8 @@ export async function startStack(options: StackOptions): Promise<Stack> {
       projects
         .map(
           (p) =>
-            `[[projects]]\nid = ${toml(p.id)}\nroot = ${toml(join("projects", p.id))}\nallow_patch = ${p.allow_patch ?? true}\n`,
+            `[[projects]]\nid = ${toml(p.id)}\nroot = ${toml(join("projects", p.id))}\nallow_patch = ${p.allow_patch ?? true}\n` +
+            (p.workspace ? `workspace = ${toml(p.workspace)}\n` : ""),
         )
         .join("\n") +
       `\n[acp]\nagents_share_runner_user = true\n${Object.entries(acp)

@@ -1,0 +1,112 @@
+/**
+ * One run's git worktree (design §16): made from the base commit on `webcodex/run/<run_id>` in a directory the
+ * Runner owns, its change recorded as the agent's commits plus one commit of what it left (untracked included,
+ * .gitignore respected) by the configured identity, then removed. Every git call goes through git.ts.
+ */
+import { mkdir, rm, stat } from "node:fs/promises";
+import { join } from "node:path";
+import { WORKSPACE_BRANCH_PREFIX } from "@webcodex/protocol";
+import type { WorkspaceAuthor } from "../config/config.js";
+import { GitError, git } from "./git.js";
+
+/** Where a Runner keeps its runs' worktrees: `<state_dir>/workspaces/<run_id>`. */
+export function worktreesDir(stateDir: string): string {
+  return join(stateDir, "workspaces");
+}
+
+/** One run's worktree in `dir` (worktreesDir). */
+export function worktreeDir(dir: string, runId: string): string {
+  return join(dir, runId);
+}
+
+export function runBranch(runId: string): string {
+  return `${WORKSPACE_BRANCH_PREFIX}${runId}`;
+}
+
+/**
+ * The commit `ref` names in the project at `root`, or null when it names none. `ref` was checked by the
+ * protocol's BaseRef (never an option, never a revision expression); `--end-of-options` says so to git as well.
+ */
+export async function resolveBase(root: string, ref: string): Promise<string | null> {
+  const out = await git(["rev-parse", "--verify", "--quiet", "--end-of-options", `${ref}^{commit}`], {
+    cwd: root,
+    okCodes: [1, 128],
+  });
+  const commit = out.stdout.trim();
+  return out.code === 0 && /^[0-9a-f]{40}(?:[0-9a-f]{24})?$/.test(commit) ? commit : null;
+}
+
+/** Make the worktree at `dir` on a new branch `branch` at `base`. */
+export async function addWorktree(root: string, dir: string, branch: string, base: string): Promise<void> {
+  await mkdir(join(dir, ".."), { recursive: true, mode: 0o700 });
+  await git(["worktree", "add", "--quiet", "--no-track", "-b", branch, "--", dir, base], { cwd: root });
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await stat(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The message of the Runner's commit: the run id, never the prompt. */
+export function leftoverMessage(runId: string): string {
+  return `webcodex: uncommitted changes of run ${runId}\n\nRecorded by the WebCodex Runner when the run ended.\n`;
+}
+
+/**
+ * Record the run's change and return its head: commit what the agent left in the worktree (if anything), point
+ * the run's branch at the worktree's HEAD (the agent may have committed or moved it), and answer that commit.
+ * Without a worktree (never made, or already removed) the branch's tip — or, without a branch, `base` — is it.
+ */
+export async function recordChange(
+  root: string,
+  dir: string,
+  runId: string,
+  base: string,
+  author: WorkspaceAuthor,
+): Promise<string> {
+  const branch = runBranch(runId);
+  if (await exists(join(dir, ".git"))) {
+    await git(["add", "--all", "--", "."], { cwd: dir });
+    const staged = await git(["diff", "--cached", "--quiet", "--no-ext-diff"], { cwd: dir, okCodes: [1] });
+    if (staged.code === 1) {
+      const identity = {
+        GIT_AUTHOR_NAME: author.name,
+        GIT_AUTHOR_EMAIL: author.email,
+        GIT_COMMITTER_NAME: author.name,
+        GIT_COMMITTER_EMAIL: author.email,
+      };
+      await git(["commit", "--quiet", "--no-verify", "--allow-empty-message", "-m", leftoverMessage(runId)], {
+        cwd: dir,
+        env: identity,
+      });
+    }
+    const head = (await git(["rev-parse", "--verify", "HEAD^{commit}"], { cwd: dir })).stdout.trim();
+    await git(["update-ref", `refs/heads/${branch}`, head], { cwd: root });
+    return head;
+  }
+  const tip = await git(["rev-parse", "--verify", "--quiet", `refs/heads/${branch}^{commit}`], {
+    cwd: root,
+    okCodes: [1, 128],
+  });
+  return tip.code === 0 ? tip.stdout.trim() : base;
+}
+
+/** Remove the worktree (its change is recorded on the branch, which stays) and git's record of it. */
+export async function removeWorktree(root: string, dir: string): Promise<void> {
+  try {
+    if (await exists(dir)) await git(["worktree", "remove", "--force", "--force", "--", dir], { cwd: root });
+  } catch (error) {
+    if (!(error instanceof GitError)) throw error;
+    await rm(dir, { recursive: true, force: true });
+  }
+  await pruneWorktrees(root);
+}
+
+/** Forget the worktrees of `root` whose directories are gone. */
+export async function pruneWorktrees(root: string): Promise<void> {
+  await git(["worktree", "prune"], { cwd: root });
+}
