@@ -1,20 +1,15 @@
 /**
- * `startServer`: one node:http server hosting the `/runner` WebSocket upgrade
- * and delegating `/mcp` to the MCP front end. Owns the state store, the hub,
- * the registry and the run core; `close()` releases all of them.
+ * `startServer`: the listeners and the routing. One node:http server hosts the `/runner` WebSocket upgrade,
+ * `/mcp`, the console and `/healthz`; the services behind them are built by wiring/services.ts, which puts each
+ * one's close on the one teardown list (wiring/teardown.ts) that `close()` runs, last built first.
  */
-import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import type { Logger } from "pino";
-import { clientAddressResolver } from "./client-address.js";
 import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
-import { type ConsoleMount, createConsole, isConsolePath } from "./console/http.js";
-import { ConsoleSessions } from "./console/sessions.js";
-import { ConsoleReader } from "./console/snapshot.js";
-import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
+import { isConsolePath } from "./console/http.js";
 import {
   CLUSTER_LINK_REQUEST_PATH,
   ClusterDirectory,
@@ -23,55 +18,26 @@ import {
   takeLinkRequest,
 } from "./link/cluster.js";
 import { CLUSTER_HOLDER_PROOF_PATH, handleHolderProof } from "./link/holder-proof.js";
-import { RunnerHub } from "./link/hub.js";
-import { StateLeaseStore } from "./link/lease-store.js";
 import { PeerAuth } from "./link/peer-auth.js";
 import { postToPeer } from "./link/peer-http.js";
 import { guardInsecurePeers } from "./link/peer-url.js";
 import { type ChannelHandler, PeerChannelEndpoint, PeerChannels } from "./link/peer-ws.js";
-import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
-import { Registry } from "./link/registry.js";
 import { CLUSTER_RUN_PUSH_PATH, handleRunPush, takeRunPush } from "./link/run-push.js";
-import { RunnerTokenStore } from "./link/runner-tokens.js";
-import { OperatorReadClients } from "./oauth/operator-read.js";
-import { OAuthStore } from "./oauth/store.js";
-import { createKeyIdentifier, keyPrincipal, TokenStore } from "./principals/tokens.js";
-import type { RunAdmission, RunsApi } from "./runs/api.js";
-import { reconcileAtStart } from "./runs/reconcile.js";
-import { startRejectedRecordExpiry } from "./runs/record-expiry.js";
-import { Runs } from "./runs/runs.js";
+import type { RunsApi } from "./runs/api.js";
 import { StateBusyError, StateUnavailableError } from "./state/engine.js";
-import { lockStateDir } from "./state/lock.js";
-import { openState } from "./state/open.js";
 import type { StateStore } from "./state/store.js";
 import { mountTestApi, TEST_API_ENV } from "./test-api.js";
+import { buildServices } from "./wiring/services.js";
+import { Teardown } from "./wiring/teardown.js";
 
-export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
-
-/** What the MCP front end gets to build its `/mcp` handler. */
-export interface McpMountContext {
-  runs: RunsApi;
-  /** The run core's one admission path, for front ends that derive run ids themselves (agent tasks). */
-  admission?: RunAdmission;
-  config: ServerConfig;
-  logger: Logger;
-  /** The Server's SQLite database (WAL), for additive tables such as audit rows. */
-  store: StateStore;
-}
-
-export interface McpMount {
-  handle: HttpHandler;
-  /** Paths besides /mcp this mount answers (the OAuth endpoints when OAuth is on). */
-  owns?(path: string): boolean;
-  close?(): Promise<void> | void;
-}
-
-export type McpHandlerFactory = (ctx: McpMountContext) => HttpHandler | McpMount | Promise<HttpHandler | McpMount>;
+export type { HttpHandler, McpMount } from "./wiring/mcp.js";
+export { TEST_DELAY_ENV } from "./wiring/services.js";
 
 export interface StartServerOptions {
   config: ServerConfig;
   logger: Logger;
-  mcpHandler?: McpHandlerFactory;
+  /** Serve the MCP front end on `/mcp` (and the OAuth paths with `[server.oauth]`); the executable does. */
+  mcp?: boolean;
   /** Defaults to process.env; read for the test-only hooks and `[server.state] url_env`. */
   env?: NodeJS.ProcessEnv;
   /** How long a run.start waits for the Runner's answer before its outcome counts as unknown. */
@@ -85,8 +51,6 @@ export interface RunningServer {
   store: StateStore;
   close(): Promise<void>;
 }
-
-export const TEST_DELAY_ENV = "WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS";
 
 export async function startServer(opts: StartServerOptions): Promise<RunningServer> {
   const { config, logger } = opts;
@@ -120,38 +84,44 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         "[server.tls], or keep that address on a private network and set [server] allow_insecure_http = true.",
     );
   }
-  // SQLite: one Server per state dir, held until close() (or the process's end); see state/lock.ts.
-  // PostgreSQL: several instances share the database by design, so nothing is locked.
-  const lock = config.state.backend === "sqlite" ? lockStateDir(config.stateDir) : { release: () => undefined };
-  let store: StateStore;
+  const teardown = new Teardown({ logger });
   try {
-    store = await openState(config, env);
+    return await listenAndRoute(opts, env, testHooks, tlsOptions, teardown);
   } catch (err) {
-    lock.release();
+    // Not serving: give back what this start took, in the one order (the state dir's lock last).
+    await teardown.run();
     throw err;
   }
-  if (store.migrated.length > 0) logger.info({ versions: store.migrated }, "state DB schema migrated");
-  const armed = activeServerFailpoint();
-  if (armed) logger.warn({ failpoint: armed }, `${SERVER_FAILPOINT_ENV} is set: this Server will SIGKILL itself there`);
-  if (invalidServerFailpointValue()) logger.warn(`${SERVER_FAILPOINT_ENV} names no failpoint; ignored`);
-  const presence = new PresenceStore(store.engine, (err) =>
-    logger.error({ err: (err as Error).message }, "runner presence not written (state DB)"),
+}
+
+async function listenAndRoute(
+  opts: StartServerOptions,
+  env: NodeJS.ProcessEnv,
+  testHooks: boolean,
+  tlsOptions: { cert: Buffer; key: Buffer } | null,
+  teardown: Teardown,
+): Promise<RunningServer> {
+  const { config, logger } = opts;
+  const services = await buildServices(
+    {
+      config,
+      logger,
+      env,
+      mcp: opts.mcp === true,
+      tls: tlsOptions !== null,
+      ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
+    },
+    teardown,
   );
-  const registry = new Registry(config, presence);
-  const presenceTimer = setInterval(() => void presence.seen(registry.liveIds()), PRESENCE_REFRESH_MS);
-  presenceTimer.unref();
-  const delay = Number(env[TEST_DELAY_ENV] ?? 0);
-  const runs = new Runs({
-    store,
-    registry,
-    logger: logger.child({ c: "runs" }),
-    ...(Number.isFinite(delay) && delay > 0 ? { testDelayAfterResolveMs: delay } : {}),
-    ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
-  });
-  await reconcileAtStart(store, logger);
-  const stopExpiry = startRejectedRecordExpiry(store, config.rejectedRecordMaxAgeSecs, logger);
-  // Names this instance in link lease holders and in the cluster directory (link/cluster.ts).
-  const instanceId = randomBytes(12).toString("base64url");
+  const { store, registry, runs, hub, mcp, console: console_, instanceId } = services;
+  // Each listener made here stops accepting first on close (wiring/listeners.ts).
+  let listenerCount = 0;
+  const makeListener = (
+    tls: { cert: Buffer; key: Buffer } | null,
+    onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+  ): Server => services.listeners.track(createListener(tls, onRequest), `listener ${++listenerCount}`, teardown);
+
+  // --- the cluster (design §14): this block is one piece, to move into its own module whole.
   // Several instances on one PostgreSQL state route link requests to each other (design §14).
   const clustered = config.state.backend === "postgres";
   const linkKey = clusterKey(store.serverSecret);
@@ -164,23 +134,88 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     logger.child({ c: "cluster" }),
   );
   let directory: ClusterDirectory | null = null;
-  const hub = new RunnerHub({
-    bindings: config.runners,
-    logger: logger.child({ c: "hub" }),
-    listener: runs,
-    heartbeatIntervalMs: config.heartbeatIntervalMs,
-    serverInstanceId: instanceId,
-    tokens: new RunnerTokenStore(store.engine),
-    leaseStore: new StateLeaseStore(store.engine),
-  });
-
-  let mcp: McpMount | null = null;
-  if (opts.mcpHandler) {
-    const made = await opts.mcpHandler({ runs, admission: runs, config, logger, store });
-    mcp = typeof made === "function" ? { handle: made } : made;
+  /** The instances' requests to each other (link/cluster.ts, link/run-push.ts); false: not one of theirs. */
+  const serveCluster = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
+    if (peerAuth === null) return false;
+    const failed = (what: string) => (err: unknown) => {
+      logger.error({ err: (err as Error).message }, `${what} failed`);
+      if (!res.headersSent) res.writeHead(500).end();
+    };
+    if (path === CLUSTER_LINK_REQUEST_PATH) {
+      handleLinkRequest(req, res, peerAuth, (r, f, t, i, follower, holder) =>
+        runs.executeForwarded(r, f, t, i, follower, holder),
+      ).catch(failed("cluster link request"));
+      return true;
+    }
+    if (path === CLUSTER_HOLDER_PROOF_PATH) {
+      handleHolderProof(req, res, peerAuth, (r, holder) => runs.holdsLease(r, holder)).catch(failed("holder proof"));
+      return true;
+    }
+    if (path === CLUSTER_RUN_PUSH_PATH) {
+      handleRunPush(req, res, peerAuth, (push) => runs.applyPushed(push)).catch(failed("pushed run update"));
+      return true;
+    }
+    return false;
+  };
+  // Pushes and forwarded syncs over standing channels between instances (link/peer-ws.ts): this instance's
+  // channels to its peers, and the endpoint of theirs on the listener serving /_wc/.
+  const channels = clustered ? new PeerChannels(linkKey, logger.child({ c: "cluster" }), peerPost) : null;
+  if (channels) teardown.add("peer channels", () => channels.close());
+  const channelPost = channels
+    ? guardInsecurePeers(channels.post, config.cluster.allowInsecureTransport, logger.child({ c: "cluster" }))
+    : null;
+  const peerEndpoint = peerAuth
+    ? new PeerChannelEndpoint(
+        peerAuth,
+        new Map<string, ChannelHandler>([
+          [
+            CLUSTER_RUN_PUSH_PATH,
+            { take: (body) => takeRunPush(body, (push) => runs.applyPushed(push)), afterWoken: true },
+          ],
+          [
+            CLUSTER_LINK_REQUEST_PATH,
+            {
+              take: (body) =>
+                takeLinkRequest(body, (r, f, t, i, follower, holder) =>
+                  runs.executeForwarded(r, f, t, i, follower, holder),
+                ),
+            },
+          ],
+        ]),
+        logger.child({ c: "cluster" }),
+      )
+    : null;
+  if (peerEndpoint) teardown.add("peer channel endpoint", () => peerEndpoint.close());
+  // `[server.cluster] listen_port`: the instances' requests on a listener of their own (design §14).
+  const peerListener: Server | null =
+    clustered && config.cluster.listen !== null
+      ? makeListener(tlsOptions, (req, res) => {
+          if (overCapacity.has(req.socket)) {
+            req.socket.destroy();
+            return;
+          }
+          if (!serveCluster(requestPath(req), req, res)) notFound(res);
+        })
+      : null;
+  if (peerListener) {
+    capConnections(peerListener, config.maxConnections, logger);
+    peerListener.on("upgrade", (req, socket, head) => {
+      if (overCapacity.has(socket)) {
+        socket.destroy();
+        return;
+      }
+      const path = requestPath(req);
+      if (peerEndpoint?.serves(path)) {
+        peerEndpoint.handleUpgrade(path, req, socket, head);
+        return;
+      }
+      socket.write(NOT_FOUND_UPGRADE);
+      socket.destroy();
+    });
   }
+  // --- end of the cluster block (the part after listening is below).
+
   const testApi = testHooks ? mountTestApi(runs, config, logger, () => directory?.url ?? null) : null;
-  const console_ = mountConsole(store, config, logger, runs, presence, tlsOptions !== null);
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (overCapacity.has(req.socket)) {
@@ -218,56 +253,6 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     }
     notFound(res);
   };
-  /** The instances' requests to each other (link/cluster.ts, link/run-push.ts); false: not one of theirs. */
-  const serveCluster = (path: string, req: IncomingMessage, res: ServerResponse): boolean => {
-    if (peerAuth === null) return false;
-    const failed = (what: string) => (err: unknown) => {
-      logger.error({ err: (err as Error).message }, `${what} failed`);
-      if (!res.headersSent) res.writeHead(500).end();
-    };
-    if (path === CLUSTER_LINK_REQUEST_PATH) {
-      handleLinkRequest(req, res, peerAuth, (r, f, t, i, follower, holder) =>
-        runs.executeForwarded(r, f, t, i, follower, holder),
-      ).catch(failed("cluster link request"));
-      return true;
-    }
-    if (path === CLUSTER_HOLDER_PROOF_PATH) {
-      handleHolderProof(req, res, peerAuth, (r, holder) => runs.holdsLease(r, holder)).catch(failed("holder proof"));
-      return true;
-    }
-    if (path === CLUSTER_RUN_PUSH_PATH) {
-      handleRunPush(req, res, peerAuth, (push) => runs.applyPushed(push)).catch(failed("pushed run update"));
-      return true;
-    }
-    return false;
-  };
-  // Pushes and forwarded syncs over standing channels between instances (link/peer-ws.ts): this instance's
-  // channels to its peers, and the endpoint of theirs on the listener serving /_wc/.
-  const channels = clustered ? new PeerChannels(linkKey, logger.child({ c: "cluster" }), peerPost) : null;
-  const channelPost = channels
-    ? guardInsecurePeers(channels.post, config.cluster.allowInsecureTransport, logger.child({ c: "cluster" }))
-    : null;
-  const peerEndpoint = peerAuth
-    ? new PeerChannelEndpoint(
-        peerAuth,
-        new Map<string, ChannelHandler>([
-          [
-            CLUSTER_RUN_PUSH_PATH,
-            { take: (body) => takeRunPush(body, (push) => runs.applyPushed(push)), afterWoken: true },
-          ],
-          [
-            CLUSTER_LINK_REQUEST_PATH,
-            {
-              take: (body) =>
-                takeLinkRequest(body, (r, f, t, i, follower, holder) =>
-                  runs.executeForwarded(r, f, t, i, follower, holder),
-                ),
-            },
-          ],
-        ]),
-        logger.child({ c: "cluster" }),
-      )
-    : null;
   const http: Server = makeListener(tlsOptions, onRequest);
   capConnections(http, config.maxConnections, logger);
   http.on("upgrade", (req, socket, head) => {
@@ -287,59 +272,16 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     socket.write(NOT_FOUND_UPGRADE);
     socket.destroy();
   });
-  // `[server.cluster] listen_port`: the instances' requests on a listener of their own (design §14).
-  const peerListener: Server | null =
-    clustered && config.cluster.listen !== null
-      ? makeListener(tlsOptions, (req, res) => {
-          if (overCapacity.has(req.socket)) {
-            req.socket.destroy();
-            return;
-          }
-          if (!serveCluster(requestPath(req), req, res)) notFound(res);
-        })
-      : null;
-  if (peerListener) {
-    capConnections(peerListener, config.maxConnections, logger);
-    peerListener.on("upgrade", (req, socket, head) => {
-      if (overCapacity.has(socket)) {
-        socket.destroy();
-        return;
-      }
-      const path = requestPath(req);
-      if (peerEndpoint?.serves(path)) {
-        peerEndpoint.handleUpgrade(path, req, socket, head);
-        return;
-      }
-      socket.write(NOT_FOUND_UPGRADE);
-      socket.destroy();
-    });
-  }
 
-  await (async () => {
-    await listen(http, config.port, config.host);
-    if (peerListener && config.cluster.listen) {
-      await listen(peerListener, config.cluster.listen.port, config.cluster.listen.host).catch(async (err: unknown) => {
-        await closeListener(http);
-        throw err;
-      });
-    }
-  })().catch(async (err: unknown) => {
-    // Not listening: give back what this start took, the state dir's lock last.
-    runs.close();
-    peerEndpoint?.close();
-    channels?.close();
-    stopExpiry();
-    clearInterval(presenceTimer);
-    console_.close();
-    await hub.close();
-    if (mcp?.close) await mcp.close();
-    await store.close();
-    lock.release();
-    throw err;
-  });
+  await listen(http, config.port, config.host);
+  if (peerListener && config.cluster.listen) {
+    await listen(peerListener, config.cluster.listen.port, config.cluster.listen.host);
+  }
   const port = (http.address() as AddressInfo).port;
   const host = bracketed(config.host);
   const url = `${tlsOptions ? "https" : "http"}://${host}:${port}`;
+
+  // --- the cluster, once listening.
   const peerUrl =
     peerListener && config.cluster.listen
       ? `${tlsOptions ? "https" : "http"}://${bracketed(config.cluster.listen.host)}:${(peerListener.address() as AddressInfo).port}`
@@ -353,42 +295,28 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     );
   }
   if (clustered) {
-    try {
-      directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? peerUrl, logger);
-      await directory.start();
-      await store.followChanges();
-      await runs.joinCluster(store.engine, {
-        instanceId,
-        key: linkKey,
-        post: channelPost ?? peerPost,
-        ...(channels ? { channels } : {}),
-        ...(peerAuth ? { authCounts: peerAuth.counts } : {}),
-      });
-      registry.joinCluster({
-        directory,
-        key: linkKey,
-        requestTimeoutMs: hub.requestTimeoutMs,
-        log: logger.child({ c: "cluster" }),
-        post: peerPost,
-        ...(channelPost ? { syncPost: channelPost } : {}),
-      });
-    } catch (err) {
-      runs.close();
-      peerEndpoint?.close();
-      channels?.close();
-      stopExpiry();
-      clearInterval(presenceTimer);
-      console_.close();
-      await directory?.stop();
-      await hub.close();
-      if (mcp?.close) await mcp.close();
-      await closeListener(http);
-      if (peerListener) await closeListener(peerListener);
-      await store.close();
-      lock.release();
-      throw err;
-    }
+    directory = new ClusterDirectory(store.engine, instanceId, config.cluster.advertiseUrl ?? peerUrl, logger);
+    const joined = directory;
+    teardown.add("cluster directory", () => joined.stop());
+    await directory.start();
+    await store.followChanges();
+    await runs.joinCluster(store.engine, {
+      instanceId,
+      key: linkKey,
+      post: channelPost ?? peerPost,
+      ...(channels ? { channels } : {}),
+      ...(peerAuth ? { authCounts: peerAuth.counts } : {}),
+    });
+    registry.joinCluster({
+      directory,
+      key: linkKey,
+      requestTimeoutMs: hub.requestTimeoutMs,
+      log: logger.child({ c: "cluster" }),
+      post: peerPost,
+      ...(channelPost ? { syncPost: channelPost } : {}),
+    });
   }
+  // --- end of the cluster, once listening.
   logger.info(
     {
       url,
@@ -404,35 +332,11 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     "server listening",
   );
 
-  let closing: Promise<void> | null = null;
-  return {
-    url,
-    port,
-    runs,
-    store,
-    close() {
-      closing ??= (async () => {
-        runs.close();
-        peerEndpoint?.close();
-        channels?.close();
-        clearInterval(presenceTimer);
-        console_.close();
-        await directory?.stop();
-        await hub.close();
-        if (mcp?.close) await mcp.close();
-        await closeListener(http);
-        if (peerListener) await closeListener(peerListener);
-        stopExpiry();
-        await store.close();
-        lock.release();
-      })();
-      return closing;
-    },
-  };
+  return { url, port, runs, store, close: () => teardown.run() };
 }
 
 /** A listener (https with `[server.tls]`) answering `onRequest`. */
-function makeListener(
+function createListener(
   tlsOptions: { cert: Buffer; key: Buffer } | null,
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
 ): Server {
@@ -454,12 +358,6 @@ function listen(server: Server, port: number, host: string): Promise<void> {
   });
 }
 
-async function closeListener(server: Server): Promise<void> {
-  if (!server.listening) return;
-  server.closeAllConnections();
-  await new Promise<void>((r) => server.close(() => r()));
-}
-
 /** A request's path, without its query. */
 function requestPath(req: IncomingMessage): string {
   return (req.url ?? "/").split("?")[0] ?? "/";
@@ -474,39 +372,6 @@ function notFound(res: ServerResponse): void {
 
 function bracketed(host: string): string {
   return host.includes(":") ? `[${host}]` : host;
-}
-
-/** The operator console (console/http.ts) over this Server's state DB, keys and run mirrors. */
-function mountConsole(
-  store: StateStore,
-  config: ServerConfig,
-  logger: Logger,
-  runs: Runs,
-  presence: PresenceStore,
-  tls: boolean,
-): ConsoleMount {
-  const tokens = new TokenStore(store.engine);
-  const oauth = new OAuthStore(store.engine);
-  const operatorClients = new OperatorReadClients(oauth);
-  return createConsole({
-    config,
-    logger: logger.child({ c: "console" }),
-    sessions: new ConsoleSessions(store.engine),
-    reader: new ConsoleReader({
-      state: store,
-      oauth,
-      config,
-      mirrors: runs.mirrors,
-      followEvents: (runId, timeoutMs) => runs.followEvents(runId, timeoutMs),
-      presence: () => presence.rows(),
-      operatorClients: () => operatorClients.all(),
-    }),
-    identifyKey: createKeyIdentifier(tokens, config.principals),
-    keyPrincipal: keyPrincipal(tokens, config.principals),
-    revokeGrant: (grantId, reason) => oauth.revokeGrant(grantId, reason),
-    secure: tls || (config.publicUrl?.startsWith("https:") ?? false),
-    clientAddress: clientAddressResolver(config.trustedProxies),
-  });
 }
 
 /**
