@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
+import { startServer } from "../src/server.js";
 import { lockStateDir } from "../src/state/lock.js";
 import { buildServices } from "../src/wiring/services.js";
 import { Teardown } from "../src/wiring/teardown.js";
@@ -170,5 +171,40 @@ describe("a real Server's close", () => {
     expect(harness.server.port).toBe(port);
     await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
     await poll(online, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+  });
+
+  it("that never listened (its port is taken) gives back what the start took, in the same order", async () => {
+    const blocker = createServer();
+    await new Promise<void>((resolve, reject) => {
+      blocker.once("error", reject);
+      blocker.listen(0, "127.0.0.1", () => resolve());
+    });
+    const taken = (blocker.address() as { port: number }).port;
+    const dir = mkdtempSync(join(tmpdir(), "wc-teardown-"));
+    const state = await testServerState();
+    const log = captureLogger();
+    try {
+      const config = buildServerConfig(
+        {
+          server: { host: "127.0.0.1", port: taken, state_dir: "state", ...state.server },
+          runners: [{ id: R1.id, token_sha256: sha256Hex(R1.token), projects: R1.projects }],
+          principals: [{ id: "alice", scopes: ["coding_agent:run", "project:write"], projects: ["demo"] }],
+        },
+        { file: null, baseDir: dir },
+      );
+      await expect(startServer({ config, logger: log.logger, env: state.env, mcp: true })).rejects.toThrow(
+        /EADDRINUSE/,
+      );
+      expect(stepLines(log.lines)).toEqual([]);
+      // The lock and the state are free: the same start succeeds once the port is.
+      if (config.state.backend === "sqlite") lockStateDir(config.stateDir).release();
+      await new Promise<void>((resolve) => blocker.close(() => resolve()));
+      const server = await startServer({ config, logger: log.logger, env: state.env, mcp: true });
+      expect(server.port).toBe(taken);
+      await server.close();
+    } finally {
+      if (blocker.listening) blocker.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
