@@ -38,6 +38,7 @@ export default defineConfig({
       "packages/server/test/runs/resend-unacknowledged.test.ts",
       "packages/server/test/http-hardening.test.ts",
       "packages/server/test/test-hooks.test.ts",
+      "packages/server/test/wiring/teardown.test.ts",
       // In-process stacks (test/support/stack.ts): the MCP surface of both eras, Tasks, sessions, AgentTasks.
       "packages/server/test/mcp/mcp-acceptance.test.ts",
       "packages/server/test/mcp/mcp-eras.test.ts",

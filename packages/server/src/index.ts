@@ -8,9 +8,7 @@ export * from "./runs/observe-token.js";
 export * from "./runs/runs.js";
 export {
   type HttpHandler,
-  type McpHandlerFactory,
   type McpMount,
-  type McpMountContext,
   type RunningServer,
   type StartServerOptions,
   startServer,

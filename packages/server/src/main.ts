@@ -8,7 +8,6 @@ import { pino } from "pino";
 import { answerHelp, commandUsage } from "./cli/help.js";
 import { rotateRunnerToken } from "./cli/runner-token.js";
 import { ConfigError, loadServerConfig, sha256Hex } from "./config.js";
-import { createMcpHandler } from "./mcp/mcp.js";
 import { startServer } from "./server.js";
 
 /** A usage mistake of one command: the reason, then that command's usage, on stderr; exit 2. */
@@ -30,7 +29,7 @@ async function cmdRun(argv: string[]): Promise<number> {
   }
   const config = loadServerConfig(values.config);
   const logger = pino({ level: process.env.WEBCODEX_LOG_LEVEL ?? "info", base: { app: "webcodex-server" } });
-  const server = await startServer({ config, logger, mcpHandler: createMcpHandler });
+  const server = await startServer({ config, logger, mcp: true });
   // Handlers first: whoever waits for the line below may signal at once (stdout to a pipe is synchronous).
   const stopped = new Promise<void>((resolve) => {
     const stop = (sig: string) => {

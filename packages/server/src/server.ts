@@ -1,66 +1,32 @@
 /**
- * `startServer`: one node:http server hosting the `/runner` WebSocket upgrade
- * and delegating `/mcp` to the MCP front end. Owns the state store, the hub,
- * the registry and the run core; `close()` releases all of them.
+ * `startServer`: the listeners and the routing. One node:http server hosts the `/runner` WebSocket upgrade,
+ * `/mcp`, the console and `/healthz`; the services behind them are built by wiring/services.ts, which puts each
+ * one's close on the one teardown list (wiring/teardown.ts) that `close()` runs, last built first.
  */
-import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
 import type { AddressInfo, Socket } from "node:net";
 import type { Duplex } from "node:stream";
 import type { Logger } from "pino";
-import { clientAddressResolver } from "./client-address.js";
 import { type ClusterNode, startClusterNode } from "./cluster/node.js";
 import { ConfigError, isLoopbackHost, type ServerConfig } from "./config.js";
-import { type ConsoleMount, createConsole, isConsolePath } from "./console/http.js";
-import { ConsoleSessions } from "./console/sessions.js";
-import { ConsoleReader } from "./console/snapshot.js";
-import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "./failpoints.js";
-import { RunnerHub } from "./link/hub.js";
-import { StateLeaseStore } from "./link/lease-store.js";
-import { PRESENCE_REFRESH_MS, PresenceStore } from "./link/presence.js";
-import { Registry } from "./link/registry.js";
-import { RunnerTokenStore } from "./link/runner-tokens.js";
-import { OperatorReadClients } from "./oauth/operator-read.js";
-import { OAuthStore } from "./oauth/store.js";
-import { createKeyIdentifier, keyPrincipal, TokenStore } from "./principals/tokens.js";
-import type { RunAdmission, RunsApi } from "./runs/api.js";
-import { reconcileAtStart } from "./runs/reconcile.js";
-import { startRejectedRecordExpiry } from "./runs/record-expiry.js";
-import { Runs } from "./runs/runs.js";
+import { isConsolePath } from "./console/http.js";
+import type { RunsApi } from "./runs/api.js";
 import { StateBusyError, StateUnavailableError } from "./state/engine.js";
-import { lockStateDir } from "./state/lock.js";
-import { openState } from "./state/open.js";
 import type { StateStore } from "./state/store.js";
 import { mountTestApi, TEST_API_ENV } from "./test-api.js";
+import { buildServices } from "./wiring/services.js";
+import { Teardown } from "./wiring/teardown.js";
 
-export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
-
-/** What the MCP front end gets to build its `/mcp` handler. */
-export interface McpMountContext {
-  runs: RunsApi;
-  /** The run core's one admission path, for front ends that derive run ids themselves (agent tasks). */
-  admission?: RunAdmission;
-  config: ServerConfig;
-  logger: Logger;
-  /** The Server's SQLite database (WAL), for additive tables such as audit rows. */
-  store: StateStore;
-}
-
-export interface McpMount {
-  handle: HttpHandler;
-  /** Paths besides /mcp this mount answers (the OAuth endpoints when OAuth is on). */
-  owns?(path: string): boolean;
-  close?(): Promise<void> | void;
-}
-
-export type McpHandlerFactory = (ctx: McpMountContext) => HttpHandler | McpMount | Promise<HttpHandler | McpMount>;
+export type { HttpHandler, McpMount } from "./wiring/mcp.js";
+export { TEST_DELAY_ENV } from "./wiring/services.js";
 
 export interface StartServerOptions {
   config: ServerConfig;
   logger: Logger;
-  mcpHandler?: McpHandlerFactory;
+  /** Serve the MCP front end on `/mcp` (and the OAuth paths with `[server.oauth]`); the executable does. */
+  mcp?: boolean;
   /** Defaults to process.env; read for the test-only hooks and `[server.state] url_env`. */
   env?: NodeJS.ProcessEnv;
   /** How long a run.start waits for the Runner's answer before its outcome counts as unknown. */
@@ -74,8 +40,6 @@ export interface RunningServer {
   store: StateStore;
   close(): Promise<void>;
 }
-
-export const TEST_DELAY_ENV = "WEBCODEX_TEST_HOOK_DELAY_AFTER_RESOLVE_MS";
 
 export async function startServer(opts: StartServerOptions): Promise<RunningServer> {
   const { config, logger } = opts;
@@ -109,53 +73,43 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         "[server.tls], or keep that address on a private network and set [server] allow_insecure_http = true.",
     );
   }
-  // SQLite: one Server per state dir, held until close() (or the process's end); see state/lock.ts.
-  // PostgreSQL: several instances share the database by design, so nothing is locked.
-  const lock = config.state.backend === "sqlite" ? lockStateDir(config.stateDir) : { release: () => undefined };
-  let store: StateStore;
+  const teardown = new Teardown({ logger });
   try {
-    store = await openState(config, env);
+    return await listenAndRoute(opts, env, testHooks, tlsOptions, teardown);
   } catch (err) {
-    lock.release();
+    // Not serving: give back what this start took, in the one order (the state dir's lock last).
+    await teardown.run();
     throw err;
   }
-  if (store.migrated.length > 0) logger.info({ versions: store.migrated }, "state DB schema migrated");
-  const armed = activeServerFailpoint();
-  if (armed) logger.warn({ failpoint: armed }, `${SERVER_FAILPOINT_ENV} is set: this Server will SIGKILL itself there`);
-  if (invalidServerFailpointValue()) logger.warn(`${SERVER_FAILPOINT_ENV} names no failpoint; ignored`);
-  const presence = new PresenceStore(store.engine, (err) =>
-    logger.error({ err: (err as Error).message }, "runner presence not written (state DB)"),
-  );
-  const registry = new Registry(config, presence);
-  const presenceTimer = setInterval(() => void presence.seen(registry.liveIds()), PRESENCE_REFRESH_MS);
-  presenceTimer.unref();
-  const delay = Number(env[TEST_DELAY_ENV] ?? 0);
-  const runs = new Runs({
-    store,
-    registry,
-    logger: logger.child({ c: "runs" }),
-    ...(Number.isFinite(delay) && delay > 0 ? { testDelayAfterResolveMs: delay } : {}),
-    ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
-  });
-  await reconcileAtStart(store, logger);
-  const stopExpiry = startRejectedRecordExpiry(store, config.rejectedRecordMaxAgeSecs, logger);
-  // Names this instance in link lease holders and in the cluster directory (cluster/directory.ts).
-  const instanceId = randomBytes(12).toString("base64url");
-  const hub = new RunnerHub({
-    bindings: config.runners,
-    logger: logger.child({ c: "hub" }),
-    listener: runs,
-    heartbeatIntervalMs: config.heartbeatIntervalMs,
-    serverInstanceId: instanceId,
-    tokens: new RunnerTokenStore(store.engine),
-    leaseStore: new StateLeaseStore(store.engine),
-  });
+}
 
-  let mcp: McpMount | null = null;
-  if (opts.mcpHandler) {
-    const made = await opts.mcpHandler({ runs, admission: runs, config, logger, store });
-    mcp = typeof made === "function" ? { handle: made } : made;
-  }
+async function listenAndRoute(
+  opts: StartServerOptions,
+  env: NodeJS.ProcessEnv,
+  testHooks: boolean,
+  tlsOptions: { cert: Buffer; key: Buffer } | null,
+  teardown: Teardown,
+): Promise<RunningServer> {
+  const { config, logger } = opts;
+  const services = await buildServices(
+    {
+      config,
+      logger,
+      env,
+      mcp: opts.mcp === true,
+      tls: tlsOptions !== null,
+      ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
+    },
+    teardown,
+  );
+  const { store, registry, runs, hub, mcp, console: console_, instanceId } = services;
+  // Each listener made here stops accepting first on close (wiring/listeners.ts).
+  let listenerCount = 0;
+  const makeListener = (
+    tls: { cert: Buffer; key: Buffer } | null,
+    onRequest: (req: IncomingMessage, res: ServerResponse) => void,
+  ): Server => services.listeners.track(createListener(tls, onRequest), `listener ${++listenerCount}`, teardown);
+
   // Several instances on one PostgreSQL state route link requests to each other (design §14, cluster/node.ts).
   const cluster: ClusterNode | null =
     config.state.backend === "postgres"
@@ -170,12 +124,19 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
           tls: tlsOptions !== null,
           listeners: {
             make: (onRequest, onUpgrade) =>
-              guardedListener(tlsOptions, config.maxConnections, logger, onRequest, onUpgrade),
+              services.listeners.track(
+                guardedListener(tlsOptions, config.maxConnections, logger, onRequest, onUpgrade),
+                "cluster listener",
+                teardown,
+              ),
             listen,
             close: closeListener,
           },
         })
       : null;
+  // Its channels, endpoint and listener close after the clients' listener stops accepting.
+  if (cluster) teardown.add("cluster node", () => cluster.close());
+
   const testApi = testHooks
     ? mountTestApi(
         runs,
@@ -185,7 +146,6 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         () => cluster?.counts() ?? { forwarded_syncs: 0 },
       )
     : null;
-  const console_ = mountConsole(store, config, logger, runs, presence, tlsOptions !== null);
 
   const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
     if (overCapacity.has(req.socket)) {
@@ -240,39 +200,15 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     socket.destroy();
   });
 
-  await listen(http, config.port, config.host).catch(async (err: unknown) => {
-    // Not listening: give back what this start took, the state dir's lock last.
-    runs.close();
-    await cluster?.close();
-    stopExpiry();
-    clearInterval(presenceTimer);
-    console_.close();
-    await hub.close();
-    if (mcp?.close) await mcp.close();
-    await store.close();
-    lock.release();
-    throw err;
-  });
+  await listen(http, config.port, config.host);
   const port = (http.address() as AddressInfo).port;
   const host = bracketed(config.host);
   const url = `${tlsOptions ? "https" : "http"}://${host}:${port}`;
+
   if (cluster) {
-    try {
-      await cluster.start(url);
-    } catch (err) {
-      runs.close();
-      stopExpiry();
-      clearInterval(presenceTimer);
-      console_.close();
-      await cluster.stop();
-      await hub.close();
-      if (mcp?.close) await mcp.close();
-      await closeListener(http);
-      await cluster.close();
-      await store.close();
-      lock.release();
-      throw err;
-    }
+    await cluster.start(url);
+    // First at shutdown: the directory row goes before anything stops serving.
+    teardown.add("cluster directory", () => cluster.stop());
   }
   logger.info(
     {
@@ -289,33 +225,11 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     "server listening",
   );
 
-  let closing: Promise<void> | null = null;
-  return {
-    url,
-    port,
-    runs,
-    store,
-    close() {
-      closing ??= (async () => {
-        runs.close();
-        clearInterval(presenceTimer);
-        console_.close();
-        await cluster?.stop();
-        await hub.close();
-        if (mcp?.close) await mcp.close();
-        await closeListener(http);
-        await cluster?.close();
-        stopExpiry();
-        await store.close();
-        lock.release();
-      })();
-      return closing;
-    },
-  };
+  return { url, port, runs, store, close: () => teardown.run() };
 }
 
 /** A listener (https with `[server.tls]`) answering `onRequest`. */
-function makeListener(
+function createListener(
   tlsOptions: { cert: Buffer; key: Buffer } | null,
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
 ): Server {
@@ -335,7 +249,7 @@ function guardedListener(
   onRequest: (req: IncomingMessage, res: ServerResponse) => void,
   onUpgrade: (req: IncomingMessage, socket: Duplex, head: Buffer) => void,
 ): Server {
-  const server = makeListener(tlsOptions, (req, res) => {
+  const server = createListener(tlsOptions, (req, res) => {
     if (overCapacity.has(req.socket)) {
       req.socket.destroy();
       return;
@@ -383,39 +297,6 @@ function notFound(res: ServerResponse): void {
 
 function bracketed(host: string): string {
   return host.includes(":") ? `[${host}]` : host;
-}
-
-/** The operator console (console/http.ts) over this Server's state DB, keys and run mirrors. */
-function mountConsole(
-  store: StateStore,
-  config: ServerConfig,
-  logger: Logger,
-  runs: Runs,
-  presence: PresenceStore,
-  tls: boolean,
-): ConsoleMount {
-  const tokens = new TokenStore(store.engine);
-  const oauth = new OAuthStore(store.engine);
-  const operatorClients = new OperatorReadClients(oauth);
-  return createConsole({
-    config,
-    logger: logger.child({ c: "console" }),
-    sessions: new ConsoleSessions(store.engine),
-    reader: new ConsoleReader({
-      state: store,
-      oauth,
-      config,
-      mirrors: runs.mirrors,
-      followEvents: (runId, timeoutMs) => runs.followEvents(runId, timeoutMs),
-      presence: () => presence.rows(),
-      operatorClients: () => operatorClients.all(),
-    }),
-    identifyKey: createKeyIdentifier(tokens, config.principals),
-    keyPrincipal: keyPrincipal(tokens, config.principals),
-    revokeGrant: (grantId, reason) => oauth.revokeGrant(grantId, reason),
-    secure: tls || (config.publicUrl?.startsWith("https:") ?? false),
-    clientAddress: clientAddressResolver(config.trustedProxies),
-  });
 }
 
 /**

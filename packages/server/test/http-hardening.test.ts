@@ -12,7 +12,6 @@ import { afterEach, describe, expect, it } from "vitest";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
 import { buildServerConfig, sha256Hex } from "../src/config.js";
 import { StateAuditLog } from "../src/mcp/audit.js";
-import { createMcpHandler } from "../src/mcp/mcp.js";
 import { MAX_TOOL_ARGUMENT_DEPTH } from "../src/mcp/tool-arguments.js";
 import { REFUSAL_LOG_PER_SECOND } from "../src/refusal-log.js";
 import { type RunningServer, startServer } from "../src/server.js";
@@ -46,7 +45,7 @@ async function start(serverExtra: Record<string, unknown> = {}): Promise<Env> {
     { file: null, baseDir: dir },
   );
   const log = captureLogger();
-  const server = await startServer({ config, logger: log.logger, mcpHandler: createMcpHandler, env: {} });
+  const server = await startServer({ config, logger: log.logger, mcp: true, env: {} });
   return { server, log, dir };
 }
 

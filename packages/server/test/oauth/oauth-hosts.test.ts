@@ -16,7 +16,6 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { clientAddressResolver } from "../../src/client-address.js";
 import { buildServerConfig } from "../../src/config.js";
 import { CORS_ALLOW_HEADERS, CORS_EXPOSE_HEADERS } from "../../src/mcp/gate.js";
-import { createMcpHandler } from "../../src/mcp/mcp.js";
 import { MAX_PENDING_PER_ADDRESS, MAX_PENDING_PER_CLIENT } from "../../src/oauth/consent.js";
 import { OAuthStore, sha256 } from "../../src/oauth/store.js";
 import { TokenStore } from "../../src/principals/tokens.js";
@@ -71,7 +70,7 @@ async function start(
     },
     { file: null, baseDir: dir },
   );
-  const server = await startServer({ config, logger: silent, mcpHandler: createMcpHandler, env: { ...state.env } });
+  const server = await startServer({ config, logger: silent, mcp: true, env: { ...state.env } });
   running.push(server);
   if (server.store.engine.dialect !== TEST_STATE_DIALECT) {
     throw new Error(`the Server keeps its state on ${server.store.engine.dialect}, not on this pass's engine`);

@@ -11,7 +11,6 @@ import Database from "better-sqlite3";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { buildServerConfig, type ServerConfig } from "../../src/config.js";
-import { createMcpHandler } from "../../src/mcp/mcp.js";
 import { OAuthClients } from "../../src/oauth/clients.js";
 import { createOAuth } from "../../src/oauth/index.js";
 import { OAuthStore } from "../../src/oauth/store.js";
@@ -172,7 +171,7 @@ describe("OAuth store", () => {
     insert.run(hashToken(runner), "tok_runner", JSON.stringify(["coding_agent:run", "project:write"]));
     old.close();
 
-    const server = await startServer({ config: cfg, logger: silent, mcpHandler: createMcpHandler, env: {} });
+    const server = await startServer({ config: cfg, logger: silent, mcp: true, env: {} });
     try {
       // The OAuth tables arrive as their own forward step; every step ran once.
       expect(server.store.migrated).toEqual(MIGRATIONS.map((m) => m.version));

@@ -32,7 +32,6 @@ import {
   startRunnerProcess,
 } from "../../../../scripts/test-support/index.js";
 import { loadServerConfig, type ServerConfig, sha256Hex } from "../../src/config.js";
-import { createMcpHandler } from "../../src/mcp/mcp.js";
 import { principalLookup, TokenStore } from "../../src/principals/tokens.js";
 import type { Principal, Scope } from "../../src/runs/api.js";
 import { type RunningServer, startServer } from "../../src/server.js";
@@ -164,7 +163,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
     pino.destination({ dest: serverLogFile, sync: true, mkdir: true }),
   );
   const env = stateUrl === undefined ? {} : { [urlEnv]: stateUrl };
-  const server = await startServer({ config, logger, mcpHandler: createMcpHandler, env });
+  const server = await startServer({ config, logger, mcp: true, env });
   if (stateUrl !== undefined && server.store.engine.dialect !== "postgres") {
     await server.close();
     throw new Error("the PostgreSQL pass started a stack whose Server is not on PostgreSQL");

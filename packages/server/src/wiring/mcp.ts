@@ -1,29 +1,50 @@
 /**
- * The MCP front end as the Server mounts it: `startServer` (via main.ts)
- * calls `createMcpHandler` with the run core and the state store, and routes
- * every `/mcp` request to the returned handler. Token hashes
- * (`principal_tokens`) and audit rows (`mcp_audit`) live in the Server's
- * state database (its engine, state/engine.ts) next to the admission records.
+ * The MCP front end's services, built for `/mcp`: the token store, the audit log, OAuth, Workflow Sessions, managed
+ * tasks and the tool modules, handed built to `createMcpHttpHandler` (mcp/http.ts). Token hashes
+ * (`principal_tokens`) and audit rows (`mcp_audit`) live in the Server's state database next to the admission
+ * records. Each service registers its close on the teardown list as it is built (teardown.ts).
  */
+import type { IncomingMessage, ServerResponse } from "node:http";
 import { isLoopbackHost } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { clientAddressResolver } from "../client-address.js";
+import type { ServerConfig } from "../config.js";
+import { StateAuditLog } from "../mcp/audit.js";
+import { createMcpHttpHandler } from "../mcp/http.js";
+import { RunTasks } from "../mcp/run-tasks.js";
 import { createOAuth } from "../oauth/index.js";
 import { OAUTH_TEST_CLOCK_ENV, oauthClock, oauthTestClockSkew } from "../oauth/test-clock.js";
 import type { Scope } from "../principals/principal.js";
 import { createAuthenticator, TokenStore } from "../principals/tokens.js";
+import type { RunAdmission, RunsApi } from "../runs/api.js";
 import { ObserveLimits } from "../runs/observe-limits.js";
-import type { McpHandlerFactory, McpMount } from "../server.js";
 import { SessionService } from "../sessions/service.js";
 import { SessionStore } from "../sessions/store.js";
 import { SessionTools } from "../sessions/tools.js";
+import type { StateStore } from "../state/store.js";
 import { TaskService } from "../tasks/service.js";
 import { TaskStore } from "../tasks/store.js";
 import { TaskTools } from "../tasks/tools.js";
 import type { ToolModule } from "../tools/contract.js";
-import { StateAuditLog } from "./audit.js";
-import { createMcpHttpHandler } from "./http.js";
-import { RunTasks } from "./run-tasks.js";
+import type { Teardown } from "./teardown.js";
+
+export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
+
+/** What `server.ts` routes to the MCP front end. */
+export interface McpMount {
+  handle: HttpHandler;
+  /** Paths besides /mcp this mount answers (the OAuth endpoints when OAuth is on). */
+  owns?(path: string): boolean;
+}
+
+export interface McpServices {
+  runs: RunsApi;
+  /** The run core's one admission path (agent tasks derive their run ids themselves). */
+  admission: RunAdmission;
+  config: ServerConfig;
+  logger: Logger;
+  store: StateStore;
+}
 
 /** The OAuth clock, with the test-only skew (test-clock.ts) refused off loopback and logged when armed. */
 function checkedOAuthClock(host: string, log: Logger): () => number {
@@ -37,18 +58,27 @@ function checkedOAuthClock(host: string, log: Logger): () => number {
   return oauthClock();
 }
 
-export const createMcpHandler: McpHandlerFactory = async ({
-  runs,
-  admission,
-  config,
-  logger,
-  store,
-}): Promise<McpMount> => {
+export async function buildMcp(
+  { runs, admission, config, logger, store }: McpServices,
+  teardown: Teardown,
+): Promise<McpMount> {
   const log = logger.child({ c: "mcp" });
+  // Start-up catch-up and prunes run in the background (each idempotent; no request depends on them); each
+  // service's close awaits its own, with the evidence writes still queued, before the state DB closes.
+  const inBackground = (work: Promise<void>, what: string): Promise<void> =>
+    work.catch((err: unknown) => log.error({ err: err instanceof Error ? err.name : typeof err }, what));
+
+  const tokens = new TokenStore(store.engine);
+  // Until it listens (PostgreSQL), every token verification reads the token's row.
+  const following = inBackground(tokens.followRevocations(), "token revocation notices not followed");
+  teardown.add("principal tokens", async () => {
+    await following;
+    tokens.close();
+  });
   const audit = new StateAuditLog(store.engine, {
     onError: (err) => log.error({ err: err instanceof Error ? err.name : typeof err }, "audit row not written"),
   });
-  const tokens = new TokenStore(store.engine);
+  teardown.add("mcp audit log", () => audit.close());
   const staticAuth = createAuthenticator(tokens, config.principals);
   const clientAddress = clientAddressResolver(config.trustedProxies);
   const oauth = config.oauth
@@ -68,27 +98,20 @@ export const createMcpHandler: McpHandlerFactory = async ({
     logger.child({ c: "sessions" }),
     config.sessionMaxIdleSecs,
   );
-  // Start-up catch-up and prunes run in the background (each idempotent; no request depends on them) and
-  // are awaited on close, with the evidence writes still queued, before the state DB closes.
-  const background: Promise<void>[] = [];
-  const inBackground = (work: Promise<void>, what: string) =>
-    background.push(
-      work.catch((err: unknown) => log.error({ err: err instanceof Error ? err.name : typeof err }, what)),
-    );
-  inBackground(sessions.start(), "workflow session start-up catch-up failed");
-  // Until it listens (PostgreSQL), every token verification reads the token's row.
-  inBackground(tokens.followRevocations(), "token revocation notices not followed");
-  const toolModules: ToolModule[] = [new SessionTools(sessions)];
-  if (admission) {
-    const tasks = new TaskService({
-      tasks: new TaskStore(store.engine),
-      records: store,
-      admission,
-      logger: logger.child({ c: "tasks" }),
-    });
-    inBackground(tasks.start(), "closed-task prune at start failed");
-    toolModules.push(new TaskTools(tasks, sessions));
-  }
+  const sessionsStarted = inBackground(sessions.start(), "workflow session start-up catch-up failed");
+  teardown.add("workflow sessions", async () => {
+    await sessionsStarted;
+    await sessions.settled();
+  });
+  const tasks = new TaskService({
+    tasks: new TaskStore(store.engine),
+    records: store,
+    admission,
+    logger: logger.child({ c: "tasks" }),
+  });
+  const tasksStarted = inBackground(tasks.start(), "closed-task prune at start failed");
+  teardown.add("agent tasks", () => tasksStarted);
+  const toolModules: ToolModule[] = [new SessionTools(sessions), new TaskTools(tasks, sessions)];
   const handler = createMcpHttpHandler({
     runs,
     audit,
@@ -113,6 +136,7 @@ export const createMcpHandler: McpHandlerFactory = async ({
         }
       : {}),
   });
+  teardown.add("mcp handler", () => handler.close());
   return {
     handle: (req, res) => {
       const path = (req.url ?? "/").split("?")[0] ?? "/";
@@ -123,12 +147,5 @@ export const createMcpHandler: McpHandlerFactory = async ({
       return handler(req, res);
     },
     ...(oauth ? { owns: oauth.owns } : {}),
-    close: async () => {
-      await handler.close();
-      await Promise.all(background);
-      await sessions.settled();
-      await audit.close();
-      tokens.close();
-    },
   };
-};
+}
