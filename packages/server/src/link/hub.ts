@@ -19,7 +19,6 @@
  *
  * A misbehaving Runner only ever loses its own connection.
  */
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import {
@@ -37,6 +36,7 @@ import { RefusalLog } from "../refusal-log.js";
 import { RunnerConnection } from "./connection.js";
 import type { LeaseStore } from "./lease-store.js";
 import { type LeaseAcquired, LinkLeases } from "./leases.js";
+import { RunnerAuth } from "./runner-auth.js";
 import { type LinkAuditRecord, RUNNER_TOKEN_POLL_MS, type RunnerTokenStore } from "./runner-tokens.js";
 
 export { type RequestOutcome, RunnerConnection, type RunnerRequest } from "./connection.js";
@@ -102,6 +102,7 @@ export class RunnerHub {
   readonly #opts: HubOptions;
   /** The configured bindings by runner id: a lookup per link each RUNNER_TOKEN_POLL_MS, not a scan per link. */
   readonly #bindingById: ReadonlyMap<string, RunnerBinding>;
+  readonly #auth: RunnerAuth;
   readonly #wss: WebSocketServer;
   readonly #live = new Map<string, RunnerConnection>();
   readonly #all = new Set<RunnerConnection>();
@@ -121,6 +122,7 @@ export class RunnerHub {
     this.#opts = opts;
     this.#bindingById = new Map(opts.bindings.map((b) => [b.id, b]));
     this.#log = opts.logger;
+    this.#auth = new RunnerAuth(opts.bindings, opts.tokens, opts.logger);
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
     this.maxInFlight = opts.maxInFlight ?? 256;
     this.maxBufferedBytes = opts.maxBufferedBytes ?? 16 * MAX_FRAME_BYTES;
@@ -150,34 +152,7 @@ export class RunnerHub {
     );
     this.#tokenPoll = opts.tokens ? setInterval(() => void this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
     this.#tokenPoll?.unref();
-    void this.#warnRotated();
-  }
-
-  async #warnRotated(): Promise<void> {
-    const tokens = this.#opts.tokens;
-    if (!tokens) return;
-    try {
-      const overrides = await tokens.overrides();
-      const rotated = this.#opts.bindings.filter((b) => overrides.has(b.id)).map((b) => b.id);
-      if (rotated.length === 0) return;
-      this.#log.warn(
-        { runners: rotated.slice(0, 16) },
-        "these runners' tokens were rotated (webcodex-server runner-token rotate): their [[runners]] " +
-          "token_sha256/token_env are not used",
-      );
-    } catch (err) {
-      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
-    }
-  }
-
-  /** The token hash a runner authenticates with now: a rotated one (state DB) wins over the config's. */
-  #tokenHashOf(binding: RunnerBinding, overrides: ReadonlyMap<string, Buffer>): Buffer {
-    return overrides.get(binding.id) ?? binding.tokenHash;
-  }
-
-  /** Rotated token hashes, read now (one query); none without a token store. */
-  async #overrides(): Promise<ReadonlyMap<string, Buffer>> {
-    return (await this.#opts.tokens?.overrides()) ?? new Map();
+    void this.#auth.warnRotated();
   }
 
   /** Each heartbeat: write the leases' expiries down, and close the links whose lease another instance took. */
@@ -213,7 +188,7 @@ export class RunnerHub {
     this.#checkingRotations = true;
     let overrides: ReadonlyMap<string, Buffer>;
     try {
-      overrides = await this.#overrides();
+      overrides = await this.#auth.overrides();
     } catch (err) {
       this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
       return;
@@ -222,8 +197,7 @@ export class RunnerHub {
     }
     for (const conn of this.#all) {
       if (conn.closed) continue;
-      const binding = this.#bindingById.get(conn.runnerId);
-      if (binding && this.#tokenHashOf(binding, overrides).equals(conn.tokenHash)) continue;
+      if (this.#auth.isCurrent(conn.runnerId, conn.tokenHash, overrides)) continue;
       this.#log.warn(
         { runner_id: conn.runnerId, conn: conn.id, remote: conn.remote },
         "runner token rotated; closing the link that used the old token",
@@ -258,21 +232,10 @@ export class RunnerHub {
 
   /**
    * Map a bearer token to its runner id, comparing sha256 digests in constant time against every binding's
-   * current token (rotated or configured).
+   * current token (rotated or configured): link/runner-auth.ts.
    */
   async authenticate(authorization: string | undefined): Promise<{ runnerId: string; tokenHash: Buffer } | null> {
-    const m = /^Bearer ([\x21-\x7e]{1,4096})$/.exec(authorization ?? "");
-    const digest = createHash("sha256")
-      .update(m?.[1] ?? randomBytes(16).toString("hex"), "utf8")
-      .digest();
-    // Read at every upgrade (one query): a rotation by the CLI or another instance applies at once.
-    const overrides = await this.#overrides();
-    let found: string | null = null;
-    for (const b of this.#opts.bindings) {
-      const hash = this.#tokenHashOf(b, overrides);
-      if (hash.byteLength === digest.byteLength && timingSafeEqual(hash, digest) && m) found = b.id;
-    }
-    return found === null ? null : { runnerId: found, tokenHash: digest };
+    return await this.#auth.authenticate(authorization);
   }
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
