@@ -35,35 +35,35 @@
  * a short, bounded pace until the old link is declared dead, and logged once
  * with the reason, not once per retry.
  *
+ * Files: this one is the connection (connect, hello, heartbeat, reconnect,
+ * inbound frames); the answers to requests are link/requests.ts, the hello's
+ * inventory link/inventory.ts, the bounded send queue link/send-queue.ts.
+ *
  * The token and the resume secret are never logged.
  */
 
 import { rootCertificates } from "node:tls";
 import {
   describeFirstIssue,
-  encodeFrame,
-  eventBatches,
   type HelloFrame,
   isLoopbackHost,
-  isTerminalState,
-  MAX_EVENTS_PER_SYNC,
-  MAX_EVENTS_PER_UPDATE,
   MAX_FRAME_BYTES,
-  MAX_INVENTORY_RUNS,
   PROTOCOL_VERSION,
   type ProtocolErrorCode,
   parseServerFrame,
-  type RunEvent,
   RunnerFrame,
-  RunSummary,
-  type ServerFrame,
-  TOMBSTONE_MESSAGE,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import WebSocket from "ws";
 import type { RunService } from "../runs/service.js";
 import { RUNNER_VERSION } from "../version.js";
+import { inventoryFor } from "./inventory.js";
+import { answerRequest, type Request } from "./requests.js";
 import type { ResumeSecretStore } from "./resume.js";
+import { SendQueue } from "./send-queue.js";
+
+export { fitInventory } from "./inventory.js";
+export { chunkUpdate } from "./send-queue.js";
 
 export interface LinkOptions {
   /** ws:// or wss:// URL of the Server's /runner endpoint. */
@@ -97,8 +97,6 @@ export interface LinkHandle {
   /** True while a connection has completed hello/hello.ack. */
   readonly connected: boolean;
 }
-
-type Request = Extract<ServerFrame, { request_id: string }>;
 
 /** After a `link_in_use` refusal the backoff restarts from this attempt (initial delay × 2^n). */
 export const LINK_IN_USE_RETRY_ATTEMPT = 2;
@@ -137,10 +135,7 @@ class Link implements LinkHandle {
   #beatTimer: NodeJS.Timeout | null = null;
   #lastHeard = Date.now();
   #intervalMs: number;
-  #queuedBytes = 0;
-  #queuedFrames = 0;
-  /** Runs whose events were not pushed because the queue was full: latest summary to announce. */
-  readonly #suppressed = new Map<string, RunSummary>();
+  readonly #queue: SendQueue;
   readonly #starts = new Set<Promise<unknown>>();
   readonly #unsubscribe: () => void;
 
@@ -177,7 +172,14 @@ class Link implements LinkHandle {
       sendQueueMaxFrames: opts.sendQueueMaxFrames ?? 1024,
     };
     this.#intervalMs = this.#o.heartbeatIntervalMs;
-    this.#unsubscribe = this.#service.onUpdate((run, events) => this.#onUpdate(run, events));
+    this.#queue = new SendQueue({
+      log: this.#log,
+      current: () => this.#ws,
+      live: () => this.#live,
+      maxBytes: this.#o.sendQueueMaxBytes,
+      maxFrames: this.#o.sendQueueMaxFrames,
+    });
+    this.#unsubscribe = this.#service.onUpdate((run, events) => this.#queue.onUpdate(run, events));
     this.#connect();
   }
 
@@ -241,9 +243,7 @@ class Link implements LinkHandle {
   #teardown(): void {
     this.#live = false;
     this.#ws = null;
-    this.#queuedBytes = 0;
-    this.#queuedFrames = 0;
-    this.#suppressed.clear();
+    this.#queue.reset();
     if (this.#helloTimer) clearTimeout(this.#helloTimer);
     if (this.#beatTimer) clearInterval(this.#beatTimer);
     this.#helloTimer = null;
@@ -273,14 +273,14 @@ class Link implements LinkHandle {
         inventory: [],
         ...(this.#resumeSecret !== undefined ? { resume_secret: this.#resumeSecret } : {}),
       };
-      hello = { ...base, inventory: this.#inventoryFor(base) };
+      hello = { ...base, inventory: inventoryFor(this.#service, this.#log, base) };
     } catch (err) {
       this.#log.error({ err: (err as Error).message }, "building hello failed");
       ws.close(1011, "hello failed");
       return;
     }
     this.#invalid(hello); // logged; nothing better to send than the Runner's own description
-    this.#rawSend(ws, hello);
+    this.#queue.rawSend(ws, hello);
     this.#helloTimer = setTimeout(() => {
       if (!this.#live) {
         this.#log.warn("no hello.ack from the server in time; reconnecting");
@@ -299,7 +299,7 @@ class Link implements LinkHandle {
         ws.terminate();
         return;
       }
-      this.#rawSend(ws, { type: "heartbeat", sent_at: new Date().toISOString() });
+      this.#queue.rawSend(ws, { type: "heartbeat", sent_at: new Date().toISOString() });
     }, this.#intervalMs);
   }
 
@@ -409,8 +409,8 @@ class Link implements LinkHandle {
         return;
       }
       // A reply that cannot be sent must still answer the request, or the Server waits for nothing.
-      if (this.#invalid(frame) || (!this.#rawSend(ws, frame) && frame.type !== "error")) {
-        this.#rawSend(ws, {
+      if (this.#invalid(frame) || (!this.#queue.rawSend(ws, frame) && frame.type !== "error")) {
+        this.#queue.rawSend(ws, {
           type: "error",
           request_id: rid,
           code: "internal",
@@ -422,110 +422,7 @@ class Link implements LinkHandle {
       this.#log.error({ type: req.type, err: (err as Error)?.message }, "run service failed a request");
       reply({ type: "error", request_id: rid, code: "internal", message: "The Runner failed to process the request." });
     };
-    switch (req.type) {
-      case "run.start": {
-        const { type: _t, request_id: _r, ...request } = req;
-        const p = this.#service.start(request).then((out) => {
-          if (out.ok) reply({ type: "run.start.result", request_id: rid, run: out.run, created: out.created });
-          else
-            reply({
-              type: "error",
-              request_id: rid,
-              code: out.code,
-              message: out.message.slice(0, 512),
-              ...(out.run ? { run: out.run } : {}),
-              ...(out.tombstone ? { tombstone: out.tombstone } : {}),
-              ...(out.capacity_reason ? { capacity_reason: out.capacity_reason } : {}),
-            });
-        }, internal);
-        this.#starts.add(p);
-        void p.finally(() => this.#starts.delete(p));
-        return;
-      }
-      case "run.sync": {
-        try {
-          const res = this.#service.sync(req.run_id, req.after_seq, req.max_events);
-          if (!res) reply(this.#absent(rid, req.run_id));
-          else reply(this.#fitSync(rid, res.run, res.events, res.has_more));
-        } catch (err) {
-          internal(err);
-        }
-        return;
-      }
-      case "run.cancel":
-        this.#service.cancel(req.run_id).then((res) => {
-          if (!res) reply(this.#absent(rid, req.run_id));
-          else
-            reply({
-              type: "run.cancel.result",
-              request_id: rid,
-              run: res.run,
-              cancel_requested: res.cancel_requested,
-              already_terminal: res.already_terminal,
-            });
-        }, internal);
-        return;
-      case "run.changes":
-        // Project content: answered to the Server, never logged (workspace/changes.ts).
-        this.#service.changes(req.run_id, Number(req.cursor ?? "0"), req.max_bytes).then((res) => {
-          if (!res) reply(this.#absent(rid, req.run_id));
-          else if (res.ok) reply({ type: "run.changes.result", request_id: rid, changes: res.changes });
-          else reply({ type: "error", request_id: rid, code: res.code, message: res.message });
-        }, internal);
-        return;
-      default: {
-        const never: never = req;
-        void never;
-      }
-    }
-  }
-
-  /**
-   * The answer for a run the store holds no row for: `pruned` with its tombstone when this store admitted
-   * it once, else `not_found` — "this store never admitted that run", the only answer that lets the
-   * Server close a record as never admitted.
-   */
-  #absent(rid: string, runId: string): RunnerFrame {
-    const tombstone = this.#service.tombstone(runId);
-    if (tombstone) return { type: "error", request_id: rid, code: "pruned", message: TOMBSTONE_MESSAGE, tombstone };
-    return { type: "error", request_id: rid, code: "not_found", message: "No such run on this Runner." };
-  }
-
-  /** A sync result that fits one frame: its first batch (@webcodex/protocol batches.ts); has_more when events were left. */
-  #fitSync(rid: string, run: RunSummary, events: RunEvent[], hasMore: boolean): RunnerFrame {
-    const [first = []] = eventBatches(events, { maxEvents: MAX_EVENTS_PER_SYNC });
-    return {
-      type: "run.sync.result",
-      request_id: rid,
-      run,
-      events: first,
-      has_more: hasMore || first.length < events.length,
-    };
-  }
-
-  /** The service's inventory, schema-checked and fitted into one frame built on `base` (whose list is empty). */
-  #inventoryFor(base: RunnerFrame): RunSummary[] {
-    const runs = this.#validRuns(base.type, this.#service.inventory().slice(0, MAX_INVENTORY_RUNS));
-    const budget = MAX_FRAME_BYTES - Buffer.byteLength(JSON.stringify(base), "utf8");
-    const fitted = fitInventory(runs, budget);
-    if (fitted.length < runs.length) {
-      this.#log.warn(
-        { type: base.type, kept: fitted.length, left_out: runs.length - fitted.length },
-        "inventory larger than one frame; oldest terminal runs left out (the Server asks for them one by one with run.sync)",
-      );
-    }
-    return fitted;
-  }
-
-  /** Inventory rows the protocol accepts; each other row is logged (frame type, first bad path) and left out. */
-  #validRuns(type: RunnerFrame["type"], runs: RunSummary[]): RunSummary[] {
-    return runs.filter((run) => {
-      const checked = RunSummary.safeParse(run);
-      if (checked.success) return true;
-      const { path } = describeFirstIssue(checked.error);
-      this.#log.error({ type, run_id: run.run_id, path }, "inventory row violates the protocol; left out");
-      return false;
-    });
+    answerRequest(req, rid, { service: this.#service, starts: this.#starts, reply, internal });
   }
 
   /** True (and logged with the frame type and first bad path) when the frame violates the protocol schema. */
@@ -539,84 +436,8 @@ class Link implements LinkHandle {
 
   #protocolError(ws: WebSocket, code: ProtocolErrorCode, message: string): void {
     this.#log.warn({ code, reason: message }, "protocol error from the server's side; closing link");
-    this.#rawSend(ws, { type: "protocol_error", code, message: message.slice(0, 500) });
+    this.#queue.rawSend(ws, { type: "protocol_error", code, message: message.slice(0, 500) });
     ws.close(1008, code);
-  }
-
-  // ---- outbound -----------------------------------------------------------------
-
-  /** Send without queue limits (hello, replies, heartbeats, protocol errors). */
-  #rawSend(ws: WebSocket, frame: RunnerFrame): boolean {
-    let text: string;
-    try {
-      text = encodeFrame(frame);
-    } catch (err) {
-      this.#log.error({ type: frame.type, err: (err as Error).message }, "frame too large to send");
-      return false;
-    }
-    this.#sendText(ws, text);
-    return true;
-  }
-
-  #sendText(ws: WebSocket, text: string, bytes = Buffer.byteLength(text, "utf8")): void {
-    this.#queuedBytes += bytes;
-    this.#queuedFrames++;
-    ws.send(text, (err) => {
-      if (ws !== this.#ws) return;
-      this.#queuedBytes -= bytes;
-      this.#queuedFrames--;
-      if (err) return;
-      if (this.#suppressed.size > 0) this.#drainSuppressed(ws);
-    });
-  }
-
-  #hasRoom(extraBytes: number): boolean {
-    return (
-      this.#queuedBytes + extraBytes <= this.#o.sendQueueMaxBytes && this.#queuedFrames < this.#o.sendQueueMaxFrames
-    );
-  }
-
-  /** Called from the run service; must never block or throw. */
-  #onUpdate(run: RunSummary, events: readonly RunEvent[]): void {
-    try {
-      const ws = this.#ws;
-      if (!ws || !this.#live || ws.readyState !== WebSocket.OPEN) return; // the next hello + sync covers it
-      if (this.#suppressed.has(run.run_id)) {
-        this.#suppressed.set(run.run_id, run);
-        return;
-      }
-      // The service pushes frame-sized batches (RunUpdateListener): encode once, and split only a batch that
-      // does not fit after all.
-      const whole: RunnerFrame = { type: "run.update", run, events: [...events] };
-      const wholeText = JSON.stringify(whole);
-      const frames: (RunnerFrame | string)[] =
-        events.length <= MAX_EVENTS_PER_UPDATE && Buffer.byteLength(wholeText, "utf8") <= MAX_FRAME_BYTES
-          ? [wholeText]
-          : chunkUpdate(run, events);
-      for (const frame of frames) {
-        const text = typeof frame === "string" ? frame : JSON.stringify(frame);
-        const bytes = Buffer.byteLength(text, "utf8");
-        if (!this.#hasRoom(bytes) || bytes > MAX_FRAME_BYTES) {
-          this.#suppressed.set(run.run_id, run);
-          this.#log.debug({ run_id: run.run_id }, "send queue full; run updates paused until it drains");
-          return;
-        }
-        this.#sendText(ws, text, bytes);
-      }
-    } catch (err) {
-      this.#log.error({ err: (err as Error).message }, "pushing a run update failed");
-    }
-  }
-
-  /** Below half the queue limit: announce suppressed runs with a state-only update so the Server re-syncs. */
-  #drainSuppressed(ws: WebSocket): void {
-    for (const [runId, run] of this.#suppressed) {
-      if (this.#queuedBytes > this.#o.sendQueueMaxBytes / 2 || this.#queuedFrames > this.#o.sendQueueMaxFrames / 2) {
-        return;
-      }
-      this.#suppressed.delete(runId);
-      this.#rawSend(ws, { type: "run.update", run, events: [] });
-    }
   }
 
   async close(): Promise<void> {
@@ -641,27 +462,4 @@ class Link implements LinkHandle {
       else ws.close(1000, "runner stopping");
     });
   }
-}
-
-/** One service update as run.update frames, batched by the one rule of @webcodex/protocol batches.ts. */
-export function chunkUpdate(run: RunSummary, events: readonly RunEvent[]): RunnerFrame[] {
-  return eventBatches(events).map((batch) => ({ type: "run.update", run, events: batch }));
-}
-
-/**
- * The runs that fit in `budgetBytes` of serialized list: every non-terminal run first (they are bounded by
- * max_concurrent_runs), then terminal runs in the given (newest-first) order. Order of the input is kept.
- */
-export function fitInventory(runs: readonly RunSummary[], budgetBytes: number): RunSummary[] {
-  let left = budgetBytes;
-  const keep = new Set<RunSummary>();
-  const open = runs.filter((r) => !isTerminalState(r.state));
-  const done = runs.filter((r) => isTerminalState(r.state));
-  for (const run of [...open, ...done]) {
-    const size = Buffer.byteLength(JSON.stringify(run), "utf8") + 1;
-    if (size > left) continue;
-    left -= size;
-    keep.add(run);
-  }
-  return runs.filter((r) => keep.has(r));
 }

@@ -4,7 +4,8 @@
  * enforces the closed protocol (first frame `hello`, bounded frames, every
  * frame zod-validated), keeps exactly one live connection per runner id, and
  * correlates requests with responses by request_id with bounded timeouts and a
- * bounded number in flight.
+ * bounded number in flight (each connection's side of that, RunnerConnection,
+ * is link/connection.ts).
  *
  * A live link is never silently replaced (link/leases.ts): a newer `hello` for
  * a runner id takes over only with the resume secret its holder got in
@@ -18,53 +19,27 @@
  *
  * A misbehaving Runner only ever loses its own connection.
  */
-import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage } from "node:http";
 import type { Duplex } from "node:stream";
 import {
-  encodeFrame,
   type HelloFrame,
   MAX_FRAME_BYTES,
   PROTOCOL_VERSION,
-  type ProtocolErrorCode,
   parseRunnerFrame,
-  type RunCancelFrame,
-  type RunChangesFrame,
   type RunnerFrame,
-  type RunnerResponse,
-  type RunStartFrame,
-  type RunSyncFrame,
   type RunUpdateFrame,
-  type ServerFrame,
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import { type WebSocket, WebSocketServer } from "ws";
 import type { RunnerBinding } from "../config.js";
 import { RefusalLog } from "../refusal-log.js";
+import { RunnerConnection } from "./connection.js";
 import type { LeaseStore } from "./lease-store.js";
 import { type LeaseAcquired, LinkLeases } from "./leases.js";
+import { RunnerAuth } from "./runner-auth.js";
 import { type LinkAuditRecord, RUNNER_TOKEN_POLL_MS, type RunnerTokenStore } from "./runner-tokens.js";
 
-export type RunnerRequest =
-  | Omit<RunStartFrame, "request_id">
-  | Omit<RunSyncFrame, "request_id">
-  | Omit<RunCancelFrame, "request_id">
-  | Omit<RunChangesFrame, "request_id">;
-
-export type RequestOutcome =
-  | { ok: true; frame: RunnerResponse }
-  /**
-   * `not_sent`: the frame never left (connection closed or unwritable) — safe to treat as not delivered.
-   * `busy`: too many requests in flight — not sent. `timeout` / `closed`: sent, answer unknown.
-   */
-  | { ok: false; reason: "timeout" | "closed" | "busy" | "not_sent" };
-
-const EXPECTED_RESULT: Record<RunnerRequest["type"], RunnerResponse["type"]> = {
-  "run.start": "run.start.result",
-  "run.sync": "run.sync.result",
-  "run.cancel": "run.cancel.result",
-  "run.changes": "run.changes.result",
-};
+export { type RequestOutcome, RunnerConnection, type RunnerRequest } from "./connection.js";
 
 export interface HubListener {
   /** A connection completed `hello` and is now the live one for its runner id. */
@@ -112,151 +87,6 @@ export const LINK_IN_USE_MESSAGE =
   "this runner has a live link and the hello lacks its resume secret; a restarted Runner gets in once the " +
   "Server declares that link dead";
 
-let connCounter = 0;
-
-export class RunnerConnection {
-  readonly id = ++connCounter;
-  hello: HelloFrame | null = null;
-  /** A hello arrived on this connection (it is being decided, or was). */
-  helloReceived = false;
-  /** The link lease this connection holds (`<instance id>/<link number>`, link/leases.ts), once granted. */
-  leaseHolderId: string | null = null;
-  /** Date.now() of the last frame or pong from the Runner. */
-  lastHeardAt = Date.now();
-  #closed = false;
-  #alive = true;
-  #seq = 0;
-  readonly #pending = new Map<
-    string,
-    { expect: RunnerResponse["type"]; resolve: (o: RequestOutcome) => void; timer: NodeJS.Timeout }
-  >();
-  readonly #closedPromise: Promise<void>;
-  #resolveClosed!: () => void;
-
-  constructor(
-    readonly runnerId: string,
-    /** sha256 of the token this connection authenticated with. */
-    readonly tokenHash: Buffer,
-    readonly remote: string,
-    readonly ws: WebSocket,
-    private readonly hub: RunnerHub,
-    private readonly log: Logger,
-  ) {
-    this.#closedPromise = new Promise((r) => {
-      this.#resolveClosed = r;
-    });
-  }
-
-  get closed(): boolean {
-    return this.#closed;
-  }
-  get whenClosed(): Promise<void> {
-    return this.#closedPromise;
-  }
-  get inFlight(): number {
-    return this.#pending.size;
-  }
-
-  markAlive(): void {
-    this.#alive = true;
-    this.lastHeardAt = Date.now();
-  }
-
-  /** Called by the heartbeat timer: false when the peer missed the last ping. */
-  beat(): boolean {
-    if (!this.#alive) return false;
-    this.#alive = false;
-    try {
-      this.ws.ping();
-    } catch {
-      return false;
-    }
-    return true;
-  }
-
-  send(frame: ServerFrame): boolean {
-    if (this.#closed) return false;
-    if (this.ws.bufferedAmount > this.hub.maxBufferedBytes) {
-      this.log.warn({ runner_id: this.runnerId, buffered: this.ws.bufferedAmount }, "runner is not reading; closing");
-      this.close(1008, "send buffer full");
-      return false;
-    }
-    try {
-      this.ws.send(encodeFrame(frame));
-      return true;
-    } catch (err) {
-      this.log.warn({ runner_id: this.runnerId, err: (err as Error).message }, "send to runner failed");
-      return false;
-    }
-  }
-
-  request(req: RunnerRequest, timeoutMs = this.hub.requestTimeoutMs): Promise<RequestOutcome> {
-    if (this.#closed || this.hello === null) return Promise.resolve({ ok: false, reason: "not_sent" });
-    if (this.#pending.size >= this.hub.maxInFlight) return Promise.resolve({ ok: false, reason: "busy" });
-    const requestId = `r${this.id}_${++this.#seq}`;
-    return new Promise<RequestOutcome>((resolve) => {
-      const timer = setTimeout(() => {
-        this.#pending.delete(requestId);
-        resolve({ ok: false, reason: "timeout" });
-      }, timeoutMs);
-      timer.unref();
-      this.#pending.set(requestId, { expect: EXPECTED_RESULT[req.type], resolve, timer });
-      if (!this.send({ ...req, request_id: requestId } as ServerFrame)) {
-        clearTimeout(timer);
-        this.#pending.delete(requestId);
-        resolve({ ok: false, reason: "not_sent" });
-      }
-    });
-  }
-
-  /** Resolve a pending request; false when the response's type does not match its request. */
-  settle(frame: RunnerResponse): boolean {
-    const pending = this.#pending.get(frame.request_id);
-    if (!pending) {
-      this.log.debug({ runner_id: this.runnerId, type: frame.type }, "late or unknown response ignored");
-      return true;
-    }
-    if (frame.type !== "error" && frame.type !== pending.expect) return false;
-    clearTimeout(pending.timer);
-    this.#pending.delete(frame.request_id);
-    pending.resolve({ ok: true, frame });
-    return true;
-  }
-
-  /** Tell the peer why and close. `logged`: the caller already logged it (rate-limited), so no line here. */
-  protocolError(code: ProtocolErrorCode, message: string, logged = false): void {
-    if (!logged) {
-      this.log.warn({ runner_id: this.runnerId, code, reason: message }, "runner protocol error; closing connection");
-    }
-    this.send({ type: "protocol_error", code, message: message.slice(0, 500) });
-    this.close(1008, code);
-  }
-
-  close(code = 1000, reason = "closing"): void {
-    if (this.#closed) return;
-    this.#closed = true;
-    for (const [id, p] of this.#pending) {
-      clearTimeout(p.timer);
-      p.resolve({ ok: false, reason: "closed" });
-      this.#pending.delete(id);
-    }
-    try {
-      this.ws.close(code, reason);
-    } catch {
-      // already closing
-    }
-    // A peer that never completes the close handshake is cut off.
-    const t = setTimeout(() => this.ws.terminate(), 2000);
-    t.unref();
-    this.#resolveClosed();
-  }
-
-  /** Mark closed after the socket went away by itself. */
-  onSocketClosed(): void {
-    this.close(1000, "closed");
-  }
-}
-
 function rejectUpgrade(socket: Duplex, status: number, text: string, extra = ""): void {
   try {
     socket.write(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\n${extra}Content-Length: 0\r\n\r\n`);
@@ -272,6 +102,7 @@ export class RunnerHub {
   readonly #opts: HubOptions;
   /** The configured bindings by runner id: a lookup per link each RUNNER_TOKEN_POLL_MS, not a scan per link. */
   readonly #bindingById: ReadonlyMap<string, RunnerBinding>;
+  readonly #auth: RunnerAuth;
   readonly #wss: WebSocketServer;
   readonly #live = new Map<string, RunnerConnection>();
   readonly #all = new Set<RunnerConnection>();
@@ -291,6 +122,7 @@ export class RunnerHub {
     this.#opts = opts;
     this.#bindingById = new Map(opts.bindings.map((b) => [b.id, b]));
     this.#log = opts.logger;
+    this.#auth = new RunnerAuth(opts.bindings, opts.tokens, opts.logger);
     this.requestTimeoutMs = opts.requestTimeoutMs ?? 30_000;
     this.maxInFlight = opts.maxInFlight ?? 256;
     this.maxBufferedBytes = opts.maxBufferedBytes ?? 16 * MAX_FRAME_BYTES;
@@ -320,34 +152,7 @@ export class RunnerHub {
     );
     this.#tokenPoll = opts.tokens ? setInterval(() => void this.#checkRotations(), RUNNER_TOKEN_POLL_MS) : null;
     this.#tokenPoll?.unref();
-    void this.#warnRotated();
-  }
-
-  async #warnRotated(): Promise<void> {
-    const tokens = this.#opts.tokens;
-    if (!tokens) return;
-    try {
-      const overrides = await tokens.overrides();
-      const rotated = this.#opts.bindings.filter((b) => overrides.has(b.id)).map((b) => b.id);
-      if (rotated.length === 0) return;
-      this.#log.warn(
-        { runners: rotated.slice(0, 16) },
-        "these runners' tokens were rotated (webcodex-server runner-token rotate): their [[runners]] " +
-          "token_sha256/token_env are not used",
-      );
-    } catch (err) {
-      this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
-    }
-  }
-
-  /** The token hash a runner authenticates with now: a rotated one (state DB) wins over the config's. */
-  #tokenHashOf(binding: RunnerBinding, overrides: ReadonlyMap<string, Buffer>): Buffer {
-    return overrides.get(binding.id) ?? binding.tokenHash;
-  }
-
-  /** Rotated token hashes, read now (one query); none without a token store. */
-  async #overrides(): Promise<ReadonlyMap<string, Buffer>> {
-    return (await this.#opts.tokens?.overrides()) ?? new Map();
+    void this.#auth.warnRotated();
   }
 
   /** Each heartbeat: write the leases' expiries down, and close the links whose lease another instance took. */
@@ -383,7 +188,7 @@ export class RunnerHub {
     this.#checkingRotations = true;
     let overrides: ReadonlyMap<string, Buffer>;
     try {
-      overrides = await this.#overrides();
+      overrides = await this.#auth.overrides();
     } catch (err) {
       this.#log.error({ err: (err as Error).message }, "reading rotated runner tokens failed");
       return;
@@ -392,8 +197,7 @@ export class RunnerHub {
     }
     for (const conn of this.#all) {
       if (conn.closed) continue;
-      const binding = this.#bindingById.get(conn.runnerId);
-      if (binding && this.#tokenHashOf(binding, overrides).equals(conn.tokenHash)) continue;
+      if (this.#auth.isCurrent(conn.runnerId, conn.tokenHash, overrides)) continue;
       this.#log.warn(
         { runner_id: conn.runnerId, conn: conn.id, remote: conn.remote },
         "runner token rotated; closing the link that used the old token",
@@ -428,21 +232,10 @@ export class RunnerHub {
 
   /**
    * Map a bearer token to its runner id, comparing sha256 digests in constant time against every binding's
-   * current token (rotated or configured).
+   * current token (rotated or configured): link/runner-auth.ts.
    */
   async authenticate(authorization: string | undefined): Promise<{ runnerId: string; tokenHash: Buffer } | null> {
-    const m = /^Bearer ([\x21-\x7e]{1,4096})$/.exec(authorization ?? "");
-    const digest = createHash("sha256")
-      .update(m?.[1] ?? randomBytes(16).toString("hex"), "utf8")
-      .digest();
-    // Read at every upgrade (one query): a rotation by the CLI or another instance applies at once.
-    const overrides = await this.#overrides();
-    let found: string | null = null;
-    for (const b of this.#opts.bindings) {
-      const hash = this.#tokenHashOf(b, overrides);
-      if (hash.byteLength === digest.byteLength && timingSafeEqual(hash, digest) && m) found = b.id;
-    }
-    return found === null ? null : { runnerId: found, tokenHash: digest };
+    return await this.#auth.authenticate(authorization);
   }
 
   handleUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {

@@ -35,166 +35,97 @@
  * a transaction about a code or token locks its grant first (#lockGrantOf),
  * and the clean-up across grants (#sweep) locks every grant it touches first.
  * Nothing here is cached in memory: another instance may change any row.
+ *
+ * Files: this one holds grants, codes and tokens (the token family); the
+ * client rows are oauth/client-store.ts, the audit rows oauth/audit-log.ts,
+ * the row shapes and hashing oauth/rows.ts, the sealed successor pair
+ * oauth/successor.ts. OAuthStore is the one object the rest of the Server
+ * uses for all of them.
  */
-import { createCipheriv, createDecipheriv, createHash, hkdfSync, randomBytes, randomUUID } from "node:crypto";
-import type { Scope } from "../principals/principal.js";
+import { randomUUID } from "node:crypto";
 import type { StateEngine, StateQueries } from "../state/engine.js";
+import { type OAuthAuditFields, OAuthAuditLog } from "./audit-log.js";
+import { OAuthClientStore } from "./client-store.js";
+import {
+  ACCESS_TOKEN_PREFIX,
+  type ClientRow,
+  CODE_PREFIX,
+  CODE_TTL_MS,
+  type CodeOutcome,
+  type CodeRow,
+  type GrantRow,
+  type IssuedPair,
+  type NewClient,
+  type NewGrant,
+  type OAuthAuditEvent,
+  type OAuthAuditRow,
+  parseJsonList,
+  REFRESH_TOKEN_PREFIX,
+  type RefreshOutcome,
+  secret,
+  sha256,
+  type TokenRow,
+  type TokenTtls,
+} from "./rows.js";
+import { openSuccessor, sealSuccessor } from "./successor.js";
 
-export type ClientKind = "dynamic" | "cimd" | "operator";
+export {
+  ACCESS_TOKEN_PREFIX,
+  type ClientKind,
+  type ClientRow,
+  CODE_TTL_MS,
+  type CodeOutcome,
+  type CodeRow,
+  type GrantRow,
+  type IssuedPair,
+  type NewClient,
+  type NewGrant,
+  OAUTH_AUDIT_MAX_ROWS,
+  type OAuthAuditEvent,
+  type OAuthAuditRow,
+  parseJsonList,
+  REFRESH_TOKEN_PREFIX,
+  type RefreshOutcome,
+  sha256,
+  type TokenRow,
+  type TokenTtls,
+} from "./rows.js";
 
-export interface ClientRow {
-  client_id: string;
-  kind: ClientKind;
-  client_name: string | null;
-  /** JSON array. */
-  redirect_uris: string;
-  allow_coding_agent_run: number;
-  created_at: string;
-  /** For metadata-document clients: when the document was last fetched (null: never). */
-  fetched_at: string | null;
-  revoked_at: string | null;
-  /** The issuer (`public_url`) a dynamic client was registered under; null for other kinds and older rows. */
-  issuer: string | null;
-}
-
-export interface GrantRow {
-  grant_id: string;
-  client_id: string;
-  principal_id: string;
-  /** The access key's token id (`tok_…`), or null for a key declared in the config. */
-  key_id: string | null;
-  scopes: string;
-  projects: string;
-  resource: string;
-  created_at: string;
-  revoked_at: string | null;
-  revoked_reason: string | null;
-}
-
-export interface CodeRow {
-  code_hash: string;
-  grant_id: string;
-  client_id: string;
-  redirect_uri: string;
-  code_challenge: string;
-  expires_at: number;
-  used_at: number | null;
-}
-
-export interface TokenRow {
-  token_hash: string;
-  kind: "access" | "refresh";
-  grant_id: string;
-  client_id: string;
-  scopes: string;
-  resource: string;
-  expires_at: number;
-  used_at: number | null;
-  /** A spent refresh token's successor pair, encrypted (see the header); null outside the grace window. */
-  successor: Buffer | null;
-}
-
-export type OAuthAuditEvent =
-  | "grant"
-  | "consent_denied"
-  | "code_reused"
-  | "refresh_reused"
-  | "refresh_replayed"
-  | "grant_revoked"
-  | "client_registered"
-  | "client_revoked"
-  | "client_provisioned"
-  | "client_unprovisioned"
-  | "token_revoked";
-
-export interface OAuthAuditRow {
-  id: number;
-  at: string;
-  event: OAuthAuditEvent;
-  client_id: string | null;
-  principal_id: string | null;
-  grant_id: string | null;
-  scopes: string | null;
-  detail: string | null;
-}
-
-/** Authorization codes live at most this long (OAuth 2.1 recommends ≤ 10 min; the issue asks ≤ 60 s). */
-export const CODE_TTL_MS = 60_000;
-/** OAuth audit rows kept; older ones are trimmed on insert. */
-export const OAUTH_AUDIT_MAX_ROWS = 100_000;
-
-export const ACCESS_TOKEN_PREFIX = "wcoa_";
-export const REFRESH_TOKEN_PREFIX = "wcor_";
-const CODE_PREFIX = "wcoc_";
-
-export function sha256(value: string): string {
-  return createHash("sha256").update(value, "utf8").digest("hex");
-}
-
-function secret(prefix: string): string {
-  return prefix + randomBytes(32).toString("base64url");
-}
-
-export function parseJsonList(json: string | null): string[] {
-  if (json === null) return [];
-  try {
-    const value: unknown = JSON.parse(json);
-    return Array.isArray(value) ? value.filter((v): v is string => typeof v === "string") : [];
-  } catch {
-    return [];
-  }
-}
-
-export interface NewGrant {
-  client_id: string;
-  principal_id: string;
-  key_id: string | null;
-  scopes: readonly Scope[];
-  projects: readonly string[];
-  resource: string;
-}
-
-export interface IssuedPair {
-  access_token: string;
-  refresh_token: string;
-  access_expires_at: number;
-}
-
-export type RefreshOutcome =
-  | { ok: true; grant: GrantRow; pair: IssuedPair; scopes: string[]; replayed: boolean }
-  | { ok: false; reason: "unknown" | "expired" | "reused" | "revoked" | "other_client" | "scope_widened" };
-
-export type CodeOutcome =
-  | { ok: true; grant: GrantRow; pair: IssuedPair }
-  | { ok: false; reason: "unknown" | "expired" | "reused" | "other_client" | "redirect_mismatch" | "revoked" };
-
-/** Serialises admitting a dynamic or metadata-document client against `max_dynamic_clients` (a PostgreSQL advisory lock). */
-const REGISTRATION_LOCK = "oauth_clients:registration";
 /** `used_at` of no spent token is below this: a sweep with it erases no successor. */
 const NO_SUCCESSOR_CUTOFF = -1;
 
 export class OAuthStore {
   readonly engine: StateEngine;
   readonly #clock: () => number;
+  readonly #audit: OAuthAuditLog;
+  readonly #clients: OAuthClientStore;
 
   /** `engine` is the Server's state, migrated by state/schema.ts (steps 4, 9 and 10 made these tables). */
   constructor(engine: StateEngine, clock: () => number = Date.now) {
     this.engine = engine;
     this.#clock = clock;
+    const iso = () => this.#iso();
+    this.#audit = new OAuthAuditLog(engine, iso);
+    this.#clients = new OAuthClientStore({
+      engine,
+      iso,
+      audit: this.#audit,
+      revokeGrant: async (tx, grantId, reason) => await this.#revokeGrant(tx, grantId, reason),
+    });
   }
 
   #iso(): string {
     return new Date(this.#clock()).toISOString();
   }
 
-  // ---- clients -------------------------------------------------------------------
+  // ---- clients (oauth/client-store.ts) -------------------------------------------
 
   async client(clientId: string): Promise<ClientRow | undefined> {
-    return await this.engine.get<ClientRow>("SELECT * FROM oauth_clients WHERE client_id = ?", [clientId]);
+    return await this.#clients.client(clientId);
   }
 
   async clients(): Promise<ClientRow[]> {
-    return await this.engine.all<ClientRow>("SELECT * FROM oauth_clients ORDER BY created_at, client_id");
+    return await this.#clients.clients();
   }
 
   /**
@@ -202,109 +133,27 @@ export class OAuthStore {
    * `revoked_at` of an existing row: registration data cannot widen or revive a client.
    */
   async upsertClient(row: NewClient): Promise<void> {
-    await this.#upsertClient(this.engine, row);
+    await this.#clients.upsert(this.engine, row);
   }
 
-  async #upsertClient(q: StateQueries, row: NewClient): Promise<void> {
-    const now = this.#iso();
-    await q.run(
-      `INSERT INTO oauth_clients (client_id, kind, client_name, redirect_uris, allow_coding_agent_run, created_at, fetched_at, issuer)
-       VALUES (?, ?, ?, ?, 0, ?, ?, ?)
-       ON CONFLICT (client_id) DO UPDATE SET client_name = excluded.client_name, redirect_uris = excluded.redirect_uris,
-         fetched_at = excluded.fetched_at`,
-      [
-        row.client_id,
-        row.kind,
-        row.client_name,
-        JSON.stringify(row.redirect_uris),
-        now,
-        row.kind === "cimd" ? now : null,
-        row.issuer ?? null,
-      ],
-    );
-  }
-
-  /**
-   * Insert or refresh a dynamic or metadata-document client while holding at most `max` of them: a
-   * new one first evicts the oldest unprovisioned one without a live grant. Returns false, writing
-   * nothing, when none can make room. A dynamic client's registration is audited with it. Atomic in
-   * one transaction under REGISTRATION_LOCK, so registrations arriving at several Server instances
-   * at once cannot pass the bound.
-   */
+  /** Admit a dynamic or metadata-document client under `max` of them (OAuthClientStore.upsertRegistered). */
   async upsertRegistered(row: NewClient & { kind: "dynamic" | "cimd" }, max: number): Promise<boolean> {
-    return await this.engine.transaction(
-      async (tx) => {
-        const known = await tx.get<{ one: number }>("SELECT 1 AS one FROM oauth_clients WHERE client_id = ?", [
-          row.client_id,
-        ]);
-        if (known === undefined) {
-          for (;;) {
-            const held = await tx.get<{ n: number }>(
-              "SELECT COUNT(*) AS n FROM oauth_clients WHERE kind IN ('dynamic', 'cimd')",
-            );
-            if ((held?.n ?? 0) < max) break;
-            const evicted = await tx.run(
-              `DELETE FROM oauth_clients WHERE client_id = (
-                 SELECT client_id FROM oauth_clients c WHERE kind IN ('dynamic', 'cimd') AND allow_coding_agent_run = 0
-                   AND NOT EXISTS (SELECT 1 FROM oauth_grants g WHERE g.client_id = c.client_id AND g.revoked_at IS NULL)
-                 ORDER BY created_at, client_id LIMIT 1)`,
-            );
-            if (evicted.changes === 0) return false;
-          }
-        }
-        await this.#upsertClient(tx, row);
-        if (row.kind === "dynamic") {
-          await this.audit("client_registered", { client_id: row.client_id, detail: "dynamic" }, tx);
-        }
-        return true;
-      },
-      { lock: REGISTRATION_LOCK },
-    );
+    return await this.#clients.upsertRegistered(row, max);
   }
 
   /** Mark a metadata-document client's cached document stale, so the next use fetches it again. */
   async markStale(clientId: string): Promise<void> {
-    await this.engine.run("UPDATE oauth_clients SET fetched_at = NULL WHERE client_id = ?", [clientId]);
+    await this.#clients.markStale(clientId);
   }
 
   /** Provision (or unprovision) a client for `coding_agent:run`. Returns whether the flag changed. */
   async setCodingAgentRun(clientId: string, allow: boolean): Promise<boolean> {
-    return await this.engine.transaction(async (tx) => {
-      const { changes } = await tx.run(
-        "UPDATE oauth_clients SET allow_coding_agent_run = ? WHERE client_id = ? AND allow_coding_agent_run != ?",
-        [allow ? 1 : 0, clientId, allow ? 1 : 0],
-      );
-      if (changes > 0) {
-        await this.audit(
-          allow ? "client_provisioned" : "client_unprovisioned",
-          { client_id: clientId, scopes: ["coding_agent:run"] },
-          tx,
-        );
-      }
-      return changes > 0;
-    });
+    return await this.#clients.setCodingAgentRun(clientId, allow);
   }
 
-  /**
-   * Revoke a client and every grant it holds, in one transaction: the client row is locked first, so
-   * a grant being created for it (createGrantWithCode locks the same row) either committed before
-   * and is revoked here, or waits and then sees the client revoked.
-   */
+  /** Revoke a client and every grant it holds, in one transaction (OAuthClientStore.revoke). */
   async revokeClient(clientId: string): Promise<boolean> {
-    return await this.engine.transaction(async (tx) => {
-      const { changes } = await tx.run(
-        "UPDATE oauth_clients SET revoked_at = ? WHERE client_id = ? AND revoked_at IS NULL",
-        [this.#iso(), clientId],
-      );
-      if (changes === 0) return false;
-      await this.audit("client_revoked", { client_id: clientId }, tx);
-      const live = await tx.all<{ grant_id: string }>(
-        "SELECT grant_id FROM oauth_grants WHERE client_id = ? AND revoked_at IS NULL ORDER BY grant_id FOR UPDATE",
-        [clientId],
-      );
-      for (const g of live) await this.#revokeGrant(tx, g.grant_id, "client_revoked");
-      return true;
-    });
+    return await this.#clients.revoke(clientId);
   }
 
   // ---- grants --------------------------------------------------------------------
@@ -621,113 +470,20 @@ export class OAuthStore {
     });
   }
 
-  // ---- audit ---------------------------------------------------------------------
+  // ---- audit (oauth/audit-log.ts) ------------------------------------------------
 
   /** Append an audit row (in `tx` when given, so it commits or rolls back with the change it records). */
-  async audit(
-    event: OAuthAuditEvent,
-    fields: {
-      client_id?: string | null;
-      principal_id?: string | null;
-      grant_id?: string | null;
-      scopes?: readonly string[];
-      detail?: string;
-    },
-    tx?: StateQueries,
-  ): Promise<void> {
-    if (tx === undefined) {
-      await this.engine.transaction(async (own) => await this.audit(event, fields, own));
-      return;
-    }
-    await tx.run(
-      "INSERT INTO oauth_audit (at, event, client_id, principal_id, grant_id, scopes, detail) VALUES (?, ?, ?, ?, ?, ?, ?)",
-      [
-        this.#iso(),
-        event,
-        fields.client_id ?? null,
-        fields.principal_id ?? null,
-        fields.grant_id ?? null,
-        fields.scopes ? fields.scopes.join(" ") : null,
-        fields.detail ?? null,
-      ],
-    );
-    await tx.run("DELETE FROM oauth_audit WHERE id <= (SELECT MAX(id) FROM oauth_audit) - ?", [OAUTH_AUDIT_MAX_ROWS]);
+  async audit(event: OAuthAuditEvent, fields: OAuthAuditFields, tx?: StateQueries): Promise<void> {
+    await this.#audit.append(event, fields, tx);
   }
 
   /** The newest `limit` audit rows, oldest first. */
   async auditRows(limit = 1000): Promise<OAuthAuditRow[]> {
-    return await this.engine.all<OAuthAuditRow>(
-      "SELECT * FROM (SELECT * FROM oauth_audit ORDER BY id DESC LIMIT ?) AS recent ORDER BY id",
-      [limit],
-    );
+    return await this.#audit.rows(limit);
   }
 
   /** The newest `limit` rows of the given events, newest first (the console's refusals list). */
   async auditRowsOf(events: readonly OAuthAuditEvent[], limit: number): Promise<OAuthAuditRow[]> {
-    if (events.length === 0) return [];
-    return await this.engine.all<OAuthAuditRow>(
-      `SELECT * FROM oauth_audit WHERE event IN (${events.map(() => "?").join(", ")}) ORDER BY id DESC LIMIT ?`,
-      [...events, limit],
-    );
-  }
-}
-
-export interface NewClient {
-  client_id: string;
-  kind: ClientKind;
-  client_name: string | null;
-  redirect_uris: string[];
-  /** The issuer a dynamic client is registered under; kept as first written. */
-  issuer?: string | null;
-}
-
-export interface TokenTtls {
-  accessMs: number;
-  refreshMs: number;
-  /** `[oauth] refresh_reuse_grace_secs` in ms; 0: every reuse revokes the family. */
-  reuseGraceMs: number;
-}
-
-interface SealedPair extends IssuedPair {
-  scopes: string[];
-}
-
-const SUCCESSOR_KDF_SALT = "webcodex oauth refresh successor v1";
-const GCM_IV_BYTES = 12;
-const GCM_TAG_BYTES = 16;
-
-/** The successor key: HKDF-SHA256 of the spent refresh token, bound to its row. Never the stored sha256. */
-function successorKey(refresh: string, tokenHash: string): Buffer {
-  return Buffer.from(hkdfSync("sha256", refresh, SUCCESSOR_KDF_SALT, tokenHash, 32));
-}
-
-function sealSuccessor(refresh: string, tokenHash: string, pair: SealedPair): Buffer {
-  const iv = randomBytes(GCM_IV_BYTES);
-  const cipher = createCipheriv("aes-256-gcm", successorKey(refresh, tokenHash), iv);
-  cipher.setAAD(Buffer.from(tokenHash, "utf8"));
-  const body = Buffer.concat([cipher.update(JSON.stringify(pair), "utf8"), cipher.final()]);
-  return Buffer.concat([iv, cipher.getAuthTag(), body]);
-}
-
-function openSuccessor(refresh: string, tokenHash: string, sealed: Buffer): SealedPair | null {
-  if (sealed.length <= GCM_IV_BYTES + GCM_TAG_BYTES) return null;
-  try {
-    const decipher = createDecipheriv(
-      "aes-256-gcm",
-      successorKey(refresh, tokenHash),
-      sealed.subarray(0, GCM_IV_BYTES),
-    );
-    decipher.setAAD(Buffer.from(tokenHash, "utf8"));
-    decipher.setAuthTag(sealed.subarray(GCM_IV_BYTES, GCM_IV_BYTES + GCM_TAG_BYTES));
-    const text = Buffer.concat([
-      decipher.update(sealed.subarray(GCM_IV_BYTES + GCM_TAG_BYTES)),
-      decipher.final(),
-    ]).toString("utf8");
-    const v = JSON.parse(text) as SealedPair;
-    if (typeof v.access_token !== "string" || typeof v.refresh_token !== "string" || !Array.isArray(v.scopes))
-      return null;
-    return v;
-  } catch {
-    return null;
+    return await this.#audit.rowsOf(events, limit);
   }
 }
