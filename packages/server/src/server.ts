@@ -45,6 +45,7 @@ import { lockStateDir } from "./state/lock.js";
 import { openState } from "./state/open.js";
 import type { StateStore } from "./state/store.js";
 import { mountTestApi, TEST_API_ENV } from "./test-api.js";
+import { Webhooks } from "./webhooks/service.js";
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
 
@@ -148,6 +149,8 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
     ...(Number.isFinite(delay) && delay > 0 ? { testDelayAfterResolveMs: delay } : {}),
     ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
   });
+  // Before anything changes a record: the webhook events of a change are written in its transaction (webhooks/).
+  const webhooks = new Webhooks(store, config.webhooks, logger.child({ c: "webhooks" }));
   await reconcileAtStart(store, logger);
   const stopExpiry = startRejectedRecordExpiry(store, config.rejectedRecordMaxAgeSecs, logger);
   // Names this instance in link lease holders and in the cluster directory (link/cluster.ts).
@@ -389,6 +392,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
       throw err;
     }
   }
+  await webhooks.start();
   logger.info(
     {
       url,
@@ -423,6 +427,7 @@ export async function startServer(opts: StartServerOptions): Promise<RunningServ
         await closeListener(http);
         if (peerListener) await closeListener(peerListener);
         stopExpiry();
+        await webhooks.close();
         await store.close();
         lock.release();
       })();
