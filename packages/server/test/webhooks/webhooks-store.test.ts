@@ -8,7 +8,8 @@ import { randomBytes } from "node:crypto";
 import { pino } from "pino";
 import { describe, expect, it } from "vitest";
 import type { StateEngine } from "../../src/state/engine.js";
-import { StateStore } from "../../src/state/store.js";
+import { type AdmissionRecord, StateStore } from "../../src/state/store.js";
+import { eventsFor } from "../../src/webhooks/events.js";
 import { Webhooks } from "../../src/webhooks/service.js";
 import type { ClaimedEvent } from "../../src/webhooks/store.js";
 import { MAX_ATTEMPTS, nextAttemptAt, retryDelayMs } from "../../src/webhooks/worker.js";
@@ -137,6 +138,24 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     expect(behind.map((e) => [e.run_id, e.event_type])).toContainEqual(["run_1", "run.terminal"]);
     expect(await webhooks.store.redeliver(run1.event_id, now)).toBe(true);
     expect((await webhooks.store.events({ status: "pending" }, 10)).map((e) => e.event_id)).toContain(run1.event_id);
+  });
+});
+
+describe("events of a state change", () => {
+  const rec = (state: AdmissionRecord["state"], execution_state: AdmissionRecord["execution_state"]) =>
+    ({ state, execution_state }) as AdmissionRecord;
+  it.each([
+    ["starting", rec("running", "started"), ["run.started"]],
+    ["starting", rec("waiting_permission", "started"), ["run.started", "run.waiting_permission"]],
+    ["running", rec("waiting_permission", "started"), ["run.waiting_permission"]],
+    ["waiting_permission", rec("running", "started"), []],
+    ["starting", rec("completed", "completed"), ["run.started", "run.terminal"]],
+    ["starting", rec("failed", "not_started"), ["run.terminal"]],
+    ["running", rec("cancelled", "started"), ["run.terminal"]],
+    ["running", rec("lost", "outcome_unknown"), ["run.lost"]],
+    ["failed", rec("starting", "not_started"), []],
+  ] as const)("from %s to %o: %o", (previous, record, expected) => {
+    expect(eventsFor(record, previous)).toEqual(expected);
   });
 });
 
