@@ -104,7 +104,7 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     for (const run of ["run_1", "run_2"]) {
       await admit(records, run);
       await records.update(run, { state: "running", execution_state: "started" });
-      await records.update(run, { state: "failed", execution_state: "started", failure_kind: "agent_crashed" });
+      await records.update(run, { state: "failed", execution_state: "started", failure_kind: "provider_exited" });
     }
     const now = Date.now();
     // Two claimants at once: the first event of each run, never the same row twice, never a run's second event.
