@@ -17,6 +17,9 @@ export const MAX_RESPONSE_BYTES = 4096;
 /** The User-Agent of every attempt. */
 export const WEBHOOK_USER_AGENT = "webcodex-webhooks/1";
 
+/** The error of an attempt aborted by its caller (not the receiver's doing: not recorded as a failure). */
+export const ABORTED_ERROR = "aborted";
+
 export type AttemptOutcome = { ok: true; status: number } | { ok: false; status: number | null; error: string };
 
 export interface AttemptInput {
@@ -29,6 +32,8 @@ export interface AttemptInput {
   /** Extra trusted CA certificates (tests with a self-signed https receiver). */
   ca?: string;
   timeoutMs?: number;
+  /** Aborts the attempt (the Server is stopping): the outcome is then `{ok: false, error: "aborted"}`. */
+  signal?: AbortSignal;
 }
 
 export async function attemptDelivery(input: AttemptInput): Promise<AttemptOutcome> {
@@ -47,7 +52,8 @@ export async function attemptDelivery(input: AttemptInput): Promise<AttemptOutco
   };
   const request = url.protocol === "https:" ? httpsRequest : httpRequest;
   return await new Promise<AttemptOutcome>((resolve) => {
-    const signal = AbortSignal.timeout(timeoutMs);
+    const timeout = AbortSignal.timeout(timeoutMs);
+    const signal = input.signal ? AbortSignal.any([timeout, input.signal]) : timeout;
     let settled = false;
     const settle = (outcome: AttemptOutcome) => {
       if (settled) return;
@@ -82,7 +88,8 @@ export async function attemptDelivery(input: AttemptInput): Promise<AttemptOutco
       },
     );
     req.on("error", (err: NodeJS.ErrnoException) => {
-      if (signal.aborted) settle({ ok: false, status: null, error: "timeout" });
+      if (input.signal?.aborted) settle({ ok: false, status: null, error: ABORTED_ERROR });
+      else if (signal.aborted) settle({ ok: false, status: null, error: "timeout" });
       else if (err.code === "EREFUSED_ADDRESS") settle({ ok: false, status: null, error: "refused address" });
       else settle({ ok: false, status: null, error: `connection failed (${err.code ?? "error"})` });
     });

@@ -59,6 +59,12 @@ export interface ClaimedEvent extends OutboxRow {
   secret: string;
 }
 
+/**
+ * Claims and outcomes commit without an fsync of their own on SQLite (state/engine.ts `durability`): one lost to
+ * a power cut only makes an attempt happen again, with the same id — delivery is at least once anyway.
+ */
+const RELAXED = { durability: "relaxed" } as const;
+
 /** Subscriptions one principal may hold at most. */
 export const MAX_SUBSCRIPTIONS_PER_PRINCIPAL = 32;
 /** Characters of an attempt's error kept in a row. */
@@ -228,6 +234,13 @@ export class WebhookStore {
     leaseUntilMs: number,
     accept: (row: ClaimedEvent) => boolean,
   ): Promise<ClaimedEvent[]> {
+    // Most polls find nothing: a plain read first, and the claiming transaction only when something is due.
+    const due = await this.engine.get<{ due: number }>(
+      `SELECT 1 AS due FROM webhook_outbox WHERE (status = 'pending' AND next_attempt_ms <= ?)
+         OR (status = 'delivering' AND lease_until_ms < ?) LIMIT 1`,
+      [nowMs, nowMs],
+    );
+    if (due === undefined) return [];
     return await this.engine.transaction(async (tx) => {
       await tx.run("UPDATE webhook_outbox SET status = 'pending' WHERE status = 'delivering' AND lease_until_ms < ?", [
         nowMs,
@@ -254,7 +267,7 @@ export class WebhookStore {
         claimed.push({ ...row, status: "delivering", attempts: row.attempts + 1 });
       }
       return claimed;
-    });
+    }, RELAXED);
   }
 
   /** Record an attempt's outcome: delivered, retried at `retryAtMs`, or dead (`retryAtMs` null). */
@@ -288,7 +301,7 @@ export class WebhookStore {
           : "UPDATE webhook_subscriptions SET consecutive_failures = consecutive_failures + 1, last_error = ?, last_attempt_ms = ? WHERE subscription_id = ?",
         outcome.ok ? [nowMs, event.subscription_id] : [error, nowMs, event.subscription_id],
       );
-    });
+    }, RELAXED);
   }
 
   /** Every event of one subscription (or all), newest first, at most `limit`. */

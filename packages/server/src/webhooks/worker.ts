@@ -8,7 +8,7 @@
  * a slow receiver holds only its own slots.
  */
 import type { Logger } from "pino";
-import { ATTEMPT_TIMEOUT_MS, type AttemptOutcome, attemptDelivery } from "./delivery.js";
+import { ABORTED_ERROR, ATTEMPT_TIMEOUT_MS, type AttemptOutcome, attemptDelivery } from "./delivery.js";
 import type { DestinationPolicy } from "./destination.js";
 import type { ClaimedEvent, WebhookStore } from "./store.js";
 
@@ -76,6 +76,7 @@ export class DeliveryWorker {
   #ticking: Promise<void> | null = null;
   #again = false;
   #stopped = true;
+  #abort = new AbortController();
 
   constructor(opts: WorkerOptions) {
     this.#opts = opts;
@@ -84,6 +85,7 @@ export class DeliveryWorker {
 
   start(): void {
     this.#stopped = false;
+    this.#abort = new AbortController();
     this.#schedule(0);
   }
 
@@ -92,9 +94,13 @@ export class DeliveryWorker {
     if (!this.#stopped) this.#schedule(WAKE_DELAY_MS);
   }
 
-  /** Stop claiming; wait for the attempts in flight (each bounded by ATTEMPT_TIMEOUT_MS). */
+  /**
+   * Stop claiming and abort the attempts in flight; their claims stay, and are taken again when their leases
+   * run out (on SQLite, at the next start).
+   */
   async stop(): Promise<void> {
     this.#stopped = true;
+    this.#abort.abort();
     if (this.#timer) clearTimeout(this.#timer);
     this.#timer = null;
     await this.#ticking;
@@ -160,7 +166,9 @@ export class DeliveryWorker {
         body: event.body,
         nowMs: this.#now(),
         policy: this.#opts.policy,
+        signal: this.#abort.signal,
       });
+      if (!outcome.ok && outcome.error === ABORTED_ERROR) return;
       const now = this.#now();
       const retryAt = outcome.ok ? null : nextAttemptAt(event, now, this.#opts.retryBaseMs);
       await this.#opts.store.settle(event, outcome, now, retryAt);

@@ -9,10 +9,13 @@ import type { AddressInfo } from "node:net";
 /** Bytes of one request body the receiver keeps at most (the Server's bodies are far smaller). */
 const MAX_BODY_BYTES = 64 * 1024;
 
+/** The status `answer` returns for a request the receiver never answers. */
+export const HOLD = 0;
+
 export interface Received {
   headers: Record<string, string>;
   body: string;
-  /** The status the receiver answered. */
+  /** The status the receiver answered (HOLD: none). */
   status: number;
 }
 
@@ -31,7 +34,8 @@ export class WebhookReceiver {
         const entry: Received = { headers, body, status: 0 };
         entry.status = this.answer(entry, this.received.length);
         this.received.push(entry);
-        res.writeHead(entry.status, { "content-type": "text/plain" }).end("ok");
+        // HOLD: never answered (a receiver that hangs); the connection ends at close().
+        if (entry.status !== HOLD) res.writeHead(entry.status, { "content-type": "text/plain" }).end("ok");
       });
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));

@@ -9,8 +9,9 @@ import { promisify } from "node:util";
 import { Webhook } from "standardwebhooks";
 import { afterEach, describe, expect, it } from "vitest";
 import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../../scripts/test-support/index.js";
+import { CLAIM_LEASE_MS } from "../../src/webhooks/worker.js";
 import { okValue, ProcStack } from "../support/proc-stack.js";
-import { type Received, WebhookReceiver } from "../support/webhook-receiver.js";
+import { HOLD, type Received, WebhookReceiver } from "../support/webhook-receiver.js";
 
 const run = promisify(execFile);
 /** The first retry's delay in these stacks (`[server.webhooks] retry_base_ms`): retries come within a second. */
@@ -189,6 +190,43 @@ describe("signed webhooks, whole stack", () => {
     ]);
     // No more attempts come after the 200: the row is delivered, so nothing is due (checked on the row above).
     expect(hook.received).toHaveLength(4);
+  }, 120_000);
+
+  it("a Server stopped during an attempt records no failure and sends the event again after its restart, same id", async () => {
+    stack = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], extraServerToml: WEBHOOK_TOML }).init();
+    await stack.startRunner("r1");
+    const hook = await receiver(() => HOLD);
+    const sub = await subscribe(stack, "alice", hook.url, "run.terminal");
+    const ended = await stack.runToEnd("stop-1");
+    await poll(() => hook.received.length === 1, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the attempt the receiver holds",
+    });
+    // The stop aborts the attempt in flight: it is not the receiver's failure, and its claim stays for the next start.
+    await stack.killServer("SIGTERM");
+    const [row] = await stack.stateRows<{ status: string; attempts: number; last_error: string | null }>(
+      "SELECT status, attempts, last_error FROM webhook_outbox",
+    );
+    expect({ ...row, attempts: Number(row?.attempts) }).toEqual({
+      status: "delivering",
+      attempts: 1,
+      last_error: null,
+    });
+    hook.answerWith(() => 200);
+    await stack.startServer();
+    // On PostgreSQL the claim is taken again when its lease runs out (CLAIM_LEASE_MS); on SQLite at the start.
+    const tries = await poll(() => (hook.received.length >= 2 ? verified(hook, sub.secret) : undefined), {
+      timeoutMs: DAEMON_WAIT_MS + CLAIM_LEASE_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the event sent again after the restart",
+    });
+    expect(tries[1]).toMatchObject({
+      id: tries[0]?.id,
+      type: "run.terminal",
+      status: 200,
+      data: { run_id: ended.run_id },
+    });
   }, 120_000);
 
   it("announces a permission wait and the cancel that ends it; pings, removes and refuses unknown ids", async () => {
