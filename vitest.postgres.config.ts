@@ -61,6 +61,9 @@ export default defineConfig({
       "packages/server/test/tasks/task-claim.test.ts",
       "packages/server/test/oauth/oauth-store.test.ts",
       "packages/server/test/oauth/oauth-hosts.test.ts",
+      // Signed webhooks through the whole stack, and across a kill -9 of the Server.
+      "packages/server/test/webhooks/webhooks-stack.test.ts",
+      "packages/server/test/webhooks/webhooks-crash.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",

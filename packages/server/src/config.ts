@@ -28,6 +28,10 @@
  * serve_on_client_listener = false   # true: /_wc/ on the clients' listener instead (warned at start)
  * allow_insecure_transport = false   # true: plain http:// between instances on a non-loopback address
  *
+ * [server.webhooks]           # optional: signed webhooks (design §18; `webcodex-server webhooks`)
+ * allow_loopback_http = false # true: receivers at http://127.0.0.1 / [::1] / localhost (and https to loopback)
+ * retry_base_ms = 5000        # the first retry's delay; doubles per attempt (capped, with jitter)
+ *
  * [server.tls]                # optional: terminate TLS here (https:// and wss://)
  * cert_file = "server.crt"    # PEM certificate chain, relative to this file
  * key_file = "server.key"     # PEM private key
@@ -266,6 +270,9 @@ export const DEFAULT_MAX_CONNECTIONS = 1000;
 export const MAX_STATE_POOL_SIZE = 100;
 /** Default `[server.state] pool_size` (state/engine-postgres.ts POSTGRES_POOL_SIZE, kept equal by a test). */
 export const DEFAULT_STATE_POOL_SIZE = 10;
+/** `[server.webhooks] retry_base_ms` bounds (webhooks/worker.ts DEFAULT_RETRY_BASE_MS is the default). */
+export const MIN_WEBHOOK_RETRY_BASE_MS = 50;
+export const MAX_WEBHOOK_RETRY_BASE_MS = 10 * 60 * 1000;
 
 export const ServerConfigSchema = z
   .object({
@@ -352,6 +359,14 @@ export const ServerConfigSchema = z
             serve_on_client_listener: z.boolean({ error: "must be a boolean" }).default(false),
             /** Accept plain http:// to and from instances on non-loopback addresses (as the Runner's ws:// rule). */
             allow_insecure_transport: z.boolean({ error: "must be a boolean" }).default(false),
+          })
+          .strict()
+          .prefault({}),
+        /** Signed webhooks (webhooks/): where receivers may be, how soon a failed attempt is retried. */
+        webhooks: z
+          .object({
+            allow_loopback_http: z.boolean({ error: "must be a boolean" }).default(false),
+            retry_base_ms: z.number().int().min(MIN_WEBHOOK_RETRY_BASE_MS).max(MAX_WEBHOOK_RETRY_BASE_MS).default(5000),
           })
           .strict()
           .prefault({}),
@@ -446,6 +461,8 @@ export interface ServerConfig {
   oauth: OAuthSettings | null;
   /** project id -> runner id (each project bound to exactly one runner). */
   projectRunner: ReadonlyMap<string, string>;
+  /** `[server.webhooks]`: loopback receivers allowed (http too); the first retry's delay. */
+  webhooks: { allowLoopbackHttp: boolean; retryBaseMs: number };
 }
 
 export class ConfigError extends Error {
@@ -591,6 +608,10 @@ export function buildServerConfig(
     publicUrl,
     oauth,
     projectRunner,
+    webhooks: {
+      allowLoopbackHttp: cfg.server.webhooks.allow_loopback_http,
+      retryBaseMs: cfg.server.webhooks.retry_base_ms,
+    },
   };
 }
 

@@ -14,6 +14,7 @@
  * - `task_after_run_start`: the Runner answered `run.start`; the answer is not
  *   recorded yet.
  * - `start_after_run_start`: the same point for start_coding_agent.
+ * - `webhook_before_attempt`: a webhook event is claimed for delivery (committed), not sent yet.
  *
  * WEBCODEX_SERVER_FAILPOINT_ACTION (read once as well) chooses what happens there: `kill` (the default) or
  * `hold`: the start waits at that point, once, after writing FAILPOINT_HOLDING_LINE to stderr, until the
@@ -25,6 +26,7 @@ export const SERVER_FAILPOINTS = [
   "task_after_binding",
   "task_after_run_start",
   "start_after_run_start",
+  "webhook_before_attempt",
 ] as const;
 export type ServerFailpointName = (typeof SERVER_FAILPOINTS)[number];
 

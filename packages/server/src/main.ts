@@ -105,6 +105,8 @@ async function main(argv: string[]): Promise<number> {
       return (await import("./cli/token.js")).runTokenCommand(rest);
     case "oauth":
       return (await import("./cli/oauth.js")).runOAuthCommand(rest);
+    case "webhooks":
+      return (await import("./cli/webhooks.js")).runWebhooksCommand(rest);
     case "mcp-stdio":
       return (await import("./cli/mcp-stdio.js")).runMcpStdioCommand(rest);
     default:

@@ -210,6 +210,7 @@ async function listenAndRoute(
     // First at shutdown: the directory row goes before anything stops serving.
     teardown.add("cluster directory", () => cluster.stop());
   }
+  await services.webhooks.start();
   logger.info(
     {
       url,

@@ -50,6 +50,15 @@ export const COMMANDS: readonly CommandHelp[] = [
   ${BIN} oauth audit list --config FILE [--limit N] [--json]   (N: 1 … ${AUDIT_LIST_MAX}, default ${AUDIT_LIST_DEFAULT})`,
   },
   {
+    name: "webhooks",
+    summary: "Subscribe a principal's runs to signed webhooks; list, remove, ping, redeliver a dead letter.",
+    usage: `${BIN} webhooks add --config FILE --principal ID --url URL --events TYPE[,TYPE...] [--json]
+  ${BIN} webhooks list --config FILE [--principal ID] [--json]
+  ${BIN} webhooks remove --config FILE --id SUBSCRIPTION_ID
+  ${BIN} webhooks test --config FILE --id SUBSCRIPTION_ID
+  ${BIN} webhooks redeliver --config FILE --event EVENT_ID   (TYPE: run.started, run.waiting_permission, run.terminal, run.lost)`,
+  },
+  {
     name: "mcp-stdio",
     summary: "Bridge an MCP client that speaks stdio to the Server's HTTP endpoint (token from the named variable).",
     usage: `${BIN} mcp-stdio --url http://127.0.0.1:PORT/mcp --token-env VAR`,

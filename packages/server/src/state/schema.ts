@@ -406,6 +406,46 @@ export const MIGRATIONS: readonly Migration[] = [
       ALTER TABLE admission_records ADD COLUMN usage_cost_currency TEXT;
     `,
   },
+  {
+    version: 17,
+    summary:
+      "signed webhooks (design §18, webhooks/store.ts): a principal's subscriptions (URL, event types, signing " +
+      "secret) and the outbox of their events, written in the transaction of the record change that causes them",
+    sql: `
+      CREATE TABLE webhook_subscriptions (
+        subscription_id TEXT PRIMARY KEY,
+        principal_id TEXT NOT NULL,
+        url TEXT NOT NULL,
+        event_types TEXT NOT NULL,
+        secret TEXT NOT NULL,
+        status TEXT NOT NULL,
+        consecutive_failures INTEGER NOT NULL DEFAULT 0,
+        last_error TEXT,
+        last_attempt_ms INTEGER,
+        created_at TEXT NOT NULL
+      ) STRICT;
+      CREATE INDEX webhook_subscriptions_principal ON webhook_subscriptions (principal_id, status);
+      CREATE TABLE webhook_outbox (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        event_id TEXT NOT NULL UNIQUE,
+        subscription_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        event_type TEXT NOT NULL,
+        body TEXT NOT NULL,
+        status TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        created_ms INTEGER NOT NULL,
+        retry_from_ms INTEGER NOT NULL,
+        next_attempt_ms INTEGER NOT NULL,
+        lease_until_ms INTEGER,
+        delivered_ms INTEGER,
+        last_status INTEGER,
+        last_error TEXT
+      ) STRICT;
+      CREATE INDEX webhook_outbox_due ON webhook_outbox (status, next_attempt_ms);
+      CREATE INDEX webhook_outbox_order ON webhook_outbox (subscription_id, run_id, seq);
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

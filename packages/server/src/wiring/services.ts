@@ -26,6 +26,7 @@ import { Runs } from "../runs/runs.js";
 import { lockStateDir } from "../state/lock.js";
 import { openState } from "../state/open.js";
 import type { StateStore } from "../state/store.js";
+import { Webhooks } from "../webhooks/service.js";
 import { Listeners } from "./listeners.js";
 import { buildMcp, type McpMount } from "./mcp.js";
 import type { Teardown } from "./teardown.js";
@@ -48,6 +49,8 @@ export interface Services {
   /** Names this instance in link lease holders and in the cluster directory (cluster/directory.ts). */
   instanceId: string;
   store: StateStore;
+  /** The webhook outbox's delivery worker (webhooks/): started once the Server listens. */
+  webhooks: Webhooks;
   registry: Registry;
   presence: PresenceStore;
   runs: Runs;
@@ -91,6 +94,9 @@ export async function buildServices(opts: ServicesOptions, teardown: Teardown): 
     ...(Number.isFinite(delay) && delay > 0 ? { testDelayAfterResolveMs: delay } : {}),
     ...(opts.startTimeoutMs !== undefined ? { startTimeoutMs: opts.startTimeoutMs } : {}),
   });
+  // Before anything changes a record: the webhook events of a change are written in its transaction (webhooks/).
+  const webhooks = new Webhooks(store, config.webhooks, logger.child({ c: "webhooks" }));
+  teardown.add("webhooks", () => webhooks.close());
   await reconcileAtStart(store, logger);
   const stopExpiry = startRejectedRecordExpiry(store, config.rejectedRecordMaxAgeSecs, logger);
   teardown.add("rejected-record expiry", stopExpiry);
@@ -111,7 +117,7 @@ export async function buildServices(opts: ServicesOptions, teardown: Teardown): 
   const mcp = opts.mcp ? await buildMcp({ runs, admission: runs, config, logger, store }, teardown) : null;
   const console_ = buildConsole(store, config, logger, runs, presence, opts.tls);
   teardown.add("operator console", () => console_.close());
-  return { instanceId, store, registry, presence, runs, hub, mcp, console: console_, listeners };
+  return { instanceId, store, registry, presence, runs, hub, mcp, console: console_, listeners, webhooks };
 }
 
 /** The operator console (console/http.ts) over this Server's state DB, keys and run mirrors. */

@@ -1,0 +1,55 @@
+/**
+ * The webhooks of one Server instance (design §18): `new Webhooks(…)` hooks the outbox writer into the
+ * admission records' state changes (StateStore.onStateChange: the events are written inside the transaction
+ * that changes the record, so a change and its events commit together or not at all) — construct it before
+ * anything can change a record. `start()` starts the delivery worker, `close()` stops it.
+ */
+import type { Logger } from "pino";
+import { serverFailpoint } from "../failpoints.js";
+import type { StateStore } from "../state/store.js";
+import type { DestinationPolicy } from "./destination.js";
+import { WebhookStore } from "./store.js";
+import { DeliveryWorker } from "./worker.js";
+
+export interface WebhookSettings extends DestinationPolicy {
+  /** `[server.webhooks] retry_base_ms`: the first retry's delay. */
+  retryBaseMs: number;
+}
+
+export class Webhooks {
+  readonly store: WebhookStore;
+  readonly #worker: DeliveryWorker;
+  readonly #records: StateStore;
+  readonly #log: Logger;
+
+  constructor(records: StateStore, settings: WebhookSettings, log: Logger) {
+    this.#records = records;
+    this.#log = log;
+    this.store = new WebhookStore(records.engine);
+    this.#worker = new DeliveryWorker({
+      store: this.store,
+      policy: settings,
+      retryBaseMs: settings.retryBaseMs,
+      log,
+      beforeAttempt: () => serverFailpoint("webhook_before_attempt"),
+    });
+    records.onStateChange(async (record, previous, tx) => {
+      if ((await this.store.enqueue(tx, record, previous, Date.now())) > 0) this.#worker.wake();
+    });
+  }
+
+  /** Never throws: without the release below, a predecessor's claims are taken again when their leases run out. */
+  async start(): Promise<void> {
+    // One Server per SQLite state dir: what a killed predecessor left claimed is this instance's to send.
+    if (this.#records.engine.dialect === "sqlite") {
+      await this.store.releaseClaims().catch((err: unknown) => {
+        this.#log.warn({ err: (err as Error).message }, "webhook claims of a previous process not released");
+      });
+    }
+    this.#worker.start();
+  }
+
+  async close(): Promise<void> {
+    await this.#worker.stop();
+  }
+}

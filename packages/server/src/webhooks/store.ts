@@ -1,0 +1,346 @@
+/**
+ * The webhook tables (schema step 17) on the state engine, both dialects: subscriptions, and the outbox of
+ * their events. Nothing is kept in memory: several Server instances share these rows on PostgreSQL.
+ *
+ * An outbox row's life: `pending` (due at `next_attempt_ms`) → claimed `delivering` (until `lease_until_ms`)
+ * → `delivered`, or back to `pending` with a later `next_attempt_ms`, or `dead` (attempts or time used up;
+ * `redeliver` makes it `pending` again). A claim (one transaction) takes due rows whose subscription and run
+ * have no earlier row still `pending` or `delivering` — so one run's events reach one subscription in order —
+ * locked `FOR UPDATE SKIP LOCKED` on PostgreSQL, so that each attempt is made by one instance. A `delivering`
+ * row whose lease ran out (its instance died) is `pending` again at the next claim.
+ */
+import { randomBytes } from "node:crypto";
+import type { RunState } from "@webcodex/protocol";
+import type { StateEngine, StateQueries } from "../state/engine.js";
+import type { AdmissionRecord } from "../state/store.js";
+import { eventBody, eventsFor, type RunEventType } from "./events.js";
+
+export type SubscriptionStatus = "active" | "disabled";
+export type OutboxStatus = "pending" | "delivering" | "delivered" | "dead";
+
+export interface Subscription {
+  subscription_id: string;
+  principal_id: string;
+  url: string;
+  event_types: RunEventType[];
+  status: SubscriptionStatus;
+  consecutive_failures: number;
+  last_error: string | null;
+  last_attempt_ms: number | null;
+  created_at: string;
+}
+
+/** A subscription as `list` shows it: its counts of events by outbox status. */
+export interface SubscriptionListing extends Subscription {
+  pending: number;
+  delivered: number;
+  dead: number;
+}
+
+export interface OutboxRow {
+  seq: number;
+  event_id: string;
+  subscription_id: string;
+  run_id: string;
+  event_type: string;
+  body: string;
+  status: OutboxStatus;
+  attempts: number;
+  created_ms: number;
+  retry_from_ms: number;
+  next_attempt_ms: number;
+  last_status: number | null;
+  last_error: string | null;
+}
+
+/** A claimed row with what its attempt needs. */
+export interface ClaimedEvent extends OutboxRow {
+  url: string;
+  secret: string;
+}
+
+/**
+ * Claims and outcomes commit without an fsync of their own on SQLite (state/engine.ts `durability`): one lost to
+ * a power cut only makes an attempt happen again, with the same id — delivery is at least once anyway.
+ */
+const RELAXED = { durability: "relaxed" } as const;
+
+/** Subscriptions one principal may hold at most. */
+export const MAX_SUBSCRIPTIONS_PER_PRINCIPAL = 32;
+/** Characters of an attempt's error kept in a row. */
+export const MAX_ERROR_CHARS = 200;
+
+type SubscriptionRow = Omit<Subscription, "event_types"> & { event_types: string };
+
+function fromRow(row: SubscriptionRow): Subscription {
+  return {
+    ...row,
+    event_types: JSON.parse(row.event_types) as RunEventType[],
+    consecutive_failures: Number(row.consecutive_failures),
+    last_attempt_ms: row.last_attempt_ms === null ? null : Number(row.last_attempt_ms),
+  };
+}
+
+const num = (v: unknown): number => Number(v);
+
+function numericOutbox<T extends OutboxRow>(row: T): T {
+  return {
+    ...row,
+    seq: num(row.seq),
+    attempts: num(row.attempts),
+    created_ms: num(row.created_ms),
+    retry_from_ms: num(row.retry_from_ms),
+    next_attempt_ms: num(row.next_attempt_ms),
+    last_status: row.last_status === null ? null : num(row.last_status),
+  };
+}
+
+export class SubscriptionLimitError extends Error {
+  override readonly name = "SubscriptionLimitError";
+}
+
+export class WebhookStore {
+  constructor(private readonly engine: StateEngine) {}
+
+  async add(input: {
+    principal_id: string;
+    url: string;
+    event_types: readonly RunEventType[];
+    secret: string;
+  }): Promise<Subscription> {
+    const subscription: Subscription = {
+      subscription_id: `whsub_${randomBytes(12).toString("base64url")}`,
+      principal_id: input.principal_id,
+      url: input.url,
+      event_types: [...input.event_types],
+      status: "active",
+      consecutive_failures: 0,
+      last_error: null,
+      last_attempt_ms: null,
+      created_at: new Date().toISOString(),
+    };
+    await this.engine.transaction(
+      async (tx) => {
+        const count = await tx.get<{ n: number }>(
+          "SELECT COUNT(*) AS n FROM webhook_subscriptions WHERE principal_id = ?",
+          [input.principal_id],
+        );
+        if (num(count?.n ?? 0) >= MAX_SUBSCRIPTIONS_PER_PRINCIPAL) {
+          throw new SubscriptionLimitError(
+            `principal ${input.principal_id} already has MAX_SUBSCRIPTIONS_PER_PRINCIPAL = ${MAX_SUBSCRIPTIONS_PER_PRINCIPAL} subscriptions`,
+          );
+        }
+        await tx.run(
+          `INSERT INTO webhook_subscriptions (subscription_id, principal_id, url, event_types, secret, status,
+             consecutive_failures, created_at) VALUES (?, ?, ?, ?, ?, 'active', 0, ?)`,
+          [
+            subscription.subscription_id,
+            subscription.principal_id,
+            subscription.url,
+            JSON.stringify(subscription.event_types),
+            input.secret,
+            subscription.created_at,
+          ],
+        );
+      },
+      { lock: `webhook_subscriptions:${input.principal_id}` },
+    );
+    return subscription;
+  }
+
+  async get(subscriptionId: string): Promise<(Subscription & { secret: string }) | undefined> {
+    const row = await this.engine.get<SubscriptionRow & { secret: string }>(
+      "SELECT * FROM webhook_subscriptions WHERE subscription_id = ?",
+      [subscriptionId],
+    );
+    return row ? { ...fromRow(row), secret: row.secret } : undefined;
+  }
+
+  /** Every subscription (of one principal), with its counts; never the secret. */
+  async list(principalId?: string): Promise<SubscriptionListing[]> {
+    const rows = await this.engine.all<SubscriptionRow & { pending: number; delivered: number; dead: number }>(
+      `SELECT s.subscription_id, s.principal_id, s.url, s.event_types, s.status, s.consecutive_failures,
+         s.last_error, s.last_attempt_ms, s.created_at,
+         (SELECT COUNT(*) FROM webhook_outbox o WHERE o.subscription_id = s.subscription_id
+            AND o.status IN ('pending', 'delivering')) AS pending,
+         (SELECT COUNT(*) FROM webhook_outbox o WHERE o.subscription_id = s.subscription_id
+            AND o.status = 'delivered') AS delivered,
+         (SELECT COUNT(*) FROM webhook_outbox o WHERE o.subscription_id = s.subscription_id
+            AND o.status = 'dead') AS dead
+       FROM webhook_subscriptions s ${principalId === undefined ? "" : "WHERE s.principal_id = ?"}
+       ORDER BY s.created_at, s.subscription_id`,
+      principalId === undefined ? [] : [principalId],
+    );
+    return rows.map((r) => ({
+      ...fromRow(r),
+      pending: num(r.pending),
+      delivered: num(r.delivered),
+      dead: num(r.dead),
+    }));
+  }
+
+  /** The subscription and its outbox rows; false when there was none. */
+  async remove(subscriptionId: string): Promise<boolean> {
+    return await this.engine.transaction(async (tx) => {
+      await tx.run("DELETE FROM webhook_outbox WHERE subscription_id = ?", [subscriptionId]);
+      const { changes } = await tx.run("DELETE FROM webhook_subscriptions WHERE subscription_id = ?", [subscriptionId]);
+      return changes > 0;
+    });
+  }
+
+  /**
+   * The events of one record's state change, written on `tx` (the transaction of that change): one row per
+   * event and active subscription of the record's principal that asked for it.
+   */
+  async enqueue(tx: StateQueries, record: AdmissionRecord, previous: RunState, nowMs: number): Promise<number> {
+    const types = eventsFor(record, previous);
+    if (types.length === 0) return 0;
+    const subscriptions = await tx.all<{ subscription_id: string; event_types: string }>(
+      "SELECT subscription_id, event_types FROM webhook_subscriptions WHERE principal_id = ? AND status = 'active'",
+      [record.principal_id],
+    );
+    let written = 0;
+    for (const type of types) {
+      const body = eventBody(type, record, nowMs);
+      for (const s of subscriptions) {
+        if (!(JSON.parse(s.event_types) as string[]).includes(type)) continue;
+        await tx.run(
+          `INSERT INTO webhook_outbox (event_id, subscription_id, run_id, event_type, body, status, attempts,
+             created_ms, retry_from_ms, next_attempt_ms) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)`,
+          [
+            `msg_${randomBytes(16).toString("base64url")}`,
+            s.subscription_id,
+            record.run_id,
+            type,
+            body,
+            nowMs,
+            nowMs,
+            nowMs,
+          ],
+        );
+        written += 1;
+      }
+    }
+    return written;
+  }
+
+  /**
+   * Claim up to `limit` due events for delivery by this instance, until `leaseUntilMs` (see the header).
+   * `accept` picks, among the due rows in order, the ones this instance has room for (its concurrency caps).
+   */
+  async claim(
+    nowMs: number,
+    limit: number,
+    leaseUntilMs: number,
+    accept: (row: ClaimedEvent) => boolean,
+  ): Promise<ClaimedEvent[]> {
+    // Most polls find nothing: a plain read first, and the claiming transaction only when something is due.
+    const due = await this.engine.get<{ due: number }>(
+      `SELECT 1 AS due FROM webhook_outbox WHERE (status = 'pending' AND next_attempt_ms <= ?)
+         OR (status = 'delivering' AND lease_until_ms < ?) LIMIT 1`,
+      [nowMs, nowMs],
+    );
+    if (due === undefined) return [];
+    return await this.engine.transaction(async (tx) => {
+      await tx.run("UPDATE webhook_outbox SET status = 'pending' WHERE status = 'delivering' AND lease_until_ms < ?", [
+        nowMs,
+      ]);
+      const skipLocked = this.engine.dialect === "postgres" ? " FOR UPDATE OF o SKIP LOCKED" : "";
+      const due = await tx.all<ClaimedEvent>(
+        `SELECT o.seq, o.event_id, o.subscription_id, o.run_id, o.event_type, o.body, o.status, o.attempts,
+           o.created_ms, o.retry_from_ms, o.next_attempt_ms, o.last_status, o.last_error, s.url, s.secret
+         FROM webhook_outbox o JOIN webhook_subscriptions s ON s.subscription_id = o.subscription_id
+         WHERE o.status = 'pending' AND o.next_attempt_ms <= ? AND s.status = 'active'
+           AND NOT EXISTS (SELECT 1 FROM webhook_outbox p WHERE p.subscription_id = o.subscription_id
+             AND p.run_id = o.run_id AND p.seq < o.seq AND p.status IN ('pending', 'delivering'))
+         ORDER BY o.seq LIMIT ?${skipLocked}`,
+        [nowMs, limit],
+      );
+      const claimed: ClaimedEvent[] = [];
+      for (const raw of due) {
+        const row = numericOutbox(raw);
+        if (!accept(row)) continue;
+        await tx.run(
+          "UPDATE webhook_outbox SET status = 'delivering', attempts = attempts + 1, lease_until_ms = ? WHERE seq = ?",
+          [leaseUntilMs, row.seq],
+        );
+        claimed.push({ ...row, status: "delivering", attempts: row.attempts + 1 });
+      }
+      return claimed;
+    }, RELAXED);
+  }
+
+  /** Record an attempt's outcome: delivered, retried at `retryAtMs`, or dead (`retryAtMs` null). */
+  async settle(
+    event: ClaimedEvent,
+    outcome: { ok: true; status: number } | { ok: false; status: number | null; error: string },
+    nowMs: number,
+    retryAtMs: number | null,
+  ): Promise<void> {
+    const error = outcome.ok ? null : outcome.error.slice(0, MAX_ERROR_CHARS);
+    await this.engine.transaction(async (tx) => {
+      // Only while this claim still holds it (not handed to another instance after its lease ran out).
+      const status: OutboxStatus = outcome.ok ? "delivered" : retryAtMs === null ? "dead" : "pending";
+      const { changes } = await tx.run(
+        `UPDATE webhook_outbox SET status = ?, next_attempt_ms = ?, delivered_ms = ?, last_status = ?, last_error = ?,
+           lease_until_ms = NULL WHERE seq = ? AND status = 'delivering' AND attempts = ?`,
+        [
+          status,
+          retryAtMs ?? event.next_attempt_ms,
+          outcome.ok ? nowMs : null,
+          outcome.status,
+          error,
+          event.seq,
+          event.attempts,
+        ],
+      );
+      if (changes === 0) return;
+      await tx.run(
+        outcome.ok
+          ? "UPDATE webhook_subscriptions SET consecutive_failures = 0, last_error = NULL, last_attempt_ms = ? WHERE subscription_id = ?"
+          : "UPDATE webhook_subscriptions SET consecutive_failures = consecutive_failures + 1, last_error = ?, last_attempt_ms = ? WHERE subscription_id = ?",
+        outcome.ok ? [nowMs, event.subscription_id] : [error, nowMs, event.subscription_id],
+      );
+    }, RELAXED);
+  }
+
+  /** Every event of one subscription (or all), newest first, at most `limit`. */
+  async events(filter: { subscription_id?: string; status?: OutboxStatus }, limit: number): Promise<OutboxRow[]> {
+    const where: string[] = [];
+    const params: (string | number)[] = [];
+    if (filter.subscription_id !== undefined) {
+      where.push("subscription_id = ?");
+      params.push(filter.subscription_id);
+    }
+    if (filter.status !== undefined) {
+      where.push("status = ?");
+      params.push(filter.status);
+    }
+    params.push(limit);
+    const rows = await this.engine.all<OutboxRow>(
+      `SELECT seq, event_id, subscription_id, run_id, event_type, body, status, attempts, created_ms, retry_from_ms,
+         next_attempt_ms, last_status, last_error FROM webhook_outbox
+       ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} ORDER BY seq DESC LIMIT ?`,
+      params,
+    );
+    return rows.map(numericOutbox);
+  }
+
+  /** A dead letter made due again with a fresh retry budget; false when `eventId` is not a dead letter. */
+  async redeliver(eventId: string, nowMs: number): Promise<boolean> {
+    const { changes } = await this.engine.run(
+      `UPDATE webhook_outbox SET status = 'pending', attempts = 0, retry_from_ms = ?, next_attempt_ms = ?
+       WHERE event_id = ? AND status = 'dead'`,
+      [nowMs, nowMs, eventId],
+    );
+    return changes > 0;
+  }
+
+  /** SQLite (one Server per state dir): what a previous process left `delivering` is due again now. */
+  async releaseClaims(): Promise<number> {
+    const { changes } = await this.engine.run(
+      "UPDATE webhook_outbox SET status = 'pending', lease_until_ms = NULL WHERE status = 'delivering'",
+    );
+    return changes;
+  }
+}
