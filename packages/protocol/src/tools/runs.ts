@@ -67,6 +67,9 @@ export const StartInput = z
       .max(MAX_RUN_TIMEOUT_SECS)
       .optional()
       .describe("Run deadline; the Runner clamps it to its own maximum."),
+    continue_run_id: RunId.optional().describe(
+      "Continue the conversation of this earlier run of yours: a terminal run on the same project and provider. The new run resumes that run's agent session (the agent remembers the earlier turns), then gets this prompt. One follow-up per run: a second one with another idempotency key is refused (continuation_conflict); an agent that cannot resume sessions is refused (continuation_unsupported). Nothing starts on a refusal.",
+    ),
   })
   .strict();
 export type StartInput = z.infer<typeof StartInput>;
@@ -149,6 +152,9 @@ export const ObserveToolOutput = RunStatusFields.extend({
   /** The run's admission and end on the Runner's clock (ISO 8601); absent while unknown. */
   started_at: z.string().max(MAX_TIMESTAMP_CHARS).optional(),
   ended_at: z.string().max(MAX_TIMESTAMP_CHARS).optional(),
+  /** Continuation (design §17): the run this one continues, and the run that continues it. */
+  parent_run_id: RunId.optional(),
+  continued_by: RunId.optional(),
 }).strict();
 
 export const CancelToolInput = z.object({ run_id: RunId }).strict();

@@ -112,6 +112,8 @@ const RECOVERY_FOR: Record<ApiError["code"], z.infer<typeof RecoveryKind>> = {
   claim_conflict: "wait",
   version_conflict: "reobserve",
   context_version_conflict: "reobserve",
+  continuation_conflict: "fix_input",
+  continuation_unsupported: "none",
   state_unavailable: "retry_same",
   state_busy: "retry_same",
   internal: "none",

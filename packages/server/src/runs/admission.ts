@@ -32,6 +32,7 @@ import type {
   StartOutput,
 } from "./api.js";
 import { fail, type RunContext } from "./context.js";
+import { checkParent, checkProviderContinues, linkContinuation } from "./continuation.js";
 import { deriveRunId, deriveTenantTag, intentFingerprint } from "./identity.js";
 import type { Observation } from "./observe.js";
 
@@ -221,13 +222,24 @@ export class Admission {
     const runId = deriveRunId(this.#ctx.store.serverSecret, principal.id, input.idempotency_key);
     const config = input.config ?? {};
     const timeout = input.timeout_secs ?? null;
+    const parentId = input.continue_run_id;
     const fingerprint = intentFingerprint({
       project_id: input.project_id,
       provider_id: input.provider_id,
       prompt: input.prompt,
       config,
       timeout_secs: timeout,
+      continue_run_id: parentId ?? null,
     });
+    // Continuation (design §17): the parent's checks first; the link is written with the intent (bind).
+    let bind = hooks.bind;
+    if (parentId !== undefined) {
+      const refused = checkParent(principal, parentId, await this.#ctx.store.get(parentId), input);
+      if (refused) return { ok: false, error: refused };
+      const callerBind = hooks.bind;
+      bind = async (fences, tx) =>
+        (await linkContinuation(tx, parentId, runId)) ?? (await callerBind?.(fences, tx)) ?? null;
+    }
     return this.admit(principal, {
       run_id: runId,
       intent_fingerprint: fingerprint,
@@ -236,7 +248,9 @@ export class Admission {
       prompt: input.prompt,
       config,
       timeout_secs: timeout,
+      ...(parentId === undefined ? {} : { continue_run_id: parentId }),
       ...hooks,
+      ...(bind === undefined ? {} : { bind }),
       afterRecorded: async () => {
         await hooks.afterRecorded?.();
         await serverFailpoint("start_after_intent");
@@ -389,6 +403,10 @@ export class Admission {
       );
     }
     if (!project.allow_patch) return done(fail("forbidden", PROJECT_NOT_WRITABLE_MESSAGE, "none"));
+    if (req.continue_run_id !== undefined) {
+      const unsupported = checkProviderContinues(provider);
+      if (unsupported) return done({ ok: false, error: unsupported });
+    }
     if (!this.#ctx.registry.servesPrincipal(runner, principal.id)) {
       if (unacknowledged) return done(this.#replay(unacknowledged, principal));
       return done(fail("forbidden", sharedUserRefusal(req.project_id, principal.id), "none"));
@@ -509,6 +527,7 @@ export class Admission {
         config: req.config,
         timeout_secs: req.timeout_secs,
         tenant: deriveTenantTag(this.#ctx.store.serverSecret, principal.id),
+        ...(req.continue_run_id === undefined ? {} : { continue_run_id: req.continue_run_id }),
       },
       this.#startTimeoutMs,
     );

@@ -54,6 +54,10 @@ export const API_ERROR_CODES = [
   "version_conflict",
   /** Workflow sessions: context_session_version is not the context session's current version. */
   "context_version_conflict",
+  /** Continuation (design §17): the parent run was already continued under another idempotency key. */
+  "continuation_conflict",
+  /** Continuation: the provider's agent advertises neither session/resume nor session/load. */
+  "continuation_unsupported",
   /** The Server's state database cannot be reached (state/engine.ts StateUnavailableError); nothing half-written. */
   "state_unavailable",
   /** Too many operations already wait for the state database (StateBusyError). */
@@ -116,6 +120,10 @@ export interface ObserveOutput {
   started_at?: string;
   /** The run's terminal event's time (the Runner's clock, as `started_at`); absent until it ended. */
   ended_at?: string;
+  /** Continuation (design §17): the run this one continues; absent when it started a fresh session. */
+  parent_run_id?: string;
+  /** Continuation: the run that continues this one; absent until one was admitted. */
+  continued_by?: string;
 }
 
 export interface CancelOutput {
@@ -165,6 +173,8 @@ export interface AdmissionRequest {
   prompt: string;
   config: ConfigMap;
   timeout_secs: number | null;
+  /** The terminal run this one continues (design §17), already checked against the caller. */
+  continue_run_id?: string;
   /**
    * Runs inside the state transaction that records the admission intent (`tx`), before it is written:
    * a store on the state engine writes through `tx`; one still on the SQLite connection writes there

@@ -58,6 +58,8 @@ export interface RunIntent {
   prompt: string;
   config: ConfigMap;
   timeout_secs: number | null;
+  /** The run this one continues (design §17); null: a fresh session. */
+  continue_run_id?: string | null;
 }
 
 /** sha256 (hex) of the canonical JSON of every execution-affecting input. */
@@ -69,6 +71,8 @@ export function intentFingerprint(intent: RunIntent): string {
     prompt: intent.prompt,
     config: intent.config,
     timeout_secs: intent.timeout_secs,
+    // Only when set, so the fingerprint of every run that continues nothing stays what it was.
+    ...(intent.continue_run_id ? { continue_run_id: intent.continue_run_id } : {}),
   });
   return createHash("sha256").update(body, "utf8").digest("hex");
 }
