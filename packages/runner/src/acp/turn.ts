@@ -42,6 +42,7 @@ import {
 import type { TimedStage } from "../runs/timings.js";
 import type { DispatchStore } from "../store/types.js";
 import { checkCallerKeys, sequenceConfig } from "./config-sequencing.js";
+import { continueSession } from "./resume.js";
 import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./session.js";
 
 /**
@@ -111,10 +112,17 @@ export class AcpTurn {
     milestone("initialize");
     if (initialized) return initialized;
 
-    const session = await this.#newSession(run, conn);
+    const session =
+      run.continueSessionId === null
+        ? await this.#newSession(run, conn)
+        : await continueSession(run, conn, run.continueSessionId, {
+            step: (request) => this.#setupStep(run, request),
+            failure: (outcome) => this.#setupFailure(run, outcome),
+          });
     milestone("session_new");
     if (session.end) return session.end;
     const { sessionId, configOptions } = session.value;
+    this.#d.store.recordAcpSession(run.run_id, sessionId);
 
     const configured = await this.#configure(run, conn, sessionId, configOptions, callerConfig, redactor);
     if (configured) return configured;

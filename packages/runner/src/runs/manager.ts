@@ -204,6 +204,7 @@ export class RunManager implements RunService {
         provider_instance_id: this.#providerInstanceIds.get(a.id) as string,
         name: a.name,
         allowed_config_options: [...a.allowedConfigOptions],
+        continuation: a.continuation,
       })),
       projects: this.#config.projects.map((p) => ({ project_id: p.id, allow_patch: p.allowPatch })),
       agents_share_runner_user: sameUserAgents(this.#config).length > 0,
@@ -260,6 +261,15 @@ export class RunManager implements RunService {
         message: "The project does not allow agent runs (allow_patch).",
       };
     }
+    const parent = req.continue_run_id === undefined ? null : this.#store.get(req.continue_run_id);
+    const continueSessionId = parent ? this.#store.acpSessionOf(parent.run_id) : null;
+    if (req.continue_run_id !== undefined && (parent?.provider_id !== agent.id || continueSessionId === null)) {
+      return {
+        ok: false,
+        code: "not_found",
+        message: "The run to continue has no agent session of this provider here.",
+      };
+    }
     if (this.#active.size >= this.#config.acp.maxConcurrentRuns) return capacityRefusal("runner_full");
     // A project's tree serves one caller's run_as runs (runs/project-callers.ts): another caller's run is
     // admitted and ends failed / not_started with the fixed reason, before a pool user is leased or bound.
@@ -300,6 +310,7 @@ export class RunManager implements RunService {
       this.#now,
     );
     run.runAs = lease.user;
+    run.continueSessionId = continueSessionId;
     try {
       this.#store.admit({
         run_id: run.run_id,

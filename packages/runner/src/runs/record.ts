@@ -49,6 +49,8 @@ export class Run {
   redactor: Redactor | null = null;
   conn: AcpClientConnection | null = null;
   sessionId: string | null = null;
+  /** The parent run's ACP session this run continues (design §17, acp/resume.ts); null: a fresh session. */
+  continueSessionId: string | null = null;
   stage: SetupStage = "spawn";
 
   cancelReason: CancelReason | null = null;

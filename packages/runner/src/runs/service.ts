@@ -29,6 +29,8 @@ export interface RunStartRequest {
   timeout_secs: number | null;
   /** The caller's opaque tenant tag (design §4.2); absent from older Servers and from `exec`. */
   tenant?: string | undefined;
+  /** The terminal run whose ACP session this one continues (design §17); absent: a fresh session. */
+  continue_run_id?: string | undefined;
 }
 
 export type RunStartOutcome =

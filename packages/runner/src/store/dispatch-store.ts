@@ -86,6 +86,10 @@ const MIGRATIONS: ReadonlyArray<(db: Db) => void> = [
   (db) => {
     db.exec(TOMBSTONES_DDL);
   },
+  // Continuation (design §17): the run's ACP session id (not a secret), so a later run can resume it.
+  (db) => {
+    db.exec("ALTER TABLE runs ADD COLUMN acp_session_id TEXT");
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
@@ -245,6 +249,10 @@ export class SqliteDispatchStore implements DispatchStore {
       config: db.prepare(`
         UPDATE runs SET effective_config = @config, updated_at = @now
         WHERE run_id = @run_id AND phase IN ('admitted', 'setup')`),
+      acpSession: db.prepare("UPDATE runs SET acp_session_id = @session_id, updated_at = @now WHERE run_id = @run_id"),
+      acpSessionOf: db.prepare<[string], { acp_session_id: string | null }>(
+        "SELECT acp_session_id FROM runs WHERE run_id = ?",
+      ),
       barrier: db.prepare(`
         UPDATE runs SET phase = 'dispatch_barrier', state = 'running', execution_state = 'started',
           updated_at = @now
@@ -363,6 +371,16 @@ export class SqliteDispatchStore implements DispatchStore {
     const params = { run_id: runId, config: JSON.stringify(config), now: nowIso() };
     const info = this.#withoutFsync(() => this.#stmts.config.run(params));
     this.#expectOne(info.changes, runId, "recordEffectiveConfig");
+  }
+
+  recordAcpSession(runId: string, sessionId: string): void {
+    const params = { run_id: runId, session_id: sessionId, now: nowIso() };
+    const info = this.#withoutFsync(() => this.#stmts.acpSession.run(params));
+    this.#expectOne(info.changes, runId, "recordAcpSession");
+  }
+
+  acpSessionOf(runId: string): string | null {
+    return this.#stmts.acpSessionOf.get(runId)?.acp_session_id ?? null;
   }
 
   /** One commit under synchronous=NORMAL, then FULL again (see the header for which and why). */
