@@ -183,9 +183,11 @@ function fromSql(r: SqlRow): DispatchRow {
   } catch {
     effective = [];
   }
+  // The ACP session id is read on its own (acpSessionOf), never as part of a run's row.
+  const { acp_session_id: _session, ...row } = r as SqlRow & { acp_session_id?: string | null };
   // The columns only ever hold values written through this module from the protocol's enums.
   return {
-    ...r,
+    ...row,
     phase: r.phase as DispatchRow["phase"],
     state: r.state as DispatchRow["state"],
     execution_state: r.execution_state as DispatchRow["execution_state"],

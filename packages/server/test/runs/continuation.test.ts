@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { ProcStack } from "../support/proc-stack.js";
 import { ok, type Structured, TERMINAL, toolError } from "../support/tool-calls.js";
@@ -93,6 +94,18 @@ describe("continuation: follow-up turns in the agent's own session", () => {
     const two = await runTurn(alice, "l2", "scenario: recall", one.runId);
     expect(two.text).toBe("recall: nonce: loaded-1");
     expect(two.text).not.toContain("replayed:");
+    // Dropped as the parent's history, not counted as stray updates of this run (the Runner's own record,
+    // read once the Runner, which holds its store exclusively, has stopped).
+    await st.killRunner("r1", "SIGTERM");
+    const db = new Database(join(st.dir, "runner-state-r1", "dispatch.sqlite"), { readonly: true });
+    try {
+      const row = db.prepare("SELECT ignored_updates FROM runs WHERE run_id = ?").get(two.runId) as {
+        ignored_updates: number;
+      };
+      expect(row.ignored_updates).toBe(0);
+    } finally {
+      db.close();
+    }
   });
 
   it("refusals start nothing: unknown, another principal's (same answer), a second child (continuation_conflict), not terminal", async () => {
