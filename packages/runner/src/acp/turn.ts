@@ -42,7 +42,7 @@ import {
 import type { TimedStage } from "../runs/timings.js";
 import type { DispatchStore } from "../store/types.js";
 import { checkCallerKeys, sequenceConfig } from "./config-sequencing.js";
-import { continueSession } from "./resume.js";
+import { CONTINUATION_UNSUPPORTED_DETAIL, continueSession } from "./resume.js";
 import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./session.js";
 
 /**
@@ -112,16 +112,19 @@ export class AcpTurn {
     milestone("initialize");
     if (initialized) return initialized;
 
+    run.stage = "session_new";
     const session =
       run.continueSessionId === null
         ? await this.#newSession(run, conn)
-        : await continueSession(run, conn, run.continueSessionId, {
+        : await continueSession(conn, run.continueSessionId, run.project.root, {
             step: (request) => this.#setupStep(run, request),
             failure: (outcome) => this.#setupFailure(run, outcome),
+            unsupported: () => notStarted("provider_rejected", "session_new", CONTINUATION_UNSUPPORTED_DETAIL),
           });
     milestone("session_new");
     if (session.end) return session.end;
     const { sessionId, configOptions } = session.value;
+    run.sessionId = sessionId;
     this.#d.store.recordAcpSession(run.run_id, sessionId);
 
     const configured = await this.#configure(run, conn, sessionId, configOptions, callerConfig, redactor);

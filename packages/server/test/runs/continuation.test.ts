@@ -53,13 +53,13 @@ describe("continuation: follow-up turns in the agent's own session", () => {
     if (sessions) rmSync(sessions, { recursive: true, force: true });
   });
 
-  async function stack(continuation: "both" | "load" | "none"): Promise<ProcStack> {
+  async function stack(continuation: "both" | "load" | "none", declared = continuation): Promise<ProcStack> {
     sessions = mkdtempSync(join(tmpdir(), "wc-fake-sessions-"));
     s = await new ProcStack({
       runners: [{ id: "r1", projects: ["demo"] }],
       server: "child",
       agentArgs: continuation === "none" ? [] : ["--continuation", continuation, "--session-dir", sessions],
-      agentToml: `continuation = "${continuation}"`,
+      agentToml: `continuation = "${declared}"`,
     }).init();
     await s.startRunner("r1");
     return s;
@@ -189,6 +189,20 @@ describe("continuation: follow-up turns in the agent's own session", () => {
     });
     expect(refused.code).toBe("continuation_unsupported");
     expect(refused.message).toContain("fake (Fake agent)");
+    expect(st.prompts("r1")).toHaveLength(1);
+  });
+
+  it("an agent declared able to continue whose initialize says otherwise: the child ends failed/not_started, no prompt", async () => {
+    const st = await stack("none", "both");
+    const alice = await st.mcp("alice");
+    const parent = await runTurn(alice, "d1", "scenario: hello");
+    const child = await runTurn(alice, "d2", "scenario: recall", parent.runId);
+    expect([child.last.state, child.last.execution_state, child.last.failure_kind]).toEqual([
+      "failed",
+      "not_started",
+      "provider_rejected",
+    ]);
+    expect(child.last.message).toContain("neither session/resume nor session/load");
     expect(st.prompts("r1")).toHaveLength(1);
   });
 
