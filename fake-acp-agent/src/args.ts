@@ -27,7 +27,16 @@ export interface AgentOptions {
   modeValues: string[];
   /** Session modes `session/new` returns (the first is current), as agents without config options do. */
   sessionModes: string[];
+  /** Which continuation methods `initialize` advertises and serves: `loadSession`, `sessionCapabilities.resume`. */
+  continuation: Continuation;
+  /** Where sessions persist (one JSON file per session id), so a later process can load/resume them. */
+  sessionDir: string | undefined;
 }
+
+export const CONTINUATIONS = ["none", "load", "resume", "both"] as const;
+export type Continuation = (typeof CONTINUATIONS)[number];
+/** Env fallback for `--session-dir` (a flag wins). */
+export const SESSION_DIR_ENV = "FAKE_ACP_SESSION_DIR";
 
 /** A bad command line; main prints the message to stderr and exits 2. */
 export class UsageError extends Error {
@@ -44,7 +53,7 @@ function integer(flag: string, raw: string): number {
   return Number(raw);
 }
 
-export function parseCli(argv: readonly string[]): AgentOptions {
+export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = {}): AgentOptions {
   let values: ReturnType<typeof parse>["values"];
   try {
     values = parse(argv).values;
@@ -86,7 +95,19 @@ export function parseCli(argv: readonly string[]): AgentOptions {
     return items;
   };
 
+  const continuation = values.continuation ?? "none";
+  if (!(CONTINUATIONS as readonly string[]).includes(continuation)) {
+    throw new UsageError(`--continuation expects ${CONTINUATIONS.join(", ")}, got ${JSON.stringify(continuation)}`);
+  }
+  const rawDir = values["session-dir"] ?? env[SESSION_DIR_ENV];
+  const sessionDir = rawDir === undefined || rawDir === "" ? undefined : rawDir;
+  if (continuation !== "none" && sessionDir === undefined) {
+    throw new UsageError(`--continuation ${continuation} needs --session-dir (or ${SESSION_DIR_ENV})`);
+  }
+
   return {
+    continuation: continuation as Continuation,
+    sessionDir,
     agentName: values["agent-name"],
     modeValues: list("--mode-values", values["mode-values"]),
     sessionModes: list("--session-modes", values["session-modes"]),
@@ -124,6 +145,8 @@ function parse(argv: readonly string[]) {
       "agent-name": { type: "string" },
       "mode-values": { type: "string" },
       "session-modes": { type: "string" },
+      continuation: { type: "string" },
+      "session-dir": { type: "string" },
     },
   });
 }

@@ -10,7 +10,7 @@ import { tapPrompts } from "./prompt-tap.js";
 
 function options(): AgentOptions {
   try {
-    return parseCli(process.argv.slice(2));
+    return parseCli(process.argv.slice(2), process.env);
   } catch (error) {
     if (!(error instanceof UsageError)) throw error;
     console.error(`fake-acp-agent: ${error.message}`);

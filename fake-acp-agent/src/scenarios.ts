@@ -14,6 +14,7 @@ import {
   promptError,
   strayResponse,
 } from "./scenarios/faults.js";
+import { recall } from "./scenarios/recall.js";
 import { gitPlant, gitWork, homeProbe, plant, seek } from "./scenarios/sandbox.js";
 import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
 import { burst, slow } from "./scenarios/streams.js";
@@ -59,6 +60,7 @@ export const SCENARIOS = {
   edit_file: editFile,
   agent_state: agentState,
   replay,
+  recall,
 } as const satisfies Record<string, Scenario>;
 
 export type ScenarioName = keyof typeof SCENARIOS;

@@ -148,6 +148,11 @@ export const ProviderAdvert = z
     provider_instance_id: InstanceId,
     name: boundedText(MAX_EVENT_LABEL_BYTES),
     allowed_config_options: z.array(ConfigOptionId).max(MAX_ALLOWED_CONFIG_OPTIONS),
+    /**
+     * How the provider's agent can continue an earlier run's ACP session (design §17): `resume`
+     * (session/resume), `load` (session/load), `both`, or `none`. Absent from older Runners: none.
+     */
+    continuation: z.enum(["none", "load", "resume", "both"]).optional(),
   })
   .strict();
 export type ProviderAdvert = z.infer<typeof ProviderAdvert>;
@@ -368,6 +373,11 @@ export const RunStartFrame = z
     tenant: TenantTag.optional(),
     /** Only for a `worktree` project (design §16): what the run's checkout starts from; absent: the project's HEAD. */
     base_ref: BaseRef.optional(),
+    /**
+     * Continue this earlier run's ACP session (design §17): a terminal run of the same tenant, project and
+     * provider on this Runner, whose ACP session id the Runner kept. Absent: a fresh session.
+     */
+    continue_run_id: RunId.optional(),
   })
   .strict();
 

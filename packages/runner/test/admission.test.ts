@@ -52,3 +52,35 @@ describe("admission", () => {
     });
   });
 });
+
+describe("continuation admission (design §17)", () => {
+  test("a parent whose ACP session this store does not hold: admitted, then failed/not_started before any spawn", async () => {
+    const parent = startRequest(manager, "scenario: hello\ncase: parent");
+    const child = startRequest(manager, "scenario: hello\ncase: orphan", { continue_run_id: parent.run_id });
+    expect(await manager.start(child)).toMatchObject({ ok: true, created: true });
+    await manager.whenSettled(child.run_id);
+    expect(manager.inventory().find((r) => r.run_id === child.run_id)).toMatchObject({
+      state: "failed",
+      execution_state: "not_started",
+      failure_kind: "provider_rejected",
+      message: expect.stringContaining("holds no agent session of the run to continue"),
+    });
+  });
+
+  test("a parent that ran here: its session id is kept and the child takes it up", async () => {
+    const parent = startRequest(manager, "scenario: hello\ncase: kept");
+    await manager.start(parent);
+    await manager.whenSettled(parent.run_id);
+    expect(manager.inventory().find((r) => r.run_id === parent.run_id)?.state).toBe("completed");
+    // The fake agent here advertises neither method: the child gets as far as the session step.
+    const child = startRequest(manager, "scenario: hello\ncase: child", { continue_run_id: parent.run_id });
+    await manager.start(child);
+    await manager.whenSettled(child.run_id);
+    expect(manager.inventory().find((r) => r.run_id === child.run_id)).toMatchObject({
+      state: "failed",
+      execution_state: "not_started",
+      failure_kind: "provider_rejected",
+      message: expect.stringContaining("neither session/resume nor session/load"),
+    });
+  });
+});

@@ -109,6 +109,7 @@ describe("no barrier for an agent already gone", () => {
         runId,
         project,
         cwd: project.root,
+        continueSessionId: null,
         agent,
         runAs: null,
         timeoutSecs: 60,

@@ -246,6 +246,18 @@ executable = "/nonexistent/agent"
     ]);
   });
 
+  test("an agent's continuation is none, load, resume or both (default none)", () => {
+    expect(parseConfig(VALID, file).acp.agents[0]?.continuation).toBe("none");
+    const both = VALID.replace(
+      'allowed_config_options = ["model"]\n',
+      'allowed_config_options = ["model"]\ncontinuation = "both"\n',
+    );
+    expect(parseConfig(both, file).acp.agents[0]?.continuation).toBe("both");
+    expect(errorsOf(both.replace('"both"', '"sometimes"'))).toEqual([
+      `${file}: acp.agents[0].continuation: must be one of none, load, resume, both`,
+    ]);
+  });
+
   test("TOML syntax errors name the line", () => {
     expect(errorsOf("[runner\n")[0]).toMatch(new RegExp(`^${file}:1:\\d+: TOML syntax error`));
   });

@@ -87,8 +87,13 @@ describe("dispatch store", () => {
       { id: "fast", value: true },
     ]);
     expect(row).toMatchObject({ child_pgid: 4242, child_start_time: "123456" });
+    expect(store.acpSessionOf(id)).toBeNull();
+    store.recordAcpSession(id, "agent-session-1");
     store.markTerminal(id, completed);
     store.clearChild(id);
+    // The ACP session id outlives the terminal write (a later run may continue it, design §17).
+    expect(store.acpSessionOf(id)).toBe("agent-session-1");
+    expect(store.acpSessionOf("wc_agent_run_unknown")).toBeNull();
     row = store.get(id)!;
     expect(row).toMatchObject({ ...completed, phase: "terminal", child_pgid: null, child_start_time: null });
     expect(Object.keys(row).sort()).toEqual(

@@ -29,6 +29,8 @@ const store: DispatchStore = {
   ensureDurable: (runId) => real.ensureDurable(runId),
   markSetup: (runId, child) => real.markSetup(runId, child),
   recordEffectiveConfig: (runId, c) => real.recordEffectiveConfig(runId, c),
+  recordAcpSession: (runId, id) => real.recordAcpSession(runId, id),
+  acpSessionOf: (runId) => real.acpSessionOf(runId),
   markDispatchBarrier: (runId) => real.markDispatchBarrier(runId),
   markTerminal: (runId, update) => {
     if (failing.has(runId)) {

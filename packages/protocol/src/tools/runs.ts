@@ -69,6 +69,9 @@ export const StartInput = z
       .optional()
       .describe("Run deadline; the Runner clamps it to its own maximum."),
     base_ref: BaseRef.optional(),
+    continue_run_id: RunId.optional().describe(
+      "Continue the conversation of this earlier run of yours: a terminal run on the same project and provider. The new run resumes that run's agent session (the agent remembers the earlier turns), then gets this prompt. One follow-up per run: a second one with another idempotency key is refused (continuation_conflict); an agent that cannot resume sessions is refused (continuation_unsupported). Nothing starts on a refusal.",
+    ),
   })
   .strict();
 export type StartInput = z.infer<typeof StartInput>;
@@ -154,6 +157,9 @@ export const ObserveToolOutput = RunStatusFields.extend({
   workspace: RunWorkspace.optional().describe(
     "A run of a `worktree` project: the commit its checkout started from, its branch, and once its change is recorded the branch's head (get_coding_agent_changes shows it).",
   ),
+  /** Continuation (design §17): the run this one continues, and the run that continues it. */
+  parent_run_id: RunId.optional(),
+  continued_by: RunId.optional(),
 }).strict();
 
 export const CancelToolInput = z.object({ run_id: RunId }).strict();

@@ -28,9 +28,11 @@
  */
 
 import {
+  type AgentCapabilities,
   type AnyMessage,
   client,
   type InitializeResponse,
+  type LoadSessionResponse,
   MessageTooLargeError,
   type NewSessionResponse,
   ndJsonStream,
@@ -38,6 +40,7 @@ import {
   RequestError,
   type RequestPermissionRequest,
   type RequestPermissionResponse,
+  type ResumeSessionResponse,
   type SessionConfigOption,
   type SessionNotification,
 } from "@agentclientprotocol/sdk";
@@ -121,6 +124,10 @@ export class AcpClientConnection {
   #malformed = false;
   #stdoutEnded = false;
   #closedLocally = false;
+  /** What the agent's `initialize` answer advertised (null until it answered). */
+  #capabilities: AgentCapabilities | null = null;
+  /** While `session/load` of this session is outstanding: its replayed history, dropped before the hooks. */
+  #replaying: string | null = null;
 
   constructor(child: AgentChild, hooks: AcpHooks, options: { maxMessageBytes?: number } = {}) {
     this.#child = child;
@@ -168,6 +175,7 @@ export class AcpClientConnection {
 
     const app = client({ name: "webcodex-runner" })
       .onNotification("session/update", (ctx) => {
+        if (ctx.params.sessionId === this.#replaying) return;
         hooks.onSessionUpdate(ctx.params);
       })
       .onRequest("session/request_permission", (ctx) => hooks.onPermissionRequest(ctx.params, ctx.signal))
@@ -216,7 +224,9 @@ export class AcpClientConnection {
                 return;
               }
               try {
-                hooks.onSessionUpdate(message.params);
+                if ((message.params as { sessionId?: unknown }).sessionId !== this.#replaying) {
+                  hooks.onSessionUpdate(message.params);
+                }
               } catch {
                 // As on the SDK's path: a throwing handler loses that update, never the connection.
               }
@@ -268,11 +278,40 @@ export class AcpClientConnection {
 
   initialize(): Promise<RequestOutcome<InitializeResponse>> {
     return this.#request(
-      this.#connection.agent.request("initialize", {
-        protocolVersion: ACP_PROTOCOL_VERSION,
-        clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
-        clientInfo: { ...CLIENT_INFO },
-      }),
+      this.#connection.agent
+        .request("initialize", {
+          protocolVersion: ACP_PROTOCOL_VERSION,
+          clientCapabilities: { fs: { readTextFile: false, writeTextFile: false }, terminal: false },
+          clientInfo: { ...CLIENT_INFO },
+        })
+        .then((answer) => {
+          this.#capabilities = answer.agentCapabilities ?? {};
+          return answer;
+        }),
+    );
+  }
+
+  /** The capabilities the agent's `initialize` answer advertised; null before it answered. */
+  get agentCapabilities(): AgentCapabilities | null {
+    return this.#capabilities;
+  }
+
+  /** `session/resume` (design §17): the agent takes the session up again without replaying it. */
+  resumeSession(sessionId: string, cwd: string): Promise<RequestOutcome<ResumeSessionResponse>> {
+    return this.#request(this.#connection.agent.request("session/resume", { sessionId, cwd, mcpServers: [] }));
+  }
+
+  /**
+   * `session/load` (design §17): the agent streams the session's history back as session/update before it
+   * answers; those updates are dropped here (they are the parent run's, not this one's), in stream order, so
+   * every update after the answer is the new turn's.
+   */
+  loadSession(sessionId: string, cwd: string): Promise<RequestOutcome<LoadSessionResponse>> {
+    this.#replaying = sessionId;
+    return this.#request(this.#connection.agent.request("session/load", { sessionId, cwd, mcpServers: [] })).finally(
+      () => {
+        this.#replaying = null;
+      },
     );
   }
 

@@ -38,6 +38,7 @@ import type { Logger } from "../logger.js";
 import { type AgentChild, resolveChildEnv, SpawnError, spawnAgent } from "../process/spawn.js";
 import type { DispatchStore } from "../store/types.js";
 import { checkCallerKeys, sequenceConfig } from "./config-sequencing.js";
+import { CONTINUATION_UNSUPPORTED_DETAIL, continueSession } from "./resume.js";
 import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./session.js";
 import {
   type CancelReason,
@@ -75,6 +76,8 @@ export interface TurnRun {
   readonly project: ProjectConfig;
   /** Where the agent works: the project root, or the run's own worktree (design §16). */
   readonly cwd: string;
+  /** The parent run's ACP session this run continues (design §17, acp/resume.ts); null: a fresh session. */
+  readonly continueSessionId: string | null;
   readonly agent: AgentConfig;
   /** The run_as pool user the run holds, or null: the Runner's own user. */
   readonly runAs: RunAs | null;
@@ -230,10 +233,15 @@ export class AcpTurn {
     this.#milestone("initialize");
     if (initialized) return initialized;
 
-    const session = await this.#newSession(conn);
+    const session =
+      this.#run.continueSessionId === null
+        ? await this.#newSession(conn)
+        : await this.#continueSession(conn, this.#run.continueSessionId);
     this.#milestone("session_new");
     if (session.end) return session.end;
     const { sessionId, configOptions } = session.value;
+    // Kept so a later run can continue this session (design §17); durable with the barrier's commit.
+    this.#o.store.recordAcpSession(this.#run.runId, sessionId);
 
     const configured = await this.#configure(conn, sessionId, configOptions, callerConfig);
     if (configured) return configured;
@@ -398,6 +406,22 @@ export class AcpTurn {
     if (typeof session.value?.sessionId !== "string") return { end: notStarted("protocol_violation", "session_new") };
     this.#sessionId = session.value.sessionId;
     return { value: { sessionId: session.value.sessionId, configOptions: session.value.configOptions } };
+  }
+
+  /** Continuation (design §17): the parent run's ACP session taken up in place of `session/new` (acp/resume.ts). */
+  async #continueSession(
+    conn: AcpClientConnection,
+    parentSessionId: string,
+  ): Promise<Step<{ sessionId: string; configOptions: NewSessionResponse["configOptions"] }>> {
+    this.#stage = "session_new";
+    const session = await continueSession(conn, parentSessionId, this.#run.cwd, {
+      step: (request) => this.#setupStep(request),
+      failure: (outcome) => this.#setupFailure(outcome),
+      unsupported: () => notStarted("provider_rejected", "session_new", CONTINUATION_UNSUPPORTED_DETAIL),
+    });
+    if (session.end) return { end: session.end };
+    this.#sessionId = session.value.sessionId;
+    return { value: session.value };
   }
 
   /** Config sequencing (acp/config-sequencing.ts); its redacted snapshot is recorded as the effective config. */

@@ -58,6 +58,11 @@ export interface AgentConfig {
    * (one per concurrent run, process/user-pool.ts); null: the agent runs as the Runner's user (`sharesRunnerUser`, config/exposure.ts).
    */
   readonly runAs: RunAsPool | null;
+  /**
+   * Which ACP continuation methods the operator says this agent has (design §17), advertised to the Server;
+   * each continuing run still checks the agent's `initialize` answer. `none`: runs cannot be continued.
+   */
+  readonly continuation: "none" | "load" | "resume" | "both";
 }
 
 export interface AcpConfig {
@@ -471,6 +476,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
         ownForcedKeys: Object.freeze(Object.keys(a.forced_config)),
         envFromEnv: Object.freeze({ ...a.env_from_env }),
         runAs: runAs.ok ? runAs.value : null,
+        continuation: a.continuation,
       }),
     );
   });

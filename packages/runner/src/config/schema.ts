@@ -136,6 +136,9 @@ const AgentSchema = z
     forced_config: ForcedTable,
     run_as: RunAsUsers.optional(),
     run_as_group: AccountName.optional(),
+    continuation: z
+      .enum(["none", "load", "resume", "both"], { error: "must be one of none, load, resume, both" })
+      .default("none"),
   })
   .strict();
 

@@ -117,6 +117,10 @@ function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
 }
 
+/** A continuing run whose parent's ACP session this Runner does not hold (pruned, another store or provider). */
+const NO_PARENT_SESSION =
+  "This Runner holds no agent session of the run to continue (its record was pruned, or it ran elsewhere).";
+
 export class RunManager implements RunService {
   readonly agentInstanceId: string;
   readonly #config: RunnerConfig;
@@ -218,6 +222,7 @@ export class RunManager implements RunService {
         provider_instance_id: this.#providerInstanceIds.get(a.id) as string,
         name: a.name,
         allowed_config_options: [...a.allowedConfigOptions],
+        continuation: a.continuation,
       })),
       projects: this.#config.projects.map((p) => ({ project_id: p.id, allow_patch: p.allowPatch })),
       agents_share_runner_user: sameUserAgents(this.#config).length > 0,
@@ -274,6 +279,10 @@ export class RunManager implements RunService {
         message: "The project does not allow agent runs (allow_patch).",
       };
     }
+    // Continuation (design §17): the parent's ACP session, kept in this store; none here ends the run not started.
+    const parent = req.continue_run_id === undefined ? null : this.#store.get(req.continue_run_id);
+    const continueSessionId = parent?.provider_id === agent.id ? this.#store.acpSessionOf(parent.run_id) : null;
+    const orphan = req.continue_run_id !== undefined && continueSessionId === null;
     if (this.#active.size >= this.#config.acp.maxConcurrentRuns) return capacityRefusal("runner_full");
     // A project's tree serves one caller's run_as runs (runs/project-callers.ts): another caller's run is
     // admitted and ends failed / not_started with the fixed reason, before a pool user is leased or bound.
@@ -282,7 +291,11 @@ export class RunManager implements RunService {
       return { ok: false, code: "internal", message: "The Runner could not record which caller its project serves." };
     }
     const refused =
-      served === "other" ? notStarted("provider_spawn_failed", "spawn", PROJECT_SERVES_ANOTHER_CALLER) : null;
+      served === "other"
+        ? notStarted("provider_spawn_failed", "spawn", PROJECT_SERVES_ANOTHER_CALLER)
+        : orphan
+          ? notStarted("provider_rejected", "session_new", NO_PARENT_SESSION)
+          : null;
     // A run_as user of the agent's pool for this caller (process/user-pool.ts), or why there is none.
     const lease: Lease = refused ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
     if (!lease.ok) {
@@ -314,6 +327,7 @@ export class RunManager implements RunService {
       this.#now,
     );
     run.runAs = lease.user;
+    run.continueSessionId = continueSessionId;
     try {
       this.#store.admit({
         run_id: run.run_id,
@@ -487,6 +501,7 @@ export class RunManager implements RunService {
       runId: run.run_id,
       project: run.project,
       cwd: run.cwd,
+      continueSessionId: run.continueSessionId,
       agent: run.agent,
       runAs: run.runAs,
       timeoutSecs: run.timeoutSecs,

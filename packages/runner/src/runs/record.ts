@@ -57,6 +57,8 @@ export class Run {
   runAs: RunAs | null = null;
   /** The ACP connection (from the turn's `setup`) until the run's cleanup closes it. */
   conn: AcpClientConnection | null = null;
+  /** The parent run's ACP session this run continues (design §17, acp/resume.ts); null: a fresh session. */
+  continueSessionId: string | null = null;
   /**
    * The terminal state whose durable write failed: the run stays pinned in
    * memory (never evicted) so sync/inventory/cancel answer the terminal state,

@@ -32,6 +32,8 @@ export interface RunStartRequest {
   tenant?: string | undefined;
   /** Only for a `worktree` project: what the run's checkout starts from (protocol BaseRef); absent: HEAD. */
   base_ref?: string | undefined;
+  /** The terminal run whose ACP session this one continues (design §17); absent: a fresh session. */
+  continue_run_id?: string | undefined;
 }
 
 /** One page of a run's recorded change (workspace/workspaces.ts), or why there is none. */

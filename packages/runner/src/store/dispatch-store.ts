@@ -98,6 +98,10 @@ const MIGRATIONS: ReadonlyArray<(db: Db) => void> = [
       ) STRICT;
     `);
   },
+  // Continuation (design §17): the run's ACP session id (not a secret), so a later run can resume it.
+  (db) => {
+    db.exec("ALTER TABLE runs ADD COLUMN acp_session_id TEXT");
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
@@ -191,9 +195,11 @@ function fromSql(r: SqlRow): DispatchRow {
   } catch {
     effective = [];
   }
+  // The ACP session id is read on its own (acpSessionOf), never as part of a run's row.
+  const { acp_session_id: _session, ...row } = r as SqlRow & { acp_session_id?: string | null };
   // The columns only ever hold values written through this module from the protocol's enums.
   return {
-    ...r,
+    ...row,
     phase: r.phase as DispatchRow["phase"],
     state: r.state as DispatchRow["state"],
     execution_state: r.execution_state as DispatchRow["execution_state"],
@@ -257,6 +263,10 @@ export class SqliteDispatchStore implements DispatchStore {
       config: db.prepare(`
         UPDATE runs SET effective_config = @config, updated_at = @now
         WHERE run_id = @run_id AND phase IN ('admitted', 'setup')`),
+      acpSession: db.prepare("UPDATE runs SET acp_session_id = @session_id, updated_at = @now WHERE run_id = @run_id"),
+      acpSessionOf: db.prepare<[string], { acp_session_id: string | null }>(
+        "SELECT acp_session_id FROM runs WHERE run_id = ?",
+      ),
       barrier: db.prepare(`
         UPDATE runs SET phase = 'dispatch_barrier', state = 'running', execution_state = 'started',
           updated_at = @now
@@ -389,6 +399,16 @@ export class SqliteDispatchStore implements DispatchStore {
     const params = { run_id: runId, config: JSON.stringify(config), now: nowIso() };
     const info = this.#withoutFsync(() => this.#stmts.config.run(params));
     this.#expectOne(info.changes, runId, "recordEffectiveConfig");
+  }
+
+  recordAcpSession(runId: string, sessionId: string): void {
+    const params = { run_id: runId, session_id: sessionId, now: nowIso() };
+    const info = this.#withoutFsync(() => this.#stmts.acpSession.run(params));
+    this.#expectOne(info.changes, runId, "recordAcpSession");
+  }
+
+  acpSessionOf(runId: string): string | null {
+    return this.#stmts.acpSessionOf.get(runId)?.acp_session_id ?? null;
   }
 
   /** One commit under synchronous=NORMAL, then FULL again (see the header for which and why). */

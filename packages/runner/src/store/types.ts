@@ -110,6 +110,13 @@ export interface DispatchStore {
   /** Record the effective config snapshot (before the barrier, whose durable commit makes it durable too). */
   recordEffectiveConfig(runId: string, config: EffectiveConfigEntry[]): void;
   /**
+   * Keep the run's ACP session id (design §17; not a secret) for a later run that continues it: committed
+   * without an fsync of its own, durable with the barrier's commit. Survives restarts; gone with the row.
+   */
+  recordAcpSession(runId: string, sessionId: string): void;
+  /** The ACP session id a run kept, or null (none recorded, or no such row). */
+  acpSessionOf(runId: string): string | null;
+  /**
    * The barrier: commit phase dispatch_barrier, state running, execution_state started,
    * durably (fsync'd) before returning. The prompt is written only after this returns.
    */

@@ -28,6 +28,7 @@ import type {
   StartOutput,
 } from "./api.js";
 import { fail, type RunContext } from "./context.js";
+import { checkParent, checkProviderContinues, linkContinuation } from "./continuation.js";
 import { deriveRunId, deriveTenantTag, intentFingerprint } from "./identity.js";
 import type { Observation } from "./observe.js";
 
@@ -223,6 +224,7 @@ export class Admission {
     const runId = deriveRunId(this.#ctx.store.serverSecret, principal.id, input.idempotency_key);
     const config = input.config ?? {};
     const timeout = input.timeout_secs ?? null;
+    const parentId = input.continue_run_id;
     const fingerprint = intentFingerprint({
       project_id: input.project_id,
       provider_id: input.provider_id,
@@ -230,7 +232,16 @@ export class Admission {
       config,
       timeout_secs: timeout,
       base_ref: input.base_ref,
+      continue_run_id: parentId ?? null,
     });
+    // Continuation (design §17): the parent's checks first; the link is written with the intent (bind).
+    if (parentId !== undefined) {
+      const refused = checkParent(principal, parentId, await this.#ctx.store.get(parentId), input);
+      if (refused) return { ok: false, error: refused };
+      const callerBind = bind;
+      bind = async (fences, tx) =>
+        (await linkContinuation(tx, parentId, runId)) ?? (await callerBind?.(fences, tx)) ?? null;
+    }
     return this.admit(principal, {
       run_id: runId,
       intent_fingerprint: fingerprint,
@@ -240,7 +251,8 @@ export class Admission {
       config,
       timeout_secs: timeout,
       ...(input.base_ref !== undefined ? { base_ref: input.base_ref } : {}),
-      ...(bind ? { bind } : {}),
+      ...(parentId === undefined ? {} : { continue_run_id: parentId }),
+      ...(bind === undefined ? {} : { bind }),
       afterRecorded: async () => {
         await hooks.afterRecorded?.();
         await serverFailpoint("start_after_intent");
@@ -393,6 +405,10 @@ export class Admission {
       );
     }
     if (!project.allow_patch) return done(fail("forbidden", PROJECT_NOT_WRITABLE_MESSAGE, "none"));
+    if (req.continue_run_id !== undefined) {
+      const unsupported = checkProviderContinues(provider);
+      if (unsupported) return done({ ok: false, error: unsupported });
+    }
     if (!this.#ctx.registry.servesPrincipal(runner, principal.id)) {
       if (unacknowledged) return done(this.#replay(unacknowledged, principal));
       return done(fail("forbidden", sharedUserRefusal(req.project_id, principal.id), "none"));
@@ -514,6 +530,7 @@ export class Admission {
         timeout_secs: req.timeout_secs,
         tenant: deriveTenantTag(this.#ctx.store.serverSecret, principal.id),
         ...(req.base_ref !== undefined ? { base_ref: req.base_ref } : {}),
+        ...(req.continue_run_id === undefined ? {} : { continue_run_id: req.continue_run_id }),
       },
       this.#startTimeoutMs,
     );

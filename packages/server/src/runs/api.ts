@@ -74,6 +74,10 @@ export interface ObserveOutput {
   ended_at?: string;
   /** A worktree run's workspace (design §16), from the Runner's latest summary this Server holds. */
   workspace?: RunWorkspace;
+  /** Continuation (design §17): the run this one continues; absent when it started a fresh session. */
+  parent_run_id?: string;
+  /** Continuation: the run that continues this one; absent until one was admitted. */
+  continued_by?: string;
 }
 
 export interface CancelOutput {
@@ -125,6 +129,8 @@ export interface AdmissionRequest {
   timeout_secs: number | null;
   /** Only for a `worktree` project (design §16): what the run's checkout starts from; absent: the project's HEAD. */
   base_ref?: string;
+  /** The terminal run this one continues (design §17), already checked against the caller. */
+  continue_run_id?: string;
   /**
    * Runs inside the state transaction that records the admission intent (`tx`), before it is written:
    * a store on the state engine writes through `tx`; one still on the SQLite connection writes there

@@ -60,6 +60,8 @@ export interface RunIntent {
   timeout_secs: number | null;
   /** A worktree run's base (design §16); absent leaves the fingerprint exactly as before it existed. */
   base_ref?: string | undefined;
+  /** The run this one continues (design §17); null: a fresh session. */
+  continue_run_id?: string | null;
 }
 
 /** sha256 (hex) of the canonical JSON of every execution-affecting input. */
@@ -72,6 +74,8 @@ export function intentFingerprint(intent: RunIntent): string {
     config: intent.config,
     timeout_secs: intent.timeout_secs,
     base_ref: intent.base_ref,
+    // Only when set, so the fingerprint of every run that continues nothing stays what it was.
+    ...(intent.continue_run_id ? { continue_run_id: intent.continue_run_id } : {}),
   });
   return createHash("sha256").update(body, "utf8").digest("hex");
 }

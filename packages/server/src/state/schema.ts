@@ -446,6 +446,19 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX webhook_outbox_order ON webhook_outbox (subscription_id, run_id, seq);
     `,
   },
+  {
+    version: 18,
+    summary:
+      "continuation links (design §17): which run continues which, one child per parent (the primary key), " +
+      "written in the child's admission transaction, so observe names parent_run_id and continued_by",
+    sql: `
+      CREATE TABLE run_continuations (
+        parent_run_id TEXT PRIMARY KEY,
+        child_run_id TEXT NOT NULL UNIQUE,
+        created_at TEXT NOT NULL
+      ) STRICT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

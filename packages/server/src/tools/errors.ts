@@ -35,6 +35,10 @@ export const API_ERROR_CODES = [
   "version_conflict",
   /** Workflow sessions: context_session_version is not the context session's current version. */
   "context_version_conflict",
+  /** Continuation (design §17): the parent run was already continued under another idempotency key. */
+  "continuation_conflict",
+  /** Continuation: the provider's agent advertises neither session/resume nor session/load. */
+  "continuation_unsupported",
   /** The Server's state database cannot be reached (state/engine.ts StateUnavailableError); nothing half-written. */
   "state_unavailable",
   /** Too many operations already wait for the state database (StateBusyError). */
@@ -76,6 +80,8 @@ const RECOVERY_FOR: Record<ApiError["code"], RecoveryKind> = {
   claim_conflict: "wait",
   version_conflict: "reobserve",
   context_version_conflict: "reobserve",
+  continuation_conflict: "fix_input",
+  continuation_unsupported: "none",
   state_unavailable: "retry_same",
   state_busy: "retry_same",
   internal: "none",

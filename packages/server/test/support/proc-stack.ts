@@ -102,6 +102,8 @@ export interface ProcStackOptions {
   linkPort?: number;
   /** Extra command-line flags of the fake agent (e.g. `--config-options`). */
   agentArgs?: string[];
+  /** Extra lines of the Runner's `[[acp.agents]]` table (e.g. `continuation = "both"`). */
+  agentToml?: string;
   /** Each Runner's `[acp] permission_timeout_secs` (default 60). */
   permissionTimeoutSecs?: number;
 }
@@ -231,6 +233,7 @@ export class ProcStack {
         `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(r.runAs?.agentBin ?? FAKE_AGENT_BIN)}\n` +
         `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id), ...(this.opts.agentArgs ?? [])])}\nallowed_config_options = ["model"]\n` +
         (r.runAs ? `run_as = ${JSON.stringify(r.runAs.user)}\n` : "") +
+        (this.opts.agentToml ? `${this.opts.agentToml}\n` : "") +
         `[acp.agents.env_from_env]\nPATH = "PATH"\n`,
     );
   }
