@@ -93,7 +93,13 @@ export function isMetadataUrl(clientId: string): boolean {
   }
 }
 
-function guardedLookup(allowLoopback: boolean) {
+/**
+ * A socket `lookup` that resolves like dns.lookup but fails with EREFUSED_ADDRESS when any address the host
+ * resolves to is refused by `refuse` (its reason, or null): the connect-time half of an SSRF guard, so a name
+ * that resolved to a public address at registration cannot reach a private one later. Also used by webhook
+ * deliveries (webhooks/destination.ts).
+ */
+export function refusingLookup(refuse: (address: string) => string | null) {
   return (
     hostname: string,
     options: object,
@@ -103,11 +109,10 @@ function guardedLookup(allowLoopback: boolean) {
       if (err) return callback(err, []);
       const list = addresses as LookupAddress[];
       for (const a of list) {
-        const why = refusedAddress(a.address, allowLoopback);
+        const why = refuse(a.address);
         if (why) return callback(Object.assign(new Error(`resolves to ${why}`), { code: "EREFUSED_ADDRESS" }), []);
       }
-      const wantAll = (options as { all?: boolean }).all === true;
-      if (wantAll) return callback(null, list);
+      if ((options as { all?: boolean }).all === true) return callback(null, list);
       const first = list[0];
       if (!first) return callback(Object.assign(new Error("no address"), { code: "ENOTFOUND" }), []);
       return callback(null, first.address, first.family);
@@ -135,7 +140,7 @@ export async function fetchClientMetadata(clientId: string, opts: FetchOptions):
       {
         method: "GET",
         headers: { accept: "application/json" },
-        lookup: guardedLookup(opts.allowLoopback) as never,
+        lookup: refusingLookup((address) => refusedAddress(address, opts.allowLoopback)) as never,
         signal,
         ...(opts.ca ? { ca: opts.ca } : {}),
       },

@@ -11,7 +11,7 @@
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { isIP } from "node:net";
 import { promisify } from "node:util";
-import { refusedAddress } from "../oauth/client-metadata.js";
+import { refusedAddress, refusingLookup } from "../oauth/client-metadata.js";
 
 export const MAX_URL_CHARS = 2048;
 
@@ -90,22 +90,5 @@ export async function checkDestination(raw: string, policy: DestinationPolicy): 
 
 /** The `lookup` of the delivery's socket: every resolved address checked as at registration. */
 export function destinationLookup(protocol: string, policy: DestinationPolicy) {
-  return (
-    hostname: string,
-    options: object,
-    callback: (err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void,
-  ): void => {
-    dnsLookup(hostname, { ...options, all: true }, (err, addresses) => {
-      if (err) return callback(err, []);
-      const list = addresses as LookupAddress[];
-      for (const a of list) {
-        const why = refusedFor(a.address, protocol, policy);
-        if (why) return callback(Object.assign(new Error(`resolves to ${why}`), { code: "EREFUSED_ADDRESS" }), []);
-      }
-      if ((options as { all?: boolean }).all === true) return callback(null, list);
-      const first = list[0];
-      if (!first) return callback(Object.assign(new Error("no address"), { code: "ENOTFOUND" }), []);
-      return callback(null, first.address, first.family);
-    });
-  };
+  return refusingLookup((address) => refusedFor(address, protocol, policy));
 }

@@ -72,6 +72,14 @@ export class TerminalBook {
   /** Runs whose first terminal answer was a retryable rejection, checked against the ledger. */
   readonly #retryable = new Set<string>();
 
+  /**
+   * Whether the run's last terminal answer was a retryable rejection (`not_started`, `retry_same`, checked
+   * against the ledger): a same-key start then admits it afresh, the same run id with `replayed: false`.
+   */
+  retryable(runId: string): boolean {
+    return this.#retryable.has(runId);
+  }
+
   /** The run's first terminal answer, once one was seen. */
   first(runId: string): Seen | undefined {
     return this.#first.get(runId);
