@@ -355,7 +355,14 @@ describe("seeded chaos, cluster mode: two instances on PostgreSQL behind a load 
         if (known) expect(replay.run_id, `iteration ${i}: ${key} keeps its run`).toBe(known);
         runOf.set(key, replay.run_id);
         if (step.action === "cancel") {
-          const c = await call<CancelOutput>(lb.port, "cancel", { run_id: replay.run_id });
+          // A cancel the Runner could not be reached for is refused `runner_unavailable` (wait): nothing was
+          // changed, so it is asked again, within RECONNECT_WAIT_MS, as a client is told to.
+          let c = await call<CancelOutput>(lb.port, "cancel", { run_id: replay.run_id });
+          const deadline = Date.now() + RECONNECT_WAIT_MS;
+          while (!c.result.ok && c.result.error.code === "runner_unavailable" && Date.now() < deadline) {
+            await new Promise((r) => setTimeout(r, DAEMON_POLL_MS));
+            c = await call<CancelOutput>(lb.port, "cancel", { run_id: replay.run_id });
+          }
           if (!c.result.ok) throw new Error(`iteration ${i}: cancel of ${key}: ${JSON.stringify(c.result.error)}`);
         }
         await observeTerminal(replay.run_id);
