@@ -31,6 +31,8 @@ function summaryPatch(s: RunSummary): RecordPatch {
     recovery_kind: s.recovery_kind,
     message: s.message,
     effective_config: s.effective_config,
+    runner_seq: s.last_seq,
+    runner_updated_at: s.updated_at,
     // A summary without usage (none reported yet, or one rebuilt from the Runner's store) keeps what is held.
     ...(s.usage
       ? {
@@ -42,6 +44,16 @@ function summaryPatch(s: RunSummary): RecordPatch {
       : {}),
   };
 }
+
+/** Whether `s` left the Runner before the summary `rec` last took (see `RunContext.noRegress`). */
+export function summaryBehind(s: RunSummary, rec: AdmissionRecord): boolean {
+  if (rec.runner_seq === null) return false;
+  if (s.last_seq !== rec.runner_seq) return s.last_seq < rec.runner_seq;
+  return rec.runner_updated_at !== null && Date.parse(s.updated_at) < Date.parse(rec.runner_updated_at);
+}
+
+/** Fields of a summary patch that say where it stands in the Runner's order, not what the run is. */
+const ORDER_ONLY: ReadonlySet<keyof RecordPatch> = new Set(["runner_seq", "runner_updated_at"]);
 
 /** Where `RunContext.persist` reads the record it pre-checks a summary against (see there). */
 export type Precheck = "database" | "copy" | AdmissionRecord;
@@ -112,9 +124,17 @@ export class RunContext {
     return rec;
   }
 
-  /** Never move a terminal record back to a non-terminal state. */
+  /**
+   * What a Runner summary may change in `rec`: never a terminal record back to a non-terminal state, and
+   * never a live record to a non-terminal summary older than the one it last took. Summaries reach the
+   * record by several paths at once (the run's events, a catch-up's or a cancel's answer, the admission
+   * answer), so one that left the Runner earlier can be written later: e.g. a cancel's answer saying
+   * `waiting_permission` after the event that ended the wait. The Runner's order is its `last_seq`, then
+   * its `updated_at` (stamped at every state change). A terminal summary is never stale.
+   */
   noRegress(rec: AdmissionRecord, s: RunSummary): RecordPatch {
     if (isTerminalState(rec.state) && !isTerminalState(s.state)) return {};
+    if (!isTerminalState(s.state) && summaryBehind(s, rec)) return {};
     return summaryPatch(s);
   }
 
@@ -152,8 +172,10 @@ export class RunContext {
     const patch: RecordPatch = this.noRegress(rec, summary);
     if (rec.admission === "sent") patch.admission = "admitted";
     const same = (a: unknown, b: unknown) => a === b || (Array.isArray(a) && JSON.stringify(a) === JSON.stringify(b));
+    // The summary's place in the Runner's order is written along with a change, never alone: one write per
+    // event would cost every event a database write, and a summary that changes nothing needs no guarding.
     const changed = (Object.keys(patch) as (keyof RecordPatch)[]).some(
-      (k) => !same((rec as unknown as Record<string, unknown>)[k], patch[k]),
+      (k) => !ORDER_ONLY.has(k) && !same((rec as unknown as Record<string, unknown>)[k], patch[k]),
     );
     return changed ? patch : null;
   }

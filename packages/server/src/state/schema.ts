@@ -459,6 +459,21 @@ export const MIGRATIONS: readonly Migration[] = [
       ) STRICT;
     `,
   },
+  {
+    version: 19,
+    summary:
+      "the place in the Runner's own order of the summary a record last took (its last_seq and updated_at), so " +
+      "a summary that left the Runner before that one — a cancel's or a catch-up's answer overtaken by the run's " +
+      "next event — never moves a live run's state back (runs/context.ts noRegress)",
+    sql: `
+      ALTER TABLE admission_records ADD COLUMN runner_seq INTEGER;
+      ALTER TABLE admission_records ADD COLUMN runner_updated_at TEXT;
+    `,
+    postgres: `
+      ALTER TABLE admission_records ADD COLUMN runner_seq BIGINT;
+      ALTER TABLE admission_records ADD COLUMN runner_updated_at TEXT;
+    `,
+  },
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]?.version ?? 0;

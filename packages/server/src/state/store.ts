@@ -66,6 +66,12 @@ export interface AdmissionRecord {
   usage_context_size: number | null;
   usage_cost_amount: number | null;
   usage_cost_currency: string | null;
+  /**
+   * Where in the Runner's own order the summary the record last took stands: its `last_seq` and the Runner's
+   * `updated_at` (null until a summary was taken). A non-terminal summary behind it is stale (runs/context.ts).
+   */
+  runner_seq: number | null;
+  runner_updated_at: string | null;
   created_at: string;
   updated_at: string;
 }
@@ -96,6 +102,8 @@ const COLUMNS = [
   "usage_context_size",
   "usage_cost_amount",
   "usage_cost_currency",
+  "runner_seq",
+  "runner_updated_at",
   "created_at",
   "updated_at",
 ] as const;
@@ -121,6 +129,8 @@ function fromRow(row: Row): AdmissionRecord {
     cancel_forwarded: row.cancel_forwarded === 1,
     cancel_pending: row.cancel_pending === 1,
     effective_config: effective,
+    // PostgreSQL's BIGINT arrives as a string.
+    runner_seq: row.runner_seq === null || row.runner_seq === undefined ? null : Number(row.runner_seq),
   });
 }
 
@@ -438,6 +448,8 @@ export class StateStore {
       | "usage_context_size"
       | "usage_cost_amount"
       | "usage_cost_currency"
+      | "runner_seq"
+      | "runner_updated_at"
     >,
     tx?: StateQueries,
   ): Promise<AdmissionRecord | undefined> {
@@ -451,6 +463,8 @@ export class StateStore {
       usage_context_size: null,
       usage_cost_amount: null,
       usage_cost_currency: null,
+      runner_seq: null,
+      runner_updated_at: null,
       created_at: now,
       updated_at: now,
     };

@@ -39,6 +39,8 @@ function record(admission: AdmissionRecord["admission"], store_id: string | null
     usage_context_size: null,
     usage_cost_amount: null,
     usage_cost_currency: null,
+    runner_seq: null,
+    runner_updated_at: null,
     created_at: "t",
     updated_at: "t",
   };

@@ -396,6 +396,34 @@ describe.each(ENGINES)("a Runner summary taken into the record (RunContext.persi
     await ctx.persist(id, summaryOf(id, "completed", "completed"), "copy");
     expect(await other.get(id)).toMatchObject({ state: "completed", stop_reason: "end_turn" });
   });
+
+  it("never moves a live run back to a summary that left the Runner before the one it took", async () => {
+    const [holder] = await instances();
+    const id = runId("stale");
+    await holder.insert(intent(id));
+    await holder.update(id, { admission: "sent" });
+    const ctx = context(holder);
+    const at = (ms: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, 0, ms)).toISOString();
+    const summary = (state: RunState, last_seq: number, ms: number): RunSummary =>
+      runSummary({ run_id: id, state, execution_state: "started", last_seq, updated_at: at(ms) });
+    const stateNow = async () => (await holder.get(id))?.state;
+    await ctx.persist(id, summary("running", 1, 10));
+    await ctx.persist(id, summary("waiting_permission", 2, 20));
+    // A catch-up's answer from before the permission request, written after it.
+    await ctx.persist(id, summary("running", 1, 10));
+    expect(await stateNow()).toBe("waiting_permission");
+    // The wait ends with the answer's event; then a cancel's answer sent while it was still waiting arrives.
+    await ctx.persist(id, summary("running", 3, 30));
+    await ctx.persist(id, summary("waiting_permission", 2, 20));
+    await ctx.persist(id, summary("waiting_permission", 3, 25), "copy");
+    expect(await stateNow()).toBe("running");
+    // A state change without an event of its own is ordered by the Runner's stamp.
+    await ctx.persist(id, summary("waiting_permission", 3, 40));
+    expect(await stateNow()).toBe("waiting_permission");
+    // The run's end is never stale.
+    await ctx.persist(id, runSummary({ ...summaryOf(id, "completed", "completed"), last_seq: 1, updated_at: at(5) }));
+    expect(await holder.get(id)).toMatchObject({ state: "completed", stop_reason: "end_turn" });
+  });
 });
 
 describe("what observe shows (StateStore.peek) on PostgreSQL, read by many at once", () => {
