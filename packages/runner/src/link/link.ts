@@ -101,6 +101,15 @@ export interface LinkHandle {
 /** After a `link_in_use` refusal the backoff restarts from this attempt (initial delay × 2^n). */
 export const LINK_IN_USE_RETRY_ATTEMPT = 2;
 
+/** The Server is taken for gone after this many heartbeat intervals without a frame or ping from it. */
+export const SERVER_SILENT_INTERVALS = 3;
+
+/**
+ * A heartbeat tick that comes this many intervals (or more) after the one before it found this process's
+ * event loop held: it sends its heartbeat but takes nobody for gone.
+ */
+export const HEARTBEAT_LATE_TICK_INTERVALS = 1.5;
+
 export function startLink(opts: LinkOptions): LinkHandle {
   return new Link(opts);
 }
@@ -292,9 +301,15 @@ class Link implements LinkHandle {
   #startHeartbeat(ws: WebSocket): void {
     if (this.#beatTimer) clearInterval(this.#beatTimer);
     this.#lastHeard = Date.now();
+    let lastTick = Date.now();
     this.#beatTimer = setInterval(() => {
       if (ws !== this.#ws) return;
-      if (Date.now() - this.#lastHeard > 3 * this.#intervalMs) {
+      const now = Date.now();
+      // A late tick means this process's own event loop was held: what the Server sent may be waiting unread
+      // behind this timer (timers run before I/O), so this round judges nothing.
+      const judge = now - lastTick < HEARTBEAT_LATE_TICK_INTERVALS * this.#intervalMs;
+      lastTick = now;
+      if (judge && now - this.#lastHeard > SERVER_SILENT_INTERVALS * this.#intervalMs) {
         this.#log.warn("server silent for three heartbeat intervals; reconnecting");
         ws.terminate();
         return;

@@ -99,9 +99,12 @@ export class RunnerConnection {
     this.lastHeardAt = Date.now();
   }
 
-  /** Called by the heartbeat timer: false when the peer missed the last ping. */
-  beat(): boolean {
-    if (!this.#alive) return false;
+  /**
+   * Called by the heartbeat timer: false when the peer missed the last ping (only when `judge`: a late tick
+   * pings without judging, see link/hub.ts HEARTBEAT_LATE_TICK_INTERVALS).
+   */
+  beat(judge = true): boolean {
+    if (judge && !this.#alive) return false;
     this.#alive = false;
     try {
       this.ws.ping();

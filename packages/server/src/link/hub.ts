@@ -76,6 +76,12 @@ export interface HubOptions {
 export const HEARTBEAT_TIMEOUT_INTERVALS = 2;
 
 /**
+ * A heartbeat tick that comes this many intervals (or more) after the one before it found this process's
+ * event loop held: it pings but declares nobody dead (see the timer in the constructor).
+ */
+export const HEARTBEAT_LATE_TICK_INTERVALS = 1.5;
+
+/**
  * Refused hellos (`link_in_use`) of one runner are logged once per this window (the rest counted): a Runner
  * waiting out its old link after an unclean stop, or an impostor retrying, is one line, not one per retry.
  * Every refusal is still audited (runner_link_audit).
@@ -127,9 +133,15 @@ export class RunnerHub {
     this.maxInFlight = opts.maxInFlight ?? 256;
     this.maxBufferedBytes = opts.maxBufferedBytes ?? 16 * MAX_FRAME_BYTES;
     this.#wss = new WebSocketServer({ noServer: true, maxPayload: MAX_FRAME_BYTES, clientTracking: false });
+    let lastTick = Date.now();
     this.#heartbeat = setInterval(() => {
+      const now = Date.now();
+      // A tick this late means this process's own event loop was held (load, a long GC): the peers' answers
+      // may be waiting unread behind this timer (timers run before I/O), so this round judges nobody.
+      const judge = now - lastTick < HEARTBEAT_LATE_TICK_INTERVALS * opts.heartbeatIntervalMs;
+      lastTick = now;
       for (const conn of this.#all) {
-        if (!conn.beat()) {
+        if (!conn.beat(judge)) {
           this.#log.warn({ runner_id: conn.runnerId }, "runner missed a heartbeat; terminating connection");
           conn.ws.terminate();
           conn.onSocketClosed();

@@ -3,6 +3,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import WebSocket from "ws";
 import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
 import { canary } from "../../../../scripts/vitest/canary.js";
+import { SERVER_SILENT_INTERVALS } from "../../../runner/src/link/link.js";
+import { HEARTBEAT_TIMEOUT_INTERVALS } from "../../src/link/hub.js";
 import { RunnerTokenStore } from "../../src/link/runner-tokens.js";
 import { FakeRunService } from "../support/fake-run-service.js";
 import { Harness } from "../support/in-process.js";
@@ -102,6 +104,67 @@ describe("runner hub", () => {
       await h.server.runs.listProjects({ id: "x", scopes: new Set(["project:read"]), projects: new Set(["other"]) }),
     ).toEqual([expect.objectContaining({ project_id: "other", runner_online: true })]);
     good.ws.close();
+  });
+
+  it("keeps a live link through a stall of its own event loop longer than the heartbeat timeout", async () => {
+    h = await new Harness().start(RUNNERS);
+    const intervalMs = h.config.heartbeatIntervalMs;
+    const c = connect(h, RUNNERS[0]!.token);
+    await opened(c);
+    c.ws.send(encodeFrame(hello(new FakeRunService())));
+    await poll(() => c.frames.find((f) => f.type === "hello.ack"), {
+      timeoutMs: IN_PROCESS_WAIT_MS,
+      intervalMs: IN_PROCESS_POLL_MS,
+    });
+    // Right after the hub's next ping, this process (the Server's and the peer's) is held past the timeout:
+    // the peer's pong is read only after the hub's next, late tick.
+    let pings = 0;
+    const ping = WebSocket.prototype.ping;
+    WebSocket.prototype.ping = function (this: WebSocket, ...args: Parameters<WebSocket["ping"]>) {
+      ping.apply(this, args);
+      pings += 1;
+      if (pings === 1) {
+        const until = Date.now() + (HEARTBEAT_TIMEOUT_INTERVALS + 0.5) * intervalMs;
+        while (Date.now() < until) {
+          // held
+        }
+      }
+    };
+    try {
+      // Two more pings after the stall were each answered in time: the link was judged, and kept.
+      await poll(() => pings >= 4, { timeoutMs: IN_PROCESS_WAIT_MS + 4 * intervalMs, intervalMs: IN_PROCESS_POLL_MS });
+    } finally {
+      WebSocket.prototype.ping = ping;
+    }
+    expect(c.ws.readyState).toBe(WebSocket.OPEN);
+    expect(h.log.lines.join("")).not.toContain("missed a heartbeat");
+    c.ws.close();
+  });
+
+  it("keeps a Runner's link through a stall of the Runner's event loop longer than its silence bound", async () => {
+    h = await new Harness().start(RUNNERS);
+    const intervalMs = h.config.heartbeatIntervalMs;
+    const link = h.link(new FakeRunService(), RUNNERS[0]!.token);
+    await poll(() => link.connected, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
+    // The Runner (here in this process) is held past SERVER_SILENT_INTERVALS; what the Server sent meanwhile is
+    // read only after the Runner's next, late tick.
+    const until = Date.now() + (SERVER_SILENT_INTERVALS + 0.5) * intervalMs;
+    while (Date.now() < until) {
+      // held
+    }
+    let pings = 0;
+    const ping = WebSocket.prototype.ping;
+    WebSocket.prototype.ping = function (this: WebSocket, ...args: Parameters<WebSocket["ping"]>) {
+      ping.apply(this, args);
+      pings += 1;
+    };
+    try {
+      await poll(() => pings >= 3, { timeoutMs: IN_PROCESS_WAIT_MS + 3 * intervalMs, intervalMs: IN_PROCESS_POLL_MS });
+    } finally {
+      WebSocket.prototype.ping = ping;
+    }
+    expect(link.connected).toBe(true);
+    expect(h.log.lines.join("")).not.toContain("server silent");
   });
 
   it("requires hello as the first frame", async () => {
