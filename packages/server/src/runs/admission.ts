@@ -365,7 +365,14 @@ export class Admission {
       // A record sent but never acknowledged (and not settled since): send the same run.start again — the
       // Runner answers an id it ever admitted with that run (or its tombstone), never a second admission.
       const resend = existing.admission === "sent" && !isTerminalState(existing.state);
-      if (existing.admission !== "rejected_pre_admission" && !resend) return done(this.#replay(existing, principal));
+      // An intent never marked `sent` sent nothing (run.start leaves only after that commit): its start failed
+      // there (the database went away) or its instance died, and nothing else moves it while the Runner's link
+      // stays up. Recorded again and sent; if its own start is still going on another instance, the `sent`
+      // compare-and-set lets exactly one of the two send.
+      const stranded = existing.admission === "intent_recorded";
+      if (existing.admission !== "rejected_pre_admission" && !resend && !stranded) {
+        return done(this.#replay(existing, principal));
+      }
       // A pre-admission rejection: an exact retry may re-admit (retry_same).
     }
     const unacknowledged = existing?.admission === "sent" ? existing : undefined;

@@ -77,4 +77,52 @@ describe("a start the database failed after run.start went out", () => {
     expect(done.state).toBe("completed");
     expect(s.prompts("r1")).toHaveLength(1);
   }, 240_000);
+
+  it("whose `sent` commit failed sent nothing: the same-key retry once the database is back runs it, once", async () => {
+    const url = await cluster.createDatabase();
+    const s = await new ProcStack({
+      runners: [{ id: "r1", projects: ["demo"] }],
+      server: "child",
+      stateUrl: url,
+      serverEnv: { [SERVER_FAILPOINT_ENV]: "start_after_intent", [SERVER_FAILPOINT_ACTION_ENV]: "hold" },
+    }).init();
+    stack = s;
+    await s.startRunner("r1");
+    const server = s.serverChild;
+    if (server === null) throw new Error("no server child");
+    const input = {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: "held-intent",
+      prompt: "scenario: hello",
+    };
+
+    const answer = s.start("alice", input);
+    await poll(() => server.output().includes(`${FAILPOINT_HOLDING_LINE} start_after_intent`), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the start to reach the held failpoint",
+    });
+    // The intent is committed; the database goes away before the `sent` commit that must precede run.start.
+    await cluster.stop();
+    let refused: Awaited<typeof answer>;
+    try {
+      server.child.kill("SIGUSR2");
+      refused = await answer;
+    } finally {
+      await cluster.start();
+    }
+    expect(refused.ok).toBe(false);
+    if (refused.ok) return;
+    expect(refused.error.recovery_kind).toBe("retry_same");
+
+    // The Runner's link never dropped (no hello settles anything): the retry itself must run the start.
+    await s.waitOnline("r1");
+    const retried = await s.start("alice", input);
+    expect(retried.ok, JSON.stringify(retried)).toBe(true);
+    if (!retried.ok) return;
+    const done = await s.untilTerminal(retried.value.run_id, "alice", DAEMON_WAIT_MS);
+    expect(done.state).toBe("completed");
+    expect(s.prompts("r1")).toHaveLength(1);
+  }, 240_000);
 });
