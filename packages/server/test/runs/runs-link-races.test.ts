@@ -68,7 +68,6 @@ describe("run core against a hand-driven Runner link", () => {
     const b = await RawRunner.connect(h.wsUrl(), R1.token, svc, inv, holdX);
     raws.push(b);
     await poll(() => b.held.length > 0 && !a.open, { timeoutMs: IN_PROCESS_WAIT_MS, intervalMs: IN_PROCESS_POLL_MS });
-    await new Promise((r) => setTimeout(r, 50));
 
     const seen: number[] = [];
     let token: string | undefined;
