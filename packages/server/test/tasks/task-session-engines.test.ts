@@ -18,6 +18,11 @@ const ROUNDS = 12;
 const CLAIMANTS = 6;
 /** Evidence entries appended concurrently to one session: more than it keeps. */
 const APPENDS = MAX_EVIDENCE_PER_SESSION + 44;
+/**
+ * Appends in flight at once. They all take the session's row lock in turn, so the whole burst at once would
+ * queue past the pool's wait bound (POSTGRES_CONNECT_TIMEOUT_MS) on a loaded machine: a bound working as meant.
+ */
+const APPEND_WAVE = INSTANCES * 10;
 
 const SECRET = Buffer.alloc(32, 7);
 const quiet = pino({ level: "silent" });
@@ -191,20 +196,20 @@ describe.each(ENGINES)("tasks and sessions on $name", ({ open }) => {
     const stores = engines.map((engine) => new SessionStore(engine));
     const first = stores[0] as SessionStore;
     await first.insertSession({ session_id: "s1", principal_id: "alice", project_id: "demo", title: "t" });
-    await Promise.all(
-      Array.from({ length: APPENDS }, (_, i) =>
-        (stores[i % INSTANCES] as SessionStore).appendEvidence({
-          session_id: "s1",
-          kind: "coding_agent_started",
-          run_id: `wc_agent_run_${i}`,
-          provider_id: "fake",
-          state: "starting",
-          execution_state: "not_started",
-          stop_reason: null,
-          failure_kind: null,
-        }),
-      ),
-    );
+    const append = (i: number) =>
+      (stores[i % INSTANCES] as SessionStore).appendEvidence({
+        session_id: "s1",
+        kind: "coding_agent_started",
+        run_id: `wc_agent_run_${i}`,
+        provider_id: "fake",
+        state: "starting",
+        execution_state: "not_started",
+        stop_reason: null,
+        failure_kind: null,
+      });
+    for (let from = 0; from < APPENDS; from += APPEND_WAVE) {
+      await Promise.all(Array.from({ length: Math.min(APPEND_WAVE, APPENDS - from) }, (_, k) => append(from + k)));
+    }
     const kept = await first.evidenceAfter("s1", 0, APPENDS);
     expect(kept.map((e) => e.seq)).toEqual(
       Array.from({ length: MAX_EVIDENCE_PER_SESSION }, (_, i) => APPENDS - MAX_EVIDENCE_PER_SESSION + i + 1),
