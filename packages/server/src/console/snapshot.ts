@@ -16,7 +16,8 @@ import { type OAuthStore, parseJsonList } from "../oauth/store.js";
 import type { MirrorSet } from "../runs/mirror.js";
 import { resumePoint } from "../runs/observe.js";
 import { recordUsage } from "../runs/usage.js";
-import type { CostTotal, RecordFilter, StateStore } from "../state/store.js";
+import type { CostTotal, RecordFilter } from "../state/record.js";
+import type { StateStore } from "../state/store.js";
 
 /** Runs one snapshot lists (newest first); the filters narrow which. */
 export const CONSOLE_RUNS_PAGE = 50;

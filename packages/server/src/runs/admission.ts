@@ -17,7 +17,8 @@ import type { LiveRunner } from "../link/registry.js";
 import { startRefusal } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import { StateBusyError, type StateQueries, StateUnavailableError } from "../state/engine.js";
-import { type AdmissionRecord, RECORD_CHANGED, type RecordPatch } from "../state/store.js";
+import type { AdmissionRecord, RecordPatch } from "../state/record.js";
+import { RECORD_CHANGED } from "../state/store.js";
 import type {
   AdmissionRequest,
   ApiError,

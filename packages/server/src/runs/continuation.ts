@@ -8,7 +8,7 @@
 import { isTerminalState, type ProviderAdvert } from "@webcodex/protocol";
 import type { Principal } from "../principals/principal.js";
 import type { StateQueries } from "../state/engine.js";
-import type { AdmissionRecord } from "../state/store.js";
+import type { AdmissionRecord } from "../state/record.js";
 import type { ApiError } from "./api.js";
 
 /** The two directions of a run's link, as observe names them. */

@@ -13,7 +13,8 @@ import {
 } from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { StateQueries } from "../state/engine.js";
-import type { AdmissionRecord, RecordPatch, StateStore } from "../state/store.js";
+import type { AdmissionRecord, RecordPatch } from "../state/record.js";
+import type { StateStore } from "../state/store.js";
 
 export const RESTARTED_BEFORE_DISPATCH_MESSAGE =
   "The Server restarted before sending this run to its Runner; no prompt was dispatched. Retry with the same idempotency key.";

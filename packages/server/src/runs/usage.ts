@@ -4,7 +4,7 @@
  * Never text: token counts, a cost amount and an ISO 4217 currency code.
  */
 import type { RunUsage } from "@webcodex/protocol";
-import type { AdmissionRecord } from "../state/store.js";
+import type { AdmissionRecord } from "../state/record.js";
 
 type UsageColumns = Pick<
   AdmissionRecord,

@@ -36,7 +36,8 @@ import { grantRefusal, missingScopes } from "../principals/authority.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { AdmissionFences, ApiError, ApiErrorCode, ApiResult, StartHooks } from "../runs/api.js";
 import type { StateQueries } from "../state/engine.js";
-import type { AdmissionRecord, StateStore } from "../state/store.js";
+import type { AdmissionRecord } from "../state/record.js";
+import type { StateStore } from "../state/store.js";
 import { type ContextSnapshot, composeFromSession } from "./context.js";
 import {
   DEFAULT_SESSION_MAX_IDLE_SECS,

@@ -1,23 +1,12 @@
 /**
- * The Server's durable state and its persisted secret: opens the state dir
- * (the secret, the SQLite file in WAL with synchronous=FULL, its schema) and
- * keeps the admission records on a StateEngine (state/engine.ts) — the
- * SQLite file by default, or an engine handed in (PostgreSQL). Admission
- * records hold identity, routing, fences and lifecycle only — NEVER the
- * prompt, config bodies, events or the idempotency key.
+ * The Server's durable state: opens the state dir (its secret, state/server-secret.ts; the SQLite file in WAL
+ * with synchronous=FULL, its schema) and keeps the admission records (state/record.ts) on a StateEngine
+ * (state/engine.ts) — the SQLite file by default, or an engine handed in (PostgreSQL) — with their cache,
+ * the compare-and-set writes and the state-change listeners.
  */
-import { randomBytes } from "node:crypto";
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import {
-  type EffectiveConfigEntry,
-  type ExecutionState,
-  type FailureKind,
-  type RecoveryKind,
-  type RunState,
-  type StopReason,
-  TERMINAL_STATES,
-} from "@webcodex/protocol";
+import { type RunState, TERMINAL_STATES } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import {
   type SqlParam,
@@ -27,112 +16,21 @@ import {
   type TransactionOptions,
 } from "./engine.js";
 import { SQLITE_BUSY_TIMEOUT_MS, SqliteEngine } from "./engine-sqlite.js";
+import {
+  type AdmissionRecord,
+  type AdmissionStatus,
+  type CostTotal,
+  fromRow,
+  PATCHABLE,
+  RECORD_COLUMNS,
+  type RecordFilter,
+  type RecordListing,
+  type RecordPatch,
+  type RecordRow,
+  sameRecord,
+} from "./record.js";
 import { migrate } from "./schema.js";
-
-export type AdmissionStatus = "intent_recorded" | "sent" | "admitted" | "rejected_pre_admission";
-
-export interface AdmissionRecord {
-  run_id: string;
-  principal_id: string;
-  project_id: string;
-  provider_id: string;
-  runner_id: string;
-  intent_fingerprint: string;
-  /** Fences captured at resolve time (null when the runner was offline). */
-  agent_instance_id: string | null;
-  provider_instance_id: string | null;
-  /** The Runner store the run was sent to. */
-  store_id: string | null;
-  admission: AdmissionStatus;
-  state: RunState;
-  execution_state: ExecutionState;
-  stop_reason: StopReason | null;
-  failure_kind: FailureKind | null;
-  recovery_kind: RecoveryKind;
-  message: string | null;
-  cancel_forwarded: boolean;
-  /**
-   * A cancel was sent and its delivery is unknown (the answer never came): sent again after the Runner's
-   * next hello, on whichever instance accepts it (runs/cancel.ts). Cleared once the Runner answered.
-   */
-  cancel_pending: boolean;
-  /** Every config option the agent advertised, with its value, as the Runner last reported (bounded). */
-  effective_config: readonly EffectiveConfigEntry[];
-  /**
-   * The latest usage the Runner reported for the run (ACP usage_update: context tokens used / window
-   * size, cost amount and ISO 4217 currency): numbers and a code only, each null until reported.
-   */
-  usage_used_tokens: number | null;
-  usage_context_size: number | null;
-  usage_cost_amount: number | null;
-  usage_cost_currency: string | null;
-  /**
-   * Where in the Runner's own order the summary the record last took stands: its `last_seq` and the Runner's
-   * `updated_at` (null until a summary was taken). A non-terminal summary behind it is stale (runs/context.ts).
-   */
-  runner_seq: number | null;
-  runner_updated_at: string | null;
-  created_at: string;
-  updated_at: string;
-}
-
-export type RecordPatch = Partial<Omit<AdmissionRecord, "run_id" | "principal_id" | "created_at" | "updated_at">>;
-
-const COLUMNS = [
-  "run_id",
-  "principal_id",
-  "project_id",
-  "provider_id",
-  "runner_id",
-  "intent_fingerprint",
-  "agent_instance_id",
-  "provider_instance_id",
-  "store_id",
-  "admission",
-  "state",
-  "execution_state",
-  "stop_reason",
-  "failure_kind",
-  "recovery_kind",
-  "message",
-  "cancel_forwarded",
-  "cancel_pending",
-  "effective_config",
-  "usage_used_tokens",
-  "usage_context_size",
-  "usage_cost_amount",
-  "usage_cost_currency",
-  "runner_seq",
-  "runner_updated_at",
-  "created_at",
-  "updated_at",
-] as const;
-
-const PATCHABLE = new Set<string>(COLUMNS.filter((c) => c !== "run_id" && c !== "principal_id" && c !== "created_at"));
-
-type Row = Omit<AdmissionRecord, "cancel_forwarded" | "cancel_pending" | "effective_config"> & {
-  cancel_forwarded: number;
-  cancel_pending: number;
-  effective_config: string;
-};
-
-function fromRow(row: Row): AdmissionRecord {
-  let effective: EffectiveConfigEntry[] = [];
-  try {
-    const parsed: unknown = JSON.parse(row.effective_config);
-    if (Array.isArray(parsed)) effective = parsed as EffectiveConfigEntry[];
-  } catch {
-    effective = [];
-  }
-  return Object.freeze({
-    ...row,
-    cancel_forwarded: row.cancel_forwarded === 1,
-    cancel_pending: row.cancel_pending === 1,
-    effective_config: effective,
-    // PostgreSQL's BIGINT arrives as a string.
-    runner_seq: row.runner_seq === null || row.runner_seq === undefined ? null : Number(row.runner_seq),
-  });
-}
+import { loadOrCreateServerSecret } from "./server-secret.js";
 
 /**
  * Admission records kept in memory after a read, most recently used last — on SQLite only, where this
@@ -155,24 +53,7 @@ export const RECORD_CHANGES_CHANNEL = "webcodex_record_changes";
 /** SQLite `synchronous = FULL` (PRAGMA value): every commit is fsynced before it returns. */
 const SYNCHRONOUS_FULL = 2;
 
-const SECRET_FILE = "server_secret";
 export const STATE_DB_FILE = "server.sqlite3";
-
-/** Read the server secret, creating it (0600) the first time. */
-export function loadOrCreateServerSecret(stateDir: string): Buffer {
-  const file = join(stateDir, SECRET_FILE);
-  try {
-    const hex = readFileSync(file, "utf8").trim();
-    if (!/^[0-9a-f]{64}$/.test(hex)) throw new Error(`${file}: server secret is corrupt; refusing to replace it`);
-    return Buffer.from(hex, "hex");
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
-  }
-  const secret = randomBytes(32);
-  writeFileSync(file, `${secret.toString("hex")}\n`, { mode: 0o600, flag: "wx" });
-  chmodSync(file, 0o600);
-  return secret;
-}
 
 /** Told of a change of a record's `state`, inside the transaction that wrote it (`tx`). */
 export type StateChangeListener = (
@@ -180,46 +61,6 @@ export type StateChangeListener = (
   previous: RunState,
   tx: StateQueries,
 ) => void | Promise<void>;
-
-/** Which records `listRecent` returns (the operator console's filters). */
-export interface RecordFilter {
-  /** A state, or "active" for every non-terminal one. */
-  state?: RunState | "active";
-  project_id?: string;
-  principal_id?: string;
-}
-
-/** The fields of a record the operator console lists. */
-export type RecordListing = Pick<
-  AdmissionRecord,
-  | "run_id"
-  | "principal_id"
-  | "project_id"
-  | "provider_id"
-  | "runner_id"
-  | "state"
-  | "execution_state"
-  | "stop_reason"
-  | "failure_kind"
-  | "recovery_kind"
-  | "admission"
-  | "created_at"
-  | "updated_at"
-  | "usage_used_tokens"
-  | "usage_context_size"
-  | "usage_cost_amount"
-  | "usage_cost_currency"
->;
-
-/** The reported cost of one principal's runs created on one UTC day, in one currency (numbers only). */
-export interface CostTotal {
-  /** YYYY-MM-DD (UTC), the day the runs were created. */
-  day: string;
-  principal_id: string;
-  currency: string | null;
-  amount: number;
-  runs: number;
-}
 
 export interface UpdateOptions {
   /** Write inside this transaction (its commit decides), else in a transaction of its own. */
@@ -251,22 +92,11 @@ export interface StateStoreOptions {
 /** The terminal states as an SQL list, `('completed', …)`. */
 const TERMINAL_LIST = `(${[...TERMINAL_STATES].map((s) => `'${s}'`).join(", ")})`;
 const SELECT_RECORD = "SELECT * FROM admission_records WHERE run_id = ?";
-const INSERT_RECORD = `INSERT INTO admission_records (${COLUMNS.join(", ")}) VALUES (${COLUMNS.map(() => "?").join(", ")})
+const INSERT_RECORD = `INSERT INTO admission_records (${RECORD_COLUMNS.join(", ")}) VALUES (${RECORD_COLUMNS.map(() => "?").join(", ")})
   ON CONFLICT (run_id) DO NOTHING`;
 
 /** What `StateStore.decide` answers when the record is no longer the one the decision was made on. */
 export const RECORD_CHANGED: unique symbol = Symbol("admission record changed");
-
-/** Whether `current` is still the record a decision was made on (both absent, or the same write). */
-export function sameRecord(current: AdmissionRecord | undefined, seen: AdmissionRecord | undefined): boolean {
-  if (current === undefined || seen === undefined) return current === seen;
-  return (
-    current.admission === seen.admission &&
-    current.state === seen.state &&
-    current.updated_at === seen.updated_at &&
-    current.intent_fingerprint === seen.intent_fingerprint
-  );
-}
 
 export class StateStore {
   /** The SQLite connection (null on PostgreSQL); every store reads and writes through `engine`. */
@@ -332,13 +162,13 @@ export class StateStore {
    */
   async get(runId: string, tx?: StateQueries): Promise<AdmissionRecord | undefined> {
     if (tx !== undefined) {
-      const row = await tx.get<Row>(SELECT_RECORD, [runId]);
+      const row = await tx.get<RecordRow>(SELECT_RECORD, [runId]);
       return row ? fromRow(row) : undefined;
     }
     const cached = this.#cache?.get(runId);
     if (cached !== undefined) return this.#remember(cached);
     const writes = this.#writes;
-    const row = await this.engine.get<Row>(SELECT_RECORD, [runId]);
+    const row = await this.engine.get<RecordRow>(SELECT_RECORD, [runId]);
     if (!row) return undefined;
     const record = fromRow(row);
     return writes === this.#writes ? this.#remember(record) : record;
@@ -406,7 +236,7 @@ export class StateStore {
    * a record yet, open `tx` with `{lock: admissionLock(runId)}`, so that an absent row is decided once too.
    */
   async lock(tx: StateQueries, runId: string): Promise<AdmissionRecord | undefined> {
-    const row = await tx.get<Row>(`${SELECT_RECORD} FOR UPDATE`, [runId]);
+    const row = await tx.get<RecordRow>(`${SELECT_RECORD} FOR UPDATE`, [runId]);
     return row ? fromRow(row) : undefined;
   }
 
@@ -472,7 +302,7 @@ export class StateStore {
     this.#invalidate(record.run_id);
     const { changes } = await (tx ?? this.engine).run(
       INSERT_RECORD,
-      COLUMNS.map((c) => row[c] ?? null),
+      RECORD_COLUMNS.map((c) => row[c] ?? null),
     );
     this.#invalidate(record.run_id);
     if (changes === 1) await this.#tell(record.run_id, tx);
@@ -504,7 +334,7 @@ export class StateStore {
         this.#listeners.length > 0
           ? await q.get<{ state: RunState }>("SELECT state FROM admission_records WHERE run_id = ? FOR UPDATE", [runId])
           : undefined;
-      const row = await q.get<Row>(sql, params);
+      const row = await q.get<RecordRow>(sql, params);
       const after = row ? fromRow(row) : undefined;
       if (after) await this.#tell(runId, q === this.engine ? undefined : (q as StateQueries));
       if (after && before !== undefined && after.state !== before.state) {
@@ -547,7 +377,7 @@ export class StateStore {
 
   /** Records of one runner that are not terminal on the Server side. */
   async listOpenForRunner(runnerId: string): Promise<AdmissionRecord[]> {
-    const rows = await this.engine.all<Row>(
+    const rows = await this.engine.all<RecordRow>(
       `SELECT * FROM admission_records WHERE runner_id = ? AND state NOT IN ${TERMINAL_LIST}`,
       [runnerId],
     );
@@ -556,7 +386,7 @@ export class StateStore {
 
   /** Records of one runner, not terminal, whose cancel was sent with its delivery unknown (`cancel_pending`). */
   async listPendingCancels(runnerId: string): Promise<AdmissionRecord[]> {
-    const rows = await this.engine.all<Row>(
+    const rows = await this.engine.all<RecordRow>(
       `SELECT * FROM admission_records WHERE runner_id = ? AND cancel_pending = 1 AND cancel_forwarded = 0
        AND state NOT IN ${TERMINAL_LIST}`,
       [runnerId],
@@ -565,7 +395,7 @@ export class StateStore {
   }
 
   async listByAdmission(status: AdmissionStatus): Promise<AdmissionRecord[]> {
-    const rows = await this.engine.all<Row>("SELECT * FROM admission_records WHERE admission = ?", [status]);
+    const rows = await this.engine.all<RecordRow>("SELECT * FROM admission_records WHERE admission = ?", [status]);
     return rows.map(fromRow);
   }
 

@@ -12,7 +12,8 @@
 import type { RunState } from "@webcodex/protocol";
 import type { ApiError, ApiErrorCode } from "../runs/api.js";
 import type { StateQueries } from "../state/engine.js";
-import type { AdmissionRecord, StateStore } from "../state/store.js";
+import type { AdmissionRecord } from "../state/record.js";
+import type { StateStore } from "../state/store.js";
 import type { Claim } from "./claim.js";
 import type { AttemptRow, TaskRow, TaskStore } from "./store.js";
 import { iso } from "./views.js";

@@ -5,7 +5,7 @@
  */
 import type { RunState, RunUsage } from "@webcodex/protocol";
 import { recordUsage } from "../runs/usage.js";
-import type { AdmissionRecord } from "../state/store.js";
+import type { AdmissionRecord } from "../state/record.js";
 import type { AttemptRefs } from "./claim.js";
 import type { AttemptRow, TaskOutcome, TaskRow } from "./store.js";
 

@@ -16,7 +16,7 @@
  */
 import { isTerminalState, type RunState } from "@webcodex/protocol";
 import { z } from "zod";
-import type { AdmissionRecord } from "../state/store.js";
+import type { AdmissionRecord } from "../state/record.js";
 
 export const RUN_EVENT_TYPES = ["run.started", "run.waiting_permission", "run.terminal", "run.lost"] as const;
 export const RunEventType = z.enum(RUN_EVENT_TYPES);

@@ -12,7 +12,7 @@
 import { randomBytes } from "node:crypto";
 import type { RunState } from "@webcodex/protocol";
 import type { StateEngine, StateQueries } from "../state/engine.js";
-import type { AdmissionRecord } from "../state/store.js";
+import type { AdmissionRecord } from "../state/record.js";
 import { eventBody, eventsFor, type RunEventType } from "./events.js";
 
 export type SubscriptionStatus = "active" | "disabled";

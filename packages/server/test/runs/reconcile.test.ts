@@ -8,7 +8,8 @@ import { describe, expect, it } from "vitest";
 import type { Registry } from "../../src/link/registry.js";
 import { RunContext } from "../../src/runs/context.js";
 import { decide, decideAfterQuery, type QueryAnswer, reconcileRecord } from "../../src/runs/reconcile.js";
-import type { AdmissionRecord, StateStore } from "../../src/state/store.js";
+import type { AdmissionRecord } from "../../src/state/record.js";
+import type { StateStore } from "../../src/state/store.js";
 import { openTestState } from "../support/test-state.js";
 
 const RUN = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";

@@ -27,14 +27,9 @@ import { MAX_ADMISSION_ROUNDS } from "../../src/runs/admission.js";
 import { RunContext } from "../../src/runs/context.js";
 import type { StateEngine } from "../../src/state/engine.js";
 import { openPostgresEngine } from "../../src/state/engine-postgres.js";
+import type { AdmissionRecord } from "../../src/state/record.js";
 import { migrateState } from "../../src/state/schema.js";
-import {
-  type AdmissionRecord,
-  RECORD_CHANGED,
-  RECORD_CHANGES_CHANNEL,
-  RECORD_PEEK_TTL_MS,
-  StateStore,
-} from "../../src/state/store.js";
+import { RECORD_CHANGED, RECORD_CHANGES_CHANNEL, RECORD_PEEK_TTL_MS, StateStore } from "../../src/state/store.js";
 import { runSummary } from "../support/run-summary.js";
 
 /** Concurrent starts of one run id per race round, spread over the instances. */

@@ -5,7 +5,8 @@ import type { AdmissionRequest, ApiResult, RunAdmission, StartOutput } from "../
 import { SessionService } from "../../src/sessions/service.js";
 import { MAX_EVIDENCE_PER_SESSION, SessionStore } from "../../src/sessions/store.js";
 import type { StateEngine } from "../../src/state/engine.js";
-import type { AdmissionRecord, StateStore } from "../../src/state/store.js";
+import type { AdmissionRecord } from "../../src/state/record.js";
+import type { StateStore } from "../../src/state/store.js";
 import { TaskService } from "../../src/tasks/service.js";
 import { TaskStore } from "../../src/tasks/store.js";
 import { ENGINE_NAMES, engineFixture } from "../support/engines.js";
