@@ -29,7 +29,7 @@ const groupSamples = new Map();
 /** group → observe calls made by that group's observers, and the fanout events their answers carried. */
 const groupCalls = new Map();
 const groupEvents = new Map();
-/** Response body bytes of the answers that carried events after the baseline (lean client only). */
+/** Response body bytes of the answers that carried exactly one event after the baseline (lean client only). */
 const answerBytes = [];
 const errors = {};
 let calls = 0;
@@ -57,7 +57,7 @@ async function observer(def, startHr, endAt) {
       // The first (token-less) call returns a baseline of old events: not a wake-up.
       const baseline = first;
       first = false;
-      if (!baseline && r.bytes !== undefined && r.value.events.length > 0) answerBytes.push(r.bytes);
+      if (!baseline && r.bytes !== undefined && r.value.events.length === 1) answerBytes.push(r.bytes);
       for (const e of r.value.events) {
         if (e.kind !== "agent_message") continue;
         const m = FANOUT.exec(e.text);
