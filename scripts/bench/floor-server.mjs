@@ -145,14 +145,11 @@ function toolResult(res, id, value, isError = false) {
 /** The observe answer: the same fields the Server's observe gives a running run. */
 function answerObserve(res, id, run, after) {
   const s = run.summary;
-  const events = [];
-  let last = after;
-  for (const e of run.events) {
-    if (e.seq <= after) continue;
-    if (events.length >= MAX_EVENTS_PER_ANSWER) break;
-    events.push(e);
-    last = e.seq;
-  }
+  // Seqs are contiguous in the ring (as in the Server's mirror): the first one after `after` by index.
+  const first = run.events[0]?.seq ?? after + 1;
+  const start = Math.max(0, after + 1 - first);
+  const events = run.events.slice(start, start + MAX_EVENTS_PER_ANSWER);
+  const last = events.at(-1)?.seq ?? after;
   const out = {
     run_id: s.run_id,
     state: s.state,
