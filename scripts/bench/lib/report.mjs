@@ -34,6 +34,8 @@ export const TARGETS = {
   wakeup_p99_ms: 10,
   rss_mb: 150,
   fanout: { n: 50, m: 1000, p99_ms: 100 },
+  /** Issue 45: against the bare long-poll floor of the same run (suites/fanout.mjs `floorRatios`). */
+  floor: { round_trip_cpu_ratio: 2, fanout_p99_ratio: 3 },
 };
 
 export function evaluateTargets(results) {
@@ -152,6 +154,24 @@ export function evaluateTargets(results) {
       "<=",
       "ms",
       noCell,
+    ),
+    target(
+      "fanout_p99_floor_ratio",
+      `${cellName} p99 ≤ ${T.floor.fanout_p99_ratio}× the bare long-poll floor's`,
+      s.fanout?.floor_ratios?.find((r) => r.n === T.fanout.n && r.m === T.fanout.m)?.p99,
+      T.floor.fanout_p99_ratio,
+      "<=",
+      "x",
+      s.fanout?.floor?.error ?? noCell,
+    ),
+    target(
+      "round_trip_cpu_floor_ratio",
+      `observe round trip Server CPU ≤ ${T.floor.round_trip_cpu_ratio}× the floor's`,
+      s.fanout?.floor_observe_cost_ratio,
+      T.floor.round_trip_cpu_ratio,
+      "<=",
+      "x",
+      s.fanout?.floor?.observe_cost?.error ?? s.fanout?.observe_cost?.error ?? na("fanout"),
     ),
     target(
       "fanout_server_rss",
