@@ -57,6 +57,7 @@ export default defineConfig({
       "packages/server/test/mcp/audit.test.ts",
       "packages/server/test/mcp/audit-sync.test.ts",
       "packages/server/test/runs/reconcile.test.ts",
+      "packages/server/test/runs/observed-links.test.ts",
       "packages/server/test/sessions/session-terminal-evidence.test.ts",
       "packages/server/test/sessions/session-retention.test.ts",
       "packages/server/test/tasks/task-claim.test.ts",

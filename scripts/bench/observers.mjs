@@ -29,6 +29,8 @@ const groupSamples = new Map();
 /** group → observe calls made by that group's observers, and the fanout events their answers carried. */
 const groupCalls = new Map();
 const groupEvents = new Map();
+/** Response body bytes of the answers that carried exactly one event after the baseline (lean client only). */
+const answerBytes = [];
 const errors = {};
 let calls = 0;
 let events = 0;
@@ -55,6 +57,7 @@ async function observer(def, startHr, endAt) {
       // The first (token-less) call returns a baseline of old events: not a wake-up.
       const baseline = first;
       first = false;
+      if (!baseline && r.bytes !== undefined && r.value.events.length === 1) answerBytes.push(r.bytes);
       for (const e of r.value.events) {
         if (e.kind !== "agent_message") continue;
         const m = FANOUT.exec(e.text);
@@ -100,6 +103,7 @@ process.stdout.write(
     errors,
     connect_and_run_ms: Date.now() - connectStart,
     latency_ms: summarize(samples),
+    ...(answerBytes.length > 0 ? { answer_bytes: summarize(answerBytes) } : {}),
     ...(groupSamples.size > 0
       ? {
           by_group: Object.fromEntries([...groupSamples].map(([g, list]) => [g, summarize(list)])),

@@ -349,32 +349,43 @@ try {
     if (!stackAvailable()) throw new Error("server not built (packages/server/dist/main.js missing)");
     ctx.log(`fanout: observers: ${OBSERVER_CLIENT_LABEL}`);
     // Capacity: 8 observers (one principal) calling observe(wait_secs=0) back to back on a
-    // run that emits nothing — the Server's CPU per observe round trip and calls/s.
-    let observe_cost = null;
-    try {
-      const c = await fanout.run(ctx, {
-        ns: [1],
-        ms: [8],
-        intervalMs: 3_600_000,
-        durationMs: quick ? 3000 : 6000,
-        warmupMs: 0,
-        perPrincipal: 8,
-        waitSecs: 0,
-        client: OBSERVER_CLIENT,
-        nodeArgs,
-      });
-      const cell = c.cells[0];
-      observe_cost = {
-        calls: cell.calls,
-        calls_per_s: cell.calls_per_s,
-        server_cpu_ms_per_call: cell.server.cpu_ms / cell.calls,
-        observers_cpu_share: cell.cpu_share.observers,
-        server_cpu_share: cell.cpu_share.server,
-      };
-    } catch (e) {
-      observe_cost = { error: String(e?.message ?? e) };
-    }
+    // run that emits nothing — the Server's CPU per observe round trip and calls/s; then the same on the floor.
+    const observeCost = async (floor) => {
+      try {
+        const c = await fanout.run(ctx, {
+          ns: [1],
+          ms: [8],
+          intervalMs: 3_600_000,
+          durationMs: quick ? 3000 : 6000,
+          warmupMs: 0,
+          perPrincipal: 8,
+          waitSecs: 0,
+          client: OBSERVER_CLIENT,
+          nodeArgs,
+          floor,
+        });
+        const cell = c.cells[0];
+        return {
+          calls: cell.calls,
+          calls_per_s: cell.calls_per_s,
+          server_cpu_ms_per_call: cell.server.cpu_ms / cell.calls,
+          observers_cpu_share: cell.cpu_share.observers,
+          server_cpu_share: cell.cpu_share.server,
+        };
+      } catch (e) {
+        return { error: String(e?.message ?? e) };
+      }
+    };
+    const observe_cost = await observeCost(false);
+    const floor_observe_cost = await observeCost(true);
     const r = await fanout.run(ctx, { ...PLAN.fanout, client: OBSERVER_CLIENT, nodeArgs });
+    // The floor (issue 45): the same grid on the bare long-poll server, right after ours.
+    let floor = null;
+    try {
+      floor = await fanout.run(ctx, { ...PLAN.fanout, nodeArgs, floor: true });
+    } catch (e) {
+      floor = { error: String(e?.message ?? e) };
+    }
     let own_server_cell = null;
     try {
       own_server_cell = await fanout.ownServerCell(
@@ -391,6 +402,9 @@ try {
       holds_100ms: fanout.holds(r.cells, TARGETS.fanout.p99_ms),
       observe_cost,
       own_server_cell,
+      floor: floor.error ? floor : { cells: floor.cells, observe_cost: floor_observe_cost },
+      floor_ratios: floor.error ? null : fanout.floorRatios(r.cells, floor.cells),
+      floor_observe_cost_ratio: ratio(observe_cost?.server_cpu_ms_per_call, floor_observe_cost?.server_cpu_ms_per_call),
     };
   });
 

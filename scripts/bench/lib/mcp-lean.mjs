@@ -41,7 +41,8 @@ export async function connectLeanMcp({ url, token, name = "webcodex-bench-lean" 
   };
   const request = async (method, params, timeoutMs = TIMEOUT_MARGIN_MS) => {
     const id = nextId++;
-    return readResponse(await send({ jsonrpc: "2.0", id, method, params }, timeoutMs), id);
+    const res = await send({ jsonrpc: "2.0", id, method, params }, timeoutMs);
+    return { ...readResponse(res, id), bytes: res.body?.length ?? 0 };
   };
 
   const init = await request("initialize", {
@@ -61,6 +62,13 @@ export async function connectLeanMcp({ url, token, name = "webcodex-bench-lean" 
   }
 
   return {
+    /** One tools/call → `{ ok, value | error }` (the tool result unwrapped). */
+    async callTool(name, args, timeoutMs = TIMEOUT_MARGIN_MS) {
+      if (closed) return { ok: false, error: { code: "closed", message: "client closed" } };
+      const r = await request("tools/call", { name, arguments: args }, timeoutMs);
+      return r.ok ? unwrap(r.value) : r;
+    },
+    /** As callTool, plus `bytes`: the size of the HTTP response body (the fan-out compares it with the floor's). */
     async observe(run_id, after_observation_token, wait_secs) {
       if (closed) return { ok: false, error: { code: "closed", message: "client closed" } };
       const args = {
@@ -73,7 +81,7 @@ export async function connectLeanMcp({ url, token, name = "webcodex-bench-lean" 
         { name: "observe_coding_agent", arguments: args },
         (wait_secs ?? 0) * 1000 + TIMEOUT_MARGIN_MS,
       );
-      return r.ok ? unwrap(r.value) : r;
+      return { ...(r.ok ? unwrap(r.value) : r), bytes: r.bytes };
     },
     /** Stateless Server: no session to DELETE. The shared agent stays for the other clients. */
     async close() {

@@ -34,6 +34,8 @@ export const TARGETS = {
   wakeup_p99_ms: 10,
   rss_mb: 150,
   fanout: { n: 50, m: 1000, p99_ms: 100 },
+  /** Issue 45: against the bare long-poll floor of the same run (suites/fanout.mjs `floorRatios`). */
+  floor: { round_trip_cpu_ratio: 2, fanout_p99_ratio: 3 },
 };
 
 export function evaluateTargets(results) {
@@ -152,6 +154,24 @@ export function evaluateTargets(results) {
       "<=",
       "ms",
       noCell,
+    ),
+    target(
+      "fanout_p99_floor_ratio",
+      `${cellName} p99 ≤ ${T.floor.fanout_p99_ratio}× the bare long-poll floor's`,
+      s.fanout?.floor_ratios?.find((r) => r.n === T.fanout.n && r.m === T.fanout.m)?.p99,
+      T.floor.fanout_p99_ratio,
+      "<=",
+      "x",
+      s.fanout?.floor?.error ?? noCell,
+    ),
+    target(
+      "round_trip_cpu_floor_ratio",
+      `observe round trip Server CPU ≤ ${T.floor.round_trip_cpu_ratio}× the floor's`,
+      s.fanout?.floor_observe_cost_ratio,
+      T.floor.round_trip_cpu_ratio,
+      "<=",
+      "x",
+      s.fanout?.floor?.observe_cost?.error ?? s.fanout?.observe_cost?.error ?? na("fanout"),
     ),
     target(
       "fanout_server_rss",
@@ -283,6 +303,7 @@ export function render(results) {
       out += `  observe round trip (8 callers, wait_secs=0, nothing new): ${f(oc.calls_per_s, 0)} calls/s, `;
       out += `Server CPU ${f(oc.server_cpu_ms_per_call, 2)} ms per call (Server CPU share ${f(oc.server_cpu_share, 2)}, callers ${f(oc.observers_cpu_share, 2)})\n`;
     }
+    out += renderFloor(s.fanout, ns, ms);
     const errs = s.fanout.cells.filter((c) => c.errors && Object.keys(c.errors).length > 0);
     for (const c of errs) out += `  N=${c.n} M=${c.m} errors: ${JSON.stringify(c.errors).slice(0, 200)}\n`;
     out += `  p99 first above ${TARGETS.fanout.p99_ms} ms: ${Object.entries(s.fanout.crossings_100ms ?? {})
@@ -449,4 +470,39 @@ function renderPeer(p) {
     "  (CPU: the client's process tree incl. the agent; +daemons adds the warm Server and Runner; RSS: the client's tree)\n";
   if (p.full_stack_error) out += `  full stack: ERROR ${p.full_stack_error.split("\n")[0]}\n`;
   return `${out}\n`;
+}
+
+/** The floor (issue 45): the bare long-poll server's grid, and every fan-out figure as ours ÷ floor. */
+function renderFloor(fo, ns, ms) {
+  const floor = fo.floor;
+  if (!floor) return "";
+  if (floor.error) return `  floor (bare node:http long-poll): ERROR ${floor.error.split("\n")[0]}\n`;
+  let out = "  floor (bare node:http long-poll, same event flow and bodies, same run): p99 / p50 ms\n";
+  const cellOf = (list, n, m) => list.find((c) => c.n === n && c.m === m);
+  for (const n of ns) {
+    out += `  ${pad(`N=${n}`, 8)}`;
+    for (const m of ms) {
+      const c = cellOf(floor.cells, n, m);
+      out += lpad(c ? `${f(c.latency_ms?.p99)} / ${f(c.latency_ms?.p50)}` : "—", 18);
+    }
+    out += "\n";
+  }
+  out += "  ours ÷ floor: p99 | p50 | Server CPU per answered observe | answer bytes\n";
+  for (const n of ns) {
+    out += `  ${pad(`N=${n}`, 8)}`;
+    for (const m of ms) {
+      const r = cellOf(fo.floor_ratios ?? [], n, m);
+      out += lpad(
+        r ? `${f(r.p99, 1)}|${f(r.p50, 1)}|${f(r.server_cpu_ms_per_call, 1)}|${f(r.answer_bytes_p50, 2)}` : "—",
+        18,
+      );
+    }
+    out += "\n";
+  }
+  const oc = floor.observe_cost;
+  if (oc && !oc.error) {
+    out += `  floor observe round trip (8 callers, wait_secs=0): ${f(oc.calls_per_s, 0)} calls/s, `;
+    out += `CPU ${f(oc.server_cpu_ms_per_call, 3)} ms per call; ours ÷ floor ${f(fo.floor_observe_cost_ratio, 2)}\n`;
+  }
+  return out;
 }

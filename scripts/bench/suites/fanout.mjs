@@ -6,31 +6,36 @@
  * spread over ceil(M / perPrincipal) principals. Runs = max(N, principals),
  * run j on runner j mod N owned by principal j mod P; every run pushes one
  * event every interval_ms. `client` picks the observers' MCP client: "lean"
- * (lib/mcp-lean.mjs, plain node:http) or "sdk" (the SDK Client).
+ * (lib/mcp-lean.mjs, plain node:http) or "sdk" (the SDK Client). `floor`: the same cells on the bare
+ * long-poll server (floor-server.mjs) instead of a Server; the observers then always use the lean client.
  */
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
+import { launchFloor } from "../floor-stack.mjs";
 import { spawnJsonChild } from "../lib/child.mjs";
 import { BENCH_DIR } from "../lib/paths.mjs";
 import { ProcSampler, stopTracked } from "../lib/proc.mjs";
 import { profileArgs, startSims } from "../lib/sims.mjs";
+import { ratio } from "../lib/stats.mjs";
 import { launchStack } from "../stack.mjs";
 
 export async function run(
   ctx,
-  { ns, ms, intervalMs, durationMs, warmupMs, perPrincipal, waitSecs = 10, client = "lean", nodeArgs },
+  { ns, ms, intervalMs, durationMs, warmupMs, perPrincipal, waitSecs = 10, client = "lean", nodeArgs, floor = false },
 ) {
   const maxM = Math.max(...ms);
+  if (floor) client = "lean";
   // Each N gets runner ids of its own: the Server refuses a second link for a runner id whose previous
   // link is not yet declared dead (link_in_use), and the previous N's sim process has just been killed.
   const offsets = ns.map((_, i) => ns.slice(0, i).reduce((a, b) => a + b, 0));
-  const stack = await launchStack({
-    label: "fanout",
+  const sized = {
     nodeArgs,
-    runner: false,
     simRunners: ns.reduce((a, b) => a + b, 0),
     principals: Math.ceil(maxM / perPrincipal),
-  });
+  };
+  const stack = floor
+    ? await launchFloor({ label: "fanout-floor", ...sized })
+    : await launchStack({ label: "fanout", runner: false, ...sized });
   const cells = [];
   try {
     for (const [index, n] of ns.entries()) {
@@ -44,7 +49,7 @@ export async function run(
       });
       try {
         for (const m of ms) {
-          ctx.log(`fan-out N=${n} M=${m} (${client} observers)`);
+          ctx.log(`fan-out N=${n} M=${m} (${client} observers${floor ? ", floor" : ""})`);
           cells.push(
             await cell(stack, sims.pid, nodeArgs, {
               n,
@@ -67,6 +72,7 @@ export async function run(
   }
   return {
     client,
+    floor,
     interval_ms: intervalMs,
     duration_ms: durationMs,
     warmup_ms: warmupMs,
@@ -199,4 +205,31 @@ export function holds(cells, limitMs) {
     out[`N=${n}`] = best;
   }
   return out;
+}
+
+/**
+ * Each cell of `ours` against the same cell of `floor` (the bare long-poll server, same run): p50 / p99
+ * latency, observe calls/s served and Server CPU per answered observe, as ours ÷ floor.
+ */
+export function floorRatios(ours, floor) {
+  const out = [];
+  for (const c of ours) {
+    const f = floor.find((ff) => ff.n === c.n && ff.m === c.m);
+    if (!f) continue;
+    out.push({
+      n: c.n,
+      m: c.m,
+      p50: ratio(c.latency_ms?.p50, f.latency_ms?.p50),
+      p99: ratio(c.latency_ms?.p99, f.latency_ms?.p99),
+      calls_per_s: ratio(c.calls_per_s, f.calls_per_s),
+      server_cpu_ms_per_call: ratio(cpuPerCall(c), cpuPerCall(f)),
+      answer_bytes_p50: ratio(c.answer_bytes?.p50, f.answer_bytes?.p50),
+    });
+  }
+  return out;
+}
+
+/** Server CPU per observe call answered in a cell (ms). */
+export function cpuPerCall(c) {
+  return c.server && c.calls > 0 ? c.server.cpu_ms / c.calls : null;
 }

@@ -5,7 +5,7 @@
  * admission transaction (`bind`), one child per parent (the table's primary key). Nothing here is secret: the
  * link is two run ids.
  */
-import { isTerminalState, type ProviderAdvert } from "@webcodex/protocol";
+import { isTerminalState, type ProviderAdvert, type RunState } from "@webcodex/protocol";
 import type { Principal } from "../principals/principal.js";
 import type { StateQueries } from "../state/engine.js";
 import type { AdmissionRecord } from "../state/record.js";
@@ -109,4 +109,39 @@ export async function continuationLinks(q: StateQueries, runId: string): Promise
     if (row.parent_run_id === runId) links.continued_by = row.child_run_id;
   }
   return links;
+}
+
+/** Runs whose parent link `ObservedLinks` remembers at most (the least recently read go first). */
+export const OBSERVED_PARENT_LINKS_ENTRIES = 4_096;
+
+/**
+ * A run's links as observe shows them, without a database read per observe while the run is not terminal.
+ * Its parent never changes: the link is written in the transaction that records the run (`linkContinuation`
+ * through the admission's bind), so it is there before anyone can observe the run, and links are never
+ * deleted. Nothing continues a run before it is terminal (`checkParent`; terminal is final), so while the
+ * record observe shows is not terminal, `continued_by` is absent and the parent read once is the whole
+ * answer. A terminal run's links are read every time: `continued_by` may appear, written by any instance.
+ */
+export class ObservedLinks {
+  readonly #parents = new Map<string, string | null>();
+
+  /** The links of `runId`, whose record observe shows in `state`. */
+  async of(q: StateQueries, runId: string, state: RunState): Promise<ContinuationLinks> {
+    if (!isTerminalState(state)) {
+      const parent = this.#parents.get(runId);
+      if (parent !== undefined) {
+        // Most recently read last: the first entry is the one to drop at the bound.
+        this.#parents.delete(runId);
+        this.#parents.set(runId, parent);
+        return parent === null ? {} : { parent_run_id: parent };
+      }
+    }
+    const links = await continuationLinks(q, runId);
+    if (this.#parents.size >= OBSERVED_PARENT_LINKS_ENTRIES && !this.#parents.has(runId)) {
+      const oldest = this.#parents.keys().next().value;
+      if (oldest !== undefined) this.#parents.delete(oldest);
+    }
+    this.#parents.set(runId, links.parent_run_id ?? null);
+    return links;
+  }
 }

@@ -18,7 +18,7 @@ import { missingScopes } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import type { ApiResult, ObserveInput, ObserveOutput } from "./api.js";
 import { fail, type RunContext } from "./context.js";
-import { continuationLinks } from "./continuation.js";
+import { ObservedLinks } from "./continuation.js";
 import type { RunMirror } from "./mirror.js";
 import { MAX_OBSERVATION_TOKEN_LENGTH } from "./observe-token.js";
 import { recordUsage } from "./usage.js";
@@ -73,6 +73,7 @@ export function resumePoint(
 
 export class Observation {
   readonly #ctx: RunContext;
+  readonly #links = new ObservedLinks();
 
   constructor(ctx: RunContext) {
     this.#ctx = ctx;
@@ -176,7 +177,7 @@ export class Observation {
     if (ended_at !== null) out.ended_at = ended_at;
     const workspace = mirror.summary?.workspace;
     if (workspace) out.workspace = workspace;
-    Object.assign(out, await continuationLinks(this.#ctx.store.engine, runId));
+    Object.assign(out, await this.#links.of(this.#ctx.store.engine, runId, rec.state));
     const candidates = mirror.eventsAfter(after);
     // Budget in UTF-8 bytes of the serialized result, with room reserved for the token.
     let size = utf8Length(JSON.stringify(out)) + MAX_OBSERVATION_TOKEN_LENGTH;

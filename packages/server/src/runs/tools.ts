@@ -28,6 +28,7 @@ import {
   WORKFLOW_SESSIONS_UNAVAILABLE,
 } from "./api.js";
 import type { ObserveLimits } from "./observe-limits.js";
+import { checkObserveOutput } from "./observe-output.js";
 import {
   CancelToolInput,
   CancelToolOutput,
@@ -195,7 +196,7 @@ export class RunTools implements ToolModule {
     try {
       const result = await this.#runs.observe(principal, stripUndefined(input), signal);
       if (!result.ok) return fail(result.error, input.run_id);
-      return ok(ObserveToolOutput.parse(stripUndefined(result.value)), input.run_id);
+      return ok(checkObserveOutput(stripUndefined(result.value)), input.run_id);
     } finally {
       slot?.release();
     }
