@@ -41,7 +41,7 @@ import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
 import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
 import type { DispatchRow, DispatchStore } from "../store/types.js";
-import { type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
+import { type ApplyOutcome, type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
 import { worktreesDir } from "../workspace/worktree.js";
 import { writeDiagnostics } from "./diagnostics.js";
 import { MemoryProjectCallers, PROJECT_SERVES_ANOTHER_CALLER, type ProjectCallers } from "./project-callers.js";
@@ -767,6 +767,14 @@ export class RunManager implements RunService {
     const row = this.#store.get(runId);
     if (!row) return null;
     return this.#workspaces.changes(runId, this.#projects.get(row.project_id), offset, maxBytes);
+  }
+
+  async apply(runId: string, target: string, keyHash: string): Promise<ApplyOutcome | null> {
+    const row = this.#store.get(runId);
+    if (!row) return null;
+    // A run still in memory may still be running (or recording its change), whatever its row says.
+    const terminal = row.phase === "terminal" && this.#runs.get(runId)?.terminal !== false;
+    return this.#workspaces.apply(runId, this.#projects.get(row.project_id), terminal, target, keyHash);
   }
 
   /**
