@@ -182,6 +182,10 @@ export class RunManager implements RunService {
       dir: options.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
       store: this.#store,
       logger: this.#log,
+      keepMs: this.#config.runner.workspaceKeepSecs * 1000,
+      // A run this process still holds and has not finished may still write to its worktree.
+      mayRun: (runId) => this.#runs.get(runId)?.terminal === false,
+      now: () => this.#now().getTime(),
     });
     const guard = homeGuard(this.#config);
     this.#users = new UserPool(this.#config.acp.agents, {
@@ -769,6 +773,11 @@ export class RunManager implements RunService {
     return this.#workspaces.changes(runId, this.#projects.get(row.project_id), offset, maxBytes);
   }
 
+  /** Remove the kept worktrees whose keep time has passed (runs on a timer; tests call it after moving the clock). */
+  sweepWorkspaces(): Promise<number> {
+    return this.#workspaces.sweep();
+  }
+
   async apply(runId: string, target: string, keyHash: string): Promise<ApplyOutcome | null> {
     const row = this.#store.get(runId);
     if (!row) return null;
@@ -809,6 +818,7 @@ export class RunManager implements RunService {
       void run.child?.terminateTree(Math.min(this.#graceMs, 500));
     }
     await Promise.all(active.map((run) => run.settled));
+    await this.#workspaces.close();
     // Last chance for terminal writes that failed earlier (else recovery treats those rows as interrupted).
     for (const run of this.#runs.values()) this.#saveTerminal(run);
     this.#store.close();

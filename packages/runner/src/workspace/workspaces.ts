@@ -46,6 +46,25 @@ export const APPLY_KEY_REUSED =
   "This idempotency_key was used to apply this run's change into another branch; use a new key.";
 export const APPLY_FAILED = "The Runner could not apply the run's change; nothing was remembered under the key.";
 
+/** Most kept worktrees one sweep removes, and four times that it looks at (the rest wait for the next one). */
+export const WORKSPACE_SWEEP_BATCH = 16;
+/** Sweeps run every half keep time, at least this often and at most this often. */
+export const WORKSPACE_SWEEP_MIN_INTERVAL_MS = 1_000;
+export const WORKSPACE_SWEEP_MAX_INTERVAL_MS = 30_000;
+
+export interface WorkspacesOptions {
+  /** The directory of this Runner's worktrees (worktree.ts worktreesDir). */
+  dir: string;
+  store: DispatchStore;
+  logger: Logger;
+  /** How long a worktree stays once its run's change is recorded (`workspace_keep_secs`); 0: removed at once. */
+  keepMs?: number;
+  /** Whether the run may still be running (then its worktree is never removed); default: never. */
+  mayRun?: (runId: string) => boolean;
+  /** The clock of the keep time (tests move it). */
+  now?: () => number;
+}
+
 export const NOT_A_WORKTREE_PROJECT =
   'The run\'s project does not use workspaces (workspace = "shared"): it has no recorded change.';
 export const CHANGES_UNREADABLE = "The Runner could not read the run's change from the project's repository.";
@@ -70,11 +89,72 @@ export class Workspaces {
   readonly #log: Logger;
   /** The tail of each repository's queue of writing git commands (worktree add/remove, commits, refs). */
   readonly #queues = new Map<string, Promise<unknown>>();
+  readonly #keepMs: number;
+  readonly #mayRun: (runId: string) => boolean;
+  readonly #now: () => number;
+  /** Worktrees whose change is recorded, kept until `until` (insertion order: ascending `until`). */
+  readonly #kept = new Map<string, { root: string; until: number }>();
+  readonly #timer: NodeJS.Timeout | null;
+  #sweeping: Promise<number> | null = null;
+  #closed = false;
 
-  constructor(options: { dir: string; store: DispatchStore; logger: Logger }) {
+  constructor(options: WorkspacesOptions) {
     this.#dir = options.dir;
     this.#store = options.store;
     this.#log = options.logger;
+    this.#keepMs = options.keepMs ?? 0;
+    this.#mayRun = options.mayRun ?? (() => false);
+    this.#now = options.now ?? Date.now;
+    const every = Math.min(
+      WORKSPACE_SWEEP_MAX_INTERVAL_MS,
+      Math.max(WORKSPACE_SWEEP_MIN_INTERVAL_MS, Math.floor(this.#keepMs / 2)),
+    );
+    this.#timer = this.#keepMs > 0 ? setInterval(() => void this.sweep(), every) : null;
+    this.#timer?.unref();
+  }
+
+  /**
+   * Remove the kept worktrees whose keep time has passed (at most WORKSPACE_SWEEP_BATCH, looking at most at four
+   * times that many), never one whose run may still be running; their branches stay. One sweep at a time; the
+   * number removed.
+   */
+  sweep(): Promise<number> {
+    if (this.#closed) return Promise.resolve(0);
+    this.#sweeping ??= this.#sweepOnce().finally(() => {
+      this.#sweeping = null;
+    });
+    return this.#sweeping;
+  }
+
+  async #sweepOnce(): Promise<number> {
+    const now = this.#now();
+    const due: [string, string][] = [];
+    let looked = 0;
+    for (const [runId, kept] of this.#kept) {
+      if (kept.until > now || due.length >= WORKSPACE_SWEEP_BATCH || looked >= WORKSPACE_SWEEP_BATCH * 4) break;
+      looked += 1;
+      if (!this.#mayRun(runId)) due.push([runId, kept.root]);
+    }
+    let removed = 0;
+    for (const [runId, root] of due) {
+      if (this.#closed) break;
+      this.#kept.delete(runId);
+      try {
+        await this.#serial(root, () => removeWorktree(root, worktreeDir(this.#dir, runId)));
+        removed += 1;
+      } catch (error) {
+        this.#log.warn({ run_id: runId, err_name: errName(error) }, "removing a kept worktree failed");
+      }
+    }
+    if (removed > 0) this.#log.info({ removed }, "kept worktrees removed");
+    return removed;
+  }
+
+  /** Stop sweeping (a sweep under way finishes first). Kept worktrees stay: start-up removes them. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#timer) clearInterval(this.#timer);
+    await this.#sweeping;
   }
 
   /** Run `work` after every earlier write to the repository at `root`. */
@@ -127,8 +207,9 @@ export class Workspaces {
   }
 
   /**
-   * Record the run's change (the agent's tree must be gone) durably and remove its worktree: the head commit, or
-   * null when it could not be recorded now (start-up records it then).
+   * Record the run's change (the agent's tree must be gone) durably: the head commit, or null when it could not be
+   * recorded now (start-up records it then). The worktree is kept `keepMs` (so a follow-up turn could start warm),
+   * then swept; with no keep time it is removed at once.
    */
   async record(runId: string, project: ProjectConfig): Promise<string | null> {
     const row = this.#store.workspace(runId);
@@ -145,6 +226,11 @@ export class Workspaces {
         return null;
       }
       this.#log.info({ run_id: runId, head_commit: head }, "run change recorded");
+      if (this.#keepMs > 0 && !this.#closed) {
+        this.#kept.delete(runId);
+        this.#kept.set(runId, { root: project.root, until: this.#now() + this.#keepMs });
+        return head;
+      }
       try {
         await removeWorktree(project.root, dir);
       } catch (error) {
@@ -313,6 +399,7 @@ export class Workspaces {
       if (row !== undefined && row.head_commit === null) continue; // its project is gone: kept for the operator
       const project = projectOf(name);
       const dir = worktreeDir(this.#dir, name);
+      this.#kept.delete(name);
       try {
         if (project) await this.#serial(project.root, () => removeWorktree(project.root, dir));
         else await rm(dir, { recursive: true, force: true });
