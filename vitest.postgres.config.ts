@@ -23,6 +23,7 @@ export default defineConfig({
       "packages/server/test/runs/continuation.test.ts",
       "packages/server/test/runs/run-usage.test.ts",
       "packages/server/test/runs/workspaces.test.ts",
+      "packages/server/test/runs/apply.test.ts",
       "packages/server/test/principals/grant-removal.test.ts",
       "packages/server/test/oauth/oauth-lifecycle.test.ts",
       "packages/server/test/oauth/oauth-sessions.test.ts",

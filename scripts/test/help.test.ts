@@ -32,7 +32,11 @@ function call(bin: string, args: string[]): Promise<Result> {
 }
 
 const BINARIES = [
-  { name: "webcodex", bin: CLI_BIN, commands: ["run", "observe", "cancel", "status", "task", "session"] },
+  {
+    name: "webcodex",
+    bin: CLI_BIN,
+    commands: ["run", "observe", "cancel", "changes", "apply", "status", "task", "session"],
+  },
   { name: "webcodex-server", bin: SERVER_BIN, commands: ["run", "token", "runner-token", "oauth", "mcp-stdio"] },
   { name: "webcodex-runner", bin: RUNNER_BIN, commands: ["run", "check", "exec", "diagnose", "pool"] },
 ] as const;

@@ -42,6 +42,8 @@ export type Command =
     }
   | { name: "observe"; global: GlobalOptions; runId: string; follow: boolean }
   | { name: "cancel"; global: GlobalOptions; runId: string }
+  | { name: "changes"; global: GlobalOptions; runId: string; patch: boolean }
+  | { name: "apply"; global: GlobalOptions; runId: string; to: string; key: string | undefined }
   | { name: "status"; global: GlobalOptions }
   | { name: "task"; global: GlobalOptions; task: TaskAction }
   | { name: "task-help" }
@@ -71,6 +73,17 @@ const RUN_OPTIONS = {
 const OBSERVE_OPTIONS = {
   ...GLOBAL_OPTIONS,
   follow: { type: "boolean", short: "f" },
+} as const satisfies ParseArgsConfig["options"];
+
+const CHANGES_OPTIONS = {
+  ...GLOBAL_OPTIONS,
+  patch: { type: "boolean", short: "p" },
+} as const satisfies ParseArgsConfig["options"];
+
+const APPLY_OPTIONS = {
+  ...GLOBAL_OPTIONS,
+  to: { type: "string" },
+  key: { type: "string" },
 } as const satisfies ParseArgsConfig["options"];
 
 function usage(message: string): CliError {
@@ -176,6 +189,24 @@ export function parseCommand(argv: readonly string[]): Command {
       const { values, positionals } = parse(rest, GLOBAL_OPTIONS);
       if (values.help === true) return { name: "help", topic: "cancel" };
       return { name: "cancel", global: globals(values), runId: single(positionals, "RUN_ID") };
+    }
+    case "changes": {
+      const { values, positionals } = parse(rest, CHANGES_OPTIONS);
+      if (values.help === true) return { name: "help", topic: "changes" };
+      return {
+        name: "changes",
+        global: globals(values),
+        runId: single(positionals, "RUN_ID"),
+        patch: values.patch === true,
+      };
+    }
+    case "apply": {
+      const { values, positionals } = parse(rest, APPLY_OPTIONS);
+      if (values.help === true) return { name: "help", topic: "apply" };
+      const runId = single(positionals, "RUN_ID");
+      const to = required(values.to, "--to BRANCH");
+      if (values.key?.trim() === "") throw usage("--key must not be empty");
+      return { name: "apply", global: globals(values), runId, to, key: values.key };
     }
     case "task": {
       const parsed = parseTaskCommand(rest);

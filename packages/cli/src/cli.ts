@@ -4,7 +4,9 @@
  * stdout with --json).
  */
 import { parseCommand } from "./args.js";
+import { applyCommand } from "./commands/apply.js";
 import { cancelCommand } from "./commands/cancel.js";
+import { changesCommand } from "./commands/changes.js";
 import { observeCommand } from "./commands/observe.js";
 import { runCommand } from "./commands/run.js";
 import { sessionCommand } from "./commands/session.js";
@@ -36,6 +38,10 @@ export async function runCli(argv: readonly string[], ctx: CliContext): Promise<
         return await observeCommand(cmd, ctx);
       case "cancel":
         return await cancelCommand(cmd, ctx);
+      case "changes":
+        return await changesCommand(cmd, ctx);
+      case "apply":
+        return await applyCommand(cmd, ctx);
       case "status":
         return await statusCommand(cmd, ctx);
       case "task":

@@ -55,6 +55,27 @@ ${CONNECTION}`,
     usage: `webcodex cancel RUN_ID|TASK_ID\n\n${CONNECTION}`,
   },
   {
+    name: "changes",
+    summary: "A worktree run's recorded change: its branch, files and counts; --patch prints the diff too.",
+    usage: `webcodex changes RUN_ID|TASK_ID [--patch]
+
+  -p, --patch       Print the whole unified diff after the files (read page by page)
+${CONNECTION}`,
+  },
+  {
+    name: "apply",
+    summary: "Bring an ended worktree run's change into a branch (fast-forward or clean merge, never forced).",
+    usage: `webcodex apply RUN_ID|TASK_ID --to BRANCH [--key K]
+
+  A branch checked out in the project's tree is updated with its files, only when that tree is clean.
+  A conflict changes nothing, names the conflicting paths and exits 1. Needs project:write.
+
+  --to BRANCH       The project's branch to bring the change into (it must exist)
+  --key K           Idempotency key: the same key gets the same answer and never applies twice.
+                    Without it a random key is generated and printed.
+${CONNECTION}`,
+  },
+  {
     name: "status",
     summary: "Projects this token may use, whether their Runner is online, and its providers.",
     usage: `webcodex status\n\n${CONNECTION}`,
@@ -87,6 +108,8 @@ Usage:
   webcodex run --project ID --provider ID [--key K] [--timeout SECS] [--config KEY=VALUE]... "PROMPT"
   webcodex observe RUN_ID|TASK_ID [--follow]
   webcodex cancel RUN_ID|TASK_ID
+  webcodex changes RUN_ID|TASK_ID [--patch]
+  webcodex apply RUN_ID|TASK_ID --to BRANCH [--key K]
   webcodex status
   webcodex task create|attempt|run|reconcile|show|close …
   webcodex session create|update|show …

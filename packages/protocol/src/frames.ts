@@ -47,12 +47,16 @@ import {
   StopReason,
 } from "./vocab.js";
 import {
+  ApplyKeyHash,
+  ApplyRefusal,
   BaseRef,
   ChangesCursor,
   MAX_CHANGES_PAGE_BYTES,
   MIN_CHANGES_PAGE_BYTES,
+  RunApply,
   RunChanges,
   RunWorkspace,
+  TargetBranch,
 } from "./workspace.js";
 
 /** Frame type names, one `as const` table per direction. */
@@ -62,6 +66,7 @@ export const RUNNER_FRAME = {
   runSyncResult: "run.sync.result",
   runCancelResult: "run.cancel.result",
   runChangesResult: "run.changes.result",
+  runApplyResult: "run.apply.result",
   runUpdate: "run.update",
   error: "error",
   heartbeat: "heartbeat",
@@ -73,6 +78,7 @@ export const SERVER_FRAME = {
   runSync: "run.sync",
   runCancel: "run.cancel",
   runChanges: "run.changes",
+  runApply: "run.apply",
   heartbeat: "heartbeat",
   protocolError: "protocol_error",
 } as const;
@@ -266,6 +272,23 @@ export const RunChangesResultFrame = z
   })
   .strict();
 
+/**
+ * The answer to `run.apply`: what the apply did (`apply`), or why it was refused (`refusal`) — exactly one. Paths
+ * in it are project content: the Server hands them to the caller and never stores or logs them.
+ */
+export const RunApplyResultFrame = z
+  .object({
+    type: z.literal(RUNNER_FRAME.runApplyResult),
+    request_id: RequestId,
+    apply: RunApply.optional(),
+    refusal: ApplyRefusal.optional(),
+  })
+  .refine((f) => (f.apply === undefined) !== (f.refusal === undefined), {
+    message: "exactly one of apply and refusal is present",
+    path: ["apply"],
+  })
+  .strict();
+
 export const RunUpdateFrame = z
   .object({
     type: z.literal(RUNNER_FRAME.runUpdate),
@@ -330,6 +353,7 @@ export const RunnerFrame = z.discriminatedUnion("type", [
   RunSyncResultFrame,
   RunCancelResultFrame,
   RunChangesResultFrame,
+  RunApplyResultFrame,
   RunUpdateFrame,
   ErrorFrame,
   HeartbeatFrame,
@@ -406,12 +430,29 @@ export const RunChangesFrame = z
   })
   .strict();
 
+/**
+ * Bring a run's recorded change into a branch of its project (apply_coding_agent_changes, design §16). The Runner
+ * remembers the answer under (run_id, key_hash): the same key again gets the same answer, even after a
+ * restart of either side.
+ */
+export const RunApplyFrame = z
+  .object({
+    type: z.literal(SERVER_FRAME.runApply),
+    request_id: RequestId,
+    run_id: RunId,
+    target_branch: TargetBranch,
+    /** The SHA-256 (hex) of the caller's idempotency key: the Runner never sees the key itself. */
+    key_hash: ApplyKeyHash,
+  })
+  .strict();
+
 export const ServerFrame = z.discriminatedUnion("type", [
   HelloAckFrame,
   RunStartFrame,
   RunSyncFrame,
   RunCancelFrame,
   RunChangesFrame,
+  RunApplyFrame,
   HeartbeatFrame,
   ProtocolErrorFrame,
 ]);
@@ -427,6 +468,8 @@ export type RunCancelFrame = z.infer<typeof RunCancelFrame>;
 export type RunCancelResultFrame = z.infer<typeof RunCancelResultFrame>;
 export type RunChangesFrame = z.infer<typeof RunChangesFrame>;
 export type RunChangesResultFrame = z.infer<typeof RunChangesResultFrame>;
+export type RunApplyFrame = z.infer<typeof RunApplyFrame>;
+export type RunApplyResultFrame = z.infer<typeof RunApplyResultFrame>;
 export type RunUpdateFrame = z.infer<typeof RunUpdateFrame>;
 export type ErrorFrame = z.infer<typeof ErrorFrame>;
 export type HeartbeatFrame = z.infer<typeof HeartbeatFrame>;
@@ -438,4 +481,5 @@ export type RunnerResponse =
   | RunSyncResultFrame
   | RunCancelResultFrame
   | RunChangesResultFrame
+  | RunApplyResultFrame
   | ErrorFrame;

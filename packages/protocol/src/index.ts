@@ -9,6 +9,7 @@ export * from "./ids.js";
 export * from "./nearest-key.js";
 export * from "./parse.js";
 export * from "./terminal-safe.js";
+export * from "./tools/apply.js";
 export * from "./tools/changes.js";
 export * from "./tools/runs.js";
 export * from "./tools/sessions.js";

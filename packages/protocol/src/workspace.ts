@@ -119,3 +119,92 @@ export const RunChanges = z
   })
   .strict();
 export type RunChanges = z.infer<typeof RunChanges>;
+
+// ---- Applying a change (apply_coding_agent_changes, link run.apply) --------------------------------------------
+
+export const TARGET_BRANCH_RULE = `a branch of the project (${BASE_REF_RULE}; not HEAD)`;
+/** The branch a run's change is brought into: a branch name (never a commit, an option or an expression). */
+export const TargetBranch = z
+  .string()
+  .refine((ref) => isBaseRef(ref) && ref !== "HEAD", { message: `must be ${TARGET_BRANCH_RULE}` })
+  .describe("The project's branch to bring the run's change into (it must exist).");
+
+/**
+ * How an apply ended. `fast_forward`: the target moved to the run's head; `merged`: a merge commit of the target
+ * and the run's head (it merged cleanly); `up_to_date`: the target already contains the run's head; `conflict`:
+ * it does not merge cleanly — nothing was changed, `conflicts` names the paths.
+ */
+export const APPLY_RESULTS = ["fast_forward", "merged", "up_to_date", "conflict"] as const;
+export type ApplyResultKind = (typeof APPLY_RESULTS)[number];
+
+/**
+ * Why an apply was refused (nothing was changed, and nothing is remembered under the idempotency key: fix the cause
+ * and retry with the same key). The Server words each one (runs/apply.ts).
+ */
+export const APPLY_REFUSALS = [
+  /** The run's project uses workspace = "shared": a run there has no branch of its own. */
+  "shared_project",
+  /** The run has not ended yet. */
+  "not_terminal",
+  /** The run ended but its change is not recorded yet (the Runner records it at its next start-up). */
+  "change_not_recorded",
+  /** The run's head is its base: it changed nothing. */
+  "no_change",
+  /** `target_branch` names no branch of the project. */
+  "unknown_branch",
+  /** The target is checked out in a worktree other than the project's root: its files would not follow. */
+  "checked_out_elsewhere",
+  /** The target is checked out in the project's root and the tree has uncommitted work (`paths`). */
+  "dirty_tree",
+  /** A merge, rebase, cherry-pick or revert is in progress on the target in the project's root. */
+  "operation_in_progress",
+  /** The target moved while the change was being applied: nothing was changed; retry. */
+  "target_moved",
+  /** This run has been applied under MAX_APPLIES_PER_RUN idempotency keys already. */
+  "apply_limit",
+] as const;
+export type ApplyRefusalReason = (typeof APPLY_REFUSALS)[number];
+
+/** At most this many paths are named in one answer (conflicts, uncommitted work)... */
+export const MAX_APPLY_PATHS = 100;
+/** ...each at most MAX_CHANGED_PATH_BYTES UTF-8 bytes (cut at a character boundary), so at most that many characters. */
+const ApplyPath = z.string().max(MAX_CHANGED_PATH_BYTES);
+/** An apply's idempotency key as the link carries it: the SHA-256 of the caller's key, in hex. */
+export const ApplyKeyHash = z.string().regex(/^[0-9a-f]{64}$/, "must be the SHA-256 of the idempotency key, in hex");
+/** Idempotency keys one run's applies are remembered under (the Runner refuses `apply_limit` past it). */
+export const MAX_APPLIES_PER_RUN = 64;
+
+/** What an apply did (or, for `conflict`, would not do). Paths are project content: to the caller only. */
+export const RunApply = z
+  .object({
+    run_id: RunId,
+    target_branch: TargetBranch,
+    result: z.enum(APPLY_RESULTS),
+    /** Whether the target branch moved (fast_forward, merged). */
+    applied: z.boolean(),
+    /** The run's recorded head (the change applied). */
+    head_commit: CommitId,
+    /** The target's commit before; `target_after` is where it is now (the same unless applied). */
+    target_before: CommitId,
+    target_after: CommitId,
+    /** Only for `conflict`: the conflicting paths (at most MAX_APPLY_PATHS), and whether there were more. */
+    conflicts: z.array(ApplyPath).max(MAX_APPLY_PATHS).optional(),
+    conflicts_truncated: z.boolean().optional(),
+  })
+  .strict();
+export type RunApply = z.infer<typeof RunApply>;
+
+/** A refused apply: why, and for `dirty_tree` the uncommitted paths (at most MAX_APPLY_PATHS). */
+export const ApplyRefusal = z
+  .object({
+    reason: z.enum(APPLY_REFUSALS),
+    paths: z.array(ApplyPath).max(MAX_APPLY_PATHS).optional(),
+    paths_truncated: z.boolean().optional(),
+  })
+  .strict();
+export type ApplyRefusal = z.infer<typeof ApplyRefusal>;
+
+// One answer (its paths at their longest) must fit one link frame.
+if (MAX_APPLY_PATHS * (MAX_CHANGED_PATH_BYTES * 6 + 8) + 64 * 1024 > MAX_FRAME_BYTES) {
+  throw new Error("an apply answer does not fit one link frame");
+}

@@ -353,3 +353,39 @@ describe("capacity_reason on an error frame", () => {
     expect(other).toMatchObject({ ok: false, error: { code: "invalid_frame", path: "capacity_reason" } });
   });
 });
+
+describe("run.apply and its answer", () => {
+  const head = "b".repeat(40);
+  const apply = {
+    run_id: RUN_ID,
+    target_branch: "main",
+    result: "fast_forward",
+    applied: true,
+    head_commit: head,
+    target_before: "c".repeat(40),
+    target_after: head,
+  };
+  const ask = { type: "run.apply", request_id: "req_1", run_id: RUN_ID, target_branch: "main", key_hash: FP };
+  it("carries the key's hash and a branch name, never an option or an expression", () => {
+    expect(parseServerFrame(JSON.stringify(ask))).toMatchObject({ ok: true });
+    for (const [field, value] of [
+      ["key_hash", "my-key"],
+      ["target_branch", "--force"],
+      ["target_branch", "main~1"],
+      ["target_branch", "HEAD"],
+    ] as const) {
+      const bad = parseServerFrame(JSON.stringify({ ...ask, [field]: value }));
+      expect(bad, `${field}=${value}`).toMatchObject({ ok: false, error: { code: "invalid_frame", path: field } });
+    }
+  });
+  it("is answered with exactly one of apply and refusal", () => {
+    const result = { type: "run.apply.result", request_id: "req_1" };
+    expect(parseRunnerFrame(JSON.stringify({ ...result, apply }))).toMatchObject({ ok: true });
+    const refusal = { reason: "dirty_tree", paths: ["README.md"], paths_truncated: false };
+    expect(parseRunnerFrame(JSON.stringify({ ...result, refusal }))).toMatchObject({ ok: true });
+    expect(parseRunnerFrame(JSON.stringify({ ...result, apply, refusal }))).toMatchObject({ ok: false });
+    expect(parseRunnerFrame(JSON.stringify(result))).toMatchObject({ ok: false });
+    const unknown = parseRunnerFrame(JSON.stringify({ ...result, refusal: { reason: "because" } }));
+    expect(unknown).toMatchObject({ ok: false, error: { code: "invalid_frame" } });
+  });
+});

@@ -44,6 +44,9 @@ const store: DispatchStore = {
   recordChange: (runId, head) => real.recordChange(runId, head),
   workspace: (runId) => real.workspace(runId),
   unrecordedWorkspaces: () => real.unrecordedWorkspaces(),
+  recordApply: (row) => real.recordApply(row),
+  applyOf: (runId, keyHash) => real.applyOf(runId, keyHash),
+  applyCount: (runId) => real.applyCount(runId),
   close: () => real.close(),
 };
 const { manager } = newManager(config, { store, maxRetainedRuns: 1 });

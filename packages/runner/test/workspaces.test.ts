@@ -216,10 +216,12 @@ describe("worktree runs", () => {
     expect(message).not.toContain("scenario");
     expect(git(ws.projectRoot, "rev-list", "--count", `${base}..${head}`)).toBe("1");
 
-    // The agent's session/new named the worktree, not the project root; the worktree is gone once recorded.
+    // The agent's session/new named the worktree, not the project root; once recorded, the worktree is kept for
+    // workspace_keep_secs (the keep test below sweeps it) and holds the recorded head.
     const worktree = join(ws.dir, "worktrees", run.run_id);
-    expect(existsSync(worktree)).toBe(false);
-    expect(git(ws.projectRoot, "worktree", "list", "--porcelain")).not.toContain(run.run_id);
+    expect(existsSync(worktree)).toBe(true);
+    expect(git(worktree, "status", "--porcelain")).toBe("");
+    expect(git(worktree, "rev-parse", "HEAD")).toBe(head);
 
     const changes = await manager.changes(run.run_id, 0, 64 * 1024);
     expect(changes?.ok).toBe(true);
@@ -362,6 +364,69 @@ describe("worktree runs", () => {
   });
 });
 
+describe("workspace keep time", () => {
+  it("keeps an ended run's worktree for workspace_keep_secs, then sweeps it (the branch and its change stay); a running run's worktree is never swept", async () => {
+    const ws = fresh();
+    initRepo(ws);
+    const config = load(ws, 'workspace = "worktree"');
+    expect(config.runner.workspaceKeepSecs).toBe(600);
+    let now = Date.parse("2026-01-01T00:00:00Z");
+    const { manager } = newManager(config, { workspacesDir: join(ws.dir, "worktrees"), now: () => new Date(now) });
+    managers.push(manager);
+    const ended = (await runToEnd(manager, "scenario: edit_file path=kept.txt text=kept")).run;
+    const endedDir = join(ws.dir, "worktrees", ended.run_id);
+    const head = ended.workspace?.head_commit ?? "";
+    expect(existsSync(endedDir)).toBe(true);
+
+    const held = startRequest(manager, "scenario: edit_file path=held.txt text=held hold=true");
+    expect((await manager.start(held)).ok).toBe(true);
+    await poll(() => readLedger(ws.ledger).filter((l) => l.event === "file_edited").length === 2, {
+      ...WAIT,
+      what: "the held run's edit",
+    });
+    const heldDir = join(ws.dir, "worktrees", held.run_id);
+
+    // Before its keep time nothing goes; after it, the ended run's worktree goes and the running one's stays.
+    now += 599_000;
+    expect(await manager.sweepWorkspaces()).toBe(0);
+    expect(existsSync(endedDir)).toBe(true);
+    now += 2_000;
+    expect(await manager.sweepWorkspaces()).toBe(1);
+    expect(existsSync(endedDir)).toBe(false);
+    expect(git(ws.projectRoot, "worktree", "list", "--porcelain")).not.toContain(ended.run_id);
+    expect(git(ws.projectRoot, "rev-parse", runBranch(ended.run_id))).toBe(head);
+    expect(git(ws.projectRoot, "show", `${head}:kept.txt`)).toBe("kept");
+    expect(readFileSync(join(heldDir, "held.txt"), "utf8")).toBe("held\n");
+
+    // The held run ends: its worktree is kept from then on, and swept after its own keep time.
+    await manager.cancel(held.run_id);
+    await manager.whenSettled(held.run_id);
+    expect(await manager.sweepWorkspaces()).toBe(0);
+    expect(existsSync(heldDir)).toBe(true);
+    now += 601_000;
+    expect(await manager.sweepWorkspaces()).toBe(1);
+    expect(existsSync(heldDir)).toBe(false);
+  });
+
+  it("removes a worktree at once with workspace_keep_secs = 0, and refuses a negative keep time", async () => {
+    const ws = fresh();
+    initRepo(ws);
+    const file = join(ws.dir, "runner.toml");
+    const text = configText(ws, 'workspace = "worktree"').replace("[runner]\n", "[runner]\nworkspace_keep_secs = 0\n");
+    writeFileSync(file, text);
+    const config = parseConfig(text, file);
+    expect(config.runner.workspaceKeepSecs).toBe(0);
+    const { manager } = newManager(config, { workspacesDir: join(ws.dir, "worktrees") });
+    managers.push(manager);
+    const run = (await runToEnd(manager, "scenario: edit_file path=gone.txt text=gone")).run;
+    expect(run.workspace?.head_commit).toMatch(/^[0-9a-f]{40}$/);
+    expect(existsSync(join(ws.dir, "worktrees", run.run_id))).toBe(false);
+
+    const bad = configText(ws, "").replace("[runner]\n", "[runner]\nworkspace_keep_secs = -1\n");
+    expect(() => parseConfig(bad, file)).toThrow(/runner\.workspace_keep_secs/);
+  });
+});
+
 describe("workspace recovery", () => {
   it("records at start-up the change a previous process left unrecorded, and removes leftover worktrees", async () => {
     const ws = fresh();
@@ -393,7 +458,8 @@ describe("workspace recovery", () => {
     const store = openDispatchStore({ stateDir }).store;
     const { manager } = newManager(config, { store, workspacesDir: dir });
     managers.push(manager);
-    expect(await manager.recoverWorkspaces()).toEqual({ recorded: 1, removed: 1 });
+    // Both worktrees go: the recorded run's (no keep time across a restart) and the orphan.
+    expect(await manager.recoverWorkspaces()).toEqual({ recorded: 1, removed: 2 });
     const head = store.workspace(runId)?.head_commit ?? "";
     expect(git(ws.projectRoot, "show", `${head}:left.txt`)).toBe("left behind");
     expect(existsSync(join(dir, runId))).toBe(false);

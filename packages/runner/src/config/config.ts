@@ -110,6 +110,8 @@ export interface RunnerConfig {
     /** Retention of terminal dispatch rows (active and lost rows are never pruned). */
     readonly retainTerminalDays: number;
     readonly retainTerminalMax: number;
+    /** How long a worktree stays after its run's change is recorded (`workspace_keep_secs`; 0: removed at once). */
+    readonly workspaceKeepSecs: number;
   };
   /** Absent when the file has no [server] table (fine for `check` and `exec`; `run` requires it). */
   readonly server: ServerConfig | null;
@@ -539,6 +541,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       logLevel: raw.runner.log_level,
       retainTerminalDays: raw.runner.retain_terminal_days,
       retainTerminalMax: raw.runner.retain_terminal_max,
+      workspaceKeepSecs: raw.runner.workspace_keep_secs,
     }),
     server,
     projects: Object.freeze(projects),

@@ -81,6 +81,9 @@ const RunAsUsers = z
       }
     });
   });
+/** An ended worktree run's worktree is kept this long by default, and at most this long (design §16). */
+export const DEFAULT_WORKSPACE_KEEP_SECS = 600;
+export const MAX_WORKSPACE_KEEP_SECS = 7 * 86_400;
 /** The identity the Runner commits a worktree run's leftover changes as (design §16). */
 export const DEFAULT_WORKSPACE_AUTHOR = "WebCodex Runner <runner@webcodex.invalid>";
 export const WORKSPACE_AUTHOR_PATTERN = /^([^<>\n\r\0]{1,100}) <([^<>\s]{1,200})>$/;
@@ -150,6 +153,8 @@ export const ConfigSchema = z
         log_level: z.enum(LOG_LEVELS, { error: `must be one of ${LOG_LEVELS.join(", ")}` }).default("info"),
         retain_terminal_days: int(1, 3650).default(7),
         retain_terminal_max: int(1, 1_000_000).default(1000),
+        /** How long an ended worktree run's worktree stays after its change is recorded (design §16); 0: removed at once. */
+        workspace_keep_secs: int(0, MAX_WORKSPACE_KEEP_SECS).default(DEFAULT_WORKSPACE_KEEP_SECS),
       })
       .strict()
       .default({
@@ -157,6 +162,7 @@ export const ConfigSchema = z
         log_level: "info",
         retain_terminal_days: 7,
         retain_terminal_max: 1000,
+        workspace_keep_secs: DEFAULT_WORKSPACE_KEEP_SECS,
       }),
     server: z
       .object({

@@ -383,6 +383,7 @@ class Link implements LinkHandle {
       case "run.sync":
       case "run.cancel":
       case "run.changes":
+      case "run.apply":
         this.#onRequest(ws, frame);
         return;
       default: {

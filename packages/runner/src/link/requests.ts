@@ -1,5 +1,5 @@
 /**
- * The Runner's answers to the Server's requests (run.start, run.sync, run.cancel), through the
+ * The Runner's answers to the Server's requests (run.start, run.sync, run.cancel, run.changes, run.apply), through the
  * RunService only. link/link.ts owns the connection and sends what `reply` is given; every request
  * gets exactly one answer, an `error` frame when the service fails.
  */
@@ -77,6 +77,15 @@ export function answerRequest(req: Request, rid: string, deps: AnswerDeps): void
       deps.service.changes(req.run_id, Number(req.cursor ?? "0"), req.max_bytes).then((res) => {
         if (!res) reply(absent(deps.service, rid, req.run_id));
         else if (res.ok) reply({ type: "run.changes.result", request_id: rid, changes: res.changes });
+        else reply({ type: "error", request_id: rid, code: res.code, message: res.message });
+      }, internal);
+      return;
+    case "run.apply":
+      // Paths in the answer are project content: answered to the Server, never logged (workspace/apply.ts).
+      deps.service.apply(req.run_id, req.target_branch, req.key_hash).then((res) => {
+        if (!res) reply(absent(deps.service, rid, req.run_id));
+        else if (res.ok) reply({ type: "run.apply.result", request_id: rid, apply: res.apply });
+        else if ("refusal" in res) reply({ type: "run.apply.result", request_id: rid, refusal: res.refusal });
         else reply({ type: "error", request_id: rid, code: res.code, message: res.message });
       }, internal);
       return;

@@ -41,7 +41,7 @@ import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
 import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
 import type { DispatchRow, DispatchStore } from "../store/types.js";
-import { type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
+import { type ApplyOutcome, type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
 import { worktreesDir } from "../workspace/worktree.js";
 import { writeDiagnostics } from "./diagnostics.js";
 import { MemoryProjectCallers, PROJECT_SERVES_ANOTHER_CALLER, type ProjectCallers } from "./project-callers.js";
@@ -182,6 +182,10 @@ export class RunManager implements RunService {
       dir: options.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
       store: this.#store,
       logger: this.#log,
+      keepMs: this.#config.runner.workspaceKeepSecs * 1000,
+      // A run this process still holds and has not finished may still write to its worktree.
+      mayRun: (runId) => this.#runs.get(runId)?.terminal === false,
+      now: () => this.#now().getTime(),
     });
     const guard = homeGuard(this.#config);
     this.#users = new UserPool(this.#config.acp.agents, {
@@ -769,6 +773,19 @@ export class RunManager implements RunService {
     return this.#workspaces.changes(runId, this.#projects.get(row.project_id), offset, maxBytes);
   }
 
+  /** Remove the kept worktrees whose keep time has passed (runs on a timer; tests call it after moving the clock). */
+  sweepWorkspaces(): Promise<number> {
+    return this.#workspaces.sweep();
+  }
+
+  async apply(runId: string, target: string, keyHash: string): Promise<ApplyOutcome | null> {
+    const row = this.#store.get(runId);
+    if (!row) return null;
+    // A run still in memory may still be running (or recording its change), whatever its row says.
+    const terminal = row.phase === "terminal" && this.#runs.get(runId)?.terminal !== false;
+    return this.#workspaces.apply(runId, this.#projects.get(row.project_id), terminal, target, keyHash);
+  }
+
   /**
    * Start-up, before the link: record every change a previous process left unrecorded, remove leftover worktrees.
    */
@@ -801,6 +818,7 @@ export class RunManager implements RunService {
       void run.child?.terminateTree(Math.min(this.#graceMs, 500));
     }
     await Promise.all(active.map((run) => run.settled));
+    await this.#workspaces.close();
     // Last chance for terminal writes that failed earlier (else recovery treats those rows as interrupted).
     for (const run of this.#runs.values()) this.#saveTerminal(run);
     this.#store.close();

@@ -12,7 +12,7 @@ import type {
   RunSummary,
   RunTombstone,
 } from "@webcodex/protocol";
-import type { ChangesOutcome } from "../workspace/workspaces.js";
+import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
 
 /** Everything run.start carries, already validated by the protocol schema. */
 export interface RunStartRequest {
@@ -38,6 +38,9 @@ export interface RunStartRequest {
 
 /** One page of a run's recorded change (workspace/workspaces.ts), or why there is none. */
 export type RunChangesOutcome = ChangesOutcome;
+
+/** What applying a run's change did, why it was refused, or why it could not be asked (workspace/workspaces.ts). */
+export type RunApplyOutcome = ApplyOutcome;
 
 export type RunStartOutcome =
   | { ok: true; run: RunSummary; created: boolean }
@@ -109,6 +112,11 @@ export interface RunService {
    * store holds no row for the run_id (then ask `tombstone`).
    */
   changes(runId: string, offset: number, maxBytes: number): Promise<RunChangesOutcome | null>;
+  /**
+   * Bring a worktree run's recorded change into `target` of its project, remembered under `keyHash` (design §16).
+   * null when the store holds no row for the run_id (then ask `tombstone`).
+   */
+  apply(runId: string, target: string, keyHash: string): Promise<RunApplyOutcome | null>;
   onUpdate(listener: RunUpdateListener): () => void;
   /** Cancel nothing, stop accepting, kill every child tree, close the store. */
   close(): Promise<void>;

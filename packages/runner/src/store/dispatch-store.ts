@@ -35,7 +35,15 @@ import { randomBytes } from "node:crypto";
 import type { EffectiveConfigEntry } from "@webcodex/protocol";
 import Database from "better-sqlite3";
 import { decodeTombstone, encodeTombstone, runKey, type StoredTombstone, TOMBSTONES_DDL } from "./tombstone.js";
-import type { AdmissionRow, DispatchRow, DispatchStore, TerminalUpdate, Tombstone, WorkspaceRow } from "./types.js";
+import type {
+  AdmissionRow,
+  ApplyRow,
+  DispatchRow,
+  DispatchStore,
+  TerminalUpdate,
+  Tombstone,
+  WorkspaceRow,
+} from "./types.js";
 
 /** Random store ids share the instance-id alphabet ([A-Za-z0-9_-], 16-64). */
 function newStoreId(): string {
@@ -101,6 +109,22 @@ const MIGRATIONS: ReadonlyArray<(db: Db) => void> = [
   // Continuation (design §17): the run's ACP session id (not a secret), so a later run can resume it.
   (db) => {
     db.exec("ALTER TABLE runs ADD COLUMN acp_session_id TEXT");
+  },
+  (db) => {
+    // Applies of a worktree run's change (design §16): the answer under the SHA-256 of the caller's key. No path,
+    // no diff: a conflict's paths are computed again from the two commits when the answer is replayed.
+    db.exec(`
+      CREATE TABLE applies (
+        run_id        TEXT NOT NULL,
+        key_hash      TEXT NOT NULL,
+        target_branch TEXT NOT NULL,
+        result        TEXT NOT NULL,
+        target_before TEXT NOT NULL,
+        target_after  TEXT NOT NULL,
+        created_at    TEXT NOT NULL,
+        PRIMARY KEY (run_id, key_hash)
+      ) STRICT;
+    `);
   },
 ];
 
@@ -290,6 +314,15 @@ export class SqliteDispatchStore implements DispatchStore {
           AND run_id NOT IN (SELECT run_id FROM workspaces WHERE head_commit IS NULL)
         ORDER BY updated_at DESC, run_id LIMIT -1 OFFSET ?`),
       deleteWorkspace: db.prepare("DELETE FROM workspaces WHERE run_id = ?"),
+      deleteApplies: db.prepare("DELETE FROM applies WHERE run_id = ?"),
+      putApply: db.prepare(`
+        INSERT INTO applies (run_id, key_hash, target_branch, result, target_before, target_after, created_at)
+        VALUES (@run_id, @key_hash, @target_branch, @result, @target_before, @target_after, @now)`),
+      getApply: db.prepare<[string, string], ApplyRow>(
+        `SELECT run_id, key_hash, target_branch, result, target_before, target_after FROM applies
+          WHERE run_id = ? AND key_hash = ?`,
+      ),
+      countApplies: db.prepare<[string], { n: number }>("SELECT count(*) AS n FROM applies WHERE run_id = ?"),
       putWorkspace: db.prepare(
         "INSERT INTO workspaces (run_id, branch, base_commit) VALUES (@run_id, @branch, @base_commit)",
       ),
@@ -467,6 +500,18 @@ export class SqliteDispatchStore implements DispatchStore {
     return this.#stmts.unrecorded.all();
   }
 
+  recordApply(row: ApplyRow): void {
+    this.#durably(() => this.#stmts.putApply.run({ ...row, now: nowIso() }));
+  }
+
+  applyOf(runId: string, keyHash: string): ApplyRow | undefined {
+    return this.#stmts.getApply.get(runId, keyHash);
+  }
+
+  applyCount(runId: string): number {
+    return this.#stmts.countApplies.get(runId)?.n ?? 0;
+  }
+
   /**
    * Retention: remove terminal rows older than retainDays, then all but the
    * newest retainMax terminal rows, each replaced by its tombstone in the same
@@ -490,6 +535,7 @@ export class SqliteDispatchStore implements DispatchStore {
       this.#stmts.putTombstone.run(encodeTombstone(fromSql(sql)));
       this.#stmts.deleteRun.run(sql.run_id);
       this.#stmts.deleteWorkspace.run(sql.run_id);
+      this.#stmts.deleteApplies.run(sql.run_id);
       runIds.push(sql.run_id);
     }
     return rows.length;

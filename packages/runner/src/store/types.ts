@@ -5,6 +5,7 @@
  * bodies, transcript, idempotency key, credentials, ACP session id or messages.
  */
 import type {
+  ApplyResultKind,
   EffectiveConfigEntry,
   ExecutionState,
   FailureKind,
@@ -85,6 +86,20 @@ export interface WorkspaceRow {
   head_commit: string | null;
 }
 
+/**
+ * One apply of a worktree run's change (design §16), remembered under the SHA-256 of the caller's idempotency key
+ * so that the same key gets the same answer. Recorded only when the apply answered (applied, up to date, or a
+ * conflict), never for a refusal.
+ */
+export interface ApplyRow {
+  run_id: string;
+  key_hash: string;
+  target_branch: string;
+  result: ApplyResultKind;
+  target_before: string;
+  target_after: string;
+}
+
 export interface DispatchStore {
   /** Random id created with the database; changes only with --new-store. */
   readonly storeId: string;
@@ -132,5 +147,10 @@ export interface DispatchStore {
   workspace(runId: string): WorkspaceRow | undefined;
   /** Workspaces whose change is not recorded yet (start-up: a previous process ended before it did). */
   unrecordedWorkspaces(): WorkspaceRow[];
+  /** An apply's answer, durably (fsync'd), under its run and key hash. Throws if that key was recorded before. */
+  recordApply(row: ApplyRow): void;
+  applyOf(runId: string, keyHash: string): ApplyRow | undefined;
+  /** How many keys the run's applies are remembered under (bounded by MAX_APPLIES_PER_RUN). */
+  applyCount(runId: string): number;
   close(): void;
 }

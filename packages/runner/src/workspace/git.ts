@@ -66,14 +66,15 @@ function invocation(args: readonly string[], options: GitOptions): { argv: strin
 }
 
 /**
- * The first `limit` bytes of `git <args>`'s stdout (the command is killed once it wrote more), and whether it
- * wrote more than that. For output that may be longer than anything we hold (a diff).
+ * The first `limit` bytes of `git <args>`'s stdout (the command is killed once it wrote more), whether it wrote
+ * more than that, and its exit code (null when it was cut). For output that may be longer than anything we hold
+ * (a diff, a list of paths).
  */
 export function gitPrefix(
   args: readonly string[],
   options: GitOptions,
   limit: number,
-): Promise<{ stdout: Buffer; truncated: boolean }> {
+): Promise<{ stdout: Buffer; truncated: boolean; code: number | null }> {
   const { argv, env } = invocation(args, options);
   const command = args.find((a) => !a.startsWith("-")) ?? "?";
   return new Promise((resolve, reject) => {
@@ -97,11 +98,11 @@ export function gitPrefix(
     });
     child.on("close", (code, signal) => {
       clearTimeout(timer);
-      if (!truncated && code !== 0) {
+      if (!truncated && code !== 0 && !(code !== null && options.okCodes?.includes(code))) {
         reject(new GitError(command, signal === "SIGKILL" ? "timeout" : code));
         return;
       }
-      resolve({ stdout: Buffer.concat(chunks).subarray(0, limit), truncated });
+      resolve({ stdout: Buffer.concat(chunks).subarray(0, limit), truncated, code: truncated ? null : code });
     });
   });
 }

@@ -8,10 +8,18 @@
  * Nothing of a change's content (paths, diff) is logged or stored: log lines carry run ids and error names.
  */
 import { readdir, rm } from "node:fs/promises";
-import { RUN_ID_PATTERN, type RunChanges, type RunWorkspace } from "@webcodex/protocol";
+import {
+  type ApplyRefusal,
+  MAX_APPLIES_PER_RUN,
+  RUN_ID_PATTERN,
+  type RunApply,
+  type RunChanges,
+  type RunWorkspace,
+} from "@webcodex/protocol";
 import type { ProjectConfig } from "../config/config.js";
 import type { Logger } from "../logger.js";
-import type { DispatchStore, WorkspaceRow } from "../store/types.js";
+import type { ApplyRow, DispatchStore, WorkspaceRow } from "../store/types.js";
+import { applyChange, mergeTree } from "./apply.js";
 import { changePage } from "./changes.js";
 import {
   addWorktree,
@@ -28,6 +36,34 @@ export type CreateOutcome = { ok: true; dir: string; workspace: RunWorkspace } |
 export type ChangesOutcome =
   | { ok: true; changes: RunChanges }
   | { ok: false; code: "not_found" | "invalid_request" | "internal"; message: string };
+
+export type ApplyOutcome =
+  | { ok: true; apply: RunApply }
+  | { ok: false; refusal: ApplyRefusal }
+  | { ok: false; code: "idempotency_conflict" | "internal"; message: string };
+
+export const APPLY_KEY_REUSED =
+  "This idempotency_key was used to apply this run's change into another branch; use a new key.";
+export const APPLY_FAILED = "The Runner could not apply the run's change; nothing was remembered under the key.";
+
+/** Most kept worktrees one sweep removes, and four times that it looks at (the rest wait for the next one). */
+export const WORKSPACE_SWEEP_BATCH = 16;
+/** Sweeps run every half keep time, at least this often and at most this often. */
+export const WORKSPACE_SWEEP_MIN_INTERVAL_MS = 1_000;
+export const WORKSPACE_SWEEP_MAX_INTERVAL_MS = 30_000;
+
+export interface WorkspacesOptions {
+  /** The directory of this Runner's worktrees (worktree.ts worktreesDir). */
+  dir: string;
+  store: DispatchStore;
+  logger: Logger;
+  /** How long a worktree stays once its run's change is recorded (`workspace_keep_secs`); 0: removed at once. */
+  keepMs?: number;
+  /** Whether the run may still be running (then its worktree is never removed); default: never. */
+  mayRun?: (runId: string) => boolean;
+  /** The clock of the keep time (tests move it). */
+  now?: () => number;
+}
 
 export const NOT_A_WORKTREE_PROJECT =
   'The run\'s project does not use workspaces (workspace = "shared"): it has no recorded change.';
@@ -53,11 +89,72 @@ export class Workspaces {
   readonly #log: Logger;
   /** The tail of each repository's queue of writing git commands (worktree add/remove, commits, refs). */
   readonly #queues = new Map<string, Promise<unknown>>();
+  readonly #keepMs: number;
+  readonly #mayRun: (runId: string) => boolean;
+  readonly #now: () => number;
+  /** Worktrees whose change is recorded, kept until `until` (insertion order: ascending `until`). */
+  readonly #kept = new Map<string, { root: string; until: number }>();
+  readonly #timer: NodeJS.Timeout | null;
+  #sweeping: Promise<number> | null = null;
+  #closed = false;
 
-  constructor(options: { dir: string; store: DispatchStore; logger: Logger }) {
+  constructor(options: WorkspacesOptions) {
     this.#dir = options.dir;
     this.#store = options.store;
     this.#log = options.logger;
+    this.#keepMs = options.keepMs ?? 0;
+    this.#mayRun = options.mayRun ?? (() => false);
+    this.#now = options.now ?? Date.now;
+    const every = Math.min(
+      WORKSPACE_SWEEP_MAX_INTERVAL_MS,
+      Math.max(WORKSPACE_SWEEP_MIN_INTERVAL_MS, Math.floor(this.#keepMs / 2)),
+    );
+    this.#timer = this.#keepMs > 0 ? setInterval(() => void this.sweep(), every) : null;
+    this.#timer?.unref();
+  }
+
+  /**
+   * Remove the kept worktrees whose keep time has passed (at most WORKSPACE_SWEEP_BATCH, looking at most at four
+   * times that many), never one whose run may still be running; their branches stay. One sweep at a time; the
+   * number removed.
+   */
+  sweep(): Promise<number> {
+    if (this.#closed) return Promise.resolve(0);
+    this.#sweeping ??= this.#sweepOnce().finally(() => {
+      this.#sweeping = null;
+    });
+    return this.#sweeping;
+  }
+
+  async #sweepOnce(): Promise<number> {
+    const now = this.#now();
+    const due: [string, string][] = [];
+    let looked = 0;
+    for (const [runId, kept] of this.#kept) {
+      if (kept.until > now || due.length >= WORKSPACE_SWEEP_BATCH || looked >= WORKSPACE_SWEEP_BATCH * 4) break;
+      looked += 1;
+      if (!this.#mayRun(runId)) due.push([runId, kept.root]);
+    }
+    let removed = 0;
+    for (const [runId, root] of due) {
+      if (this.#closed) break;
+      this.#kept.delete(runId);
+      try {
+        await this.#serial(root, () => removeWorktree(root, worktreeDir(this.#dir, runId)));
+        removed += 1;
+      } catch (error) {
+        this.#log.warn({ run_id: runId, err_name: errName(error) }, "removing a kept worktree failed");
+      }
+    }
+    if (removed > 0) this.#log.info({ removed }, "kept worktrees removed");
+    return removed;
+  }
+
+  /** Stop sweeping (a sweep under way finishes first). Kept worktrees stay: start-up removes them. */
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#timer) clearInterval(this.#timer);
+    await this.#sweeping;
   }
 
   /** Run `work` after every earlier write to the repository at `root`. */
@@ -110,8 +207,9 @@ export class Workspaces {
   }
 
   /**
-   * Record the run's change (the agent's tree must be gone) durably and remove its worktree: the head commit, or
-   * null when it could not be recorded now (start-up records it then).
+   * Record the run's change (the agent's tree must be gone) durably: the head commit, or null when it could not be
+   * recorded now (start-up records it then). The worktree is kept `keepMs` (so a follow-up turn could start warm),
+   * then swept; with no keep time it is removed at once.
    */
   async record(runId: string, project: ProjectConfig): Promise<string | null> {
     const row = this.#store.workspace(runId);
@@ -128,6 +226,11 @@ export class Workspaces {
         return null;
       }
       this.#log.info({ run_id: runId, head_commit: head }, "run change recorded");
+      if (this.#keepMs > 0 && !this.#closed) {
+        this.#kept.delete(runId);
+        this.#kept.set(runId, { root: project.root, until: this.#now() + this.#keepMs });
+        return head;
+      }
       try {
         await removeWorktree(project.root, dir);
       } catch (error) {
@@ -180,6 +283,90 @@ export class Workspaces {
   }
 
   /**
+   * Bring the run's recorded change into `target` (workspace/apply.ts), once per idempotency key: the answer is
+   * recorded durably under (run, key hash) and a same-key call gets it again — a conflict's paths computed anew from
+   * the same two commits. A refusal changes nothing and is not recorded. `terminal`: the run's row is terminal.
+   */
+  async apply(
+    runId: string,
+    project: ProjectConfig | undefined,
+    terminal: boolean,
+    target: string,
+    keyHash: string,
+  ): Promise<ApplyOutcome> {
+    if (project?.workspace !== "worktree") return { ok: false, refusal: { reason: "shared_project" } };
+    return this.#serial(project.root, async () => {
+      try {
+        // Its row is written once the run's base is resolved, after the run was admitted.
+        const row = this.#store.workspace(runId);
+        if (!row) return { ok: false, refusal: { reason: terminal ? "no_change" : "not_terminal" } };
+        const known = this.#store.applyOf(runId, keyHash);
+        if (known) {
+          if (known.target_branch !== target)
+            return { ok: false, code: "idempotency_conflict", message: APPLY_KEY_REUSED };
+          return { ok: true, apply: await this.#replay(project.root, known, row) };
+        }
+        if (!terminal) return { ok: false, refusal: { reason: "not_terminal" } };
+        const head = row.head_commit;
+        if (head === null) return { ok: false, refusal: { reason: "change_not_recorded" } };
+        if (head === row.base_commit) return { ok: false, refusal: { reason: "no_change" } };
+        if (this.#store.applyCount(runId) >= MAX_APPLIES_PER_RUN) {
+          return { ok: false, refusal: { reason: "apply_limit" } };
+        }
+        const step = await applyChange(project.root, { runId, head, target, author: project.workspaceAuthor });
+        if (step.kind === "refused") return { ok: false, refusal: step.refusal };
+        // Recorded once git has moved the target: a crash in between leaves the target applied and no answer,
+        // so a same-key retry applies again and finds the target up to date (nothing is applied twice).
+        this.#store.recordApply({
+          run_id: runId,
+          key_hash: keyHash,
+          target_branch: target,
+          result: step.result,
+          target_before: step.target_before,
+          target_after: step.target_after,
+        });
+        this.#log.info({ run_id: runId, result: step.result }, "run change applied");
+        return {
+          ok: true,
+          apply: {
+            run_id: runId,
+            target_branch: target,
+            result: step.result,
+            applied: step.result === "fast_forward" || step.result === "merged",
+            head_commit: head,
+            target_before: step.target_before,
+            target_after: step.target_after,
+            ...(step.conflicts
+              ? { conflicts: step.conflicts.paths, conflicts_truncated: step.conflicts.truncated }
+              : {}),
+          },
+        };
+      } catch (error) {
+        this.#log.error({ run_id: runId, err_name: errName(error) }, "applying the run's change failed");
+        return { ok: false, code: "internal", message: APPLY_FAILED };
+      }
+    });
+  }
+
+  /** The answer recorded under a key, as it was given (a conflict's paths from the same two commits). */
+  async #replay(root: string, known: ApplyRow, row: WorkspaceRow): Promise<RunApply> {
+    const head = row.head_commit ?? row.base_commit;
+    const base: RunApply = {
+      run_id: known.run_id,
+      target_branch: known.target_branch,
+      result: known.result,
+      applied: known.result === "fast_forward" || known.result === "merged",
+      head_commit: head,
+      target_before: known.target_before,
+      target_after: known.target_after,
+    };
+    if (known.result !== "conflict") return base;
+    const merged = await mergeTree(root, known.target_before, head);
+    const conflicts = merged.clean ? { paths: [], truncated: false } : merged.conflicts;
+    return { ...base, conflicts: conflicts.paths, conflicts_truncated: conflicts.truncated };
+  }
+
+  /**
    * Start-up, before any run is admitted: record the change of every run a previous process left unrecorded
    * (its agent is gone: recovery and the reaper ran), then remove every worktree left in the Runner's directory.
    */
@@ -212,6 +399,7 @@ export class Workspaces {
       if (row !== undefined && row.head_commit === null) continue; // its project is gone: kept for the operator
       const project = projectOf(name);
       const dir = worktreeDir(this.#dir, name);
+      this.#kept.delete(name);
       try {
         if (project) await this.#serial(project.root, () => removeWorktree(project.root, dir));
         else await rm(dir, { recursive: true, force: true });

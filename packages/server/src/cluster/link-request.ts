@@ -141,11 +141,12 @@ function parseLinkRequest(body: Buffer):
     return `timeout_ms must be an integer 1 … ${CLUSTER_MAX_REQUEST_TIMEOUT_MS}`;
   }
   if (typeof v.frame !== "object" || v.frame === null) {
-    return "frame must be a run.start, run.sync, run.cancel or run.changes frame";
+    return "frame must be a run.start, run.sync, run.cancel, run.changes or run.apply frame";
   }
   const type = (v.frame as { type?: unknown }).type;
-  if (type !== "run.start" && type !== "run.sync" && type !== "run.cancel" && type !== "run.changes") {
-    return "frame.type must be run.start, run.sync or run.cancel, or run.changes";
+  const types = ["run.start", "run.sync", "run.cancel", "run.changes", "run.apply"];
+  if (typeof type !== "string" || !types.includes(type)) {
+    return "frame.type must be run.start, run.sync, run.cancel, run.changes or run.apply";
   }
   // Checked as the frame the Runner will get (with a request id the holder's link assigns).
   const checked = ServerFrame.safeParse({ ...(v.frame as object), request_id: "r0_0" });

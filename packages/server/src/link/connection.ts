@@ -8,6 +8,7 @@ import {
   encodeFrame,
   type HelloFrame,
   type ProtocolErrorCode,
+  type RunApplyFrame,
   type RunCancelFrame,
   type RunChangesFrame,
   type RunnerResponse,
@@ -22,7 +23,8 @@ export type RunnerRequest =
   | Omit<RunStartFrame, "request_id">
   | Omit<RunSyncFrame, "request_id">
   | Omit<RunCancelFrame, "request_id">
-  | Omit<RunChangesFrame, "request_id">;
+  | Omit<RunChangesFrame, "request_id">
+  | Omit<RunApplyFrame, "request_id">;
 
 export type RequestOutcome =
   | { ok: true; frame: RunnerResponse }
@@ -37,6 +39,7 @@ const EXPECTED_RESULT: Record<RunnerRequest["type"], RunnerResponse["type"]> = {
   "run.sync": "run.sync.result",
   "run.cancel": "run.cancel.result",
   "run.changes": "run.changes.result",
+  "run.apply": "run.apply.result",
 };
 
 /** The hub's bounds a connection applies (link/hub.ts HubOptions). */

@@ -361,6 +361,7 @@ export class RunnerHub {
       case "run.sync.result":
       case "run.cancel.result":
       case "run.changes.result":
+      case "run.apply.result":
       case "error":
         if (!conn.settle(frame)) conn.protocolError("unexpected_frame", `${frame.type} does not answer its request`);
         return;

@@ -40,6 +40,7 @@ export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {
   observe_coding_agent: ["coding_agent:run"],
   cancel_coding_agent: ["coding_agent:run"],
   get_coding_agent_changes: ["coding_agent:run"],
+  apply_coding_agent_changes: ["coding_agent:run", "project:write"],
   create_agent_task: ["coding_agent:run", "project:write"],
   start_agent_task_attempt: ["coding_agent:run", "project:write"],
   start_agent_task_coding_run: ["coding_agent:run", "project:write"],

@@ -6,12 +6,14 @@
  * allow_patch — is enforced here, so no front end can forget a check.
  */
 import {
+  type ApplyToolInput,
   type ChangesToolInput,
   type ConfigMap,
   type EffectiveConfigEntry,
   type ExecutionState,
   type FailureKind,
   type RecoveryKind,
+  type RunApply,
   type RunChanges,
   type RunEvent,
   type RunState,
@@ -195,6 +197,8 @@ export interface RunsApi {
   cancel(principal: Principal, input: { run_id: string }): Promise<ApiResult<CancelOutput>>;
   /** One page of a worktree run's recorded change (runs/changes.ts): the owner's only; never stored or logged. */
   changes(principal: Principal, input: ChangesToolInput): Promise<ApiResult<RunChanges>>;
+  /** Bring a worktree run's change into a branch (runs/apply.ts): idempotent per key on the Runner; paths to the caller only. */
+  apply(principal: Principal, input: ApplyToolInput): Promise<ApiResult<RunApply>>;
   /**
    * The newest tool step this Server holds for a run (from its event mirror, which observe keeps in step
    * with the Runner), or null when none is held. No ownership check: callers check the run's owner first.

@@ -6,7 +6,15 @@
  * reconciliation + re-forwarded cancels, run.update → records + mirrors,
  * disconnect → registry).
  */
-import type { ChangesToolInput, HelloFrame, RecoveryKind, RunChanges, RunUpdateFrame } from "@webcodex/protocol";
+import type {
+  ApplyToolInput,
+  ChangesToolInput,
+  HelloFrame,
+  RecoveryKind,
+  RunApply,
+  RunChanges,
+  RunUpdateFrame,
+} from "@webcodex/protocol";
 import type { Logger } from "pino";
 import type { HubListener, RunnerConnection } from "../link/hub.js";
 import type { LiveRunner, Registry } from "../link/registry.js";
@@ -27,6 +35,7 @@ import type {
   StartInput,
   StartOutput,
 } from "./api.js";
+import { ChangeApplier } from "./apply.js";
 import { Cancellation } from "./cancel.js";
 import { ChangesReader } from "./changes.js";
 import { fail, RunContext } from "./context.js";
@@ -94,6 +103,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
   readonly #observation: Observation;
   readonly #cancellation: Cancellation;
   readonly #changes: ChangesReader;
+  readonly #applier: ChangeApplier;
   /** Per runner id: the last queued frame's work and how many wait (see MAX_PENDING_RUNNER_FRAMES). */
   readonly #frames = new Map<string, { tail: Promise<void>; pending: number }>();
   /** Runs whose update is being applied here: its record written, its mirror not yet (cluster/forwarded.ts). */
@@ -105,6 +115,7 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     this.#observation = new Observation(this.#ctx);
     this.#cancellation = new Cancellation(this.#ctx);
     this.#changes = new ChangesReader(this.#ctx);
+    this.#applier = new ChangeApplier(this.#ctx);
     this.#admission = new Admission(this.#ctx, this.#observation, {
       settle: (runId) => void this.#reconcileOne(runId),
       ...(opts.testDelayAfterResolveMs !== undefined ? { testDelayAfterResolveMs: opts.testDelayAfterResolveMs } : {}),
@@ -167,6 +178,10 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
 
   changes(principal: Principal, input: ChangesToolInput): Promise<ApiResult<RunChanges>> {
     return this.#changes.changes(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
+  }
+
+  apply(principal: Principal, input: ApplyToolInput): Promise<ApiResult<RunApply>> {
+    return this.#applier.apply(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
   lastToolStep(runId: string): ToolStep | null {

@@ -5,6 +5,8 @@
  * run tools (runs/tools.ts).
  */
 export {
+  ApplyToolInput,
+  ApplyToolOutput,
   CancelToolInput,
   CancelToolOutput,
   ChangesToolInput,

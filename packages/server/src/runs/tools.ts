@@ -6,7 +6,7 @@
  * go through StartHooks (runs/api.ts), so this module never imports sessions/.
  */
 
-import { CHANGES_TOOL_NAME } from "@webcodex/protocol";
+import { APPLY_TOOL_NAME, CHANGES_TOOL_NAME } from "@webcodex/protocol";
 import type { Principal } from "../principals/principal.js";
 import {
   fail,
@@ -30,6 +30,8 @@ import {
 import type { ObserveLimits } from "./observe-limits.js";
 import { checkObserveOutput } from "./observe-output.js";
 import {
+  ApplyToolInput,
+  ApplyToolOutput,
   CancelToolInput,
   CancelToolOutput,
   ChangesToolInput,
@@ -45,6 +47,7 @@ export const RUN_TOOL_NAMES = {
   observe: "observe_coding_agent",
   cancel: "cancel_coding_agent",
   changes: CHANGES_TOOL_NAME,
+  apply: APPLY_TOOL_NAME,
 } as const;
 export type RunToolName = (typeof RUN_TOOL_NAMES)[keyof typeof RUN_TOOL_NAMES];
 
@@ -97,6 +100,19 @@ export const RUN_TOOL_SPECS: readonly ToolSpec<RunToolName>[] = [
     output: ChangesToolOutput,
     annotations: { readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },
   },
+  {
+    name: RUN_TOOL_NAMES.apply,
+    title: "Apply a coding agent run's changes to a branch",
+    description:
+      "For an ended run of a project in workspace mode `worktree`: bring the change recorded on its branch into " +
+      "target_branch — by fast-forward, or by a merge commit when it merges cleanly. Never forced and never over " +
+      "uncommitted work: a target checked out in the project's tree is updated with its files only when that tree " +
+      "is clean (else refused apply_refused, naming the paths). A conflict changes nothing: result `conflict` names " +
+      "the conflicting paths. The same idempotency_key again gets the same answer and never applies twice.",
+    input: ApplyToolInput,
+    output: ApplyToolOutput,
+    annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: false },
+  },
 ];
 
 export interface RunToolsOptions {
@@ -136,6 +152,8 @@ export class RunTools implements ToolModule {
         return this.#cancel(principal, input as CancelToolInput);
       case RUN_TOOL_NAMES.changes:
         return this.#changes(principal, input as ChangesToolInput);
+      case RUN_TOOL_NAMES.apply:
+        return this.#apply(principal, input as ApplyToolInput);
       default: {
         const unreachable: never = tool;
         throw new Error(`unknown tool ${String(unreachable)}`);
@@ -213,6 +231,13 @@ export class RunTools implements ToolModule {
     const result = await this.#runs.changes(principal, stripUndefined(input));
     if (!result.ok) return fail(result.error, input.run_id);
     return ok(ChangesToolOutput.parse(result.value), input.run_id);
+  }
+
+  /** Paths in the answer are project content: to the caller only (the audit row has the run id and outcome). */
+  async #apply(principal: Principal, input: ApplyToolInput): Promise<ToolCallOutcome> {
+    const result = await this.#runs.apply(principal, input);
+    if (!result.ok) return fail(result.error, input.run_id);
+    return ok(ApplyToolOutput.parse(result.value), input.run_id);
   }
 
   /**

@@ -4,7 +4,7 @@
  * It sits below the tool modules (runs/, tasks/, sessions/) and the MCP router so that all of them share one
  * definition without importing each other.
  */
-import type { CapacityReason, RecoveryKind } from "@webcodex/protocol";
+import type { ApplyRefusalReason, CapacityReason, RecoveryKind } from "@webcodex/protocol";
 import type { Scope } from "../principals/principal.js";
 
 /** Closed set of tool-level error codes (documented in the README). */
@@ -39,6 +39,8 @@ export const API_ERROR_CODES = [
   "continuation_conflict",
   /** Continuation: the provider's agent advertises neither session/resume nor session/load. */
   "continuation_unsupported",
+  /** apply_coding_agent_changes (design §16): refused, nothing changed; `apply_refusal` says why. */
+  "apply_refused",
   /** The Server's state database cannot be reached (state/engine.ts StateUnavailableError); nothing half-written. */
   "state_unavailable",
   /** Too many operations already wait for the state database (StateBusyError). */
@@ -56,6 +58,10 @@ export interface ApiError {
   missing_scopes?: Scope[];
   /** On a `capacity` refusal the Runner explained: why (protocol capacity.ts; its recovery_kind says whether retrying helps). */
   capacity_reason?: CapacityReason;
+  /** On `apply_refused`: why (protocol APPLY_REFUSALS), and for `dirty_tree` the uncommitted paths (to the caller only). */
+  apply_refusal?: ApplyRefusalReason;
+  paths?: string[];
+  paths_truncated?: boolean;
 }
 
 export type ApiResult<T> = { ok: true; value: T } | { ok: false; error: ApiError };
@@ -82,6 +88,7 @@ const RECOVERY_FOR: Record<ApiError["code"], RecoveryKind> = {
   context_version_conflict: "reobserve",
   continuation_conflict: "fix_input",
   continuation_unsupported: "none",
+  apply_refused: "fix_input",
   state_unavailable: "retry_same",
   state_busy: "retry_same",
   internal: "none",

@@ -150,6 +150,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
   it("lists the run, agent-task and workflow-session tools, each with closed input and an output schema", async () => {
     const { tools } = await alice.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual([
+      "apply_coding_agent_changes",
       "cancel_coding_agent",
       "close_agent_task",
       "create_agent_task",
@@ -457,7 +458,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     try {
       const { tools } = await client.listTools();
       expect(tools.map((t) => t.name)).toContain("start_agent_task_coding_run");
-      expect(tools).toHaveLength(12);
+      expect(tools).toHaveLength(13);
       const res = await client.readResource({ uri: "webcodex://projects" });
       expect(JSON.parse((res.contents[0] as { text: string }).text).projects[0].project_id).toBe("demo");
       const started = await ok(client, "start_coding_agent", {

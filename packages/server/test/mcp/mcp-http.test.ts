@@ -111,11 +111,12 @@ function postInit(headers: Record<string, string>, body?: string) {
 }
 
 describe("Streamable HTTP /mcp", () => {
-  it("negotiates the 2025-11-25 protocol and lists exactly the four run tools and two resources", async () => {
+  it("negotiates the 2025-11-25 protocol and lists exactly the five run tools and two resources", async () => {
     const client = await connect("token-alice");
     expect(client.getServerVersion()?.name).toBe("webcodex");
     const { tools } = await client.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual([
+      "apply_coding_agent_changes",
       "cancel_coding_agent",
       "get_coding_agent_changes",
       "observe_coding_agent",

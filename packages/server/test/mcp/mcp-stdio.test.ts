@@ -88,6 +88,7 @@ describe("webcodex-server mcp-stdio", () => {
     await serveMcp(port);
     const { tools } = await client.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual([
+      "apply_coding_agent_changes",
       "cancel_coding_agent",
       "get_coding_agent_changes",
       "observe_coding_agent",

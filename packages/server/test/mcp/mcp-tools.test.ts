@@ -142,9 +142,10 @@ describe("tool input schemas", () => {
 });
 
 describe("tools/list definitions", () => {
-  it("has exactly the four run tools, each with closed input and an output schema", () => {
+  it("has exactly the five run tools, each with closed input and an output schema", () => {
     const defs = RUN_TOOL_SPECS.map((s) => toolDefinition(s));
     expect(defs.map((d) => d.name).sort()).toEqual([
+      "apply_coding_agent_changes",
       "cancel_coding_agent",
       "get_coding_agent_changes",
       "observe_coding_agent",

@@ -7,6 +7,7 @@ import { randomBytes } from "node:crypto";
 import type { RunEvent, RunEventBody, RunState, RunSummary, RunTombstone } from "@webcodex/protocol";
 import type {
   HelloBody,
+  RunApplyOutcome,
   RunCancelResult,
   RunChangesOutcome,
   RunService,
@@ -145,6 +146,12 @@ export class FakeRunService implements RunService {
   async changes(runId: string): Promise<RunChangesOutcome | null> {
     if (!this.runs.has(runId)) return null;
     return { ok: false, code: "invalid_request", message: "no workspace" };
+  }
+
+  /** No run of this fake has a workspace. */
+  async apply(runId: string): Promise<RunApplyOutcome | null> {
+    if (!this.runs.has(runId)) return null;
+    return { ok: false, refusal: { reason: "shared_project" } };
   }
 
   async cancel(runId: string): Promise<RunCancelResult | null> {

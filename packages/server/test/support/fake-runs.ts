@@ -5,7 +5,7 @@
  * same refusals (principals/authority.ts), since the tools above it no longer check.
  */
 import { createHash } from "node:crypto";
-import type { RunChanges, RunEvent, RunState } from "@webcodex/protocol";
+import type { RunApply, RunChanges, RunEvent, RunState } from "@webcodex/protocol";
 import { missingScopes, startRefusal, TOOL_SCOPE } from "../../src/principals/authority.js";
 import type {
   ApiResult,
@@ -162,6 +162,19 @@ export class FakeRuns implements RunsApi {
     return {
       ok: false,
       error: { code: "invalid_input", message: `Run ${input.run_id} has no recorded change.`, recovery_kind: "none" },
+    };
+  }
+
+  /** No run of this fake has a workspace: answered as the Runner answers a shared project's run. */
+  async apply(_principal: Principal, input: { run_id: string }): Promise<ApiResult<RunApply>> {
+    return {
+      ok: false,
+      error: {
+        code: "apply_refused",
+        message: `Run ${input.run_id} has no change to apply.`,
+        recovery_kind: "none",
+        apply_refusal: "shared_project",
+      },
     };
   }
 
