@@ -6,43 +6,13 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
 import { ProcStack } from "../support/proc-stack.js";
-import { ok, type Structured, TERMINAL, toolError } from "../support/tool-calls.js";
+import { ok, toolError } from "../support/tool-calls.js";
+import { runTurn } from "../support/turns.js";
 
 const START = "start_coding_agent";
-
-/** Start a run and observe it to its end; returns the last observation and the agent's message text. */
-async function runTurn(
-  client: Client,
-  key: string,
-  prompt: string,
-  continueRunId?: string,
-): Promise<{ runId: string; last: Structured; text: string }> {
-  const started = await ok(client, START, {
-    project_id: "demo",
-    provider_id: "fake",
-    idempotency_key: key,
-    prompt,
-    ...(continueRunId === undefined ? {} : { continue_run_id: continueRunId }),
-  });
-  const runId = started.run_id as string;
-  let token: string | undefined;
-  let text = "";
-  for (let i = 0; i < 200; i++) {
-    const o = await ok(client, "observe_coding_agent", {
-      run_id: runId,
-      ...(token === undefined ? {} : { after_observation_token: token }),
-      wait_secs: 5,
-    });
-    token = o.observation_token as string;
-    for (const e of o.events as { kind: string; text?: string }[]) if (e.kind === "agent_message") text += e.text;
-    if (TERMINAL.has(o.state as string) && !o.has_more) return { runId, last: o, text };
-  }
-  throw new Error(`run ${runId} did not end`);
-}
 
 describe("continuation: follow-up turns in the agent's own session", () => {
   let s: ProcStack | undefined;
