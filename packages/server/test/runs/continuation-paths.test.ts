@@ -2,14 +2,17 @@
  * Issue 42 (design §17): `continue_run_id` on the managed path's task-run tool (start_agent_task_coding_run) and
  * through MCP Tasks, whole stack — a real Server child, a real Runner, the fake agent persisting its sessions,
  * the SDK's client (2025-11-25) and raw 2026-07-28 requests declaring the Tasks extension. The checks and the
- * one-child link are the run core's admission (runs/continuation.ts), the same as start_coding_agent's.
+ * one-child link are the run core's admission (runs/continuation.ts), the same as start_coding_agent's. And the
+ * CLI binary's `webcodex run --continue`.
  */
+import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { promisify } from "node:util";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { CLI_BIN, DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
 import { type ModernAnswer, postModern } from "../support/modern-mcp.js";
 import { ProcStack } from "../support/proc-stack.js";
 import { ok, promptsOf, type Structured, toolError } from "../support/tool-calls.js";
@@ -182,5 +185,45 @@ describe("continuation through MCP Tasks (2026-07-28 era)", () => {
     expect(refused.result?.isError).toBe(true);
     const text = ((refused.result?.content ?? []) as { text: string }[])[0]?.text ?? "";
     expect((JSON.parse(text) as { error: { code: string } }).error.code).toBe("continuation_conflict");
+  }, 180_000);
+});
+
+describe("webcodex run --continue (the CLI binary over MCP)", () => {
+  const exec = promisify(execFile);
+  /** Bound on one CLI command (start and follow one turn). */
+  const CLI_TIMEOUT_MS = 90_000;
+
+  async function cli(st: ProcStack, args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+    const env = {
+      ...process.env,
+      WEBCODEX_URL: `http://127.0.0.1:${st.port}/mcp`,
+      WEBCODEX_TOKEN: st.principalTokens.get("alice") ?? "",
+      NO_COLOR: "1",
+    };
+    try {
+      const { stdout, stderr } = await exec(process.execPath, [CLI_BIN, ...args], { env, timeout: CLI_TIMEOUT_MS });
+      return { code: 0, stdout, stderr };
+    } catch (err) {
+      const e = err as { code: number; stdout: string; stderr: string };
+      return { code: e.code, stdout: e.stdout, stderr: e.stderr };
+    }
+  }
+
+  it("continues a run named by its task id, then refuses a second follow-up of the same run", async () => {
+    const st = await stack();
+    const on = ["--project", "demo", "--provider", "fake"];
+    const first = await cli(st, ["run", ...on, "--key", "cli-1", "--json", "scenario: hello\nnonce: cli-first"]);
+    expect(first.code, first.stderr).toBe(0);
+    const started = JSON.parse(first.stdout.split("\n")[0] ?? "{}") as { run_id: string; task_id: string };
+    expect(started.task_id).toMatch(/^wc_task_/);
+
+    const second = await cli(st, ["run", ...on, "--key", "cli-2", "--continue", started.task_id, "scenario: recall"]);
+    expect(second.code, second.stderr).toBe(0);
+    expect(second.stdout).toContain(`continues ${started.run_id}`);
+    expect(second.stdout).toContain("recall: nonce: cli-first");
+
+    const third = await cli(st, ["run", ...on, "--key", "cli-3", "--json", "--continue", started.run_id, "x"]);
+    expect(third.code).toBe(1);
+    expect(third.stdout + third.stderr).toMatch(/"code":"continuation_conflict"/);
   }, 180_000);
 });
