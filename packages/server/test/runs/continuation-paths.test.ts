@@ -86,6 +86,17 @@ describe("continuation on the task-run tool (2025-11-25 era)", () => {
     const second = await toolError(alice, TASK_RUN, taskRun(ref2, parent.runId));
     expect(second.code).toBe("continuation_conflict");
     expect(second.message).toContain(started.run_id as string);
+    // base_ref with continue_run_id: the follow-up continues from its parent's workspace; refused before anything.
+    const based = await toolError(alice, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: "based",
+      prompt: "scenario: recall",
+      base_ref: "main",
+      continue_run_id: started.run_id,
+    });
+    expect([based.code, based.recovery_kind]).toEqual(["invalid_input", "fix_input"]);
+    expect(based.message).toContain("base_ref cannot be given with continue_run_id");
     // A parent that is not terminal yet.
     const slow = await ok(alice, "start_coding_agent", {
       project_id: "demo",
@@ -100,7 +111,7 @@ describe("continuation on the task-run tool (2025-11-25 era)", () => {
     // Nothing of the refusals was recorded against the attempt: it still starts a fresh run, which remembers nothing.
     const fresh = await ok(alice, TASK_RUN, taskRun(ref2));
     expect((await followTurn(alice, fresh.run_id as string)).text).toBe("recall: nothing");
-    // The instruction reached the agent twice (the child, the fresh run); none of the three refused calls did.
+    // The instruction reached the agent twice (the child, the fresh run); none of the refused calls did.
     expect(promptsOf(st.prompts("r1"), "scenario: recall")).toHaveLength(2);
   }, 180_000);
 });
