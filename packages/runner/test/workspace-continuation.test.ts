@@ -5,12 +5,14 @@
  * run's worktree is removed once its change is recorded) — and its own change is its turn's alone.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { FAKE_AGENT_BIN, readLedger } from "../../../scripts/test-support/index.js";
 import { parseConfig } from "../src/config/config.js";
 import { BASE_REF_WITH_CONTINUATION, PARENT_BRANCH_MOVED, type RunManager } from "../src/runs/manager.js";
+import { openDispatchStore } from "../src/store/open.js";
 import { runBranch } from "../src/workspace/worktree.js";
 import { type Finished, makeWorkspace, newManager, runToEnd, type Workspace } from "./support/harness.js";
 
@@ -29,7 +31,7 @@ afterEach(async () => {
 });
 
 /** A worktree project (one commit) whose fake agent keeps its sessions in `<dir>/sessions` and can resume them. */
-function setup() {
+function setup(stateDir?: string) {
   const ws = makeWorkspace();
   workspaces.push(ws);
   git(ws.projectRoot, "init", "-q", "-b", "main");
@@ -60,9 +62,11 @@ function setup() {
   const file = join(ws.dir, "runner.toml");
   writeFileSync(file, text);
   const worktrees = join(ws.dir, "worktrees");
-  const { manager, store } = newManager(parseConfig(text, file), { workspacesDir: worktrees });
+  const store = stateDir === undefined ? undefined : openDispatchStore({ stateDir }).store;
+  const made = newManager(parseConfig(text, file), { workspacesDir: worktrees, ...(store ? { store } : {}) });
+  const manager = made.manager;
   managers.push(manager);
-  return { ws, manager, store, sessions, worktrees };
+  return { ws, manager, store: made.store, sessions, worktrees, text, file };
 }
 
 function said(finished: Finished): string {
@@ -157,5 +161,44 @@ describe("continuation in a worktree project", () => {
     expect(based.run.message).toContain(BASE_REF_WITH_CONTINUATION);
     expect(prompts(ws)).toBe(before);
     expect(git(ws.projectRoot, "worktree", "list", "--porcelain")).not.toContain(one.run.run_id);
+  });
+
+  it("records at start-up a continuation's change a crash left unrecorded, from the parent's directory and branch", async () => {
+    const stateDir = mkdtempSync(join(tmpdir(), "wc-runner-store-"));
+    const { ws, manager, worktrees, text, file } = setup(stateDir);
+    const one = await runToEnd(manager, "scenario: edit_file path=a.txt text=one");
+    const branch = runBranch(one.run.run_id);
+    const head1 = one.run.workspace?.head_commit ?? "";
+    await manager.close();
+    managers.splice(managers.indexOf(manager), 1);
+    // What a crash during the child's turn leaves: its row on the parent's branch, the worktree made again in the
+    // parent's directory and edited, no change recorded.
+    const crashed = openDispatchStore({ stateDir }).store;
+    const childId = "wc_agent_run_abcdefghijklmnopqrstuvwxyz";
+    crashed.admit({
+      run_id: childId,
+      intent_fingerprint: "f".repeat(64),
+      project_id: "demo",
+      provider_id: "fake",
+      provider_instance_id: "pi_aaaaaaaaaaaaaaaaaaaa",
+      agent_instance_id: "ai_aaaaaaaaaaaaaaaaaaaa",
+      created_at: new Date().toISOString(),
+    });
+    crashed.recordWorkspace(childId, { branch, base_commit: head1 });
+    const dir = join(worktrees, one.run.run_id);
+    git(ws.projectRoot, "worktree", "add", "-q", dir, branch);
+    writeFileSync(join(dir, "b.txt"), "two\n");
+    crashed.close();
+
+    const store = openDispatchStore({ stateDir }).store;
+    const { manager: restarted } = newManager(parseConfig(text, file), { store, workspacesDir: worktrees });
+    managers.push(restarted);
+    expect(await restarted.recoverWorkspaces()).toEqual({ recorded: 1, removed: 0 });
+    const head = store.workspace(childId)?.head_commit ?? "";
+    expect(git(ws.projectRoot, "show", `${head}:b.txt`)).toBe("two");
+    expect(git(ws.projectRoot, "rev-parse", `${head}~1`)).toBe(head1);
+    expect(git(ws.projectRoot, "rev-parse", branch)).toBe(head);
+    expect(existsSync(dir)).toBe(false);
+    expect(git(ws.projectRoot, "worktree", "list")).not.toContain(worktrees);
   });
 });

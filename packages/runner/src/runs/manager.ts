@@ -346,6 +346,9 @@ export class RunManager implements RunService {
         agent_instance_id: run.agent_instance_id,
         created_at: createdAt,
       });
+      // A continuation's session is its parent's from admission on (made durable with it below), so a child that
+      // never got past setup (a crash, a fault) can itself be continued: the conversation is not cut there.
+      if (continueSessionId !== null) this.#store.recordAcpSession(run.run_id, continueSessionId);
     } catch (error) {
       this.#log.error({ run_id: req.run_id, err_name: (error as Error)?.name }, "admission failed");
       if (lease.user) void this.#users.release(lease.user, run.run_id);
