@@ -2,8 +2,8 @@
  * Issue 42 (design §17): `continue_run_id` on the managed path's task-run tool (start_agent_task_coding_run) and
  * through MCP Tasks, whole stack — a real Server child, a real Runner, the fake agent persisting its sessions,
  * the SDK's client (2025-11-25) and raw 2026-07-28 requests declaring the Tasks extension. The checks and the
- * one-child link are the run core's admission (runs/continuation.ts), the same as start_coding_agent's. And the
- * CLI binary's `webcodex run --continue`.
+ * one-child link are the run core's admission (runs/continuation.ts), the same as start_coding_agent's. The
+ * CLI binary's `webcodex run --continue`, and a chain in a `worktree` project (observe and the changes tool).
  */
 import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
@@ -15,6 +15,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { CLI_BIN, DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
 import { type ModernAnswer, postModern } from "../support/modern-mcp.js";
 import { ProcStack } from "../support/proc-stack.js";
+import { startStack } from "../support/stack.js";
 import { ok, promptsOf, type Structured, toolError } from "../support/tool-calls.js";
 import { followTurn, runTurn } from "../support/turns.js";
 
@@ -236,5 +237,37 @@ describe("webcodex run --continue (the CLI binary over MCP)", () => {
     const third = await cli(st, ["run", ...on, "--key", "cli-3", "--json", "--continue", started.run_id, "x"]);
     expect(third.code).toBe(1);
     expect(third.stdout + third.stderr).toMatch(/"code":"continuation_conflict"/);
+  }, 180_000);
+});
+
+describe("continuation in a worktree project (whole stack)", () => {
+  it("the follow-up works on its parent's branch from its parent's head; observe and get_coding_agent_changes show its turn", async () => {
+    sessions = mkdtempSync(join(tmpdir(), "wc-fake-sessions-"));
+    const scopes = ["coding_agent:run", "project:write", "project:read", "runtime:read"] as const;
+    const st = await startStack({
+      principals: [{ id: "alice", scopes: [...scopes], projects: ["demo"] }],
+      projects: [{ id: "demo", allow_patch: true, workspace: "worktree" }],
+      agentArgs: ["--continuation", "both", "--session-dir", sessions],
+      agentToml: 'continuation = "both"',
+    });
+    try {
+      const alice = await st.connect(await st.issueToken("alice", [...scopes], ["demo"]));
+      const one = await runTurn(alice, "wt-1", "scenario: edit_file path=a.txt text=one\nnonce: wt-1");
+      const ws1 = one.last.workspace as { branch: string; head_commit: string };
+      expect(ws1.head_commit).toMatch(/^[0-9a-f]{40}$/);
+      const two = await runTurn(alice, "wt-2", "scenario: edit_file path=b.txt text=two\nnonce: wt-2", one.runId);
+      expect(two.last.state).toBe("completed");
+      expect(two.last.workspace).toMatchObject({ mode: "worktree", branch: ws1.branch, base_commit: ws1.head_commit });
+      const changes = await ok(alice, "get_coding_agent_changes", { run_id: two.runId });
+      expect((changes.files as Structured[]).map((f) => `${f.status} ${f.path}`)).toEqual(["added b.txt"]);
+      const three = await runTurn(alice, "wt-3", "scenario: recall", two.runId);
+      expect(three.text).toBe("recall: nonce: wt-2");
+      expect(three.last.workspace).toMatchObject({
+        branch: ws1.branch,
+        base_commit: (two.last.workspace as { head_commit: string }).head_commit,
+      });
+    } finally {
+      await st.stop();
+    }
   }, 180_000);
 });
