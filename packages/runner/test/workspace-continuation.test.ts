@@ -150,6 +150,8 @@ describe("continuation in a worktree project", () => {
       "workspace_failed",
     ]);
     expect(moved.run.message).toContain(PARENT_BRANCH_MOVED);
+    // No worktree was made: the follow-up has no change of its own (not the moved branch's tip).
+    expect(moved.run.workspace).toMatchObject({ branch, base_commit: head2, head_commit: head2 });
     expect(git(ws.projectRoot, "rev-parse", branch)).toBe(head1);
 
     const based = await runToEnd(manager, "scenario: recall", { continue_run_id: two.run.run_id, base_ref: "main" });

@@ -96,7 +96,8 @@ export function leftoverMessage(runId: string): string {
  * Record the run's change and return its head: commit what the agent left in the worktree (if anything), point
  * the run's branch (its own, or the parent's for a continuation) at the worktree's HEAD (the agent may have
  * committed or moved it), and answer that commit. Without a worktree (never made, or already removed) the
- * branch's tip — or, without a branch, `base` — is it.
+ * branch's tip — or, without a branch, `base` — is it; for a continuation (a branch not the run's own, whose tip
+ * is its parent's or someone else's doing) it is `base`: no change of its own.
  */
 export async function recordChange(
   root: string,
@@ -125,6 +126,7 @@ export async function recordChange(
     await git(["update-ref", `refs/heads/${branch}`, head], { cwd: root });
     return head;
   }
+  if (branch !== runBranch(runId)) return base;
   return (await branchTip(root, branch)) ?? base;
 }
 
