@@ -200,7 +200,7 @@ describe("continuation through MCP Tasks (2026-07-28 era)", () => {
   }, 180_000);
 });
 
-describe("webcodex run --continue (the CLI binary over MCP)", () => {
+describe("webcodex run --continue and task run --continue (the CLI binary over MCP)", () => {
   const exec = promisify(execFile);
   /** Bound on one CLI command (start and follow one turn). */
   const CLI_TIMEOUT_MS = 90_000;
@@ -221,7 +221,7 @@ describe("webcodex run --continue (the CLI binary over MCP)", () => {
     }
   }
 
-  it("continues a run named by its task id, then refuses a second follow-up of the same run", async () => {
+  it("continues a run named by its task id, refuses a second follow-up of the same run, and a task's run continues the chain", async () => {
     const st = await stack();
     const on = ["--project", "demo", "--provider", "fake"];
     const first = await cli(st, ["run", ...on, "--key", "cli-1", "--json", "scenario: hello\nnonce: cli-first"]);
@@ -229,7 +229,15 @@ describe("webcodex run --continue (the CLI binary over MCP)", () => {
     const started = JSON.parse(first.stdout.split("\n")[0] ?? "{}") as { run_id: string; task_id: string };
     expect(started.task_id).toMatch(/^wc_task_/);
 
-    const second = await cli(st, ["run", ...on, "--key", "cli-2", "--continue", started.task_id, "scenario: recall"]);
+    const second = await cli(st, [
+      "run",
+      ...on,
+      "--key",
+      "cli-2",
+      "--continue",
+      started.task_id,
+      "scenario: recall\nnonce: cli-second",
+    ]);
     expect(second.code, second.stderr).toBe(0);
     expect(second.stdout).toContain(`continues ${started.run_id}`);
     expect(second.stdout).toContain("recall: nonce: cli-first");
@@ -237,6 +245,40 @@ describe("webcodex run --continue (the CLI binary over MCP)", () => {
     const third = await cli(st, ["run", ...on, "--key", "cli-3", "--json", "--continue", started.run_id, "x"]);
     expect(third.code).toBe(1);
     expect(third.stdout + third.stderr).toMatch(/"code":"continuation_conflict"/);
+
+    // `webcodex task run --continue RUN_ID`: a task's run takes the conversation up from the second turn.
+    const last = (r: { stdout: string }) => JSON.parse(r.stdout.trim().split("\n").at(-1) ?? "{}") as Structured;
+    const secondRun = /▸ run (wc_agent_run_[a-z2-7]{26})/.exec(second.stdout)?.[1];
+    const task = last(
+      await cli(st, ["task", "create", "--project", "demo", "--key", "tk", "--json", "scenario: recall"]),
+    );
+    const claimed = last(await cli(st, ["task", "attempt", String(task.task_id), "--assignee", "h", "--json"]));
+    const taskRun = await cli(st, [
+      "task",
+      "run",
+      ...on,
+      "--ref",
+      String(claimed.attempt_ref),
+      "--json",
+      "--continue",
+      "x",
+    ]);
+    expect(taskRun.code).toBe(2);
+    const ran = last(
+      await cli(st, [
+        "task",
+        "run",
+        ...on,
+        "--ref",
+        String(claimed.attempt_ref),
+        "--json",
+        "--continue",
+        secondRun ?? "",
+      ]),
+    );
+    const followed = await cli(st, ["observe", String(ran.run_id), "--follow"]);
+    expect(followed.code, followed.stderr).toBe(0);
+    expect(followed.stdout).toContain("recall: nonce: cli-second");
   }, 180_000);
 });
 
