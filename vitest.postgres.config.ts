@@ -21,6 +21,7 @@ export default defineConfig({
       "packages/server/test/runs/tombstone-acceptance.test.ts",
       "packages/server/test/runs/effective-config.test.ts",
       "packages/server/test/runs/continuation.test.ts",
+      "packages/server/test/runs/continuation-paths.test.ts",
       "packages/server/test/runs/run-usage.test.ts",
       "packages/server/test/runs/workspaces.test.ts",
       "packages/server/test/runs/apply.test.ts",

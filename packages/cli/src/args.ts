@@ -37,6 +37,8 @@ export type Command =
       contextSession: string | undefined;
       /** context_session_version: the session version the caller reviewed (needs contextSession). */
       contextVersion: number | undefined;
+      /** continue_run_id: the terminal run (or its task id) whose conversation this run continues. */
+      continueRun: string | undefined;
       /** "-" means read stdin. */
       prompt: string;
     }
@@ -68,6 +70,7 @@ const RUN_OPTIONS = {
   session: { type: "string" },
   "context-session": { type: "string" },
   "context-version": { type: "string" },
+  continue: { type: "string" },
 } as const satisfies ParseArgsConfig["options"];
 
 const OBSERVE_OPTIONS = {
@@ -85,6 +88,9 @@ const APPLY_OPTIONS = {
   to: { type: "string" },
   key: { type: "string" },
 } as const satisfies ParseArgsConfig["options"];
+
+/** What `--continue` takes: a run id, or the task id of a task-backed start (resolved to its run). */
+const RUN_OR_TASK_ID = /^(wc_agent_run_[a-z2-7]{26}|wc_task_[a-z2-7]{26}_[A-Za-z0-9_-]{22})$/;
 
 function usage(message: string): CliError {
   return new CliError("usage", message, { hint: "Run `webcodex --help` for usage." });
@@ -157,6 +163,11 @@ export function parseCommand(argv: readonly string[]): Command {
           throw usage("--context-version pins the version of --context-session; give --context-session too");
         }
       }
+      if (values.continue !== undefined && !RUN_OR_TASK_ID.test(values.continue)) {
+        throw usage(
+          `--continue expects the RUN_ID (wc_agent_run_…) or TASK_ID (wc_task_…) of one of your ended runs, got "${values.continue}"`,
+        );
+      }
       const project = required(values.project, "--project ID");
       const provider = required(values.provider, "--provider ID");
       const prompt = single(positionals, 'PROMPT (quote it: "Fix the failing test")');
@@ -172,6 +183,7 @@ export function parseCommand(argv: readonly string[]): Command {
         session: values.session,
         contextSession: values["context-session"],
         contextVersion,
+        continueRun: values.continue,
         prompt,
       };
     }

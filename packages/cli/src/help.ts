@@ -24,7 +24,8 @@ export const COMMANDS: readonly CommandHelp[] = [
     name: "run",
     summary: "Start a run and follow it live until it ends (Ctrl-C asks the Server to cancel it).",
     usage: `webcodex run --project ID --provider ID [--key K] [--timeout SECS] [--config KEY=VALUE]...
-             [--session SESSION_ID] [--context-session SESSION_ID [--context-version N]] "PROMPT"
+             [--session SESSION_ID] [--context-session SESSION_ID [--context-version N]]
+             [--continue RUN_ID|TASK_ID] "PROMPT"
 
   PROMPT "-" reads the prompt from stdin. Ctrl-C asks the Server to cancel the run and keeps following;
   a second Ctrl-C stops following at once.
@@ -39,6 +40,9 @@ export const COMMANDS: readonly CommandHelp[] = [
   --context-version N
                     The session version you reviewed (webcodex session show); if the session
                     changed since, nothing starts (context_version_conflict)
+  --continue RUN_ID A follow-up turn: the agent resumes that ended run's session (same --project and
+                    --provider) before this prompt. One follow-up per run (continuation_conflict);
+                    an agent that cannot resume is refused (continuation_unsupported)
 ${CONNECTION}`,
   },
   {

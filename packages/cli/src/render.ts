@@ -78,7 +78,7 @@ function json(value: Record<string, unknown>): string {
 /** The first lines of `webcodex run`: which run, and the key that reattaches to it. */
 export function renderStarted(
   start: StartResult,
-  meta: { project: string; provider: string; key: string; keyGenerated: boolean },
+  meta: { project: string; provider: string; key: string; keyGenerated: boolean; continues?: string },
   style: Style,
 ): string {
   if (style.mode === "json") {
@@ -89,6 +89,7 @@ export function renderStarted(
       project_id: meta.project,
       provider_id: meta.provider,
       idempotency_key: meta.key,
+      ...(meta.continues !== undefined ? { continue_run_id: meta.continues } : {}),
     });
   }
   start = escapeDeep(start);
@@ -103,7 +104,11 @@ export function renderStarted(
         `  key ${meta.key} — if this command is interrupted, rerun it with --key ${meta.key} to reattach`,
       )
     : paint(style, "dim", `  key ${meta.key}`);
-  return `${head}\n${keyLine}\n`;
+  const continues =
+    meta.continues === undefined
+      ? ""
+      : `${paint(style, "dim", `  continues ${meta.continues} (the agent resumes that run's session)`)}\n`;
+  return `${head}\n${continues}${keyLine}\n`;
 }
 
 /** Renders everything new in one observation and returns the advanced state. */

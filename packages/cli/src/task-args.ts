@@ -10,7 +10,7 @@ import type { ConfigValue } from "./wire.js";
 export const TASK_USAGE = `Managed tasks (the Server keeps ownership across host restarts):
   webcodex task create --project ID [--title T] [--key K] "INSTRUCTION"   (INSTRUCTION "-" reads stdin)
   webcodex task attempt TASK_ID --assignee NAME [--lease SECS] [--renew ATTEMPT_REF] [--supersede RUN_ID]
-  webcodex task run --project ID --provider ID --ref ATTEMPT_REF [--timeout SECS] [--config K=V]...
+  webcodex task run --project ID --provider ID --ref ATTEMPT_REF [--timeout SECS] [--config K=V]... [--continue RUN_ID]
   webcodex task reconcile TASK_ID [--attempt ATTEMPT_ID]
   webcodex task show TASK_ID
   webcodex task close TASK_ID --outcome succeeded|failed|abandoned
@@ -36,6 +36,8 @@ export type TaskAction =
       ref: string;
       timeoutSecs: number | undefined;
       config: Record<string, ConfigValue>;
+      /** continue_run_id: the ended run whose agent session this task's run continues (design §17). */
+      continueRun: string | undefined;
     }
   | { action: "reconcile"; taskId: string; attemptId: string | undefined }
   | { action: "show"; taskId: string }
@@ -57,6 +59,7 @@ const OPTIONS = {
     ref: { type: "string" },
     timeout: { type: "string" },
     config: { type: "string", multiple: true },
+    continue: { type: "string" },
   },
   reconcile: { ...SUBCOMMAND_GLOBAL, attempt: { type: "string" } },
   show: SUBCOMMAND_GLOBAL,
@@ -68,6 +71,14 @@ const OUTCOMES = ["succeeded", "failed", "abandoned"];
 const args = subcommandFamily("task");
 const { usage, one, required } = args;
 const seconds = (raw: string | undefined, flag: string) => args.wholeNumber(raw, flag, 1, "a whole number of seconds");
+/** What `--continue` takes on `task run`: a run id (`webcodex run --continue` also takes a task id). */
+const RUN_ID = /^wc_agent_run_[a-z2-7]{26}$/;
+function runId(raw: string | undefined): string | undefined {
+  if (raw !== undefined && !RUN_ID.test(raw)) {
+    throw usage(`--continue expects the RUN_ID (wc_agent_run_…) of one of your ended runs, got "${raw}"`);
+  }
+  return raw;
+}
 
 /** `null` means: print the task usage. */
 export function parseTaskCommand(argv: string[]): { global: TaskGlobals; task: TaskAction } | null {
@@ -113,6 +124,7 @@ export function parseTaskCommand(argv: string[]): { global: TaskGlobals; task: T
           ref: required(v.ref, "--ref ATTEMPT_REF"),
           timeoutSecs: seconds(v.timeout, "--timeout"),
           config: parseConfigPairs(v.config ?? []),
+          continueRun: runId(v.continue),
         },
       };
     case "reconcile":

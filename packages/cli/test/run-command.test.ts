@@ -110,6 +110,39 @@ describe("webcodex run", () => {
     expect(t.stdout.text).toContain(`webcodex observe ${RUN} --follow`);
   });
 
+  it("--continue passes continue_run_id and says which run it continues; a malformed id is a usage error", async () => {
+    const parent = "wc_agent_run_aaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const client = scriptedClient(recorded);
+    const { ctx, stdout } = testContext(client);
+    const argv = [
+      "run",
+      "--project",
+      "demo",
+      "--provider",
+      "fake",
+      "--key",
+      "k2",
+      "--continue",
+      parent,
+      "now the tests",
+    ];
+    expect(await runCli(argv, ctx)).toBe(0);
+    expect(client.calls[0]?.args).toEqual({
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: "k2",
+      prompt: "now the tests",
+      continue_run_id: parent,
+    });
+    expect(stdout.text).toContain(`continues ${parent}`);
+    const untouched = scriptedClient(recorded);
+    const bad = testContext(untouched);
+    const code = await runCli(["run", "--project", "demo", "--provider", "fake", "--continue", "run-1", "x"], bad.ctx);
+    expect(code).toBe(2);
+    expect(bad.stderr.text).toContain("--continue expects the RUN_ID (wc_agent_run_…) or TASK_ID (wc_task_…)");
+    expect(untouched.calls).toHaveLength(0);
+  });
+
   it("prints ndjson with --json: started, states, events, summary", async () => {
     const { ctx, stdout } = testContext(scriptedClient(recorded));
     expect(await runCli(["run", "--json", "--project", "demo", "--provider", "fake", "--key", "k", "x"], ctx)).toBe(0);

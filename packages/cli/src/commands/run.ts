@@ -1,6 +1,6 @@
 /**
- * `webcodex run`: start_coding_agent with an idempotency key, then follow the
- * run to its terminal state. First Ctrl-C → cancel_coding_agent and keep
+ * `webcodex run`: start_coding_agent with an idempotency key (and, with `--continue`, the run whose
+ * conversation it continues: design §17), then follow the run to its terminal state. First Ctrl-C → cancel_coding_agent and keep
  * following; second Ctrl-C → stop following at once (exit 130).
  */
 import { randomBytes } from "node:crypto";
@@ -86,6 +86,9 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
   try {
     out.start(startedAt);
     out.setStatus("starting");
+    // A task id names its run; the Server takes only run ids in continue_run_id.
+    const continueRunId =
+      cmd.continueRun === undefined ? undefined : ((await client.resolveRun?.(cmd.continueRun)) ?? cmd.continueRun);
     const start = await client
       .start(
         {
@@ -98,6 +101,7 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
           ...(cmd.session !== undefined ? { workflow_session_id: cmd.session } : {}),
           ...(cmd.contextSession !== undefined ? { context_session_id: cmd.contextSession } : {}),
           ...(cmd.contextVersion !== undefined ? { context_session_version: cmd.contextVersion } : {}),
+          ...(continueRunId !== undefined ? { continue_run_id: continueRunId } : {}),
         },
         stopFollowing.signal,
       )
@@ -123,7 +127,13 @@ export async function runCommand(cmd: Extract<Command, { name: "run" }>, ctx: Cl
     out.write(
       renderStarted(
         start,
-        { project: cmd.project, provider: cmd.provider, key, keyGenerated: cmd.key === undefined },
+        {
+          project: cmd.project,
+          provider: cmd.provider,
+          key,
+          keyGenerated: cmd.key === undefined,
+          ...(continueRunId !== undefined ? { continues: continueRunId } : {}),
+        },
         style,
       ),
     );

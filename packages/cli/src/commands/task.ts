@@ -78,6 +78,7 @@ export async function taskCommand(global: TaskGlobals, task: TaskAction, ctx: Cl
             attempt_ref: task.ref,
             ...(task.timeoutSecs !== undefined ? { timeout_secs: task.timeoutSecs } : {}),
             ...(Object.keys(task.config).length > 0 ? { config: task.config } : {}),
+            ...(task.continueRun !== undefined ? { continue_run_id: task.continueRun } : {}),
           },
           TaskRunResult,
         );

@@ -140,6 +140,9 @@ export const StartTaskRunInput = z
     config: ConfigMap.optional().describe("Provider config option values (allowed_config_options only)."),
     timeout_secs: z.number().int().min(MIN_RUN_TIMEOUT_SECS).max(MAX_RUN_TIMEOUT_SECS).optional(),
     base_ref: BaseRef.optional(),
+    continue_run_id: RunId.optional().describe(
+      "Continue the conversation of this earlier run of yours (a terminal run on the task's project and this provider): the agent resumes that run's session, then gets the task's instruction. The same rules and refusals as start_coding_agent's continue_run_id.",
+    ),
     workflow_session_id: SessionId.optional().describe(
       "Record this run's lifecycle in your workflow session on the same project.",
     ),

@@ -103,6 +103,13 @@ const UNRECORDED_REFUSAL = "The Runner could not record which caller its run_as 
 export const BASE_REF_NOT_WORKTREE =
   'base_ref is only for a project with workspace = "worktree"; this project\'s runs work in its shared tree.';
 export const UNKNOWN_BASE_REF = "base_ref names no branch, tag or commit of the project.";
+/** A continuation in a `worktree` project (design §17) works on its parent's branch, from its parent's head. */
+export const BASE_REF_WITH_CONTINUATION =
+  "base_ref cannot be given with continue_run_id: a follow-up turn continues on its parent's branch, from its parent's recorded head.";
+export const PARENT_CHANGE_UNRECORDED =
+  "The parent run's change is not recorded yet, so its workspace cannot be continued; the Runner records it at its next start.";
+export const PARENT_BRANCH_MOVED =
+  "The parent run's branch moved since its change was recorded (a commit or reset outside WebCodex); the Runner never forces a branch. Continue from a fresh run instead.";
 /** Longest a start waits for an idle pool user being recycled for its caller before it is refused `pool_recycling`. */
 export const RECYCLE_WAIT_MS = 10_000;
 
@@ -332,6 +339,7 @@ export class RunManager implements RunService {
     );
     run.runAs = lease.user;
     run.continueSessionId = continueSessionId;
+    run.continueRunId = continueSessionId === null ? null : (req.continue_run_id ?? null);
     try {
       this.#store.admit({
         run_id: run.run_id,
@@ -342,6 +350,9 @@ export class RunManager implements RunService {
         agent_instance_id: run.agent_instance_id,
         created_at: createdAt,
       });
+      // A continuation's session is its parent's from admission on (made durable with it below), so a child that
+      // never got past setup (a crash, a fault) can itself be continued: the conversation is not cut there.
+      if (continueSessionId !== null) this.#store.recordAcpSession(run.run_id, continueSessionId);
     } catch (error) {
       this.#log.error({ run_id: req.run_id, err_name: (error as Error)?.name }, "admission failed");
       if (lease.user) void this.#users.release(lease.user, run.run_id);
@@ -547,12 +558,26 @@ export class RunManager implements RunService {
       if (baseRef === undefined) return null;
       return notStarted("workspace_failed", "spawn", BASE_REF_NOT_WORKTREE, "fix_input");
     }
-    const made = await this.#workspaces.create(run.run_id, run.project, baseRef);
+    // A continuation works in its parent's workspace, on its branch (design §17).
+    if (run.continueRunId !== null && baseRef !== undefined) {
+      return notStarted("workspace_failed", "spawn", BASE_REF_WITH_CONTINUATION, "fix_input");
+    }
+    const made =
+      run.continueRunId === null
+        ? await this.#workspaces.create(run.run_id, run.project, baseRef)
+        : await this.#workspaces.continueFrom(run.run_id, run.continueRunId, run.project);
     if (!made.ok) {
       if (made.reason !== "unrecorded") run.workspace = this.#workspaces.summary(run.run_id) ?? null;
-      return made.reason === "unknown_base_ref"
-        ? notStarted("workspace_failed", "spawn", UNKNOWN_BASE_REF, "fix_input")
-        : notStarted("workspace_failed", "spawn");
+      switch (made.reason) {
+        case "unknown_base_ref":
+          return notStarted("workspace_failed", "spawn", UNKNOWN_BASE_REF, "fix_input");
+        case "parent_unrecorded":
+          return notStarted("workspace_failed", "spawn", PARENT_CHANGE_UNRECORDED);
+        case "branch_moved":
+          return notStarted("workspace_failed", "spawn", PARENT_BRANCH_MOVED);
+        default:
+          return notStarted("workspace_failed", "spawn");
+      }
     }
     run.cwd = made.dir;
     run.workspace = made.workspace;

@@ -59,6 +59,8 @@ export class Run {
   conn: AcpClientConnection | null = null;
   /** The parent run's ACP session this run continues (design §17, acp/resume.ts); null: a fresh session. */
   continueSessionId: string | null = null;
+  /** That parent run's id, whose workspace a `worktree` project's continuation works in; null: none. */
+  continueRunId: string | null = null;
   /**
    * The terminal state whose durable write failed: the run stays pinned in
    * memory (never evicted) so sync/inventory/cancel answer the terminal state,

@@ -5,6 +5,10 @@
  * every leftover worktree is removed. The store holds each one's branch, base and head (store/types.ts
  * WorkspaceRow); git is run only through git.ts, serialized per project repository for what writes to it.
  *
+ * A continuation (design §17) works in its parent's workspace: on the parent's branch, from the parent's recorded
+ * head, in the directory the branch names (`<dir>/<first run of the conversation>`), made again there since a
+ * run's worktree is removed once its change is recorded. Its own change is its turn's: parent head → its head.
+ *
  * Nothing of a change's content (paths, diff) is logged or stored: log lines carry run ids and error names.
  */
 import { readdir, rm } from "node:fs/promises";
@@ -23,15 +27,22 @@ import { applyChange, mergeTree } from "./apply.js";
 import { changePage } from "./changes.js";
 import {
   addWorktree,
+  branchRunId,
   pruneWorktrees,
   recordChange,
   removeWorktree,
+  reopenWorktree,
   resolveBase,
   runBranch,
   worktreeDir,
 } from "./worktree.js";
 
-export type CreateOutcome = { ok: true; dir: string; workspace: RunWorkspace } | { ok: false; reason: string };
+/** Why a workspace could not be made; `parent_unrecorded` and `branch_moved` are a continuation's only. */
+export type WorkspaceFailure = "git_failed" | "unknown_base_ref" | "unrecorded" | "parent_unrecorded" | "branch_moved";
+
+export type CreateOutcome =
+  | { ok: true; dir: string; workspace: RunWorkspace }
+  | { ok: false; reason: WorkspaceFailure };
 
 export type ChangesOutcome =
   | { ok: true; changes: RunChanges }
@@ -93,7 +104,7 @@ export class Workspaces {
   readonly #mayRun: (runId: string) => boolean;
   readonly #now: () => number;
   /** Worktrees whose change is recorded, kept until `until` (insertion order: ascending `until`). */
-  readonly #kept = new Map<string, { root: string; until: number }>();
+  readonly #kept = new Map<string, { root: string; dir: string; until: number }>();
   readonly #timer: NodeJS.Timeout | null;
   #sweeping: Promise<number> | null = null;
   #closed = false;
@@ -128,19 +139,19 @@ export class Workspaces {
 
   async #sweepOnce(): Promise<number> {
     const now = this.#now();
-    const due: [string, string][] = [];
+    const due: [string, { root: string; dir: string }][] = [];
     let looked = 0;
     for (const [runId, kept] of this.#kept) {
       if (kept.until > now || due.length >= WORKSPACE_SWEEP_BATCH || looked >= WORKSPACE_SWEEP_BATCH * 4) break;
       looked += 1;
-      if (!this.#mayRun(runId)) due.push([runId, kept.root]);
+      if (!this.#mayRun(runId)) due.push([runId, kept]);
     }
     let removed = 0;
-    for (const [runId, root] of due) {
+    for (const [runId, { root, dir }] of due) {
       if (this.#closed) break;
       this.#kept.delete(runId);
       try {
-        await this.#serial(root, () => removeWorktree(root, worktreeDir(this.#dir, runId)));
+        await this.#serial(root, () => removeWorktree(root, dir));
         removed += 1;
       } catch (error) {
         this.#log.warn({ run_id: runId, err_name: errName(error) }, "removing a kept worktree failed");
@@ -155,6 +166,11 @@ export class Workspaces {
     this.#closed = true;
     if (this.#timer) clearInterval(this.#timer);
     await this.#sweeping;
+  }
+
+  /** A workspace's directory: the one its branch names (a conversation shares its first run's), else its run's. */
+  #dirOf(row: { run_id: string; branch: string }): string {
+    return worktreeDir(this.#dir, branchRunId(row.branch) ?? row.run_id);
   }
 
   /** Run `work` after every earlier write to the repository at `root`. */
@@ -207,6 +223,43 @@ export class Workspaces {
   }
 
   /**
+   * A continuation's worktree (design §17): the parent's change recorded first if it is not yet (its agent is
+   * gone: the parent is terminal), then the child's row — the parent's branch, based on the parent's head —
+   * durably, then the worktree made again in the parent's directory on that branch at that head. A parent
+   * without a workspace (it ran in the shared tree) gives the child a fresh worktree from HEAD.
+   */
+  async continueFrom(runId: string, parentId: string, project: ProjectConfig): Promise<CreateOutcome> {
+    const parent = this.#store.workspace(parentId);
+    if (!parent) return this.create(runId, project, undefined);
+    const head = parent.head_commit ?? (await this.record(parentId, project));
+    if (head === null) return { ok: false, reason: "parent_unrecorded" };
+    const dir = this.#dirOf(parent);
+    // The directory is the child's now: no kept entry of an earlier turn may sweep it away under the child.
+    for (const [id, kept] of this.#kept) if (kept.dir === dir) this.#kept.delete(id);
+    return this.#serial(project.root, async () => {
+      try {
+        this.#store.recordWorkspace(runId, { branch: parent.branch, base_commit: head });
+      } catch (error) {
+        this.#log.error({ run_id: runId, err_name: errName(error) }, "recording the workspace failed");
+        return { ok: false, reason: "unrecorded" };
+      }
+      try {
+        // Anything still there is the parent's, whose change is recorded: made again from that head.
+        await removeWorktree(project.root, dir);
+        if (!(await reopenWorktree(project.root, dir, parent.branch, head))) {
+          this.#log.warn({ run_id: runId, parent_run_id: parentId }, "the parent's branch moved since its change");
+          return { ok: false, reason: "branch_moved" };
+        }
+      } catch (error) {
+        this.#log.error({ run_id: runId, err_name: errName(error) }, "making the continuation's worktree failed");
+        return { ok: false, reason: "git_failed" };
+      }
+      this.#log.info({ run_id: runId, parent_run_id: parentId, base_commit: head }, "worktree made again");
+      return { ok: true, dir, workspace: { mode: "worktree", base_commit: head, branch: parent.branch } };
+    });
+  }
+
+  /**
    * Record the run's change (the agent's tree must be gone) durably: the head commit, or null when it could not be
    * recorded now (start-up records it then). The worktree is kept `keepMs` (so a follow-up turn could start warm),
    * then swept; with no keep time it is removed at once.
@@ -215,11 +268,11 @@ export class Workspaces {
     const row = this.#store.workspace(runId);
     if (!row) return null;
     if (row.head_commit !== null) return row.head_commit;
-    const dir = worktreeDir(this.#dir, runId);
+    const dir = this.#dirOf(row);
     return this.#serial(project.root, async () => {
       let head: string;
       try {
-        head = await recordChange(project.root, dir, runId, row.base_commit, project.workspaceAuthor);
+        head = await recordChange(project.root, dir, runId, row.branch, row.base_commit, project.workspaceAuthor);
         this.#store.recordChange(runId, head);
       } catch (error) {
         this.#log.error({ run_id: runId, err_name: errName(error) }, "recording the run's change failed");
@@ -228,7 +281,7 @@ export class Workspaces {
       this.#log.info({ run_id: runId, head_commit: head }, "run change recorded");
       if (this.#keepMs > 0 && !this.#closed) {
         this.#kept.delete(runId);
-        this.#kept.set(runId, { root: project.root, until: this.#now() + this.#keepMs });
+        this.#kept.set(runId, { root: project.root, dir, until: this.#now() + this.#keepMs });
         return head;
       }
       try {
@@ -386,6 +439,8 @@ export class Workspaces {
       }
       if ((await this.record(row.run_id, project)) !== null) recorded += 1;
     }
+    // Directories of changes still unrecorded (their project is gone): kept for the operator.
+    const kept = new Set(this.#store.unrecordedWorkspaces().map((row) => this.#dirOf(row)));
     let removed = 0;
     let names: string[] = [];
     try {
@@ -395,11 +450,10 @@ export class Workspaces {
     }
     for (const name of names) {
       if (!RUN_ID_PATTERN.test(name)) continue;
-      const row = this.#store.workspace(name);
-      if (row !== undefined && row.head_commit === null) continue; // its project is gone: kept for the operator
-      const project = projectOf(name);
       const dir = worktreeDir(this.#dir, name);
-      this.#kept.delete(name);
+      if (kept.has(dir)) continue;
+      for (const [id, k] of this.#kept) if (k.dir === dir) this.#kept.delete(id);
+      const project = projectOf(name);
       try {
         if (project) await this.#serial(project.root, () => removeWorktree(project.root, dir));
         else await rm(dir, { recursive: true, force: true });

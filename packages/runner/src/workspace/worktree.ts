@@ -5,7 +5,7 @@
  */
 import { mkdir, rm, stat } from "node:fs/promises";
 import { join } from "node:path";
-import { WORKSPACE_BRANCH_PREFIX } from "@webcodex/protocol";
+import { RUN_ID_PATTERN, WORKSPACE_BRANCH_PREFIX } from "@webcodex/protocol";
 import type { WorkspaceAuthor } from "../config/config.js";
 import { GitError, git } from "./git.js";
 
@@ -24,6 +24,16 @@ export function runBranch(runId: string): string {
 }
 
 /**
+ * The run whose id names a workspace branch (`webcodex/run/<run_id>`), and so its worktree's directory: a
+ * conversation's first run (a continuation works on its parent's branch, design §17). Null for any other name.
+ */
+export function branchRunId(branch: string): string | null {
+  if (!branch.startsWith(WORKSPACE_BRANCH_PREFIX)) return null;
+  const runId = branch.slice(WORKSPACE_BRANCH_PREFIX.length);
+  return RUN_ID_PATTERN.test(runId) ? runId : null;
+}
+
+/**
  * The commit `ref` names in the project at `root`, or null when it names none. `ref` was checked by the
  * protocol's BaseRef (never an option, never a revision expression); `--end-of-options` says so to git as well.
  */
@@ -34,6 +44,32 @@ export async function resolveBase(root: string, ref: string): Promise<string | n
   });
   const commit = out.stdout.trim();
   return out.code === 0 && /^[0-9a-f]{40}(?:[0-9a-f]{24})?$/.test(commit) ? commit : null;
+}
+
+/** The commit the branch `branch` of `root` points at, or null when there is no such branch. */
+export async function branchTip(root: string, branch: string): Promise<string | null> {
+  const tip = await git(["rev-parse", "--verify", "--quiet", `refs/heads/${branch}^{commit}`], {
+    cwd: root,
+    okCodes: [1, 128],
+  });
+  return tip.code === 0 ? tip.stdout.trim() : null;
+}
+
+/**
+ * A continuation's worktree (design §17): `dir` on the existing branch `branch` at `head`, the parent's recorded
+ * head — or the branch made again at `head` when it is gone. False, and nothing made, when the branch moved since
+ * (someone committed to it or reset it): the Runner never forces a branch.
+ */
+export async function reopenWorktree(root: string, dir: string, branch: string, head: string): Promise<boolean> {
+  const tip = await branchTip(root, branch);
+  if (tip === null) {
+    await addWorktree(root, dir, branch, head);
+    return true;
+  }
+  if (tip !== head) return false;
+  await mkdir(join(dir, ".."), { recursive: true, mode: 0o700 });
+  await git(["worktree", "add", "--quiet", "--", dir, branch], { cwd: root });
+  return true;
 }
 
 /** Make the worktree at `dir` on a new branch `branch` at `base`. */
@@ -58,17 +94,19 @@ export function leftoverMessage(runId: string): string {
 
 /**
  * Record the run's change and return its head: commit what the agent left in the worktree (if anything), point
- * the run's branch at the worktree's HEAD (the agent may have committed or moved it), and answer that commit.
- * Without a worktree (never made, or already removed) the branch's tip — or, without a branch, `base` — is it.
+ * the run's branch (its own, or the parent's for a continuation) at the worktree's HEAD (the agent may have
+ * committed or moved it), and answer that commit. Without a worktree (never made, or already removed) the
+ * branch's tip — or, without a branch, `base` — is it; for a continuation (a branch not the run's own, whose tip
+ * is its parent's or someone else's doing) it is `base`: no change of its own.
  */
 export async function recordChange(
   root: string,
   dir: string,
   runId: string,
+  branch: string,
   base: string,
   author: WorkspaceAuthor,
 ): Promise<string> {
-  const branch = runBranch(runId);
   if (await exists(join(dir, ".git"))) {
     await git(["add", "--all", "--", "."], { cwd: dir });
     const staged = await git(["diff", "--cached", "--quiet", "--no-ext-diff"], { cwd: dir, okCodes: [1] });
@@ -88,11 +126,8 @@ export async function recordChange(
     await git(["update-ref", `refs/heads/${branch}`, head], { cwd: root });
     return head;
   }
-  const tip = await git(["rev-parse", "--verify", "--quiet", `refs/heads/${branch}^{commit}`], {
-    cwd: root,
-    okCodes: [1, 128],
-  });
-  return tip.code === 0 ? tip.stdout.trim() : base;
+  if (branch !== runBranch(runId)) return base;
+  return (await branchTip(root, branch)) ?? base;
 }
 
 /** Remove the worktree (its change is recorded on the branch, which stays) and git's record of it. */

@@ -16,7 +16,8 @@
  *   status message (state, execution stage, the last tool step, Runner offline);
  * - `completed` → `completed`; its `result` is the observe-shaped terminal
  *   result (run id, state, execution state, stop reason, failure kind,
- *   recovery kind, message, usage) as a tool result with `resultType: "complete"`;
+ *   recovery kind, message, usage, and a continuation's `parent_run_id` / `continued_by`, design §17) as a
+ *   tool result with `resultType: "complete"`;
  * - `cancelled` → `cancelled`;
  * - `failed` → `failed` whose `error` (TASK_RUN_FAILED) carries the same
  *   terminal result in `data`;
@@ -259,6 +260,8 @@ function terminalResult(o: ObserveOutput): Record<string, unknown> {
     ...(o.message !== undefined ? { message: o.message } : {}),
     ...(o.usage !== undefined ? { usage: o.usage } : {}),
     history_lost: o.history_lost,
+    ...(o.parent_run_id !== undefined ? { parent_run_id: o.parent_run_id } : {}),
+    ...(o.continued_by !== undefined ? { continued_by: o.continued_by } : {}),
   };
 }
 

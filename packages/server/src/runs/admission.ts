@@ -235,14 +235,6 @@ export class Admission {
       base_ref: input.base_ref,
       continue_run_id: parentId ?? null,
     });
-    // Continuation (design §17): the parent's checks first; the link is written with the intent (bind).
-    if (parentId !== undefined) {
-      const refused = checkParent(principal, parentId, await this.#ctx.store.get(parentId), input);
-      if (refused) return { ok: false, error: refused };
-      const callerBind = bind;
-      bind = async (fences, tx) =>
-        (await linkContinuation(tx, parentId, runId)) ?? (await callerBind?.(fences, tx)) ?? null;
-    }
     return this.admit(principal, {
       run_id: runId,
       intent_fingerprint: fingerprint,
@@ -270,7 +262,10 @@ export class Admission {
    * admission path of start_coding_agent and of the managed path (design §10), whose `bind` runs in
    * the transaction that records the admission intent.
    */
-  async admit(principal: Principal, req: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+  async admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>> {
+    const continued = await this.#continuation(principal, request);
+    if ("code" in continued) return { ok: false, error: continued };
+    const req = continued;
     const runId = req.run_id;
     // Same key in flight: wait for it, then meet its record.
     for (let i = 0; i < MAX_SAME_KEY_WAITS; i++) {
@@ -295,6 +290,24 @@ export class Admission {
           this.#ctx.log.error({ run_id: runId, err: (err as Error).message }, "settling an unknown start failed"),
       );
     }
+  }
+
+  /**
+   * Continuation (design §17), for every caller of the one admission path (start_coding_agent, the task run):
+   * the parent's checks before anything is recorded, and the parent → child link written with the intent, in
+   * the caller's `bind` transaction (one child per parent). A request that continues nothing is returned as is.
+   */
+  async #continuation(principal: Principal, req: AdmissionRequest): Promise<AdmissionRequest | ApiError> {
+    const parentId = req.continue_run_id;
+    if (parentId === undefined) return req;
+    const refused = checkParent(principal, parentId, await this.#ctx.store.get(parentId), req);
+    if (refused) return refused;
+    const callerBind = req.bind;
+    return {
+      ...req,
+      bind: async (fences, tx) =>
+        (await linkContinuation(tx, parentId, req.run_id)) ?? (await callerBind?.(fences, tx)) ?? null,
+    };
   }
 
   /**

@@ -131,7 +131,7 @@ export interface AdmissionRequest {
   timeout_secs: number | null;
   /** Only for a `worktree` project (design §16): what the run's checkout starts from; absent: the project's HEAD. */
   base_ref?: string;
-  /** The terminal run this one continues (design §17), already checked against the caller. */
+  /** The terminal run this one continues (design §17); `admit` checks it against the caller (runs/continuation.ts). */
   continue_run_id?: string;
   /**
    * Runs inside the state transaction that records the admission intent (`tx`), before it is written:

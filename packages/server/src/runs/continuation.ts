@@ -29,8 +29,15 @@ export function checkParent(
   principal: Principal,
   parentId: string,
   parent: AdmissionRecord | undefined,
-  child: { project_id: string; provider_id: string },
+  child: { project_id: string; provider_id: string; base_ref?: string },
 ): ApiError | null {
+  if (child.base_ref !== undefined) {
+    return refusal(
+      "invalid_input",
+      "base_ref cannot be given with continue_run_id: a follow-up turn continues from its parent's workspace (in a worktree project, on its parent's branch from its recorded head). Nothing was started: drop base_ref.",
+      "fix_input",
+    );
+  }
   if (parent === undefined || parent.principal_id !== principal.id) {
     return refusal(
       "not_found",

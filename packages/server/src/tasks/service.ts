@@ -93,6 +93,8 @@ export interface StartTaskRunInput {
   timeout_secs?: number;
   /** Only for a `worktree` project (design §16): what the run's checkout starts from. */
   base_ref?: string;
+  /** The terminal run this one continues (design §17); the run core's admission checks and links it. */
+  continue_run_id?: string;
   /**
    * The workflow-session recorder check, asked once the caller's authority is decided; its answer is the
    * recorder link, written in the same transaction as the binding.
@@ -398,6 +400,7 @@ export class TaskService {
       config,
       timeout_secs: timeout,
       base_ref: input.base_ref,
+      continue_run_id: input.continue_run_id ?? null,
     });
     const authority = authorityFingerprint({
       principal_id: principal.id,
@@ -413,6 +416,7 @@ export class TaskService {
       config,
       timeout_secs: timeout,
       ...(input.base_ref !== undefined ? { base_ref: input.base_ref } : {}),
+      ...(input.continue_run_id !== undefined ? { continue_run_id: input.continue_run_id } : {}),
       // Inside the admission transaction `tx`: the claim again (the task row locked until it commits, so
       // no new attempt or generation can slip in), then the binding next to the record.
       bind: async (fences, tx) => {

@@ -76,6 +76,7 @@ export const TASK_TOOL_SPECS: readonly ToolSpec<TaskToolName>[] = [
     description:
       "Start the one coding-agent run of a claimed attempt; the task's instruction is the prompt. Give attempt_ref " +
       "or the claim tuple. Repeating the call with a current claim returns the same run (replayed: true), never a second one. " +
+      "continue_run_id continues an earlier run's agent session, as on start_coding_agent. " +
       "Follow it with observe_coding_agent.",
     input: StartTaskRunInput,
     output: StartTaskRunOutput,
@@ -164,6 +165,7 @@ export class TaskTools implements ToolModule {
           ...(v.config !== undefined ? { config: v.config } : {}),
           ...(v.timeout_secs !== undefined ? { timeout_secs: v.timeout_secs } : {}),
           ...(v.base_ref !== undefined ? { base_ref: v.base_ref } : {}),
+          ...(v.continue_run_id !== undefined ? { continue_run_id: v.continue_run_id } : {}),
           ...(recorder ? { recorder } : {}),
         });
         if (!r.ok) return fail(r.error, null);

@@ -6,43 +6,14 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it } from "vitest";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
 import { ProcStack } from "../support/proc-stack.js";
-import { ok, type Structured, TERMINAL, toolError } from "../support/tool-calls.js";
+import { ok, promptsOf, toolError } from "../support/tool-calls.js";
+import { followTurn, runTurn } from "../support/turns.js";
 
 const START = "start_coding_agent";
-
-/** Start a run and observe it to its end; returns the last observation and the agent's message text. */
-async function runTurn(
-  client: Client,
-  key: string,
-  prompt: string,
-  continueRunId?: string,
-): Promise<{ runId: string; last: Structured; text: string }> {
-  const started = await ok(client, START, {
-    project_id: "demo",
-    provider_id: "fake",
-    idempotency_key: key,
-    prompt,
-    ...(continueRunId === undefined ? {} : { continue_run_id: continueRunId }),
-  });
-  const runId = started.run_id as string;
-  let token: string | undefined;
-  let text = "";
-  for (let i = 0; i < 200; i++) {
-    const o = await ok(client, "observe_coding_agent", {
-      run_id: runId,
-      ...(token === undefined ? {} : { after_observation_token: token }),
-      wait_secs: 5,
-    });
-    token = o.observation_token as string;
-    for (const e of o.events as { kind: string; text?: string }[]) if (e.kind === "agent_message") text += e.text;
-    if (TERMINAL.has(o.state as string) && !o.has_more) return { runId, last: o, text };
-  }
-  throw new Error(`run ${runId} did not end`);
-}
 
 describe("continuation: follow-up turns in the agent's own session", () => {
   let s: ProcStack | undefined;
@@ -204,6 +175,75 @@ describe("continuation: follow-up turns in the agent's own session", () => {
     ]);
     expect(child.last.message).toContain("neither session/resume nor session/load");
     expect(st.prompts("r1")).toHaveLength(1);
+  });
+
+  it.each(["after_admission", "before_barrier"] as const)(
+    "a chain survives kill -9 of the Runner during the child's setup (%s): the child ends not_started, its prompt never sent, and continuing it resumes the conversation",
+    async (failpoint) => {
+      const st = await stack("both");
+      const alice = await st.mcp("alice");
+      const parent = await runTurn(alice, `${failpoint}-p`, "scenario: hello\nnonce: before-crash");
+      await st.killRunner("r1", "SIGKILL");
+      await st.startRunner("r1", [], { WEBCODEX_FAILPOINT: failpoint });
+      const childPrompt = `scenario: hello\nnonce: crashed-child-${failpoint}`;
+      const started = await ok(alice, START, {
+        project_id: "demo",
+        provider_id: "fake",
+        idempotency_key: `${failpoint}-c`,
+        prompt: childPrompt,
+        continue_run_id: parent.runId,
+      });
+      expect(await st.runnerExit("r1")).toEqual({ code: null, signal: "SIGKILL" });
+      await st.startRunner("r1");
+      const child = await followTurn(alice, started.run_id as string);
+      // Setup never crossed the dispatch barrier: certain that nothing was sent, so not_started.
+      expect([child.last.state, child.last.execution_state, child.last.failure_kind]).toEqual([
+        "failed",
+        "not_started",
+        "runner_restarted",
+      ]);
+      expect(promptsOf(st.prompts("r1"), childPrompt)).toHaveLength(0);
+      expect(child.last.parent_run_id).toBe(parent.runId);
+      // The child holds its parent's ACP session from admission on: continuing it takes the conversation up.
+      const next = await runTurn(alice, `${failpoint}-n`, "scenario: recall", started.run_id as string);
+      expect(next.last.state).toBe("completed");
+      expect(next.text).toBe("recall: nonce: before-crash");
+    },
+  );
+
+  it("a chain survives kill -9 of the Runner just after the child's prompt was written: the child is lost, dispatched once, and can be continued", async () => {
+    const st = await stack("both");
+    const alice = await st.mcp("alice");
+    const parent = await runTurn(alice, "w-p", "scenario: hello\nnonce: before-crash");
+    await st.killRunner("r1", "SIGKILL");
+    await st.startRunner("r1", [], { WEBCODEX_FAILPOINT: "after_prompt_write" });
+    const childPrompt = "scenario: hello\nnonce: written-child";
+    const childArgs = {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: "w-c",
+      prompt: childPrompt,
+      continue_run_id: parent.runId,
+    };
+    const started = await ok(alice, START, childArgs);
+    expect(await st.runnerExit("r1")).toEqual({ code: null, signal: "SIGKILL" });
+    await poll(() => promptsOf(st.prompts("r1"), childPrompt).length === 1, {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the child's prompt in the agent's ledger",
+    });
+    await st.startRunner("r1");
+    const child = await followTurn(alice, started.run_id as string);
+    expect([child.last.state, child.last.execution_state]).toEqual(["lost", "outcome_unknown"]);
+    // The same call again is the same run, never a second dispatch.
+    const again = await ok(alice, START, childArgs);
+    expect([again.run_id, again.replayed]).toEqual([started.run_id, true]);
+    expect(promptsOf(st.prompts("r1"), childPrompt)).toHaveLength(1);
+    // What the lost turn left in the agent's session is unknown; the session itself goes on (a fresh one
+    // would recall nothing).
+    const next = await runTurn(alice, "w-n", "scenario: recall", started.run_id as string);
+    expect(next.last.state).toBe("completed");
+    expect(next.text).toMatch(/^recall: nonce: (written-child|before-crash)$/);
   });
 
   it("a chain survives kill -9 of the Runner between turns (the session id is in the dispatch store)", async () => {

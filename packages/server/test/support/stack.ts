@@ -67,6 +67,8 @@ export interface StackOptions {
   acp?: Record<string, number>;
   /** Extra args for the fake agent (after --ledger FILE). */
   agentArgs?: string[];
+  /** Extra lines of the Runner's `[[acp.agents]]` table (e.g. `continuation = "both"`). */
+  agentToml?: string;
   /** Extra env for the Runner process (failpoints …). */
   runnerEnv?: Record<string, string>;
   /** Start the Runner (default true). */
@@ -194,6 +196,7 @@ export async function startStack(options: StackOptions): Promise<Stack> {
         .join("\n")}\n\n` +
       `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${toml(FAKE_AGENT_BIN)}\n` +
       `args = ${toml(["--ledger", ledgerFile, ...(options.agentArgs ?? [])])}\nallowed_config_options = ["model"]\n` +
+      (options.agentToml ? `${options.agentToml}\n` : "") +
       `[acp.agents.env_from_env]\nPATH = "PATH"\n`,
   );
 
