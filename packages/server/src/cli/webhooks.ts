@@ -16,7 +16,7 @@ import { loadServerConfig } from "../config.js";
 import { openState } from "../state/open.js";
 import { attemptDelivery } from "../webhooks/delivery.js";
 import { checkDestination, DestinationError } from "../webhooks/destination.js";
-import { pingBody, RUN_EVENT_TYPES, type RunEventType } from "../webhooks/events.js";
+import { EVENT_TYPES, type EventType, pingBody } from "../webhooks/events.js";
 import { newSecret } from "../webhooks/signing.js";
 import { SubscriptionLimitError, WebhookStore } from "../webhooks/store.js";
 import { commandUsage } from "./help.js";
@@ -75,7 +75,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
   const config = loadServerConfig(values.config, env);
   const policy = { allowLoopbackHttp: config.webhooks.allowLoopbackHttp };
   // Checked before the state is opened: a refused URL or event name never touches the database.
-  let checked: { principal: string; url: string; events: RunEventType[] } | null = null;
+  let checked: { principal: string; url: string; events: EventType[] } | null = null;
   if (sub === "add") {
     const principal = need("principal");
     const url = need("url");
@@ -86,10 +86,10 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
       return 2;
     }
     const names = events.split(",").map((e) => e.trim());
-    const unknown = names.filter((e) => !(RUN_EVENT_TYPES as readonly string[]).includes(e));
+    const unknown = names.filter((e) => !(EVENT_TYPES as readonly string[]).includes(e));
     if (unknown.length > 0 || names.length === 0) {
       console.error(
-        `--events: ${unknown.length} unknown event type(s); allowed: ${RUN_EVENT_TYPES.join(", ")} (comma-separated)`,
+        `--events: ${unknown.length} unknown event type(s); allowed: ${EVENT_TYPES.join(", ")} (comma-separated)`,
       );
       return 2;
     }
@@ -102,7 +102,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
       }
       throw err;
     }
-    checked = { principal, url, events: [...new Set(names)] as RunEventType[] };
+    checked = { principal, url, events: [...new Set(names)] as EventType[] };
   }
   const state = await openState(config);
   try {

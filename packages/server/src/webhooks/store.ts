@@ -8,12 +8,16 @@
  * have no earlier row still `pending` or `delivering` — so one run's events reach one subscription in order —
  * locked `FOR UPDATE SKIP LOCKED` on PostgreSQL, so that each attempt is made by one instance. A `delivering`
  * row whose lease ran out (its instance died) is `pending` again at the next claim.
+ *
+ * An outbox row's `run_id` is its order key: the run's id for a `run.*` event, the task's id for a `task.*` one
+ * (so a task's events, too, reach a subscription in order).
  */
 import { randomBytes } from "node:crypto";
 import type { RunState } from "@webcodex/protocol";
 import type { StateEngine, StateQueries } from "../state/engine.js";
 import type { AdmissionRecord } from "../state/store.js";
-import { eventBody, eventsFor, type RunEventType } from "./events.js";
+import type { TaskChange } from "../tasks/changes.js";
+import { type EventType, eventBody, eventsFor, taskEventBody, taskEventType } from "./events.js";
 
 export type SubscriptionStatus = "active" | "disabled";
 export type OutboxStatus = "pending" | "delivering" | "delivered" | "dead";
@@ -22,7 +26,7 @@ export interface Subscription {
   subscription_id: string;
   principal_id: string;
   url: string;
-  event_types: RunEventType[];
+  event_types: EventType[];
   status: SubscriptionStatus;
   consecutive_failures: number;
   last_error: string | null;
@@ -75,7 +79,7 @@ type SubscriptionRow = Omit<Subscription, "event_types"> & { event_types: string
 function fromRow(row: SubscriptionRow): Subscription {
   return {
     ...row,
-    event_types: JSON.parse(row.event_types) as RunEventType[],
+    event_types: JSON.parse(row.event_types) as EventType[],
     consecutive_failures: Number(row.consecutive_failures),
     last_attempt_ms: row.last_attempt_ms === null ? null : Number(row.last_attempt_ms),
   };
@@ -105,7 +109,7 @@ export class WebhookStore {
   async add(input: {
     principal_id: string;
     url: string;
-    event_types: readonly RunEventType[];
+    event_types: readonly EventType[];
     secret: string;
   }): Promise<Subscription> {
     const subscription: Subscription = {
@@ -204,24 +208,46 @@ export class WebhookStore {
       const body = eventBody(type, record, nowMs);
       for (const s of subscriptions) {
         if (!(JSON.parse(s.event_types) as string[]).includes(type)) continue;
-        await tx.run(
-          `INSERT INTO webhook_outbox (event_id, subscription_id, run_id, event_type, body, status, attempts,
-             created_ms, retry_from_ms, next_attempt_ms) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)`,
-          [
-            `msg_${randomBytes(16).toString("base64url")}`,
-            s.subscription_id,
-            record.run_id,
-            type,
-            body,
-            nowMs,
-            nowMs,
-            nowMs,
-          ],
-        );
+        await this.#insert(tx, s.subscription_id, record.run_id, type, body, nowMs);
         written += 1;
       }
     }
     return written;
+  }
+
+  /**
+   * The event of one task change, written on `tx` (the transaction of that change): one row per active
+   * subscription of the task's principal that asked for it, ordered with the task's other events.
+   */
+  async enqueueTask(tx: StateQueries, change: TaskChange, nowMs: number): Promise<number> {
+    const type = taskEventType(change);
+    const subscriptions = await tx.all<{ subscription_id: string; event_types: string }>(
+      "SELECT subscription_id, event_types FROM webhook_subscriptions WHERE principal_id = ? AND status = 'active'",
+      [change.task.principal_id],
+    );
+    const body = taskEventBody(change, nowMs);
+    let written = 0;
+    for (const s of subscriptions) {
+      if (!(JSON.parse(s.event_types) as string[]).includes(type)) continue;
+      await this.#insert(tx, s.subscription_id, change.task.task_id, type, body, nowMs);
+      written += 1;
+    }
+    return written;
+  }
+
+  async #insert(
+    tx: StateQueries,
+    subscriptionId: string,
+    orderKey: string,
+    type: EventType,
+    body: string,
+    nowMs: number,
+  ): Promise<void> {
+    await tx.run(
+      `INSERT INTO webhook_outbox (event_id, subscription_id, run_id, event_type, body, status, attempts,
+         created_ms, retry_from_ms, next_attempt_ms) VALUES (?, ?, ?, ?, ?, 'pending', 0, ?, ?, ?)`,
+      [`msg_${randomBytes(16).toString("base64url")}`, subscriptionId, orderKey, type, body, nowMs, nowMs, nowMs],
+    );
   }
 
   /**
