@@ -17,6 +17,10 @@ import { DeliveryWorker } from "./worker.js";
 export interface WebhookSettings extends DestinationPolicy {
   /** `[server.webhooks] retry_base_ms`: the first retry's delay. */
   retryBaseMs: number;
+  /** `[server.webhooks] disable_after_failures`: consecutive failed attempts before a subscription is disabled… */
+  disableAfterFailures: number;
+  /** …and `disable_after_secs` (as ms): since the first of them, at least. */
+  disableAfterMs: number;
 }
 
 export class Webhooks {
@@ -33,6 +37,7 @@ export class Webhooks {
       store: this.store,
       policy: settings,
       retryBaseMs: settings.retryBaseMs,
+      disable: { afterFailures: settings.disableAfterFailures, afterMs: settings.disableAfterMs },
       log,
       beforeAttempt: () => serverFailpoint("webhook_before_attempt"),
     });
