@@ -67,6 +67,7 @@ export default defineConfig({
       "packages/server/test/webhooks/webhooks-crash.test.ts",
       "packages/server/test/webhooks/webhooks-tasks.test.ts",
       "packages/server/test/webhooks/webhooks-manage.test.ts",
+      "packages/server/test/webhooks/webhooks-tools.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",

@@ -18,19 +18,27 @@
  * once per claim generation) and `task.closed`; their bodies carry the task's and attempt's ids, fence,
  * generation, outcome and counts — never the instruction, the title or the assignee (free text of the caller).
  */
-import { isTerminalState, type RunState } from "@webcodex/protocol";
+import {
+  isTerminalState,
+  type RunState,
+  WEBHOOK_EVENT_TYPES,
+  WEBHOOK_RUN_EVENT_TYPES,
+  WEBHOOK_TASK_EVENT_TYPES,
+  WebhookEventType,
+} from "@webcodex/protocol";
 import { z } from "zod";
 import type { AdmissionRecord } from "../state/store.js";
 import type { TaskChange } from "../tasks/changes.js";
 
-export const RUN_EVENT_TYPES = ["run.started", "run.waiting_permission", "run.terminal", "run.lost"] as const;
+// The event types are the tools' contract (the protocol package's tools/webhooks.ts).
+export const RUN_EVENT_TYPES = WEBHOOK_RUN_EVENT_TYPES;
 export const RunEventType = z.enum(RUN_EVENT_TYPES);
 export type RunEventType = z.infer<typeof RunEventType>;
-export const TASK_EVENT_TYPES = ["task.attempt_expired", "task.closed"] as const;
+export const TASK_EVENT_TYPES = WEBHOOK_TASK_EVENT_TYPES;
 export type TaskEventType = (typeof TASK_EVENT_TYPES)[number];
 /** Every event type a subscription may ask for. */
-export const EVENT_TYPES = [...RUN_EVENT_TYPES, ...TASK_EVENT_TYPES] as const;
-export const EventType = z.enum(EVENT_TYPES);
+export const EVENT_TYPES = WEBHOOK_EVENT_TYPES;
+export const EventType = WebhookEventType;
 export type EventType = z.infer<typeof EventType>;
 /** The event `webhooks test` sends (never written to the outbox, never subscribed to). */
 export const PING_EVENT_TYPE = "webhook.ping";

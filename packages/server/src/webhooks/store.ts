@@ -328,11 +328,11 @@ export class WebhookStore {
     }));
   }
 
-  /** The subscription and its outbox rows; false when there was none. */
-  async remove(subscriptionId: string, actor: WebhookActor = "operator"): Promise<boolean> {
+  /** The subscription and its outbox rows; false when there was none (of `principalId`, when given). */
+  async remove(subscriptionId: string, actor: WebhookActor = "operator", principalId?: string): Promise<boolean> {
     return await this.engine.transaction(async (tx) => {
       const current = await this.find(subscriptionId, tx);
-      if (!current) return false;
+      if (!current || (principalId !== undefined && current.principal_id !== principalId)) return false;
       await tx.run("DELETE FROM webhook_outbox WHERE subscription_id = ?", [subscriptionId]);
       await tx.run("DELETE FROM webhook_subscriptions WHERE subscription_id = ?", [subscriptionId]);
       await this.#audit(tx, "removed", current, actor, null);

@@ -27,6 +27,7 @@ import { TaskStore } from "../tasks/store.js";
 import { TaskTools } from "../tasks/tools.js";
 import type { ToolModule } from "../tools/contract.js";
 import type { Webhooks } from "../webhooks/service.js";
+import { WebhookTools } from "../webhooks/tools.js";
 import type { Teardown } from "./teardown.js";
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -119,6 +120,8 @@ export async function buildMcp(
     await tasks.stop();
   });
   const toolModules: ToolModule[] = [new SessionTools(sessions), new TaskTools(tasks, sessions)];
+  // A principal's own webhook subscriptions (design §18), behind webhooks:write.
+  if (webhooks) toolModules.push(new WebhookTools(webhooks.store, config.webhooks));
   const handler = createMcpHttpHandler({
     runs,
     audit,
