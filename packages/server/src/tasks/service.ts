@@ -163,6 +163,11 @@ export class TaskService {
     await this.#announcer.stop();
   }
 
+  /** One expiry sweep now (what the sweep's timer does; returns how many expiries it announced). */
+  sweepExpiries(): Promise<number> {
+    return this.#announcer.sweep();
+  }
+
   // ---- authority ----------------------------------------------------------------------------
 
   /** coding_agent:run + project:write + the exact project grant (principals/authority.ts words the refusal). */
