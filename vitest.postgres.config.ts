@@ -68,6 +68,9 @@ export default defineConfig({
       // Signed webhooks through the whole stack, and across a kill -9 of the Server.
       "packages/server/test/webhooks/webhooks-stack.test.ts",
       "packages/server/test/webhooks/webhooks-crash.test.ts",
+      "packages/server/test/webhooks/webhooks-tasks.test.ts",
+      "packages/server/test/webhooks/webhooks-manage.test.ts",
+      "packages/server/test/webhooks/webhooks-tools.test.ts",
     ],
     globalSetup: ["./scripts/vitest/build.ts", "./scripts/vitest/postgres-pass.ts"],
     pool: "forks",

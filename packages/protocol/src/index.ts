@@ -14,5 +14,6 @@ export * from "./tools/changes.js";
 export * from "./tools/runs.js";
 export * from "./tools/sessions.js";
 export * from "./tools/tasks.js";
+export * from "./tools/webhooks.js";
 export * from "./vocab.js";
 export * from "./workspace.js";

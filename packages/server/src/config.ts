@@ -31,6 +31,8 @@
  * [server.webhooks]           # optional: signed webhooks (design §18; `webcodex-server webhooks`)
  * allow_loopback_http = false # true: receivers at http://127.0.0.1 / [::1] / localhost (and https to loopback)
  * retry_base_ms = 5000        # the first retry's delay; doubles per attempt (capped, with jitter)
+ * disable_after_failures = 100 # a subscription failing this many attempts in a row…
+ * disable_after_secs = 432000  # …for at least this long (5 days) is disabled (`webhooks enable` turns it back on)
  *
  * [server.tls]                # optional: terminate TLS here (https:// and wss://)
  * cert_file = "server.crt"    # PEM certificate chain, relative to this file
@@ -273,6 +275,12 @@ export const DEFAULT_STATE_POOL_SIZE = 10;
 /** `[server.webhooks] retry_base_ms` bounds (webhooks/worker.ts DEFAULT_RETRY_BASE_MS is the default). */
 export const MIN_WEBHOOK_RETRY_BASE_MS = 50;
 export const MAX_WEBHOOK_RETRY_BASE_MS = 10 * 60 * 1000;
+/** `[server.webhooks] disable_after_failures` bounds and default. */
+export const MAX_WEBHOOK_DISABLE_AFTER_FAILURES = 100_000;
+export const DEFAULT_WEBHOOK_DISABLE_AFTER_FAILURES = 100;
+/** `[server.webhooks] disable_after_secs` bounds and default (5 days). */
+export const MAX_WEBHOOK_DISABLE_AFTER_SECS = 90 * 24 * 3600;
+export const DEFAULT_WEBHOOK_DISABLE_AFTER_SECS = 5 * 24 * 3600;
 
 export const ServerConfigSchema = z
   .object({
@@ -367,6 +375,18 @@ export const ServerConfigSchema = z
           .object({
             allow_loopback_http: z.boolean({ error: "must be a boolean" }).default(false),
             retry_base_ms: z.number().int().min(MIN_WEBHOOK_RETRY_BASE_MS).max(MAX_WEBHOOK_RETRY_BASE_MS).default(5000),
+            disable_after_failures: z
+              .number()
+              .int()
+              .min(1)
+              .max(MAX_WEBHOOK_DISABLE_AFTER_FAILURES)
+              .default(DEFAULT_WEBHOOK_DISABLE_AFTER_FAILURES),
+            disable_after_secs: z
+              .number()
+              .int()
+              .min(0)
+              .max(MAX_WEBHOOK_DISABLE_AFTER_SECS)
+              .default(DEFAULT_WEBHOOK_DISABLE_AFTER_SECS),
           })
           .strict()
           .prefault({}),
@@ -461,8 +481,8 @@ export interface ServerConfig {
   oauth: OAuthSettings | null;
   /** project id -> runner id (each project bound to exactly one runner). */
   projectRunner: ReadonlyMap<string, string>;
-  /** `[server.webhooks]`: loopback receivers allowed (http too); the first retry's delay. */
-  webhooks: { allowLoopbackHttp: boolean; retryBaseMs: number };
+  /** `[server.webhooks]`: loopback receivers allowed (http too); the first retry's delay; when to disable. */
+  webhooks: { allowLoopbackHttp: boolean; retryBaseMs: number; disableAfterFailures: number; disableAfterMs: number };
 }
 
 export class ConfigError extends Error {
@@ -611,6 +631,8 @@ export function buildServerConfig(
     webhooks: {
       allowLoopbackHttp: cfg.server.webhooks.allow_loopback_http,
       retryBaseMs: cfg.server.webhooks.retry_base_ms,
+      disableAfterFailures: cfg.server.webhooks.disable_after_failures,
+      disableAfterMs: cfg.server.webhooks.disable_after_secs * 1000,
     },
   };
 }

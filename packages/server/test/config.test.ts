@@ -3,7 +3,17 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { REPO_ROOT, SERVER_BIN } from "../../../scripts/test-support/index.js";
-import { buildServerConfig, ConfigError, MAX_RUNNERS, parseServerConfig, sha256Hex } from "../src/config.js";
+import {
+  buildServerConfig,
+  ConfigError,
+  DEFAULT_WEBHOOK_DISABLE_AFTER_FAILURES,
+  DEFAULT_WEBHOOK_DISABLE_AFTER_SECS,
+  MAX_RUNNERS,
+  MAX_WEBHOOK_DISABLE_AFTER_FAILURES,
+  MAX_WEBHOOK_DISABLE_AFTER_SECS,
+  parseServerConfig,
+  sha256Hex,
+} from "../src/config.js";
 
 const HASH = sha256Hex("t");
 const base = (extra: Record<string, unknown> = {}) => ({
@@ -31,6 +41,27 @@ describe("server config", () => {
       expect(() =>
         buildServerConfig(base({ server: { port: 0, allowed_origins: [bad] } }), { file: null, baseDir: "/" }),
       ).toThrow(ConfigError);
+    }
+  });
+
+  it("reads [server.webhooks] disable_after_failures and disable_after_secs (5 days by default) and refuses out-of-range ones by name", () => {
+    const at = { file: null, baseDir: "/" };
+    expect(buildServerConfig(base(), at).webhooks).toMatchObject({
+      disableAfterFailures: DEFAULT_WEBHOOK_DISABLE_AFTER_FAILURES,
+      disableAfterMs: DEFAULT_WEBHOOK_DISABLE_AFTER_SECS * 1000,
+    });
+    const set = (webhooks: Record<string, unknown>) => base({ server: { port: 0, state_dir: "s", webhooks } });
+    expect(buildServerConfig(set({ disable_after_failures: 3, disable_after_secs: 0 }), at).webhooks).toMatchObject({
+      disableAfterFailures: 3,
+      disableAfterMs: 0,
+    });
+    for (const [key, bad] of [
+      ["disable_after_failures", 0],
+      ["disable_after_failures", MAX_WEBHOOK_DISABLE_AFTER_FAILURES + 1],
+      ["disable_after_secs", -1],
+      ["disable_after_secs", MAX_WEBHOOK_DISABLE_AFTER_SECS + 1],
+    ] as const) {
+      expect(() => buildServerConfig(set({ [key]: bad }), at), `${key} = ${bad}`).toThrow(key);
     }
   });
 

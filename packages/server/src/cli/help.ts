@@ -51,12 +51,17 @@ export const COMMANDS: readonly CommandHelp[] = [
   },
   {
     name: "webhooks",
-    summary: "Subscribe a principal's runs to signed webhooks; list, remove, ping, redeliver a dead letter.",
+    summary:
+      "Subscribe a principal's runs and tasks to signed webhooks; list, remove, rotate a secret, re-enable, audit, ping, redeliver a dead letter.",
     usage: `${BIN} webhooks add --config FILE --principal ID --url URL --events TYPE[,TYPE...] [--json]
   ${BIN} webhooks list --config FILE [--principal ID] [--json]
   ${BIN} webhooks remove --config FILE --id SUBSCRIPTION_ID
+  ${BIN} webhooks rotate-secret --config FILE --id SUBSCRIPTION_ID [--overlap-secs N] [--json]
+  ${BIN} webhooks enable --config FILE --id SUBSCRIPTION_ID
+  ${BIN} webhooks audit --config FILE [--id SUBSCRIPTION_ID] [--json]
   ${BIN} webhooks test --config FILE --id SUBSCRIPTION_ID
-  ${BIN} webhooks redeliver --config FILE --event EVENT_ID   (TYPE: run.started, run.waiting_permission, run.terminal, run.lost)`,
+  ${BIN} webhooks redeliver --config FILE --event EVENT_ID
+  (TYPE: run.started, run.waiting_permission, run.terminal, run.lost, task.attempt_expired, task.closed)`,
   },
   {
     name: "mcp-stdio",

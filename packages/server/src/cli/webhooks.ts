@@ -1,13 +1,18 @@
 /**
- * `webcodex-server webhooks add|list|remove|test|redeliver` — the operator's management of signed webhooks
- * (design §18, webhooks/). `add` checks the URL (https, or loopback http when `[server.webhooks]
+ * `webcodex-server webhooks add|list|remove|rotate-secret|enable|audit|test|redeliver` — the operator's management
+ * of signed webhooks (design §18, webhooks/). `add` checks the URL (https, or loopback http when `[server.webhooks]
  * allow_loopback_http`; no private, link-local or metadata address) and prints the signing secret once, on
- * stdout; `list` never shows a secret.
+ * stdout; `rotate-secret` prints the new one once, the old one still signing (a second signature) for
+ * `--overlap-secs` (default SECRET_OVERLAP_SECS); `list` never shows a secret, and shows a disabled subscription as
+ * such; `enable` turns one back on; `audit` prints the newest changes of subscriptions.
  *
  *   webcodex-server webhooks add --config server.toml --principal alice --url https://ci.example/hook \
  *       --events run.started,run.terminal
  *   webcodex-server webhooks list --config server.toml [--principal alice] [--json]
  *   webcodex-server webhooks remove --config server.toml --id whsub_...
+ *   webcodex-server webhooks rotate-secret --config server.toml --id whsub_... [--overlap-secs 86400]
+ *   webcodex-server webhooks enable --config server.toml --id whsub_...
+ *   webcodex-server webhooks audit --config server.toml [--id whsub_...] [--json]
  *   webcodex-server webhooks test --config server.toml --id whsub_...
  *   webcodex-server webhooks redeliver --config server.toml --event msg_...
  */
@@ -16,9 +21,17 @@ import { loadServerConfig } from "../config.js";
 import { openState } from "../state/open.js";
 import { attemptDelivery } from "../webhooks/delivery.js";
 import { checkDestination, DestinationError } from "../webhooks/destination.js";
-import { pingBody, RUN_EVENT_TYPES, type RunEventType } from "../webhooks/events.js";
+import { EVENT_TYPES, type EventType, pingBody } from "../webhooks/events.js";
 import { newSecret } from "../webhooks/signing.js";
 import { SubscriptionLimitError, WebhookStore } from "../webhooks/store.js";
+
+/** How long a rotated-out secret still signs attempts by default (a second signature): one day. */
+export const SECRET_OVERLAP_SECS = 24 * 3600;
+/** `--overlap-secs` at most: a week. */
+export const MAX_SECRET_OVERLAP_SECS = 7 * 24 * 3600;
+/** Audit rows `audit` prints at most (newest first). */
+export const LIST_AUDIT_MAX = 100;
+
 import { commandUsage } from "./help.js";
 
 const USAGE = commandUsage("webhooks");
@@ -35,6 +48,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
     events?: string;
     id?: string;
     event?: string;
+    "overlap-secs"?: string;
     json?: boolean;
   };
   try {
@@ -47,6 +61,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
         events: { type: "string" },
         id: { type: "string" },
         event: { type: "string" },
+        "overlap-secs": { type: "string" },
         json: { type: "boolean" },
       },
       strict: true,
@@ -55,7 +70,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
     console.error(`${err instanceof Error ? err.message : String(err)}\n${USAGE}`);
     return 2;
   }
-  const subs = ["add", "list", "remove", "test", "redeliver"];
+  const subs = ["add", "list", "remove", "rotate-secret", "enable", "audit", "test", "redeliver"];
   if (!values.config || sub === undefined || !subs.includes(sub)) {
     console.error(USAGE);
     return 2;
@@ -75,7 +90,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
   const config = loadServerConfig(values.config, env);
   const policy = { allowLoopbackHttp: config.webhooks.allowLoopbackHttp };
   // Checked before the state is opened: a refused URL or event name never touches the database.
-  let checked: { principal: string; url: string; events: RunEventType[] } | null = null;
+  let checked: { principal: string; url: string; events: EventType[] } | null = null;
   if (sub === "add") {
     const principal = need("principal");
     const url = need("url");
@@ -86,10 +101,10 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
       return 2;
     }
     const names = events.split(",").map((e) => e.trim());
-    const unknown = names.filter((e) => !(RUN_EVENT_TYPES as readonly string[]).includes(e));
+    const unknown = names.filter((e) => !(EVENT_TYPES as readonly string[]).includes(e));
     if (unknown.length > 0 || names.length === 0) {
       console.error(
-        `--events: ${unknown.length} unknown event type(s); allowed: ${RUN_EVENT_TYPES.join(", ")} (comma-separated)`,
+        `--events: ${unknown.length} unknown event type(s); allowed: ${EVENT_TYPES.join(", ")} (comma-separated)`,
       );
       return 2;
     }
@@ -102,7 +117,16 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
       }
       throw err;
     }
-    checked = { principal, url, events: [...new Set(names)] as RunEventType[] };
+    checked = { principal, url, events: [...new Set(names)] as EventType[] };
+  }
+  let overlapSecs = SECRET_OVERLAP_SECS;
+  if (values["overlap-secs"] !== undefined) {
+    const raw = values["overlap-secs"];
+    overlapSecs = /^\d+$/.test(raw) ? Number(raw) : Number.NaN;
+    if (!(overlapSecs >= 0 && overlapSecs <= MAX_SECRET_OVERLAP_SECS)) {
+      console.error(`--overlap-secs: a whole number of seconds from 0 to ${MAX_SECRET_OVERLAP_SECS} (7 days)`);
+      return 2;
+    }
   }
   const state = await openState(config);
   try {
@@ -143,6 +167,10 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
           console.log(
             `${s.subscription_id}\t${s.principal_id}\t${s.url}\t${s.event_types.join(",")}\t${s.status}\t` +
               `failures=${s.consecutive_failures}\tpending=${s.pending}\tdelivered=${s.delivered}\tdead=${s.dead}` +
+              (s.disabled_at ? `\tdisabled_at=${s.disabled_at}` : "") +
+              (s.previous_secret_until_ms !== null && s.previous_secret_until_ms > Date.now()
+                ? `\tprevious_secret_until=${new Date(s.previous_secret_until_ms).toISOString()}`
+                : "") +
               (s.last_error ? `\tlast_error=${s.last_error}` : ""),
           );
         }
@@ -164,6 +192,46 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
         console.error(`removed ${id} and its undelivered events`);
         return 0;
       }
+      case "rotate-secret": {
+        const id = need("id");
+        if (id === null) return 2;
+        const secret = newSecret();
+        const until = Date.now() + overlapSecs * 1000;
+        if (!(await store.rotateSecret(id, secret, until))) {
+          console.error(`no subscription with id ${id}`);
+          return 1;
+        }
+        if (values.json) console.log(JSON.stringify({ subscription_id: id, secret, previous_secret_until_ms: until }));
+        else {
+          console.error(
+            `rotated ${id}: attempts are signed with the new secret, and with the previous one too until ` +
+              `${new Date(until).toISOString()}; the new secret is shown once, give it to the receiver now:`,
+          );
+          console.log(secret);
+        }
+        return 0;
+      }
+      case "enable": {
+        const id = need("id");
+        if (id === null) return 2;
+        if (!(await store.enable(id, Date.now()))) {
+          console.error(`no subscription with id ${id}`);
+          return 1;
+        }
+        console.error(`${id} is active; its pending events are due now`);
+        return 0;
+      }
+      case "audit": {
+        const rows = await store.auditRows(LIST_AUDIT_MAX, values.id);
+        if (values.json) console.log(JSON.stringify({ audit: rows }));
+        else
+          for (const r of rows) {
+            console.log(
+              `${r.at}\t${r.event}\t${r.subscription_id}\t${r.principal_id}\t${r.actor}${r.detail ? `\t${r.detail}` : ""}`,
+            );
+          }
+        return 0;
+      }
       case "test": {
         const id = need("id");
         if (id === null) return 2;
@@ -175,7 +243,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
         const now = Date.now();
         const outcome = await attemptDelivery({
           url: s.url,
-          secret: s.secret,
+          secrets: s.secrets,
           eventId: `msg_ping_${now.toString(36)}`,
           body: pingBody(s.subscription_id, now),
           nowMs: now,

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from "node:crypto";
 import type { ServerResponse } from "node:http";
-import { CODING_AGENT_RUN, OAUTH_SCOPES, OPERATOR_READ_SCOPE, SCOPE_LABELS } from "./scopes.js";
+import { CODING_AGENT_RUN, OAUTH_SCOPES, OPERATOR_READ_SCOPE, SCOPE_LABELS, WEBHOOKS_WRITE_SCOPE } from "./scopes.js";
 
 export function escapeHtml(text: string): string {
   return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
@@ -220,9 +220,13 @@ export function renderConsent(res: ServerResponse, view: AskView, status = 200):
   pageHeaders(res, nonce, formTargetOf(view.redirectUri));
   const name = nameOf(view);
   const asksRun = view.requested.includes(CODING_AGENT_RUN);
-  // operator:read is listed only for a client the operator provisioned for it (operator-read.ts).
+  // operator:read is listed only for a client the operator provisioned for it (operator-read.ts), webhooks:write
+  // only for one provisioned for coding_agent:run.
   const ordinary = view.requested.filter(
-    (s) => s !== CODING_AGENT_RUN && (s !== OPERATOR_READ_SCOPE || view.operatorReadOffered === true),
+    (s) =>
+      s !== CODING_AGENT_RUN &&
+      (s !== OPERATOR_READ_SCOPE || view.operatorReadOffered === true) &&
+      (s !== WEBHOOKS_WRITE_SCOPE || view.codingAgentRunOffered),
   );
   const runAsk =
     asksRun && view.codingAgentRunOffered

@@ -36,7 +36,7 @@ import {
   renderReview,
 } from "./consent-page.js";
 import { OperatorReadClients } from "./operator-read.js";
-import { CODING_AGENT_RUN, OPERATOR_READ_SCOPE } from "./scopes.js";
+import { CODING_AGENT_RUN, OPERATOR_READ_SCOPE, WEBHOOKS_WRITE_SCOPE } from "./scopes.js";
 import type { OAuthStore } from "./store.js";
 
 /** A consent page may be answered this long after it was shown. */
@@ -270,7 +270,11 @@ export class Consent {
   ): Promise<{ scopes: Scope[]; run: RunLine }> {
     const operatorRead = await new OperatorReadClients(this.#deps.store).has(p.clientId);
     const scopes = p.requested.filter(
-      (s) => s !== CODING_AGENT_RUN && principal.scopes.has(s) && (s !== OPERATOR_READ_SCOPE || operatorRead),
+      (s) =>
+        s !== CODING_AGENT_RUN &&
+        principal.scopes.has(s) &&
+        (s !== OPERATOR_READ_SCOPE || operatorRead) &&
+        (s !== WEBHOOKS_WRITE_SCOPE || provisioned),
     );
     let run: RunLine = "none";
     if (p.requested.includes(CODING_AGENT_RUN)) {

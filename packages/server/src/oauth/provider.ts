@@ -31,7 +31,13 @@ import type { Principal, Scope } from "../principals/principal.js";
 import type { OAuthClients } from "./clients.js";
 import type { Consent } from "./consent.js";
 import { OperatorReadClients } from "./operator-read.js";
-import { CODING_AGENT_RUN, isOAuthScope, OPERATOR_READ_SCOPE, requestedScopes } from "./scopes.js";
+import {
+  CODING_AGENT_RUN,
+  isOAuthScope,
+  OPERATOR_READ_SCOPE,
+  requestedScopes,
+  WEBHOOKS_WRITE_SCOPE,
+} from "./scopes.js";
 import { ACCESS_TOKEN_PREFIX, type IssuedPair, type OAuthStore, parseJsonList, type TokenTtls } from "./store.js";
 
 /**
@@ -208,7 +214,7 @@ export class WebcodexOAuthProvider implements OAuthServerProvider {
     const scopes = new Set<Scope>();
     for (const s of tokenScopes) {
       if (!isOAuthScope(s) || !key.scopes.has(s)) continue;
-      if (s === CODING_AGENT_RUN && client.allow_coding_agent_run !== 1) continue;
+      if ((s === CODING_AGENT_RUN || s === WEBHOOKS_WRITE_SCOPE) && client.allow_coding_agent_run !== 1) continue;
       if (s === OPERATOR_READ_SCOPE && !operatorRead) continue;
       scopes.add(s);
     }

@@ -9,6 +9,12 @@ import type { Scope } from "../principals/principal.js";
 export const CODING_AGENT_RUN = "coding_agent:run" satisfies Scope;
 /** Offered only to a client the operator provisioned for it (operator-read.ts); never asked for by default. */
 export const OPERATOR_READ_SCOPE = "operator:read" satisfies Scope;
+/**
+ * Offered only to a client provisioned for `coding_agent:run` (`allow_coding_agent_run`: the operator's one
+ * provisioning of a client for acting agents), and carried by a token only while it still is; never asked for by
+ * default: a client names it.
+ */
+export const WEBHOOKS_WRITE_SCOPE = "webhooks:write" satisfies Scope;
 
 /** Scopes an OAuth grant can carry (the others mean nothing on /mcp). Order = page order. */
 export const OAUTH_SCOPES = [
@@ -17,6 +23,7 @@ export const OAUTH_SCOPES = [
   "runtime:read",
   "runtime:write",
   "coding_agent:run",
+  "webhooks:write",
   "operator:read",
 ] as const satisfies readonly Scope[];
 
@@ -27,12 +34,19 @@ export const SCOPE_LABELS: Record<(typeof OAUTH_SCOPES)[number], string> = {
   "runtime:read": "Read your work sessions in your projects: goals, handoff notes and what earlier runs did.",
   "runtime:write": "Create and update your work sessions in your projects. This alone starts no coding agent.",
   "coding_agent:run": "Start, watch and stop coding agents in your projects. An agent can change files there.",
+  "webhooks:write":
+    "Add and remove web addresses this Server notifies when your runs and tasks change (ids and states only).",
   "operator:read":
     "See every Runner, run, audit record and OAuth grant of this Server (the operator console), for all users.",
 };
 
-/** Asked for when a client sends no `scope`: everything the tools use (consent still decides); never operator:read. */
-export const DEFAULT_REQUESTED_SCOPES: readonly Scope[] = OAUTH_SCOPES.filter((s) => s !== OPERATOR_READ_SCOPE);
+/**
+ * Asked for when a client sends no `scope`: everything the tools use (consent still decides); never operator:read
+ * or webhooks:write (a client names those).
+ */
+export const DEFAULT_REQUESTED_SCOPES: readonly Scope[] = OAUTH_SCOPES.filter(
+  (s) => s !== OPERATOR_READ_SCOPE && s !== WEBHOOKS_WRITE_SCOPE,
+);
 
 /** Scopes each tool needs; a token without them gets 403 insufficient_scope on /mcp. */
 export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {
@@ -50,6 +64,10 @@ export const TOOL_SCOPES: Readonly<Record<string, readonly Scope[]>> = {
   create_workflow_session: ["runtime:write"],
   update_workflow_session: ["runtime:write"],
   read_workflow_session: ["runtime:read"],
+  // A principal's own webhook subscriptions (design §18).
+  list_webhook_subscriptions: ["webhooks:write"],
+  add_webhook_subscription: ["webhooks:write"],
+  remove_webhook_subscription: ["webhooks:write"],
 };
 
 /**

@@ -18,6 +18,11 @@ export const SCOPES = [
    * revoke grants. No other scope implies it and it implies none; nothing on /mcp needs or accepts it.
    */
   "operator:read",
+  /**
+   * Managing one's own webhook subscriptions over MCP (webhooks/tools.ts, design §18). Offered at OAuth consent
+   * only to a client provisioned for `coding_agent:run`; no other scope implies it and it implies none.
+   */
+  "webhooks:write",
 ] as const;
 export type Scope = (typeof SCOPES)[number];
 

@@ -462,6 +462,30 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 19,
     summary:
+      "webhooks, second slice (design §18): which lease expiry of an attempt was announced (task.attempt_expired, " +
+      "once per generation), a subscription's previous secret during a rotation's overlap, when it began failing " +
+      "and when it was disabled, and the audit rows of subscription changes",
+    sql: `
+      ALTER TABLE agent_task_attempts ADD COLUMN expiry_announced_generation INTEGER NOT NULL DEFAULT 0;
+      CREATE INDEX agent_task_attempts_lease ON agent_task_attempts (state, lease_expires_ms);
+      ALTER TABLE webhook_subscriptions ADD COLUMN previous_secret TEXT;
+      ALTER TABLE webhook_subscriptions ADD COLUMN previous_secret_until_ms INTEGER;
+      ALTER TABLE webhook_subscriptions ADD COLUMN failing_since_ms INTEGER;
+      ALTER TABLE webhook_subscriptions ADD COLUMN disabled_at TEXT;
+      CREATE TABLE webhook_audit (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        at TEXT NOT NULL,
+        event TEXT NOT NULL,
+        subscription_id TEXT NOT NULL,
+        principal_id TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        detail TEXT
+      ) STRICT;
+    `,
+  },
+  {
+    version: 20,
+    summary:
       "the place in the Runner's own order of the summary a record last took (its last_seq and updated_at), so " +
       "a summary that left the Runner before that one — a cancel's or a catch-up's answer overtaken by the run's " +
       "next event — never moves a live run's state back (runs/context.ts noRegress)",

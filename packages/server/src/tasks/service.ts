@@ -35,6 +35,7 @@ import type { AdmissionHooks, ApiError, ApiErrorCode, ApiResult, RunAdmission, S
 import { intentFingerprint } from "../runs/identity.js";
 import type { StateQueries } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
+import { TaskAnnouncer, type TaskChangeListener } from "./changes.js";
 import {
   AttemptRefs,
   authorityFingerprint,
@@ -109,6 +110,8 @@ export interface TaskServiceOptions {
   logger: Logger;
   /** Wall clock (ms); injectable for tests. */
   now?: () => number;
+  /** Told of each task change of tasks/changes.ts inside its transaction (the webhooks' outbox writer). */
+  onChange?: TaskChangeListener;
 }
 
 function fail<T>(code: ApiErrorCode, message: string, recovery_kind: ApiError["recovery_kind"]): ApiResult<T> {
@@ -132,6 +135,7 @@ export class TaskService {
   readonly #now: () => number;
   readonly #refs: AttemptRefs;
   readonly #secret: Buffer;
+  readonly #announcer: TaskAnnouncer;
 
   constructor(opts: TaskServiceOptions) {
     this.#tasks = opts.tasks;
@@ -141,12 +145,29 @@ export class TaskService {
     this.#now = opts.now ?? Date.now;
     this.#secret = opts.records.serverSecret;
     this.#refs = new AttemptRefs(this.#secret);
+    this.#announcer = new TaskAnnouncer({
+      tasks: opts.tasks,
+      log: opts.logger,
+      now: this.#now,
+      listener: opts.onChange,
+    });
   }
 
-  /** At Server start: delete closed tasks past retention. */
+  /** At Server start: delete closed tasks past retention; with a change listener, start the expiry sweep. */
   async start(): Promise<void> {
+    this.#announcer.start();
     const pruned = await this.#tasks.prune();
     if (pruned > 0) this.#log.info({ pruned }, "closed tasks past retention deleted");
+  }
+
+  /** Stop the expiry sweep (and wait for one in progress). */
+  async stop(): Promise<void> {
+    await this.#announcer.stop();
+  }
+
+  /** One expiry sweep now (what the sweep's timer does; returns how many expiries it announced). */
+  sweepExpiries(): Promise<number> {
+    return this.#announcer.sweep();
   }
 
   // ---- authority ----------------------------------------------------------------------------
@@ -241,6 +262,7 @@ export class TaskService {
       if (input.renew_attempt_ref !== undefined) return await this.#renew(task, input, now + leaseMs, tx);
 
       const current = task.current_attempt_id ? await this.#tasks.attempt(task.current_attempt_id, tx) : undefined;
+      await this.#announcer.expiry(task, current, tx);
       if (current?.state === "active" && current.lease_expires_ms > now) {
         return fail(
           "claim_conflict",
@@ -320,6 +342,7 @@ export class TaskService {
       );
     }
     const expired = attempt.lease_expires_ms <= this.#now();
+    await this.#announcer.expiry(task, attempt, tx);
     await this.#tasks.renewAttempt(attempt.attempt_id, leaseExpiresMs, expired, tx);
     const row = (await this.#tasks.attempt(attempt.attempt_id, tx)) ?? attempt;
     this.#log.info(
@@ -524,7 +547,8 @@ export class TaskService {
           }
           return { ok: true, value: { task: taskView(task), already_closed: true } };
         }
-        for (const b of await this.#tasks.bindingsOf(task.task_id, tx)) {
+        const bindings = await this.#tasks.bindingsOf(task.task_id, tx);
+        for (const b of bindings) {
           const rec = await this.#records.get(b.run_id, tx);
           if (rec && !isTerminalState(rec.state)) {
             return fail(
@@ -534,9 +558,21 @@ export class TaskService {
             );
           }
         }
+        if (task.current_attempt_id !== null) {
+          await this.#announcer.expiry(task, await this.#tasks.attempt(task.current_attempt_id, tx), tx);
+        }
         await this.#tasks.closeTask(task.task_id, input.outcome, tx);
         this.#log.info({ task_id: task.task_id, outcome: input.outcome }, "task closed");
         const closed = (await this.#tasks.task(task.task_id, tx)) ?? task;
+        await this.#announcer.tell(
+          {
+            kind: "closed",
+            task: closed,
+            attempts: await this.#tasks.countAttempts(task.task_id, tx),
+            runs: bindings.length,
+          },
+          tx,
+        );
         return { ok: true, value: { task: taskView(closed), already_closed: false } };
       },
     );

@@ -66,6 +66,8 @@ export interface AttemptRow {
   run_stop_reason: string | null;
   run_failure_kind: string | null;
   run_reconciled_at: string | null;
+  /** The controller generation whose lease expiry was announced (tasks/changes.ts); 0: none yet. */
+  expiry_announced_generation: number;
   created_at: string;
   updated_at: string;
 }
@@ -211,6 +213,7 @@ export class TaskStore {
       run_stop_reason: null,
       run_failure_kind: null,
       run_reconciled_at: null,
+      expiry_announced_generation: 0,
       created_at: now,
       updated_at: now,
     };
@@ -262,6 +265,31 @@ export class TaskStore {
          updated_at = ? WHERE attempt_id = ?`,
       [leaseExpiresMs, bumpGeneration ? 1 : 0, this.#now().toISOString(), attemptId],
     );
+  }
+
+  /**
+   * Active attempts whose lease ran out before `nowMs` and whose expiry (for their current generation) was not
+   * announced yet, oldest first, at most `limit`: the expiry sweep's candidates (it decides on each under the
+   * task's lock).
+   */
+  async unannouncedExpiries(
+    nowMs: number,
+    limit: number,
+    q: StateQueries = this.engine,
+  ): Promise<{ attempt_id: string; task_id: string }[]> {
+    return await q.all<{ attempt_id: string; task_id: string }>(
+      `SELECT attempt_id, task_id FROM agent_task_attempts WHERE state = 'active' AND lease_expires_ms <= ?
+         AND expiry_announced_generation < controller_generation ORDER BY lease_expires_ms LIMIT ?`,
+      [nowMs, limit],
+    );
+  }
+
+  /** Record that the expiry of `generation` of this attempt was announced (tasks/changes.ts). */
+  async markExpiryAnnounced(attemptId: string, generation: number, q: StateQueries = this.engine): Promise<void> {
+    await q.run("UPDATE agent_task_attempts SET expiry_announced_generation = ? WHERE attempt_id = ?", [
+      generation,
+      attemptId,
+    ]);
   }
 
   async recordRunOutcome(attemptId: string, patch: AttemptRunPatch, q: StateQueries = this.engine): Promise<void> {

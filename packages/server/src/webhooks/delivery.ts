@@ -24,7 +24,8 @@ export type AttemptOutcome = { ok: true; status: number } | { ok: false; status:
 
 export interface AttemptInput {
   url: string;
-  secret: string;
+  /** The secrets it is signed with (signing.ts `signedHeaders`). */
+  secrets: readonly string[];
   eventId: string;
   body: string;
   nowMs: number;
@@ -45,7 +46,7 @@ export async function attemptDelivery(input: AttemptInput): Promise<AttemptOutco
   }
   const timeoutMs = input.timeoutMs ?? ATTEMPT_TIMEOUT_MS;
   const headers = {
-    ...signedHeaders(input.secret, input.eventId, Math.floor(input.nowMs / 1000), input.body),
+    ...signedHeaders(input.secrets, input.eventId, Math.floor(input.nowMs / 1000), input.body),
     "content-type": "application/json",
     "content-length": String(Buffer.byteLength(input.body)),
     "user-agent": WEBHOOK_USER_AGENT,

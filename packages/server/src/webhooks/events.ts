@@ -13,14 +13,33 @@
  *
  * A run that ends without having started (refused before admission, never admitted) gets `run.terminal`
  * alone, with `execution_state: "not_started"`.
+ *
+ * A managed task's changes (tasks/changes.ts) make `task.attempt_expired` (the current attempt's lease ran out,
+ * once per claim generation) and `task.closed`; their bodies carry the task's and attempt's ids, fence,
+ * generation, outcome and counts — never the instruction, the title or the assignee (free text of the caller).
  */
-import { isTerminalState, type RunState } from "@webcodex/protocol";
+import {
+  isTerminalState,
+  type RunState,
+  WEBHOOK_EVENT_TYPES,
+  WEBHOOK_RUN_EVENT_TYPES,
+  WEBHOOK_TASK_EVENT_TYPES,
+  WebhookEventType,
+} from "@webcodex/protocol";
 import { z } from "zod";
 import type { AdmissionRecord } from "../state/record.js";
+import type { TaskChange } from "../tasks/changes.js";
 
-export const RUN_EVENT_TYPES = ["run.started", "run.waiting_permission", "run.terminal", "run.lost"] as const;
+// The event types are the tools' contract (the protocol package's tools/webhooks.ts).
+export const RUN_EVENT_TYPES = WEBHOOK_RUN_EVENT_TYPES;
 export const RunEventType = z.enum(RUN_EVENT_TYPES);
 export type RunEventType = z.infer<typeof RunEventType>;
+export const TASK_EVENT_TYPES = WEBHOOK_TASK_EVENT_TYPES;
+export type TaskEventType = (typeof TASK_EVENT_TYPES)[number];
+/** Every event type a subscription may ask for. */
+export const EVENT_TYPES = WEBHOOK_EVENT_TYPES;
+export const EventType = WebhookEventType;
+export type EventType = z.infer<typeof EventType>;
 /** The event `webhooks test` sends (never written to the outbox, never subscribed to). */
 export const PING_EVENT_TYPE = "webhook.ping";
 
@@ -71,4 +90,34 @@ export function pingBody(subscriptionId: string, nowMs: number): string {
     timestamp: new Date(nowMs).toISOString(),
     data: { subscription_id: subscriptionId },
   });
+}
+
+/** The event type of a task change. */
+export function taskEventType(change: TaskChange): TaskEventType {
+  return change.kind === "closed" ? "task.closed" : "task.attempt_expired";
+}
+
+/** The JSON body of a task change's event: ids, states, times and counts of the task and attempt only. */
+export function taskEventBody(change: TaskChange, nowMs: number): string {
+  const { task } = change;
+  const data: Record<string, unknown> = {
+    task_id: task.task_id,
+    principal_id: task.principal_id,
+    project_id: task.project_id,
+    created_at: task.created_at,
+  };
+  if (change.kind === "closed") {
+    data.outcome = task.outcome;
+    data.closed_at = task.closed_at;
+    data.attempts = change.attempts;
+    data.runs = change.runs;
+  } else {
+    const { attempt } = change;
+    data.attempt_id = attempt.attempt_id;
+    data.fence = Number(attempt.fence);
+    data.controller_generation = Number(attempt.controller_generation);
+    data.lease_expired_at = new Date(Number(attempt.lease_expires_ms)).toISOString();
+    data.run_id = change.run_id;
+  }
+  return JSON.stringify({ type: taskEventType(change), timestamp: new Date(nowMs).toISOString(), data });
 }

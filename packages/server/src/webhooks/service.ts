@@ -2,11 +2,14 @@
  * The webhooks of one Server instance (design §18): `new Webhooks(…)` hooks the outbox writer into the
  * admission records' state changes (StateStore.onStateChange: the events are written inside the transaction
  * that changes the record, so a change and its events commit together or not at all) — construct it before
- * anything can change a record. `start()` starts the delivery worker, `close()` stops it.
+ * anything can change a record. `onTaskChange` is the managed tasks' listener (tasks/changes.ts), handed to
+ * the TaskService the same way. `start()` starts the delivery worker, `close()` stops it.
  */
 import type { Logger } from "pino";
 import { serverFailpoint } from "../failpoints.js";
+import type { StateQueries } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
+import type { TaskChange } from "../tasks/changes.js";
 import type { DestinationPolicy } from "./destination.js";
 import { WebhookStore } from "./store.js";
 import { DeliveryWorker } from "./worker.js";
@@ -14,6 +17,10 @@ import { DeliveryWorker } from "./worker.js";
 export interface WebhookSettings extends DestinationPolicy {
   /** `[server.webhooks] retry_base_ms`: the first retry's delay. */
   retryBaseMs: number;
+  /** `[server.webhooks] disable_after_failures`: consecutive failed attempts before a subscription is disabled… */
+  disableAfterFailures: number;
+  /** …and `disable_after_secs` (as ms): since the first of them, at least. */
+  disableAfterMs: number;
 }
 
 export class Webhooks {
@@ -30,6 +37,7 @@ export class Webhooks {
       store: this.store,
       policy: settings,
       retryBaseMs: settings.retryBaseMs,
+      disable: { afterFailures: settings.disableAfterFailures, afterMs: settings.disableAfterMs },
       log,
       beforeAttempt: () => serverFailpoint("webhook_before_attempt"),
     });
@@ -37,6 +45,11 @@ export class Webhooks {
       if ((await this.store.enqueue(tx, record, previous, Date.now())) > 0) this.#worker.wake();
     });
   }
+
+  /** Writes a task change's event on `tx`, the transaction of that change (TaskServiceOptions.onChange). */
+  readonly onTaskChange = async (change: TaskChange, tx: StateQueries): Promise<void> => {
+    if ((await this.store.enqueueTask(tx, change, Date.now())) > 0) this.#worker.wake();
+  };
 
   /** Never throws: without the release below, a predecessor's claims are taken again when their leases run out. */
   async start(): Promise<void> {

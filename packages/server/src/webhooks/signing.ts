@@ -16,13 +16,24 @@ export function newSecret(): string {
   return `${SECRET_PREFIX}${randomBytes(SECRET_BYTES).toString("base64")}`;
 }
 
-/** The three headers of one attempt. */
-export function signedHeaders(secret: string, id: string, timestampSecs: number, body: string): Record<string, string> {
-  const key = Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, "base64");
-  const mac = createHmac("sha256", key).update(`${id}.${timestampSecs}.${body}`).digest("base64");
+/**
+ * The three headers of one attempt, signed with each of `secrets` (the current one first; after a rotation, the
+ * previous one too until its overlap ends): Standard Webhooks lists several signatures space-separated, and a
+ * receiver accepts the request when one of them verifies with its secret.
+ */
+export function signedHeaders(
+  secrets: readonly string[],
+  id: string,
+  timestampSecs: number,
+  body: string,
+): Record<string, string> {
+  const signatures = secrets.map((secret) => {
+    const key = Buffer.from(secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret, "base64");
+    return `v1,${createHmac("sha256", key).update(`${id}.${timestampSecs}.${body}`).digest("base64")}`;
+  });
   return {
     "webhook-id": id,
     "webhook-timestamp": String(timestampSecs),
-    "webhook-signature": `v1,${mac}`,
+    "webhook-signature": signatures.join(" "),
   };
 }

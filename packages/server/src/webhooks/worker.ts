@@ -4,13 +4,14 @@
  * at once, MAX_IN_FLIGHT_PER_DESTINATION per receiver origin — makes each attempt (delivery.ts) and records
  * its outcome. A failed attempt is retried after `retryDelayMs` (exponential from the configured base, capped
  * at BACKOFF_MAX_MS, with jitter) until MAX_ATTEMPTS attempts or MAX_RETRY_WINDOW_MS since the event (or its
- * redelivery) are used up; then the row is a dead letter. Attempts run beside the run core, never in its path:
+ * redelivery) are used up; then the row is a dead letter. A subscription whose attempts keep failing past both
+ * bounds of its DisablePolicy (`[server.webhooks] disable_after_failures` and `disable_after_secs`) is disabled. Attempts run beside the run core, never in its path:
  * a slow receiver holds only its own slots.
  */
 import type { Logger } from "pino";
 import { ABORTED_ERROR, ATTEMPT_TIMEOUT_MS, type AttemptOutcome, attemptDelivery } from "./delivery.js";
 import type { DestinationPolicy } from "./destination.js";
-import type { ClaimedEvent, WebhookStore } from "./store.js";
+import type { ClaimedEvent, DisablePolicy, WebhookStore } from "./store.js";
 
 /** How often the worker looks for due events when nothing woke it. */
 export const POLL_INTERVAL_MS = 1000;
@@ -53,6 +54,8 @@ export interface WorkerOptions {
   store: WebhookStore;
   policy: DestinationPolicy;
   retryBaseMs: number;
+  /** When a subscription failing in a row is disabled. */
+  disable: DisablePolicy;
   log: Logger;
   now?: () => number;
   /** Called with a claimed event before its attempt (test failpoints). */
@@ -161,7 +164,7 @@ export class DeliveryWorker {
       await this.#opts.beforeAttempt?.(event);
       const outcome: AttemptOutcome = await attemptDelivery({
         url: event.url,
-        secret: event.secret,
+        secrets: event.secrets,
         eventId: event.event_id,
         body: event.body,
         nowMs: this.#now(),
@@ -171,7 +174,13 @@ export class DeliveryWorker {
       if (!outcome.ok && outcome.error === ABORTED_ERROR) return;
       const now = this.#now();
       const retryAt = outcome.ok ? null : nextAttemptAt(event, now, this.#opts.retryBaseMs);
-      await this.#opts.store.settle(event, outcome, now, retryAt);
+      const { disabled } = await this.#opts.store.settle(event, outcome, now, retryAt, this.#opts.disable);
+      if (disabled) {
+        this.#opts.log.warn(
+          { subscription_id: event.subscription_id },
+          "webhook subscription disabled: its attempts kept failing (webhooks enable turns it back on)",
+        );
+      }
       if (!outcome.ok) {
         this.#opts.log.info(
           {

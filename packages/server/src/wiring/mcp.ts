@@ -26,6 +26,8 @@ import { TaskService } from "../tasks/service.js";
 import { TaskStore } from "../tasks/store.js";
 import { TaskTools } from "../tasks/tools.js";
 import type { ToolModule } from "../tools/contract.js";
+import type { Webhooks } from "../webhooks/service.js";
+import { WebhookTools } from "../webhooks/tools.js";
 import type { Teardown } from "./teardown.js";
 
 export type HttpHandler = (req: IncomingMessage, res: ServerResponse) => void | Promise<void>;
@@ -44,6 +46,8 @@ export interface McpServices {
   config: ServerConfig;
   logger: Logger;
   store: StateStore;
+  /** The task changes' webhook events are written in their transactions (webhooks/). */
+  webhooks?: Webhooks;
 }
 
 /** The OAuth clock, with the test-only skew (test-clock.ts) refused off loopback and logged when armed. */
@@ -59,7 +63,7 @@ function checkedOAuthClock(host: string, log: Logger): () => number {
 }
 
 export async function buildMcp(
-  { runs, admission, config, logger, store }: McpServices,
+  { runs, admission, config, logger, store, webhooks }: McpServices,
   teardown: Teardown,
 ): Promise<McpMount> {
   const log = logger.child({ c: "mcp" });
@@ -108,10 +112,16 @@ export async function buildMcp(
     records: store,
     admission,
     logger: logger.child({ c: "tasks" }),
+    ...(webhooks ? { onChange: webhooks.onTaskChange } : {}),
   });
   const tasksStarted = inBackground(tasks.start(), "closed-task prune at start failed");
-  teardown.add("agent tasks", () => tasksStarted);
+  teardown.add("agent tasks", async () => {
+    await tasksStarted;
+    await tasks.stop();
+  });
   const toolModules: ToolModule[] = [new SessionTools(sessions), new TaskTools(tasks, sessions)];
+  // A principal's own webhook subscriptions (design §18), behind webhooks:write.
+  if (webhooks) toolModules.push(new WebhookTools(webhooks.store, config.webhooks));
   const handler = createMcpHttpHandler({
     runs,
     audit,

@@ -114,7 +114,7 @@ export async function buildServices(opts: ServicesOptions, teardown: Teardown): 
   // The run core is the hub's listener: it stops (waking every waiting observe) before the links close, so
   // the links' goodbyes do no work.
   teardown.add("run core", () => runs.close());
-  const mcp = opts.mcp ? await buildMcp({ runs, admission: runs, config, logger, store }, teardown) : null;
+  const mcp = opts.mcp ? await buildMcp({ runs, admission: runs, config, logger, store, webhooks }, teardown) : null;
   const console_ = buildConsole(store, config, logger, runs, presence, opts.tls);
   teardown.add("operator console", () => console_.close());
   return { instanceId, store, registry, presence, runs, hub, mcp, console: console_, listeners, webhooks };

@@ -147,18 +147,21 @@ async function start(client: Client, prompt: string, over: Record<string, unknow
 }
 
 describe("MCP tools against the real Server, Runner and fake agent", () => {
-  it("lists the run, agent-task and workflow-session tools, each with closed input and an output schema", async () => {
+  it("lists the run, agent-task, workflow-session and webhook tools, each with closed input and an output schema", async () => {
     const { tools } = await alice.listTools();
     expect(tools.map((t) => t.name).sort()).toEqual([
+      "add_webhook_subscription",
       "apply_coding_agent_changes",
       "cancel_coding_agent",
       "close_agent_task",
       "create_agent_task",
       "create_workflow_session",
       "get_coding_agent_changes",
+      "list_webhook_subscriptions",
       "observe_coding_agent",
       "read_workflow_session",
       "reconcile_agent_task_coding_run",
+      "remove_webhook_subscription",
       "start_agent_task_attempt",
       "start_agent_task_coding_run",
       "start_coding_agent",
@@ -458,7 +461,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     try {
       const { tools } = await client.listTools();
       expect(tools.map((t) => t.name)).toContain("start_agent_task_coding_run");
-      expect(tools).toHaveLength(13);
+      expect(tools).toHaveLength(16);
       const res = await client.readResource({ uri: "webcodex://projects" });
       expect(JSON.parse((res.contents[0] as { text: string }).text).projects[0].project_id).toBe("demo");
       const started = await ok(client, "start_coding_agent", {

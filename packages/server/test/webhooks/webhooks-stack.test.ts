@@ -3,20 +3,15 @@
  * and the fake agent, the operator's `webcodex-server webhooks` command, and a real HTTP receiver on
  * 127.0.0.1 that verifies every request with the `standardwebhooks` package, as a receiver does.
  */
-import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { promisify } from "node:util";
 import { Webhook } from "standardwebhooks";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, SERVER_BIN } from "../../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
 import { CLAIM_LEASE_MS } from "../../src/webhooks/worker.js";
 import { okValue, ProcStack } from "../support/proc-stack.js";
 import { HOLD, type Received, WebhookReceiver } from "../support/webhook-receiver.js";
+import { webhooksCli as cli, subscribe as subscribeWith, verified, WEBHOOK_TOML } from "../support/webhooks.js";
 
-const run = promisify(execFile);
-/** The first retry's delay in these stacks (`[server.webhooks] retry_base_ms`): retries come within a second. */
-const RETRY_BASE_MS = 100;
-const WEBHOOK_TOML = `[server.webhooks]\nallow_loopback_http = true\nretry_base_ms = ${RETRY_BASE_MS}\n`;
 const ALL_EVENTS = "run.started,run.waiting_permission,run.terminal,run.lost";
 
 let stack: ProcStack | null = null;
@@ -28,52 +23,14 @@ afterEach(async () => {
   stack = null;
 });
 
-async function cli(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, [SERVER_BIN, "webhooks", ...args]);
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: e.code ?? -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
-}
-
-async function subscribe(s: ProcStack, principal: string, url: string, events: string) {
-  const added = await cli([
-    "add",
-    "--config",
-    s.serverConfigFile,
-    "--principal",
-    principal,
-    "--url",
-    url,
-    "--events",
-    events,
-    "--json",
-  ]);
-  expect(added.code, added.stderr).toBe(0);
-  return JSON.parse(added.stdout) as { subscription_id: string; secret: string };
+function subscribe(s: ProcStack, principal: string, url: string, events: string) {
+  return subscribeWith(s.serverConfigFile, principal, url, events);
 }
 
 async function receiver(answer?: (req: Received, index: number) => number): Promise<WebhookReceiver> {
   const r = await new WebhookReceiver(answer).start();
   receivers.push(r);
   return r;
-}
-
-interface Event {
-  type: string;
-  data: Record<string, unknown>;
-}
-
-/** The receiver's requests, each verified with the subscription's secret (throws on a bad signature). */
-function verified(r: WebhookReceiver, secret: string): (Event & { id: string; status: number })[] {
-  const wh = new Webhook(secret);
-  return r.received.map((req) => ({
-    ...(wh.verify(req.body, req.headers) as Event),
-    id: req.headers["webhook-id"] as string,
-    status: req.status,
-  }));
 }
 
 function canary(): string {

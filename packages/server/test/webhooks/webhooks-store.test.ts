@@ -17,7 +17,7 @@ import { MAX_ATTEMPTS, nextAttemptAt, retryDelayMs } from "../../src/webhooks/wo
 import { ENGINE_NAMES, engineFixture } from "../support/engines.js";
 
 const fixture = engineFixture();
-const SETTINGS = { allowLoopbackHttp: true, retryBaseMs: 100 };
+const SETTINGS = { allowLoopbackHttp: true, retryBaseMs: 100, disableAfterFailures: 100, disableAfterMs: 0 };
 const FAR = 10 ** 13;
 
 function storeOn(engine: StateEngine): { records: StateStore; webhooks: Webhooks } {
@@ -139,6 +139,104 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     expect(behind.map((e) => [e.run_id, e.event_type])).toContainEqual(["run_1", "run.terminal"]);
     expect(await webhooks.store.redeliver(run1.event_id, now)).toBe(true);
     expect((await webhooks.store.events({ status: "pending" }, 10)).map((e) => e.event_id)).toContain(run1.event_id);
+  });
+
+  it("disables a subscription only when both bounds passed (failures in a row, for long enough), with an audit row; enable revives its pending events", async () => {
+    const [engine] = await fixture.instances(name, 1);
+    if (!engine) throw new Error("engine");
+    const { records, webhooks } = storeOn(engine);
+    const store = webhooks.store;
+    const sub = await store.add({
+      principal_id: "alice",
+      url: "http://127.0.0.1:9/hook",
+      event_types: ["run.terminal"],
+      secret: "whsec_c2VjcmV0",
+    });
+    await admit(records, "run_d");
+    await records.update("run_d", { state: "failed", execution_state: "started", failure_kind: "provider_exited" });
+    const policy = { afterFailures: 3, afterMs: 1000 };
+    const fail = { ok: false, status: 500, error: "HTTP 500" } as const;
+    const attemptAt = async (at: number) => {
+      const [event] = await store.claim(at, 1, at + 60_000, all);
+      if (!event) throw new Error(`nothing claimable at ${at}`);
+      return await store.settle(event, fail, at, at + 1, policy);
+    };
+    const t0 = Date.now() + 60_000;
+    // Three failures within a second: the count is reached, the time is not.
+    for (const at of [t0, t0 + 10, t0 + 20]) expect(await attemptAt(at)).toEqual({ disabled: false });
+    expect(await store.find(sub.subscription_id)).toMatchObject({
+      status: "active",
+      consecutive_failures: 3,
+      failing_since_ms: t0,
+    });
+    // A success in between starts the count and the clock again.
+    const [ok] = await store.claim(t0 + 30, 1, t0 + 60_000, all);
+    if (!ok) throw new Error("claim");
+    await store.settle(ok, { ok: true, status: 200 }, t0 + 30, null, policy);
+    expect(await store.find(sub.subscription_id)).toMatchObject({ consecutive_failures: 0, failing_since_ms: null });
+    await records.update("run_d", { state: "starting", execution_state: "not_started" });
+    await records.update("run_d", { state: "failed", execution_state: "started", failure_kind: "provider_exited" });
+    const t1 = t0 + 100;
+    for (const at of [t1, t1 + 10, t1 + 500]) expect(await attemptAt(at)).toEqual({ disabled: false });
+    expect(await attemptAt(t1 + 1000)).toEqual({ disabled: true });
+    const disabled = await store.find(sub.subscription_id);
+    expect(disabled).toMatchObject({ status: "disabled", consecutive_failures: 4 });
+    expect(disabled?.disabled_at).toBe(new Date(t1 + 1000).toISOString());
+    const [audit] = await store.auditRows(10, sub.subscription_id);
+    expect(audit).toMatchObject({ event: "disabled", actor: "delivery", principal_id: "alice" });
+    expect(audit?.detail).toContain("4 consecutive failed attempts");
+    // Disabled: its pending event is not claimed, and a new change writes no event for it.
+    expect(await store.claim(FAR, 10, FAR + 1, all)).toEqual([]);
+    await records.update("run_d", { state: "starting", execution_state: "not_started" });
+    await records.update("run_d", { state: "failed", execution_state: "started", failure_kind: "provider_exited" });
+    expect((await store.events({ status: "pending" }, 10)).length).toBe(1);
+    expect((await store.list("alice"))[0]).toMatchObject({ status: "disabled", pending: 1 });
+    // Enabled again: active, counters cleared, its pending event due now with a fresh budget.
+    expect(await store.enable(sub.subscription_id, t1 + 2000)).toBe(true);
+    expect(await store.find(sub.subscription_id)).toMatchObject({
+      status: "active",
+      consecutive_failures: 0,
+      failing_since_ms: null,
+      disabled_at: null,
+    });
+    const [revived] = await store.claim(t1 + 2000, 10, t1 + 60_000, all);
+    expect(revived).toMatchObject({ attempts: 1, retry_from_ms: t1 + 2000 });
+    expect((await store.auditRows(10, sub.subscription_id)).map((r) => r.event)).toEqual([
+      "enabled",
+      "disabled",
+      "added",
+    ]);
+    expect(await store.enable("whsub_nope", t1)).toBe(false);
+  });
+
+  it("signs with the previous secret too until a rotation's overlap ends, and audits the rotation", async () => {
+    const [engine] = await fixture.instances(name, 1);
+    if (!engine) throw new Error("engine");
+    const { records, webhooks } = storeOn(engine);
+    const store = webhooks.store;
+    const sub = await store.add({
+      principal_id: "alice",
+      url: "http://127.0.0.1:9/hook",
+      event_types: ["run.terminal"],
+      secret: "whsec_b2xk",
+    });
+    await admit(records, "run_r");
+    await records.update("run_r", { state: "failed", execution_state: "started", failure_kind: "provider_exited" });
+    const t0 = Date.now() + 60_000;
+    expect(await store.rotateSecret(sub.subscription_id, "whsec_bmV3", t0 + 1000)).toBe(true);
+    const [during] = await store.claim(t0 + 999, 1, t0 + 60_000, all);
+    expect(during?.secrets).toEqual(["whsec_bmV3", "whsec_b2xk"]);
+    if (!during) throw new Error("claim");
+    await store.settle(during, { ok: false, status: 500, error: "HTTP 500" }, t0 + 999, t0 + 1000);
+    const [after] = await store.claim(t0 + 1000, 1, t0 + 60_000, all);
+    expect(after?.secrets).toEqual(["whsec_bmV3"]);
+    expect((await store.get(sub.subscription_id, t0))?.secrets).toEqual(["whsec_bmV3", "whsec_b2xk"]);
+    const listed = JSON.stringify(await store.list());
+    expect(listed).not.toContain("whsec_");
+    const [audit] = await store.auditRows(1, sub.subscription_id);
+    expect(audit).toMatchObject({ event: "secret_rotated", actor: "operator" });
+    expect(audit?.detail).toContain(new Date(t0 + 1000).toISOString());
+    expect(await store.rotateSecret("whsub_nope", "whsec_eA", t0)).toBe(false);
   });
 });
 
