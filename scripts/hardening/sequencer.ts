@@ -18,6 +18,8 @@ export const HARDENING_ORDER = [
   "protocol-fuzz-server.test.ts",
   "mcp-http-fuzz.test.ts",
   "conformance.full.test.ts",
+  // Last: the worker that ran the soak is free first and takes it.
+  "seeded-chaos-workspaces.test.ts",
 ];
 
 function rank(spec: TestSpecification): number {

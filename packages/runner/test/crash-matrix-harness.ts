@@ -3,6 +3,7 @@
  * Runner config (fake agent with --ledger), the real `webcodex-runner run`
  * process, and a tiny in-test Server speaking the real protocol frames.
  */
+import { execFileSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -21,17 +22,41 @@ export const TOKEN = "test-runner-token-0123456789";
 
 export interface Sandbox {
   dir: string;
+  /** The project's root (a git repository with one commit in `worktree` mode). */
+  project: string;
   stateDir: string;
   ledger: string;
   configPath: string;
   cleanup(): void;
 }
 
-export function makeSandbox(options: { serverUrl?: string; agentArgs?: string[] } = {}): Sandbox {
+/** `git` in `cwd` with a throwaway identity; its trimmed stdout. */
+export function git(cwd: string, ...args: string[]): string {
+  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], {
+    cwd,
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "pipe"],
+  }).trim();
+}
+
+/**
+ * A sandbox: `workspace: "worktree"` makes its project a `worktree` project (design §16), its root a git
+ * repository with one commit (README.md).
+ */
+export function makeSandbox(
+  options: { serverUrl?: string; agentArgs?: string[]; workspace?: "shared" | "worktree" } = {},
+): Sandbox {
   const dir = mkdtempSync(join(tmpdir(), "wc-durable-"));
   const stateDir = join(dir, "state");
   const project = join(dir, "project");
   mkdirSync(project);
+  const worktree = options.workspace === "worktree";
+  if (worktree) {
+    writeFileSync(join(project, "README.md"), "demo\n");
+    git(project, "init", "-q", "-b", "main");
+    git(project, "add", "-A");
+    git(project, "commit", "-q", "-m", "initial");
+  }
   const ledger = join(dir, "ledger.jsonl");
   const configPath = join(dir, "runner.toml");
   const lines = [
@@ -45,6 +70,7 @@ export function makeSandbox(options: { serverUrl?: string; agentArgs?: string[] 
     'id = "demo"',
     `root = ${JSON.stringify(project)}`,
     "allow_patch = true",
+    ...(worktree ? ['workspace = "worktree"'] : []),
     "[acp]",
     "agents_share_runner_user = true",
     "max_concurrent_runs = 2",
@@ -61,6 +87,7 @@ export function makeSandbox(options: { serverUrl?: string; agentArgs?: string[] 
   writeFileSync(configPath, `${lines.join("\n")}\n`);
   return {
     dir,
+    project,
     stateDir,
     ledger,
     configPath,

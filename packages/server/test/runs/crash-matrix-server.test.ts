@@ -11,11 +11,25 @@
  * what only it can reach: the Runner's `hello` inventory and raw `run.start`
  * replays/conflicts at the frame level, and orphan reaping by the restarted
  * Runner before its hello.
+ *
+ * The same failpoints with the project in `worktree` mode (issue 41 §3) and an agent that writes a canary into a
+ * file of its worktree: after the restart, `get_coding_agent_changes` answers the recorded change through MCP — the
+ * file and the canary in its diff exactly when the agent wrote it — and no worktree is left.
  */
+import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, readdirSync, realpathSync } from "node:fs";
+import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { isTerminalState } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import {
+  DAEMON_POLL_MS,
+  DAEMON_WAIT_MS,
+  poll,
+  processesMentioning,
+  readLedger,
+} from "../../../../scripts/test-support/index.js";
 import type { FailpointName } from "../../../runner/src/failpoints.js";
 import { ProcStack } from "../support/proc-stack.js";
 
@@ -24,6 +38,8 @@ interface Case {
   outcome: { state: string; execution_state: string };
   /** Prompts the agent received in total (before and after the restart). */
   prompts: 0 | 1;
+  /** Whether the run's worktree is made before the failpoint (a `worktree` project's run). */
+  made: boolean;
 }
 
 const notStarted = { state: "failed", execution_state: "not_started" };
@@ -31,12 +47,16 @@ const lost = { state: "lost", execution_state: "outcome_unknown" };
 const completed = { state: "completed", execution_state: "completed" };
 
 const CASES: Case[] = [
-  { failpoint: "after_admission", outcome: notStarted, prompts: 0 },
-  { failpoint: "before_barrier", outcome: notStarted, prompts: 0 },
-  { failpoint: "after_barrier_before_prompt", outcome: lost, prompts: 0 },
-  { failpoint: "after_prompt_write", outcome: lost, prompts: 1 },
-  { failpoint: "after_terminal_before_projection", outcome: completed, prompts: 1 },
+  { failpoint: "after_admission", outcome: notStarted, prompts: 0, made: false },
+  { failpoint: "before_barrier", outcome: notStarted, prompts: 0, made: true },
+  { failpoint: "after_barrier_before_prompt", outcome: lost, prompts: 0, made: true },
+  { failpoint: "after_prompt_write", outcome: lost, prompts: 1, made: true },
+  { failpoint: "after_terminal_before_projection", outcome: completed, prompts: 1, made: true },
 ];
+const MODES = ["shared", "worktree"] as const;
+const MATRIX = MODES.flatMap((mode) => CASES.map((c) => ({ ...c, mode })));
+/** The file a worktree run's agent writes its canary into. */
+const EDIT_PATH = "notes/canary.txt";
 
 type Structured = Record<string, unknown>;
 
@@ -46,6 +66,34 @@ async function tool(client: Client, name: string, args: Record<string, unknown>)
   return result.structuredContent as Structured;
 }
 
+/**
+ * No recorded change lost, no worktree left: the change `get_coding_agent_changes` answers holds the agent's edit
+ * (its file, the canary in the diff) exactly when the agent's ledger says it wrote it; without a worktree made
+ * before the crash there is no branch; the Runner's workspaces dir is empty and git knows only the project's tree.
+ */
+async function expectChangeKept(s: ProcStack, alice: Client, runId: string, canary: string, made: boolean) {
+  const root = join(s.dir, "projects", "demo");
+  const git = (...args: string[]) => execFileSync("git", args, { cwd: root, encoding: "utf8" });
+  const wrote = readLedger(s.ledgerFile("r1")).some((l) => l.event === "file_edited" && l.path === EDIT_PATH);
+  if (made) {
+    await s.startRunner("r1");
+    const changes = await tool(alice, "get_coding_agent_changes", { run_id: runId });
+    expect(changes).toMatchObject({ run_id: runId, recorded: true, branch: `webcodex/run/${runId}` });
+    expect((changes.files as { path: string }[]).map((f) => f.path)).toEqual(wrote ? [EDIT_PATH] : []);
+    expect(String(changes.diff).includes(canary), "the canary in the recorded diff").toBe(wrote);
+    expect(git("rev-parse", `refs/heads/webcodex/run/${runId}`).trim()).toBe(changes.head_commit);
+  } else {
+    expect(wrote).toBe(false);
+    expect(git("branch", "--list", `webcodex/run/${runId}`).trim()).toBe("");
+  }
+  const dir = join(s.dir, "runner-state-r1", "workspaces");
+  expect(existsSync(dir) ? readdirSync(dir) : [], "worktrees left").toEqual([]);
+  const trees = git("worktree", "list", "--porcelain")
+    .split("\n")
+    .filter((line) => line.startsWith("worktree "));
+  expect(trees).toEqual([`worktree ${realpathSync(root)}`]);
+}
+
 describe("crash matrix against the real Server process", { timeout: 120_000 }, () => {
   let s: ProcStack | undefined;
   afterEach(async () => {
@@ -53,17 +101,22 @@ describe("crash matrix against the real Server process", { timeout: 120_000 }, (
     s = undefined;
   });
 
-  it.each(CASES)(
-    "$failpoint: the MCP observer sees $outcome.state/$outcome.execution_state after reconciliation; $prompts prompt(s) dispatched",
+  it.each(MATRIX)(
+    "$mode, $failpoint: the MCP observer sees $outcome.state/$outcome.execution_state after reconciliation; $prompts prompt(s) dispatched",
     async (c) => {
-      s = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+      const worktree = c.mode === "worktree";
+      s = await new ProcStack({
+        runners: [{ id: "r1", projects: ["demo"], ...(worktree ? { worktreeProjects: ["demo"] } : {}) }],
+        server: "child",
+      }).init();
       await s.startRunner("r1", [], { WEBCODEX_FAILPOINT: c.failpoint });
       const alice = await s.mcp("alice");
+      const canary = `wc-edit-canary-${randomBytes(8).toString("hex")}`;
       const args = {
         project_id: "demo",
         provider_id: "fake",
         idempotency_key: `crash-${c.failpoint}`,
-        prompt: "scenario: hello",
+        prompt: worktree ? `scenario: edit_file path=${EDIT_PATH} text=${canary}` : "scenario: hello",
       };
 
       // The start answers (from the Runner, or settled by the Server when the link drops) ...
@@ -81,6 +134,14 @@ describe("crash matrix against the real Server process", { timeout: 120_000 }, (
           intervalMs: DAEMON_POLL_MS,
           what: "the agent's ledger",
         });
+      // A worktree run's agent that has the prompt: its edit made, or the agent gone, before the restart records.
+      if (worktree && c.prompts === 1)
+        await poll(
+          () =>
+            readLedger(s!.ledgerFile("r1")).some((l) => l.event === "file_edited") ||
+            processesMentioning(s!.ledgerFile("r1")).length === 0,
+          { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the agent's edit or its exit" },
+        );
 
       // A restarted Runner (no failpoint) recovers its store, says hello, and the Server reconciles.
       await s.startRunner("r1");
@@ -106,6 +167,7 @@ describe("crash matrix against the real Server process", { timeout: 120_000 }, (
       // A graceful stop ends every turn the Runner holds: any dispatch it made would be in the ledger by now.
       await s.killRunner("r1", "SIGTERM");
       expect(s.prompts("r1")).toHaveLength(c.prompts);
+      if (worktree) await expectChangeKept(s, alice, runId, canary, c.made);
     },
   );
 });

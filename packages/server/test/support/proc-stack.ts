@@ -7,6 +7,7 @@
  * test-only HTTP hook (WEBCODEX_TEST_HOOK_API=1) for a Server child.
  * Needs a build (`tsc -b`): the daemons and the fake agent run from dist.
  */
+import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -68,6 +69,11 @@ export interface ProcRunner {
   runAs?: { user: string | string[]; agentBin: string };
   /** The Server config's `shared_user_principals` for this runner. */
   sharedUserPrincipals?: string[];
+  /**
+   * Projects of this runner in `workspace = "worktree"` mode (design §16): each one's root is made a git
+   * repository with one commit (README.md) first.
+   */
+  worktreeProjects?: string[];
 }
 
 export interface ProcStackOptions {
@@ -106,6 +112,19 @@ export interface ProcStackOptions {
   agentToml?: string;
   /** Each Runner's `[acp] permission_timeout_secs` (default 60). */
   permissionTimeoutSecs?: number;
+}
+
+/** A git repository at `root` with one commit of a README.md (a `worktree` project's root). */
+function initRepository(root: string): void {
+  writeFileSync(join(root, "README.md"), "demo\n");
+  const git = (...args: string[]) =>
+    execFileSync("git", ["-c", "user.name=stack", "-c", "user.email=stack@example.invalid", ...args], {
+      cwd: root,
+      stdio: "ignore",
+    });
+  git("init", "-q", "-b", "main");
+  git("add", "-A");
+  git("commit", "-q", "-m", "initial");
 }
 
 export async function freePort(): Promise<number> {
@@ -191,6 +210,7 @@ export class ProcStack {
       if (r.sharedUserPrincipals) toml += `shared_user_principals = ${JSON.stringify(r.sharedUserPrincipals)}\n`;
       toml += "\n";
       for (const p of r.projects) mkdirSync(join(this.dir, "projects", p), { recursive: true });
+      for (const p of r.worktreeProjects ?? []) initRepository(join(this.dir, "projects", p));
       this.#writeRunnerConfig(r);
     }
     const scopes = JSON.stringify([
@@ -219,7 +239,8 @@ export class ProcStack {
       .map(
         (p) =>
           `[[projects]]\nid = "${p}"\nroot = ${JSON.stringify(join("projects", p))}\nallow_patch = true\n` +
-          (r.runAs ? "shared_between_callers = true\n" : ""),
+          (r.runAs ? "shared_between_callers = true\n" : "") +
+          (r.worktreeProjects?.includes(p) ? 'workspace = "worktree"\n' : ""),
       )
       .join("\n");
     writeFileSync(
