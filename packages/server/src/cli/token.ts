@@ -13,6 +13,7 @@ import { loadServerConfig } from "../config.js";
 import { principalLookup, TokenIssueError, TokenStore } from "../principals/tokens.js";
 import { openState } from "../state/open.js";
 import { commandUsage } from "./help.js";
+import { onState } from "./on-state.js";
 
 const USAGE = commandUsage("token");
 
@@ -56,7 +57,7 @@ export async function runTokenCommand(argv: readonly string[]): Promise<number> 
   });
   const config = loadServerConfig(values.config, env);
   const state = await openState(config);
-  try {
+  return await onState(state, { type: TokenIssueError, what: "token issue" }, async () => {
     const tokens = new TokenStore(state.engine);
     switch (sub) {
       case "issue": {
@@ -106,13 +107,5 @@ export async function runTokenCommand(argv: readonly string[]): Promise<number> 
         return 0;
       }
     }
-  } catch (err) {
-    if (err instanceof TokenIssueError) {
-      console.error(`token issue refused: ${err.message}`);
-      return 1;
-    }
-    throw err;
-  } finally {
-    await state.close();
-  }
+  });
 }

@@ -24,6 +24,7 @@ import { checkDestination, DestinationError } from "../webhooks/destination.js";
 import { EVENT_TYPES, type EventType, pingBody } from "../webhooks/events.js";
 import { newSecret } from "../webhooks/signing.js";
 import { SubscriptionLimitError, WebhookStore } from "../webhooks/store.js";
+import { onState } from "./on-state.js";
 
 /** How long a rotated-out secret still signs attempts by default (a second signature): one day. */
 export const SECRET_OVERLAP_SECS = 24 * 3600;
@@ -129,7 +130,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
     }
   }
   const state = await openState(config);
-  try {
+  return await onState(state, { type: SubscriptionLimitError, what: "webhooks add" }, async () => {
     const store = new WebhookStore(state.engine);
     switch (sub) {
       case "add": {
@@ -268,13 +269,5 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
       }
     }
     return 2;
-  } catch (err) {
-    if (err instanceof SubscriptionLimitError) {
-      console.error(`webhooks add refused: ${err.message}`);
-      return 1;
-    }
-    throw err;
-  } finally {
-    await state.close();
-  }
+  });
 }
