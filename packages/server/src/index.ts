@@ -1,4 +1,5 @@
 export * from "./config.js";
+export * from "./config-file.js";
 export * from "./link/hub.js";
 export * from "./link/registry.js";
 export * from "./runs/api.js";

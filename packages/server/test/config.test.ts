@@ -3,17 +3,14 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { REPO_ROOT, SERVER_BIN } from "../../../scripts/test-support/index.js";
+import { buildServerConfig, ConfigError, parseServerConfig, sha256Hex } from "../src/config.js";
 import {
-  buildServerConfig,
-  ConfigError,
   DEFAULT_WEBHOOK_DISABLE_AFTER_FAILURES,
   DEFAULT_WEBHOOK_DISABLE_AFTER_SECS,
   MAX_RUNNERS,
   MAX_WEBHOOK_DISABLE_AFTER_FAILURES,
   MAX_WEBHOOK_DISABLE_AFTER_SECS,
-  parseServerConfig,
-  sha256Hex,
-} from "../src/config.js";
+} from "../src/config-file.js";
 
 const HASH = sha256Hex("t");
 const base = (extra: Record<string, unknown> = {}) => ({

@@ -5,7 +5,8 @@
  */
 import type { Logger } from "pino";
 import { type ClientAddressOf, clientAddressResolver } from "../client-address.js";
-import type { OAuthSettings, PrincipalConfig } from "../config.js";
+import type { OAuthSettings } from "../config.js";
+import type { PrincipalConfig } from "../config-file.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import { createKeyIdentifier, keyPrincipal, type TokenStore } from "../principals/tokens.js";
 import type { StateEngine } from "../state/engine.js";

@@ -14,7 +14,7 @@ import type { Logger } from "pino";
 import type { StateStore } from "../state/store.js";
 
 // The default lives with the config key it is the default of.
-export { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "../config.js";
+export { DEFAULT_REJECTED_RECORD_MAX_AGE_SECS } from "../config-file.js";
 export const REJECTED_SWEEP_INTERVAL_MS = 10 * 60 * 1000;
 export const REJECTED_SWEEP_BATCH = 1000;
 /** Most batches one sweep deletes before yielding to the next interval. */

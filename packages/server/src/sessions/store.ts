@@ -16,7 +16,7 @@ import type { StateEngine, StateQueries } from "../state/engine.js";
 /** Evidence entries kept per session; older ones are dropped and counted. */
 export const MAX_EVIDENCE_PER_SESSION = 256;
 // The default of `[server] session_max_idle_secs` lives with that config key.
-export { DEFAULT_SESSION_MAX_IDLE_SECS } from "../config.js";
+export { DEFAULT_SESSION_MAX_IDLE_SECS } from "../config-file.js";
 /** Sessions one prune deletes at most (the next prune continues). */
 export const SESSION_PRUNE_BATCH = 1000;
 /** Sessions one principal may own. */
