@@ -233,7 +233,7 @@ describe("continuation in a worktree project", () => {
     const store = openDispatchStore({ stateDir }).store;
     const { manager: restarted } = newManager(parseConfig(text, file), { store, workspacesDir: worktrees });
     managers.push(restarted);
-    expect(await restarted.recoverWorkspaces()).toEqual({ recorded: 1, removed: 0 });
+    expect(await restarted.recoverWorkspaces()).toEqual({ recorded: 1, removed: 0, pending: 0 });
     const head = store.workspace(childId)?.head_commit ?? "";
     expect(git(ws.projectRoot, "show", `${head}:b.txt`)).toBe("two");
     expect(git(ws.projectRoot, "rev-parse", `${head}~1`)).toBe(head1);

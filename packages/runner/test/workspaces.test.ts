@@ -5,7 +5,7 @@
  * `changes` pages it back; start-up records a change a previous process left unrecorded. Config checks first.
  */
 import { execFileSync, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { RunChanges } from "@webcodex/protocol";
@@ -459,11 +459,54 @@ describe("workspace recovery", () => {
     const { manager } = newManager(config, { store, workspacesDir: dir });
     managers.push(manager);
     // Both worktrees go: the recorded run's (no keep time across a restart) and the orphan.
-    expect(await manager.recoverWorkspaces()).toEqual({ recorded: 1, removed: 2 });
+    expect(await manager.recoverWorkspaces()).toEqual({ recorded: 1, removed: 2, pending: 0 });
     const head = store.workspace(runId)?.head_commit ?? "";
     expect(git(ws.projectRoot, "show", `${head}:left.txt`)).toBe("left behind");
     expect(existsSync(join(dir, runId))).toBe(false);
     expect(existsSync(join(dir, orphan))).toBe(false);
     expect(git(ws.projectRoot, "worktree", "list")).not.toContain(dir);
+  });
+  it("records no change for a worktree whose `git worktree add` was killed mid-checkout, its stale lock removed", async () => {
+    const ws = fresh();
+    const base = initRepo(ws);
+    const config = load(ws, 'workspace = "worktree"');
+    const stateDir = mkdtempSync(join(tmpdir(), "wc-runner-store-"));
+    const dir = join(ws.dir, "worktrees");
+    const first = openDispatchStore({ stateDir }).store;
+    const runId = "wc_agent_run_abcdefghijklmnopqrstuvwxyz";
+    first.admit({
+      run_id: runId,
+      intent_fingerprint: "f".repeat(64),
+      project_id: "demo",
+      provider_id: "fake",
+      provider_instance_id: "pi_aaaaaaaaaaaaaaaaaaaa",
+      agent_instance_id: "ai_aaaaaaaaaaaaaaaaaaaa",
+      created_at: new Date().toISOString(),
+    });
+    first.recordWorkspace(runId, { branch: runBranch(runId), base_commit: base });
+    mkdirSync(dir, { recursive: true });
+    git(ws.projectRoot, "worktree", "add", "-q", "-b", runBranch(runId), join(dir, runId), base);
+    first.close();
+    // What `git worktree add` killed during its checkout leaves: `locked` still "initializing", the checkout's
+    // index lock (old: its git is long gone), and only part of the files.
+    const admin = join(ws.projectRoot, ".git", "worktrees", runId);
+    writeFileSync(join(admin, "locked"), "initializing");
+    const lock = join(admin, "index.lock");
+    writeFileSync(lock, "DIRC");
+    const old = (Date.now() - 10 * 60_000) / 1000;
+    utimesSync(lock, old, old);
+    const tracked = git(join(dir, runId), "ls-files").split("\n").filter(Boolean);
+    expect(tracked.length).toBeGreaterThan(0);
+    for (const path of tracked) rmSync(join(dir, runId, path), { force: true });
+
+    const store = openDispatchStore({ stateDir }).store;
+    const { manager } = newManager(config, { store, workspacesDir: dir });
+    managers.push(manager);
+    expect(await manager.recoverWorkspaces()).toEqual({ recorded: 1, removed: 1, pending: 0 });
+    // The agent never ran there: no change, and never a commit deleting what was not checked out yet.
+    expect(store.workspace(runId)?.head_commit).toBe(base);
+    expect(git(ws.projectRoot, "rev-parse", runBranch(runId))).toBe(base);
+    expect(existsSync(lock)).toBe(false);
+    expect(existsSync(join(dir, runId))).toBe(false);
   });
 });

@@ -814,7 +814,7 @@ export class RunManager implements RunService {
   /**
    * Start-up, before the link: record every change a previous process left unrecorded, remove leftover worktrees.
    */
-  recoverWorkspaces(): Promise<{ recorded: number; removed: number }> {
+  recoverWorkspaces(): Promise<{ recorded: number; removed: number; pending: number }> {
     return this.#workspaces.recover((runId) => {
       const row = this.#store.get(runId);
       return row ? this.#projects.get(row.project_id) : undefined;

@@ -25,6 +25,8 @@ import type { Logger } from "../logger.js";
 import type { ApplyRow, DispatchStore, WorkspaceRow } from "../store/types.js";
 import { applyChange, mergeTree } from "./apply.js";
 import { changePage } from "./changes.js";
+import { GitError } from "./git.js";
+import { clearStaleLocks, STALE_GIT_LOCK_MS } from "./locks.js";
 import {
   addWorktree,
   branchRunId,
@@ -62,6 +64,12 @@ export const WORKSPACE_SWEEP_BATCH = 16;
 /** Sweeps run every half keep time, at least this often and at most this often. */
 export const WORKSPACE_SWEEP_MIN_INTERVAL_MS = 1_000;
 export const WORKSPACE_SWEEP_MAX_INTERVAL_MS = 30_000;
+/**
+ * How often a previous process's change that start-up could not record (a git lock that may still be held, or
+ * a git failure) is tried again, until it is recorded. A lock turns stale STALE_GIT_LOCK_MS after it was last
+ * written (workspace/locks.ts), so a change waiting for one is recorded at most this much later than that.
+ */
+export const WORKSPACE_RECORD_RETRY_MS = 15_000;
 
 export interface WorkspacesOptions {
   /** The directory of this Runner's worktrees (worktree.ts worktreesDir). */
@@ -83,6 +91,15 @@ export const CHANGES_UNREADABLE = "The Runner could not read the run's change fr
 function errName(error: unknown): string {
   return error instanceof Error ? error.name : typeof error;
 }
+
+/** What a log line may say of a failure: its name and, for git, the subcommand and exit code (never arguments). */
+function failure(error: unknown): Record<string, string | number | null> {
+  const named = { err_name: errName(error) };
+  return error instanceof GitError ? { ...named, git_command: error.command, git_code: error.code } : named;
+}
+
+/** What recording a previous process's change came to: `waiting` on a git lock that may be held; `failed`. */
+type LeftoverOutcome = { outcome: "recorded"; head: string } | { outcome: "waiting" } | { outcome: "failed" };
 
 export function workspaceOf(row: WorkspaceRow): RunWorkspace {
   return {
@@ -107,6 +124,13 @@ export class Workspaces {
   readonly #kept = new Map<string, { root: string; dir: string; until: number }>();
   readonly #timer: NodeJS.Timeout | null;
   #sweeping: Promise<number> | null = null;
+  /**
+   * Runs of a previous process whose change start-up could not record yet (not a project gone: that stays for
+   * the operator), with their project: tried again every WORKSPACE_RECORD_RETRY_MS and at the next start.
+   */
+  readonly #pending = new Map<string, ProjectConfig>();
+  #retryTimer: NodeJS.Timeout | null = null;
+  #retrying: Promise<number> | null = null;
   #closed = false;
 
   constructor(options: WorkspacesOptions) {
@@ -161,11 +185,41 @@ export class Workspaces {
     return removed;
   }
 
-  /** Stop sweeping (a sweep under way finishes first). Kept worktrees stay: start-up removes them. */
+  /** Stop sweeping and retrying (one under way finishes first). Kept worktrees stay: start-up removes them. */
   async close(): Promise<void> {
     this.#closed = true;
     if (this.#timer) clearInterval(this.#timer);
+    if (this.#retryTimer) clearInterval(this.#retryTimer);
     await this.#sweeping;
+    await this.#retrying;
+  }
+
+  /**
+   * Try again to record the changes start-up could not (`#pending`), one at a time; each recorded has its
+   * worktree removed. One retry at a time; the number recorded. Runs on a timer while any is pending.
+   */
+  retryUnrecorded(): Promise<number> {
+    if (this.#closed) return Promise.resolve(0);
+    this.#retrying ??= this.#retryOnce().finally(() => {
+      this.#retrying = null;
+    });
+    return this.#retrying;
+  }
+
+  async #retryOnce(): Promise<number> {
+    let recorded = 0;
+    for (const [runId, project] of [...this.#pending]) {
+      if (this.#closed) break;
+      if ((await this.#recordLeftover(runId, project)).outcome !== "recorded") continue;
+      this.#pending.delete(runId);
+      recorded += 1;
+    }
+    if (this.#pending.size === 0 && this.#retryTimer) {
+      clearInterval(this.#retryTimer);
+      this.#retryTimer = null;
+    }
+    if (recorded > 0) this.#log.info({ recorded, pending: this.#pending.size }, "unrecorded changes recorded on retry");
+    return recorded;
   }
 
   /** A workspace's directory: the one its branch names (a conversation shares its first run's), else its run's. */
@@ -231,7 +285,7 @@ export class Workspaces {
   async continueFrom(runId: string, parentId: string, project: ProjectConfig): Promise<CreateOutcome> {
     const parent = this.#store.workspace(parentId);
     if (!parent) return this.create(runId, project, undefined);
-    const head = parent.head_commit ?? (await this.record(parentId, project));
+    const head = parent.head_commit ?? (await this.#recordParent(parentId, project));
     if (head === null) return { ok: false, reason: "parent_unrecorded" };
     const dir = this.#dirOf(parent);
     // The directory is the child's now: no kept entry of an earlier turn may sweep it away under the child.
@@ -259,6 +313,15 @@ export class Workspaces {
     });
   }
 
+  /** A continuation's parent's change: a previous process's goes the way start-up records it (stale locks). */
+  async #recordParent(parentId: string, project: ProjectConfig): Promise<string | null> {
+    if (!this.#pending.has(parentId)) return this.record(parentId, project);
+    const done = await this.#recordLeftover(parentId, project);
+    if (done.outcome !== "recorded") return null;
+    this.#pending.delete(parentId);
+    return done.head;
+  }
+
   /**
    * Record the run's change (the agent's tree must be gone) durably: the head commit, or null when it could not be
    * recorded now (start-up records it then). The worktree is kept `keepMs` (so a follow-up turn could start warm),
@@ -269,28 +332,71 @@ export class Workspaces {
     if (!row) return null;
     if (row.head_commit !== null) return row.head_commit;
     const dir = this.#dirOf(row);
-    return this.#serial(project.root, async () => {
-      let head: string;
+    return this.#serial(project.root, () => this.#recordIn(runId, row, project, dir, this.#keepMs));
+  }
+
+  /**
+   * A previous process's change (its run is over, its agent gone): the stale git locks of its worktree removed
+   * (locks.ts), then recorded; its worktree removed, or kept `keepMs` (start-up removes it right after anyway).
+   * `waiting` while a lock may still be held by a live git; `failed` on any other error. Logs say which, with the
+   * run id and the error's name (for git: its subcommand and exit code), never a path.
+   */
+  async #recordLeftover(runId: string, project: ProjectConfig, keepMs = 0): Promise<LeftoverOutcome> {
+    const row = this.#store.workspace(runId);
+    if (!row) return { outcome: "failed" };
+    if (row.head_commit !== null) return { outcome: "recorded", head: row.head_commit };
+    const dir = this.#dirOf(row);
+    return this.#serial(project.root, async (): Promise<LeftoverOutcome> => {
       try {
-        head = await recordChange(project.root, dir, runId, row.branch, row.base_commit, project.workspaceAuthor);
-        this.#store.recordChange(runId, head);
+        // Lock files carry the file system's clock, not the Runner's (which tests may move).
+        const locks = await clearStaleLocks(project.root, dir, row.branch, Date.now());
+        if (locks.removed > 0) {
+          this.#log.warn({ run_id: runId, locks_removed: locks.removed }, "stale git locks of a killed git removed");
+        }
+        if (locks.waiting > 0) {
+          this.#log.warn(
+            { run_id: runId, locks_waiting: locks.waiting, stale_after_ms: STALE_GIT_LOCK_MS },
+            "recording the run's change waits for git locks that may still be held; tried again later",
+          );
+          return { outcome: "waiting" };
+        }
       } catch (error) {
-        this.#log.error({ run_id: runId, err_name: errName(error) }, "recording the run's change failed");
-        return null;
+        this.#log.error({ run_id: runId, ...failure(error) }, "checking the worktree's git locks failed");
+        return { outcome: "failed" };
       }
-      this.#log.info({ run_id: runId, head_commit: head }, "run change recorded");
-      if (this.#keepMs > 0 && !this.#closed) {
-        this.#kept.delete(runId);
-        this.#kept.set(runId, { root: project.root, dir, until: this.#now() + this.#keepMs });
-        return head;
-      }
-      try {
-        await removeWorktree(project.root, dir);
-      } catch (error) {
-        this.#log.warn({ run_id: runId, err_name: errName(error) }, "removing the run's worktree failed");
-      }
-      return head;
+      const head = await this.#recordIn(runId, row, project, dir, keepMs);
+      return head === null ? { outcome: "failed" } : { outcome: "recorded", head };
     });
+  }
+
+  /** Record the change now (on the repository's queue); keep the worktree `keepMs`, or remove it with none. */
+  async #recordIn(
+    runId: string,
+    row: WorkspaceRow,
+    project: ProjectConfig,
+    dir: string,
+    keepMs: number,
+  ): Promise<string | null> {
+    let head: string;
+    try {
+      head = await recordChange(project.root, dir, runId, row.branch, row.base_commit, project.workspaceAuthor);
+      this.#store.recordChange(runId, head);
+    } catch (error) {
+      this.#log.error({ run_id: runId, ...failure(error) }, "recording the run's change failed");
+      return null;
+    }
+    this.#log.info({ run_id: runId, head_commit: head }, "run change recorded");
+    if (keepMs > 0 && !this.#closed) {
+      this.#kept.delete(runId);
+      this.#kept.set(runId, { root: project.root, dir, until: this.#now() + keepMs });
+      return head;
+    }
+    try {
+      await removeWorktree(project.root, dir);
+    } catch (error) {
+      this.#log.warn({ run_id: runId, ...failure(error) }, "removing the run's worktree failed");
+    }
+    return head;
   }
 
   /** The workspace the store holds for a run, as the run's summary carries it. */
@@ -421,12 +527,15 @@ export class Workspaces {
 
   /**
    * Start-up, before any run is admitted: record the change of every run a previous process left unrecorded
-   * (its agent is gone: recovery and the reaper ran), then remove every worktree left in the Runner's directory.
+   * (its agent is gone: recovery and the reaper ran) — its worktree's stale git locks removed first — then remove
+   * every worktree left in the Runner's directory but those whose change is still unrecorded. One whose project
+   * is no longer configured stays for the operator; one whose recording waits for a git lock that may still be
+   * held, or failed, is tried again every WORKSPACE_RECORD_RETRY_MS (and at the next start).
    */
   async recover(
     projectOf: (runId: string) => ProjectConfig | undefined,
     projects: readonly ProjectConfig[],
-  ): Promise<{ recorded: number; removed: number }> {
+  ): Promise<{ recorded: number; removed: number; pending: number }> {
     let recorded = 0;
     for (const row of this.#store.unrecordedWorkspaces()) {
       const project = projectOf(row.run_id);
@@ -437,9 +546,12 @@ export class Workspaces {
         );
         continue;
       }
-      if ((await this.record(row.run_id, project)) !== null) recorded += 1;
+      // Kept like any other (start-up then removes every leftover directory, this one counted among them).
+      const done = await this.#recordLeftover(row.run_id, project, this.#keepMs);
+      if (done.outcome === "recorded") recorded += 1;
+      else this.#pending.set(row.run_id, project);
     }
-    // Directories of changes still unrecorded (their project is gone): kept for the operator.
+    // Directories of changes still unrecorded — their project gone, or their recording pending — are kept.
     const kept = new Set(this.#store.unrecordedWorkspaces().map((row) => this.#dirOf(row)));
     let removed = 0;
     let names: string[] = [];
@@ -471,7 +583,12 @@ export class Workspaces {
         this.#log.warn({ project_id: project.id, err_name: errName(error) }, "pruning worktree records failed");
       }
     }
-    if (recorded + removed > 0) this.#log.info({ recorded, removed }, "workspaces recovered");
-    return { recorded, removed };
+    const pending = this.#pending.size;
+    if (recorded + removed + pending > 0) this.#log.info({ recorded, removed, pending }, "workspaces recovered");
+    if (pending > 0 && !this.#closed && this.#retryTimer === null) {
+      this.#retryTimer = setInterval(() => void this.retryUnrecorded(), WORKSPACE_RECORD_RETRY_MS);
+      this.#retryTimer.unref();
+    }
+    return { recorded, removed, pending };
   }
 }

@@ -8,6 +8,7 @@ import { join } from "node:path";
 import { RUN_ID_PATTERN, WORKSPACE_BRANCH_PREFIX } from "@webcodex/protocol";
 import type { WorkspaceAuthor } from "../config/config.js";
 import { GitError, git } from "./git.js";
+import { adminDir, unfinished } from "./locks.js";
 
 /** Where a Runner keeps its runs' worktrees: `<state_dir>/workspaces/<run_id>`. */
 export function worktreesDir(stateDir: string): string {
@@ -87,6 +88,17 @@ async function exists(path: string): Promise<boolean> {
   }
 }
 
+/**
+ * Whether `dir` holds a worktree git finished making. One `git worktree add` never finished (killed mid-way, its
+ * checkout maybe partial) saw no agent, and committing its files would record as the run's change the deletion
+ * of every file not yet checked out: it holds no change (locks.ts `unfinished`).
+ */
+async function madeWorktree(root: string, dir: string): Promise<boolean> {
+  if (!(await exists(join(dir, ".git")))) return false;
+  const admin = await adminDir(root, dir);
+  return admin === null || !(await unfinished(admin));
+}
+
 /** The message of the Runner's commit: the run id, never the prompt. */
 export function leftoverMessage(runId: string): string {
   return `webcodex: uncommitted changes of run ${runId}\n\nRecorded by the WebCodex Runner when the run ended.\n`;
@@ -95,9 +107,9 @@ export function leftoverMessage(runId: string): string {
 /**
  * Record the run's change and return its head: commit what the agent left in the worktree (if anything), point
  * the run's branch (its own, or the parent's for a continuation) at the worktree's HEAD (the agent may have
- * committed or moved it), and answer that commit. Without a worktree (never made, or already removed) the
- * branch's tip — or, without a branch, `base` — is it; for a continuation (a branch not the run's own, whose tip
- * is its parent's or someone else's doing) it is `base`: no change of its own.
+ * committed or moved it), and answer that commit. Without a worktree (never made or never finished, or already
+ * removed) the branch's tip — or, without a branch, `base` — is it; for a continuation (a branch not the run's
+ * own, whose tip is its parent's or someone else's doing) it is `base`: no change of its own.
  */
 export async function recordChange(
   root: string,
@@ -107,7 +119,7 @@ export async function recordChange(
   base: string,
   author: WorkspaceAuthor,
 ): Promise<string> {
-  if (await exists(join(dir, ".git"))) {
+  if (await madeWorktree(root, dir)) {
     await git(["add", "--all", "--", "."], { cwd: dir });
     const staged = await git(["diff", "--cached", "--quiet", "--no-ext-diff"], { cwd: dir, okCodes: [1] });
     if (staged.code === 1) {
