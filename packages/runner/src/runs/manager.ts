@@ -41,7 +41,7 @@ import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
 import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
 import type { DispatchRow, DispatchStore } from "../store/types.js";
-import { type ApplyOutcome, type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
+import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
 import { worktreesDir } from "../workspace/worktree.js";
 import { writeDiagnostics } from "./diagnostics.js";
 import { MemoryProjectCallers, PROJECT_SERVES_ANOTHER_CALLER, type ProjectCallers } from "./project-callers.js";
@@ -57,6 +57,7 @@ import type {
   RunUpdateListener,
 } from "./service.js";
 import { type RunTimings, StageClock } from "./timings.js";
+import { RunWorkspaces } from "./workspace.js";
 
 export { rowToSummary };
 
@@ -99,17 +100,6 @@ export type { RunTimings } from "./timings.js";
 /** Faults that close() itself causes by closing connections and killing trees. */
 /** What a start refused for want of a run_as user is told besides its capacity reason. */
 const UNRECORDED_REFUSAL = "The Runner could not record which caller its run_as user serves; nothing was started.";
-/** Why a run's workspace was refused (its terminal message, with the fixed summary of `workspace_failed`). */
-export const BASE_REF_NOT_WORKTREE =
-  'base_ref is only for a project with workspace = "worktree"; this project\'s runs work in its shared tree.';
-export const UNKNOWN_BASE_REF = "base_ref names no branch, tag or commit of the project.";
-/** A continuation in a `worktree` project (design §17) works on its parent's branch, from its parent's head. */
-export const BASE_REF_WITH_CONTINUATION =
-  "base_ref cannot be given with continue_run_id: a follow-up turn continues on its parent's branch, from its parent's recorded head.";
-export const PARENT_CHANGE_UNRECORDED =
-  "The parent run's change is not recorded yet, so its workspace cannot be continued; the Runner records it at its next start.";
-export const PARENT_BRANCH_MOVED =
-  "The parent run's branch moved since its change was recorded (a commit or reset outside WebCodex); the Runner never forces a branch. Continue from a fresh run instead.";
 /** Longest a start waits for an idle pool user being recycled for its caller before it is refused `pool_recycling`. */
 export const RECYCLE_WAIT_MS = 10_000;
 
@@ -153,7 +143,7 @@ export class RunManager implements RunService {
   readonly #projectCallers: ProjectCallers | null;
   readonly #listeners = new Set<RunUpdateListener>();
   /** The worktrees of `worktree` projects' runs and their recorded changes (design §16). */
-  readonly #workspaces: Workspaces;
+  readonly #workspaces: RunWorkspaces;
   #closing = false;
 
   constructor(options: RunManagerOptions) {
@@ -185,14 +175,15 @@ export class RunManager implements RunService {
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
     }
     for (const project of this.#config.projects) this.#projects.set(project.id, project);
-    this.#workspaces = new Workspaces({
+    this.#workspaces = new RunWorkspaces({
       dir: options.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
       store: this.#store,
       logger: this.#log,
       keepMs: this.#config.runner.workspaceKeepSecs * 1000,
-      // A run this process still holds and has not finished may still write to its worktree.
-      mayRun: (runId) => this.#runs.get(runId)?.terminal === false,
-      now: () => this.#now().getTime(),
+      runs: this.#runs,
+      projects: this.#projects,
+      graceMs: this.#graceMs,
+      now: this.#now,
     });
     const guard = homeGuard(this.#config);
     this.#users = new UserPool(this.#config.acp.agents, {
@@ -483,12 +474,13 @@ export class RunManager implements RunService {
     try {
       // A shared-tree run enters the turn without an await, so its agent is forked (and recorded) before start()
       // answers, as always; a worktree run's checkout comes first.
-      const workspaceEnd =
-        run.project.workspace === "worktree" || baseRef !== undefined
-          ? await this.#prepareWorkspace(run, baseRef)
-          : null;
+      const ownWorkspace = run.project.workspace === "worktree" || baseRef !== undefined;
+      const workspaceEnd = ownWorkspace ? await this.#workspaces.prepare(run, baseRef) : null;
       if (workspaceEnd) terminal = workspaceEnd;
-      else terminal = await this.#runTurn(run, prompt, callerConfig, clock);
+      else {
+        if (ownWorkspace) this.#touch(run);
+        terminal = await this.#runTurn(run, prompt, callerConfig, clock);
+      }
     } catch (error) {
       this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name, stage: run.stage }, "turn failed");
       terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
@@ -500,7 +492,7 @@ export class RunManager implements RunService {
     } else if (this.#closing && cut && terminal.state === "lost") {
       terminal = lost("transport_lost", FAILURE_SUMMARIES.transport_lost);
     }
-    if (run.workspace) await this.#recordChange(run);
+    if (run.workspace) await this.#workspaces.recordChange(run);
     this.#finish(run, terminal);
     await this.#cleanup(run, clock.timings);
   }
@@ -547,55 +539,6 @@ export class RunManager implements RunService {
       else if (changed === "events") this.#schedulePush(run);
     }
     return terminal;
-  }
-
-  /**
-   * A `worktree` project's run gets its own worktree, and works there (design §16); null: go on with the turn.
-   * A `base_ref` on a shared project, or one that names no commit of the project, ends the run before spawning.
-   */
-  async #prepareWorkspace(run: Run, baseRef: string | undefined): Promise<Terminal | null> {
-    if (run.project.workspace !== "worktree") {
-      if (baseRef === undefined) return null;
-      return notStarted("workspace_failed", "spawn", BASE_REF_NOT_WORKTREE, "fix_input");
-    }
-    // A continuation works in its parent's workspace, on its branch (design §17).
-    if (run.continueRunId !== null && baseRef !== undefined) {
-      return notStarted("workspace_failed", "spawn", BASE_REF_WITH_CONTINUATION, "fix_input");
-    }
-    const made =
-      run.continueRunId === null
-        ? await this.#workspaces.create(run.run_id, run.project, baseRef)
-        : await this.#workspaces.continueFrom(run.run_id, run.continueRunId, run.project);
-    if (!made.ok) {
-      if (made.reason !== "unrecorded") run.workspace = this.#workspaces.summary(run.run_id) ?? null;
-      switch (made.reason) {
-        case "unknown_base_ref":
-          return notStarted("workspace_failed", "spawn", UNKNOWN_BASE_REF, "fix_input");
-        case "parent_unrecorded":
-          return notStarted("workspace_failed", "spawn", PARENT_CHANGE_UNRECORDED);
-        case "branch_moved":
-          return notStarted("workspace_failed", "spawn", PARENT_BRANCH_MOVED);
-        default:
-          return notStarted("workspace_failed", "spawn");
-      }
-    }
-    run.cwd = made.dir;
-    run.workspace = made.workspace;
-    this.#touch(run);
-    return null;
-  }
-
-  /**
-   * The run's change, recorded before its terminal is reported (workspace/workspaces.ts): the agent's tree is
-   * ended first, so nothing writes to the worktree while it is committed. A change that cannot be recorded now is
-   * recorded at the next start-up; the terminal is reported either way.
-   */
-  async #recordChange(run: Run): Promise<void> {
-    run.settling = true;
-    run.conn?.close();
-    await run.child?.terminateTree(this.#graceMs);
-    const head = await this.#workspaces.record(run.run_id, run.project);
-    if (head !== null && run.workspace) run.workspace = { ...run.workspace, head_commit: head };
   }
 
   // ---- terminal, projection, cleanup ---------------------------------------------------
@@ -792,10 +735,8 @@ export class RunManager implements RunService {
 
   // ---- workspaces -----------------------------------------------------------------
 
-  async changes(runId: string, offset: number, maxBytes: number): Promise<ChangesOutcome | null> {
-    const row = this.#store.get(runId);
-    if (!row) return null;
-    return this.#workspaces.changes(runId, this.#projects.get(row.project_id), offset, maxBytes);
+  changes(runId: string, offset: number, maxBytes: number): Promise<ChangesOutcome | null> {
+    return this.#workspaces.changes(runId, offset, maxBytes);
   }
 
   /** Remove the kept worktrees whose keep time has passed (runs on a timer; tests call it after moving the clock). */
@@ -803,22 +744,15 @@ export class RunManager implements RunService {
     return this.#workspaces.sweep();
   }
 
-  async apply(runId: string, target: string, keyHash: string): Promise<ApplyOutcome | null> {
-    const row = this.#store.get(runId);
-    if (!row) return null;
-    // A run still in memory may still be running (or recording its change), whatever its row says.
-    const terminal = row.phase === "terminal" && this.#runs.get(runId)?.terminal !== false;
-    return this.#workspaces.apply(runId, this.#projects.get(row.project_id), terminal, target, keyHash);
+  apply(runId: string, target: string, keyHash: string): Promise<ApplyOutcome | null> {
+    return this.#workspaces.apply(runId, target, keyHash);
   }
 
   /**
    * Start-up, before the link: record every change a previous process left unrecorded, remove leftover worktrees.
    */
   recoverWorkspaces(): Promise<{ recorded: number; removed: number }> {
-    return this.#workspaces.recover((runId) => {
-      const row = this.#store.get(runId);
-      return row ? this.#projects.get(row.project_id) : undefined;
-    }, this.#config.projects);
+    return this.#workspaces.recover(this.#config.projects);
   }
 
   /**
