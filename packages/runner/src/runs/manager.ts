@@ -16,8 +16,6 @@
  */
 import { randomBytes } from "node:crypto";
 import {
-  CAPACITY_REASONS,
-  type CapacityReason,
   eventBatches,
   FAILURE_SUMMARIES,
   type FailureKind,
@@ -26,7 +24,6 @@ import {
   type RunEvent,
   type RunSummary,
   type RunTombstone,
-  TOMBSTONE_MESSAGE,
 } from "@webcodex/protocol";
 import { type CancelReason, lost, notStarted, type Terminal } from "../acp/terminal.js";
 import { AcpTurn, type TurnOptions } from "../acp/turn.js";
@@ -37,14 +34,15 @@ import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints
 import { type Logger, silentLogger } from "../logger.js";
 import { homeGuard, recycleHome } from "../process/pool-homes.js";
 import type { AgentChild } from "../process/spawn.js";
-import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
+import type { PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
-import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
+import { wireTombstone } from "../store/tombstone.js";
 import type { DispatchRow, DispatchStore } from "../store/types.js";
 import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
 import { worktreesDir } from "../workspace/worktree.js";
+import { capacityRefusal, recycledInTime, StartChecks, UNRECORDED_REFUSAL } from "./admission.js";
 import { writeDiagnostics } from "./diagnostics.js";
-import { MemoryProjectCallers, PROJECT_SERVES_ANOTHER_CALLER, type ProjectCallers } from "./project-callers.js";
+import { MemoryProjectCallers, type ProjectCallers } from "./project-callers.js";
 import { Run, rowToSummary } from "./record.js";
 import { RunRetention } from "./retention.js";
 import type {
@@ -97,26 +95,11 @@ export { COALESCE_MS, FLOOD_GAP_MS } from "../events/text-pacer.js";
 export { RETAINED_RINGS_MAX_BYTES } from "./retention.js";
 export type { RunTimings } from "./timings.js";
 
-/** Faults that close() itself causes by closing connections and killing trees. */
-/** What a start refused for want of a run_as user is told besides its capacity reason. */
-const UNRECORDED_REFUSAL = "The Runner could not record which caller its run_as user serves; nothing was started.";
-/** Longest a start waits for an idle pool user being recycled for its caller before it is refused `pool_recycling`. */
-export const RECYCLE_WAIT_MS = 10_000;
-
-/** A `capacity` refusal: the fixed summary of its reason (protocol capacity.ts), and the reason itself. */
-function capacityRefusal(reason: CapacityReason): RunStartOutcome {
-  return { ok: false, code: "capacity", message: CAPACITY_REASONS[reason].summary, capacity_reason: reason };
-}
-
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
 function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
 }
-
-/** A continuing run whose parent's ACP session this Runner does not hold (pruned, another store or provider). */
-const NO_PARENT_SESSION =
-  "This Runner holds no agent session of the run to continue (its record was pruned, or it ran elsewhere).";
 
 export class RunManager implements RunService {
   readonly agentInstanceId: string;
@@ -139,8 +122,8 @@ export class RunManager implements RunService {
   readonly #turnOptions: TurnOptions;
   /** The run_as users: one per live run, swept before reuse. Sweeps every pool user once, here at construction. */
   readonly #users: UserPool;
-  /** Which caller each project serves its run_as runs to; null under `[acp] single_tenant`. */
-  readonly #projectCallers: ProjectCallers | null;
+  /** The checks a start passes before anything of it is recorded (runs/admission.ts). */
+  readonly #checks: StartChecks;
   readonly #listeners = new Set<RunUpdateListener>();
   /** The worktrees of `worktree` projects' runs and their recorded changes (design §16). */
   readonly #workspaces: RunWorkspaces;
@@ -195,9 +178,17 @@ export class RunManager implements RunService {
       bindingIdleDays: this.#config.acp.bindingIdleDays,
       recycleHome: (user) => recycleHome(user, guard),
     });
-    this.#projectCallers = this.#config.acp.singleTenant
-      ? null
-      : (options.projectCallers ?? new MemoryProjectCallers());
+    this.#checks = new StartChecks({
+      store: this.#store,
+      logger: this.#log,
+      agentInstanceId: this.agentInstanceId,
+      agents: this.#agents,
+      providerInstanceIds: this.#providerInstanceIds,
+      projects: this.#projects,
+      maxConcurrentRuns: this.#config.acp.maxConcurrentRuns,
+      projectCallers: this.#config.acp.singleTenant ? null : (options.projectCallers ?? new MemoryProjectCallers()),
+      now: this.#now,
+    });
   }
 
   /** Resolves once the start-up sweep of the run_as pool users is done (a user still being swept is not leased). */
@@ -241,76 +232,17 @@ export class RunManager implements RunService {
   /** `recycled`: this is the second pass after waiting for a pool user recycled for this caller. */
   async start(req: RunStartRequest, recycled = false): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
-    const existing = this.#summaryOf(req.run_id);
-    if (existing) {
-      if (existing.intent_fingerprint === req.intent_fingerprint) return { ok: true, run: existing, created: false };
-      return {
-        ok: false,
-        code: "idempotency_conflict",
-        message: "A run with this id exists with a different intent.",
-        run: existing,
-      };
-    }
-    // Admitted once, row pruned since: answer what is recorded, never admit it again.
-    const tomb = this.#store.tombstone(req.run_id);
-    if (tomb) {
-      if (tomb.fingerprintPrefix !== fingerprintPrefix(req.intent_fingerprint)) {
-        return {
-          ok: false,
-          code: "idempotency_conflict",
-          message: "A run with this id was admitted with a different intent.",
-        };
-      }
-      this.#log.info({ run_id: req.run_id, state: tomb.state }, "start of a pruned run answered from its tombstone");
-      return { ok: false, code: "pruned", message: TOMBSTONE_MESSAGE, tombstone: wireTombstone(tomb) };
-    }
-    if (req.agent_instance_id !== this.agentInstanceId) {
-      return { ok: false, code: "stale_runner", message: "The Runner instance changed; refresh and retry." };
-    }
-    const agent = this.#agents.get(req.provider_id);
-    if (!agent) return { ok: false, code: "unknown_provider", message: "The Runner has no such provider." };
-    if (req.provider_instance_id !== this.#providerInstanceIds.get(agent.id)) {
-      return { ok: false, code: "stale_provider", message: FAILURE_SUMMARIES.stale_provider };
-    }
-    const project = this.#projects.get(req.project_id);
-    if (!project) return { ok: false, code: "unknown_project", message: "The Runner has no such project." };
-    if (!project.allowPatch) {
-      return {
-        ok: false,
-        code: "project_not_writable",
-        message: "The project does not allow agent runs (allow_patch).",
-      };
-    }
-    // Continuation (design §17): the parent's ACP session, kept in this store; none here ends the run not started.
-    const parent = req.continue_run_id === undefined ? null : this.#store.get(req.continue_run_id);
-    const continueSessionId = parent?.provider_id === agent.id ? this.#store.acpSessionOf(parent.run_id) : null;
-    const orphan = req.continue_run_id !== undefined && continueSessionId === null;
-    if (this.#active.size >= this.#config.acp.maxConcurrentRuns) return capacityRefusal("runner_full");
-    // A project's tree serves one caller's run_as runs (runs/project-callers.ts): another caller's run is
-    // admitted and ends failed / not_started with the fixed reason, before a pool user is leased or bound.
-    const served = this.#serveProject(project, agent, req.tenant);
-    if (served === "unrecorded") {
-      return { ok: false, code: "internal", message: "The Runner could not record which caller its project serves." };
-    }
-    const refused =
-      served === "other"
-        ? notStarted("provider_spawn_failed", "spawn", PROJECT_SERVES_ANOTHER_CALLER)
-        : orphan
-          ? notStarted("provider_rejected", "session_new", NO_PARENT_SESSION)
-          : null;
+    const checked = this.#checks.check(req, this.#summaryOf(req.run_id), this.#active.size);
+    if (checked.kind === "answer") return checked.outcome;
+    const { agent, project, continueSessionId, ended } = checked;
     // A run_as user of the agent's pool for this caller (process/user-pool.ts), or why there is none.
-    const lease: Lease = refused ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
+    const lease: Lease = ended ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
     if (!lease.ok) {
       if (lease.reason === "unrecorded") return { ok: false, code: "internal", message: UNRECORDED_REFUSAL };
       if (lease.reason !== "recycling") return capacityRefusal(lease.reason);
       // An idle user is being recycled for this caller: wait for it (bounded), then admit from the top once.
       if (recycled) return capacityRefusal("pool_recycling");
-      const timer = AbortSignal.timeout(RECYCLE_WAIT_MS);
-      const ready = await Promise.race([
-        lease.ready.then(() => true),
-        new Promise<false>((resolve) => timer.addEventListener("abort", () => resolve(false), { once: true })),
-      ]);
-      return ready ? this.start(req, true) : capacityRefusal("pool_recycling");
+      return (await recycledInTime(lease.ready)) ? this.start(req, true) : capacityRefusal("pool_recycling");
     }
 
     const acp = this.#config.acp;
@@ -355,7 +287,7 @@ export class RunManager implements RunService {
     this.#failpoint("after_admission");
     // The turn forks the agent and records it durably before its first await; the admission row (committed
     // without an fsync of its own) is durable by then, or is made so here, before run.start is answered.
-    void (refused ? this.#endBeforeSpawn(run, refused) : this.#drive(run, req.prompt, req.config, req.base_ref));
+    void (ended ? this.#endBeforeSpawn(run, ended) : this.#drive(run, req.prompt, req.config, req.base_ref));
     try {
       this.#store.ensureDurable(run.run_id);
     } catch (error) {
@@ -364,26 +296,6 @@ export class RunManager implements RunService {
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     return { ok: true, run: run.summary(), created: true };
-  }
-
-  /**
-   * Whether `project` may serve a run of `tenant` with `agent`: "ok" (binding it to the tenant first when it
-   * serves no one yet), "other" (it serves another caller), or "unrecorded" (the binding could not be written).
-   */
-  #serveProject(project: ProjectConfig, agent: AgentConfig, tenant: string | undefined): "ok" | "other" | "unrecorded" {
-    const callers = this.#projectCallers;
-    if (callers === null || agent.runAs === null || project.sharedBetweenCallers) return "ok";
-    const caller = tenant ?? NO_TENANT;
-    try {
-      const served = callers.servedBy(project.id);
-      if (served !== undefined) return served === caller ? "ok" : "other";
-      callers.bind(project.id, caller, this.#now());
-      this.#log.info({ project_id: project.id }, "project bound to the caller of its first run_as run");
-      return "ok";
-    } catch (error) {
-      this.#log.error({ project_id: project.id, err_name: (error as Error)?.name }, "project binding failed");
-      return "unrecorded";
-    }
   }
 
   /** A run refused after admission, before anything is spawned: terminal at once, nothing to clean up. */
