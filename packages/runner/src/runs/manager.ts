@@ -16,12 +16,10 @@
  */
 import { randomBytes } from "node:crypto";
 import {
-  eventBatches,
   FAILURE_SUMMARIES,
   type FailureKind,
   MAX_EVENTS_PER_SYNC,
   MAX_INVENTORY_RUNS,
-  type RunEvent,
   type RunSummary,
   type RunTombstone,
 } from "@webcodex/protocol";
@@ -55,6 +53,7 @@ import type {
   RunUpdateListener,
 } from "./service.js";
 import { type RunTimings, StageClock } from "./timings.js";
+import { RunUpdates } from "./updates.js";
 import { RunWorkspaces } from "./workspace.js";
 
 export { rowToSummary };
@@ -124,7 +123,8 @@ export class RunManager implements RunService {
   readonly #users: UserPool;
   /** The checks a start passes before anything of it is recorded (runs/admission.ts). */
   readonly #checks: StartChecks;
-  readonly #listeners = new Set<RunUpdateListener>();
+  /** The run's summary and events, pushed to whoever listens (runs/updates.ts). */
+  readonly #updates: RunUpdates;
   /** The worktrees of `worktree` projects' runs and their recorded changes (design §16). */
   readonly #workspaces: RunWorkspaces;
   #closing = false;
@@ -139,6 +139,7 @@ export class RunManager implements RunService {
     this.#failpoint = options.failpoint ?? defaultFailpoint;
     this.#now = options.now ?? (() => new Date());
     this.agentInstanceId = newInstanceId("ai");
+    this.#updates = new RunUpdates({ logger: this.#log, now: this.#now });
     this.#retention = new RunRetention({
       runs: this.#runs,
       ...(options.maxRetainedRuns === undefined ? {} : { maxRuns: options.maxRetainedRuns }),
@@ -223,8 +224,7 @@ export class RunManager implements RunService {
   }
 
   onUpdate(listener: RunUpdateListener): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    return this.#updates.onUpdate(listener);
   }
 
   // ---- admission --------------------------------------------------------------
@@ -390,7 +390,7 @@ export class RunManager implements RunService {
       const workspaceEnd = ownWorkspace ? await this.#workspaces.prepare(run, baseRef) : null;
       if (workspaceEnd) terminal = workspaceEnd;
       else {
-        if (ownWorkspace) this.#touch(run);
+        if (ownWorkspace) this.#updates.touch(run);
         terminal = await this.#runTurn(run, prompt, callerConfig, clock);
       }
     } catch (error) {
@@ -447,8 +447,8 @@ export class RunManager implements RunService {
         continue;
       }
       const changed = run.recordTurnEvent(event);
-      if (changed === "state") this.#touch(run);
-      else if (changed === "events") this.#schedulePush(run);
+      if (changed === "state") this.#updates.touch(run);
+      else if (changed === "events") this.#updates.schedulePush(run);
     }
     return terminal;
   }
@@ -501,7 +501,7 @@ export class RunManager implements RunService {
       },
       "run terminal",
     );
-    this.#push(run);
+    this.#updates.push(run);
   }
 
   async #cleanup(run: Run, timings: RunTimings): Promise<void> {
@@ -597,40 +597,6 @@ export class RunManager implements RunService {
     if (run.phase === "terminal") this.#log.info({ run_id: run.run_id }, "terminal state recorded on retry");
     run.unsavedTerminal = null;
     return true;
-  }
-
-  /** State changed: push soon (at most one setImmediate later). */
-  #touch(run: Run): void {
-    run.updated_at = this.#now().toISOString();
-    this.#schedulePush(run);
-  }
-
-  #schedulePush(run: Run): void {
-    if (run.pushScheduled) return;
-    run.pushScheduled = true;
-    setImmediate(() => {
-      run.pushScheduled = false;
-      this.#push(run);
-    });
-  }
-
-  /** Send the summary and every event newer than the last push, in frame-sized batches (@webcodex/protocol batches.ts). */
-  #push(run: Run): void {
-    const summary = run.summary();
-    const { events } = run.ring.read(run.pushedSeq, Number.MAX_SAFE_INTEGER);
-    run.pushedSeq = run.ring.lastSeq;
-    if (this.#listeners.size === 0) return;
-    for (const batch of eventBatches(events, { sizeOf: (e) => run.ring.sizeOf(e) + 1 })) this.#emit(summary, batch);
-  }
-
-  #emit(summary: RunSummary, events: readonly RunEvent[]): void {
-    for (const listener of this.#listeners) {
-      try {
-        listener(summary, events);
-      } catch (error) {
-        this.#log.error({ run_id: summary.run_id, err_name: (error as Error)?.name }, "update listener threw");
-      }
-    }
   }
 
   #summaryOf(runId: string): RunSummary | null {
