@@ -2,17 +2,18 @@
  * The run lifecycle (design §4.2–4.5) behind the RunService seam: admission
  * (fences, capacity — never a queue), then per run:
  *
- *   admit (+ a run_as pool user, process/user-pool.ts) ─▶ the ACP turn (acp/turn.ts)
+ *   admit (checks: runs/admission.ts; + a run_as pool user, process/user-pool.ts)
+ *         ─▶ its worktree (runs/workspace.ts) ─▶ the ACP turn (acp/turn.ts) ─▶ its change recorded
  *         ─▶ markTerminal ─▶ projection ─▶ tree cleanup ─▶ clearChild
- *         ─▶ sweep of the pool user ─▶ retention (runs/retention.ts)
+ *         ─▶ sweep of the pool user ─▶ retention (the run's end: runs/settle.ts)
  *
  * The turn is an async generator of what the run records (acp/turn.ts `TurnEvent`); #drive consumes
  * it and writes the record, the timings and, with the Terminal it returns, the terminal state.
- * Pushes to the link go through the one batching rule (@webcodex/protocol batches.ts);
+ * Pushes to the link go through runs/updates.ts (the one batching rule, @webcodex/protocol batches.ts);
  * the setup timings line is runs/timings.ts, fed by the turn's milestones.
  *
- * Failpoints (test-only SIGKILL, see failpoints.ts) here: after_admission,
- * after_terminal_before_projection (the turn has the others).
+ * Failpoints (test-only SIGKILL, see failpoints.ts) here: after_admission (runs/settle.ts has
+ * after_terminal_before_projection, the turn the others).
  */
 import { randomBytes } from "node:crypto";
 import {
@@ -31,7 +32,6 @@ import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
 import { type Logger, silentLogger } from "../logger.js";
 import { homeGuard, recycleHome } from "../process/pool-homes.js";
-import type { AgentChild } from "../process/spawn.js";
 import type { PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
 import { wireTombstone } from "../store/tombstone.js";
@@ -39,7 +39,6 @@ import type { DispatchRow, DispatchStore } from "../store/types.js";
 import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
 import { worktreesDir } from "../workspace/worktree.js";
 import { capacityRefusal, recycledInTime, StartChecks, UNRECORDED_REFUSAL } from "./admission.js";
-import { writeDiagnostics } from "./diagnostics.js";
 import { MemoryProjectCallers, type ProjectCallers } from "./project-callers.js";
 import { Run, rowToSummary } from "./record.js";
 import { RunRetention } from "./retention.js";
@@ -52,7 +51,8 @@ import type {
   RunSyncResult,
   RunUpdateListener,
 } from "./service.js";
-import { type RunTimings, StageClock } from "./timings.js";
+import { RunSettler, saveTerminal } from "./settle.js";
+import { StageClock } from "./timings.js";
 import { RunUpdates } from "./updates.js";
 import { RunWorkspaces } from "./workspace.js";
 
@@ -107,7 +107,6 @@ export class RunManager implements RunService {
   readonly #log: Logger;
   readonly #graceMs: number;
   readonly #ringLimits: Partial<RingLimits> | undefined;
-  readonly #diagnosticsDir: string | undefined;
   readonly #failpoint: (name: FailpointName) => void;
   readonly #now: () => Date;
   readonly #providerInstanceIds = new Map<string, string>();
@@ -127,6 +126,8 @@ export class RunManager implements RunService {
   readonly #updates: RunUpdates;
   /** The worktrees of `worktree` projects' runs and their recorded changes (design §16). */
   readonly #workspaces: RunWorkspaces;
+  /** How a run ends: its terminal, then its cleanup (runs/settle.ts). */
+  readonly #settler: RunSettler;
   #closing = false;
 
   constructor(options: RunManagerOptions) {
@@ -135,7 +136,6 @@ export class RunManager implements RunService {
     this.#log = options.logger ?? silentLogger();
     this.#graceMs = options.cleanupGraceMs ?? 2000;
     this.#ringLimits = options.ringLimits;
-    this.#diagnosticsDir = options.diagnosticsDir;
     this.#failpoint = options.failpoint ?? defaultFailpoint;
     this.#now = options.now ?? (() => new Date());
     this.agentInstanceId = newInstanceId("ai");
@@ -144,7 +144,7 @@ export class RunManager implements RunService {
       runs: this.#runs,
       ...(options.maxRetainedRuns === undefined ? {} : { maxRuns: options.maxRetainedRuns }),
       ...(options.retainedRingsMaxBytes === undefined ? {} : { maxRingBytes: options.retainedRingsMaxBytes }),
-      persist: (run) => this.#saveTerminal(run),
+      persist: (run) => saveTerminal(run, this.#store, this.#log),
     });
     this.#turnOptions = {
       acp: this.#config.acp,
@@ -188,6 +188,18 @@ export class RunManager implements RunService {
       projects: this.#projects,
       maxConcurrentRuns: this.#config.acp.maxConcurrentRuns,
       projectCallers: this.#config.acp.singleTenant ? null : (options.projectCallers ?? new MemoryProjectCallers()),
+      now: this.#now,
+    });
+    this.#settler = new RunSettler({
+      store: this.#store,
+      logger: this.#log,
+      graceMs: this.#graceMs,
+      diagnosticsDir: options.diagnosticsDir,
+      updates: this.#updates,
+      users: this.#users,
+      active: this.#active,
+      retention: this.#retention,
+      failpoint: this.#failpoint,
       now: this.#now,
     });
   }
@@ -300,8 +312,8 @@ export class RunManager implements RunService {
 
   /** A run refused after admission, before anything is spawned: terminal at once, nothing to clean up. */
   async #endBeforeSpawn(run: Run, terminal: Terminal): Promise<void> {
-    this.#finish(run, terminal);
-    await this.#cleanup(run, new StageClock().timings);
+    this.#settler.finish(run, terminal);
+    await this.#settler.cleanup(run, new StageClock().timings);
   }
 
   // ---- observation --------------------------------------------------------------
@@ -405,8 +417,8 @@ export class RunManager implements RunService {
       terminal = lost("transport_lost", FAILURE_SUMMARIES.transport_lost);
     }
     if (run.workspace) await this.#workspaces.recordChange(run);
-    this.#finish(run, terminal);
-    await this.#cleanup(run, clock.timings);
+    this.#settler.finish(run, terminal);
+    await this.#settler.cleanup(run, clock.timings);
   }
 
   /** The turn: its events are recorded as they come, and it resolves to its terminal. */
@@ -451,152 +463,6 @@ export class RunManager implements RunService {
       else if (changed === "events") this.#updates.schedulePush(run);
     }
     return terminal;
-  }
-
-  // ---- terminal, projection, cleanup ---------------------------------------------------
-
-  #finish(run: Run, t: Terminal): void {
-    if (run.terminal) return;
-    const ignored = run.normalizer?.ignoredUpdates ?? 0;
-    const lastSeq = run.ring.lastSeq + 1; // the terminal event below
-    run.unsavedTerminal = {
-      state: t.state,
-      execution_state: t.execution_state,
-      stop_reason: t.stop_reason,
-      failure_kind: t.failure_kind,
-      recovery_kind: t.recovery_kind,
-      message: t.message,
-      ignored_updates: ignored,
-      last_seq: lastSeq,
-    };
-    this.#saveTerminal(run);
-    this.#failpoint("after_terminal_before_projection");
-    run.ring.push({
-      kind: "terminal",
-      state: t.state,
-      execution_state: t.execution_state,
-      stop_reason: t.stop_reason,
-      failure_kind: t.failure_kind,
-      message: t.message,
-    });
-    run.phase = "terminal";
-    run.state = t.state;
-    run.execution_state = t.execution_state;
-    run.stop_reason = t.stop_reason;
-    run.failure_kind = t.failure_kind;
-    run.recovery_kind = t.recovery_kind;
-    run.message = t.message;
-    run.updated_at = this.#now().toISOString();
-    run.ring.close();
-    this.#log.info(
-      {
-        run_id: run.run_id,
-        state: t.state,
-        execution_state: t.execution_state,
-        stop_reason: t.stop_reason,
-        failure_kind: t.failure_kind,
-        ignored_updates: ignored,
-        refused_permissions: run.turn?.refusedPermissions ?? 0,
-        events: lastSeq,
-      },
-      "run terminal",
-    );
-    this.#updates.push(run);
-  }
-
-  async #cleanup(run: Run, timings: RunTimings): Promise<void> {
-    try {
-      run.conn?.close();
-      const child = run.child;
-      if (child) {
-        const result = await child.terminateTree(this.#graceMs);
-        this.#log.info(
-          {
-            run_id: run.run_id,
-            escalation: result.escalation,
-            survivors: result.survivors,
-            exit_code: child.exit?.code ?? null,
-            exit_signal: child.exit?.signal ?? null,
-            stderr_bytes: child.stderrBytes,
-            dropped_responses: run.conn?.droppedResponses ?? 0,
-          },
-          "agent process tree cleaned up",
-        );
-        this.#writeDiagnostics(run, child, timings);
-        if (result.survivors > 0) {
-          // Keep the group's identity in the store: the next start's reaper must still find it.
-          this.#log.error({ run_id: run.run_id, survivors: result.survivors }, "agent processes survived SIGKILL");
-        } else {
-          try {
-            this.#store.clearChild(run.run_id);
-          } catch (error) {
-            this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "clearing the child failed");
-          }
-        }
-      }
-    } finally {
-      run.child = null;
-      run.conn = null;
-      // Whatever of the run left its process group dies here, before the user can serve another run.
-      if (run.runAs) await this.#users.release(run.runAs, run.run_id);
-      this.#active.delete(run);
-      this.#retention.retain(run);
-      run.markSettled();
-    }
-  }
-
-  /** The run's diagnostics file (redacted stderr tail, exit, stage, timings); logged for a failed or lost run. */
-  #writeDiagnostics(run: Run, child: AgentChild, timings: RunTimings): void {
-    const dir = this.#diagnosticsDir;
-    if (dir === undefined) return;
-    try {
-      const redact = (text: string) => run.redactor?.redact(text) ?? text;
-      const file = writeDiagnostics(dir, {
-        run_id: run.run_id,
-        state: run.state,
-        execution_state: run.execution_state,
-        failure_kind: run.failure_kind,
-        stop_reason: run.stop_reason,
-        message: run.message,
-        stage: run.stage,
-        timings_ms: timings,
-        exit_code: child.exit?.code ?? null,
-        exit_signal: child.exit?.signal ?? null,
-        stderr_bytes: child.stderrBytes,
-        stderr_tail: redact(child.stderrTail()),
-        written_at: this.#now().toISOString(),
-      });
-      if (run.state === "failed" || run.state === "lost") {
-        this.#log.warn(
-          { run_id: run.run_id, state: run.state, failure_kind: run.failure_kind, diagnostics: file },
-          "run failed; agent stderr tail and timings in the diagnostics file",
-        );
-      }
-    } catch (error) {
-      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "writing diagnostics failed");
-    }
-  }
-
-  /**
-   * Write the run's terminal state durably. On failure the run keeps it as
-   * unsavedTerminal: pinned in memory (the durable row still says non-terminal,
-   * so only memory answers right) until a later retry succeeds.
-   */
-  #saveTerminal(run: Run): boolean {
-    const update = run.unsavedTerminal;
-    if (!update) return true;
-    try {
-      this.#store.markTerminal(run.run_id, update);
-    } catch (error) {
-      this.#log.error(
-        { run_id: run.run_id, err_name: (error as Error)?.name },
-        "recording the terminal state failed; the run stays pinned in memory and the write is retried",
-      );
-      return false;
-    }
-    if (run.phase === "terminal") this.#log.info({ run_id: run.run_id }, "terminal state recorded on retry");
-    run.unsavedTerminal = null;
-    return true;
   }
 
   #summaryOf(runId: string): RunSummary | null {
@@ -657,7 +523,7 @@ export class RunManager implements RunService {
     await Promise.all(active.map((run) => run.settled));
     await this.#workspaces.close();
     // Last chance for terminal writes that failed earlier (else recovery treats those rows as interrupted).
-    for (const run of this.#runs.values()) this.#saveTerminal(run);
+    for (const run of this.#runs.values()) saveTerminal(run, this.#store, this.#log);
     this.#store.close();
   }
 }
