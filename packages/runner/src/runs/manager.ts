@@ -56,8 +56,6 @@ import { StageClock } from "./timings.js";
 import { RunUpdates } from "./updates.js";
 import { RunWorkspaces } from "./workspace.js";
 
-export { rowToSummary };
-
 export interface RunManagerOptions {
   config: RunnerConfig;
   store: DispatchStore;
@@ -87,12 +85,6 @@ export interface RunManagerOptions {
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
 }
-
-export { MAX_PENDING_PERMISSIONS } from "../acp/turn.js";
-/** Streamed text pacing (events/text-pacer.ts): at once when quiet, up to COALESCE_MS during a flood. */
-export { COALESCE_MS, FLOOD_GAP_MS } from "../events/text-pacer.js";
-export { RETAINED_RINGS_MAX_BYTES } from "./retention.js";
-export type { RunTimings } from "./timings.js";
 
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
