@@ -16,14 +16,7 @@
  * after_terminal_before_projection, the turn the others).
  */
 import { randomBytes } from "node:crypto";
-import {
-  FAILURE_SUMMARIES,
-  type FailureKind,
-  MAX_EVENTS_PER_SYNC,
-  MAX_INVENTORY_RUNS,
-  type RunSummary,
-  type RunTombstone,
-} from "@webcodex/protocol";
+import { FAILURE_SUMMARIES, type FailureKind, type RunSummary, type RunTombstone } from "@webcodex/protocol";
 import { type CancelReason, lost, notStarted, type Terminal } from "../acp/terminal.js";
 import { AcpTurn, type TurnOptions } from "../acp/turn.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
@@ -34,13 +27,12 @@ import { type Logger, silentLogger } from "../logger.js";
 import { homeGuard, recycleHome } from "../process/pool-homes.js";
 import type { PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
-import { wireTombstone } from "../store/tombstone.js";
-import type { DispatchRow, DispatchStore } from "../store/types.js";
+import type { DispatchStore } from "../store/types.js";
 import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
 import { worktreesDir } from "../workspace/worktree.js";
 import { capacityRefusal, recycledInTime, StartChecks, UNRECORDED_REFUSAL } from "./admission.js";
 import { MemoryProjectCallers, type ProjectCallers } from "./project-callers.js";
-import { Run, rowToSummary } from "./record.js";
+import { Run } from "./record.js";
 import { RunRetention } from "./retention.js";
 import type {
   HelloBody,
@@ -54,6 +46,7 @@ import type {
 import { RunSettler, saveTerminal } from "./settle.js";
 import { StageClock } from "./timings.js";
 import { RunUpdates } from "./updates.js";
+import { RunViews } from "./views.js";
 import { RunWorkspaces } from "./workspace.js";
 
 export interface RunManagerOptions {
@@ -86,6 +79,7 @@ export interface RunManagerOptions {
   now?: () => Date;
 }
 
+/** Faults that close() itself causes by closing connections and killing trees. */
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
 function newInstanceId(prefix: string): string {
@@ -120,6 +114,8 @@ export class RunManager implements RunService {
   readonly #workspaces: RunWorkspaces;
   /** How a run ends: its terminal, then its cleanup (runs/settle.ts). */
   readonly #settler: RunSettler;
+  /** What observers read of the runs: summaries, sync pages, tombstones, the inventory (runs/views.ts). */
+  readonly #views: RunViews;
   #closing = false;
 
   constructor(options: RunManagerOptions) {
@@ -182,6 +178,12 @@ export class RunManager implements RunService {
       projectCallers: this.#config.acp.singleTenant ? null : (options.projectCallers ?? new MemoryProjectCallers()),
       now: this.#now,
     });
+    this.#views = new RunViews({
+      store: this.#store,
+      runs: this.#runs,
+      active: this.#active,
+      workspaces: this.#workspaces,
+    });
     this.#settler = new RunSettler({
       store: this.#store,
       logger: this.#log,
@@ -236,7 +238,7 @@ export class RunManager implements RunService {
   /** `recycled`: this is the second pass after waiting for a pool user recycled for this caller. */
   async start(req: RunStartRequest, recycled = false): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
-    const checked = this.#checks.check(req, this.#summaryOf(req.run_id), this.#active.size);
+    const checked = this.#checks.check(req, this.#views.summaryOf(req.run_id), this.#active.size);
     if (checked.kind === "answer") return checked.outcome;
     const { agent, project, continueSessionId, ended } = checked;
     // A run_as user of the agent's pool for this caller (process/user-pool.ts), or why there is none.
@@ -311,36 +313,15 @@ export class RunManager implements RunService {
   // ---- observation --------------------------------------------------------------
 
   sync(runId: string, afterSeq: number, maxEvents: number): RunSyncResult | null {
-    const run = this.#runs.get(runId);
-    if (run) {
-      run.normalizer?.flushStreamed();
-      const { events, hasMore } = run.ring.read(afterSeq, Math.min(maxEvents, MAX_EVENTS_PER_SYNC));
-      return { run: run.summary(), events, has_more: hasMore };
-    }
-    const row = this.#store.get(runId);
-    return row ? { run: this.#rowSummary(row), events: [], has_more: false } : null;
+    return this.#views.sync(runId, afterSeq, maxEvents);
   }
 
   tombstone(runId: string): RunTombstone | null {
-    if (this.#runs.has(runId)) return null;
-    const tomb = this.#store.tombstone(runId);
-    return tomb ? wireTombstone(tomb) : null;
+    return this.#views.tombstone(runId);
   }
 
   inventory(): RunSummary[] {
-    const out: RunSummary[] = [];
-    const seen = new Set<string>();
-    for (const run of this.#active) {
-      out.push(run.summary());
-      seen.add(run.run_id);
-    }
-    for (const row of this.#store.listForInventory(MAX_INVENTORY_RUNS)) {
-      if (out.length >= MAX_INVENTORY_RUNS) break;
-      if (seen.has(row.run_id)) continue;
-      seen.add(row.run_id);
-      out.push(this.#runs.get(row.run_id)?.summary() ?? this.#rowSummary(row));
-    }
-    return out.sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0));
+    return this.#views.inventory();
   }
 
   /** Resolves once the run is terminal and its process tree is gone (immediately for unknown/evicted runs). */
@@ -360,7 +341,7 @@ export class RunManager implements RunService {
     if (!run) {
       const row = this.#store.get(runId);
       if (!row) return null;
-      const summary = this.#rowSummary(row);
+      const summary = this.#views.rowSummary(row);
       const terminal = row.phase === "terminal";
       return { run: summary, cancel_requested: false, already_terminal: terminal };
     }
@@ -455,18 +436,6 @@ export class RunManager implements RunService {
       else if (changed === "events") this.#updates.schedulePush(run);
     }
     return terminal;
-  }
-
-  #summaryOf(runId: string): RunSummary | null {
-    const run = this.#runs.get(runId);
-    if (run) return run.summary();
-    const row = this.#store.get(runId);
-    return row ? this.#rowSummary(row) : null;
-  }
-
-  /** A summary from the store, with the run's workspace when it has one. */
-  #rowSummary(row: DispatchRow): RunSummary {
-    return rowToSummary(row, this.#workspaces.summary(row.run_id));
   }
 
   // ---- workspaces -----------------------------------------------------------------
