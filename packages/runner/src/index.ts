@@ -37,7 +37,8 @@ export {
   spawnAgent,
   type TreeCleanup,
 } from "./process/spawn.js";
-export { RunManager, type RunManagerOptions, rowToSummary } from "./runs/manager.js";
+export { RunManager, type RunManagerOptions } from "./runs/manager.js";
+export { rowToSummary } from "./runs/record.js";
 export type {
   HelloBody,
   RunCancelResult,

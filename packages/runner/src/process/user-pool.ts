@@ -37,7 +37,7 @@
  *   recycled for another tenant that has no user to take: swept, its HOME
  *   wiped and re-created from `home_template` (process/pool-homes.ts), then
  *   bound to the new tenant — logged with the user only. The start waits for
- *   it (RECYCLE_WAIT_MS, runs/manager.ts). A recycle that fails quarantines
+ *   it (RECYCLE_WAIT_MS, runs/admission.ts). A recycle that fails quarantines
  *   the user.
  */
 import { execFileSync } from "node:child_process";

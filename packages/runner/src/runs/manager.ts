@@ -2,32 +2,21 @@
  * The run lifecycle (design §4.2–4.5) behind the RunService seam: admission
  * (fences, capacity — never a queue), then per run:
  *
- *   admit (+ a run_as pool user, process/user-pool.ts) ─▶ the ACP turn (acp/turn.ts)
+ *   admit (checks: runs/admission.ts; + a run_as pool user, process/user-pool.ts)
+ *         ─▶ its worktree (runs/workspace.ts) ─▶ the ACP turn (acp/turn.ts) ─▶ its change recorded
  *         ─▶ markTerminal ─▶ projection ─▶ tree cleanup ─▶ clearChild
- *         ─▶ sweep of the pool user ─▶ retention (runs/retention.ts)
+ *         ─▶ sweep of the pool user ─▶ retention (the run's end: runs/settle.ts)
  *
  * The turn is an async generator of what the run records (acp/turn.ts `TurnEvent`); #drive consumes
  * it and writes the record, the timings and, with the Terminal it returns, the terminal state.
- * Pushes to the link go through the one batching rule (@webcodex/protocol batches.ts);
+ * Pushes to the link go through runs/updates.ts (the one batching rule, @webcodex/protocol batches.ts);
  * the setup timings line is runs/timings.ts, fed by the turn's milestones.
  *
- * Failpoints (test-only SIGKILL, see failpoints.ts) here: after_admission,
- * after_terminal_before_projection (the turn has the others).
+ * Failpoints (test-only SIGKILL, see failpoints.ts) here: after_admission (runs/settle.ts has
+ * after_terminal_before_projection, the turn the others).
  */
 import { randomBytes } from "node:crypto";
-import {
-  CAPACITY_REASONS,
-  type CapacityReason,
-  eventBatches,
-  FAILURE_SUMMARIES,
-  type FailureKind,
-  MAX_EVENTS_PER_SYNC,
-  MAX_INVENTORY_RUNS,
-  type RunEvent,
-  type RunSummary,
-  type RunTombstone,
-  TOMBSTONE_MESSAGE,
-} from "@webcodex/protocol";
+import { FAILURE_SUMMARIES, type FailureKind, type RunSummary, type RunTombstone } from "@webcodex/protocol";
 import { type CancelReason, lost, notStarted, type Terminal } from "../acp/terminal.js";
 import { AcpTurn, type TurnOptions } from "../acp/turn.js";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
@@ -36,16 +25,14 @@ import type { EventRing, RingLimits } from "../events/ring.js";
 import { failpoint as defaultFailpoint, type FailpointName } from "../failpoints.js";
 import { type Logger, silentLogger } from "../logger.js";
 import { homeGuard, recycleHome } from "../process/pool-homes.js";
-import type { AgentChild } from "../process/spawn.js";
-import { NO_TENANT, type PoolBindings } from "../process/user-bindings.js";
+import type { PoolBindings } from "../process/user-bindings.js";
 import { type Lease, UserPool } from "../process/user-pool.js";
-import { fingerprintPrefix, wireTombstone } from "../store/tombstone.js";
-import type { DispatchRow, DispatchStore } from "../store/types.js";
-import { type ApplyOutcome, type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
+import type { DispatchStore } from "../store/types.js";
+import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
 import { worktreesDir } from "../workspace/worktree.js";
-import { writeDiagnostics } from "./diagnostics.js";
-import { MemoryProjectCallers, PROJECT_SERVES_ANOTHER_CALLER, type ProjectCallers } from "./project-callers.js";
-import { Run, rowToSummary } from "./record.js";
+import { capacityRefusal, recycledInTime, StartChecks, UNRECORDED_REFUSAL } from "./admission.js";
+import { MemoryProjectCallers, type ProjectCallers } from "./project-callers.js";
+import { Run } from "./record.js";
 import { RunRetention } from "./retention.js";
 import type {
   HelloBody,
@@ -56,9 +43,11 @@ import type {
   RunSyncResult,
   RunUpdateListener,
 } from "./service.js";
-import { type RunTimings, StageClock } from "./timings.js";
-
-export { rowToSummary };
+import { RunSettler, saveTerminal } from "./settle.js";
+import { StageClock } from "./timings.js";
+import { RunUpdates } from "./updates.js";
+import { RunViews } from "./views.js";
+import { RunWorkspaces } from "./workspace.js";
 
 export interface RunManagerOptions {
   config: RunnerConfig;
@@ -90,43 +79,12 @@ export interface RunManagerOptions {
   now?: () => Date;
 }
 
-export { MAX_PENDING_PERMISSIONS } from "../acp/turn.js";
-/** Streamed text pacing (events/text-pacer.ts): at once when quiet, up to COALESCE_MS during a flood. */
-export { COALESCE_MS, FLOOD_GAP_MS } from "../events/text-pacer.js";
-export { RETAINED_RINGS_MAX_BYTES } from "./retention.js";
-export type { RunTimings } from "./timings.js";
-
 /** Faults that close() itself causes by closing connections and killing trees. */
-/** What a start refused for want of a run_as user is told besides its capacity reason. */
-const UNRECORDED_REFUSAL = "The Runner could not record which caller its run_as user serves; nothing was started.";
-/** Why a run's workspace was refused (its terminal message, with the fixed summary of `workspace_failed`). */
-export const BASE_REF_NOT_WORKTREE =
-  'base_ref is only for a project with workspace = "worktree"; this project\'s runs work in its shared tree.';
-export const UNKNOWN_BASE_REF = "base_ref names no branch, tag or commit of the project.";
-/** A continuation in a `worktree` project (design §17) works on its parent's branch, from its parent's head. */
-export const BASE_REF_WITH_CONTINUATION =
-  "base_ref cannot be given with continue_run_id: a follow-up turn continues on its parent's branch, from its parent's recorded head.";
-export const PARENT_CHANGE_UNRECORDED =
-  "The parent run's change is not recorded yet, so its workspace cannot be continued; the Runner records it at its next start.";
-export const PARENT_BRANCH_MOVED =
-  "The parent run's branch moved since its change was recorded (a commit or reset outside WebCodex); the Runner never forces a branch. Continue from a fresh run instead.";
-/** Longest a start waits for an idle pool user being recycled for its caller before it is refused `pool_recycling`. */
-export const RECYCLE_WAIT_MS = 10_000;
-
-/** A `capacity` refusal: the fixed summary of its reason (protocol capacity.ts), and the reason itself. */
-function capacityRefusal(reason: CapacityReason): RunStartOutcome {
-  return { ok: false, code: "capacity", message: CAPACITY_REASONS[reason].summary, capacity_reason: reason };
-}
-
 const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
 
 function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
 }
-
-/** A continuing run whose parent's ACP session this Runner does not hold (pruned, another store or provider). */
-const NO_PARENT_SESSION =
-  "This Runner holds no agent session of the run to continue (its record was pruned, or it ran elsewhere).";
 
 export class RunManager implements RunService {
   readonly agentInstanceId: string;
@@ -135,7 +93,6 @@ export class RunManager implements RunService {
   readonly #log: Logger;
   readonly #graceMs: number;
   readonly #ringLimits: Partial<RingLimits> | undefined;
-  readonly #diagnosticsDir: string | undefined;
   readonly #failpoint: (name: FailpointName) => void;
   readonly #now: () => Date;
   readonly #providerInstanceIds = new Map<string, string>();
@@ -149,11 +106,16 @@ export class RunManager implements RunService {
   readonly #turnOptions: TurnOptions;
   /** The run_as users: one per live run, swept before reuse. Sweeps every pool user once, here at construction. */
   readonly #users: UserPool;
-  /** Which caller each project serves its run_as runs to; null under `[acp] single_tenant`. */
-  readonly #projectCallers: ProjectCallers | null;
-  readonly #listeners = new Set<RunUpdateListener>();
+  /** The checks a start passes before anything of it is recorded (runs/admission.ts). */
+  readonly #checks: StartChecks;
+  /** The run's summary and events, pushed to whoever listens (runs/updates.ts). */
+  readonly #updates: RunUpdates;
   /** The worktrees of `worktree` projects' runs and their recorded changes (design §16). */
-  readonly #workspaces: Workspaces;
+  readonly #workspaces: RunWorkspaces;
+  /** How a run ends: its terminal, then its cleanup (runs/settle.ts). */
+  readonly #settler: RunSettler;
+  /** What observers read of the runs: summaries, sync pages, tombstones, the inventory (runs/views.ts). */
+  readonly #views: RunViews;
   #closing = false;
 
   constructor(options: RunManagerOptions) {
@@ -162,15 +124,15 @@ export class RunManager implements RunService {
     this.#log = options.logger ?? silentLogger();
     this.#graceMs = options.cleanupGraceMs ?? 2000;
     this.#ringLimits = options.ringLimits;
-    this.#diagnosticsDir = options.diagnosticsDir;
     this.#failpoint = options.failpoint ?? defaultFailpoint;
     this.#now = options.now ?? (() => new Date());
     this.agentInstanceId = newInstanceId("ai");
+    this.#updates = new RunUpdates({ logger: this.#log, now: this.#now });
     this.#retention = new RunRetention({
       runs: this.#runs,
       ...(options.maxRetainedRuns === undefined ? {} : { maxRuns: options.maxRetainedRuns }),
       ...(options.retainedRingsMaxBytes === undefined ? {} : { maxRingBytes: options.retainedRingsMaxBytes }),
-      persist: (run) => this.#saveTerminal(run),
+      persist: (run) => saveTerminal(run, this.#store, this.#log),
     });
     this.#turnOptions = {
       acp: this.#config.acp,
@@ -185,14 +147,15 @@ export class RunManager implements RunService {
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
     }
     for (const project of this.#config.projects) this.#projects.set(project.id, project);
-    this.#workspaces = new Workspaces({
+    this.#workspaces = new RunWorkspaces({
       dir: options.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
       store: this.#store,
       logger: this.#log,
       keepMs: this.#config.runner.workspaceKeepSecs * 1000,
-      // A run this process still holds and has not finished may still write to its worktree.
-      mayRun: (runId) => this.#runs.get(runId)?.terminal === false,
-      now: () => this.#now().getTime(),
+      runs: this.#runs,
+      projects: this.#projects,
+      graceMs: this.#graceMs,
+      now: this.#now,
     });
     const guard = homeGuard(this.#config);
     this.#users = new UserPool(this.#config.acp.agents, {
@@ -204,9 +167,35 @@ export class RunManager implements RunService {
       bindingIdleDays: this.#config.acp.bindingIdleDays,
       recycleHome: (user) => recycleHome(user, guard),
     });
-    this.#projectCallers = this.#config.acp.singleTenant
-      ? null
-      : (options.projectCallers ?? new MemoryProjectCallers());
+    this.#checks = new StartChecks({
+      store: this.#store,
+      logger: this.#log,
+      agentInstanceId: this.agentInstanceId,
+      agents: this.#agents,
+      providerInstanceIds: this.#providerInstanceIds,
+      projects: this.#projects,
+      maxConcurrentRuns: this.#config.acp.maxConcurrentRuns,
+      projectCallers: this.#config.acp.singleTenant ? null : (options.projectCallers ?? new MemoryProjectCallers()),
+      now: this.#now,
+    });
+    this.#views = new RunViews({
+      store: this.#store,
+      runs: this.#runs,
+      active: this.#active,
+      workspaces: this.#workspaces,
+    });
+    this.#settler = new RunSettler({
+      store: this.#store,
+      logger: this.#log,
+      graceMs: this.#graceMs,
+      diagnosticsDir: options.diagnosticsDir,
+      updates: this.#updates,
+      users: this.#users,
+      active: this.#active,
+      retention: this.#retention,
+      failpoint: this.#failpoint,
+      now: this.#now,
+    });
   }
 
   /** Resolves once the start-up sweep of the run_as pool users is done (a user still being swept is not leased). */
@@ -241,8 +230,7 @@ export class RunManager implements RunService {
   }
 
   onUpdate(listener: RunUpdateListener): () => void {
-    this.#listeners.add(listener);
-    return () => this.#listeners.delete(listener);
+    return this.#updates.onUpdate(listener);
   }
 
   // ---- admission --------------------------------------------------------------
@@ -250,76 +238,17 @@ export class RunManager implements RunService {
   /** `recycled`: this is the second pass after waiting for a pool user recycled for this caller. */
   async start(req: RunStartRequest, recycled = false): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
-    const existing = this.#summaryOf(req.run_id);
-    if (existing) {
-      if (existing.intent_fingerprint === req.intent_fingerprint) return { ok: true, run: existing, created: false };
-      return {
-        ok: false,
-        code: "idempotency_conflict",
-        message: "A run with this id exists with a different intent.",
-        run: existing,
-      };
-    }
-    // Admitted once, row pruned since: answer what is recorded, never admit it again.
-    const tomb = this.#store.tombstone(req.run_id);
-    if (tomb) {
-      if (tomb.fingerprintPrefix !== fingerprintPrefix(req.intent_fingerprint)) {
-        return {
-          ok: false,
-          code: "idempotency_conflict",
-          message: "A run with this id was admitted with a different intent.",
-        };
-      }
-      this.#log.info({ run_id: req.run_id, state: tomb.state }, "start of a pruned run answered from its tombstone");
-      return { ok: false, code: "pruned", message: TOMBSTONE_MESSAGE, tombstone: wireTombstone(tomb) };
-    }
-    if (req.agent_instance_id !== this.agentInstanceId) {
-      return { ok: false, code: "stale_runner", message: "The Runner instance changed; refresh and retry." };
-    }
-    const agent = this.#agents.get(req.provider_id);
-    if (!agent) return { ok: false, code: "unknown_provider", message: "The Runner has no such provider." };
-    if (req.provider_instance_id !== this.#providerInstanceIds.get(agent.id)) {
-      return { ok: false, code: "stale_provider", message: FAILURE_SUMMARIES.stale_provider };
-    }
-    const project = this.#projects.get(req.project_id);
-    if (!project) return { ok: false, code: "unknown_project", message: "The Runner has no such project." };
-    if (!project.allowPatch) {
-      return {
-        ok: false,
-        code: "project_not_writable",
-        message: "The project does not allow agent runs (allow_patch).",
-      };
-    }
-    // Continuation (design §17): the parent's ACP session, kept in this store; none here ends the run not started.
-    const parent = req.continue_run_id === undefined ? null : this.#store.get(req.continue_run_id);
-    const continueSessionId = parent?.provider_id === agent.id ? this.#store.acpSessionOf(parent.run_id) : null;
-    const orphan = req.continue_run_id !== undefined && continueSessionId === null;
-    if (this.#active.size >= this.#config.acp.maxConcurrentRuns) return capacityRefusal("runner_full");
-    // A project's tree serves one caller's run_as runs (runs/project-callers.ts): another caller's run is
-    // admitted and ends failed / not_started with the fixed reason, before a pool user is leased or bound.
-    const served = this.#serveProject(project, agent, req.tenant);
-    if (served === "unrecorded") {
-      return { ok: false, code: "internal", message: "The Runner could not record which caller its project serves." };
-    }
-    const refused =
-      served === "other"
-        ? notStarted("provider_spawn_failed", "spawn", PROJECT_SERVES_ANOTHER_CALLER)
-        : orphan
-          ? notStarted("provider_rejected", "session_new", NO_PARENT_SESSION)
-          : null;
+    const checked = this.#checks.check(req, this.#views.summaryOf(req.run_id), this.#active.size);
+    if (checked.kind === "answer") return checked.outcome;
+    const { agent, project, continueSessionId, ended } = checked;
     // A run_as user of the agent's pool for this caller (process/user-pool.ts), or why there is none.
-    const lease: Lease = refused ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
+    const lease: Lease = ended ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
     if (!lease.ok) {
       if (lease.reason === "unrecorded") return { ok: false, code: "internal", message: UNRECORDED_REFUSAL };
       if (lease.reason !== "recycling") return capacityRefusal(lease.reason);
       // An idle user is being recycled for this caller: wait for it (bounded), then admit from the top once.
       if (recycled) return capacityRefusal("pool_recycling");
-      const timer = AbortSignal.timeout(RECYCLE_WAIT_MS);
-      const ready = await Promise.race([
-        lease.ready.then(() => true),
-        new Promise<false>((resolve) => timer.addEventListener("abort", () => resolve(false), { once: true })),
-      ]);
-      return ready ? this.start(req, true) : capacityRefusal("pool_recycling");
+      return (await recycledInTime(lease.ready)) ? this.start(req, true) : capacityRefusal("pool_recycling");
     }
 
     const acp = this.#config.acp;
@@ -364,7 +293,7 @@ export class RunManager implements RunService {
     this.#failpoint("after_admission");
     // The turn forks the agent and records it durably before its first await; the admission row (committed
     // without an fsync of its own) is durable by then, or is made so here, before run.start is answered.
-    void (refused ? this.#endBeforeSpawn(run, refused) : this.#drive(run, req.prompt, req.config, req.base_ref));
+    void (ended ? this.#endBeforeSpawn(run, ended) : this.#drive(run, req.prompt, req.config, req.base_ref));
     try {
       this.#store.ensureDurable(run.run_id);
     } catch (error) {
@@ -375,65 +304,24 @@ export class RunManager implements RunService {
     return { ok: true, run: run.summary(), created: true };
   }
 
-  /**
-   * Whether `project` may serve a run of `tenant` with `agent`: "ok" (binding it to the tenant first when it
-   * serves no one yet), "other" (it serves another caller), or "unrecorded" (the binding could not be written).
-   */
-  #serveProject(project: ProjectConfig, agent: AgentConfig, tenant: string | undefined): "ok" | "other" | "unrecorded" {
-    const callers = this.#projectCallers;
-    if (callers === null || agent.runAs === null || project.sharedBetweenCallers) return "ok";
-    const caller = tenant ?? NO_TENANT;
-    try {
-      const served = callers.servedBy(project.id);
-      if (served !== undefined) return served === caller ? "ok" : "other";
-      callers.bind(project.id, caller, this.#now());
-      this.#log.info({ project_id: project.id }, "project bound to the caller of its first run_as run");
-      return "ok";
-    } catch (error) {
-      this.#log.error({ project_id: project.id, err_name: (error as Error)?.name }, "project binding failed");
-      return "unrecorded";
-    }
-  }
-
   /** A run refused after admission, before anything is spawned: terminal at once, nothing to clean up. */
   async #endBeforeSpawn(run: Run, terminal: Terminal): Promise<void> {
-    this.#finish(run, terminal);
-    await this.#cleanup(run, new StageClock().timings);
+    this.#settler.finish(run, terminal);
+    await this.#settler.cleanup(run, new StageClock().timings);
   }
 
   // ---- observation --------------------------------------------------------------
 
   sync(runId: string, afterSeq: number, maxEvents: number): RunSyncResult | null {
-    const run = this.#runs.get(runId);
-    if (run) {
-      run.normalizer?.flushStreamed();
-      const { events, hasMore } = run.ring.read(afterSeq, Math.min(maxEvents, MAX_EVENTS_PER_SYNC));
-      return { run: run.summary(), events, has_more: hasMore };
-    }
-    const row = this.#store.get(runId);
-    return row ? { run: this.#rowSummary(row), events: [], has_more: false } : null;
+    return this.#views.sync(runId, afterSeq, maxEvents);
   }
 
   tombstone(runId: string): RunTombstone | null {
-    if (this.#runs.has(runId)) return null;
-    const tomb = this.#store.tombstone(runId);
-    return tomb ? wireTombstone(tomb) : null;
+    return this.#views.tombstone(runId);
   }
 
   inventory(): RunSummary[] {
-    const out: RunSummary[] = [];
-    const seen = new Set<string>();
-    for (const run of this.#active) {
-      out.push(run.summary());
-      seen.add(run.run_id);
-    }
-    for (const row of this.#store.listForInventory(MAX_INVENTORY_RUNS)) {
-      if (out.length >= MAX_INVENTORY_RUNS) break;
-      if (seen.has(row.run_id)) continue;
-      seen.add(row.run_id);
-      out.push(this.#runs.get(row.run_id)?.summary() ?? this.#rowSummary(row));
-    }
-    return out.sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0));
+    return this.#views.inventory();
   }
 
   /** Resolves once the run is terminal and its process tree is gone (immediately for unknown/evicted runs). */
@@ -453,7 +341,7 @@ export class RunManager implements RunService {
     if (!run) {
       const row = this.#store.get(runId);
       if (!row) return null;
-      const summary = this.#rowSummary(row);
+      const summary = this.#views.rowSummary(row);
       const terminal = row.phase === "terminal";
       return { run: summary, cancel_requested: false, already_terminal: terminal };
     }
@@ -483,12 +371,13 @@ export class RunManager implements RunService {
     try {
       // A shared-tree run enters the turn without an await, so its agent is forked (and recorded) before start()
       // answers, as always; a worktree run's checkout comes first.
-      const workspaceEnd =
-        run.project.workspace === "worktree" || baseRef !== undefined
-          ? await this.#prepareWorkspace(run, baseRef)
-          : null;
+      const ownWorkspace = run.project.workspace === "worktree" || baseRef !== undefined;
+      const workspaceEnd = ownWorkspace ? await this.#workspaces.prepare(run, baseRef) : null;
       if (workspaceEnd) terminal = workspaceEnd;
-      else terminal = await this.#runTurn(run, prompt, callerConfig, clock);
+      else {
+        if (ownWorkspace) this.#updates.touch(run);
+        terminal = await this.#runTurn(run, prompt, callerConfig, clock);
+      }
     } catch (error) {
       this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name, stage: run.stage }, "turn failed");
       terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
@@ -500,9 +389,9 @@ export class RunManager implements RunService {
     } else if (this.#closing && cut && terminal.state === "lost") {
       terminal = lost("transport_lost", FAILURE_SUMMARIES.transport_lost);
     }
-    if (run.workspace) await this.#recordChange(run);
-    this.#finish(run, terminal);
-    await this.#cleanup(run, clock.timings);
+    if (run.workspace) await this.#workspaces.recordChange(run);
+    this.#settler.finish(run, terminal);
+    await this.#settler.cleanup(run, clock.timings);
   }
 
   /** The turn: its events are recorded as they come, and it resolves to its terminal. */
@@ -543,259 +432,16 @@ export class RunManager implements RunService {
         continue;
       }
       const changed = run.recordTurnEvent(event);
-      if (changed === "state") this.#touch(run);
-      else if (changed === "events") this.#schedulePush(run);
+      if (changed === "state") this.#updates.touch(run);
+      else if (changed === "events") this.#updates.schedulePush(run);
     }
     return terminal;
   }
 
-  /**
-   * A `worktree` project's run gets its own worktree, and works there (design §16); null: go on with the turn.
-   * A `base_ref` on a shared project, or one that names no commit of the project, ends the run before spawning.
-   */
-  async #prepareWorkspace(run: Run, baseRef: string | undefined): Promise<Terminal | null> {
-    if (run.project.workspace !== "worktree") {
-      if (baseRef === undefined) return null;
-      return notStarted("workspace_failed", "spawn", BASE_REF_NOT_WORKTREE, "fix_input");
-    }
-    // A continuation works in its parent's workspace, on its branch (design §17).
-    if (run.continueRunId !== null && baseRef !== undefined) {
-      return notStarted("workspace_failed", "spawn", BASE_REF_WITH_CONTINUATION, "fix_input");
-    }
-    const made =
-      run.continueRunId === null
-        ? await this.#workspaces.create(run.run_id, run.project, baseRef)
-        : await this.#workspaces.continueFrom(run.run_id, run.continueRunId, run.project);
-    if (!made.ok) {
-      if (made.reason !== "unrecorded") run.workspace = this.#workspaces.summary(run.run_id) ?? null;
-      switch (made.reason) {
-        case "unknown_base_ref":
-          return notStarted("workspace_failed", "spawn", UNKNOWN_BASE_REF, "fix_input");
-        case "parent_unrecorded":
-          return notStarted("workspace_failed", "spawn", PARENT_CHANGE_UNRECORDED);
-        case "branch_moved":
-          return notStarted("workspace_failed", "spawn", PARENT_BRANCH_MOVED);
-        default:
-          return notStarted("workspace_failed", "spawn");
-      }
-    }
-    run.cwd = made.dir;
-    run.workspace = made.workspace;
-    this.#touch(run);
-    return null;
-  }
-
-  /**
-   * The run's change, recorded before its terminal is reported (workspace/workspaces.ts): the agent's tree is
-   * ended first, so nothing writes to the worktree while it is committed. A change that cannot be recorded now is
-   * recorded at the next start-up; the terminal is reported either way.
-   */
-  async #recordChange(run: Run): Promise<void> {
-    run.settling = true;
-    run.conn?.close();
-    await run.child?.terminateTree(this.#graceMs);
-    const head = await this.#workspaces.record(run.run_id, run.project);
-    if (head !== null && run.workspace) run.workspace = { ...run.workspace, head_commit: head };
-  }
-
-  // ---- terminal, projection, cleanup ---------------------------------------------------
-
-  #finish(run: Run, t: Terminal): void {
-    if (run.terminal) return;
-    const ignored = run.normalizer?.ignoredUpdates ?? 0;
-    const lastSeq = run.ring.lastSeq + 1; // the terminal event below
-    run.unsavedTerminal = {
-      state: t.state,
-      execution_state: t.execution_state,
-      stop_reason: t.stop_reason,
-      failure_kind: t.failure_kind,
-      recovery_kind: t.recovery_kind,
-      message: t.message,
-      ignored_updates: ignored,
-      last_seq: lastSeq,
-    };
-    this.#saveTerminal(run);
-    this.#failpoint("after_terminal_before_projection");
-    run.ring.push({
-      kind: "terminal",
-      state: t.state,
-      execution_state: t.execution_state,
-      stop_reason: t.stop_reason,
-      failure_kind: t.failure_kind,
-      message: t.message,
-    });
-    run.phase = "terminal";
-    run.state = t.state;
-    run.execution_state = t.execution_state;
-    run.stop_reason = t.stop_reason;
-    run.failure_kind = t.failure_kind;
-    run.recovery_kind = t.recovery_kind;
-    run.message = t.message;
-    run.updated_at = this.#now().toISOString();
-    run.ring.close();
-    this.#log.info(
-      {
-        run_id: run.run_id,
-        state: t.state,
-        execution_state: t.execution_state,
-        stop_reason: t.stop_reason,
-        failure_kind: t.failure_kind,
-        ignored_updates: ignored,
-        refused_permissions: run.turn?.refusedPermissions ?? 0,
-        events: lastSeq,
-      },
-      "run terminal",
-    );
-    this.#push(run);
-  }
-
-  async #cleanup(run: Run, timings: RunTimings): Promise<void> {
-    try {
-      run.conn?.close();
-      const child = run.child;
-      if (child) {
-        const result = await child.terminateTree(this.#graceMs);
-        this.#log.info(
-          {
-            run_id: run.run_id,
-            escalation: result.escalation,
-            survivors: result.survivors,
-            exit_code: child.exit?.code ?? null,
-            exit_signal: child.exit?.signal ?? null,
-            stderr_bytes: child.stderrBytes,
-            dropped_responses: run.conn?.droppedResponses ?? 0,
-          },
-          "agent process tree cleaned up",
-        );
-        this.#writeDiagnostics(run, child, timings);
-        if (result.survivors > 0) {
-          // Keep the group's identity in the store: the next start's reaper must still find it.
-          this.#log.error({ run_id: run.run_id, survivors: result.survivors }, "agent processes survived SIGKILL");
-        } else {
-          try {
-            this.#store.clearChild(run.run_id);
-          } catch (error) {
-            this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "clearing the child failed");
-          }
-        }
-      }
-    } finally {
-      run.child = null;
-      run.conn = null;
-      // Whatever of the run left its process group dies here, before the user can serve another run.
-      if (run.runAs) await this.#users.release(run.runAs, run.run_id);
-      this.#active.delete(run);
-      this.#retention.retain(run);
-      run.markSettled();
-    }
-  }
-
-  /** The run's diagnostics file (redacted stderr tail, exit, stage, timings); logged for a failed or lost run. */
-  #writeDiagnostics(run: Run, child: AgentChild, timings: RunTimings): void {
-    const dir = this.#diagnosticsDir;
-    if (dir === undefined) return;
-    try {
-      const redact = (text: string) => run.redactor?.redact(text) ?? text;
-      const file = writeDiagnostics(dir, {
-        run_id: run.run_id,
-        state: run.state,
-        execution_state: run.execution_state,
-        failure_kind: run.failure_kind,
-        stop_reason: run.stop_reason,
-        message: run.message,
-        stage: run.stage,
-        timings_ms: timings,
-        exit_code: child.exit?.code ?? null,
-        exit_signal: child.exit?.signal ?? null,
-        stderr_bytes: child.stderrBytes,
-        stderr_tail: redact(child.stderrTail()),
-        written_at: this.#now().toISOString(),
-      });
-      if (run.state === "failed" || run.state === "lost") {
-        this.#log.warn(
-          { run_id: run.run_id, state: run.state, failure_kind: run.failure_kind, diagnostics: file },
-          "run failed; agent stderr tail and timings in the diagnostics file",
-        );
-      }
-    } catch (error) {
-      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name }, "writing diagnostics failed");
-    }
-  }
-
-  /**
-   * Write the run's terminal state durably. On failure the run keeps it as
-   * unsavedTerminal: pinned in memory (the durable row still says non-terminal,
-   * so only memory answers right) until a later retry succeeds.
-   */
-  #saveTerminal(run: Run): boolean {
-    const update = run.unsavedTerminal;
-    if (!update) return true;
-    try {
-      this.#store.markTerminal(run.run_id, update);
-    } catch (error) {
-      this.#log.error(
-        { run_id: run.run_id, err_name: (error as Error)?.name },
-        "recording the terminal state failed; the run stays pinned in memory and the write is retried",
-      );
-      return false;
-    }
-    if (run.phase === "terminal") this.#log.info({ run_id: run.run_id }, "terminal state recorded on retry");
-    run.unsavedTerminal = null;
-    return true;
-  }
-
-  /** State changed: push soon (at most one setImmediate later). */
-  #touch(run: Run): void {
-    run.updated_at = this.#now().toISOString();
-    this.#schedulePush(run);
-  }
-
-  #schedulePush(run: Run): void {
-    if (run.pushScheduled) return;
-    run.pushScheduled = true;
-    setImmediate(() => {
-      run.pushScheduled = false;
-      this.#push(run);
-    });
-  }
-
-  /** Send the summary and every event newer than the last push, in frame-sized batches (@webcodex/protocol batches.ts). */
-  #push(run: Run): void {
-    const summary = run.summary();
-    const { events } = run.ring.read(run.pushedSeq, Number.MAX_SAFE_INTEGER);
-    run.pushedSeq = run.ring.lastSeq;
-    if (this.#listeners.size === 0) return;
-    for (const batch of eventBatches(events, { sizeOf: (e) => run.ring.sizeOf(e) + 1 })) this.#emit(summary, batch);
-  }
-
-  #emit(summary: RunSummary, events: readonly RunEvent[]): void {
-    for (const listener of this.#listeners) {
-      try {
-        listener(summary, events);
-      } catch (error) {
-        this.#log.error({ run_id: summary.run_id, err_name: (error as Error)?.name }, "update listener threw");
-      }
-    }
-  }
-
-  #summaryOf(runId: string): RunSummary | null {
-    const run = this.#runs.get(runId);
-    if (run) return run.summary();
-    const row = this.#store.get(runId);
-    return row ? this.#rowSummary(row) : null;
-  }
-
-  /** A summary from the store, with the run's workspace when it has one. */
-  #rowSummary(row: DispatchRow): RunSummary {
-    return rowToSummary(row, this.#workspaces.summary(row.run_id));
-  }
-
   // ---- workspaces -----------------------------------------------------------------
 
-  async changes(runId: string, offset: number, maxBytes: number): Promise<ChangesOutcome | null> {
-    const row = this.#store.get(runId);
-    if (!row) return null;
-    return this.#workspaces.changes(runId, this.#projects.get(row.project_id), offset, maxBytes);
+  changes(runId: string, offset: number, maxBytes: number): Promise<ChangesOutcome | null> {
+    return this.#workspaces.changes(runId, offset, maxBytes);
   }
 
   /** Remove the kept worktrees whose keep time has passed (runs on a timer; tests call it after moving the clock). */
@@ -803,22 +449,15 @@ export class RunManager implements RunService {
     return this.#workspaces.sweep();
   }
 
-  async apply(runId: string, target: string, keyHash: string): Promise<ApplyOutcome | null> {
-    const row = this.#store.get(runId);
-    if (!row) return null;
-    // A run still in memory may still be running (or recording its change), whatever its row says.
-    const terminal = row.phase === "terminal" && this.#runs.get(runId)?.terminal !== false;
-    return this.#workspaces.apply(runId, this.#projects.get(row.project_id), terminal, target, keyHash);
+  apply(runId: string, target: string, keyHash: string): Promise<ApplyOutcome | null> {
+    return this.#workspaces.apply(runId, target, keyHash);
   }
 
   /**
    * Start-up, before the link: record every change a previous process left unrecorded, remove leftover worktrees.
    */
   recoverWorkspaces(): Promise<{ recorded: number; removed: number; pending: number }> {
-    return this.#workspaces.recover((runId) => {
-      const row = this.#store.get(runId);
-      return row ? this.#projects.get(row.project_id) : undefined;
-    }, this.#config.projects);
+    return this.#workspaces.recover(this.#config.projects);
   }
 
   /**
@@ -845,7 +484,7 @@ export class RunManager implements RunService {
     await Promise.all(active.map((run) => run.settled));
     await this.#workspaces.close();
     // Last chance for terminal writes that failed earlier (else recovery treats those rows as interrupted).
-    for (const run of this.#runs.values()) this.#saveTerminal(run);
+    for (const run of this.#runs.values()) saveTerminal(run, this.#store, this.#log);
     this.#store.close();
   }
 }
