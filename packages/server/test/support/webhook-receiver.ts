@@ -17,6 +17,8 @@ export interface Received {
   body: string;
   /** The status the receiver answered (HOLD: none). */
   status: number;
+  /** The sender's port of the request's connection (socket-owner.ts finds its process while it is open). */
+  remotePort: number;
 }
 
 export class WebhookReceiver {
@@ -31,7 +33,7 @@ export class WebhookReceiver {
       void read(req).then((body) => {
         const headers: Record<string, string> = {};
         for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string") headers[k] = v;
-        const entry: Received = { headers, body, status: 0 };
+        const entry: Received = { headers, body, status: 0, remotePort: req.socket.remotePort ?? 0 };
         entry.status = this.answer(entry, this.received.length);
         this.received.push(entry);
         // HOLD: never answered (a receiver that hangs); the connection ends at close().
