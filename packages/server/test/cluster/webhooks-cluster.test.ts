@@ -233,5 +233,8 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
     expect(byId.get(heldId ?? "")?.attempts).toBe(2);
     const heldFrom = events.flatMap((e, i) => (e.id === heldId ? [senders[i]] : []));
     expect(heldFrom).toEqual([killedPid, survivorPid]);
+    console.log(
+      `webhooks on two instances: killed ${killedPid === pidA ? "A (the Runner's link)" : "B"} holding ${byId.get(heldId ?? "")?.event_type}; ${rows.length} events, ${events.length} requests`,
+    );
   }, 360_000);
 });
