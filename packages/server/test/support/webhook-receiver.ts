@@ -17,6 +17,8 @@ export interface Received {
   body: string;
   /** The status the receiver answered (HOLD: none). */
   status: number;
+  /** The sender's port of the request's connection (socket-owner.ts finds its process while it is open). */
+  remotePort: number;
 }
 
 export class WebhookReceiver {
@@ -24,18 +26,30 @@ export class WebhookReceiver {
   #server: Server | null = null;
   url = "";
 
-  constructor(private answer: (req: Received, index: number) => number = () => 200) {}
+  /**
+   * `answer` picks each request's status; `delayMs` how long the receiver waits before sending it (default
+   * none): an attempt stays in flight that long, so a test can kill its sender meanwhile.
+   */
+  constructor(
+    private answer: (req: Received, index: number) => number = () => 200,
+    private readonly delayMs: (index: number) => number = () => 0,
+  ) {}
 
   async start(path = "/hook"): Promise<this> {
     const server = createServer((req, res) => {
       void read(req).then((body) => {
         const headers: Record<string, string> = {};
         for (const [k, v] of Object.entries(req.headers)) if (typeof v === "string") headers[k] = v;
-        const entry: Received = { headers, body, status: 0 };
-        entry.status = this.answer(entry, this.received.length);
+        const entry: Received = { headers, body, status: 0, remotePort: req.socket.remotePort ?? 0 };
+        const index = this.received.length;
+        entry.status = this.answer(entry, index);
         this.received.push(entry);
         // HOLD: never answered (a receiver that hangs); the connection ends at close().
-        if (entry.status !== HOLD) res.writeHead(entry.status, { "content-type": "text/plain" }).end("ok");
+        if (entry.status === HOLD) return;
+        const send = () => res.writeHead(entry.status, { "content-type": "text/plain" }).end("ok");
+        const delay = this.delayMs(index);
+        if (delay > 0) setTimeout(send, delay).unref();
+        else send();
       });
     });
     await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", () => resolve()));
