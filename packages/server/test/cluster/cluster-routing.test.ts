@@ -447,7 +447,9 @@ describe("several Server instances: any of them answers", () => {
       Buffer.from(JSON.stringify({ runner_id: "r1", frame: { type: "hello.ack" }, timeout_ms: 1000 })),
     );
     expect(badFrame.status).toBe(400);
-    expect(String(badFrame.body.message)).toContain("frame.type must be run.start, run.sync or run.cancel");
+    expect(String(badFrame.body.message)).toContain(
+      "frame.type must be run.start, run.sync, run.cancel, run.changes or run.apply",
+    );
     const badTimeout = await linkRequest(
       peerB,
       key,

@@ -108,6 +108,8 @@ describe("a Runner whose agents share its user, and the link (real processes)", 
       runners: [{ id: "r1", projects: ["demo"] }],
       server: "child",
       serverEnv: { WEBCODEX_LOG_LEVEL: "info" },
+      // The restarted Runner must meet the old link's lease: on a loaded machine a restart outlasts two short beats.
+      heartbeatIntervalMs: LONG_HEARTBEAT_MS,
     }).init();
     await s.startRunner("r1");
     expect(existsSync(join(s.dir, "runner-state-r1", RESUME_SECRET_FILE))).toBe(false);
@@ -128,6 +130,8 @@ describe("a Runner whose agents share its user, and the link (real processes)", 
     expect(lines(runnerLog, "link closed; reconnecting")).toHaveLength(0);
     const serverLog = (s.logs.get("server") ?? "").slice(serverBefore);
     expect(lines(serverLog, "runner hello refused")).toHaveLength(1);
+    // Granted once the lease ran out.
+    await s.waitOnline("r1");
     expect((await s.runToEnd("after-wait")).state).toBe("completed");
   });
 });
