@@ -114,6 +114,16 @@ async function observeUntil(
   throw new Error(`run ${runId} did not reach the expected state; states seen: ${states.join(",")}`);
 }
 
+/**
+ * Waits until the run has ended. A test that starts a run ends it or waits for it: the Runner allows
+ * `max_concurrent_runs` at once, and runs left going by one test would fill it for the next on a loaded machine.
+ */
+async function ended(client: Client, started: Structured): Promise<void> {
+  await observeUntil(client, started.run_id as string, started.observation_token as string, (x) =>
+    TERMINAL.has(x.state as string),
+  );
+}
+
 function expectOnlyNewInOrder(events: RunEvent[]): void {
   const seqs = events.map((e) => e.seq);
   expect(seqs).toEqual([...seqs].sort((a, b) => a - b));
@@ -333,6 +343,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
       const e2 = await err(client, "observe_coding_agent", { run_id: target.run_id });
       const e3 = await err(client, "cancel_coding_agent", { run_id: target.run_id });
       for (const e of [e1, e2, e3]) expect(e.code).toBe("forbidden");
+      await ended(alice, target);
     },
   );
 
@@ -373,6 +384,8 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     }
     const cross = await err(alice, "observe_coding_agent", { run_id: b.run_id, after_observation_token: tokenA });
     expect(cross.code).toBe("invalid_observation_token");
+    await ended(alice, a);
+    await ended(alice, b);
   });
 
   it.each(["executable", "args", "env", "cwd", "transport", "session_id", "method", "id", "jsonrpc"])(
@@ -409,6 +422,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     // Nothing was recorded under that key: the same key now starts a fresh run.
     const fresh = await start(alice, "scenario: hello", { idempotency_key: k });
     expect(fresh.replayed).toBe(false);
+    await ended(alice, fresh);
   });
 
   it("answers an unknown provider with the providers the project's Runner advertises", async () => {
@@ -447,6 +461,7 @@ describe("MCP tools against the real Server, Runner and fake agent", () => {
     expect(started).toMatchObject({ replayed: false, state: "starting" });
     // The token acts as alice: her own run, visible to her other token.
     expect((await ok(alice, "observe_coding_agent", { run_id: started.run_id })).run_id).toBe(started.run_id);
+    await ended(alice, started);
   });
 
   it("passes the happy path through the stdio bridge", async () => {
