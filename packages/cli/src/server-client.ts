@@ -52,7 +52,13 @@ export interface RunsClient {
   /** The run id behind a task id (`wc_task_…`, from a task-backed start); anything else is returned as is. */
   resolveRun?(runOrTaskId: string): Promise<string>;
   /** Any other tool (agent tasks): its structured result, validated by `schema`; errors as for the run tools. */
-  callTool?<T extends z.ZodType>(name: string, args: Record<string, unknown>, schema: T): Promise<z.infer<T>>;
+  /** Any tool by name; `timeoutMs` replaces the default bound of a request for a tool that may take longer. */
+  callTool?<T extends z.ZodType>(
+    name: string,
+    args: Record<string, unknown>,
+    schema: T,
+    timeoutMs?: number,
+  ): Promise<z.infer<T>>;
   /** Drops the MCP session so the next call reconnects (after a Server restart). */
   reset(): Promise<void>;
   close(): Promise<void>;
@@ -249,8 +255,13 @@ export class McpRunsClient implements RunsClient {
     });
   }
 
-  callTool<T extends z.ZodType>(name: string, args: Record<string, unknown>, schema: T): Promise<z.infer<T>> {
-    return this.#call(name, args, schema);
+  callTool<T extends z.ZodType>(
+    name: string,
+    args: Record<string, unknown>,
+    schema: T,
+    timeoutMs?: number,
+  ): Promise<z.infer<T>> {
+    return this.#call(name, args, schema, timeoutMs === undefined ? {} : { timeoutMs });
   }
 
   cancel(runId: string): Promise<CancelResult> {

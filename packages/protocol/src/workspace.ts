@@ -173,6 +173,8 @@ const ApplyPath = z.string().max(MAX_CHANGED_PATH_BYTES);
 export const ApplyKeyHash = z.string().regex(/^[0-9a-f]{64}$/, "must be the SHA-256 of the idempotency key, in hex");
 /** Idempotency keys one run's applies are remembered under (the Runner refuses `apply_limit` past it). */
 export const MAX_APPLIES_PER_RUN = 64;
+/** Longest the Server lets the Runner take to apply (several bounded git commands on the project's repository). */
+export const APPLY_TIMEOUT_MS = 120_000;
 
 /** What an apply did (or, for `conflict`, would not do). Paths are project content: to the caller only. */
 export const RunApply = z

@@ -4,6 +4,7 @@
  * key is made and printed: the same --key again gets the same answer. Exits 1 on a conflict (nothing changed).
  */
 import { randomBytes } from "node:crypto";
+import { APPLY_TIMEOUT_MS } from "@webcodex/protocol";
 import type { Command } from "../args.js";
 import { resolveConnection } from "../args.js";
 import { ApplyResult } from "../changes-wire.js";
@@ -12,6 +13,9 @@ import { CliError } from "../errors.js";
 import { EXIT } from "../exit-codes.js";
 import { renderApply } from "../render-changes.js";
 import { styleFor } from "../style.js";
+
+/** The CLI waits for the Server's whole bound on the Runner's apply, and this much more for the answer's way back. */
+export const APPLY_ANSWER_MARGIN_MS = 30_000;
 
 export async function applyCommand(cmd: Extract<Command, { name: "apply" }>, ctx: CliContext): Promise<number> {
   const connection = resolveConnection(cmd.global, ctx.env);
@@ -25,6 +29,7 @@ export async function applyCommand(cmd: Extract<Command, { name: "apply" }>, ctx
       "apply_coding_agent_changes",
       { run_id: runId, target_branch: cmd.to, idempotency_key: key },
       ApplyResult,
+      APPLY_TIMEOUT_MS + APPLY_ANSWER_MARGIN_MS,
     );
     ctx.stdout.write(renderApply(result, key, style));
     return result.result === "conflict" ? EXIT.failed : EXIT.ok;

@@ -11,14 +11,19 @@
  * state database, the audit (run id and outcome code only) or a log line.
  */
 import { createHash } from "node:crypto";
-import type { ApplyRefusal, ApplyRefusalReason, ApplyToolInput, RecoveryKind, RunApply } from "@webcodex/protocol";
+import {
+  APPLY_TIMEOUT_MS,
+  type ApplyRefusal,
+  type ApplyRefusalReason,
+  type ApplyToolInput,
+  type RecoveryKind,
+  type RunApply,
+} from "@webcodex/protocol";
 import { missingScopes } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import type { ApiResult } from "./api.js";
 import { fail, type RunContext } from "./context.js";
 
-/** Longest the Runner may take to apply (several bounded git commands on the project's repository). */
-export const APPLY_TIMEOUT_MS = 120_000;
 /** Paths named in a refusal's message (all of them, up to MAX_APPLY_PATHS, are in `paths`). */
 const PATHS_IN_MESSAGE = 10;
 
