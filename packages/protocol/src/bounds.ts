@@ -3,8 +3,11 @@
  * Changing one of these is a protocol change: bump PROTOCOL_VERSION.
  */
 
-/** Version of the Server<->Runner WebSocket protocol spoken by this build. */
-export const PROTOCOL_VERSION = 2;
+/**
+ * Version of the Server<->Runner WebSocket protocol spoken by this build. 3: `run.changes`, `run.apply`, and
+ * `run.start`'s workspace and continuation fields (a Runner of 2 would refuse those frames mid-link).
+ */
+export const PROTOCOL_VERSION = 3;
 
 /** Largest WebSocket text frame either side accepts, in UTF-8 bytes. */
 export const MAX_FRAME_BYTES = 1024 * 1024;

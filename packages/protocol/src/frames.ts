@@ -201,10 +201,15 @@ export type ProtocolErrorCode = z.infer<typeof ProtocolErrorCode>;
 
 // ---- Runner -> Server -------------------------------------------------------
 
+/** A hello of another link protocol: what the peer is told (the Runner and the Server must be of one release). */
+export const PROTOCOL_VERSION_MISMATCH =
+  `this Server speaks Server<->Runner protocol ${PROTOCOL_VERSION} and the Runner another: ` +
+  "run a Runner and a Server of the same release (see `webcodex-runner --version`)";
+
 export const HelloFrame = z
   .object({
     type: z.literal(RUNNER_FRAME.hello),
-    protocol_version: z.literal(PROTOCOL_VERSION),
+    protocol_version: z.literal(PROTOCOL_VERSION, { error: PROTOCOL_VERSION_MISMATCH }),
     agent_instance_id: InstanceId,
     store_id: InstanceId,
     capabilities: z

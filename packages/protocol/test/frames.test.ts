@@ -8,6 +8,7 @@ import {
   MAX_FRAME_BYTES,
   MAX_PROMPT_BYTES,
   PROTOCOL_VERSION,
+  PROTOCOL_VERSION_MISMATCH,
   parseRunnerFrame,
   parseServerFrame,
   type RunnerFrame,
@@ -140,6 +141,18 @@ describe("frame round trip", () => {
     const bad = parseRunnerFrame(withField(hello, [], "agents_share_runner_user", "yes"));
     expect(bad.ok).toBe(false);
     if (!bad.ok) expect(bad.error.message).toContain("agents_share_runner_user");
+  });
+  it("refuses a hello of another link protocol, telling the operator to run one release on both sides", () => {
+    const older = parseRunnerFrame(withField(runnerFrames[0]!, [], "protocol_version", PROTOCOL_VERSION - 1));
+    expect(older).toEqual({
+      ok: false,
+      error: {
+        code: "invalid_frame",
+        path: "protocol_version",
+        message: `protocol_version: ${PROTOCOL_VERSION_MISMATCH}`,
+      },
+    });
+    expect(PROTOCOL_VERSION_MISMATCH).toContain(`protocol ${PROTOCOL_VERSION}`);
   });
   it("does not accept a Server frame on the Runner's direction", () => {
     const result = parseRunnerFrame(JSON.stringify(serverFrames[1]));

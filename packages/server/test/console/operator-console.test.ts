@@ -6,6 +6,7 @@
  * ends at logout and when its key is revoked.
  */
 import { createHash, randomBytes } from "node:crypto";
+import { PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CONSOLE_LOGIN_MAX_FAILURES_PER_SOURCE, CONSOLE_MAX_STREAMS_PER_PRINCIPAL } from "../../src/console/http.js";
 import { CONSOLE_SESSION_TTL_MS, ConsoleSessions } from "../../src/console/sessions.js";
@@ -203,7 +204,7 @@ describe("console sessions and bounds", () => {
       await presence.online(
         {
           runner_id: "r9",
-          protocol_version: 2,
+          protocol_version: PROTOCOL_VERSION,
           agent_instance_id: "a",
           store_id: "s",
           projects: [{ project_id: "p", allow_patch: true }],
