@@ -415,7 +415,8 @@ export class ConsoleReader {
     const links = await continuationLinks(this.#state.engine, runId);
     const chain = { parent_run_id: links.parent_run_id ?? null, continued_by: links.continued_by ?? null };
     const mirror = this.#mirrors?.get(runId);
-    if (!mirror) return { run_id: runId, ...chain, changes: null, held: false, history_lost: false, outcome, events: [] };
+    if (!mirror)
+      return { run_id: runId, ...chain, changes: null, held: false, history_lost: false, outcome, events: [] };
     const all = mirror.eventsAfter(0);
     const workspace = mirror.summary?.workspace;
     return {

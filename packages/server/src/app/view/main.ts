@@ -3,7 +3,9 @@
  *
  * The host hands the view the tool's input (project, provider) and result (run id, observation token);
  * the view then calls `observe_coding_agent` through the host bridge (`app.callServerTool`) in long polls
- * from that token until the run is terminal, and `cancel_coding_agent` after the person confirms. It holds
+ * from that token until the run is terminal, and `cancel_coding_agent` after the person confirms. A terminal
+ * run of a `worktree` project (observe names its branch) gets one `get_coding_agent_changes` page, asked as the
+ * caller: its files and diff, drawn as text. It holds
  * no credentials and loads nothing: every call goes through the host, which authenticates it as its own.
  * Every string from the run is drawn with `textContent` (model.ts makes controls visible first).
  */

@@ -280,17 +280,7 @@ function renderWebhooks(webhooks) {
     b.type = "button";
     b.addEventListener("click", () => void redeliver(d.event_id, b));
     const error = d.last_error ?? (d.last_status === null ? null : `HTTP ${d.last_status}`);
-    return [
-      d.event_id,
-      d.subscription_id,
-      d.event_type,
-      d.run_id,
-      d.state,
-      d.attempts,
-      error,
-      when(d.created_at),
-      b,
-    ];
+    return [d.event_id, d.subscription_id, d.event_type, d.run_id, d.state, d.attempts, error, when(d.created_at), b];
   });
 }
 
