@@ -8,6 +8,11 @@
  * env value, and any absolute path in a label an agent wrote (tool titles) or in a run's terminal `message`
  * (the Runner's fixed texts, which name at most an option id, a variable name or a stop reason) is masked by
  * `maskPaths`. Every list is bounded by a named constant.
+ *
+ * The selected run also shows its chain (`run_continuations`) and, in a `worktree` project, its changed files
+ * with counts, asked of its Runner — never the diff, which is project content for the run's owner (design §16).
+ * Webhook subscriptions show the receiver's host only (a URL's path may carry a token), dead letters their ids,
+ * the state their body names and their counts — never the body.
  */
 import { type ChangedFile, RUN_STATES, type RunChanges, type RunEvent, type RunUsage } from "@webcodex/protocol";
 import type { ServerConfig } from "../config.js";
@@ -41,6 +46,11 @@ export const CONSOLE_CHANGES_FOLLOW_MS = 2_000;
 export const CONSOLE_CHANGES_CACHED = 64;
 /** Webhook subscriptions and dead letters a snapshot lists (newest dead letters first). */
 export const CONSOLE_WEBHOOK_ROWS = 50;
+/**
+ * The subscriptions' counts (pending, delivered, dead: counted over the outbox) are read again at most this often
+ * by a reader, however many streams are open; the dead letters themselves are read at every snapshot.
+ */
+export const CONSOLE_WEBHOOK_COUNTS_MS = 5_000;
 /** Longest filter value accepted (project ids, principal ids, run ids are shorter). */
 export const CONSOLE_FILTER_MAX_CHARS = 128;
 
@@ -309,6 +319,7 @@ export class ConsoleReader {
   readonly #webhooks: WebhookStore;
   /** Recorded changes' file lists by run id (most recently read last). */
   readonly #changesCache = new Map<string, RunChangesView>();
+  #subscriptions: { at: number; rows: ConsoleSnapshot["webhooks"]["subscriptions"] } | null = null;
 
   constructor(deps: {
     state: StateStore;
@@ -483,17 +494,10 @@ export class ConsoleReader {
   }
 
   async #webhooksView(): Promise<ConsoleSnapshot["webhooks"]> {
-    const subscriptions = (await this.#webhooks.list()).slice(-CONSOLE_WEBHOOK_ROWS).map((s) => ({
-      subscription_id: s.subscription_id,
-      principal_id: s.principal_id,
-      host: hostOf(s.url),
-      event_types: s.event_types,
-      status: s.status,
-      consecutive_failures: s.consecutive_failures,
-      pending: s.pending,
-      delivered: s.delivered,
-      dead: s.dead,
-    }));
+    const now = Date.now();
+    if (this.#subscriptions === null || now - this.#subscriptions.at >= CONSOLE_WEBHOOK_COUNTS_MS) {
+      this.#subscriptions = { at: now, rows: await this.#subscriptionRows() };
+    }
     const dead_letters = (await this.#webhooks.events({ status: "dead" }, CONSOLE_WEBHOOK_ROWS)).map((d) => ({
       event_id: d.event_id,
       subscription_id: d.subscription_id,
@@ -505,7 +509,21 @@ export class ConsoleReader {
       last_error: d.last_error === null ? null : maskPaths(d.last_error),
       created_at: new Date(d.created_ms).toISOString(),
     }));
-    return { subscriptions, dead_letters };
+    return { subscriptions: this.#subscriptions.rows, dead_letters };
+  }
+
+  async #subscriptionRows(): Promise<ConsoleSnapshot["webhooks"]["subscriptions"]> {
+    return (await this.#webhooks.list()).slice(-CONSOLE_WEBHOOK_ROWS).map((s) => ({
+      subscription_id: s.subscription_id,
+      principal_id: s.principal_id,
+      host: hostOf(s.url),
+      event_types: s.event_types,
+      status: s.status,
+      consecutive_failures: s.consecutive_failures,
+      pending: s.pending,
+      delivered: s.delivered,
+      dead: s.dead,
+    }));
   }
 
   async #refusals(): Promise<ConsoleSnapshot["refusals"]> {

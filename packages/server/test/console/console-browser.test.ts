@@ -16,6 +16,7 @@ import Database from "better-sqlite3";
 import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DAEMON_POLL_MS, poll, REPO_ROOT } from "../../../../scripts/test-support/index.js";
+import { CONSOLE_WEBHOOK_COUNTS_MS } from "../../src/console/snapshot.js";
 import { browserLaunchOptions } from "../support/browser.js";
 import { answerConsent, issueKey, mcpPost, openConsent, serverCli, tokenRequest } from "../support/oauth.js";
 import { okValue, ProcStack } from "../support/proc-stack.js";
@@ -419,17 +420,21 @@ describe("operator console in a real browser", () => {
         "12",
         "HTTP 500",
       ]);
-      const subRow = await page
-        .locator(`#webhook-subs tr[data-subscription="${sub.subscription_id}"] td`)
-        .allTextContents();
-      expect(subRow.slice(0, 5)).toEqual([
-        sub.subscription_id,
-        "alice",
-        new URL(receiver.url).host,
-        "run.terminal",
-        "active",
-      ]);
-      expect(subRow.at(-1)).toBe("1");
+      // The subscription with its counts (re-counted every CONSOLE_WEBHOOK_COUNTS_MS): one dead, none delivered.
+      const subRow = page.locator(`#webhook-subs tr[data-subscription="${sub.subscription_id}"] td`);
+      await expect
+        .poll(() => subRow.allTextContents(), { timeout: LIVE_DEADLINE_MS + CONSOLE_WEBHOOK_COUNTS_MS })
+        .toEqual([
+          sub.subscription_id,
+          "alice",
+          new URL(receiver.url).host,
+          "run.terminal",
+          "active",
+          "1",
+          "0",
+          "0",
+          "1",
+        ]);
 
       // Without the CSRF token: refused, and the letter stays dead.
       const refused = await page.evaluate(async (id) => {
