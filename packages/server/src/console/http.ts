@@ -9,6 +9,8 @@
  *   GET  /console/api/snapshot   the current view as JSON (filters: state, project, principal, run)
  *   GET  /console/events         the same view as server-sent events, sent when it changes
  *   POST /console/grants/revoke  revoke an OAuth grant (CSRF token required; audited with the operator's id)
+ *   POST /console/webhooks/redeliver  make a webhook dead letter due again (CSRF token required; audited as the
+ *                                CLI's `webhooks redeliver` is, with the operator's id)
  *
  * Every response carries a strict CSP (`default-src 'self'`, no inline script or style, `frame-ancestors
  * 'none'`). Every POST must carry the session's CSRF token (sessions.ts) and, when the browser sends an Origin,
@@ -84,6 +86,8 @@ export interface ConsoleDeps {
   keyPrincipal(keyId: string): Promise<Principal | null>;
   /** Revoke a grant; false when there is no live grant with that id. */
   revokeGrant(grantId: string, reason: string): Promise<boolean>;
+  /** Redeliver a webhook dead letter (WebhookStore.redeliver, audited as `actor`); false when it is none. */
+  redeliverWebhook(eventId: string, actor: `operator_console:${string}`): Promise<boolean>;
   secure: boolean;
   /**
    * The client a request comes from (client-address.ts): the socket address, or what a trusted proxy names,
@@ -407,7 +411,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       else json(res, 200, await reader.snapshot(parsed.filters));
       return;
     }
-    if (path === "/console/logout" || path === "/console/grants/revoke") {
+    if (path === "/console/logout" || path === "/console/grants/revoke" || path === "/console/webhooks/redeliver") {
       if (method !== "POST") {
         res.writeHead(405, { allow: "POST" }).end();
         return;
@@ -432,6 +436,20 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
         redirect(res, "/console/login", [
           `${SESSION_COOKIE}=; Path=/console; Max-Age=0; HttpOnly; SameSite=Strict${secureAttr}`,
         ]);
+        return;
+      }
+      if (path === "/console/webhooks/redeliver") {
+        const eventId = form.get("event_id") ?? "";
+        if (!/^msg_[A-Za-z0-9_-]{1,64}$/.test(eventId)) {
+          json(res, 400, { error: "event_id: must be a webhook event id such as msg_… (from the dead letters list)" });
+          return;
+        }
+        if (!(await deps.redeliverWebhook(eventId, `operator_console:${s.principal.id}`))) {
+          json(res, 404, { error: `no dead letter ${eventId} (already redelivered, or never dead)` });
+          return;
+        }
+        logger.info({ principal_id: s.principal.id, event_id: eventId }, "console: webhook dead letter redelivered");
+        json(res, 200, { redelivered: eventId });
         return;
       }
       const grantId = form.get("grant_id") ?? "";

@@ -70,7 +70,12 @@ export function renderPage(view: { principal: string; csrf: string }): string {
 </form>
 <div class="scroll"><table id="runs"><thead><tr><th>Run</th><th>State</th><th>Project</th><th>Provider</th>
 <th>Principal</th><th>Runner</th><th>Started</th><th>Updated</th><th>Usage</th></tr></thead><tbody></tbody></table></div>
-<div id="run-events" hidden><h3 id="run-events-title"></h3><p id="run-events-outcome"></p><p id="run-events-note" class="muted"></p>
+<div id="run-events" hidden><h3 id="run-events-title"></h3><p id="run-events-outcome"></p>
+<p id="run-chain" hidden></p>
+<div id="run-changes" hidden><h4>Changed files</h4><p id="run-changes-note" class="muted"></p>
+<div class="scroll"><table id="run-changes-files"><thead><tr><th>Status</th><th>Path</th><th>+</th><th>−</th></tr></thead>
+<tbody></tbody></table></div></div>
+<p id="run-events-note" class="muted"></p>
 <ol id="run-events-list" class="events"></ol></div>
 </section>
 <section id="costs-section"><h2>Reported cost per principal and day</h2><div class="scroll"><table id="costs">
@@ -78,6 +83,12 @@ export function renderPage(view: { principal: string; csrf: string }): string {
 </section>
 <section id="refusals-section"><h2>Recent refusals</h2><div class="scroll"><table id="refusals"><thead><tr>
 <th>At</th><th>Source</th><th>Who</th><th>What</th><th>Outcome</th></tr></thead><tbody></tbody></table></div></section>
+<section id="webhooks-section"><h2>Webhooks</h2>
+<div class="scroll"><table id="webhook-subs"><thead><tr><th>Subscription</th><th>Principal</th><th>Receiver</th>
+<th>Events</th><th>Status</th><th>Failures</th><th>Pending</th><th>Delivered</th><th>Dead</th></tr></thead><tbody></tbody></table></div>
+<h3>Dead letters</h3><div class="scroll"><table id="dead-letters"><thead><tr><th>Event</th><th>Subscription</th><th>Type</th>
+<th>Run or task</th><th>State</th><th>Attempts</th><th>Last error</th><th>Created</th><th></th></tr></thead><tbody></tbody></table></div>
+</section>
 <section id="oauth-section"><h2>OAuth clients and grants</h2>
 <div class="scroll"><table id="grants"><thead><tr><th>Grant</th><th>Client</th><th>Principal</th><th>Scopes</th>
 <th>Created</th><th>Status</th><th></th></tr></thead><tbody></tbody></table></div>

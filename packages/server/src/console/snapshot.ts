@@ -8,16 +8,23 @@
  * env value, and any absolute path in a label an agent wrote (tool titles) or in a run's terminal `message`
  * (the Runner's fixed texts, which name at most an option id, a variable name or a stop reason) is masked by
  * `maskPaths`. Every list is bounded by a named constant.
+ *
+ * The selected run also shows its chain (`run_continuations`) and, in a `worktree` project, its changed files
+ * with counts, asked of its Runner — never the diff, which is project content for the run's owner (design §16).
+ * Webhook subscriptions show the receiver's host only (a URL's path may carry a token), dead letters their ids,
+ * the state their body names and their counts — never the body.
  */
-import { RUN_STATES, type RunEvent, type RunUsage } from "@webcodex/protocol";
+import { type ChangedFile, RUN_STATES, type RunChanges, type RunEvent, type RunUsage } from "@webcodex/protocol";
 import type { ServerConfig } from "../config.js";
 import { type PresenceRow, presenceAt } from "../link/presence.js";
 import { type OAuthStore, parseJsonList } from "../oauth/store.js";
+import { continuationLinks } from "../runs/continuation.js";
 import type { MirrorSet } from "../runs/mirror.js";
 import { resumePoint } from "../runs/observe.js";
 import { recordUsage } from "../runs/usage.js";
 import type { CostTotal, RecordFilter } from "../state/record.js";
 import type { StateStore } from "../state/store.js";
+import { WebhookStore } from "../webhooks/store.js";
 
 /** Runs one snapshot lists (newest first); the filters narrow which. */
 export const CONSOLE_RUNS_PAGE = 50;
@@ -31,6 +38,19 @@ export const CONSOLE_EVENTS_FOLLOW_MS = 2_000;
 export const CONSOLE_AUDIT_ROWS = 40;
 /** OAuth clients and grants listed (newest first). */
 export const CONSOLE_OAUTH_ROWS = 100;
+/** Files of the selected run's recorded change a snapshot lists (paths, statuses, counts; never the diff). */
+export const CONSOLE_CHANGED_FILES_MAX = 200;
+/** Longest a snapshot waits for the Runner's answer about the selected run's change. */
+export const CONSOLE_CHANGES_FOLLOW_MS = 2_000;
+/** Recorded changes' file lists kept by a reader (a recorded change never changes), least recently read dropped. */
+export const CONSOLE_CHANGES_CACHED = 64;
+/** Webhook subscriptions and dead letters a snapshot lists (newest dead letters first). */
+export const CONSOLE_WEBHOOK_ROWS = 50;
+/**
+ * The subscriptions' counts (pending, delivered, dead: counted over the outbox) are read again at most this often
+ * by a reader, however many streams are open; the dead letters themselves are read at every snapshot.
+ */
+export const CONSOLE_WEBHOOK_COUNTS_MS = 5_000;
 /** Longest filter value accepted (project ids, principal ids, run ids are shorter). */
 export const CONSOLE_FILTER_MAX_CHARS = 128;
 
@@ -128,8 +148,31 @@ export interface RunOutcomeView {
   message: string | null;
 }
 
+/**
+ * The selected worktree run's change as the console shows it (design §16): where it is and which files it
+ * touched, with counts. Never the diff: that is project content for the run's owner (get_coding_agent_changes,
+ * the run view).
+ */
+export interface RunChangesView {
+  branch: string;
+  base_commit: string;
+  head_commit: string | null;
+  /** The Runner recorded the change (the run ended); before that only the branch and base are known. */
+  recorded: boolean;
+  files: Pick<ChangedFile, "path" | "old_path" | "status" | "insertions" | "deletions" | "binary">[];
+  /** More files changed than `files` lists (the Runner's bound or CONSOLE_CHANGED_FILES_MAX). */
+  files_truncated: boolean;
+  /** Why the files are not listed (the Runner offline, or not answering in time); null when they are. */
+  unavailable: string | null;
+}
+
 export interface RunEventsView {
   run_id: string;
+  /** The run this one continues, and the run that continued it (design §17). */
+  parent_run_id: string | null;
+  continued_by: string | null;
+  /** A worktree run's change (files only); null for a run in the project's tree, or one this Server holds nothing of. */
+  changes: RunChangesView | null;
   /** This instance holds the run's event mirror. */
   held: boolean;
   /**
@@ -151,6 +194,34 @@ export interface ConsoleSnapshot {
   /** The selected run's newest events held by this instance's mirror, and its outcome; null: no run selected. */
   run_events: RunEventsView | null;
   refusals: { at: string; source: string; who: string; what: string; outcome: string }[];
+  /** Webhook subscriptions (never a secret or a URL's path) and dead letters (ids, state, counts; never a body). */
+  webhooks: {
+    subscriptions: {
+      subscription_id: string;
+      principal_id: string;
+      /** The receiver's host (a URL's path and query may carry a token; they are not shown). */
+      host: string;
+      event_types: string[];
+      status: string;
+      consecutive_failures: number;
+      pending: number;
+      delivered: number;
+      dead: number;
+    }[];
+    dead_letters: {
+      event_id: string;
+      subscription_id: string;
+      event_type: string;
+      /** The run (or task) the event is about. */
+      run_id: string;
+      /** The state (or outcome) the event's body names, if any. */
+      state: string | null;
+      attempts: number;
+      last_status: number | null;
+      last_error: string | null;
+      created_at: string;
+    }[];
+  };
   audit: {
     mcp: { at: string; principal_id: string; tool: string; run_id: string | null; outcome: string; ms: number }[];
     link: { at: string; runner_id: string; event: string; count: number; remote: string | null }[];
@@ -210,6 +281,32 @@ function eventSummary(e: RunEvent): string {
   }
 }
 
+/** What the console reads of a run's change: its files without the diff, or why not. */
+export type ChangedFilesRead = (
+  runId: string,
+  timeoutMs: number,
+) => Promise<{ ok: true; value: Omit<RunChanges, "diff"> } | { ok: false; error: { message: string } }>;
+
+/** The host of a receiver's URL (or "-" when it does not parse). */
+function hostOf(url: string): string {
+  try {
+    return new URL(url).host;
+  } catch {
+    return "-";
+  }
+}
+
+/** The `state` (run) or `outcome` (task) an event body names, or null: nothing else of the body is shown. */
+function bodyState(body: string): string | null {
+  try {
+    const data = (JSON.parse(body) as { data?: { state?: unknown; outcome?: unknown } }).data;
+    const v = data?.state ?? data?.outcome;
+    return typeof v === "string" && /^[a-z_]{1,32}$/.test(v) ? v : null;
+  } catch {
+    return null;
+  }
+}
+
 export class ConsoleReader {
   readonly #state: StateStore;
   readonly #oauth: OAuthStore;
@@ -218,6 +315,11 @@ export class ConsoleReader {
   readonly #followEvents: ((runId: string, timeoutMs: number) => Promise<void>) | undefined;
   readonly #operatorClients: () => Promise<ReadonlySet<string>>;
   readonly #presence: () => Promise<PresenceRow[]>;
+  readonly #changedFiles: ChangedFilesRead | undefined;
+  readonly #webhooks: WebhookStore;
+  /** Recorded changes' file lists by run id (most recently read last). */
+  readonly #changesCache = new Map<string, RunChangesView>();
+  #subscriptions: { at: number; rows: ConsoleSnapshot["webhooks"]["subscriptions"] } | null = null;
 
   constructor(deps: {
     state: StateStore;
@@ -228,6 +330,8 @@ export class ConsoleReader {
     followEvents?: (runId: string, timeoutMs: number) => Promise<void>;
     presence: () => Promise<PresenceRow[]>;
     operatorClients: () => Promise<ReadonlySet<string>>;
+    /** A run's changed files, without the diff, from its Runner (runs/runs.ts changedFilesForOperator). */
+    changedFiles?: ChangedFilesRead;
   }) {
     this.#state = deps.state;
     this.#oauth = deps.oauth;
@@ -236,6 +340,8 @@ export class ConsoleReader {
     this.#followEvents = deps.followEvents;
     this.#presence = deps.presence;
     this.#operatorClients = deps.operatorClients;
+    this.#changedFiles = deps.changedFiles;
+    this.#webhooks = new WebhookStore(deps.state.engine);
   }
 
   async snapshot(filters: ConsoleFilters): Promise<ConsoleSnapshot> {
@@ -247,6 +353,7 @@ export class ConsoleReader {
       filters,
       run_events: filters.run === null ? null : await this.#events(filters.run),
       refusals: await this.#refusals(),
+      webhooks: await this.#webhooksView(),
       audit: await this.#audit(),
       oauth: await this.#oauthView(),
     };
@@ -316,11 +423,17 @@ export class ConsoleReader {
           message: rec.message === null ? null : maskPaths(rec.message),
         }
       : null;
+    const links = await continuationLinks(this.#state.engine, runId);
+    const chain = { parent_run_id: links.parent_run_id ?? null, continued_by: links.continued_by ?? null };
     const mirror = this.#mirrors?.get(runId);
-    if (!mirror) return { run_id: runId, held: false, history_lost: false, outcome, events: [] };
+    if (!mirror)
+      return { run_id: runId, ...chain, changes: null, held: false, history_lost: false, outcome, events: [] };
     const all = mirror.eventsAfter(0);
+    const workspace = mirror.summary?.workspace;
     return {
       run_id: runId,
+      ...chain,
+      changes: workspace ? await this.#changes(runId, workspace) : null,
       held: true,
       history_lost: resumePoint(mirror, null, mirror.instance ?? "").historyLost,
       outcome,
@@ -328,6 +441,89 @@ export class ConsoleReader {
         .slice(-CONSOLE_RUN_EVENTS_MAX)
         .map((e) => ({ seq: e.seq, at: e.at, kind: e.kind, summary: eventSummary(e) })),
     };
+  }
+
+  /**
+   * A worktree run's change: before it is recorded, the branch and base from the Runner's summary; once
+   * recorded, its files asked of the Runner once (then kept: a recorded change never changes) with a short wait.
+   */
+  async #changes(
+    runId: string,
+    ws: { branch: string; base_commit: string; head_commit?: string | undefined },
+  ): Promise<RunChangesView> {
+    const base: RunChangesView = {
+      branch: ws.branch,
+      base_commit: ws.base_commit,
+      head_commit: ws.head_commit ?? null,
+      recorded: false,
+      files: [],
+      files_truncated: false,
+      unavailable: null,
+    };
+    if (ws.head_commit === undefined) return base;
+    const cached = this.#changesCache.get(runId);
+    if (cached) {
+      this.#changesCache.delete(runId);
+      this.#changesCache.set(runId, cached);
+      return cached;
+    }
+    if (!this.#changedFiles) return { ...base, unavailable: "this Server cannot ask Runners for changes" };
+    const res = await this.#changedFiles(runId, CONSOLE_CHANGES_FOLLOW_MS);
+    if (!res.ok) return { ...base, unavailable: maskPaths(res.error.message) };
+    if (!res.value.recorded) return base;
+    const view: RunChangesView = {
+      ...base,
+      head_commit: res.value.head_commit ?? base.head_commit,
+      recorded: true,
+      files: res.value.files.slice(0, CONSOLE_CHANGED_FILES_MAX).map((f) => ({
+        path: maskPaths(f.path),
+        ...(f.old_path !== undefined ? { old_path: maskPaths(f.old_path) } : {}),
+        status: f.status,
+        insertions: f.insertions,
+        deletions: f.deletions,
+        binary: f.binary,
+      })),
+      files_truncated: res.value.files_truncated || res.value.files.length > CONSOLE_CHANGED_FILES_MAX,
+    };
+    if (this.#changesCache.size >= CONSOLE_CHANGES_CACHED) {
+      const oldest = this.#changesCache.keys().next().value;
+      if (oldest !== undefined) this.#changesCache.delete(oldest);
+    }
+    this.#changesCache.set(runId, view);
+    return view;
+  }
+
+  async #webhooksView(): Promise<ConsoleSnapshot["webhooks"]> {
+    const now = Date.now();
+    if (this.#subscriptions === null || now - this.#subscriptions.at >= CONSOLE_WEBHOOK_COUNTS_MS) {
+      this.#subscriptions = { at: now, rows: await this.#subscriptionRows() };
+    }
+    const dead_letters = (await this.#webhooks.events({ status: "dead" }, CONSOLE_WEBHOOK_ROWS)).map((d) => ({
+      event_id: d.event_id,
+      subscription_id: d.subscription_id,
+      event_type: d.event_type,
+      run_id: d.run_id,
+      state: bodyState(d.body),
+      attempts: d.attempts,
+      last_status: d.last_status,
+      last_error: d.last_error === null ? null : maskPaths(d.last_error),
+      created_at: new Date(d.created_ms).toISOString(),
+    }));
+    return { subscriptions: this.#subscriptions.rows, dead_letters };
+  }
+
+  async #subscriptionRows(): Promise<ConsoleSnapshot["webhooks"]["subscriptions"]> {
+    return (await this.#webhooks.list()).slice(-CONSOLE_WEBHOOK_ROWS).map((s) => ({
+      subscription_id: s.subscription_id,
+      principal_id: s.principal_id,
+      host: hostOf(s.url),
+      event_types: s.event_types,
+      status: s.status,
+      consecutive_failures: s.consecutive_failures,
+      pending: s.pending,
+      delivered: s.delivered,
+      dead: s.dead,
+    }));
   }
 
   async #refusals(): Promise<ConsoleSnapshot["refusals"]> {

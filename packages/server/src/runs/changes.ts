@@ -9,6 +9,7 @@ import {
   type ChangesToolInput,
   DEFAULT_CHANGES_PAGE_BYTES,
   MAX_CHANGES_PAGE_BYTES,
+  MIN_CHANGES_PAGE_BYTES,
   type RunChanges,
   RunId,
 } from "@webcodex/protocol";
@@ -36,6 +37,33 @@ export class ChangesReader {
     if (rec.admission !== "admitted" && rec.admission !== "sent") {
       return fail("not_found", `Run ${input.run_id} was never admitted by its Runner: it has no change.`, "none");
     }
+    return this.#ask(rec, Math.min(input.max_bytes ?? DEFAULT_CHANGES_PAGE_BYTES, MAX_CHANGES_PAGE_BYTES), {
+      cursor: input.cursor,
+      timeoutMs: CHANGES_TIMEOUT_MS,
+    });
+  }
+
+  /**
+   * The operator console's read (design §15): the files of a run's recorded change, whoever owns the run —
+   * asked with the smallest diff page, which is dropped here: the diff is project content for the owner only,
+   * and the console shows paths, statuses and counts. `timeoutMs` bounds the wait for the Runner.
+   */
+  async filesForOperator(runId: string, timeoutMs: number): Promise<ApiResult<Omit<RunChanges, "diff">>> {
+    const rec = await this.#ctx.store.peek(runId);
+    if (!rec || (rec.admission !== "admitted" && rec.admission !== "sent")) {
+      return fail("not_found", `No admitted run ${runId}.`, "none");
+    }
+    const res = await this.#ask(rec, MIN_CHANGES_PAGE_BYTES, { cursor: undefined, timeoutMs });
+    if (!res.ok) return res;
+    const { diff: _diff, ...files } = res.value;
+    return { ok: true, value: files };
+  }
+
+  async #ask(
+    rec: { run_id: string; runner_id: string },
+    maxBytes: number,
+    opts: { cursor: string | undefined; timeoutMs: number },
+  ): Promise<ApiResult<RunChanges>> {
     const runner = await this.#ctx.registry.lookup(rec.runner_id);
     if (!runner) {
       return fail(
@@ -48,10 +76,10 @@ export class ChangesReader {
       {
         type: "run.changes",
         run_id: rec.run_id,
-        max_bytes: Math.min(input.max_bytes ?? DEFAULT_CHANGES_PAGE_BYTES, MAX_CHANGES_PAGE_BYTES),
-        ...(input.cursor !== undefined ? { cursor: input.cursor } : {}),
+        max_bytes: maxBytes,
+        ...(opts.cursor !== undefined ? { cursor: opts.cursor } : {}),
       },
-      CHANGES_TIMEOUT_MS,
+      opts.timeoutMs,
     );
     if (!res.ok) {
       return fail(

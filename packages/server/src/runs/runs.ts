@@ -180,6 +180,11 @@ export class Runs implements RunsApi, RunAdmission, HubListener {
     return this.#changes.changes(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }
 
+  /** The operator console's read of a run's changed files, without the diff (ChangesReader.filesForOperator). */
+  changedFilesForOperator(runId: string, timeoutMs: number): Promise<ApiResult<Omit<RunChanges, "diff">>> {
+    return this.#changes.filesForOperator(runId, timeoutMs).catch((err: unknown) => stateRefusal(err, "retry_same"));
+  }
+
   apply(principal: Principal, input: ApplyToolInput): Promise<ApiResult<RunApply>> {
     return this.#applier.apply(principal, input).catch((err: unknown) => stateRefusal(err, "retry_same"));
   }

@@ -45,8 +45,8 @@ export interface Subscription {
 }
 
 /** Who changed a subscription (an audit row's `actor`). */
-export type WebhookActor = "operator" | "delivery" | `principal:${string}`;
-export type WebhookAuditEvent = "added" | "removed" | "secret_rotated" | "disabled" | "enabled";
+export type WebhookActor = "operator" | "delivery" | `principal:${string}` | `operator_console:${string}`;
+export type WebhookAuditEvent = "added" | "removed" | "secret_rotated" | "disabled" | "enabled" | "redelivered";
 
 export interface WebhookAuditRow {
   id: number;
@@ -539,14 +539,29 @@ export class WebhookStore {
     return rows.map(numericOutbox);
   }
 
-  /** A dead letter made due again with a fresh retry budget; false when `eventId` is not a dead letter. */
-  async redeliver(eventId: string, nowMs: number): Promise<boolean> {
-    const { changes } = await this.engine.run(
-      `UPDATE webhook_outbox SET status = 'pending', attempts = 0, retry_from_ms = ?, next_attempt_ms = ?
-       WHERE event_id = ? AND status = 'dead'`,
-      [nowMs, nowMs, eventId],
-    );
-    return changes > 0;
+  /**
+   * A dead letter made due again with a fresh retry budget, audited (`redelivered`, the event id as detail) in the
+   * same transaction; false when `eventId` is not a dead letter. The CLI (`actor` "operator") and the console
+   * (`operator_console:<principal>`) both come here.
+   */
+  async redeliver(eventId: string, nowMs: number, actor: WebhookActor = "operator"): Promise<boolean> {
+    return await this.engine.transaction(async (tx) => {
+      const row = await tx.get<{ subscription_id: string; principal_id: string }>(
+        `SELECT o.subscription_id, s.principal_id FROM webhook_outbox o
+         JOIN webhook_subscriptions s ON s.subscription_id = o.subscription_id
+         WHERE o.event_id = ? AND o.status = 'dead'`,
+        [eventId],
+      );
+      if (!row) return false;
+      const { changes } = await tx.run(
+        `UPDATE webhook_outbox SET status = 'pending', attempts = 0, retry_from_ms = ?, next_attempt_ms = ?
+         WHERE event_id = ? AND status = 'dead'`,
+        [nowMs, nowMs, eventId],
+      );
+      if (changes === 0) return false;
+      await this.#audit(tx, "redelivered", row, actor, eventId);
+      return true;
+    });
   }
 
   /** SQLite (one Server per state dir): what a previous process left `delivering` is due again now. */

@@ -27,6 +27,7 @@ import { lockStateDir } from "../state/lock.js";
 import { openState } from "../state/open.js";
 import type { StateStore } from "../state/store.js";
 import { Webhooks } from "../webhooks/service.js";
+import { WebhookStore } from "../webhooks/store.js";
 import { Listeners } from "./listeners.js";
 import { buildMcp, type McpMount } from "./mcp.js";
 import type { Teardown } from "./teardown.js";
@@ -132,6 +133,7 @@ function buildConsole(
   const tokens = new TokenStore(store.engine);
   const oauth = new OAuthStore(store.engine);
   const operatorClients = new OperatorReadClients(oauth);
+  const webhookStore = new WebhookStore(store.engine);
   return createConsole({
     config,
     logger: logger.child({ c: "console" }),
@@ -142,12 +144,14 @@ function buildConsole(
       config,
       mirrors: runs.mirrors,
       followEvents: (runId, timeoutMs) => runs.followEvents(runId, timeoutMs),
+      changedFiles: (runId, timeoutMs) => runs.changedFilesForOperator(runId, timeoutMs),
       presence: () => presence.rows(),
       operatorClients: () => operatorClients.all(),
     }),
     identifyKey: createKeyIdentifier(tokens, config.principals),
     keyPrincipal: keyPrincipal(tokens, config.principals),
     revokeGrant: (grantId, reason) => oauth.revokeGrant(grantId, reason),
+    redeliverWebhook: (eventId, actor) => webhookStore.redeliver(eventId, Date.now(), actor),
     secure: tls || (config.publicUrl?.startsWith("https:") ?? false),
     clientAddress: clientAddressResolver(config.trustedProxies),
   });

@@ -4,8 +4,13 @@
  * child process, a real Runner and the fake ACP agent. The view's HTML is read from the Server as a host
  * reads it; the test starts each run as the model would and hands the host the tool's input and result.
  * From there the view follows the run only through the bridge, with the start result's observation token.
+ * Project `ws` is a `worktree` project (design §16): there the view shows the run's recorded change, read with
+ * get_coding_agent_changes as the caller. The agent resumes sessions (design §17), so a run may continue another.
  */
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import type { CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { type Browser, chromium, type Frame } from "playwright-core";
@@ -23,9 +28,16 @@ let host: AppHost;
 let client: Client;
 let html: string;
 let counter = 0;
+let sessions: string;
 
 beforeAll(async () => {
-  stack = await new ProcStack({ runners: [{ id: "r1", projects: ["demo"] }], server: "child" }).init();
+  sessions = mkdtempSync(join(tmpdir(), "wc-view-sessions-"));
+  stack = await new ProcStack({
+    runners: [{ id: "r1", projects: ["demo", "ws"], worktreeProjects: ["ws"] }],
+    server: "child",
+    agentArgs: ["--continuation", "both", "--session-dir", sessions],
+    agentToml: 'continuation = "both"',
+  }).init();
   await stack.startRunner("r1");
   client = await stack.mcp("alice");
   html = await readRunView(client);
@@ -37,14 +49,19 @@ afterAll(async () => {
   await browser?.close();
   await host?.close();
   await stack?.stop();
+  if (sessions) rmSync(sessions, { recursive: true, force: true });
 });
 
-async function start(prompt: string): Promise<{ input: Record<string, unknown>; result: CallToolResult }> {
+async function start(
+  prompt: string,
+  extra: Record<string, unknown> = {},
+): Promise<{ input: Record<string, unknown>; result: CallToolResult }> {
   const input = {
     project_id: "demo",
     provider_id: "fake",
     idempotency_key: `view-${process.pid}-${++counter}`,
     prompt,
+    ...extra,
   };
   const result = (await client.callTool({ name: "start_coding_agent", arguments: input })) as CallToolResult;
   expect(result.isError).toBeFalsy();
@@ -55,8 +72,9 @@ async function mounted(
   prompt: string,
   width = 1024,
   dark = false,
+  extra: Record<string, unknown> = {},
 ): Promise<{ hp: HostPage; frame: Frame; runId: string; token: string }> {
-  const { input, result } = await start(prompt);
+  const { input, result } = await start(prompt, extra);
   const hp = await host.open(browser, client, { width, dark });
   const frame = await hp.mount(html, input, result);
   const sc = result.structuredContent as { run_id: string; observation_token: string };
@@ -179,6 +197,67 @@ describe("the run view in an MCP Apps host", () => {
     expect(luminance(layout.bg)).toBeLessThan(0.2);
     expect(luminance(layout.fg)).toBeGreaterThan(0.6);
     expectNothingFetched(hp);
+    await hp.close();
+  });
+
+  it("shows a worktree run's recorded change: its files and its diff as inert text, bounded, read as the caller", async () => {
+    const marker = `diffcanary${randomBytes(16).toString("hex")}`;
+    // File content the agent writes: markup that would run if drawn as HTML, 1,000 lines (over one diff page).
+    const hostile = `<img src=x onerror='window.__pwned=1'><b id=${marker}>bold</b><script>window.__pwned=2</script>`;
+    const { hp, frame, runId } = await mounted(
+      `scenario: edit_file path=src/page.html text="${hostile}" lines=1000`,
+      1024,
+      false,
+      { project_id: "ws" },
+    );
+    await expect.poll(() => frame.locator("#state").textContent(), { timeout: SHOW_DEADLINE_MS }).toBe("Completed");
+    await expect
+      .poll(() => texts(frame, "#change-files li"), { timeout: SHOW_DEADLINE_MS })
+      .toEqual(["added src/page.html+1000 −0"]);
+    expect(await frame.locator("#change-note").textContent()).toBe(`On branch webcodex/run/${runId}:`);
+    const diff = (await frame.locator("#diff").textContent()) ?? "";
+    // The file's markup is in the diff as characters; none of it became an element or ran.
+    expect(diff).toContain(`+${hostile}`);
+    expect(await frame.locator(`#${marker}`).count()).toBe(0);
+    expect(await frame.locator("#diff *:not(span)").count()).toBe(0);
+    expect(await frame.evaluate(() => (globalThis as { __pwned?: unknown }).__pwned)).toBeUndefined();
+    // Bounded: one page of the diff (the rest is named, not drawn).
+    expect(diff.length).toBeLessThanOrEqual(64 * 1024);
+    expect(diff.split(hostile).length - 1).toBeLessThan(1000);
+    await expect(frame.locator("#diff-cut").textContent()).resolves.toBe(
+      `The diff goes on: webcodex changes ${runId} --patch shows all of it.`,
+    );
+    // Read through the host as the caller, with the changes tool.
+    expect(hp.calls.filter((c) => c.name === "get_coding_agent_changes")).toEqual([
+      { name: "get_coding_agent_changes", arguments: { run_id: runId, max_bytes: 64 * 1024 } },
+    ]);
+    expectNothingFetched(hp);
+    await hp.close();
+  });
+
+  it("shows the chain: a follow-up names the run it continues, and that run names its follow-up", async () => {
+    const { result: first } = await start("scenario: hello");
+    const parentId = (first.structuredContent as { run_id: string }).run_id;
+    await stack.untilTerminal(parentId);
+    const child = await mounted("scenario: recall", 1024, false, { continue_run_id: parentId });
+    await expect
+      .poll(() => child.frame.locator("#state").textContent(), { timeout: SHOW_DEADLINE_MS })
+      .toBe("Completed");
+    expect(await child.frame.locator("#parent-run").textContent()).toBe(parentId);
+    expect(await child.frame.locator("#parent-row").isVisible()).toBe(true);
+    expect(await child.frame.locator("#child-row").isHidden()).toBe(true);
+    await child.hp.close();
+
+    // The parent, rendered for an observe result: it names the run that continued it.
+    const input = { run_id: parentId };
+    const observed = (await client.callTool({ name: "observe_coding_agent", arguments: input })) as CallToolResult;
+    const hp = await host.open(browser, client);
+    const frame = await hp.mount(html, input, observed);
+    await expect.poll(() => frame.locator("#child-run").textContent(), { timeout: SHOW_DEADLINE_MS }).toBe(child.runId);
+    expect(await frame.locator("#child-row").isVisible()).toBe(true);
+    expect(await frame.locator("#parent-row").isHidden()).toBe(true);
+    // A run in the project's own tree has no change section.
+    expect(await frame.locator("#change-section").isHidden()).toBe(true);
     await hp.close();
   });
 });

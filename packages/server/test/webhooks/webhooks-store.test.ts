@@ -139,6 +139,11 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     expect(behind.map((e) => [e.run_id, e.event_type])).toContainEqual(["run_1", "run.terminal"]);
     expect(await webhooks.store.redeliver(run1.event_id, now)).toBe(true);
     expect((await webhooks.store.events({ status: "pending" }, 10)).map((e) => e.event_id)).toContain(run1.event_id);
+    // Audited in its transaction (as the CLI's and the console's redeliver are); a second try finds no dead letter.
+    expect((await webhooks.store.auditRows(10)).filter((r) => r.event === "redelivered")).toEqual([
+      expect.objectContaining({ actor: "operator", detail: run1.event_id }),
+    ]);
+    expect(await webhooks.store.redeliver(run1.event_id, now, "operator_console:ops")).toBe(false);
   });
 
   it("disables a subscription only when both bounds passed (failures in a row, for long enough), with an audit row; enable revives its pending events", async () => {

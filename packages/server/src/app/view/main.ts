@@ -3,7 +3,9 @@
  *
  * The host hands the view the tool's input (project, provider) and result (run id, observation token);
  * the view then calls `observe_coding_agent` through the host bridge (`app.callServerTool`) in long polls
- * from that token until the run is terminal, and `cancel_coding_agent` after the person confirms. It holds
+ * from that token until the run is terminal, and `cancel_coding_agent` after the person confirms. A terminal
+ * run of a `worktree` project (observe names its branch) gets one `get_coding_agent_changes` page, asked as the
+ * caller: its files and diff, drawn as text. It holds
  * no credentials and loads nothing: every call goes through the host, which authenticates it as its own.
  * Every string from the run is drawn with `textContent` (model.ts makes controls visible first).
  */
@@ -11,6 +13,9 @@ import { App, applyDocumentTheme, type McpUiHostContext } from "@modelcontextpro
 import {
   adviceFor,
   applyObservation,
+  CHANGES_PAGE_BYTES,
+  type ChangesModel,
+  changesOf,
   emptyModel,
   formatDuration,
   isTerminal,
@@ -27,8 +32,12 @@ const RETRY_DELAY_MS = 2_000;
 /** How often the elapsed time is redrawn while the run is live. */
 const ELAPSED_TICK_MS = 1_000;
 
+/** Times the view asks for a run's change while the Runner has not recorded it yet (one RETRY_DELAY_MS apart). */
+const MAX_CHANGES_TRIES = 10;
+
 const OBSERVE_TOOL = "observe_coding_agent";
 const CANCEL_TOOL = "cancel_coding_agent";
+const CHANGES_TOOL = "get_coding_agent_changes";
 /** The `_meta` key under which a task-backed start (MCP Tasks) names its run (server mcp/run-tasks.ts). */
 const RUN_META = "dev.webcodex/run";
 
@@ -39,6 +48,10 @@ let token: string | null = null;
 let following = false;
 let cancelPending = false;
 let problem: string | null = null;
+/** The recorded change of a worktree run once it ended (design §16), and the run it was asked for. */
+let changes: ChangesModel | null = null;
+let changesFor: string | null = null;
+let changesProblem: string | null = null;
 
 function byId<T extends HTMLElement>(id: string): T {
   const el = document.getElementById(id);
@@ -104,6 +117,12 @@ function draw(): void {
   if (model.filesNotListed > 0) files.append(item("li", `and ${model.filesNotListed} more`, "more"));
   byId("files-empty").hidden = model.files.length > 0;
 
+  byId("parent-row").hidden = model.parentRunId === null;
+  byId("parent-run").textContent = model.parentRunId ?? "";
+  byId("child-row").hidden = model.continuedBy === null;
+  byId("child-run").textContent = model.continuedBy ?? "";
+  drawChanges();
+
   const u = model.usage;
   const usage: string[] = [];
   if (u?.usedTokens != null)
@@ -135,6 +154,90 @@ function draw(): void {
   const err = byId("problem");
   err.hidden = problem === null;
   err.textContent = problem ?? "";
+}
+
+/** One diff line, classed by its first character (added, removed, hunk header); drawn as text. */
+function diffLine(line: string): HTMLElement {
+  const cls = line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : line.startsWith("@@") ? "hunk" : "";
+  return item("span", `${line}\n`, cls || undefined);
+}
+
+function drawChanges(): void {
+  const section = byId("change-section");
+  section.hidden = model.branch === null || !isTerminal(model);
+  if (section.hidden) return;
+  const note = byId("change-note");
+  const list = byId("change-files");
+  const diff = byId("diff");
+  const cut = byId("diff-cut");
+  if (changes === null || !changes.recorded) {
+    note.textContent = changesProblem ?? `Reading the change on branch ${model.branch}…`;
+    list.replaceChildren();
+    diff.hidden = true;
+    cut.hidden = true;
+    return;
+  }
+  note.textContent =
+    changes.files.length === 0 ? `No change on branch ${changes.branch}.` : `On branch ${changes.branch}:`;
+  list.replaceChildren(
+    ...changes.files.map((f) => {
+      const li = item("li", "");
+      li.dataset.status = f.status;
+      const name = f.oldPath !== null ? `${f.oldPath} → ${f.path}` : f.path;
+      li.append(
+        item("span", f.status, "status"),
+        item("span", ` ${name}`, "path"),
+        item("span", f.binary ? "binary" : `+${f.insertions} −${f.deletions}`, "counts"),
+      );
+      return li;
+    }),
+  );
+  if (changes.filesNotListed) list.append(item("li", "and more files, not listed", "more"));
+  diff.hidden = changes.diff === "";
+  diff.replaceChildren(...changes.diff.split("\n").map(diffLine));
+  cut.hidden = !changes.diffCut;
+  cut.textContent = changes.diffCut ? `The diff goes on: webcodex changes ${model.runId} --patch shows all of it.` : "";
+}
+
+/** Once a worktree run ended: its recorded change, asked as the caller (the tool's ownership rule applies). */
+async function loadChanges(app: App): Promise<void> {
+  const runId = model.runId;
+  if (runId === null || model.branch === null || !isTerminal(model) || changesFor === runId) return;
+  changesFor = runId;
+  changes = null;
+  changesProblem = null;
+  for (let tries = 0; tries < MAX_CHANGES_TRIES && model.runId === runId; tries++) {
+    let result: Json;
+    try {
+      result = (await app.callServerTool({
+        name: CHANGES_TOOL,
+        arguments: { run_id: runId, max_bytes: CHANGES_PAGE_BYTES },
+      })) as Json;
+    } catch (err) {
+      changesProblem = `Could not read the change through the host: ${visibleControls(String((err as Error)?.message ?? err))}`;
+      draw();
+      await sleep(RETRY_DELAY_MS);
+      continue;
+    }
+    if (model.runId !== runId) return;
+    if (result.isError === true) {
+      changesProblem = errorOf(result).message;
+      draw();
+      return;
+    }
+    const sc = result.structuredContent as Json | undefined;
+    if (sc && sc.recorded === true) {
+      changes = changesOf(sc);
+      changesProblem = null;
+      draw();
+      return;
+    }
+    await sleep(RETRY_DELAY_MS);
+  }
+  if (model.runId === runId && changes === null) {
+    changesProblem = "The change is not recorded yet; open the run again later to see it.";
+    draw();
+  }
 }
 
 /** The `{error:{message}}` text of a tool error result, as plain text. */
@@ -198,6 +301,7 @@ async function follow(app: App): Promise<void> {
   } finally {
     following = false;
   }
+  void loadChanges(app);
 }
 
 /** The run a tool result names: a start or observe result, or a task-backed start (`_meta`). */
@@ -217,8 +321,12 @@ function onToolResult(app: App, result: Json): void {
   }
   const run = runOf(result);
   if (run === null) return;
-  if (run.run_id !== model.runId)
+  if (run.run_id !== model.runId) {
     Object.assign(model, emptyModel(), { project: model.project, provider: model.provider });
+    changes = null;
+    changesFor = null;
+    changesProblem = null;
+  }
   model.runId = run.run_id as string;
   // A start result's token observes from the run's beginning. An observe result's events begin wherever its
   // caller's cursor was, and a replayed start may be long over: both follow from a bounded baseline instead.

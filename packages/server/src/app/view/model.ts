@@ -20,6 +20,12 @@ export const MAX_STEPS = 500;
 export const MAX_FILES = 500;
 /** How a path outside the project is shown (the Runner already masks such paths the same way). */
 export const OUTSIDE_PROJECT = "<outside project>";
+/** Diff bytes the view asks get_coding_agent_changes for (one page; the Server's default page). */
+export const CHANGES_PAGE_BYTES = 64 * 1024;
+/** Characters of the diff drawn at most (the page is already bounded; this bounds what reaches the page). */
+export const MAX_DIFF_CHARS = 64 * 1024;
+/** Files of a recorded change listed (further ones are counted, not listed). */
+export const MAX_CHANGE_FILES = 500;
 
 export interface Step {
   id: string;
@@ -40,8 +46,35 @@ export interface PlanEntry {
   status: string;
 }
 
+/** One file of a worktree run's recorded change (get_coding_agent_changes), as shown. */
+export interface ChangeFile {
+  path: string;
+  oldPath: string | null;
+  status: string;
+  insertions: number;
+  deletions: number;
+  binary: boolean;
+}
+
+/** A worktree run's recorded change: the files and the first page of its diff, as text. */
+export interface ChangesModel {
+  recorded: boolean;
+  branch: string;
+  files: ChangeFile[];
+  /** Files changed but not listed (the Server's or the view's bound). */
+  filesNotListed: boolean;
+  diff: string;
+  /** The diff goes on past what is drawn (another page, the Runner's bound, or MAX_DIFF_CHARS). */
+  diffCut: boolean;
+}
+
 export interface RunModel {
   runId: string | null;
+  /** The run this one continues, and the run that continued it (design §17), as observe names them. */
+  parentRunId: string | null;
+  continuedBy: string | null;
+  /** A worktree run's branch (design §16), from observe; null: the run works in the project's tree. */
+  branch: string | null;
   project: string | null;
   provider: string | null;
   state: RunState | null;
@@ -68,6 +101,9 @@ export interface RunModel {
 export function emptyModel(): RunModel {
   return {
     runId: null,
+    parentRunId: null,
+    continuedBy: null,
+    branch: null,
     project: null,
     provider: null,
     state: null,
@@ -213,12 +249,46 @@ export function applyObservation(m: RunModel, o: Json, now: number): void {
   m.failureKind = str(o.failure_kind);
   m.recoveryKind = str(o.recovery_kind) ?? m.recoveryKind;
   m.runnerOffline = o.runner_offline === true;
+  m.parentRunId = runIdOf(o.parent_run_id) ?? m.parentRunId;
+  m.continuedBy = runIdOf(o.continued_by) ?? m.continuedBy;
+  const ws = o.workspace as Json | undefined;
+  if (typeof ws === "object" && ws !== null && typeof ws.branch === "string") m.branch = visibleControls(ws.branch);
   if (o.history_lost === true) m.historyLost = true;
   for (const e of Array.isArray(o.events) ? (o.events as Json[]) : []) applyEvent(m, e);
   // The run's latest usage as the Server keeps it: shown even when its usage events are gone (history lost).
   if (typeof o.usage === "object" && o.usage !== null) applyEvent(m, { ...(o.usage as Json), kind: "usage" });
   if (m.startedAt === null) m.startedAt = now;
   if (isTerminal(m) && m.endedAt === null) m.endedAt = now;
+}
+
+/** A run id from a result, or null (anything else is not drawn). */
+function runIdOf(v: unknown): string | null {
+  return typeof v === "string" && /^[A-Za-z0-9_-]{1,128}$/.test(v) ? v : null;
+}
+
+/**
+ * A get_coding_agent_changes result (its structuredContent) as the view shows it: paths as changed files are
+ * (shownPath), the diff's controls made visible and cut at MAX_DIFF_CHARS. The diff is project content for the
+ * run's owner: it is only ever drawn as text.
+ */
+export function changesOf(sc: Json): ChangesModel {
+  const files = Array.isArray(sc.files) ? (sc.files as Json[]) : [];
+  const diff = str(sc.diff) ?? "";
+  return {
+    recorded: sc.recorded === true,
+    branch: visibleControls(str(sc.branch) ?? ""),
+    files: files.slice(0, MAX_CHANGE_FILES).map((f) => ({
+      path: shownPath(str(f.path) ?? ""),
+      oldPath: str(f.old_path) === null ? null : shownPath(str(f.old_path) ?? ""),
+      status: visibleControls(str(f.status) ?? ""),
+      insertions: num(f.insertions) ?? 0,
+      deletions: num(f.deletions) ?? 0,
+      binary: f.binary === true,
+    })),
+    filesNotListed: sc.files_truncated === true || files.length > MAX_CHANGE_FILES,
+    diff: visibleControls(diff.slice(0, MAX_DIFF_CHARS)),
+    diffCut: typeof sc.next_cursor === "string" || sc.diff_truncated === true || diff.length > MAX_DIFF_CHARS,
+  };
 }
 
 export function isTerminal(m: RunModel): boolean {

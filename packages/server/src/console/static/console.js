@@ -170,6 +170,8 @@ function renderRuns(snap) {
   } else {
     outcomeBox.replaceChildren(el("span", "No record of this run in the state database.", "muted"));
   }
+  renderChain(runEvents);
+  renderChanges(runEvents.changes);
   const lost = runEvents.history_lost
     ? runEvents.events.length > 0
       ? "Earlier events of this run are no longer available: the Runner restarted or no longer keeps them. "
@@ -184,6 +186,102 @@ function renderRuns(snap) {
     return li;
   });
   document.getElementById("run-events-list").replaceChildren(...items);
+}
+
+/** A button that selects another run (a link of the chain), as clicking its row does. */
+function runLink(runId) {
+  const b = el("button", runId, "link");
+  b.type = "button";
+  b.dataset.run = runId;
+  b.addEventListener("click", () => {
+    const f = filters();
+    f.set("run", runId);
+    setFilters(f);
+  });
+  return b;
+}
+
+/** The selected run's place in its conversation (design §17): the run it continues and the run that continued it. */
+function renderChain(runEvents) {
+  const box = document.getElementById("run-chain");
+  const parts = [];
+  if (runEvents.parent_run_id) {
+    const p = el("span", null, "chain-parent");
+    p.append(el("span", "Continues "), runLink(runEvents.parent_run_id));
+    parts.push(p);
+  }
+  if (runEvents.continued_by) {
+    const c = el("span", null, "chain-child");
+    c.append(el("span", `${parts.length > 0 ? " · " : ""}Continued by `), runLink(runEvents.continued_by));
+    parts.push(c);
+  }
+  box.hidden = parts.length === 0;
+  box.replaceChildren(...parts);
+}
+
+/** A worktree run's changed files with counts (never the diff: that is for the run's owner, in the run view). */
+function renderChanges(changes) {
+  const box = document.getElementById("run-changes");
+  box.hidden = !changes;
+  if (!changes) return;
+  const note = document.getElementById("run-changes-note");
+  const head = changes.head_commit ? ` → ${changes.head_commit.slice(0, 12)}` : "";
+  note.textContent =
+    `Branch ${changes.branch}, base ${changes.base_commit.slice(0, 12)}${head}. ` +
+    (changes.unavailable
+      ? `Files not listed: ${changes.unavailable}`
+      : changes.recorded
+        ? `${changes.files.length} file(s)${changes.files_truncated ? ", more not listed" : ""}. The diff is shown to the run's owner only.`
+        : "Not recorded yet: the run has not ended.");
+  fillRows("run-changes-files", changes.files, (f) => [
+    f.status,
+    f.old_path ? `${f.old_path} → ${f.path}` : f.path,
+    f.binary ? "binary" : f.insertions,
+    f.binary ? "" : f.deletions,
+  ]);
+}
+
+async function redeliver(eventId, button) {
+  button.disabled = true;
+  const res = await fetch("/console/webhooks/redeliver", {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ csrf, event_id: eventId }).toString(),
+  });
+  if (!res.ok) {
+    const body = await res.json().catch(() => ({ error: `HTTP ${res.status}` }));
+    button.disabled = false;
+    window.alert(`Not redelivered: ${body.error}`);
+  } else {
+    button.textContent = "due again";
+  }
+}
+
+function renderWebhooks(webhooks) {
+  fillRows("webhook-subs", webhooks.subscriptions, (w, tr) => {
+    tr.dataset.subscription = w.subscription_id;
+    tr.dataset.status = w.status;
+    return [
+      w.subscription_id,
+      w.principal_id,
+      w.host,
+      w.event_types.join(" "),
+      w.status,
+      w.consecutive_failures,
+      w.pending,
+      w.delivered,
+      w.dead,
+    ];
+  });
+  fillRows("dead-letters", webhooks.dead_letters, (d, tr) => {
+    tr.dataset.event = d.event_id;
+    const b = el("button", "Redeliver", "danger");
+    b.type = "button";
+    b.addEventListener("click", () => void redeliver(d.event_id, b));
+    const error = d.last_error ?? (d.last_status === null ? null : `HTTP ${d.last_status}`);
+    return [d.event_id, d.subscription_id, d.event_type, d.run_id, d.state, d.attempts, error, when(d.created_at), b];
+  });
 }
 
 async function revoke(grantId, button) {
@@ -237,6 +335,7 @@ function render(snap) {
   fillRows("costs", snap.costs, (r) => [r.day, r.principal_id, costText(r.amount, r.currency), r.runs]);
   fillRows("refusals", snap.refusals, (r) => [when(r.at), r.source, r.who, r.what, r.outcome]);
   renderOAuth(snap.oauth);
+  renderWebhooks(snap.webhooks);
   fillRows("audit-mcp", snap.audit.mcp, (r) => [when(r.at), r.principal_id, r.tool, r.run_id, r.outcome, r.ms]);
   fillRows("audit-link", snap.audit.link, (r) => [when(r.at), r.runner_id, r.event, r.count, r.remote]);
   fillRows("audit-oauth", snap.audit.oauth, (r) => [
