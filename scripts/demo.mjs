@@ -19,7 +19,9 @@
  * overrides/runner.toml in the state folder, which the demo only reads and
  * merges over what it generates (mergeOverrides).
  * Environment: WEBCODEX_DEMO_DIR (state folder), WEBCODEX_DEMO_PORT
- * (Server port, default 7420; 0 picks a free one), NO_COLOR,
+ * (Server port, default 7420; 0 picks a free one), WEBCODEX_DEMO_WORKSPACE
+ * (the demo project's `workspace`: `shared`, the default, or `worktree`: a git
+ * worktree and a recorded change per run; read at every start), NO_COLOR,
  * WEBCODEX_PUBLIC_URL (the https origin a tunnel or proxy serves this port at,
  * e.g. https://abc.trycloudflare.com: the OAuth issuer real hosts connect to;
  * kept in the state folder for later starts, an empty value goes back to loopback).
@@ -47,6 +49,9 @@ import {
 const DEMO_DIR = resolve(process.env.WEBCODEX_DEMO_DIR || join(ROOT, ".webcodex", "demo"));
 const PORT = process.env.WEBCODEX_DEMO_PORT === undefined ? 7420 : Number(process.env.WEBCODEX_DEMO_PORT);
 const PUBLIC_URL_FILE = join(DEMO_DIR, "public_url");
+/** The demo project's `workspace` mode (runner.example.toml [[projects]]), chosen at each start. */
+const WORKSPACE_MODES = ["shared", "worktree"];
+const WORKSPACE = process.env.WEBCODEX_DEMO_WORKSPACE || "shared";
 /** The operator's own settings, merged over the generated configs; the demo never writes here. */
 const OVERRIDES_DIR = join(DEMO_DIR, "overrides");
 /** The public origin: WEBCODEX_PUBLIC_URL when set (empty: none), else the one a previous start kept. */
@@ -211,6 +216,7 @@ token_file = "runner.token"
 id = ${toml(PROJECT_ID)}
 root = "project"
 allow_patch = true
+workspace = ${toml(WORKSPACE)}
 
 [acp]
 max_concurrent_runs = 2
@@ -327,6 +333,14 @@ async function main() {
     return;
   }
 
+  if (!WORKSPACE_MODES.includes(WORKSPACE)) {
+    fail(
+      `WEBCODEX_DEMO_WORKSPACE must be one of ${WORKSPACE_MODES.join(", ")}, got ${WORKSPACE}`,
+      "`worktree` gives each run a git worktree of its own and records its change (README, Workspaces).",
+    );
+    return;
+  }
+
   mkdirSync(DEMO_DIR, { recursive: true, mode: 0o700 });
   // Both overrides are read before anything starts, so a broken one stops the demo before it writes a config.
   const overrides = { server: readOverride("server.toml"), runner: readOverride("runner.toml") };
@@ -440,7 +454,7 @@ async function main() {
   say(bold("✔ WebCodex demo is running"));
   say(`  MCP URL    ${url}`);
   say(`  token      ${principal.token}`);
-  say(`  project    ${PROJECT_ID} (${projectDir}) · providers: ${providers}`);
+  say(`  project    ${PROJECT_ID} (${projectDir}) · providers: ${providers} · workspace: ${WORKSPACE}`);
   say(
     dim(
       "  the demo's agent runs as your own user (agents_share_runner_user = true): it could read the Runner's " +

@@ -73,7 +73,7 @@ const BANNER_END = "Ctrl-C here stops the demo";
 const PIPE_READER = "process.stdin.pipe(process.stdout)";
 
 export async function startDemo(
-  options: { dir?: string; timeoutMs?: number; throughPipe?: boolean } = {},
+  options: { dir?: string; timeoutMs?: number; throughPipe?: boolean; env?: Record<string, string> } = {},
 ): Promise<DemoStack> {
   const dir = options.dir ?? mkdtempSync(join(tmpdir(), "webcodex-demo-"));
   const reader = options.throughPipe
@@ -81,7 +81,7 @@ export async function startDemo(
     : undefined;
   const child = spawn(process.execPath, [join(ROOT, "scripts", "demo.mjs")], {
     cwd: ROOT,
-    env: { ...process.env, WEBCODEX_DEMO_DIR: dir, WEBCODEX_DEMO_PORT: "0", NO_COLOR: "1" },
+    env: { ...process.env, ...options.env, WEBCODEX_DEMO_DIR: dir, WEBCODEX_DEMO_PORT: "0", NO_COLOR: "1" },
     stdio: reader ? ["ignore", reader.stdin, reader.stdin] : ["ignore", "pipe", "pipe"],
   });
   let output = "";

@@ -212,6 +212,26 @@ describe("npm start (scripts/demo.mjs)", () => {
     expect(existsSync(join(stateDir, "server.toml"))).toBe(false);
   });
 
+  it("refuses a WEBCODEX_DEMO_WORKSPACE it does not know, naming what it takes, before writing any config", () => {
+    const stateDir = mkdtempSync(join(tmpdir(), "webcodex-demo-"));
+    onTestFinished(() => removeDir(stateDir));
+    const run = spawnSync(process.execPath, [join(ROOT, "scripts", "demo.mjs")], {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        WEBCODEX_DEMO_DIR: stateDir,
+        WEBCODEX_DEMO_PORT: "0",
+        WEBCODEX_DEMO_WORKSPACE: "worktrees",
+        NO_COLOR: "1",
+      },
+      encoding: "utf8",
+      timeout: 60_000,
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toContain("WEBCODEX_DEMO_WORKSPACE must be one of shared, worktree, got worktrees");
+    expect(existsSync(join(stateDir, "server.toml"))).toBe(false);
+  });
+
   it("stops in order when Ctrl-C ended the reader of its output first (npm start 2>&1 | tee log)", async () => {
     const piped = await startDemo({ throughPipe: true });
     onTestFinished(async () => {

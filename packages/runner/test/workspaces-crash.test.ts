@@ -83,6 +83,9 @@ function plantLock(path: string, ageMs: number): void {
   utimesSync(path, when, when);
 }
 
+/** Bound on a Runner daemon's link coming up after its start (sized for a loaded machine). */
+const CONNECT_WAIT_MS = 60_000;
+
 /** Older than the git command bound plus its margin (locks.ts STALE_GIT_LOCK_MS = 90 s). */
 const STALE_AGE_MS = 10 * 60_000;
 
@@ -95,9 +98,13 @@ function newRunId(): string {
  * A worktree run whose agent wrote notes/edit.txt and holds, its Runner then SIGKILLed (its agent left running,
  * as a kill of the Runner's pid alone leaves it; the next start reaps it).
  */
-async function killedMidEdit(server: TestServer, sandbox: Sandbox, runId: string): Promise<{ worktree: string }> {
+async function killedMidEdit(
+  server: TestServer,
+  sandbox: Sandbox,
+  runId: string,
+): Promise<{ worktree: string; first: ReturnType<typeof startRunner> }> {
   const first = startRunner(sandbox);
-  const conn = await server.nextConnection();
+  const conn = await server.nextConnection(CONNECT_WAIT_MS);
   const start = runStart(conn, runId, "scenario: edit_file path=notes/edit.txt text=before-the-crash hold=true");
   conn.send(start);
   expect(await conn.next(answers(start.request_id))).toMatchObject({ type: "run.start.result" });
@@ -108,7 +115,7 @@ async function killedMidEdit(server: TestServer, sandbox: Sandbox, runId: string
   const worktree = join(sandbox.stateDir, "workspaces", runId);
   expect(readFileSync(join(worktree, "notes", "edit.txt"), "utf8")).toBe("before-the-crash\n");
   await first.signal("SIGKILL");
-  return { worktree };
+  return { worktree, first };
 }
 
 /** The run's change as `run.changes` answers it now. */
@@ -125,6 +132,45 @@ function count(output: string, text: string): number {
 
 const WAITS = "recording the run's change waits for git locks that may still be held";
 
+/** A test Server and a worktree sandbox, cleaned up after the test. */
+async function setUp(): Promise<{ server: TestServer; sandbox: Sandbox; project: string }> {
+  const server = await startTestServer();
+  servers.push(server);
+  const sandbox = worktreeSandbox(server.url);
+  sandboxes.push(sandbox);
+  return { server, sandbox, project: join(sandbox.dir, "project") };
+}
+
+/** The head the restarted Runner's hello reports for the run, which recovery ended lost with its change recorded. */
+function recoveredHead(conn: RunnerConnection, runId: string): string {
+  const run = conn.hello.inventory.find((r) => r.run_id === runId);
+  expect(run).toMatchObject({ state: "lost", workspace: { mode: "worktree", branch: `webcodex/run/${runId}` } });
+  const head = run?.workspace?.head_commit ?? "";
+  expect(head).toMatch(/^[0-9a-f]{40}$/);
+  return head;
+}
+
+/** No worktree of the run left: not on disk, not in the Runner's workspaces dir, not in git's list. */
+function expectWorktreeGone(sandbox: Sandbox, project: string, worktree: string, runId: string): void {
+  expect(existsSync(worktree)).toBe(false);
+  expect(readdirSync(join(sandbox.stateDir, "workspaces"))).toEqual([]);
+  expect(git(project, "worktree", "list", "--porcelain")).not.toContain(runId);
+}
+
+/** Asks `run.changes` until the change is recorded (a retry of the Runner's); then the worktree goes. */
+async function untilRecorded(conn: RunnerConnection, runId: string, worktree: string, what: string): Promise<void> {
+  let n = 1;
+  await poll(
+    async () => {
+      n += 1;
+      const answer = await changesOf(conn, runId, n);
+      return "changes" in answer && answer.changes.recorded;
+    },
+    { timeoutMs: 90_000, intervalMs: 1_000, what },
+  );
+  await poll(() => !existsSync(worktree), { timeoutMs: 30_000, what: "the worktree removed" });
+}
+
 const holders: ChildProcess[] = [];
 const servers: TestServer[] = [];
 const sandboxes: Sandbox[] = [];
@@ -140,46 +186,21 @@ afterEach(async () => {
 
 describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
   it("records the change of a run whose Runner was killed mid-edit, at the next start, before the hello", async () => {
-    const server = await startTestServer();
-    servers.push(server);
-    const sandbox = worktreeSandbox(server.url);
-    sandboxes.push(sandbox);
-    const project = join(sandbox.dir, "project");
-    const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
-    const runId = `wc_agent_run_${Array.from(randomBytes(26), (b) => alphabet[b % 32]).join("")}`;
-
-    const first = startRunner(sandbox);
-    const conn1 = await server.nextConnection();
-    const start = runStart(conn1, runId, "scenario: edit_file path=notes/edit.txt text=before-the-crash hold=true");
-    conn1.send(start);
-    expect(await conn1.next(answers(start.request_id))).toMatchObject({ type: "run.start.result" });
-    await poll(() => readLedger(sandbox.ledger).some((l) => l.event === "file_edited"), {
-      timeoutMs: 60_000,
-      what: "the agent's edit",
-    });
-    const worktree = join(sandbox.stateDir, "workspaces", runId);
-    expect(readFileSync(join(worktree, "notes", "edit.txt"), "utf8")).toBe("before-the-crash\n");
-    await first.signal("SIGKILL");
+    const { server, sandbox, project } = await setUp();
+    const runId = newRunId();
+    const { worktree, first } = await killedMidEdit(server, sandbox, runId);
 
     const second = startRunner(sandbox);
-    const conn2 = await server.nextConnection();
+    const conn2 = await server.nextConnection(CONNECT_WAIT_MS);
     // Before the hello: the agent reaped, the change recorded, the worktree gone.
     expect(processesMentioning(sandbox.ledger)).toEqual([]);
-    const run = conn2.hello.inventory.find((r) => r.run_id === runId);
-    expect(run).toMatchObject({ state: "lost", workspace: { mode: "worktree", branch: `webcodex/run/${runId}` } });
-    const head = run?.workspace?.head_commit ?? "";
-    expect(head).toMatch(/^[0-9a-f]{40}$/);
+    const head = recoveredHead(conn2, runId);
     expect(git(project, "show", `${head}:notes/edit.txt`)).toBe("before-the-crash");
     expect(git(project, "log", "-1", "--format=%B", head)).toContain(runId);
-    expect(existsSync(worktree)).toBe(false);
-    expect(readdirSync(join(sandbox.stateDir, "workspaces"))).toEqual([]);
-    expect(git(project, "worktree", "list", "--porcelain")).not.toContain(runId);
+    expectWorktreeGone(sandbox, project, worktree, runId);
     expect(second.output()).toContain("workspaces recovered");
 
-    const ask: RunChangesFrame = { type: "run.changes", request_id: "changes-1", run_id: runId, max_bytes: 4096 };
-    conn2.send(ask);
-    const answer = await conn2.next(answers(ask.request_id));
-    expect(answer).toMatchObject({
+    expect(await changesOf(conn2, runId, 1)).toMatchObject({
       type: "run.changes.result",
       changes: {
         recorded: true,
@@ -192,11 +213,7 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
     expect(first.output()).not.toContain("before-the-crash");
   });
   it("removes a stale index.lock a git killed with the Runner left, then records the change and the worktree goes", async () => {
-    const server = await startTestServer();
-    servers.push(server);
-    const sandbox = worktreeSandbox(server.url);
-    sandboxes.push(sandbox);
-    const project = join(sandbox.dir, "project");
+    const { server, sandbox, project } = await setUp();
     const runId = newRunId();
     const { worktree } = await killedMidEdit(server, sandbox, runId);
     // As a `git add` or `git commit` of the Runner's, killed with it, leaves its locks: the worktree's index and
@@ -208,18 +225,13 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
     plantLock(refLock, STALE_AGE_MS);
 
     const second = startRunner(sandbox);
-    const conn = await server.nextConnection();
-    const run = conn.hello.inventory.find((r) => r.run_id === runId);
-    expect(run).toMatchObject({ state: "lost", workspace: { mode: "worktree", branch: `webcodex/run/${runId}` } });
-    const head = run?.workspace?.head_commit ?? "";
-    expect(head).toMatch(/^[0-9a-f]{40}$/);
+    const conn = await server.nextConnection(CONNECT_WAIT_MS);
+    const head = recoveredHead(conn, runId);
     expect(git(project, "show", `webcodex/run/${runId}:notes/edit.txt`)).toBe("before-the-crash");
     expect(git(project, "rev-parse", `webcodex/run/${runId}`)).toBe(head);
     expect(existsSync(indexLock)).toBe(false);
     expect(existsSync(refLock)).toBe(false);
-    expect(existsSync(worktree)).toBe(false);
-    expect(readdirSync(join(sandbox.stateDir, "workspaces"))).toEqual([]);
-    expect(git(project, "worktree", "list", "--porcelain")).not.toContain(runId);
+    expectWorktreeGone(sandbox, project, worktree, runId);
     expect(second.output()).toContain("stale git locks of a killed git removed");
     // Log lines name the run, never a path or the change.
     expect(second.output()).not.toContain(admin);
@@ -227,11 +239,7 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
   });
 
   it("leaves a lock younger than the git bound in place, then records the change once it turns stale", async () => {
-    const server = await startTestServer();
-    servers.push(server);
-    const sandbox = worktreeSandbox(server.url);
-    sandboxes.push(sandbox);
-    const project = join(sandbox.dir, "project");
+    const { server, sandbox, project } = await setUp();
     const runId = newRunId();
     const { worktree } = await killedMidEdit(server, sandbox, runId);
     // Just written: its git (an orphan of a Runner killed alone) may still be about to finish it.
@@ -239,7 +247,7 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
     plantLock(indexLock, 0);
 
     const second = startRunner(sandbox);
-    const conn = await server.nextConnection();
+    const conn = await server.nextConnection(CONNECT_WAIT_MS);
     const run = conn.hello.inventory.find((r) => r.run_id === runId);
     expect(run).toMatchObject({ state: "lost", workspace: { mode: "worktree" } });
     expect(run?.workspace?.head_commit).toBeUndefined();
@@ -250,28 +258,15 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
 
     // Time passes (as the lock's clock sees it): the next retry finds it stale.
     plantLock(indexLock, STALE_AGE_MS);
-    let n = 1;
-    await poll(
-      async () => {
-        n += 1;
-        const answer = await changesOf(conn, runId, n);
-        return "changes" in answer && answer.changes.recorded;
-      },
-      { timeoutMs: 90_000, intervalMs: 1_000, what: "the change recorded on a retry" },
-    );
+    await untilRecorded(conn, runId, worktree, "the change recorded on a retry");
     const head = git(project, "rev-parse", `webcodex/run/${runId}`);
     expect(git(project, "show", `${head}:notes/edit.txt`)).toBe("before-the-crash");
     expect(existsSync(indexLock)).toBe(false);
-    await poll(() => !existsSync(worktree), { timeoutMs: 30_000, what: "the worktree removed" });
     expect(second.output()).toContain("unrecorded changes recorded on retry");
   });
 
   it("leaves an old lock a live process holds open, and records the change once it is let go", async () => {
-    const server = await startTestServer();
-    servers.push(server);
-    const sandbox = worktreeSandbox(server.url);
-    sandboxes.push(sandbox);
-    const project = join(sandbox.dir, "project");
+    const { server, sandbox, project } = await setUp();
     const runId = newRunId();
     const { worktree } = await killedMidEdit(server, sandbox, runId);
     // Old, but open in a live process: a git orphaned by a Runner killed alone, still at work past any bound.
@@ -283,7 +278,7 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
     holders.push(holder);
 
     const second = startRunner(sandbox);
-    const conn = await server.nextConnection();
+    const conn = await server.nextConnection(CONNECT_WAIT_MS);
     const run = conn.hello.inventory.find((r) => r.run_id === runId);
     expect(run?.workspace?.head_commit).toBeUndefined();
     expect(existsSync(indexLock)).toBe(true);
@@ -295,17 +290,8 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
     expect(await changesOf(conn, runId, 1)).toMatchObject({ changes: { recorded: false } });
 
     holder.kill("SIGKILL");
-    let n = 1;
-    await poll(
-      async () => {
-        n += 1;
-        const answer = await changesOf(conn, runId, n);
-        return "changes" in answer && answer.changes.recorded;
-      },
-      { timeoutMs: 90_000, intervalMs: 1_000, what: "the change recorded once the lock is let go" },
-    );
+    await untilRecorded(conn, runId, worktree, "the change recorded once the lock is let go");
     const head = git(project, "rev-parse", `webcodex/run/${runId}`);
     expect(git(project, "show", `${head}:notes/edit.txt`)).toBe("before-the-crash");
-    await poll(() => !existsSync(worktree), { timeoutMs: 30_000, what: "the worktree removed" });
   });
 });

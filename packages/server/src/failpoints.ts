@@ -15,11 +15,15 @@
  *   recorded yet.
  * - `start_after_run_start`: the same point for start_coding_agent.
  * - `webhook_before_attempt`: a webhook event is claimed for delivery (committed), not sent yet.
+ * - `key_lookup`: a key typed into the console login or the OAuth consent page is counted against its
+ *   wrong-key limit, not looked up yet.
  *
- * WEBCODEX_SERVER_FAILPOINT_ACTION (read once as well) chooses what happens there: `kill` (the default) or
- * `hold`: the start waits at that point, once, after writing FAILPOINT_HOLDING_LINE to stderr, until the
- * process receives SIGUSR2 — so a test can change the world at that exact point (stop the database) and
- * then let the start go on.
+ * WEBCODEX_SERVER_FAILPOINT_ACTION (read once as well) chooses what happens there: `kill` (the default),
+ * `hold`: the first request to reach the point waits there, after writing FAILPOINT_HOLDING_LINE to stderr,
+ * until the process receives SIGUSR2 — so a test can change the world at that exact point (stop the database)
+ * and then let it go on — or `hold_all`: every request that reaches the point waits there (each writes the
+ * line) until the first SIGUSR2 releases them all at once; later ones pass. So a test gathers concurrent
+ * requests inside the window between a check and its effect, and sees how many got in (a race made certain).
  */
 export const SERVER_FAILPOINTS = [
   "start_after_intent",
@@ -27,6 +31,7 @@ export const SERVER_FAILPOINTS = [
   "task_after_run_start",
   "start_after_run_start",
   "webhook_before_attempt",
+  "key_lookup",
 ] as const;
 export type ServerFailpointName = (typeof SERVER_FAILPOINTS)[number];
 
@@ -35,17 +40,20 @@ export const SERVER_FAILPOINT_ACTION_ENV = "WEBCODEX_SERVER_FAILPOINT_ACTION";
 /** What a held failpoint writes to stderr (followed by its name) when it starts holding. */
 export const FAILPOINT_HOLDING_LINE = "webcodex-server failpoint holding (SIGUSR2 releases):";
 
-type Action = "kill" | "hold";
+const ACTIONS = ["kill", "hold", "hold_all"] as const;
+type Action = (typeof ACTIONS)[number];
 
 function readOnce(): { active: ServerFailpointName | null; invalid: string | null; action: Action } {
   const raw = process.env[SERVER_FAILPOINT_ENV];
-  const action: Action = process.env[SERVER_FAILPOINT_ACTION_ENV] === "hold" ? "hold" : "kill";
+  const action: Action = ACTIONS.find((a) => a === process.env[SERVER_FAILPOINT_ACTION_ENV]) ?? "kill";
   if (raw === undefined || raw === "") return { active: null, invalid: null, action };
   const match = SERVER_FAILPOINTS.find((name) => name === raw);
   return match ? { active: match, invalid: null, action } : { active: null, invalid: raw.slice(0, 64), action };
 }
 
 let held = false;
+/** With `hold_all`: the release every waiting request awaits, until SIGUSR2 (then null: later ones pass). */
+let gate: Promise<void> | null | undefined;
 
 const STARTUP = Object.freeze(readOnce());
 
@@ -61,13 +69,25 @@ export function invalidServerFailpointValue(): string | null {
 
 /**
  * Crash here (SIGKILL to this very process) if this failpoint is armed; with the `hold` action, the first
- * time only, a promise that resolves at SIGUSR2 (the caller awaits it). Otherwise do nothing.
+ * time only, a promise that resolves at SIGUSR2 (the caller awaits it); with `hold_all`, every time until the
+ * first SIGUSR2, a promise that resolves then. Otherwise do nothing.
  */
 export function serverFailpoint(name: ServerFailpointName): Promise<void> | undefined {
   if (STARTUP.active !== name) return undefined;
   if (STARTUP.action === "kill") {
     process.kill(process.pid, "SIGKILL");
     return undefined;
+  }
+  if (STARTUP.action === "hold_all") {
+    if (gate === null) return undefined;
+    gate ??= new Promise<void>((resolve) =>
+      process.once("SIGUSR2", () => {
+        gate = null;
+        resolve();
+      }),
+    );
+    process.stderr.write(`${FAILPOINT_HOLDING_LINE} ${name}\n`);
+    return gate;
   }
   if (held) return undefined;
   held = true;

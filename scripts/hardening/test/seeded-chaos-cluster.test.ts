@@ -45,13 +45,13 @@ import {
   ACTION_DELAY_MAX_MS,
   expectCanaryAbsent,
   expectNoAgents,
-  expectSingleDispatches,
-  expectTruthfulEnd,
+  expectTruthfulEnds,
+  killAll,
   RECONNECT_WAIT_MS,
-  RUN_TIMEOUT_SECS,
   SCENARIOS,
   type Seen,
   sha256,
+  startInput,
   TerminalBook,
   tally,
 } from "./support/chaos.js";
@@ -301,13 +301,7 @@ describe("seeded chaos, cluster mode: two instances on PostgreSQL behind a load 
         const prompt = promptOf.get(key) ?? `${SCENARIOS[step.scenario]}\nchaos ${key}`;
         promptOf.set(key, prompt);
         tally(actions, step.action);
-        const input = {
-          project_id: "p1",
-          provider_id: "fake",
-          idempotency_key: key,
-          prompt,
-          timeout_secs: RUN_TIMEOUT_SECS,
-        };
+        const input = startInput(key, prompt);
         // A replay_other's first call goes to one instance and its replay to the other, racing it.
         const firstPort = step.action === "replay_other" ? ports()[step.instance] : lb.port;
         const startCall = call<StartOutput>(firstPort, "start", input).catch(() => null);
@@ -325,11 +319,7 @@ describe("seeded chaos, cluster mode: two instances on PostgreSQL behind a load 
             await killInstance(step.instance);
             break;
           case "kill_agent":
-            for (const pid of agentPids()) {
-              try {
-                process.kill(pid, "SIGKILL");
-              } catch {}
-            }
+            killAll(agentPids());
             break;
           case "replay_other":
             otherCall = call<StartOutput>(ports()[1 - step.instance]!, "start", input).catch(() => null);
@@ -391,12 +381,10 @@ describe("seeded chaos, cluster mode: two instances on PostgreSQL behind a load 
       // Invariants over every run, from the ledger and the instances' answers.
       await ensureUp();
       const ledger = stack.prompts("r1");
-      const dispatches = expectSingleDispatches(ledger);
+      const { ends } = await expectTruthfulEnds(runOf, (key) => promptOf.get(key)!, ledger, observeTerminal);
       const states = new Map<string, number>();
-      for (const [key, runId] of runOf) {
-        const seen = await observeTerminal(runId); // also: unchanged since first seen terminal
+      for (const [key, { runId, seen }] of ends) {
         tally(states, [seen.state, seen.execution_state, seen.failure_kind ?? ""].join("/").replace(/\/$/, ""));
-        expectTruthfulEnd(key, seen, dispatches.has(sha256(promptOf.get(key)!)));
         // Each instance gives the same end.
         for (const port of ports()) {
           const o = await call<ObserveOutput>(port, "observe", { run_id: runId });

@@ -13,17 +13,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
 import { WebhookReceiver } from "../../../packages/server/test/support/webhook-receiver.js";
 import { subscribe, verified } from "../../../packages/server/test/support/webhooks.js";
-import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll, processesMentioning } from "../../test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, poll } from "../../test-support/index.js";
 import {
   ACTION_DELAY_MAX_MS,
+  type ChaosAction as Action,
+  ChaosStack,
   expectNoAgents,
-  expectSingleDispatches,
-  expectTruthfulEnd,
-  RECONNECT_WAIT_MS,
-  RUN_TIMEOUT_SECS,
+  expectTruthfulEnds,
+  mustStart,
   SCENARIOS,
   type Seen,
-  sha256,
+  startInput,
   TerminalBook,
   tally,
 } from "./support/chaos.js";
@@ -48,8 +48,6 @@ const RETRY_BASE_MS = 1000;
 /** The run events alice subscribes to. */
 const EVENTS = "run.started,run.waiting_permission,run.terminal,run.lost";
 
-type Action = "none" | "cancel" | "replay" | "kill_runner" | "kill_server" | "kill_both" | "kill_agent";
-
 interface Row {
   seq: number;
   event_id: string;
@@ -61,6 +59,7 @@ interface Row {
 
 describe("seeded chaos with a webhook subscription: nothing lost, in order, duplicates only by id", () => {
   let stack: ProcStack;
+  let chaos: ChaosStack;
   let hook: WebhookReceiver;
 
   beforeAll(async () => {
@@ -70,25 +69,13 @@ describe("seeded chaos with a webhook subscription: nothing lost, in order, dupl
       extraServerToml: `[server.webhooks]\nallow_loopback_http = true\nretry_base_ms = ${RETRY_BASE_MS}\n`,
     }).init();
     await stack.startRunner("r1");
+    chaos = new ChaosStack(stack);
   });
 
   afterAll(async () => {
     await hook?.close();
     await stack?.stop();
   });
-
-  async function ensureUp(): Promise<void> {
-    if (!stack.serverChild) await stack.startServer();
-    if (!stack.runnerProcs.has("r1")) await stack.startRunner("r1");
-    else
-      await poll(async () => (await stack.projects("alice"))[0]?.runner_online, {
-        timeoutMs: RECONNECT_WAIT_MS,
-        intervalMs: DAEMON_POLL_MS,
-        what: "the Runner back online",
-      });
-  }
-
-  const agentPids = (): number[] => processesMentioning(stack.ledgerFile("r1"));
 
   it(
     `delivers every run's end through ${ITERATIONS} seeded iterations of kills, replays and cancels`,
@@ -134,72 +121,28 @@ describe("seeded chaos with a webhook subscription: nothing lost, in order, dupl
       const runOf = new Map<string, string>();
       const book = new TerminalBook();
       const actions = new Map<string, number>();
-      const observeTerminal = (runId: string): Promise<Seen> =>
-        book.untilTerminal(runId, async () => {
-          const o = await stack.observe("alice", { run_id: runId }).catch(() => null);
-          return o?.ok ? o.value : null;
-        });
+      const observeTerminal = (runId: string): Promise<Seen> => chaos.observeTerminal(book, runId);
 
       for (const [i, step] of plan.entries()) {
         const key = `hook-key-${step.key}`;
         const prompt = promptOf.get(key) ?? `${SCENARIOS[step.scenario]}\nchaos ${key}`;
         promptOf.set(key, prompt);
         tally(actions, step.action);
-        const input = {
-          project_id: "p1",
-          provider_id: "fake",
-          idempotency_key: key,
-          prompt,
-          timeout_secs: RUN_TIMEOUT_SECS,
-        };
-        const mustStart = async () => {
-          const r = await stack.start("alice", input);
-          if (!r.ok) throw new Error(`iteration ${i}: start of ${key} refused: ${JSON.stringify(r.error)}`);
-          return r.value;
-        };
-        const startCall = stack.start("alice", input).catch(() => null);
-        if (step.delayMs > 0) await new Promise((r) => setTimeout(r, step.delayMs));
-        switch (step.action) {
-          case "kill_runner":
-            await stack.killRunner("r1", "SIGKILL");
-            break;
-          case "kill_server":
-            await stack.killServer("SIGKILL");
-            break;
-          case "kill_both":
-            await stack.killRunner("r1", "SIGKILL");
-            await stack.killServer("SIGKILL");
-            break;
-          case "kill_agent":
-            for (const pid of agentPids()) {
-              try {
-                process.kill(pid, "SIGKILL");
-              } catch {}
-            }
-            break;
-          default:
-            break;
-        }
-        const first = await startCall;
-        await ensureUp();
-        const replay = await mustStart();
-        if (first?.ok) expect(replay.run_id, `iteration ${i}: replay of ${key}`).toBe(first.value.run_id);
-        const known = runOf.get(key);
-        if (known) expect(replay.run_id).toBe(known);
-        runOf.set(key, replay.run_id);
+        const start = () => chaos.start(startInput(key, prompt));
+        const replay = await chaos.startStep(i, key, step.action, step.delayMs, start, runOf);
         if (step.action === "cancel") okValue(await stack.cancel("alice", { run_id: replay.run_id }));
         await observeTerminal(replay.run_id);
-        if (step.action === "replay") expect((await mustStart()).replayed).toBe(true);
+        if (step.action === "replay") expect((await mustStart(i, key, start)).replayed).toBe(true);
       }
 
-      await ensureUp();
-      const dispatches = expectSingleDispatches(stack.prompts("r1"));
-      const ends = new Map<string, Seen>();
-      for (const [key, runId] of runOf) {
-        const seen = await observeTerminal(runId);
-        expectTruthfulEnd(key, seen, dispatches.has(sha256(promptOf.get(key)!)));
-        ends.set(runId, seen);
-      }
+      await chaos.ensureUp();
+      const { ends: endOfKey } = await expectTruthfulEnds(
+        runOf,
+        (key) => promptOf.get(key)!,
+        stack.prompts("r1"),
+        observeTerminal,
+      );
+      const ends = new Map([...endOfKey.values()].map((e) => [e.runId, e.seen]));
 
       // 0 lost: every run's end arrives with its final state, and every committed event, answered 200.
       const endOf = (runId: string) => (ends.get(runId)?.state === "lost" ? "run.lost" : "run.terminal");
@@ -234,7 +177,7 @@ describe("seeded chaos with a webhook subscription: nothing lost, in order, dupl
         const seqs = events.filter((e) => e.data.run_id === runId).map((e) => byId.get(e.id)?.seq ?? -1);
         expect(seqs, `the order of ${runId}'s events`).toEqual([...seqs].sort((x, y) => x - y));
       }
-      await expectNoAgents(agentPids);
+      await expectNoAgents(() => chaos.agentPids());
       const duplicates = events.filter((e) => e.status === 200).length - rows.length;
       const failed = events.filter((e) => e.status === 500).length;
       console.log(

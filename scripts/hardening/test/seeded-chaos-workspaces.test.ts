@@ -15,20 +15,20 @@
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, realpathSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
-import { DAEMON_POLL_MS, poll, processesMentioning, readLedger } from "../../test-support/index.js";
+import { DAEMON_POLL_MS, poll, readLedger } from "../../test-support/index.js";
 import {
+  type ChaosAction as Action,
+  ChaosStack,
   expectNoAgents,
-  expectSingleDispatches,
-  expectTruthfulEnd,
-  RECONNECT_WAIT_MS,
-  RUN_TIMEOUT_SECS,
+  expectTruthfulEnds,
+  filesUnder,
   type Seen,
-  sha256,
+  startInput,
   TERMINAL,
   TERMINAL_DEADLINE_MS,
   TerminalBook,
@@ -48,8 +48,6 @@ const KEY_POOL = Math.max(3, Math.ceil((ITERATIONS * 2) / 3));
 const ACTION_DELAY_MAX_MS = 1_500;
 /** Bound on one git command of the checks. */
 const GIT_TIMEOUT_MS = 30_000;
-
-type Action = "none" | "cancel" | "replay" | "kill_runner" | "kill_server" | "kill_both" | "kill_agent";
 
 interface Step {
   key: number;
@@ -81,24 +79,9 @@ function git(cwd: string, ...args: string[]): string | null {
   }
 }
 
-/** Every regular file under `dir`. */
-function filesUnder(dir: string): string[] {
-  if (!existsSync(dir)) return [];
-  const files: string[] = [];
-  const walk = (at: string) => {
-    for (const name of readdirSync(at)) {
-      const p = join(at, name);
-      const st = statSync(p, { throwIfNoEntry: false });
-      if (st?.isDirectory()) walk(p);
-      else if (st?.isFile()) files.push(p);
-    }
-  };
-  walk(dir);
-  return files;
-}
-
 describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of worktree runs", () => {
   let stack: ProcStack;
+  let chaos: ChaosStack;
 
   beforeAll(async () => {
     stack = await new ProcStack({
@@ -106,6 +89,7 @@ describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of 
       runners: [{ id: "r1", projects: ["p1"], worktreeProjects: ["p1"] }],
     }).init();
     await stack.startRunner("r1");
+    chaos = new ChaosStack(stack);
   });
 
   afterAll(async () => {
@@ -114,17 +98,6 @@ describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of 
 
   const projectRoot = () => join(stack.dir, "projects", "p1");
   const runnerStateDir = () => join(stack.dir, "runner-state-r1");
-
-  async function ensureUp(): Promise<void> {
-    if (!stack.serverChild) await stack.startServer();
-    if (!stack.runnerProcs.has("r1")) await stack.startRunner("r1");
-    else
-      await poll(async () => (await stack.projects("alice"))[0]?.runner_online, {
-        timeoutMs: RECONNECT_WAIT_MS,
-        intervalMs: DAEMON_POLL_MS,
-        what: "the Runner back online",
-      });
-  }
 
   /** The paths the agent's ledger says it edited. */
   function editedPaths(): Set<string> {
@@ -145,10 +118,6 @@ describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of 
       },
       { timeoutMs: TERMINAL_DEADLINE_MS, intervalMs: DAEMON_POLL_MS, what: `the edit of ${path} or its run's end` },
     );
-  }
-
-  function agentPids(): number[] {
-    return processesMentioning(stack.ledgerFile("r1"));
   }
 
   it(
@@ -180,11 +149,7 @@ describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of 
       const book = new TerminalBook();
       const actions = new Map<string, number>();
 
-      const observeTerminal = (runId: string): Promise<Seen> =>
-        book.untilTerminal(runId, async () => {
-          const o = await stack.observe("alice", { run_id: runId }).catch(() => null);
-          return o?.ok ? o.value : null;
-        });
+      const observeTerminal = (runId: string): Promise<Seen> => chaos.observeTerminal(book, runId);
 
       for (const [i, step] of plan.entries()) {
         const key = `ws-key-${step.key}`;
@@ -202,44 +167,9 @@ describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of 
           editOf.set(key, edit);
         }
         tally(actions, `${step.action}${edit.hold ? "+hold" : ""}`);
-        const input = {
-          project_id: "p1",
-          provider_id: "fake",
-          idempotency_key: key,
-          prompt: edit.prompt,
-          timeout_secs: RUN_TIMEOUT_SECS,
-        };
-        const startCall = stack.start("alice", input).catch(() => null);
-        if (step.delayMs > 0) await new Promise((r) => setTimeout(r, step.delayMs));
-        switch (step.action) {
-          case "kill_runner":
-            await stack.killRunner("r1", "SIGKILL");
-            break;
-          case "kill_server":
-            await stack.killServer("SIGKILL");
-            break;
-          case "kill_both":
-            await stack.killRunner("r1", "SIGKILL");
-            await stack.killServer("SIGKILL");
-            break;
-          case "kill_agent":
-            for (const pid of agentPids()) {
-              try {
-                process.kill(pid, "SIGKILL");
-              } catch {}
-            }
-            break;
-          default:
-            break;
-        }
-        const first = await startCall;
-        await ensureUp();
-        // The same key again: the same run, never a second one (and never a second dispatch).
-        const replay = okValue(await stack.start("alice", input));
-        if (first?.ok) expect(replay.run_id, `iteration ${i}: replay of ${key}`).toBe(first.value.run_id);
-        const known = runOf.get(key);
-        if (known) expect(replay.run_id).toBe(known);
-        runOf.set(key, replay.run_id);
+        const input = startInput(key, edit.prompt);
+        const start = () => chaos.start(input);
+        const replay = await chaos.startStep(i, key, step.action, step.delayMs, start, runOf);
         // A holding agent ends its turn only when cancelled: once it made its edit (or its run ended without).
         if (edit.hold) await editedOrEnded(edit.path, replay.run_id);
         if (step.action === "cancel" || edit.hold) okValue(await stack.cancel("alice", { run_id: replay.run_id }));
@@ -253,24 +183,24 @@ describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of 
 
       // A last crash: the restarted Runner's recovery (before its hello) records what is unrecorded and removes
       // every worktree left, the kept ones of terminal runs included.
-      await ensureUp();
+      await chaos.ensureUp();
       await stack.killRunner("r1", "SIGKILL");
       await stack.startRunner("r1");
 
       const ledger = stack.prompts("r1");
-      const dispatches = expectSingleDispatches(ledger);
+      const { ends, states } = await expectTruthfulEnds(
+        runOf,
+        (key) => editOf.get(key)!.prompt,
+        ledger,
+        observeTerminal,
+      );
       const edited = editedPaths();
       const root = projectRoot();
-      const states = new Map<string, number>();
       const lost: string[] = [];
       const strayHeads: string[] = [];
       let heads = 0;
-      for (const [key, runId] of runOf) {
+      for (const [key, { runId, seen, dispatched }] of ends) {
         const edit = editOf.get(key)!;
-        const seen = await observeTerminal(runId); // also: unchanged since first seen terminal
-        tally(states, `${seen.state}/${seen.execution_state}`);
-        const dispatched = dispatches.has(sha256(edit.prompt));
-        expectTruthfulEnd(key, seen, dispatched);
         const wrote = edited.has(edit.path);
         if (seen.state === "completed") expect(wrote, `${key} completed without its edit in the ledger`).toBe(true);
         if (wrote) expect(dispatched, `${key} edited without a dispatch`).toBe(true);
@@ -300,7 +230,7 @@ describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of 
       expect(worktrees).toEqual([realpathSync(root)]);
 
       // No agent outlives its run; a change (project content) and a prompt reach no log and no state file.
-      await expectNoAgents(agentPids);
+      await expectNoAgents(() => chaos.agentPids());
       const scanned = [...filesUnder(runnerStateDir()), ...filesUnder(stack.serverStateDir)];
       const canaries = [...editOf.values()].map((e) => e.canary);
       for (const f of scanned) {

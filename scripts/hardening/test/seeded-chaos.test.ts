@@ -34,19 +34,21 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MAX_LEASE_SECS, MIN_LEASE_SECS } from "../../../packages/server/src/tasks/service.js";
 import { TASK_TOOL_NAMES } from "../../../packages/server/src/tasks/tools.js";
 import { okValue, ProcStack } from "../../../packages/server/test/support/proc-stack.js";
-import { DAEMON_POLL_MS, poll, processesMentioning } from "../../test-support/index.js";
+import { DAEMON_POLL_MS, poll } from "../../test-support/index.js";
 import {
   ACTION_DELAY_MAX_MS,
+  type ChaosAction as Action,
+  ChaosStack,
   CRASH_SCENARIO,
   expectCanaryAbsent,
   expectNoAgents,
-  expectSingleDispatches,
-  expectTruthfulEnd,
-  RECONNECT_WAIT_MS,
+  expectTruthfulEnds,
+  mustStart,
   RUN_TIMEOUT_SECS,
   SCENARIOS,
   type Seen,
-  sha256,
+  type Started,
+  startInput,
   TerminalBook,
   tally,
 } from "./support/chaos.js";
@@ -61,8 +63,6 @@ const KEY_POOL = Math.max(4, Math.ceil((ITERATIONS * 2) / 3));
 const TASK_POOL = Math.max(2, Math.ceil(ITERATIONS / 6));
 const ASSIGNEE = "chaos-host";
 
-type Action = "none" | "cancel" | "replay" | "kill_runner" | "kill_server" | "kill_both" | "kill_agent";
-
 interface Step {
   key: number;
   scenario: number;
@@ -72,9 +72,6 @@ interface Step {
   managed: boolean;
 }
 
-/** A start's answer, plain or managed: the run, or why not. */
-type Started = { ok: true; value: { run_id: string; replayed: boolean } } | { ok: false; error: unknown };
-
 interface TaskClaim {
   task_id: string;
   attempt_id: string;
@@ -83,6 +80,7 @@ interface TaskClaim {
 
 describe("seeded chaos: kills, restarts, replays and cancels", () => {
   let stack: ProcStack;
+  let chaos: ChaosStack;
   let host: TaskHost;
   const canary = `wc-canary-${randomBytes(12).toString("hex")}`;
   const runnerEnv = { WC_CANARY: canary };
@@ -92,6 +90,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
     // Map the canary into the agent's environment (the config ends in [acp.agents.env_from_env]).
     appendFileSync(join(stack.dir, "runner-r1.toml"), 'WC_CANARY = "WC_CANARY"\n');
     await stack.startRunner("r1", [], runnerEnv);
+    chaos = new ChaosStack(stack, runnerEnv);
     host = new TaskHost(() => stack.port, stack.principalTokens.get("alice")!);
   });
 
@@ -99,21 +98,6 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
     await host?.close();
     await stack?.stop();
   });
-
-  async function ensureUp(): Promise<void> {
-    if (!stack.serverChild) await stack.startServer();
-    if (!stack.runnerProcs.has("r1")) await stack.startRunner("r1", [], runnerEnv);
-    else
-      await poll(async () => (await stack.projects("alice"))[0]?.runner_online, {
-        timeoutMs: RECONNECT_WAIT_MS,
-        intervalMs: DAEMON_POLL_MS,
-        what: "the Runner back online",
-      });
-  }
-
-  function agentPids(): number[] {
-    return processesMentioning(stack.ledgerFile("r1"));
-  }
 
   it(
     `keeps every dispatch invariant through ${ITERATIONS} seeded iterations`,
@@ -225,11 +209,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         expect(rec.attempts, `task ${key}: attempts`).toBe(1);
       };
 
-      const observeTerminal = (runId: string): Promise<Seen> =>
-        book.untilTerminal(runId, async () => {
-          const o = await stack.observe("alice", { run_id: runId }).catch(() => null);
-          return o?.ok ? o.value : null;
-        });
+      const observeTerminal = (runId: string): Promise<Seen> => chaos.observeTerminal(book, runId);
 
       for (const [i, step] of plan.entries()) {
         const key = step.managed ? `chaos-task-${step.key % TASK_POOL}` : `chaos-key-${step.key}`;
@@ -237,51 +217,9 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         promptOf.set(key, prompt);
         const action = `${step.managed ? "task:" : ""}${step.action}`;
         tally(actions, action);
-        const input = {
-          project_id: "p1",
-          provider_id: "fake",
-          idempotency_key: key,
-          prompt,
-          timeout_secs: RUN_TIMEOUT_SECS,
-        };
         const task = step.managed ? await claimTask(key, prompt) : null;
-        const startOnce = (): Promise<Started> => (task ? startTaskRun(task) : stack.start("alice", input));
-        const mustStart = async () => {
-          const r = await startOnce();
-          if (!r.ok) throw new Error(`iteration ${i}: start of ${key} refused: ${JSON.stringify(r.error)}`);
-          return r.value;
-        };
-        const startCall = startOnce().catch(() => null);
-        if (step.delayMs > 0) await new Promise((r) => setTimeout(r, step.delayMs));
-        switch (step.action) {
-          case "kill_runner":
-            await stack.killRunner("r1", "SIGKILL");
-            break;
-          case "kill_server":
-            await stack.killServer("SIGKILL");
-            break;
-          case "kill_both":
-            await stack.killRunner("r1", "SIGKILL");
-            await stack.killServer("SIGKILL");
-            break;
-          case "kill_agent":
-            for (const pid of agentPids()) {
-              try {
-                process.kill(pid, "SIGKILL");
-              } catch {}
-            }
-            break;
-          default:
-            break;
-        }
-        const first = await startCall;
-        await ensureUp();
-        // The same key again: the same run, never a second one (and never a second dispatch).
-        const replay = await mustStart();
-        if (first?.ok) expect(replay.run_id, `iteration ${i}: replay of ${key}`).toBe(first.value.run_id);
-        const known = runOf.get(key);
-        if (known) expect(replay.run_id).toBe(known);
-        runOf.set(key, replay.run_id);
+        const startOnce = (): Promise<Started> => (task ? startTaskRun(task) : chaos.start(startInput(key, prompt)));
+        const replay = await chaos.startStep(i, key, step.action, step.delayMs, startOnce, runOf);
         if (step.action === "cancel") {
           // A task's run is cancelled like any run, with the run tool (design §10).
           if (task) await host.ok("cancel_coding_agent", { run_id: replay.run_id });
@@ -289,7 +227,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         }
         await observeTerminal(replay.run_id);
         if (step.action === "replay") {
-          const again = await mustStart();
+          const again = await mustStart(i, key, startOnce);
           expect(again.run_id).toBe(replay.run_id);
           expect(again.replayed).toBe(true);
         }
@@ -297,15 +235,9 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       }
 
       // Invariants over every run, from the ledger and the Server's answers.
-      await ensureUp();
+      await chaos.ensureUp();
       const ledger = stack.prompts("r1");
-      const dispatches = expectSingleDispatches(ledger);
-      const states = new Map<string, number>();
-      for (const [key, runId] of runOf) {
-        const seen = await observeTerminal(runId); // also: unchanged since first seen terminal
-        tally(states, `${seen.state}/${seen.execution_state}`);
-        expectTruthfulEnd(key, seen, dispatches.has(sha256(promptOf.get(key)!)));
-      }
+      const { states } = await expectTruthfulEnds(runOf, (key) => promptOf.get(key)!, ledger, observeTerminal);
 
       // Every task still agrees with its run after all the restarts.
       for (const key of tasks.keys()) await checkTask(key);
@@ -380,7 +312,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
       // The canary never reached a file under the stack's dirs (state, config, ledger) or a daemon log.
       const scanned = expectCanaryAbsent(canary, stack.dir, stack.logs);
       // No agent outlives its run (orphans of a killed Runner are reaped by the next one).
-      await expectNoAgents(agentPids);
+      await expectNoAgents(() => chaos.agentPids());
       console.log(
         `seeded chaos: ${ITERATIONS} iterations in ${((Date.now() - t0) / 1000).toFixed(1)} s; ${runOf.size} runs (${tasks.size} tasks, their runs ${JSON.stringify(Object.fromEntries(taskRuns))}), ${ledger.length} dispatches; actions ${JSON.stringify(Object.fromEntries(actions))}; end states ${JSON.stringify(Object.fromEntries(states))}; ${scanned} files scanned`,
       );

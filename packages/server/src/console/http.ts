@@ -23,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import type { Logger } from "pino";
 import { untrustedForwarder } from "../client-address.js";
 import type { ServerConfig } from "../config.js";
+import { serverFailpoint } from "../failpoints.js";
 import { ABORTED, readBody, TOO_LARGE } from "../http-body.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { IdentifiedKey } from "../principals/tokens.js";
@@ -221,6 +222,7 @@ export function createConsole(deps: ConsoleDeps): ConsoleMount {
       loginPage(res, 429, "Too many wrong keys from this address. Wait a few minutes, then try again.");
       return;
     }
+    await serverFailpoint("key_lookup");
     const found = key.length > 0 && key.length <= 512 ? await deps.identifyKey(key) : null;
     if (found) attempt.succeeded();
     if (!found) {

@@ -24,6 +24,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { ClientAddressOf } from "../client-address.js";
 import type { OAuthSettings } from "../config.js";
+import { serverFailpoint } from "../failpoints.js";
 import type { Principal, Scope } from "../principals/principal.js";
 import type { IdentifiedKey } from "../principals/tokens.js";
 import {
@@ -319,6 +320,7 @@ export class Consent {
       await this.#show(res, p, `Too many wrong keys from here. Wait up to ${minutes} minutes, then try again.`, 429);
       return null;
     }
+    await serverFailpoint("key_lookup");
     const identified = key.length > 0 && key.length <= MAX_KEY_CHARS ? await this.#deps.identifyKey(key) : null;
     if (identified) attempt.succeeded();
     if (!identified) {

@@ -18,7 +18,7 @@
  *   their own (`[server.cluster] listen_port`), which is all that listener serves.
  */
 import { randomBytes } from "node:crypto";
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer as createHttpServer } from "node:http";
 import { request as httpsRequest } from "node:https";
 import { tmpdir } from "node:os";
@@ -26,13 +26,7 @@ import { join } from "node:path";
 import { isTerminalState, MAX_OBSERVE_WAIT_SECS } from "@webcodex/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import WebSocket from "ws";
-import {
-  DAEMON_POLL_MS,
-  DAEMON_WAIT_MS,
-  type DaemonProcess,
-  poll,
-  startServerProcess,
-} from "../../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, type DaemonProcess, poll } from "../../../../scripts/test-support/index.js";
 import { type PostgresCluster, startPostgresCluster } from "../../../../scripts/test-support/postgres.js";
 import { CLUSTER_LINK_REQUEST_PATH } from "../../src/cluster/link-request.js";
 import {
@@ -49,9 +43,10 @@ import type { Scope } from "../../src/principals/principal.js";
 import type { ApiResult, CancelOutput, ObserveOutput, ProjectView, StartOutput } from "../../src/runs/api.js";
 import { consoleLogin } from "../support/console-login.js";
 import { CutProxy } from "../support/cut-proxy.js";
+import { instanceApi, startInstanceB } from "../support/instance-b.js";
 import { MODERN, postModern, tasksMeta } from "../support/modern-mcp.js";
 import { issueKey } from "../support/oauth.js";
-import { freePort, okValue, ProcStack, STATE_URL_ENV } from "../support/proc-stack.js";
+import { freePort, okValue, ProcStack } from "../support/proc-stack.js";
 import { makeTestCa } from "../support/test-ca.js";
 
 /** An observe long-poll's wait in these tests: far longer than a notified wake-up may take. */
@@ -98,49 +93,12 @@ async function clusterStats(port: number): Promise<Record<string, number>> {
   return (await res.json()) as Record<string, number>;
 }
 
-async function api<T>(port: number, op: "start" | "observe" | "cancel", input: unknown): Promise<ApiResult<T>> {
-  const res = await fetch(`http://127.0.0.1:${port}/__test/runs/${op}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ principal_id: "alice", input }),
-  });
-  expect(res.status).toBe(200);
-  return (await res.json()) as ApiResult<T>;
-}
-
 async function projectsOn(port: number): Promise<ProjectView[]> {
   try {
     return (await (await fetch(`http://127.0.0.1:${port}/__test/projects?principal_id=alice`)).json()) as ProjectView[];
   } catch {
     return [];
   }
-}
-
-function startServerB(s: ProcStack, port: number, env: Record<string, string> = {}): DaemonProcess {
-  const config = join(s.dir, "server-b.toml");
-  writeFileSync(config, readFileSync(s.serverConfigFile, "utf8").replace(/^port = \d+$/m, `port = ${port}`));
-  const child = startServerProcess(config, {
-    cwd: s.dir,
-    env: {
-      ...process.env,
-      WEBCODEX_TEST_HOOK_API: "1",
-      WEBCODEX_LOG_LEVEL: "warn",
-      [STATE_URL_ENV]: s.stateUrl ?? "",
-      ...env,
-    },
-    stopGraceMs: 5_000,
-  });
-  return child;
-}
-
-async function waitListening(child: DaemonProcess): Promise<void> {
-  await poll(
-    () => {
-      if (child.exitCode !== null) throw new Error(`instance B exited ${child.exitCode}: ${child.output()}`);
-      return child.output().includes('"listening"');
-    },
-    { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "instance B to listen" },
-  );
 }
 
 /** A and B on one database; the Runner linked to B through the proxy; A sees it through the shared rows. */
@@ -156,8 +114,7 @@ async function cluster(extraScopes: Scope[] = []): Promise<Cluster> {
   }).init();
   const s = stack;
   const portB = await freePort();
-  b = startServerB(s, portB);
-  await waitListening(b);
+  b = await startInstanceB(s, portB);
   proxy.targetPort = portB;
   await s.startRunner("r1", [], {}, { waitOnline: false });
   await poll(async () => (await projectsOn(portB)).find((p) => p.project_id === "demo")?.runner_online, {
@@ -182,7 +139,7 @@ async function cluster(extraScopes: Scope[] = []): Promise<Cluster> {
 }
 
 async function startOn(port: number, key: string, prompt: string): Promise<ApiResult<StartOutput>> {
-  return await api<StartOutput>(port, "start", {
+  return await instanceApi<StartOutput>(port, "start", {
     project_id: "demo",
     provider_id: "fake",
     idempotency_key: key,
@@ -197,7 +154,7 @@ async function observeToEnd(port: number, runId: string): Promise<{ last: Observ
   const deadline = Date.now() + DAEMON_WAIT_MS;
   for (;;) {
     const o = okValue(
-      await api<ObserveOutput>(port, "observe", {
+      await instanceApi<ObserveOutput>(port, "observe", {
         run_id: runId,
         wait_secs: 5,
         ...(token ? { after_observation_token: token } : {}),
@@ -294,7 +251,7 @@ describe("several Server instances: any of them answers", () => {
     for (let answered = 0; answered < 3; ) {
       const t0 = Date.now();
       const o = okValue(
-        await api<ObserveOutput>(c.a, "observe", {
+        await instanceApi<ObserveOutput>(c.a, "observe", {
           run_id: slow.run_id,
           wait_secs: LONG_POLL_SECS,
           after_observation_token: token,
@@ -335,10 +292,11 @@ describe("several Server instances: any of them answers", () => {
     const c = await cluster();
     const slow = okValue(await startOn(c.a, "cancel-me", "scenario: slow interval_ms=200 count=500"));
     await poll(
-      async () => okValue(await api<ObserveOutput>(c.a, "observe", { run_id: slow.run_id })).state === "running",
+      async () =>
+        okValue(await instanceApi<ObserveOutput>(c.a, "observe", { run_id: slow.run_id })).state === "running",
       { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the slow run running" },
     );
-    const cancelled = okValue(await api<CancelOutput>(c.a, "cancel", { run_id: slow.run_id }));
+    const cancelled = okValue(await instanceApi<CancelOutput>(c.a, "cancel", { run_id: slow.run_id }));
     expect(cancelled).toMatchObject({ cancel_requested: true, already_terminal: false });
     const { last } = await observeToEnd(c.a, slow.run_id);
     expect(last.state).toBe("cancelled");
@@ -556,7 +514,7 @@ describe("several Server instances: any of them answers", () => {
     await poll(
       async () => {
         const o = okValue(
-          await api<ObserveOutput>(c.a, "observe", { run_id: run.run_id, after_observation_token: token }),
+          await instanceApi<ObserveOutput>(c.a, "observe", { run_id: run.run_id, after_observation_token: token }),
         );
         token = o.observation_token;
         return o.state === "running";
@@ -567,14 +525,14 @@ describe("several Server instances: any of them answers", () => {
     // first): the end is written by B's reconciliation of the restarted Runner's hello, with no run.update.
     for (;;) {
       const o = okValue(
-        await api<ObserveOutput>(c.a, "observe", { run_id: run.run_id, after_observation_token: token }),
+        await instanceApi<ObserveOutput>(c.a, "observe", { run_id: run.run_id, after_observation_token: token }),
       );
       token = o.observation_token;
       if (!o.has_more) break;
     }
     await c.s.killRunner("r1", "SIGKILL");
     const t0 = Date.now();
-    const waiting = api<ObserveOutput>(c.a, "observe", {
+    const waiting = instanceApi<ObserveOutput>(c.a, "observe", {
       run_id: run.run_id,
       wait_secs: MAX_WAIT_SECS,
       after_observation_token: token,
@@ -584,7 +542,7 @@ describe("several Server instances: any of them answers", () => {
     // Events already on their way may answer first; the state change must follow within moments.
     while (!isTerminalState(o.state)) {
       o = okValue(
-        await api<ObserveOutput>(c.a, "observe", {
+        await instanceApi<ObserveOutput>(c.a, "observe", {
           run_id: run.run_id,
           wait_secs: MAX_WAIT_SECS,
           after_observation_token: o.observation_token,
@@ -600,7 +558,8 @@ describe("several Server instances: any of them answers", () => {
     const c = await cluster();
     const started = okValue(await startOn(c.a, "holder-dies", "scenario: slow interval_ms=250 count=24"));
     await poll(
-      async () => okValue(await api<ObserveOutput>(c.a, "observe", { run_id: started.run_id })).state === "running",
+      async () =>
+        okValue(await instanceApi<ObserveOutput>(c.a, "observe", { run_id: started.run_id })).state === "running",
       { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the run running" },
     );
     // The load balancer now sends the Runner's reconnect to A.
@@ -627,8 +586,7 @@ describe("instances trust only each other", () => {
     }).init();
     const s = stack;
     const portB = await freePort();
-    b = startServerB(s, portB);
-    await waitListening(b);
+    b = await startInstanceB(s, portB);
     proxy.targetPort = portB;
     await s.startRunner("r1", [], {}, { waitOnline: false });
     await poll(async () => (await projectsOn(s.port)).find((p) => p.project_id === "demo")?.runner_online, {
@@ -724,8 +682,7 @@ describe("several Server instances on https://", () => {
         clusterListenPort: "client",
       }).init();
       const s = stack;
-      b = startServerB(s, portB, trust);
-      await waitListening(b);
+      b = await startInstanceB(s, portB, trust);
       await s.startRunner("r1", [], {}, { waitOnline: false });
       await poll(
         async () =>
@@ -792,8 +749,7 @@ describe("the instances' requests on a listener of their own (the default; [serv
       linkPort: portB,
     }).init();
     const s = stack;
-    b = startServerB(s, portB);
-    await waitListening(b);
+    b = await startInstanceB(s, portB);
     await s.startRunner("r1", [], {}, { waitOnline: false });
     await poll(async () => (await projectsOn(s.port)).find((p) => p.project_id === "demo")?.runner_online, {
       timeoutMs: DAEMON_WAIT_MS,

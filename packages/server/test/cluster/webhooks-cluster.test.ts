@@ -9,22 +9,15 @@
  * events arrive in order.
  */
 
-import { readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
 import { isTerminalState } from "@webcodex/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import {
-  DAEMON_POLL_MS,
-  DAEMON_WAIT_MS,
-  type DaemonProcess,
-  poll,
-  startServerProcess,
-} from "../../../../scripts/test-support/index.js";
+import { DAEMON_POLL_MS, DAEMON_WAIT_MS, type DaemonProcess, poll } from "../../../../scripts/test-support/index.js";
 import { type PostgresCluster, startPostgresCluster } from "../../../../scripts/test-support/postgres.js";
-import type { ApiResult, ObserveOutput, StartOutput } from "../../src/runs/api.js";
+import type { ObserveOutput, StartOutput } from "../../src/runs/api.js";
 import { CLAIM_LEASE_MS } from "../../src/webhooks/worker.js";
 import { CutProxy } from "../support/cut-proxy.js";
-import { freePort, okValue, ProcStack, STATE_URL_ENV } from "../support/proc-stack.js";
+import { instanceApi, startInstanceB } from "../support/instance-b.js";
+import { freePort, okValue, ProcStack } from "../support/proc-stack.js";
 import { socketOwner } from "../support/socket-owner.js";
 import { HOLD, WebhookReceiver } from "../support/webhook-receiver.js";
 import { subscribe, verified, WEBHOOK_TOML } from "../support/webhooks.js";
@@ -59,35 +52,6 @@ afterEach(async () => {
   proxy = null;
 });
 
-async function api<T>(port: number, op: "start" | "observe", input: unknown): Promise<ApiResult<T>> {
-  const res = await fetch(`http://127.0.0.1:${port}/__test/runs/${op}`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ principal_id: "alice", input }),
-  });
-  expect(res.status).toBe(200);
-  return (await res.json()) as ApiResult<T>;
-}
-
-/** Instance B: the stack's Server config on another port, the same database. */
-async function startServerB(s: ProcStack, port: number): Promise<DaemonProcess> {
-  const config = join(s.dir, "server-b.toml");
-  writeFileSync(config, readFileSync(s.serverConfigFile, "utf8").replace(/^port = \d+$/m, `port = ${port}`));
-  const child = startServerProcess(config, {
-    cwd: s.dir,
-    env: { ...process.env, WEBCODEX_TEST_HOOK_API: "1", WEBCODEX_LOG_LEVEL: "warn", [STATE_URL_ENV]: s.stateUrl ?? "" },
-    stopGraceMs: 5_000,
-  });
-  await poll(
-    () => {
-      if (child.exitCode !== null) throw new Error(`instance B exited ${child.exitCode}: ${child.output()}`);
-      return child.output().includes('"listening"');
-    },
-    { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "instance B to listen" },
-  );
-  return child;
-}
-
 interface Row {
   seq: number;
   event_id: string;
@@ -110,7 +74,7 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
     const s = stack;
     const portA = s.port;
     const portB = await freePort();
-    b = await startServerB(s, portB);
+    b = await startInstanceB(s, portB);
     const pidA = s.serverChild?.pid as number;
     const pidB = b.pid as number;
     const portOf = new Map([
@@ -138,7 +102,7 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
     for (let i = 0; i < RUNS; i++) {
       const port = i % 2 === 0 ? portA : portB;
       const started = okValue(
-        await api<StartOutput>(port, "start", {
+        await instanceApi<StartOutput>(port, "start", {
           project_id: "demo",
           provider_id: "fake",
           idempotency_key: `two-${i}`,
@@ -170,7 +134,7 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
     for (const runId of runIds) {
       await poll(
         async () => {
-          const o = okValue(await api<ObserveOutput>(survivorPort, "observe", { run_id: runId, wait_secs: 2 }));
+          const o = okValue(await instanceApi<ObserveOutput>(survivorPort, "observe", { run_id: runId, wait_secs: 2 }));
           return isTerminalState(o.state) ? o : undefined;
         },
         { timeoutMs: DAEMON_WAIT_MS * 2, intervalMs: DAEMON_POLL_MS, what: `run ${runId} ended` },

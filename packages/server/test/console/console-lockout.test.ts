@@ -6,13 +6,15 @@
  * - Wrong keys count per (address, key prefix): ten of them no longer lock every operator out;
  * - the per-address budget over all keys still stops a flood, except for the key prefixes that already
  *   signed in from there;
- * - concurrent wrong tries of one key are counted before their lookup: at most the limit get to 401;
+ * - concurrent wrong tries of one key are counted before their lookup: held together at the lookup (the
+ *   `key_lookup` failpoint, test/support/held-race.ts), at most the limit get there and to 401;
  * - the console's log names the untrusted forwarder once, never a key.
  */
 import { randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CONSOLE_LOGIN_MAX_FAILURES, CONSOLE_LOGIN_MAX_FAILURES_PER_SOURCE } from "../../src/console/http.js";
 import { consoleLogin } from "../support/console-login.js";
+import { HOLD_KEY_LOOKUPS, heldRace } from "../support/held-race.js";
 import { issueKey } from "../support/oauth.js";
 import { ProcStack } from "../support/proc-stack.js";
 
@@ -65,17 +67,6 @@ describe("console wrong-key limits behind an undeclared load balancer", () => {
     expect(log).not.toContain(bob.slice(4, 24));
   }, 120_000);
 
-  it("counts concurrent wrong tries of one key before looking it up: at most the limit are answered 401", async () => {
-    const key = madeUpKey();
-    const statuses = await Promise.all(
-      Array.from({ length: 3 * CONSOLE_LOGIN_MAX_FAILURES }, () =>
-        login(`${key.slice(0, 20)}${madeUpKey().slice(20)}`),
-      ),
-    );
-    expect(statuses.filter((s) => s.status === 401).length).toBe(CONSOLE_LOGIN_MAX_FAILURES);
-    expect(statuses.filter((s) => s.status === 429).length).toBe(2 * CONSOLE_LOGIN_MAX_FAILURES);
-  }, 120_000);
-
   // Last in this file: it spends the address's budget for the rest of the window.
   it("stops a flood at the per-address budget, except for keys that signed in from there before", async () => {
     const known = await operatorKey("bob");
@@ -94,4 +85,30 @@ describe("console wrong-key limits behind an undeclared load balancer", () => {
     expect(again.status).toBe(303);
     expect(again.cookie).not.toBeNull();
   }, 180_000);
+});
+
+describe("concurrent wrong tries of one key, held together at the lookup", () => {
+  let held: ProcStack;
+
+  beforeAll(async () => {
+    held = await new ProcStack({ runners: [], server: "child", serverEnv: HOLD_KEY_LOOKUPS }).init();
+  }, 60_000);
+
+  afterAll(async () => {
+    await held?.stop();
+  }, 60_000);
+
+  it("counts each before looking it up: only the limit reach the lookup and 401, the rest are 429", async () => {
+    const server = held.serverChild;
+    if (server === null) throw new Error("no server child");
+    const key = madeUpKey();
+    const total = 3 * CONSOLE_LOGIN_MAX_FAILURES;
+    // Every try that passes the limit's check waits at the lookup until all have answered or arrived there.
+    const { answers, held: atLookup } = await heldRace(server, total, () =>
+      consoleLogin(`http://127.0.0.1:${held.port}`, `${key.slice(0, 20)}${madeUpKey().slice(20)}`, "203.0.113.9"),
+    );
+    expect(atLookup).toBe(CONSOLE_LOGIN_MAX_FAILURES);
+    expect(answers.filter((a) => a.status === 401).length).toBe(CONSOLE_LOGIN_MAX_FAILURES);
+    expect(answers.filter((a) => a.status === 429).length).toBe(total - CONSOLE_LOGIN_MAX_FAILURES);
+  }, 120_000);
 });

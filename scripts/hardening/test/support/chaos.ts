@@ -1,14 +1,17 @@
 /**
- * What the two seeded chaos files share — seeded-chaos.test.ts (one Server) and seeded-chaos-cluster.test.ts
- * (two Server instances on PostgreSQL behind a load balancer): the run scenarios and bounds, the book of each
- * run's first terminal answer, and the end-of-chaos invariants drawn from the fake agent's prompt ledger.
+ * What the seeded chaos files share — seeded-chaos.test.ts (one Server), its webhook and workspace variants, and
+ * seeded-chaos-cluster.test.ts (two Server instances on PostgreSQL behind a load balancer): the run scenarios and
+ * bounds, the book of each run's first terminal answer, the end-of-chaos invariants drawn from the fake agent's
+ * prompt ledger, and (ChaosStack) the one-Server stack's restarts, kills and start-and-replay step.
  */
 import { createHash } from "node:crypto";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { expect } from "vitest";
-import { DAEMON_POLL_MS, type LedgerLine, poll } from "../../../test-support/index.js";
+import type { ApiResult, StartOutput } from "../../../../packages/server/src/runs/api.js";
+import type { ProcStack } from "../../../../packages/server/test/support/proc-stack.js";
+import { DAEMON_POLL_MS, type LedgerLine, poll, processesMentioning } from "../../../test-support/index.js";
 
 /** What the fake agent does with a run's prompt (its first line). */
 export const SCENARIOS = [
@@ -138,6 +141,177 @@ export function expectTruthfulEnd(key: string, seen: Seen, dispatched: boolean):
   if (seen.state === "completed") expect(dispatched, `${key} completed without a dispatch`).toBe(true);
 }
 
+/** Every chaos run's start input, but for its key and prompt (project p1, the fake agent, RUN_TIMEOUT_SECS). */
+export function startInput(key: string, prompt: string) {
+  return { project_id: "p1", provider_id: "fake", idempotency_key: key, prompt, timeout_secs: RUN_TIMEOUT_SECS };
+}
+
+/** SIGKILLs each of `pids` (one already gone is passed over). */
+export function killAll(pids: readonly number[]): void {
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {}
+  }
+}
+
+/** What a one-Server chaos step does at its moment after the start call. */
+export type ChaosAction = "none" | "cancel" | "replay" | "kill_runner" | "kill_server" | "kill_both" | "kill_agent";
+
+/** A start's answer, plain or managed: the run, or why not. */
+export type Started = { ok: true; value: { run_id: string; replayed: boolean } } | { ok: false; error: unknown };
+
+/** The end of every run of a chaos, checked against the ledger (expectTruthfulEnds). */
+export interface Ended {
+  runId: string;
+  seen: Seen;
+  /** Whether the run's prompt is in the ledger. */
+  dispatched: boolean;
+}
+
+/**
+ * The end-of-chaos pass: no prompt in the ledger twice, and every run (key → run id) terminal, unchanged since
+ * first seen terminal, and truthful to the ledger. Returns each key's end, and the count of each
+ * `state/execution_state`.
+ */
+export async function expectTruthfulEnds(
+  runOf: ReadonlyMap<string, string>,
+  promptOf: (key: string) => string,
+  ledger: readonly LedgerLine[],
+  observeTerminal: (runId: string) => Promise<Seen>,
+): Promise<{ ends: Map<string, Ended>; states: Map<string, number> }> {
+  const dispatches = expectSingleDispatches(ledger);
+  const ends = new Map<string, Ended>();
+  const states = new Map<string, number>();
+  for (const [key, runId] of runOf) {
+    const seen = await observeTerminal(runId); // also: unchanged since first seen terminal
+    tally(states, `${seen.state}/${seen.execution_state}`);
+    const dispatched = dispatches.has(sha256(promptOf(key)));
+    expectTruthfulEnd(key, seen, dispatched);
+    ends.set(key, { runId, seen, dispatched });
+  }
+  return { ends, states };
+}
+
+/**
+ * The one-Server chaos stack (a ProcStack with Server child and Runner "r1", project p1): bringing killed daemons
+ * back, a step's kill, and a step's start — the call, the action at its moment, the restarts and the same-key
+ * replay that must give the run.
+ */
+export class ChaosStack {
+  constructor(
+    readonly stack: ProcStack,
+    /** Extra env of the Runner (e.g. a canary mapped into the agent's env). */
+    readonly runnerEnv: Record<string, string> = {},
+  ) {}
+
+  /** The fake agents running for r1 (they name its ledger). */
+  agentPids(): number[] {
+    return processesMentioning(this.stack.ledgerFile("r1"));
+  }
+
+  /** Restarts whatever was killed; until the Runner is online again. */
+  async ensureUp(): Promise<void> {
+    const stack = this.stack;
+    if (!stack.serverChild) await stack.startServer();
+    if (!stack.runnerProcs.has("r1")) await stack.startRunner("r1", [], this.runnerEnv);
+    else
+      await poll(async () => (await stack.projects("alice"))[0]?.runner_online, {
+        timeoutMs: RECONNECT_WAIT_MS,
+        intervalMs: DAEMON_POLL_MS,
+        what: "the Runner back online",
+      });
+  }
+
+  /** A step's kill (SIGKILL of the Runner's pid only, the Server, both, or the agents); other actions do nothing. */
+  async act(action: ChaosAction): Promise<void> {
+    switch (action) {
+      case "kill_runner":
+        await this.stack.killRunner("r1", "SIGKILL");
+        break;
+      case "kill_server":
+        await this.stack.killServer("SIGKILL");
+        break;
+      case "kill_both":
+        await this.stack.killRunner("r1", "SIGKILL");
+        await this.stack.killServer("SIGKILL");
+        break;
+      case "kill_agent":
+        killAll(this.agentPids());
+        break;
+      default:
+        break;
+    }
+  }
+
+  /** Alice's plain start. */
+  start(input: ReturnType<typeof startInput>): Promise<ApiResult<StartOutput>> {
+    return this.stack.start("alice", input);
+  }
+
+  /** Follows a run to its terminal answer through alice's observe, recorded in `book`. */
+  observeTerminal(book: TerminalBook, runId: string): Promise<Seen> {
+    return book.untilTerminal(runId, async () => {
+      const o = await this.stack.observe("alice", { run_id: runId }).catch(() => null);
+      return o?.ok ? o.value : null;
+    });
+  }
+
+  /**
+   * Step `i` of key `key`: `start` called, `action` taken `delayMs` after (0: at once), the killed brought back,
+   * then `start` again, which must give the run — the first call's (when it answered) and the key's earlier one
+   * (runOf, which it updates): never a second run.
+   */
+  async startStep(
+    i: number,
+    key: string,
+    action: ChaosAction,
+    delayMs: number,
+    start: () => Promise<Started>,
+    runOf: Map<string, string>,
+  ): Promise<{ run_id: string; replayed: boolean }> {
+    const startCall = start().catch(() => null);
+    if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
+    await this.act(action);
+    const first = await startCall;
+    await this.ensureUp();
+    // The same key again: the same run, never a second one (and never a second dispatch).
+    const replay = await mustStart(i, key, start);
+    if (first?.ok) expect(replay.run_id, `iteration ${i}: replay of ${key}`).toBe(first.value.run_id);
+    const known = runOf.get(key);
+    if (known) expect(replay.run_id).toBe(known);
+    runOf.set(key, replay.run_id);
+    return replay;
+  }
+}
+
+/** `start`'s run, or an error naming the iteration, the key and the refusal. */
+export async function mustStart(
+  i: number,
+  key: string,
+  start: () => Promise<Started>,
+): Promise<{ run_id: string; replayed: boolean }> {
+  const r = await start();
+  if (!r.ok) throw new Error(`iteration ${i}: start of ${key} refused: ${JSON.stringify(r.error)}`);
+  return r.value;
+}
+
+/** Every regular file under `dir` (none when it does not exist). */
+export function filesUnder(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  const files: string[] = [];
+  const walk = (at: string) => {
+    for (const name of readdirSync(at)) {
+      const p = join(at, name);
+      const st = statSync(p, { throwIfNoEntry: false });
+      if (st?.isDirectory()) walk(p);
+      else if (st?.isFile()) files.push(p);
+    }
+  };
+  walk(dir);
+  return files;
+}
+
 /** Waits until `agentPids` lists no process: no agent outlives its run (a killed Runner's orphans are reaped). */
 export async function expectNoAgents(agentPids: () => number[]): Promise<void> {
   await poll(() => agentPids().length === 0, {
@@ -152,16 +326,7 @@ export async function expectNoAgents(agentPids: () => number[]): Promise<void> {
  * files were scanned.
  */
 export function expectCanaryAbsent(canary: string, dir: string, logs: ReadonlyMap<string, string>): number {
-  const files: string[] = [];
-  const walk = (at: string) => {
-    for (const name of readdirSync(at)) {
-      const p = join(at, name);
-      const st = statSync(p, { throwIfNoEntry: false });
-      if (st?.isDirectory()) walk(p);
-      else if (st?.isFile()) files.push(p);
-    }
-  };
-  walk(dir);
+  const files = filesUnder(dir);
   for (const f of files) expect(readFileSync(f).includes(canary), `canary found in ${f}`).toBe(false);
   for (const [name, log] of logs) expect(log.includes(canary), `canary in the ${name} log`).toBe(false);
   return files.length;
