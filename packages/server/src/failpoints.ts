@@ -62,6 +62,18 @@ export function activeServerFailpoint(): ServerFailpointName | null {
   return STARTUP.active;
 }
 
+/** What the armed failpoint does when reached: the start-up warning's words. */
+export function serverFailpointEffect(): string {
+  switch (STARTUP.action) {
+    case "kill":
+      return "this Server will SIGKILL itself there";
+    case "hold":
+      return "the first request to reach it waits there until SIGUSR2";
+    case "hold_all":
+      return "every request to reach it waits there until SIGUSR2";
+  }
+}
+
 /** A value of WEBCODEX_SERVER_FAILPOINT that names no failpoint (ignored; logged at start), or null. */
 export function invalidServerFailpointValue(): string | null {
   return STARTUP.invalid;

@@ -11,7 +11,12 @@ import type { ServerConfig } from "../config.js";
 import { type ConsoleMount, createConsole } from "../console/http.js";
 import { ConsoleSessions } from "../console/sessions.js";
 import { ConsoleReader } from "../console/snapshot.js";
-import { activeServerFailpoint, invalidServerFailpointValue, SERVER_FAILPOINT_ENV } from "../failpoints.js";
+import {
+  activeServerFailpoint,
+  invalidServerFailpointValue,
+  SERVER_FAILPOINT_ENV,
+  serverFailpointEffect,
+} from "../failpoints.js";
 import { RunnerHub } from "../link/hub.js";
 import { StateLeaseStore } from "../link/lease-store.js";
 import { PRESENCE_REFRESH_MS, PresenceStore } from "../link/presence.js";
@@ -78,7 +83,7 @@ export async function buildServices(opts: ServicesOptions, teardown: Teardown): 
   const listeners = new Listeners();
   teardown.add("connections left open", () => listeners.dropConnections());
   const armed = activeServerFailpoint();
-  if (armed) logger.warn({ failpoint: armed }, `${SERVER_FAILPOINT_ENV} is set: this Server will SIGKILL itself there`);
+  if (armed) logger.warn({ failpoint: armed }, `${SERVER_FAILPOINT_ENV} is set: ${serverFailpointEffect()}`);
   if (invalidServerFailpointValue()) logger.warn(`${SERVER_FAILPOINT_ENV} names no failpoint; ignored`);
   const presence = new PresenceStore(store.engine, (err) =>
     logger.error({ err: (err as Error).message }, "runner presence not written (state DB)"),
