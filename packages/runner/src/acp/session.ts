@@ -129,8 +129,12 @@ export class AcpClientConnection {
   /** While `session/load` of this session is outstanding: its replayed history, dropped before the hooks. */
   #replaying: string | null = null;
 
+  /** Whose turn the agent's requests and updates go to (`rebind`: a kept agent's next turn, runs/kept-agents.ts). */
+  #hooks: AcpHooks;
+
   constructor(child: AgentChild, hooks: AcpHooks, options: { maxMessageBytes?: number } = {}) {
     this.#child = child;
+    this.#hooks = hooks;
 
     // Byte-level tap on the child's stdin: spot the SDK answering a bad line.
     const stdinWriter = child.stdin.getWriter();
@@ -176,11 +180,11 @@ export class AcpClientConnection {
     const app = client({ name: "webcodex-runner" })
       .onNotification("session/update", (ctx) => {
         if (ctx.params.sessionId === this.#replaying) return;
-        hooks.onSessionUpdate(ctx.params);
+        this.#hooks.onSessionUpdate(ctx.params);
       })
-      .onRequest("session/request_permission", (ctx) => hooks.onPermissionRequest(ctx.params, ctx.signal))
+      .onRequest("session/request_permission", (ctx) => this.#hooks.onPermissionRequest(ctx.params, ctx.signal))
       .onRequest("*", (ctx) => {
-        hooks.onUnsupportedRequest(ctx.method);
+        this.#hooks.onUnsupportedRequest(ctx.method);
         throw RequestError.methodNotFound(ctx.method);
       });
     // Responses nobody asked for never reach the SDK (protocol noise, counted). A pull source over
@@ -225,7 +229,7 @@ export class AcpClientConnection {
               }
               try {
                 if ((message.params as { sessionId?: unknown }).sessionId !== this.#replaying) {
-                  hooks.onSessionUpdate(message.params);
+                  this.#hooks.onSessionUpdate(message.params);
                 }
               } catch {
                 // As on the SDK's path: a throwing handler loses that update, never the connection.
@@ -366,6 +370,11 @@ export class AcpClientConnection {
   /** The agent's stdout reached EOF. */
   get stdoutEnded(): boolean {
     return this.#stdoutEnded;
+  }
+
+  /** The connection now serves another turn (a kept agent taken up by a follow-up run; the old turn has ended). */
+  rebind(hooks: AcpHooks): void {
+    this.#hooks = hooks;
   }
 
   /** Close the connection locally (pending requests settle as faults). */
