@@ -7,8 +7,9 @@
  *   malformed or non-JSON-RPC lines (the SDK answers them with an `id: null`
  *   protocol error and carries on — we see that answer on its way out and
  *   close), oversized lines, stdout closed, process exit, I/O errors;
- * - `promptWritten`: resolves once the `session/prompt` request has been handed
- *   to the child's stdin, which is the moment the prompt may have run;
+ * - `promptWritten`: resolves once the next `session/prompt` request has been
+ *   handed to the child's stdin, which is the moment the prompt may have run
+ *   (one per prompt: a kept agent's connection serves several turns);
  * - only implemented client capabilities are advertised, and every
  *   agent→client request other than `session/request_permission` gets
  *   "method not found" at once;
@@ -114,8 +115,8 @@ export function loggableMethod(method: string): string {
 export class AcpClientConnection {
   /** Resolves with the first transport fault (or once the connection is closed locally). Never rejects. */
   readonly fault: Promise<TransportFault>;
-  /** Resolves once a `session/prompt` request has been written to the child's stdin. */
-  readonly promptWritten: Promise<void>;
+  /** The next `session/prompt` write: resolved when it is written, then replaced for the one after. */
+  #nextPromptWritten!: { promise: Promise<void>; resolve: () => void };
   readonly #connection: ReturnType<ReturnType<typeof client>["connect"]>;
   readonly #child: AgentChild;
   /** Ids (JSON-encoded) of our requests still awaiting their response. */
@@ -162,10 +163,12 @@ export class AcpClientConnection {
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_ACP_MESSAGE_BYTES,
     });
 
-    let markWritten!: () => void;
-    this.promptWritten = new Promise<void>((resolve) => {
-      markWritten = resolve;
-    });
+    this.#armPromptWritten();
+    const markWritten = () => {
+      const written = this.#nextPromptWritten;
+      this.#armPromptWritten();
+      written.resolve();
+    };
     const rawWriter = raw.writable.getWriter();
     const writable = new WritableStream<AnyMessage>({
       write: async (message) => {
@@ -370,6 +373,22 @@ export class AcpClientConnection {
   /** The agent's stdout reached EOF. */
   get stdoutEnded(): boolean {
     return this.#stdoutEnded;
+  }
+
+  /**
+   * Resolves once the next `session/prompt` request has been written to the child's stdin: read it before sending
+   * the prompt (each prompt resolves the promise read before it).
+   */
+  get promptWritten(): Promise<void> {
+    return this.#nextPromptWritten.promise;
+  }
+
+  #armPromptWritten(): void {
+    let resolve!: () => void;
+    const promise = new Promise<void>((r) => {
+      resolve = r;
+    });
+    this.#nextPromptWritten = { promise, resolve };
   }
 
   /** The connection now serves another turn (a kept agent taken up by a follow-up run; the old turn has ended). */

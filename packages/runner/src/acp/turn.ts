@@ -567,8 +567,10 @@ export class AcpTurn {
   #prompt(conn: AcpClientConnection, sessionId: string, prompt: string): Promise<RequestOutcome<PromptResponse>> {
     this.#timer(this.#run.timeoutSecs * 1000, () => this.cancel("deadline"));
     this.#o.failpoint("after_barrier_before_prompt");
+    // Read before the prompt is sent: this prompt's write (a kept agent's connection has had earlier ones).
+    const written = conn.promptWritten;
     const response = conn.prompt(sessionId, prompt);
-    void conn.promptWritten.then(() => this.#milestone("prompt_write", () => this.#o.failpoint("after_prompt_write")));
+    void written.then(() => this.#milestone("prompt_write", () => this.#o.failpoint("after_prompt_write")));
     return response;
   }
 
