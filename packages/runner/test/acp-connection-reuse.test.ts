@@ -59,7 +59,9 @@ function promptingChild(): AgentChild & { prompts: () => number } {
 function hooks(seen: string[]) {
   return {
     onSessionUpdate: (n: SessionNotification) => {
-      if ("content" in n.update && n.update.content.type === "text") seen.push(n.update.content.text);
+      if (n.update.sessionUpdate === "agent_message_chunk" && n.update.content.type === "text") {
+        seen.push(n.update.content.text);
+      }
     },
     onPermissionRequest: async () => ({ outcome: { outcome: "cancelled" as const } }),
     onUnsupportedRequest: () => {},
