@@ -22,6 +22,7 @@ export default defineConfig({
       "packages/server/test/runs/effective-config.test.ts",
       "packages/server/test/runs/continuation.test.ts",
       "packages/server/test/runs/continuation-paths.test.ts",
+      "packages/server/test/runs/continuation-warm.test.ts",
       "packages/server/test/runs/run-usage.test.ts",
       "packages/server/test/runs/workspaces.test.ts",
       "packages/server/test/runs/apply.test.ts",

@@ -20,7 +20,10 @@
  *      (acceptEdits approves edits; commands would ask, and WebCodex never
  *      grants); the acceptance tests then pass when run independently.
  *  (b) cancel — cancel during observable progress → cancelled.
- * (a) and (b) run only with ANTHROPIC_API_KEY set (ANTHROPIC_BASE_URL is
+ *  (d) two turns — turn 1 is told a fresh code word, turn 2 continues it
+ *      (`continue_run_id`: session/resume in Claude Code's own session) and
+ *      must answer it; the chain is checked as observe names it (design §17).
+ * (a), (b) and (d) run only with ANTHROPIC_API_KEY set (ANTHROPIC_BASE_URL is
  * mapped too when set: a gateway, without a trailing /v1).
  *
  * The agent's environment: PATH (node's directory first), a fresh HOME per
@@ -42,6 +45,7 @@ import {
   sha256File,
   startStack,
   toml,
+  twoTurnCase,
   verifyAdapter,
 } from "./smoke-lib.mjs";
 
@@ -51,6 +55,7 @@ const CACHE_DIR = join(ROOT, ".smoke-cache", `claude-agent-acp-${PINNED_VERSION}
 const PROJECT_CODE = "smoke_code";
 const PROJECT_CANCEL = "smoke_cancel";
 const PROJECT_FAIL = "smoke_fail";
+const PROJECT_CHAT = "smoke_chat";
 
 if (process.env.WEBCODEX_SMOKE_CLAUDE_ACP !== "1") {
   say("smoke:claude skipped — set WEBCODEX_SMOKE_CLAUDE_ACP=1 to run it.");
@@ -101,13 +106,15 @@ name = ${toml(name)}
 executable = ${toml(adapter.node)}
 args = [${toml(adapter.script)}]
 allowed_config_options = []
+# It advertises session/load and session/resume: runs can be continued (design §17).
+continuation = "both"
 [acp.agents.forced_config]
 mode = "acceptEdits"
 [acp.agents.env_from_env]
 ${envTable(mapping)}
 `;
   return startStack(stack, {
-    projects: [PROJECT_FAIL, PROJECT_CODE, PROJECT_CANCEL],
+    projects: [PROJECT_FAIL, PROJECT_CODE, PROJECT_CANCEL, PROJECT_CHAT],
     testProjects: [PROJECT_FAIL, PROJECT_CODE],
     runnerEnv: envs.runnerEnv,
     acpToml: `[acp]
@@ -178,6 +185,10 @@ async function caseCancel(stack) {
   return { result, problems, detail: "" };
 }
 
+async function caseTwoTurns(stack) {
+  return twoTurnCase(stack, { project: PROJECT_CHAT, provider: "claude", timeoutSecs: 600 });
+}
+
 async function main() {
   const adapter = resolveAdapter({
     pkg: PACKAGE,
@@ -196,6 +207,7 @@ async function main() {
       ["c", "no credentials: failed after dispatch, fixed summary, no provider text", caseNoCredentials, undefined],
       ["a", "coding task (mode acceptEdits)", caseCoding, skip],
       ["b", "cancel during progress", caseCancel, skip],
+      ["d", "two turns: turn 2 continues turn 1 and recalls its code word", caseTwoTurns, skip],
     ],
   });
 }

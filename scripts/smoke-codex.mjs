@@ -18,7 +18,10 @@
  *  (c) adapter failure before dispatch — no credentials (empty HOME and
  *      CODEX_HOME) → failed / not_started with a fixed summary. Needs neither
  *      credentials nor network.
- * (a) and (b) run only when credentials seem present (OPENAI_API_KEY,
+ *  (d) two turns — turn 1 is told a fresh code word, turn 2 continues it
+ *      (`continue_run_id`: session/resume in codex's own session) and must
+ *      answer it; the chain is checked as observe names it (design §17).
+ * (a), (b) and (d) run only when credentials seem present (OPENAI_API_KEY,
  * CODEX_API_KEY or $CODEX_HOME/auth.json); otherwise they are reported as
  * skipped with the reason.
  *
@@ -43,6 +46,7 @@ import {
   sha256File,
   startStack,
   toml,
+  twoTurnCase,
   verifyAdapter,
 } from "./smoke-lib.mjs";
 
@@ -52,6 +56,7 @@ const CACHE_DIR = join(ROOT, ".smoke-cache", `codex-acp-${PINNED_VERSION}`);
 const PROJECT_CODE = "smoke_code";
 const PROJECT_CANCEL = "smoke_cancel";
 const PROJECT_FAIL = "smoke_fail";
+const PROJECT_CHAT = "smoke_chat";
 
 if (process.env.WEBCODEX_SMOKE_CODEX_ACP !== "1") {
   say("smoke:codex skipped — set WEBCODEX_SMOKE_CODEX_ACP=1 to run it.");
@@ -128,6 +133,8 @@ name = ${toml(name)}
 executable = ${toml(adapter.node)}
 args = [${toml(adapter.script)}]
 allowed_config_options = []
+# It advertises session/load and session/resume: runs can be continued (design §17).
+continuation = "both"
 [acp.agents.forced_config]
 # Codex's default sandboxed preset ("Auto review": workspace writes, no network,
 # asks only for actions it deems unsafe — which WebCodex never grants), forced
@@ -137,7 +144,7 @@ mode = "agent"
 ${envTable(mapping)}
 `;
   return startStack(stack, {
-    projects: [PROJECT_FAIL, PROJECT_CODE, PROJECT_CANCEL],
+    projects: [PROJECT_FAIL, PROJECT_CODE, PROJECT_CANCEL, PROJECT_CHAT],
     testProjects: [PROJECT_FAIL, PROJECT_CODE],
     runnerEnv: envs.runnerEnv,
     acpToml: `[acp]
@@ -209,6 +216,10 @@ async function caseCancel(stack) {
   return { result, problems, detail: "" };
 }
 
+async function caseTwoTurns(stack) {
+  return twoTurnCase(stack, { project: PROJECT_CHAT, provider: "codex", timeoutSecs: 600 });
+}
+
 // ---- main -----------------------------------------------------------------------------------
 
 async function main() {
@@ -231,6 +242,7 @@ async function main() {
       ["c", "adapter failure before dispatch (no credentials)", caseAdapterFailure, undefined],
       ["a", "coding task", caseCoding, skip],
       ["b", "cancel during progress", caseCancel, skip],
+      ["d", "two turns: turn 2 continues turn 1 and recalls its code word", caseTwoTurns, skip],
     ],
   });
 }

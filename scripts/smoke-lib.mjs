@@ -263,10 +263,19 @@ async function stopStack(stack) {
 
 // ---- cases --------------------------------------------------------------------------------
 
-export async function runCase(stack, { project, provider, prompt, timeoutSecs, cancelOnProgress = false }) {
+/**
+ * One run through the real MCP client, followed to its end: its final observation, the event kinds counted,
+ * its run id, and the agent's text (`text`: for a case's own checks only, never printed). `continueRunId`:
+ * a follow-up turn in that run's agent session (design §17).
+ */
+export async function runCase(
+  stack,
+  { project, provider, prompt, timeoutSecs, cancelOnProgress = false, continueRunId = undefined },
+) {
   const { McpRunsClient, followRun } = await import(BINS.cliLib);
   const client = new McpRunsClient({ url: stack.url, token: stack.token });
   const kinds = {};
+  let text = "";
   let cancelled = false;
   try {
     const start = await client.start({
@@ -275,6 +284,7 @@ export async function runCase(stack, { project, provider, prompt, timeoutSecs, c
       idempotency_key: `smoke-${Date.now()}-${Math.random().toString(36).slice(2)}`,
       prompt,
       timeout_secs: timeoutSecs,
+      ...(continueRunId === undefined ? {} : { continue_run_id: continueRunId }),
     });
     const final = await followRun({
       client,
@@ -282,7 +292,10 @@ export async function runCase(stack, { project, provider, prompt, timeoutSecs, c
       token: start.observation_token,
       onObservation: (obs) => {
         trackPids(stack);
-        for (const event of obs.events) kinds[event.kind] = (kinds[event.kind] ?? 0) + 1;
+        for (const event of obs.events) {
+          kinds[event.kind] = (kinds[event.kind] ?? 0) + 1;
+          if (event.kind === "agent_message" && typeof event.text === "string") text += event.text;
+        }
         const progress = (kinds.agent_message ?? 0) + (kinds.tool_activity ?? 0) + (kinds.reasoning ?? 0);
         if (cancelOnProgress && !cancelled && progress > 0 && obs.state === "running") {
           cancelled = true;
@@ -290,10 +303,44 @@ export async function runCase(stack, { project, provider, prompt, timeoutSecs, c
         }
       },
     });
-    return { final, kinds, cancelled };
+    return { final, kinds, cancelled, runId: start.run_id, text };
   } finally {
     await client.close();
   }
+}
+
+/**
+ * The two-turn case (design §17): turn 1 is told a fresh nonce, turn 2 continues turn 1 (`continue_run_id`) and
+ * must answer it. Checks both turns completed, the chain as observe names it, and that the nonce came back;
+ * the agent's text itself is never printed.
+ */
+export async function twoTurnCase(stack, { project, provider, timeoutSecs }) {
+  const nonce = `wc-${createHash("sha256").update(String(Math.random())).digest("hex").slice(0, 12)}`;
+  const first = await runCase(stack, {
+    project,
+    provider,
+    prompt: `Remember this code word for later: ${nonce}. Do not run any tools. Reply with just OK.`,
+    timeoutSecs,
+  });
+  const problems = [];
+  if (first.final.state !== "completed") {
+    problems.push(`turn 1 ended ${first.final.state}/${first.final.failure_kind ?? "-"}, expected completed`);
+    return { result: first, problems, detail: "turn 2 not started" };
+  }
+  const second = await runCase(stack, {
+    project,
+    provider,
+    prompt: "What code word did I ask you to remember? Do not run any tools. Reply with the code word only.",
+    timeoutSecs,
+    continueRunId: first.runId,
+  });
+  if (second.final.state !== "completed") {
+    problems.push(`turn 2 ended ${second.final.state}/${second.final.failure_kind ?? "-"}, expected completed`);
+  }
+  if (second.final.parent_run_id !== first.runId) problems.push("turn 2 does not name turn 1 as parent_run_id");
+  const recalled = second.text.includes(nonce);
+  if (!recalled) problems.push("turn 2's answer does not contain turn 1's code word");
+  return { result: second, problems, detail: `recalled turn 1's code word: ${recalled ? "yes" : "no"}` };
 }
 
 export function summarize(result) {

@@ -85,6 +85,7 @@ export function buildAgent({ options, ledger, out, life }: AgentDeps): AgentApp 
 
   return agent({ name: AGENT_INFO.name })
     .onRequest("initialize", async (): Promise<InitializeResponse> => {
+      if (options.ledgerInitialize) ledger.append({ event: "initialize", pid: process.pid });
       if (options.exitDuringInitialize) process.exit(1);
       if (options.hangOn === "initialize") {
         life.holdOpen("hang-on initialize");

@@ -31,6 +31,8 @@ export interface AgentOptions {
   continuation: Continuation;
   /** Where sessions persist (one JSON file per session id), so a later process can load/resume them. */
   sessionDir: string | undefined;
+  /** Write an `initialize` ledger line (with the pid) for every `initialize` request. */
+  ledgerInitialize: boolean;
 }
 
 export const CONTINUATIONS = ["none", "load", "resume", "both"] as const;
@@ -108,6 +110,7 @@ export function parseCli(argv: readonly string[], env: NodeJS.ProcessEnv = {}): 
   return {
     continuation: continuation as Continuation,
     sessionDir,
+    ledgerInitialize: values["ledger-initialize"] ?? false,
     agentName: values["agent-name"],
     modeValues: list("--mode-values", values["mode-values"]),
     sessionModes: list("--session-modes", values["session-modes"]),
@@ -147,6 +150,7 @@ function parse(argv: readonly string[]) {
       "session-modes": { type: "string" },
       continuation: { type: "string" },
       "session-dir": { type: "string" },
+      "ledger-initialize": { type: "boolean" },
     },
   });
 }

@@ -24,6 +24,7 @@ export type LedgerEvent =
       pid: number;
     }
   | { event: "cancel"; session_id: string | null; pid: number }
+  | { event: "initialize"; pid: number }
   | { event: "session_load" | "session_resume"; session_id: string; found: boolean; pid: number }
   | {
       event: "credentials";

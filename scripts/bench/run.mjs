@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm run bench [-- --quick] [-- --only start,engines,throughput,wakeup,cluster,fanout,cluster-fanout,links,barrier,dispatch,peer]`
+ * `npm run bench [-- --quick] [-- --only start,engines,follow-up,throughput,wakeup,cluster,fanout,cluster-fanout,links,barrier,dispatch,peer]`
  *   `[-- --profile] [-- --keep]`
  *   `[-- --grid NS:MS] [-- --sdk-observers]`
  *
@@ -33,6 +33,7 @@ import * as wakeup from "./suites/wakeup.mjs";
 const SECTIONS = [
   "start",
   "engines",
+  "follow-up",
   "throughput",
   "wakeup",
   "cluster",
@@ -47,7 +48,7 @@ const SECTIONS = [
  * Part of a full run, in --quick only when named in --only: `peer` installs acpx + Node 22 (~50 MB) on first
  * use; `cluster-fanout` and `links` each start PostgreSQL and several Servers, more than --quick's 2 minutes hold.
  */
-const NOT_QUICK_BY_DEFAULT = new Set(["peer", "cluster-fanout", "links"]);
+const NOT_QUICK_BY_DEFAULT = new Set(["peer", "cluster-fanout", "links", "follow-up"]);
 const QUICK_DEFAULT_SECTIONS = SECTIONS.filter((s) => !NOT_QUICK_BY_DEFAULT.has(s));
 
 const { values: opts } = parseArgs({
@@ -69,10 +70,14 @@ const only = new Set(opts.only ? opts.only.split(",").map((s) => s.trim()) : qui
 for (const s of only)
   if (!SECTIONS.includes(s)) throw new Error(`--only: unknown section ${s} (${SECTIONS.join(", ")})`);
 
+/** The warm stack's `[acp] keep_agent_alive_secs` in the follow-up cell: far longer than one turn. */
+const FOLLOW_UP_KEEP_SECS = 300;
+
 /** Sizes of everything; --quick keeps the whole suite under 2 minutes. */
 const PLAN = quick
   ? {
       startRuns: 10,
+      followUpRuns: 5,
       peerRuns: 3,
       burstReps: 1,
       bursts: [
@@ -86,6 +91,7 @@ const PLAN = quick
     }
   : {
       startRuns: 50,
+      followUpRuns: 30,
       peerRuns: 10,
       burstReps: 3,
       bursts: [
@@ -246,6 +252,31 @@ try {
       }
     } finally {
       await cluster.close();
+    }
+  });
+
+  await section("follow-up", async () => {
+    // Two stacks: keep_agent_alive_secs 0 (cold) and FOLLOW_UP_KEEP_SECS (warm), chains alternating turn by turn.
+    const cold = await launchStack({ label: "follow-up-cold", nodeArgs, keepAgentAliveSecs: 0 });
+    try {
+      const warm = await launchStack({ label: "follow-up-warm", nodeArgs, keepAgentAliveSecs: FOLLOW_UP_KEEP_SECS });
+      try {
+        const r = await startDispatch.measureFollowUp(ctx, { cold, warm, runs: PLAN.followUpRuns });
+        return {
+          cold: strip(r.cold),
+          warm: strip(r.warm),
+          warm_hits: r.warm_hits,
+          failure_count: r.failure_count,
+          failures: r.failures,
+          duplicate_dispatches: r.duplicate_dispatches,
+          p50_ratio: ratio(r.warm.latency_ms.p50, r.cold.latency_ms.p50),
+          p95_ratio: ratio(r.warm.latency_ms.p95, r.cold.latency_ms.p95),
+        };
+      } finally {
+        await warm.stop();
+      }
+    } finally {
+      await cold.stop();
     }
   });
 

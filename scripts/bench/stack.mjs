@@ -84,6 +84,8 @@ const BENCH_DATABASE_URL_ENV = "WEBCODEX_BENCH_DATABASE_URL";
 /**
  * `stateUrl`: keep the Server's state in that PostgreSQL database (`[server.state] backend = "postgres"`)
  * instead of the SQLite file; the token CLI and the Server get the URL through BENCH_DATABASE_URL_ENV.
+ * `keepAgentAliveSecs`: the Runner's `[acp] keep_agent_alive_secs`, and one more agent, `fake-continue`, whose
+ * sessions persist in the stack's dir so a run can be continued (design §17; the follow-up cell).
  */
 export async function launchStack({
   label,
@@ -95,6 +97,7 @@ export async function launchStack({
   principalProjects = undefined,
   maxConnections = BENCH_MAX_CONNECTIONS,
   clusterListener = false,
+  keepAgentAliveSecs = undefined,
 }) {
   // `stack.addInstance()` (PostgreSQL only) starts another Server on the same database; see below.
   const dir = makeTempDir(label);
@@ -144,9 +147,22 @@ export async function launchStack({
       `[runner]\nstate_dir = "runner-state"\nlog_level = "info"\n\n` +
       `[server]\nurl = ${toml(`ws://127.0.0.1:${port}/runner`)}\ntoken_file = "runner.token"\n\n` +
       `[[projects]]\nid = "bench"\nroot = "project"\nallow_patch = true\n\n` +
-      `[acp]\nagents_share_runner_user = true\nmax_concurrent_runs = 4\nsetup_timeout_secs = 30\ncancel_grace_secs = 5\n\n` +
+      `[acp]\nagents_share_runner_user = true\nmax_concurrent_runs = 4\nsetup_timeout_secs = 30\ncancel_grace_secs = 5\n` +
+      (keepAgentAliveSecs === undefined ? "" : `keep_agent_alive_secs = ${keepAgentAliveSecs}\n`) +
+      "\n" +
       agent("fake", [FAKE_AGENT_BIN, "--ledger", ledgerFile]) +
-      agent("fake-tap", [TAP_AGENT, "--tap", tapFile, "--", process.execPath, FAKE_AGENT_BIN, "--ledger", ledgerFile]);
+      agent("fake-tap", [TAP_AGENT, "--tap", tapFile, "--", process.execPath, FAKE_AGENT_BIN, "--ledger", ledgerFile]) +
+      (keepAgentAliveSecs === undefined
+        ? ""
+        : agent("fake-continue", [
+            FAKE_AGENT_BIN,
+            "--ledger",
+            ledgerFile,
+            "--continuation",
+            "both",
+            "--session-dir",
+            join(dir, "sessions"),
+          ]).replace("[acp.agents.env_from_env]", 'continuation = "both"\n[acp.agents.env_from_env]'));
     writeFileSync(runnerConfig, r);
   }
 

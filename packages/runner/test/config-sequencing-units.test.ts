@@ -79,6 +79,11 @@ describe("sequenceConfig", () => {
         { id: "mode", value: "ask" },
         { id: "model", value: "big" },
       ],
+      // The options as the agent last announced them: where a kept agent's next turn starts (runs/kept-agents.ts).
+      live: [
+        expect.objectContaining({ id: "mode", currentValue: "ask" }),
+        expect.objectContaining({ id: "model", currentValue: "big" }),
+      ],
     });
   });
 

@@ -70,6 +70,15 @@ describe("runner config", () => {
     expect(errorsOf(withAcp("binding_idle_days = 3651"))).toEqual([
       `${file}: acp.binding_idle_days: must be at most 3650`,
     ]);
+    // keep_agent_alive_secs: 0 (the default) keeps nothing; bounded by MAX_KEEP_AGENT_ALIVE_SECS.
+    expect(parseConfig(VALID, file).acp.keepAgentAliveSecs).toBe(0);
+    expect(parseConfig(withAcp("keep_agent_alive_secs = 3600"), file).acp.keepAgentAliveSecs).toBe(3600);
+    expect(errorsOf(withAcp("keep_agent_alive_secs = 3601"))).toEqual([
+      `${file}: acp.keep_agent_alive_secs: must be at most 3600`,
+    ]);
+    expect(errorsOf(withAcp("keep_agent_alive_secs = -1"))).toEqual([
+      `${file}: acp.keep_agent_alive_secs: must be at least 0`,
+    ]);
     expect(errorsOf(withAcp('home_template = "bin/agent"'))).toEqual([
       `${file}: acp.home_template: ${join(dir, "bin", "agent")} is not a directory (nor may it be a symlink)`,
     ]);

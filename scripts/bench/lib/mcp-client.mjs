@@ -23,13 +23,21 @@ export async function connectMcp({ url, token, projectId, name = "webcodex-bench
 
   const api = {
     client,
-    start: ({ provider_id, prompt, project_id = projectId, timeout_secs, idempotency_key = randomUUID() }) =>
+    start: ({
+      provider_id,
+      prompt,
+      project_id = projectId,
+      timeout_secs,
+      idempotency_key = randomUUID(),
+      continue_run_id,
+    }) =>
       call("start_coding_agent", {
         project_id,
         provider_id,
         idempotency_key,
         prompt,
         ...(timeout_secs ? { timeout_secs } : {}),
+        ...(continue_run_id ? { continue_run_id } : {}),
       }),
     observe: (run_id, after_observation_token, wait_secs) =>
       call(

@@ -33,6 +33,8 @@ export const TARGETS = {
   wakeup_p50_ms: 3,
   wakeup_p99_ms: 10,
   rss_mb: 150,
+  /** Design §17: a follow-up that prompts the kept agent starts in at most half the time of a cold one. */
+  follow_up_warm_p50_ratio: 0.5,
   fanout: { n: 50, m: 1000, p99_ms: 100 },
   /** Issue 45: against the bare long-poll floor of the same run (suites/fanout.mjs `floorRatios`). */
   floor: { round_trip_cpu_ratio: 2, fanout_p99_ratio: 3 },
@@ -73,6 +75,15 @@ export function evaluateTargets(results) {
       "<=",
       "x",
       na("engines"),
+    ),
+    target(
+      "follow_up_warm_p50_ratio",
+      `follow-up start-to-dispatch p50, agent kept ≤ ${T.follow_up_warm_p50_ratio}× cold`,
+      s["follow-up"]?.p50_ratio,
+      T.follow_up_warm_p50_ratio,
+      "<=",
+      "x",
+      na("follow-up"),
     ),
     target(
       "cross_instance_wakeup_p50_ms",
@@ -220,6 +231,18 @@ export function render(results) {
     out += `  ${pad("ratio PostgreSQL/SQLite", 30)}${lpad("", 6)}${lpad(x(s.engines.p50_ratio), 10)}${lpad(x(s.engines.p95_ratio), 10)}\n`;
     if (s.engines.duplicate_dispatches) out += `  !! duplicate dispatches: ${s.engines.duplicate_dispatches}\n`;
     if (s.engines.failure_count) out += `  failures: ${s.engines.failure_count}\n`;
+    out += "\n";
+  }
+
+  const follow = s["follow-up"];
+  if (follow) {
+    out += head("Follow-up start-to-dispatch (ms): keep_agent_alive_secs 0 (cold) vs > 0 (warm), alternating");
+    out += latencyRow("cold (spawn, init, resume)", follow.cold?.latency_ms);
+    out += latencyRow("warm (kept agent prompted)", follow.warm?.latency_ms);
+    out += `  ${pad("ratio warm/cold", 30)}${lpad("", 6)}${lpad(x(follow.p50_ratio), 10)}${lpad(x(follow.p95_ratio), 10)}\n`;
+    out += `  warm follow-ups that reached the kept agent: ${follow.warm_hits ?? 0} of ${follow.warm?.runs ?? 0}\n`;
+    if (follow.duplicate_dispatches) out += `  !! duplicate dispatches: ${follow.duplicate_dispatches}\n`;
+    if (follow.failure_count) out += `  failures: ${follow.failure_count}\n`;
     out += "\n";
   }
 

@@ -171,6 +171,82 @@ export async function measureEngines(ctx, { sqlite, postgres, runs }) {
   };
 }
 
+/** The agent of the follow-up cell's stacks (launchStack `keepAgentAliveSecs`): sessions that can be continued. */
+const CONTINUE_PROVIDER = "fake-continue";
+
+/** One turn of a chain: `continue_run_id` = the previous turn (none for the first), observed to its end. */
+async function turnOnce(stack, mcp, previous) {
+  const prompt = helloPrompt();
+  const t0 = hrNow();
+  const started = await mcp.start({
+    provider_id: CONTINUE_PROVIDER,
+    prompt,
+    ...(previous ? { continue_run_id: previous.run_id } : {}),
+  });
+  if (!started.ok) return { error: started.error };
+  const entry = await stack.ledger.waitFor(prompt, 15_000, { pollMs: LEDGER_POLL_MS });
+  const final = await mcp.observeToEnd(started.value.run_id, started.value.observation_token, 15_000);
+  return {
+    ms: entry.hr_ms - t0,
+    run_id: started.value.run_id,
+    pid: entry.pid,
+    state: final.state,
+    dispatches: stack.ledger.entries(prompt).length,
+  };
+}
+
+/**
+ * Follow-up start-to-dispatch, cold against warm (design §17, `[acp] keep_agent_alive_secs`): on each stack a
+ * chain of turns, each continuing the one before; a follow-up is timed from its start_coding_agent to its
+ * prompt in the agent's ledger. `cold` (keep 0) spawns, initializes and resumes the session every turn; the
+ * bench waits for the previous turn's agent to exit first, as `measure` does. `warm` (keep > 0) prompts the
+ * previous turn's live agent (`warm_hits`: follow-ups whose prompt reached the previous turn's pid). The two
+ * chains alternate turn by turn, so both see the same machine load.
+ */
+export async function measureFollowUp(ctx, { cold, warm, runs }) {
+  const stacks = { cold, warm };
+  const clients = { cold: await cold.mcpClient(), warm: await warm.mcpClient() };
+  const samples = { cold: [], warm: [] };
+  const previous = { cold: null, warm: null };
+  const failures = [];
+  let duplicates = 0;
+  let warmHits = 0;
+  const deadline = Date.now() + ctx.budgetMs(150_000);
+  try {
+    // Turn 0 of each chain is a fresh run (not timed); turns 1..runs are follow-ups.
+    for (let i = 0; i <= runs && Date.now() < deadline; i++) {
+      for (const kind of ["cold", "warm"]) {
+        const before = previous[kind];
+        if (kind === "cold" && before) await agentGone(before.pid);
+        const r = await turnOnce(stacks[kind], clients[kind], before);
+        if (r.error) {
+          failures.push({ kind, error: r.error });
+          previous[kind] = null;
+          continue;
+        }
+        if (r.state !== "completed") failures.push({ kind, run_id: r.run_id, state: r.state });
+        if (r.dispatches !== 1) duplicates++;
+        if (before) {
+          samples[kind].push(r.ms);
+          if (kind === "warm" && r.pid === before.pid) warmHits++;
+        }
+        previous[kind] = r.state === "completed" ? r : null;
+      }
+    }
+  } finally {
+    await clients.cold.close();
+    await clients.warm.close();
+  }
+  return {
+    cold: { runs: samples.cold.length, latency_ms: summarize(samples.cold), samples_ms: samples.cold },
+    warm: { runs: samples.warm.length, latency_ms: summarize(samples.warm), samples_ms: samples.warm },
+    warm_hits: warmHits,
+    failures: failures.slice(0, 5),
+    failure_count: failures.length,
+    duplicate_dispatches: duplicates,
+  };
+}
+
 /** How long a spawn-cost child may take to exit after SIGKILL before the bench goes on. */
 const SPAWN_COST_EXIT_WAIT_MS = 2_000;
 

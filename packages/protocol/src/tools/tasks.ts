@@ -175,7 +175,12 @@ export const ReconcileInput = z
   })
   .strict();
 
-const RunOutcome = RunStatusFields.extend({ reconciled_at: Timestamp }).strict();
+const RunOutcome = RunStatusFields.extend({
+  reconciled_at: Timestamp,
+  /** Continuation (design §17): the run this one continues, and the run that continues it, as observe names them. */
+  parent_run_id: RunId.optional(),
+  continued_by: RunId.optional(),
+}).strict();
 
 const AttemptView = ClaimView.extend({
   state: z.enum(["active", "superseded", "closed"]),

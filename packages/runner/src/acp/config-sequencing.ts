@@ -30,7 +30,13 @@ import type { RequestOutcome } from "./session.js";
 export type ConfigValue = string | boolean;
 
 export type SequencingResult =
-  | { ok: true; effective: EffectiveConfigEntry[]; calls: number }
+  | {
+      ok: true;
+      effective: EffectiveConfigEntry[];
+      calls: number;
+      /** The session's config options as the agent last announced them (a kept agent's next turn starts here). */
+      live: readonly SessionConfigOption[];
+    }
   | {
       ok: false;
       /** invalid_config: the caller's input; forced_config_unsatisfied: the operator's forced config. */
@@ -232,5 +238,5 @@ export async function sequenceConfig(input: SequencingInput): Promise<Sequencing
   }
   // Every option the agent advertised (forced and caller keys first, so the bound never drops them).
   const ids = [...new Set([...forcedKeys, ...callerKeys, ...live.map((o) => o.id)])];
-  return { ok: true, effective: snapshotConfig(live, ids, input.redact), calls };
+  return { ok: true, effective: snapshotConfig(live, ids, input.redact), calls, live };
 }

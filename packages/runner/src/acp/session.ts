@@ -7,8 +7,9 @@
  *   malformed or non-JSON-RPC lines (the SDK answers them with an `id: null`
  *   protocol error and carries on — we see that answer on its way out and
  *   close), oversized lines, stdout closed, process exit, I/O errors;
- * - `promptWritten`: resolves once the `session/prompt` request has been handed
- *   to the child's stdin, which is the moment the prompt may have run;
+ * - `promptWritten`: resolves once the next `session/prompt` request has been
+ *   handed to the child's stdin, which is the moment the prompt may have run
+ *   (one per prompt: a kept agent's connection serves several turns);
  * - only implemented client capabilities are advertised, and every
  *   agent→client request other than `session/request_permission` gets
  *   "method not found" at once;
@@ -114,8 +115,8 @@ export function loggableMethod(method: string): string {
 export class AcpClientConnection {
   /** Resolves with the first transport fault (or once the connection is closed locally). Never rejects. */
   readonly fault: Promise<TransportFault>;
-  /** Resolves once a `session/prompt` request has been written to the child's stdin. */
-  readonly promptWritten: Promise<void>;
+  /** The next `session/prompt` write: resolved when it is written, then replaced for the one after. */
+  #nextPromptWritten!: { promise: Promise<void>; resolve: () => void };
   readonly #connection: ReturnType<ReturnType<typeof client>["connect"]>;
   readonly #child: AgentChild;
   /** Ids (JSON-encoded) of our requests still awaiting their response. */
@@ -129,8 +130,12 @@ export class AcpClientConnection {
   /** While `session/load` of this session is outstanding: its replayed history, dropped before the hooks. */
   #replaying: string | null = null;
 
+  /** Whose turn the agent's requests and updates go to (`rebind`: a kept agent's next turn, runs/kept-agents.ts). */
+  #hooks: AcpHooks;
+
   constructor(child: AgentChild, hooks: AcpHooks, options: { maxMessageBytes?: number } = {}) {
     this.#child = child;
+    this.#hooks = hooks;
 
     // Byte-level tap on the child's stdin: spot the SDK answering a bad line.
     const stdinWriter = child.stdin.getWriter();
@@ -158,10 +163,12 @@ export class AcpClientConnection {
       maxMessageBytes: options.maxMessageBytes ?? DEFAULT_MAX_ACP_MESSAGE_BYTES,
     });
 
-    let markWritten!: () => void;
-    this.promptWritten = new Promise<void>((resolve) => {
-      markWritten = resolve;
-    });
+    this.#armPromptWritten();
+    const markWritten = () => {
+      const written = this.#nextPromptWritten;
+      this.#armPromptWritten();
+      written.resolve();
+    };
     const rawWriter = raw.writable.getWriter();
     const writable = new WritableStream<AnyMessage>({
       write: async (message) => {
@@ -176,11 +183,11 @@ export class AcpClientConnection {
     const app = client({ name: "webcodex-runner" })
       .onNotification("session/update", (ctx) => {
         if (ctx.params.sessionId === this.#replaying) return;
-        hooks.onSessionUpdate(ctx.params);
+        this.#hooks.onSessionUpdate(ctx.params);
       })
-      .onRequest("session/request_permission", (ctx) => hooks.onPermissionRequest(ctx.params, ctx.signal))
+      .onRequest("session/request_permission", (ctx) => this.#hooks.onPermissionRequest(ctx.params, ctx.signal))
       .onRequest("*", (ctx) => {
-        hooks.onUnsupportedRequest(ctx.method);
+        this.#hooks.onUnsupportedRequest(ctx.method);
         throw RequestError.methodNotFound(ctx.method);
       });
     // Responses nobody asked for never reach the SDK (protocol noise, counted). A pull source over
@@ -225,7 +232,7 @@ export class AcpClientConnection {
               }
               try {
                 if ((message.params as { sessionId?: unknown }).sessionId !== this.#replaying) {
-                  hooks.onSessionUpdate(message.params);
+                  this.#hooks.onSessionUpdate(message.params);
                 }
               } catch {
                 // As on the SDK's path: a throwing handler loses that update, never the connection.
@@ -366,6 +373,27 @@ export class AcpClientConnection {
   /** The agent's stdout reached EOF. */
   get stdoutEnded(): boolean {
     return this.#stdoutEnded;
+  }
+
+  /**
+   * Resolves once the next `session/prompt` request has been written to the child's stdin: read it before sending
+   * the prompt (each prompt resolves the promise read before it).
+   */
+  get promptWritten(): Promise<void> {
+    return this.#nextPromptWritten.promise;
+  }
+
+  #armPromptWritten(): void {
+    let resolve!: () => void;
+    const promise = new Promise<void>((r) => {
+      resolve = r;
+    });
+    this.#nextPromptWritten = { promise, resolve };
+  }
+
+  /** The connection now serves another turn (a kept agent taken up by a follow-up run; the old turn has ended). */
+  rebind(hooks: AcpHooks): void {
+    this.#hooks = hooks;
   }
 
   /** Close the connection locally (pending requests settle as faults). */

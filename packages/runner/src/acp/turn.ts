@@ -5,6 +5,9 @@
  *     ─▶ BARRIER (store.markDispatchBarrier, durable) ─▶ session/prompt
  *     ─▶ updates, permission requests … correlated response
  *
+ * A follow-up handed its parent's kept agent (`TurnRun.warm`, runs/kept-agents.ts) adopts that process,
+ * connection and session in place of spawn, initialize and session/resume|load, then goes on from config.
+ *
  * A turn is an async generator (`AcpTurn.events()`): it yields what the run must record as it happens
  * (the agent's process and connection, the phases, the effective config, permission waits, new events,
  * the setup milestones) and returns the run's Terminal. The run manager (runs/) consumes it and writes
@@ -70,6 +73,16 @@ export interface TurnOptions {
   spawn?: typeof spawnAgent;
 }
 
+/** A live agent a follow-up turn adopts (its parent's, kept alive: runs/kept-agents.ts). */
+export interface WarmAgent {
+  /** The run whose agent it was: its dispatch row records the process group until this turn's row does. */
+  readonly runId: string;
+  readonly child: AgentChild;
+  readonly conn: AcpClientConnection;
+  readonly sessionId: string;
+  readonly configOptions: NewSessionResponse["configOptions"];
+}
+
 /** The admitted run one turn drives. */
 export interface TurnRun {
   readonly runId: string;
@@ -78,6 +91,8 @@ export interface TurnRun {
   readonly cwd: string;
   /** The parent run's ACP session this run continues (design §17, acp/resume.ts); null: a fresh session. */
   readonly continueSessionId: string | null;
+  /** The parent's live agent to prompt again (a warm follow-up), or null: spawn one. */
+  readonly warm?: WarmAgent | null;
   readonly agent: AgentConfig;
   /** The run_as pool user the run holds, or null: the Runner's own user. */
   readonly runAs: RunAs | null;
@@ -113,6 +128,8 @@ export class AcpTurn {
   #redactor: Redactor | null = null;
   #conn: AcpClientConnection | null = null;
   #sessionId: string | null = null;
+  /** The session's config options as last announced (kept with the agent for a warm follow-up). */
+  #configOptions: NewSessionResponse["configOptions"] = null;
 
   #cancelReason: CancelReason | null = null;
   #setupExpired = false;
@@ -162,6 +179,11 @@ export class AcpTurn {
 
   get refusedPermissions(): number {
     return this.#refusedPermissions;
+  }
+
+  /** The run's ACP session once it has one, and its config options as last announced (runs/kept-agents.ts). */
+  get session(): { sessionId: string; configOptions: NewSessionResponse["configOptions"] } | null {
+    return this.#sessionId === null ? null : { sessionId: this.#sessionId, configOptions: this.#configOptions };
   }
 
   /**
@@ -224,22 +246,26 @@ export class AcpTurn {
     const prepared = this.#prepare(callerConfig);
     if (prepared.end) return prepared.end;
 
-    const spawned = await this.#spawn(prepared.value);
+    const warm = this.#run.warm ?? null;
+    const spawned = warm === null ? await this.#spawn(prepared.value) : this.#adopt(warm);
     if (spawned.end) return spawned.end;
     const { child, conn } = spawned.value;
     this.#milestone("spawn");
 
-    const initialized = await this.#initialize(conn);
+    const initialized = warm === null ? await this.#initialize(conn) : null;
     this.#milestone("initialize");
     if (initialized) return initialized;
 
     const session =
-      this.#run.continueSessionId === null
-        ? await this.#newSession(conn)
-        : await this.#continueSession(conn, this.#run.continueSessionId);
+      warm !== null
+        ? this.#warmSession(warm)
+        : this.#run.continueSessionId === null
+          ? await this.#newSession(conn)
+          : await this.#continueSession(conn, this.#run.continueSessionId);
     this.#milestone("session_new");
     if (session.end) return session.end;
     const { sessionId, configOptions } = session.value;
+    this.#configOptions = configOptions;
     // Kept so a later run can continue this session (design §17); durable with the barrier's commit.
     this.#o.store.recordAcpSession(this.#run.runId, sessionId);
 
@@ -368,17 +394,63 @@ export class AcpTurn {
 
     const conn = new AcpClientConnection(
       child,
-      {
-        onSessionUpdate: (n) => this.#onSessionUpdate(n),
-        onPermissionRequest: (params, signal) => this.#onPermission(params, signal),
-        onUnsupportedRequest: (method) =>
-          this.#o.log.info({ run_id: runId, method: loggableMethod(method) }, "refused agent request"),
-      },
+      this.#hooks(),
       this.#o.maxMessageBytes === undefined ? {} : { maxMessageBytes: this.#o.maxMessageBytes },
     );
     this.#conn = conn;
     this.#tell({ kind: "setup", conn });
     return { value: { child, conn } };
+  }
+
+  /** What the agent's requests and updates reach: this turn. */
+  #hooks(): ConstructorParameters<typeof AcpClientConnection>[1] {
+    return {
+      onSessionUpdate: (n) => this.#onSessionUpdate(n),
+      onPermissionRequest: (params, signal) => this.#onPermission(params, signal),
+      onUnsupportedRequest: (method) =>
+        this.#o.log.info({ run_id: this.#run.runId, method: loggableMethod(method) }, "refused agent request"),
+    };
+  }
+
+  /**
+   * A warm follow-up: the parent's kept agent becomes this run's. Its process group is recorded on this run's
+   * row first, then cleared from the parent's, so a restart's reaper always finds it; from then on the
+   * connection's requests and updates are this turn's.
+   */
+  #adopt(warm: WarmAgent): Step<{ child: AgentChild; conn: AcpClientConnection }> {
+    const { runId } = this.#run;
+    const { child, conn } = warm;
+    this.#tell({ kind: "spawned", child });
+    this.#conn = conn;
+    conn.rebind(this.#hooks());
+    this.#tell({ kind: "setup", conn });
+    try {
+      this.#o.store.markSetup(
+        runId,
+        child.startTime === null ? null : { pgid: child.pgid, startTime: child.startTime },
+      );
+    } catch (error) {
+      this.#o.log.error({ run_id: runId, err_name: (error as Error)?.name }, "recording the child failed");
+      return { end: notStarted("io_error", "spawn") };
+    }
+    try {
+      this.#o.store.clearChild(warm.runId);
+    } catch (error) {
+      // The parent's row still names the group: a restart's reaper checks its start time, nothing is lost.
+      this.#o.log.warn(
+        { run_id: warm.runId, err_name: (error as Error)?.name },
+        "clearing the kept agent's old row failed",
+      );
+    }
+    this.#o.log.info({ run_id: runId, pgid: child.pgid, parent_run_id: warm.runId }, "kept agent adopted");
+    return { value: { child, conn } };
+  }
+
+  /** A warm follow-up's session: the parent's, still open in the agent (no session/resume or session/load). */
+  #warmSession(warm: WarmAgent): Step<{ sessionId: string; configOptions: NewSessionResponse["configOptions"] }> {
+    this.#stage = "session_new";
+    this.#sessionId = warm.sessionId;
+    return { value: { sessionId: warm.sessionId, configOptions: warm.configOptions } };
   }
 
   /** `initialize`: the agent must speak ACP version 1. Null: go on. */
@@ -457,6 +529,7 @@ export class AcpTurn {
       if (sequenced.failureKind === "fault") return this.#setupFailure(sequenced.outcome);
       return notStarted(sequenced.failureKind, "set_config_option", sequenced.detail, "fix_input");
     }
+    this.#configOptions = [...sequenced.live];
     this.#tell({ kind: "configured", effective: sequenced.effective });
     this.#o.store.recordEffectiveConfig(this.#run.runId, sequenced.effective);
     return null;
@@ -494,8 +567,10 @@ export class AcpTurn {
   #prompt(conn: AcpClientConnection, sessionId: string, prompt: string): Promise<RequestOutcome<PromptResponse>> {
     this.#timer(this.#run.timeoutSecs * 1000, () => this.cancel("deadline"));
     this.#o.failpoint("after_barrier_before_prompt");
+    // Read before the prompt is sent: this prompt's write (a kept agent's connection has had earlier ones).
+    const written = conn.promptWritten;
     const response = conn.prompt(sessionId, prompt);
-    void conn.promptWritten.then(() => this.#milestone("prompt_write", () => this.#o.failpoint("after_prompt_write")));
+    void written.then(() => this.#milestone("prompt_write", () => this.#o.failpoint("after_prompt_write")));
     return response;
   }
 

@@ -70,6 +70,8 @@ export interface AcpConfig {
   readonly setupTimeoutSecs: number;
   readonly permissionTimeoutSecs: number;
   readonly cancelGraceSecs: number;
+  /** `[acp] keep_agent_alive_secs`: a completed run's agent waits this long for a follow-up; 0: it never does. */
+  readonly keepAgentAliveSecs: number;
   readonly defaultRunTimeoutSecs: number;
   readonly maxRunTimeoutSecs: number;
   /** The Runner-wide `[acp.forced_config]` (each agent's effective table is AgentConfig.forcedConfig). */
@@ -550,6 +552,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       setupTimeoutSecs: acp.setup_timeout_secs,
       permissionTimeoutSecs: acp.permission_timeout_secs,
       cancelGraceSecs: acp.cancel_grace_secs,
+      keepAgentAliveSecs: acp.keep_agent_alive_secs,
       defaultRunTimeoutSecs: acp.default_run_timeout_secs,
       maxRunTimeoutSecs: acp.max_run_timeout_secs,
       forcedConfig: Object.freeze({ ...acp.forced_config }),

@@ -84,6 +84,9 @@ const RunAsUsers = z
 /** An ended worktree run's worktree is kept this long by default, and at most this long (design §16). */
 export const DEFAULT_WORKSPACE_KEEP_SECS = 600;
 export const MAX_WORKSPACE_KEEP_SECS = 7 * 86_400;
+
+/** Longest `[acp] keep_agent_alive_secs`: a kept agent is a live process and a leased pool user, so an hour at most. */
+export const MAX_KEEP_AGENT_ALIVE_SECS = 3600;
 /** The identity the Runner commits a worktree run's leftover changes as (design §16). */
 export const DEFAULT_WORKSPACE_AUTHOR = "WebCodex Runner <runner@webcodex.invalid>";
 export const WORKSPACE_AUTHOR_PATTERN = /^([^<>\n\r\0]{1,100}) <([^<>\s]{1,200})>$/;
@@ -207,6 +210,8 @@ export const ConfigSchema = z
         setup_timeout_secs: int(1, 3600).default(60),
         permission_timeout_secs: int(1, 86_400).default(120),
         cancel_grace_secs: int(1, 600).default(15),
+        /** Seconds a completed run's agent is kept for a follow-up of it (runs/kept-agents.ts); 0: never kept. */
+        keep_agent_alive_secs: int(0, MAX_KEEP_AGENT_ALIVE_SECS).default(0),
         default_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(1800),
         max_run_timeout_secs: int(1, MAX_RUN_TIMEOUT_SECS).default(14_400),
         forced_config: ForcedTable,

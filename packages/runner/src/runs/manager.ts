@@ -7,6 +7,9 @@
  *         ─▶ markTerminal ─▶ projection ─▶ tree cleanup ─▶ clearChild
  *         ─▶ sweep of the pool user ─▶ retention (the run's end: runs/settle.ts)
  *
+ * With `[acp] keep_agent_alive_secs` a run that completed keeps its agent instead (tree, connection, pool user)
+ * for a follow-up of it, which adopts it (runs/kept-agents.ts); the tree cleanup and sweep come when it is stopped.
+ *
  * The turn is an async generator of what the run records (acp/turn.ts `TurnEvent`); #drive consumes
  * it and writes the record, the timings and, with the Terminal it returns, the terminal state.
  * Pushes to the link go through runs/updates.ts (the one batching rule, @webcodex/protocol batches.ts);
@@ -31,6 +34,7 @@ import type { DispatchStore } from "../store/types.js";
 import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
 import { worktreesDir } from "../workspace/worktree.js";
 import { capacityRefusal, recycledInTime, StartChecks, UNRECORDED_REFUSAL } from "./admission.js";
+import { type KeptAgent, KeptAgents } from "./kept-agents.js";
 import { MemoryProjectCallers, type ProjectCallers } from "./project-callers.js";
 import { Run } from "./record.js";
 import { RunRetention } from "./retention.js";
@@ -116,6 +120,8 @@ export class RunManager implements RunService {
   readonly #settler: RunSettler;
   /** What observers read of the runs: summaries, sync pages, tombstones, the inventory (runs/views.ts). */
   readonly #views: RunViews;
+  /** Agents of completed runs kept for a follow-up (`[acp] keep_agent_alive_secs`, runs/kept-agents.ts). */
+  readonly #kept: KeptAgents;
   #closing = false;
 
   constructor(options: RunManagerOptions) {
@@ -196,6 +202,12 @@ export class RunManager implements RunService {
       failpoint: this.#failpoint,
       now: this.#now,
     });
+    this.#kept = new KeptAgents({
+      keepMs: this.#config.acp.keepAgentAliveSecs * 1000,
+      logger: this.#log,
+      stop: (kept) => this.#settler.stopKept(kept),
+    });
+    this.#settler.kept = this.#kept;
   }
 
   /** Resolves once the start-up sweep of the run_as pool users is done (a user still being swept is not leased). */
@@ -238,11 +250,20 @@ export class RunManager implements RunService {
   /** `recycled`: this is the second pass after waiting for a pool user recycled for this caller. */
   async start(req: RunStartRequest, recycled = false): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
+    // Kept agents hold no slot a caller sees: one that would take this run's slot is stopped.
+    this.#kept.makeRoom(this.#active.size, this.#config.acp.maxConcurrentRuns, req.continue_run_id);
     const checked = this.#checks.check(req, this.#views.summaryOf(req.run_id), this.#active.size);
     if (checked.kind === "answer") return checked.outcome;
     const { agent, project, continueSessionId, ended } = checked;
+    // A follow-up of a run whose agent is kept, in the project's own tree: that agent, and its pool user.
+    const warm = ended ? null : this.#takeKept(req, agent, project, continueSessionId);
     // A run_as user of the agent's pool for this caller (process/user-pool.ts), or why there is none.
-    const lease: Lease = ended ? { ok: true, user: null } : this.#users.acquire(agent, req.tenant);
+    const lease: Lease =
+      warm !== null
+        ? { ok: true, user: warm.runAs }
+        : ended
+          ? { ok: true, user: null }
+          : this.#users.acquire(agent, req.tenant);
     if (!lease.ok) {
       if (lease.reason === "unrecorded") return { ok: false, code: "internal", message: UNRECORDED_REFUSAL };
       if (lease.reason !== "recycling") return capacityRefusal(lease.reason);
@@ -267,6 +288,8 @@ export class RunManager implements RunService {
       this.#now,
     );
     run.runAs = lease.user;
+    run.warm = warm;
+    run.tenant = req.tenant;
     run.continueSessionId = continueSessionId;
     run.continueRunId = continueSessionId === null ? null : (req.continue_run_id ?? null);
     try {
@@ -284,7 +307,8 @@ export class RunManager implements RunService {
       if (continueSessionId !== null) this.#store.recordAcpSession(run.run_id, continueSessionId);
     } catch (error) {
       this.#log.error({ run_id: req.run_id, err_name: (error as Error)?.name }, "admission failed");
-      if (lease.user) void this.#users.release(lease.user, run.run_id);
+      if (warm !== null) void this.#settler.stopKept(warm);
+      else if (lease.user) void this.#users.release(lease.user, run.run_id);
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     this.#runs.set(run.run_id, run);
@@ -302,6 +326,25 @@ export class RunManager implements RunService {
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     return { ok: true, run: run.summary(), created: true };
+  }
+
+  /** The kept agent a follow-up takes over, or null: its turn spawns one (cold). Never for a fresh run. */
+  #takeKept(
+    req: RunStartRequest,
+    agent: AgentConfig,
+    project: ProjectConfig,
+    continueSessionId: string | null,
+  ): KeptAgent | null {
+    const parent = req.continue_run_id;
+    if (parent === undefined || continueSessionId === null) return null;
+    if (project.workspace !== "shared" || req.base_ref !== undefined) return null;
+    return this.#kept.take(parent, {
+      providerId: agent.id,
+      projectId: project.id,
+      tenant: req.tenant,
+      cwd: project.root,
+      sessionId: continueSessionId,
+    });
   }
 
   /** A run refused after admission, before anything is spawned: terminal at once, nothing to clean up. */
@@ -406,6 +449,7 @@ export class RunManager implements RunService {
       project: run.project,
       cwd: run.cwd,
       continueSessionId: run.continueSessionId,
+      warm: run.warm,
       agent: run.agent,
       runAs: run.runAs,
       timeoutSecs: run.timeoutSecs,
@@ -469,6 +513,8 @@ export class RunManager implements RunService {
   async close(): Promise<void> {
     if (this.#closing) return;
     this.#closing = true;
+    // Kept agents first: nothing is kept from now on, and each is stopped and its pool user swept.
+    const keptStopped = this.#kept.close();
     const active = [...this.#active];
     for (const run of active) {
       if (run.dispatched && !run.terminal) {
@@ -482,6 +528,7 @@ export class RunManager implements RunService {
       void run.child?.terminateTree(Math.min(this.#graceMs, 500));
     }
     await Promise.all(active.map((run) => run.settled));
+    await keptStopped;
     await this.#workspaces.close();
     // Last chance for terminal writes that failed earlier (else recovery treats those rows as interrupted).
     for (const run of this.#runs.values()) saveTerminal(run, this.#store, this.#log);

@@ -27,6 +27,7 @@ import type { Redactor } from "../events/redactor.js";
 import { EventRing, type RingLimits } from "../events/ring.js";
 import type { AgentChild } from "../process/spawn.js";
 import type { DispatchRow, TerminalUpdate } from "../store/types.js";
+import type { KeptAgent } from "./kept-agents.js";
 
 /** One admitted run held in memory: its summary fields, event ring and turn. */
 export class Run {
@@ -61,6 +62,10 @@ export class Run {
   continueSessionId: string | null = null;
   /** That parent run's id, whose workspace a `worktree` project's continuation works in; null: none. */
   continueRunId: string | null = null;
+  /** The parent's kept agent this follow-up prompts again (runs/kept-agents.ts); null: the turn spawns one. */
+  warm: KeptAgent | null = null;
+  /** The caller's tenant tag from run.start (a kept agent serves a follow-up of the same tenant only). */
+  tenant: string | undefined = undefined;
   /**
    * The terminal state whose durable write failed: the run stays pinned in
    * memory (never evicted) so sync/inventory/cancel answer the terminal state,

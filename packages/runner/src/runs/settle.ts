@@ -14,6 +14,7 @@ import type { AgentChild } from "../process/spawn.js";
 import type { UserPool } from "../process/user-pool.js";
 import type { DispatchStore } from "../store/types.js";
 import { writeDiagnostics } from "./diagnostics.js";
+import type { KeptAgent, KeptAgents } from "./kept-agents.js";
 import type { Run } from "./record.js";
 import type { RunRetention } from "./retention.js";
 import type { RunTimings } from "./timings.js";
@@ -35,6 +36,9 @@ export interface RunSettlerOptions {
   now: () => Date;
 }
 
+/** Where a run's agent may wait for a follow-up (runs/kept-agents.ts); set once the pool exists. */
+export type KeepPool = Pick<KeptAgents, "accepting" | "keep">;
+
 export class RunSettler {
   readonly #store: DispatchStore;
   readonly #log: Logger;
@@ -46,6 +50,8 @@ export class RunSettler {
   readonly #retention: RunRetention;
   readonly #failpoint: (name: FailpointName) => void;
   readonly #now: () => Date;
+  /** Kept agents (`[acp] keep_agent_alive_secs`); null: none are kept. */
+  kept: KeepPool | null = null;
 
   constructor(options: RunSettlerOptions) {
     this.#store = options.store;
@@ -112,6 +118,21 @@ export class RunSettler {
 
   /** The run's tree ended, its pool user released and swept, its slot freed, the run retained; then settled. */
   async cleanup(run: Run, timings: RunTimings): Promise<void> {
+    if (run.warm !== null && run.child === null) {
+      // A follow-up that ended before adopting its parent's kept agent (aborted setup): that agent ends here.
+      const warm = run.warm;
+      run.warm = null;
+      await this.stopKept(warm);
+    }
+    if (this.#keep(run)) {
+      // Its process, connection and pool user are the kept agent's now: nothing of them ends here.
+      run.child = null;
+      run.conn = null;
+      this.#active.delete(run);
+      this.#retention.retain(run);
+      run.markSettled();
+      return;
+    }
     try {
       run.conn?.close();
       const child = run.child;
@@ -149,6 +170,54 @@ export class RunSettler {
       this.#active.delete(run);
       this.#retention.retain(run);
       run.markSettled();
+    }
+  }
+
+  /**
+   * Keep the run's agent for a follow-up (runs/kept-agents.ts) when the run completed in the project's own tree
+   * with its agent alive and the pool takes it. A worktree run's follow-up works in a checkout of its own (another
+   * cwd), so its agent is never kept.
+   */
+  #keep(run: Run): boolean {
+    const kept = this.kept;
+    const { child, conn } = run;
+    const session = run.turn?.session ?? null;
+    if (kept === null || !kept.accepting || child === null || conn === null || session === null) return false;
+    if (run.state !== "completed" || run.workspace !== null || run.cwd !== run.project.root) return false;
+    return kept.keep({
+      runId: run.run_id,
+      providerId: run.agent.id,
+      projectId: run.project.id,
+      tenant: run.tenant,
+      runAs: run.runAs,
+      cwd: run.cwd,
+      child,
+      conn,
+      sessionId: session.sessionId,
+      configOptions: session.configOptions,
+    });
+  }
+
+  /** A kept agent stopped (its time ended, the Runner stops, its slot is needed): a run's cleanup, done late. */
+  async stopKept(kept: KeptAgent): Promise<void> {
+    try {
+      kept.conn.close();
+      const result = await kept.child.terminateTree(this.#graceMs);
+      this.#log.info(
+        { run_id: kept.runId, escalation: result.escalation, survivors: result.survivors },
+        "kept agent process tree cleaned up",
+      );
+      if (result.survivors > 0) {
+        this.#log.error({ run_id: kept.runId, survivors: result.survivors }, "agent processes survived SIGKILL");
+      } else {
+        try {
+          this.#store.clearChild(kept.runId);
+        } catch (error) {
+          this.#log.error({ run_id: kept.runId, err_name: (error as Error)?.name }, "clearing the child failed");
+        }
+      }
+    } finally {
+      if (kept.runAs) await this.#users.release(kept.runAs, kept.runId);
     }
   }
 

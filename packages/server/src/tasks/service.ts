@@ -32,6 +32,7 @@ import { serverFailpoint } from "../failpoints.js";
 import { missingScopes, START_SCOPES, startRefusal } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
 import type { AdmissionHooks, ApiError, ApiErrorCode, ApiResult, RunAdmission, StartOutput } from "../runs/api.js";
+import { continuationLinks } from "../runs/continuation.js";
 import { intentFingerprint } from "../runs/identity.js";
 import type { StateQueries } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
@@ -515,7 +516,9 @@ export class TaskService {
           return fail("not_found", `No attempt ${attemptId} on task ${task.task_id}.`, "none");
         }
         const binding = await this.#tasks.binding(row.attempt_id, tx);
-        const run = binding ? await this.#recordOutcome(row.attempt_id, binding.run_id, tx) : null;
+        const outcome = binding ? await this.#recordOutcome(row.attempt_id, binding.run_id, tx) : null;
+        // The chain (design §17) as observe names it, read live: a later run may have continued this one.
+        const run = outcome === null ? null : { ...outcome, ...(await continuationLinks(tx, outcome.run_id)) };
         const now = this.#now();
         attempt = {
           ...this.#claimView(row),

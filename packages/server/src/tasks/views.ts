@@ -43,6 +43,9 @@ export interface RunOutcomeView {
   /** The run's latest reported usage (numbers only), as observe shows it. */
   usage?: RunUsage;
   reconciled_at: string;
+  /** Continuation (design §17): the run this one continues, and the run that continues it (reconcile only). */
+  parent_run_id?: string;
+  continued_by?: string;
 }
 
 export interface AttemptView extends AttemptClaimView {

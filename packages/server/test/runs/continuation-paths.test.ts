@@ -43,9 +43,20 @@ async function stack(): Promise<ProcStack> {
 
 /** A task whose instruction is `instruction`, claimed by host-1: its attempt_ref. */
 async function claimedTask(client: Client, key: string, instruction: string): Promise<string> {
+  return (await claimed(client, key, instruction)).ref;
+}
+
+/** The same, with the task's id. */
+async function claimed(client: Client, key: string, instruction: string): Promise<{ ref: string; taskId: string }> {
   const task = await ok(client, "create_agent_task", { project_id: "demo", instruction, idempotency_key: key });
   const attempt = await ok(client, "start_agent_task_attempt", { task_id: task.task_id, assignee: "host-1" });
-  return attempt.attempt_ref as string;
+  return { ref: attempt.attempt_ref as string, taskId: task.task_id as string };
+}
+
+/** The attempt's run outcome as `reconcile_agent_task_coding_run` answers it. */
+async function reconcile(client: Client, taskId: string): Promise<Structured> {
+  const answer = await ok(client, "reconcile_agent_task_coding_run", { task_id: taskId });
+  return (answer.attempt as { run: Structured }).run;
 }
 
 function taskRun(attemptRef: string, continueRunId?: string): Structured {
@@ -78,6 +89,14 @@ describe("continuation on the task-run tool (2025-11-25 era)", () => {
     expect(child.last.parent_run_id).toBe(parent.runId);
     const parentNow = await ok(alice, "observe_coding_agent", { run_id: parent.runId });
     expect(parentNow.continued_by).toBe(started.run_id);
+    // The reconcile tool names the attempt's run's chain as observe does.
+    const taskId = started.task_id as string;
+    const reconciled = await reconcile(alice, taskId);
+    expect([reconciled.run_id, reconciled.parent_run_id, reconciled.continued_by]).toEqual([
+      started.run_id,
+      parent.runId,
+      undefined,
+    ]);
     // The same claim again is the same run: no conflict with itself.
     const again = await ok(alice, TASK_RUN, taskRun(ref, parent.runId));
     expect([again.run_id, again.replayed]).toEqual([started.run_id, true]);
@@ -114,6 +133,16 @@ describe("continuation on the task-run tool (2025-11-25 era)", () => {
     expect((await followTurn(alice, fresh.run_id as string)).text).toBe("recall: nothing");
     // The instruction reached the agent twice (the child, the fresh run); none of the refused calls did.
     expect(promptsOf(st.prompts("r1"), "scenario: recall")).toHaveLength(2);
+    // Once the task's run is continued, reconcile names its child too.
+    const grandchild = await ok(alice, "start_coding_agent", {
+      project_id: "demo",
+      provider_id: "fake",
+      idempotency_key: "grandchild",
+      prompt: "scenario: hello",
+      continue_run_id: started.run_id,
+    });
+    expect((await reconcile(alice, taskId)).continued_by).toBe(grandchild.run_id);
+    await followTurn(alice, grandchild.run_id as string);
   }, 180_000);
 });
 
@@ -160,8 +189,8 @@ describe("continuation through MCP Tasks (2026-07-28 era)", () => {
     expect(one.parent_run_id).toBeUndefined();
     expect(one.continued_by).toBeUndefined();
 
-    const ref = await claimedTask(alice, "modern-task", "scenario: recall\nnonce: modern-2");
-    const second = await startTask(st, TASK_RUN, taskRun(ref, one.run_id as string));
+    const modern = await claimed(alice, "modern-task", "scenario: recall\nnonce: modern-2");
+    const second = await startTask(st, TASK_RUN, taskRun(modern.ref, one.run_id as string));
     const two = await taskResult(st, second);
     expect(two.parent_run_id).toBe(one.run_id);
     expect((await followTurn(alice, two.run_id as string)).text).toBe("recall: nonce: modern-1");
@@ -177,6 +206,16 @@ describe("continuation through MCP Tasks (2026-07-28 era)", () => {
     const three = await taskResult(st, third);
     expect([three.parent_run_id, (await taskResult(st, second)).continued_by]).toEqual([two.run_id, three.run_id]);
     expect((await followTurn(alice, three.run_id as string)).text).toBe("recall: nonce: modern-2");
+    // The reconcile tool (a plain tool in this era too) names the task's run's chain both ways.
+    const reconciled = await post(
+      st,
+      "tools/call",
+      { name: "reconcile_agent_task_coding_run", arguments: { task_id: modern.taskId } },
+      "reconcile_agent_task_coding_run",
+    );
+    const content = reconciled.result?.structuredContent as { attempt?: { run?: Structured } } | undefined;
+    const run = content?.attempt?.run ?? {};
+    expect([run.run_id, run.parent_run_id, run.continued_by]).toEqual([two.run_id, one.run_id, three.run_id]);
 
     // A refusal is the tool's own error, no task: a second child of the first run.
     const refused = await post(

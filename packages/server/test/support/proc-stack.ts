@@ -112,6 +112,8 @@ export interface ProcStackOptions {
   agentToml?: string;
   /** Each Runner's `[acp] permission_timeout_secs` (default 60). */
   permissionTimeoutSecs?: number;
+  /** Extra lines of each Runner's `[acp]` table (e.g. `keep_agent_alive_secs = 30`). */
+  acpTable?: string;
 }
 
 /** A git repository at `root` with one commit of a README.md (a `worktree` project's root). */
@@ -250,6 +252,7 @@ export class ProcStack {
         (this.opts.tls ? `ca_file = ${JSON.stringify(this.opts.tls.caFile)}\n` : "") +
         "\n" +
         `${projects}\n[acp]\nmax_concurrent_runs = 4\nsetup_timeout_secs = 20\npermission_timeout_secs = ${this.opts.permissionTimeoutSecs ?? 60}\ncancel_grace_secs = 5\n` +
+        (this.opts.acpTable ? `${this.opts.acpTable}\n` : "") +
         (r.runAs ? "\n" : "agents_share_runner_user = true\n\n") +
         `[[acp.agents]]\nid = "fake"\nname = "Fake agent"\nexecutable = ${JSON.stringify(r.runAs?.agentBin ?? FAKE_AGENT_BIN)}\n` +
         `args = ${JSON.stringify(["--ledger", this.ledgerFile(r.id), ...(this.opts.agentArgs ?? [])])}\nallowed_config_options = ["model"]\n` +
