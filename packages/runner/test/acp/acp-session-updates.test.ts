@@ -6,9 +6,9 @@
  */
 import type { SessionNotification } from "@agentclientprotocol/sdk";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { AcpClientConnection } from "../src/acp/session.js";
-import { isAvailable, sessionUpdateValidators } from "../src/acp/session-update-validator.js";
-import type { AgentChild } from "../src/process/spawn.js";
+import { AcpClientConnection } from "../../src/acp/session.js";
+import { isAvailable, sessionUpdateValidators } from "../../src/acp/session-update-validator.js";
+import type { AgentChild } from "../../src/process/spawn.js";
 
 const encoder = new TextEncoder();
 

@@ -9,8 +9,8 @@
 import type { SessionConfigOption } from "@agentclientprotocol/sdk";
 import { MAX_CONFIG_VALUE_LENGTH, MAX_EFFECTIVE_CONFIG_ENTRIES } from "@webcodex/protocol";
 import { describe, expect, test } from "vitest";
-import { type ConfigValue, checkCallerKeys, sequenceConfig, snapshotConfig } from "../src/acp/config-sequencing.js";
-import type { RequestOutcome } from "../src/acp/session.js";
+import { type ConfigValue, checkCallerKeys, sequenceConfig, snapshotConfig } from "../../src/acp/config-sequencing.js";
+import type { RequestOutcome } from "../../src/acp/session.js";
 
 const select = (id: string, current: string, values: string[]): SessionConfigOption => ({
   type: "select",

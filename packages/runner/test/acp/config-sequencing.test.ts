@@ -6,8 +6,8 @@
  */
 import { createHash } from "node:crypto";
 import { afterAll, describe, expect, test } from "vitest";
-import { readLedger } from "../../../scripts/test-support/index.js";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { readLedger } from "../../../../scripts/test-support/index.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const args = (options: string) => ["--ledger", ws.ledger, "--config-options", options];

@@ -6,7 +6,7 @@
 import { FAILURE_SUMMARIES } from "@webcodex/protocol";
 import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const lines: string[] = [];

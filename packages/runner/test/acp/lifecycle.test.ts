@@ -8,10 +8,10 @@
 import { readFileSync } from "node:fs";
 import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
-import { alive, readLedger } from "../../../scripts/test-support/index.js";
-import { canary } from "../../../scripts/vitest/canary.js";
-import { SHUTDOWN_UNCONFIRMED } from "../src/acp/terminal.js";
-import { MAX_PENDING_PERMISSIONS } from "../src/acp/turn.js";
+import { alive, readLedger } from "../../../../scripts/test-support/index.js";
+import { canary } from "../../../../scripts/vitest/canary.js";
+import { SHUTDOWN_UNCONFIRMED } from "../../src/acp/terminal.js";
+import { MAX_PENDING_PERMISSIONS } from "../../src/acp/turn.js";
 import {
   groupMembers,
   makeWorkspace,
@@ -21,7 +21,7 @@ import {
   waitForState,
   writeConfig,
   writeLauncher,
-} from "./support/harness.js";
+} from "../support/harness.js";
 
 const ws = makeWorkspace();
 /** An agent's session/new delay far beyond a close that aborts the setup, however loaded the machine. */

@@ -11,11 +11,11 @@ import { createInterface } from "node:readline";
 import { type AnyMessage, client, ndJsonStream, type SessionNotification } from "@agentclientprotocol/sdk";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
-import { AcpClientConnection } from "../src/acp/session.js";
-import { isAvailable, sessionUpdateValidators } from "../src/acp/session-update-validator.js";
-import type { AgentChild } from "../src/process/spawn.js";
-import { makeWorkspace } from "./support/harness.js";
+import { FAKE_AGENT_BIN } from "../../../../scripts/test-support/index.js";
+import { AcpClientConnection } from "../../src/acp/session.js";
+import { isAvailable, sessionUpdateValidators } from "../../src/acp/session-update-validator.js";
+import type { AgentChild } from "../../src/process/spawn.js";
+import { makeWorkspace } from "../support/harness.js";
 
 const loaded = await sessionUpdateValidators;
 if (!isAvailable(loaded)) throw new Error(`the generated validators did not load: ${loaded.reason} (${loaded.detail})`);

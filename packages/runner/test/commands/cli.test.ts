@@ -10,8 +10,8 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { RunEvent } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { alive, RUNNER_BIN as BIN, FAKE_AGENT_BIN, REPO_ROOT } from "../../../scripts/test-support/index.js";
-import { canary } from "../../../scripts/vitest/canary.js";
+import { alive, RUNNER_BIN as BIN, FAKE_AGENT_BIN, REPO_ROOT } from "../../../../scripts/test-support/index.js";
+import { canary } from "../../../../scripts/vitest/canary.js";
 
 const run = promisify(execFile);
 const EXAMPLE = join(REPO_ROOT, "runner.example.toml");

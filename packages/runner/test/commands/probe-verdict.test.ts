@@ -10,9 +10,9 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, describe, expect, test } from "vitest";
-import { RUNNER_BIN as BIN, FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
-import { canary } from "../../../scripts/vitest/canary.js";
-import { makeWorkspace } from "./support/harness.js";
+import { RUNNER_BIN as BIN, FAKE_AGENT_BIN } from "../../../../scripts/test-support/index.js";
+import { canary } from "../../../../scripts/vitest/canary.js";
+import { makeWorkspace } from "../support/harness.js";
 
 const run = promisify(execFile);
 const ws = makeWorkspace();

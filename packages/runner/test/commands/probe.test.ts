@@ -1,8 +1,8 @@
 /** `check --probe` internals: initialize + session/new only, tree cleaned up, failures name the stage. */
 import { afterAll, expect, test } from "vitest";
-import { readLedger } from "../../../scripts/test-support/index.js";
-import { probeAgent } from "../src/commands/probe.js";
-import { makeWorkspace, writeConfig } from "./support/harness.js";
+import { readLedger } from "../../../../scripts/test-support/index.js";
+import { probeAgent } from "../../src/commands/probe.js";
+import { makeWorkspace, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const config = writeConfig(ws, {

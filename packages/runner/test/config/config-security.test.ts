@@ -10,11 +10,11 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
-import { RUNNER_BIN as BIN_PATH, FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
-import { startDaemon } from "../src/commands/daemon.js";
-import { ConfigError, parseConfig } from "../src/config/config.js";
-import { OVERFLOW_UID, resolveRunAs, switchUserSupportFrom } from "../src/config/run-as.js";
-import { openDispatchStore } from "../src/store/open.js";
+import { RUNNER_BIN as BIN_PATH, FAKE_AGENT_BIN } from "../../../../scripts/test-support/index.js";
+import { startDaemon } from "../../src/commands/daemon.js";
+import { ConfigError, parseConfig } from "../../src/config/config.js";
+import { OVERFLOW_UID, resolveRunAs, switchUserSupportFrom } from "../../src/config/run-as.js";
+import { openDispatchStore } from "../../src/store/open.js";
 
 const execFileP = promisify(execFile);
 

@@ -4,10 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MAX_MESSAGE_LENGTH } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { REPO_ROOT } from "../../../scripts/test-support/index.js";
-import { lost, notStarted } from "../src/acp/terminal.js";
-import { ConfigError, loadConfig, parseConfig } from "../src/config/config.js";
-import { MAX_ENV_NAME_LENGTH } from "../src/config/schema.js";
+import { REPO_ROOT } from "../../../../scripts/test-support/index.js";
+import { lost, notStarted } from "../../src/acp/terminal.js";
+import { ConfigError, loadConfig, parseConfig } from "../../src/config/config.js";
+import { MAX_ENV_NAME_LENGTH } from "../../src/config/schema.js";
 
 const dir = mkdtempSync(join(tmpdir(), "wc-config-test-"));
 mkdirSync(join(dir, "proj"));

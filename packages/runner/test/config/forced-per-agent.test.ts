@@ -8,9 +8,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { FAKE_AGENT_BIN, readLedger } from "../../../scripts/test-support/index.js";
-import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { makeWorkspace, newManager, runToEnd } from "./support/harness.js";
+import { FAKE_AGENT_BIN, readLedger } from "../../../../scripts/test-support/index.js";
+import { ConfigError, parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import { makeWorkspace, newManager, runToEnd } from "../support/harness.js";
 
 const dir = mkdtempSync(join(tmpdir(), "wc-forced-agent-"));
 mkdirSync(join(dir, "proj"));

@@ -1,7 +1,7 @@
 /** A 100k-update burst from the real fake agent stays within the ring's count and byte bounds. */
 import { MAX_EVENTS_PER_UPDATE, RING_MAX_BYTES, RING_MAX_EVENTS } from "@webcodex/protocol";
 import { afterAll, expect, test } from "vitest";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const { manager } = newManager(writeConfig(ws));

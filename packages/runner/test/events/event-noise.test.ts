@@ -12,11 +12,11 @@ import { join } from "node:path";
 import type { RequestPermissionRequest, SessionUpdate } from "@agentclientprotocol/sdk";
 import { MAX_AGENT_STATE_ITEMS, RunEvent, type RunEventBody } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { REPO_ROOT, readLedger } from "../../../scripts/test-support/index.js";
-import { PENDING_TOOL_HOLD_MS } from "../src/events/coalescer.js";
-import { EventNormalizer } from "../src/events/normalize.js";
-import { Redactor } from "../src/events/redactor.js";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { REPO_ROOT, readLedger } from "../../../../scripts/test-support/index.js";
+import { PENDING_TOOL_HOLD_MS } from "../../src/events/coalescer.js";
+import { EventNormalizer } from "../../src/events/normalize.js";
+import { Redactor } from "../../src/events/redactor.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const ROOT = "/work/p";
 type Step = { update: SessionUpdate } | { permission: Omit<RequestPermissionRequest, "sessionId"> };

@@ -8,10 +8,10 @@
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import type { RunEvent, RunEventBody } from "@webcodex/protocol";
 import { afterAll, describe, expect, test } from "vitest";
-import { FAKE_AGENT_BIN } from "../../../scripts/test-support/index.js";
-import { EventNormalizer } from "../src/events/normalize.js";
-import { REDACTED, Redactor } from "../src/events/redactor.js";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { FAKE_AGENT_BIN } from "../../../../scripts/test-support/index.js";
+import { EventNormalizer } from "../../src/events/normalize.js";
+import { REDACTED, Redactor } from "../../src/events/redactor.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 /** Any character a terminal would act on, other than newline and tab. */
 // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point

@@ -9,11 +9,11 @@ import {
   utf8Length,
 } from "@webcodex/protocol";
 import { describe, expect, test } from "vitest";
-import { sequenceConfig } from "../src/acp/config-sequencing.js";
-import type { RequestOutcome } from "../src/acp/session.js";
-import { EventNormalizer, relativizePath } from "../src/events/normalize.js";
-import { REDACTED, Redactor } from "../src/events/redactor.js";
-import { EventRing } from "../src/events/ring.js";
+import { sequenceConfig } from "../../src/acp/config-sequencing.js";
+import type { RequestOutcome } from "../../src/acp/session.js";
+import { EventNormalizer, relativizePath } from "../../src/events/normalize.js";
+import { REDACTED, Redactor } from "../../src/events/redactor.js";
+import { EventRing } from "../../src/events/ring.js";
 
 const msg = (text: string): RunEventBody => ({ kind: "agent_message", text, truncated: false });
 

@@ -7,9 +7,9 @@
 import type { RunEventBody } from "@webcodex/protocol";
 import { MAX_EVENT_TEXT_BYTES } from "@webcodex/protocol";
 import { afterEach, describe, expect, test, vi } from "vitest";
-import { EventNormalizer } from "../src/events/normalize.js";
-import { Redactor } from "../src/events/redactor.js";
-import { COALESCE_MS, FLOOD_GAP_MS, TextPacer } from "../src/events/text-pacer.js";
+import { EventNormalizer } from "../../src/events/normalize.js";
+import { Redactor } from "../../src/events/redactor.js";
+import { COALESCE_MS, FLOOD_GAP_MS, TextPacer } from "../../src/events/text-pacer.js";
 
 const chunk = (text: string) => ({
   sessionUpdate: "agent_message_chunk" as const,

@@ -6,8 +6,8 @@
 import type { SessionUpdate } from "@agentclientprotocol/sdk";
 import { MAX_USAGE_COST_AMOUNT, MAX_USAGE_TOKENS, RunUsage } from "@webcodex/protocol";
 import { describe, expect, it } from "vitest";
-import { EventNormalizer } from "../src/events/normalize.js";
-import { Redactor } from "../src/events/redactor.js";
+import { EventNormalizer } from "../../src/events/normalize.js";
+import { Redactor } from "../../src/events/redactor.js";
 
 function normalizer() {
   return new EventNormalizer({ projectRoot: "/work/p", redactor: new Redactor([], "/work/p"), emit: () => undefined });

@@ -6,11 +6,11 @@
 import { MAX_FRAME_BYTES, parseRunnerFrame, type RunSummary } from "@webcodex/protocol";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import WebSocket from "ws";
-import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
-import { FakeRunService } from "../../server/test/support/fake-run-service.js";
-import { alice, Harness } from "../../server/test/support/in-process.js";
-import { fitInventory } from "../src/link/link.js";
-import { makeWorkspace, newManager, startRequest, waitForState, writeConfig } from "./support/harness.js";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { FakeRunService } from "../../../server/test/support/fake-run-service.js";
+import { alice, Harness } from "../../../server/test/support/in-process.js";
+import { fitInventory } from "../../src/link/link.js";
+import { makeWorkspace, newManager, startRequest, waitForState, writeConfig } from "../support/harness.js";
 
 const R1 = { id: "r1", token: "token-one-aaaaaaaaaaaaaaaa", projects: ["demo"] };
 

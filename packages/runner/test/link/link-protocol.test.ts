@@ -11,9 +11,9 @@ import {
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { type WebSocket, WebSocketServer } from "ws";
-import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
-import { FakeRunService } from "../../server/test/support/fake-run-service.js";
-import { chunkUpdate, type LinkHandle, startLink } from "../src/link/link.js";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { FakeRunService } from "../../../server/test/support/fake-run-service.js";
+import { chunkUpdate, type LinkHandle, startLink } from "../../src/link/link.js";
 
 interface Peer {
   ws: WebSocket;

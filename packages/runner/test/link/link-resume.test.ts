@@ -17,7 +17,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { afterAll, describe, expect, test } from "vitest";
-import { RESUME_SECRET_FILE, removeResumeSecret, resumeSecretStore } from "../src/link/resume.js";
+import { RESUME_SECRET_FILE, removeResumeSecret, resumeSecretStore } from "../../src/link/resume.js";
 
 const dir = mkdtempSync(join(tmpdir(), "wc-link-resume-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -3,11 +3,11 @@
  * in a temp dir), driving an in-memory RunService.
  */
 import { afterEach, describe, expect, it } from "vitest";
-import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
-import { canary } from "../../../scripts/vitest/canary.js";
-import { FakeRunService, msg } from "../../server/test/support/fake-run-service.js";
-import { alice, Harness } from "../../server/test/support/in-process.js";
-import { chunkUpdate, startLink } from "../src/link/link.js";
+import { IN_PROCESS_POLL_MS, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { canary } from "../../../../scripts/vitest/canary.js";
+import { FakeRunService, msg } from "../../../server/test/support/fake-run-service.js";
+import { alice, Harness } from "../../../server/test/support/in-process.js";
+import { chunkUpdate, startLink } from "../../src/link/link.js";
 
 /** Bound on the link reconnecting to a restarted in-process Server, its backoff included. */
 const RECONNECT_WAIT_MS = 10_000;

@@ -30,13 +30,13 @@ import { promisify } from "node:util";
 import { CAPACITY_REASONS } from "@webcodex/protocol";
 import { pino } from "pino";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { alive, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
-import { parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { findSystemTool } from "../src/config/run-as.js";
-import { homeGuard, oddHome, PoolHomeError, poolHomeRefusals, recycleHome } from "../src/process/pool-homes.js";
-import { listUidProcesses } from "../src/process/proc-identity.js";
-import { FilePoolBindings } from "../src/process/user-bindings.js";
-import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
+import { alive, poll, RUNNER_BIN, readLedger } from "../../../../scripts/test-support/index.js";
+import { parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import { findSystemTool } from "../../src/config/run-as.js";
+import { homeGuard, oddHome, PoolHomeError, poolHomeRefusals, recycleHome } from "../../src/process/pool-homes.js";
+import { listUidProcesses } from "../../src/process/proc-identity.js";
+import { FilePoolBindings } from "../../src/process/user-bindings.js";
+import { newManager, runToEnd, startRequest, waitForState } from "../support/harness.js";
 import {
   agentCopy,
   createTestUser,
@@ -45,7 +45,7 @@ import {
   removePoolFixture,
   sharedTestDir,
   type TestUser,
-} from "./support/test-user.js";
+} from "../support/test-user.js";
 
 const execFileP = promisify(execFile);
 const SETPRIV = findSystemTool("setpriv") ?? "setpriv";

@@ -11,10 +11,10 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { describe, expect, test } from "vitest";
-import { REPO_ROOT } from "../../../scripts/test-support/index.js";
-import { AGENT_FD_TABLE_SLOTS, reserveAgentFdTable } from "../src/process/fd-table.js";
-import { scanInheritableFds } from "../src/process/inherited-fds.js";
-import { execArgs, makeWorkspace, writeConfig } from "./support/harness.js";
+import { REPO_ROOT } from "../../../../scripts/test-support/index.js";
+import { AGENT_FD_TABLE_SLOTS, reserveAgentFdTable } from "../../src/process/fd-table.js";
+import { scanInheritableFds } from "../../src/process/inherited-fds.js";
+import { execArgs, makeWorkspace, writeConfig } from "../support/harness.js";
 
 const run = promisify(execFile);
 const SPAWN_JS = join(REPO_ROOT, "packages/runner/dist/process/spawn.js");

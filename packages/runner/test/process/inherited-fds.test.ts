@@ -13,9 +13,9 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync }
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { REPO_ROOT } from "../../../scripts/test-support/index.js";
-import { scanInheritableFds } from "../src/process/inherited-fds.js";
-import { execArgs, makeWorkspace, writeConfig } from "./support/harness.js";
+import { REPO_ROOT } from "../../../../scripts/test-support/index.js";
+import { scanInheritableFds } from "../../src/process/inherited-fds.js";
+import { execArgs, makeWorkspace, writeConfig } from "../support/harness.js";
 
 const SPAWN_JS = join(REPO_ROOT, "packages/runner/dist/process/spawn.js");
 const dir = mkdtempSync(join(tmpdir(), "wc-fds-"));

@@ -14,11 +14,11 @@ import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } f
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { type LedgerLine, readLedger } from "../../../scripts/test-support/index.js";
-import { probeVerdict } from "../src/commands/probe-verdict.js";
-import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { FilePoolBindings } from "../src/process/user-bindings.js";
-import { newManager, runToEnd } from "./support/harness.js";
+import { type LedgerLine, readLedger } from "../../../../scripts/test-support/index.js";
+import { probeVerdict } from "../../src/commands/probe-verdict.js";
+import { ConfigError, parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import { FilePoolBindings } from "../../src/process/user-bindings.js";
+import { newManager, runToEnd } from "../support/harness.js";
 import {
   agentCopy,
   createTestUser,
@@ -27,7 +27,7 @@ import {
   removePoolFixture,
   sharedTestDir,
   type TestUser,
-} from "./support/test-user.js";
+} from "../support/test-user.js";
 
 const T_ALICE = "tn_aaaaaaaaaaaaaaaaaaaaaaaaaa";
 const T_BOB = "tn_bbbbbbbbbbbbbbbbbbbbbbbbbb";

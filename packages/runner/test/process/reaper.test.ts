@@ -1,14 +1,14 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach, describe, expect, it } from "vitest";
-import { poll } from "../../../scripts/test-support/index.js";
+import { poll } from "../../../../scripts/test-support/index.js";
 import {
   listGroupMembers,
   parseProcStat,
   parseStatusIds,
   readStartTime,
   readStatusIds,
-} from "../src/process/proc-identity.js";
-import { reapGroup } from "../src/process/reaper.js";
+} from "../../src/process/proc-identity.js";
+import { reapGroup } from "../../src/process/reaper.js";
 
 const IGNORE_TERM = "process.on('SIGTERM', () => {}); setInterval(() => {}, 1000); console.log('ready');";
 const spawned: ChildProcess[] = [];

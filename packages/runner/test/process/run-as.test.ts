@@ -17,14 +17,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { alive, RUNNER_BIN as BIN, DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
-import { parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { switchUserSupportFrom } from "../src/config/run-as.js";
-import { listGroupMembers, readStartTime } from "../src/process/proc-identity.js";
-import { reapGroup } from "../src/process/reaper.js";
-import { setprivCommand } from "../src/process/run-as.js";
-import { spawnAgent } from "../src/process/spawn.js";
-import { groupMembers, newManager, runToEnd } from "./support/harness.js";
+import { alive, RUNNER_BIN as BIN, DAEMON_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import { switchUserSupportFrom } from "../../src/config/run-as.js";
+import { listGroupMembers, readStartTime } from "../../src/process/proc-identity.js";
+import { reapGroup } from "../../src/process/reaper.js";
+import { setprivCommand } from "../../src/process/run-as.js";
+import { spawnAgent } from "../../src/process/spawn.js";
+import { groupMembers, newManager, runToEnd } from "../support/harness.js";
 import {
   agentCopy,
   createTestUser,
@@ -33,7 +33,7 @@ import {
   sharedTestDir,
   type TestUser,
   uidOf,
-} from "./support/test-user.js";
+} from "../support/test-user.js";
 
 const execFileP = promisify(execFile);
 const TOKEN = "runner-token-9f8e7d6c5b4a39281706";

@@ -17,15 +17,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { type LedgerLine, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
-import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { findSystemTool } from "../src/config/run-as.js";
-import { findSandboxTools } from "../src/config/sandbox-tools.js";
-import { setprivCommand } from "../src/process/run-as.js";
-import { sandboxCommand } from "../src/process/sandbox.js";
-import { FilePoolBindings } from "../src/process/user-bindings.js";
-import { PROJECT_SERVES_ANOTHER_CALLER } from "../src/runs/project-callers.js";
-import { newManager, runToEnd, startRequest } from "./support/harness.js";
+import { type LedgerLine, poll, RUNNER_BIN, readLedger } from "../../../../scripts/test-support/index.js";
+import { ConfigError, parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import { findSystemTool } from "../../src/config/run-as.js";
+import { findSandboxTools } from "../../src/config/sandbox-tools.js";
+import { setprivCommand } from "../../src/process/run-as.js";
+import { sandboxCommand } from "../../src/process/sandbox.js";
+import { FilePoolBindings } from "../../src/process/user-bindings.js";
+import { PROJECT_SERVES_ANOTHER_CALLER } from "../../src/runs/project-callers.js";
+import { newManager, runToEnd, startRequest } from "../support/harness.js";
 import {
   agentCopy,
   createTestUser,
@@ -33,7 +33,7 @@ import {
   removePoolFixture,
   sharedTestDir,
   type TestUser,
-} from "./support/test-user.js";
+} from "../support/test-user.js";
 
 const execFileP = promisify(execFile);
 /** Longest a test waits for a live run's ledger line. */

@@ -20,13 +20,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
-import { alive, type LedgerLine, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
-import { parseConfig, type RunnerConfig } from "../src/config/config.js";
-import { findSystemTool } from "../src/config/run-as.js";
-import { listUidProcesses } from "../src/process/proc-identity.js";
-import { BINDINGS_FILE, FilePoolBindings } from "../src/process/user-bindings.js";
-import { openDispatchStore } from "../src/store/open.js";
-import { newManager, runToEnd, startRequest, waitForState } from "./support/harness.js";
+import { alive, type LedgerLine, poll, RUNNER_BIN, readLedger } from "../../../../scripts/test-support/index.js";
+import { parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import { findSystemTool } from "../../src/config/run-as.js";
+import { listUidProcesses } from "../../src/process/proc-identity.js";
+import { BINDINGS_FILE, FilePoolBindings } from "../../src/process/user-bindings.js";
+import { openDispatchStore } from "../../src/store/open.js";
+import { newManager, runToEnd, startRequest, waitForState } from "../support/harness.js";
 import {
   agentCopy,
   createTestUser,
@@ -37,7 +37,7 @@ import {
   sharedTestDir,
   type TestUser,
   uidOf,
-} from "./support/test-user.js";
+} from "../support/test-user.js";
 
 const execFileP = promisify(execFile);
 /** The env var the pooled agent gets (mapped from CANARY_SOURCE); its value is a fresh random canary. */

@@ -10,11 +10,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { describe, expect, test } from "vitest";
-import type { AgentConfig } from "../src/config/config.js";
-import type { RunAs } from "../src/config/run-as.js";
-import { PoolHomeError } from "../src/process/pool-homes.js";
-import { BINDINGS_FILE, BindingsFileError, FilePoolBindings, NO_TENANT } from "../src/process/user-bindings.js";
-import { UserPool } from "../src/process/user-pool.js";
+import type { AgentConfig } from "../../src/config/config.js";
+import type { RunAs } from "../../src/config/run-as.js";
+import { PoolHomeError } from "../../src/process/pool-homes.js";
+import { BINDINGS_FILE, BindingsFileError, FilePoolBindings, NO_TENANT } from "../../src/process/user-bindings.js";
+import { UserPool } from "../../src/process/user-pool.js";
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 

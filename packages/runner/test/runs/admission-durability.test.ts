@@ -7,7 +7,7 @@
  */
 import Database from "better-sqlite3";
 import { afterAll, afterEach, describe, expect, it, vi } from "vitest";
-import { makeWorkspace, newManager, startRequest, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, startRequest, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 afterAll(() => ws.cleanup());

@@ -1,6 +1,6 @@
 /** run.start admission: fences, project rules, idempotent replay and conflicts, inventory. */
 import { afterAll, describe, expect, test } from "vitest";
-import { makeWorkspace, newManager, startRequest, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, startRequest, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const { manager } = newManager(writeConfig(ws));

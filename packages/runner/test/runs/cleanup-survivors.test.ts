@@ -13,11 +13,11 @@
  * matrix's grandchild cases.
  */
 import { afterAll, describe, expect, test, vi } from "vitest";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const report = vi.hoisted(() => ({ survivors: 0 }));
-vi.mock("../src/process/spawn.js", async (importOriginal) => {
-  const mod = await importOriginal<typeof import("../src/process/spawn.js")>();
+vi.mock("../../src/process/spawn.js", async (importOriginal) => {
+  const mod = await importOriginal<typeof import("../../src/process/spawn.js")>();
   return {
     ...mod,
     spawnAgent: async (options: Parameters<typeof mod.spawnAgent>[0]) => {

@@ -16,7 +16,7 @@ import {
   ledgerPrompts,
   poll,
   processesMentioning,
-} from "../../../scripts/test-support/index.js";
+} from "../../../../scripts/test-support/index.js";
 import {
   killAllRunners,
   makeSandbox,
@@ -25,7 +25,7 @@ import {
   startRunner,
   startTestServer,
   type TestServer,
-} from "./crash-matrix-harness.js";
+} from "../support/crash-matrix-harness.js";
 
 const servers: TestServer[] = [];
 const sandboxes: Sandbox[] = [];

@@ -5,8 +5,8 @@
  * oldest_seq = last_seq + 1 — what the Server's mirror reads as lost history.
  */
 import { afterAll, describe, expect, test } from "vitest";
-import { RETAINED_RINGS_MAX_BYTES } from "../src/runs/retention.js";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { RETAINED_RINGS_MAX_BYTES } from "../../src/runs/retention.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const config = writeConfig(ws);

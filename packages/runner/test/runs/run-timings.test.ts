@@ -2,7 +2,7 @@
 import { Writable } from "node:stream";
 import { pino } from "pino";
 import { afterAll, expect, test } from "vitest";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const STAGES = ["spawn", "initialize", "session_new", "config", "barrier_commit", "prompt_write"];
 

@@ -9,8 +9,8 @@ import { chmodSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { OUTSIDE_PROJECT_PATH } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
-import { alive, readLedger } from "../../../scripts/test-support/index.js";
-import { groupMembers, kinds, makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { alive, readLedger } from "../../../../scripts/test-support/index.js";
+import { groupMembers, kinds, makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const badInterpreter = join(ws.dir, "bad-interpreter.sh");

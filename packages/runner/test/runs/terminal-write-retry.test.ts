@@ -8,9 +8,9 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
-import { openDispatchStore } from "../src/store/open.js";
-import type { DispatchStore } from "../src/store/types.js";
-import { makeWorkspace, newManager, runToEnd, writeConfig } from "./support/harness.js";
+import { openDispatchStore } from "../../src/store/open.js";
+import type { DispatchStore } from "../../src/store/types.js";
+import { makeWorkspace, newManager, runToEnd, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const config = writeConfig(ws);

@@ -4,9 +4,9 @@
  * tombstone (never admitted) stays distinguishable from "pruned".
  */
 import { afterAll, describe, expect, test } from "vitest";
-import { readLedger } from "../../../scripts/test-support/index.js";
-import type { SqliteDispatchStore } from "../src/store/dispatch-store.js";
-import { makeWorkspace, newManager, startRequest, writeConfig } from "./support/harness.js";
+import { readLedger } from "../../../../scripts/test-support/index.js";
+import type { SqliteDispatchStore } from "../../src/store/dispatch-store.js";
+import { makeWorkspace, newManager, startRequest, writeConfig } from "../support/harness.js";
 
 const ws = makeWorkspace();
 const { manager, store } = newManager(writeConfig(ws));

@@ -28,8 +28,8 @@ import {
   poll,
   processesMentioning,
   readLedger,
-} from "../../../scripts/test-support/index.js";
-import type { FailpointName } from "../src/failpoints.js";
+} from "../../../../scripts/test-support/index.js";
+import type { FailpointName } from "../../src/failpoints.js";
 import {
   git,
   killAllRunners,
@@ -41,7 +41,7 @@ import {
   startTestServer,
   storeBytes,
   type TestServer,
-} from "./crash-matrix-harness.js";
+} from "../support/crash-matrix-harness.js";
 
 /** Bound on the agent's ledger showing the prompt the killed Runner dispatched. */
 const LEDGER_WAIT_MS = 10_000;

@@ -3,10 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN, IN_PROCESS_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
-import { retentionOf, scheduleRetention } from "../src/commands/daemon.js";
-import { ConfigError, parseConfig } from "../src/config/config.js";
-import { openDispatchStore } from "../src/store/open.js";
+import { FAKE_AGENT_BIN, IN_PROCESS_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { retentionOf, scheduleRetention } from "../../src/commands/daemon.js";
+import { ConfigError, parseConfig } from "../../src/config/config.js";
+import { openDispatchStore } from "../../src/store/open.js";
 
 const dirs: string[] = [];
 afterEach(() => {

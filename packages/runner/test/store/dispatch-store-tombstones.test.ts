@@ -10,9 +10,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { base32 } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import type { SqliteDispatchStore } from "../src/store/dispatch-store.js";
-import { openDispatchStore } from "../src/store/open.js";
-import { fingerprintPrefix, runKey, TOMBSTONE_BYTES_PER_RUN } from "../src/store/tombstone.js";
+import type { SqliteDispatchStore } from "../../src/store/dispatch-store.js";
+import { openDispatchStore } from "../../src/store/open.js";
+import { fingerprintPrefix, runKey, TOMBSTONE_BYTES_PER_RUN } from "../../src/store/tombstone.js";
 
 const dirs: string[] = [];
 const stores: SqliteDispatchStore[] = [];

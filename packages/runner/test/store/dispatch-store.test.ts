@@ -3,9 +3,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Database from "better-sqlite3";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { SCHEMA_VERSION, type SqliteDispatchStore } from "../src/store/dispatch-store.js";
-import { openDispatchStore, STORE_DB_FILE, STORE_MARKER_FILE, StoreRefusedError } from "../src/store/open.js";
-import { RECOVERED_LOST_MESSAGE, recoverStore } from "../src/store/recovery.js";
+import { SCHEMA_VERSION, type SqliteDispatchStore } from "../../src/store/dispatch-store.js";
+import { openDispatchStore, STORE_DB_FILE, STORE_MARKER_FILE, StoreRefusedError } from "../../src/store/open.js";
+import { RECOVERED_LOST_MESSAGE, recoverStore } from "../../src/store/recovery.js";
 
 const dirs: string[] = [];
 const stores: SqliteDispatchStore[] = [];

@@ -1,8 +1,8 @@
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { DAEMON_WAIT_MS, poll } from "../../../scripts/test-support/index.js";
-import { STORE_DB_FILE, STORE_MARKER_FILE } from "../src/store/open.js";
+import { DAEMON_WAIT_MS, poll } from "../../../../scripts/test-support/index.js";
+import { STORE_DB_FILE, STORE_MARKER_FILE } from "../../src/store/open.js";
 import {
   killAllRunners,
   makeSandbox,
@@ -10,7 +10,7 @@ import {
   startRunner,
   startTestServer,
   type TestServer,
-} from "./crash-matrix-harness.js";
+} from "../support/crash-matrix-harness.js";
 
 // The Runners need a Server to connect to (`run` requires [server]); this one just answers hello.
 let server: TestServer | undefined;

@@ -15,7 +15,7 @@ import {
   FAKE_AGENT_BIN,
   readLedger,
   startRunnerProcess,
-} from "../../../scripts/test-support/index.js";
+} from "../../../../scripts/test-support/index.js";
 
 export const TOKEN_ENV = "WEBCODEX_TEST_RUNNER_TOKEN";
 export const TOKEN = "test-runner-token-0123456789";

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { MAX_APPLY_PATHS } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { applyChange } from "../src/workspace/apply.js";
+import { applyChange } from "../../src/workspace/apply.js";
 
 const AUTHOR = { name: "Bot", email: "bot@example.invalid" };
 const dirs: string[] = [];

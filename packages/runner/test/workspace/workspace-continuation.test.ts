@@ -10,13 +10,20 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } fro
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN, poll, readLedger } from "../../../scripts/test-support/index.js";
-import { parseConfig } from "../src/config/config.js";
-import type { RunManager } from "../src/runs/manager.js";
-import { BASE_REF_WITH_CONTINUATION, PARENT_BRANCH_MOVED } from "../src/runs/workspace.js";
-import { openDispatchStore } from "../src/store/open.js";
-import { runBranch } from "../src/workspace/worktree.js";
-import { type Finished, makeWorkspace, newManager, runToEnd, startRequest, type Workspace } from "./support/harness.js";
+import { FAKE_AGENT_BIN, poll, readLedger } from "../../../../scripts/test-support/index.js";
+import { parseConfig } from "../../src/config/config.js";
+import type { RunManager } from "../../src/runs/manager.js";
+import { BASE_REF_WITH_CONTINUATION, PARENT_BRANCH_MOVED } from "../../src/runs/workspace.js";
+import { openDispatchStore } from "../../src/store/open.js";
+import { runBranch } from "../../src/workspace/worktree.js";
+import {
+  type Finished,
+  makeWorkspace,
+  newManager,
+  runToEnd,
+  startRequest,
+  type Workspace,
+} from "../support/harness.js";
 
 function git(cwd: string, ...args: string[]): string {
   return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], {

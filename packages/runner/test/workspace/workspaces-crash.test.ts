@@ -11,7 +11,7 @@ import { closeSync, existsSync, openSync, readdirSync, readFileSync, utimesSync,
 import { isAbsolute, join, resolve } from "node:path";
 import type { RunChangesFrame, RunnerFrame, RunStartFrame } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { killProcesses, poll, processesMentioning, readLedger } from "../../../scripts/test-support/index.js";
+import { killProcesses, poll, processesMentioning, readLedger } from "../../../../scripts/test-support/index.js";
 import {
   killAllRunners,
   makeSandbox,
@@ -20,7 +20,7 @@ import {
   startRunner,
   startTestServer,
   type TestServer,
-} from "./crash-matrix-harness.js";
+} from "../support/crash-matrix-harness.js";
 
 function git(cwd: string, ...args: string[]): string {
   return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], {

@@ -10,12 +10,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { RunChanges } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN, poll, RUNNER_BIN, readLedger } from "../../../scripts/test-support/index.js";
-import { ConfigError, parseConfig, type RunnerConfig } from "../src/config/config.js";
-import type { RunManager } from "../src/runs/manager.js";
-import { openDispatchStore } from "../src/store/open.js";
-import { runBranch } from "../src/workspace/worktree.js";
-import { makeWorkspace, newManager, runToEnd, startRequest, type Workspace } from "./support/harness.js";
+import { FAKE_AGENT_BIN, poll, RUNNER_BIN, readLedger } from "../../../../scripts/test-support/index.js";
+import { ConfigError, parseConfig, type RunnerConfig } from "../../src/config/config.js";
+import type { RunManager } from "../../src/runs/manager.js";
+import { openDispatchStore } from "../../src/store/open.js";
+import { runBranch } from "../../src/workspace/worktree.js";
+import { makeWorkspace, newManager, runToEnd, startRequest, type Workspace } from "../support/harness.js";
 
 const WAIT = { timeoutMs: 60_000, intervalMs: 50, what: "" };
 
