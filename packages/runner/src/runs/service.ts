@@ -12,7 +12,8 @@ import type {
   RunSummary,
   RunTombstone,
 } from "@webcodex/protocol";
-import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
+import type { ApplyOutcome } from "../workspace/applies.js";
+import type { ChangesOutcome } from "../workspace/changes.js";
 
 /** Everything run.start carries, already validated by the protocol schema. */
 export interface RunStartRequest {
