@@ -37,10 +37,10 @@ export interface RunStartRequest {
   continue_run_id?: string | undefined;
 }
 
-/** One page of a run's recorded change (workspace/workspaces.ts), or why there is none. */
+/** One page of a run's recorded change (workspace/changes.ts), or why there is none. */
 export type RunChangesOutcome = ChangesOutcome;
 
-/** What applying a run's change did, why it was refused, or why it could not be asked (workspace/workspaces.ts). */
+/** What applying a run's change did, why it was refused, or why it could not be asked (workspace/applies.ts). */
 export type RunApplyOutcome = ApplyOutcome;
 
 export type RunStartOutcome =
