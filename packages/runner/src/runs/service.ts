@@ -12,7 +12,8 @@ import type {
   RunSummary,
   RunTombstone,
 } from "@webcodex/protocol";
-import type { ApplyOutcome, ChangesOutcome } from "../workspace/workspaces.js";
+import type { ApplyOutcome } from "../workspace/applies.js";
+import type { ChangesOutcome } from "../workspace/changes.js";
 
 /** Everything run.start carries, already validated by the protocol schema. */
 export interface RunStartRequest {
@@ -36,10 +37,10 @@ export interface RunStartRequest {
   continue_run_id?: string | undefined;
 }
 
-/** One page of a run's recorded change (workspace/workspaces.ts), or why there is none. */
+/** One page of a run's recorded change (workspace/changes.ts), or why there is none. */
 export type RunChangesOutcome = ChangesOutcome;
 
-/** What applying a run's change did, why it was refused, or why it could not be asked (workspace/workspaces.ts). */
+/** What applying a run's change did, why it was refused, or why it could not be asked (workspace/applies.ts). */
 export type RunApplyOutcome = ApplyOutcome;
 
 export type RunStartOutcome =

@@ -9,7 +9,9 @@ import { notStarted, type Terminal } from "../acp/terminal.js";
 import type { ProjectConfig } from "../config/config.js";
 import type { Logger } from "../logger.js";
 import type { DispatchStore } from "../store/types.js";
-import { type ApplyOutcome, type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
+import type { ApplyOutcome } from "../workspace/applies.js";
+import type { ChangesOutcome } from "../workspace/changes.js";
+import { Workspaces } from "../workspace/workspaces.js";
 import type { Run } from "./record.js";
 
 /** Why a run's workspace was refused (its terminal message, with the fixed summary of `workspace_failed`). */

@@ -3,7 +3,8 @@
  * commit with their status and line counts, and the unified diff from a byte offset, cut to the caller's
  * `max_bytes` (measured as the JSON string it travels as) at a line end when one is near. Read from the project's
  * repository, so it answers after the worktree is gone. Project content: the caller sends it to the Server and
- * nowhere else (never a log line, never the store).
+ * nowhere else (never a log line, never the store). `changesOf` answers `run.changes` for a run from its recorded
+ * base and head (store/types.ts WorkspaceRow).
  */
 import {
   CHANGED_FILES_BUDGET_BYTES,
@@ -11,10 +12,23 @@ import {
   MAX_CHANGE_DIFF_BYTES,
   MAX_CHANGED_FILES,
   MAX_CHANGED_PATH_BYTES,
+  type RunChanges,
   truncateUtf8,
   utf8Length,
 } from "@webcodex/protocol";
+import type { ProjectConfig } from "../config/config.js";
+import type { Logger } from "../logger.js";
+import type { DispatchStore } from "../store/types.js";
 import { git, gitPrefix } from "./git.js";
+import { errName } from "./log-fields.js";
+
+export type ChangesOutcome =
+  | { ok: true; changes: RunChanges }
+  | { ok: false; code: "not_found" | "invalid_request" | "internal"; message: string };
+
+export const NOT_A_WORKTREE_PROJECT =
+  'The run\'s project does not use workspaces (workspace = "shared"): it has no recorded change.';
+export const CHANGES_UNREADABLE = "The Runner could not read the run's change from the project's repository.";
 
 const DIFF_FLAGS = ["--no-ext-diff", "--no-textconv", "--no-color", "--find-renames", "--no-relative"];
 
@@ -131,4 +145,41 @@ export async function changePage(
     next_offset: page.end < diff.length ? page.end : null,
     diff_truncated: out.truncated,
   };
+}
+
+/** One page of a run's recorded change; `project` is the run's, undefined when no longer configured. */
+export async function changesOf(
+  store: DispatchStore,
+  log: Logger,
+  req: { runId: string; project: ProjectConfig | undefined; offset: number; maxBytes: number },
+): Promise<ChangesOutcome> {
+  const { runId, project, offset, maxBytes } = req;
+  const row = store.workspace(runId);
+  if (!row || !project) return { ok: false, code: "invalid_request", message: NOT_A_WORKTREE_PROJECT };
+  const known = { run_id: runId, base_commit: row.base_commit, branch: row.branch };
+  if (row.head_commit === null) {
+    return {
+      ok: true,
+      changes: { ...known, recorded: false, files: [], files_truncated: false, diff: "", diff_truncated: false },
+    };
+  }
+  try {
+    const page = await changePage(project.root, row.base_commit, row.head_commit, offset, maxBytes);
+    return {
+      ok: true,
+      changes: {
+        ...known,
+        recorded: true,
+        head_commit: row.head_commit,
+        files: page.files,
+        files_truncated: page.files_truncated,
+        diff: page.diff,
+        ...(page.next_offset !== null ? { next_cursor: String(page.next_offset) } : {}),
+        diff_truncated: page.diff_truncated,
+      },
+    };
+  } catch (error) {
+    log.error({ run_id: runId, err_name: errName(error) }, "reading the run's change failed");
+    return { ok: false, code: "internal", message: CHANGES_UNREADABLE };
+  }
 }

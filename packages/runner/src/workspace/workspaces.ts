@@ -12,21 +12,14 @@
  * Nothing of a change's content (paths, diff) is logged or stored: log lines carry run ids and error names.
  */
 import { readdir, rm } from "node:fs/promises";
-import {
-  type ApplyRefusal,
-  MAX_APPLIES_PER_RUN,
-  RUN_ID_PATTERN,
-  type RunApply,
-  type RunChanges,
-  type RunWorkspace,
-} from "@webcodex/protocol";
+import { RUN_ID_PATTERN, type RunWorkspace } from "@webcodex/protocol";
 import type { ProjectConfig } from "../config/config.js";
 import type { Logger } from "../logger.js";
-import type { ApplyRow, DispatchStore, WorkspaceRow } from "../store/types.js";
-import { applyChange, mergeTree } from "./apply.js";
-import { changePage } from "./changes.js";
-import { GitError } from "./git.js";
+import type { DispatchStore, WorkspaceRow } from "../store/types.js";
+import { type ApplyOutcome, applyOnce } from "./applies.js";
+import { type ChangesOutcome, changesOf } from "./changes.js";
 import { clearStaleLocks, STALE_GIT_LOCK_MS } from "./locks.js";
+import { errName, failure } from "./log-fields.js";
 import {
   addWorktree,
   branchRunId,
@@ -45,19 +38,6 @@ export type WorkspaceFailure = "git_failed" | "unknown_base_ref" | "unrecorded" 
 export type CreateOutcome =
   | { ok: true; dir: string; workspace: RunWorkspace }
   | { ok: false; reason: WorkspaceFailure };
-
-export type ChangesOutcome =
-  | { ok: true; changes: RunChanges }
-  | { ok: false; code: "not_found" | "invalid_request" | "internal"; message: string };
-
-export type ApplyOutcome =
-  | { ok: true; apply: RunApply }
-  | { ok: false; refusal: ApplyRefusal }
-  | { ok: false; code: "idempotency_conflict" | "internal"; message: string };
-
-export const APPLY_KEY_REUSED =
-  "This idempotency_key was used to apply this run's change into another branch; use a new key.";
-export const APPLY_FAILED = "The Runner could not apply the run's change; nothing was remembered under the key.";
 
 /** Most kept worktrees one sweep removes, and four times that it looks at (the rest wait for the next one). */
 export const WORKSPACE_SWEEP_BATCH = 16;
@@ -82,20 +62,6 @@ export interface WorkspacesOptions {
   mayRun?: (runId: string) => boolean;
   /** The clock of the keep time (tests move it). */
   now?: () => number;
-}
-
-export const NOT_A_WORKTREE_PROJECT =
-  'The run\'s project does not use workspaces (workspace = "shared"): it has no recorded change.';
-export const CHANGES_UNREADABLE = "The Runner could not read the run's change from the project's repository.";
-
-function errName(error: unknown): string {
-  return error instanceof Error ? error.name : typeof error;
-}
-
-/** What a log line may say of a failure: its name and, for git, the subcommand and exit code (never arguments). */
-function failure(error: unknown): Record<string, string | number | null> {
-  const named = { err_name: errName(error) };
-  return error instanceof GitError ? { ...named, git_command: error.command, git_code: error.code } : named;
 }
 
 /** What recording a previous process's change came to: `waiting` on a git lock that may be held; `failed`. */
@@ -405,46 +371,19 @@ export class Workspaces {
     return row ? workspaceOf(row) : undefined;
   }
 
-  async changes(
+  /** One page of the run's recorded change (workspace/changes.ts), for `run.changes`. */
+  changes(
     runId: string,
     project: ProjectConfig | undefined,
     offset: number,
     maxBytes: number,
   ): Promise<ChangesOutcome> {
-    const row = this.#store.workspace(runId);
-    if (!row || !project) return { ok: false, code: "invalid_request", message: NOT_A_WORKTREE_PROJECT };
-    const known = { run_id: runId, base_commit: row.base_commit, branch: row.branch };
-    if (row.head_commit === null) {
-      return {
-        ok: true,
-        changes: { ...known, recorded: false, files: [], files_truncated: false, diff: "", diff_truncated: false },
-      };
-    }
-    try {
-      const page = await changePage(project.root, row.base_commit, row.head_commit, offset, maxBytes);
-      return {
-        ok: true,
-        changes: {
-          ...known,
-          recorded: true,
-          head_commit: row.head_commit,
-          files: page.files,
-          files_truncated: page.files_truncated,
-          diff: page.diff,
-          ...(page.next_offset !== null ? { next_cursor: String(page.next_offset) } : {}),
-          diff_truncated: page.diff_truncated,
-        },
-      };
-    } catch (error) {
-      this.#log.error({ run_id: runId, err_name: errName(error) }, "reading the run's change failed");
-      return { ok: false, code: "internal", message: CHANGES_UNREADABLE };
-    }
+    return changesOf(this.#store, this.#log, { runId, project, offset, maxBytes });
   }
 
   /**
-   * Bring the run's recorded change into `target` (workspace/apply.ts), once per idempotency key: the answer is
-   * recorded durably under (run, key hash) and a same-key call gets it again — a conflict's paths computed anew from
-   * the same two commits. A refusal changes nothing and is not recorded. `terminal`: the run's row is terminal.
+   * Bring the run's recorded change into `target`, once per idempotency key (workspace/applies.ts), after every
+   * earlier write to the project's repository.
    */
   async apply(
     runId: string,
@@ -454,75 +393,9 @@ export class Workspaces {
     keyHash: string,
   ): Promise<ApplyOutcome> {
     if (project?.workspace !== "worktree") return { ok: false, refusal: { reason: "shared_project" } };
-    return this.#serial(project.root, async () => {
-      try {
-        // Its row is written once the run's base is resolved, after the run was admitted.
-        const row = this.#store.workspace(runId);
-        if (!row) return { ok: false, refusal: { reason: terminal ? "no_change" : "not_terminal" } };
-        const known = this.#store.applyOf(runId, keyHash);
-        if (known) {
-          if (known.target_branch !== target)
-            return { ok: false, code: "idempotency_conflict", message: APPLY_KEY_REUSED };
-          return { ok: true, apply: await this.#replay(project.root, known, row) };
-        }
-        if (!terminal) return { ok: false, refusal: { reason: "not_terminal" } };
-        const head = row.head_commit;
-        if (head === null) return { ok: false, refusal: { reason: "change_not_recorded" } };
-        if (head === row.base_commit) return { ok: false, refusal: { reason: "no_change" } };
-        if (this.#store.applyCount(runId) >= MAX_APPLIES_PER_RUN) {
-          return { ok: false, refusal: { reason: "apply_limit" } };
-        }
-        const step = await applyChange(project.root, { runId, head, target, author: project.workspaceAuthor });
-        if (step.kind === "refused") return { ok: false, refusal: step.refusal };
-        // Recorded once git has moved the target: a crash in between leaves the target applied and no answer,
-        // so a same-key retry applies again and finds the target up to date (nothing is applied twice).
-        this.#store.recordApply({
-          run_id: runId,
-          key_hash: keyHash,
-          target_branch: target,
-          result: step.result,
-          target_before: step.target_before,
-          target_after: step.target_after,
-        });
-        this.#log.info({ run_id: runId, result: step.result }, "run change applied");
-        return {
-          ok: true,
-          apply: {
-            run_id: runId,
-            target_branch: target,
-            result: step.result,
-            applied: step.result === "fast_forward" || step.result === "merged",
-            head_commit: head,
-            target_before: step.target_before,
-            target_after: step.target_after,
-            ...(step.conflicts
-              ? { conflicts: step.conflicts.paths, conflicts_truncated: step.conflicts.truncated }
-              : {}),
-          },
-        };
-      } catch (error) {
-        this.#log.error({ run_id: runId, err_name: errName(error) }, "applying the run's change failed");
-        return { ok: false, code: "internal", message: APPLY_FAILED };
-      }
-    });
-  }
-
-  /** The answer recorded under a key, as it was given (a conflict's paths from the same two commits). */
-  async #replay(root: string, known: ApplyRow, row: WorkspaceRow): Promise<RunApply> {
-    const head = row.head_commit ?? row.base_commit;
-    const base: RunApply = {
-      run_id: known.run_id,
-      target_branch: known.target_branch,
-      result: known.result,
-      applied: known.result === "fast_forward" || known.result === "merged",
-      head_commit: head,
-      target_before: known.target_before,
-      target_after: known.target_after,
-    };
-    if (known.result !== "conflict") return base;
-    const merged = await mergeTree(root, known.target_before, head);
-    const conflicts = merged.clean ? { paths: [], truncated: false } : merged.conflicts;
-    return { ...base, conflicts: conflicts.paths, conflicts_truncated: conflicts.truncated };
+    return this.#serial(project.root, () =>
+      applyOnce(this.#store, this.#log, { runId, project, terminal, target, keyHash }),
+    );
   }
 
   /**

@@ -1,37 +1,33 @@
 /**
  * Admission of `start_coding_agent` and of the managed start (`admit`), in the order and with the invariants of
  * docs/design.md §6.1 (told there once): validated input → scopes and project grant (decided here, once) → run id →
- * existing record → resolve → durable intent → `sent` → `run.start` with the fences.
+ * existing record → resolve → durable intent → `sent` → `run.start` with the fences. The Runner's answer is settled
+ * by runs/start-settle.ts; a continuation's parent checks and link are runs/continuation.ts's; the words of a
+ * refusal are runs/start-refusals.ts's; a rejection's record writes runs/start-rejection.ts's; the caller's answer
+ * runs/start-answer.ts's.
  */
-import {
-  CAPACITY_REASONS,
-  type CapacityReason,
-  type FailureKind,
-  isTerminalState,
-  type RecoveryKind,
-  type RunnerErrorCode,
-} from "@webcodex/protocol";
+import { isTerminalState } from "@webcodex/protocol";
 import { serverFailpoint } from "../failpoints.js";
 import type { RequestOutcome } from "../link/hub.js";
-import type { LiveRunner } from "../link/registry.js";
 import { startRefusal } from "../principals/authority.js";
 import type { Principal } from "../principals/principal.js";
-import { StateBusyError, type StateQueries, StateUnavailableError } from "../state/engine.js";
-import type { AdmissionRecord, RecordPatch } from "../state/record.js";
+import { StateBusyError, StateUnavailableError } from "../state/engine.js";
+import type { AdmissionRecord } from "../state/record.js";
 import { RECORD_CHANGED } from "../state/store.js";
-import type {
-  AdmissionRequest,
-  ApiError,
-  ApiErrorCode,
-  ApiResult,
-  StartCallHooks,
-  StartInput,
-  StartOutput,
-} from "./api.js";
+import type { AdmissionRequest, ApiError, ApiResult, StartCallHooks, StartInput, StartOutput } from "./api.js";
 import { fail, type RunContext } from "./context.js";
-import { checkParent, checkProviderContinues, linkContinuation } from "./continuation.js";
+import { checkProviderContinues, continuationRequest } from "./continuation.js";
 import { deriveRunId, deriveTenantTag, intentFingerprint } from "./identity.js";
 import type { Observation } from "./observe.js";
+import { replay, replayCurrent } from "./start-answer.js";
+import {
+  PROJECT_NOT_WRITABLE_MESSAGE,
+  START_IN_PROGRESS_MESSAGE,
+  START_OUTCOME_UNKNOWN_MESSAGE,
+  sharedUserRefusal,
+} from "./start-refusals.js";
+import { recordRejection, rejectionPatch } from "./start-rejection.js";
+import { type SentTo, settleStart } from "./start-settle.js";
 
 /** How many in-flight starts of the same key one start waits behind before answering start_in_progress. */
 export const MAX_SAME_KEY_WAITS = 10;
@@ -44,109 +40,12 @@ export const MAX_ADMISSION_ROUNDS = 3;
 /** How long a run.start waits for the Runner's answer before its outcome counts as unknown. */
 export const DEFAULT_START_TIMEOUT_MS = 30_000;
 
-/** Both the Server's own check and the Runner's rejection say the same: it is the operator's setting. */
-const PROJECT_NOT_WRITABLE_MESSAGE =
-  "The project's Runner does not allow patches; nothing was started. An operator must set allow_patch = true for this project in the Runner's config.";
-
-/** A principal the Server does not route to the project's same-user Runner (`shared_user_principals`). */
-function sharedUserRefusal(projectId: string, principalId: string): string {
-  return (
-    `Project ${projectId}'s Runner runs its agents as its own OS user, and this Server gives it only the runs of ` +
-    `the principals listed in its runners[].shared_user_principals; principal ${principalId} is not listed. ` +
-    "Nothing was started. An operator must list the principal there, or set run_as on that Runner's agents."
-  );
-}
-
-/** Pre-admission Runner rejections: API code, failure kind for the record, recovery. */
-const RUNNER_REJECTIONS: Partial<
-  Record<
-    RunnerErrorCode,
-    { code: ApiErrorCode; failure: FailureKind; recovery: RecoveryKind; message: string; reason?: CapacityReason }
-  >
-> = {
-  stale_runner: {
-    code: "stale_runner",
-    failure: "runner_restarted",
-    recovery: "retry_same",
-    message:
-      "The Runner restarted between routing and dispatch; nothing was started. Retry with the same idempotency key.",
-  },
-  stale_provider: {
-    code: "stale_provider",
-    failure: "stale_provider",
-    recovery: "retry_same",
-    message:
-      "The provider restarted between routing and dispatch; nothing was started. Retry with the same idempotency key.",
-  },
-  capacity: {
-    code: "capacity",
-    failure: "capacity",
-    recovery: "retry_same",
-    message: "The Runner is running as many runs as it allows; nothing was started. Retry with the same key later.",
-  },
-  unknown_project: {
-    code: "runner_unavailable",
-    failure: "never_admitted",
-    recovery: "retry_same",
-    message: "The Runner does not serve this project right now; nothing was started.",
-  },
-  project_not_writable: {
-    code: "forbidden",
-    failure: "never_admitted",
-    recovery: "none",
-    message: PROJECT_NOT_WRITABLE_MESSAGE,
-  },
-  unknown_provider: {
-    code: "provider_unavailable",
-    failure: "never_admitted",
-    recovery: "retry_same",
-    message: "The Runner does not offer this provider right now; nothing was started.",
-  },
-  invalid_request: {
-    code: "invalid_input",
-    failure: "never_admitted",
-    recovery: "fix_input",
-    message: "The Runner rejected the run request as invalid; nothing was started.",
-  },
-};
-
-/** What a caller is told for each capacity reason a Runner gives (protocol capacity.ts): whether retrying helps. */
-const CAPACITY_ADVICE: Record<CapacityReason, string> = {
-  runner_full: "Retry with the same key when one of the Runner's runs has ended.",
-  pool_busy: "Retry with the same key when one of the Runner's runs has ended.",
-  caller_limit: "Retry with the same key when one of your own runs on this Runner has ended.",
-  pool_recycling: "Retry with the same key in a few seconds.",
-  pool_bound:
-    "Retrying soon will not help: ask the Runner's operator to add users to the agent's run_as pool or to release one (webcodex-runner pool release).",
-};
-
-/** The Server's answer to a Runner's `capacity` refusal that says why: its fixed words, never the Runner's text. */
-function capacityRejection(reason: CapacityReason): {
-  code: ApiErrorCode;
-  failure: FailureKind;
-  recovery: RecoveryKind;
-  message: string;
-  reason: CapacityReason;
-} {
-  const { summary, recovery } = CAPACITY_REASONS[reason];
-  return {
-    code: "capacity",
-    failure: "capacity",
-    recovery,
-    message: `${summary} Nothing was started. ${CAPACITY_ADVICE[reason]}`,
-    reason,
-  };
-}
-
 /** What `#resolve` found for a start that goes on to be recorded and sent. */
-interface Target {
-  runner: LiveRunner;
+interface Target extends SentTo {
   /** The fences `run.start` carries, captured at resolve. */
   fences: { agent_instance_id: string; provider_instance_id: string; store_id: string };
   /** This run id's earlier record: a pre-admission rejection being re-admitted, or an unacknowledged send. */
   existing: AdmissionRecord | undefined;
-  /** The earlier record when it was sent and never acknowledged: re-sent, never marked rejected. */
-  unacknowledged: AdmissionRecord | undefined;
 }
 
 /** A step that already has the start's answer. */
@@ -163,18 +62,8 @@ interface Sent {
   outcome: RequestOutcome;
 }
 
-type RunStatus = Pick<StartOutput, "state" | "execution_state">;
-
-/** A start whose answer never came and whose record vanished meanwhile: what it reports. */
-const STARTING: RunStatus = { state: "starting", execution_state: "not_started" };
-
 /** The record changed since `#resolve` read it: nothing was written; resolve again. */
 type Changed = typeof RECORD_CHANGED;
-
-const START_OUTCOME_UNKNOWN_MESSAGE =
-  "The start was sent to the Runner, but the Server's state database failed before the answer was recorded: the run may be running. Retry the same call (same idempotency key) once the database is back: it returns that run, and nothing is started twice.";
-const START_IN_PROGRESS_MESSAGE =
-  "A start with this idempotency key is still in progress; nothing new was started. Retry the same call shortly: it returns that run.";
 
 /** A caller's bind() refusal, thrown to roll the admission transaction back. */
 class BindRefused extends Error {
@@ -263,7 +152,7 @@ export class Admission {
    * the transaction that records the admission intent.
    */
   async admit(principal: Principal, request: AdmissionRequest): Promise<ApiResult<StartOutput>> {
-    const continued = await this.#continuation(principal, request);
+    const continued = await continuationRequest(this.#ctx.store, principal, request);
     if ("code" in continued) return { ok: false, error: continued };
     const req = continued;
     const runId = req.run_id;
@@ -293,28 +182,10 @@ export class Admission {
   }
 
   /**
-   * Continuation (design §17), for every caller of the one admission path (start_coding_agent, the task run):
-   * the parent's checks before anything is recorded, and the parent → child link written with the intent, in
-   * the caller's `bind` transaction (one child per parent). A request that continues nothing is returned as is.
-   */
-  async #continuation(principal: Principal, req: AdmissionRequest): Promise<AdmissionRequest | ApiError> {
-    const parentId = req.continue_run_id;
-    if (parentId === undefined) return req;
-    const refused = checkParent(principal, parentId, await this.#ctx.store.get(parentId), req);
-    if (refused) return refused;
-    const callerBind = req.bind;
-    return {
-      ...req,
-      bind: async (fences, tx) =>
-        (await linkContinuation(tx, parentId, req.run_id)) ?? (await callerBind?.(fences, tx)) ?? null,
-    };
-  }
-
-  /**
    * Steps 5-8 under the same-key lock, as four named steps: resolve (existing record, project →
    * runner → provider and their fences) → record (the intent, with the caller's bind, in one
    * transaction) → send (the FULL `sent` commit, then `run.start`) → settle (the Runner's answer).
-   * Every success goes through `#answer`.
+   * Every success goes through `answer` (runs/start-answer.ts).
    */
   async #startLocked(principal: Principal, req: AdmissionRequest): Promise<ApiResult<StartOutput>> {
     let resolved: Target | undefined;
@@ -347,7 +218,7 @@ export class Admission {
     const mayHaveReached = sent.outcome.ok || (sent.outcome.reason !== "busy" && sent.outcome.reason !== "not_sent");
     try {
       if (sent.outcome.ok) await req.afterDispatched?.();
-      return await this.#settle(req, resolved, sent.outcome);
+      return await settleStart(this.#ctx, this.#observation, req, resolved, sent.outcome);
     } catch (err) {
       if (!mayHaveReached || !(err instanceof StateUnavailableError || err instanceof StateBusyError)) throw err;
       this.#ctx.log.warn(
@@ -361,7 +232,7 @@ export class Admission {
   /**
    * Step 5 (existing record: replay, conflict, or re-admit) and step 6 (project → runner → provider,
    * capturing the fences). Reads outside a transaction; what it decides is written by `#record` (or, for
-   * an offline runner, `#recordRejection`) only if the record is still the one read here (`StateStore.decide`).
+   * an offline runner, `recordRejection`) only if the record is still the one read here (`StateStore.decide`).
    */
   async #resolve(principal: Principal, req: AdmissionRequest): Promise<Target | Done | Changed> {
     const runId = req.run_id;
@@ -385,7 +256,7 @@ export class Admission {
       // compare-and-set lets exactly one of the two send.
       const stranded = existing.admission === "intent_recorded";
       if (existing.admission !== "rejected_pre_admission" && !resend && !stranded) {
-        return done(this.#replay(existing, principal));
+        return done(replay(this.#ctx, existing, principal));
       }
       // A pre-admission rejection: an exact retry may re-admit (retry_same).
     }
@@ -397,9 +268,12 @@ export class Admission {
       return done(fail("not_found", `Project ${req.project_id} is not configured on this Server.`, "fix_input"));
     }
     // Nothing below may mark an unacknowledged record as rejected: the earlier run.start may have been admitted.
-    if (unacknowledged && res.kind !== "ok") return done(this.#replay(unacknowledged, principal));
+    if (unacknowledged && res.kind !== "ok") return done(replay(this.#ctx, unacknowledged, principal));
     if (res.kind === "runner_offline") {
-      if ((await this.#recordRejection(existing, principal, req, runnerId, "never_admitted")) === RECORD_CHANGED) {
+      if (
+        (await recordRejection(this.#ctx.store, existing, principal, req, runnerId, "never_admitted")) ===
+        RECORD_CHANGED
+      ) {
         return RECORD_CHANGED;
       }
       return done(
@@ -431,12 +305,12 @@ export class Admission {
       if (unsupported) return done({ ok: false, error: unsupported });
     }
     if (!this.#ctx.registry.servesPrincipal(runner, principal.id)) {
-      if (unacknowledged) return done(this.#replay(unacknowledged, principal));
+      if (unacknowledged) return done(replay(this.#ctx, unacknowledged, principal));
       return done(fail("forbidden", sharedUserRefusal(req.project_id, principal.id), "none"));
     }
     // Another store cannot answer for the first send: reconciliation judges that record (lost), not a re-send.
     if (unacknowledged && unacknowledged.store_id !== null && unacknowledged.store_id !== runner.storeId) {
-      return done(this.#replay(unacknowledged, principal));
+      return done(replay(this.#ctx, unacknowledged, principal));
     }
     const fences = {
       agent_instance_id: runner.agentInstanceId,
@@ -513,19 +387,16 @@ export class Admission {
     const { runner, fences, unacknowledged } = target;
     const runId = req.run_id;
     const conn = (await this.#ctx.registry.lookup(runner.runnerId))?.conn;
-    if (!conn && unacknowledged) return done(this.#replay(unacknowledged, principal));
+    if (!conn && unacknowledged) return done(replay(this.#ctx, unacknowledged, principal));
     // Both commits below are FULL and conditional on the intent being unchanged (compare-and-set in one
     // UPDATE): a record another instance settled meanwhile is answered as it is, and nothing is sent.
     if (!conn) {
       const rejected = await this.#ctx.store.update(
         runId,
-        this.#rejectionPatch(
-          "never_admitted",
-          "The project's Runner went offline before dispatch; nothing was started.",
-        ),
+        rejectionPatch("never_admitted", "The project's Runner went offline before dispatch; nothing was started."),
         { expect: intent },
       );
-      if (!rejected) return done(await this.#replayCurrent(runId, principal));
+      if (!rejected) return done(await replayCurrent(this.#ctx, runId, principal));
       return done(
         fail(
           "runner_unavailable",
@@ -535,7 +406,7 @@ export class Admission {
       );
     }
     const marked = await this.#ctx.store.update(runId, { admission: "sent" }, { expect: intent });
-    if (!marked) return done(await this.#replayCurrent(runId, principal));
+    if (!marked) return done(await replayCurrent(this.#ctx, runId, principal));
     this.#ctx.noteStartSent(runId);
     const outcome = await conn.request(
       {
@@ -556,206 +427,5 @@ export class Admission {
       this.#startTimeoutMs,
     );
     return { outcome };
-  }
-
-  /**
-   * The Runner's answer to `run.start` (or its absence), applied to the record: not sent (a rejection
-   * the same key may retry), unknown (left `sent` for reconciliation), admitted, answered from the
-   * Runner's tombstone, or rejected before admission.
-   */
-  async #settle(req: AdmissionRequest, target: Target, outcome: RequestOutcome): Promise<ApiResult<StartOutput>> {
-    const { runner, unacknowledged } = target;
-    const runId = req.run_id;
-    const instance = runner.agentInstanceId;
-    if (!outcome.ok) {
-      if ((outcome.reason === "busy" || outcome.reason === "not_sent") && !unacknowledged) {
-        const after = await this.#rejectUnlessSettled(
-          runId,
-          this.#rejectionPatch("never_admitted", "The Runner link was busy; nothing was started."),
-        );
-        if (after !== null) return this.#answer(runId, after, true, instance);
-        return fail(
-          "runner_unavailable",
-          "The Runner link is busy; nothing was started. Retry with the same key.",
-          "retry_same",
-        );
-      }
-      // The frame may have reached the Runner: the outcome is unknown. Reconciliation settles it.
-      this.#ctx.log.warn(
-        { run_id: runId, reason: outcome.reason },
-        "run.start outcome unknown; left for reconciliation",
-      );
-      return this.#answer(runId, (await this.#ctx.store.get(runId)) ?? STARTING, false, instance);
-    }
-    const frame = outcome.frame;
-    if (frame.type === "run.start.result") {
-      const store = this.#ctx.store;
-      // No fsync of its own (state/store.ts): losing it to an OS crash leaves the record `sent`, and a
-      // `sent` record is re-sent with the same run_id, which the Runner answers with this run (§6.1).
-      // The next FULL commit makes it durable; the caller's answer need not wait for a disk flush. Read
-      // FOR UPDATE and written in this one transaction, so the no-regress rule sees the row it changes.
-      const latest = await store.transaction(
-        async (tx) => {
-          const rec = await store.lock(tx, runId);
-          if (!rec || rec.admission === "admitted") return rec;
-          return await store.update(runId, { admission: "admitted", ...this.#ctx.noRegress(rec, frame.run) }, { tx });
-        },
-        { durability: "relaxed" },
-      );
-      const mirror = this.#ctx.mirrors.getOrCreate(runId);
-      if (mirror.instance !== instance) mirror.reset(instance);
-      if (!mirror.synced && mirror.size === 0 && mirror.lastSeq === 0 && frame.run.last_seq === 0)
-        mirror.markSynced(frame.run);
-      else void this.#observation.catchUp(mirror, runner);
-      this.#ctx.log.info({ run_id: runId, runner_id: runner.runnerId, created: frame.created }, "run admitted");
-      return this.#answer(runId, latest ?? frame.run, !frame.created, instance);
-    }
-    if (frame.type === "error" && frame.tombstone) {
-      // The Runner admitted this run once and pruned its row: the tombstone is the run's outcome.
-      await this.#ctx.applyTombstone(runId, frame.tombstone);
-      this.#ctx.log.info({ run_id: runId, runner_id: runner.runnerId }, "start answered from the Runner's tombstone");
-      return this.#answer(runId, (await this.#ctx.store.get(runId)) ?? frame.tombstone, true, instance);
-    }
-    if (frame.type === "error") {
-      const rej =
-        frame.code === "capacity" && frame.capacity_reason !== undefined
-          ? capacityRejection(frame.capacity_reason)
-          : RUNNER_REJECTIONS[frame.code];
-      if (rej) {
-        const after = await this.#rejectUnlessSettled(
-          runId,
-          this.#rejectionPatch(rej.failure, rej.message, rej.recovery),
-        );
-        if (after !== null) return this.#answer(runId, after, true, instance);
-        this.#ctx.log.info(
-          { run_id: runId, code: frame.code, ...(rej.reason ? { capacity_reason: rej.reason } : {}) },
-          "run rejected by the Runner before admission",
-        );
-        const refused = fail<StartOutput>(rej.code, rej.message, rej.recovery);
-        if (!refused.ok && rej.reason) refused.error.capacity_reason = rej.reason;
-        return refused;
-      }
-      this.#ctx.log.warn({ run_id: runId, code: frame.code }, "run.start answered with an unexpected error");
-      if (frame.code === "idempotency_conflict") {
-        return fail("idempotency_conflict", "The Runner holds a different run under this id.", "reconcile");
-      }
-      return fail("internal", "The Runner could not start the run; its outcome is being reconciled.", "reconcile");
-    }
-    return fail("internal", "Unexpected Runner response.", "reconcile");
-  }
-
-  /**
-   * Write a rejection before admission over this start's `sent` record, in one transaction on the row read
-   * FOR UPDATE — unless the record settled while the start was out (another instance closed it as never
-   * admitted, or another send of it was admitted): then it is left as it is. Null when the rejection was
-   * written, or the record is a rejection already (the same answer: nothing started, retry the same key);
-   * otherwise the record as it is, to answer from.
-   */
-  async #rejectUnlessSettled(runId: string, patch: RecordPatch): Promise<AdmissionRecord | null> {
-    const store = this.#ctx.store;
-    return await store.transaction(async (tx) => {
-      const rec = await store.lock(tx, runId);
-      if (rec === undefined || rec.admission === "rejected_pre_admission") return null;
-      if (rec.admission !== "sent" || isTerminalState(rec.state)) return rec;
-      await store.update(runId, patch, { tx });
-      return null;
-    });
-  }
-
-  /** The one builder of a start's success: the run's state and an observation token from seq 0. */
-  #answer(runId: string, status: RunStatus, replayed: boolean, instance: string): ApiResult<StartOutput> {
-    return {
-      ok: true,
-      value: {
-        run_id: runId,
-        state: status.state,
-        execution_state: status.execution_state,
-        replayed,
-        observation_token: this.#ctx.tokens.issue({ run_id: runId, instance, seq: 0 }),
-      },
-    };
-  }
-
-  /** The record as it is now, answered as a replay (another instance or a reconciliation settled it first). */
-  async #replayCurrent(runId: string, principal: Principal): Promise<ApiResult<StartOutput>> {
-    const rec = await this.#ctx.store.get(runId);
-    if (!rec) return fail("start_in_progress", START_IN_PROGRESS_MESSAGE, "retry_same");
-    return this.#replay(rec, principal);
-  }
-
-  #replay(rec: AdmissionRecord, principal: Principal): ApiResult<StartOutput> {
-    this.#ctx.log.info({ run_id: rec.run_id, principal_id: principal.id }, "start replayed");
-    return this.#answer(rec.run_id, rec, true, this.#tokenInstance(rec));
-  }
-
-  #rejectionPatch(failure: FailureKind, message: string, recovery: RecoveryKind = "retry_same"): RecordPatch {
-    return {
-      admission: "rejected_pre_admission",
-      state: "failed",
-      execution_state: "not_started",
-      stop_reason: null,
-      failure_kind: failure,
-      recovery_kind: recovery,
-      message,
-    };
-  }
-
-  /** The offline runner's rejection, written only if the record is still `existing` (`StateStore.decide`). */
-  async #recordRejection(
-    existing: AdmissionRecord | undefined,
-    principal: Principal,
-    req: AdmissionRequest,
-    runnerId: string,
-    failure: FailureKind,
-  ): Promise<undefined | Changed> {
-    const patch = this.#rejectionPatch(failure, "The project's Runner was offline; nothing was started.");
-    const store = this.#ctx.store;
-    return await this.#ctx.store.decide(req.run_id, existing, async (tx) => {
-      if (existing) await store.update(req.run_id, patch, { tx });
-      else await this.#insertRejection(tx, principal, req, runnerId, failure, patch);
-      return undefined;
-    });
-  }
-
-  async #insertRejection(
-    tx: StateQueries,
-    principal: Principal,
-    req: AdmissionRequest,
-    runnerId: string,
-    failure: FailureKind,
-    patch: RecordPatch,
-  ): Promise<void> {
-    await this.#ctx.store.insert(
-      {
-        run_id: req.run_id,
-        principal_id: principal.id,
-        project_id: req.project_id,
-        provider_id: req.provider_id,
-        runner_id: runnerId,
-        intent_fingerprint: req.intent_fingerprint,
-        agent_instance_id: null,
-        provider_instance_id: null,
-        store_id: null,
-        admission: "rejected_pre_admission",
-        state: "failed",
-        execution_state: "not_started",
-        stop_reason: null,
-        failure_kind: failure,
-        recovery_kind: "retry_same",
-        message: patch.message ?? null,
-      },
-      tx,
-    );
-  }
-
-  /** The agent instance a replayed run's token names: its mirror's, else its runner's live one, else its record's. */
-  #tokenInstance(rec: AdmissionRecord): string {
-    const mirror = this.#ctx.mirrors.get(rec.run_id);
-    return (
-      mirror?.instance ??
-      this.#ctx.registry.live(rec.runner_id)?.agentInstanceId ??
-      rec.agent_instance_id ??
-      "no_runner_instance"
-    );
   }
 }

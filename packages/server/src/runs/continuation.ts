@@ -9,7 +9,8 @@ import { isTerminalState, type ProviderAdvert, type RunState } from "@webcodex/p
 import type { Principal } from "../principals/principal.js";
 import type { StateQueries } from "../state/engine.js";
 import type { AdmissionRecord } from "../state/record.js";
-import type { ApiError } from "./api.js";
+import type { StateStore } from "../state/store.js";
+import type { AdmissionRequest, ApiError } from "./api.js";
 
 /** The two directions of a run's link, as observe names them. */
 export interface ContinuationLinks {
@@ -78,6 +79,28 @@ export function checkProviderContinues(provider: ProviderAdvert): ApiError | nul
     `Provider ${provider.provider_id} (${provider.name}) cannot continue a run: its agent advertises neither session/resume nor session/load. Nothing was started; start a fresh run instead.`,
     "none",
   );
+}
+
+/**
+ * Continuation for every caller of the one admission path (start_coding_agent, the task run): the parent's
+ * checks before anything is recorded, and the parent → child link written with the intent, in the caller's
+ * `bind` transaction (one child per parent). A request that continues nothing is returned as is.
+ */
+export async function continuationRequest(
+  store: StateStore,
+  principal: Principal,
+  req: AdmissionRequest,
+): Promise<AdmissionRequest | ApiError> {
+  const parentId = req.continue_run_id;
+  if (parentId === undefined) return req;
+  const refused = checkParent(principal, parentId, await store.get(parentId), req);
+  if (refused) return refused;
+  const callerBind = req.bind;
+  return {
+    ...req,
+    bind: async (fences, tx) =>
+      (await linkContinuation(tx, parentId, req.run_id)) ?? (await callerBind?.(fences, tx)) ?? null,
+  };
 }
 
 /**

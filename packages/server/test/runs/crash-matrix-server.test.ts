@@ -7,7 +7,7 @@
  * settled outcome, a retried start must replay the same run, and the prompt
  * must have reached the agent at most once.
  *
- * packages/runner/test/crash-matrix.test.ts keeps a tiny in-test Server for
+ * packages/runner/test/store/crash-matrix.test.ts keeps a tiny in-test Server for
  * what only it can reach: the Runner's `hello` inventory and raw `run.start`
  * replays/conflicts at the frame level, and orphan reaping by the restarted
  * Runner before its hello.
