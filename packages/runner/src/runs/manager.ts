@@ -453,6 +453,11 @@ export class RunManager implements RunService {
     return this.#workspaces.apply(runId, target, keyHash);
   }
 
+  /** Delete the branches of runs past retention (runs hourly and at start-up; tests call it after pruning). */
+  pruneBranches(): Promise<number> {
+    return this.#workspaces.pruneBranches();
+  }
+
   /**
    * Start-up, before the link: record every change a previous process left unrecorded, remove leftover worktrees.
    */

@@ -9,6 +9,7 @@ import { notStarted, type Terminal } from "../acp/terminal.js";
 import type { ProjectConfig } from "../config/config.js";
 import type { Logger } from "../logger.js";
 import type { DispatchStore } from "../store/types.js";
+import { BRANCH_PRUNE_INTERVAL_MS } from "../workspace/prune.js";
 import { type ApplyOutcome, type ChangesOutcome, Workspaces } from "../workspace/workspaces.js";
 import type { Run } from "./record.js";
 
@@ -47,6 +48,7 @@ export class RunWorkspaces {
   readonly #runs: ReadonlyMap<string, Run>;
   readonly #projects: ReadonlyMap<string, ProjectConfig>;
   readonly #graceMs: number;
+  readonly #pruneTimer: NodeJS.Timeout;
 
   constructor(options: RunWorkspacesOptions) {
     this.#store = options.store;
@@ -62,6 +64,13 @@ export class RunWorkspaces {
       mayRun: (runId) => this.#runs.get(runId)?.terminal === false,
       now: () => options.now().getTime(),
     });
+    this.#pruneTimer = setInterval(() => void this.pruneBranches(), BRANCH_PRUNE_INTERVAL_MS);
+    this.#pruneTimer.unref();
+  }
+
+  /** Delete the branches of runs past retention (workspace/prune.ts); runs hourly and after start-up's recovery. */
+  pruneBranches(): Promise<number> {
+    return this.#workspaces.pruneBranches([...this.#projects.values()]);
   }
 
   /**
@@ -137,14 +146,17 @@ export class RunWorkspaces {
   }
 
   /** Start-up, before the link: record every change a previous process left unrecorded, remove leftover worktrees. */
-  recover(projects: readonly ProjectConfig[]): Promise<{ recorded: number; removed: number; pending: number }> {
-    return this.#workspaces.recover((runId) => {
+  async recover(projects: readonly ProjectConfig[]): Promise<{ recorded: number; removed: number; pending: number }> {
+    const recovered = await this.#workspaces.recover((runId) => {
       const row = this.#store.get(runId);
       return row ? this.#projects.get(row.project_id) : undefined;
     }, projects);
+    await this.#workspaces.pruneBranches(projects);
+    return recovered;
   }
 
   close(): Promise<void> {
+    clearInterval(this.#pruneTimer);
     return this.#workspaces.close();
   }
 }

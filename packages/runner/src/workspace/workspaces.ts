@@ -27,6 +27,7 @@ import { applyChange, mergeTree } from "./apply.js";
 import { changePage } from "./changes.js";
 import { GitError } from "./git.js";
 import { clearStaleLocks, STALE_GIT_LOCK_MS } from "./locks.js";
+import { pruneRunBranches } from "./prune.js";
 import {
   addWorktree,
   branchRunId,
@@ -131,6 +132,8 @@ export class Workspaces {
   readonly #pending = new Map<string, ProjectConfig>();
   #retryTimer: NodeJS.Timeout | null = null;
   #retrying: Promise<number> | null = null;
+  /** Per repository, the shard of run branches the next branch prune starts at (workspace/prune.ts). */
+  readonly #pruneShards = new Map<string, number>();
   #closed = false;
 
   constructor(options: WorkspacesOptions) {
@@ -220,6 +223,28 @@ export class Workspaces {
     }
     if (recorded > 0) this.#log.info({ recorded, pending: this.#pending.size }, "unrecorded changes recorded on retry");
     return recorded;
+  }
+
+  /**
+   * Delete the branches of runs past the Runner's retention in each worktree project (workspace/prune.ts), each
+   * repository's sweep among its other writes; the number deleted.
+   */
+  async pruneBranches(projects: readonly ProjectConfig[]): Promise<number> {
+    let deleted = 0;
+    for (const project of projects) {
+      if (project.workspace !== "worktree" || this.#closed) continue;
+      const deps = { store: this.#store, mayRun: this.#mayRun };
+      try {
+        const start = this.#pruneShards.get(project.root) ?? 0;
+        const done = await this.#serial(project.root, () => pruneRunBranches(project.root, deps, start));
+        this.#pruneShards.set(project.root, done.nextShard);
+        deleted += done.deleted;
+      } catch (error) {
+        this.#log.warn({ project_id: project.id, ...failure(error) }, "pruning run branches failed");
+      }
+    }
+    if (deleted > 0) this.#log.info({ deleted }, "branches of runs past retention pruned");
+    return deleted;
   }
 
   /** A workspace's directory: the one its branch names (a conversation shares its first run's), else its run's. */
