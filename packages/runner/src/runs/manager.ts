@@ -148,7 +148,7 @@ export class RunManager implements RunService {
     }
     for (const project of this.#config.projects) this.#projects.set(project.id, project);
     this.#workspaces = new RunWorkspaces({
-      dir: options.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
+      dir: options.workspacesDir ?? this.#config.runner.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
       store: this.#store,
       logger: this.#log,
       keepMs: this.#config.runner.workspaceKeepSecs * 1000,

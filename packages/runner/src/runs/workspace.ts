@@ -86,10 +86,12 @@ export class RunWorkspaces {
     if (run.continueRunId !== null && baseRef !== undefined) {
       return notStarted("workspace_failed", "spawn", BASE_REF_WITH_CONTINUATION, "fix_input");
     }
+    // Under run_as the workspace is the run's pool user's (workspace/owned.ts).
+    const owner = run.runAs ? { uid: run.runAs.uid, gid: run.runAs.gid } : undefined;
     const made =
       run.continueRunId === null
-        ? await this.#workspaces.create(run.run_id, run.project, baseRef)
-        : await this.#workspaces.continueFrom(run.run_id, run.continueRunId, run.project);
+        ? await this.#workspaces.create(run.run_id, run.project, baseRef, owner)
+        : await this.#workspaces.continueFrom(run.run_id, run.continueRunId, run.project, owner);
     if (!made.ok) {
       if (made.reason !== "unrecorded") run.workspace = this.#workspaces.summary(run.run_id) ?? null;
       switch (made.reason) {

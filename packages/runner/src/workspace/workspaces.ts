@@ -12,6 +12,7 @@
  * Nothing of a change's content (paths, diff) is logged or stored: log lines carry run ids and error names.
  */
 import { readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import {
   type ApplyRefusal,
   MAX_APPLIES_PER_RUN,
@@ -27,6 +28,7 @@ import { applyChange, mergeTree } from "./apply.js";
 import { changePage } from "./changes.js";
 import { GitError } from "./git.js";
 import { clearStaleLocks, STALE_GIT_LOCK_MS } from "./locks.js";
+import { MAKING_PREFIX, RECORDING_PREFIX, type WorkspaceOwner } from "./owned.js";
 import { pruneRunBranches } from "./prune.js";
 import {
   addWorktree,
@@ -269,7 +271,12 @@ export class Workspaces {
    * then the worktree made on that branch. A failure leaves no worktree (the row, if written, is recorded at the
    * run's end like any other, with no change).
    */
-  async create(runId: string, project: ProjectConfig, baseRef: string | undefined): Promise<CreateOutcome> {
+  async create(
+    runId: string,
+    project: ProjectConfig,
+    baseRef: string | undefined,
+    owner?: WorkspaceOwner,
+  ): Promise<CreateOutcome> {
     const dir = worktreeDir(this.#dir, runId);
     const branch = runBranch(runId);
     return this.#serial(project.root, async () => {
@@ -291,7 +298,7 @@ export class Workspaces {
         return { ok: false, reason: "unrecorded" };
       }
       try {
-        await addWorktree(project.root, dir, branch, base);
+        await addWorktree(project.root, dir, branch, base, owner);
       } catch (error) {
         this.#log.error({ run_id: runId, err_name: errName(error) }, "making the run's worktree failed");
         return { ok: false, reason: "git_failed" };
@@ -307,9 +314,14 @@ export class Workspaces {
    * durably, then the worktree made again in the parent's directory on that branch at that head. A parent
    * without a workspace (it ran in the shared tree) gives the child a fresh worktree from HEAD.
    */
-  async continueFrom(runId: string, parentId: string, project: ProjectConfig): Promise<CreateOutcome> {
+  async continueFrom(
+    runId: string,
+    parentId: string,
+    project: ProjectConfig,
+    owner?: WorkspaceOwner,
+  ): Promise<CreateOutcome> {
     const parent = this.#store.workspace(parentId);
-    if (!parent) return this.create(runId, project, undefined);
+    if (!parent) return this.create(runId, project, undefined, owner);
     const head = parent.head_commit ?? (await this.#recordParent(parentId, project));
     if (head === null) return { ok: false, reason: "parent_unrecorded" };
     const dir = this.#dirOf(parent);
@@ -325,7 +337,7 @@ export class Workspaces {
       try {
         // Anything still there is the parent's, whose change is recorded: made again from that head.
         await removeWorktree(project.root, dir);
-        if (!(await reopenWorktree(project.root, dir, parent.branch, head))) {
+        if (!(await reopenWorktree(project.root, dir, parent.branch, head, owner))) {
           this.#log.warn({ run_id: runId, parent_run_id: parentId }, "the parent's branch moved since its change");
           return { ok: false, reason: "branch_moved" };
         }
@@ -586,6 +598,11 @@ export class Workspaces {
       names = [];
     }
     for (const name of names) {
+      // A run_as workspace a killed Runner was making, or its scratch repository for recording (owned.ts).
+      if (name.startsWith(MAKING_PREFIX) || name.startsWith(RECORDING_PREFIX)) {
+        await rm(join(this.#dir, name), { recursive: true, force: true });
+        continue;
+      }
       if (!RUN_ID_PATTERN.test(name)) continue;
       const dir = worktreeDir(this.#dir, name);
       if (kept.has(dir)) continue;
