@@ -9,7 +9,7 @@
  * the plants (so only someone else's could run them). `hold=true`: then waits for session/cancel.
  */
 import { execFileSync } from "node:child_process";
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { z } from "zod";
 import { CANCELLED, END_TURN, type Scenario, say, scenario } from "../turn.js";
@@ -64,13 +64,14 @@ export const gitPlantAll: Scenario = scenario(
       ["core.sshCommand", script],
     ];
     const result: Record<string, string> = {};
-    const setAll = (file: string) => {
-      for (const [key, value] of settings) {
+    // The include file gets every setting but the include itself (a loop would make every git here fail).
+    const setAll = (file: string, withInclude = true) => {
+      for (const [key, value] of settings.filter(([k]) => withInclude || k !== "include.path")) {
         execFileSync("git", ["config", "--file", file, key, value], { stdio: "ignore", timeout: GIT_TIMEOUT_MS });
       }
     };
     result.include_file = tryDo(() => {
-      setAll(include);
+      setAll(include, false);
       chmodSync(include, 0o666);
     });
     // The project's git dir, found through this repository's alternates (its object store's parent).
@@ -81,14 +82,6 @@ export const gitPlantAll: Scenario = scenario(
     } catch {
       project = null;
     }
-    // A common dir of its own (config included): git reads `commondir` before any config of the repository.
-    const common = join(dir, `common-${process.pid}`);
-    result.commondir = tryDo(() => {
-      mkdirSync(common, { recursive: true, mode: 0o777 });
-      setAll(join(common, "config"));
-      chmodSync(join(common, "config"), 0o666);
-      writeFileSync(join(cwd, ".git", "commondir"), `${common}\n`);
-    });
     const configs: Record<string, string> = {
       local: join(cwd, ".git", "config"),
       worktree: join(cwd, ".git", "config.worktree"),
@@ -120,6 +113,17 @@ export const gitPlantAll: Scenario = scenario(
         writeFileSync(file, `# ${process.pid}\n* filter=planted diff=planted\n`);
       });
     }
+    // Last (it redirects this repository's config): a common dir of its own, which git reads before any config.
+    const common = join(dir, `common-${process.pid}`);
+    result.commondir = tryDo(() => {
+      mkdirSync(common, { recursive: true, mode: 0o777 });
+      // The include file's settings, copied (git config here would follow the planted include.path loop).
+      writeFileSync(join(common, "config"), readFileSync(include, "utf8"));
+      chmodSync(join(common, "config"), 0o666);
+      // Its objects and refs stay its own (the repository still works), its config is the planted one.
+      for (const part of ["objects", "refs"]) symlinkSync(join(cwd, ".git", part), join(common, part));
+      writeFileSync(join(cwd, ".git", "commondir"), `${common}\n`);
+    });
     // A file of its own (through the clean filter, were it run).
     writeFileSync(join(cwd, `planted-${process.pid}.txt`), "planted\n");
     turn.ledger.append({ event: "git_planted_all", uid: process.getuid?.() ?? -1, result });

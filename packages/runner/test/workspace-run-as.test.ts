@@ -13,7 +13,17 @@
  */
 import { execFileSync } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, test } from "vitest";
@@ -21,8 +31,8 @@ import { type LedgerLine, poll, readLedger } from "../../../scripts/test-support
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
 import type { RunManager } from "../src/runs/manager.js";
-import { runBranch } from "../src/workspace/worktree.js";
-import { newManager, runToEnd, startRequest } from "./support/harness.js";
+import { addWorktree, recordChange, runBranch } from "../src/workspace/worktree.js";
+import { newManager, newRunId, runToEnd, startRequest } from "./support/harness.js";
 import {
   agentCopy,
   createTestUser,
@@ -136,6 +146,60 @@ describe.skipIf(!IS_ROOT)("worktree runs under run_as (needs root to create user
     if (!ctx) return;
     expect(await removePoolFixture(ctx)).toEqual([]);
   });
+
+  test(
+    "the Runner records a pool user's workspace without running anything planted in its config, common dir, hooks or attributes",
+    async () => {
+      const [alice] = ctx.users;
+      const runId = newRunId();
+      const branch = runBranch(runId);
+      const dir = join(ctx.workspaces, runId);
+      const base = git("rev-parse", "HEAD");
+      await addWorktree(ctx.repo, dir, branch, base, { uid: alice.uid, gid: alice.gid });
+      expect([statSync(dir).uid, statSync(dir).mode & 0o777]).toEqual([alice.uid, 0o700]);
+      // What a run could leave there (written here as root, then handed to the pool user as a run would have it).
+      const canary = join(ctx.plants, `canary-${randomBytes(32).toString("hex")}`);
+      const script = join(ctx.plants, `plant-${randomBytes(8).toString("hex")}.sh`);
+      writeFileSync(script, `#!/bin/sh\nid -u >> ${canary}\ncat\n`, { mode: 0o777 });
+      const planted = [
+        "[core]",
+        `\tfsmonitor = ${script}`,
+        `\thooksPath = ${join(dir, ".git", "hooks")}`,
+        '[filter "planted"]',
+        `\tclean = ${script}`,
+        `\tsmudge = ${script}`,
+        '[diff "planted"]',
+        `\ttextconv = ${script}`,
+        "",
+      ].join("\n");
+      writeFileSync(join(dir, ".git", "config"), readFileSync(join(dir, ".git", "config"), "utf8") + planted);
+      mkdirSync(join(dir, ".git", "hooks"), { recursive: true });
+      for (const hook of ["pre-commit", "post-commit", "post-index-change", "reference-transaction"]) {
+        writeFileSync(join(dir, ".git", "hooks", hook), `#!/bin/sh\nexec ${script}\n`, { mode: 0o777 });
+      }
+      const common = join(dir, "common");
+      mkdirSync(common);
+      writeFileSync(join(common, "config"), planted);
+      for (const part of ["objects", "refs"]) symlinkSync(join(dir, ".git", part), join(common, part));
+      writeFileSync(join(dir, ".git", "commondir"), `${common}\n`);
+      writeFileSync(join(dir, ".gitattributes"), "* filter=planted diff=planted\n");
+      writeFileSync(join(dir, "left.txt"), "left\n");
+      execFileSync("chown", ["-R", "-h", `${alice.uid}:${alice.gid}`, dir]);
+
+      const head = await recordChange(ctx.repo, dir, runId, branch, base, { name: "R", email: "r@example.invalid" });
+      expect(existsSync(canary)).toBe(false);
+      expect(git("rev-parse", branch)).toBe(head);
+      expect(git("rev-parse", `${head}~1`)).toBe(base);
+      // The files as they are (no clean filter ran), the planted files among them: the run's content.
+      expect(git("show", `${head}:left.txt`)).toBe("left");
+      expect(git("show", `${head}:.gitattributes`)).toBe("* filter=planted diff=planted");
+      expect(git("show", `${head}:common/config`)).toContain("fsmonitor");
+      expect(git("log", "-1", "--format=%an|%s", head)).toBe(`R|webcodex: uncommitted changes of run ${runId}`);
+      expect(existsSync(canary)).toBe(false);
+      rmSync(dir, { recursive: true, force: true });
+    },
+    TEST_TIMEOUT_MS,
+  );
 
   test(
     "a run works in a repository its pool user owns: git status, add and commit; its commits are its recorded change",
