@@ -84,7 +84,11 @@ describe("pruning the branches of runs past retention", () => {
     });
     const recent = await runToEnd(manager, "scenario: edit_file path=d.txt text=four");
     for (const f of [solo, parent, child, recent]) expect(f.run.state).toBe("completed");
-    const [soloB, chainB, recentB] = [solo, parent, recent].map((f) => runBranch(f.run.run_id));
+    const [soloB, chainB, recentB] = [solo, parent, recent].map((f) => runBranch(f.run.run_id)) as [
+      string,
+      string,
+      string,
+    ];
     expect(child.run.workspace?.branch).toBe(chainB);
     // An operator's branch under the same prefix, of a run this store never admitted: never pruned.
     const stranger = runBranch(newRunId());
