@@ -115,6 +115,10 @@ describe.skipIf(!IS_ROOT)("worktree runs under run_as (needs root to create user
     mkdirSync(plants);
     chmodSync(plants, 0o1777);
     const workspaces = join(dir, "workspaces");
+    // The fake agent's sessions (for a follow-up turn), written by whichever pool user runs it.
+    const sessions = join(dir, "sessions");
+    mkdirSync(sessions);
+    chmodSync(sessions, 0o1777);
     const text = [
       "[runner]",
       `state_dir = ${JSON.stringify(join(dir, "state"))}`,
@@ -131,7 +135,8 @@ describe.skipIf(!IS_ROOT)("worktree runs under run_as (needs root to create user
       "[[acp.agents]]",
       'id = "pooled"',
       `executable = ${JSON.stringify(agent.bin)}`,
-      `args = ${JSON.stringify(["--ledger", ledger])}`,
+      `args = ${JSON.stringify(["--ledger", ledger, "--continuation", "both", "--session-dir", sessions])}`,
+      'continuation = "both"',
       `run_as = ${JSON.stringify(users.map((u) => u.name))}`,
       "[acp.agents.env_from_env]",
       'PATH = "PATH"',
@@ -224,6 +229,45 @@ describe.skipIf(!IS_ROOT)("worktree runs under run_as (needs root to create user
         // The project's own tree and branches are as they were; the workspace is gone (no keep time).
         expect(git("status", "--porcelain")).toBe("");
         expect(existsSync(join(ctx.workspaces, done.run.run_id))).toBe(false);
+      } finally {
+        await close();
+      }
+    },
+    TEST_TIMEOUT_MS,
+  );
+
+  test(
+    "a follow-up turn gets the workspace made again for its pool user at its parent's head, on the parent's branch",
+    async () => {
+      const { manager, close } = boundManager();
+      try {
+        const one = await runOf(manager, ALICE, "scenario: edit_file path=a.txt text=one");
+        expect(one.run.state).toBe("completed");
+        const branch = runBranch(one.run.run_id);
+        const head1 = one.run.workspace?.head_commit ?? "";
+        const child = startRequest(manager, "scenario: edit_file path=b.txt text=two hold=true", {
+          provider_id: "pooled",
+          tenant: ALICE,
+          project_id: "repo",
+          continue_run_id: one.run.run_id,
+        });
+        const before = readLedger(ctx.ledger).length;
+        expect((await manager.start(child)).ok).toBe(true);
+        await ledgerLine(before, (l) => l.event === "file_edited");
+        // The conversation's directory, a pool user's again, while the child works there.
+        const dir = join(ctx.workspaces, one.run.run_id);
+        expect(ctx.users.map((u) => u.uid)).toContain(statSync(dir).uid);
+        expect(statSync(dir).mode & 0o777).toBe(0o700);
+        await manager.cancel(child.run_id);
+        await manager.whenSettled(child.run_id);
+        const ended = manager.sync(child.run_id, 0, 0)?.run;
+        expect(ended?.workspace).toMatchObject({ branch, base_commit: head1 });
+        const head2 = ended?.workspace?.head_commit ?? "";
+        expect(git("rev-parse", branch)).toBe(head2);
+        expect(git("rev-parse", `${head2}~1`)).toBe(head1);
+        expect(git("show", `${head2}:a.txt`)).toBe("one");
+        expect(git("show", `${head2}:b.txt`)).toBe("two");
+        expect(existsSync(dir)).toBe(false);
       } finally {
         await close();
       }
