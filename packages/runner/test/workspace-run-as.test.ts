@@ -31,6 +31,7 @@ import { type LedgerLine, poll, readLedger } from "../../../scripts/test-support
 import { parseConfig, type RunnerConfig } from "../src/config/config.js";
 import { FilePoolBindings } from "../src/process/user-bindings.js";
 import type { RunManager } from "../src/runs/manager.js";
+import { openDispatchStore } from "../src/store/open.js";
 import { addWorktree, recordChange, runBranch } from "../src/workspace/worktree.js";
 import { newManager, newRunId, runToEnd, startRequest } from "./support/harness.js";
 import {
@@ -202,6 +203,54 @@ describe.skipIf(!IS_ROOT)("worktree runs under run_as (needs root to create user
       expect(git("log", "-1", "--format=%an|%s", head)).toBe(`R|webcodex: uncommitted changes of run ${runId}`);
       expect(existsSync(canary)).toBe(false);
       rmSync(dir, { recursive: true, force: true });
+    },
+    TEST_TIMEOUT_MS,
+  );
+
+  test(
+    "start-up records a pool user's workspace a previous process left unrecorded, and removes what a killed Runner was making",
+    async () => {
+      const [alice] = ctx.users;
+      const stateDir = mkdtempSync(join(tmpdir(), "wc-ws-run-as-store-"));
+      const first = openDispatchStore({ stateDir }).store;
+      const runId = newRunId();
+      const branch = runBranch(runId);
+      const base = git("rev-parse", "HEAD");
+      first.admit({
+        run_id: runId,
+        intent_fingerprint: "f".repeat(64),
+        project_id: "repo",
+        provider_id: "pooled",
+        provider_instance_id: "pi_aaaaaaaaaaaaaaaaaaaa",
+        agent_instance_id: "ai_aaaaaaaaaaaaaaaaaaaa",
+        created_at: new Date().toISOString(),
+      });
+      first.recordWorkspace(runId, { branch, base_commit: base });
+      const dir = join(ctx.workspaces, runId);
+      await addWorktree(ctx.repo, dir, branch, base, { uid: alice.uid, gid: alice.gid });
+      writeFileSync(join(dir, "left.txt"), "left behind\n");
+      execFileSync("chown", ["-h", `${alice.uid}:${alice.gid}`, join(dir, "left.txt")]);
+      // A workspace being made and a scratch repository, as a killed Runner leaves them.
+      for (const leftover of [".making-abc123", ".record-def456"])
+        mkdirSync(join(ctx.workspaces, leftover, "x"), { recursive: true });
+      first.close();
+
+      const store = openDispatchStore({ stateDir }).store;
+      const { manager } = newManager(ctx.config, { store });
+      try {
+        expect(await manager.recoverWorkspaces()).toEqual({ recorded: 1, removed: 0, pending: 0 });
+        const head = store.workspace(runId)?.head_commit ?? "";
+        expect(git("rev-parse", branch)).toBe(head);
+        expect(git("show", `${head}:left.txt`)).toBe("left behind");
+        expect(git("rev-parse", `${head}~1`)).toBe(base);
+        expect(existsSync(dir)).toBe(false);
+        for (const leftover of [".making-abc123", ".record-def456"]) {
+          expect(existsSync(join(ctx.workspaces, leftover))).toBe(false);
+        }
+      } finally {
+        await manager.close();
+        rmSync(stateDir, { recursive: true, force: true });
+      }
     },
     TEST_TIMEOUT_MS,
   );
