@@ -66,6 +66,7 @@ export type LedgerEvent =
   | { event: "sought"; tag: string; uid: number; found: Record<string, boolean>; temp: string }
   | { event: "git_worked"; name: string; uid: number; status: Record<string, number | string> }
   | { event: "git_planted"; uid: number; result: Record<string, number | string> }
+  | { event: "git_planted_all"; uid: number; result: Record<string, string> }
   | { event: "file_edited"; path: string }
   | {
       event: "home_probed";

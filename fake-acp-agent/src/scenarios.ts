@@ -14,6 +14,7 @@ import {
   promptError,
   strayResponse,
 } from "./scenarios/faults.js";
+import { gitPlantAll } from "./scenarios/git-plants.js";
 import { recall } from "./scenarios/recall.js";
 import { gitPlant, gitWork, homeProbe, plant, seek } from "./scenarios/sandbox.js";
 import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
@@ -57,6 +58,7 @@ export const SCENARIOS = {
   home_probe: homeProbe,
   git_work: gitWork,
   git_plant: gitPlant,
+  git_plant_all: gitPlantAll,
   edit_file: editFile,
   agent_state: agentState,
   replay,

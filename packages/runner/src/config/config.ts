@@ -114,6 +114,8 @@ export interface RunnerConfig {
     readonly retainTerminalMax: number;
     /** How long a worktree stays after its run's change is recorded (`workspace_keep_secs`; 0: removed at once). */
     readonly workspaceKeepSecs: number;
+    /** `workspaces_dir`, absolute, or null: `<state_dir>/workspaces` (workspace/worktree.ts worktreesDir). */
+    readonly workspacesDir: string | null;
   };
   /** Absent when the file has no [server] table (fine for `check` and `exec`; `run` requires it). */
   readonly server: ServerConfig | null;
@@ -485,19 +487,31 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
     );
   });
 
-  // A worktree and its git metadata are made by the Runner's user; a run_as run would write into them as a pool
-  // user, which this version does not arrange (design §16): refused until it does.
+  // A run_as run's workspace is its pool user's (workspace/owned.ts): it must be where that user can reach it, which
+  // the state dir (0700) is not, and apart from the state dir and every project root.
   const runAsAgent = acp.agents.findIndex((a) => a.run_as !== undefined);
-  if (runAsAgent >= 0) {
-    raw.projects.forEach((p, i) => {
-      if (p.workspace !== "worktree") return;
+  const worktreeProject = raw.projects.findIndex((p) => p.workspace === "worktree");
+  if (runAsAgent >= 0 && worktreeProject >= 0) {
+    const wanted = raw.runner.workspaces_dir;
+    const dir = wanted === undefined ? null : realpathLoose(resolveFrom(base, wanted));
+    const stateDir = realpathLoose(resolveFrom(base, raw.runner.state_dir));
+    if (dir === null) {
       err(
-        `projects[${i}].workspace`,
-        `"worktree" is not supported yet with run_as agents (acp.agents[${runAsAgent}].run_as): the run's worktree ` +
-          "would belong to the Runner's user, not the run's pool user; use workspace = \"shared\" for this project, " +
-          "or run this Runner's agents without run_as",
+        "runner.workspaces_dir",
+        `projects[${worktreeProject}].workspace = "worktree" with run_as agents (acp.agents[${runAsAgent}].run_as) ` +
+          "needs runner.workspaces_dir: a directory outside runner.state_dir and every project root that the pool " +
+          "users can pass through (each run's workspace is made there, owned by its pool user; the Runner makes it 0711)",
       );
-    });
+    } else if (within(dir, stateDir) || within(stateDir, dir)) {
+      err("runner.workspaces_dir", `${dir} must be apart from runner.state_dir (${stateDir}), which stays 0700`);
+    } else {
+      raw.projects.forEach((p, i) => {
+        const root = realpathLoose(resolveFrom(base, p.root));
+        if (within(dir, root) || within(root, dir)) {
+          err("runner.workspaces_dir", `${dir} must be apart from every project root (projects[${i}].root is ${root})`);
+        }
+      });
+    }
   }
 
   const sandboxed = acp.sandbox === "namespaces" && agents.some((a) => a.runAs !== null);
@@ -544,6 +558,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       retainTerminalDays: raw.runner.retain_terminal_days,
       retainTerminalMax: raw.runner.retain_terminal_max,
       workspaceKeepSecs: raw.runner.workspace_keep_secs,
+      workspacesDir: raw.runner.workspaces_dir === undefined ? null : resolveFrom(base, raw.runner.workspaces_dir),
     }),
     server,
     projects: Object.freeze(projects),

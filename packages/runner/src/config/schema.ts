@@ -158,6 +158,8 @@ export const ConfigSchema = z
         retain_terminal_max: int(1, 1_000_000).default(1000),
         /** How long an ended worktree run's worktree stays after its change is recorded (design §16); 0: removed at once. */
         workspace_keep_secs: int(0, MAX_WORKSPACE_KEEP_SECS).default(DEFAULT_WORKSPACE_KEEP_SECS),
+        /** Where runs' worktrees are made (default `<state_dir>/workspaces`); needed for run_as worktree runs. */
+        workspaces_dir: NonEmpty.optional(),
       })
       .strict()
       .default({

@@ -159,7 +159,9 @@ export class StartChecks {
    */
   #serveProject(project: ProjectConfig, agent: AgentConfig, tenant: string | undefined): "ok" | "other" | "unrecorded" {
     const callers = this.#o.projectCallers;
-    if (callers === null || agent.runAs === null || project.sharedBetweenCallers) return "ok";
+    // A worktree project gives each run a workspace of its own (workspace/owned.ts): no tree is shared.
+    if (callers === null || agent.runAs === null || project.sharedBetweenCallers || project.workspace === "worktree")
+      return "ok";
     const caller = tenant ?? NO_TENANT;
     try {
       const served = callers.servedBy(project.id);

@@ -155,7 +155,7 @@ export class RunManager implements RunService {
     }
     for (const project of this.#config.projects) this.#projects.set(project.id, project);
     this.#workspaces = new RunWorkspaces({
-      dir: options.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
+      dir: options.workspacesDir ?? this.#config.runner.workspacesDir ?? worktreesDir(this.#config.runner.stateDir),
       store: this.#store,
       logger: this.#log,
       keepMs: this.#config.runner.workspaceKeepSecs * 1000,
@@ -496,6 +496,11 @@ export class RunManager implements RunService {
 
   apply(runId: string, target: string, keyHash: string): Promise<ApplyOutcome | null> {
     return this.#workspaces.apply(runId, target, keyHash);
+  }
+
+  /** Delete the branches of runs past retention (runs hourly and at start-up; tests call it after pruning). */
+  pruneBranches(): Promise<number> {
+    return this.#workspaces.pruneBranches();
   }
 
   /**

@@ -11,6 +11,7 @@ import type { Logger } from "../logger.js";
 import type { DispatchStore } from "../store/types.js";
 import type { ApplyOutcome } from "../workspace/applies.js";
 import type { ChangesOutcome } from "../workspace/changes.js";
+import { BRANCH_PRUNE_INTERVAL_MS } from "../workspace/prune.js";
 import { Workspaces } from "../workspace/workspaces.js";
 import type { Run } from "./record.js";
 
@@ -49,6 +50,7 @@ export class RunWorkspaces {
   readonly #runs: ReadonlyMap<string, Run>;
   readonly #projects: ReadonlyMap<string, ProjectConfig>;
   readonly #graceMs: number;
+  readonly #pruneTimer: NodeJS.Timeout;
 
   constructor(options: RunWorkspacesOptions) {
     this.#store = options.store;
@@ -64,6 +66,13 @@ export class RunWorkspaces {
       mayRun: (runId) => this.#runs.get(runId)?.terminal === false,
       now: () => options.now().getTime(),
     });
+    this.#pruneTimer = setInterval(() => void this.pruneBranches(), BRANCH_PRUNE_INTERVAL_MS);
+    this.#pruneTimer.unref();
+  }
+
+  /** Delete the branches of runs past retention (workspace/prune.ts); runs hourly and after start-up's recovery. */
+  pruneBranches(): Promise<number> {
+    return this.#workspaces.pruneBranches([...this.#projects.values()]);
   }
 
   /**
@@ -79,10 +88,12 @@ export class RunWorkspaces {
     if (run.continueRunId !== null && baseRef !== undefined) {
       return notStarted("workspace_failed", "spawn", BASE_REF_WITH_CONTINUATION, "fix_input");
     }
+    // Under run_as the workspace is the run's pool user's (workspace/owned.ts).
+    const owner = run.runAs ? { uid: run.runAs.uid, gid: run.runAs.gid } : undefined;
     const made =
       run.continueRunId === null
-        ? await this.#workspaces.create(run.run_id, run.project, baseRef)
-        : await this.#workspaces.continueFrom(run.run_id, run.continueRunId, run.project);
+        ? await this.#workspaces.create(run.run_id, run.project, baseRef, owner)
+        : await this.#workspaces.continueFrom(run.run_id, run.continueRunId, run.project, owner);
     if (!made.ok) {
       if (made.reason !== "unrecorded") run.workspace = this.#workspaces.summary(run.run_id) ?? null;
       switch (made.reason) {
@@ -139,14 +150,17 @@ export class RunWorkspaces {
   }
 
   /** Start-up, before the link: record every change a previous process left unrecorded, remove leftover worktrees. */
-  recover(projects: readonly ProjectConfig[]): Promise<{ recorded: number; removed: number; pending: number }> {
-    return this.#workspaces.recover((runId) => {
+  async recover(projects: readonly ProjectConfig[]): Promise<{ recorded: number; removed: number; pending: number }> {
+    const recovered = await this.#workspaces.recover((runId) => {
       const row = this.#store.get(runId);
       return row ? this.#projects.get(row.project_id) : undefined;
     }, projects);
+    await this.#workspaces.pruneBranches(projects);
+    return recovered;
   }
 
   close(): Promise<void> {
+    clearInterval(this.#pruneTimer);
     return this.#workspaces.close();
   }
 }

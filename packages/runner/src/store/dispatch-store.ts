@@ -330,6 +330,7 @@ export class SqliteDispatchStore implements DispatchStore {
       getWorkspace: db.prepare<[string], WorkspaceRow>(
         "SELECT run_id, branch, base_commit, head_commit FROM workspaces WHERE run_id = ?",
       ),
+      branchInUse: db.prepare<[string], { one: number }>("SELECT 1 AS one FROM workspaces WHERE branch = ? LIMIT 1"),
       unrecorded: db.prepare<[], WorkspaceRow>(
         "SELECT run_id, branch, base_commit, head_commit FROM workspaces WHERE head_commit IS NULL ORDER BY run_id",
       ),
@@ -498,6 +499,10 @@ export class SqliteDispatchStore implements DispatchStore {
 
   unrecordedWorkspaces(): WorkspaceRow[] {
     return this.#stmts.unrecorded.all();
+  }
+
+  branchInUse(branch: string): boolean {
+    return this.#stmts.branchInUse.get(branch) !== undefined;
   }
 
   recordApply(row: ApplyRow): void {

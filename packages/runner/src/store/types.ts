@@ -147,6 +147,8 @@ export interface DispatchStore {
   workspace(runId: string): WorkspaceRow | undefined;
   /** Workspaces whose change is not recorded yet (start-up: a previous process ended before it did). */
   unrecordedWorkspaces(): WorkspaceRow[];
+  /** Whether a run this store still holds a row of works on `branch` (a continuation shares its parent's). */
+  branchInUse(branch: string): boolean;
   /** An apply's answer, durably (fsync'd), under its run and key hash. Throws if that key was recorded before. */
   recordApply(row: ApplyRow): void;
   applyOf(runId: string, keyHash: string): ApplyRow | undefined;

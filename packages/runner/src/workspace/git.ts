@@ -48,7 +48,8 @@ export interface GitOptions {
   okCodes?: readonly number[];
 }
 
-function invocation(args: readonly string[], options: GitOptions): { argv: string[]; env: NodeJS.ProcessEnv } {
+/** The argv and environment of `git <args>` as every workspace command runs it (gitPipe in owned.ts too). */
+export function invocation(args: readonly string[], options: GitOptions): { argv: string[]; env: NodeJS.ProcessEnv } {
   return {
     argv: [...SAFE_CONFIG.flatMap((c) => ["-c", c]), "-C", options.cwd, ...args],
     env: {

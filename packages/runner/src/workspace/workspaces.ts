@@ -12,6 +12,7 @@
  * Nothing of a change's content (paths, diff) is logged or stored: log lines carry run ids and error names.
  */
 import { readdir, rm } from "node:fs/promises";
+import { join } from "node:path";
 import { RUN_ID_PATTERN, type RunWorkspace } from "@webcodex/protocol";
 import type { ProjectConfig } from "../config/config.js";
 import type { Logger } from "../logger.js";
@@ -20,6 +21,8 @@ import { type ApplyOutcome, applyOnce } from "./applies.js";
 import { type ChangesOutcome, changesOf } from "./changes.js";
 import { clearStaleLocks, STALE_GIT_LOCK_MS } from "./locks.js";
 import { errName, failure } from "./log-fields.js";
+import { MAKING_PREFIX, RECORDING_PREFIX, type WorkspaceOwner } from "./owned.js";
+import { pruneRunBranches } from "./prune.js";
 import {
   addWorktree,
   branchRunId,
@@ -97,6 +100,8 @@ export class Workspaces {
   readonly #pending = new Map<string, ProjectConfig>();
   #retryTimer: NodeJS.Timeout | null = null;
   #retrying: Promise<number> | null = null;
+  /** Per repository, the shard of run branches the next branch prune starts at (workspace/prune.ts). */
+  readonly #pruneShards = new Map<string, number>();
   #closed = false;
 
   constructor(options: WorkspacesOptions) {
@@ -188,6 +193,28 @@ export class Workspaces {
     return recorded;
   }
 
+  /**
+   * Delete the branches of runs past the Runner's retention in each worktree project (workspace/prune.ts), each
+   * repository's sweep among its other writes; the number deleted.
+   */
+  async pruneBranches(projects: readonly ProjectConfig[]): Promise<number> {
+    let deleted = 0;
+    for (const project of projects) {
+      if (project.workspace !== "worktree" || this.#closed) continue;
+      const deps = { store: this.#store, mayRun: this.#mayRun };
+      try {
+        const start = this.#pruneShards.get(project.root) ?? 0;
+        const done = await this.#serial(project.root, () => pruneRunBranches(project.root, deps, start));
+        this.#pruneShards.set(project.root, done.nextShard);
+        deleted += done.deleted;
+      } catch (error) {
+        this.#log.warn({ project_id: project.id, ...failure(error) }, "pruning run branches failed");
+      }
+    }
+    if (deleted > 0) this.#log.info({ deleted }, "branches of runs past retention pruned");
+    return deleted;
+  }
+
   /** A workspace's directory: the one its branch names (a conversation shares its first run's), else its run's. */
   #dirOf(row: { run_id: string; branch: string }): string {
     return worktreeDir(this.#dir, branchRunId(row.branch) ?? row.run_id);
@@ -210,7 +237,12 @@ export class Workspaces {
    * then the worktree made on that branch. A failure leaves no worktree (the row, if written, is recorded at the
    * run's end like any other, with no change).
    */
-  async create(runId: string, project: ProjectConfig, baseRef: string | undefined): Promise<CreateOutcome> {
+  async create(
+    runId: string,
+    project: ProjectConfig,
+    baseRef: string | undefined,
+    owner?: WorkspaceOwner,
+  ): Promise<CreateOutcome> {
     const dir = worktreeDir(this.#dir, runId);
     const branch = runBranch(runId);
     return this.#serial(project.root, async () => {
@@ -232,7 +264,7 @@ export class Workspaces {
         return { ok: false, reason: "unrecorded" };
       }
       try {
-        await addWorktree(project.root, dir, branch, base);
+        await addWorktree(project.root, dir, branch, base, owner);
       } catch (error) {
         this.#log.error({ run_id: runId, err_name: errName(error) }, "making the run's worktree failed");
         return { ok: false, reason: "git_failed" };
@@ -248,9 +280,14 @@ export class Workspaces {
    * durably, then the worktree made again in the parent's directory on that branch at that head. A parent
    * without a workspace (it ran in the shared tree) gives the child a fresh worktree from HEAD.
    */
-  async continueFrom(runId: string, parentId: string, project: ProjectConfig): Promise<CreateOutcome> {
+  async continueFrom(
+    runId: string,
+    parentId: string,
+    project: ProjectConfig,
+    owner?: WorkspaceOwner,
+  ): Promise<CreateOutcome> {
     const parent = this.#store.workspace(parentId);
-    if (!parent) return this.create(runId, project, undefined);
+    if (!parent) return this.create(runId, project, undefined, owner);
     const head = parent.head_commit ?? (await this.#recordParent(parentId, project));
     if (head === null) return { ok: false, reason: "parent_unrecorded" };
     const dir = this.#dirOf(parent);
@@ -266,7 +303,7 @@ export class Workspaces {
       try {
         // Anything still there is the parent's, whose change is recorded: made again from that head.
         await removeWorktree(project.root, dir);
-        if (!(await reopenWorktree(project.root, dir, parent.branch, head))) {
+        if (!(await reopenWorktree(project.root, dir, parent.branch, head, owner))) {
           this.#log.warn({ run_id: runId, parent_run_id: parentId }, "the parent's branch moved since its change");
           return { ok: false, reason: "branch_moved" };
         }
@@ -434,6 +471,11 @@ export class Workspaces {
       names = [];
     }
     for (const name of names) {
+      // A run_as workspace a killed Runner was making, or its scratch repository for recording (owned.ts).
+      if (name.startsWith(MAKING_PREFIX) || name.startsWith(RECORDING_PREFIX)) {
+        await rm(join(this.#dir, name), { recursive: true, force: true });
+        continue;
+      }
       if (!RUN_ID_PATTERN.test(name)) continue;
       const dir = worktreeDir(this.#dir, name);
       if (kept.has(dir)) continue;

@@ -9,6 +9,7 @@ import { RUN_ID_PATTERN, WORKSPACE_BRANCH_PREFIX } from "@webcodex/protocol";
 import type { WorkspaceAuthor } from "../config/config.js";
 import { GitError, git } from "./git.js";
 import { adminDir, unfinished } from "./locks.js";
+import { makeOwnedWorkspace, recordOwnedChange, runOwned, type WorkspaceOwner } from "./owned.js";
 
 /** Where a Runner keeps its runs' worktrees: `<state_dir>/workspaces/<run_id>`. */
 export function worktreesDir(stateDir: string): string {
@@ -61,20 +62,42 @@ export async function branchTip(root: string, branch: string): Promise<string | 
  * head — or the branch made again at `head` when it is gone. False, and nothing made, when the branch moved since
  * (someone committed to it or reset it): the Runner never forces a branch.
  */
-export async function reopenWorktree(root: string, dir: string, branch: string, head: string): Promise<boolean> {
+export async function reopenWorktree(
+  root: string,
+  dir: string,
+  branch: string,
+  head: string,
+  owner?: WorkspaceOwner,
+): Promise<boolean> {
   const tip = await branchTip(root, branch);
   if (tip === null) {
-    await addWorktree(root, dir, branch, head);
+    await addWorktree(root, dir, branch, head, owner);
     return true;
   }
   if (tip !== head) return false;
+  // A run_as run's workspace is a repository of its own, made again (owned.ts).
+  if (owner) {
+    await makeOwnedWorkspace(root, dir, branch, head, owner);
+    return true;
+  }
   await mkdir(join(dir, ".."), { recursive: true, mode: 0o700 });
   await git(["worktree", "add", "--quiet", "--", dir, branch], { cwd: root });
   return true;
 }
 
-/** Make the worktree at `dir` on a new branch `branch` at `base`. */
-export async function addWorktree(root: string, dir: string, branch: string, base: string): Promise<void> {
+/** Make the worktree at `dir` on a new branch `branch` at `base`; a run_as run's is its pool user's (owned.ts). */
+export async function addWorktree(
+  root: string,
+  dir: string,
+  branch: string,
+  base: string,
+  owner?: WorkspaceOwner,
+): Promise<void> {
+  if (owner) {
+    await git(["branch", "--quiet", "--no-track", "--", branch, base], { cwd: root });
+    await makeOwnedWorkspace(root, dir, branch, base, owner);
+    return;
+  }
   await mkdir(join(dir, ".."), { recursive: true, mode: 0o700 });
   await git(["worktree", "add", "--quiet", "--no-track", "-b", branch, "--", dir, base], { cwd: root });
 }
@@ -94,6 +117,8 @@ async function exists(path: string): Promise<boolean> {
  * of every file not yet checked out: it holds no change (locks.ts `unfinished`).
  */
 async function madeWorktree(root: string, dir: string): Promise<boolean> {
+  // A run_as run's workspace is moved to its name once whole (owned.ts): nothing of it may be read as git's here.
+  if (await runOwned(dir)) return true;
   if (!(await exists(join(dir, ".git")))) return false;
   const admin = await adminDir(root, dir);
   return admin === null || !(await unfinished(admin));
@@ -119,6 +144,7 @@ export async function recordChange(
   base: string,
   author: WorkspaceAuthor,
 ): Promise<string> {
+  if (await runOwned(dir)) return recordOwnedChange(root, dir, branch, base, leftoverMessage(runId), author);
   if (await madeWorktree(root, dir)) {
     await git(["add", "--all", "--", "."], { cwd: dir });
     const staged = await git(["diff", "--cached", "--quiet", "--no-ext-diff"], { cwd: dir, okCodes: [1] });

@@ -44,6 +44,7 @@ const store: DispatchStore = {
   recordChange: (runId, head) => real.recordChange(runId, head),
   workspace: (runId) => real.workspace(runId),
   unrecordedWorkspaces: () => real.unrecordedWorkspaces(),
+  branchInUse: (branch) => real.branchInUse(branch),
   recordApply: (row) => real.recordApply(row),
   applyOf: (runId, keyHash) => real.applyOf(runId, keyHash),
   applyCount: (runId) => real.applyCount(runId),

@@ -159,7 +159,7 @@ describe("workspace config", () => {
     expect(accepted.stdout).toContain("projects: demo (a worktree per run)");
   });
 
-  it("refuses worktree next to a run_as agent, and a malformed workspace_author", () => {
+  it("refuses worktree next to a run_as agent without a workspaces_dir apart from the state dir and roots, and a malformed workspace_author", () => {
     const ws = fresh();
     initRepo(ws);
     const file = join(ws.dir, "runner.toml");
@@ -171,8 +171,21 @@ describe("workspace config", () => {
       errors = (error as ConfigError).errors;
     }
     expect(errors.join("\n")).toContain(
-      'projects[0].workspace: "worktree" is not supported yet with run_as agents (acp.agents[0].run_as)',
+      'runner.workspaces_dir: projects[0].workspace = "worktree" with run_as agents (acp.agents[0].run_as) needs runner.workspaces_dir',
     );
+    // Set, it must be apart from the state dir and every root.
+    for (const [where, says] of [
+      [join(ws.dir, "state", "ws"), "must be apart from runner.state_dir"],
+      [join(ws.projectRoot, "ws"), "must be apart from every project root"],
+    ] as const) {
+      try {
+        parseConfig(text.replace("[runner]", `[runner]\nworkspaces_dir = ${JSON.stringify(where)}`), file);
+        errors = [];
+      } catch (error) {
+        errors = (error as ConfigError).errors;
+      }
+      expect(errors.join("\n")).toContain(says);
+    }
     expect(configErrors(ws, 'workspace = "worktree"', 'workspace_author = "no email"').join("\n")).toContain(
       'acp.workspace_author: must be "Name <email>"',
     );
