@@ -66,6 +66,7 @@ export type LedgerEvent =
   | { event: "git_worked"; name: string; uid: number; status: Record<string, number | string> }
   | { event: "git_planted"; uid: number; result: Record<string, number | string> }
   | { event: "file_edited"; path: string }
+  | { event: "files_edited"; dir: string; count: number }
   | {
       event: "home_probed";
       tag: string;
