@@ -68,11 +68,15 @@ async function bareOnce(dir, ledger) {
   }
 }
 
+/** How long one run of ours may take to reach its agent, and then to end (the `start` suite's runs). */
+const DISPATCH_TIMEOUT_MS = 15_000;
+
 /**
  * One run through our stack, observed to its terminal state (`projectId`: another project of the stack's Runner;
- * default its own). `t0` is when the start was sent, on the ledger's clock.
+ * default its own; `timeoutMs`: the bound on its dispatch and again on its end). `t0` is when the start was sent,
+ * on the ledger's clock.
  */
-export async function oursOnce(stack, mcp, projectId = undefined) {
+export async function oursOnce(stack, mcp, { projectId = undefined, timeoutMs = DISPATCH_TIMEOUT_MS } = {}) {
   const prompt = helloPrompt();
   const t0 = hrNow();
   const started = await mcp.start({
@@ -81,8 +85,8 @@ export async function oursOnce(stack, mcp, projectId = undefined) {
     ...(projectId === undefined ? {} : { project_id: projectId }),
   });
   if (!started.ok) return { error: started.error };
-  const entry = await stack.ledger.waitFor(prompt, 15_000, { pollMs: LEDGER_POLL_MS });
-  const final = await mcp.observeToEnd(started.value.run_id, started.value.observation_token, 15_000);
+  const entry = await stack.ledger.waitFor(prompt, timeoutMs, { pollMs: LEDGER_POLL_MS });
+  const final = await mcp.observeToEnd(started.value.run_id, started.value.observation_token, timeoutMs);
   await agentGone(entry.pid);
   return {
     ms: entry.hr_ms - t0,

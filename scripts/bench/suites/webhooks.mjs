@@ -85,7 +85,12 @@ async function measure(ctx, { runs, without, withSub, receiver, subscriptionId }
   try {
     for (let i = 0; i < runs && Date.now() < deadline; i++) {
       for (const side of i % 2 === 0 ? ["without", "with"] : ["with", "without"]) {
-        const r = await oursOnce(stacks[side], clients[side]);
+        let r;
+        try {
+          r = await oursOnce(stacks[side], clients[side]);
+        } catch (error) {
+          r = { error: String(error?.message ?? error).split("\n")[0] };
+        }
         if (r.error) {
           failures.push({ side, error: r.error });
           continue;

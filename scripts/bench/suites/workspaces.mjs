@@ -25,6 +25,11 @@ import { agentGone, oursOnce } from "./start-dispatch.mjs";
 const MAX_CHANGE_PAGES = 1_000;
 /** How long one edit_files run may take to end (writing the files, then the Runner recording them). */
 const CHANGE_RUN_TIMEOUT_MS = 120_000;
+/**
+ * How long one start may take to reach its agent, and then to end: a worktree of 10,000 files is checked out
+ * before the agent starts, and recorded and removed before the end, on a machine that may be loaded.
+ */
+const WORKTREE_RUN_TIMEOUT_MS = 120_000;
 
 const PROJECTS = { shared: "ws-shared", small: "ws-small", large: "ws-large" };
 
@@ -82,7 +87,12 @@ async function startToDispatch(ctx, { stack, mcp, runs, largeRuns }) {
     // Rotate the order so no project always runs right after another's teardown.
     const order = sides.map((_, k) => sides[(k + i) % sides.length]);
     for (const side of order) {
-      const r = await oursOnce(stack, mcp, PROJECTS[side]);
+      let r;
+      try {
+        r = await oursOnce(stack, mcp, { projectId: PROJECTS[side], timeoutMs: WORKTREE_RUN_TIMEOUT_MS });
+      } catch (error) {
+        r = { error: String(error?.message ?? error).split("\n")[0] };
+      }
       if (r.error) {
         failures.push({ side, error: r.error });
         continue;
