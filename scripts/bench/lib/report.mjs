@@ -406,6 +406,19 @@ function renderWorkspaces(w, head) {
   out += latencyRow(`shared (${w.files?.small} files)`, w.shared?.latency_ms);
   out += latencyRow(`worktree (${w.files?.small} files)`, w.worktree_small?.latency_ms);
   out += latencyRow(`worktree (${w.files?.large} files)`, w.worktree_large?.latency_ms);
+  out +=
+    "  p50 by stage (ms; before = admission and the hops, then the Runner's stages, the worktree made in spawn):\n";
+  for (const [label, k] of [
+    ["shared", "shared"],
+    [`worktree ${w.files?.small}`, "worktree_small"],
+    [`worktree ${w.files?.large}`, "worktree_large"],
+  ]) {
+    const st = w[k]?.stages_ms ?? {};
+    const parts = Object.entries(st).map(
+      ([name, v]) => `${name.replace("before_runner_stages_ms", "before")} ${f(v?.p50, 0)}`,
+    );
+    out += `    ${pad(label, 16)}${parts.join(", ")}\n`;
+  }
   out += `  ${pad(`ratio worktree/shared ${w.files?.small}`, 30)}${lpad("", 6)}${lpad(x(w.small_p50_ratio), 10)}${lpad(x(w.small_p95_ratio), 10)}\n`;
   out += `  ${pad(`ratio worktree/shared ${w.files?.large}`, 30)}${lpad("", 6)}${lpad(x(w.large_p50_ratio), 10)}${lpad(x(w.large_p95_ratio), 10)}\n`;
   if (w.failure_count) out += `  failures: ${w.failure_count}\n`;

@@ -16,6 +16,7 @@
  */
 import { join } from "node:path";
 import { generateRepo, git } from "../lib/git-repo.mjs";
+import { runnerRunTimings } from "../lib/runner-timings.mjs";
 import { hrNow, ratio, summarize } from "../lib/stats.mjs";
 import { makeTempDir } from "../lib/tmp.mjs";
 import { launchStack } from "../stack.mjs";
@@ -79,6 +80,7 @@ export async function run(ctx, { files, runs, largeRuns, changeFiles, changeReps
 
 async function startToDispatch(ctx, { stack, mcp, runs, largeRuns }) {
   const samples = { shared: [], small: [], large: [] };
+  const runIds = { shared: [], small: [], large: [] };
   const failures = [];
   let duplicates = 0;
   const deadline = Date.now() + ctx.budgetMs(600_000);
@@ -98,11 +100,39 @@ async function startToDispatch(ctx, { stack, mcp, runs, largeRuns }) {
         continue;
       }
       samples[side].push(r.ms);
+      runIds[side].push([r.run_id, r.ms]);
       if (r.state !== "completed") failures.push({ side, run_id: r.run_id, state: r.state });
       if (r.dispatches !== 1) duplicates++;
     }
   }
-  const side = (k) => ({ runs: samples[k].length, latency_ms: summarize(samples[k]), samples_ms: samples[k] });
+  // Where the time goes: the Runner's own stages per run (spawn … prompt write; in worktree mode the worktree is
+  // made inside the first), and everything before them (admission, the Server's hops) = the rest.
+  const timings = runnerRunTimings(join(stack.dir, "runner.log"));
+  const stagesOf = (k) => {
+    const per = {};
+    const before = [];
+    for (const [id, ms] of runIds[k]) {
+      const t = timings.get(id);
+      if (!t) continue;
+      let sum = 0;
+      for (const [stage, v] of Object.entries(t)) {
+        if (typeof v !== "number") continue;
+        (per[stage] ??= []).push(v);
+        sum += v;
+      }
+      before.push(ms - sum);
+    }
+    return {
+      before_runner_stages_ms: summarize(before),
+      ...Object.fromEntries(Object.entries(per).map(([stage, v]) => [stage, summarize(v)])),
+    };
+  };
+  const side = (k) => ({
+    runs: samples[k].length,
+    latency_ms: summarize(samples[k]),
+    stages_ms: stagesOf(k),
+    samples_ms: samples[k],
+  });
   const out = { shared: side("shared"), worktree_small: side("small"), worktree_large: side("large") };
   return {
     ...out,
@@ -130,13 +160,16 @@ async function changeRun(stack, mcp, changeFiles) {
   return { runId: started.value.run_id, base: ws.base_commit, head: ws.head_commit };
 }
 
-/** Every page of get_coding_agent_changes for `runId`: ms to the first page and to the last, and what came. */
+/**
+ * Every page of get_coding_agent_changes for `runId`: ms to the first page and to the last, and what came
+ * (`files`: the distinct paths listed over all pages; each page may list them again).
+ */
 async function readChanges(mcp, runId) {
   const t0 = performance.now();
   let firstMs = null;
   let cursor;
   let pages = 0;
-  let files = 0;
+  const paths = new Set();
   let diffBytes = 0;
   let filesTruncated = false;
   for (; pages < MAX_CHANGE_PAGES; ) {
@@ -144,13 +177,20 @@ async function readChanges(mcp, runId) {
     if (!r.ok) throw new Error(`get_coding_agent_changes: ${JSON.stringify(r.error).slice(0, 300)}`);
     pages++;
     firstMs ??= performance.now() - t0;
-    files += r.value.files?.length ?? 0;
+    for (const f of r.value.files ?? []) paths.add(f.path);
     diffBytes += Buffer.byteLength(r.value.diff ?? "");
     filesTruncated ||= r.value.files_truncated === true;
     cursor = r.value.next_cursor;
     if (cursor === undefined) break;
   }
-  return { first_ms: firstMs, all_ms: performance.now() - t0, pages, files, diff_bytes: diffBytes, filesTruncated };
+  return {
+    first_ms: firstMs,
+    all_ms: performance.now() - t0,
+    pages,
+    files: paths.size,
+    diff_bytes: diffBytes,
+    filesTruncated,
+  };
 }
 
 /** The baseline: git's own numstat and diff of the same two commits, in the project's repository. */
