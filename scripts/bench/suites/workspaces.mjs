@@ -117,7 +117,8 @@ async function startToDispatch(ctx, { stack, mcp, runs, largeRuns }) {
       let sum = 0;
       for (const [stage, v] of Object.entries(t)) {
         if (typeof v !== "number") continue;
-        (per[stage] ??= []).push(v);
+        if (!per[stage]) per[stage] = [];
+        per[stage].push(v);
         sum += v;
       }
       before.push(ms - sum);
