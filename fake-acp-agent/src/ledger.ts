@@ -68,6 +68,7 @@ export type LedgerEvent =
   | { event: "git_planted"; uid: number; result: Record<string, number | string> }
   | { event: "git_planted_all"; uid: number; result: Record<string, string> }
   | { event: "file_edited"; path: string }
+  | { event: "files_edited"; dir: string; count: number }
   | {
       event: "home_probed";
       tag: string;

@@ -20,7 +20,7 @@ import { gitPlant, gitWork, homeProbe, plant, seek } from "./scenarios/sandbox.j
 import { echoArgv, escapes, listFds, readCredentials } from "./scenarios/security.js";
 import { burst, slow } from "./scenarios/streams.js";
 import { escapeGroup, leftovers, note, readProcess } from "./scenarios/tenancy.js";
-import { editFile } from "./scenarios/workspace.js";
+import { editFile, editFiles } from "./scenarios/workspace.js";
 import { END_TURN, type Scenario, say, type Turn } from "./turn.js";
 
 /** Every scenario, by the NAME used in `scenario: NAME`. */
@@ -60,6 +60,7 @@ export const SCENARIOS = {
   git_plant: gitPlant,
   git_plant_all: gitPlantAll,
   edit_file: editFile,
+  edit_files: editFiles,
   agent_state: agentState,
   replay,
   recall,

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm run bench [-- --quick] [-- --only start,engines,follow-up,throughput,wakeup,cluster,fanout,cluster-fanout,links,barrier,dispatch,peer]`
+ * `npm run bench [-- --quick] [-- --only start,engines,follow-up,webhooks,workspaces,throughput,wakeup,cluster,fanout,cluster-fanout,links,barrier,dispatch,peer]`
  *   `[-- --profile] [-- --keep]`
  *   `[-- --grid NS:MS] [-- --sdk-observers]`
  *
@@ -29,11 +29,15 @@ import * as peer from "./suites/peer.mjs";
 import * as startDispatch from "./suites/start-dispatch.mjs";
 import * as throughput from "./suites/throughput.mjs";
 import * as wakeup from "./suites/wakeup.mjs";
+import * as webhooks from "./suites/webhooks.mjs";
+import * as workspaces from "./suites/workspaces.mjs";
 
 const SECTIONS = [
   "start",
   "engines",
   "follow-up",
+  "webhooks",
+  "workspaces",
   "throughput",
   "wakeup",
   "cluster",
@@ -73,7 +77,7 @@ for (const s of only)
 /** The warm stack's `[acp] keep_agent_alive_secs` in the follow-up cell: far longer than one turn. */
 const FOLLOW_UP_KEEP_SECS = 300;
 
-/** Sizes of everything; --quick keeps the whole suite under 2 minutes. */
+/** Sizes of everything; --quick keeps the whole suite under 3 minutes (on a quiet 2-core machine). */
 const PLAN = quick
   ? {
       startRuns: 10,
@@ -88,6 +92,8 @@ const PLAN = quick
       fanout: { ns: [1, 10], ms: [10, 100], intervalMs: 250, durationMs: 3000, warmupMs: 500, perPrincipal: 8 },
       clusterFanout: { n: 10, m: 100, intervalMs: 250, durationMs: 3000, warmupMs: 500, perPrincipal: 8 },
       links: { runners: 1000, connectConcurrency: 64, idleMs: 3000 },
+      webhookRuns: 5,
+      workspaces: { files: [1000, 2000], runs: 5, largeRuns: 2, changeFiles: 200, changeReps: 2 },
     }
   : {
       startRuns: 50,
@@ -110,6 +116,9 @@ const PLAN = quick
       clusterFanout: { n: 50, m: 1000, intervalMs: 250, durationMs: 10_000, warmupMs: 1000, perPrincipal: 8 },
       // idleMs: longer than the Servers' heartbeat interval (15 s), so it holds a round of pings and lease writes.
       links: { runners: 10_000, connectConcurrency: 64, idleMs: 20_000 },
+      webhookRuns: 50,
+      // files: [the target's size, the reported one]; the large repository's runs are fewer (each checks out 10,000 files).
+      workspaces: { files: [1000, 10_000], runs: 30, largeRuns: 10, changeFiles: 1000, changeReps: 5 },
     };
 
 if (opts.grid) {
@@ -128,7 +137,7 @@ const OBSERVER_CLIENT = opts["sdk-observers"] ? "sdk" : "lean";
 const OBSERVER_CLIENT_LABEL = OBSERVER_CLIENT === "sdk" ? "SDK Client" : "lean MCP client (node:http)";
 
 const t0 = Date.now();
-const WATCHDOG_MS = quick ? 150_000 : 30 * 60_000;
+const WATCHDOG_MS = quick ? 240_000 : 40 * 60_000;
 const ctx = {
   quick,
   /** A per-section time bound, tighter in --quick. */
@@ -279,6 +288,10 @@ try {
       await cold.stop();
     }
   });
+
+  await section("webhooks", () => webhooks.run(ctx, { runs: PLAN.webhookRuns, nodeArgs }));
+
+  await section("workspaces", () => workspaces.run(ctx, { ...PLAN.workspaces, nodeArgs }));
 
   await section("throughput", async () => {
     const out = {};

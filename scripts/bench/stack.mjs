@@ -77,6 +77,10 @@ function tail(file, lines = 15) {
  * @param {number} [o.maxConnections] the Servers' `[server] max_connections` (default BENCH_MAX_CONNECTIONS)
  * @param {boolean} [o.clusterListener] on PostgreSQL: each instance serves `/_wc/` on a listener of its own
  *   (`[server.cluster] listen_port = 0`); false: on the clients' one (`serve_on_client_listener = true`)
+ * @param {string} [o.serverToml] more Server config tables, appended (e.g. `[server.webhooks] …`)
+ * @param {{id: string, root: string, workspace?: "shared" | "worktree"}[]} [o.extraProjects] more projects of the
+ *   Runner (absolute roots, made by the caller), granted to its binding and to every principal
+ * @param {string} [o.runnerSettings] more keys of the Runner's `[runner]` table (e.g. `workspace_keep_secs = 0`)
  */
 /** The env var a bench Server config's `[server.state] url_env` names when the stack runs on PostgreSQL. */
 const BENCH_DATABASE_URL_ENV = "WEBCODEX_BENCH_DATABASE_URL";
@@ -98,6 +102,9 @@ export async function launchStack({
   maxConnections = BENCH_MAX_CONNECTIONS,
   clusterListener = false,
   keepAgentAliveSecs = undefined,
+  serverToml = "",
+  extraProjects = [],
+  runnerSettings = "",
 }) {
   // `stack.addInstance()` (PostgreSQL only) starts another Server on the same database; see below.
   const dir = makeTempDir(label);
@@ -116,7 +123,8 @@ export async function launchStack({
     project_id: `p${i}`,
     token: randomBytes(32).toString("base64url"),
   }));
-  const projects = [...(runner ? ["bench"] : []), ...sims.map((s) => s.project_id)];
+  const runnerProjects = runner ? ["bench", ...extraProjects.map((p) => p.id)] : [];
+  const projects = [...runnerProjects, ...sims.map((s) => s.project_id)];
 
   // max_connections: the fan-out's largest cell holds 1,000 long-polls plus the sim runners and control clients.
   let s = `[server]\nhost = "127.0.0.1"\nport = ${port}\nstate_dir = "server-state"\nmax_connections = ${maxConnections}\n\n`;
@@ -128,7 +136,9 @@ export async function launchStack({
       : "[server.cluster]\nserve_on_client_listener = true\n\n";
   }
   const env = stateUrl === undefined ? process.env : { ...process.env, [BENCH_DATABASE_URL_ENV]: stateUrl };
-  if (runner) s += `[[runners]]\nid = "bench"\ntoken_sha256 = ${toml(sha256(runnerToken))}\nprojects = ["bench"]\n\n`;
+  if (runner) {
+    s += `[[runners]]\nid = "bench"\ntoken_sha256 = ${toml(sha256(runnerToken))}\nprojects = ${toml(runnerProjects)}\n\n`;
+  }
   for (const sim of sims) {
     s += `[[runners]]\nid = ${toml(sim.runner_id)}\ntoken_sha256 = ${toml(sha256(sim.token))}\nprojects = [${toml(sim.project_id)}]\n\n`;
   }
@@ -137,6 +147,7 @@ export async function launchStack({
   for (const id of principalIds) {
     s += `[[principals]]\nid = ${toml(id)}\nscopes = ["coding_agent:run", "project:write", "project:read"]\nprojects = ${toml(grants)}\n\n`;
   }
+  s += serverToml;
   writeFileSync(serverConfig, s);
 
   if (runner) {
@@ -144,9 +155,15 @@ export async function launchStack({
       `[[acp.agents]]\nid = ${toml(id)}\nname = ${toml(id)}\nexecutable = ${toml(process.execPath)}\nargs = ${toml(args)}\n` +
       `[acp.agents.env_from_env]\nPATH = "PATH"\nHOME = "HOME"\n\n`;
     const r =
-      `[runner]\nstate_dir = "runner-state"\nlog_level = "info"\n\n` +
+      `[runner]\nstate_dir = "runner-state"\nlog_level = "info"\n${runnerSettings ? `${runnerSettings.trimEnd()}\n` : ""}\n` +
       `[server]\nurl = ${toml(`ws://127.0.0.1:${port}/runner`)}\ntoken_file = "runner.token"\n\n` +
       `[[projects]]\nid = "bench"\nroot = "project"\nallow_patch = true\n\n` +
+      extraProjects
+        .map(
+          (p) =>
+            `[[projects]]\nid = ${toml(p.id)}\nroot = ${toml(p.root)}\nallow_patch = true\nworkspace = ${toml(p.workspace ?? "shared")}\n\n`,
+        )
+        .join("") +
       `[acp]\nagents_share_runner_user = true\nmax_concurrent_runs = 4\nsetup_timeout_secs = 30\ncancel_grace_secs = 5\n` +
       (keepAgentAliveSecs === undefined ? "" : `keep_agent_alive_secs = ${keepAgentAliveSecs}\n`) +
       "\n" +
@@ -188,6 +205,9 @@ export async function launchStack({
     port,
     url: `http://127.0.0.1:${port}/mcp`,
     runnerUrl: `ws://127.0.0.1:${port}/runner`,
+    serverConfig,
+    runnerConfig,
+    env,
     tokens,
     sims,
     ledgerFile,

@@ -20,6 +20,11 @@ export function historyLine(results) {
     fanout_p99_ms: fan ? Object.fromEntries(fan.cells.map((c) => [`${c.n}x${c.m}`, c.latency_ms?.p99 ?? null])) : null,
     fanout_holds_100ms: fan?.holds_100ms ?? null,
     observe_server_cpu_ms_per_call: fan?.observe_cost?.server_cpu_ms_per_call ?? null,
+    webhook_terminal_delivery_ms: s.webhooks?.delivery_ms?.terminal
+      ? { p50: s.webhooks.delivery_ms.terminal.p50, p99: s.webhooks.delivery_ms.terminal.p99 }
+      : null,
+    worktree_large_p50_ratio: s.workspaces?.large_p50_ratio ?? null,
+    changes_all_pages_p50_ms: s.workspaces?.changes?.ours_all_pages_ms?.p50 ?? null,
     peer: s.peer?.ratios ?? (s.peer?.skipped ? { skipped: s.peer.skipped } : null),
     errors: Object.keys(results.errors),
   });

@@ -50,6 +50,13 @@ export async function connectMcp({ url, token, projectId, name = "webcodex-bench
         (wait_secs ?? 0) * 1000 + 30_000,
       ),
     cancel: (run_id) => call("cancel_coding_agent", { run_id }),
+    /** One page of a worktree run's recorded change (`get_coding_agent_changes`). */
+    changes: (run_id, cursor, max_bytes) =>
+      call("get_coding_agent_changes", {
+        run_id,
+        ...(cursor !== undefined ? { cursor } : {}),
+        ...(max_bytes !== undefined ? { max_bytes } : {}),
+      }),
     /** Observes with tokens until a terminal state with nothing more; returns the last result. */
     async observeToEnd(runId, token, timeoutMs, { onResult, waitSecs = 5 } = {}) {
       const deadline = Date.now() + timeoutMs;

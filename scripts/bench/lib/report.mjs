@@ -27,6 +27,10 @@ function target(id, what, value, limit, cmp, unit, why) {
 export const TARGETS = {
   start_p50_ratio: 1.1,
   postgres_start_p50_ratio: 1.15,
+  /** Issue 43: start-to-dispatch with one webhook subscription ÷ without, p50. */
+  webhook_start_p50_ratio: 1.05,
+  /** Issue 41 §4: start-to-dispatch in worktree mode on the smaller generated repository ÷ shared, p50. */
+  worktree_start_p50_ratio: 1.5,
   cross_instance_wakeup_p50_ms: 5,
   cross_instance_wakeup_p99_ms: 20,
   throughput_ratio: 0.75,
@@ -84,6 +88,24 @@ export function evaluateTargets(results) {
       "<=",
       "x",
       na("follow-up"),
+    ),
+    target(
+      "webhook_start_p50_ratio",
+      `start-to-dispatch p50 with one webhook subscription ≤ ${T.webhook_start_p50_ratio}× without${quickNote}`,
+      s.webhooks?.p50_ratio,
+      T.webhook_start_p50_ratio,
+      "<=",
+      "x",
+      na("webhooks"),
+    ),
+    target(
+      "worktree_start_p50_ratio",
+      `start-to-dispatch p50 in worktree mode (${s.workspaces?.files?.small ?? "1000"} files) ≤ ${T.worktree_start_p50_ratio}× shared${quickNote}`,
+      s.workspaces?.small_p50_ratio,
+      T.worktree_start_p50_ratio,
+      "<=",
+      "x",
+      na("workspaces"),
     ),
     target(
       "cross_instance_wakeup_p50_ms",
@@ -245,6 +267,8 @@ export function render(results) {
     if (follow.failure_count) out += `  failures: ${follow.failure_count}\n`;
     out += "\n";
   }
+  if (s.webhooks) out += renderWebhooks(s.webhooks, head);
+  if (s.workspaces) out += renderWorkspaces(s.workspaces, head);
 
   if (s.cluster) {
     out += head("Observe wake-up (ms) on two Server instances sharing PostgreSQL, Runner linked to the first");
@@ -381,6 +405,56 @@ export function render(results) {
   }
   out += "\n";
   return out;
+}
+
+function renderWebhooks(w, head) {
+  let out = head("Start-to-dispatch (ms) with and without one webhook subscription, the two stacks alternating");
+  out += latencyRow("no subscription", w.without?.latency_ms);
+  out += latencyRow("one subscription (run events)", w.with?.latency_ms);
+  out += `  ${pad("ratio with/without", 30)}${lpad("", 6)}${lpad(x(w.p50_ratio), 10)}${lpad(x(w.p95_ratio), 10)}${lpad(x(w.p99_ratio), 10)}\n`;
+  out += "  delivery to the receiver (ms):\n";
+  out += latencyRow("Runner terminal → run.terminal", w.delivery_ms?.terminal);
+  out += latencyRow("dispatch → run.started", w.delivery_ms?.started_after_dispatch);
+  out += `  events received ${w.events_received}, run.terminal missing ${w.missing_terminal_deliveries}, delivered again ${w.extra_deliveries}`;
+  out += w.failure_count ? `, failures ${w.failure_count}` : "";
+  out += w.duplicate_dispatches ? `, !! duplicate dispatches ${w.duplicate_dispatches}` : "";
+  return `${out}\n\n`;
+}
+
+function renderWorkspaces(w, head) {
+  let out = head(
+    `Start-to-dispatch (ms) by workspace mode, generated repositories of ${w.files?.small} / ${w.files?.large} files`,
+  );
+  out += latencyRow(`shared (${w.files?.small} files)`, w.shared?.latency_ms);
+  out += latencyRow(`worktree (${w.files?.small} files)`, w.worktree_small?.latency_ms);
+  out += latencyRow(`worktree (${w.files?.large} files)`, w.worktree_large?.latency_ms);
+  out +=
+    "  p50 by stage (ms; before = admission and the hops, then the Runner's stages, the worktree made in spawn):\n";
+  for (const [label, k] of [
+    ["shared", "shared"],
+    [`worktree ${w.files?.small}`, "worktree_small"],
+    [`worktree ${w.files?.large}`, "worktree_large"],
+  ]) {
+    const st = w[k]?.stages_ms ?? {};
+    const parts = Object.entries(st).map(
+      ([name, v]) => `${name.replace("before_runner_stages_ms", "before")} ${f(v?.p50, 0)}`,
+    );
+    out += `    ${pad(label, 16)}${parts.join(", ")}\n`;
+  }
+  out += `  ${pad(`ratio worktree/shared ${w.files?.small}`, 30)}${lpad("", 6)}${lpad(x(w.small_p50_ratio), 10)}${lpad(x(w.small_p95_ratio), 10)}\n`;
+  out += `  ${pad(`ratio worktree/shared ${w.files?.large}`, 30)}${lpad("", 6)}${lpad(x(w.large_p50_ratio), 10)}${lpad(x(w.large_p95_ratio), 10)}\n`;
+  if (w.failure_count) out += `  failures: ${w.failure_count}\n`;
+  if (w.duplicate_dispatches) out += `  !! duplicate dispatches: ${w.duplicate_dispatches}\n`;
+  const c = w.changes;
+  if (c?.error) out += `  get_coding_agent_changes: ERROR ${c.error.split("\n")[0].slice(0, 160)}\n`;
+  else if (c) {
+    out += `  get_coding_agent_changes on a ${c.change_files}-file change (${c.pages} page(s), ${c.files_listed} files listed${c.files_truncated ? ", list truncated" : ""}, ${c.diff_bytes} B of diff):\n`;
+    out += latencyRow("ours, first page", c.ours_first_page_ms);
+    out += latencyRow("ours, every page", c.ours_all_pages_ms);
+    out += latencyRow("git diff --numstat + git diff", c.bare_git_ms);
+    out += `  ${pad("ratio ours/git", 30)}${lpad("", 6)}${lpad(x(c.p50_ratio), 10)}\n`;
+  }
+  return `${out}\n`;
 }
 
 function renderClusterFanout(c) {

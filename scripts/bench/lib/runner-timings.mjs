@@ -49,3 +49,20 @@ export function runnerLogTime(logFile, runId, msg) {
   }
   return null;
 }
+
+/** run_id → its `run timings` stages (ms each, consecutive laps from just before the spawn to the prompt written). */
+export function runnerRunTimings(logFile) {
+  const out = new Map();
+  if (!existsSync(logFile)) return out;
+  for (const line of readFileSync(logFile, "utf8").split("\n")) {
+    if (!line.startsWith("{") || !line.includes('"run timings"')) continue;
+    try {
+      const entry = JSON.parse(line);
+      if (entry.msg !== "run timings" || typeof entry.timings_ms !== "object" || entry.timings_ms === null) continue;
+      out.set(entry.run_id, entry.timings_ms);
+    } catch {
+      // not JSON
+    }
+  }
+  return out;
+}

@@ -43,13 +43,13 @@ function alive(pid) {
   }
 }
 
-async function agentGone(pid) {
+export async function agentGone(pid) {
   const deadline = Date.now() + AGENT_EXIT_WAIT_MS;
   while (typeof pid === "number" && alive(pid) && Date.now() < deadline) await sleep(AGENT_EXIT_POLL_MS);
   await sleep(CLEANUP_SETTLE_MS);
 }
 
-function helloPrompt() {
+export function helloPrompt() {
   return `scenario: hello\nbench-nonce ${randomUUID()}`;
 }
 
@@ -68,17 +68,29 @@ async function bareOnce(dir, ledger) {
   }
 }
 
-/** One run through our stack, observed to its terminal state. */
-async function oursOnce(stack, mcp) {
+/** How long one run of ours may take to reach its agent, and then to end (the `start` suite's runs). */
+const DISPATCH_TIMEOUT_MS = 15_000;
+
+/**
+ * One run through our stack, observed to its terminal state (`projectId`: another project of the stack's Runner;
+ * default its own; `timeoutMs`: the bound on its dispatch and again on its end). `t0` is when the start was sent,
+ * on the ledger's clock.
+ */
+export async function oursOnce(stack, mcp, { projectId = undefined, timeoutMs = DISPATCH_TIMEOUT_MS } = {}) {
   const prompt = helloPrompt();
   const t0 = hrNow();
-  const started = await mcp.start({ provider_id: stack.providerId, prompt });
+  const started = await mcp.start({
+    provider_id: stack.providerId,
+    prompt,
+    ...(projectId === undefined ? {} : { project_id: projectId }),
+  });
   if (!started.ok) return { error: started.error };
-  const entry = await stack.ledger.waitFor(prompt, 15_000, { pollMs: LEDGER_POLL_MS });
-  const final = await mcp.observeToEnd(started.value.run_id, started.value.observation_token, 15_000);
+  const entry = await stack.ledger.waitFor(prompt, timeoutMs, { pollMs: LEDGER_POLL_MS });
+  const final = await mcp.observeToEnd(started.value.run_id, started.value.observation_token, timeoutMs);
   await agentGone(entry.pid);
   return {
     ms: entry.hr_ms - t0,
+    t0,
     run_id: started.value.run_id,
     state: final.state,
     dispatches: stack.ledger.entries(prompt).length,
