@@ -144,6 +144,15 @@ export const RunStatusFields = z.object({
   ),
 });
 
+/**
+ * Continuation (design §17): the run this one continues, and the run that continues it. One definition for
+ * every output that names a run's chain (observe, a managed task attempt's run).
+ */
+export const RunChainFields = {
+  parent_run_id: RunId.optional(),
+  continued_by: RunId.optional(),
+};
+
 export const ObserveToolOutput = RunStatusFields.extend({
   events: z.array(RunEvent),
   observation_token: z.string(),
@@ -157,9 +166,7 @@ export const ObserveToolOutput = RunStatusFields.extend({
   workspace: RunWorkspace.optional().describe(
     "A run of a `worktree` project: the commit its checkout started from, its branch, and once its change is recorded the branch's head (get_coding_agent_changes shows it).",
   ),
-  /** Continuation (design §17): the run this one continues, and the run that continues it. */
-  parent_run_id: RunId.optional(),
-  continued_by: RunId.optional(),
+  ...RunChainFields,
 }).strict();
 
 export const CancelToolInput = z.object({ run_id: RunId }).strict();

@@ -9,7 +9,7 @@ import { utf8Length } from "../events.js";
 import { ConfigMap } from "../frames.js";
 import { ProjectId, ProviderId, RunId } from "../ids.js";
 import { BaseRef } from "../workspace.js";
-import { OpaqueKey, RunStatusFields, StartToolOutput } from "./runs.js";
+import { OpaqueKey, RunChainFields, RunStatusFields, StartToolOutput } from "./runs.js";
 import { SessionId } from "./sessions.js";
 
 export const TASK_TOOL_NAMES = {
@@ -177,9 +177,7 @@ export const ReconcileInput = z
 
 const RunOutcome = RunStatusFields.extend({
   reconciled_at: Timestamp,
-  /** Continuation (design §17): the run this one continues, and the run that continues it, as observe names them. */
-  parent_run_id: RunId.optional(),
-  continued_by: RunId.optional(),
+  ...RunChainFields,
 }).strict();
 
 const AttemptView = ClaimView.extend({

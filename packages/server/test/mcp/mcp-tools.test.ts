@@ -313,7 +313,7 @@ describe("a run core that throws", () => {
 describe("one definition of a run's status in tool outputs", () => {
   it("observe's output and an agent task attempt's run outcome both extend RunStatusFields", async () => {
     const { ObserveToolOutput, RunStatusFields } = await import("../../src/runs/tool-schemas.js");
-    const { ReconcileOutput } = await import("@webcodex/protocol");
+    const { ReconcileOutput, RunChainFields } = await import("@webcodex/protocol");
     const status = Object.keys(RunStatusFields.shape);
     expect(status).toEqual([
       "run_id",
@@ -328,10 +328,18 @@ describe("one definition of a run's status in tool outputs", () => {
     expect(Object.keys(ObserveToolOutput.shape).slice(0, status.length)).toEqual(status);
     const attempt = ReconcileOutput.shape.attempt.unwrap();
     const run = attempt.shape.run.unwrap();
-    expect(Object.keys(run.shape)).toEqual([...status, "reconciled_at"]);
+    const chain = Object.keys(RunChainFields);
+    expect(chain).toEqual(["parent_run_id", "continued_by"]);
+    expect(Object.keys(run.shape)).toEqual([...status, "reconciled_at", ...chain]);
     for (const key of status)
       expect(run.shape[key as keyof typeof run.shape]).toBe(
         RunStatusFields.shape[key as keyof typeof RunStatusFields.shape],
       );
+    // The chain, too, is one definition: the same schemas in observe's output and in an attempt's run.
+    for (const key of chain) {
+      const field = RunChainFields[key as keyof typeof RunChainFields];
+      expect(run.shape[key as keyof typeof run.shape]).toBe(field);
+      expect(ObserveToolOutput.shape[key as keyof typeof ObserveToolOutput.shape]).toBe(field);
+    }
   });
 });
