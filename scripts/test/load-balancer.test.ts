@@ -172,11 +172,10 @@ describe.each(IMPLEMENTATIONS)("the test load balancer: $name", ({ start }) => {
       req.on("error", reject);
       req.end();
     });
-    const firstAt = Date.now();
-    while (chunks.length === 0) {
-      if (Date.now() - firstAt > EXCHANGE_WAIT_MS) throw new Error("the first SSE chunk never came through");
-      await new Promise((r) => setTimeout(r, 10));
-    }
+    await poll(() => chunks.length > 0, {
+      timeoutMs: EXCHANGE_WAIT_MS,
+      what: "the first SSE chunk through the balancer",
+    });
     // The backend has not ended the response: what arrived was streamed, not buffered.
     expect(chunks.join("")).toBe("data: first from A\n\n");
     a.finishSse();
