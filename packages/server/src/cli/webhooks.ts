@@ -22,8 +22,9 @@ import { openState } from "../state/open.js";
 import { attemptDelivery } from "../webhooks/delivery.js";
 import { checkDestination, DestinationError } from "../webhooks/destination.js";
 import { EVENT_TYPES, type EventType, pingBody } from "../webhooks/events.js";
+import { WebhookOutbox } from "../webhooks/outbox.js";
 import { newSecret } from "../webhooks/signing.js";
-import { SubscriptionLimitError, WebhookStore } from "../webhooks/store.js";
+import { SubscriptionLimitError, WebhookSubscriptions } from "../webhooks/subscriptions.js";
 import { onState } from "./on-state.js";
 
 /** How long a rotated-out secret still signs attempts by default (a second signature): one day. */
@@ -131,7 +132,8 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
   }
   const state = await openState(config);
   return await onState(state, { type: SubscriptionLimitError, what: "webhooks add" }, async () => {
-    const store = new WebhookStore(state.engine);
+    const store = new WebhookSubscriptions(state.engine);
+    const outbox = new WebhookOutbox(state.engine);
     switch (sub) {
       case "add": {
         if (checked === null) return 2;
@@ -152,7 +154,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
       }
       case "list": {
         const listing = await store.list(values.principal);
-        const dead = await store.events({ status: "dead" }, LIST_DEAD_LETTERS_MAX);
+        const dead = await outbox.events({ status: "dead" }, LIST_DEAD_LETTERS_MAX);
         const shown = new Set(listing.map((s) => s.subscription_id));
         const deadShown = dead.filter((d) => shown.has(d.subscription_id));
         if (values.json) {
@@ -260,7 +262,7 @@ export async function runWebhooksCommand(argv: readonly string[]): Promise<numbe
       case "redeliver": {
         const event = need("event");
         if (event === null) return 2;
-        if (!(await store.redeliver(event, Date.now()))) {
+        if (!(await outbox.redeliver(event, Date.now()))) {
           console.error(`no dead letter with id ${event}`);
           return 1;
         }

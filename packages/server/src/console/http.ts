@@ -87,7 +87,7 @@ export interface ConsoleDeps {
   keyPrincipal(keyId: string): Promise<Principal | null>;
   /** Revoke a grant; false when there is no live grant with that id. */
   revokeGrant(grantId: string, reason: string): Promise<boolean>;
-  /** Redeliver a webhook dead letter (WebhookStore.redeliver, audited as `actor`); false when it is none. */
+  /** Redeliver a webhook dead letter (WebhookOutbox.redeliver, audited as `actor`); false when it is none. */
   redeliverWebhook(eventId: string, actor: `operator_console:${string}`): Promise<boolean>;
   secure: boolean;
   /**

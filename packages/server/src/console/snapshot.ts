@@ -24,7 +24,8 @@ import { resumePoint } from "../runs/observe.js";
 import { recordUsage } from "../runs/usage.js";
 import type { CostTotal, RecordFilter } from "../state/record.js";
 import type { StateStore } from "../state/store.js";
-import { WebhookStore } from "../webhooks/store.js";
+import { WebhookOutbox } from "../webhooks/outbox.js";
+import { WebhookSubscriptions } from "../webhooks/subscriptions.js";
 
 /** Runs one snapshot lists (newest first); the filters narrow which. */
 export const CONSOLE_RUNS_PAGE = 50;
@@ -316,7 +317,8 @@ export class ConsoleReader {
   readonly #operatorClients: () => Promise<ReadonlySet<string>>;
   readonly #presence: () => Promise<PresenceRow[]>;
   readonly #changedFiles: ChangedFilesRead | undefined;
-  readonly #webhooks: WebhookStore;
+  readonly #webhookSubscriptions: WebhookSubscriptions;
+  readonly #outbox: WebhookOutbox;
   /** Recorded changes' file lists by run id (most recently read last). */
   readonly #changesCache = new Map<string, RunChangesView>();
   #subscriptions: { at: number; rows: ConsoleSnapshot["webhooks"]["subscriptions"] } | null = null;
@@ -341,7 +343,8 @@ export class ConsoleReader {
     this.#presence = deps.presence;
     this.#operatorClients = deps.operatorClients;
     this.#changedFiles = deps.changedFiles;
-    this.#webhooks = new WebhookStore(deps.state.engine);
+    this.#webhookSubscriptions = new WebhookSubscriptions(deps.state.engine);
+    this.#outbox = new WebhookOutbox(deps.state.engine);
   }
 
   async snapshot(filters: ConsoleFilters): Promise<ConsoleSnapshot> {
@@ -498,7 +501,7 @@ export class ConsoleReader {
     if (this.#subscriptions === null || now - this.#subscriptions.at >= CONSOLE_WEBHOOK_COUNTS_MS) {
       this.#subscriptions = { at: now, rows: await this.#subscriptionRows() };
     }
-    const dead_letters = (await this.#webhooks.events({ status: "dead" }, CONSOLE_WEBHOOK_ROWS)).map((d) => ({
+    const dead_letters = (await this.#outbox.events({ status: "dead" }, CONSOLE_WEBHOOK_ROWS)).map((d) => ({
       event_id: d.event_id,
       subscription_id: d.subscription_id,
       event_type: d.event_type,
@@ -513,7 +516,7 @@ export class ConsoleReader {
   }
 
   async #subscriptionRows(): Promise<ConsoleSnapshot["webhooks"]["subscriptions"]> {
-    return (await this.#webhooks.list()).slice(-CONSOLE_WEBHOOK_ROWS).map((s) => ({
+    return (await this.#webhookSubscriptions.list()).slice(-CONSOLE_WEBHOOK_ROWS).map((s) => ({
       subscription_id: s.subscription_id,
       principal_id: s.principal_id,
       host: hostOf(s.url),

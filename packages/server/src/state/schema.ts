@@ -409,7 +409,7 @@ export const MIGRATIONS: readonly Migration[] = [
   {
     version: 17,
     summary:
-      "signed webhooks (design §18, webhooks/store.ts): a principal's subscriptions (URL, event types, signing " +
+      "signed webhooks (design §18, webhooks/subscriptions.ts and outbox.ts): a principal's subscriptions (URL, event types, signing " +
       "secret) and the outbox of their events, written in the transaction of the record change that causes them",
     sql: `
       CREATE TABLE webhook_subscriptions (

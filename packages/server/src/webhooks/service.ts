@@ -11,7 +11,8 @@ import type { StateQueries } from "../state/engine.js";
 import type { StateStore } from "../state/store.js";
 import type { TaskChange } from "../tasks/changes.js";
 import type { DestinationPolicy } from "./destination.js";
-import { WebhookStore } from "./store.js";
+import { WebhookOutbox } from "./outbox.js";
+import { WebhookSubscriptions } from "./subscriptions.js";
 import { DeliveryWorker } from "./worker.js";
 
 export interface WebhookSettings extends DestinationPolicy {
@@ -24,7 +25,8 @@ export interface WebhookSettings extends DestinationPolicy {
 }
 
 export class Webhooks {
-  readonly store: WebhookStore;
+  readonly subscriptions: WebhookSubscriptions;
+  readonly outbox: WebhookOutbox;
   readonly #worker: DeliveryWorker;
   readonly #records: StateStore;
   readonly #log: Logger;
@@ -32,9 +34,10 @@ export class Webhooks {
   constructor(records: StateStore, settings: WebhookSettings, log: Logger) {
     this.#records = records;
     this.#log = log;
-    this.store = new WebhookStore(records.engine);
+    this.subscriptions = new WebhookSubscriptions(records.engine);
+    this.outbox = new WebhookOutbox(records.engine);
     this.#worker = new DeliveryWorker({
-      store: this.store,
+      outbox: this.outbox,
       policy: settings,
       retryBaseMs: settings.retryBaseMs,
       disable: { afterFailures: settings.disableAfterFailures, afterMs: settings.disableAfterMs },
@@ -42,20 +45,20 @@ export class Webhooks {
       beforeAttempt: () => serverFailpoint("webhook_before_attempt"),
     });
     records.onStateChange(async (record, previous, tx) => {
-      if ((await this.store.enqueue(tx, record, previous, Date.now())) > 0) this.#worker.wake();
+      if ((await this.outbox.enqueue(tx, record, previous, Date.now())) > 0) this.#worker.wake();
     });
   }
 
   /** Writes a task change's event on `tx`, the transaction of that change (TaskServiceOptions.onChange). */
   readonly onTaskChange = async (change: TaskChange, tx: StateQueries): Promise<void> => {
-    if ((await this.store.enqueueTask(tx, change, Date.now())) > 0) this.#worker.wake();
+    if ((await this.outbox.enqueueTask(tx, change, Date.now())) > 0) this.#worker.wake();
   };
 
   /** Never throws: without the release below, a predecessor's claims are taken again when their leases run out. */
   async start(): Promise<void> {
     // One Server per SQLite state dir: what a killed predecessor left claimed is this instance's to send.
     if (this.#records.engine.dialect === "sqlite") {
-      await this.store.releaseClaims().catch((err: unknown) => {
+      await this.outbox.releaseClaims().catch((err: unknown) => {
         this.#log.warn({ err: (err as Error).message }, "webhook claims of a previous process not released");
       });
     }

@@ -21,7 +21,7 @@ import { fail, ok, type Parsed, type ToolCallOutcome, type ToolModule, type Tool
 import { apiError } from "../tools/errors.js";
 import { checkDestination, DestinationError, type DestinationPolicy } from "./destination.js";
 import { newSecret } from "./signing.js";
-import { MAX_SUBSCRIPTIONS_PER_PRINCIPAL, SubscriptionLimitError, type WebhookStore } from "./store.js";
+import { MAX_SUBSCRIPTIONS_PER_PRINCIPAL, SubscriptionLimitError, type WebhookSubscriptions } from "./subscriptions.js";
 
 /** What the scope refusals of these tools name (principals/authority.ts). */
 const WEBHOOKS_WHAT = "Managing webhook subscriptions";
@@ -59,10 +59,10 @@ export const WEBHOOK_TOOL_SPECS: readonly ToolSpec<WebhookToolName>[] = [
 
 export class WebhookTools implements ToolModule {
   readonly specs = WEBHOOK_TOOL_SPECS;
-  readonly #store: WebhookStore;
+  readonly #store: WebhookSubscriptions;
   readonly #policy: DestinationPolicy;
 
-  constructor(store: WebhookStore, policy: DestinationPolicy) {
+  constructor(store: WebhookSubscriptions, policy: DestinationPolicy) {
     this.#store = store;
     this.#policy = policy;
   }

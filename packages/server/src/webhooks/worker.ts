@@ -1,6 +1,6 @@
 /**
  * The delivery worker, one per Server instance: every POLL_INTERVAL_MS (and soon after this instance wrote
- * an event) it claims due outbox rows (store.ts `claim`) for the room it has — at most MAX_IN_FLIGHT attempts
+ * an event) it claims due outbox rows (outbox.ts `claim`) for the room it has — at most MAX_IN_FLIGHT attempts
  * at once, MAX_IN_FLIGHT_PER_DESTINATION per receiver origin — makes each attempt (delivery.ts) and records
  * its outcome. A failed attempt is retried after `retryDelayMs` (exponential from the configured base, capped
  * at BACKOFF_MAX_MS, with jitter) until MAX_ATTEMPTS attempts or MAX_RETRY_WINDOW_MS since the event (or its
@@ -11,7 +11,7 @@
 import type { Logger } from "pino";
 import { ABORTED_ERROR, ATTEMPT_TIMEOUT_MS, type AttemptOutcome, attemptDelivery } from "./delivery.js";
 import type { DestinationPolicy } from "./destination.js";
-import type { ClaimedEvent, DisablePolicy, WebhookStore } from "./store.js";
+import type { ClaimedEvent, DisablePolicy, WebhookOutbox } from "./outbox.js";
 
 /** How often the worker looks for due events when nothing woke it. */
 export const POLL_INTERVAL_MS = 1000;
@@ -51,7 +51,7 @@ export function nextAttemptAt(
 }
 
 export interface WorkerOptions {
-  store: WebhookStore;
+  outbox: WebhookOutbox;
   policy: DestinationPolicy;
   retryBaseMs: number;
   /** When a subscription failing in a row is disabled. */
@@ -138,7 +138,7 @@ export class DeliveryWorker {
     if (room <= 0 || this.#stopped) return;
     const now = this.#now();
     const taken = new Map<string, number>();
-    const claimed = await this.#opts.store.claim(now, room, now + CLAIM_LEASE_MS, (row) => {
+    const claimed = await this.#opts.outbox.claim(now, room, now + CLAIM_LEASE_MS, (row) => {
       const dest = destinationOf(row.url);
       const busy = (this.#perDestination.get(dest) ?? 0) + (taken.get(dest) ?? 0);
       if (busy >= MAX_IN_FLIGHT_PER_DESTINATION) return false;
@@ -174,7 +174,7 @@ export class DeliveryWorker {
       if (!outcome.ok && outcome.error === ABORTED_ERROR) return;
       const now = this.#now();
       const retryAt = outcome.ok ? null : nextAttemptAt(event, now, this.#opts.retryBaseMs);
-      const { disabled } = await this.#opts.store.settle(event, outcome, now, retryAt, this.#opts.disable);
+      const { disabled } = await this.#opts.outbox.settle(event, outcome, now, retryAt, this.#opts.disable);
       if (disabled) {
         this.#opts.log.warn(
           { subscription_id: event.subscription_id },

@@ -121,7 +121,7 @@ export async function buildMcp(
   });
   const toolModules: ToolModule[] = [new SessionTools(sessions), new TaskTools(tasks, sessions)];
   // A principal's own webhook subscriptions (design §18), behind webhooks:write.
-  if (webhooks) toolModules.push(new WebhookTools(webhooks.store, config.webhooks));
+  if (webhooks) toolModules.push(new WebhookTools(webhooks.subscriptions, config.webhooks));
   const handler = createMcpHttpHandler({
     runs,
     audit,

@@ -31,8 +31,8 @@ import { Runs } from "../runs/runs.js";
 import { lockStateDir } from "../state/lock.js";
 import { openState } from "../state/open.js";
 import type { StateStore } from "../state/store.js";
+import { WebhookOutbox } from "../webhooks/outbox.js";
 import { Webhooks } from "../webhooks/service.js";
-import { WebhookStore } from "../webhooks/store.js";
 import { Listeners } from "./listeners.js";
 import { buildMcp, type McpMount } from "./mcp.js";
 import type { Teardown } from "./teardown.js";
@@ -138,7 +138,7 @@ function buildConsole(
   const tokens = new TokenStore(store.engine);
   const oauth = new OAuthStore(store.engine);
   const operatorClients = new OperatorReadClients(oauth);
-  const webhookStore = new WebhookStore(store.engine);
+  const webhookOutbox = new WebhookOutbox(store.engine);
   return createConsole({
     config,
     logger: logger.child({ c: "console" }),
@@ -156,7 +156,7 @@ function buildConsole(
     identifyKey: createKeyIdentifier(tokens, config.principals),
     keyPrincipal: keyPrincipal(tokens, config.principals),
     revokeGrant: (grantId, reason) => oauth.revokeGrant(grantId, reason),
-    redeliverWebhook: (eventId, actor) => webhookStore.redeliver(eventId, Date.now(), actor),
+    redeliverWebhook: (eventId, actor) => webhookOutbox.redeliver(eventId, Date.now(), actor),
     secure: tls || (config.publicUrl?.startsWith("https:") ?? false),
     clientAddress: clientAddressResolver(config.trustedProxies),
   });

@@ -1,5 +1,5 @@
 /**
- * The webhook outbox on both state engines (webhooks/store.ts, design §18): events are written in the
+ * The webhook outbox on both state engines (webhooks/outbox.ts, design §18): events are written in the
  * transaction of the record change that causes them (a change that rolls back leaves none), only for the
  * record's own principal's subscriptions, claimed in order per subscription and run, each claimed by one
  * instance at a time (FOR UPDATE SKIP LOCKED on PostgreSQL), retried with the same id, dead after the bound.
@@ -11,8 +11,8 @@ import type { StateEngine } from "../../src/state/engine.js";
 import type { AdmissionRecord } from "../../src/state/record.js";
 import { StateStore } from "../../src/state/store.js";
 import { eventsFor } from "../../src/webhooks/events.js";
+import type { ClaimedEvent } from "../../src/webhooks/outbox.js";
 import { Webhooks } from "../../src/webhooks/service.js";
-import type { ClaimedEvent } from "../../src/webhooks/store.js";
 import { MAX_ATTEMPTS, nextAttemptAt, retryDelayMs } from "../../src/webhooks/worker.js";
 import { ENGINE_NAMES, engineFixture } from "../support/engines.js";
 
@@ -55,13 +55,13 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     const [engine] = await fixture.instances(name, 1);
     if (!engine) throw new Error("engine");
     const { records, webhooks } = storeOn(engine);
-    const alice = await webhooks.store.add({
+    const alice = await webhooks.subscriptions.add({
       principal_id: "alice",
       url: "http://127.0.0.1:9/hook",
       event_types: ["run.started", "run.terminal"],
       secret: "whsec_c2VjcmV0",
     });
-    await webhooks.store.add({
+    await webhooks.subscriptions.add({
       principal_id: "bob",
       url: "http://127.0.0.1:9/bob",
       event_types: ["run.started", "run.terminal"],
@@ -75,10 +75,10 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
         throw new Error("rolled back");
       }),
     ).rejects.toThrow("rolled back");
-    expect(await webhooks.store.events({}, 100)).toEqual([]);
+    expect(await webhooks.outbox.events({}, 100)).toEqual([]);
     await records.update("run_a", { state: "running", execution_state: "started" });
     await records.update("run_a", { state: "completed", execution_state: "completed", stop_reason: "end_turn" });
-    const events = (await webhooks.store.events({}, 100)).reverse();
+    const events = (await webhooks.outbox.events({}, 100)).reverse();
     expect(events.map((e) => [e.subscription_id, e.event_type])).toEqual([
       [alice.subscription_id, "run.started"],
       [alice.subscription_id, "run.terminal"],
@@ -95,8 +95,8 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     const [a, b] = engines;
     if (!a || !b) throw new Error("engines");
     const { records, webhooks } = storeOn(a);
-    const other = storeOn(b).webhooks.store;
-    await webhooks.store.add({
+    const other = storeOn(b).webhooks.outbox;
+    await webhooks.subscriptions.add({
       principal_id: "alice",
       url: "http://127.0.0.1:9/hook",
       event_types: ["run.started", "run.terminal"],
@@ -110,21 +110,21 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     const now = Date.now();
     // Two claimants at once: the first event of each run, never the same row twice, never a run's second event.
     const [first, second] = await Promise.all([
-      webhooks.store.claim(now, 10, now + 60_000, all),
+      webhooks.outbox.claim(now, 10, now + 60_000, all),
       other.claim(now, 10, now + 60_000, all),
     ]);
     const claimed = [...first, ...second];
     expect(claimed.map((e) => e.event_type).sort()).toEqual(["run.started", "run.started"]);
     expect(new Set(claimed.map((e) => e.seq)).size).toBe(2);
-    expect(await webhooks.store.claim(now, 10, now + 60_000, all)).toEqual([]);
+    expect(await webhooks.outbox.claim(now, 10, now + 60_000, all)).toEqual([]);
     // run_1's start fails once: retried later with the same id; run_1's end waits behind it.
     const run1 = claimed.find((e) => e.run_id === "run_1") as ClaimedEvent;
-    await webhooks.store.settle(run1, { ok: false, status: 500, error: "HTTP 500" }, now, now + 1000);
+    await webhooks.outbox.settle(run1, { ok: false, status: 500, error: "HTTP 500" }, now, now + 1000);
     const run2 = claimed.find((e) => e.run_id === "run_2") as ClaimedEvent;
-    await webhooks.store.settle(run2, { ok: true, status: 200 }, now, null);
-    const next = await webhooks.store.claim(now, 10, now + 60_000, all);
+    await webhooks.outbox.settle(run2, { ok: true, status: 200 }, now, null);
+    const next = await webhooks.outbox.claim(now, 10, now + 60_000, all);
     expect(next.map((e) => [e.run_id, e.event_type])).toEqual([["run_2", "run.terminal"]]);
-    const retry = await webhooks.store.claim(now + 1000, 10, now + 60_000, all);
+    const retry = await webhooks.outbox.claim(now + 1000, 10, now + 60_000, all);
     expect(retry.map((e) => [e.event_id, e.attempts])).toEqual([[run1.event_id, 2]]);
     // A lease that ran out (its instance died) makes the row claimable again, same id.
     const again = await other.claim(now + 120_000, 10, now + 180_000, all);
@@ -135,23 +135,23 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     await b.run("UPDATE webhook_outbox SET attempts = ? WHERE event_id = ?", [MAX_ATTEMPTS, run1.event_id]);
     await other.settle(dead, { ok: false, status: 500, error: "HTTP 500" }, now, null);
     expect((await other.events({ status: "dead" }, 10)).map((e) => e.event_id)).toEqual([run1.event_id]);
-    const behind = await webhooks.store.claim(FAR, 10, FAR + 1, all);
+    const behind = await webhooks.outbox.claim(FAR, 10, FAR + 1, all);
     expect(behind.map((e) => [e.run_id, e.event_type])).toContainEqual(["run_1", "run.terminal"]);
-    expect(await webhooks.store.redeliver(run1.event_id, now)).toBe(true);
-    expect((await webhooks.store.events({ status: "pending" }, 10)).map((e) => e.event_id)).toContain(run1.event_id);
+    expect(await webhooks.outbox.redeliver(run1.event_id, now)).toBe(true);
+    expect((await webhooks.outbox.events({ status: "pending" }, 10)).map((e) => e.event_id)).toContain(run1.event_id);
     // Audited in its transaction (as the CLI's and the console's redeliver are); a second try finds no dead letter.
-    expect((await webhooks.store.auditRows(10)).filter((r) => r.event === "redelivered")).toEqual([
+    expect((await webhooks.subscriptions.auditRows(10)).filter((r) => r.event === "redelivered")).toEqual([
       expect.objectContaining({ actor: "operator", detail: run1.event_id }),
     ]);
-    expect(await webhooks.store.redeliver(run1.event_id, now, "operator_console:ops")).toBe(false);
+    expect(await webhooks.outbox.redeliver(run1.event_id, now, "operator_console:ops")).toBe(false);
   });
 
   it("disables a subscription only when both bounds passed (failures in a row, for long enough), with an audit row; enable revives its pending events", async () => {
     const [engine] = await fixture.instances(name, 1);
     if (!engine) throw new Error("engine");
     const { records, webhooks } = storeOn(engine);
-    const store = webhooks.store;
-    const sub = await store.add({
+    const { subscriptions: subs, outbox } = webhooks;
+    const sub = await subs.add({
       principal_id: "alice",
       url: "http://127.0.0.1:9/hook",
       event_types: ["run.terminal"],
@@ -162,64 +162,64 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     const policy = { afterFailures: 3, afterMs: 1000 };
     const fail = { ok: false, status: 500, error: "HTTP 500" } as const;
     const attemptAt = async (at: number) => {
-      const [event] = await store.claim(at, 1, at + 60_000, all);
+      const [event] = await outbox.claim(at, 1, at + 60_000, all);
       if (!event) throw new Error(`nothing claimable at ${at}`);
-      return await store.settle(event, fail, at, at + 1, policy);
+      return await outbox.settle(event, fail, at, at + 1, policy);
     };
     const t0 = Date.now() + 60_000;
     // Three failures within a second: the count is reached, the time is not.
     for (const at of [t0, t0 + 10, t0 + 20]) expect(await attemptAt(at)).toEqual({ disabled: false });
-    expect(await store.find(sub.subscription_id)).toMatchObject({
+    expect(await subs.find(sub.subscription_id)).toMatchObject({
       status: "active",
       consecutive_failures: 3,
       failing_since_ms: t0,
     });
     // A success in between starts the count and the clock again.
-    const [ok] = await store.claim(t0 + 30, 1, t0 + 60_000, all);
+    const [ok] = await outbox.claim(t0 + 30, 1, t0 + 60_000, all);
     if (!ok) throw new Error("claim");
-    await store.settle(ok, { ok: true, status: 200 }, t0 + 30, null, policy);
-    expect(await store.find(sub.subscription_id)).toMatchObject({ consecutive_failures: 0, failing_since_ms: null });
+    await outbox.settle(ok, { ok: true, status: 200 }, t0 + 30, null, policy);
+    expect(await subs.find(sub.subscription_id)).toMatchObject({ consecutive_failures: 0, failing_since_ms: null });
     await records.update("run_d", { state: "starting", execution_state: "not_started" });
     await records.update("run_d", { state: "failed", execution_state: "started", failure_kind: "provider_exited" });
     const t1 = t0 + 100;
     for (const at of [t1, t1 + 10, t1 + 500]) expect(await attemptAt(at)).toEqual({ disabled: false });
     expect(await attemptAt(t1 + 1000)).toEqual({ disabled: true });
-    const disabled = await store.find(sub.subscription_id);
+    const disabled = await subs.find(sub.subscription_id);
     expect(disabled).toMatchObject({ status: "disabled", consecutive_failures: 4 });
     expect(disabled?.disabled_at).toBe(new Date(t1 + 1000).toISOString());
-    const [audit] = await store.auditRows(10, sub.subscription_id);
+    const [audit] = await subs.auditRows(10, sub.subscription_id);
     expect(audit).toMatchObject({ event: "disabled", actor: "delivery", principal_id: "alice" });
     expect(audit?.detail).toContain("4 consecutive failed attempts");
     // Disabled: its pending event is not claimed, and a new change writes no event for it.
-    expect(await store.claim(FAR, 10, FAR + 1, all)).toEqual([]);
+    expect(await outbox.claim(FAR, 10, FAR + 1, all)).toEqual([]);
     await records.update("run_d", { state: "starting", execution_state: "not_started" });
     await records.update("run_d", { state: "failed", execution_state: "started", failure_kind: "provider_exited" });
-    expect((await store.events({ status: "pending" }, 10)).length).toBe(1);
-    expect((await store.list("alice"))[0]).toMatchObject({ status: "disabled", pending: 1 });
+    expect((await outbox.events({ status: "pending" }, 10)).length).toBe(1);
+    expect((await subs.list("alice"))[0]).toMatchObject({ status: "disabled", pending: 1 });
     // Enabled again: active, counters cleared, its pending event due now with a fresh budget.
-    expect(await store.enable(sub.subscription_id, t1 + 2000)).toBe(true);
-    expect(await store.find(sub.subscription_id)).toMatchObject({
+    expect(await subs.enable(sub.subscription_id, t1 + 2000)).toBe(true);
+    expect(await subs.find(sub.subscription_id)).toMatchObject({
       status: "active",
       consecutive_failures: 0,
       failing_since_ms: null,
       disabled_at: null,
     });
-    const [revived] = await store.claim(t1 + 2000, 10, t1 + 60_000, all);
+    const [revived] = await outbox.claim(t1 + 2000, 10, t1 + 60_000, all);
     expect(revived).toMatchObject({ attempts: 1, retry_from_ms: t1 + 2000 });
-    expect((await store.auditRows(10, sub.subscription_id)).map((r) => r.event)).toEqual([
+    expect((await subs.auditRows(10, sub.subscription_id)).map((r) => r.event)).toEqual([
       "enabled",
       "disabled",
       "added",
     ]);
-    expect(await store.enable("whsub_nope", t1)).toBe(false);
+    expect(await subs.enable("whsub_nope", t1)).toBe(false);
   });
 
   it("signs with the previous secret too until a rotation's overlap ends, and audits the rotation", async () => {
     const [engine] = await fixture.instances(name, 1);
     if (!engine) throw new Error("engine");
     const { records, webhooks } = storeOn(engine);
-    const store = webhooks.store;
-    const sub = await store.add({
+    const { subscriptions: subs, outbox } = webhooks;
+    const sub = await subs.add({
       principal_id: "alice",
       url: "http://127.0.0.1:9/hook",
       event_types: ["run.terminal"],
@@ -228,20 +228,20 @@ describe.each(ENGINE_NAMES)("webhook outbox on $name", ({ name }) => {
     await admit(records, "run_r");
     await records.update("run_r", { state: "failed", execution_state: "started", failure_kind: "provider_exited" });
     const t0 = Date.now() + 60_000;
-    expect(await store.rotateSecret(sub.subscription_id, "whsec_bmV3", t0 + 1000)).toBe(true);
-    const [during] = await store.claim(t0 + 999, 1, t0 + 60_000, all);
+    expect(await subs.rotateSecret(sub.subscription_id, "whsec_bmV3", t0 + 1000)).toBe(true);
+    const [during] = await outbox.claim(t0 + 999, 1, t0 + 60_000, all);
     expect(during?.secrets).toEqual(["whsec_bmV3", "whsec_b2xk"]);
     if (!during) throw new Error("claim");
-    await store.settle(during, { ok: false, status: 500, error: "HTTP 500" }, t0 + 999, t0 + 1000);
-    const [after] = await store.claim(t0 + 1000, 1, t0 + 60_000, all);
+    await outbox.settle(during, { ok: false, status: 500, error: "HTTP 500" }, t0 + 999, t0 + 1000);
+    const [after] = await outbox.claim(t0 + 1000, 1, t0 + 60_000, all);
     expect(after?.secrets).toEqual(["whsec_bmV3"]);
-    expect((await store.get(sub.subscription_id, t0))?.secrets).toEqual(["whsec_bmV3", "whsec_b2xk"]);
-    const listed = JSON.stringify(await store.list());
+    expect((await subs.get(sub.subscription_id, t0))?.secrets).toEqual(["whsec_bmV3", "whsec_b2xk"]);
+    const listed = JSON.stringify(await subs.list());
     expect(listed).not.toContain("whsec_");
-    const [audit] = await store.auditRows(1, sub.subscription_id);
+    const [audit] = await subs.auditRows(1, sub.subscription_id);
     expect(audit).toMatchObject({ event: "secret_rotated", actor: "operator" });
     expect(audit?.detail).toContain(new Date(t0 + 1000).toISOString());
-    expect(await store.rotateSecret("whsub_nope", "whsec_eA", t0)).toBe(false);
+    expect(await subs.rotateSecret("whsub_nope", "whsec_eA", t0)).toBe(false);
   });
 });
 

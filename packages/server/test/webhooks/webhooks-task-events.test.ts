@@ -1,5 +1,5 @@
 /**
- * The task events' outbox rows on both state engines (tasks/changes.ts, webhooks/store.ts `enqueueTask`, design
+ * The task events' outbox rows on both state engines (tasks/changes.ts, webhooks/outbox.ts `enqueueTask`, design
  * §18): written in the transaction of the task change (a change that rolls back leaves none, and a listener that
  * fails rolls the change back), and a lease expiry announced once per generation even when two instances sweep
  * at once (PostgreSQL: two engines on one database; the task's row lock decides).
@@ -56,7 +56,7 @@ describe.each(ENGINE_NAMES)("task events on $name", ({ name }) => {
     const clock = { now: Date.now() };
     const one = on(a, clock);
     const two = on(b, clock);
-    const sub = await one.webhooks.store.add({
+    const sub = await one.webhooks.subscriptions.add({
       principal_id: "alice",
       url: "http://127.0.0.1:9/hook",
       event_types: ["task.attempt_expired", "task.closed"],
@@ -91,10 +91,10 @@ describe.each(ENGINE_NAMES)("task events on $name", ({ name }) => {
       "listener failed",
     );
     // Rolled back with the close: the task is open, and generation 2's expiry is still unannounced.
-    expect((await one.webhooks.store.events({}, 10)).map((e) => e.event_type)).toEqual(["task.attempt_expired"]);
+    expect((await one.webhooks.outbox.events({}, 10)).map((e) => e.event_type)).toEqual(["task.attempt_expired"]);
     value(await one.tasks.close(alice, { task_id: task.task_id, outcome: "succeeded" }));
     expect(await two.tasks.sweepExpiries()).toBe(0);
-    const events = (await one.webhooks.store.events({ subscription_id: sub.subscription_id }, 10)).reverse();
+    const events = (await one.webhooks.outbox.events({ subscription_id: sub.subscription_id }, 10)).reverse();
     expect(events.map((e) => [e.event_type, e.run_id])).toEqual([
       ["task.attempt_expired", task.task_id],
       ["task.attempt_expired", task.task_id],

@@ -1,18 +1,15 @@
 /**
- * The webhook tables (schema step 17) on the state engine, both dialects: subscriptions, and the outbox of
- * their events. Nothing is kept in memory: several Server instances share these rows on PostgreSQL.
+ * The webhook outbox (schema step 17) on the state engine, both dialects: the events of the subscriptions
+ * (subscriptions.ts), written in the transaction of the change that causes them, and their delivery's claims and
+ * outcomes. Nothing is kept in memory: several Server instances share these rows on PostgreSQL.
  *
  * An outbox row's life: `pending` (due at `next_attempt_ms`) → claimed `delivering` (until `lease_until_ms`)
  * → `delivered`, or back to `pending` with a later `next_attempt_ms`, or `dead` (attempts or time used up;
  * `redeliver` makes it `pending` again). A claim (one transaction) takes due rows whose subscription and run
  * have no earlier row still `pending` or `delivering` — so one run's events reach one subscription in order —
  * locked `FOR UPDATE SKIP LOCKED` on PostgreSQL, so that each attempt is made by one instance. A `delivering`
- * row whose lease ran out (its instance died) is `pending` again at the next claim.
- *
- * A subscription is `active`, or `disabled` (by the operator's or the worker's decision, `disable`): a disabled
- * one gets no new events and none of its pending ones is claimed until `enable`. A rotated secret (`rotateSecret`)
- * keeps the previous one until `previous_secret_until_ms`; attempts until then are signed with both. Each change
- * of a subscription writes a `webhook_audit` row in its transaction (at most WEBHOOK_AUDIT_MAX_ROWS kept).
+ * row whose lease ran out (its instance died) is `pending` again at the next claim. A disabled subscription's
+ * rows are not claimed.
  *
  * An outbox row's `run_id` is its order key: the run's id for a `run.*` event, the task's id for a `task.*` one
  * (so a task's events, too, reach a subscription in order).
@@ -23,40 +20,9 @@ import type { StateEngine, StateQueries } from "../state/engine.js";
 import type { AdmissionRecord } from "../state/record.js";
 import type { TaskChange } from "../tasks/changes.js";
 import { type EventType, eventBody, eventsFor, taskEventBody, taskEventType } from "./events.js";
+import { auditChange, findSubscription, signingSecrets, type WebhookActor } from "./subscriptions.js";
 
-export type SubscriptionStatus = "active" | "disabled";
 export type OutboxStatus = "pending" | "delivering" | "delivered" | "dead";
-
-export interface Subscription {
-  subscription_id: string;
-  principal_id: string;
-  url: string;
-  event_types: EventType[];
-  status: SubscriptionStatus;
-  consecutive_failures: number;
-  last_error: string | null;
-  last_attempt_ms: number | null;
-  /** Since when every attempt failed (null: the last one succeeded, or none failed yet). */
-  failing_since_ms: number | null;
-  disabled_at: string | null;
-  /** Until when attempts are signed with the previous secret too (after a rotation), or null. */
-  previous_secret_until_ms: number | null;
-  created_at: string;
-}
-
-/** Who changed a subscription (an audit row's `actor`). */
-export type WebhookActor = "operator" | "delivery" | `principal:${string}` | `operator_console:${string}`;
-export type WebhookAuditEvent = "added" | "removed" | "secret_rotated" | "disabled" | "enabled" | "redelivered";
-
-export interface WebhookAuditRow {
-  id: number;
-  at: string;
-  event: WebhookAuditEvent;
-  subscription_id: string;
-  principal_id: string;
-  actor: string;
-  detail: string | null;
-}
 
 /** When the worker disables a failing subscription: both bounds passed (`[server.webhooks]` keys). */
 export interface DisablePolicy {
@@ -65,14 +31,6 @@ export interface DisablePolicy {
   /** Since the first of them, at least. */
   afterMs: number;
 }
-
-/** A subscription as `list` shows it: its counts of events by outbox status. */
-export interface SubscriptionListing extends Subscription {
-  pending: number;
-  delivered: number;
-  dead: number;
-}
-
 export interface OutboxRow {
   seq: number;
   event_id: string;
@@ -101,48 +59,8 @@ export interface ClaimedEvent extends OutboxRow {
  */
 const RELAXED = { durability: "relaxed" } as const;
 
-/** Subscriptions one principal may hold at most. */
-export const MAX_SUBSCRIPTIONS_PER_PRINCIPAL = 32;
 /** Characters of an attempt's error kept in a row. */
 export const MAX_ERROR_CHARS = 200;
-/** Rows kept in `webhook_audit` (older ones are deleted as new ones come). */
-export const WEBHOOK_AUDIT_MAX_ROWS = 10_000;
-
-/** The columns of a subscription that may be shown (never the secrets). */
-const SUBSCRIPTION_COLUMNS = `s.subscription_id, s.principal_id, s.url, s.event_types, s.status, s.consecutive_failures,
-  s.last_error, s.last_attempt_ms, s.failing_since_ms, s.disabled_at, s.previous_secret_until_ms, s.created_at`;
-
-type SubscriptionRow = Omit<Subscription, "event_types"> & { event_types: string };
-
-const numOrNull = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
-
-function fromRow(row: SubscriptionRow): Subscription {
-  return {
-    subscription_id: row.subscription_id,
-    principal_id: row.principal_id,
-    url: row.url,
-    event_types: JSON.parse(row.event_types) as EventType[],
-    status: row.status,
-    consecutive_failures: Number(row.consecutive_failures),
-    last_error: row.last_error,
-    last_attempt_ms: numOrNull(row.last_attempt_ms),
-    failing_since_ms: numOrNull(row.failing_since_ms),
-    disabled_at: row.disabled_at ?? null,
-    previous_secret_until_ms: numOrNull(row.previous_secret_until_ms),
-    created_at: row.created_at,
-  };
-}
-
-/** The secrets an attempt at `nowMs` is signed with: the current one, and the previous one during its overlap. */
-export function signingSecrets(
-  row: { secret: string; previous_secret: string | null; previous_secret_until_ms: number | string | null },
-  nowMs: number,
-): string[] {
-  const until = numOrNull(row.previous_secret_until_ms);
-  return row.previous_secret !== null && until !== null && until > nowMs
-    ? [row.secret, row.previous_secret]
-    : [row.secret];
-}
 
 const num = (v: unknown): number => Number(v);
 const iso = (ms: number): string => new Date(ms).toISOString();
@@ -159,186 +77,8 @@ function numericOutbox<T extends OutboxRow>(row: T): T {
   };
 }
 
-export class SubscriptionLimitError extends Error {
-  override readonly name = "SubscriptionLimitError";
-}
-
-export class WebhookStore {
+export class WebhookOutbox {
   constructor(private readonly engine: StateEngine) {}
-
-  async add(input: {
-    principal_id: string;
-    url: string;
-    event_types: readonly EventType[];
-    secret: string;
-    actor?: WebhookActor;
-  }): Promise<Subscription> {
-    const subscription: Subscription = {
-      subscription_id: `whsub_${randomBytes(12).toString("base64url")}`,
-      principal_id: input.principal_id,
-      url: input.url,
-      event_types: [...input.event_types],
-      status: "active",
-      consecutive_failures: 0,
-      last_error: null,
-      last_attempt_ms: null,
-      failing_since_ms: null,
-      disabled_at: null,
-      previous_secret_until_ms: null,
-      created_at: new Date().toISOString(),
-    };
-    await this.engine.transaction(
-      async (tx) => {
-        const count = await tx.get<{ n: number }>(
-          "SELECT COUNT(*) AS n FROM webhook_subscriptions WHERE principal_id = ?",
-          [input.principal_id],
-        );
-        if (num(count?.n ?? 0) >= MAX_SUBSCRIPTIONS_PER_PRINCIPAL) {
-          throw new SubscriptionLimitError(
-            `principal ${input.principal_id} already has MAX_SUBSCRIPTIONS_PER_PRINCIPAL = ${MAX_SUBSCRIPTIONS_PER_PRINCIPAL} subscriptions`,
-          );
-        }
-        await tx.run(
-          `INSERT INTO webhook_subscriptions (subscription_id, principal_id, url, event_types, secret, status,
-             consecutive_failures, created_at) VALUES (?, ?, ?, ?, ?, 'active', 0, ?)`,
-          [
-            subscription.subscription_id,
-            subscription.principal_id,
-            subscription.url,
-            JSON.stringify(subscription.event_types),
-            input.secret,
-            subscription.created_at,
-          ],
-        );
-        await this.#audit(tx, "added", subscription, input.actor ?? "operator", subscription.event_types.join(","));
-      },
-      { lock: `webhook_subscriptions:${input.principal_id}` },
-    );
-    return subscription;
-  }
-
-  /** The subscription with the secrets an attempt now is signed with (`webhooks test`). */
-  async get(subscriptionId: string, nowMs = Date.now()): Promise<(Subscription & { secrets: string[] }) | undefined> {
-    const row = await this.engine.get<SubscriptionRow & { secret: string; previous_secret: string | null }>(
-      "SELECT * FROM webhook_subscriptions WHERE subscription_id = ?",
-      [subscriptionId],
-    );
-    return row ? { ...fromRow(row), secrets: signingSecrets(row, nowMs) } : undefined;
-  }
-
-  /** The subscription without its secrets, or undefined. */
-  async find(subscriptionId: string, q: StateQueries = this.engine): Promise<Subscription | undefined> {
-    const row = await q.get<SubscriptionRow>(
-      `SELECT ${SUBSCRIPTION_COLUMNS} FROM webhook_subscriptions s WHERE s.subscription_id = ?`,
-      [subscriptionId],
-    );
-    return row ? fromRow(row) : undefined;
-  }
-
-  /**
-   * A new secret for the subscription; the one it replaces still signs attempts (a second signature) until
-   * `overlapUntilMs`, so a receiver can switch without missing an event. A secret replaced before that keeps no
-   * overlap (two secrets at most). False when there is no such subscription.
-   */
-  async rotateSecret(
-    subscriptionId: string,
-    secret: string,
-    overlapUntilMs: number,
-    actor: WebhookActor = "operator",
-  ): Promise<boolean> {
-    return await this.engine.transaction(async (tx) => {
-      const current = await this.find(subscriptionId, tx);
-      if (!current) return false;
-      await tx.run(
-        `UPDATE webhook_subscriptions SET previous_secret = secret, previous_secret_until_ms = ?, secret = ?
-         WHERE subscription_id = ?`,
-        [overlapUntilMs, secret, subscriptionId],
-      );
-      await this.#audit(tx, "secret_rotated", current, actor, `previous secret verifies until ${iso(overlapUntilMs)}`);
-      return true;
-    });
-  }
-
-  /** Make a disabled subscription active again, its pending events due now with a fresh retry budget. */
-  async enable(subscriptionId: string, nowMs: number, actor: WebhookActor = "operator"): Promise<boolean> {
-    return await this.engine.transaction(async (tx) => {
-      const current = await this.find(subscriptionId, tx);
-      if (!current) return false;
-      if (current.status === "active") return true;
-      await tx.run(
-        `UPDATE webhook_subscriptions SET status = 'active', consecutive_failures = 0, failing_since_ms = NULL,
-           disabled_at = NULL WHERE subscription_id = ?`,
-        [subscriptionId],
-      );
-      await tx.run(
-        `UPDATE webhook_outbox SET attempts = 0, retry_from_ms = ?, next_attempt_ms = ?
-         WHERE subscription_id = ? AND status = 'pending'`,
-        [nowMs, nowMs, subscriptionId],
-      );
-      await this.#audit(tx, "enabled", current, actor, null);
-      return true;
-    });
-  }
-
-  /** The newest `limit` audit rows (of one subscription), newest first. */
-  async auditRows(limit: number, subscriptionId?: string): Promise<WebhookAuditRow[]> {
-    const rows = await this.engine.all<WebhookAuditRow>(
-      `SELECT * FROM webhook_audit ${subscriptionId === undefined ? "" : "WHERE subscription_id = ?"}
-       ORDER BY id DESC LIMIT ?`,
-      subscriptionId === undefined ? [limit] : [subscriptionId, limit],
-    );
-    return rows.map((r) => ({ ...r, id: Number(r.id) }));
-  }
-
-  async #audit(
-    tx: StateQueries,
-    event: WebhookAuditEvent,
-    subscription: Pick<Subscription, "subscription_id" | "principal_id">,
-    actor: WebhookActor,
-    detail: string | null,
-  ): Promise<void> {
-    await tx.run(
-      "INSERT INTO webhook_audit (at, event, subscription_id, principal_id, actor, detail) VALUES (?, ?, ?, ?, ?, ?)",
-      [new Date().toISOString(), event, subscription.subscription_id, subscription.principal_id, actor, detail],
-    );
-    await tx.run("DELETE FROM webhook_audit WHERE id <= (SELECT MAX(id) FROM webhook_audit) - ?", [
-      WEBHOOK_AUDIT_MAX_ROWS,
-    ]);
-  }
-
-  /** Every subscription (of one principal), with its counts; never the secret. */
-  async list(principalId?: string): Promise<SubscriptionListing[]> {
-    const rows = await this.engine.all<SubscriptionRow & { pending: number; delivered: number; dead: number }>(
-      `SELECT ${SUBSCRIPTION_COLUMNS},
-         (SELECT COUNT(*) FROM webhook_outbox o WHERE o.subscription_id = s.subscription_id
-            AND o.status IN ('pending', 'delivering')) AS pending,
-         (SELECT COUNT(*) FROM webhook_outbox o WHERE o.subscription_id = s.subscription_id
-            AND o.status = 'delivered') AS delivered,
-         (SELECT COUNT(*) FROM webhook_outbox o WHERE o.subscription_id = s.subscription_id
-            AND o.status = 'dead') AS dead
-       FROM webhook_subscriptions s ${principalId === undefined ? "" : "WHERE s.principal_id = ?"}
-       ORDER BY s.created_at, s.subscription_id`,
-      principalId === undefined ? [] : [principalId],
-    );
-    return rows.map((r) => ({
-      ...fromRow(r),
-      pending: num(r.pending),
-      delivered: num(r.delivered),
-      dead: num(r.dead),
-    }));
-  }
-
-  /** The subscription and its outbox rows; false when there was none (of `principalId`, when given). */
-  async remove(subscriptionId: string, actor: WebhookActor = "operator", principalId?: string): Promise<boolean> {
-    return await this.engine.transaction(async (tx) => {
-      const current = await this.find(subscriptionId, tx);
-      if (!current || (principalId !== undefined && current.principal_id !== principalId)) return false;
-      await tx.run("DELETE FROM webhook_outbox WHERE subscription_id = ?", [subscriptionId]);
-      await tx.run("DELETE FROM webhook_subscriptions WHERE subscription_id = ?", [subscriptionId]);
-      await this.#audit(tx, "removed", current, actor, null);
-      return true;
-    });
-  }
 
   /**
    * The events of one record's state change, written on `tx` (the transaction of that change): one row per
@@ -494,7 +234,7 @@ export class WebhookStore {
         [error, nowMs, nowMs, event.subscription_id],
       );
       if (disable === undefined) return { disabled: false };
-      const s = await this.find(event.subscription_id, tx);
+      const s = await findSubscription(tx, event.subscription_id);
       if (
         s?.status !== "active" ||
         s.consecutive_failures < disable.afterFailures ||
@@ -506,7 +246,7 @@ export class WebhookStore {
         iso(nowMs),
         event.subscription_id,
       ]);
-      await this.#audit(
+      await auditChange(
         tx,
         "disabled",
         s,
@@ -559,7 +299,7 @@ export class WebhookStore {
         [nowMs, nowMs, eventId],
       );
       if (changes === 0) return false;
-      await this.#audit(tx, "redelivered", row, actor, eventId);
+      await auditChange(tx, "redelivered", row, actor, eventId);
       return true;
     });
   }
