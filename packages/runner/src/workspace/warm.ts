@@ -17,7 +17,15 @@ import { adminDir, unfinished } from "./locks.js";
 export const WARM_INDEX_LIST_BYTES = 16 * 1024 * 1024;
 
 /** What git leaves in a worktree's admin dir while a merge, rebase, cherry-pick, revert or bisect is under way. */
-const UNDER_WAY = ["MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD", "rebase-merge", "rebase-apply", "BISECT_LOG"];
+const UNDER_WAY = [
+  "MERGE_HEAD",
+  "CHERRY_PICK_HEAD",
+  "REVERT_HEAD",
+  "sequencer",
+  "rebase-merge",
+  "rebase-apply",
+  "BISECT_LOG",
+];
 
 async function exists(path: string): Promise<boolean> {
   try {
