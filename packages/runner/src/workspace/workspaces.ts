@@ -6,8 +6,9 @@
  * WorkspaceRow); git is run only through git.ts, serialized per project repository for what writes to it.
  *
  * A continuation (design §17) works in its parent's workspace: on the parent's branch, from the parent's recorded
- * head, in the directory the branch names (`<dir>/<first run of the conversation>`), made again there since a
- * run's worktree is removed once its change is recorded. Its own change is its turn's: parent head → its head.
+ * head, in the directory the branch names (`<dir>/<first run of the conversation>`): the parent's kept worktree
+ * as it is when it is exactly that head plus ignored files (warm.ts), else made again there. Its own change is its
+ * turn's: parent head → its head.
  *
  * Nothing of a change's content (paths, diff) is logged or stored: log lines carry run ids and error names.
  */
@@ -23,6 +24,7 @@ import { clearStaleLocks, STALE_GIT_LOCK_MS } from "./locks.js";
 import { errName, failure } from "./log-fields.js";
 import { MAKING_PREFIX, RECORDING_PREFIX, type WorkspaceOwner } from "./owned.js";
 import { pruneRunBranches } from "./prune.js";
+import { warmWorktree } from "./warm.js";
 import {
   addWorktree,
   branchRunId,
@@ -277,8 +279,10 @@ export class Workspaces {
   /**
    * A continuation's worktree (design §17): the parent's change recorded first if it is not yet (its agent is
    * gone: the parent is terminal), then the child's row — the parent's branch, based on the parent's head —
-   * durably, then the worktree made again in the parent's directory on that branch at that head. A parent
-   * without a workspace (it ran in the shared tree) gives the child a fresh worktree from HEAD.
+   * durably, then the parent's worktree kept there taken as it is when it is clean at that head apart from
+   * ignored files (warm.ts: no checkout, the agent's dependencies and build output stay), else the worktree made
+   * again in the parent's directory on that branch at that head (a run_as workspace always is). A parent without
+   * a workspace (it ran in the shared tree) gives the child a fresh worktree from HEAD.
    */
   async continueFrom(
     runId: string,
@@ -300,6 +304,11 @@ export class Workspaces {
         this.#log.error({ run_id: runId, err_name: errName(error) }, "recording the workspace failed");
         return { ok: false, reason: "unrecorded" };
       }
+      // The parent's kept worktree, exactly its head plus ignored files: the child's as it is (no checkout).
+      if (!owner && (await this.#warm(runId, project.root, dir, parent.branch, head))) {
+        this.#log.info({ run_id: runId, parent_run_id: parentId, base_commit: head }, "kept worktree reused warm");
+        return { ok: true, dir, workspace: { mode: "worktree", base_commit: head, branch: parent.branch } };
+      }
       try {
         // Anything still there is the parent's, whose change is recorded: made again from that head.
         await removeWorktree(project.root, dir);
@@ -314,6 +323,16 @@ export class Workspaces {
       this.#log.info({ run_id: runId, parent_run_id: parentId, base_commit: head }, "worktree made again");
       return { ok: true, dir, workspace: { mode: "worktree", base_commit: head, branch: parent.branch } };
     });
+  }
+
+  /** Whether the kept worktree at `dir` may be the continuation's as it is (workspace/warm.ts); no on a failure. */
+  async #warm(runId: string, root: string, dir: string, branch: string, head: string): Promise<boolean> {
+    try {
+      return await warmWorktree(root, dir, branch, head);
+    } catch (error) {
+      this.#log.warn({ run_id: runId, ...failure(error) }, "inspecting the kept worktree failed; made again");
+      return false;
+    }
   }
 
   /** A continuation's parent's change: a previous process's goes the way start-up records it (stale locks). */
