@@ -15,6 +15,15 @@ export const FAILPOINTS = [
   "after_barrier_before_prompt",
   "after_prompt_write",
   "after_terminal_before_projection",
+  // A run_as run's workspace (workspace/owned.ts): made and handed over, before and after its rename into place.
+  "owned_before_rename",
+  "owned_after_rename",
+  // Its change (owned.ts): committed in the scratch repository, before and after the pack into the project.
+  "owned_before_pack",
+  "owned_after_pack",
+  // Any workspace's change (workspace/workspaces.ts): the project's branch moved, then the head stored.
+  "change_after_branch",
+  "change_after_store",
 ] as const;
 export type FailpointName = (typeof FAILPOINTS)[number];
 

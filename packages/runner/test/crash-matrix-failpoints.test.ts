@@ -45,6 +45,12 @@ describe("failpoints", () => {
       "after_barrier_before_prompt",
       "after_prompt_write",
       "after_terminal_before_projection",
+      "owned_before_rename",
+      "owned_after_rename",
+      "owned_before_pack",
+      "owned_after_pack",
+      "change_after_branch",
+      "change_after_store",
     ]);
     const readers: string[] = [];
     for (const pkg of ["packages/runner/src", "packages/server/src", "packages/protocol/src"]) {

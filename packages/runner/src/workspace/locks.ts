@@ -4,8 +4,9 @@
  * group or cgroup SIGKILLed, systemd's default — leaves the `.lock`, and every later git that needs that file
  * fails until it is gone. Only the locks of the run's own worktree are ours to judge: the `*.lock` files of its
  * admin dir (`<common dir>/worktrees/<name>/`: its index, its HEAD) and its branch's ref lock
- * (`refs/heads/webcodex/run/<run_id>.lock`). Never the project's own `.git/index.lock` or another ref's: those
- * may be the operator's own git at work.
+ * (`refs/heads/webcodex/run/<run_id>.lock`); of a run_as run's own repository (owned.ts) only that ref lock in the
+ * project, nothing in the repository (the Runner takes no lock there, and reads nothing of the run's `.git`). Never
+ * the project's own `.git/index.lock` or another ref's: those may be the operator's own git at work.
  *
  * A lock is stale — no git will finish it, so it may be removed — once BOTH hold:
  * - its mtime is older than STALE_GIT_LOCK_MS, the git command bound (GIT_TIMEOUT_MS) plus GIT_LOCK_MARGIN_MS:
@@ -22,6 +23,7 @@ import { readdir, readFile, readlink, realpath, stat, unlink } from "node:fs/pro
 import { dirname, isAbsolute, join, resolve } from "node:path";
 import { RUN_ID_PATTERN, WORKSPACE_BRANCH_PREFIX } from "@webcodex/protocol";
 import { GIT_TIMEOUT_MS, git } from "./git.js";
+import { runOwned } from "./owned.js";
 
 /** Slack past the git command bound before a lock counts as stale (see the rules above). */
 export const GIT_LOCK_MARGIN_MS = 30_000;
@@ -69,14 +71,19 @@ export async function unfinished(admin: string): Promise<boolean> {
   }
 }
 
-/** The lock files now present for the run's worktree: its admin dir's and its branch's (absolute, resolved). */
-async function worktreeLocks(admin: string, branch: string): Promise<string[]> {
+/**
+ * The lock files now present for the run's workspace (absolute, resolved): its admin dir's (a linked worktree's;
+ * null for a run_as run's own repository, whose locks the Runner never takes: owned.ts) and its branch's in the
+ * project's common dir `common`.
+ */
+async function worktreeLocks(admin: string | null, common: string, branch: string): Promise<string[]> {
   const locks: string[] = [];
-  const names = (await readdir(admin)).slice(0, MAX_ADMIN_ENTRIES);
-  for (const name of names) if (name.endsWith(".lock")) locks.push(join(admin, name));
+  if (admin !== null) {
+    const names = (await readdir(admin)).slice(0, MAX_ADMIN_ENTRIES);
+    for (const name of names) if (name.endsWith(".lock")) locks.push(join(admin, name));
+  }
   // Only a workspace branch (`webcodex/run/<run_id>`): no other ref is the Runner's to unlock.
   if (branch.startsWith(WORKSPACE_BRANCH_PREFIX) && RUN_ID_PATTERN.test(branch.slice(WORKSPACE_BRANCH_PREFIX.length))) {
-    const common = dirname(dirname(admin));
     const refLock = join(common, "refs", "heads", ...branch.split("/"));
     locks.push(`${refLock}.lock`);
   }
@@ -133,12 +140,20 @@ export interface LockSweep {
 
 /**
  * Remove the stale locks of the run's worktree at `dir` (see the rules above) and count those that must be waited
- * for. Nothing to do for a directory that is no worktree of `root`.
+ * for. Nothing to do for a directory that is neither a worktree of `root` nor a run_as run's own repository.
  */
 export async function clearStaleLocks(root: string, dir: string, branch: string, now: number): Promise<LockSweep> {
-  const admin = await adminDir(root, dir);
-  if (admin === null) return { removed: 0, waiting: 0 };
-  const locks = await worktreeLocks(admin, branch);
+  let locks: string[];
+  if (await runOwned(dir)) {
+    // A run_as run's own repository: nothing in it is read (its `.git` is the run's to make a symlink or a FIFO);
+    // the one lock of the Runner's is its branch's in the project, which its recording moves (owned.ts).
+    const common = await git(["rev-parse", "--path-format=absolute", "--git-common-dir"], { cwd: root });
+    locks = await worktreeLocks(null, await realpath(common.stdout.trim()), branch);
+  } else {
+    const admin = await adminDir(root, dir);
+    if (admin === null) return { removed: 0, waiting: 0 };
+    locks = await worktreeLocks(admin, dirname(dirname(admin)), branch);
+  }
   if (locks.length === 0) return { removed: 0, waiting: 0 };
   const held = await openedFiles(locks);
   let removed = 0;

@@ -23,6 +23,7 @@ import { constants } from "node:fs";
 import { chmod, lchown, lstat, mkdir, mkdtemp, open, readdir, rename, rm, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import type { WorkspaceAuthor } from "../config/config.js";
+import { failpoint } from "../failpoints.js";
 import { GIT_TIMEOUT_MS, GitError, type GitOptions, git, invocation } from "./git.js";
 
 /** The pool user a run_as run's workspace is handed to. */
@@ -101,7 +102,9 @@ export async function makeOwnedWorkspace(
     await git(["reset", "--quiet", "--hard", "HEAD"], { cwd: making });
     await handOver(making, owner);
     await chmod(making, 0o700);
+    failpoint("owned_before_rename");
     await rename(making, dir);
+    failpoint("owned_after_rename");
   } catch (error) {
     await rm(making, { recursive: true, force: true });
     throw error;
@@ -252,11 +255,13 @@ export async function recordOwnedChange(
     });
     if (inProject.code !== 0) {
       // Every object of the change the project lacks, copied into its store and checked there.
+      failpoint("owned_before_pack");
       await gitPipe(
         `${head}\n^${base}\n`,
         { args: ["pack-objects", "--revs", "--stdout", "--quiet"], options: inScratch },
         { args: ["index-pack", "--stdin", "--strict", "--fix-thin"], options: { cwd: root } },
       );
+      failpoint("owned_after_pack");
     }
     await git(["update-ref", `refs/heads/${branch}`, head], { cwd: root });
     return head;

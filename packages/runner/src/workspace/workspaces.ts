@@ -16,6 +16,7 @@ import { readdir, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { RUN_ID_PATTERN, type RunWorkspace } from "@webcodex/protocol";
 import type { ProjectConfig } from "../config/config.js";
+import { failpoint } from "../failpoints.js";
 import type { Logger } from "../logger.js";
 import type { DispatchStore, WorkspaceRow } from "../store/types.js";
 import { type ApplyOutcome, applyOnce } from "./applies.js";
@@ -402,7 +403,9 @@ export class Workspaces {
     let head: string;
     try {
       head = await recordChange(project.root, dir, runId, row.branch, row.base_commit, project.workspaceAuthor);
+      failpoint("change_after_branch");
       this.#store.recordChange(runId, head);
+      failpoint("change_after_store");
     } catch (error) {
       this.#log.error({ run_id: runId, ...failure(error) }, "recording the run's change failed");
       return null;
