@@ -17,7 +17,8 @@
  * as they are normalized, so a read of the ring is never behind the turn. Before the barrier every failure
  * is failed/not_started naming the stage; after it only a correlated answer, or lost. Terminal messages
  * are fixed texts (acp/terminal.ts); provider text never reaches run state. Cancellation (`cancel`) and
- * "unknown outcome" are results, not exceptions.
+ * "unknown outcome" are results, not exceptions. The agent's permission requests wait at the turn's gate
+ * (acp/permissions.ts) and are answered `cancelled`.
  *
  * Failpoints (test-only SIGKILL, failpoints.ts) here: before_barrier,
  * after_barrier_before_prompt, after_prompt_write.
@@ -41,24 +42,11 @@ import type { Logger } from "../logger.js";
 import { type AgentChild, resolveChildEnv, SpawnError, spawnAgent } from "../process/spawn.js";
 import type { DispatchStore } from "../store/types.js";
 import { checkCallerKeys, sequenceConfig } from "./config-sequencing.js";
+import { PermissionGate } from "./permissions.js";
 import { CONTINUATION_UNSUPPORTED_DETAIL, continueSession } from "./resume.js";
 import { AcpClientConnection, loggableMethod, type RequestOutcome } from "./session.js";
-import {
-  type CancelReason,
-  cancelledBeforeDispatch,
-  notStarted,
-  type PermissionAnswer,
-  promptTerminal,
-  type Terminal,
-} from "./terminal.js";
+import { type CancelReason, cancelledBeforeDispatch, notStarted, promptTerminal, type Terminal } from "./terminal.js";
 import { type TimedStage, type TurnEvent, TurnEventQueue } from "./turn-events.js";
-
-/**
- * Permission requests a run may have waiting at once. Each holds a waiter, a
- * timer, a ring event and a log line; beyond this bound a request is answered
- * `cancelled` at once, with no event, and only counted (ignored_updates).
- */
-export const MAX_PENDING_PERMISSIONS = 16;
 
 /** The Runner's side of every turn: its settings and the store the turn's durable points go to. */
 export interface TurnOptions {
@@ -138,13 +126,8 @@ export class AcpTurn {
   /** Resolves when the cancel grace (armed by a cancel or the deadline) has run out. */
   readonly #graceExpired: Promise<void>;
   #expireGrace!: () => void;
-  readonly #permissionWaiters = new Set<(why: CancelReason) => void>();
-  #pendingPermissions = 0;
-  #waitingPermission = false;
-  /** Permission requests answered `cancelled` at once because MAX_PENDING_PERMISSIONS were waiting. */
-  #refusedPermissions = 0;
-  /** Why the first permission request was answered `cancelled` (for the terminal message). */
-  #permissionAnswered: PermissionAnswer | null = null;
+  /** The agent's permission requests: each waits, then is answered `cancelled` (acp/permissions.ts). */
+  readonly #permissions: PermissionGate;
   readonly #timers = new Set<NodeJS.Timeout>();
 
   readonly #events = new TurnEventQueue();
@@ -159,6 +142,13 @@ export class AcpTurn {
     this.#input = { prompt, callerConfig };
     this.#graceExpired = new Promise<void>((resolve) => {
       this.#expireGrace = resolve;
+    });
+    this.#permissions = new PermissionGate({
+      runId: run.runId,
+      log: options.log,
+      timeoutMs: options.acp.permissionTimeoutSecs * 1000,
+      state: (state) => this.#tell({ kind: "state", state }),
+      ended: () => this.#ended,
     });
   }
 
@@ -178,7 +168,7 @@ export class AcpTurn {
   }
 
   get refusedPermissions(): number {
-    return this.#refusedPermissions;
+    return this.#permissions.refused;
   }
 
   /** The run's ACP session once it has one, and its config options as last announced (runs/kept-agents.ts). */
@@ -218,7 +208,7 @@ export class AcpTurn {
       this.#setupAbort.abort();
       return;
     }
-    for (const wake of [...this.#permissionWaiters]) wake(reason);
+    this.#permissions.cancel(reason);
     this.#timer(this.#o.acp.cancelGraceSecs * 1000, this.#expireGrace);
     setImmediate(() => {
       const conn = this.#conn;
@@ -582,7 +572,7 @@ export class AcpTurn {
     }
     return promptTerminal(answered, {
       cancelReason: this.#cancelReason,
-      permissionAnswered: this.#permissionAnswered,
+      permissionAnswered: this.#permissions.answered,
     });
   }
 
@@ -638,47 +628,12 @@ export class AcpTurn {
     this.#tell({ kind: "events" });
   }
 
-  async #onPermission(params: RequestPermissionRequest, signal: AbortSignal): Promise<RequestPermissionResponse> {
-    const cancelled: RequestPermissionResponse = { outcome: { outcome: "cancelled" } };
-    const runId = this.#run.runId;
+  /** A permission request of this run's session after the barrier waits at the gate; any other is refused. */
+  #onPermission(params: RequestPermissionRequest, signal: AbortSignal): Promise<RequestPermissionResponse> {
     const normalizer = this.#normalizer;
-    if (!normalizer || this.#ended || !this.#dispatched || params.sessionId !== this.#sessionId) return cancelled;
-    if (this.#cancelReason !== null) {
-      this.#permissionAnswered ??= this.#cancelReason;
-      return cancelled;
+    if (!normalizer || this.#ended || !this.#dispatched || params.sessionId !== this.#sessionId) {
+      return Promise.resolve({ outcome: { outcome: "cancelled" } });
     }
-    if (this.#pendingPermissions >= MAX_PENDING_PERMISSIONS) {
-      if (this.#refusedPermissions++ === 0) {
-        this.#o.log.warn({ run_id: runId, pending: this.#pendingPermissions }, "too many pending permission requests");
-      }
-      normalizer.ignore();
-      return cancelled;
-    }
-    normalizer.permissionRequest(params);
-    this.#pendingPermissions++;
-    this.#waitingPermission = true;
-    this.#tell({ kind: "state", state: "waiting_permission" });
-    this.#o.log.info({ run_id: runId }, "permission requested");
-
-    const why = await new Promise<PermissionAnswer | "closed">((resolve) => {
-      const timer = setTimeout(() => finish("permission_deadline"), this.#o.acp.permissionTimeoutSecs * 1000);
-      const onAbort = () => finish("closed");
-      const finish = (w: PermissionAnswer | "closed") => {
-        clearTimeout(timer);
-        signal.removeEventListener("abort", onAbort);
-        this.#permissionWaiters.delete(finish);
-        resolve(w);
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      this.#permissionWaiters.add(finish);
-    });
-    this.#pendingPermissions--;
-    if (why !== "closed") this.#permissionAnswered ??= why;
-    if (this.#pendingPermissions === 0 && this.#waitingPermission && !this.#ended) {
-      this.#waitingPermission = false;
-      this.#tell({ kind: "state", state: "running" });
-    }
-    this.#o.log.info({ run_id: runId, answered: "cancelled", because: why }, "permission answered");
-    return cancelled;
+    return this.#permissions.answer(params, signal, normalizer, this.#cancelReason);
   }
 }

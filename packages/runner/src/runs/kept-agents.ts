@@ -14,9 +14,11 @@
  */
 import type { NewSessionResponse } from "@agentclientprotocol/sdk";
 import type { AcpClientConnection } from "../acp/session.js";
+import type { AgentConfig, ProjectConfig } from "../config/config.js";
 import type { RunAs } from "../config/run-as.js";
 import type { Logger } from "../logger.js";
 import type { AgentChild } from "../process/spawn.js";
+import type { RunStartRequest } from "./service.js";
 
 /** Most agent processes kept alive at once for a follow-up (each is a process and its pool user). */
 export const MAX_KEPT_AGENTS = 4;
@@ -110,6 +112,28 @@ export class KeptAgents {
     this.#entries.delete(runId);
     this.#o.logger.info({ run_id: runId, pgid: k.child.pgid }, "kept agent taken by its follow-up");
     return k;
+  }
+
+  /**
+   * The kept agent a follow-up takes over (`take`), or null: its turn spawns one (cold). Only a continuation of a
+   * session, in the project's own tree (`shared`, no base ref): never a fresh run.
+   */
+  forFollowUp(
+    req: RunStartRequest,
+    agent: AgentConfig,
+    project: ProjectConfig,
+    continueSessionId: string | null,
+  ): KeptAgent | null {
+    const parent = req.continue_run_id;
+    if (parent === undefined || continueSessionId === null) return null;
+    if (project.workspace !== "shared" || req.base_ref !== undefined) return null;
+    return this.take(parent, {
+      providerId: agent.id,
+      projectId: project.id,
+      tenant: req.tenant,
+      cwd: project.root,
+      sessionId: continueSessionId,
+    });
   }
 
   /** Whether run `runId`'s agent is kept (its follow-up may take it). */

@@ -10,18 +10,15 @@
  * With `[acp] keep_agent_alive_secs` a run that completed keeps its agent instead (tree, connection, pool user)
  * for a follow-up of it, which adopts it (runs/kept-agents.ts); the tree cleanup and sweep come when it is stopped.
  *
- * The turn is an async generator of what the run records (acp/turn.ts `TurnEvent`); #drive consumes
- * it and writes the record, the timings and, with the Terminal it returns, the terminal state.
- * Pushes to the link go through runs/updates.ts (the one batching rule, @webcodex/protocol batches.ts);
- * the setup timings line is runs/timings.ts, fed by the turn's milestones.
+ * From admission on a run is driven by runs/drive.ts: its worktree, its turn (an async generator of what the run
+ * records, acp/turn.ts `TurnEvent`, consumed into the record, the timings and the terminal state), its end.
+ * Pushes to the link go through runs/updates.ts (the one batching rule, @webcodex/protocol batches.ts).
  *
  * Failpoints (test-only SIGKILL, see failpoints.ts) here: after_admission (runs/settle.ts has
  * after_terminal_before_projection, the turn the others).
  */
 import { randomBytes } from "node:crypto";
-import { FAILURE_SUMMARIES, type FailureKind, type RunSummary, type RunTombstone } from "@webcodex/protocol";
-import { type CancelReason, lost, notStarted, type Terminal } from "../acp/terminal.js";
-import { AcpTurn, type TurnOptions } from "../acp/turn.js";
+import type { RunSummary, RunTombstone } from "@webcodex/protocol";
 import type { AgentConfig, ProjectConfig, RunnerConfig } from "../config/config.js";
 import { sameUserAgents } from "../config/exposure.js";
 import type { EventRing, RingLimits } from "../events/ring.js";
@@ -35,7 +32,8 @@ import type { ApplyOutcome } from "../workspace/applies.js";
 import type { ChangesOutcome } from "../workspace/changes.js";
 import { worktreesDir } from "../workspace/worktree.js";
 import { capacityRefusal, recycledInTime, StartChecks, UNRECORDED_REFUSAL } from "./admission.js";
-import { type KeptAgent, KeptAgents } from "./kept-agents.js";
+import { RunDriver, requestCancel } from "./drive.js";
+import { KeptAgents } from "./kept-agents.js";
 import { MemoryProjectCallers, type ProjectCallers } from "./project-callers.js";
 import { Run } from "./record.js";
 import { RunRetention } from "./retention.js";
@@ -49,7 +47,6 @@ import type {
   RunUpdateListener,
 } from "./service.js";
 import { RunSettler, saveTerminal } from "./settle.js";
-import { StageClock } from "./timings.js";
 import { RunUpdates } from "./updates.js";
 import { RunViews } from "./views.js";
 import { RunWorkspaces } from "./workspace.js";
@@ -84,9 +81,6 @@ export interface RunManagerOptions {
   now?: () => Date;
 }
 
-/** Faults that close() itself causes by closing connections and killing trees. */
-const CUT_BY_SHUTDOWN: ReadonlySet<FailureKind> = new Set(["io_error", "provider_exited", "stdout_closed"]);
-
 function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
 }
@@ -107,8 +101,6 @@ export class RunManager implements RunService {
   /** Runs holding a capacity slot: from admission until their process tree is gone. */
   readonly #active = new Set<Run>();
   readonly #retention: RunRetention;
-  /** What every run's turn is built with (acp/turn.ts). */
-  readonly #turnOptions: TurnOptions;
   /** The run_as users: one per live run, swept before reuse. Sweeps every pool user once, here at construction. */
   readonly #users: UserPool;
   /** The checks a start passes before anything of it is recorded (runs/admission.ts). */
@@ -121,6 +113,8 @@ export class RunManager implements RunService {
   readonly #settler: RunSettler;
   /** What observers read of the runs: summaries, sync pages, tombstones, the inventory (runs/views.ts). */
   readonly #views: RunViews;
+  /** How a run goes from admission to its end: workspace, turn, settling (runs/drive.ts). */
+  readonly #driver: RunDriver;
   /** Agents of completed runs kept for a follow-up (`[acp] keep_agent_alive_secs`, runs/kept-agents.ts). */
   readonly #kept: KeptAgents;
   #closing = false;
@@ -141,14 +135,6 @@ export class RunManager implements RunService {
       ...(options.retainedRingsMaxBytes === undefined ? {} : { maxRingBytes: options.retainedRingsMaxBytes }),
       persist: (run) => saveTerminal(run, this.#store, this.#log),
     });
-    this.#turnOptions = {
-      acp: this.#config.acp,
-      store: this.#store,
-      log: this.#log,
-      sourceEnv: options.sourceEnv ?? process.env,
-      maxMessageBytes: options.maxMessageBytes,
-      failpoint: this.#failpoint,
-    };
     for (const agent of this.#config.acp.agents) {
       this.#agents.set(agent.id, agent);
       this.#providerInstanceIds.set(agent.id, newInstanceId("pi"));
@@ -209,6 +195,21 @@ export class RunManager implements RunService {
       stop: (kept) => this.#settler.stopKept(kept),
     });
     this.#settler.kept = this.#kept;
+    this.#driver = new RunDriver({
+      turnOptions: {
+        acp: this.#config.acp,
+        store: this.#store,
+        log: this.#log,
+        sourceEnv: options.sourceEnv ?? process.env,
+        maxMessageBytes: options.maxMessageBytes,
+        failpoint: this.#failpoint,
+      },
+      workspaces: this.#workspaces,
+      updates: this.#updates,
+      settler: this.#settler,
+      logger: this.#log,
+      closing: () => this.#closing,
+    });
   }
 
   /** Resolves once the start-up sweep of the run_as pool users is done (a user still being swept is not leased). */
@@ -257,7 +258,7 @@ export class RunManager implements RunService {
     if (checked.kind === "answer") return checked.outcome;
     const { agent, project, continueSessionId, ended } = checked;
     // A follow-up of a run whose agent is kept, in the project's own tree: that agent, and its pool user.
-    const warm = ended ? null : this.#takeKept(req, agent, project, continueSessionId);
+    const warm = ended ? null : this.#kept.forFollowUp(req, agent, project, continueSessionId);
     // A run_as user of the agent's pool for this caller (process/user-pool.ts), or why there is none.
     const lease: Lease =
       warm !== null
@@ -318,7 +319,9 @@ export class RunManager implements RunService {
     this.#failpoint("after_admission");
     // The turn forks the agent and records it durably before its first await; the admission row (committed
     // without an fsync of its own) is durable by then, or is made so here, before run.start is answered.
-    void (ended ? this.#endBeforeSpawn(run, ended) : this.#drive(run, req.prompt, req.config, req.base_ref));
+    void (ended
+      ? this.#driver.endBeforeSpawn(run, ended)
+      : this.#driver.drive(run, { prompt: req.prompt, callerConfig: req.config, baseRef: req.base_ref }));
     try {
       this.#store.ensureDurable(run.run_id);
     } catch (error) {
@@ -327,31 +330,6 @@ export class RunManager implements RunService {
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     return { ok: true, run: run.summary(), created: true };
-  }
-
-  /** The kept agent a follow-up takes over, or null: its turn spawns one (cold). Never for a fresh run. */
-  #takeKept(
-    req: RunStartRequest,
-    agent: AgentConfig,
-    project: ProjectConfig,
-    continueSessionId: string | null,
-  ): KeptAgent | null {
-    const parent = req.continue_run_id;
-    if (parent === undefined || continueSessionId === null) return null;
-    if (project.workspace !== "shared" || req.base_ref !== undefined) return null;
-    return this.#kept.take(parent, {
-      providerId: agent.id,
-      projectId: project.id,
-      tenant: req.tenant,
-      cwd: project.root,
-      sessionId: continueSessionId,
-    });
-  }
-
-  /** A run refused after admission, before anything is spawned: terminal at once, nothing to clean up. */
-  async #endBeforeSpawn(run: Run, terminal: Terminal): Promise<void> {
-    this.#settler.finish(run, terminal);
-    await this.#settler.cleanup(run, new StageClock().timings);
   }
 
   // ---- observation --------------------------------------------------------------
@@ -390,97 +368,8 @@ export class RunManager implements RunService {
       return { run: summary, cancel_requested: false, already_terminal: terminal };
     }
     if (run.terminal) return { run: run.summary(), cancel_requested: false, already_terminal: true };
-    this.#requestCancel(run, "cancel");
+    requestCancel(run, "cancel");
     return { run: run.summary(), cancel_requested: true, already_terminal: false };
-  }
-
-  /** Idempotent: the first reason sticks; session/cancel is sent at most once (the turn's `cancel`). */
-  #requestCancel(run: Run, reason: CancelReason): void {
-    if (run.terminal) return;
-    // A worktree run's checkout comes before its turn: a cancel meanwhile waits for the turn (see #drive).
-    if (run.turn) run.turn.cancel(reason);
-    else run.pendingCancel ??= reason;
-  }
-
-  // ---- the turn ------------------------------------------------------------------
-
-  async #drive(
-    run: Run,
-    prompt: string,
-    callerConfig: RunStartRequest["config"],
-    baseRef: string | undefined,
-  ): Promise<void> {
-    let terminal: Terminal;
-    const clock = new StageClock();
-    try {
-      // A shared-tree run enters the turn without an await, so its agent is forked (and recorded) before start()
-      // answers, as always; a worktree run's checkout comes first.
-      const ownWorkspace = run.project.workspace === "worktree" || baseRef !== undefined;
-      const workspaceEnd = ownWorkspace ? await this.#workspaces.prepare(run, baseRef) : null;
-      if (workspaceEnd) terminal = workspaceEnd;
-      else {
-        if (ownWorkspace) this.#updates.touch(run);
-        terminal = await this.#runTurn(run, prompt, callerConfig, clock);
-      }
-    } catch (error) {
-      this.#log.error({ run_id: run.run_id, err_name: (error as Error)?.name, stage: run.stage }, "turn failed");
-      terminal = run.dispatched ? lost("io_error", FAILURE_SUMMARIES.io_error) : notStarted("io_error", run.stage);
-    }
-    // A shutdown (close()) cut the turn: record it as a restart would (store/recovery.ts), not as an agent fault.
-    const cut = terminal.failure_kind !== null && CUT_BY_SHUTDOWN.has(terminal.failure_kind);
-    if (this.#closing && cut && terminal.execution_state === "not_started") {
-      terminal = notStarted("runner_restarted", run.stage);
-    } else if (this.#closing && cut && terminal.state === "lost") {
-      terminal = lost("transport_lost", FAILURE_SUMMARIES.transport_lost);
-    }
-    if (run.workspace) await this.#workspaces.recordChange(run);
-    this.#settler.finish(run, terminal);
-    await this.#settler.cleanup(run, clock.timings);
-  }
-
-  /** The turn: its events are recorded as they come, and it resolves to its terminal. */
-  async #runTurn(
-    run: Run,
-    prompt: string,
-    callerConfig: RunStartRequest["config"],
-    clock: StageClock,
-  ): Promise<Terminal> {
-    const turn = new AcpTurn(this.#turnOptions, {
-      runId: run.run_id,
-      project: run.project,
-      cwd: run.cwd,
-      continueSessionId: run.continueSessionId,
-      warm: run.warm,
-      agent: run.agent,
-      runAs: run.runAs,
-      timeoutSecs: run.timeoutSecs,
-      prompt,
-      callerConfig,
-      ring: run.ring,
-    });
-    run.turn = turn;
-    if (run.pendingCancel !== null) turn.cancel(run.pendingCancel);
-    if (this.#closing) turn.stopping();
-    let terminal: Terminal;
-    // The first next() runs the turn up to its spawn synchronously (see start()).
-    const events = turn.events();
-    for (let next = await events.next(); ; next = await events.next()) {
-      if (next.done) {
-        terminal = next.value;
-        break;
-      }
-      const event = next.value;
-      if (event.kind === "milestone") {
-        clock.lap(event.stage, event.at);
-        if (event.stage === "prompt_write")
-          this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
-        continue;
-      }
-      const changed = run.recordTurnEvent(event);
-      if (changed === "state") this.#updates.touch(run);
-      else if (changed === "events") this.#updates.schedulePush(run);
-    }
-    return terminal;
   }
 
   // ---- workspaces -----------------------------------------------------------------
@@ -525,7 +414,7 @@ export class RunManager implements RunService {
     for (const run of active) {
       if (run.dispatched && !run.terminal) {
         // A run already being cancelled keeps its own reason and grace.
-        this.#requestCancel(run, "shutdown");
+        requestCancel(run, "shutdown");
         continue;
       }
       // Setup still running (maybe spawnAgent pending, with no conn or child to close yet): abort it.

@@ -10,8 +10,8 @@ import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, describe, expect, test, vi } from "vitest";
 import { alive, readLedger } from "../../../../scripts/test-support/index.js";
 import { canary } from "../../../../scripts/vitest/canary.js";
+import { MAX_PENDING_PERMISSIONS } from "../../src/acp/permissions.js";
 import { SHUTDOWN_UNCONFIRMED } from "../../src/acp/terminal.js";
-import { MAX_PENDING_PERMISSIONS } from "../../src/acp/turn.js";
 import {
   groupMembers,
   makeWorkspace,
