@@ -84,18 +84,24 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
     proxy.targetPort = portA;
     await s.startRunner("r1");
 
-    // Each request's sender, looked up while its connection is open (before the receiver answers).
+    // Each request's sender, looked up when its connection is accepted (its sender holds it open then; by the
+    // time a loaded receiver reads the request, a sender whose attempt timed out may have closed it).
     const senders: (number | undefined)[] = [];
+    const owners = new Map<number, number | undefined>();
     let armed = false;
     let held: number | null = null;
     hook = await new WebhookReceiver((req, index) => {
-      senders[index] = socketOwner(req.remotePort, Number(new URL(hook?.url ?? "").port), [pidA, pidB]);
+      senders[index] = owners.get(req.remotePort);
       if (armed && held === null) {
         held = index;
         return HOLD;
       }
       return 200;
     }).start();
+    const hookPort = Number(new URL(hook.url).port);
+    hook.onConnection((socket) => {
+      owners.set(socket.remotePort ?? 0, socketOwner(socket.remotePort ?? 0, hookPort, [pidA, pidB]));
+    });
     const sub = await subscribe(s.serverConfigFile, "alice", hook.url, "run.started,run.terminal,run.lost");
 
     const runIds: string[] = [];

@@ -4,7 +4,7 @@
  * `standardwebhooks` package, as a real receiver does it.
  */
 import { createServer, type IncomingMessage, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 
 /** Bytes of one request body the receiver keeps at most (the Server's bodies are far smaller). */
 const MAX_BODY_BYTES = 64 * 1024;
@@ -56,6 +56,14 @@ export class WebhookReceiver {
     this.#server = server;
     this.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}${path}`;
     return this;
+  }
+
+  /**
+   * `seen` is told of every connection as it is accepted, while its sender surely still holds it open (a
+   * request's handler may run after a sender that gave up on it closed it: socket-owner.ts then finds nobody).
+   */
+  onConnection(seen: (socket: Socket) => void): void {
+    this.#server?.on("connection", seen);
   }
 
   /** Change how later requests are answered. */
