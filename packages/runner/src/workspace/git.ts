@@ -4,6 +4,7 @@
  * config from running as the Runner: no hooks, no fsmonitor, no external diff or textconv, no pager, no prompts.
  */
 import { execFile, spawn } from "node:child_process";
+import { getPriority, setPriority } from "node:os";
 
 /** Longest one git command of a workspace may take. */
 export const GIT_TIMEOUT_MS = 60_000;
@@ -46,6 +47,10 @@ export interface GitOptions {
   maxBytes?: number;
   /** Exit codes that are answers, not failures (e.g. 1 from `diff --quiet`). */
   okCodes?: readonly number[];
+  /** Ends the command (SIGKILL) when aborted: a GitError with code `aborted` (git() only). */
+  signal?: AbortSignal;
+  /** Runs the command at this niceness, or the Runner's own when that is lower in priority (git() only). */
+  nice?: number;
 }
 
 /** The argv and environment of `git <args>` as every workspace command runs it (gitPipe in owned.ts too). */
@@ -121,7 +126,7 @@ export function git(
   const { argv, env } = invocation(args, options);
   const command = args.find((a) => !a.startsWith("-")) ?? "?";
   return new Promise((resolve, reject) => {
-    execFile(
+    const child = execFile(
       "git",
       argv,
       {
@@ -131,9 +136,14 @@ export function git(
         maxBuffer: Math.max(options.maxBytes ?? GIT_MAX_OUTPUT_BYTES, GIT_STDERR_BYTES),
         windowsHide: true,
         env,
+        ...(options.signal ? { signal: options.signal } : {}),
       },
       (error, stdout) => {
         const code = error ? (error as { code?: unknown }).code : 0;
+        if (error && options.signal?.aborted) {
+          reject(new GitError(command, "aborted", { cause: error }));
+          return;
+        }
         if (!error || (typeof code === "number" && options.okCodes?.includes(code))) {
           resolve({ stdout, code: typeof code === "number" ? code : 0 });
           return;
@@ -142,5 +152,12 @@ export function git(
         reject(new GitError(command, (error as { killed?: boolean }).killed ? "timeout" : why, { cause: error }));
       },
     );
+    if (options.nice !== undefined && child.pid !== undefined) {
+      try {
+        setPriority(child.pid, Math.max(options.nice, getPriority()));
+      } catch {
+        // Gone already, or not ours to change: it runs at the Runner's own priority.
+      }
+    }
   });
 }
