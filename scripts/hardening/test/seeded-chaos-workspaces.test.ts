@@ -9,7 +9,7 @@
  * every unrecorded change and removes every leftover worktree): no prompt dispatched twice, every run's end
  * truthful to the agent's ledger, no change lost (every run whose agent logged its edit holds its canary on
  * `webcodex/run/<run_id>`, and a head observe reports is that branch's tip), no worktree left (the Runner's
- * workspaces dir is empty, `git worktree list` shows only the project), no agent left, and no canary in a log or
+ * workspaces dir is empty, `git worktree list` shows only the project, but for the live Runner's one spare), no agent left, and no canary in a log or
  * under either daemon's state dir (a change is project content). Prints the seed; WEBCODEX_HARDENING_SEED
  * reproduces the plan.
  */
@@ -221,13 +221,21 @@ describe("seeded chaos, workspace mode: kills, restarts, replays and cancels of 
       expect(strayHeads, "heads observe reports that are not the run's branch tip").toEqual([]);
 
       // No worktree left: the Runner's directory of them is empty and git knows only the project's own tree.
+      // (The live Runner's one spare worktree may be there: runner workspace/spares.ts.)
       const workspacesDir = join(runnerStateDir(), "workspaces");
-      expect(existsSync(workspacesDir) ? readdirSync(workspacesDir) : [], "worktrees left").toEqual([]);
+      const left = existsSync(workspacesDir) ? readdirSync(workspacesDir) : [];
+      expect(
+        left.filter((name) => name !== ".spares"),
+        "worktrees left",
+      ).toEqual([]);
       const worktrees = (git(root, "worktree", "list", "--porcelain") ?? "")
         .split("\n")
         .filter((line) => line.startsWith("worktree "))
         .map((line) => line.slice("worktree ".length));
-      expect(worktrees).toEqual([realpathSync(root)]);
+      expect(worktrees[0]).toBe(realpathSync(root));
+      const spares = worktrees.slice(1);
+      expect(spares.length, "more spares than one Runner keeps").toBeLessThanOrEqual(1);
+      for (const spare of spares) expect(spare).toContain(`${join(realpathSync(workspacesDir), ".spares")}/spare-`);
 
       // No agent outlives its run; a change (project content) and a prompt reach no log and no state file.
       await expectNoAgents(() => chaos.agentPids());

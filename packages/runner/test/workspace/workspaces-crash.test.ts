@@ -187,7 +187,10 @@ function expectWorktreeGone(
   expect(listed).not.toContain(runId);
   for (const spare of spares) expect(listed).not.toContain(spare);
   expect(spareNames(sandbox).filter((name) => spares.includes(name))).toEqual([]);
-  const linked = listed.split("\n").filter((line) => line.startsWith("worktree ")).slice(1);
+  const linked = listed
+    .split("\n")
+    .filter((line) => line.startsWith("worktree "))
+    .slice(1);
   expect(linked.length).toBeLessThanOrEqual(1);
   for (const line of linked) expect(line).toContain("/.spares/spare-");
 }
