@@ -4,7 +4,6 @@
  * config from running as the Runner: no hooks, no fsmonitor, no external diff or textconv, no pager, no prompts.
  */
 import { execFile, spawn } from "node:child_process";
-import { getPriority, setPriority } from "node:os";
 
 /** Longest one git command of a workspace may take. */
 export const GIT_TIMEOUT_MS = 60_000;
@@ -49,8 +48,6 @@ export interface GitOptions {
   okCodes?: readonly number[];
   /** Ends the command (SIGKILL) when aborted: a GitError with code `aborted` (git() only). */
   signal?: AbortSignal;
-  /** Runs the command at this niceness, or the Runner's own when that is lower in priority (git() only). */
-  nice?: number;
 }
 
 /** The argv and environment of `git <args>` as every workspace command runs it (gitPipe in owned.ts too). */
@@ -126,7 +123,7 @@ export function git(
   const { argv, env } = invocation(args, options);
   const command = args.find((a) => !a.startsWith("-")) ?? "?";
   return new Promise((resolve, reject) => {
-    const child = execFile(
+    execFile(
       "git",
       argv,
       {
@@ -152,12 +149,5 @@ export function git(
         reject(new GitError(command, (error as { killed?: boolean }).killed ? "timeout" : why, { cause: error }));
       },
     );
-    if (options.nice !== undefined && child.pid !== undefined) {
-      try {
-        setPriority(child.pid, Math.max(options.nice, getPriority()));
-      } catch {
-        // Gone already, or not ours to change: it runs at the Runner's own priority.
-      }
-    }
   });
 }

@@ -2,20 +2,21 @@
  * Spare worktrees (design §16): checkouts made ahead of the runs of a `worktree` project, so that a run's start
  * does not wait for a checkout (what a worktree run's start costs over a shared one). Per project, up to `count`
  * spares (`[runner] worktree_spares`) are kept at the project's HEAD, detached, in `<workspaces dir>/.spares/`.
- * A run whose base is a spare's commit takes a whole one: the spare is moved to the run's directory (`git
- * worktree move`) and the run's branch made there at that same commit (`git switch -c`: no file is written);
- * then a new spare is made in the background. A spare whose commit is no longer HEAD is replaced (checked after
+ * A run whose base is a spare's commit takes it: the spare is moved to the run's directory (`git worktree move`)
+ * and the run's branch made there at that same commit (`git switch -c`: no file is written); then a new spare is
+ * made in the background. A whole spare is taken first; else one still being checked out at that commit (its
+ * checkout began before this start, so it ends no later than one begun now would, and the two would only share
+ * the machine); with none, the run's worktree is checked out as without spares. A spare whose commit is no longer HEAD is replaced (checked after
  * every start and every SPARE_REFRESH_INTERVAL_MS). A run_as run never takes one: its workspace is a repository
  * of its pool user's (owned.ts).
  *
  * git's locks. A spare is made in two steps: `git worktree add --no-checkout --detach` (its admin dir and HEAD, a
  * few small files) among the repository's other writes (the caller's per-repository queue), so no `git worktree
  * prune` of the Runner's sees its admin dir half made; then its checkout, `git reset --hard` in the spare,
- * off that queue and at a lower priority (SPARE_NICE). The checkout writes only the spare's own files and its
- * admin dir (index, HEAD's log), which no other command of the Runner touches, and reads objects and refs, which
- * git writes atomically; a prune keeps a worktree whose directory and `gitdir` exist. So a start never waits
- * behind a spare's checkout: a spare still being checked out is never taken, and the queue holds only its few
- * milliseconds of `worktree add`.
+ * off that queue. The checkout writes only the spare's own files and its admin dir (index, HEAD's log), which no
+ * other command of the Runner touches, and reads objects and refs, which git writes atomically; a prune keeps a
+ * worktree whose directory and `gitdir` exist. So a start never waits behind a spare's checkout (only for the one
+ * it takes): the repository's queue holds a spare's few milliseconds of `worktree add`, never its checkout.
  *
  * A spare is removed at close (one being checked out is killed first) and at start-up (whatever a killed
  * Runner left, registered with a project's git or not, a half-made one included), never given to a run unless
@@ -34,8 +35,6 @@ import { pruneWorktrees, resolveBase } from "./worktree.js";
 export const SPARES_DIR_NAME = ".spares";
 /** How often every worktree project's spares are checked against its HEAD (one `rev-parse` a project). */
 export const SPARE_REFRESH_INTERVAL_MS = 30_000;
-/** The niceness of a spare's checkout (or the Runner's own, if lower in priority): starts go first. */
-export const SPARE_NICE = 10;
 
 export function sparesDir(workspacesDir: string): string {
   return join(workspacesDir, SPARES_DIR_NAME);
@@ -46,6 +45,8 @@ export interface Spare {
   readonly dir: string;
   readonly commit: string;
   whole: boolean;
+  /** Whether it was made whole (false: it failed and is removed). */
+  readonly made: Promise<boolean>;
   /** Kills its checkout (close). */
   readonly abort: AbortController;
 }
@@ -163,21 +164,26 @@ export class Spares {
     }
   }
 
-  /** A whole spare of the project at `root` checked out at `commit`, now the caller's; null when there is none. */
+  /**
+   * A spare of the project at `root` at `commit`, now the caller's: a whole one first, else one being checked out;
+   * null when there is none.
+   */
   claim(root: string, commit: string): Spare | null {
     if (!this.#started || this.#closed) return null;
     const pool = this.#pools.get(root);
-    const at = pool?.findIndex((s) => s.whole && s.commit === commit) ?? -1;
-    if (!pool || at < 0) return null;
-    return pool.splice(at, 1)[0] ?? null;
+    if (!pool) return null;
+    let at = pool.findIndex((s) => s.whole && s.commit === commit);
+    if (at < 0) at = pool.findIndex((s) => s.commit === commit && !s.abort.signal.aborted);
+    return at < 0 ? null : (pool.splice(at, 1)[0] ?? null);
   }
 
   /**
-   * Make the claimed `spare` the run's worktree: moved to `dir`, on a new branch `branch` at its commit, among the
-   * repository's writes. False when that failed: the spare (wherever it got to) is removed, and the caller makes
-   * the run's worktree afresh.
+   * Make the claimed `spare` the run's worktree once whole: moved to `dir`, on a new branch `branch` at its
+   * commit, among the repository's writes. False when that failed, or its checkout did: the spare (wherever it got
+   * to) is removed, and the caller makes the run's worktree afresh.
    */
   async take(root: string, spare: Spare, dir: string, branch: string): Promise<boolean> {
+    if (!(await spare.made)) return false;
     try {
       await this.#serial(root, async () => {
         await git(["worktree", "move", "--", spare.dir, dir], { cwd: root });
@@ -240,10 +246,14 @@ export class Spares {
   /** One spare at `commit`, in `pool` while it is made; whether it was made whole (else it is removed). */
   async #make(project: ProjectConfig, commit: string, pool: Spare[]): Promise<boolean> {
     const root = project.root;
+    let settle: (whole: boolean) => void = () => {};
     const spare: Spare = {
       dir: join(this.#dir, `spare-${randomBytes(8).toString("hex")}`),
       commit,
       whole: false,
+      made: new Promise((resolve) => {
+        settle = resolve;
+      }),
       abort: new AbortController(),
     };
     pool.push(spare);
@@ -256,10 +266,10 @@ export class Spares {
       await git(["reset", "--hard", "--quiet", "--no-recurse-submodules"], {
         cwd: spare.dir,
         signal: spare.abort.signal,
-        nice: SPARE_NICE,
       });
       spare.whole = true;
       this.#log.info({ project_id: project.id, commit }, "spare worktree made");
+      settle(true);
       return true;
     } catch (error) {
       if (!spare.abort.signal.aborted) {
@@ -268,6 +278,8 @@ export class Spares {
       const at = pool.indexOf(spare);
       if (at >= 0) pool.splice(at, 1);
       await this.#remove(root, spare.dir);
+      // A run that took it while it was made makes its worktree afresh.
+      settle(false);
       return false;
     }
   }

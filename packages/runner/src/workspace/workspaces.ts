@@ -9,7 +9,7 @@
  * head, in the directory the branch names (`<dir>/<first run of the conversation>`), made again there since a
  * run's worktree is removed once its change is recorded. Its own change is its turn's: parent head → its head.
  *
- * A run (not run_as) whose base is the commit of a whole spare worktree (checked out ahead at the project's HEAD,
+ * A run (not run_as) whose base is the commit of a spare worktree (checked out ahead at the project's HEAD,
  * spares.ts) takes it: its start moves a directory and makes a branch instead of checking out every file.
  *
  * Nothing of a change's content (paths, diff) is logged or stored: log lines carry run ids and error names.
@@ -252,8 +252,8 @@ export class Workspaces {
 
   /**
    * The run's worktree: `baseRef` (default HEAD) resolved in the project, the branch and base recorded durably,
-   * then the worktree made on that branch: a whole spare at the base taken when there is one (spares.ts; never
-   * for a run_as run), else checked out. A failure leaves no worktree (the row, if written, is recorded at the
+   * then the worktree made on that branch: a spare at the base taken when there is one (spares.ts; never for a
+   * run_as run), else checked out. A failure leaves no worktree (the row, if written, is recorded at the
    * run's end like any other, with no change).
    */
   async create(
@@ -286,6 +286,8 @@ export class Workspaces {
     });
     if (!begun.ok) return begun;
     const { base, spare } = begun;
+    // A spare still being checked out is waited for (spares.ts: it is further along than a checkout begun now).
+    const waited = spare !== null && !spare.whole;
     const fromSpare = spare !== null && (await this.#spares.take(project.root, spare, dir, branch));
     try {
       if (!fromSpare) await this.#serial(project.root, () => addWorktree(project.root, dir, branch, base, owner));
@@ -297,7 +299,7 @@ export class Workspaces {
       if (!owner) void this.#spares.refill(project);
     }
     this.#log.info(
-      { run_id: runId, project_id: project.id, base_commit: base, from_spare: fromSpare },
+      { run_id: runId, project_id: project.id, base_commit: base, from_spare: fromSpare, waited_for_spare: waited },
       "worktree made",
     );
     return { ok: true, dir, workspace: { mode: "worktree", base_commit: base, branch } };

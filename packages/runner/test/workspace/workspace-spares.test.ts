@@ -211,6 +211,44 @@ describe("spare worktrees", () => {
     expect(readFileSync(join(ws.projectRoot, "dir0", "sub", "f0.txt"), "utf8")).toBe("0 0\n");
   });
 
+  it("a start while the spare at its base is still being checked out takes that spare once whole, not a checkout of its own", async () => {
+    const ws = fresh();
+    initRepo(ws);
+    // A smudge filter holds the spare's checkout at gated.txt until the test opens the gate.
+    const gate = join(ws.dir, "gate");
+    const smudging = join(ws.dir, "smudging");
+    writeFileSync(join(ws.projectRoot, ".gitattributes"), "gated.txt filter=gate\n");
+    writeFileSync(join(ws.projectRoot, "gated.txt"), "behind the gate\n");
+    git(ws.projectRoot, "add", "-A");
+    git(ws.projectRoot, "commit", "-q", "-m", "gated");
+    const base = git(ws.projectRoot, "rev-parse", "HEAD");
+    git(
+      ws.projectRoot,
+      "config",
+      "filter.gate.smudge",
+      `sh -c ': > ${smudging}; i=0; while [ ! -e ${gate} ] && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done; cat'`,
+    );
+    const { manager, store, lines, dir, spares } = await started(ws);
+    await poll(() => existsSync(smudging), { ...WAIT, what: "the spare's checkout at the gate" });
+    const [spare] = listSpares(spares);
+    expect(listSpares(spares)).toHaveLength(1);
+    const spareAdmin = adminName(join(spares, spare ?? ""));
+
+    const req = startRequest(manager, "scenario: hello");
+    expect((await manager.start(req)).ok).toBe(true);
+    // Its base recorded: the run has claimed its spare (in the same step) and waits for it.
+    await poll(() => store.workspace(req.run_id) !== undefined, { ...WAIT, what: "the run's base recorded" });
+    expect(lines.some((l) => l.msg === "spare worktree made")).toBe(false);
+    writeFileSync(gate, "");
+    await manager.whenSettled(req.run_id);
+
+    expect(madeLine(lines, req.run_id)).toMatchObject({ from_spare: true, waited_for_spare: true });
+    const worktree = join(dir, req.run_id);
+    expect(adminName(worktree)).toBe(spareAdmin);
+    expect(readFileSync(join(worktree, "gated.txt"), "utf8")).toBe("behind the gate\n");
+    expect(tree(worktree)).toEqual(freshTree(ws, base));
+  });
+
   it("never gives a run a spare of an older HEAD: the run checks out its own base, and the spare is replaced", async () => {
     const ws = fresh();
     const first = initRepo(ws);
