@@ -474,8 +474,10 @@ export class RunManager implements RunService {
       const event = next.value;
       if (event.kind === "milestone") {
         clock.lap(event.stage, event.at);
-        if (event.stage === "prompt_write")
+        if (event.stage === "prompt_write") {
           this.#log.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
+          this.#workspaces.dispatched(run);
+        }
         continue;
       }
       const changed = run.recordTurnEvent(event);

@@ -126,6 +126,13 @@ export class RunWorkspaces {
     await run.child?.terminateTree(this.#graceMs);
     const head = await this.#workspaces.record(run.run_id, run.project);
     if (head !== null && run.workspace) run.workspace = { ...run.workspace, head_commit: head };
+    // A run that never reached its dispatch (the spare it took is replaced now).
+    this.#workspaces.refillSpares(run.project);
+  }
+
+  /** The run's prompt is written: its project's spare worktrees are made again now, off its start path. */
+  dispatched(run: Run): void {
+    if (run.workspace) this.#workspaces.refillSpares(run.project);
   }
 
   /** The run's workspace as its summary reports it; undefined for a run without one. */

@@ -2,13 +2,15 @@
  * Spare worktrees (design §16): checkouts made ahead of the runs of a `worktree` project, so that a run's start
  * does not wait for a checkout (what a worktree run's start costs over a shared one). Per project, up to `count`
  * spares (`[runner] worktree_spares`) are kept at the project's HEAD, detached, in `<workspaces dir>/.spares/`.
+ *
  * A run whose base is a spare's commit takes it: the spare is moved to the run's directory (`git worktree move`)
- * and the run's branch made there at that same commit (`git switch -c`: no file is written); then a new spare is
- * made in the background. A whole spare is taken first; else one still being checked out at that commit (its
- * checkout began before this start, so it ends no later than one begun now would, and the two would only share
- * the machine); with none, the run's worktree is checked out as without spares. A spare whose commit is no longer HEAD is replaced (checked after
- * every start and every SPARE_REFRESH_INTERVAL_MS). A run_as run never takes one: its workspace is a repository
- * of its pool user's (owned.ts).
+ * and the run's branch made there at that same commit (`git switch -c`: no file is written). A whole spare is
+ * taken first; else one still being checked out at that commit (its checkout began before this start, so it ends
+ * no later than one begun now would, and two would only share the machine); with none, the run's worktree is
+ * checked out as without spares. A new spare is made in the background once that run is dispatched (or has
+ * ended), off its start path; a spare whose commit is no longer HEAD is replaced then, and at every
+ * SPARE_REFRESH_INTERVAL_MS. A run_as run never takes one: its workspace is a repository of its pool user's
+ * (owned.ts).
  *
  * git's locks. A spare is made in two steps: `git worktree add --no-checkout --detach` (its admin dir and HEAD, a
  * few small files) among the repository's other writes (the caller's per-repository queue), so no `git worktree
@@ -19,7 +21,7 @@
  * it takes): the repository's queue holds a spare's few milliseconds of `worktree add`, never its checkout.
  *
  * A spare is removed at close (one being checked out is killed first) and at start-up (whatever a killed
- * Runner left, registered with a project's git or not, a half-made one included), never given to a run unless
+ * Runner left, registered with a project's git or not, a half-made one included); a run is given one only once
  * whole. Log lines name the project, never a path.
  */
 import { randomBytes } from "node:crypto";

@@ -294,9 +294,6 @@ export class Workspaces {
     } catch (error) {
       this.#log.error({ run_id: runId, err_name: errName(error) }, "making the run's worktree failed");
       return { ok: false, reason: "git_failed" };
-    } finally {
-      // Once the run has its worktree: the spare it took replaced, or one of an older HEAD.
-      if (!owner) void this.#spares.refill(project);
     }
     this.#log.info(
       { run_id: runId, project_id: project.id, base_commit: base, from_spare: fromSpare, waited_for_spare: waited },
@@ -345,6 +342,15 @@ export class Workspaces {
       this.#log.info({ run_id: runId, parent_run_id: parentId, base_commit: head }, "worktree made again");
       return { ok: true, dir, workspace: { mode: "worktree", base_commit: head, branch: parent.branch } };
     });
+  }
+
+  /**
+   * Bring the project's spares back to their count at its HEAD (the one a run took replaced, or one of an older
+   * HEAD), in the background (spares.ts). Called once a run is dispatched or has ended, so the new spare's
+   * checkout does not share the machine with that run's start.
+   */
+  refillSpares(project: ProjectConfig): void {
+    if (project.workspace === "worktree") void this.#spares.refill(project);
   }
 
   /** A continuation's parent's change: a previous process's goes the way start-up records it (stale locks). */
