@@ -125,6 +125,8 @@ export interface RunnerConfig {
     readonly retainTerminalMax: number;
     /** How long a worktree stays after its run's change is recorded (`workspace_keep_secs`; 0: removed at once). */
     readonly workspaceKeepSecs: number;
+    /** Spare worktrees kept per `worktree` project (`worktree_spares`; 0: none; workspace/spares.ts). */
+    readonly worktreeSpares: number;
     /** `workspaces_dir`, absolute, or null: `<state_dir>/workspaces` (workspace/worktree.ts worktreesDir). */
     readonly workspacesDir: string | null;
   };
@@ -427,6 +429,7 @@ function checkSemantics(file: string, raw: RawConfig, errors: string[]): RunnerC
       retainTerminalDays: raw.runner.retain_terminal_days,
       retainTerminalMax: raw.runner.retain_terminal_max,
       workspaceKeepSecs: raw.runner.workspace_keep_secs,
+      worktreeSpares: raw.runner.worktree_spares,
       workspacesDir: raw.runner.workspaces_dir === undefined ? null : resolveFrom(base, raw.runner.workspaces_dir),
     }),
     server,

@@ -85,6 +85,10 @@ const RunAsUsers = z
 export const DEFAULT_WORKSPACE_KEEP_SECS = 600;
 export const MAX_WORKSPACE_KEEP_SECS = 7 * 86_400;
 
+/** Spare worktrees kept per `worktree` project by default, and at most (design §16, workspace/spares.ts). */
+export const DEFAULT_WORKTREE_SPARES = 1;
+export const MAX_WORKTREE_SPARES = 8;
+
 /** Longest `[acp] keep_agent_alive_secs`: a kept agent is a live process and a leased pool user, so an hour at most. */
 export const MAX_KEEP_AGENT_ALIVE_SECS = 3600;
 /** The identity the Runner commits a worktree run's leftover changes as (design §16). */
@@ -158,6 +162,8 @@ export const ConfigSchema = z
         retain_terminal_max: int(1, 1_000_000).default(1000),
         /** How long an ended worktree run's worktree stays after its change is recorded (design §16); 0: removed at once. */
         workspace_keep_secs: int(0, MAX_WORKSPACE_KEEP_SECS).default(DEFAULT_WORKSPACE_KEEP_SECS),
+        /** Checkouts made ahead per `worktree` project, so a run's start needs none (design §16); 0: none. */
+        worktree_spares: int(0, MAX_WORKTREE_SPARES).default(DEFAULT_WORKTREE_SPARES),
         /** Where runs' worktrees are made (default `<state_dir>/workspaces`); needed for run_as worktree runs. */
         workspaces_dir: NonEmpty.optional(),
       })
@@ -168,6 +174,7 @@ export const ConfigSchema = z
         retain_terminal_days: 7,
         retain_terminal_max: 1000,
         workspace_keep_secs: DEFAULT_WORKSPACE_KEEP_SECS,
+        worktree_spares: DEFAULT_WORKTREE_SPARES,
       }),
     server: z
       .object({

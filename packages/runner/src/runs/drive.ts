@@ -120,8 +120,10 @@ export class RunDriver {
       const event = next.value;
       if (event.kind === "milestone") {
         clock.lap(event.stage, event.at);
-        if (event.stage === "prompt_write")
+        if (event.stage === "prompt_write") {
           this.#o.logger.info({ run_id: run.run_id, timings_ms: clock.timings }, "run timings");
+          this.#o.workspaces.dispatched(run);
+        }
         continue;
       }
       const changed = run.recordTurnEvent(event);

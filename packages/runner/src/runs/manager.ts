@@ -145,6 +145,8 @@ export class RunManager implements RunService {
       store: this.#store,
       logger: this.#log,
       keepMs: this.#config.runner.workspaceKeepSecs * 1000,
+      // Only a run without run_as takes a spare (a run_as run's workspace is its pool user's repository).
+      spares: this.#config.acp.agents.some((a) => a.runAs === null) ? this.#config.runner.worktreeSpares : 0,
       runs: this.#runs,
       projects: this.#projects,
       graceMs: this.#graceMs,

@@ -34,6 +34,8 @@ export interface RunWorkspacesOptions {
   logger: Logger;
   /** How long a terminal run's worktree is kept. */
   keepMs: number;
+  /** Spare worktrees kept per `worktree` project for runs without run_as (workspace/spares.ts). */
+  spares: number;
   /** The runs this process holds (a run held and not terminal may still write to its worktree). */
   runs: ReadonlyMap<string, Run>;
   /** The configured projects by id. */
@@ -62,6 +64,7 @@ export class RunWorkspaces {
       store: options.store,
       logger: options.logger,
       keepMs: options.keepMs,
+      spares: options.spares,
       // A run this process still holds and has not finished may still write to its worktree.
       mayRun: (runId) => this.#runs.get(runId)?.terminal === false,
       now: () => options.now().getTime(),
@@ -123,6 +126,13 @@ export class RunWorkspaces {
     await run.child?.terminateTree(this.#graceMs);
     const head = await this.#workspaces.record(run.run_id, run.project);
     if (head !== null && run.workspace) run.workspace = { ...run.workspace, head_commit: head };
+    // A run that never reached its dispatch (the spare it took is replaced now).
+    this.#workspaces.refillSpares(run.project);
+  }
+
+  /** The run's prompt is written: its project's spare worktrees are made again now, off its start path. */
+  dispatched(run: Run): void {
+    if (run.workspace) this.#workspaces.refillSpares(run.project);
   }
 
   /** The run's workspace as its summary reports it; undefined for a run without one. */

@@ -46,6 +46,8 @@ export interface GitOptions {
   maxBytes?: number;
   /** Exit codes that are answers, not failures (e.g. 1 from `diff --quiet`). */
   okCodes?: readonly number[];
+  /** Ends the command (SIGKILL) when aborted: a GitError with code `aborted` (git() only). */
+  signal?: AbortSignal;
 }
 
 /** The argv and environment of `git <args>` as every workspace command runs it (gitPipe in owned.ts too). */
@@ -131,9 +133,14 @@ export function git(
         maxBuffer: Math.max(options.maxBytes ?? GIT_MAX_OUTPUT_BYTES, GIT_STDERR_BYTES),
         windowsHide: true,
         env,
+        ...(options.signal ? { signal: options.signal } : {}),
       },
       (error, stdout) => {
         const code = error ? (error as { code?: unknown }).code : 0;
+        if (error && options.signal?.aborted) {
+          reject(new GitError(command, "aborted", { cause: error }));
+          return;
+        }
         if (!error || (typeof code === "number" && options.okCodes?.includes(code))) {
           resolve({ stdout, code: typeof code === "number" ? code : 0 });
           return;

@@ -10,6 +10,9 @@
  * as it is when it is exactly that head plus ignored files (warm.ts), else made again there. Its own change is its
  * turn's: parent head → its head.
  *
+ * A run (not run_as) whose base is the commit of a spare worktree (checked out ahead at the project's HEAD,
+ * spares.ts) takes it: its start moves a directory and makes a branch instead of checking out every file.
+ *
  * Nothing of a change's content (paths, diff) is logged or stored: log lines carry run ids and error names.
  */
 import { readdir, rm } from "node:fs/promises";
@@ -25,6 +28,7 @@ import { clearStaleLocks, STALE_GIT_LOCK_MS } from "./locks.js";
 import { errName, failure } from "./log-fields.js";
 import { MAKING_PREFIX, RECORDING_PREFIX, type WorkspaceOwner } from "./owned.js";
 import { pruneRunBranches } from "./prune.js";
+import { Spares } from "./spares.js";
 import { warmWorktree } from "./warm.js";
 import {
   addWorktree,
@@ -68,6 +72,8 @@ export interface WorkspacesOptions {
   mayRun?: (runId: string) => boolean;
   /** The clock of the keep time (tests move it). */
   now?: () => number;
+  /** Spare worktrees kept per `worktree` project for runs without run_as (`worktree_spares`); default 0. */
+  spares?: number;
 }
 
 /** What recording a previous process's change came to: `waiting` on a git lock that may be held; `failed`. */
@@ -105,6 +111,8 @@ export class Workspaces {
   #retrying: Promise<number> | null = null;
   /** Per repository, the shard of run branches the next branch prune starts at (workspace/prune.ts). */
   readonly #pruneShards = new Map<string, number>();
+  /** Checkouts made ahead of runs (spares.ts); kept from the end of start-up's recovery. */
+  readonly #spares: Spares;
   #closed = false;
 
   constructor(options: WorkspacesOptions) {
@@ -114,6 +122,12 @@ export class Workspaces {
     this.#keepMs = options.keepMs ?? 0;
     this.#mayRun = options.mayRun ?? (() => false);
     this.#now = options.now ?? Date.now;
+    this.#spares = new Spares({
+      dir: this.#dir,
+      count: options.spares ?? 0,
+      logger: this.#log,
+      serial: (root, work) => this.#serial(root, work),
+    });
     const every = Math.min(
       WORKSPACE_SWEEP_MAX_INTERVAL_MS,
       Math.max(WORKSPACE_SWEEP_MIN_INTERVAL_MS, Math.floor(this.#keepMs / 2)),
@@ -159,13 +173,17 @@ export class Workspaces {
     return removed;
   }
 
-  /** Stop sweeping and retrying (one under way finishes first). Kept worktrees stay: start-up removes them. */
+  /**
+   * Stop sweeping and retrying (one under way finishes first) and remove the spare worktrees. Kept worktrees
+   * stay: start-up removes them.
+   */
   async close(): Promise<void> {
     this.#closed = true;
     if (this.#timer) clearInterval(this.#timer);
     if (this.#retryTimer) clearInterval(this.#retryTimer);
     await this.#sweeping;
     await this.#retrying;
+    await this.#spares.close();
   }
 
   /**
@@ -237,7 +255,8 @@ export class Workspaces {
 
   /**
    * The run's worktree: `baseRef` (default HEAD) resolved in the project, the branch and base recorded durably,
-   * then the worktree made on that branch. A failure leaves no worktree (the row, if written, is recorded at the
+   * then the worktree made on that branch: a spare at the base taken when there is one (spares.ts; never for a
+   * run_as run), else checked out. A failure leaves no worktree (the row, if written, is recorded at the
    * run's end like any other, with no change).
    */
   async create(
@@ -248,33 +267,42 @@ export class Workspaces {
   ): Promise<CreateOutcome> {
     const dir = worktreeDir(this.#dir, runId);
     const branch = runBranch(runId);
-    return this.#serial(project.root, async () => {
+    const begun = await this.#serial(project.root, async () => {
       let base: string | null;
       try {
         base = await resolveBase(project.root, baseRef ?? "HEAD");
       } catch (error) {
         this.#log.error({ run_id: runId, err_name: errName(error) }, "resolving the run's base failed");
-        return { ok: false, reason: "git_failed" };
+        return { ok: false, reason: "git_failed" } as const;
       }
       if (base === null) {
         this.#log.warn({ run_id: runId, project_id: project.id }, "base_ref names no commit of the project");
-        return { ok: false, reason: "unknown_base_ref" };
+        return { ok: false, reason: "unknown_base_ref" } as const;
       }
       try {
         this.#store.recordWorkspace(runId, { branch, base_commit: base });
       } catch (error) {
         this.#log.error({ run_id: runId, err_name: errName(error) }, "recording the workspace failed");
-        return { ok: false, reason: "unrecorded" };
+        return { ok: false, reason: "unrecorded" } as const;
       }
-      try {
-        await addWorktree(project.root, dir, branch, base, owner);
-      } catch (error) {
-        this.#log.error({ run_id: runId, err_name: errName(error) }, "making the run's worktree failed");
-        return { ok: false, reason: "git_failed" };
-      }
-      this.#log.info({ run_id: runId, project_id: project.id, base_commit: base }, "worktree made");
-      return { ok: true, dir, workspace: { mode: "worktree", base_commit: base, branch } };
+      return { ok: true, base, spare: owner ? null : this.#spares.claim(project.root, base) } as const;
     });
+    if (!begun.ok) return begun;
+    const { base, spare } = begun;
+    // A spare still being checked out is waited for (spares.ts: it is further along than a checkout begun now).
+    const waited = spare !== null && !spare.whole;
+    const fromSpare = spare !== null && (await this.#spares.take(project.root, spare, dir, branch));
+    try {
+      if (!fromSpare) await this.#serial(project.root, () => addWorktree(project.root, dir, branch, base, owner));
+    } catch (error) {
+      this.#log.error({ run_id: runId, err_name: errName(error) }, "making the run's worktree failed");
+      return { ok: false, reason: "git_failed" };
+    }
+    this.#log.info(
+      { run_id: runId, project_id: project.id, base_commit: base, from_spare: fromSpare, waited_for_spare: waited },
+      "worktree made",
+    );
+    return { ok: true, dir, workspace: { mode: "worktree", base_commit: base, branch } };
   }
 
   /**
@@ -334,6 +362,15 @@ export class Workspaces {
       this.#log.warn({ run_id: runId, ...failure(error) }, "inspecting the kept worktree failed; made again");
       return false;
     }
+  }
+
+  /**
+   * Bring the project's spares back to their count at its HEAD (the one a run took replaced, or one of an older
+   * HEAD), in the background (spares.ts). Called once a run is dispatched or has ended, so the new spare's
+   * checkout does not share the machine with that run's start.
+   */
+  refillSpares(project: ProjectConfig): void {
+    if (project.workspace === "worktree") void this.#spares.refill(project);
   }
 
   /** A continuation's parent's change: a previous process's goes the way start-up records it (stale locks). */
@@ -511,6 +548,8 @@ export class Workspaces {
         this.#log.warn({ run_id: name, err_name: errName(error) }, "removing a leftover worktree failed");
       }
     }
+    // Spares a previous process left (spares.ts), before the prune below forgets what git knew of them.
+    const spares = await this.#spares.recover(projects);
     // A directory removed without its project (no record of it) leaves git's note of it in some repository.
     for (const project of projects) {
       if (project.workspace !== "worktree") continue;
@@ -521,7 +560,10 @@ export class Workspaces {
       }
     }
     const pending = this.#pending.size;
-    if (recorded + removed + pending > 0) this.#log.info({ recorded, removed, pending }, "workspaces recovered");
+    if (recorded + removed + pending + spares > 0) {
+      this.#log.info({ recorded, removed, pending, spares_removed: spares }, "workspaces recovered");
+    }
+    if (!this.#closed) this.#spares.start(projects);
     if (pending > 0 && !this.#closed && this.#retryTimer === null) {
       this.#retryTimer = setInterval(() => void this.retryUnrecorded(), WORKSPACE_RECORD_RETRY_MS);
       this.#retryTimer.unref();

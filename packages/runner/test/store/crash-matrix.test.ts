@@ -14,7 +14,8 @@
  * The same failpoints again with the project in `worktree` mode (issue 41 §3) and an agent that writes a canary
  * into a file of its worktree: after the restart (its recovery runs before the hello) the run's branch holds the
  * canary exactly when the agent wrote it, the head the inventory reports is that branch's tip, and no worktree is
- * left (the Runner's workspaces dir empty, `git worktree list` only the project's own tree).
+ * left (the Runner's workspaces dir empty but for its spares dir, `git worktree list` only the project's own tree
+ * and at most the restarted Runner's one spare).
  */
 import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, realpathSync } from "node:fs";
@@ -307,12 +308,21 @@ function expectWorkspaceRecovered(
   const tip = branchTip(sandbox.project, runId);
   expect(tip, "the run's branch, as the recovered run's head").toBe(head);
   expect(tip !== undefined, "the run's worktree was made").toBe(expected.made);
+  // Besides the project's own tree, only the restarted Runner's spare may be there (workspace/spares.ts): the
+  // killed Runner's went at start-up.
   const workspaces = join(sandbox.stateDir, "workspaces");
-  expect(existsSync(workspaces) ? readdirSync(workspaces) : [], "worktrees left").toEqual([]);
+  const left = existsSync(workspaces) ? readdirSync(workspaces) : [];
+  expect(
+    left.filter((name) => name !== ".spares"),
+    "worktrees left",
+  ).toEqual([]);
   const trees = git(sandbox.project, "worktree", "list", "--porcelain")
     .split("\n")
     .filter((line) => line.startsWith("worktree "));
-  expect(trees).toEqual([`worktree ${realpathSync(sandbox.project)}`]);
+  expect(trees[0]).toBe(`worktree ${realpathSync(sandbox.project)}`);
+  const spares = trees.slice(1);
+  expect(spares.length, "more spares than one Runner keeps").toBeLessThanOrEqual(1);
+  for (const spare of spares) expect(spare).toContain(`${join(realpathSync(workspaces), ".spares")}/spare-`);
 }
 
 describe("crash matrix: Runner SIGKILL at each dispatch boundary", { timeout: 90_000 }, () => {

@@ -3,7 +3,9 @@
  * change. The restarted daemon, before its hello, ends the run as recovery says (lost), reaps the agent,
  * records what the worktree held on the run's branch and removes the worktree; `run.changes` answers it.
  * A git killed mid-write with it leaves its `.lock` files: a stale one is removed and the change recorded; a
- * young or held one is left and the recording tried again later (workspace/locks.ts).
+ * young or held one is left and the recording tried again later (workspace/locks.ts). The run took the spare
+ * worktree made ahead of it (workspace/spares.ts), and a new spare was there at the kill: the restarted Runner
+ * removes it and makes its own.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
@@ -94,17 +96,28 @@ function newRunId(): string {
   return `wc_agent_run_${Array.from(randomBytes(26), (b) => alphabet[b % 32]).join("")}`;
 }
 
+const SPARE_MADE = "spare worktree made";
+
+/** The spare worktrees in the Runner's spares dir now (workspace/spares.ts). */
+function spareNames(sandbox: Sandbox): string[] {
+  const dir = join(sandbox.stateDir, "workspaces", ".spares");
+  return existsSync(dir) ? readdirSync(dir) : [];
+}
+
 /**
  * A worktree run whose agent wrote notes/edit.txt and holds, its Runner then SIGKILLed (its agent left running,
- * as a kill of the Runner's pid alone leaves it; the next start reaps it).
+ * as a kill of the Runner's pid alone leaves it; the next start reaps it). The run took the spare made ahead of
+ * it, and the next spare was made before the kill: `spares` names it.
  */
 async function killedMidEdit(
   server: TestServer,
   sandbox: Sandbox,
   runId: string,
-): Promise<{ worktree: string; first: ReturnType<typeof startRunner> }> {
+): Promise<{ worktree: string; first: ReturnType<typeof startRunner>; spares: string[] }> {
   const first = startRunner(sandbox);
   const conn = await server.nextConnection(CONNECT_WAIT_MS);
+  await poll(() => count(first.output(), SPARE_MADE) >= 1, { timeoutMs: 60_000, what: "the first spare" });
+  const taken = spareNames(sandbox);
   const start = runStart(conn, runId, "scenario: edit_file path=notes/edit.txt text=before-the-crash hold=true");
   conn.send(start);
   expect(await conn.next(answers(start.request_id))).toMatchObject({ type: "run.start.result" });
@@ -114,8 +127,14 @@ async function killedMidEdit(
   });
   const worktree = join(sandbox.stateDir, "workspaces", runId);
   expect(readFileSync(join(worktree, "notes", "edit.txt"), "utf8")).toBe("before-the-crash\n");
+  // The run works in the spare (git's admin dir of its worktree is the spare's), and the next one is made.
+  expect(taken).toHaveLength(1);
+  expect(adminDirOf(worktree).endsWith(`/worktrees/${taken[0]}`)).toBe(true);
+  await poll(() => count(first.output(), SPARE_MADE) >= 2, { timeoutMs: 60_000, what: "the next spare" });
+  const spares = spareNames(sandbox);
+  expect(spares).toHaveLength(1);
   await first.signal("SIGKILL");
-  return { worktree, first };
+  return { worktree, first, spares };
 }
 
 /** The run's change as `run.changes` answers it now. */
@@ -150,11 +169,30 @@ function recoveredHead(conn: RunnerConnection, runId: string): string {
   return head;
 }
 
-/** No worktree of the run left: not on disk, not in the Runner's workspaces dir, not in git's list. */
-function expectWorktreeGone(sandbox: Sandbox, project: string, worktree: string, runId: string): void {
+/**
+ * No worktree of the run left: not on disk, not in the Runner's workspaces dir, not in git's list; nor the spare
+ * the killed Runner left (`spares`): the only worktrees besides the project's own are the restarted Runner's one
+ * spare, at most.
+ */
+function expectWorktreeGone(
+  sandbox: Sandbox,
+  project: string,
+  worktree: string,
+  runId: string,
+  spares: readonly string[],
+): void {
   expect(existsSync(worktree)).toBe(false);
-  expect(readdirSync(join(sandbox.stateDir, "workspaces"))).toEqual([]);
-  expect(git(project, "worktree", "list", "--porcelain")).not.toContain(runId);
+  expect(readdirSync(join(sandbox.stateDir, "workspaces")).filter((name) => name !== ".spares")).toEqual([]);
+  const listed = git(project, "worktree", "list", "--porcelain");
+  expect(listed).not.toContain(runId);
+  for (const spare of spares) expect(listed).not.toContain(spare);
+  expect(spareNames(sandbox).filter((name) => spares.includes(name))).toEqual([]);
+  const linked = listed
+    .split("\n")
+    .filter((line) => line.startsWith("worktree "))
+    .slice(1);
+  expect(linked.length).toBeLessThanOrEqual(1);
+  for (const line of linked) expect(line).toContain("/.spares/spare-");
 }
 
 /** Asks `run.changes` until the change is recorded (a retry of the Runner's); then the worktree goes. */
@@ -188,17 +226,22 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
   it("records the change of a run whose Runner was killed mid-edit, at the next start, before the hello", async () => {
     const { server, sandbox, project } = await setUp();
     const runId = newRunId();
-    const { worktree, first } = await killedMidEdit(server, sandbox, runId);
+    const { worktree, first, spares } = await killedMidEdit(server, sandbox, runId);
 
     const second = startRunner(sandbox);
     const conn2 = await server.nextConnection(CONNECT_WAIT_MS);
-    // Before the hello: the agent reaped, the change recorded, the worktree gone.
+    // Before the hello: the agent reaped, the change recorded, the worktree and the killed Runner's spare gone.
     expect(processesMentioning(sandbox.ledger)).toEqual([]);
     const head = recoveredHead(conn2, runId);
     expect(git(project, "show", `${head}:notes/edit.txt`)).toBe("before-the-crash");
     expect(git(project, "log", "-1", "--format=%B", head)).toContain(runId);
-    expectWorktreeGone(sandbox, project, worktree, runId);
+    expectWorktreeGone(sandbox, project, worktree, runId, spares);
     expect(second.output()).toContain("workspaces recovered");
+    expect(second.output()).toContain('"spares_removed":1');
+    // Then the restarted Runner makes its own spare, at HEAD.
+    await poll(() => count(second.output(), SPARE_MADE) >= 1, { timeoutMs: 60_000, what: "the new spare" });
+    expectWorktreeGone(sandbox, project, worktree, runId, spares);
+    expect(spareNames(sandbox)).toHaveLength(1);
 
     expect(await changesOf(conn2, runId, 1)).toMatchObject({
       type: "run.changes.result",
@@ -215,7 +258,7 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
   it("removes a stale index.lock a git killed with the Runner left, then records the change and the worktree goes", async () => {
     const { server, sandbox, project } = await setUp();
     const runId = newRunId();
-    const { worktree } = await killedMidEdit(server, sandbox, runId);
+    const { worktree, spares } = await killedMidEdit(server, sandbox, runId);
     // As a `git add` or `git commit` of the Runner's, killed with it, leaves its locks: the worktree's index and
     // the run's branch.
     const admin = adminDirOf(worktree);
@@ -231,7 +274,7 @@ describe("workspaces across a Runner crash", { timeout: 240_000 }, () => {
     expect(git(project, "rev-parse", `webcodex/run/${runId}`)).toBe(head);
     expect(existsSync(indexLock)).toBe(false);
     expect(existsSync(refLock)).toBe(false);
-    expectWorktreeGone(sandbox, project, worktree, runId);
+    expectWorktreeGone(sandbox, project, worktree, runId, spares);
     expect(second.output()).toContain("stale git locks of a killed git removed");
     // Log lines name the run, never a path or the change.
     expect(second.output()).not.toContain(admin);

@@ -86,11 +86,17 @@ async function expectChangeKept(s: ProcStack, alice: Client, runId: string, cana
     expect(wrote).toBe(false);
     expect(git("branch", "--list", `webcodex/run/${runId}`).trim()).toBe("");
   }
+  // The restarted Runner's one spare worktree may be there (runner workspace/spares.ts); nothing else.
   const dir = join(s.dir, "runner-state-r1", "workspaces");
-  expect(existsSync(dir) ? readdirSync(dir) : [], "worktrees left").toEqual([]);
+  const left = existsSync(dir) ? readdirSync(dir) : [];
+  expect(
+    left.filter((name) => name !== ".spares"),
+    "worktrees left",
+  ).toEqual([]);
   const trees = git("worktree", "list", "--porcelain")
     .split("\n")
-    .filter((line) => line.startsWith("worktree "));
+    .filter((line) => line.startsWith("worktree "))
+    .filter((line) => !line.startsWith(`worktree ${join(realpathSync(dir), ".spares")}/spare-`));
   expect(trees).toEqual([`worktree ${realpathSync(root)}`]);
 }
 

@@ -210,14 +210,22 @@ export async function workspaceChaos(stack: ProcStack, options: WorkspaceChaosOp
   // Every object of every recorded change is in the project.
   expect(git(root, "fsck", "--connectivity-only", "--no-progress"), "git fsck of the project").not.toBeNull();
 
-  // No workspace left: the Runner's directory of them is empty and git knows only the project's own tree.
+  // No workspace left: the Runner's directory of them is empty and git knows only the project's own tree — but
+  // for the live Runner's one spare worktree (runner workspace/spares.ts; none when every agent runs as a pool user).
   const { workspacesDir } = options;
-  expect(existsSync(workspacesDir) ? readdirSync(workspacesDir) : [], "workspaces left").toEqual([]);
+  const left = existsSync(workspacesDir) ? readdirSync(workspacesDir) : [];
+  expect(
+    left.filter((name) => name !== ".spares"),
+    "workspaces left",
+  ).toEqual([]);
   const worktrees = (git(root, "worktree", "list", "--porcelain") ?? "")
     .split("\n")
     .filter((line) => line.startsWith("worktree "))
     .map((line) => line.slice("worktree ".length));
-  expect(worktrees).toEqual([realpathSync(root)]);
+  expect(worktrees[0]).toBe(realpathSync(root));
+  const spares = worktrees.slice(1);
+  expect(spares.length, "more spares than one Runner keeps").toBeLessThanOrEqual(1);
+  for (const spare of spares) expect(spare).toContain(`${join(realpathSync(workspacesDir), ".spares")}/spare-`);
 
   // No agent outlives its run; a change (project content) and a prompt reach no log and no state file.
   await expectNoAgents(() => chaos.agentPids());
