@@ -5,12 +5,11 @@
  * worktree is removed once its change is recorded, at once here unless a case keeps it) — and its own change is its
  * turn's alone. A kept parent's worktree is the child's while the child runs: no sweep takes it from under it.
  */
-import { execFileSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN, poll, readLedger } from "../../../../scripts/test-support/index.js";
+import { poll, readLedger } from "../../../../scripts/test-support/index.js";
 import { parseConfig } from "../../src/config/config.js";
 import type { RunManager } from "../../src/runs/manager.js";
 import { BASE_REF_WITH_CONTINUATION, PARENT_BRANCH_MOVED } from "../../src/runs/workspace.js";
@@ -24,13 +23,7 @@ import {
   startRequest,
   type Workspace,
 } from "../support/harness.js";
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], {
-    cwd,
-    encoding: "utf8",
-  }).trim();
-}
+import { commitProject, git, worktreeConfig } from "../support/worktree-project.js";
 
 const workspaces: Workspace[] = [];
 const managers: RunManager[] = [];
@@ -43,34 +36,13 @@ afterEach(async () => {
 function setup(stateDir?: string, keep: { secs: number; now?: () => Date } = { secs: 0 }) {
   const ws = makeWorkspace();
   workspaces.push(ws);
-  git(ws.projectRoot, "init", "-q", "-b", "main");
-  writeFileSync(join(ws.projectRoot, "README.md"), "demo\n");
-  git(ws.projectRoot, "add", "-A");
-  git(ws.projectRoot, "commit", "-q", "-m", "initial");
+  commitProject(ws);
   const sessions = join(ws.dir, "sessions");
-  const text = [
-    "[runner]",
-    `state_dir = ${JSON.stringify(join(ws.dir, "state"))}`,
-    `workspace_keep_secs = ${keep.secs}`,
-    "[[projects]]",
-    'id = "demo"',
-    `root = ${JSON.stringify(ws.projectRoot)}`,
-    "allow_patch = true",
-    'workspace = "worktree"',
-    "[acp]",
-    "agents_share_runner_user = true",
-    "cancel_grace_secs = 5",
-    "[[acp.agents]]",
-    'id = "fake"',
-    `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
-    `args = ${JSON.stringify(["--ledger", ws.ledger, "--continuation", "both", "--session-dir", sessions])}`,
-    'continuation = "both"',
-    "[acp.agents.env_from_env]",
-    'PATH = "PATH"',
-    "",
-  ].join("\n");
-  const file = join(ws.dir, "runner.toml");
-  writeFileSync(file, text);
+  const { text, file } = worktreeConfig(ws, {
+    runner: [`workspace_keep_secs = ${keep.secs}`],
+    acp: ["cancel_grace_secs = 5"],
+    continuation: true,
+  });
   const worktrees = join(ws.dir, "worktrees");
   const store = stateDir === undefined ? undefined : openDispatchStore({ stateDir }).store;
   const made = newManager(parseConfig(text, file), {

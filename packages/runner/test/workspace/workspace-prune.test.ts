@@ -4,25 +4,17 @@
  * no retained run works on it — a continuation shares its parent's branch, so a chain's branch stays while any of
  * its runs is retained — in bounded batches; a branch whose run may run, or that this store never admitted, stays.
  */
-import { execFileSync } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN } from "../../../../scripts/test-support/index.js";
 import { parseConfig } from "../../src/config/config.js";
 import type { RunManager } from "../../src/runs/manager.js";
 import { openDispatchStore } from "../../src/store/open.js";
 import { pruneRunBranches } from "../../src/workspace/prune.js";
 import { runBranch } from "../../src/workspace/worktree.js";
 import { makeWorkspace, newManager, newRunId, runToEnd, type Workspace } from "../support/harness.js";
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], {
-    cwd,
-    encoding: "utf8",
-  }).trim();
-}
+import { commitProject, git, worktreeConfig } from "../support/worktree-project.js";
 
 const workspaces: Workspace[] = [];
 const managers: RunManager[] = [];
@@ -35,32 +27,8 @@ afterEach(async () => {
 function setup() {
   const ws = makeWorkspace();
   workspaces.push(ws);
-  git(ws.projectRoot, "init", "-q", "-b", "main");
-  writeFileSync(join(ws.projectRoot, "README.md"), "demo\n");
-  git(ws.projectRoot, "add", "-A");
-  git(ws.projectRoot, "commit", "-q", "-m", "initial");
-  const text = [
-    "[runner]",
-    `state_dir = ${JSON.stringify(join(ws.dir, "state"))}`,
-    "workspace_keep_secs = 0",
-    "[[projects]]",
-    'id = "demo"',
-    `root = ${JSON.stringify(ws.projectRoot)}`,
-    "allow_patch = true",
-    'workspace = "worktree"',
-    "[acp]",
-    "agents_share_runner_user = true",
-    "[[acp.agents]]",
-    'id = "fake"',
-    `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
-    `args = ${JSON.stringify(["--ledger", ws.ledger, "--continuation", "both", "--session-dir", join(ws.dir, "sessions")])}`,
-    'continuation = "both"',
-    "[acp.agents.env_from_env]",
-    'PATH = "PATH"',
-    "",
-  ].join("\n");
-  const file = join(ws.dir, "runner.toml");
-  writeFileSync(file, text);
+  commitProject(ws);
+  const { text, file } = worktreeConfig(ws, { runner: ["workspace_keep_secs = 0"], continuation: true });
   const store = openDispatchStore({ stateDir: mkdtempSync(join(tmpdir(), "wc-runner-store-")) }).store;
   const { manager } = newManager(parseConfig(text, file), { workspacesDir: join(ws.dir, "worktrees"), store });
   managers.push(manager);

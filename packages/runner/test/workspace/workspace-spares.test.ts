@@ -5,7 +5,6 @@
  * base; a spare of an older HEAD is never taken and is replaced; two concurrent starts get two worktrees; the
  * spares go at shutdown, and whatever a previous process left of them goes at start-up.
  */
-import { execFileSync } from "node:child_process";
 import {
   existsSync,
   lstatSync,
@@ -21,21 +20,15 @@ import {
 import { join, relative } from "node:path";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN, poll, readLedger } from "../../../../scripts/test-support/index.js";
+import { poll, readLedger } from "../../../../scripts/test-support/index.js";
 import { ConfigError, parseConfig, type RunnerConfig } from "../../src/config/config.js";
 import type { RunManager } from "../../src/runs/manager.js";
 import { SPARES_DIR_NAME } from "../../src/workspace/spares.js";
 import { runBranch } from "../../src/workspace/worktree.js";
 import { makeWorkspace, newManager, runToEnd, startRequest, type Workspace } from "../support/harness.js";
+import { git, worktreeConfig } from "../support/worktree-project.js";
 
 const WAIT = { timeoutMs: 60_000, intervalMs: 50 };
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], {
-    cwd,
-    encoding: "utf8",
-  }).trim();
-}
 
 /** A project repository of a few hundred files in nested directories, an executable and a symlink; one commit. */
 function initRepo(ws: Workspace): string {
@@ -53,34 +46,11 @@ function initRepo(ws: Workspace): string {
   return git(ws.projectRoot, "rev-parse", "HEAD");
 }
 
-function configText(ws: Workspace, runner = ""): string {
-  return [
-    "[runner]",
-    `state_dir = ${JSON.stringify(join(ws.dir, "state"))}`,
-    runner,
-    "[[projects]]",
-    'id = "demo"',
-    `root = ${JSON.stringify(ws.projectRoot)}`,
-    "allow_patch = true",
-    'workspace = "worktree"',
-    "[acp]",
-    "agents_share_runner_user = true",
-    "max_concurrent_runs = 4",
-    "cancel_grace_secs = 5",
-    "[[acp.agents]]",
-    'id = "fake"',
-    `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
-    `args = ${JSON.stringify(["--ledger", ws.ledger])}`,
-    "[acp.agents.env_from_env]",
-    'PATH = "PATH"',
-    "",
-  ].join("\n");
-}
-
 function load(ws: Workspace, runner = ""): RunnerConfig {
-  const file = join(ws.dir, "runner.toml");
-  const text = configText(ws, runner);
-  writeFileSync(file, text);
+  const { text, file } = worktreeConfig(ws, {
+    runner: [runner],
+    acp: ["max_concurrent_runs = 4", "cancel_grace_secs = 5"],
+  });
   return parseConfig(text, file);
 }
 

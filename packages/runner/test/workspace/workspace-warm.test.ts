@@ -7,22 +7,14 @@
  * a kept worktree swept or removed meanwhile is simply made again. Inspecting never runs the project's fsmonitor
  * or hooks.
  */
-import { execFileSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { FAKE_AGENT_BIN } from "../../../../scripts/test-support/index.js";
 import { parseConfig } from "../../src/config/config.js";
 import type { RunManager } from "../../src/runs/manager.js";
 import { runBranch } from "../../src/workspace/worktree.js";
 import { type Finished, makeWorkspace, newManager, runToEnd, type Workspace } from "../support/harness.js";
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], {
-    cwd,
-    encoding: "utf8",
-  }).trim();
-}
+import { commitProject, git, worktreeConfig } from "../support/worktree-project.js";
 
 const workspaces: Workspace[] = [];
 const managers: RunManager[] = [];
@@ -35,36 +27,14 @@ afterEach(async () => {
 function setup() {
   const ws = makeWorkspace();
   workspaces.push(ws);
-  git(ws.projectRoot, "init", "-q", "-b", "main");
-  writeFileSync(join(ws.projectRoot, "README.md"), "demo\n");
-  writeFileSync(join(ws.projectRoot, ".gitignore"), "node_modules/\n");
-  git(ws.projectRoot, "add", "-A");
-  git(ws.projectRoot, "commit", "-q", "-m", "initial");
+  commitProject(ws, { "README.md": "demo\n", ".gitignore": "node_modules/\n" });
   writeFileSync(join(ws.projectRoot, "README.md"), "demo, again\n");
   git(ws.projectRoot, "commit", "-q", "-a", "-m", "second");
-  const text = [
-    "[runner]",
-    `state_dir = ${JSON.stringify(join(ws.dir, "state"))}`,
-    "workspace_keep_secs = 600",
-    "[[projects]]",
-    'id = "demo"',
-    `root = ${JSON.stringify(ws.projectRoot)}`,
-    "allow_patch = true",
-    'workspace = "worktree"',
-    "[acp]",
-    "agents_share_runner_user = true",
-    "cancel_grace_secs = 5",
-    "[[acp.agents]]",
-    'id = "fake"',
-    `executable = ${JSON.stringify(FAKE_AGENT_BIN)}`,
-    `args = ${JSON.stringify(["--ledger", ws.ledger, "--continuation", "both", "--session-dir", join(ws.dir, "sessions")])}`,
-    'continuation = "both"',
-    "[acp.agents.env_from_env]",
-    'PATH = "PATH"',
-    "",
-  ].join("\n");
-  const file = join(ws.dir, "runner.toml");
-  writeFileSync(file, text);
+  const { text, file } = worktreeConfig(ws, {
+    runner: ["workspace_keep_secs = 600"],
+    acp: ["cancel_grace_secs = 5"],
+    continuation: true,
+  });
   const worktrees = join(ws.dir, "worktrees");
   const clock = { now: Date.parse("2026-01-01T00:00:00Z") };
   const { manager } = newManager(parseConfig(text, file), { workspacesDir: worktrees, now: () => new Date(clock.now) });
