@@ -9,6 +9,7 @@ import { answerHelp, commandUsage } from "./cli/help.js";
 import { rotateRunnerToken } from "./cli/runner-token.js";
 import { ConfigError, loadServerConfig, sha256Hex } from "./config.js";
 import { startServer } from "./server.js";
+import { armShutdownDeadline, SHUTDOWN_LEAK_TEST_ENV } from "./wiring/teardown.js";
 
 /** A usage mistake of one command: the reason, then that command's usage, on stderr; exit 2. */
 function usageMistake(command: string, err: unknown): number {
@@ -42,6 +43,8 @@ async function cmdRun(argv: string[]): Promise<number> {
   // One line on stdout that tools and tests can wait for.
   console.log(JSON.stringify({ listening: server.url, port: server.port }));
   await stopped;
+  armShutdownDeadline(logger);
+  if (process.env[SHUTDOWN_LEAK_TEST_ENV] === "1") setInterval(() => {}, 1_000);
   await server.close();
   return 0;
 }

@@ -10,6 +10,33 @@ import type { Logger } from "pino";
 /** How long one teardown step may take before the next one runs anyway. */
 export const TEARDOWN_STEP_TIMEOUT_MS = 10_000;
 
+/**
+ * How long `webcodex-server run` may take from SIGINT/SIGTERM to its exit: the teardown (each step bounded above)
+ * and then the event loop's last handles. A handle some step left open would keep the process alive for ever;
+ * past this deadline it exits 1, and the log names the kinds of handles still open (never their contents).
+ */
+export const SHUTDOWN_DEADLINE_MS = 30_000;
+/** Test-only (test/wiring/shutdown-deadline.test.ts): a shorter deadline, in ms. */
+export const SHUTDOWN_DEADLINE_TEST_ENV = "WEBCODEX_TEST_HOOK_SHUTDOWN_DEADLINE_MS";
+/** Test-only: `run` leaves one interval timer running at shutdown, as a leaking step would (main.ts). */
+export const SHUTDOWN_LEAK_TEST_ENV = "WEBCODEX_TEST_HOOK_LEAK_AT_SHUTDOWN";
+
+/**
+ * Arm the shutdown deadline (an unref'd timer: it never keeps the process alive itself). The process exits on its
+ * own once the event loop is empty; if it is not by `deadlineMs`, this logs what is still open and exits 1.
+ */
+export function armShutdownDeadline(logger: Logger, env: NodeJS.ProcessEnv = process.env): void {
+  const fromEnv = Number(env[SHUTDOWN_DEADLINE_TEST_ENV]);
+  const deadlineMs = Number.isInteger(fromEnv) && fromEnv > 0 ? fromEnv : SHUTDOWN_DEADLINE_MS;
+  setTimeout(() => {
+    logger.error(
+      { deadline_ms: deadlineMs, open: process.getActiveResourcesInfo() },
+      "shutdown did not end in time: exiting with what is still open",
+    );
+    process.exit(1);
+  }, deadlineMs).unref();
+}
+
 export type CloseStep = () => void | Promise<void>;
 
 export interface TeardownOptions {
