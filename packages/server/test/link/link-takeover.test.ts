@@ -86,7 +86,15 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     // Online within startRunner's bound (DAEMON_WAIT_MS): the lease (2 heartbeats) plus the replacement's
     // bounded retry pace; how fast is no test's business on a loaded machine.
     await s.startRunner("r1");
-    const events = await auditEvents(s);
+    // Audit rows are written behind the link (LINK_AUDIT_MAX_PENDING): the replacement's may come a moment after.
+    const stack = s;
+    const events = await poll(
+      async () => {
+        const now = await auditEvents(stack);
+        return now.filter((e) => e === "link_granted").length >= 2 ? now : undefined;
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: "the replacement's link_granted audit row" },
+    );
     expect(events.filter((e) => e === "link_granted")).toHaveLength(2);
     expect(events.at(-1)).toBe("link_granted");
     expect((await s.runToEnd("after-replacement")).state).toBe("completed");
