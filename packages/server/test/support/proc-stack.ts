@@ -146,6 +146,8 @@ export class ProcStack {
   readonly serverConfigFile: string;
   readonly tokens = new Map<string, string>();
   readonly runnerProcs = new Map<string, DaemonProcess>();
+  /** Runners started at least once: a restart first waits for the Server to drop the previous link. */
+  readonly #startedOnce = new Set<string>();
   readonly logs = new Map<string, string>();
   /** Bearer tokens of the config's principals (inline `token_sha256`), for real MCP clients. */
   readonly principalTokens = new Map<string, string>();
@@ -376,6 +378,11 @@ export class ProcStack {
     opts: { waitOnline?: boolean } = {},
   ): Promise<void> {
     if (this.runnerProcs.has(id)) throw new Error(`runner ${id} already running`);
+    const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
+    // A restart: until the Server has seen the killed process's link close, its projects still read online,
+    // and "online" would be the old link's (the new one is refused while the old one looks live).
+    if (this.#startedOnce.has(id) && opts.waitOnline !== false) await this.#waitLinkGone(id, projects);
+    this.#startedOnce.add(id);
     const child = startRunnerProcess(join(this.dir, `runner-${id}.toml`), {
       args,
       cwd: this.dir,
@@ -385,7 +392,6 @@ export class ProcStack {
       onOutput: () => this.logs.set(id, child.output()),
     });
     this.runnerProcs.set(id, child);
-    const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
     if (opts.waitOnline === false) return;
     await poll(
       async () => {
@@ -425,6 +431,22 @@ export class ProcStack {
     if (!child) return;
     this.runnerProcs.delete(id);
     await child.stop(signal);
+  }
+
+  /** Until the Server shows offline the projects only runner `id` serves (no other running Runner has them). */
+  async #waitLinkGone(id: string, projects: string[]): Promise<void> {
+    const others = new Set(
+      this.opts.runners.filter((r) => r.id !== id && this.runnerProcs.has(r.id)).flatMap((r) => r.projects),
+    );
+    const own = projects.filter((p) => !others.has(p));
+    if (own.length === 0) return;
+    await poll(
+      async () => {
+        const views = await this.projects("alice");
+        return own.every((p) => !views.find((v) => v.project_id === p)?.runner_online);
+      },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id}'s previous link dropped` },
+    );
   }
 
   /** Until the Server shows every project of runner `id` online again (after a reconnect). */
