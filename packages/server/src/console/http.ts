@@ -31,7 +31,8 @@ import { RefusalLog } from "../refusal-log.js";
 import { LoginLimits } from "./login-limits.js";
 import { renderLogin, renderPage } from "./page.js";
 import { CONSOLE_SESSION_TTL_MS, type ConsoleSessions, csrfTokenOf, sameSecret } from "./sessions.js";
-import { type ConsoleFilters, type ConsoleReader, parseFilters } from "./snapshot.js";
+import type { ConsoleReader } from "./snapshot.js";
+import { type ConsoleFilters, parseFilters } from "./views.js";
 
 export {
   CONSOLE_LOGIN_KEY_PREFIX_CHARS,

@@ -6,7 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { poll } from "../../../../scripts/test-support/index.js";
-import type { ConsoleSnapshot } from "../../src/console/snapshot.js";
+import type { ConsoleSnapshot } from "../../src/console/views.js";
 import { consoleLogin } from "../support/console-login.js";
 import { issueKey } from "../support/oauth.js";
 import { okValue, ProcStack } from "../support/proc-stack.js";

@@ -10,7 +10,7 @@ import { PROTOCOL_VERSION } from "@webcodex/protocol";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CONSOLE_LOGIN_MAX_FAILURES_PER_SOURCE, CONSOLE_MAX_STREAMS_PER_PRINCIPAL } from "../../src/console/http.js";
 import { CONSOLE_SESSION_TTL_MS, ConsoleSessions } from "../../src/console/sessions.js";
-import { maskPaths, PATH_MASK } from "../../src/console/snapshot.js";
+import { maskPaths, PATH_MASK } from "../../src/console/views.js";
 import { PRESENCE_STALE_MS, PresenceStore, presenceAt } from "../../src/link/presence.js";
 import { StateStore } from "../../src/state/store.js";
 import { consoleLogin } from "../support/console-login.js";
