@@ -18,8 +18,10 @@ export const HARDENING_ORDER = [
   "protocol-fuzz-server.test.ts",
   "mcp-http-fuzz.test.ts",
   "conformance.full.test.ts",
-  // Last: the worker that ran the soak is free first and takes it.
+  // Last, longest first: the worker that ran the soak is free first and takes them.
   "seeded-chaos-workspaces.test.ts",
+  "seeded-chaos-workspaces-run-as.test.ts",
+  "seeded-chaos-webhooks.test.ts",
 ];
 
 function rank(spec: TestSpecification): number {
