@@ -378,7 +378,7 @@ export class ProcStack {
     opts: { waitOnline?: boolean } = {},
   ): Promise<void> {
     if (this.runnerProcs.has(id)) throw new Error(`runner ${id} already running`);
-    const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
+    const projects = this.#projectsOf(id);
     // A restart: until the Server has seen the killed process's link close, its projects still read online,
     // and "online" would be the old link's (the new one is refused while the old one looks live).
     if (this.#startedOnce.has(id) && opts.waitOnline !== false) await this.#waitLinkGone(id, projects);
@@ -393,14 +393,9 @@ export class ProcStack {
     });
     this.runnerProcs.set(id, child);
     if (opts.waitOnline === false) return;
-    await poll(
-      async () => {
-        if (child.exitCode !== null) throw new Error(`runner ${id} exited ${child.exitCode}: ${child.output()}`);
-        const views = await this.projects("alice");
-        return projects.every((p) => views.find((v) => v.project_id === p)?.runner_online);
-      },
-      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id} online` },
-    );
+    await this.#pollProjects(projects, true, `runner ${id} online`, () => {
+      if (child.exitCode !== null) throw new Error(`runner ${id} exited ${child.exitCode}: ${child.output()}`);
+    });
   }
 
   /** An MCP SDK client over Streamable HTTP for a config principal (its inline token). Closed by stop(). */
@@ -439,36 +434,34 @@ export class ProcStack {
       this.opts.runners.filter((r) => r.id !== id && this.runnerProcs.has(r.id)).flatMap((r) => r.projects),
     );
     const own = projects.filter((p) => !others.has(p));
-    if (own.length === 0) return;
-    await poll(
-      async () => {
-        const views = await this.projects("alice");
-        return own.every((p) => !views.find((v) => v.project_id === p)?.runner_online);
-      },
-      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id}'s previous link dropped` },
-    );
+    if (own.length > 0) await this.#pollProjects(own, false, `runner ${id}'s previous link dropped`);
   }
 
   /** Until the Server shows every project of runner `id` online again (after a reconnect). */
   async waitOnline(id: string): Promise<void> {
-    const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
-    await poll(
-      async () => {
-        const views = await this.projects("alice");
-        return projects.every((p) => views.find((v) => v.project_id === p)?.runner_online);
-      },
-      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id} online again` },
-    );
+    await this.#pollProjects(this.#projectsOf(id), true, `runner ${id} online again`);
   }
 
   async waitOffline(id: string): Promise<void> {
-    const projects = this.opts.runners.find((r) => r.id === id)?.projects ?? [];
+    await this.#pollProjects(this.#projectsOf(id), false, `runner ${id} offline`);
+  }
+
+  #projectsOf(id: string): string[] {
+    return this.opts.runners.find((r) => r.id === id)?.projects ?? [];
+  }
+
+  /**
+   * Until the Server shows every one of `projects` online (or every one offline), as `alice` sees them.
+   * `check` runs before each look and may throw to stop waiting (a Runner that already exited).
+   */
+  async #pollProjects(projects: string[], online: boolean, what: string, check?: () => void): Promise<void> {
     await poll(
       async () => {
+        check?.();
         const views = await this.projects("alice");
-        return projects.every((p) => !views.find((v) => v.project_id === p)?.runner_online);
+        return projects.every((p) => (views.find((v) => v.project_id === p)?.runner_online ?? false) === online);
       },
-      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: `runner ${id} offline` },
+      { timeoutMs: DAEMON_WAIT_MS, intervalMs: DAEMON_POLL_MS, what },
     );
   }
 
