@@ -14,8 +14,8 @@ import { FAKE_AGENT_BIN, poll, RUNNER_BIN, readLedger } from "../../../../script
 import { ConfigError, parseConfig, type RunnerConfig } from "../../src/config/config.js";
 import type { RunManager } from "../../src/runs/manager.js";
 import { openDispatchStore } from "../../src/store/open.js";
-import { runBranch } from "../../src/workspace/worktree.js";
-import { makeWorkspace, newManager, runToEnd, startRequest, type Workspace } from "../support/harness.js";
+import { addWorktree, recordChange, runBranch } from "../../src/workspace/worktree.js";
+import { makeWorkspace, newManager, newRunId, runToEnd, startRequest, type Workspace } from "../support/harness.js";
 
 const WAIT = { timeoutMs: 60_000, intervalMs: 50, what: "" };
 
@@ -272,6 +272,29 @@ describe("worktree runs", () => {
     const changes = await manager.changes(run.run_id, 0, 4096);
     expect(changes?.ok).toBe(true);
     expect(existsSync(canaryFile)).toBe(false);
+  });
+
+  it("records what the agent left beside a named pipe it made: the pipe is not content, and nothing waits on it", async () => {
+    const ws = fresh();
+    const base = initRepo(ws);
+    const runId = newRunId();
+    const branch = runBranch(runId);
+    const dir = join(ws.dir, "worktrees", runId);
+    await addWorktree(ws.projectRoot, dir, branch, base);
+    writeFileSync(join(dir, "left.txt"), "left\n");
+    // Opening a FIFO for reading blocks until a writer comes: a recording that read it would never end.
+    execFileSync("mkfifo", [join(dir, "pipe")]);
+    execFileSync("mkfifo", [join(dir, "src-pipe")]);
+
+    const head = await recordChange(ws.projectRoot, dir, runId, branch, base, {
+      name: "R",
+      email: "r@example.invalid",
+    });
+    expect(git(ws.projectRoot, "rev-parse", branch)).toBe(head);
+    expect(git(ws.projectRoot, "rev-parse", `${head}~1`)).toBe(base);
+    // The change is the file alone: neither pipe is in the commit.
+    expect(git(ws.projectRoot, "diff", "--name-only", base, head)).toBe("left.txt");
+    expect(git(ws.projectRoot, "show", `${head}:left.txt`)).toBe("left");
   });
 
   it("keeps the agent's own commits and adds one for what it left; .gitignore is respected", async () => {
