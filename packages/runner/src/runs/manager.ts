@@ -254,10 +254,11 @@ export class RunManager implements RunService {
   /** `recycled`: this is the second pass after waiting for a pool user recycled for this caller. */
   async start(req: RunStartRequest, recycled = false): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
-    // Kept agents hold no slot a caller sees: one that would take this run's slot is stopped.
-    this.#kept.makeRoom(this.#active.size, this.#config.acp.maxConcurrentRuns, req.continue_run_id);
     const checked = this.#checks.check(req, this.#views.summaryOf(req.run_id), this.#active.size);
     if (checked.kind === "answer") return checked.outcome;
+    // Kept agents hold no slot a caller sees: one that would take this run's slot is stopped — only for a run
+    // that is admitted (a retry or a refusal answered above needs no room, and must not cost a warm follow-up).
+    this.#kept.makeRoom(this.#active.size, this.#config.acp.maxConcurrentRuns, req.continue_run_id);
     const { agent, project, continueSessionId, ended } = checked;
     // A follow-up of a run whose agent is kept, in the project's own tree: that agent, and its pool user.
     const warm = ended ? null : this.#kept.forFollowUp(req, agent, project, continueSessionId);

@@ -130,6 +130,36 @@ describe("kept agents on the Runner", () => {
     ]);
   });
 
+  it("a start answered without admitting a run (a retry, a refusal) stops no kept agent, even on a full Runner", async () => {
+    const { ws, manager } = setup(2);
+    const one = await runToEnd(manager, "scenario: hello\nnonce: retry-1");
+    const kept = turn(ws, 0).pid;
+    const slow = startRequest(manager, "scenario: slow interval_ms=100 count=600");
+    expect((await manager.start(slow)).ok).toBe(true);
+    // Its prompt in the ledger before the follow-up's turn is read from there.
+    await poll(async () => readLedger(ws.ledger).filter((l) => l.event === "prompt").length === 2, {
+      timeoutMs: GONE_WAIT_MS,
+      intervalMs: 50,
+      what: "the slow run prompted",
+    });
+
+    // Full (one run going, one agent kept): a retry of the running start, and a start the Runner refuses.
+    const retried = await manager.start(slow);
+    expect(retried.ok && retried.created).toBe(false);
+    const refused = await manager.start({ ...startRequest(manager, "scenario: hello"), project_id: "no-such-project" });
+    expect(refused.ok ? "admitted" : refused.code).toBe("unknown_project");
+
+    // The follow-up finds its agent still kept: the same process, prompted without a new initialize.
+    const mark = readLedger(ws.ledger).length;
+    const two = await runToEnd(manager, "scenario: recall", { continue_run_id: one.run.run_id });
+    expect(two.events.filter((e) => e.kind === "agent_message").map((e) => e.text)).toEqual(["recall: nonce: retry-1"]);
+    const warm = turn(ws, mark);
+    expect(warm.pid).toBe(kept);
+    expect(warm.lines.map((l) => l.event)).toEqual(["prompt"]);
+    await manager.cancel(slow.run_id);
+    await manager.whenSettled(slow.run_id);
+  });
+
   it("close() stops every kept agent", async () => {
     const { ws, manager, store } = setup(4);
     const one = await runToEnd(manager, "scenario: hello");
