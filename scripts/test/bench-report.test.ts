@@ -48,6 +48,29 @@ describe("bench report", () => {
     expect(byId.wakeup_p50.result).toBe("N/A");
   });
 
+  it("judges issue 45's absolute round trip and the two instances' split cell against one Server of the same run", () => {
+    const r = results();
+    const sections = r.sections as Record<string, unknown>;
+    let byId = Object.fromEntries(evaluateTargets(r).map((t: { id: string }) => [t.id, t]));
+    expect(byId.round_trip_cpu_ms.result).toBe("N/A");
+    expect(byId.cluster_split_p99_ratio).toMatchObject({ result: "N/A", why: "not measured" });
+    expect(byId.cluster_split_calls_ratio).toMatchObject({ result: "N/A", why: "not measured" });
+
+    Object.assign(r.sections.fanout, { observe_cost: { server_cpu_ms_per_call: 0.42 } });
+    sections["cluster-fanout"] = { ratios: { split_p99: 2.01, split_calls_per_s: 0.59 } };
+    byId = Object.fromEntries(evaluateTargets(r).map((t: { id: string }) => [t.id, t]));
+    expect(byId.round_trip_cpu_ms).toMatchObject({ value: 0.42, limit: TARGETS.round_trip_cpu_ms, result: "MISS" });
+    expect(byId.cluster_split_p99_ratio).toMatchObject({ value: 2.01, result: "MISS" });
+    expect(byId.cluster_split_calls_ratio).toMatchObject({ value: 0.59, cmp: ">=", result: "MISS" });
+
+    Object.assign(r.sections.fanout, { observe_cost: { server_cpu_ms_per_call: 0.12 } });
+    sections["cluster-fanout"] = { ratios: { split_p99: 0.9, split_calls_per_s: 1.7 } };
+    byId = Object.fromEntries(evaluateTargets(r).map((t: { id: string }) => [t.id, t]));
+    expect(byId.round_trip_cpu_ms.result).toBe("PASS");
+    expect(byId.cluster_split_p99_ratio.result).toBe("PASS");
+    expect(byId.cluster_split_calls_ratio.result).toBe("PASS");
+  });
+
   it("reads the fan-out memory target from the cell on a Server of its own, the p99 target from the grid", () => {
     const r = results();
     const grid = r.sections.fanout as Record<string, unknown>;

@@ -42,6 +42,14 @@ export const TARGETS = {
   fanout: { n: 50, m: 1000, p99_ms: 100 },
   /** Issue 45: against the bare long-poll floor of the same run (suites/fanout.mjs `floorRatios`). */
   floor: { round_trip_cpu_ratio: 2, fanout_p99_ratio: 3 },
+  /** Issue 45: the Server's CPU per observe round trip, absolute (ms per call). */
+  round_trip_cpu_ms: 0.15,
+  /**
+   * Issue 45 §4, the cluster fan-out's split cell against one SQLite Server of the same run
+   * (suites/cluster-fanout.mjs `ratios`): the worse instance's p99 ≤ the baseline's, and both instances
+   * together serve at least this many times the baseline's calls/s.
+   */
+  cluster: { split_p99_ratio: 1, split_calls_ratio: 1.6 },
 };
 
 export function evaluateTargets(results) {
@@ -205,6 +213,33 @@ export function evaluateTargets(results) {
       "<=",
       "x",
       s.fanout?.floor?.observe_cost?.error ?? s.fanout?.observe_cost?.error ?? na("fanout"),
+    ),
+    target(
+      "round_trip_cpu_ms",
+      `observe round trip Server CPU ≤ ${T.round_trip_cpu_ms} ms per call`,
+      s.fanout?.observe_cost?.server_cpu_ms_per_call,
+      T.round_trip_cpu_ms,
+      "<=",
+      "ms",
+      s.fanout?.observe_cost?.error ?? na("fanout"),
+    ),
+    target(
+      "cluster_split_p99_ratio",
+      `two instances, observers split: worse p99 ≤ ${T.cluster.split_p99_ratio}× one Server's`,
+      s["cluster-fanout"]?.ratios?.split_p99,
+      T.cluster.split_p99_ratio,
+      "<=",
+      "x",
+      na("cluster-fanout"),
+    ),
+    target(
+      "cluster_split_calls_ratio",
+      `two instances, observers split: calls/s ≥ ${T.cluster.split_calls_ratio}× one Server's`,
+      s["cluster-fanout"]?.ratios?.split_calls_per_s,
+      T.cluster.split_calls_ratio,
+      ">=",
+      "x",
+      na("cluster-fanout"),
     ),
     target(
       "fanout_server_rss",

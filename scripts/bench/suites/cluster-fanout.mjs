@@ -96,9 +96,17 @@ export async function run(ctx, plan) {
         all_on_b_p50: ratio(allOnB.latency_ms.p50, baseline.latency_ms.p50),
         all_on_b_p99: ratio(allOnB.latency_ms.p99, baseline.latency_ms.p99),
         split_own_listener_b_p99: ratio(splitOwnListener.by_group?.b?.p99, baseline.latency_ms.p99),
+        // Issue 45 §4: the worse instance of the split cell, and what both serve together.
+        split_p99: ratio(worse(split.by_group?.a?.p99, split.by_group?.b?.p99), baseline.latency_ms.p99),
+        split_calls_per_s: ratio(split.calls_per_s, baseline.calls_per_s),
       },
     };
   } finally {
     await cluster.close();
   }
+}
+
+/** The larger of two p99s; undefined when either is missing (a group that got no answer is not "better"). */
+function worse(a, b) {
+  return typeof a === "number" && typeof b === "number" ? Math.max(a, b) : undefined;
 }
