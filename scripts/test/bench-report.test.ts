@@ -62,6 +62,9 @@ describe("bench report", () => {
     expect(byId.round_trip_cpu_ms).toMatchObject({ value: 0.42, limit: TARGETS.round_trip_cpu_ms, result: "MISS" });
     expect(byId.cluster_split_p99_ratio).toMatchObject({ value: 2.01, result: "MISS" });
     expect(byId.cluster_split_calls_ratio).toMatchObject({ value: 0.59, cmp: ">=", result: "MISS" });
+    // A limit under 1 ms is printed to the thousandth: 0.42 against 0.15, not "0.4".
+    r.targets = evaluateTargets(r);
+    expect(render(r)).toMatch(/MISS {2}observe round trip Server CPU ≤ 0\.15 ms per call +0\.420 ms/);
 
     Object.assign(r.sections.fanout, { observe_cost: { server_cpu_ms_per_call: 0.12 } });
     sections["cluster-fanout"] = { ratios: { split_p99: 0.9, split_calls_per_s: 1.7 } };

@@ -4,7 +4,7 @@
  * the target line for every figure), rasterized to PNG with @resvg/resvg-js
  * (prebuilt binaries inside npm packages; system fonts for the labels).
  */
-import { TARGETS } from "./report.mjs";
+import { TARGETS, valueDigits } from "./report.mjs";
 
 const W = 1100;
 const H = 560;
@@ -67,7 +67,7 @@ function bars(results, x0, y0, w, h) {
   const rows = list.map((t) => ({
     label: t.what,
     score: t.value / t.limit,
-    value: t.unit === "x" ? `${num(t.value, 2)}×` : `${num(t.value)} ${t.unit}`,
+    value: t.unit === "x" ? `${num(t.value, 2)}×` : `${num(t.value, valueDigits(t))} ${t.unit}`,
     good: t.result === "PASS",
     higherIsBetter: t.cmp === ">=",
   }));

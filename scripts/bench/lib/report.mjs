@@ -12,6 +12,11 @@ function burst(results, kind) {
   return key ? t[key] : null;
 }
 
+/** Decimals that show a target's value against its limit: a sub-unit limit (0.15 ms) needs three. */
+export function valueDigits(t) {
+  return Math.abs(t.limit) < 1 ? 3 : 1;
+}
+
 function target(id, what, value, limit, cmp, unit, why) {
   let result;
   if (typeof value !== "number" || !Number.isFinite(value)) result = "N/A";
@@ -435,7 +440,7 @@ export function render(results) {
 
   out += "Targets\n";
   for (const t of results.targets) {
-    const value = t.unit === "x" ? x(t.value) : `${f(t.value)} ${t.unit}`;
+    const value = t.unit === "x" ? x(t.value) : `${f(t.value, valueDigits(t))} ${t.unit}`;
     out += `  ${pad(t.result, 5)} ${pad(t.what, 58)} ${lpad(t.result === "N/A" ? "" : value, 10)}${t.why ? `  (${String(t.why).split("\n")[0].slice(0, 90)})` : ""}\n`;
   }
   out += "\n";
