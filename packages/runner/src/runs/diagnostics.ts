@@ -3,7 +3,8 @@
  * agent's stderr (at most STDERR_TAIL_BYTES, kept by process/stderr-tail.ts),
  * its exit, the run's setup stage and timings and its terminal state, as one JSON file per run:
  * `<state_dir>/diagnostics/<run_id>.json`, mode 0600 in a 0700 directory.
- * Written when the run's process tree is gone; removed when retention prunes
+ * Written when the run's process tree is gone, or when its agent is kept for a follow-up (runs/kept-agents.ts:
+ * no exit then, the stderr tail so far); removed when retention prunes
  * the run's row. Never sent to the Server (the link never reads it); the
  * Runner's log names the file in the line of a failed or lost run, and
  * `webcodex-runner diagnose RUN_ID` prints it.

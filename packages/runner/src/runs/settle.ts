@@ -124,8 +124,11 @@ export class RunSettler {
       run.warm = null;
       await this.stopKept(warm);
     }
-    if (this.#keep(run)) {
-      // Its process, connection and pool user are the kept agent's now: nothing of them ends here.
+    const agent = run.child;
+    if (agent !== null && this.#keep(run)) {
+      // Its process, connection and pool user are the kept agent's now: nothing of them ends here. Its
+      // diagnostics are the turn's (stage, timings, the stderr tail so far; no exit: the agent lives on).
+      this.#writeDiagnostics(run, agent, timings);
       run.child = null;
       run.conn = null;
       this.#active.delete(run);

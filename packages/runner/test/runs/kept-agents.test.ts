@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { FAKE_AGENT_BIN, type LedgerLine, poll, readLedger } from "../../../../scripts/test-support/index.js";
 import { parseConfig } from "../../src/config/config.js";
+import { readDiagnostics } from "../../src/runs/diagnostics.js";
 import type { RunManager } from "../../src/runs/manager.js";
 import type { DispatchStore } from "../../src/store/types.js";
 import { makeWorkspace, newManager, runToEnd, startRequest, type Workspace } from "../support/harness.js";
@@ -50,7 +51,9 @@ function setup(maxConcurrentRuns: number): { ws: Workspace; manager: RunManager;
   ].join("\n");
   const file = join(ws.dir, "runner.toml");
   writeFileSync(file, text);
-  const { manager, store } = newManager(parseConfig(readFileSync(file, "utf8"), file));
+  const { manager, store } = newManager(parseConfig(readFileSync(file, "utf8"), file), {
+    diagnosticsDir: join(ws.dir, "diagnostics"),
+  });
   managers.push(manager);
   return { ws, manager, store };
 }
@@ -95,6 +98,22 @@ describe("kept agents on the Runner", () => {
     // The group moved to the follow-up's row (kept again, it completed too); the parent's row names none now.
     expect(store.get(two.run.run_id)?.child_pgid).toBe(first.pid);
     expect(store.get(one.run.run_id)?.child_pgid).toBeNull();
+  });
+
+  it("a run whose agent is kept has its diagnostics file like any other: its turn's stage and timings, no exit", async () => {
+    const { ws, manager } = setup(4);
+    const one = await runToEnd(manager, "scenario: hello");
+    const pid = turn(ws, 0).pid;
+    expect(alive(pid)).toBe(true);
+    const diagnostics = readDiagnostics(join(ws.dir, "diagnostics"), one.run.run_id);
+    expect(diagnostics).toMatchObject({
+      run_id: one.run.run_id,
+      state: "completed",
+      stage: "prompt",
+      exit_code: null,
+      exit_signal: null,
+    });
+    expect(diagnostics?.timings_ms.initialize).toBeGreaterThan(0);
   });
 
   it("a start that needs the slot stops the kept agent (no refusal); its follow-up then goes cold", async () => {
