@@ -163,8 +163,7 @@ describe("kept agents on the Runner", () => {
     });
 
     // Full (one run going, one agent kept): a retry of the running start, and a start the Runner refuses.
-    const retried = await manager.start(slow);
-    expect(retried.ok && retried.created).toBe(false);
+    expect(await manager.start(slow)).toMatchObject({ ok: true, created: false });
     const refused = await manager.start({ ...startRequest(manager, "scenario: hello"), project_id: "no-such-project" });
     expect(refused.ok ? "admitted" : refused.code).toBe("unknown_project");
 
