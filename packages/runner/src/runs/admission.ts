@@ -6,7 +6,8 @@
  * to end at once, not started, when its project serves another caller or its parent's session is not here.
  *
  * The run_as pool user is leased after these checks (process/user-pool.ts); its refusals are `capacityRefusal`s
- * and a user being recycled for the caller is waited for up to RECYCLE_WAIT_MS.
+ * and a user being recycled for the caller is waited for up to RECYCLE_WAIT_MS. A slot or a user still held by a
+ * run that has ended (its agent being stopped) is waited for up to SETTLE_WAIT_MS (RunManager.start).
  */
 import {
   CAPACITY_REASONS,
@@ -39,9 +40,21 @@ export function capacityRefusal(reason: CapacityReason): RunStartOutcome {
   return { ok: false, code: "capacity", message: CAPACITY_REASONS[reason].summary, capacity_reason: reason };
 }
 
+/**
+ * Longest a start on a full Runner waits for a run that has ended (its terminal told) but whose agent is still
+ * being stopped to free its slot, before it is refused `runner_full`. Above the Runner's own cleanup (stdin EOF,
+ * SIGTERM, SIGKILL, each given the cleanup grace), and well under the Server's wait for a `run.start` answer.
+ */
+export const SETTLE_WAIT_MS = 10_000;
+
 /** Whether a pool user being recycled for the caller is ready within RECYCLE_WAIT_MS. */
-export async function recycledInTime(ready: Promise<void>): Promise<boolean> {
-  const timer = AbortSignal.timeout(RECYCLE_WAIT_MS);
+export function recycledInTime(ready: Promise<void>): Promise<boolean> {
+  return readyInTime(ready, RECYCLE_WAIT_MS);
+}
+
+/** Whether `ready` resolves within `ms`. */
+export async function readyInTime(ready: Promise<void>, ms: number): Promise<boolean> {
+  const timer = AbortSignal.timeout(ms);
   return Promise.race([
     ready.then(() => true),
     new Promise<false>((resolve) => timer.addEventListener("abort", () => resolve(false), { once: true })),

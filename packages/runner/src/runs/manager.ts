@@ -31,7 +31,14 @@ import type { DispatchStore } from "../store/types.js";
 import type { ApplyOutcome } from "../workspace/applies.js";
 import type { ChangesOutcome } from "../workspace/changes.js";
 import { worktreesDir } from "../workspace/worktree.js";
-import { capacityRefusal, recycledInTime, StartChecks, UNRECORDED_REFUSAL } from "./admission.js";
+import {
+  capacityRefusal,
+  readyInTime,
+  recycledInTime,
+  SETTLE_WAIT_MS,
+  StartChecks,
+  UNRECORDED_REFUSAL,
+} from "./admission.js";
 import { RunDriver, requestCancel } from "./drive.js";
 import { KeptAgents } from "./kept-agents.js";
 import { MemoryProjectCallers, type ProjectCallers } from "./project-callers.js";
@@ -80,6 +87,10 @@ export interface RunManagerOptions {
   failpoint?: (name: FailpointName) => void;
   now?: () => Date;
 }
+
+/** What a start may wait for once before it is answered (RunManager.#start): each is then not waited for again. */
+type StartWait = "recycle" | "settle";
+const NO_WAITS: ReadonlySet<StartWait> = new Set();
 
 function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
@@ -251,11 +262,26 @@ export class RunManager implements RunService {
 
   // ---- admission --------------------------------------------------------------
 
-  /** `recycled`: this is the second pass after waiting for a pool user recycled for this caller. */
-  async start(req: RunStartRequest, recycled = false): Promise<RunStartOutcome> {
+  start(req: RunStartRequest): Promise<RunStartOutcome> {
+    return this.#start(req, NO_WAITS);
+  }
+
+  /**
+   * `waited`: what this start has already waited for and is not waited for again — a pool user recycled for its
+   * caller, a slot freed by a run that has ended (each then admits from the top once more).
+   */
+  async #start(req: RunStartRequest, waited: ReadonlySet<StartWait>): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
     const checked = this.#checks.check(req, this.#views.summaryOf(req.run_id), this.#active.size);
-    if (checked.kind === "answer") return checked.outcome;
+    if (checked.kind === "answer") {
+      // Full, but a run holding a slot has ended and its agent is being stopped: its caller was told it ended, so
+      // a start now must not be refused for it. Wait for such a run to settle (bounded), then admit from the top.
+      const full = !checked.outcome.ok && checked.outcome.capacity_reason === "runner_full";
+      if (full && !waited.has("settle") && (await this.#endedRunSettlesInTime(() => true))) {
+        return this.#start(req, new Set([...waited, "settle"]));
+      }
+      return checked.outcome;
+    }
     // Kept agents hold no slot a caller sees: one that would take this run's slot is stopped — only for a run
     // that is admitted (a retry or a refusal answered above needs no room, and must not cost a warm follow-up).
     this.#kept.makeRoom(this.#active.size, this.#config.acp.maxConcurrentRuns, req.continue_run_id);
@@ -271,10 +297,17 @@ export class RunManager implements RunService {
           : this.#users.acquire(agent, req.tenant);
     if (!lease.ok) {
       if (lease.reason === "unrecorded") return { ok: false, code: "internal", message: UNRECORDED_REFUSAL };
+      // Likewise a pool user still held by a run that has ended (its user is released once its agent is gone).
+      const held = lease.reason === "pool_busy" || lease.reason === "caller_limit";
+      if (held && !waited.has("settle") && (await this.#endedRunSettlesInTime((run) => run.runAs !== null))) {
+        return this.#start(req, new Set([...waited, "settle"]));
+      }
       if (lease.reason !== "recycling") return capacityRefusal(lease.reason);
       // An idle user is being recycled for this caller: wait for it (bounded), then admit from the top once.
-      if (recycled) return capacityRefusal("pool_recycling");
-      return (await recycledInTime(lease.ready)) ? this.start(req, true) : capacityRefusal("pool_recycling");
+      if (waited.has("recycle")) return capacityRefusal("pool_recycling");
+      return (await recycledInTime(lease.ready))
+        ? this.#start(req, new Set([...waited, "recycle"]))
+        : capacityRefusal("pool_recycling");
     }
 
     const acp = this.#config.acp;
@@ -333,6 +366,16 @@ export class RunManager implements RunService {
       return { ok: false, code: "internal", message: "The Runner could not record the admission." };
     }
     return { ok: true, run: run.summary(), created: true };
+  }
+
+  /**
+   * Whether one of the runs that hold a slot (`which` of them) and have ended — their agents being stopped, their
+   * pool users not yet released — settles within SETTLE_WAIT_MS; false at once when there is none.
+   */
+  #endedRunSettlesInTime(which: (run: Run) => boolean): Promise<boolean> {
+    const ending = [...this.#active].filter((run) => run.terminal && which(run)).map((run) => run.settled);
+    if (ending.length === 0) return Promise.resolve(false);
+    return readyInTime(Promise.race(ending), SETTLE_WAIT_MS);
   }
 
   // ---- observation --------------------------------------------------------------

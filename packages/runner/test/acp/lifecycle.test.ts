@@ -24,6 +24,11 @@ import {
 } from "../support/harness.js";
 
 const ws = makeWorkspace();
+/**
+ * Each cleanup step's grace in the test of a run that has ended while its agent is still being stopped: long enough
+ * that the next start surely comes while it still holds its slot, however loaded the machine.
+ */
+const ENDING_GRACE_MS = 5_000;
 /** An agent's session/new delay far beyond a close that aborts the setup, however loaded the machine. */
 const SLOW_SESSION_NEW_MS = 60_000;
 const SECRET = canary("env-value");
@@ -211,6 +216,45 @@ describe("capacity", () => {
     await manager.cancel(a.run_id);
     await manager.cancel(b.run_id);
     await Promise.all([manager.whenSettled(a.run_id), manager.whenSettled(b.run_id)]);
+  });
+});
+
+describe("capacity while an ended run's agent is being stopped", () => {
+  // One slot, and a cleanup grace long enough that the ended run surely still holds it when the next start comes.
+  const oneSlot = writeConfig(ws, { acp: { cancel_grace_secs: 1, max_concurrent_runs: 1 }, agents: [{ id: "fake" }] });
+  const { manager: m } = newManager(oneSlot, { cleanupGraceMs: ENDING_GRACE_MS });
+  afterAll(() => m.close());
+
+  test("a start is not refused runner_full for a run that has ended: it waits for that run's agent to be gone", async () => {
+    // An agent that ignores both the cancel and stdin EOF: its run ends lost after the cancel grace, then holds
+    // its slot through the cleanup's EOF grace until SIGTERM.
+    const a = startRequest(m, "scenario: hang\ncase: ending-a", { timeout_secs: 30 });
+    expect((await m.start(a)).ok).toBe(true);
+    await waitForState(m, a.run_id, "running");
+    let settled = false;
+    void m.whenSettled(a.run_id).then(() => (settled = true));
+    await m.cancel(a.run_id);
+    await waitForState(m, a.run_id, "lost");
+    expect(settled, "the ended run still holds its slot (its agent not yet stopped)").toBe(false);
+
+    const b = startRequest(m, "scenario: hello\ncase: ending-b");
+    const answered = await m.start(b);
+    expect(answered).toMatchObject({ ok: true, created: true });
+    expect(settled, "the slot was freed by the ended run settling").toBe(true);
+    await m.whenSettled(b.run_id);
+    expect(m.sync(b.run_id, 0, 0)?.run.state).toBe("completed");
+  });
+
+  test("a Runner full of runs that have not ended still refuses at once, without waiting", async () => {
+    const a = startRequest(m, "scenario: hang\ncase: full-a", { timeout_secs: 30 });
+    expect((await m.start(a)).ok).toBe(true);
+    await waitForState(m, a.run_id, "running");
+    const refused = await m.start(startRequest(m, "scenario: hello\ncase: full-b"));
+    expect(refused).toMatchObject({ ok: false, code: "capacity", capacity_reason: "runner_full" });
+    // Answered while the running run still runs: the refusal did not wait for it to end.
+    expect(m.sync(a.run_id, 0, 0)?.run.state).toBe("running");
+    await m.cancel(a.run_id);
+    await m.whenSettled(a.run_id);
   });
 });
 

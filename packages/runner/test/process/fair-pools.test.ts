@@ -50,6 +50,8 @@ import {
 const execFileP = promisify(execFile);
 const SETPRIV = findSystemTool("setpriv") ?? "setpriv";
 const DAY_MS = 24 * 60 * 60 * 1000;
+/** Each cleanup step's grace where a run has ended and its agent is still being stopped (see its test). */
+const ENDING_GRACE_MS = 5_000;
 /** A run that lives until cancelled (60 s at most). */
 const SLOW = "scenario: slow interval_ms=100 count=600";
 
@@ -199,6 +201,42 @@ describe.skipIf(!IS_ROOT)(
         expect(
           await manager.start(startRequest(manager, "scenario: hello", { provider_id: "pooled", tenant: T_DAVE })),
         ).toMatchObject({ ok: false, code: "capacity", capacity_reason: "pool_busy" });
+      } finally {
+        for (const id of started) await manager.cancel(id);
+        for (const id of started) await manager.whenSettled(id);
+        await manager.close();
+        rmSync(stateDir, { recursive: true, force: true });
+      }
+    });
+
+    test("a caller's next start waits for her user to be released by her run that has ended, instead of caller_limit", async () => {
+      const stateDir = mkdtempSync(join(tmpdir(), "wc-fair-ending-"));
+      // Each cleanup step's grace: the ended run surely still holds her user when her next start comes.
+      const { manager } = newManager(ctx.config, {
+        poolBindings: new FilePoolBindings(stateDir),
+        cleanupGraceMs: ENDING_GRACE_MS,
+      });
+      const started: string[] = [];
+      try {
+        await manager.usersReady;
+        // An agent that ignores both the cancel and stdin EOF: its run ends lost after the cancel grace, and its
+        // user (alice's one: max_users_per_caller is half the pool, 1) is released only once SIGTERM ends it.
+        const first = startRequest(manager, "scenario: hang", { provider_id: "pooled", tenant: T_ALICE });
+        expect(await manager.start(first)).toMatchObject({ ok: true });
+        started.push(first.run_id);
+        await waitForState(manager, first.run_id, "running");
+        let settled = false;
+        void manager.whenSettled(first.run_id).then(() => (settled = true));
+        await manager.cancel(first.run_id);
+        await waitForState(manager, first.run_id, "lost");
+        expect(settled, "her ended run still holds her user").toBe(false);
+
+        const next = startRequest(manager, "scenario: hello", { provider_id: "pooled", tenant: T_ALICE });
+        expect(await manager.start(next)).toMatchObject({ ok: true, created: true });
+        started.push(next.run_id);
+        expect(settled, "her user was freed by the ended run settling").toBe(true);
+        await manager.whenSettled(next.run_id);
+        expect(manager.sync(next.run_id, 0, 0)?.run.state).toBe("completed");
       } finally {
         for (const id of started) await manager.cancel(id);
         for (const id of started) await manager.whenSettled(id);
