@@ -227,7 +227,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         }
         await observeTerminal(replay.run_id);
         if (step.action === "replay") {
-          const again = await mustStart(i, key, startOnce);
+          const again = await mustStart(i, key, startOnce, () => chaos.runnerLogTail());
           expect(again.run_id).toBe(replay.run_id);
           expect(again.replayed).toBe(true);
         }

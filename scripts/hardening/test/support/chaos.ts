@@ -35,6 +35,8 @@ export const RUN_TIMEOUT_SECS = 30;
 export const ACTION_DELAY_MAX_MS = 400;
 /** Bound on the Runner coming back online after a chaos step restarted a Server. */
 export const RECONNECT_WAIT_MS = 60_000;
+/** How many of the Runner's last log lines a refused start's error shows. */
+export const RUNNER_LOG_TAIL_LINES = 80;
 /** Bound on every agent process being gone once the chaos ends. */
 export const AGENTS_GONE_WAIT_MS = 30_000;
 
@@ -205,6 +207,12 @@ export class ChaosStack {
     readonly runnerEnv: Record<string, string> = {},
   ) {}
 
+  /** The last RUNNER_LOG_TAIL_LINES lines of r1's log (JSON lines: run ids, states, never a prompt). */
+  runnerLogTail(): string {
+    const lines = (this.stack.logs.get("r1") ?? "").trimEnd().split("\n");
+    return `the Runner's last ${RUNNER_LOG_TAIL_LINES} log lines:\n${lines.slice(-RUNNER_LOG_TAIL_LINES).join("\n")}`;
+  }
+
   /** The fake agents running for r1 (they name its ledger). */
   agentPids(): number[] {
     return processesMentioning(this.stack.ledgerFile("r1"));
@@ -276,7 +284,7 @@ export class ChaosStack {
     const first = await startCall;
     await this.ensureUp();
     // The same key again: the same run, never a second one (and never a second dispatch).
-    const replay = await mustStart(i, key, start);
+    const replay = await mustStart(i, key, start, () => this.runnerLogTail());
     if (first?.ok) expect(replay.run_id, `iteration ${i}: replay of ${key}`).toBe(first.value.run_id);
     const known = runOf.get(key);
     if (known) expect(replay.run_id).toBe(known);
@@ -285,14 +293,21 @@ export class ChaosStack {
   }
 }
 
-/** `start`'s run, or an error naming the iteration, the key and the refusal. */
+/**
+ * `start`'s run, or an error naming the iteration, the key and the refusal — and `context()` (the Runner's last
+ * log lines, say), so a refusal that should not happen can be traced from the failure alone.
+ */
 export async function mustStart(
   i: number,
   key: string,
   start: () => Promise<Started>,
+  context?: () => string,
 ): Promise<{ run_id: string; replayed: boolean }> {
   const r = await start();
-  if (!r.ok) throw new Error(`iteration ${i}: start of ${key} refused: ${JSON.stringify(r.error)}`);
+  if (!r.ok) {
+    const more = context ? `\n${context()}` : "";
+    throw new Error(`iteration ${i}: start of ${key} refused: ${JSON.stringify(r.error)}${more}`);
+  }
   return r.value;
 }
 
