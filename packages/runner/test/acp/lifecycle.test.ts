@@ -13,6 +13,7 @@ import { canary } from "../../../../scripts/vitest/canary.js";
 import { MAX_PENDING_PERMISSIONS } from "../../src/acp/permissions.js";
 import { SHUTDOWN_UNCONFIRMED } from "../../src/acp/terminal.js";
 import {
+  endHangingRun,
   groupMembers,
   makeWorkspace,
   newManager,
@@ -226,21 +227,14 @@ describe("capacity while an ended run's agent is being stopped", () => {
   afterAll(() => m.close());
 
   test("a start is not refused runner_full for a run that has ended: it waits for that run's agent to be gone", async () => {
-    // An agent that ignores both the cancel and stdin EOF: its run ends lost after the cancel grace, then holds
-    // its slot through the cleanup's EOF grace until SIGTERM.
     const a = startRequest(m, "scenario: hang\ncase: ending-a", { timeout_secs: 30 });
     expect((await m.start(a)).ok).toBe(true);
-    await waitForState(m, a.run_id, "running");
-    let settled = false;
-    void m.whenSettled(a.run_id).then(() => (settled = true));
-    await m.cancel(a.run_id);
-    await waitForState(m, a.run_id, "lost");
-    expect(settled, "the ended run still holds its slot (its agent not yet stopped)").toBe(false);
+    const settled = await endHangingRun(m, a.run_id);
+    expect(settled(), "the ended run still holds its slot (its agent not yet stopped)").toBe(false);
 
     const b = startRequest(m, "scenario: hello\ncase: ending-b");
-    const answered = await m.start(b);
-    expect(answered).toMatchObject({ ok: true, created: true });
-    expect(settled, "the slot was freed by the ended run settling").toBe(true);
+    expect(await m.start(b)).toMatchObject({ ok: true, created: true });
+    expect(settled(), "the slot was freed by the ended run settling").toBe(true);
     await m.whenSettled(b.run_id);
     expect(m.sync(b.run_id, 0, 0)?.run.state).toBe("completed");
   });

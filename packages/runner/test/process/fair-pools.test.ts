@@ -36,7 +36,7 @@ import { findSystemTool } from "../../src/config/run-as.js";
 import { homeGuard, oddHome, PoolHomeError, poolHomeRefusals, recycleHome } from "../../src/process/pool-homes.js";
 import { listUidProcesses } from "../../src/process/proc-identity.js";
 import { FilePoolBindings } from "../../src/process/user-bindings.js";
-import { newManager, runToEnd, startRequest, waitForState } from "../support/harness.js";
+import { endHangingRun, newManager, runToEnd, startRequest, waitForState } from "../support/harness.js";
 import {
   agentCopy,
   createTestUser,
@@ -219,22 +219,17 @@ describe.skipIf(!IS_ROOT)(
       const started: string[] = [];
       try {
         await manager.usersReady;
-        // An agent that ignores both the cancel and stdin EOF: its run ends lost after the cancel grace, and its
-        // user (alice's one: max_users_per_caller is half the pool, 1) is released only once SIGTERM ends it.
+        // Her one user (max_users_per_caller is half the pool: 1) serves a run that ends held by its agent.
         const first = startRequest(manager, "scenario: hang", { provider_id: "pooled", tenant: T_ALICE });
         expect(await manager.start(first)).toMatchObject({ ok: true });
         started.push(first.run_id);
-        await waitForState(manager, first.run_id, "running");
-        let settled = false;
-        void manager.whenSettled(first.run_id).then(() => (settled = true));
-        await manager.cancel(first.run_id);
-        await waitForState(manager, first.run_id, "lost");
-        expect(settled, "her ended run still holds her user").toBe(false);
+        const settled = await endHangingRun(manager, first.run_id);
+        expect(settled(), "her ended run still holds her user").toBe(false);
 
         const next = startRequest(manager, "scenario: hello", { provider_id: "pooled", tenant: T_ALICE });
         expect(await manager.start(next)).toMatchObject({ ok: true, created: true });
         started.push(next.run_id);
-        expect(settled, "her user was freed by the ended run settling").toBe(true);
+        expect(settled(), "her user was freed by the ended run settling").toBe(true);
         await manager.whenSettled(next.run_id);
         expect(manager.sync(next.run_id, 0, 0)?.run.state).toBe("completed");
       } finally {

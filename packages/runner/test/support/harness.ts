@@ -164,6 +164,20 @@ export async function runToEnd(
 }
 
 /** Resolve once the run reaches `state` (via onUpdate pushes, no polling). */
+/**
+ * Ends running run `runId` of a `scenario: hang` agent, which ignores both the cancel and stdin EOF: cancelled, it
+ * ends `lost` after the cancel grace, then keeps its slot and pool user through the cleanup's EOF grace until
+ * SIGTERM. Resolves once it is `lost`, with whether it has settled since (its agent gone, slot and user freed).
+ */
+export async function endHangingRun(manager: RunManager, runId: string): Promise<() => boolean> {
+  await waitForState(manager, runId, "running");
+  let settled = false;
+  void manager.whenSettled(runId).then(() => (settled = true));
+  await manager.cancel(runId);
+  await waitForState(manager, runId, "lost");
+  return () => settled;
+}
+
 export function waitForState(manager: RunManager, runId: string, state: RunSummary["state"]): Promise<RunSummary> {
   return new Promise((resolveState) => {
     const current = manager.sync(runId, 0, 0)?.run;
