@@ -1,14 +1,5 @@
-/**
- * Graceful stop (SIGTERM) of the real Runner with a run in flight: the daemon
- * exits 0, leaves no agent process behind, records the run's terminal state
- * per contract (nothing is cancelled silently or left open), and a restarted
- * Runner reports it without dispatching again. A dispatched run gets
- * session/cancel and cancel_grace_secs (2 s here): an agent that confirms ends
- * `cancelled`, one that does not ends `lost`.
- */
-import { randomBytes } from "node:crypto";
 import { existsSync, readFileSync } from "node:fs";
-import type { RunStartFrame, RunSummary } from "@webcodex/protocol";
+import type { RunSummary } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   DAEMON_WAIT_MS,
@@ -20,12 +11,13 @@ import {
 import {
   killAllRunners,
   makeSandbox,
-  type RunnerConnection,
+  runStartFrame,
   type Sandbox,
   startRunner,
   startTestServer,
   type TestServer,
 } from "../support/crash-matrix-harness.js";
+import { newRunId } from "../support/harness.js";
 
 const servers: TestServer[] = [];
 const sandboxes: Sandbox[] = [];
@@ -38,33 +30,11 @@ afterEach(async () => {
   for (const s of servers.splice(0)) await s.close();
 });
 
-function start(conn: RunnerConnection, runId: string, prompt: string): RunStartFrame {
-  const provider = conn.hello.providers[0]!;
-  return {
-    type: "run.start",
-    request_id: `req-${randomBytes(4).toString("hex")}`,
-    run_id: runId,
-    intent_fingerprint: randomBytes(32).toString("hex"),
-    project_id: "demo",
-    provider_id: provider.provider_id,
-    agent_instance_id: conn.hello.agent_instance_id,
-    provider_instance_id: provider.provider_instance_id,
-    prompt,
-    config: {},
-    timeout_secs: null,
-  };
-}
-
 function ledgerCancels(ledger: string): number {
   if (!existsSync(ledger)) return 0;
   return readFileSync(ledger, "utf8")
     .split("\n")
     .filter((l) => l.includes('"event":"cancel"')).length;
-}
-
-function runId(): string {
-  const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
-  return `wc_agent_run_${Array.from(randomBytes(26), (b) => alphabet[b % 32]).join("")}`;
 }
 
 const CASES: {
@@ -108,11 +78,11 @@ describe("graceful Runner stop with a run in flight", { timeout: 90_000 }, () =>
     servers.push(server);
     const sandbox = makeSandbox({ serverUrl: server.url, agentArgs: c.agentArgs });
     sandboxes.push(sandbox);
-    const id = runId();
+    const id = newRunId();
 
     const first = startRunner(sandbox);
     const conn1 = await server.nextConnection();
-    const frame = start(conn1, id, c.prompt);
+    const frame = runStartFrame(conn1, "fake", id, c.prompt);
     conn1.send(frame);
     await conn1.next((f): f is Extract<typeof f, { type: "run.start.result" }> => f.type === "run.start.result");
     // Wait until the agent is up (setup case) or has the prompt (dispatch case).

@@ -18,7 +18,7 @@
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readdirSync, rmSync, utimesSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import type { ErrorFrame, RunnerFrame, RunStartFrame, RunStartResultFrame, RunSummary } from "@webcodex/protocol";
+import type { RunSummary } from "@webcodex/protocol";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
   killProcesses,
@@ -30,16 +30,20 @@ import {
 import type { FailpointName } from "../../src/failpoints.js";
 import { sweepUser } from "../../src/process/user-pool.js";
 import {
+  branchTip,
   git,
   killAllRunners,
-  type RunnerConnection,
+  onBranch,
+  runStartFrame,
   type Sandbox,
+  startAnswerTo,
   startRunner,
   startTestServer,
   storeBytes,
   type TestServer,
   TOKEN_ENV,
 } from "../support/crash-matrix-harness.js";
+import { newRunId } from "../support/harness.js";
 import { agentCopy, createTestUser, IS_ROOT, sharedTestDir, type TestUser } from "../support/test-user.js";
 
 /** Bound on the agent's ledger showing the prompt the killed Runner dispatched (a loaded machine). */
@@ -132,54 +136,6 @@ function plantRefLock(project: string, runId: string, ageMs: number): string {
   const when = (Date.now() - ageMs) / 1000;
   utimesSync(lock, when, when);
   return lock;
-}
-
-function base32Id(): string {
-  const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
-  return Array.from(randomBytes(26), (b) => alphabet[b % 32]).join("");
-}
-
-let requestCounter = 0;
-function runStart(conn: RunnerConnection, runId: string, fingerprint: string, prompt: string): RunStartFrame {
-  const provider = conn.hello.providers.find((p) => p.provider_id === "pooled");
-  if (!provider) throw new Error("runner did not advertise the pooled provider");
-  requestCounter++;
-  return {
-    type: "run.start",
-    request_id: `req-${requestCounter}`,
-    run_id: runId,
-    intent_fingerprint: fingerprint,
-    project_id: "demo",
-    provider_id: "pooled",
-    agent_instance_id: conn.hello.agent_instance_id,
-    provider_instance_id: provider.provider_instance_id,
-    prompt,
-    config: {},
-    timeout_secs: null,
-  };
-}
-
-function answerTo(requestId: string) {
-  return (f: RunnerFrame): f is RunStartResultFrame | ErrorFrame =>
-    (f.type === "run.start.result" || f.type === "error") && f.request_id === requestId;
-}
-
-/** The branch's tip, or undefined when the branch does not exist. */
-function branchTip(project: string, runId: string): string | undefined {
-  try {
-    return git(project, "rev-parse", "--verify", "--quiet", `refs/heads/webcodex/run/${runId}^{commit}`);
-  } catch {
-    return undefined;
-  }
-}
-
-/** The file at `path` on the run's branch, or undefined when the branch or the file is not there. */
-function onBranch(project: string, runId: string, path: string): string | undefined {
-  try {
-    return git(project, "show", `refs/heads/webcodex/run/${runId}:${path}`);
-  } catch {
-    return undefined;
-  }
 }
 
 interface RunAsSandbox extends Sandbox {
@@ -292,13 +248,13 @@ async function crashCase(c: Case): Promise<void> {
   sandboxes.push(sandbox);
   const canary = `CANARY${randomBytes(8).toString("hex")}`;
   const prompt = `scenario: edit_file path=${EDIT_PATH} text=${canary}\nThe secret word is ${canary}.`;
-  const runId = `wc_agent_run_${base32Id()}`;
+  const runId = newRunId();
   const fingerprint = randomBytes(32).toString("hex");
 
   // 1. The first Runner admits the run and dies by SIGKILL at the failpoint.
   const first = startRunner(sandbox, { failpoint: c.failpoint });
   const conn1 = await server.nextConnection(CONNECT_WAIT_MS);
-  conn1.send(runStart(conn1, runId, fingerprint, prompt));
+  conn1.send(runStartFrame(conn1, "pooled", runId, prompt, fingerprint));
   expect((await first.exited).signal).toBe("SIGKILL");
   if (c.prompts === 1)
     await poll(() => ledgerPrompts(sandbox.ledger).length >= 1, { timeoutMs: LEDGER_WAIT_MS, what: "the ledger" });
@@ -338,9 +294,9 @@ async function crashCase(c: Case): Promise<void> {
   }
 
   // 4. The same run_id + fingerprint returns the recovered run, never a second one.
-  const replayStart = runStart(conn2, runId, fingerprint, prompt);
+  const replayStart = runStartFrame(conn2, "pooled", runId, prompt, fingerprint);
   conn2.send(replayStart);
-  const replay = await conn2.next(answerTo(replayStart.request_id));
+  const replay = await conn2.next(startAnswerTo(replayStart.request_id));
   expect(replay).toMatchObject({ type: "run.start.result", created: false, run: { ...c.recovered, run_id: runId } });
 
   // 5. Nothing dispatched again (a graceful stop ends every turn it holds, so any dispatch is in the ledger by

@@ -20,7 +20,7 @@
 import { randomBytes } from "node:crypto";
 import { existsSync, readdirSync, realpathSync } from "node:fs";
 import { join } from "node:path";
-import type { ErrorFrame, RunnerFrame, RunStartFrame, RunStartResultFrame, RunSummary } from "@webcodex/protocol";
+import type { RunSummary } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   alive,
@@ -32,17 +32,21 @@ import {
 } from "../../../../scripts/test-support/index.js";
 import type { FailpointName } from "../../src/failpoints.js";
 import {
+  branchTip,
   git,
   killAllRunners,
   ledgerGrandchildren,
   makeSandbox,
-  type RunnerConnection,
+  onBranch,
+  runStartFrame,
   type Sandbox,
+  startAnswerTo,
   startRunner,
   startTestServer,
   storeBytes,
   type TestServer,
 } from "../support/crash-matrix-harness.js";
+import { newRunId } from "../support/harness.js";
 
 /** Bound on the agent's ledger showing the prompt the killed Runner dispatched. */
 const LEDGER_WAIT_MS = 10_000;
@@ -153,36 +157,6 @@ const WORKTREE_CASES: Case[] = [
   },
 ];
 
-function base32Id(): string {
-  const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
-  return Array.from(randomBytes(26), (b) => alphabet[b % 32]).join("");
-}
-
-let requestCounter = 0;
-function runStart(conn: RunnerConnection, runId: string, fingerprint: string, prompt: string): RunStartFrame {
-  const provider = conn.hello.providers.find((p) => p.provider_id === "fake");
-  if (!provider) throw new Error("runner did not advertise the fake provider");
-  requestCounter++;
-  return {
-    type: "run.start",
-    request_id: `req-${requestCounter}`,
-    run_id: runId,
-    intent_fingerprint: fingerprint,
-    project_id: "demo",
-    provider_id: "fake",
-    agent_instance_id: conn.hello.agent_instance_id,
-    provider_instance_id: provider.provider_instance_id,
-    prompt,
-    config: {},
-    timeout_secs: null,
-  };
-}
-
-function answerTo(requestId: string) {
-  return (f: RunnerFrame): f is RunStartResultFrame | ErrorFrame =>
-    (f.type === "run.start.result" || f.type === "error") && f.request_id === requestId;
-}
-
 const servers: TestServer[] = [];
 const sandboxes: Sandbox[] = [];
 afterEach(async () => {
@@ -194,24 +168,6 @@ afterEach(async () => {
   for (const s of servers.splice(0)) await s.close();
 });
 
-/** The branch's tip, or undefined when the branch does not exist. */
-function branchTip(project: string, runId: string): string | undefined {
-  try {
-    return git(project, "rev-parse", "--verify", "--quiet", `refs/heads/webcodex/run/${runId}^{commit}`);
-  } catch {
-    return undefined;
-  }
-}
-
-/** The file at `path` on the run's branch, or undefined when the branch or the file is not there. */
-function onBranch(project: string, runId: string, path: string): string | undefined {
-  try {
-    return git(project, "show", `refs/heads/webcodex/run/${runId}:${path}`);
-  } catch {
-    return undefined;
-  }
-}
-
 /** One case: SIGKILL at the failpoint, restart, and the checks of the recovered run. */
 async function crashCase(c: Case): Promise<void> {
   const server = await startTestServer();
@@ -220,13 +176,13 @@ async function crashCase(c: Case): Promise<void> {
   sandboxes.push(sandbox);
   const canary = `CANARY${randomBytes(8).toString("hex")}`;
   const prompt = `${c.scenario(canary)}\nThe secret word is ${canary}; do not store it.`;
-  const runId = `wc_agent_run_${base32Id()}`;
+  const runId = newRunId();
   const fingerprint = randomBytes(32).toString("hex");
 
   // 1. The first Runner admits the run and dies by SIGKILL at the failpoint.
   const first = startRunner(sandbox, { failpoint: c.failpoint });
   const conn1 = await server.nextConnection();
-  conn1.send(runStart(conn1, runId, fingerprint, prompt));
+  conn1.send(runStartFrame(conn1, "fake", runId, prompt, fingerprint));
   const died = await first.exited;
   expect(died.signal).toBe("SIGKILL");
   if (c.prompts === 1)
@@ -261,17 +217,17 @@ async function crashCase(c: Case): Promise<void> {
   if (c.worktree) expectWorkspaceRecovered(c.worktree, sandbox, runId, canary, recovered?.workspace?.head_commit);
 
   // 3. The same run_id + fingerprint returns the recovered run; a different fingerprint conflicts.
-  const again = runStart(conn2, runId, fingerprint, prompt);
+  const again = runStartFrame(conn2, "fake", runId, prompt, fingerprint);
   conn2.send(again);
-  const replay = await conn2.next(answerTo(again.request_id));
+  const replay = await conn2.next(startAnswerTo(again.request_id));
   expect(replay.type).toBe("run.start.result");
   if (replay.type !== "run.start.result") throw new Error("unreachable");
   expect(replay.created).toBe(false);
   expect(replay.run).toMatchObject({ ...c.recovered, run_id: runId });
 
-  const other = runStart(conn2, runId, randomBytes(32).toString("hex"), prompt);
+  const other = runStartFrame(conn2, "fake", runId, prompt);
   conn2.send(other);
-  const conflict = await conn2.next(answerTo(other.request_id));
+  const conflict = await conn2.next(startAnswerTo(other.request_id));
   expect(conflict).toMatchObject({ type: "error", code: "idempotency_conflict" });
 
   // 4. Nothing was dispatched again: a graceful stop ends every turn the Runner holds, so any dispatch

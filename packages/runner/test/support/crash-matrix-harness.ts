@@ -4,11 +4,21 @@
  * process, and a tiny in-test Server speaking the real protocol frames.
  */
 import { execFileSync } from "node:child_process";
+import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { encodeFrame, type HelloFrame, parseRunnerFrame, type RunnerFrame, type ServerFrame } from "@webcodex/protocol";
+import {
+  type ErrorFrame,
+  encodeFrame,
+  type HelloFrame,
+  parseRunnerFrame,
+  type RunnerFrame,
+  type RunStartFrame,
+  type RunStartResultFrame,
+  type ServerFrame,
+} from "@webcodex/protocol";
 import { type WebSocket, WebSocketServer } from "ws";
 import {
   type DaemonProcess,
@@ -146,6 +156,60 @@ export function storeBytes(stateDir: string): Buffer {
     if (name.startsWith("dispatch.sqlite")) parts.push(readFileSync(join(stateDir, name)));
   }
   return Buffer.concat(parts);
+}
+
+// ---- frames and branches -------------------------------------------------------------
+
+/**
+ * A `run.start` of run `runId` in project `demo` for provider `providerId` as `conn`'s Runner advertised it in its
+ * hello (its instance ids), with a request id of its own; `fingerprint`: the intent's, random unless given.
+ */
+export function runStartFrame(
+  conn: RunnerConnection,
+  providerId: string,
+  runId: string,
+  prompt: string,
+  fingerprint: string = randomBytes(32).toString("hex"),
+): RunStartFrame {
+  const provider = conn.hello.providers.find((p) => p.provider_id === providerId);
+  if (!provider) throw new Error(`runner did not advertise the ${providerId} provider`);
+  return {
+    type: "run.start",
+    request_id: `req-${randomBytes(6).toString("hex")}`,
+    run_id: runId,
+    intent_fingerprint: fingerprint,
+    project_id: "demo",
+    provider_id: providerId,
+    agent_instance_id: conn.hello.agent_instance_id,
+    provider_instance_id: provider.provider_instance_id,
+    prompt,
+    config: {},
+    timeout_secs: null,
+  };
+}
+
+/** Matches the answer to the `run.start` whose request id is `requestId`: its result or its error. */
+export function startAnswerTo(requestId: string) {
+  return (f: RunnerFrame): f is RunStartResultFrame | ErrorFrame =>
+    (f.type === "run.start.result" || f.type === "error") && f.request_id === requestId;
+}
+
+/** The tip of run `runId`'s branch in `project`, or undefined when the branch does not exist. */
+export function branchTip(project: string, runId: string): string | undefined {
+  try {
+    return git(project, "rev-parse", "--verify", "--quiet", `refs/heads/webcodex/run/${runId}^{commit}`);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The file at `path` on run `runId`'s branch in `project`, or undefined when the branch or the file is not there. */
+export function onBranch(project: string, runId: string, path: string): string | undefined {
+  try {
+    return git(project, "show", `refs/heads/webcodex/run/${runId}:${path}`);
+  } catch {
+    return undefined;
+  }
 }
 
 // ---- a tiny Server ----------------------------------------------------------------

@@ -7,63 +7,24 @@
  * worktree made ahead of it (workspace/spares.ts), and a new spare was there at the kill: the restarted Runner
  * removes it and makes its own.
  */
-import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { randomBytes } from "node:crypto";
+import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, utimesSync, writeFileSync } from "node:fs";
 import { isAbsolute, join, resolve } from "node:path";
-import type { RunChangesFrame, RunnerFrame, RunStartFrame } from "@webcodex/protocol";
+import type { RunChangesFrame, RunnerFrame } from "@webcodex/protocol";
 import { afterEach, describe, expect, it } from "vitest";
 import { killProcesses, poll, processesMentioning, readLedger } from "../../../../scripts/test-support/index.js";
 import {
+  git,
   killAllRunners,
   makeSandbox,
   type RunnerConnection,
+  runStartFrame,
   type Sandbox,
   startRunner,
   startTestServer,
   type TestServer,
 } from "../support/crash-matrix-harness.js";
-
-function git(cwd: string, ...args: string[]): string {
-  return execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@example.invalid", ...args], {
-    cwd,
-    encoding: "utf8",
-  }).trim();
-}
-
-/** The sandbox's project as a `worktree` project: a git repository with one commit. */
-function worktreeSandbox(serverUrl: string): Sandbox {
-  const sandbox = makeSandbox({ serverUrl });
-  const project = join(sandbox.dir, "project");
-  writeFileSync(join(project, "README.md"), "demo\n");
-  git(project, "init", "-q", "-b", "main");
-  git(project, "add", "-A");
-  git(project, "commit", "-q", "-m", "initial");
-  const config = readFileSync(sandbox.configPath, "utf8").replace(
-    "allow_patch = true\n",
-    'allow_patch = true\nworkspace = "worktree"\n',
-  );
-  writeFileSync(sandbox.configPath, config);
-  return sandbox;
-}
-
-function runStart(conn: RunnerConnection, runId: string, prompt: string): RunStartFrame {
-  const provider = conn.hello.providers.find((p) => p.provider_id === "fake");
-  if (!provider) throw new Error("runner did not advertise the fake provider");
-  return {
-    type: "run.start",
-    request_id: `start-${runId}`,
-    run_id: runId,
-    intent_fingerprint: randomBytes(32).toString("hex"),
-    project_id: "demo",
-    provider_id: "fake",
-    agent_instance_id: conn.hello.agent_instance_id,
-    provider_instance_id: provider.provider_instance_id,
-    prompt,
-    config: {},
-    timeout_secs: null,
-  };
-}
+import { newRunId } from "../support/harness.js";
 
 const answers =
   (requestId: string) =>
@@ -91,11 +52,6 @@ const CONNECT_WAIT_MS = 60_000;
 /** Older than the git command bound plus its margin (locks.ts STALE_GIT_LOCK_MS = 90 s). */
 const STALE_AGE_MS = 10 * 60_000;
 
-function newRunId(): string {
-  const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
-  return `wc_agent_run_${Array.from(randomBytes(26), (b) => alphabet[b % 32]).join("")}`;
-}
-
 const SPARE_MADE = "spare worktree made";
 
 /** The spare worktrees in the Runner's spares dir now (workspace/spares.ts). */
@@ -118,7 +74,12 @@ async function killedMidEdit(
   const conn = await server.nextConnection(CONNECT_WAIT_MS);
   await poll(() => count(first.output(), SPARE_MADE) >= 1, { timeoutMs: 60_000, what: "the first spare" });
   const taken = spareNames(sandbox);
-  const start = runStart(conn, runId, "scenario: edit_file path=notes/edit.txt text=before-the-crash hold=true");
+  const start = runStartFrame(
+    conn,
+    "fake",
+    runId,
+    "scenario: edit_file path=notes/edit.txt text=before-the-crash hold=true",
+  );
   conn.send(start);
   expect(await conn.next(answers(start.request_id))).toMatchObject({ type: "run.start.result" });
   await poll(() => readLedger(sandbox.ledger).some((l) => l.event === "file_edited"), {
@@ -155,7 +116,7 @@ const WAITS = "recording the run's change waits for git locks that may still be 
 async function setUp(): Promise<{ server: TestServer; sandbox: Sandbox; project: string }> {
   const server = await startTestServer();
   servers.push(server);
-  const sandbox = worktreeSandbox(server.url);
+  const sandbox = makeSandbox({ serverUrl: server.url, workspace: "worktree" });
   sandboxes.push(sandbox);
   return { server, sandbox, project: join(sandbox.dir, "project") };
 }
