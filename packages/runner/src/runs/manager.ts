@@ -88,9 +88,14 @@ export interface RunManagerOptions {
   now?: () => Date;
 }
 
-/** What a start may wait for once before it is answered (RunManager.#start): each is then not waited for again. */
-type StartWait = "recycle" | "settle";
-const NO_WAITS: ReadonlySet<StartWait> = new Set();
+/** What a start has waited for so far (RunManager.#start), each wait bounded. */
+interface StartWaits {
+  /** It waited for a pool user recycled for its caller (once: RECYCLE_WAIT_MS). */
+  recycled: boolean;
+  /** When its waits for runs that have ended to settle give up (SETTLE_WAIT_MS after the first); null: none yet. */
+  settleBy: number | null;
+}
+const NO_WAITS: StartWaits = { recycled: false, settleBy: null };
 
 function newInstanceId(prefix: string): string {
   return `${prefix}_${randomBytes(16).toString("base64url")}`;
@@ -267,18 +272,19 @@ export class RunManager implements RunService {
   }
 
   /**
-   * `waited`: what this start has already waited for and is not waited for again — a pool user recycled for its
-   * caller, a slot freed by a run that has ended (each then admits from the top once more).
+   * `waits`: what this start has already waited for — a pool user recycled for its caller, slots freed by runs
+   * that have ended; after each wait it is admitted from the top again.
    */
-  async #start(req: RunStartRequest, waited: ReadonlySet<StartWait>): Promise<RunStartOutcome> {
+  async #start(req: RunStartRequest, waits: StartWaits): Promise<RunStartOutcome> {
     if (this.#closing) return { ok: false, code: "internal", message: "The Runner is shutting down." };
     const checked = this.#checks.check(req, this.#views.summaryOf(req.run_id), this.#active.size);
     if (checked.kind === "answer") {
       // Full, but a run holding a slot has ended and its agent is being stopped: its caller was told it ended, so
       // a start now must not be refused for it. Wait for such a run to settle (bounded), then admit from the top.
       const full = !checked.outcome.ok && checked.outcome.capacity_reason === "runner_full";
-      if (full && !waited.has("settle") && (await this.#endedRunSettlesInTime(() => true))) {
-        return this.#start(req, new Set([...waited, "settle"]));
+      const settleBy = waits.settleBy ?? Date.now() + SETTLE_WAIT_MS;
+      if (full && (await this.#endedRunSettlesBy(settleBy, () => true))) {
+        return this.#start(req, { ...waits, settleBy });
       }
       return checked.outcome;
     }
@@ -299,14 +305,15 @@ export class RunManager implements RunService {
       if (lease.reason === "unrecorded") return { ok: false, code: "internal", message: UNRECORDED_REFUSAL };
       // Likewise a pool user still held by a run that has ended (its user is released once its agent is gone).
       const held = lease.reason === "pool_busy" || lease.reason === "caller_limit";
-      if (held && !waited.has("settle") && (await this.#endedRunSettlesInTime((run) => run.runAs !== null))) {
-        return this.#start(req, new Set([...waited, "settle"]));
+      const settleBy = waits.settleBy ?? Date.now() + SETTLE_WAIT_MS;
+      if (held && (await this.#endedRunSettlesBy(settleBy, (run) => run.runAs !== null))) {
+        return this.#start(req, { ...waits, settleBy });
       }
       if (lease.reason !== "recycling") return capacityRefusal(lease.reason);
       // An idle user is being recycled for this caller: wait for it (bounded), then admit from the top once.
-      if (waited.has("recycle")) return capacityRefusal("pool_recycling");
+      if (waits.recycled) return capacityRefusal("pool_recycling");
       return (await recycledInTime(lease.ready))
-        ? this.#start(req, new Set([...waited, "recycle"]))
+        ? this.#start(req, { ...waits, recycled: true })
         : capacityRefusal("pool_recycling");
     }
 
@@ -370,12 +377,15 @@ export class RunManager implements RunService {
 
   /**
    * Whether one of the runs that hold a slot (`which` of them) and have ended — their agents being stopped, their
-   * pool users not yet released — settles within SETTLE_WAIT_MS; false at once when there is none.
+   * pool users not yet released — settles before `by` (a time in ms); false at once when there is none, or when
+   * `by` has passed. A start waits for one such run at a time, then is checked again: starts racing for the
+   * slots that free up are each admitted or refused by `by`, never held longer.
    */
-  #endedRunSettlesInTime(which: (run: Run) => boolean): Promise<boolean> {
+  #endedRunSettlesBy(by: number, which: (run: Run) => boolean): Promise<boolean> {
     const ending = [...this.#active].filter((run) => run.terminal && which(run)).map((run) => run.settled);
-    if (ending.length === 0) return Promise.resolve(false);
-    return readyInTime(Promise.race(ending), SETTLE_WAIT_MS);
+    const left = by - Date.now();
+    if (ending.length === 0 || left <= 0) return Promise.resolve(false);
+    return readyInTime(Promise.race(ending), left);
   }
 
   // ---- observation --------------------------------------------------------------

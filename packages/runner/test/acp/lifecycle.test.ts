@@ -239,6 +239,41 @@ describe("capacity while an ended run's agent is being stopped", () => {
     expect(m.sync(b.run_id, 0, 0)?.run.state).toBe("completed");
   });
 
+  test("starts racing for the slots of several runs that have ended are each admitted as those runs settle", async () => {
+    // Two slots, both held by runs that have ended; two starts at once. The first slot freed admits one of them;
+    // the other is checked again, finds the Runner full, and waits for the second run rather than being refused.
+    const twoSlots = writeConfig(ws, {
+      acp: { cancel_grace_secs: 1, max_concurrent_runs: 2 },
+      agents: [{ id: "fake" }],
+    });
+    const { manager: m2 } = newManager(twoSlots, { cleanupGraceMs: ENDING_GRACE_MS });
+    try {
+      const ending = ["race-a1", "race-a2"].map((c) =>
+        startRequest(m2, `scenario: hang\ncase: ${c}`, { timeout_secs: 30 }),
+      );
+      for (const a of ending) expect((await m2.start(a)).ok).toBe(true);
+      const settled = await Promise.all(ending.map((a) => endHangingRun(m2, a.run_id)));
+      expect(
+        settled.map((s) => s()),
+        "both ended runs still hold their slots",
+      ).toEqual([false, false]);
+
+      const next = ["race-b1", "race-b2"].map((c) => startRequest(m2, `scenario: hello\ncase: ${c}`));
+      const answers = await Promise.all(next.map((b) => m2.start(b)));
+      expect(answers).toMatchObject([
+        { ok: true, created: true },
+        { ok: true, created: true },
+      ]);
+      expect(
+        settled.map((s) => s()),
+        "both slots were freed by the ended runs settling",
+      ).toEqual([true, true]);
+      for (const b of next) await m2.whenSettled(b.run_id);
+    } finally {
+      await m2.close();
+    }
+  });
+
   test("a Runner full of runs that have not ended still refuses at once, without waiting", async () => {
     const a = startRequest(m, "scenario: hang\ncase: full-a", { timeout_secs: 30 });
     expect((await m.start(a)).ok).toBe(true);
