@@ -41,9 +41,10 @@ export function capacityRefusal(reason: CapacityReason): RunStartOutcome {
 }
 
 /**
- * Longest a start on a full Runner waits for a run that has ended (its terminal told) but whose agent is still
- * being stopped to free its slot, before it is refused `runner_full`. Above the Runner's own cleanup (stdin EOF,
- * SIGTERM, SIGKILL, each given the cleanup grace), and well under the Server's wait for a `run.start` answer.
+ * Longest a start waits, all its waits together, for runs that have ended (their terminal told) but whose agents
+ * are still being stopped to free a slot or a pool user, before it is refused `runner_full`, `pool_busy` or
+ * `caller_limit`. Above the Runner's own cleanup (stdin EOF, SIGTERM, SIGKILL, each given the cleanup grace), and
+ * well under the Server's wait for a `run.start` answer.
  */
 export const SETTLE_WAIT_MS = 10_000;
 
