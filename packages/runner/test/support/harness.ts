@@ -163,7 +163,6 @@ export async function runToEnd(
   return { run: synced.run, events: synced.events };
 }
 
-/** Resolve once the run reaches `state` (via onUpdate pushes, no polling). */
 /**
  * Ends running run `runId` of a `scenario: hang` agent, which ignores both the cancel and stdin EOF: cancelled, it
  * ends `lost` after the cancel grace, then keeps its slot and pool user through the cleanup's EOF grace until
@@ -178,6 +177,7 @@ export async function endHangingRun(manager: RunManager, runId: string): Promise
   return () => settled;
 }
 
+/** Resolve once the run reaches `state` (via onUpdate pushes, no polling). */
 export function waitForState(manager: RunManager, runId: string, state: RunSummary["state"]): Promise<RunSummary> {
   return new Promise((resolveState) => {
     const current = manager.sync(runId, 0, 0)?.run;
