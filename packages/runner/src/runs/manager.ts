@@ -281,10 +281,9 @@ export class RunManager implements RunService {
     if (checked.kind === "answer") {
       // Full, but a run holding a slot has ended and its agent is being stopped: its caller was told it ended, so
       // a start now must not be refused for it. Wait for such a run to settle (bounded), then admit from the top.
-      const full = !checked.outcome.ok && checked.outcome.capacity_reason === "runner_full";
-      const settleBy = waits.settleBy ?? Date.now() + SETTLE_WAIT_MS;
-      if (full && (await this.#endedRunSettlesBy(settleBy, () => true))) {
-        return this.#start(req, { ...waits, settleBy });
+      if (!checked.outcome.ok && checked.outcome.capacity_reason === "runner_full") {
+        const next = await this.#afterEndedRunSettles(waits, () => true);
+        if (next) return this.#start(req, next);
       }
       return checked.outcome;
     }
@@ -304,10 +303,9 @@ export class RunManager implements RunService {
     if (!lease.ok) {
       if (lease.reason === "unrecorded") return { ok: false, code: "internal", message: UNRECORDED_REFUSAL };
       // Likewise a pool user still held by a run that has ended (its user is released once its agent is gone).
-      const held = lease.reason === "pool_busy" || lease.reason === "caller_limit";
-      const settleBy = waits.settleBy ?? Date.now() + SETTLE_WAIT_MS;
-      if (held && (await this.#endedRunSettlesBy(settleBy, (run) => run.runAs !== null))) {
-        return this.#start(req, { ...waits, settleBy });
+      if (lease.reason === "pool_busy" || lease.reason === "caller_limit") {
+        const next = await this.#afterEndedRunSettles(waits, (run) => run.runAs !== null);
+        if (next) return this.#start(req, next);
       }
       if (lease.reason !== "recycling") return capacityRefusal(lease.reason);
       // An idle user is being recycled for this caller: wait for it (bounded), then admit from the top once.
@@ -376,16 +374,17 @@ export class RunManager implements RunService {
   }
 
   /**
-   * Whether one of the runs that hold a slot (`which` of them) and have ended — their agents being stopped, their
-   * pool users not yet released — settles before `by` (a time in ms); false at once when there is none, or when
-   * `by` has passed. A start waits for one such run at a time, then is checked again: starts racing for the
-   * slots that free up are each admitted or refused by `by`, never held longer.
+   * Waits for one run that holds a slot (`which` of them) and has ended — its agent being stopped, its pool user not
+   * yet released — to settle. Resolves to the start's waits for its next check, or null (refuse now) when no such
+   * run is settling or none settles by SETTLE_WAIT_MS after the start's first wait. A start waits for one run at a
+   * time and is checked again, so starts racing for the freed slots are each answered within that bound.
    */
-  #endedRunSettlesBy(by: number, which: (run: Run) => boolean): Promise<boolean> {
+  async #afterEndedRunSettles(waits: StartWaits, which: (run: Run) => boolean): Promise<StartWaits | null> {
+    const settleBy = waits.settleBy ?? Date.now() + SETTLE_WAIT_MS;
     const ending = [...this.#active].filter((run) => run.terminal && which(run)).map((run) => run.settled);
-    const left = by - Date.now();
-    if (ending.length === 0 || left <= 0) return Promise.resolve(false);
-    return readyInTime(Promise.race(ending), left);
+    const left = settleBy - Date.now();
+    if (ending.length === 0 || left <= 0) return null;
+    return (await readyInTime(Promise.race(ending), left)) ? { ...waits, settleBy } : null;
   }
 
   // ---- observation --------------------------------------------------------------
