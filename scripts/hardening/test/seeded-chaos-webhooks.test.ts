@@ -20,7 +20,6 @@ import {
   ChaosStack,
   expectNoAgents,
   expectTruthfulEnds,
-  mustStart,
   SCENARIOS,
   type Seen,
   startInput,
@@ -132,8 +131,7 @@ describe("seeded chaos with a webhook subscription: nothing lost, in order, dupl
         const replay = await chaos.startStep(i, key, step.action, step.delayMs, start, runOf);
         if (step.action === "cancel") okValue(await stack.cancel("alice", { run_id: replay.run_id }));
         await observeTerminal(replay.run_id);
-        if (step.action === "replay")
-          expect((await mustStart(i, key, start, () => chaos.runnerLogTail())).replayed).toBe(true);
+        if (step.action === "replay") expect((await chaos.mustStart(i, key, start)).replayed).toBe(true);
       }
 
       await chaos.ensureUp();

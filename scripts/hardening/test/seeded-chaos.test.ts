@@ -43,7 +43,6 @@ import {
   expectCanaryAbsent,
   expectNoAgents,
   expectTruthfulEnds,
-  mustStart,
   RUN_TIMEOUT_SECS,
   SCENARIOS,
   type Seen,
@@ -227,7 +226,7 @@ describe("seeded chaos: kills, restarts, replays and cancels", () => {
         }
         await observeTerminal(replay.run_id);
         if (step.action === "replay") {
-          const again = await mustStart(i, key, startOnce, () => chaos.runnerLogTail());
+          const again = await chaos.mustStart(i, key, startOnce);
           expect(again.run_id).toBe(replay.run_id);
           expect(again.replayed).toBe(true);
         }

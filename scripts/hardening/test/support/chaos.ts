@@ -213,6 +213,11 @@ export class ChaosStack {
     return `the Runner's last ${RUNNER_LOG_TAIL_LINES} log lines:\n${lines.slice(-RUNNER_LOG_TAIL_LINES).join("\n")}`;
   }
 
+  /** `mustStart` whose refusal shows the Runner's last log lines. */
+  mustStart(i: number, key: string, start: () => Promise<Started>): Promise<{ run_id: string; replayed: boolean }> {
+    return mustStart(i, key, start, () => this.runnerLogTail());
+  }
+
   /** The fake agents running for r1 (they name its ledger). */
   agentPids(): number[] {
     return processesMentioning(this.stack.ledgerFile("r1"));
@@ -284,7 +289,7 @@ export class ChaosStack {
     const first = await startCall;
     await this.ensureUp();
     // The same key again: the same run, never a second one (and never a second dispatch).
-    const replay = await mustStart(i, key, start, () => this.runnerLogTail());
+    const replay = await this.mustStart(i, key, start);
     if (first?.ok) expect(replay.run_id, `iteration ${i}: replay of ${key}`).toBe(first.value.run_id);
     const known = runOf.get(key);
     if (known) expect(replay.run_id).toBe(known);
@@ -297,7 +302,7 @@ export class ChaosStack {
  * `start`'s run, or an error naming the iteration, the key and the refusal — and `context()` (the Runner's last
  * log lines, say), so a refusal that should not happen can be traced from the failure alone.
  */
-export async function mustStart(
+async function mustStart(
   i: number,
   key: string,
   start: () => Promise<Started>,
