@@ -8,7 +8,7 @@
  *
  * - `closeInheritedFds()` — the Runner's command line (main.ts) closes every
  *   such descriptor before anything else runs (it never uses them); only
- *   Node's own IPC channel (NODE_CHANNEL_FD) and V8's perf map are kept.
+ *   Node's own IPC channel (NODE_CHANNEL_FD) and V8's own files (perf map, isolate log) are kept.
  * - `inheritedFdStdio()` — for a RunManager embedded in another process: the
  *   descriptors found without FD_CLOEXEC at its first spawn are covered in
  *   every child by /dev/null (stdio entries 3…n), up to MAX_MASKED_FD.
@@ -16,6 +16,7 @@
  * Linux only (/proc/self/fdinfo); elsewhere both do nothing.
  */
 import { closeSync, openSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { basename } from "node:path";
 
 /** O_CLOEXEC as shown in the octal `flags:` line of /proc/self/fdinfo/N. */
 const O_CLOEXEC = 0o2000000;
@@ -47,24 +48,32 @@ export function scanInheritableFds(): number[] {
 }
 
 /**
- * Whether `fd` is the map V8 writes for `perf` (node --perf-basic-prof): V8 opens it without
- * close-on-exec before any JS runs, and writes to that number for the life of the process, so
- * closing it would send V8's lines into whatever file reuses the number (the dispatch store).
+ * Whether `fd` is a file V8 writes for this process: the map for `perf` (node --perf-basic-prof) or its isolate log
+ * (`isolate-0x…-PID-v8.log`, which --perf-basic-prof and the --log flags open). V8 opens them without close-on-exec
+ * before any JS runs, and writes to that number for the life of the process, so closing one would send V8's lines
+ * into whatever file reuses the number (the dispatch store, which SQLite then finds corrupt).
  */
-function isOwnPerfMap(fd: number): boolean {
+function isV8Own(fd: number): boolean {
+  let target: string;
   try {
-    return readlinkSync(`/proc/self/fd/${fd}`) === `/tmp/perf-${process.pid}.map`;
+    target = readlinkSync(`/proc/self/fd/${fd}`);
   } catch {
     return false;
   }
+  return target === `/tmp/perf-${process.pid}.map` || v8IsolateLog(process.pid).test(basename(target));
 }
 
-/** Close every inherited descriptor but Node's IPC channel (and V8's own perf map). Returns how many were closed. */
+/** The name V8 gives the isolate log of process `pid` (one per isolate). */
+function v8IsolateLog(pid: number): RegExp {
+  return new RegExp(`^isolate-0x[0-9a-f]+-${pid}-(\\d+-)?v8\\.log$`);
+}
+
+/** Close every inherited descriptor but Node's IPC channel (and V8's own files). Returns how many were closed. */
 export function closeInheritedFds(env: NodeJS.ProcessEnv = process.env): number {
   const channel = Number(env.NODE_CHANNEL_FD);
   let closed = 0;
   for (const fd of scanInheritableFds()) {
-    if (fd === channel || isOwnPerfMap(fd)) continue;
+    if (fd === channel || isV8Own(fd)) continue;
     try {
       closeSync(fd);
       closed++;

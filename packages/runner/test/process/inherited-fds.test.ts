@@ -9,7 +9,7 @@
  * agent (`list_fds`) or `ls` reports what the agent holds.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { closeSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, test } from "vitest";
@@ -89,7 +89,7 @@ describe("inherited descriptors", () => {
     }
   });
 
-  test("the Runner started with node --perf-basic-prof keeps V8's perf map open and whole", async () => {
+  test("the Runner started with node --perf-basic-prof keeps V8's perf map and isolate log open and whole", async () => {
     // V8 opens /tmp/perf-PID.map without close-on-exec; closing it at start let V8 write its later
     // lines into whichever file took the number next, and left the map without any of them.
     const ws = makeWorkspace();
@@ -111,6 +111,11 @@ describe("inherited descriptors", () => {
       expect(code, stderr).toBe(0);
       // Functions first compiled once the run is under way, long after the start-up closed descriptors.
       expect(readFileSync(mapFile, "utf8")).toMatch(/packages\/runner\/dist\/acp\/turn\.js/);
+      // V8's isolate log, opened without close-on-exec too, is kept as well: it holds the lines V8 writes as the
+      // process ends. Closed at start, they went into whatever file took its number (the dispatch store: corrupt).
+      const logs = readdirSync(ws.dir).filter((name) => /^isolate-.*-v8\.log$/.test(name));
+      expect(logs).toHaveLength(1);
+      expect(readFileSync(join(ws.dir, logs[0]!), "utf8")).toMatch(/^delete,MemoryChunk,/m);
     } finally {
       if (mapFile) rmSync(mapFile, { force: true });
       ws.cleanup();
