@@ -114,7 +114,12 @@ describe("a live Runner link is never silently replaced (real processes)", () =>
     expect(newToken).toMatch(/^wcr_[A-Za-z0-9_-]{43}$/);
     expect(stderr).toContain("old token no longer authenticates");
     await s.waitOffline("r1");
-    expect(await auditEvents(s)).toContain("closed_token_rotated");
+    // The audit row is written behind the close (hub.ts #audit): on PostgreSQL it can land after the link is gone.
+    await poll(async () => (await auditEvents(s!)).includes("closed_token_rotated"), {
+      timeoutMs: DAEMON_WAIT_MS,
+      intervalMs: DAEMON_POLL_MS,
+      what: "the closed_token_rotated audit row",
+    });
     await poll(() => s?.logs.get("r1")?.includes("token_revoked"), {
       timeoutMs: DAEMON_WAIT_MS,
       intervalMs: DAEMON_POLL_MS,
