@@ -2,8 +2,8 @@
  * Shared test support, imported by relative path from every test folder
  * (packages/*\/test, fake-acp-agent/test, scripts/test, scripts/hardening/test):
  * repository and bin paths, polling, process lookup, the fake agent's ledger,
- * and the daemon launchers. Package-specific fixtures stay in each package's
- * test/support folder and build on these.
+ * a port that refuses connections, and the daemon launchers. Package-specific
+ * fixtures stay in each package's test/support folder and build on these.
  */
 export { type DaemonOptions, DaemonProcess, type Exit, startRunnerProcess, startServerProcess } from "./daemons.js";
 export { type LedgerLine, ledgerPrompts, readLedger } from "./ledger.js";
@@ -17,4 +17,5 @@ export {
   type PollOptions,
   poll,
 } from "./poll.js";
+export { refusedPort } from "./ports.js";
 export { alive, killProcesses, processesMentioning } from "./processes.js";

@@ -23,6 +23,7 @@ import {
   startNginxLoadBalancer,
 } from "../test-support/load-balancer.js";
 import { poll } from "../test-support/poll.js";
+import { refusedPort } from "../test-support/ports.js";
 
 /** Bound on one exchange through the balancer on this machine. */
 const EXCHANGE_WAIT_MS = 5_000;
@@ -72,6 +73,11 @@ async function startBackend(name: string): Promise<TestBackend> {
     await new Promise<void>((resolve) => server.close(() => resolve()));
   });
   return { name, host: "127.0.0.1", port, server, finishSse: () => finish?.() };
+}
+
+/** A backend nothing listens on, for as long as the test runs. */
+async function deadBackend(): Promise<Backend> {
+  return { host: "127.0.0.1", port: await refusedPort() };
 }
 
 type AnyBalancer = LoadBalancer | NginxLoadBalancer;
@@ -185,8 +191,7 @@ describe.each(IMPLEMENTATIONS)("the test load balancer: $name", ({ start }) => {
 
   it("answers at once when a backend is dead, and then sends everything to the live one for the cooldown", async () => {
     const a = await startBackend("A");
-    const dead = await startBackend("dead");
-    await new Promise<void>((resolve) => dead.server.close(() => resolve()));
+    const dead = await deadBackend();
     const lb = await started(start([dead, a]));
     const began = Date.now();
     const first = await post(`${lb.url}/mcp`, "{}");
@@ -219,8 +224,7 @@ describe.each(IMPLEMENTATIONS)("the test load balancer: $name", ({ start }) => {
 describe("the default load balancer (http-proxy-3)", () => {
   it("counts what each backend was sent, and gives a dead backend its turn again after the cooldown", async () => {
     const a = await startBackend("A");
-    const dead = await startBackend("dead");
-    await new Promise<void>((resolve) => dead.server.close(() => resolve()));
+    const dead = await deadBackend();
     const lb = await started(startLoadBalancer([dead, a]));
     expect((await post(`${lb.url}/mcp`, "{}")).status).toBe(502);
     expect(backendOf(await post(`${lb.url}/mcp`, "{}"))).toBe("A");

@@ -10,12 +10,12 @@ import { randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
+import { refusedPort } from "../../../../scripts/test-support/index.js";
 import { CLUSTER_HOLDER_PROOF_PATH, handleHolderProof } from "../../src/cluster/holder-proof.js";
 import { handleLinkRequest } from "../../src/cluster/link-request.js";
 import { PeerAuth } from "../../src/cluster/peer-auth.js";
 import { RemoteRunnerConnection } from "../../src/cluster/remote-runner.js";
 import type { RunnerRequest } from "../../src/link/hub.js";
-import { freePort } from "../support/proc-stack.js";
 
 const log = pino({ level: "silent" });
 const key = randomBytes(32);
@@ -54,7 +54,7 @@ const START: RunnerRequest = {
 
 describe("a forwarded link request's outcome on the caller", () => {
   it("is not_sent only when nothing can have been executed", async () => {
-    const closed = `http://127.0.0.1:${await freePort()}`;
+    const closed = `http://127.0.0.1:${await refusedPort()}`;
     expect(await conn(closed).request(SYNC)).toEqual({ ok: false, reason: "not_sent" });
     // A run.start leaves only after a proof the peer cannot give unsigned: nothing was sent.
     const paths: string[] = [];

@@ -7,6 +7,7 @@ import { once } from "node:events";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach, describe, expect, it } from "vitest";
+import { refusedPort } from "../../../../scripts/test-support/index.js";
 import { postToPeer } from "../../src/cluster/peer-http.js";
 
 /** Bound on one request in these tests; the slow peer never answers within it. */
@@ -50,10 +51,7 @@ describe("a POST to a peer instance", () => {
   });
 
   it("is not sent when nothing listens on the peer's port", async () => {
-    const p = await peer((_req, res) => res.end());
-    const url = p.url;
-    const server = servers.pop() as http.Server;
-    await new Promise((resolve) => server.close(resolve));
+    const url = `http://127.0.0.1:${await refusedPort()}/x`;
     expect(await post(url)).toEqual({ kind: "failed", sent: false, code: "ECONNREFUSED" });
   });
 

@@ -10,6 +10,7 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
+import { refusedPort } from "../../../../scripts/test-support/index.js";
 import { CLUSTER_SIGNATURE_HEADER, CLUSTER_TIMESTAMP_HEADER, signedHeaders } from "../../src/cluster/peer-auth.js";
 import {
   CLUSTER_RUN_PUSH_PATH,
@@ -129,10 +130,7 @@ describe("pushing a run's updates to the instances following it", () => {
     expect(pushes.followedRuns).toBe(0);
 
     // Nothing listens at a follower's URL any more: dropped, and counted as a failed push.
-    const gone = await followerPeer();
-    const server = servers.pop() as http.Server;
-    await new Promise((resolve) => server.close(resolve));
-    pushes.follow(RUN_ID, { instanceId: FOLLOWER, url: gone.url });
+    pushes.follow(RUN_ID, { instanceId: FOLLOWER, url: `http://127.0.0.1:${await refusedPort()}` });
     pushes.updated(update(4, [event(4)]));
     await until(() => pushes.counts.pushes_failed === 1 && pushes.followedRuns === 0, "the unreachable one dropped");
   });
