@@ -48,6 +48,7 @@ import {
   expectTruthfulEnds,
   killAll,
   RECONNECT_WAIT_MS,
+  runnerLogTail,
   SCENARIOS,
   type Seen,
   sha256,
@@ -277,11 +278,15 @@ describe("seeded chaos, cluster mode: two instances on PostgreSQL behind a load 
             const error = a.result.error;
             last = JSON.stringify(error);
             if (error.recovery_kind !== "retry_same" && error.recovery_kind !== "wait")
-              throw new Error(`${label}: start refused on ${name(port)}: ${last}`);
+              throw new Error(`${label}: start refused on ${name(port)}: ${last}\n${runnerLogTail(stack)}`);
             tally(retried, error.code);
             return undefined;
           },
-          { timeoutMs: RECONNECT_WAIT_MS, intervalMs: DAEMON_POLL_MS, what: () => `${label} started (last: ${last})` },
+          {
+            timeoutMs: RECONNECT_WAIT_MS,
+            intervalMs: DAEMON_POLL_MS,
+            what: () => `${label} started (last: ${last})\n${runnerLogTail(stack)}`,
+          },
         );
         return started;
       };

@@ -195,6 +195,12 @@ export async function expectTruthfulEnds(
   return { ends, states };
 }
 
+/** The last RUNNER_LOG_TAIL_LINES lines of the stack's Runner r1's log (JSON lines: run ids, states, never a prompt). */
+export function runnerLogTail(stack: ProcStack): string {
+  const lines = (stack.logs.get("r1") ?? "").trimEnd().split("\n");
+  return `the Runner's last ${RUNNER_LOG_TAIL_LINES} log lines:\n${lines.slice(-RUNNER_LOG_TAIL_LINES).join("\n")}`;
+}
+
 /**
  * The one-Server chaos stack (a ProcStack with Server child and Runner "r1", project p1): bringing killed daemons
  * back, a step's kill, and a step's start — the call, the action at its moment, the restarts and the same-key
@@ -207,10 +213,9 @@ export class ChaosStack {
     readonly runnerEnv: Record<string, string> = {},
   ) {}
 
-  /** The last RUNNER_LOG_TAIL_LINES lines of r1's log (JSON lines: run ids, states, never a prompt). */
+  /** The last RUNNER_LOG_TAIL_LINES lines of r1's log. */
   runnerLogTail(): string {
-    const lines = (this.stack.logs.get("r1") ?? "").trimEnd().split("\n");
-    return `the Runner's last ${RUNNER_LOG_TAIL_LINES} log lines:\n${lines.slice(-RUNNER_LOG_TAIL_LINES).join("\n")}`;
+    return runnerLogTail(this.stack);
   }
 
   /** `mustStart` whose refusal shows the Runner's last log lines. */
