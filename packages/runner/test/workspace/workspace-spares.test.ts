@@ -117,14 +117,19 @@ function tree(dir: string): string[] {
   return out;
 }
 
-/** The tree of a fresh checkout of `commit` of the project (made by the test's own git, then removed). */
+/**
+ * The tree of a fresh checkout of `commit` of the project, made by the test's own git in a clone (then removed).
+ * Not a `git worktree add` in the project: git's worktree commands read every worktree's admin dir, and one the
+ * Runner is making a spare in at that moment is half written ("failed to read …/commondir").
+ */
 function freshTree(ws: Workspace, commit: string): string[] {
   const dir = join(ws.dir, `fresh-${commit.slice(0, 12)}`);
-  git(ws.projectRoot, "worktree", "add", "-q", "--detach", dir, commit);
+  git(ws.dir, "clone", "-q", "--no-checkout", "--shared", ws.projectRoot, dir);
   try {
+    git(dir, "checkout", "-q", "--detach", commit);
     return tree(dir);
   } finally {
-    git(ws.projectRoot, "worktree", "remove", "--force", dir);
+    rmSync(dir, { recursive: true, force: true });
   }
 }
 
