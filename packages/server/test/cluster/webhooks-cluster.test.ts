@@ -52,6 +52,11 @@ afterEach(async () => {
   proxy = null;
 });
 
+/** A request whose connection the receiver accepted after the kill, its sender no longer alive: the killed one's. */
+const GONE = "gone";
+/** A request's sender: an instance's pid, GONE, or undefined when nobody alive was found before the kill. */
+type Sender = number | typeof GONE | undefined;
+
 interface Row {
   seq: number;
   event_id: string;
@@ -85,9 +90,12 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
     await s.startRunner("r1");
 
     // Each request's sender, looked up when its connection is accepted (its sender holds it open then; by the
-    // time a loaded receiver reads the request, a sender whose attempt timed out may have closed it).
-    const senders: (number | undefined)[] = [];
-    const owners = new Map<number, number | undefined>();
+    // time a loaded receiver reads the request, a sender whose attempt timed out may have closed it). A loaded
+    // receiver may accept a connection only after the kill: one whose sender is no longer alive then is GONE,
+    // the killed instance's (it is the only process that dies); before the kill, nobody may be unknown.
+    const senders: Sender[] = [];
+    const owners = new Map<number, Sender>();
+    let killing = false;
     let armed = false;
     let held: number | null = null;
     hook = await new WebhookReceiver((req, index) => {
@@ -100,7 +108,8 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
     }).start();
     const hookPort = Number(new URL(hook.url).port);
     hook.onConnection((socket) => {
-      owners.set(socket.remotePort ?? 0, socketOwner(socket.remotePort ?? 0, hookPort, [pidA, pidB]));
+      const owner = socketOwner(socket.remotePort ?? 0, hookPort, [pidA, pidB]);
+      owners.set(socket.remotePort ?? 0, owner ?? (killing ? GONE : undefined));
     });
     const sub = await subscribe(s.serverConfigFile, "alice", hook.url, "run.started,run.terminal,run.lost");
 
@@ -130,6 +139,7 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
     const heldId = hook.received[heldIndex]?.headers["webhook-id"];
     // The Runner's reconnect goes to the survivor; the attempt in flight dies with its instance.
     proxy.targetPort = survivorPort;
+    killing = true;
     if (killedPid === pidA) await s.killServer("SIGKILL");
     else {
       await b.signal("SIGKILL");
@@ -187,18 +197,24 @@ describe("webhooks from two instances on PostgreSQL, one killed mid-delivery", (
       const seqs = events.filter((e) => e.data.run_id === runId).map((e) => byId.get(e.id)?.seq ?? -1);
       expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
     }
-    // Each attempt by one instance: every request came from A or B, no instance sent an event twice (each
-    // answer but the held one was a 200), never more requests than claims, and after the kill only the survivor.
+    // Each attempt by one instance: every request came from A or B (or, read after the kill, from the killed
+    // one), no instance sent an event twice (each answer but the held one was a 200), never more requests than
+    // claims, and after the kill only the survivor made new ones.
     expect(
-      senders.every((p) => p === pidA || p === pidB),
+      senders.every((p) => p === pidA || p === pidB || p === GONE),
       JSON.stringify(senders),
     ).toBe(true);
     for (const row of rows) {
-      const from = events.flatMap((e, i) => (e.id === row.event_id ? [senders[i]] : []));
+      const from = events.flatMap((e, i) =>
+        e.id === row.event_id ? [senders[i] === GONE ? killedPid : senders[i]] : [],
+      );
       expect(new Set(from).size, row.event_id).toBe(from.length);
       expect(from.length).toBeLessThanOrEqual(row.attempts);
     }
-    expect(senders.slice(receivedAtKill).every((p) => p === survivorPid)).toBe(true);
+    expect(
+      senders.slice(receivedAtKill).every((p) => p === survivorPid || p === GONE),
+      JSON.stringify(senders),
+    ).toBe(true);
     // The held attempt was the killed instance's; the survivor made the next one, with its id.
     expect(byId.get(heldId ?? "")?.attempts).toBe(2);
     const heldFrom = events.flatMap((e, i) => (e.id === heldId ? [senders[i]] : []));
