@@ -7,7 +7,7 @@
 import { connect } from "node:net";
 import { IN_PROCESS_WAIT_MS } from "./poll.js";
 
-/** Privileged ports that no Debian machine serves on 127.0.0.1 by default (tcpmux, rje, echo's odd neighbours). */
+/** Privileged ports that a Debian machine does not serve by default (tcpmux, compressnet, rje, systat). */
 const REFUSED_PORT_CANDIDATES = [1, 3, 5, 11] as const;
 
 /** Whether a connection to 127.0.0.1:port is refused (not accepted, not left unanswered). */
