@@ -213,14 +213,9 @@ export class ChaosStack {
     readonly runnerEnv: Record<string, string> = {},
   ) {}
 
-  /** The last RUNNER_LOG_TAIL_LINES lines of r1's log. */
-  runnerLogTail(): string {
-    return runnerLogTail(this.stack);
-  }
-
   /** `mustStart` whose refusal shows the Runner's last log lines. */
   mustStart(i: number, key: string, start: () => Promise<Started>): Promise<{ run_id: string; replayed: boolean }> {
-    return mustStart(i, key, start, () => this.runnerLogTail());
+    return mustStart(i, key, start, () => runnerLogTail(this.stack));
   }
 
   /** The fake agents running for r1 (they name its ledger). */
